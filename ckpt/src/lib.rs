@@ -1,0 +1,1 @@
+//! In-memory checkpoints, Reed-Solomon parity and clustering. Filled in by the checkpoint issue.

@@ -1,0 +1,5 @@
+//! The reverb top crate: launcher, benchmark engine and (later) the fault-tolerant runtime.
+
+pub mod bench;
+pub mod launcher;
+pub mod model;

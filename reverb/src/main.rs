@@ -1,0 +1,39 @@
+//! The `reverb` command line.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "reverb", version, about = "RDMA transport with fault-tolerance logging offload")]
+struct Cli {
+    /// Print the effective configuration.
+    #[arg(long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Launch N local ranks grouped into simulated nodes.
+    Run(reverb::launcher::RunArgs),
+    /// Print the cores and NUMA domains hwloc found.
+    Topo(reverb::launcher::TopoArgs),
+    /// perftest-style latency and bandwidth benchmarks.
+    Bench(reverb::bench::BenchArgs),
+    /// The papers' analytical models (intervals, performance, energy, survival, redundancy).
+    Model(reverb::model::ModelArgs),
+    /// Recommend checkpoint interval, protocol, placement and cluster sizes from measurements.
+    Plan(reverb::model::PlanArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => std::process::exit(reverb::launcher::run(args, cli.verbose)?),
+        Command::Topo(args) => reverb::launcher::topo(args),
+        Command::Bench(args) => reverb::bench::main(args, cli.verbose),
+        Command::Model(args) => reverb::model::model(args),
+        Command::Plan(args) => reverb::model::plan(args),
+    }
+}

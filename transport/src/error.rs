@@ -1,0 +1,55 @@
+//! Transport errors. Every failure a peer or a user can cause surfaces here, never as a panic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::Rank;
+
+pub type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// Errors of the transport layer. `Clone` so that one failure can be reported in several
+/// completions (every pending operation on a dead endpoint fails with the same cause).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    #[error("{op}: offset {offset} + length {len} is outside the {region_len}-byte region")]
+    OutOfBounds { op: &'static str, offset: u64, len: u64, region_len: u64 },
+    #[error("{op}: remote key {key:#x} is not registered at rank {owner} (wrong key or deregistered region)")]
+    InvalidKey { op: &'static str, owner: Rank, key: u64 },
+    #[error("{op}: region does not allow {needed} access")]
+    AccessDenied { op: &'static str, needed: &'static str },
+    #[error("rank {0} is outside the job (size {1})")]
+    InvalidRank(Rank, u32),
+    #[error("peer rank {0} is dead or unreachable")]
+    PeerDead(Rank),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("message of {len} bytes does not fit the {capacity}-byte receive buffer")]
+    Truncated { len: u64, capacity: u64 },
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: &'static str, detail: String },
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("provider {0} is not available: {1}")]
+    Unavailable(&'static str, String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: Arc<std::io::Error> },
+}
+
+impl TransportError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        TransportError::Io { context: context.into(), source: Arc::new(source) }
+    }
+}
+
+/// Attach context to `std::io::Result` values.
+pub trait IoContext<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| TransportError::io(context(), e))
+    }
+}

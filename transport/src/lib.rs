@@ -1,0 +1,34 @@
+//! reverb's transport layer.
+//!
+//! - [`api`]: the [`Provider`] trait and its types (regions, RMA, tagged messages, completions);
+//! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
+//! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
+//! - [`topo`]: hwloc topology discovery and core pinning.
+
+pub mod api;
+pub mod bootstrap;
+pub mod config;
+pub mod error;
+pub mod region;
+pub mod shm;
+pub mod topo;
+
+pub use api::{
+    Access, Capabilities, Completion, CompletionKind, OpId, PeerState, Provider, ProviderKind,
+    Rank, RecvBuffer, RemoteRegion, Rma, Signal, Source, Tag, TagMatch,
+};
+pub use bootstrap::{Bootstrap, JobInfo};
+pub use config::{TransportConfig, WaitMode};
+pub use error::{Result, TransportError};
+pub use region::Region;
+
+/// Opens the provider named by `config.provider` for this job.
+pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
+    match config.provider {
+        ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
+        ProviderKind::Verbs => Err(TransportError::Unavailable(
+            "verbs",
+            "this build has no verbs support (build with --features verbs)".into(),
+        )),
+    }
+}
