@@ -1,1 +1,3 @@
 //! In-memory checkpoints, Reed-Solomon parity and clustering. Filled in by the checkpoint issue.
+
+pub mod cluster;
