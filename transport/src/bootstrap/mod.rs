@@ -1,6 +1,17 @@
 //! Bootstrap: who am I in the job (rank, size, node) and an out-of-band all-gather that
 //! providers use to exchange their addresses. The TCP rendezvous at `REVERB_ROOT` is the
 //! implementation; every connection presents `REVERB_JOB_TOKEN`.
+//!
+//! - [`env`]: [`JobInfo::from_env`] (launcher, Slurm, Open MPI, PMI) and [`BootParams`];
+//! - [`wire`]: the framed, versioned protocol;
+//! - [`tcp`]: [`BootServer`] and the [`TcpBootstrap`] client.
+
+pub mod env;
+pub mod tcp;
+pub mod wire;
+
+pub use env::{vars, BootParams};
+pub use tcp::{BootServer, ServerOptions, TcpBootstrap};
 
 use crate::api::Rank;
 use crate::error::Result;
