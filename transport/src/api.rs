@@ -43,9 +43,9 @@ impl FromStr for ProviderKind {
         match s {
             "shm" => Ok(ProviderKind::Shm),
             "verbs" => Ok(ProviderKind::Verbs),
-            other => Err(TransportError::Config(format!(
-                "unknown provider {other:?} (expected shm or verbs)"
-            ))),
+            other => {
+                Err(TransportError::Config(format!("unknown provider {other:?} (expected shm or verbs)")))
+            }
         }
     }
 }
@@ -249,11 +249,24 @@ pub enum CompletionKind {
     PutImm,
     Get,
     /// A tagged send finished: its buffer may be reused.
-    Send { dest: Rank, tag: Tag, len: usize },
+    Send {
+        dest: Rank,
+        tag: Tag,
+        len: usize,
+    },
     /// A tagged receive finished. `data` is set for `RecvBuffer::Owned`.
-    Recv { source: Rank, tag: Tag, len: usize, data: Option<Vec<u8>> },
+    Recv {
+        source: Rank,
+        tag: Tag,
+        len: usize,
+        data: Option<Vec<u8>>,
+    },
     /// Target side of a `put_imm`: the data is in place when this is seen.
-    Imm { source: Rank, imm: u32, len: usize },
+    Imm {
+        source: Rank,
+        imm: u32,
+        len: usize,
+    },
 }
 
 /// One completion-queue entry.

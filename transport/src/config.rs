@@ -68,11 +68,9 @@ where
     T::Err: fmt::Display,
 {
     match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse::<T>()
-            .map(Some)
-            .map_err(|e| TransportError::Config(format!("{name}={v:?}: {e}"))),
+        Ok(v) => {
+            v.trim().parse::<T>().map(Some).map_err(|e| TransportError::Config(format!("{name}={v:?}: {e}")))
+        }
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(e) => Err(TransportError::Config(format!("{name}: {e}"))),
     }

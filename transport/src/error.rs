@@ -13,7 +13,9 @@ pub type Result<T, E = TransportError> = std::result::Result<T, E>;
 pub enum TransportError {
     #[error("{op}: offset {offset} + length {len} is outside the {region_len}-byte region")]
     OutOfBounds { op: &'static str, offset: u64, len: u64, region_len: u64 },
-    #[error("{op}: remote key {key:#x} is not registered at rank {owner} (wrong key or deregistered region)")]
+    #[error(
+        "{op}: remote key {key:#x} is not registered at rank {owner} (wrong key or deregistered region)"
+    )]
     InvalidKey { op: &'static str, owner: Rank, key: u64 },
     #[error("{op}: region does not allow {needed} access")]
     AccessDenied { op: &'static str, needed: &'static str },
@@ -21,6 +23,8 @@ pub enum TransportError {
     InvalidRank(Rank, u32),
     #[error("peer rank {0} is dead or unreachable")]
     PeerDead(Rank),
+    #[error("peer rank {0} reported: {1}")]
+    Remote(Rank, String),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     #[error("message of {len} bytes does not fit the {capacity}-byte receive buffer")]

@@ -1,39 +1,849 @@
-//! Shared-memory provider (being written).
-use std::collections::VecDeque;
-use std::time::Duration;
+//! The shared-memory provider: ranks are separate processes on one host.
+//!
+//! - Registered regions are files in /dev/shm; a peer maps one when it first names it, and
+//!   validates key, bounds and access against the owner's registration table on every
+//!   operation, before any byte moves (the NIC's job in verbs).
+//! - Each rank owns a control segment with one inbound SPSC ring per source; tagged messages,
+//!   rendezvous control and put-with-immediate notifications travel there.
+//! - Sleepers wait on a futex doorbell; producers ring it only when someone sleeps.
+//! - Peer death is seen through pidfds and reported on that endpoint within the peer timeout.
+
+mod control;
+mod futex;
+mod liveness;
+mod segment;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memmap2::MmapRaw;
 
 use crate::api::*;
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::TransportConfig;
 use crate::error::{Result, TransportError};
 use crate::region::Region;
+use crate::tagmatch::{Arrival, Matcher, PostedRecv};
+use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
+use liveness::ProcessWatch;
+use segment::OwnedSegment;
+
+/// Slots drained from one ring per progress call, so one busy sender cannot starve others.
+const DRAIN_BATCH: u64 = 64;
+/// FIN status codes.
+const FIN_OK: u32 = 0;
+const FIN_READ_FAILED: u32 = 1;
+const FIN_TRUNCATED: u32 = 2;
+
+/// Identity hasher: region keys are random already.
+#[derive(Default)]
+struct KeyHasher(u64);
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = self.0.rotate_left(32) ^ v as u64;
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+/// A peer's region mapped into this process.
+struct RemoteMap {
+    map: MmapRaw,
+    writable: bool,
+}
+
+struct Peer {
+    pid: u32,
+    view: ControlView,
+    watch: Option<ProcessWatch>,
+    state: PeerState,
+    /// Producer side of our ring in the peer's segment.
+    tx_tail: u64,
+    tx_head_seen: u64,
+    /// Consumer side of the peer's ring in our segment.
+    rx_head: u64,
+    /// Messages that found the peer's ring full, in order.
+    backlog: VecDeque<(SlotHeader, Vec<u8>)>,
+}
+
+/// An arrival no receive has claimed yet.
+enum Unexpected {
+    Eager { source: Rank, tag: Tag, data: Vec<u8> },
+    Rts { source: Rank, header: SlotHeader },
+}
+
+impl Arrival for Unexpected {
+    fn source(&self) -> Rank {
+        match self {
+            Unexpected::Eager { source, .. } | Unexpected::Rts { source, .. } => *source,
+        }
+    }
+    fn tag(&self) -> Tag {
+        match self {
+            Unexpected::Eager { tag, .. } => *tag,
+            Unexpected::Rts { header, .. } => header.tag,
+        }
+    }
+}
+
+/// A rendezvous send waiting for the receiver's FIN; holds the region the receiver reads.
+struct PendingSend {
+    op: OpId,
+    dest: Rank,
+    tag: Tag,
+    len: usize,
+    _region: Region,
+}
+
+/// Keeps a registered region's file mapped and its table entry claimed; clears both on drop.
+struct RegionBacking {
+    _segment: OwnedSegment,
+    table: ControlView,
+    index: usize,
+}
+
+impl Drop for RegionBacking {
+    fn drop(&mut self) {
+        if let Some(entry) = self.table.entry(self.index) {
+            entry.key.store(0, Ordering::Release);
+        }
+    }
+}
 
 pub struct ShmProvider {
     config: TransportConfig,
+    job: JobInfo,
+    job_tag: String,
+    pid: u32,
+    layout: Layout,
+    own: ControlView,
+    peers: Vec<Peer>,
+    next_op: u64,
     cq: VecDeque<Completion>,
+    matcher: Matcher<Unexpected>,
+    pending: HashMap<u64, PendingSend>,
+    maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
+    progress_calls: u32,
+    last_liveness: Instant,
+    /// A malformed slot seen during progress; reported once by the next `progress`.
+    malformed: Option<TransportError>,
+}
+
+// SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
+// long as the provider; the provider is used from one thread at a time (&mut self).
+unsafe impl Send for ShmProvider {}
+
+fn decode_peer_info(bytes: &[u8], rank: Rank) -> Result<(u32, Layout)> {
+    if bytes.len() != 16 {
+        return Err(TransportError::Malformed {
+            what: "shm address",
+            detail: format!("rank {rank} sent {} bytes, expected 16", bytes.len()),
+        });
+    }
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Ok((word(0), Layout { size: word(4), ring_slots: word(8), slot_size: word(12) }))
 }
 
 impl ShmProvider {
-    pub fn open(_config: TransportConfig, _boot: &mut dyn Bootstrap) -> Result<Self> {
-        Err(TransportError::Unavailable("shm", "not built yet".into()))
+    /// Creates this rank's control segment, exchanges addresses through `boot` and maps every
+    /// peer's segment.
+    pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<ShmProvider> {
+        config.validate()?;
+        let job = boot.job().clone();
+        if job.rank >= job.size {
+            return Err(TransportError::InvalidRank(job.rank, job.size));
+        }
+        segment::sweep_stale();
+        let pid = std::process::id();
+        let job_tag = segment::sanitize_job_id(&job.job_id);
+        let layout = Layout::new(job.size, config.ring_slots, config.rndv_thresh);
+        let own_seg =
+            OwnedSegment::create(segment::segment_path(&job_tag, job.rank, pid, "ctl"), layout.total_len())?;
+        let base = own_seg.map.as_ptr() as *mut u8;
+        // SAFETY: the segment is total_len bytes, page aligned, and the Arc keeps it mapped.
+        let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
+        own.init_header(job.rank, pid);
+
+        let mut info = Vec::with_capacity(16);
+        for w in [pid, layout.size, layout.ring_slots, layout.slot_size] {
+            info.extend_from_slice(&w.to_le_bytes());
+        }
+        let all = boot.allgather(&info)?;
+        if all.len() != job.size as usize {
+            return Err(TransportError::Bootstrap(format!(
+                "allgather returned {} entries for {} ranks",
+                all.len(),
+                job.size
+            )));
+        }
+        let mut peers = Vec::with_capacity(all.len());
+        for (rank, bytes) in all.iter().enumerate() {
+            let rank = rank as Rank;
+            let (peer_pid, peer_layout) = decode_peer_info(bytes, rank)?;
+            if peer_layout != layout {
+                return Err(TransportError::Config(format!(
+                    "rank {rank} uses ring geometry {peer_layout:?}, this rank {layout:?}: \
+                     REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job"
+                )));
+            }
+            let (view, watch) = if rank == job.rank {
+                (own.clone(), None)
+            } else {
+                let path = segment::segment_path(&job_tag, rank, peer_pid, "ctl");
+                let map = segment::map_peer(&path, layout.total_len(), true)?;
+                let base = map.as_mut_ptr();
+                // SAFETY: map_peer checked the file holds total_len bytes; Arc keeps it mapped.
+                let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
+                view.validate_header(rank, peer_pid)?;
+                (view, Some(ProcessWatch::new(peer_pid)))
+            };
+            peers.push(Peer {
+                pid: peer_pid,
+                view,
+                watch,
+                state: PeerState::Alive,
+                tx_tail: 0,
+                tx_head_seen: 0,
+                rx_head: 0,
+                backlog: VecDeque::new(),
+            });
+        }
+        // Everyone has mapped everyone: segments may now be unlinked at exit safely.
+        boot.barrier()?;
+        Ok(ShmProvider {
+            config,
+            job,
+            job_tag,
+            pid,
+            layout,
+            own,
+            peers,
+            next_op: 1,
+            cq: VecDeque::new(),
+            matcher: Matcher::default(),
+            pending: HashMap::new(),
+            maps: HashMap::default(),
+            progress_calls: 0,
+            last_liveness: Instant::now(),
+            malformed: None,
+        })
+    }
+
+    fn next_op(&mut self) -> OpId {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        id
+    }
+
+    fn live_peer(&self, rank: Rank) -> Result<&Peer> {
+        let peer = self.peers.get(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        if peer.state == PeerState::Dead {
+            return Err(TransportError::PeerDead(rank));
+        }
+        Ok(peer)
+    }
+
+    /// Validates an RMA against the owner's registration table and returns the mapped address
+    /// of `remote_offset`. Nothing has been touched when this fails.
+    fn remote_ptr(&mut self, op: &'static str, rma: &Rma<'_>, need: Access) -> Result<*mut u8> {
+        rma.local.check_bounds(op, rma.local_offset, rma.len)?;
+        let remote = rma.remote;
+        let owner = remote.owner;
+        let invalid = TransportError::InvalidKey { op, owner, key: remote.key };
+        let peer = self.live_peer(owner)?;
+        let index = (remote.key & KEY_INDEX_MASK) as usize;
+        let entry = match peer.view.entry(index) {
+            Some(e) if remote.key != 0 && remote.key != KEY_RESERVED => e,
+            _ => return Err(invalid),
+        };
+        if entry.key.load(Ordering::Acquire) != remote.key {
+            self.maps.remove(&(owner, remote.key));
+            return Err(invalid);
+        }
+        let (addr, len) = (entry.addr.load(Ordering::Relaxed), entry.len.load(Ordering::Relaxed));
+        let access = Access(entry.access.load(Ordering::Relaxed) as u8);
+        if addr != remote.addr {
+            return Err(invalid);
+        }
+        // Bounds come from the owner's table, never from the (forgeable) descriptor.
+        let limit = len.min(remote.len);
+        match rma.remote_offset.checked_add(rma.len as u64) {
+            Some(end) if end <= limit => {}
+            _ => {
+                return Err(TransportError::OutOfBounds {
+                    op,
+                    offset: rma.remote_offset,
+                    len: rma.len as u64,
+                    region_len: limit,
+                })
+            }
+        }
+        if !access.allows(need) {
+            let needed = if need == Access::REMOTE_WRITE { "remote write" } else { "remote read" };
+            return Err(TransportError::AccessDenied { op, needed });
+        }
+        let writable = access.allows(Access::REMOTE_WRITE);
+        let map = match self.maps.get(&(owner, remote.key)) {
+            Some(m) if m.writable || !writable => m,
+            _ => {
+                let pid = peer.pid;
+                let path = segment::segment_path(&self.job_tag, owner, pid, &format!("{:016x}", remote.key));
+                let map = segment::map_peer(&path, len as usize, writable)?;
+                self.maps.insert((owner, remote.key), RemoteMap { map, writable });
+                &self.maps[&(owner, remote.key)]
+            }
+        };
+        // SAFETY: remote_offset + len <= the mapped length (checked above).
+        Ok(unsafe { map.map.as_mut_ptr().add(rma.remote_offset as usize) })
+    }
+
+    fn local_ptr(rma: &Rma<'_>) -> *mut u8 {
+        // SAFETY: remote_ptr checked local_offset + len against the local region.
+        unsafe { rma.local.as_ptr().add(rma.local_offset) }
+    }
+
+    fn complete(&mut self, op: OpId, kind: CompletionKind, signal: Signal) {
+        if signal == Signal::Yes {
+            self.cq.push_back(Completion::ok(op, kind));
+        }
+    }
+
+    /// Queues a message for `dest`: straight into its ring if there is room and nothing is
+    /// waiting ahead of it, else into the backlog (drained by `progress`).
+    fn push_msg(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
+        let slots = self.layout.ring_slots as u64;
+        let peer =
+            self.peers.get_mut(dest as usize).ok_or(TransportError::InvalidRank(dest, self.job.size))?;
+        if peer.state == PeerState::Dead {
+            return Err(TransportError::PeerDead(dest));
+        }
+        if peer.backlog.is_empty() && Self::ring_has_room(peer, self.job.rank, slots) {
+            Self::publish(peer, self.job.rank, &header, payload);
+        } else {
+            peer.backlog.push_back((header, payload.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// Whether our ring in `peer`'s segment has a free slot; re-reads the consumer's head only
+    /// when the cached one says full.
+    fn ring_has_room(peer: &mut Peer, me: Rank, slots: u64) -> bool {
+        if peer.tx_tail - peer.tx_head_seen < slots {
+            return true;
+        }
+        peer.tx_head_seen = peer.view.ring(me).head().load(Ordering::Acquire).min(peer.tx_tail);
+        peer.tx_tail - peer.tx_head_seen < slots
+    }
+
+    fn publish(peer: &mut Peer, me: Rank, header: &SlotHeader, payload: &[u8]) {
+        let ring = peer.view.ring(me);
+        ring.publish(peer.tx_tail, header, payload);
+        peer.tx_tail += 1;
+        // Dekker with the sleeper: our tail store, then its waiters flag (see `block`).
+        fence(Ordering::SeqCst);
+        if peer.view.waiters().load(Ordering::Relaxed) > 0 {
+            peer.view.doorbell().fetch_add(1, Ordering::Release);
+            futex::wake_all(peer.view.doorbell());
+        }
+    }
+
+    fn flush_backlogs(&mut self) {
+        let me = self.job.rank;
+        let slots = self.layout.ring_slots as u64;
+        for peer in self.peers.iter_mut().filter(|p| !p.backlog.is_empty()) {
+            while !peer.backlog.is_empty() {
+                if peer.state == PeerState::Dead || !Self::ring_has_room(peer, me, slots) {
+                    break;
+                }
+                if let Some((header, payload)) = peer.backlog.pop_front() {
+                    Self::publish(peer, me, &header, &payload);
+                }
+            }
+        }
+    }
+
+    /// Copies a message into a receive buffer. Returns the data for `Owned` buffers.
+    fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
+        if data.len() > buffer.capacity() {
+            return Err(TransportError::Truncated {
+                len: data.len() as u64,
+                capacity: buffer.capacity() as u64,
+            });
+        }
+        match buffer {
+            RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
+            RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
+        }
+    }
+
+    fn complete_recv(
+        &mut self,
+        recv: PostedRecv,
+        source: Rank,
+        tag: Tag,
+        len: usize,
+        r: Result<Option<Vec<u8>>>,
+    ) {
+        let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
+        let data = r.ok().flatten();
+        self.cq.push_back(Completion {
+            op: recv.op,
+            kind: CompletionKind::Recv { source, tag, len, data },
+            status,
+        });
+    }
+
+    /// Receiver side of rendezvous: read the sender's buffer in place, then tell it (FIN).
+    fn rndv_fetch(&mut self, recv: PostedRecv, source: Rank, rts: SlotHeader) {
+        let len = rts.len as usize;
+        let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
+        let result = if len > recv.buffer.capacity() {
+            Err(TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 })
+        } else {
+            self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
+        };
+        let status = match &result {
+            Ok(_) => FIN_OK,
+            Err(TransportError::Truncated { .. }) => FIN_TRUNCATED,
+            Err(_) => FIN_READ_FAILED,
+        };
+        let fin = SlotHeader {
+            kind: kind::FIN,
+            imm: status,
+            cookie: rts.cookie,
+            tag: rts.tag,
+            ..Default::default()
+        };
+        // A dead sender needs no FIN; the receive's own result already says what happened.
+        let _ = self.push_msg(source, fin, &[]);
+        self.complete_recv(recv, source, rts.tag, len, result);
+    }
+
+    /// Copies `len` bytes of a peer's region into a receive buffer (rendezvous read).
+    fn read_remote(
+        &mut self,
+        remote: &RemoteRegion,
+        offset: u64,
+        len: usize,
+        buffer: &RecvBuffer,
+    ) -> Result<Option<Vec<u8>>> {
+        let (region, local_offset, owned) = match buffer {
+            RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, false),
+            RecvBuffer::Owned { .. } => (self.scratch(len)?, 0, true),
+        };
+        let rma = Rma { local: &region, local_offset, remote, remote_offset: offset, len };
+        let src = self.remote_ptr("rendezvous read", &rma, Access::REMOTE_READ)?;
+        // SAFETY: both ranges were bounds-checked by remote_ptr.
+        unsafe { control::copy_bytes(src, Self::local_ptr(&rma), len) };
+        if owned {
+            region.to_vec(0, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// A private region for rendezvous into an owned buffer.
+    fn scratch(&mut self, len: usize) -> Result<Region> {
+        self.alloc_region(len.max(1), Access::LOCAL)
+    }
+
+    fn handle_slot(&mut self, source: Rank, header: SlotHeader, payload: &[u8]) {
+        match header.kind {
+            kind::EAGER => match self.matcher.take_posted(source, header.tag) {
+                Some(recv) => {
+                    let r = Self::deliver(&recv.buffer, payload);
+                    self.complete_recv(recv, source, header.tag, payload.len(), r);
+                }
+                None => self.matcher.push_unexpected(Unexpected::Eager {
+                    source,
+                    tag: header.tag,
+                    data: payload.to_vec(),
+                }),
+            },
+            kind::RTS => match self.matcher.take_posted(source, header.tag) {
+                Some(recv) => self.rndv_fetch(recv, source, header),
+                None => self.matcher.push_unexpected(Unexpected::Rts { source, header }),
+            },
+            kind::FIN => match self.pending.remove(&header.cookie) {
+                Some(p) if p.dest == source => {
+                    let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
+                    self.cq.push_back(match header.imm {
+                        FIN_OK | FIN_TRUNCATED => Completion::ok(p.op, kind),
+                        _ => Completion::failed(
+                            p.op,
+                            kind,
+                            TransportError::Remote(source, "could not read the rendezvous buffer".into()),
+                        ),
+                    });
+                }
+                other => {
+                    if let Some(p) = other {
+                        self.pending.insert(header.cookie, p);
+                    }
+                    self.malformed = Some(TransportError::Malformed {
+                        what: "message",
+                        detail: format!("FIN from rank {source} for unknown send {}", header.cookie),
+                    });
+                }
+            },
+            kind::IMM => self.cq.push_back(Completion::ok(
+                OpId::REMOTE,
+                CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
+            )),
+            other => {
+                self.malformed = Some(TransportError::Malformed {
+                    what: "message",
+                    detail: format!("unknown kind {other} from rank {source}"),
+                })
+            }
+        }
+    }
+
+    fn drain_rings(&mut self) {
+        let max_payload = self.layout.max_payload();
+        for source in 0..self.peers.len() {
+            let ring = self.own.ring(source as u32);
+            let tail = ring.tail().load(Ordering::Acquire);
+            let mut head = self.peers[source].rx_head;
+            if tail == head {
+                continue;
+            }
+            let own = self.own.clone();
+            let ring = own.ring(source as u32);
+            let end = tail.min(head + DRAIN_BATCH).max(head);
+            while head < end {
+                let header = ring.read_header(head);
+                let payload_len = if header.kind == kind::EAGER { header.len as usize } else { 0 };
+                if payload_len > max_payload {
+                    self.malformed = Some(TransportError::Malformed {
+                        what: "message",
+                        detail: format!(
+                            "eager length {} from rank {source} exceeds {max_payload}",
+                            header.len
+                        ),
+                    });
+                } else {
+                    // SAFETY: slot `head` is published (head < tail) and not yet released;
+                    // the length was checked against the slot size.
+                    let payload = unsafe { ring.payload(head, payload_len) };
+                    self.handle_slot(source as Rank, header, payload);
+                }
+                head += 1;
+            }
+            self.peers[source].rx_head = head;
+            ring.head().store(head, Ordering::Release);
+        }
+    }
+
+    /// Marks peers dead whose process exited or who closed, and fails what depended on them.
+    fn check_liveness(&mut self) {
+        self.last_liveness = Instant::now();
+        for rank in 0..self.peers.len() {
+            let peer = &self.peers[rank];
+            if peer.state == PeerState::Dead {
+                continue;
+            }
+            let closed = peer.view.closed().load(Ordering::Acquire) != 0;
+            let exited = peer.watch.as_ref().is_some_and(|w| !w.alive());
+            if closed || exited {
+                self.mark_dead(rank as Rank);
+            }
+        }
+    }
+
+    fn mark_dead(&mut self, rank: Rank) {
+        let Some(peer) = self.peers.get_mut(rank as usize) else { return };
+        peer.state = PeerState::Dead;
+        peer.backlog.clear();
+        let dead = TransportError::PeerDead(rank);
+        let cookies: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();
+        for cookie in cookies {
+            if let Some(p) = self.pending.remove(&cookie) {
+                let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
+                self.cq.push_back(Completion::failed(p.op, kind, dead.clone()));
+            }
+        }
+        for recv in self.matcher.drain_posted_from(rank) {
+            let kind = CompletionKind::Recv { source: rank, tag: recv.tag.tag, len: 0, data: None };
+            self.cq.push_back(Completion::failed(recv.op, kind, dead.clone()));
+        }
+        self.maps.retain(|(owner, _), _| *owner != rank);
+    }
+
+    fn liveness_due(&self) -> bool {
+        self.last_liveness.elapsed() >= self.config.peer_timeout / 4
+    }
+
+    fn start_send(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        region.check_bounds("send", offset, len)?;
+        let op = self.next_op();
+        if len <= self.config.rndv_thresh {
+            let mut buf = vec![0u8; 0];
+            let payload: &[u8] = if len == 0 {
+                &buf
+            } else {
+                buf.resize(len, 0);
+                region.read(offset, &mut buf)?;
+                &buf
+            };
+            self.push_msg(
+                dest,
+                SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() },
+                payload,
+            )?;
+            self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+            return Ok(op);
+        }
+        if !region.access().allows(Access::REMOTE_READ) {
+            return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
+        }
+        let remote = region.remote();
+        let rts = SlotHeader {
+            kind: kind::RTS,
+            tag,
+            len: len as u64,
+            cookie: op.0,
+            r_addr: remote.addr,
+            r_len: remote.len,
+            r_key: remote.key,
+            r_offset: offset as u64,
+            ..Default::default()
+        };
+        self.push_msg(dest, rts, &[])?;
+        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+        Ok(op)
     }
 }
 
 impl Provider for ShmProvider {
-    fn kind(&self) -> ProviderKind { ProviderKind::Shm }
-    fn capabilities(&self) -> Capabilities { Capabilities::default() }
-    fn rank(&self) -> Rank { 0 }
-    fn size(&self) -> u32 { 0 }
-    fn config(&self) -> &TransportConfig { &self.config }
-    fn alloc_region(&mut self, _len: usize, _access: Access) -> Result<Region> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn put(&mut self, _rma: Rma<'_>, _signal: Signal) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn put_imm(&mut self, _rma: Rma<'_>, _imm: u32, _signal: Signal) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn get(&mut self, _rma: Rma<'_>, _signal: Signal) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn send(&mut self, _d: Rank, _t: Tag, _data: &[u8]) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn send_region(&mut self, _d: Rank, _t: Tag, _r: &Region, _o: usize, _l: usize) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn post_recv(&mut self, _s: Source, _t: TagMatch, _b: RecvBuffer) -> Result<OpId> { Err(TransportError::Unavailable("shm", "wip".into())) }
-    fn peer_state(&self, _peer: Rank) -> PeerState { PeerState::Dead }
-    fn progress(&mut self) -> Result<()> { Ok(()) }
-    fn block(&mut self, timeout: Duration) -> Result<()> { std::thread::sleep(timeout); Ok(()) }
-    fn completions(&mut self) -> &mut VecDeque<Completion> { &mut self.cq }
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Shm
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::PUT
+            | Capabilities::PUT_IMM
+            | Capabilities::GET
+            | Capabilities::TAGGED
+            | Capabilities::RNDV_ZCOPY
+            | Capabilities::EVENT_WAIT
+            | Capabilities::SYNC_RMA
+    }
+
+    fn rank(&self) -> Rank {
+        self.job.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.job.size
+    }
+
+    fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
+        if len == 0 {
+            return Err(TransportError::Config("cannot register an empty region".into()));
+        }
+        let index = self.own.claim_entry().ok_or_else(|| {
+            TransportError::Config(format!("registration table full ({} regions)", control::TABLE_ENTRIES))
+        })?;
+        let key = loop {
+            let k = (rand::random::<u64>() << 16) | index as u64;
+            if k != KEY_RESERVED && k >> 16 != 0 {
+                break k;
+            }
+        };
+        let path = segment::segment_path(&self.job_tag, self.job.rank, self.pid, &format!("{key:016x}"));
+        let segment = match OwnedSegment::create(path, len) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(entry) = self.own.entry(index) {
+                    entry.key.store(0, Ordering::Release);
+                }
+                return Err(e);
+            }
+        };
+        let ptr = segment.map.as_ptr() as *mut u8;
+        let remote = RemoteRegion { owner: self.job.rank, addr: ptr as u64, len: len as u64, key };
+        if let Some(entry) = self.own.entry(index) {
+            entry.addr.store(remote.addr, Ordering::Relaxed);
+            entry.len.store(remote.len, Ordering::Relaxed);
+            entry.access.store(access.0 as u32, Ordering::Relaxed);
+            entry.key.store(key, Ordering::Release);
+        }
+        let backing = RegionBacking { _segment: segment, table: self.own.clone(), index };
+        // SAFETY: ptr..ptr+len is the segment's mapping, which `backing` keeps alive.
+        Ok(unsafe { Region::new(ptr, len, access, remote, Box::new(backing)) })
+    }
+
+    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        let dst = self.remote_ptr("put", &rma, Access::REMOTE_WRITE)?;
+        // SAFETY: both ranges bounds-checked by remote_ptr.
+        unsafe { control::copy_bytes(Self::local_ptr(&rma), dst, rma.len) };
+        let op = self.next_op();
+        self.complete(op, CompletionKind::Put, signal);
+        Ok(op)
+    }
+
+    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+        let dst = self.remote_ptr("put_imm", &rma, Access::REMOTE_WRITE)?;
+        // SAFETY: both ranges bounds-checked by remote_ptr.
+        unsafe { control::copy_bytes(Self::local_ptr(&rma), dst, rma.len) };
+        let header = SlotHeader { kind: kind::IMM, imm, len: rma.len as u64, ..Default::default() };
+        self.push_msg(rma.remote.owner, header, &[])?;
+        let op = self.next_op();
+        self.complete(op, CompletionKind::PutImm, signal);
+        Ok(op)
+    }
+
+    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        let src = self.remote_ptr("get", &rma, Access::REMOTE_READ)?;
+        // SAFETY: both ranges bounds-checked by remote_ptr.
+        unsafe { control::copy_bytes(src, Self::local_ptr(&rma), rma.len) };
+        let op = self.next_op();
+        self.complete(op, CompletionKind::Get, signal);
+        Ok(op)
+    }
+
+    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.live_peer(dest)?;
+        if data.len() <= self.config.rndv_thresh {
+            let op = self.next_op();
+            let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
+            self.push_msg(dest, header, data)?;
+            self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() }));
+            return Ok(op);
+        }
+        // Stage large unregistered data in a region the receiver can read.
+        let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
+        staging.write(0, data)?;
+        self.start_send(dest, tag, &staging, 0, data.len())
+    }
+
+    fn send_region(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        self.live_peer(dest)?;
+        self.start_send(dest, tag, region, offset, len)
+    }
+
+    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+        if let Source::Rank(r) = source {
+            if r >= self.job.size {
+                return Err(TransportError::InvalidRank(r, self.job.size));
+            }
+        }
+        if let RecvBuffer::Region { region, offset, capacity } = &buffer {
+            region.check_bounds("post_recv", *offset, *capacity)?;
+        }
+        let op = self.next_op();
+        let recv = PostedRecv { op, source, tag, buffer };
+        match self.matcher.take_unexpected(source, tag) {
+            Some(Unexpected::Eager { source, tag, data }) => {
+                let r = Self::deliver(&recv.buffer, &data);
+                self.complete_recv(recv, source, tag, data.len(), r);
+            }
+            Some(Unexpected::Rts { source, header }) => {
+                if self.peers[source as usize].state == PeerState::Dead {
+                    let kind = CompletionKind::Recv { source, tag: header.tag, len: 0, data: None };
+                    self.cq.push_back(Completion::failed(op, kind, TransportError::PeerDead(source)));
+                } else {
+                    self.rndv_fetch(recv, source, header);
+                }
+            }
+            None => {
+                if let Source::Rank(r) = source {
+                    if self.peers[r as usize].state == PeerState::Dead {
+                        return Err(TransportError::PeerDead(r));
+                    }
+                }
+                self.matcher.push_posted(recv);
+            }
+        }
+        Ok(op)
+    }
+
+    fn peer_state(&self, peer: Rank) -> PeerState {
+        self.peers.get(peer as usize).map_or(PeerState::Dead, |p| p.state)
+    }
+
+    fn progress(&mut self) -> Result<()> {
+        self.drain_rings();
+        self.flush_backlogs();
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.progress_calls.is_multiple_of(256) && self.liveness_due() {
+            self.check_liveness();
+        }
+        match self.malformed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn block(&mut self, timeout: Duration) -> Result<()> {
+        if self.liveness_due() {
+            self.check_liveness();
+        }
+        if !self.cq.is_empty() {
+            return Ok(());
+        }
+        let backlog = self.peers.iter().any(|p| !p.backlog.is_empty());
+        let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
+        let doorbell = self.own.doorbell();
+        let seen = doorbell.load(Ordering::Acquire);
+        self.own.waiters().fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let pending = (0..self.peers.len())
+            .any(|s| self.own.ring(s as u32).tail().load(Ordering::Acquire) != self.peers[s].rx_head);
+        if !pending {
+            futex::wait(doorbell, seen, timeout);
+        }
+        self.own.waiters().fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn completions(&mut self) -> &mut VecDeque<Completion> {
+        &mut self.cq
+    }
+}
+
+impl Drop for ShmProvider {
+    fn drop(&mut self) {
+        // Tell peers we are gone on purpose; the segment itself is unlinked when the last
+        // view of it (ours) drops.
+        self.own.closed().store(1, Ordering::Release);
+        for peer in &self.peers {
+            if peer.view.waiters().load(Ordering::Relaxed) > 0 {
+                peer.view.doorbell().fetch_add(1, Ordering::Release);
+                futex::wake_all(peer.view.doorbell());
+            }
+        }
+    }
 }

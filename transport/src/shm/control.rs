@@ -1,0 +1,272 @@
+//! Layout of a rank's control segment, the only shm structure peers write besides registered
+//! regions:
+//!
+//! ```text
+//! 0      header: magic, version, rank, size, pid, ring geometry, closed flag
+//! 64     doorbell (futex word, own cache line)      128  waiters (own cache line)
+//! 4096   registration table: TABLE_ENTRIES x {key, addr, len, access}
+//! ...    one inbound SPSC ring per source rank: head line, tail line, slots
+//! ```
+//!
+//! All shared words are atomics; slot bodies are plain bytes published by the ring's tail.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Result, TransportError};
+
+pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
+pub const VERSION: u32 = 1;
+const HEADER_LEN: usize = 4096;
+const DOORBELL_OFF: usize = 64;
+const WAITERS_OFF: usize = 128;
+const CLOSED_OFF: usize = 192;
+pub const TABLE_ENTRIES: usize = 4096;
+const ENTRY_LEN: usize = 32;
+const RING_HEAD_LEN: usize = 128;
+pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
+
+/// Marks a table entry that is being filled; its low 16 bits never name a valid index.
+pub const KEY_RESERVED: u64 = u64::MAX;
+pub const KEY_INDEX_MASK: u64 = 0xffff;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub size: u32,
+    pub ring_slots: u32,
+    pub slot_size: u32,
+}
+
+impl Layout {
+    pub fn new(size: u32, ring_slots: usize, payload: usize) -> Layout {
+        let slot = (SLOT_HEADER_LEN + payload).next_multiple_of(64);
+        Layout { size, ring_slots: ring_slots as u32, slot_size: slot as u32 }
+    }
+
+    pub fn max_payload(&self) -> usize {
+        self.slot_size as usize - SLOT_HEADER_LEN
+    }
+
+    fn table_offset(&self) -> usize {
+        HEADER_LEN
+    }
+
+    fn ring_stride(&self) -> usize {
+        RING_HEAD_LEN + self.ring_slots as usize * self.slot_size as usize
+    }
+
+    fn ring_offset(&self, source: u32) -> usize {
+        HEADER_LEN + TABLE_ENTRIES * ENTRY_LEN + source as usize * self.ring_stride()
+    }
+
+    pub fn total_len(&self) -> usize {
+        self.ring_offset(self.size)
+    }
+}
+
+/// One registration: peers validate `key` (acquire) before trusting the other fields.
+#[repr(C)]
+pub struct TableEntry {
+    pub key: AtomicU64,
+    pub addr: AtomicU64,
+    pub len: AtomicU64,
+    pub access: AtomicU32,
+    _pad: AtomicU32,
+}
+
+/// Message kinds carried in ring slots.
+pub mod kind {
+    pub const EAGER: u32 = 1;
+    pub const RTS: u32 = 2;
+    pub const FIN: u32 = 3;
+    pub const IMM: u32 = 4;
+}
+
+/// Header of every ring slot. Read from a peer, so every field is validated before use.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotHeader {
+    pub kind: u32,
+    /// Immediate for IMM; status for FIN (0 = ok).
+    pub imm: u32,
+    pub tag: u64,
+    /// Eager payload length, or the full message / put length.
+    pub len: u64,
+    /// Sender's operation cookie, echoed in FIN.
+    pub cookie: u64,
+    /// RTS: where the receiver reads the message from.
+    pub r_addr: u64,
+    pub r_len: u64,
+    pub r_key: u64,
+    pub r_offset: u64,
+}
+
+/// A mapped control segment (ours or a peer's). Cheap to clone; keeps the mapping alive.
+#[derive(Clone)]
+pub struct ControlView {
+    base: *mut u8,
+    pub layout: Layout,
+    _mapping: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the view points into a shared mapping kept alive by `_mapping`; every access to
+// shared words is atomic and slot bodies are only touched under the ring protocol.
+unsafe impl Send for ControlView {}
+// SAFETY: as above.
+unsafe impl Sync for ControlView {}
+
+impl ControlView {
+    /// # Safety
+    /// `base` must point to at least `layout.total_len()` mapped bytes, page aligned, that stay
+    /// mapped while `mapping` lives.
+    pub unsafe fn new(base: *mut u8, layout: Layout, mapping: Arc<dyn Any + Send + Sync>) -> Self {
+        ControlView { base, layout, _mapping: mapping }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off + 4 <= self.layout.total_len() && off.is_multiple_of(4));
+        // SAFETY: in bounds and 4-aligned (page-aligned base, aligned offsets); shared words are
+        // only ever accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off + 8 <= self.layout.total_len() && off.is_multiple_of(8));
+        // SAFETY: as in `u32_at`, 8-aligned.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// Writes the header of a fresh segment (before any peer can see it).
+    pub fn init_header(&self, rank: u32, pid: u32) {
+        self.u64_at(0).store(MAGIC, Ordering::Relaxed);
+        self.u32_at(8).store(VERSION, Ordering::Relaxed);
+        self.u32_at(12).store(rank, Ordering::Relaxed);
+        self.u32_at(16).store(self.layout.size, Ordering::Relaxed);
+        self.u32_at(20).store(pid, Ordering::Relaxed);
+        self.u32_at(24).store(self.layout.ring_slots, Ordering::Relaxed);
+        self.u32_at(28).store(self.layout.slot_size, Ordering::Release);
+    }
+
+    /// Checks a peer's header against what the bootstrap told us.
+    pub fn validate_header(&self, rank: u32, pid: u32) -> Result<()> {
+        let bad = |detail: String| Err(TransportError::Malformed { what: "peer control segment", detail });
+        if self.u64_at(0).load(Ordering::Acquire) != MAGIC {
+            return bad(format!("rank {rank}: bad magic"));
+        }
+        if self.u32_at(8).load(Ordering::Relaxed) != VERSION {
+            return bad(format!("rank {rank}: version {}", self.u32_at(8).load(Ordering::Relaxed)));
+        }
+        let seen = (
+            self.u32_at(12).load(Ordering::Relaxed),
+            self.u32_at(16).load(Ordering::Relaxed),
+            self.u32_at(20).load(Ordering::Relaxed),
+            self.u32_at(24).load(Ordering::Relaxed),
+            self.u32_at(28).load(Ordering::Relaxed),
+        );
+        let want = (rank, self.layout.size, pid, self.layout.ring_slots, self.layout.slot_size);
+        if seen != want {
+            return bad(format!("rank {rank}: header {seen:?}, expected {want:?}"));
+        }
+        Ok(())
+    }
+
+    pub fn doorbell(&self) -> &AtomicU32 {
+        self.u32_at(DOORBELL_OFF)
+    }
+
+    pub fn waiters(&self) -> &AtomicU32 {
+        self.u32_at(WAITERS_OFF)
+    }
+
+    /// Set on orderly close, so peers stop addressing this rank.
+    pub fn closed(&self) -> &AtomicU32 {
+        self.u32_at(CLOSED_OFF)
+    }
+
+    pub fn entry(&self, index: usize) -> Option<&TableEntry> {
+        if index >= TABLE_ENTRIES {
+            return None;
+        }
+        let off = self.layout.table_offset() + index * ENTRY_LEN;
+        // SAFETY: index < TABLE_ENTRIES keeps the entry inside the table; 32-byte entries at a
+        // page-aligned base are 8-aligned; all fields are atomics.
+        Some(unsafe { &*(self.base.add(off) as *const TableEntry) })
+    }
+
+    /// Claims a free table entry, returning its index.
+    pub fn claim_entry(&self) -> Option<usize> {
+        (0..TABLE_ENTRIES).find(|&i| {
+            self.entry(i).is_some_and(|e| {
+                e.key.compare_exchange(0, KEY_RESERVED, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            })
+        })
+    }
+
+    pub fn ring(&self, source: u32) -> Ring<'_> {
+        let off = self.layout.ring_offset(source.min(self.layout.size - 1));
+        Ring { view: self, off }
+    }
+}
+
+/// A single-producer single-consumer ring: producer = the source rank, consumer = the owner.
+pub struct Ring<'a> {
+    view: &'a ControlView,
+    off: usize,
+}
+
+impl Ring<'_> {
+    pub fn head(&self) -> &AtomicU64 {
+        self.view.u64_at(self.off)
+    }
+
+    pub fn tail(&self) -> &AtomicU64 {
+        self.view.u64_at(self.off + 64)
+    }
+
+    fn slot_ptr(&self, seq: u64) -> *mut u8 {
+        let layout = &self.view.layout;
+        let idx = (seq % layout.ring_slots as u64) as usize;
+        // SAFETY: idx < ring_slots keeps the slot inside this ring, inside the mapping.
+        unsafe { self.view.base.add(self.off + RING_HEAD_LEN + idx * layout.slot_size as usize) }
+    }
+
+    /// Producer: writes slot `seq` (which the caller knows is free) and publishes it.
+    pub fn publish(&self, seq: u64, header: &SlotHeader, payload: &[u8]) {
+        debug_assert!(payload.len() <= self.view.layout.max_payload());
+        let slot = self.slot_ptr(seq);
+        // SAFETY: the slot is free (seq - head < ring_slots, checked by the caller), so the
+        // consumer does not read it until the release store below; the payload fits the slot.
+        unsafe {
+            std::ptr::write_unaligned(slot as *mut SlotHeader, *header);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER_LEN), payload.len());
+        }
+        self.tail().store(seq + 1, Ordering::Release);
+    }
+
+    /// Consumer: copies the header of published slot `seq`.
+    pub fn read_header(&self, seq: u64) -> SlotHeader {
+        // SAFETY: seq < tail (acquired by the caller), so the producer finished this slot and
+        // will not touch it until head moves past it.
+        unsafe { std::ptr::read_unaligned(self.slot_ptr(seq) as *const SlotHeader) }
+    }
+
+    /// Consumer: the payload bytes of published slot `seq`, `len` validated by the caller.
+    ///
+    /// # Safety
+    /// `seq` must be published and not yet released, and `len <= max_payload`.
+    pub unsafe fn payload(&self, seq: u64, len: usize) -> &[u8] {
+        // SAFETY: upheld by the caller as documented.
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_HEADER_LEN), len) }
+    }
+}
+
+/// Bytes a peer put straight into one of our mapped regions: raw pointer copies.
+///
+/// # Safety
+/// `dst..dst+len` and `src..src+len` must be valid mapped memory.
+pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: upheld by the caller; different mappings may alias the same pages, so use the
+    // overlap-tolerant copy.
+    unsafe { std::ptr::copy(src, dst, len) };
+}

@@ -1,0 +1,387 @@
+//! The shm provider across real processes: every operation and size class with data verified,
+//! tag matching, error cases (bounds, keys, access), dead peers and segment cleanup.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{child, pattern, run_ok, run_ranks, WAIT};
+use reverb_transport::{
+    Access, Bootstrap, CompletionKind, OpId, Provider, RecvBuffer, RemoteRegion, Rma, Signal, Source,
+    TagMatch, TransportError,
+};
+
+/// Sizes from 1 B to 8 MiB, dense around the default 8 KiB eager/rendezvous threshold.
+const SIZES: [usize; 14] =
+    [1, 2, 7, 64, 1000, 4096, 8191, 8192, 8193, 16384, 65536, 1 << 20, 3 << 20, 8 << 20];
+
+fn exchange(boot: &mut dyn Bootstrap, r: &RemoteRegion) -> Vec<RemoteRegion> {
+    boot.allgather(&r.to_bytes())
+        .expect("allgather")
+        .iter()
+        .map(|b| RemoteRegion::from_bytes(b).expect("descriptor"))
+        .collect()
+}
+
+fn recv_owned(p: &mut dyn Provider, source: Source, tag: TagMatch, cap: usize) -> (u32, u64, Vec<u8>) {
+    let op = p.post_recv(source, tag, RecvBuffer::Owned { capacity: cap }).expect("post_recv");
+    let c = p.wait_op(op, WAIT).expect("recv completion").into_result().expect("recv ok");
+    match c.kind {
+        CompletionKind::Recv { source, tag, data: Some(data), .. } => (source, tag, data),
+        other => panic!("unexpected completion {other:?}"),
+    }
+}
+
+#[test]
+fn rma_every_size_verified() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("rma_every_size_verified", 2, &[]);
+    };
+    let max = *SIZES.iter().max().unwrap_or(&1);
+    let region = p.alloc_region(max, Access::REMOTE_RW).expect("alloc");
+    let all = exchange(&mut boot, &region.remote());
+    let peer = all[1 - job.rank as usize];
+    for (i, &size) in SIZES.iter().enumerate() {
+        let seed = i as u64;
+        if job.rank == 0 {
+            // put (unsignaled) then put_imm of the tail: the imm tells rank 1 both landed.
+            region.write(0, &pattern(seed, size)).unwrap();
+            let half = size / 2;
+            p.put(
+                Rma { local: &region, local_offset: 0, remote: &peer, remote_offset: 0, len: half },
+                Signal::No,
+            )
+            .unwrap();
+            let rest = Rma {
+                local: &region,
+                local_offset: half,
+                remote: &peer,
+                remote_offset: half as u64,
+                len: size - half,
+            };
+            let op = p.put_imm(rest, i as u32, Signal::Yes).unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+            // rank 1 fills its region with another pattern; read it back with get.
+            recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(1000 + i as u64), 8);
+            let op = p
+                .get(
+                    Rma { local: &region, local_offset: 0, remote: &peer, remote_offset: 0, len: size },
+                    Signal::Yes,
+                )
+                .unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+            assert_eq!(region.to_vec(0, size).unwrap(), pattern(seed + 100, size), "get of {size} bytes");
+        } else {
+            let mut seen = Vec::new();
+            let start = Instant::now();
+            while seen.is_empty() {
+                p.wait(&mut seen, WAIT).expect("imm");
+                seen.retain(|c| matches!(c.kind, CompletionKind::Imm { .. }));
+                assert!(start.elapsed() < WAIT);
+            }
+            match seen[0].kind {
+                CompletionKind::Imm { source, imm, len } => {
+                    assert_eq!((source, imm, len), (0, i as u32, size - size / 2));
+                }
+                _ => unreachable!(),
+            }
+            assert_eq!(region.to_vec(0, size).unwrap(), pattern(seed, size), "put of {size} bytes");
+            region.write(0, &pattern(seed + 100, size)).unwrap();
+            let op = p.send(0, 1000 + i as u64, b"ready").unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+    }
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn tagged_every_size_verified() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("tagged_every_size_verified", 2, &[]);
+    };
+    let max = *SIZES.iter().max().unwrap_or(&1);
+    let region = p.alloc_region(max, Access::REMOTE_READ).expect("alloc");
+    for (i, &size) in SIZES.iter().enumerate() {
+        let data = pattern(i as u64, size);
+        let tag = i as u64;
+        if job.rank == 0 {
+            // Bytes path (eager, or staged rendezvous above the threshold).
+            let a = p.send(1, tag, &data).unwrap();
+            // Registered path (zero-copy rendezvous above the threshold).
+            region.write(0, &data).unwrap();
+            let b = p.send_region(1, tag + 10_000, &region, 0, size).unwrap();
+            for op in [a, b] {
+                match p.wait_op(op, WAIT).unwrap().into_result().unwrap().kind {
+                    CompletionKind::Send { dest: 1, len, .. } => assert_eq!(len, size),
+                    other => panic!("{other:?}"),
+                }
+            }
+        } else {
+            // Even sizes: receive posted first; odd: message arrives unexpected first.
+            if i % 2 == 1 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let into = p.alloc_region(size, Access::LOCAL).unwrap();
+            let r1 = p
+                .post_recv(
+                    Source::Rank(0),
+                    TagMatch::exact(tag + 10_000),
+                    RecvBuffer::Region { region: into.clone(), offset: 0, capacity: size },
+                )
+                .unwrap();
+            let (src, t, got) = recv_owned(p.as_mut(), Source::Any, TagMatch::exact(tag), size);
+            assert_eq!((src, t), (0, tag));
+            assert_eq!(got, data, "send of {size} bytes");
+            let c = p.wait_op(r1, WAIT).unwrap().into_result().unwrap();
+            assert!(matches!(c.kind, CompletionKind::Recv { len, .. } if len == size));
+            assert_eq!(into.to_vec(0, size).unwrap(), data, "send_region of {size} bytes");
+        }
+    }
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn any_source_keeps_per_sender_order() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("any_source_keeps_per_sender_order", 4, &[("REVERB_RING_SLOTS", "8")]);
+    };
+    const PER_SENDER: u32 = 300;
+    if job.rank == 0 {
+        let mut next = [0u32; 4];
+        for _ in 0..3 * PER_SENDER {
+            let (src, tag, data) = recv_owned(p.as_mut(), Source::Any, TagMatch::any(), 1 << 16);
+            let seq = u32::from_le_bytes(data[..4].try_into().unwrap());
+            assert_eq!(seq, next[src as usize], "message from {src} out of order");
+            assert_eq!(tag, seq as u64);
+            next[src as usize] += 1;
+            assert_eq!(data.len(), if seq % 50 == 0 { 20_000 } else { 4 + (seq as usize % 100) });
+        }
+        assert_eq!(&next[1..], &[PER_SENDER; 3]);
+    } else {
+        // Ring of 8 slots: most of these wait in the sender's backlog.
+        let mut ops = Vec::new();
+        for seq in 0..PER_SENDER {
+            let len = if seq % 50 == 0 { 20_000 } else { 4 + (seq as usize % 100) };
+            let mut msg = vec![job.rank as u8; len];
+            msg[..4].copy_from_slice(&seq.to_le_bytes());
+            ops.push(p.send(0, seq as u64, &msg).unwrap());
+        }
+        for op in ops {
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+    }
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn rma_errors_leave_target_untouched() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("rma_errors_leave_target_untouched", 2, &[]);
+    };
+    let target = p.alloc_region(4096, Access::REMOTE_RW).unwrap();
+    let read_only = p.alloc_region(4096, Access::REMOTE_READ).unwrap();
+    let gone = p.alloc_region(4096, Access::REMOTE_RW).unwrap();
+    target.fill(0, 4096, 0xAB).unwrap();
+    read_only.fill(0, 4096, 0xCD).unwrap();
+    let mut desc = target.remote().to_bytes().to_vec();
+    desc.extend_from_slice(&read_only.remote().to_bytes());
+    desc.extend_from_slice(&gone.remote().to_bytes());
+    drop(gone); // deregistered: its key must stop working
+    let all = boot.allgather(&desc).unwrap();
+    let peer = &all[1 - job.rank as usize];
+    let [t, ro, g] = [0, 1, 2].map(|i| RemoteRegion::from_bytes(&peer[i * 28..(i + 1) * 28]).unwrap());
+    boot.barrier().unwrap();
+    if job.rank == 0 {
+        let local = p.alloc_region(1 << 16, Access::LOCAL).unwrap();
+        local.fill(0, 1 << 16, 0x11).unwrap();
+        let rma = |remote: &RemoteRegion, off: u64, len: usize| (*remote, off, len);
+        let cases: Vec<(&str, (RemoteRegion, u64, usize), bool)> = vec![
+            ("past the end", rma(&t, 4000, 200), true),
+            ("offset overflow", rma(&t, u64::MAX - 4, 16), true),
+            ("wrong key", rma(&RemoteRegion { key: t.key ^ 0x1_0000, ..t }, 0, 8), true),
+            ("zero key", rma(&RemoteRegion { key: 0, ..t }, 0, 8), true),
+            ("forged length", rma(&RemoteRegion { len: 1 << 20, ..t }, 8192, 64), true),
+            ("forged address", rma(&RemoteRegion { addr: t.addr + 4096, ..t }, 0, 8), true),
+            ("deregistered", rma(&g, 0, 8), true),
+            ("read-only target", rma(&ro, 0, 8), false),
+            ("bad owner", rma(&RemoteRegion { owner: 9, ..t }, 0, 8), true),
+        ];
+        for (what, (remote, off, len), check_get) in cases {
+            let op = Rma { local: &local, local_offset: 0, remote: &remote, remote_offset: off, len };
+            let err = p.put(op, Signal::Yes).expect_err(what);
+            assert!(
+                matches!(
+                    err,
+                    TransportError::OutOfBounds { .. }
+                        | TransportError::InvalidKey { .. }
+                        | TransportError::AccessDenied { .. }
+                        | TransportError::InvalidRank(..)
+                ),
+                "{what}: {err}"
+            );
+            assert!(p.put_imm(op, 1, Signal::Yes).is_err(), "{what} (put_imm)");
+            if check_get {
+                assert!(p.get(op, Signal::Yes).is_err(), "{what} (get)");
+            }
+        }
+        // Local bounds are checked too.
+        let op = Rma { local: &local, local_offset: (1 << 16) - 4, remote: &t, remote_offset: 0, len: 8 };
+        assert!(matches!(p.put(op, Signal::Yes), Err(TransportError::OutOfBounds { .. })));
+        // Reading a read-only region is allowed.
+        let op = Rma { local: &local, local_offset: 0, remote: &ro, remote_offset: 0, len: 4096 };
+        p.get(op, Signal::No).unwrap();
+        assert_eq!(local.to_vec(0, 4096).unwrap(), vec![0xCD; 4096]);
+    }
+    boot.barrier().unwrap();
+    if job.rank == 1 {
+        assert_eq!(target.to_vec(0, 4096).unwrap(), vec![0xAB; 4096], "target memory was touched");
+        assert_eq!(read_only.to_vec(0, 4096).unwrap(), vec![0xCD; 4096], "read-only memory was touched");
+        // No stray completions either.
+        let mut cq = Vec::new();
+        p.poll(&mut cq).unwrap();
+        assert!(cq.is_empty(), "unexpected completions {cq:?}");
+    }
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn truncated_receives_fail_cleanly() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("truncated_receives_fail_cleanly", 2, &[]);
+    };
+    if job.rank == 0 {
+        let a = p.send(1, 1, &[7u8; 100]).unwrap();
+        let b = p.send(1, 2, &vec![8u8; 65536]).unwrap();
+        p.wait_op(a, WAIT).unwrap().into_result().unwrap();
+        // The sender of a truncated rendezvous still completes (MPI semantics).
+        p.wait_op(b, WAIT).unwrap().into_result().unwrap();
+        let c = p.send(1, 3, b"after").unwrap();
+        p.wait_op(c, WAIT).unwrap().into_result().unwrap();
+    } else {
+        for (tag, cap) in [(1u64, 10usize), (2, 1024)] {
+            let op = p
+                .post_recv(Source::Rank(0), TagMatch::exact(tag), RecvBuffer::Owned { capacity: cap })
+                .unwrap();
+            let err = p.wait_op(op, WAIT).unwrap().into_result().expect_err("truncation");
+            assert!(
+                matches!(err, TransportError::Truncated { capacity, .. } if capacity == cap as u64),
+                "{err}"
+            );
+        }
+        // The channel still works afterwards.
+        let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(3), 16);
+        assert_eq!(data, b"after");
+    }
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn sigkilled_peer_fails_pending_ops_within_bound() {
+    if !common::is_child() {
+        let exits = run_ranks(
+            "sigkilled_peer_fails_pending_ops_within_bound",
+            2,
+            &[("REVERB_PEER_TIMEOUT_MS", "400")],
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            exits[1].signal,
+            Some(libc::SIGKILL),
+            "rank 1 should die by SIGKILL:\n{}",
+            exits[1].output
+        );
+        assert_eq!(exits[0].code, Some(0), "rank 0:\n{}", exits[0].output);
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else { return };
+    let region = p.alloc_region(8 << 20, Access::REMOTE_RW).unwrap();
+    let all = exchange(&mut boot, &region.remote());
+    if job.rank == 1 {
+        // Accept the first part of the transfer, then die without warning.
+        let (_, _, _) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(1), 64);
+        // SAFETY: plain libc call; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let send_small = p.send(1, 1, b"start").unwrap();
+    p.wait_op(send_small, WAIT).unwrap();
+    // A rendezvous send that rank 1 will never fetch, and a receive it will never satisfy.
+    let big = p.send_region(1, 2, &region, 0, 8 << 20).unwrap();
+    let recv = p.post_recv(Source::Rank(1), TagMatch::any(), RecvBuffer::Owned { capacity: 64 }).unwrap();
+    let start = Instant::now();
+    for op in [big, recv] {
+        let err = p.wait_op(op, WAIT).expect("completion, not timeout").into_result().expect_err("must fail");
+        assert!(matches!(err, TransportError::PeerDead(1)), "{err}");
+    }
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "detection took {took:?}");
+    eprintln!("dead peer detected after {took:?}");
+    // New operations on the dead endpoint fail at once.
+    let rma = Rma { local: &region, local_offset: 0, remote: &all[1], remote_offset: 0, len: 8 };
+    assert!(matches!(p.put(rma, Signal::Yes), Err(TransportError::PeerDead(1))));
+    assert!(matches!(p.send(1, 3, b"x"), Err(TransportError::PeerDead(1))));
+    assert!(matches!(
+        p.post_recv(Source::Rank(1), TagMatch::any(), RecvBuffer::Owned { capacity: 1 }),
+        Err(TransportError::PeerDead(1))
+    ));
+}
+
+#[test]
+fn event_wait_sleeps_and_wakes() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("event_wait_sleeps_and_wakes", 2, &[("REVERB_WAIT_MODE", "event")]);
+    };
+    if job.rank == 0 {
+        // Nothing arrives: a bounded wait times out.
+        let mut out = Vec::new();
+        let start = Instant::now();
+        assert!(matches!(p.wait(&mut out, Duration::from_millis(100)), Err(TransportError::Timeout(_))));
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        boot.barrier().unwrap();
+        let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(5), 16);
+        assert_eq!(data, b"wake");
+    } else {
+        boot.barrier().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let op = p.send(0, 5, b"wake").unwrap();
+        p.wait_op(op, WAIT).unwrap();
+    }
+    boot.barrier().unwrap();
+}
+
+fn job_files(job: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .filter(|n| n.starts_with(&format!("reverb.{job}.")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn segments_removed_on_exit_and_after_crash() {
+    if !common::is_child() {
+        let clean = common::job_id("segments_removed_on_exit_and_after_crash");
+        let exits = run_ranks("segments_removed_on_exit_and_after_crash", 2, &[], Duration::from_secs(60));
+        assert_eq!(exits[0].code, Some(0), "{}", exits[0].output);
+        assert_eq!(exits[1].signal, Some(libc::SIGKILL), "{}", exits[1].output);
+        let left = job_files(&clean);
+        assert!(left.iter().all(|f| f.starts_with(&format!("reverb.{clean}.1."))), "rank 0 left {left:?}");
+        assert!(!left.is_empty(), "the killed rank's segments should remain until the next start");
+        // The next start of any job sweeps segments whose process is gone.
+        run_ok("any_source_keeps_per_sender_order", 4, &[]);
+        assert_eq!(job_files(&clean), Vec::<String>::new(), "stale segments were not swept");
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else { return };
+    let _r = p.alloc_region(1 << 20, Access::REMOTE_RW).unwrap();
+    boot.barrier().unwrap();
+    if job.rank == 1 {
+        // SAFETY: plain libc call; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    let _ = OpId(0);
+}
