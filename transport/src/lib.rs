@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod region;
 pub mod shm;
+pub mod tagmatch;
 pub mod topo;
 
 pub use api::{
