@@ -39,11 +39,9 @@ fn bad(name: &str, value: &str, why: &str) -> TransportError {
 fn num(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<u32>> {
     match get(name) {
         None => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse::<u32>()
-            .map(Some)
-            .map_err(|_| bad(name, &v, "expected a non-negative integer")),
+        Some(v) => {
+            v.trim().parse::<u32>().map(Some).map_err(|_| bad(name, &v, "expected a non-negative integer"))
+        }
     }
 }
 
@@ -53,14 +51,10 @@ fn pair(get: &dyn Fn(&str) -> Option<String>, r: &str, s: &str) -> Result<Option
         (None, None) => Ok(None),
         (Some(rank), Some(size)) => {
             if size == 0 {
-                return Err(TransportError::Config(format!(
-                    "{s}=0: a job has at least one rank"
-                )));
+                return Err(TransportError::Config(format!("{s}=0: a job has at least one rank")));
             }
             if rank >= size {
-                return Err(TransportError::Config(format!(
-                    "{r}={rank} is not below {s}={size}"
-                )));
+                return Err(TransportError::Config(format!("{r}={rank} is not below {s}={size}")));
             }
             Ok(Some((rank, size)))
         }
@@ -71,11 +65,7 @@ fn pair(get: &dyn Fn(&str) -> Option<String>, r: &str, s: &str) -> Result<Option
 
 /// Leading integer of Slurm's `SLURM_TASKS_PER_NODE` (`"4(x2),3"` → 4).
 fn leading_number(s: &str) -> Option<u32> {
-    let digits: String = s
-        .trim()
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
+    let digits: String = s.trim().chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok().filter(|&n| n > 0)
 }
 
@@ -94,17 +84,11 @@ fn fnv1a(parts: &[&str]) -> u64 {
 fn check_job_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     if ok {
         Ok(())
     } else {
-        Err(bad(
-            vars::JOB_ID,
-            id,
-            "expected 1-64 characters of [A-Za-z0-9._-]",
-        ))
+        Err(bad(vars::JOB_ID, id, "expected 1-64 characters of [A-Za-z0-9._-]"))
     }
 }
 
@@ -130,20 +114,10 @@ impl JobInfo {
         } else if let Some((rank, size)) = pair(get, "SLURM_PROCID", "SLURM_NTASKS")? {
             let rpn = match num(get, "SLURM_NTASKS_PER_NODE") {
                 Ok(Some(n)) => Some(n),
-                _ => get("SLURM_TASKS_PER_NODE")
-                    .as_deref()
-                    .and_then(leading_number),
+                _ => get("SLURM_TASKS_PER_NODE").as_deref().and_then(leading_number),
             };
-            found = (
-                rank,
-                size,
-                num(get, "SLURM_NODEID")?,
-                num(get, "SLURM_LOCALID")?,
-                rpn,
-            );
-        } else if let Some((rank, size)) =
-            pair(get, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")?
-        {
+            found = (rank, size, num(get, "SLURM_NODEID")?, num(get, "SLURM_LOCALID")?, rpn);
+        } else if let Some((rank, size)) = pair(get, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")? {
             let local = num(get, "OMPI_COMM_WORLD_LOCAL_RANK")?;
             let rpn = num(get, "OMPI_COMM_WORLD_LOCAL_SIZE")?;
             found = (rank, size, None, local, rpn);
@@ -178,16 +152,10 @@ impl JobInfo {
         // Resource managers may place fewer ranks on some nodes, so `nodes` is only a bound
         // for our own launcher's block layout.
         if node >= size {
-            return Err(TransportError::Config(format!(
-                "node {node} is not below size {size}"
-            )));
+            return Err(TransportError::Config(format!("node {node} is not below size {size}")));
         }
         if get(vars::RANK).is_some() && node >= nodes {
-            return Err(bad(
-                vars::NODE,
-                &node.to_string(),
-                &format!("the job has {nodes} nodes"),
-            ));
+            return Err(bad(vars::NODE, &node.to_string(), &format!("the job has {nodes} nodes")));
         }
 
         let job_id = if let Some(id) = get(vars::JOB_ID) {
@@ -204,15 +172,7 @@ impl JobInfo {
         };
         let incarnation = num(get, vars::INCARNATION)?.unwrap_or(0);
 
-        Ok(Some(JobInfo {
-            rank,
-            size,
-            node,
-            local_rank,
-            ranks_per_node,
-            job_id,
-            incarnation,
-        }))
+        Ok(Some(JobInfo { rank, size, node, local_rank, ranks_per_node, job_id, incarnation }))
     }
 }
 
@@ -230,17 +190,13 @@ impl BootParams {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<BootParams> {
         let root = get(vars::ROOT)
             .filter(|s| !s.trim().is_empty())
-            .ok_or_else(|| {
-                TransportError::Config(format!("{} (host:port) is not set", vars::ROOT))
-            })?;
-        let token = get(vars::JOB_TOKEN)
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                TransportError::Config(format!(
-                    "{} is not set; every bootstrap connection needs it",
-                    vars::JOB_TOKEN
-                ))
-            })?;
+            .ok_or_else(|| TransportError::Config(format!("{} (host:port) is not set", vars::ROOT)))?;
+        let token = get(vars::JOB_TOKEN).filter(|s| !s.is_empty()).ok_or_else(|| {
+            TransportError::Config(format!(
+                "{} is not set; every bootstrap connection needs it",
+                vars::JOB_TOKEN
+            ))
+        })?;
         if token.len() > super::wire::MAX_TOKEN {
             return Err(TransportError::Config(format!(
                 "{} is longer than {} bytes",
@@ -252,32 +208,15 @@ impl BootParams {
             None => DEFAULT_BOOT_TIMEOUT,
             Some(v) => match v.trim().parse::<f64>() {
                 Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(bad(
-                        vars::BOOT_TIMEOUT_S,
-                        &v,
-                        "expected a positive number of seconds",
-                    ))
-                }
+                _ => return Err(bad(vars::BOOT_TIMEOUT_S, &v, "expected a positive number of seconds")),
             },
         };
         let external_server = match get(vars::BOOT_SERVER).as_deref() {
             None | Some("") => false,
             Some("external") => true,
-            Some(other) => {
-                return Err(bad(
-                    vars::BOOT_SERVER,
-                    other,
-                    "expected \"external\" or unset",
-                ))
-            }
+            Some(other) => return Err(bad(vars::BOOT_SERVER, other, "expected \"external\" or unset")),
         };
-        Ok(BootParams {
-            root: root.trim().to_string(),
-            token,
-            timeout,
-            external_server,
-        })
+        Ok(BootParams { root: root.trim().to_string(), token, timeout, external_server })
     }
 
     pub fn from_env() -> Result<BootParams> {
@@ -290,10 +229,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let v: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let v: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| v.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     }
 

@@ -102,12 +102,7 @@ impl BootServer {
         BootServer::start_with(bind, size, token, ServerOptions::default())
     }
 
-    pub fn start_with(
-        bind: &str,
-        size: u32,
-        token: &str,
-        opts: ServerOptions,
-    ) -> Result<BootServer> {
+    pub fn start_with(bind: &str, size: u32, token: &str, opts: ServerOptions) -> Result<BootServer> {
         if size == 0 {
             return Err(TransportError::Config("boot server: job size 0".into()));
         }
@@ -118,12 +113,8 @@ impl BootServer {
             )));
         }
         let listener = TcpListener::bind(bind).context(|| format!("boot server: bind {bind}"))?;
-        let addr = listener
-            .local_addr()
-            .context(|| "boot server: local_addr".into())?;
-        listener
-            .set_nonblocking(true)
-            .context(|| "boot server: set_nonblocking".into())?;
+        let addr = listener.local_addr().context(|| "boot server: local_addr".into())?;
+        listener.set_nonblocking(true).context(|| "boot server: set_nonblocking".into())?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             token: token.as_bytes().to_vec(),
@@ -149,11 +140,7 @@ impl BootServer {
                 .spawn(move || accept_loop(listener, shared, tx))
                 .context(|| "boot server: spawn".into())?
         };
-        Ok(BootServer {
-            addr,
-            shared,
-            threads: vec![accept, coord],
-        })
+        Ok(BootServer { addr, shared, threads: vec![accept, coord] })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -199,9 +186,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tx: Sender<Event>) {
         match listener.accept() {
             Ok((stream, peer)) => {
                 if shared.pending.load(Ordering::SeqCst) >= shared.opts.max_pending {
-                    log_line(format_args!(
-                        "refused {peer}: too many connections in handshake"
-                    ));
+                    log_line(format_args!("refused {peer}: too many connections in handshake"));
                     continue;
                 }
                 shared.pending.fetch_add(1, Ordering::SeqCst);
@@ -252,50 +237,28 @@ fn serve_conn(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, tx: 
         }
     };
     let cancel = || shared.stopping();
-    let wait = Wait {
-        idle_deadline: None,
-        frame_timeout: shared.opts.io_timeout,
-        cancel: &cancel,
-    };
+    let wait = Wait { idle_deadline: None, frame_timeout: shared.opts.io_timeout, cancel: &cancel };
     loop {
         let ev = match wire::read_frame(&mut stream, wire::MAX_FRAME, &wait) {
             Ok(Read1::Frame(Frame::Contribute { round, data })) => {
-                let ev = Event::Contribute {
-                    conn,
-                    rank,
-                    round,
-                    data,
-                };
+                let ev = Event::Contribute { conn, rank, round, data };
                 if tx.send(ev).is_err() {
                     break;
                 }
                 continue;
             }
-            Ok(Read1::Frame(Frame::Bye)) => Event::Left {
-                conn,
-                rank,
-                clean: true,
-                reason: "left".into(),
-            },
+            Ok(Read1::Frame(Frame::Bye)) => Event::Left { conn, rank, clean: true, reason: "left".into() },
             Ok(Read1::Frame(f)) => Event::Left {
                 conn,
                 rank,
                 clean: false,
                 reason: format!("protocol error: unexpected {} frame", f.kind_name()),
             },
-            Ok(Read1::Eof) => Event::Left {
-                conn,
-                rank,
-                clean: false,
-                reason: "connection closed without Bye".into(),
-            },
+            Ok(Read1::Eof) => {
+                Event::Left { conn, rank, clean: false, reason: "connection closed without Bye".into() }
+            }
             Err(_) if shared.stopping() => break,
-            Err(e) => Event::Left {
-                conn,
-                rank,
-                clean: false,
-                reason: e.to_string(),
-            },
+            Err(e) => Event::Left { conn, rank, clean: false, reason: e.to_string() },
         };
         let _ = tx.send(ev);
         break;
@@ -330,41 +293,23 @@ fn handshake(
         }
         Err(e) => return Err(format!("bad Hello: {e}")),
     };
-    let Frame::Hello {
-        token,
-        rank,
-        size,
-        incarnation,
-    } = hello
-    else {
+    let Frame::Hello { token, rank, size, incarnation } = hello else {
         return Err(format!("expected Hello, got {}", hello.kind_name()));
     };
     if !wire::ct_eq(&token, &shared.token) {
         return Err(format!("wrong job token (claimed rank {rank})"));
     }
     if size != shared.size {
-        return Err(format!(
-            "wrong job size {size} (the job has {})",
-            shared.size
-        ));
+        return Err(format!("wrong job size {size} (the job has {})", shared.size));
     }
     if rank >= shared.size {
         return Err(format!("rank {rank} out of range (size {})", shared.size));
     }
-    let writer = stream
-        .try_clone()
-        .map_err(|e| format!("socket clone: {e}"))?;
+    let writer = stream.try_clone().map_err(|e| format!("socket clone: {e}"))?;
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (vtx, vrx) = channel::bounded(1);
-    tx.send(Event::Join {
-        conn,
-        rank,
-        incarnation,
-        peer,
-        writer,
-        verdict: vtx,
-    })
-    .map_err(|_| "server stopping".to_string())?;
+    tx.send(Event::Join { conn, rank, incarnation, peer, writer, verdict: vtx })
+        .map_err(|_| "server stopping".to_string())?;
     match vrx.recv_timeout(shared.opts.io_timeout) {
         Ok(Ok(())) => Ok((conn, rank)),
         Ok(Err(reason)) => Err(reason),
@@ -410,11 +355,7 @@ impl Coordinator {
         let n = shared.size as usize;
         Coordinator {
             slots: (0..n)
-                .map(|_| RankSlot {
-                    incarnation: 0,
-                    status: SlotStatus::Waiting,
-                    conn: None,
-                })
+                .map(|_| RankSlot { incarnation: 0, status: SlotStatus::Waiting, conn: None })
                 .collect(),
             parts: vec![None; n],
             shared,
@@ -441,29 +382,12 @@ impl Coordinator {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Join {
-                conn,
-                rank,
-                incarnation,
-                peer,
-                writer,
-                verdict,
-            } => {
+            Event::Join { conn, rank, incarnation, peer, writer, verdict } => {
                 let v = self.admit(conn, rank, incarnation, peer, writer);
                 let _ = verdict.send(v);
             }
-            Event::Contribute {
-                conn,
-                rank,
-                round,
-                data,
-            } => self.contribute(conn, rank, round, data),
-            Event::Left {
-                conn,
-                rank,
-                clean,
-                reason,
-            } => self.left(conn, rank, clean, reason),
+            Event::Contribute { conn, rank, round, data } => self.contribute(conn, rank, round, data),
+            Event::Left { conn, rank, clean, reason } => self.left(conn, rank, clean, reason),
         }
     }
 
@@ -496,28 +420,16 @@ impl Coordinator {
         match &slot.status {
             SlotStatus::Waiting => {}
             SlotStatus::Live => {
-                let from = slot
-                    .conn
-                    .as_ref()
-                    .map(|c| c.peer.to_string())
-                    .unwrap_or_default();
-                return Err(format!(
-                    "duplicate rank {rank}: already connected from {from}"
-                ));
+                let from = slot.conn.as_ref().map(|c| c.peer.to_string()).unwrap_or_default();
+                return Err(format!("duplicate rank {rank}: already connected from {from}"));
             }
             SlotStatus::Left => return Err(format!("rank {rank} has already left the job")),
             SlotStatus::Failed(_) => {
-                return Err(format!(
-                    "rank {rank} failed earlier; reconnecting is not supported"
-                ))
+                return Err(format!("rank {rank} failed earlier; reconnecting is not supported"))
             }
         }
-        let welcome = wire::encode(&Frame::Welcome {
-            size: self.shared.size,
-        })
-        .map_err(|e| e.to_string())?;
-        std::io::Write::write_all(&mut writer, &welcome)
-            .map_err(|e| format!("writing Welcome: {e}"))?;
+        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size }).map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
         slot.incarnation = incarnation;
         slot.status = SlotStatus::Live;
         slot.conn = Some(Conn { id, peer, writer });
@@ -526,10 +438,7 @@ impl Coordinator {
     }
 
     fn is_current(&self, conn: u64, rank: u32) -> bool {
-        self.slots
-            .get(rank as usize)
-            .and_then(|s| s.conn.as_ref())
-            .is_some_and(|c| c.id == conn)
+        self.slots.get(rank as usize).and_then(|s| s.conn.as_ref()).is_some_and(|c| c.id == conn)
     }
 
     /// Writes `bytes` to a rank; a failed write marks the rank lost.
@@ -555,9 +464,7 @@ impl Coordinator {
     /// Fails every rank waiting in the current round with the job's failure.
     fn abort_pending(&mut self) {
         let frame = self.abort_frame();
-        let waiting: Vec<u32> = (0..self.shared.size)
-            .filter(|&r| self.parts[r as usize].is_some())
-            .collect();
+        let waiting: Vec<u32> = (0..self.shared.size).filter(|&r| self.parts[r as usize].is_some()).collect();
         for p in self.parts.iter_mut() {
             *p = None;
         }
@@ -595,11 +502,7 @@ impl Coordinator {
         if self.have < self.shared.size {
             return;
         }
-        let parts: Vec<Vec<u8>> = self
-            .parts
-            .iter_mut()
-            .map(|p| p.take().unwrap_or_default())
-            .collect();
+        let parts: Vec<Vec<u8>> = self.parts.iter_mut().map(|p| p.take().unwrap_or_default()).collect();
         self.have = 0;
         let round = self.round;
         self.round += 1;
@@ -662,14 +565,10 @@ pub struct TcpBootstrap {
 }
 
 fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> = root
-        .to_socket_addrs()
-        .context(|| format!("bootstrap: resolve REVERB_ROOT={root}"))?
-        .collect();
+    let addrs: Vec<SocketAddr> =
+        root.to_socket_addrs().context(|| format!("bootstrap: resolve REVERB_ROOT={root}"))?.collect();
     if addrs.is_empty() {
-        return Err(TransportError::Bootstrap(format!(
-            "{root} resolves to no address"
-        )));
+        return Err(TransportError::Bootstrap(format!("{root} resolves to no address")));
     }
     Ok(addrs)
 }
@@ -713,14 +612,8 @@ impl TcpBootstrap {
         std::io::Write::write_all(&mut stream, &wire::encode(&hello)?)
             .context(|| format!("bootstrap: send Hello to {root}"))?;
         let never = || false;
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1));
-        let wait = Wait {
-            idle_deadline: Some(Instant::now() + left),
-            frame_timeout: left,
-            cancel: &never,
-        };
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let wait = Wait { idle_deadline: Some(Instant::now() + left), frame_timeout: left, cancel: &never };
         match wire::read_frame(&mut stream, wire::MAX_HELLO, &wait)? {
             Read1::Frame(Frame::Welcome { size }) if size == job.size => {}
             Read1::Frame(Frame::Refused { reason }) => {
@@ -736,9 +629,7 @@ impl TcpBootstrap {
                 )))
             }
             Read1::Eof => {
-                return Err(TransportError::Bootstrap(format!(
-                    "boot server at {root} closed the connection"
-                )))
+                return Err(TransportError::Bootstrap(format!("boot server at {root} closed the connection")))
             }
         }
         Ok(TcpBootstrap {
@@ -772,8 +663,7 @@ impl TcpBootstrap {
                 // The root name may resolve to an address not bindable here: any interface.
                 Err(first) => {
                     let port = p.root.rsplit_once(':').map(|(_, port)| port).unwrap_or("0");
-                    BootServer::start(&format!("0.0.0.0:{port}"), job.size, &p.token)
-                        .map_err(|_| first)?
+                    BootServer::start(&format!("0.0.0.0:{port}"), job.size, &p.token).map_err(|_| first)?
                 }
             };
             Some(s)
@@ -791,10 +681,7 @@ impl TcpBootstrap {
 
     fn gather_once(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let round = self.round;
-        let frame = wire::encode(&Frame::Contribute {
-            round,
-            data: data.to_vec(),
-        })?;
+        let frame = wire::encode(&Frame::Contribute { round, data: data.to_vec() })?;
         std::io::Write::write_all(&mut self.stream, &frame).map_err(|e| {
             TransportError::Bootstrap(format!(
                 "rank {}: lost the boot server at {}: {e}",
@@ -811,9 +698,9 @@ impl TcpBootstrap {
             Ok(r) => r,
             Err(TransportError::Timeout(_)) => {
                 return Err(TransportError::Bootstrap(format!(
-                "rank {}: allgather round {round} timed out after {:?} (a rank is missing or slow)",
-                self.job.rank, self.timeout
-            )))
+                    "rank {}: allgather round {round} timed out after {:?} (a rank is missing or slow)",
+                    self.job.rank, self.timeout
+                )))
             }
             Err(e) => return Err(e),
         };
@@ -828,13 +715,8 @@ impl TcpBootstrap {
                 self.round += 1;
                 Ok(parts)
             }
-            Read1::Frame(Frame::Abort {
-                rank: Some(r),
-                reason: _,
-            }) => Err(TransportError::PeerDead(r)),
-            Read1::Frame(Frame::Abort { rank: None, reason }) => {
-                Err(TransportError::Bootstrap(reason))
-            }
+            Read1::Frame(Frame::Abort { rank: Some(r), reason: _ }) => Err(TransportError::PeerDead(r)),
+            Read1::Frame(Frame::Abort { rank: None, reason }) => Err(TransportError::Bootstrap(reason)),
             Read1::Frame(f) => Err(TransportError::Malformed {
                 what: "allgather reply",
                 detail: format!("unexpected {} frame", f.kind_name()),

@@ -37,12 +37,7 @@ const K_BYE: u8 = 7;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// First frame of every connection: `token: bytes | rank u32 | size u32 | incarnation u32`.
-    Hello {
-        token: Vec<u8>,
-        rank: u32,
-        size: u32,
-        incarnation: u32,
-    },
+    Hello { token: Vec<u8>, rank: u32, size: u32, incarnation: u32 },
     /// Server accepted the Hello: `size u32`.
     Welcome { size: u32 },
     /// Server refused the connection: `reason: str`.
@@ -72,10 +67,7 @@ impl Frame {
 }
 
 fn malformed(detail: impl Into<String>) -> TransportError {
-    TransportError::Malformed {
-        what: "bootstrap frame",
-        detail: detail.into(),
-    }
+    TransportError::Malformed { what: "bootstrap frame", detail: detail.into() }
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -98,17 +90,9 @@ fn clip(s: &str) -> &str {
 pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
     let mut p = Vec::new();
     let kind = match frame {
-        Frame::Hello {
-            token,
-            rank,
-            size,
-            incarnation,
-        } => {
+        Frame::Hello { token, rank, size, incarnation } => {
             if token.len() > MAX_TOKEN {
-                return Err(malformed(format!(
-                    "token of {} bytes (max {MAX_TOKEN})",
-                    token.len()
-                )));
+                return Err(malformed(format!("token of {} bytes (max {MAX_TOKEN})", token.len())));
             }
             put_bytes(&mut p, token);
             p.extend_from_slice(&rank.to_le_bytes());
@@ -126,10 +110,7 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
         }
         Frame::Contribute { round, data } => {
             if data.len() > MAX_FRAME - 12 {
-                return Err(malformed(format!(
-                    "contribution of {} bytes exceeds the limit",
-                    data.len()
-                )));
+                return Err(malformed(format!("contribution of {} bytes exceeds the limit", data.len())));
             }
             p.reserve(12 + data.len());
             p.extend_from_slice(&round.to_le_bytes());
@@ -160,10 +141,7 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
         Frame::Bye => K_BYE,
     };
     if p.len() > MAX_FRAME {
-        return Err(malformed(format!(
-            "payload of {} bytes exceeds the limit",
-            p.len()
-        )));
+        return Err(malformed(format!("payload of {} bytes exceeds the limit", p.len())));
     }
     let mut out = Vec::with_capacity(HEADER_LEN + p.len());
     out.extend_from_slice(&MAGIC);
@@ -182,9 +160,7 @@ pub fn parse_header(h: &[u8; HEADER_LEN], max_len: usize) -> Result<(u8, usize)>
     }
     let version = u16::from_le_bytes([h[4], h[5]]);
     if version != VERSION {
-        return Err(malformed(format!(
-            "unsupported version {version} (expected {VERSION})"
-        )));
+        return Err(malformed(format!("unsupported version {version} (expected {VERSION})")));
     }
     let kind = h[6];
     if !(K_HELLO..=K_BYE).contains(&kind) {
@@ -195,10 +171,7 @@ pub fn parse_header(h: &[u8; HEADER_LEN], max_len: usize) -> Result<(u8, usize)>
     }
     let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
     if len > max_len.min(MAX_FRAME) {
-        return Err(malformed(format!(
-            "length {len} exceeds the limit of {}",
-            max_len.min(MAX_FRAME)
-        )));
+        return Err(malformed(format!("length {len} exceeds the limit of {}", max_len.min(MAX_FRAME))));
     }
     Ok((kind, len))
 }
@@ -211,10 +184,7 @@ struct Cur<'a> {
 impl<'a> Cur<'a> {
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if self.b.len() < n {
-            return Err(malformed(format!(
-                "truncated {what}: need {n} bytes, have {}",
-                self.b.len()
-            )));
+            return Err(malformed(format!("truncated {what}: need {n} bytes, have {}", self.b.len())));
         }
         let (head, tail) = self.b.split_at(n);
         self.b = tail;
@@ -266,27 +236,18 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
                 incarnation: c.u32("incarnation")?,
             }
         }
-        K_WELCOME => Frame::Welcome {
-            size: c.u32("size")?,
-        },
-        K_REFUSED => Frame::Refused {
-            reason: c.string("reason")?,
-        },
+        K_WELCOME => Frame::Welcome { size: c.u32("size")? },
+        K_REFUSED => Frame::Refused { reason: c.string("reason")? },
         K_CONTRIBUTE => {
             let round = c.u64("round")?;
-            Frame::Contribute {
-                round,
-                data: c.bytes("data")?.to_vec(),
-            }
+            Frame::Contribute { round, data: c.bytes("data")?.to_vec() }
         }
         K_GATHERED => {
             let round = c.u64("round")?;
             let count = c.u32("count")? as usize;
             // Each part takes at least 4 bytes: bound the reservation by what is present.
             if count > c.b.len() / 4 {
-                return Err(malformed(format!(
-                    "count {count} larger than the payload allows"
-                )));
+                return Err(malformed(format!("count {count} larger than the payload allows")));
             }
             let mut parts = Vec::with_capacity(count);
             for _ in 0..count {
@@ -302,10 +263,7 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
                 1 => Some(rank),
                 x => return Err(malformed(format!("bad has_rank {x}"))),
             };
-            Frame::Abort {
-                rank,
-                reason: c.string("reason")?,
-            }
+            Frame::Abort { rank, reason: c.string("reason")? }
         }
         K_BYE => Frame::Bye,
         other => return Err(malformed(format!("unknown kind {other}"))),
@@ -324,10 +282,7 @@ pub fn decode(buf: &[u8]) -> Result<(Frame, usize)> {
     hdr.copy_from_slice(h);
     let (kind, len) = parse_header(&hdr, MAX_FRAME)?;
     let Some(payload) = buf.get(HEADER_LEN..HEADER_LEN + len) else {
-        return Err(malformed(format!(
-            "truncated payload: {} of {len} bytes",
-            buf.len() - HEADER_LEN
-        )));
+        return Err(malformed(format!("truncated payload: {} of {len} bytes", buf.len() - HEADER_LEN)));
     };
     Ok((decode_payload(kind, payload)?, HEADER_LEN + len))
 }
@@ -357,12 +312,7 @@ fn is_tick(e: &std::io::Error) -> bool {
 
 /// Fills `buf` from `r` (or returns the count at clean EOF); `started` tells whether any byte
 /// of the current frame has arrived already.
-fn fill<R: Read>(
-    r: &mut R,
-    buf: &mut [u8],
-    started: &mut Option<Instant>,
-    w: &Wait<'_>,
-) -> Result<usize> {
+fn fill<R: Read>(r: &mut R, buf: &mut [u8], started: &mut Option<Instant>, w: &Wait<'_>) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
@@ -377,8 +327,12 @@ fn fill<R: Read>(
                     return Err(TransportError::Bootstrap("cancelled".into()));
                 }
                 match started {
+                    // A frame that stalls halfway is broken, not merely late.
                     Some(t0) if t0.elapsed() > w.frame_timeout => {
-                        return Err(TransportError::Timeout(w.frame_timeout));
+                        return Err(malformed(format!(
+                            "incomplete frame: stalled for over {:?}",
+                            w.frame_timeout
+                        )));
                     }
                     Some(_) => {}
                     None => {
@@ -406,9 +360,7 @@ pub fn read_frame<R: Read>(r: &mut R, max_len: usize, w: &Wait<'_>) -> Result<Re
         return Ok(Read1::Eof);
     }
     if got < HEADER_LEN {
-        return Err(malformed(format!(
-            "connection closed inside a header ({got} bytes)"
-        )));
+        return Err(malformed(format!("connection closed inside a header ({got} bytes)")));
     }
     let (kind, len) = parse_header(&hdr, max_len)?;
     let mut payload = Vec::new();
@@ -447,32 +399,13 @@ mod tests {
     #[test]
     fn roundtrip_each_kind() {
         let frames = vec![
-            Frame::Hello {
-                token: b"tok".to_vec(),
-                rank: 3,
-                size: 4,
-                incarnation: 1,
-            },
+            Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 },
             Frame::Welcome { size: 4 },
-            Frame::Refused {
-                reason: "no".into(),
-            },
-            Frame::Contribute {
-                round: 7,
-                data: vec![1, 2, 3],
-            },
-            Frame::Gathered {
-                round: 7,
-                parts: vec![vec![], vec![9]],
-            },
-            Frame::Abort {
-                rank: Some(2),
-                reason: "gone".into(),
-            },
-            Frame::Abort {
-                rank: None,
-                reason: String::new(),
-            },
+            Frame::Refused { reason: "no".into() },
+            Frame::Contribute { round: 7, data: vec![1, 2, 3] },
+            Frame::Gathered { round: 7, parts: vec![vec![], vec![9]] },
+            Frame::Abort { rank: Some(2), reason: "gone".into() },
+            Frame::Abort { rank: None, reason: String::new() },
             Frame::Bye,
         ];
         for f in frames {

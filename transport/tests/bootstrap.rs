@@ -1,0 +1,531 @@
+//! Bootstrap: env parsing, wire format, and the TCP rendezvous against a real server on
+//! 127.0.0.1 (ranks are threads here).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use reverb_transport::bootstrap::wire::{self, Frame};
+use reverb_transport::bootstrap::{BootParams, BootServer, ServerOptions, TcpBootstrap};
+use reverb_transport::{Bootstrap, JobInfo, TransportError};
+
+const TOKEN: &str = "s3cret-token";
+const T: Duration = Duration::from_secs(10);
+
+fn job(rank: u32, size: u32) -> JobInfo {
+    JobInfo {
+        rank,
+        size,
+        node: 0,
+        local_rank: rank,
+        ranks_per_node: size,
+        job_id: "test".into(),
+        incarnation: 0,
+    }
+}
+
+fn quick_server(size: u32) -> BootServer {
+    let opts = ServerOptions {
+        hello_timeout: Duration::from_millis(500),
+        io_timeout: Duration::from_secs(2),
+        ..ServerOptions::default()
+    };
+    BootServer::start_with("127.0.0.1:0", size, TOKEN, opts).unwrap()
+}
+
+/// Runs a full job of `size` thread-ranks doing `rounds` allgathers and a barrier.
+fn run_job(addr: SocketAddr, size: u32, rounds: u32) {
+    let root = addr.to_string();
+    let hs: Vec<_> = (0..size)
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect(job(r, size), &root, TOKEN, T).unwrap();
+                for round in 0..rounds {
+                    let mine = format!("r{r}-k{round}").into_bytes();
+                    let all = b.allgather(&mine).unwrap();
+                    assert_eq!(all.len(), size as usize);
+                    for (i, d) in all.iter().enumerate() {
+                        assert_eq!(d, format!("r{i}-k{round}").as_bytes());
+                    }
+                }
+                b.barrier().unwrap();
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+fn raw(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Reads until EOF (bounded) and returns the Refused reason if the server sent one.
+fn refusal(mut s: TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    match wire::decode(&buf) {
+        Ok((Frame::Refused { reason }, _)) => Some(reason),
+        _ => None,
+    }
+}
+
+fn header(kind: u8, version: u16, len: u32) -> Vec<u8> {
+    let mut h = b"RVBT".to_vec();
+    h.extend_from_slice(&version.to_le_bytes());
+    h.push(kind);
+    h.push(0);
+    h.extend_from_slice(&len.to_le_bytes());
+    h
+}
+
+fn hello(token: &str, rank: u32, size: u32) -> Vec<u8> {
+    wire::encode(&Frame::Hello { token: token.as_bytes().to_vec(), rank, size, incarnation: 0 }).unwrap()
+}
+
+#[test]
+fn allgather_among_four_ranks() {
+    let server = BootServer::start("127.0.0.1:0", 4, TOKEN).unwrap();
+    run_job(server.local_addr(), 4, 5);
+}
+
+#[test]
+fn allgather_carries_large_and_empty_contributions() {
+    let server = quick_server(2);
+    let root = server.local_addr().to_string();
+    let hs: Vec<_> = (0..2u32)
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect(job(r, 2), &root, TOKEN, T).unwrap();
+                let mine = if r == 0 { vec![7u8; 3 << 20] } else { Vec::new() };
+                let all = b.allgather(&mine).unwrap();
+                assert_eq!(all[0].len(), 3 << 20);
+                assert!(all[1].is_empty());
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn client_retries_until_the_server_starts() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let root = format!("127.0.0.1:{port}");
+    let r2 = root.clone();
+    let client = thread::spawn(move || {
+        let mut b = TcpBootstrap::connect(job(0, 1), &r2, TOKEN, T).unwrap();
+        b.allgather(b"x").unwrap()
+    });
+    thread::sleep(Duration::from_millis(300));
+    let _server = BootServer::start(&root, 1, TOKEN).unwrap();
+    assert_eq!(client.join().unwrap(), vec![b"x".to_vec()]);
+}
+
+#[test]
+fn connect_times_out_without_server() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let t0 = Instant::now();
+    let r = TcpBootstrap::connect(job(0, 1), &format!("127.0.0.1:{port}"), TOKEN, Duration::from_millis(400));
+    assert!(matches!(r, Err(TransportError::Bootstrap(_))));
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn rank_zero_hosts_the_server_without_a_launcher() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = BootParams {
+        root: format!("127.0.0.1:{port}"),
+        token: TOKEN.into(),
+        timeout: T,
+        external_server: false,
+    };
+    let hs: Vec<_> = (0..3u32)
+        .map(|r| {
+            let p = p.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect_with(job(r, 3), &p).unwrap();
+                let all = b.allgather(&[r as u8]).unwrap();
+                assert_eq!(all, vec![vec![0], vec![1], vec![2]]);
+                b.barrier().unwrap();
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn wrong_token_is_refused_and_the_job_completes() {
+    let server = quick_server(4);
+    let addr = server.local_addr();
+    // An impostor claiming rank 0 first: it must not take rank 0's slot.
+    let e = TcpBootstrap::connect(job(0, 4), &addr.to_string(), "not-the-token", T)
+        .err()
+        .expect("wrong token must be refused");
+    assert!(e.to_string().contains("wrong job token"), "{e}");
+    run_job(addr, 4, 2);
+}
+
+#[test]
+fn bad_hellos_are_refused_without_disturbing_the_job() {
+    let server = quick_server(3);
+    let addr = server.local_addr();
+
+    // Wrong size, rank out of range, empty token.
+    for (tok, rank, size, why) in
+        [(TOKEN, 0, 4, "wrong job size"), (TOKEN, 7, 3, "out of range"), ("", 0, 3, "wrong job token")]
+    {
+        let mut s = raw(addr);
+        s.write_all(&hello(tok, rank, size)).unwrap();
+        let reason = refusal(s).expect("a Refused frame");
+        assert!(reason.contains(why), "{reason}");
+    }
+    run_job(addr, 3, 2);
+}
+
+#[test]
+fn duplicate_rank_is_refused() {
+    let server = quick_server(2);
+    let root = server.local_addr().to_string();
+    let mut b0 = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).unwrap();
+    let e = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).err().expect("duplicate refused");
+    assert!(e.to_string().contains("duplicate rank 0"), "{e}");
+    let r1 = root.clone();
+    let h = thread::spawn(move || {
+        let mut b1 = TcpBootstrap::connect(job(1, 2), &r1, TOKEN, T).unwrap();
+        b1.allgather(b"one").unwrap()
+    });
+    let all = b0.allgather(b"zero").unwrap();
+    assert_eq!(all, vec![b"zero".to_vec(), b"one".to_vec()]);
+    assert_eq!(h.join().unwrap(), all);
+}
+
+#[test]
+fn malformed_connections_are_refused_without_disturbing_the_job() {
+    let server = quick_server(2);
+    let addr = server.local_addr();
+
+    let silent = raw(addr); // never sends a Hello
+    let mut garbage = raw(addr);
+    garbage.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut truncated = raw(addr); // header promises 40 bytes, 5 arrive, then silence
+    truncated.write_all(&header(1, 1, 40)).unwrap();
+    truncated.write_all(&[1, 2, 3, 4, 5]).unwrap();
+    let mut oversized = raw(addr);
+    oversized.write_all(&header(1, 1, u32::MAX)).unwrap();
+    let mut version = raw(addr);
+    let mut v2 = hello(TOKEN, 0, 2);
+    v2[4] = 2;
+    version.write_all(&v2).unwrap();
+    let mut not_hello = raw(addr);
+    not_hello.write_all(&wire::encode(&Frame::Contribute { round: 0, data: vec![1] }).unwrap()).unwrap();
+    let mut cut = raw(addr); // closes inside the header
+    cut.write_all(&header(1, 1, 10)[..6]).unwrap();
+    cut.shutdown(std::net::Shutdown::Write).unwrap();
+
+    // The real job runs while all of those are pending.
+    run_job(addr, 2, 3);
+
+    let t0 = Instant::now();
+    for (name, s, why) in [
+        ("garbage", garbage, "bad magic"),
+        ("truncated", truncated, "incomplete frame"),
+        ("oversized", oversized, "exceeds the limit"),
+        ("version", version, "unsupported version"),
+        ("not hello", not_hello, "expected Hello"),
+        ("cut", cut, "closed inside a header"),
+        ("silent", silent, "no Hello"),
+    ] {
+        let reason = refusal(s).unwrap_or_else(|| panic!("{name}: no Refused frame"));
+        assert!(reason.contains(why), "{name}: {reason}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // And the server still serves a fresh job of the right size? No: ranks already left.
+    // A late valid rank is refused because its slot is done.
+    let e = TcpBootstrap::connect(job(1, 2), &addr.to_string(), TOKEN, T).err().unwrap();
+    assert!(e.to_string().contains("already left"), "{e}");
+}
+
+/// Joins as `rank` with a raw socket so the test can drop it without a Bye.
+fn raw_rank(addr: SocketAddr, rank: u32, size: u32) -> TcpStream {
+    let mut s = raw(addr);
+    s.write_all(&hello(TOKEN, rank, size)).unwrap();
+    let mut h = [0u8; wire::HEADER_LEN + 4];
+    s.read_exact(&mut h).unwrap();
+    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { size: 3 }, _))));
+    s
+}
+
+#[test]
+fn lost_rank_fails_pending_and_later_allgathers() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let dying = raw_rank(server.local_addr(), 2, 3);
+    let hs: Vec<_> = (0..2u32)
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect(job(r, 3), &root, TOKEN, T).unwrap();
+                let t0 = Instant::now();
+                let e = b.allgather(b"x").unwrap_err();
+                let took = t0.elapsed();
+                let again = b.allgather(b"y").unwrap_err();
+                (e, again, took)
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    drop(dying); // no Bye: a crash
+    for h in hs {
+        let (e, again, took) = h.join().unwrap();
+        assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+        assert!(e.to_string().contains("rank 2"), "{e}");
+        assert!(matches!(again, TransportError::PeerDead(2)), "{again}");
+        assert!(took < T, "took {took:?}");
+    }
+}
+
+#[test]
+fn lost_rank_fails_allgathers_started_after_the_loss() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    drop(raw_rank(server.local_addr(), 1, 3));
+    thread::sleep(Duration::from_millis(200));
+    let hs: Vec<_> = [0u32, 2]
+        .into_iter()
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect(job(r, 3), &root, TOKEN, T).unwrap();
+                b.allgather(b"x").unwrap_err()
+            })
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap();
+        assert!(matches!(e, TransportError::PeerDead(1)), "{e}");
+    }
+}
+
+#[test]
+fn allgather_times_out_when_a_rank_never_comes() {
+    let server = quick_server(2);
+    let mut b =
+        TcpBootstrap::connect(job(0, 2), &server.local_addr().to_string(), TOKEN, Duration::from_millis(500))
+            .unwrap();
+    let t0 = Instant::now();
+    let e = b.allgather(b"x").unwrap_err();
+    assert!(e.to_string().contains("timed out"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn connect_from_env_needs_a_job() {
+    if JobInfo::from_env().ok().flatten().is_some() {
+        return; // running inside a launcher; nothing to check
+    }
+    let e = TcpBootstrap::connect_from_env().err().expect("no job env");
+    assert!(e.to_string().contains("no job environment"), "{e}");
+}
+
+// ---- env parser ----
+
+fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let v: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |k| v.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
+fn parse(pairs: &[(&str, &str)]) -> Result<Option<JobInfo>, TransportError> {
+    JobInfo::from_lookup(lookup(pairs))
+}
+
+#[test]
+fn env_nothing_is_none() {
+    assert_eq!(parse(&[("HOME", "/root")]).unwrap(), None);
+}
+
+#[test]
+fn env_reverb_launcher() {
+    let j = parse(&[
+        ("REVERB_RANK", "5"),
+        ("REVERB_SIZE", "8"),
+        ("REVERB_NODE", "2"),
+        ("REVERB_LOCAL_RANK", "1"),
+        ("REVERB_RANKS_PER_NODE", "2"),
+        ("REVERB_JOB_ID", "rv-abc"),
+        ("REVERB_INCARNATION", "3"),
+        // Lower-priority sources are ignored.
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        j,
+        JobInfo {
+            rank: 5,
+            size: 8,
+            node: 2,
+            local_rank: 1,
+            ranks_per_node: 2,
+            job_id: "rv-abc".into(),
+            incarnation: 3
+        }
+    );
+}
+
+#[test]
+fn env_reverb_defaults_to_one_node() {
+    let j = parse(&[("REVERB_RANK", "3"), ("REVERB_SIZE", "4")]).unwrap().unwrap();
+    assert_eq!((j.node, j.local_rank, j.ranks_per_node, j.incarnation), (0, 3, 4, 0));
+}
+
+#[test]
+fn env_slurm() {
+    let j = parse(&[
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_NODEID", "1"),
+        ("SLURM_LOCALID", "1"),
+        ("SLURM_TASKS_PER_NODE", "2(x2)"),
+        ("SLURM_JOB_ID", "4242"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!((j.rank, j.size, j.node, j.local_rank, j.ranks_per_node), (3, 4, 1, 1, 2));
+    assert_eq!(j.job_id, "slurm-4242");
+}
+
+#[test]
+fn env_open_mpi() {
+    let j = parse(&[
+        ("OMPI_COMM_WORLD_RANK", "5"),
+        ("OMPI_COMM_WORLD_SIZE", "6"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "2"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "3"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!((j.rank, j.size, j.node, j.local_rank, j.ranks_per_node), (5, 6, 1, 2, 3));
+}
+
+#[test]
+fn env_pmi_and_hashed_job_id() {
+    let env = [("PMI_RANK", "1"), ("PMI_SIZE", "2"), ("REVERB_ROOT", "n0:5000"), ("REVERB_JOB_TOKEN", "t")];
+    let j = parse(&env).unwrap().unwrap();
+    assert_eq!((j.rank, j.size), (1, 2));
+    let other =
+        parse(&[("REVERB_JOB_TOKEN", "u"), ("PMI_RANK", "1"), ("PMI_SIZE", "2"), ("REVERB_ROOT", "n0:5000")])
+            .unwrap()
+            .unwrap();
+    assert_ne!(j.job_id, other.job_id, "token is part of the hash");
+}
+
+#[test]
+fn env_malformed_values_are_errors() {
+    let cases: &[&[(&str, &str)]] = &[
+        &[("REVERB_RANK", "x"), ("REVERB_SIZE", "2")],
+        &[("REVERB_RANK", "-1"), ("REVERB_SIZE", "2")],
+        &[("REVERB_RANK", "2"), ("REVERB_SIZE", "2")],
+        &[("REVERB_RANK", "0"), ("REVERB_SIZE", "0")],
+        &[("REVERB_RANK", "0")],
+        &[("REVERB_SIZE", "2")],
+        &[("REVERB_RANK", "0"), ("REVERB_SIZE", "2"), ("REVERB_RANKS_PER_NODE", "0")],
+        &[
+            ("REVERB_RANK", "0"),
+            ("REVERB_SIZE", "4"),
+            ("REVERB_RANKS_PER_NODE", "2"),
+            ("REVERB_LOCAL_RANK", "2"),
+        ],
+        &[("REVERB_RANK", "0"), ("REVERB_SIZE", "4"), ("REVERB_RANKS_PER_NODE", "2"), ("REVERB_NODE", "2")],
+        &[("REVERB_RANK", "0"), ("REVERB_SIZE", "2"), ("REVERB_INCARNATION", "one")],
+        &[("REVERB_RANK", "0"), ("REVERB_SIZE", "2"), ("REVERB_JOB_ID", "../etc")],
+        &[("SLURM_PROCID", "4"), ("SLURM_NTASKS", "4")],
+        &[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "")],
+        &[("PMI_RANK", "1 2"), ("PMI_SIZE", "4")],
+    ];
+    for c in cases {
+        assert!(parse(c).is_err(), "{c:?} should be rejected, got {:?}", parse(c));
+    }
+}
+
+#[test]
+fn boot_params_from_env() {
+    let p = BootParams::from_lookup(lookup(&[("REVERB_ROOT", "h:1"), ("REVERB_JOB_TOKEN", "t")])).unwrap();
+    assert_eq!(p.timeout, Duration::from_secs(60));
+    assert!(!p.external_server);
+    let p = BootParams::from_lookup(lookup(&[
+        ("REVERB_ROOT", "h:1"),
+        ("REVERB_JOB_TOKEN", "t"),
+        ("REVERB_BOOT_TIMEOUT_S", "2.5"),
+        ("REVERB_BOOT_SERVER", "external"),
+    ]))
+    .unwrap();
+    assert_eq!(p.timeout, Duration::from_millis(2500));
+    assert!(p.external_server);
+    assert!(BootParams::from_lookup(lookup(&[("REVERB_JOB_TOKEN", "t")])).is_err());
+    assert!(BootParams::from_lookup(lookup(&[("REVERB_ROOT", "h:1")])).is_err());
+    assert!(BootParams::from_lookup(lookup(&[("REVERB_ROOT", "h:1"), ("REVERB_JOB_TOKEN", "")])).is_err());
+    assert!(BootParams::from_lookup(lookup(&[
+        ("REVERB_ROOT", "h:1"),
+        ("REVERB_JOB_TOKEN", "t"),
+        ("REVERB_BOOT_TIMEOUT_S", "0")
+    ]))
+    .is_err());
+}
+
+// ---- wire format ----
+
+fn arb_frame() -> impl Strategy<Value = Frame> {
+    let bytes = || prop::collection::vec(any::<u8>(), 0..64);
+    prop_oneof![
+        (prop::collection::vec(any::<u8>(), 0..64), any::<u32>(), any::<u32>(), any::<u32>())
+            .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),
+        any::<u32>().prop_map(|size| Frame::Welcome { size }),
+        ".{0,40}".prop_map(|reason| Frame::Refused { reason }),
+        (any::<u64>(), bytes()).prop_map(|(round, data)| Frame::Contribute { round, data }),
+        (any::<u64>(), prop::collection::vec(bytes(), 0..8))
+            .prop_map(|(round, parts)| Frame::Gathered { round, parts }),
+        (prop::option::of(any::<u32>()), ".{0,40}").prop_map(|(rank, reason)| Frame::Abort { rank, reason }),
+        Just(Frame::Bye),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn decode_random_bytes_never_panics(b in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = wire::decode(&b);
+    }
+
+    #[test]
+    fn decode_random_payloads_never_panic(kind in 0u8..9, p in prop::collection::vec(any::<u8>(), 0..128)) {
+        let mut b = header(kind, 1, p.len() as u32);
+        b.extend_from_slice(&p);
+        let _ = wire::decode(&b);
+        let never = || false;
+        let w = wire::Wait { idle_deadline: None, frame_timeout: Duration::from_secs(1), cancel: &never };
+        let _ = wire::read_frame(&mut std::io::Cursor::new(b), wire::MAX_FRAME, &w);
+    }
+
+    #[test]
+    fn valid_frames_round_trip(f in arb_frame()) {
+        let b = wire::encode(&f).unwrap();
+        let (g, n) = wire::decode(&b).unwrap();
+        prop_assert_eq!(&g, &f);
+        prop_assert_eq!(n, b.len());
+        // Every strict prefix is an error, never a panic.
+        for cut in 0..b.len() {
+            prop_assert!(wire::decode(&b[..cut]).is_err());
+        }
+    }
+}
