@@ -1,16 +1,602 @@
-//! `reverb run` and `reverb topo` (being written).
-use anyhow::{bail, Result};
+//! `reverb run` (local launcher) and `reverb topo`.
+//!
+//! The launcher hosts the bootstrap server, spawns N ranks (each in its own process group),
+//! groups them into simulated nodes of R consecutive ranks, prefixes their output with
+//! `[rank] `, and kills the whole job as soon as one rank fails, on timeout, or on
+//! SIGINT/SIGTERM. Per-rank state keeps node and incarnation so respawning a node's ranks
+//! can be added by calling `spawn_rank` again with `incarnation + 1`.
 
-#[derive(clap::Args, Debug)]
-pub struct RunArgs {}
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
-pub struct TopoArgs {}
+use anyhow::{bail, Context, Result};
+use rand::RngCore;
+use reverb_transport::bootstrap::{vars, BootServer};
+use reverb_transport::topo::Topology;
 
-pub fn run(_args: RunArgs, _verbose: bool) -> Result<i32> {
-    bail!("reverb run: not built yet")
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub ranks: u32,
+    pub ranks_per_node: u32,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Extra variables for every rank (the launcher's own `REVERB_*` win over these).
+    pub env: Vec<(String, String)>,
+    /// Kill the job and fail after this long.
+    pub timeout: Option<Duration>,
+    /// Prefix each output line with `[rank] `.
+    pub prefix_output: bool,
 }
 
-pub fn topo(_args: TopoArgs) -> Result<()> {
-    bail!("reverb topo: not built yet")
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "ranks", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub ranks: u32,
+    /// Ranks per simulated node (consecutive ranks share a node). Default: all on one node.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks_per_node: Option<u32>,
+    /// Kill every rank and fail after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Do not prefix output lines with `[rank] `.
+    #[arg(long)]
+    pub no_prefix: bool,
+    /// The program to run and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG")]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TopoArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `reverb run`: returns the job's exit code (0 when every rank exited 0).
+pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
+    let timeout = match args.timeout {
+        None => None,
+        Some(s) => Some(
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))?,
+        ),
+    };
+    let Some((program, rest)) = args.command.split_first() else {
+        bail!("reverb run: no program given");
+    };
+    let spec = LaunchSpec {
+        ranks: args.ranks,
+        ranks_per_node: args.ranks_per_node.unwrap_or(args.ranks),
+        program: PathBuf::from(program),
+        args: rest.to_vec(),
+        env: Vec::new(),
+        timeout,
+        prefix_output: !args.no_prefix,
+    };
+    launch_with(&spec, verbose)
+}
+
+/// Runs the job described by `spec`; 0 when every rank exited 0.
+pub fn launch(spec: &LaunchSpec) -> Result<i32> {
+    launch_with(spec, false)
+}
+
+// ---- signals ----
+
+/// Last SIGINT/SIGTERM received while a launch was running (0: none).
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+/// Handlers are process-wide: installed by the first concurrent launch, restored by the last.
+static HANDLERS: Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = Mutex::new((0, Vec::new()));
+
+struct SignalGuard;
+
+impl SignalGuard {
+    fn install() -> SignalGuard {
+        let mut g = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0 == 0 {
+            SIGNALLED.store(0, Ordering::SeqCst);
+            for sig in [libc::SIGINT, libc::SIGTERM] {
+                // SAFETY: sigaction with a zeroed struct plus a handler that only stores an
+                // atomic; the old action is saved to be restored.
+                unsafe {
+                    let mut new: libc::sigaction = std::mem::zeroed();
+                    new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+                    libc::sigemptyset(&mut new.sa_mask);
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(sig, &new, &mut old) == 0 {
+                        g.1.push((sig, old));
+                    }
+                }
+            }
+        }
+        g.0 += 1;
+        SignalGuard
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        let mut g = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 -= 1;
+        if g.0 == 0 {
+            for (sig, old) in g.1.drain(..) {
+                // SAFETY: restores the action saved by `install`.
+                unsafe {
+                    libc::sigaction(sig, &old, std::ptr::null_mut());
+                }
+            }
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+// ---- per-rank state ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RankStatus {
+    Running,
+    Exited(i32),
+    Signaled(i32),
+    /// Killed by the launcher after another failure, timeout or signal.
+    Killed,
+}
+
+struct RankProc {
+    rank: u32,
+    node: u32,
+    local_rank: u32,
+    incarnation: u32,
+    pid: u32,
+    child: Option<Child>,
+    status: RankStatus,
+    kill_sent: bool,
+    pumps: Vec<JoinHandle<()>>,
+}
+
+impl RankProc {
+    /// SIGKILLs the rank's process group (the rank and anything it forked).
+    fn kill(&mut self) {
+        if self.status == RankStatus::Running && !self.kill_sent {
+            if let Ok(pgid) = libc::pid_t::try_from(self.pid) {
+                // SAFETY: plain syscall; the group leader is our unreaped child, so its pgid
+                // cannot have been reused.
+                unsafe {
+                    libc::killpg(pgid, libc::SIGKILL);
+                }
+            }
+            self.kill_sent = true;
+        }
+    }
+
+    fn record(&mut self, st: ExitStatus) {
+        self.status = if self.kill_sent {
+            RankStatus::Killed
+        } else if let Some(c) = st.code() {
+            RankStatus::Exited(c)
+        } else {
+            RankStatus::Signaled(st.signal().unwrap_or(0))
+        };
+        self.child = None;
+    }
+
+    fn describe(&self) -> String {
+        let who = format!("rank {} (node {}, pid {})", self.rank, self.node, self.pid);
+        match self.status {
+            RankStatus::Exited(c) => format!("{who} exited with status {c}"),
+            RankStatus::Signaled(s) => format!("{who} was killed by signal {s} ({})", signal_name(s)),
+            RankStatus::Killed => format!("{who} was killed by the launcher"),
+            RankStatus::Running => format!("{who} is running"),
+        }
+    }
+}
+
+/// What every rank of one launch shares.
+struct JobCtx<'a> {
+    spec: &'a LaunchSpec,
+    ranks_per_node: u32,
+    root: String,
+    token: String,
+    job_id: String,
+    verbose: bool,
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Copies `src` to stdout/stderr line by line, optionally prefixed. Keeps draining after the
+/// terminal goes away so that a rank never blocks on a full pipe.
+fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool) {
+    const MAX_LINE: u64 = 64 * 1024;
+    let mut r = BufReader::new(src);
+    let mut line = Vec::new();
+    let mut out = Vec::new();
+    let mut broken = false;
+    loop {
+        line.clear();
+        match r.by_ref().take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        if broken {
+            continue;
+        }
+        out.clear();
+        if prefix {
+            let _ = write!(out, "[{rank}] ");
+        }
+        out.extend_from_slice(&line);
+        if prefix && !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        let res = if to_stderr {
+            let mut e = std::io::stderr().lock();
+            e.write_all(&out).and_then(|_| e.flush())
+        } else {
+            let mut o = std::io::stdout().lock();
+            o.write_all(&out).and_then(|_| o.flush())
+        };
+        broken = res.is_err();
+    }
+}
+
+fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc> {
+    let spec = ctx.spec;
+    let rpn = ctx.ranks_per_node;
+    let (node, local_rank) = (rank / rpn, rank % rpn);
+    let ours: Vec<(&str, String)> = vec![
+        (vars::RANK, rank.to_string()),
+        (vars::SIZE, spec.ranks.to_string()),
+        (vars::NODE, node.to_string()),
+        (vars::LOCAL_RANK, local_rank.to_string()),
+        (vars::RANKS_PER_NODE, rpn.to_string()),
+        (vars::JOB_ID, ctx.job_id.clone()),
+        (vars::INCARNATION, incarnation.to_string()),
+        (vars::ROOT, ctx.root.clone()),
+        (vars::JOB_TOKEN, ctx.token.clone()),
+        (vars::BOOT_SERVER, "external".into()),
+    ];
+    if ctx.verbose {
+        let shown: Vec<String> = ours
+            .iter()
+            .map(|(k, v)| {
+                if *k == vars::JOB_TOKEN {
+                    format!("{k}=<{} chars, hidden>", v.len())
+                } else {
+                    format!("{k}={v}")
+                }
+            })
+            .chain(spec.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect();
+        eprintln!("reverb run: rank {rank}: {}", shown.join(" "));
+    }
+
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .envs(ours.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+    // functions (getppid, prctl, raise). A rank dies with the launcher thread that spawned it.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    let mut child =
+        cmd.spawn().with_context(|| format!("spawning rank {rank}: {}", spec.program.display()))?;
+    let mut pumps = Vec::new();
+    let prefix = spec.prefix_output;
+    if let Some(out) = child.stdout.take() {
+        pumps.push(std::thread::spawn(move || pump(out, rank, false, prefix)));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(std::thread::spawn(move || pump(err, rank, true, prefix)));
+    }
+    Ok(RankProc {
+        rank,
+        node,
+        local_rank,
+        incarnation,
+        pid: child.id(),
+        child: Some(child),
+        status: RankStatus::Running,
+        kill_sent: false,
+        pumps,
+    })
+}
+
+/// Why the job stopped early.
+enum Stop {
+    RankFailed(usize),
+    Timeout(Duration),
+    Signal(i32),
+}
+
+/// As [`launch`]; `verbose` prints the environment given to each rank.
+pub fn launch_with(spec: &LaunchSpec, verbose: bool) -> Result<i32> {
+    if spec.ranks == 0 {
+        bail!("a job needs at least one rank");
+    }
+    if spec.ranks_per_node == 0 {
+        bail!("ranks per node must be at least 1");
+    }
+    let token = random_hex(32);
+    let job_id = format!("rv{}", random_hex(6));
+    let server =
+        BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
+    let ctx = JobCtx {
+        spec,
+        ranks_per_node: spec.ranks_per_node.min(spec.ranks),
+        root: server.local_addr().to_string(),
+        token,
+        job_id,
+        verbose,
+    };
+    let _signals = SignalGuard::install();
+    let start = Instant::now();
+
+    let mut procs: Vec<RankProc> = Vec::with_capacity(spec.ranks as usize);
+    for rank in 0..spec.ranks {
+        match spawn_rank(&ctx, rank, 0) {
+            Ok(p) => procs.push(p),
+            Err(e) => {
+                kill_all(&mut procs);
+                reap(&mut procs, Duration::from_secs(5));
+                join_pumps(&mut procs);
+                return Err(e);
+            }
+        }
+    }
+
+    let mut stop: Option<Stop> = None;
+    let mut kill_deadline: Option<Instant> = None;
+    loop {
+        for (i, p) in procs.iter_mut().enumerate() {
+            let Some(child) = p.child.as_mut() else { continue };
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    p.record(st);
+                    let failed = !matches!(p.status, RankStatus::Exited(0) | RankStatus::Killed);
+                    if failed && stop.is_none() {
+                        stop = Some(Stop::RankFailed(i));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("reverb run: waiting for rank {}: {e}", p.rank);
+                }
+            }
+        }
+        if procs.iter().all(|p| p.status != RankStatus::Running) {
+            break;
+        }
+        if stop.is_none() {
+            let sig = SIGNALLED.swap(0, Ordering::SeqCst);
+            if sig != 0 {
+                stop = Some(Stop::Signal(sig));
+            } else if let Some(t) = spec.timeout.filter(|t| start.elapsed() >= *t) {
+                stop = Some(Stop::Timeout(t));
+            }
+        }
+        if stop.is_some() && kill_deadline.is_none() {
+            kill_all(&mut procs);
+            kill_deadline = Some(Instant::now() + Duration::from_secs(5));
+        }
+        if kill_deadline.is_some_and(|d| Instant::now() >= d) {
+            eprintln!("reverb run: some ranks did not die within 5 s of SIGKILL; giving up on them");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    join_pumps(&mut procs);
+    drop(server);
+
+    let killed = procs.iter().filter(|p| p.status == RankStatus::Killed).count();
+    let code = match stop {
+        None => 0,
+        Some(Stop::RankFailed(i)) => {
+            let p = &procs[i];
+            let others = if killed > 0 { format!("; killed {killed} other rank(s)") } else { String::new() };
+            eprintln!("reverb run: {}{others}", p.describe());
+            match p.status {
+                RankStatus::Exited(c) => c,
+                RankStatus::Signaled(s) => 128 + s,
+                _ => 1,
+            }
+        }
+        Some(Stop::Timeout(t)) => {
+            eprintln!("reverb run: timeout after {:.1} s; killed {killed} rank(s)", t.as_secs_f64());
+            124
+        }
+        Some(Stop::Signal(s)) => {
+            eprintln!("reverb run: received {}; killed {killed} rank(s)", signal_name(s));
+            128 + s
+        }
+    };
+    if verbose {
+        for p in &procs {
+            eprintln!(
+                "reverb run: {} [local rank {}, incarnation {}]",
+                p.describe(),
+                p.local_rank,
+                p.incarnation
+            );
+        }
+    }
+    Ok(code)
+}
+
+fn kill_all(procs: &mut [RankProc]) {
+    for p in procs.iter_mut() {
+        p.kill();
+    }
+}
+
+/// Waits (bounded) for every spawned rank to be reaped.
+fn reap(procs: &mut [RankProc], bound: Duration) {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        let mut running = false;
+        for p in procs.iter_mut() {
+            if let Some(c) = p.child.as_mut() {
+                match c.try_wait() {
+                    Ok(Some(st)) => p.record(st),
+                    _ => running = true,
+                }
+            }
+        }
+        if !running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lets output threads finish (bounded: a stray grandchild may hold a pipe open).
+fn join_pumps(procs: &mut [RankProc]) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut pumps: Vec<JoinHandle<()>> = procs.iter_mut().flat_map(|p| p.pumps.drain(..)).collect();
+    while !pumps.is_empty() && Instant::now() < deadline {
+        pumps.retain(|h| !h.is_finished());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for h in pumps.into_iter().filter(|h| h.is_finished()) {
+        let _ = h.join();
+    }
+}
+
+// ---- topo ----
+
+/// `0-3,8,10-11`.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "-".into()
+    } else {
+        out.join(",")
+    }
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// `reverb topo`: what hwloc found.
+pub fn topo(args: TopoArgs) -> Result<()> {
+    let t = Topology::discover().context("discovering the topology with hwloc")?;
+    if args.json {
+        let v = serde_json::json!({
+            "pus": t.pu_count(),
+            "packages": t.packages.iter().map(|p| serde_json::json!({
+                "index": p.logical_index, "os_index": p.os_index, "cpus": p.cpus,
+            })).collect::<Vec<_>>(),
+            "numa_nodes": t.numa_nodes.iter().map(|n| serde_json::json!({
+                "index": n.logical_index, "os_index": n.os_index, "cpus": n.cpus,
+            })).collect::<Vec<_>>(),
+            "cores": t.cores.iter().map(|c| serde_json::json!({
+                "index": c.logical_index, "os_index": c.os_index, "package": c.package,
+                "numa": c.numa, "pus": c.pus,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "packages: {}  NUMA nodes: {}  cores: {}  PUs: {}",
+        t.packages.len(),
+        t.numa_nodes.len(),
+        t.cores.len(),
+        t.pu_count()
+    );
+    println!();
+    println!("{:<8} {:<8} cpus", "package", "os");
+    for p in &t.packages {
+        println!("{:<8} {:<8} {}", p.logical_index, p.os_index, cpu_list(&p.cpus));
+    }
+    println!();
+    println!("{:<8} {:<8} cpus", "NUMA", "os");
+    for n in &t.numa_nodes {
+        println!("{:<8} {:<8} {}", n.logical_index, n.os_index, cpu_list(&n.cpus));
+    }
+    println!();
+    println!("{:<8} {:<8} {:<8} {:<8} PUs", "core", "os", "package", "NUMA");
+    for c in &t.cores {
+        println!(
+            "{:<8} {:<8} {:<8} {:<8} {}",
+            c.logical_index,
+            c.os_index,
+            opt(c.package),
+            opt(c.numa),
+            cpu_list(&c.pus)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_compress_ranges() {
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(cpu_list(&[]), "-");
+    }
 }

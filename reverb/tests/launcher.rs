@@ -1,0 +1,238 @@
+//! `reverb run` end to end: env, output prefixes, failure propagation, signals, timeout, and
+//! a real bootstrap among launched ranks (this test binary re-executes itself as the ranks).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use reverb::launcher::{launch, LaunchSpec};
+use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::{Bootstrap, JobInfo};
+
+const BIN: &str = env!("CARGO_BIN_EXE_reverb");
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `reverb ARGS`; panics (after killing it) if it takes longer than `bound`.
+fn reverb(args: &[&str], bound: Duration) -> Out {
+    let t0 = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let ho = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let he = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("reverb {args:?} still running after {bound:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let took = t0.elapsed();
+    Out { code: status.code(), stdout: ho.join().unwrap(), stderr: he.join().unwrap(), took }
+}
+
+fn alive(pid: u32) -> bool {
+    // A reaped process has no /proc entry; a zombie would show state Z.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.contains(") Z "),
+        Err(_) => false,
+    }
+}
+
+fn pids(out: &str) -> Vec<u32> {
+    out.lines().filter_map(|l| l.split_once("pid ").and_then(|(_, p)| p.trim().parse().ok())).collect()
+}
+
+#[test]
+fn ranks_get_their_env_and_prefixed_output() {
+    let script = r#"echo "env $REVERB_RANK $REVERB_SIZE $REVERB_NODE $REVERB_LOCAL_RANK $REVERB_RANKS_PER_NODE $REVERB_INCARNATION $REVERB_BOOT_SERVER"; echo "job $REVERB_JOB_ID $REVERB_ROOT $REVERB_JOB_TOKEN"; echo "err $REVERB_RANK" >&2"#;
+    let o = reverb(
+        &["run", "-n", "4", "--ranks-per-node", "2", "--", "sh", "-c", script],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let env: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] env ")).collect();
+    let want: BTreeSet<&str> = [
+        "[0] env 0 4 0 0 2 0 external",
+        "[1] env 1 4 0 1 2 0 external",
+        "[2] env 2 4 1 0 2 0 external",
+        "[3] env 3 4 1 1 2 0 external",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(env, want, "{}", o.stdout);
+
+    // Every rank sees the same job id, root and token; each line carries its rank prefix.
+    let jobs: Vec<&str> = o.stdout.lines().filter(|l| l.contains("] job ")).collect();
+    assert_eq!(jobs.len(), 4);
+    let tails: BTreeSet<&str> = jobs.iter().map(|l| l.split_once("] job ").unwrap().1).collect();
+    assert_eq!(tails.len(), 1, "{jobs:?}");
+    let parts: Vec<&str> = tails.iter().next().unwrap().split(' ').collect();
+    assert_eq!(parts.len(), 3, "{parts:?}");
+    assert!(parts[1].starts_with("127.0.0.1:"), "{parts:?}");
+    assert!(parts[2].len() >= 32, "token too short: {parts:?}");
+    for r in 0..4 {
+        assert!(o.stdout.contains(&format!("[{r}] job ")), "{}", o.stdout);
+        assert!(o.stderr.contains(&format!("[{r}] err {r}\n")), "{}", o.stderr);
+    }
+    assert!(!o.stdout.contains("err"), "stderr leaked into stdout: {}", o.stdout);
+}
+
+#[test]
+fn no_prefix_passes_output_through() {
+    let o =
+        reverb(&["run", "-n", "2", "--no-prefix", "--", "sh", "-c", "echo plain"], Duration::from_secs(20));
+    assert_eq!(o.code, Some(0));
+    assert_eq!(o.stdout, "plain\nplain\n");
+}
+
+#[test]
+fn a_failing_rank_fails_the_job_and_kills_the_others() {
+    let script = r#"if [ "$REVERB_RANK" = 2 ]; then sleep 0.5; exit 3; fi; echo "pid $$"; exec sleep 30"#;
+    let o = reverb(&["run", "-n", "4", "--", "sh", "-c", script], Duration::from_secs(20));
+    assert_eq!(o.code, Some(3), "{}", o.stderr);
+    assert!(o.took < Duration::from_secs(10), "took {:?}", o.took);
+    assert!(o.stderr.contains("rank 2") && o.stderr.contains("exited with status 3"), "{}", o.stderr);
+    let pids = pids(&o.stdout);
+    assert_eq!(pids.len(), 3, "{}", o.stdout);
+    for p in pids {
+        assert!(!alive(p), "rank pid {p} survived");
+    }
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_is_reported() {
+    let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; exec sleep 30"#;
+    let o = reverb(&["run", "-n", "3", "--", "sh", "-c", script], Duration::from_secs(20));
+    assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1") && o.stderr.contains("signal 9 (SIGKILL)"), "{}", o.stderr);
+    assert!(o.took < Duration::from_secs(10));
+}
+
+#[test]
+fn timeout_kills_everything() {
+    let o = reverb(
+        &["run", "-n", "2", "--timeout", "1", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.code, Some(124), "{}", o.stderr);
+    assert!(o.stderr.contains("timeout"), "{}", o.stderr);
+    assert!(o.took >= Duration::from_secs(1) && o.took < Duration::from_secs(8), "took {:?}", o.took);
+    for p in pids(&o.stdout) {
+        assert!(!alive(p), "rank pid {p} survived");
+    }
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_ranks() {
+    let mut child = Command::new(BIN)
+        .args(["run", "-n", "2", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let so = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for l in BufReader::new(so).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let l = rx.recv_timeout(Duration::from_secs(10)).expect("ranks did not start");
+        seen.extend(pids(&l));
+    }
+    // SAFETY (test): signals our own child.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "reverb ignored SIGTERM");
+        thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+    for p in seen {
+        assert!(!alive(p), "rank pid {p} orphaned");
+    }
+}
+
+#[test]
+fn missing_program_is_an_error() {
+    let o = reverb(&["run", "-n", "2", "--", "/nonexistent/prog"], Duration::from_secs(20));
+    assert_ne!(o.code, Some(0));
+    assert!(o.stderr.contains("spawning rank 0"), "{}", o.stderr);
+}
+
+/// Entry point when this test binary runs as a launched rank; a no-op otherwise.
+#[test]
+fn rank_entry() {
+    let Ok(Some(job)) = JobInfo::from_env() else { return };
+    let mut b = TcpBootstrap::connect_from_env().expect("bootstrap");
+    assert_eq!(b.job(), &job);
+    let all = b.allgather(&[job.rank as u8, job.node as u8]).expect("allgather");
+    for (r, d) in all.iter().enumerate() {
+        assert_eq!(d, &vec![r as u8, job.node_of(r as u32) as u8]);
+    }
+    b.barrier().expect("barrier");
+}
+
+#[test]
+fn launched_ranks_bootstrap_through_the_launcher_server() {
+    let spec = LaunchSpec {
+        ranks: 3,
+        ranks_per_node: 2,
+        program: std::env::current_exe().unwrap(),
+        args: ["rank_entry", "--exact", "--test-threads=1", "-q"].map(String::from).to_vec(),
+        env: vec![("REVERB_BOOT_TIMEOUT_S".into(), "20".into())],
+        timeout: Some(Duration::from_secs(60)),
+        prefix_output: true,
+    };
+    assert_eq!(launch(&spec).unwrap(), 0);
+}
+
+#[test]
+fn launch_reports_a_failing_rank() {
+    let spec = LaunchSpec {
+        ranks: 2,
+        ranks_per_node: 1,
+        program: "sh".into(),
+        args: vec!["-c".into(), "exit $((REVERB_RANK + 5))".into()],
+        env: Vec::new(),
+        timeout: Some(Duration::from_secs(20)),
+        prefix_output: false,
+    };
+    let code = launch(&spec).unwrap();
+    assert!(code == 5 || code == 6, "{code}");
+}
