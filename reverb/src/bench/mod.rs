@@ -1,9 +1,129 @@
-//! `reverb bench` (being written).
-use anyhow::{bail, Result};
+//! `reverb bench`: perftest-style latency and bandwidth tests over a provider, and memcpy as the
+//! physical reference.
+//!
+//! One shared engine ([`engine`]: parameters, the two-rank job, registered resources, the
+//! measured loops, statistics, output) and thin mains per test ([`lat`], [`bw`], [`memcpy`]).
 
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {}
+pub mod bw;
+pub mod engine;
+pub mod lat;
+pub mod memcpy;
 
-pub fn main(_args: BenchArgs, _verbose: bool) -> Result<()> {
-    bail!("reverb bench: not built yet")
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use reverb_transport::{ProviderKind, WaitMode};
+
+pub use engine::{Op, Params, Session, WaitStyle};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Test {
+    /// Ping-pong latency (half the round trip; get: one full get).
+    Lat,
+    /// Windowed bandwidth and message rate.
+    Bw,
+    /// memcpy bandwidth, hot and cold buffers: the physical reference.
+    Memcpy,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which test.
+    #[arg(value_enum)]
+    pub test: Test,
+    /// Operation measured (lat, bw).
+    #[arg(long, value_enum, default_value = "put")]
+    pub op: Op,
+    /// Message sizes: a range of powers of two `2-8M`, or a list `8,4k,64k,1M`.
+    #[arg(long, default_value = "2-8M")]
+    pub sizes: String,
+    /// Measured iterations per size (default: scaled to the size).
+    #[arg(long)]
+    pub iters: Option<u64>,
+    /// Warm-up iterations per size, not measured (default: a tenth of the iterations).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Bandwidth: operations kept outstanding.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// Signal every M-th RMA operation; the others post `Signal::No`.
+    #[arg(long, default_value_t = 16)]
+    pub cq_mod: usize,
+    /// Provider (overrides REVERB_PROVIDER).
+    #[arg(long, value_parser = parse_provider)]
+    pub provider: Option<ProviderKind>,
+    /// Wait through the provider's `wait` in this mode (poll, event, hybrid) instead of the
+    /// default busy `poll()` loop. Put latency always spins on memory, as perftest does.
+    #[arg(long, value_parser = parse_wait_mode)]
+    pub wait_mode: Option<WaitMode>,
+    /// Pin rank 0 and rank 1 to these cores (`--cores 0,1`; sched_setaffinity, as taskset).
+    #[arg(long, value_delimiter = ',')]
+    pub cores: Vec<usize>,
+    /// Ranks per simulated node of the self-launched job (default: 2 for shm, 1 for verbs).
+    #[arg(long)]
+    pub ranks_per_node: Option<u32>,
+    /// Bound of any single wait, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Bound of the whole self-launched job, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub job_timeout_s: u64,
+    /// One JSON object per size on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Per-size progress on stderr (default: when stderr is a terminal).
+    #[arg(long)]
+    pub progress: bool,
+}
+
+fn parse_provider(s: &str) -> Result<ProviderKind, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_wait_mode(s: &str) -> Result<WaitMode, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+impl BenchArgs {
+    pub fn params(&self, verbose: bool) -> Result<Params> {
+        if self.window == 0 || self.cq_mod == 0 {
+            bail!("--window and --cq-mod must be at least 1");
+        }
+        if self.cq_mod > self.window {
+            bail!("--cq-mod {} exceeds --window {}: the window could never drain", self.cq_mod, self.window);
+        }
+        if self.iters == Some(0) {
+            bail!("--iters must be at least 1");
+        }
+        if self.cores.len() == 1 || self.cores.len() > 2 {
+            bail!("--cores takes two cores: one for rank 0, one for rank 1");
+        }
+        use std::io::IsTerminal;
+        Ok(Params {
+            op: self.op,
+            sizes: engine::parse_sizes(&self.sizes)?,
+            iters: self.iters,
+            warmup: self.warmup,
+            window: self.window,
+            cq_mod: self.cq_mod,
+            wait: self.wait_mode.map_or(WaitStyle::BusyPoll, WaitStyle::Provider),
+            timeout: Duration::from_millis(self.timeout_ms.max(1)),
+            json: self.json,
+            progress: self.progress || std::io::stderr().is_terminal(),
+            verbose,
+            provider: self.provider,
+            ranks_per_node: self.ranks_per_node,
+            job_timeout: Duration::from_secs(self.job_timeout_s.max(1)),
+            cores: self.cores.clone(),
+        })
+    }
+}
+
+pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
+    let params = args.params(verbose).context("reverb bench")?;
+    match args.test {
+        Test::Lat => lat::main(&params),
+        Test::Bw => bw::main(&params),
+        Test::Memcpy => memcpy::main(&params),
+    }
 }
