@@ -118,6 +118,7 @@ impl SignalGuard {
                 unsafe {
                     let mut new: libc::sigaction = std::mem::zeroed();
                     new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+                    new.sa_flags = libc::SA_RESTART;
                     libc::sigemptyset(&mut new.sa_mask);
                     let mut old: libc::sigaction = std::mem::zeroed();
                     if libc::sigaction(sig, &new, &mut old) == 0 {
