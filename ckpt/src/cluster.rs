@@ -80,11 +80,7 @@ impl CommMatrix {
                 if row.len() != first.len() {
                     return Err(ClusterError::Matrix {
                         line: index + 1,
-                        reason: format!(
-                            "{} entries, previous rows have {}",
-                            row.len(),
-                            first.len()
-                        ),
+                        reason: format!("{} entries, previous rows have {}", row.len(), first.len()),
                     });
                 }
             }
@@ -92,18 +88,12 @@ impl CommMatrix {
         }
         let ranks = rows.len();
         if ranks == 0 {
-            return Err(ClusterError::Matrix {
-                line: 0,
-                reason: "no rows".into(),
-            });
+            return Err(ClusterError::Matrix { line: 0, reason: "no rows".into() });
         }
         if rows[0].len() != ranks {
             return Err(ClusterError::Matrix {
                 line: 0,
-                reason: format!(
-                    "{ranks} rows of {} entries: the matrix must be square",
-                    rows[0].len()
-                ),
+                reason: format!("{ranks} rows of {} entries: the matrix must be square", rows[0].len()),
             });
         }
         Self::from_rows(ranks, rows.into_iter().flatten().collect())
@@ -170,22 +160,15 @@ pub struct Topology {
 impl Topology {
     pub fn new(nodes: usize, procs_per_node: usize) -> Result<Self, ClusterError> {
         if nodes == 0 || procs_per_node == 0 {
-            return Err(invalid(
-                "topology needs at least one node and one process per node",
-            ));
+            return Err(invalid("topology needs at least one node and one process per node"));
         }
-        Ok(Self {
-            nodes,
-            procs_per_node,
-        })
+        Ok(Self { nodes, procs_per_node })
     }
 
     /// The topology holding `ranks` ranks at `procs_per_node` per node.
     pub fn for_ranks(ranks: usize, procs_per_node: usize) -> Result<Self, ClusterError> {
-        if procs_per_node == 0 || ranks == 0 || ranks % procs_per_node != 0 {
-            return Err(invalid(format!(
-                "{ranks} ranks do not fill nodes of {procs_per_node} processes"
-            )));
+        if procs_per_node == 0 || ranks == 0 || ranks / procs_per_node * procs_per_node != ranks {
+            return Err(invalid(format!("{ranks} ranks do not fill nodes of {procs_per_node} processes")));
         }
         Self::new(ranks / procs_per_node, procs_per_node)
     }
@@ -263,9 +246,7 @@ impl Clustering {
         let (containment, encoding): (Vec<usize>, Vec<usize>) = match strategy {
             Strategy::Consecutive { size } => {
                 if size == 0 || size > ranks {
-                    return Err(invalid(format!(
-                        "cluster size {size} must be in 1..={ranks}"
-                    )));
+                    return Err(invalid(format!("cluster size {size} must be in 1..={ranks}")));
                 }
                 let ids: Vec<usize> = (0..ranks).map(|r| r / size).collect();
                 (ids.clone(), ids)
@@ -278,9 +259,7 @@ impl Clustering {
                     )));
                 }
                 // Group `size` consecutive nodes; the i-th process of each node in a group forms a cluster.
-                let ids: Vec<usize> = (0..ranks)
-                    .map(|r| (topo.node_of(r) / size) * ppn + r % ppn)
-                    .collect();
+                let ids: Vec<usize> = (0..ranks).map(|r| (topo.node_of(r) / size) * ppn + r % ppn).collect();
                 (ids.clone(), ids)
             }
             Strategy::Hierarchical { l1_nodes, l2_nodes } => {
@@ -291,17 +270,11 @@ impl Clustering {
                     )));
                 }
                 let l1 = (0..ranks).map(|r| topo.node_of(r) / l1_nodes).collect();
-                let l2 = (0..ranks)
-                    .map(|r| (topo.node_of(r) / l2_nodes) * ppn + r % ppn)
-                    .collect();
+                let l2 = (0..ranks).map(|r| (topo.node_of(r) / l2_nodes) * ppn + r % ppn).collect();
                 (l1, l2)
             }
         };
-        Ok(Self {
-            strategy,
-            containment,
-            encoding,
-        })
+        Ok(Self { strategy, containment, encoding })
     }
 
     fn members(ids: &[usize]) -> Vec<Vec<usize>> {
@@ -315,11 +288,7 @@ impl Clustering {
 
     /// Largest encoding cluster (its size drives the encoding time).
     pub fn encoding_cluster_size(&self) -> usize {
-        Self::members(&self.encoding)
-            .iter()
-            .map(Vec::len)
-            .max()
-            .unwrap_or(0)
+        Self::members(&self.encoding).iter().map(Vec::len).max().unwrap_or(0)
     }
 }
 
@@ -350,10 +319,7 @@ pub fn logged_fraction(matrix: &CommMatrix, clustering: &Clustering) -> Result<f
 /// Mean fraction of processes that roll back when one whole node fails: every containment
 /// cluster with a process on that node restarts.
 pub fn restart_fraction_node_failure(clustering: &Clustering, topo: Topology) -> f64 {
-    let sizes: Vec<usize> = Clustering::members(&clustering.containment)
-        .iter()
-        .map(Vec::len)
-        .collect();
+    let sizes: Vec<usize> = Clustering::members(&clustering.containment).iter().map(Vec::len).collect();
     let mut sum = 0.0;
     for node in 0..topo.nodes {
         let mut hit: Vec<usize> = (node * topo.procs_per_node..(node + 1) * topo.procs_per_node)
@@ -369,17 +335,9 @@ pub fn restart_fraction_node_failure(clustering: &Clustering, topo: Topology) ->
 
 /// Mean fraction of processes that roll back when a single process fails.
 pub fn restart_fraction_process_failure(clustering: &Clustering) -> f64 {
-    let sizes: Vec<usize> = Clustering::members(&clustering.containment)
-        .iter()
-        .map(Vec::len)
-        .collect();
+    let sizes: Vec<usize> = Clustering::members(&clustering.containment).iter().map(Vec::len).collect();
     let ranks = clustering.containment.len() as f64;
-    clustering
-        .containment
-        .iter()
-        .map(|&c| sizes[c] as f64 / ranks)
-        .sum::<f64>()
-        / ranks
+    clustering.containment.iter().map(|&c| sizes[c] as f64 / ranks).sum::<f64>() / ranks
 }
 
 /// Encoding time for 1 GB per process: Reed-Solomon work grows linearly with the cluster size.
@@ -490,9 +448,7 @@ pub fn evaluate(
     secs_per_gb_per_member: f64,
 ) -> Result<Metrics, ClusterError> {
     if !(secs_per_gb_per_member.is_finite() && secs_per_gb_per_member >= 0.0) {
-        return Err(invalid(
-            "encoding seconds per GB must be a non-negative number",
-        ));
+        return Err(invalid("encoding seconds per GB must be a non-negative number"));
     }
     let clustering = Clustering::build(strategy, topo)?;
     let logged_percent = match matrix {
@@ -536,21 +492,9 @@ mod tests {
     #[test]
     fn seed004_table2_restart_percentages() {
         // Naive (32 pr.) 3.1 %, distributed (16 pr.) 25 %, hierarchical (64-4 pr.) 6.25 %.
-        assert!(within(
-            metrics("consecutive:32").restart_percent_node_failure,
-            3.125,
-            0.01
-        ));
-        assert!(within(
-            metrics("distributed:16").restart_percent_node_failure,
-            25.0,
-            0.01
-        ));
-        assert!(within(
-            metrics("hierarchical:4:4").restart_percent_node_failure,
-            6.25,
-            0.01
-        ));
+        assert!(within(metrics("consecutive:32").restart_percent_node_failure, 3.125, 0.01));
+        assert!(within(metrics("distributed:16").restart_percent_node_failure, 25.0, 0.01));
+        assert!(within(metrics("hierarchical:4:4").restart_percent_node_failure, 6.25, 0.01));
     }
 
     #[test]
@@ -567,26 +511,10 @@ mod tests {
     fn seed004_table2_encoding_time_linear_in_cluster_size() {
         // 204 s (32 pr.), 51 s (8 pr.), 102 s (16 pr.); hierarchical L2 of 4: 25 s printed,
         // 25.5 s from the linear fit (2 % off, the paper rounds its own measurement).
-        assert!(within(
-            metrics("consecutive:32").encoding_seconds_per_gb,
-            204.0,
-            0.01
-        ));
-        assert!(within(
-            metrics("consecutive:8").encoding_seconds_per_gb,
-            51.0,
-            0.01
-        ));
-        assert!(within(
-            metrics("distributed:16").encoding_seconds_per_gb,
-            102.0,
-            0.01
-        ));
-        assert!(within(
-            metrics("hierarchical:4:4").encoding_seconds_per_gb,
-            25.0,
-            0.021
-        ));
+        assert!(within(metrics("consecutive:32").encoding_seconds_per_gb, 204.0, 0.01));
+        assert!(within(metrics("consecutive:8").encoding_seconds_per_gb, 51.0, 0.01));
+        assert!(within(metrics("distributed:16").encoding_seconds_per_gb, 102.0, 0.01));
+        assert!(within(metrics("hierarchical:4:4").encoding_seconds_per_gb, 25.0, 0.021));
     }
 
     #[test]
@@ -597,10 +525,7 @@ mod tests {
         let same_node = Clustering::build("consecutive:8".parse().unwrap(), topo).unwrap();
         assert_eq!(catastrophic_probability(&same_node, topo, 1).unwrap(), 1.0);
         let distributed = Clustering::build("distributed:16".parse().unwrap(), topo).unwrap();
-        assert_eq!(
-            catastrophic_probability(&distributed, topo, 2).unwrap(),
-            0.0
-        );
+        assert_eq!(catastrophic_probability(&distributed, topo, 2).unwrap(), 0.0);
         let hier = Clustering::build("hierarchical:4:4".parse().unwrap(), topo).unwrap();
         assert_eq!(catastrophic_probability(&hier, topo, 2).unwrap(), 0.0);
         // Three failures inside one group of 4 nodes: 16 groups * C(4,3) / C(64,3).
@@ -608,11 +533,7 @@ mod tests {
         assert!(within(p3, 16.0 * 4.0 / 41664.0, 1e-9));
         // Naive 32 = two whole nodes: both must fail. 32 pairs of C(64,2) = 2016.
         let naive = Clustering::build("consecutive:32".parse().unwrap(), topo).unwrap();
-        assert!(within(
-            catastrophic_probability(&naive, topo, 2).unwrap(),
-            32.0 / 2016.0,
-            1e-9
-        ));
+        assert!(within(catastrophic_probability(&naive, topo, 2).unwrap(), 32.0 / 2016.0, 1e-9));
     }
 
     #[test]
@@ -652,20 +573,11 @@ mod tests {
         assert_eq!(m.bytes(0, 1), 5);
         assert_eq!(m.bytes(1, 0), 7);
         assert_eq!(m.total_bytes(), 12);
-        assert!(matches!(
-            CommMatrix::parse("0 1\n2\n"),
-            Err(ClusterError::Matrix { line: 2, .. })
-        ));
-        assert!(matches!(
-            CommMatrix::parse("0 -1\n1 0"),
-            Err(ClusterError::Matrix { line: 1, .. })
-        ));
+        assert!(matches!(CommMatrix::parse("0 1\n2\n"), Err(ClusterError::Matrix { line: 2, .. })));
+        assert!(matches!(CommMatrix::parse("0 -1\n1 0"), Err(ClusterError::Matrix { line: 1, .. })));
         assert!(CommMatrix::parse("0 1 2\n1 0 2\n").is_err());
         assert!(CommMatrix::parse("\n# nothing\n").is_err());
-        assert!(CommMatrix::parse("0 x\n1 0")
-            .unwrap_err()
-            .to_string()
-            .contains("line 1"));
+        assert!(CommMatrix::parse("0 x\n1 0").unwrap_err().to_string().contains("line 1"));
     }
 
     #[test]
