@@ -1,0 +1,104 @@
+//! `reverb model cluster`: the seed 004 metrics (code in `reverb_ckpt::cluster`).
+
+use super::table::{sig, Table};
+use super::OutputArgs;
+use anyhow::{bail, Context, Result};
+use reverb_ckpt::cluster::{evaluate, CommMatrix, Strategy, Topology};
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Communication matrix: N lines of N whitespace-separated byte counts (row = sender).
+    #[arg(long, conflicts_with = "stencil")]
+    pub matrix: Option<PathBuf>,
+    /// Instead of a file, a ROWSxCOLS 2-D halo exchange (e.g. 32x32).
+    #[arg(long)]
+    pub stencil: Option<String>,
+    /// Ranks when no matrix is given (matrix metrics are then left out).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Processes per node (ranks fill nodes consecutively).
+    #[arg(long, default_value_t = 16)]
+    pub procs_per_node: usize,
+    /// Clusterings: consecutive:N, distributed:N, hierarchical:L1NODES:L2NODES.
+    /// Default: the four of seed 004 Table II.
+    #[arg(long = "clustering", value_delimiter = ',')]
+    pub clusterings: Vec<Strategy>,
+    /// Reed-Solomon encoding cost per cluster member per GB (s); 6.375 fits seed 004 Table II.
+    #[arg(long, default_value_t = 6.375)]
+    pub encode_secs_per_gb: f64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn parse_stencil(text: &str) -> Result<(usize, usize)> {
+    let (r, c) = text.split_once(['x', 'X']).context("--stencil must be ROWSxCOLS, e.g. 32x32")?;
+    let rows: usize = r.trim().parse().context("--stencil rows must be a positive integer")?;
+    let cols: usize = c.trim().parse().context("--stencil columns must be a positive integer")?;
+    Ok((rows, cols))
+}
+
+pub fn run(args: ClusterArgs) -> Result<()> {
+    let matrix = if let Some(path) = &args.matrix {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Some(CommMatrix::parse(&text).with_context(|| format!("in {}", path.display()))?)
+    } else if let Some(spec) = &args.stencil {
+        let (rows, cols) = parse_stencil(spec)?;
+        Some(CommMatrix::stencil_2d(rows, cols, 1)?)
+    } else {
+        None
+    };
+    let ranks = match (&matrix, args.ranks) {
+        (Some(m), None) => m.ranks(),
+        (Some(m), Some(r)) if r == m.ranks() => r,
+        (Some(m), Some(r)) => bail!("--ranks {r} disagrees with the matrix ({} ranks)", m.ranks()),
+        (None, Some(r)) => r,
+        (None, None) => bail!("give --matrix FILE, --stencil ROWSxCOLS or --ranks N"),
+    };
+    let topo = Topology::for_ranks(ranks, args.procs_per_node)?;
+    let strategies = if args.clusterings.is_empty() {
+        vec![
+            Strategy::Consecutive { size: 32 },
+            Strategy::Consecutive { size: 8 },
+            Strategy::Distributed { size: 16 },
+            Strategy::Hierarchical { l1_nodes: 4, l2_nodes: 4 },
+        ]
+    } else {
+        args.clusterings.clone()
+    };
+    let mut table = Table::new([
+        "clustering",
+        "logged %",
+        "restart % (node)",
+        "restart % (process)",
+        "encode s/GB",
+        "P(catastrophic | 2 nodes)",
+    ]);
+    let mut rows = Vec::new();
+    for strategy in strategies {
+        let m = evaluate(strategy, topo, matrix.as_ref(), args.encode_secs_per_gb)
+            .with_context(|| format!("clustering {strategy}"))?;
+        table.row([
+            strategy.to_string(),
+            m.logged_percent.map_or("-".into(), |v| sig(v, 3)),
+            sig(m.restart_percent_node_failure, 3),
+            sig(m.restart_percent_process_failure, 3),
+            sig(m.encoding_seconds_per_gb, 3),
+            sig(m.catastrophic_probability_two_nodes, 3),
+        ]);
+        rows.push(json!({
+            "clustering": strategy.to_string(),
+            "logged_percent": m.logged_percent,
+            "restart_percent_node_failure": m.restart_percent_node_failure,
+            "restart_percent_process_failure": m.restart_percent_process_failure,
+            "encoding_seconds_per_gb": m.encoding_seconds_per_gb,
+            "catastrophic_probability_two_nodes": m.catastrophic_probability_two_nodes,
+        }));
+    }
+    let text =
+        format!("{} ranks on {} nodes of {}\n{}", ranks, topo.nodes, topo.procs_per_node, table.render());
+    let json =
+        json!({"ranks": ranks, "nodes": topo.nodes, "procs_per_node": topo.procs_per_node, "rows": rows});
+    args.output.emit(&text, json, None)
+}
