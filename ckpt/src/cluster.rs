@@ -24,6 +24,7 @@ pub enum ClusterError {
 impl fmt::Display for ClusterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ClusterError::Matrix { line: 0, reason } => write!(f, "communication matrix: {reason}"),
             ClusterError::Matrix { line, reason } => {
                 write!(f, "communication matrix, line {line}: {reason}")
             }

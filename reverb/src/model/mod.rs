@@ -54,9 +54,9 @@ impl OutputArgs {
     /// Print the table or the JSON, then write the plot if one was asked for.
     pub fn emit(&self, table: &str, json: serde_json::Value, plot: Option<svg::LinePlot>) -> Result<()> {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(&json)?);
+            print_out(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
         } else {
-            print!("{table}");
+            print_out(table)?;
         }
         if let Some(path) = &self.plot {
             let Some(plot) = plot else {
@@ -64,10 +64,20 @@ impl OutputArgs {
             };
             write_plot(path, &plot)?;
             if !self.json {
-                println!("plot written to {}", path.display());
+                print_out(&format!("plot written to {}\n", path.display()))?;
             }
         }
         Ok(())
+    }
+}
+
+/// Write to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
+pub fn print_out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
 }
 

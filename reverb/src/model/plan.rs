@@ -17,7 +17,7 @@
 use super::interval::daly;
 use super::perf::{self, Protocol};
 use super::table::{sig, Table};
-use super::{human_duration, parse_count, parse_nonnegative_duration, parse_positive_duration};
+use super::{human_duration, parse_count, parse_nonnegative_duration, parse_positive_duration, print_out};
 use anyhow::{bail, Context, Result};
 use reverb_ckpt::cluster::{evaluate as cluster_metrics, CommMatrix, Strategy, Topology};
 use serde::Serialize;
@@ -388,13 +388,13 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let plan = make_plan(&inputs, matrix.as_ref())?;
     if args.json {
-        println!(
-            "{}",
+        print_out(&format!(
+            "{}\n",
             serde_json::to_string_pretty(&json!({"inputs": {
             "ckpt_time_s": inputs.ckpt_time, "node_mtbf_s": inputs.node_mtbf, "nodes": inputs.nodes,
             "compute_comm_ratio": inputs.compute_comm_ratio, "procs_per_node": inputs.procs_per_node,
             "restart_time_s": inputs.restart_time, "work_s": inputs.work}, "plan": plan}))?
-        );
+        ))?;
         return Ok(());
     }
     let mut summary = Table::new(["recommendation", "value"]);
@@ -425,8 +425,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             sig(a.efficiency, 3),
         ]);
     }
-    print!("{}\n{}\nclusters: {}\n", summary.render(), alternatives.render(), plan.clusters.note);
-    Ok(())
+    print_out(&format!("{}\n{}\nclusters: {}\n", summary.render(), alternatives.render(), plan.clusters.note))
 }
 
 #[cfg(test)]
