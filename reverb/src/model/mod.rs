@@ -53,6 +53,9 @@ pub struct OutputArgs {
 impl OutputArgs {
     /// Print the table or the JSON, then write the plot if one was asked for.
     pub fn emit(&self, table: &str, json: serde_json::Value, plot: Option<svg::LinePlot>) -> Result<()> {
+        if let (Some(path), Some(_)) = (&self.plot, &plot) {
+            check_plot_path(path)?;
+        }
         if self.json {
             print_out(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
         } else {
@@ -82,6 +85,12 @@ pub fn print_out(text: &str) -> Result<()> {
 }
 
 fn write_plot(path: &std::path::Path, plot: &svg::LinePlot) -> Result<()> {
+    check_plot_path(path)?;
+    std::fs::write(path, plot.render()).with_context(|| format!("writing plot {}", path.display()))
+}
+
+/// Refuse anything but .svg before any output is printed.
+fn check_plot_path(path: &std::path::Path) -> Result<()> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("svg") => {}
         Some("png") => bail!(
@@ -90,7 +99,7 @@ fn write_plot(path: &std::path::Path, plot: &svg::LinePlot) -> Result<()> {
         ),
         _ => bail!("plot path {} must end in .svg", path.display()),
     }
-    std::fs::write(path, plot.render()).with_context(|| format!("writing plot {}", path.display()))
+    Ok(())
 }
 
 pub fn model(args: ModelArgs) -> Result<()> {

@@ -179,6 +179,9 @@ pub fn run(args: SurvivalArgs) -> Result<()> {
     let n = args.nodes;
     let geometric = FailureSize::Geometric { p: args.geometric_p };
     let zipf = FailureSize::Zipf { s: args.zipf_s };
+    if n < 2 {
+        bail!("--nodes must be at least 2, got {n}");
+    }
     if args.max_failed == 0 || args.max_failed > n {
         bail!("--max-failed must be in 1..={n}");
     }
