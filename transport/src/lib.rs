@@ -9,10 +9,13 @@ pub mod api;
 pub mod bootstrap;
 pub mod config;
 pub mod error;
+pub mod msg;
 pub mod region;
 pub mod shm;
 pub mod tagmatch;
 pub mod topo;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use api::{
     Access, Capabilities, Completion, CompletionKind, OpId, PeerState, Provider, ProviderKind,
@@ -27,6 +30,9 @@ pub use region::Region;
 pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
     match config.provider {
         ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
+        #[cfg(feature = "verbs")]
+        ProviderKind::Verbs => Ok(Box::new(verbs::VerbsProvider::open(config.clone(), boot)?)),
+        #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => Err(TransportError::Unavailable(
             "verbs",
             "this build has no verbs support (build with --features verbs)".into(),

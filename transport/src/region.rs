@@ -16,6 +16,8 @@ struct RegionInner {
     len: usize,
     access: Access,
     remote: RemoteRegion,
+    /// The provider's local key (verbs lkey); 0 where unused.
+    local_key: u32,
     /// Keeps the mapping or memory registration alive; its `Drop` deregisters.
     _backing: Box<dyn Any + Send + Sync>,
 }
@@ -49,9 +51,14 @@ impl Region {
         len: usize,
         access: Access,
         remote: RemoteRegion,
+        local_key: u32,
         backing: Box<dyn Any + Send + Sync>,
     ) -> Region {
-        Region { inner: Arc::new(RegionInner { ptr, len, access, remote, _backing: backing }) }
+        Region { inner: Arc::new(RegionInner { ptr, len, access, remote, local_key, _backing: backing }) }
+    }
+
+    pub(crate) fn local_key(&self) -> u32 {
+        self.inner.local_key
     }
 
     pub fn len(&self) -> usize {

@@ -25,7 +25,7 @@ const CLOSED_OFF: usize = 192;
 pub const TABLE_ENTRIES: usize = 4096;
 const ENTRY_LEN: usize = 32;
 const RING_HEAD_LEN: usize = 128;
-pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
+pub use crate::msg::SLOT_HEADER_LEN;
 
 /// Marks a table entry that is being filled; its low 16 bits never name a valid index.
 pub const KEY_RESERVED: u64 = u64::MAX;
@@ -75,32 +75,7 @@ pub struct TableEntry {
     _pad: AtomicU32,
 }
 
-/// Message kinds carried in ring slots.
-pub mod kind {
-    pub const EAGER: u32 = 1;
-    pub const RTS: u32 = 2;
-    pub const FIN: u32 = 3;
-    pub const IMM: u32 = 4;
-}
-
-/// Header of every ring slot. Read from a peer, so every field is validated before use.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SlotHeader {
-    pub kind: u32,
-    /// Immediate for IMM; status for FIN (0 = ok).
-    pub imm: u32,
-    pub tag: u64,
-    /// Eager payload length, or the full message / put length.
-    pub len: u64,
-    /// Sender's operation cookie, echoed in FIN.
-    pub cookie: u64,
-    /// RTS: where the receiver reads the message from.
-    pub r_addr: u64,
-    pub r_len: u64,
-    pub r_key: u64,
-    pub r_offset: u64,
-}
+pub use crate::msg::{kind, SlotHeader};
 
 /// A mapped control segment (ours or a peer's). Cheap to clone; keeps the mapping alive.
 #[derive(Clone)]

@@ -10,7 +10,7 @@
 
 mod control;
 mod futex;
-mod liveness;
+pub(crate) mod liveness;
 mod segment;
 
 use std::collections::{HashMap, VecDeque};
@@ -25,6 +25,7 @@ use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::TransportConfig;
 use crate::error::{Result, TransportError};
+use crate::msg::fin;
 use crate::region::Region;
 use crate::tagmatch::{Arrival, Matcher, PostedRecv};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
@@ -33,10 +34,6 @@ use segment::OwnedSegment;
 
 /// Slots drained from one ring per progress call, so one busy sender cannot starve others.
 const DRAIN_BATCH: u64 = 64;
-/// FIN status codes.
-const FIN_OK: u32 = 0;
-const FIN_READ_FAILED: u32 = 1;
-const FIN_TRUNCATED: u32 = 2;
 
 /// Identity hasher: region keys are random already.
 #[derive(Default)]
@@ -415,9 +412,9 @@ impl ShmProvider {
             self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
         };
         let status = match &result {
-            Ok(_) => FIN_OK,
-            Err(TransportError::Truncated { .. }) => FIN_TRUNCATED,
-            Err(_) => FIN_READ_FAILED,
+            Ok(_) => fin::OK,
+            Err(TransportError::Truncated { .. }) => fin::TRUNCATED,
+            Err(_) => fin::READ_FAILED,
         };
         let fin = SlotHeader {
             kind: kind::FIN,
@@ -480,7 +477,7 @@ impl ShmProvider {
                 Some(p) if p.dest == source => {
                     let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
                     self.cq.push_back(match header.imm {
-                        FIN_OK | FIN_TRUNCATED => Completion::ok(p.op, kind),
+                        fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
                         _ => Completion::failed(
                             p.op,
                             kind,
@@ -695,7 +692,7 @@ impl Provider for ShmProvider {
         }
         let backing = RegionBacking { _segment: segment, table: self.own.clone(), index };
         // SAFETY: ptr..ptr+len is the segment's mapping, which `backing` keeps alive.
-        Ok(unsafe { Region::new(ptr, len, access, remote, Box::new(backing)) })
+        Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
     }
 
     fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {

@@ -126,3 +126,17 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The provider the suite runs on (`REVERB_PROVIDER`, default shm).
+pub fn provider_name() -> String {
+    std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into())
+}
+
+/// Skips (with the reason) a test that only means something on `provider`.
+pub fn only_on(provider: &str, why: &str) -> bool {
+    if provider_name() == provider {
+        return true;
+    }
+    eprintln!("skipped: {why} (needs the {provider} provider, running {})", provider_name());
+    false
+}

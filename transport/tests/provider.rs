@@ -1,5 +1,8 @@
-//! The shm provider across real processes: every operation and size class with data verified,
-//! tag matching, error cases (bounds, keys, access), dead peers and segment cleanup.
+//! A provider across real processes: every operation and size class with data verified, tag
+//! matching, error cases (bounds, keys, access), dead peers and segment cleanup.
+//!
+//! Runs on the provider named by `REVERB_PROVIDER` (shm by default; the soft-RoCE VM runs it
+//! with `verbs`). Checks that only one provider can make say so and are skipped on the other.
 
 mod common;
 
@@ -195,18 +198,25 @@ fn rma_errors_leave_target_untouched() {
         let local = p.alloc_region(1 << 16, Access::LOCAL).unwrap();
         local.fill(0, 1 << 16, 0x11).unwrap();
         let rma = |remote: &RemoteRegion, off: u64, len: usize| (*remote, off, len);
-        let cases: Vec<(&str, (RemoteRegion, u64, usize), bool)> = vec![
-            ("past the end", rma(&t, 4000, 200), true),
-            ("offset overflow", rma(&t, u64::MAX - 4, 16), true),
-            ("wrong key", rma(&RemoteRegion { key: t.key ^ 0x1_0000, ..t }, 0, 8), true),
-            ("zero key", rma(&RemoteRegion { key: 0, ..t }, 0, 8), true),
-            ("forged length", rma(&RemoteRegion { len: 1 << 20, ..t }, 8192, 64), true),
-            ("forged address", rma(&RemoteRegion { addr: t.addr + 4096, ..t }, 0, 8), true),
-            ("deregistered", rma(&g, 0, 8), true),
-            ("read-only target", rma(&ro, 0, 8), false),
-            ("bad owner", rma(&RemoteRegion { owner: 9, ..t }, 0, 8), true),
+        // (what, target, also check get, caught at the initiator by every provider). On verbs
+        // a bad key or forged descriptor is caught by the NIC instead: see
+        // `verbs_remote_access_error_fails_only_that_endpoint`.
+        let cases: Vec<(&str, (RemoteRegion, u64, usize), bool, bool)> = vec![
+            ("past the end", rma(&t, 4000, 200), true, true),
+            ("offset overflow", rma(&t, u64::MAX - 4, 16), true, true),
+            ("bad owner", rma(&RemoteRegion { owner: 9, ..t }, 0, 8), true, true),
+            ("wrong key", rma(&RemoteRegion { key: t.key ^ 0x1_0000, ..t }, 0, 8), true, false),
+            ("zero key", rma(&RemoteRegion { key: 0, ..t }, 0, 8), true, false),
+            ("forged length", rma(&RemoteRegion { len: 1 << 20, ..t }, 8192, 64), true, false),
+            ("forged address", rma(&RemoteRegion { addr: t.addr + 4096, ..t }, 0, 8), true, false),
+            ("deregistered", rma(&g, 0, 8), true, false),
+            ("read-only target", rma(&ro, 0, 8), false, false),
         ];
-        for (what, (remote, off, len), check_get) in cases {
+        let shm = common::provider_name() == "shm";
+        for (what, (remote, off, len), check_get, everywhere) in cases {
+            if !everywhere && !shm {
+                continue;
+            }
             let op = Rma { local: &local, local_offset: 0, remote: &remote, remote_offset: off, len };
             let err = p.put(op, Signal::Yes).expect_err(what);
             assert!(
@@ -229,7 +239,8 @@ fn rma_errors_leave_target_untouched() {
         assert!(matches!(p.put(op, Signal::Yes), Err(TransportError::OutOfBounds { .. })));
         // Reading a read-only region is allowed.
         let op = Rma { local: &local, local_offset: 0, remote: &ro, remote_offset: 0, len: 4096 };
-        p.get(op, Signal::No).unwrap();
+        let op = p.get(op, Signal::Yes).unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         assert_eq!(local.to_vec(0, 4096).unwrap(), vec![0xCD; 4096]);
     }
     boot.barrier().unwrap();
@@ -363,6 +374,9 @@ fn job_files(job: &str) -> Vec<String> {
 
 #[test]
 fn segments_removed_on_exit_and_after_crash() {
+    if !common::only_on("shm", "segments in /dev/shm belong to the shm provider") {
+        return;
+    }
     if !common::is_child() {
         let clean = common::job_id("segments_removed_on_exit_and_after_crash");
         let exits = run_ranks("segments_removed_on_exit_and_after_crash", 2, &[], Duration::from_secs(60));
@@ -384,4 +398,52 @@ fn segments_removed_on_exit_and_after_crash() {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
     let _ = OpId(0);
+}
+
+#[test]
+fn verbs_remote_access_error_fails_only_that_endpoint() {
+    if !common::only_on("verbs", "remote access errors are raised by the RDMA device") {
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("verbs_remote_access_error_fails_only_that_endpoint", 3, &[]);
+    };
+    let target = p.alloc_region(4096, Access::REMOTE_RW).unwrap();
+    target.fill(0, 4096, 0xAB).unwrap();
+    let all = exchange(&mut boot, &target.remote());
+    if job.rank == 0 {
+        let local = p.alloc_region(4096, Access::LOCAL).unwrap();
+        local.fill(0, 4096, 0x11).unwrap();
+        // A forged length passes the initiator's check; the responder NIC refuses it.
+        let forged = RemoteRegion { len: 1 << 20, ..all[1] };
+        let op = p
+            .put(
+                Rma { local: &local, local_offset: 0, remote: &forged, remote_offset: 8192, len: 64 },
+                Signal::Yes,
+            )
+            .unwrap();
+        let err = p.wait_op(op, WAIT).unwrap().into_result().expect_err("remote access error");
+        assert!(matches!(err, TransportError::Remote(1, _)), "{err}");
+        // That endpoint is now failed; the one to rank 2 still works.
+        assert!(p.send(1, 1, b"x").is_err());
+        let op = p
+            .put(
+                Rma { local: &local, local_offset: 0, remote: &all[2], remote_offset: 0, len: 16 },
+                Signal::Yes,
+            )
+            .unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        let op = p.send(2, 7, b"done").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    }
+    if job.rank == 2 {
+        let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(7), 8);
+        assert_eq!(data, b"done");
+        assert_eq!(target.to_vec(0, 16).unwrap(), vec![0x11; 16]);
+    }
+    if job.rank == 1 {
+        // The refused write never touched our memory.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(target.to_vec(0, 4096).unwrap(), vec![0xAB; 4096], "target memory was touched");
+    }
 }

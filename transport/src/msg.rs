@@ -1,0 +1,99 @@
+//! The message header both providers put in front of every eager slot: tagged data, rendezvous
+//! control (RTS/FIN) and put-with-immediate notices. Always read from a peer, so every field is
+//! validated before use.
+
+/// Message kinds.
+pub mod kind {
+    pub const EAGER: u32 = 1;
+    pub const RTS: u32 = 2;
+    pub const FIN: u32 = 3;
+    pub const IMM: u32 = 4;
+}
+
+/// Header of every ring slot. Read from a peer, so every field is validated before use.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotHeader {
+    pub kind: u32,
+    /// Immediate for IMM; status for FIN (0 = ok).
+    pub imm: u32,
+    pub tag: u64,
+    /// Eager payload length, or the full message / put length.
+    pub len: u64,
+    /// Sender's operation cookie, echoed in FIN.
+    pub cookie: u64,
+    /// RTS: where the receiver reads the message from.
+    pub r_addr: u64,
+    pub r_len: u64,
+    pub r_key: u64,
+    pub r_offset: u64,
+}
+
+pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
+
+/// FIN status codes: how the receiver's rendezvous read ended.
+pub mod fin {
+    pub const OK: u32 = 0;
+    pub const READ_FAILED: u32 = 1;
+    pub const TRUNCATED: u32 = 2;
+}
+
+impl SlotHeader {
+    pub fn to_bytes(&self) -> [u8; SLOT_HEADER_LEN] {
+        let mut out = [0u8; SLOT_HEADER_LEN];
+        out[0..4].copy_from_slice(&self.kind.to_le_bytes());
+        out[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        for (i, v) in [self.tag, self.len, self.cookie, self.r_addr, self.r_len, self.r_key, self.r_offset]
+            .iter()
+            .enumerate()
+        {
+            out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a header from untrusted bytes; `None` when too short.
+    pub fn from_bytes(b: &[u8]) -> Option<SlotHeader> {
+        let b: &[u8; SLOT_HEADER_LEN] = b.get(..SLOT_HEADER_LEN)?.try_into().ok()?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        Some(SlotHeader {
+            kind: u32_at(0),
+            imm: u32_at(4),
+            tag: u64_at(8),
+            len: u64_at(16),
+            cookie: u64_at(24),
+            r_addr: u64_at(32),
+            r_len: u64_at(40),
+            r_key: u64_at(48),
+            r_offset: u64_at(56),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_rejects_short_input() {
+        let h = SlotHeader {
+            kind: kind::RTS,
+            imm: 3,
+            tag: 9,
+            len: 1 << 20,
+            cookie: 77,
+            r_addr: 1,
+            r_len: 2,
+            r_key: 3,
+            r_offset: 4,
+        };
+        let back = SlotHeader::from_bytes(&h.to_bytes()).unwrap();
+        assert_eq!(back.to_bytes(), h.to_bytes());
+        assert!(SlotHeader::from_bytes(&[0u8; 10]).is_none());
+    }
+}

@@ -1,0 +1,1163 @@
+//! The verbs provider: RC queue pairs on a real RDMA device (InfiniBand, RoCE, soft-RoCE).
+//!
+//! - One RC QP per peer (a loopback QP for self), connected through the bootstrap.
+//! - Eager messages are SENDs into a per-peer ring of pre-posted receive slots at the
+//!   receiver; the sender spends one credit per slot, and the receiver returns credits by an
+//!   8-byte RDMA write of its cumulative consumed count into the sender's credit word.
+//! - `put_imm` is a native RDMA write-with-immediate. It also consumes a receive slot (and a
+//!   credit); completions tell the two apart by opcode, so the full 32-bit immediate is the
+//!   user's.
+//! - Rendezvous: RTS carries the sender's {addr, rkey}; the receiver RDMA-reads straight into
+//!   the posted buffer and answers FIN.
+//! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
+//!   operation pending on it. Peers on the same kernel are also watched by pidfd.
+
+mod cq;
+mod device;
+mod mr;
+mod pd;
+mod qp;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ibverbs_sys as ffi;
+
+use crate::api::*;
+use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::config::{TransportConfig, WaitMode};
+use crate::error::{Result, TransportError};
+use crate::msg::{fin, kind, SlotHeader, SLOT_HEADER_LEN};
+use crate::region::Region;
+use crate::shm::liveness::ProcessWatch;
+use crate::tagmatch::{Arrival, Matcher, PostedRecv};
+use cq::CompletionQueue;
+use device::Context;
+use pd::ProtectionDomain;
+use qp::{Opcode, PathParams, QpAddress, QueuePair, Sge};
+
+const RECV_FLAG: u64 = 1 << 63;
+const PEER_SHIFT: u32 = 40;
+const SEQ_MASK: u64 = (1 << PEER_SHIFT) - 1;
+const ADDR_MAGIC: u32 = 0x5256_4256; // "RVBV"
+const ADDR_VERSION: u32 = 1;
+const ADDR_HEADER_LEN: usize = 80;
+
+/// Device selection and path knobs: `REVERB_VERBS_*`.
+#[derive(Debug, Clone)]
+pub struct VerbsOptions {
+    pub device: Option<String>,
+    pub port: u8,
+    pub gid_index: Option<i32>,
+    pub timeout: u8,
+    pub retry_count: u8,
+}
+
+impl VerbsOptions {
+    pub fn from_env() -> Result<VerbsOptions> {
+        fn num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| TransportError::Config(format!("{name}={v:?} is not a number"))),
+                Err(_) => Ok(None),
+            }
+        }
+        Ok(VerbsOptions {
+            device: std::env::var("REVERB_VERBS_DEVICE").ok().filter(|s| !s.is_empty()),
+            port: num("REVERB_VERBS_PORT")?.unwrap_or(1),
+            gid_index: num("REVERB_VERBS_GID_INDEX")?,
+            timeout: num::<u8>("REVERB_VERBS_TIMEOUT")?.unwrap_or(14).min(31),
+            retry_count: num::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(7).min(7),
+        })
+    }
+}
+
+/// What a send-queue work request was for; kept in posting order per peer.
+enum WrInfo {
+    /// A user RMA; `signal` says whether the user wants a completion.
+    Rma {
+        op: OpId,
+        kind: CompletionKind,
+        signal: Signal,
+        _local: Region,
+    },
+    /// An eager message; `bounce` if it used a TX bounce slot.
+    Msg {
+        bounce: bool,
+    },
+    Credit,
+    Probe,
+    /// Receiver side of rendezvous.
+    RndvRead {
+        recv: PostedRecv,
+        header: SlotHeader,
+        scratch: Option<Region>,
+    },
+}
+
+enum Outgoing {
+    Msg {
+        header: SlotHeader,
+        payload: Vec<u8>,
+    },
+    WriteImm {
+        op: OpId,
+        signal: Signal,
+        local: Region,
+        local_offset: usize,
+        remote: (u64, u32),
+        len: usize,
+        imm: u32,
+    },
+}
+
+enum Unexpected {
+    Eager { source: Rank, tag: Tag, data: Vec<u8> },
+    Rts { source: Rank, header: SlotHeader },
+}
+
+impl Arrival for Unexpected {
+    fn source(&self) -> Rank {
+        match self {
+            Unexpected::Eager { source, .. } | Unexpected::Rts { source, .. } => *source,
+        }
+    }
+    fn tag(&self) -> Tag {
+        match self {
+            Unexpected::Eager { tag, .. } => *tag,
+            Unexpected::Rts { header, .. } => header.tag,
+        }
+    }
+}
+
+struct PendingSend {
+    op: OpId,
+    dest: Rank,
+    tag: Tag,
+    len: usize,
+    _region: Region,
+}
+
+struct Peer {
+    qp: QueuePair,
+    state: PeerState,
+    /// Where our credit returns for this peer land: its credit word for us.
+    credit_target: (u64, u32),
+    watch: Option<ProcessWatch>,
+    /// Send queue in posting order: (sequence, what).
+    sq: VecDeque<(u64, WrInfo)>,
+    next_seq: u64,
+    /// Receive slots of the peer we have used (sends + write-imms).
+    sent: u64,
+    /// TX bounce slots used and released.
+    tx_used: u64,
+    tx_done: u64,
+    /// Receive slots of ours the peer filled and we processed; what we last told it.
+    rx_consumed: u64,
+    rx_credit_sent: u64,
+    backlog: VecDeque<Outgoing>,
+    last_probe: Instant,
+}
+
+pub struct VerbsProvider {
+    config: TransportConfig,
+    job: JobInfo,
+    // Field order is drop order: QPs (in peers) before the CQ, MRs before the PD.
+    peers: Vec<Peer>,
+    cq: CompletionQueue,
+    rx_ring: Region,
+    tx_ring: Region,
+    credit_words: Region,
+    credit_src: Region,
+    pd: Arc<ProtectionDomain>,
+    _ctx: Arc<Context>,
+    slots: u64,
+    slot_size: usize,
+    max_inline: u32,
+    sq_depth: usize,
+    max_msg: u64,
+    next_op: u64,
+    wc: Vec<ffi::ibv_wc>,
+    completions: VecDeque<Completion>,
+    matcher: Matcher<Unexpected>,
+    pending: std::collections::HashMap<u64, PendingSend>,
+    last_liveness: Instant,
+    progress_calls: u32,
+    malformed: Option<TransportError>,
+}
+
+// SAFETY: all verbs objects are owned by the provider and used through &mut self, one thread at
+// a time; the raw pointers they hold stay valid while the provider lives.
+unsafe impl Send for VerbsProvider {}
+
+fn boot_id() -> u64 {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x1_0000_0001_b3))
+}
+
+/// This rank's connection data for every peer.
+struct RankAddress {
+    lid: u16,
+    gid: [u8; 16],
+    gid_index: u8,
+    mtu: u8,
+    slots: u32,
+    slot_size: u32,
+    credit_addr: u64,
+    credit_rkey: u32,
+    pid: u32,
+    boot: u64,
+    /// Per peer: (qpn, psn) of the QP we created for it.
+    qps: Vec<(u32, u32)>,
+}
+
+impl RankAddress {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ADDR_HEADER_LEN + 8 * self.qps.len());
+        b.extend_from_slice(&ADDR_MAGIC.to_le_bytes());
+        b.extend_from_slice(&ADDR_VERSION.to_le_bytes());
+        b.extend_from_slice(&(self.qps.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.lid.to_le_bytes());
+        b.push(self.gid_index);
+        b.push(self.mtu);
+        b.extend_from_slice(&self.gid);
+        b.extend_from_slice(&self.slots.to_le_bytes());
+        b.extend_from_slice(&self.slot_size.to_le_bytes());
+        b.extend_from_slice(&self.credit_addr.to_le_bytes());
+        b.extend_from_slice(&self.credit_rkey.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.boot.to_le_bytes());
+        b.resize(ADDR_HEADER_LEN, 0);
+        for (qpn, psn) in &self.qps {
+            b.extend_from_slice(&qpn.to_le_bytes());
+            b.extend_from_slice(&psn.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8], rank: Rank, size: u32) -> Result<RankAddress> {
+        let bad = |detail: String| TransportError::Malformed {
+            what: "verbs address",
+            detail: format!("rank {rank}: {detail}"),
+        };
+        if b.len() != ADDR_HEADER_LEN + 8 * size as usize {
+            return Err(bad(format!("{} bytes, expected {}", b.len(), ADDR_HEADER_LEN + 8 * size as usize)));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| u64::from(u32_at(o)) | (u64::from(u32_at(o + 4)) << 32);
+        if u32_at(0) != ADDR_MAGIC || u32_at(4) != ADDR_VERSION || u32_at(8) != size {
+            return Err(bad("bad magic, version or job size".into()));
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[16..32]);
+        Ok(RankAddress {
+            lid: u16::from_le_bytes([b[12], b[13]]),
+            gid_index: b[14],
+            mtu: b[15],
+            gid,
+            slots: u32_at(32),
+            slot_size: u32_at(36),
+            credit_addr: u64_at(40),
+            credit_rkey: u32_at(48),
+            pid: u32_at(52),
+            boot: u64_at(56),
+            qps: (0..size as usize)
+                .map(|j| (u32_at(ADDR_HEADER_LEN + 8 * j), u32_at(ADDR_HEADER_LEN + 8 * j + 4)))
+                .collect(),
+        })
+    }
+}
+
+fn status_error(peer: Rank, status: ffi::ibv_wc_status::Type) -> TransportError {
+    use ffi::ibv_wc_status as s;
+    match status {
+        s::IBV_WC_RETRY_EXC_ERR | s::IBV_WC_RNR_RETRY_EXC_ERR => TransportError::PeerDead(peer),
+        s::IBV_WC_REM_ACCESS_ERR => TransportError::Remote(
+            peer,
+            "remote access error: bad rkey, no access right, or out of bounds".into(),
+        ),
+        other => {
+            // SAFETY: ibv_wc_status_str returns a static string for any status value.
+            let text = unsafe { std::ffi::CStr::from_ptr(ffi::ibv_wc_status_str(other)) };
+            TransportError::Remote(peer, format!("work request failed: {}", text.to_string_lossy()))
+        }
+    }
+}
+
+impl VerbsProvider {
+    pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
+        config.validate()?;
+        let opts = VerbsOptions::from_env()?;
+        let job = boot.job().clone();
+        let size = job.size;
+        // SAFETY: ibv_fork_init only sets a library flag; called before any registration.
+        unsafe { ffi::ibv_fork_init() };
+        let ctx = Context::open(opts.device.as_deref())?;
+        let port = ctx.query_port(opts.port)?;
+        let gid_index = ctx.pick_gid_index(opts.port, &port, opts.gid_index)?;
+        let gid = ctx.gid(opts.port, gid_index)?;
+        let (max_qp_wr, max_rd_atomic, max_cqe) = ctx.limits()?;
+        let pd = ProtectionDomain::new(&ctx)?;
+
+        let slots = config.ring_slots as u64;
+        let slot_size = (SLOT_HEADER_LEN + config.rndv_thresh).next_multiple_of(64);
+        let sq_depth = (2 * slots as u32 + 64).min(max_qp_wr) as usize;
+        let rq_depth = (slots as u32).min(max_qp_wr);
+        let cq_entries = (size * (sq_depth as u32 + rq_depth)).min(max_cqe);
+        let events = config.wait_mode != WaitMode::Poll;
+        let cq = CompletionQueue::new(&ctx, cq_entries, events)?;
+        let ring_len = size as usize * slots as usize * slot_size;
+        let rx_ring = mr::register(&pd, job.rank, ring_len, Access::LOCAL)?;
+        let tx_ring = mr::register(&pd, job.rank, ring_len, Access::LOCAL)?;
+        let credit_words = mr::register(&pd, job.rank, 8 * size as usize, Access::REMOTE_WRITE)?;
+        let credit_src = mr::register(&pd, job.rank, 8 * size as usize, Access::LOCAL)?;
+
+        let mut qps = Vec::with_capacity(size as usize);
+        for _ in 0..size {
+            qps.push(QueuePair::new(&pd, &cq, sq_depth as u32, rq_depth, 256)?);
+        }
+        let max_inline = qps.iter().map(|q| q.max_inline).min().unwrap_or(0);
+        let psns: Vec<u32> = (0..size).map(|_| rand::random::<u32>() & 0xff_ffff).collect();
+        let me = RankAddress {
+            lid: port.lid,
+            gid,
+            gid_index: gid_index as u8,
+            mtu: port.active_mtu,
+            slots: slots as u32,
+            slot_size: slot_size as u32,
+            credit_addr: credit_words.remote().addr,
+            credit_rkey: credit_words.remote().key as u32,
+            pid: std::process::id(),
+            boot: boot_id(),
+            qps: qps.iter().zip(&psns).map(|(q, p)| (q.qpn(), *p)).collect(),
+        };
+        let all = boot.allgather(&me.encode())?;
+        if all.len() != size as usize {
+            return Err(TransportError::Bootstrap(format!(
+                "allgather returned {} entries for {size} ranks",
+                all.len()
+            )));
+        }
+        let path = PathParams {
+            port: opts.port,
+            gid_index: gid_index as u8,
+            mtu: port.active_mtu,
+            use_grh: port.is_ethernet(),
+            max_rd_atomic: max_rd_atomic.min(16),
+            timeout: opts.timeout,
+            retry_count: opts.retry_count,
+        };
+        let mut peers = Vec::with_capacity(size as usize);
+        for (rank, (bytes, mut qp)) in all.iter().zip(qps).enumerate() {
+            let peer = RankAddress::decode(bytes, rank as Rank, size)?;
+            if peer.slots as u64 != slots || peer.slot_size as usize != slot_size {
+                return Err(TransportError::Config(format!(
+                    "rank {rank} uses {} slots of {} bytes, this rank {slots} of {slot_size}: \
+                     REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job",
+                    peer.slots, peer.slot_size
+                )));
+            }
+            let (qpn, psn) = peer.qps[job.rank as usize];
+            let remote = QpAddress {
+                qpn,
+                psn,
+                lid: peer.lid,
+                gid: peer.gid,
+                gid_index: peer.gid_index,
+                mtu: peer.mtu,
+            };
+            qp.connect(&path, psns[rank], &remote)?;
+            // Every receive slot for this peer is posted before anyone may send.
+            for slot in 0..slots {
+                let addr =
+                    rx_ring.as_ptr() as u64 + ((rank as u64 * slots + slot) as usize * slot_size) as u64;
+                let wr_id = RECV_FLAG | ((rank as u64) << PEER_SHIFT) | slot;
+                qp.post_recv(wr_id, Sge { addr, len: slot_size as u32, lkey: rx_ring.local_key() })?;
+            }
+            let same_kernel = peer.boot == me.boot && rank as Rank != job.rank;
+            peers.push(Peer {
+                qp,
+                state: PeerState::Alive,
+                credit_target: (peer.credit_addr + 8 * job.rank as u64, peer.credit_rkey),
+                watch: same_kernel.then(|| ProcessWatch::new(peer.pid)),
+                sq: VecDeque::new(),
+                next_seq: 0,
+                sent: 0,
+                tx_used: 0,
+                tx_done: 0,
+                rx_consumed: 0,
+                rx_credit_sent: 0,
+                backlog: VecDeque::new(),
+                last_probe: Instant::now(),
+            });
+        }
+        // Nobody sends until every rank has connected and posted its receives.
+        boot.barrier()?;
+        Ok(VerbsProvider {
+            config,
+            job,
+            peers,
+            cq,
+            rx_ring,
+            tx_ring,
+            credit_words,
+            credit_src,
+            pd,
+            _ctx: ctx,
+            slots,
+            slot_size,
+            max_inline,
+            sq_depth,
+            max_msg: port.max_msg_size as u64,
+            next_op: 1,
+            wc: vec![Default::default(); 32],
+            completions: VecDeque::new(),
+            matcher: Matcher::default(),
+            pending: std::collections::HashMap::new(),
+            last_liveness: Instant::now(),
+            progress_calls: 0,
+            malformed: None,
+        })
+    }
+
+    fn next_op(&mut self) -> OpId {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        id
+    }
+
+    fn live_peer(&self, rank: Rank) -> Result<&Peer> {
+        let peer = self.peers.get(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        if peer.state == PeerState::Dead {
+            return Err(TransportError::PeerDead(rank));
+        }
+        Ok(peer)
+    }
+
+    /// Cumulative receive slots `peer` has processed of ours (its credit return).
+    fn peer_consumed(&self, peer: Rank) -> u64 {
+        let mut word = [0u8; 8];
+        let _ = self.credit_words.read(8 * peer as usize, &mut word);
+        u64::from_le_bytes(word)
+    }
+
+    fn has_credit(&self, peer: Rank) -> bool {
+        let p = &self.peers[peer as usize];
+        p.sent - self.peer_consumed(peer).min(p.sent) < self.slots
+    }
+
+    /// Posts a send-queue WR to `peer`, recording what it was for. Signals when the caller
+    /// needs the completion, and every quarter queue so slots are reclaimed.
+    fn post(
+        &mut self,
+        peer: Rank,
+        info: WrInfo,
+        op: Opcode,
+        sges: &[Sge],
+        remote: Option<(u64, u32)>,
+        inline: bool,
+    ) -> Result<()> {
+        let depth = self.sq_depth;
+        let p = &mut self.peers[peer as usize];
+        let wants = !matches!(info, WrInfo::Rma { signal: Signal::No, .. } | WrInfo::Credit);
+        let signaled = wants || p.sq.len() % (depth / 4).max(1) == (depth / 4).max(1) - 1;
+        let seq = p.next_seq;
+        let wr_id = ((peer as u64) << PEER_SHIFT) | (seq & SEQ_MASK);
+        p.qp.post_send(wr_id, op, sges, remote, signaled, inline)?;
+        p.next_seq += 1;
+        p.sq.push_back((seq & SEQ_MASK, info));
+        Ok(())
+    }
+
+    /// Waits (bounded) until `peer`'s send queue has room.
+    fn reserve_sq(&mut self, peer: Rank) -> Result<()> {
+        let start = Instant::now();
+        while self.peers[peer as usize].sq.len() + 2 >= self.sq_depth {
+            self.poll_cq()?;
+            self.live_peer(peer)?;
+            if start.elapsed() > self.config.peer_timeout * 4 {
+                return Err(TransportError::Timeout(self.config.peer_timeout * 4));
+            }
+        }
+        Ok(())
+    }
+
+    fn can_send_now(&self, peer: Rank, needs_bounce: bool) -> bool {
+        let p = &self.peers[peer as usize];
+        p.backlog.is_empty()
+            && self.has_credit(peer)
+            && p.sq.len() + 2 < self.sq_depth
+            && (!needs_bounce || p.tx_used - p.tx_done < self.slots)
+    }
+
+    /// Sends an eager message (data or control) now, or queues it behind earlier ones.
+    fn push_msg(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
+        self.live_peer(dest)?;
+        let total = SLOT_HEADER_LEN + payload.len();
+        let inline = total <= self.max_inline as usize;
+        if !self.can_send_now(dest, !inline) {
+            self.peers[dest as usize].backlog.push_back(Outgoing::Msg { header, payload: payload.to_vec() });
+            return Ok(());
+        }
+        self.send_msg_now(dest, &header, payload, inline)
+    }
+
+    fn send_msg_now(&mut self, dest: Rank, header: &SlotHeader, payload: &[u8], inline: bool) -> Result<()> {
+        let bytes = header.to_bytes();
+        let total = SLOT_HEADER_LEN + payload.len();
+        let sges: Vec<Sge>;
+        if inline {
+            sges = vec![
+                Sge { addr: bytes.as_ptr() as u64, len: SLOT_HEADER_LEN as u32, lkey: 0 },
+                Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 },
+            ];
+        } else {
+            let p = &mut self.peers[dest as usize];
+            let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
+            p.tx_used += 1;
+            self.tx_ring.write(slot, &bytes)?;
+            self.tx_ring.write(slot + SLOT_HEADER_LEN, payload)?;
+            sges = vec![Sge {
+                addr: self.tx_ring.as_ptr() as u64 + slot as u64,
+                len: total as u32,
+                lkey: self.tx_ring.local_key(),
+            }];
+        }
+        let sges = if payload.is_empty() && inline { &sges[..1] } else { &sges[..] };
+        self.post(dest, WrInfo::Msg { bounce: !inline }, Opcode::Send, sges, None, inline)?;
+        self.peers[dest as usize].sent += 1;
+        Ok(())
+    }
+
+    fn write_imm_now(&mut self, dest: Rank, o: Outgoing) -> Result<()> {
+        let Outgoing::WriteImm { op, signal, local, local_offset, remote, len, imm } = o else {
+            return Ok(());
+        };
+        let sge = Sge {
+            addr: local.as_ptr() as u64 + local_offset as u64,
+            len: len as u32,
+            lkey: local.local_key(),
+        };
+        let sges: &[Sge] = if len == 0 { &[] } else { std::slice::from_ref(&sge) };
+        let info = WrInfo::Rma { op, kind: CompletionKind::PutImm, signal, _local: local.clone() };
+        self.post(dest, info, Opcode::WriteImm(imm), sges, Some(remote), false)?;
+        self.peers[dest as usize].sent += 1;
+        Ok(())
+    }
+
+    fn flush_backlogs(&mut self) -> Result<()> {
+        for dest in 0..self.peers.len() as Rank {
+            while let Some(front) = self.peers[dest as usize].backlog.front() {
+                if self.peers[dest as usize].state == PeerState::Dead {
+                    break;
+                }
+                let inline = match front {
+                    Outgoing::Msg { payload, .. } => {
+                        SLOT_HEADER_LEN + payload.len() <= self.max_inline as usize
+                    }
+                    Outgoing::WriteImm { .. } => true,
+                };
+                let p = &self.peers[dest as usize];
+                let room = self.has_credit(dest)
+                    && p.sq.len() + 2 < self.sq_depth
+                    && (inline || p.tx_used - p.tx_done < self.slots);
+                if !room {
+                    break;
+                }
+                let Some(item) = self.peers[dest as usize].backlog.pop_front() else { break };
+                match item {
+                    Outgoing::Msg { header, payload } => {
+                        self.send_msg_now(dest, &header, &payload, inline)?
+                    }
+                    other => self.write_imm_now(dest, other)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns receive credits to `peer` once a quarter of its slots are free again.
+    fn return_credits(&mut self, peer: Rank, force: bool) -> Result<()> {
+        let p = &self.peers[peer as usize];
+        let due = p.rx_consumed - p.rx_credit_sent;
+        if due == 0 || (!force && due < (self.slots / 4).max(1)) || p.state == PeerState::Dead {
+            return Ok(());
+        }
+        if p.sq.len() + 2 >= self.sq_depth {
+            return Ok(()); // retried on the next progress
+        }
+        let value = p.rx_consumed;
+        self.credit_src.write(8 * peer as usize, &value.to_le_bytes())?;
+        let sge = Sge {
+            addr: self.credit_src.as_ptr() as u64 + 8 * peer as u64,
+            len: 8,
+            lkey: self.credit_src.local_key(),
+        };
+        let target = p.credit_target;
+        self.post(peer, WrInfo::Credit, Opcode::Write, &[sge], Some(target), false)?;
+        self.peers[peer as usize].rx_credit_sent = value;
+        Ok(())
+    }
+
+    fn repost_recv(&mut self, peer: Rank, slot: u64) -> Result<()> {
+        let addr = self.rx_ring.as_ptr() as u64
+            + ((peer as u64 * self.slots + slot) as usize * self.slot_size) as u64;
+        let wr_id = RECV_FLAG | ((peer as u64) << PEER_SHIFT) | slot;
+        let lkey = self.rx_ring.local_key();
+        let slot_size = self.slot_size as u32;
+        self.peers[peer as usize].qp.post_recv(wr_id, Sge { addr, len: slot_size, lkey })?;
+        self.peers[peer as usize].rx_consumed += 1;
+        self.return_credits(peer, false)
+    }
+
+    fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
+        if data.len() > buffer.capacity() {
+            return Err(TransportError::Truncated {
+                len: data.len() as u64,
+                capacity: buffer.capacity() as u64,
+            });
+        }
+        match buffer {
+            RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
+            RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
+        }
+    }
+
+    fn complete_recv(&mut self, op: OpId, source: Rank, tag: Tag, len: usize, r: Result<Option<Vec<u8>>>) {
+        let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
+        let data = r.ok().flatten();
+        self.completions.push_back(Completion {
+            op,
+            kind: CompletionKind::Recv { source, tag, len, data },
+            status,
+        });
+    }
+
+    fn send_fin(&mut self, dest: Rank, rts: &SlotHeader, status: u32) {
+        let fin = SlotHeader {
+            kind: kind::FIN,
+            imm: status,
+            cookie: rts.cookie,
+            tag: rts.tag,
+            ..Default::default()
+        };
+        // A dead sender needs no FIN.
+        let _ = self.push_msg(dest, fin, &[]);
+    }
+
+    /// Receiver side of rendezvous: RDMA-read the sender's buffer into the posted one.
+    fn rndv_fetch(&mut self, recv: PostedRecv, source: Rank, rts: SlotHeader) {
+        let len = rts.len as usize;
+        let fail = |this: &mut Self, recv: PostedRecv, e: TransportError, status: u32| {
+            this.send_fin(source, &rts, status);
+            this.complete_recv(recv.op, source, rts.tag, len, Err(e));
+        };
+        if len > recv.buffer.capacity() {
+            let e = TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 };
+            return fail(self, recv, e, fin::TRUNCATED);
+        }
+        if rts.len > self.max_msg || rts.r_key > u32::MAX as u64 {
+            let e = TransportError::Malformed {
+                what: "rendezvous",
+                detail: format!("length {} or key {:#x} invalid", rts.len, rts.r_key),
+            };
+            return fail(self, recv, e, fin::READ_FAILED);
+        }
+        let (region, offset, scratch) = match &recv.buffer {
+            RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, None),
+            RecvBuffer::Owned { .. } => {
+                match mr::register(&self.pd, self.job.rank, len.max(1), Access::LOCAL) {
+                    Ok(r) => (r.clone(), 0, Some(r)),
+                    Err(e) => return fail(self, recv, e, fin::READ_FAILED),
+                }
+            }
+        };
+        if let Err(e) = self.reserve_sq(source) {
+            return fail(self, recv, e, fin::READ_FAILED);
+        }
+        let sge =
+            Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() };
+        let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), rts.r_key as u32));
+        let info = WrInfo::RndvRead { recv, header: rts, scratch };
+        if let Err(e) = self.post(source, info, Opcode::Read, &[sge], remote, false) {
+            self.fail_peer(source, e);
+        }
+    }
+
+    fn handle_message(&mut self, source: Rank, bytes: &[u8]) {
+        let Some(header) = SlotHeader::from_bytes(bytes) else {
+            self.malformed = Some(TransportError::Malformed {
+                what: "message",
+                detail: format!("{} bytes from rank {source}", bytes.len()),
+            });
+            return;
+        };
+        let payload = &bytes[SLOT_HEADER_LEN..];
+        match header.kind {
+            kind::EAGER if header.len as usize == payload.len() => {
+                match self.matcher.take_posted(source, header.tag) {
+                    Some(recv) => {
+                        let r = Self::deliver(&recv.buffer, payload);
+                        self.complete_recv(recv.op, source, header.tag, payload.len(), r);
+                    }
+                    None => self.matcher.push_unexpected(Unexpected::Eager {
+                        source,
+                        tag: header.tag,
+                        data: payload.to_vec(),
+                    }),
+                }
+            }
+            kind::RTS => match self.matcher.take_posted(source, header.tag) {
+                Some(recv) => self.rndv_fetch(recv, source, header),
+                None => self.matcher.push_unexpected(Unexpected::Rts { source, header }),
+            },
+            kind::FIN => match self.pending.remove(&header.cookie) {
+                Some(p) if p.dest == source => {
+                    let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
+                    self.completions.push_back(match header.imm {
+                        fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
+                        _ => Completion::failed(
+                            p.op,
+                            kind,
+                            TransportError::Remote(source, "could not read the rendezvous buffer".into()),
+                        ),
+                    });
+                }
+                other => {
+                    if let Some(p) = other {
+                        self.pending.insert(header.cookie, p);
+                    }
+                    self.malformed = Some(TransportError::Malformed {
+                        what: "message",
+                        detail: format!("FIN from rank {source} for unknown send {}", header.cookie),
+                    });
+                }
+            },
+            other => {
+                self.malformed = Some(TransportError::Malformed {
+                    what: "message",
+                    detail: format!("kind {other} with {} payload bytes from rank {source}", payload.len()),
+                })
+            }
+        }
+    }
+
+    /// Marks `peer` failed with `error` and fails everything that depended on it.
+    fn fail_peer(&mut self, peer: Rank, error: TransportError) {
+        let Some(p) = self.peers.get_mut(peer as usize) else { return };
+        if p.state == PeerState::Dead {
+            return;
+        }
+        p.state = PeerState::Dead;
+        let sq: Vec<WrInfo> = p.sq.drain(..).map(|(_, info)| info).collect();
+        let backlog: Vec<Outgoing> = p.backlog.drain(..).collect();
+        for info in sq {
+            self.fail_wr(info, peer, error.clone());
+        }
+        for item in backlog {
+            if let Outgoing::WriteImm { op, .. } = item {
+                self.completions.push_back(Completion::failed(op, CompletionKind::PutImm, error.clone()));
+            }
+        }
+        let cookies: Vec<u64> =
+            self.pending.iter().filter(|(_, s)| s.dest == peer).map(|(c, _)| *c).collect();
+        for c in cookies {
+            if let Some(s) = self.pending.remove(&c) {
+                let kind = CompletionKind::Send { dest: s.dest, tag: s.tag, len: s.len };
+                self.completions.push_back(Completion::failed(s.op, kind, error.clone()));
+            }
+        }
+        for recv in self.matcher.drain_posted_from(peer) {
+            let kind = CompletionKind::Recv { source: peer, tag: recv.tag.tag, len: 0, data: None };
+            self.completions.push_back(Completion::failed(recv.op, kind, error.clone()));
+        }
+    }
+
+    fn fail_wr(&mut self, info: WrInfo, peer: Rank, error: TransportError) {
+        match info {
+            WrInfo::Rma { op, kind, .. } => self.completions.push_back(Completion::failed(op, kind, error)),
+            WrInfo::RndvRead { recv, header, .. } => {
+                self.complete_recv(recv.op, peer, header.tag, header.len as usize, Err(error))
+            }
+            WrInfo::Msg { .. } | WrInfo::Credit | WrInfo::Probe => {}
+        }
+    }
+
+    /// A send-queue completion: everything posted before it on that QP is done too.
+    fn on_send_completion(&mut self, peer: Rank, seq: u64, status: ffi::ibv_wc_status::Type) {
+        let ok = status == ffi::ibv_wc_status::IBV_WC_SUCCESS;
+        loop {
+            let Some((s, _)) = self.peers[peer as usize].sq.front() else { return };
+            let s = *s;
+            let Some((_, info)) = self.peers[peer as usize].sq.pop_front() else { return };
+            let this = s == seq;
+            if this && !ok {
+                let error = status_error(peer, status);
+                self.fail_wr(info, peer, error.clone());
+                self.fail_peer(peer, error);
+                return;
+            }
+            match info {
+                WrInfo::Msg { bounce: true } => self.peers[peer as usize].tx_done += 1,
+                WrInfo::Rma { op, kind, signal: Signal::Yes, .. } if this => {
+                    self.completions.push_back(Completion::ok(op, kind))
+                }
+                WrInfo::RndvRead { recv, header, scratch } => {
+                    let len = header.len as usize;
+                    let r = match (&recv.buffer, scratch) {
+                        (RecvBuffer::Owned { .. }, Some(s)) => s.to_vec(0, len).map(Some),
+                        _ => Ok(None),
+                    };
+                    self.send_fin(peer, &header, fin::OK);
+                    self.complete_recv(recv.op, peer, header.tag, len, r);
+                }
+                _ => {}
+            }
+            if this {
+                return;
+            }
+        }
+    }
+
+    fn poll_cq(&mut self) -> Result<usize> {
+        let mut wc = std::mem::take(&mut self.wc);
+        let n = self.cq.poll(&mut wc);
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => {
+                self.wc = wc;
+                return Err(e);
+            }
+        };
+        for c in &wc[..n] {
+            let id = c.wr_id();
+            let peer = ((id & !RECV_FLAG) >> PEER_SHIFT) as Rank;
+            if peer as usize >= self.peers.len() {
+                continue;
+            }
+            let status = c.error().map_or(ffi::ibv_wc_status::IBV_WC_SUCCESS, |(s, _)| s);
+            if id & RECV_FLAG == 0 {
+                self.on_send_completion(peer, id & SEQ_MASK, status);
+                continue;
+            }
+            if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+                if status != ffi::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                    self.fail_peer(peer, status_error(peer, status));
+                }
+                continue;
+            }
+            let slot = id & SEQ_MASK;
+            if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                let imm = u32::from_be(c.imm_data().unwrap_or(0));
+                self.completions.push_back(Completion::ok(
+                    OpId::REMOTE,
+                    CompletionKind::Imm { source: peer, imm, len: c.len() },
+                ));
+            } else {
+                let off = (peer as u64 * self.slots + slot) as usize * self.slot_size;
+                let len = c.len().min(self.slot_size);
+                match self.rx_ring.to_vec(off, len) {
+                    Ok(bytes) => self.handle_message(peer, &bytes),
+                    Err(e) => self.malformed = Some(e),
+                }
+            }
+            if let Err(e) = self.repost_recv(peer, slot) {
+                self.fail_peer(peer, e);
+            }
+        }
+        self.wc = wc;
+        Ok(n)
+    }
+
+    fn check_liveness(&mut self, probe: bool) {
+        self.last_liveness = Instant::now();
+        for rank in 0..self.peers.len() as Rank {
+            let p = &self.peers[rank as usize];
+            if p.state == PeerState::Dead || rank == self.job.rank {
+                continue;
+            }
+            if p.watch.as_ref().is_some_and(|w| !w.alive()) {
+                self.fail_peer(rank, TransportError::PeerDead(rank));
+                continue;
+            }
+            // Peers on other hosts: a zero-byte write fails by retry exhaustion if they are gone.
+            if probe
+                && p.watch.is_none()
+                && p.last_probe.elapsed() >= self.config.peer_timeout / 2
+                && p.sq.len() + 2 < self.sq_depth
+            {
+                let target = p.credit_target;
+                self.peers[rank as usize].last_probe = Instant::now();
+                if let Err(e) = self.post(rank, WrInfo::Probe, Opcode::Write, &[], Some(target), false) {
+                    self.fail_peer(rank, e);
+                }
+            }
+        }
+    }
+
+    fn start_send(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        region.check_bounds("send", offset, len)?;
+        self.live_peer(dest)?;
+        let op = self.next_op();
+        if len <= self.config.rndv_thresh {
+            let data = region.to_vec(offset, len)?;
+            self.push_msg(
+                dest,
+                SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() },
+                &data,
+            )?;
+            self.completions.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+            return Ok(op);
+        }
+        if !region.access().allows(Access::REMOTE_READ) {
+            return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
+        }
+        let remote = region.remote();
+        let rts = SlotHeader {
+            kind: kind::RTS,
+            tag,
+            len: len as u64,
+            cookie: op.0,
+            r_addr: remote.addr,
+            r_len: remote.len,
+            r_key: remote.key,
+            r_offset: offset as u64,
+            ..Default::default()
+        };
+        self.push_msg(dest, rts, &[])?;
+        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+        Ok(op)
+    }
+
+    /// Checks an RMA at the initiator and returns (local SGE, remote address, rkey).
+    fn rma_args(&self, op: &'static str, rma: &Rma<'_>) -> Result<(Sge, (u64, u32))> {
+        rma.local.check_bounds(op, rma.local_offset, rma.len)?;
+        rma.remote.check_bounds(op, rma.remote_offset, rma.len as u64)?;
+        self.live_peer(rma.remote.owner)?;
+        if rma.remote.key > u32::MAX as u64 {
+            return Err(TransportError::InvalidKey { op, owner: rma.remote.owner, key: rma.remote.key });
+        }
+        if rma.len as u64 > self.max_msg {
+            return Err(TransportError::OutOfBounds {
+                op,
+                offset: 0,
+                len: rma.len as u64,
+                region_len: self.max_msg,
+            });
+        }
+        let sge = Sge {
+            addr: rma.local.as_ptr() as u64 + rma.local_offset as u64,
+            len: rma.len as u32,
+            lkey: rma.local.local_key(),
+        };
+        Ok((sge, (rma.remote.addr + rma.remote_offset, rma.remote.key as u32)))
+    }
+
+    fn rma(
+        &mut self,
+        name: &'static str,
+        rma: Rma<'_>,
+        opcode: Opcode,
+        kind: CompletionKind,
+        signal: Signal,
+    ) -> Result<OpId> {
+        let (sge, remote) = self.rma_args(name, &rma)?;
+        let peer = rma.remote.owner;
+        self.reserve_sq(peer)?;
+        let op = self.next_op();
+        let inline = matches!(opcode, Opcode::Write) && rma.len <= self.max_inline as usize && rma.len > 0;
+        let sges: &[Sge] = if rma.len == 0 { &[] } else { std::slice::from_ref(&sge) };
+        let info = WrInfo::Rma { op, kind, signal, _local: rma.local.clone() };
+        self.post(peer, info, opcode, sges, Some(remote), inline)?;
+        Ok(op)
+    }
+}
+
+impl Provider for VerbsProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Verbs
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::PUT
+            | Capabilities::PUT_IMM
+            | Capabilities::GET
+            | Capabilities::TAGGED
+            | Capabilities::RNDV_ZCOPY
+            | Capabilities::INTER_NODE;
+        if self.cq.has_channel() {
+            caps = caps | Capabilities::EVENT_WAIT;
+        }
+        if self.max_inline > 0 {
+            caps = caps | Capabilities::INLINE;
+        }
+        caps
+    }
+
+    fn rank(&self) -> Rank {
+        self.job.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.job.size
+    }
+
+    fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
+        mr::register(&self.pd, self.job.rank, len, access)
+    }
+
+    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma("put", rma, Opcode::Write, CompletionKind::Put, signal)
+    }
+
+    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+        let (_, remote) = self.rma_args("put_imm", &rma)?;
+        let dest = rma.remote.owner;
+        let op = self.next_op();
+        let item = Outgoing::WriteImm {
+            op,
+            signal,
+            local: rma.local.clone(),
+            local_offset: rma.local_offset,
+            remote,
+            len: rma.len,
+            imm,
+        };
+        // The immediate consumes a receive slot at the target, so it waits for a credit.
+        if self.can_send_now(dest, false) {
+            self.write_imm_now(dest, item)?;
+        } else {
+            self.peers[dest as usize].backlog.push_back(item);
+        }
+        Ok(op)
+    }
+
+    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma("get", rma, Opcode::Read, CompletionKind::Get, signal)
+    }
+
+    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.live_peer(dest)?;
+        if data.len() <= self.config.rndv_thresh {
+            let op = self.next_op();
+            self.push_msg(
+                dest,
+                SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() },
+                data,
+            )?;
+            self.completions
+                .push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() }));
+            return Ok(op);
+        }
+        let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
+        staging.write(0, data)?;
+        self.start_send(dest, tag, &staging, 0, data.len())
+    }
+
+    fn send_region(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        self.start_send(dest, tag, region, offset, len)
+    }
+
+    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+        if let Source::Rank(r) = source {
+            if r >= self.job.size {
+                return Err(TransportError::InvalidRank(r, self.job.size));
+            }
+        }
+        if let RecvBuffer::Region { region, offset, capacity } = &buffer {
+            region.check_bounds("post_recv", *offset, *capacity)?;
+        }
+        let op = self.next_op();
+        let recv = PostedRecv { op, source, tag, buffer };
+        match self.matcher.take_unexpected(source, tag) {
+            Some(Unexpected::Eager { source, tag, data }) => {
+                let r = Self::deliver(&recv.buffer, &data);
+                self.complete_recv(op, source, tag, data.len(), r);
+            }
+            Some(Unexpected::Rts { source, header }) => {
+                if self.peers[source as usize].state == PeerState::Dead {
+                    self.complete_recv(op, source, header.tag, 0, Err(TransportError::PeerDead(source)));
+                } else {
+                    self.rndv_fetch(recv, source, header);
+                }
+            }
+            None => {
+                if let Source::Rank(r) = source {
+                    self.live_peer(r)?;
+                }
+                self.matcher.push_posted(recv);
+            }
+        }
+        Ok(op)
+    }
+
+    fn peer_state(&self, peer: Rank) -> PeerState {
+        self.peers.get(peer as usize).map_or(PeerState::Dead, |p| p.state)
+    }
+
+    fn progress(&mut self) -> Result<()> {
+        while self.poll_cq()? == self.wc.len() {}
+        self.flush_backlogs()?;
+        for peer in 0..self.peers.len() as Rank {
+            self.return_credits(
+                peer,
+                self.peers[peer as usize].rx_consumed > self.peers[peer as usize].rx_credit_sent
+                    && self.peers[peer as usize].backlog.is_empty(),
+            )?;
+        }
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.progress_calls.is_multiple_of(256)
+            && self.last_liveness.elapsed() >= self.config.peer_timeout / 4
+        {
+            self.check_liveness(false);
+        }
+        match self.malformed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn block(&mut self, timeout: Duration) -> Result<()> {
+        if self.last_liveness.elapsed() >= self.config.peer_timeout / 4 {
+            self.check_liveness(true);
+        }
+        if !self.completions.is_empty() {
+            return Ok(());
+        }
+        // Waiting on credits is not a CQ event at the sender: poll the credit words soon.
+        let backlog = self.peers.iter().any(|p| !p.backlog.is_empty());
+        let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
+        self.cq.arm()?;
+        if self.poll_cq()? > 0 {
+            return Ok(());
+        }
+        self.cq.wait_event(timeout)?;
+        Ok(())
+    }
+
+    fn completions(&mut self) -> &mut VecDeque<Completion> {
+        &mut self.completions
+    }
+}

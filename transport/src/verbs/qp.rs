@@ -1,0 +1,285 @@
+//! RC queue pairs: creation, the INIT → RTR → RTS handshake from exchanged addresses, and
+//! posting work requests. Addressing works on InfiniBand (LID) and RoCE v2 (GRH with GID).
+
+use std::sync::Arc;
+
+use ibverbs_sys as ffi;
+
+use super::cq::CompletionQueue;
+use super::pd::ProtectionDomain;
+use crate::error::{Result, TransportError};
+
+/// What a peer needs to connect to one of our QPs, exchanged through the bootstrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAddress {
+    pub qpn: u32,
+    pub psn: u32,
+    pub lid: u16,
+    pub gid: [u8; 16],
+    pub gid_index: u8,
+    pub mtu: u8,
+}
+
+/// Local path parameters for the handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct PathParams {
+    pub port: u8,
+    pub gid_index: u8,
+    pub mtu: u8,
+    /// RoCE: route by GRH; InfiniBand: by LID (a GRH too if the peer is on another subnet).
+    pub use_grh: bool,
+    pub max_rd_atomic: u8,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout per try.
+    pub timeout: u8,
+    pub retry_count: u8,
+}
+
+pub enum Opcode {
+    Send,
+    Write,
+    WriteImm(u32),
+    Read,
+}
+
+/// One scatter/gather element: registered local memory (or any memory when inline).
+#[derive(Debug, Clone, Copy)]
+pub struct Sge {
+    pub addr: u64,
+    pub len: u32,
+    pub lkey: u32,
+}
+
+pub struct QueuePair {
+    raw: *mut ffi::ibv_qp,
+    pub max_inline: u32,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: the provider owns its QPs and posts from one thread at a time (&mut self).
+unsafe impl Send for QueuePair {}
+
+fn modify(qp: *mut ffi::ibv_qp, attr: &mut ffi::ibv_qp_attr, mask: u32, what: &str) -> Result<()> {
+    // SAFETY: qp is valid; attr lives on the caller's stack for the call.
+    let rc = unsafe { ffi::ibv_modify_qp(qp, attr, mask as i32) };
+    if rc != 0 {
+        return Err(TransportError::io(
+            format!("ibv_modify_qp({what})"),
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(())
+}
+
+impl QueuePair {
+    /// Creates an RC QP on `cq`. Asks for `inline` bytes of inline data and falls back to
+    /// less if the device refuses, so the limit is the device's, not an assumption.
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        cq: &CompletionQueue,
+        send_depth: u32,
+        recv_depth: u32,
+        inline: u32,
+    ) -> Result<Self> {
+        let mut last_err = None;
+        for want_inline in [inline, 64, 0] {
+            let mut init = ffi::ibv_qp_init_attr {
+                qp_context: std::ptr::null_mut(),
+                send_cq: cq.raw,
+                recv_cq: cq.raw,
+                srq: std::ptr::null_mut(),
+                cap: ffi::ibv_qp_cap {
+                    max_send_wr: send_depth,
+                    max_recv_wr: recv_depth,
+                    max_send_sge: 2,
+                    max_recv_sge: 1,
+                    max_inline_data: want_inline,
+                },
+                qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
+                sq_sig_all: 0,
+            };
+            // SAFETY: pd and cq are valid; init lives on our stack.
+            let raw = unsafe { ffi::ibv_create_qp(pd.raw, &mut init) };
+            if !raw.is_null() {
+                // The device writes back the capabilities it granted.
+                return Ok(QueuePair { raw, max_inline: init.cap.max_inline_data, _pd: pd.clone() });
+            }
+            last_err = Some(std::io::Error::last_os_error());
+        }
+        Err(TransportError::io(
+            format!("ibv_create_qp(send {send_depth}, recv {recv_depth})"),
+            last_err.unwrap_or_else(|| std::io::Error::other("unknown")),
+        ))
+    }
+
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: raw is a valid QP.
+        unsafe { (*self.raw).qp_num }
+    }
+
+    /// Moves the QP through INIT, RTR and RTS towards `remote`.
+    pub fn connect(&self, local: &PathParams, local_psn: u32, remote: &QpAddress) -> Result<()> {
+        use ffi::ibv_qp_attr_mask as m;
+        let mut attr = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: local.port,
+            qp_access_flags: (ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+                | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+                | ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0),
+            ..Default::default()
+        };
+        modify(
+            self.raw,
+            &mut attr,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0,
+            "INIT",
+        )?;
+
+        let mut attr = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
+            path_mtu: local.mtu.min(remote.mtu) as ffi::ibv_mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: local.max_rd_atomic,
+            min_rnr_timer: 12,
+            ..Default::default()
+        };
+        attr.ah_attr.dlid = remote.lid;
+        attr.ah_attr.sl = 0;
+        attr.ah_attr.src_path_bits = 0;
+        attr.ah_attr.port_num = local.port;
+        if local.use_grh {
+            attr.ah_attr.is_global = 1;
+            attr.ah_attr.grh.dgid.raw = remote.gid;
+            attr.ah_attr.grh.sgid_index = local.gid_index;
+            attr.ah_attr.grh.hop_limit = 64;
+        }
+        modify(
+            self.raw,
+            &mut attr,
+            (m::IBV_QP_STATE
+                | m::IBV_QP_AV
+                | m::IBV_QP_PATH_MTU
+                | m::IBV_QP_DEST_QPN
+                | m::IBV_QP_RQ_PSN
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC
+                | m::IBV_QP_MIN_RNR_TIMER)
+                .0,
+            "RTR",
+        )?;
+
+        let mut attr = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_RTS,
+            sq_psn: local_psn,
+            timeout: local.timeout,
+            retry_cnt: local.retry_count,
+            // Bounded: 7 would mean "retry forever" on receiver-not-ready.
+            rnr_retry: 6,
+            max_rd_atomic: local.max_rd_atomic,
+            ..Default::default()
+        };
+        modify(
+            self.raw,
+            &mut attr,
+            (m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC)
+                .0,
+            "RTS",
+        )
+    }
+
+    /// Posts one send-queue work request. With `inline`, the bytes are copied at post time,
+    /// so the SGEs may point at any memory.
+    pub fn post_send(
+        &mut self,
+        wr_id: u64,
+        op: Opcode,
+        sges: &[Sge],
+        remote: Option<(u64, u32)>,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<()> {
+        let mut list: [ffi::ibv_sge; 2] = Default::default();
+        if sges.len() > list.len() {
+            return Err(TransportError::Config(format!("{} SGEs, at most {}", sges.len(), list.len())));
+        }
+        for (dst, s) in list.iter_mut().zip(sges) {
+            *dst = ffi::ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
+        }
+        let mut wr = ffi::ibv_send_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: list.as_mut_ptr(),
+            num_sge: sges.len() as i32,
+            ..Default::default()
+        };
+        let mut flags = 0;
+        if signaled {
+            flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if inline {
+            flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        wr.send_flags = flags;
+        wr.opcode = match op {
+            Opcode::Send => ffi::ibv_wr_opcode::IBV_WR_SEND,
+            Opcode::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            Opcode::WriteImm(imm) => {
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            }
+            Opcode::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+        };
+        if let Some((addr, rkey)) = remote {
+            wr.wr.rdma.remote_addr = addr;
+            wr.wr.rdma.rkey = rkey;
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: post_send is static inline in verbs.h, so it is reached through the context's
+        // op table; the QP is valid; wr and its SGE list live on our stack for the call (inline
+        // data is copied during it, other SGEs name registered memory kept alive by the caller).
+        let rc = unsafe {
+            let ctx = (*self.raw).context;
+            let post = (*ctx)
+                .ops
+                .post_send
+                .ok_or_else(|| TransportError::Unavailable("verbs", "no post_send op".into()))?;
+            post(self.raw, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(TransportError::io("ibv_post_send", std::io::Error::from_raw_os_error(rc)));
+        }
+        Ok(())
+    }
+
+    /// Posts one receive buffer.
+    pub fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
+        let mut list = ffi::ibv_sge { addr: sge.addr, length: sge.len, lkey: sge.lkey };
+        let mut wr = ffi::ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list: &mut list, num_sge: 1 };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as for post_send; the buffer is registered memory the provider keeps alive.
+        let rc = unsafe {
+            let ctx = (*self.raw).context;
+            let post = (*ctx)
+                .ops
+                .post_recv
+                .ok_or_else(|| TransportError::Unavailable("verbs", "no post_recv op".into()))?;
+            post(self.raw, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(TransportError::io("ibv_post_recv", std::io::Error::from_raw_os_error(rc)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_qp and destroyed once; its CQ outlives it.
+        unsafe { ffi::ibv_destroy_qp(self.raw) };
+    }
+}
