@@ -22,6 +22,7 @@ use reverb_transport::{
     WaitMode,
 };
 
+use crate::launcher::{launch_with, LaunchSpec};
 
 /// Tags of the benchmark's messages; the high bytes spell "rvb" so they stand out in traces.
 pub const TAG_DATA: Tag = 0x7276_6200_0000_0001;
@@ -179,9 +180,26 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
 }
 
 fn launch_self(params: &Params) -> Result<()> {
-    // TEMPORARY until reverb::launcher lands: run under a launcher or set REVERB_RANK etc.
-    let _ = (params.ranks_per_node, params.job_timeout, PathBuf::new());
-    bail!("reverb bench: the launcher is not built yet; start the two ranks by hand")
+    let program: PathBuf = std::env::current_exe().context("finding the reverb executable")?;
+    // Intra-node by default for shm (the path it serves), one rank per node for verbs.
+    let ranks_per_node = params.ranks_per_node.unwrap_or(match params.provider {
+        Some(ProviderKind::Verbs) => 1,
+        _ => 2,
+    });
+    let spec = LaunchSpec {
+        ranks: 2,
+        ranks_per_node,
+        program,
+        args: std::env::args().skip(1).collect(),
+        env: Vec::new(),
+        timeout: Some(params.job_timeout),
+        prefix_output: false,
+    };
+    let status = launch_with(&spec, params.verbose).context("launching the two benchmark ranks")?;
+    if status != 0 {
+        bail!("the benchmark ranks failed (exit status {status})");
+    }
+    Ok(())
 }
 
 /// Pins this rank to one core (sched_setaffinity, what `taskset` does for the UCX side of

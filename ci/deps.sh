@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what reverb's build and tests need, idempotently: apt runs only when a package is
+# missing. `--compare` adds what scripts/compare-shm.sh needs (ucx_perftest, jq).
+set -euo pipefail
+
+packages=(pkg-config libhwloc-dev)
+for arg in "$@"; do
+    case "$arg" in
+        --compare) packages+=(ucx-utils jq) ;;
+        *) echo "ci/deps.sh: unknown option $arg (known: --compare)" >&2; exit 2 ;;
+    esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]})); then
+    echo "ci/deps.sh: installing ${missing[*]}" >&2
+    sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "ci/deps.sh: cargo not found; install a Rust toolchain (https://rustup.rs)" >&2
+    exit 1
+fi
