@@ -17,9 +17,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::config::parse_size;
 use reverb_transport::{
-    Access, Bootstrap, Completion, CompletionKind, JobInfo, OpId, PeerState, Provider, ProviderKind, Rank,
-    RecvBuffer, Region, RemoteRegion, Rma, Signal, Source, Tag, TagMatch, TransportConfig, TransportError,
-    WaitMode,
+    Access, Bootstrap, CompletionKind, JobInfo, OpId, PeerState, Provider, ProviderKind, Rank, RecvBuffer,
+    Region, RemoteRegion, Rma, Signal, Source, Tag, TagMatch, TransportConfig, TransportError, WaitMode,
 };
 
 use crate::launcher::{launch_with, LaunchSpec};
@@ -259,7 +258,6 @@ pub struct Session {
     capacity: usize,
     wait: WaitStyle,
     timeout: Duration,
-    scratch: Vec<Completion>,
     ev: Events,
 }
 
@@ -305,7 +303,6 @@ impl Session {
             capacity,
             wait,
             timeout,
-            scratch: Vec::with_capacity(64),
             ev: Events::default(),
         };
         for _ in 0..CTRL_DEPTH {
@@ -355,21 +352,23 @@ impl Session {
         Ok(())
     }
 
-    /// Progresses once (busy `poll`, or a short provider `wait`) and sorts the completions.
+    /// Progresses once (busy poll, or a short provider wait) and sorts the completions.
+    /// Busy polling is `Provider::poll` minus its intermediate `Vec`: `progress`, then the
+    /// completion queue is read in place, so an empty poll costs one `progress` call.
     fn pump(&mut self) -> Result<()> {
-        let mut done = std::mem::take(&mut self.scratch);
-        done.clear();
         match self.wait {
-            WaitStyle::BusyPoll => {
-                self.provider.poll(&mut done).context("polling completions")?;
+            WaitStyle::BusyPoll => self.provider.progress().context("polling completions")?,
+            WaitStyle::Provider(_) => {
+                let slice = Duration::from_millis(10);
+                match self.provider.wait_until(slice, &mut |cq| !cq.is_empty()) {
+                    Ok(()) | Err(TransportError::Timeout(_)) => {}
+                    Err(e) => return Err(anyhow!(e).context("waiting for completions")),
+                }
             }
-            WaitStyle::Provider(_) => match self.provider.wait(&mut done, Duration::from_millis(10)) {
-                Ok(_) | Err(TransportError::Timeout(_)) => {}
-                Err(e) => return Err(anyhow!(e).context("waiting for completions")),
-            },
         }
+        let cq = self.provider.completions();
         let mut result = Ok(());
-        for c in done.drain(..) {
+        while let Some(c) = cq.pop_front() {
             if let Err(e) = &c.status {
                 result = Err(anyhow!(e.clone()).context(format!("failed completion {:?}", c.kind)));
                 continue;
@@ -396,7 +395,6 @@ impl Session {
                 CompletionKind::Imm { imm, .. } => self.ev.imms.push_back(imm),
             }
         }
-        self.scratch = done;
         result
     }
 
