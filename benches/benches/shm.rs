@@ -7,12 +7,14 @@
 //! (`verify OP SIZE`, `lat OP SIZE ITERS`, finally `quit`) over the provider, and both ranks
 //! run the shared engine's loop (`reverb::bench::Session`, the code behind `reverb bench`).
 //! One criterion iteration is half a ping-pong round trip (put, send) or one get.
+//! Both ranks busy-poll, so they are pinned apart (rank r on cpu r, or the two cpus named by
+//! `REVERB_BENCH_CORES=a,b`); on one cpu they would only trade scheduler time slices.
 
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use criterion::{BenchmarkId, Criterion, Throughput};
-use reverb::bench::engine::Role;
+use reverb::bench::engine::{pin_self, Role};
 use reverb::bench::{Op, Session, WaitStyle};
 use reverb::launcher::{launch, LaunchSpec};
 use reverb_transport::{JobInfo, ProviderKind, TransportConfig};
@@ -37,6 +39,10 @@ fn run() -> Result<()> {
     if JobInfo::from_env().context("reading the job environment")?.is_none() {
         return launch_peer_job();
     }
+    let job = JobInfo::from_env()?.ok_or_else(|| anyhow!("no job environment"))?;
+    if let Some(core) = bench_cores()?.get(job.rank as usize) {
+        pin_self(*core)?;
+    }
     let mut config = TransportConfig::from_env().context("reading REVERB_* configuration")?;
     config.provider = ProviderKind::Shm;
     let capacity = SIZES.iter().copied().max().unwrap_or(1);
@@ -51,6 +57,18 @@ fn run() -> Result<()> {
         Role::Responder => serve(&mut session)?,
     }
     session.finish()
+}
+
+/// The cpus of rank 0 and rank 1; none (no pinning) on a single-cpu machine.
+fn bench_cores() -> Result<Vec<usize>> {
+    if let Ok(list) = std::env::var("REVERB_BENCH_CORES") {
+        return list
+            .split(',')
+            .map(|c| c.trim().parse().with_context(|| format!("REVERB_BENCH_CORES={list:?}")))
+            .collect();
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(if cpus >= 2 { vec![0, 1] } else { Vec::new() })
 }
 
 /// Re-executes this benchmark as rank 0 (criterion) and rank 1 (the responder).
