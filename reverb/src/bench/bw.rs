@@ -29,7 +29,7 @@ pub fn main(params: &Params) -> Result<()> {
                 out.provider, params.window
             ),
             "includes the final FIN/ACK sync; data verified on a first pass per size".to_string(),
-            "MiB/s = 2^20 bytes per second (as perftest and ucx_perftest); peak = best window".to_string(),
+            "MiB/s = 2^20 bytes/s (as perftest, ucx_perftest); peak = best 1/20 of the run".to_string(),
         ];
         if session.role() == Role::Initiator {
             out.header(

@@ -802,10 +802,13 @@ impl Session {
         if self.role == Role::Responder {
             return self.bw_respond(op, size, total, window, posted_recvs).map(|()| None);
         }
-        let window_bytes = (window * size) as f64;
+        // Peak: the best of 20 equal slices of the run (at least a window each), long enough
+        // that batched completions or batched ring drains cannot fake a burst.
+        let stride = (total / PEAK_SLICES).max(window as u64);
+        let stride_bytes = (stride * size as u64) as f64;
         let mut signaled: VecDeque<(OpId, u64)> = VecDeque::new();
         let (mut posted, mut done) = (0u64, 0u64);
-        let mut next_mark = window as u64;
+        let mut next_mark = stride;
         let mut peak = 0f64;
         let mut deadline = Deadline::new(self.timeout);
         let start = Instant::now();
@@ -840,14 +843,14 @@ impl Session {
                 deadline.extend();
                 if done >= next_mark {
                     // Every window boundary crossed since the last one, over the time it took.
-                    let crossed = (done - next_mark) / window as u64 + 1;
+                    let crossed = (done - next_mark) / stride + 1;
                     let now = Instant::now();
                     let secs = (now - last_mark).as_secs_f64();
                     if secs > 0.0 {
-                        peak = peak.max(crossed as f64 * window_bytes / secs);
+                        peak = peak.max(crossed as f64 * stride_bytes / secs);
                     }
                     last_mark = now;
-                    next_mark += crossed * window as u64;
+                    next_mark += crossed * stride;
                 }
             } else if deadline.expired() {
                 bail!("timed out after {:?} waiting for {} completions", self.timeout, op.as_str());
@@ -856,8 +859,18 @@ impl Session {
         // Final sync: the responder acknowledges only once everything arrived.
         self.send_ctrl(b"FIN")?;
         let bound = self.timeout;
-        self.expect_ctrl(b"ACK", bound)?;
+        let ack = self.recv_ctrl(bound)?;
         let elapsed = start.elapsed();
+        // For send the responder's arrivals give the peak: an eager send completes once
+        // buffered, so the initiator's slices would show enqueue speed. (A put_imm's bytes are
+        // placed when its completion is raised; its Imm notifications trail in bursts.)
+        let arrival_peak = match ack.strip_prefix(b"ACK".as_slice()) {
+            Some([]) => None,
+            Some(rest) => Some(f64::from_le_bytes(
+                rest.try_into().map_err(|_| anyhow!("protocol error: malformed ACK"))?,
+            )),
+            None => bail!("protocol error: expected ACK, got {:?}", String::from_utf8_lossy(&ack)),
+        };
         self.check_events()?;
         let secs = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
         let bytes = total as f64 * size as f64;
@@ -867,7 +880,7 @@ impl Session {
             window,
             cq_mod,
             avg_mib_s: bytes / secs / MIB,
-            peak_mib_s: peak.max(bytes / secs) / MIB,
+            peak_mib_s: arrival_peak.unwrap_or(peak).max(bytes / secs) / MIB,
             msg_rate_mps: total as f64 / secs / 1e6,
             elapsed,
         }))
@@ -883,6 +896,11 @@ impl Session {
     ) -> Result<()> {
         let mut deadline = Deadline::new(self.timeout);
         let mut seen = 0u64;
+        let stride = (total / PEAK_SLICES).max(window as u64);
+        let stride_bytes = (stride * size as u64) as f64;
+        let mut next_mark = stride;
+        let mut peak = 0f64;
+        let mut last_mark = Instant::now();
         loop {
             self.pump()?;
             let arrived = match op {
@@ -900,6 +918,16 @@ impl Session {
             if arrived != seen || !self.ev.ctrl.is_empty() {
                 seen = arrived;
                 deadline.extend();
+                if op == Op::Send && arrived >= next_mark {
+                    let crossed = (arrived - next_mark) / stride + 1;
+                    let now = Instant::now();
+                    let secs = (now - last_mark).as_secs_f64();
+                    if secs > 0.0 {
+                        peak = peak.max(crossed as f64 * stride_bytes / secs);
+                    }
+                    last_mark = now;
+                    next_mark += crossed * stride;
+                }
             }
             if arrived >= total && !self.ev.ctrl.is_empty() {
                 break;
@@ -926,11 +954,17 @@ impl Session {
         }
         self.check_events()?;
         self.expect_ctrl(b"FIN", self.timeout)?;
-        self.send_ctrl(b"ACK")
+        let mut ack = b"ACK".to_vec();
+        if op == Op::Send {
+            ack.extend_from_slice(&peak.to_le_bytes());
+        }
+        self.send_ctrl(&ack)
     }
 }
 
 const VERIFY_IMM: u32 = 0x5EED_0001;
+/// Bandwidth peak: the best of this many equal slices of a run.
+const PEAK_SLICES: u64 = 20;
 pub const MIB: f64 = 1024.0 * 1024.0;
 
 /// A never-zero byte that differs from the previous iteration's.
@@ -992,7 +1026,8 @@ pub struct BwStats {
     pub window: usize,
     pub cq_mod: usize,
     pub avg_mib_s: f64,
-    /// Best interval of one window's worth of completions.
+    /// Best of `PEAK_SLICES` equal slices of the run (arrivals at the target for send,
+    /// completions at the initiator for put, put_imm and get).
     pub peak_mib_s: f64,
     pub msg_rate_mps: f64,
     pub elapsed: Duration,
