@@ -17,6 +17,7 @@ struct RegionInner {
     access: Access,
     remote: RemoteRegion,
     /// The provider's local key (verbs lkey); 0 where unused.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     local_key: u32,
     /// Keeps the mapping or memory registration alive; its `Drop` deregisters.
     _backing: Box<dyn Any + Send + Sync>,
@@ -57,6 +58,7 @@ impl Region {
         Region { inner: Arc::new(RegionInner { ptr, len, access, remote, local_key, _backing: backing }) }
     }
 
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn local_key(&self) -> u32 {
         self.inner.local_key
     }

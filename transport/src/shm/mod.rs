@@ -71,8 +71,15 @@ struct Peer {
     tx_head_seen: u64,
     /// Consumer side of the peer's ring in our segment.
     rx_head: u64,
-    /// Messages that found the peer's ring full, in order.
-    backlog: VecDeque<(SlotHeader, Vec<u8>)>,
+    /// Messages that found the peer's ring full, in order, with the send they complete.
+    backlog: VecDeque<Queued>,
+}
+
+/// A message waiting for ring space; `done` is the user send it completes once published.
+struct Queued {
+    header: SlotHeader,
+    payload: Vec<u8>,
+    done: Option<Completion>,
 }
 
 /// An arrival no receive has claimed yet.
@@ -318,8 +325,16 @@ impl ShmProvider {
     }
 
     /// Queues a message for `dest`: straight into its ring if there is room and nothing is
-    /// waiting ahead of it, else into the backlog (drained by `progress`).
-    fn push_msg(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
+    /// waiting ahead of it, else into the backlog (drained by `progress`). `done` is queued
+    /// when the message is in the peer's ring, not before: a sender that stops progressing
+    /// must not believe a backlogged message is on its way.
+    fn push_msg(
+        &mut self,
+        dest: Rank,
+        header: SlotHeader,
+        payload: &[u8],
+        done: Option<Completion>,
+    ) -> Result<()> {
         let slots = self.layout.ring_slots as u64;
         let peer =
             self.peers.get_mut(dest as usize).ok_or(TransportError::InvalidRank(dest, self.job.size))?;
@@ -328,8 +343,9 @@ impl ShmProvider {
         }
         if peer.backlog.is_empty() && Self::ring_has_room(peer, self.job.rank, slots) {
             Self::publish(peer, self.job.rank, &header, payload);
+            self.cq.extend(done);
         } else {
-            peer.backlog.push_back((header, payload.to_vec()));
+            peer.backlog.push_back(Queued { header, payload: payload.to_vec(), done });
         }
         Ok(())
     }
@@ -364,8 +380,9 @@ impl ShmProvider {
                 if peer.state == PeerState::Dead || !Self::ring_has_room(peer, me, slots) {
                     break;
                 }
-                if let Some((header, payload)) = peer.backlog.pop_front() {
-                    Self::publish(peer, me, &header, &payload);
+                if let Some(q) = peer.backlog.pop_front() {
+                    Self::publish(peer, me, &q.header, &q.payload);
+                    self.cq.extend(q.done);
                 }
             }
         }
@@ -424,7 +441,7 @@ impl ShmProvider {
             ..Default::default()
         };
         // A dead sender needs no FIN; the receive's own result already says what happened.
-        let _ = self.push_msg(source, fin, &[]);
+        let _ = self.push_msg(source, fin, &[], None);
         self.complete_recv(recv, source, rts.tag, len, result);
     }
 
@@ -563,8 +580,12 @@ impl ShmProvider {
     fn mark_dead(&mut self, rank: Rank) {
         let Some(peer) = self.peers.get_mut(rank as usize) else { return };
         peer.state = PeerState::Dead;
-        peer.backlog.clear();
         let dead = TransportError::PeerDead(rank);
+        for q in peer.backlog.drain(..) {
+            if let Some(c) = q.done {
+                self.cq.push_back(Completion::failed(c.op, c.kind, dead.clone()));
+            }
+        }
         let cookies: Vec<u64> =
             self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();
         for cookie in cookies {
@@ -584,6 +605,15 @@ impl ShmProvider {
         self.last_liveness.elapsed() >= self.config.peer_timeout / 4
     }
 
+    /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
+    fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        let op = self.next_op();
+        let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
+        let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
+        self.push_msg(dest, header, data, Some(done))?;
+        Ok(op)
+    }
+
     fn start_send(
         &mut self,
         dest: Rank,
@@ -593,24 +623,10 @@ impl ShmProvider {
         len: usize,
     ) -> Result<OpId> {
         region.check_bounds("send", offset, len)?;
-        let op = self.next_op();
         if len <= self.config.rndv_thresh {
-            let mut buf = vec![0u8; 0];
-            let payload: &[u8] = if len == 0 {
-                &buf
-            } else {
-                buf.resize(len, 0);
-                region.read(offset, &mut buf)?;
-                &buf
-            };
-            self.push_msg(
-                dest,
-                SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() },
-                payload,
-            )?;
-            self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
-            return Ok(op);
+            return self.send_eager(dest, tag, &region.to_vec(offset, len)?);
         }
+        let op = self.next_op();
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
@@ -626,7 +642,7 @@ impl ShmProvider {
             r_offset: offset as u64,
             ..Default::default()
         };
-        self.push_msg(dest, rts, &[])?;
+        self.push_msg(dest, rts, &[], None)?;
         self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
         Ok(op)
     }
@@ -709,7 +725,7 @@ impl Provider for ShmProvider {
         // SAFETY: both ranges bounds-checked by remote_ptr.
         unsafe { control::copy_bytes(Self::local_ptr(&rma), dst, rma.len) };
         let header = SlotHeader { kind: kind::IMM, imm, len: rma.len as u64, ..Default::default() };
-        self.push_msg(rma.remote.owner, header, &[])?;
+        self.push_msg(rma.remote.owner, header, &[], None)?;
         let op = self.next_op();
         self.complete(op, CompletionKind::PutImm, signal);
         Ok(op)
@@ -727,11 +743,7 @@ impl Provider for ShmProvider {
     fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
         if data.len() <= self.config.rndv_thresh {
-            let op = self.next_op();
-            let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
-            self.push_msg(dest, header, data)?;
-            self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() }));
-            return Ok(op);
+            return self.send_eager(dest, tag, data);
         }
         // Stage large unregistered data in a region the receiver can read.
         let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
@@ -833,6 +845,18 @@ impl Provider for ShmProvider {
 
 impl Drop for ShmProvider {
     fn drop(&mut self) {
+        // Deliver what is still queued (bounded: a peer that stopped consuming cannot hold us).
+        let deadline = Instant::now() + self.config.peer_timeout;
+        while self.peers.iter().any(|p| !p.backlog.is_empty() && p.state == PeerState::Alive)
+            && Instant::now() < deadline
+        {
+            self.flush_backlogs();
+            self.drain_rings();
+            if self.liveness_due() {
+                self.check_liveness();
+            }
+            std::thread::yield_now();
+        }
         // Tell peers we are gone on purpose; the segment itself is unlinked when the last
         // view of it (ours) drops.
         self.own.closed().store(1, Ordering::Release);

@@ -100,10 +100,8 @@ enum WrInfo {
 }
 
 enum Outgoing {
-    Msg {
-        header: SlotHeader,
-        payload: Vec<u8>,
-    },
+    /// `done` is the user send this message completes once it is posted.
+    Msg { header: SlotHeader, payload: Vec<u8>, done: Option<Completion> },
     WriteImm {
         op: OpId,
         signal: Signal,
@@ -495,15 +493,37 @@ impl VerbsProvider {
     }
 
     /// Sends an eager message (data or control) now, or queues it behind earlier ones.
-    fn push_msg(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
+    /// `done` is reported once the message is posted, never while it waits in the backlog.
+    fn push_msg(
+        &mut self,
+        dest: Rank,
+        header: SlotHeader,
+        payload: &[u8],
+        done: Option<Completion>,
+    ) -> Result<()> {
         self.live_peer(dest)?;
         let total = SLOT_HEADER_LEN + payload.len();
         let inline = total <= self.max_inline as usize;
         if !self.can_send_now(dest, !inline) {
-            self.peers[dest as usize].backlog.push_back(Outgoing::Msg { header, payload: payload.to_vec() });
+            self.peers[dest as usize].backlog.push_back(Outgoing::Msg {
+                header,
+                payload: payload.to_vec(),
+                done,
+            });
             return Ok(());
         }
-        self.send_msg_now(dest, &header, payload, inline)
+        self.send_msg_now(dest, &header, payload, inline)?;
+        self.completions.extend(done);
+        Ok(())
+    }
+
+    /// An eager tagged send: one receive slot at the peer.
+    fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        let op = self.next_op();
+        let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
+        let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
+        self.push_msg(dest, header, data, Some(done))?;
+        Ok(op)
     }
 
     fn send_msg_now(&mut self, dest: Rank, header: &SlotHeader, payload: &[u8], inline: bool) -> Result<()> {
@@ -570,8 +590,9 @@ impl VerbsProvider {
                 }
                 let Some(item) = self.peers[dest as usize].backlog.pop_front() else { break };
                 match item {
-                    Outgoing::Msg { header, payload } => {
-                        self.send_msg_now(dest, &header, &payload, inline)?
+                    Outgoing::Msg { header, payload, done } => {
+                        self.send_msg_now(dest, &header, &payload, inline)?;
+                        self.completions.extend(done);
                     }
                     other => self.write_imm_now(dest, other)?,
                 }
@@ -646,7 +667,7 @@ impl VerbsProvider {
             ..Default::default()
         };
         // A dead sender needs no FIN.
-        let _ = self.push_msg(dest, fin, &[]);
+        let _ = self.push_msg(dest, fin, &[], None);
     }
 
     /// Receiver side of rendezvous: RDMA-read the sender's buffer into the posted one.
@@ -759,8 +780,14 @@ impl VerbsProvider {
             self.fail_wr(info, peer, error.clone());
         }
         for item in backlog {
-            if let Outgoing::WriteImm { op, .. } = item {
-                self.completions.push_back(Completion::failed(op, CompletionKind::PutImm, error.clone()));
+            match item {
+                Outgoing::WriteImm { op, .. } => {
+                    self.completions.push_back(Completion::failed(op, CompletionKind::PutImm, error.clone()))
+                }
+                Outgoing::Msg { done: Some(c), .. } => {
+                    self.completions.push_back(Completion::failed(c.op, c.kind, error.clone()))
+                }
+                Outgoing::Msg { done: None, .. } => {}
             }
         }
         let cookies: Vec<u64> =
@@ -909,17 +936,10 @@ impl VerbsProvider {
     ) -> Result<OpId> {
         region.check_bounds("send", offset, len)?;
         self.live_peer(dest)?;
-        let op = self.next_op();
         if len <= self.config.rndv_thresh {
-            let data = region.to_vec(offset, len)?;
-            self.push_msg(
-                dest,
-                SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() },
-                &data,
-            )?;
-            self.completions.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
-            return Ok(op);
+            return self.send_eager(dest, tag, &region.to_vec(offset, len)?);
         }
+        let op = self.next_op();
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
@@ -935,7 +955,7 @@ impl VerbsProvider {
             r_offset: offset as u64,
             ..Default::default()
         };
-        self.push_msg(dest, rts, &[])?;
+        self.push_msg(dest, rts, &[], None)?;
         self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
         Ok(op)
     }
@@ -1054,15 +1074,7 @@ impl Provider for VerbsProvider {
     fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
         if data.len() <= self.config.rndv_thresh {
-            let op = self.next_op();
-            self.push_msg(
-                dest,
-                SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() },
-                data,
-            )?;
-            self.completions
-                .push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() }));
-            return Ok(op);
+            return self.send_eager(dest, tag, data);
         }
         let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
         staging.write(0, data)?;
@@ -1159,5 +1171,26 @@ impl Provider for VerbsProvider {
 
     fn completions(&mut self) -> &mut VecDeque<Completion> {
         &mut self.completions
+    }
+}
+
+impl Drop for VerbsProvider {
+    fn drop(&mut self) {
+        // Destroying a QP drops what it has not sent: post the backlog and wait (bounded) for
+        // the signaled work requests still in flight.
+        let deadline = Instant::now() + self.config.peer_timeout;
+        let busy = |p: &Peer| {
+            p.state == PeerState::Alive
+                && (!p.backlog.is_empty()
+                    || p.sq
+                        .iter()
+                        .any(|(_, i)| !matches!(i, WrInfo::Credit | WrInfo::Rma { signal: Signal::No, .. })))
+        };
+        while self.peers.iter().any(busy) && Instant::now() < deadline {
+            if self.progress().is_err() {
+                break;
+            }
+            std::thread::yield_now();
+        }
     }
 }
