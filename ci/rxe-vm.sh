@@ -1,0 +1,199 @@
+#!/bin/bash
+# Run a command inside a QEMU (TCG) VM that has Soft-RoCE (rdma_rxe) devices.
+#
+# Why: the host kernel has no RDMA, and /dev/kvm (nested) cannot boot a guest.
+# The VM boots Debian's stock kernel (it ships rdma_rxe as a module) with a tiny
+# busybox initramfs, mounts the host's / read-only over virtio-9p and chroots
+# into it, so host-built binaries and host-installed tools run unchanged.
+# See /work/shared/DESIGN.md §4 and the device table in ci/vm/guest.sh.
+#
+# Usage:
+#   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... -- CMD ARGS...
+#   bash ci/rxe-vm.sh [--netns] --smoke
+#   bash ci/rxe-vm.sh --build        # only (re)build the cached kernel + initramfs
+# CMD runs in the current directory (same path in the guest), with the caller's
+# environment, as root. Exit status = CMD's status; 124 = VM timeout; 125 = VM failure.
+# Writable in the guest: /tmp, /run, /dev/shm (tmpfs, lost at exit), the repo's
+# target/ (if it exists) and every --rw DIR (9p, written through to the host).
+# Everything else under / is read-only.
+#
+# Environment: RXE_VM_CACHE (default ci/cache), RXE_VM_QUIET=1 hides kernel/console
+# noise before the command starts (the command's output is always shown).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+CACHE=${RXE_VM_CACHE:-$REPO/ci/cache}
+VMDIR=$HERE/vm
+
+NETNS=0 TIMEOUT=1200 MEM=2048 SMP=2 SMOKE=0 BUILD_ONLY=0
+RW=()
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --netns) NETNS=1 ;;
+        --timeout) TIMEOUT=$2; shift ;;
+        --mem) MEM=$2; shift ;;
+        --smp) SMP=$2; shift ;;
+        --rw) RW+=("$(cd "$2" && pwd)"); shift ;;
+        --smoke) SMOKE=1 ;;
+        --build) BUILD_ONLY=1 ;;
+        -h|--help) usage 0 ;;
+        --) shift; break ;;
+        *) echo "rxe-vm: unknown option $1" >&2; usage ;;
+    esac
+    shift
+done
+if [ "$SMOKE" = 1 ]; then
+    set -- bash "$VMDIR/smoke.sh"
+elif [ "$BUILD_ONLY" = 0 ] && [ $# -eq 0 ]; then
+    echo "rxe-vm: no command given" >&2; usage
+fi
+
+log() { echo "rxe-vm: $*" >&2; }
+
+# ---- host packages (idempotent: only what is missing) ----------------------------------
+PKGS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 rdma-core ibverbs-providers
+      ibverbs-utils perftest rdmacm-utils"
+ensure_packages() {
+    local missing=() p
+    for p in $PKGS; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return
+    log "installing ${missing[*]}"
+    local sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# ---- kernel + initramfs cache -----------------------------------------------------------
+# The uncompressed ELF vmlinux (PVH entry note) boots directly: under TCG this skips
+# several seconds of in-guest xz decompression.
+MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad ib_uverbs dummy veth"
+build_kernel() {
+    local pkg kver tmp off
+    pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [ -n "$pkg" ] || { log "cannot resolve linux-image-amd64 (apt-get update?)"; exit 125; }
+    kver=${pkg#linux-image-}
+    log "fetching kernel $pkg"
+    tmp=$(mktemp -d "$CACHE/tmp.XXXXXX")
+    (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1) || { log "apt-get download $pkg failed"; exit 125; }
+    dpkg-deb -x "$tmp"/"$pkg"_*.deb "$tmp/root"
+    depmod -b "$tmp/root" "$kver"   # the .deb ships no modules.dep (postinst makes it)
+    # bzImage payload is xz: find the first xz stream magic and inflate it.
+    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$tmp/root/boot/vmlinuz-$kver" | head -1 | cut -d: -f1)
+    tail -c +$((off + 1)) "$tmp/root/boot/vmlinuz-$kver" | xz -dc --single-stream >"$tmp/vmlinux" 2>/dev/null || true
+    if [ "$(head -c 4 "$tmp/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+        cp "$tmp/vmlinux" "$tmp/kernel"
+    else
+        log "vmlinux extraction failed, booting the bzImage"
+        cp "$tmp/root/boot/vmlinuz-$kver" "$tmp/kernel"
+    fi
+    # Module closure, dependency order, deduplicated.
+    mkdir -p "$tmp/modules"
+    local m line
+    for m in $MODS; do
+        modprobe -d "$tmp/root" -S "$kver" --show-depends "$m"
+    done | awk '$1 == "insmod" && !seen[$2]++ {print $2}' >"$tmp/modlist"
+    : >"$tmp/modules/order"
+    while read -r line; do
+        cp "$line" "$tmp/modules/"
+        basename "$line" >>"$tmp/modules/order"
+    done <"$tmp/modlist"
+    rm -rf "$CACHE/kernel"
+    mkdir -p "$CACHE/kernel"
+    mv "$tmp/kernel" "$tmp/modules" "$CACHE/kernel/"
+    echo "$kver" >"$CACHE/kernel/version"
+    rm -rf "$tmp"
+}
+
+build_initramfs() {
+    local tmp
+    tmp=$(mktemp -d "$CACHE/tmp.XXXXXX")
+    mkdir -p "$tmp/bin" "$tmp/dev"
+    cp /bin/busybox "$tmp/bin/busybox"
+    cp "$VMDIR/init" "$tmp/init"
+    chmod 755 "$tmp/init"
+    cp -r "$CACHE/kernel/modules" "$tmp/modules"
+    # The kernel opens /dev/console before /init runs; devtmpfs is not there yet.
+    mknod "$tmp/dev/console" c 5 1
+    # Uncompressed: the closure is small and TCG is slow at inflating.
+    (cd "$tmp" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$CACHE/initramfs.cpio.new"
+    mv "$CACHE/initramfs.cpio.new" "$CACHE/initramfs.cpio"
+    sha256sum "$VMDIR/init" >"$CACHE/initramfs.stamp"
+    rm -rf "$tmp"
+}
+
+ensure_images() {
+    mkdir -p "$CACHE"
+    [ -s "$CACHE/kernel/kernel" ] && [ -s "$CACHE/kernel/modules/order" ] || { build_kernel; rm -f "$CACHE/initramfs.cpio"; }
+    # Rebuild the initramfs when missing or when ci/vm/init changed.
+    if [ ! -s "$CACHE/initramfs.cpio" ] || ! sha256sum -c --status "$CACHE/initramfs.stamp" 2>/dev/null; then
+        build_initramfs
+    fi
+}
+
+ensure_packages
+ensure_images
+[ "$BUILD_ONLY" = 1 ] && { log "cache ready in $CACHE"; exit 0; }
+
+# ---- per-run directory (the "vmrun" 9p share: config, command, exit code) --------------
+mkdir -p "$CACHE/runs"
+RUNDIR=$(mktemp -d "$CACHE/runs/run.XXXXXX")
+cleanup() { rm -rf "$RUNDIR"; }
+trap cleanup EXIT
+
+CWD=$(pwd)
+# The repo's target/ is writable by default: tests write there (cargo target dir).
+[ -d "$REPO/target" ] && RW=("$REPO/target" "${RW[@]}")
+{
+    echo "guest $VMDIR/guest.sh"
+    echo "run $RUNDIR"
+    i=0
+    for d in "${RW[@]}"; do echo "rw rw$i $d"; i=$((i + 1)); done
+} >"$RUNDIR/config"
+echo "NETNS=$NETNS" >"$RUNDIR/opts"
+export -p >"$RUNDIR/env.sh"
+{
+    echo '. "$RXE_VM_RUN/env.sh" 2>/dev/null'
+    echo 'unset OLDPWD'
+    echo 'export RXE_VM=1'
+    printf 'cd -- %q || exit 125\n' "$CWD"
+    printf 'export PWD=%q\n' "$CWD"
+    printf 'exec'; printf ' %q' "$@"; echo
+} >"$RUNDIR/cmd.sh"
+
+QEMU=(qemu-system-x86_64
+    -accel tcg -cpu max -m "$MEM" -smp "$SMP"
+    -nodefaults -no-user-config -display none -no-reboot
+    -serial stdio
+    -kernel "$CACHE/kernel/kernel" -initrd "$CACHE/initramfs.cpio"
+    -append "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off tsc=reliable no_timer_check"
+    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+    -virtfs "local,path=$RUNDIR,mount_tag=vmrun,security_model=none,multidevs=remap")
+i=0
+for d in "${RW[@]}"; do
+    QEMU+=(-virtfs "local,path=$d,mount_tag=rw$i,security_model=none,multidevs=remap")
+    i=$((i + 1))
+done
+
+START=$(date +%s%N)
+set +e
+timeout -k 10 "$TIMEOUT" "${QEMU[@]}" </dev/null 2>&1 | tee "$RUNDIR/console.log"
+qrc=${PIPESTATUS[0]}
+set -e
+ms=$((($(date +%s%N) - START) / 1000000)); ELAPSED=$((ms / 1000)).$(printf %03d $((ms % 1000)))
+if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+    log "TIMEOUT after ${TIMEOUT}s; console tail:"
+    tail -n 40 "$RUNDIR/console.log" >&2
+    exit 124
+fi
+if [ ! -s "$RUNDIR/rc" ]; then
+    log "VM exited (qemu status $qrc) without reporting an exit code; console tail:"
+    tail -n 40 "$RUNDIR/console.log" >&2
+    exit 125
+fi
+rc=$(cat "$RUNDIR/rc")
+log "command exited $rc (VM wall time ${ELAPSED}s)"
+exit "$rc"
