@@ -47,7 +47,12 @@ const ADDR_HEADER_LEN: usize = 80;
 /// Device selection and path knobs: `REVERB_VERBS_*`.
 #[derive(Debug, Clone)]
 pub struct VerbsOptions {
-    pub device: Option<String>,
+    /// `REVERB_VERBS_DEVICE`: one device, or a comma-separated list where node `n` uses entry
+    /// `n % len` (several HCAs per host, or one rxe per simulated host in the VM).
+    pub devices: Vec<String>,
+    /// `REVERB_VERBS_PID_WATCH=0` turns off the pidfd shortcut for peers on this kernel, so a
+    /// dead peer is found only by RC retry exhaustion, as across real hosts.
+    pub pid_watch: bool,
     pub port: u8,
     pub gid_index: Option<i32>,
     pub timeout: u8,
@@ -67,11 +72,20 @@ impl VerbsOptions {
             }
         }
         Ok(VerbsOptions {
-            device: std::env::var("REVERB_VERBS_DEVICE").ok().filter(|s| !s.is_empty()),
+            devices: std::env::var("REVERB_VERBS_DEVICE")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            pid_watch: num::<u8>("REVERB_VERBS_PID_WATCH")?.unwrap_or(1) != 0,
             port: num("REVERB_VERBS_PORT")?.unwrap_or(1),
             gid_index: num("REVERB_VERBS_GID_INDEX")?,
             timeout: num::<u8>("REVERB_VERBS_TIMEOUT")?.unwrap_or(14).min(31),
-            retry_count: num::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(7).min(7),
+            // 7 means "retry forever" to rxe (as rnr_retry 7 does in the spec): stay below it
+            // so a dead peer is always reported.
+            retry_count: num::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(6).min(6),
         })
     }
 }
@@ -294,7 +308,9 @@ impl VerbsProvider {
         let size = job.size;
         // SAFETY: ibv_fork_init only sets a library flag; called before any registration.
         unsafe { ffi::ibv_fork_init() };
-        let ctx = Context::open(opts.device.as_deref())?;
+        let device =
+            (!opts.devices.is_empty()).then(|| opts.devices[job.node as usize % opts.devices.len()].as_str());
+        let ctx = Context::open(device)?;
         let port = ctx.query_port(opts.port)?;
         let gid_index = ctx.pick_gid_index(opts.port, &port, opts.gid_index)?;
         let gid = ctx.gid(opts.port, gid_index)?;
@@ -376,7 +392,7 @@ impl VerbsProvider {
                 let wr_id = RECV_FLAG | ((rank as u64) << PEER_SHIFT) | slot;
                 qp.post_recv(wr_id, Sge { addr, len: slot_size as u32, lkey: rx_ring.local_key() })?;
             }
-            let same_kernel = peer.boot == me.boot && rank as Rank != job.rank;
+            let same_kernel = opts.pid_watch && peer.boot == me.boot && rank as Rank != job.rank;
             peers.push(Peer {
                 qp,
                 state: PeerState::Alive,
