@@ -17,9 +17,7 @@ cargo test --workspace
 step "criterion benches build"
 cargo bench -p reverb-benches --no-run
 
-# ---------------------------------------------------------------------------------------------
-# VERBS / SOFT-ROCE VM SUITE: to be added here (later issue). It boots the rxe VM
-# (DESIGN.md §4) and runs the verbs provider's tests inside it; keep it behind this marker.
-# ---------------------------------------------------------------------------------------------
+step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
+bash ci/verbs-suite.sh
 
 step "ok"
