@@ -166,8 +166,11 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
     if let Some(kind) = params.provider {
         config.provider = kind;
     }
-    if let WaitStyle::Provider(mode) = params.wait {
-        config.wait_mode = mode;
+    match params.wait {
+        WaitStyle::Provider(mode) => config.wait_mode = mode,
+        // Busy polling never sleeps: say so, so peers skip the sleeper handshake (as UCX does
+        // without its async progress).
+        WaitStyle::BusyPoll => config.wait_mode = WaitMode::Poll,
     }
     config.validate().context("checking the effective configuration")?;
     if params.verbose && job.rank == 0 {
@@ -650,19 +653,20 @@ impl Session {
         }
         self.boot.barrier().context("barrier before the latency loop")?;
         let total = warmup + iters;
-        let mut samples = Vec::with_capacity(iters as usize);
         let mut pending = 0usize;
         let limit = 64usize;
         let last = size - 1;
         let initiator = self.role == Role::Initiator;
         // Consecutive iteration starts, as perftest stamps consecutive posts: a sample
         // includes everything the loop does per iteration (completion reaping too).
-        let mut prev = Instant::now();
+        let calibration = super::clock::Calibration::start();
+        let mut ticks = Vec::with_capacity(iters as usize);
+        let mut prev = super::clock::ticks();
         for i in 0..total {
             if initiator {
-                let now = Instant::now();
+                let now = super::clock::ticks();
                 if i > warmup {
-                    samples.push(now - prev);
+                    ticks.push(now.wrapping_sub(prev));
                 }
                 prev = now;
             }
@@ -725,8 +729,9 @@ impl Session {
             }
         }
         if initiator {
-            samples.push(prev.elapsed());
+            ticks.push(super::clock::ticks().wrapping_sub(prev));
         }
+        let samples = calibration.to_durations(&ticks);
         // Drain: every signaled operation and every send has completed before the next size.
         let bound = self.timeout;
         if pending > 0 {

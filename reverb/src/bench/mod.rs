@@ -5,6 +5,7 @@
 //! measured loops, statistics, output) and thin mains per test ([`lat`], [`bw`], [`memcpy`]).
 
 pub mod bw;
+mod clock;
 pub mod engine;
 pub mod lat;
 pub mod memcpy;

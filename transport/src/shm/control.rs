@@ -2,13 +2,17 @@
 //! regions:
 //!
 //! ```text
-//! 0      header: magic, version, rank, size, pid, ring geometry, closed flag
+//! 0      header: magic, version, rank, size, pid, ring geometry
 //! 64     doorbell (futex word, own cache line)      128  waiters (own cache line)
+//! 192    closed flag                                256  may-sleep flag
 //! 4096   registration table: TABLE_ENTRIES x {key, addr, len, access}
-//! ...    one inbound SPSC ring per source rank: head line, tail line, slots
+//! ...    one inbound SPSC ring per source rank: head line, then slots of
+//!        {seq word, SlotHeader, payload}
 //! ```
 //!
-//! All shared words are atomics; slot bodies are plain bytes published by the ring's tail.
+//! All shared words are atomics. A slot is published by storing its sequence number + 1 into
+//! its own seq word, after the body: the consumer polls the slot it expects next, one cache
+//! line, instead of a shared tail and then the slot.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -17,14 +21,17 @@ use std::sync::Arc;
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const HEADER_LEN: usize = 4096;
 const DOORBELL_OFF: usize = 64;
 const WAITERS_OFF: usize = 128;
 const CLOSED_OFF: usize = 192;
+const MAY_SLEEP_OFF: usize = 256;
 pub const TABLE_ENTRIES: usize = 4096;
 const ENTRY_LEN: usize = 32;
-const RING_HEAD_LEN: usize = 128;
+const RING_HEAD_LEN: usize = 64;
+/// The seq word in front of each slot's header.
+const SLOT_SEQ_LEN: usize = 8;
 pub use crate::msg::SLOT_HEADER_LEN;
 
 /// Marks a table entry that is being filled; its low 16 bits never name a valid index.
@@ -40,12 +47,12 @@ pub struct Layout {
 
 impl Layout {
     pub fn new(size: u32, ring_slots: usize, payload: usize) -> Layout {
-        let slot = (SLOT_HEADER_LEN + payload).next_multiple_of(64);
+        let slot = (SLOT_SEQ_LEN + SLOT_HEADER_LEN + payload).next_multiple_of(64);
         Layout { size, ring_slots: ring_slots as u32, slot_size: slot as u32 }
     }
 
     pub fn max_payload(&self) -> usize {
-        self.slot_size as usize - SLOT_HEADER_LEN
+        self.slot_size as usize - SLOT_SEQ_LEN - SLOT_HEADER_LEN
     }
 
     fn table_offset(&self) -> usize {
@@ -159,6 +166,12 @@ impl ControlView {
         self.u32_at(CLOSED_OFF)
     }
 
+    /// Set when this rank may sleep on its doorbell; producers skip the wakeup handshake
+    /// (a full fence per message) for ranks that only busy-poll.
+    pub fn may_sleep(&self) -> &AtomicU32 {
+        self.u32_at(MAY_SLEEP_OFF)
+    }
+
     pub fn entry(&self, index: usize) -> Option<&TableEntry> {
         if index >= TABLE_ENTRIES {
             return None;
@@ -195,10 +208,6 @@ impl Ring<'_> {
         self.view.u64_at(self.off)
     }
 
-    pub fn tail(&self) -> &AtomicU64 {
-        self.view.u64_at(self.off + 64)
-    }
-
     fn slot_ptr(&self, seq: u64) -> *mut u8 {
         let layout = &self.view.layout;
         let idx = (seq % layout.ring_slots as u64) as usize;
@@ -206,24 +215,35 @@ impl Ring<'_> {
         unsafe { self.view.base.add(self.off + RING_HEAD_LEN + idx * layout.slot_size as usize) }
     }
 
+    fn slot_seq(&self, seq: u64) -> &AtomicU64 {
+        // SAFETY: the seq word is the first 8 bytes of a 64-byte-aligned slot inside the
+        // mapping, only ever accessed atomically.
+        unsafe { &*(self.slot_ptr(seq) as *const AtomicU64) }
+    }
+
+    /// Consumer: whether slot `seq` has been published (and not yet reused).
+    pub fn published(&self, seq: u64) -> bool {
+        self.slot_seq(seq).load(Ordering::Acquire) == seq + 1
+    }
+
     /// Producer: writes slot `seq` (which the caller knows is free) and publishes it.
     pub fn publish(&self, seq: u64, header: &SlotHeader, payload: &[u8]) {
         debug_assert!(payload.len() <= self.view.layout.max_payload());
-        let slot = self.slot_ptr(seq);
+        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
         // SAFETY: the slot is free (seq - head < ring_slots, checked by the caller), so the
         // consumer does not read it until the release store below; the payload fits the slot.
         unsafe {
-            std::ptr::write_unaligned(slot as *mut SlotHeader, *header);
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER_LEN), payload.len());
+            std::ptr::write_unaligned(body as *mut SlotHeader, *header);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), body.add(SLOT_HEADER_LEN), payload.len());
         }
-        self.tail().store(seq + 1, Ordering::Release);
+        self.slot_seq(seq).store(seq + 1, Ordering::Release);
     }
 
     /// Consumer: copies the header of published slot `seq`.
     pub fn read_header(&self, seq: u64) -> SlotHeader {
-        // SAFETY: seq < tail (acquired by the caller), so the producer finished this slot and
-        // will not touch it until head moves past it.
-        unsafe { std::ptr::read_unaligned(self.slot_ptr(seq) as *const SlotHeader) }
+        // SAFETY: the caller saw `published(seq)`, so the producer finished this slot and will
+        // not touch it until head moves past it.
+        unsafe { std::ptr::read_unaligned(self.slot_ptr(seq).add(SLOT_SEQ_LEN) as *const SlotHeader) }
     }
 
     /// Consumer: the payload bytes of published slot `seq`, `len` validated by the caller.
@@ -232,7 +252,7 @@ impl Ring<'_> {
     /// `seq` must be published and not yet released, and `len <= max_payload`.
     pub unsafe fn payload(&self, seq: u64, len: usize) -> &[u8] {
         // SAFETY: upheld by the caller as documented.
-        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_HEADER_LEN), len) }
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_SEQ_LEN + SLOT_HEADER_LEN), len) }
     }
 }
 

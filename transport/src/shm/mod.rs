@@ -23,7 +23,7 @@ use memmap2::MmapRaw;
 
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
-use crate::config::TransportConfig;
+use crate::config::{TransportConfig, WaitMode};
 use crate::error::{Result, TransportError};
 use crate::msg::fin;
 use crate::region::Region;
@@ -71,6 +71,8 @@ struct Peer {
     tx_head_seen: u64,
     /// Consumer side of the peer's ring in our segment.
     rx_head: u64,
+    /// The peer may sleep on its doorbell (read once from its header at open).
+    may_sleep: bool,
     /// Messages that found the peer's ring full, in order, with the send they complete.
     backlog: VecDeque<Queued>,
 }
@@ -139,6 +141,8 @@ pub struct ShmProvider {
     matcher: Matcher<Unexpected>,
     pending: HashMap<u64, PendingSend>,
     maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
+    /// The last region mapped through `maps`: (owner, key, base address).
+    last_map: Option<(Rank, u64, *mut u8)>,
     progress_calls: u32,
     last_liveness: Instant,
     /// A malformed slot seen during progress; reported once by the next `progress`.
@@ -179,6 +183,7 @@ impl ShmProvider {
         // SAFETY: the segment is total_len bytes, page aligned, and the Arc keeps it mapped.
         let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
         own.init_header(job.rank, pid);
+        own.may_sleep().store(u32::from(config.wait_mode != WaitMode::Poll), Ordering::Release);
 
         let mut info = Vec::with_capacity(16);
         for w in [pid, layout.size, layout.ring_slots, layout.slot_size] {
@@ -221,11 +226,15 @@ impl ShmProvider {
                 tx_tail: 0,
                 tx_head_seen: 0,
                 rx_head: 0,
+                may_sleep: true,
                 backlog: VecDeque::new(),
             });
         }
         // Everyone has mapped everyone: segments may now be unlinked at exit safely.
         boot.barrier()?;
+        for peer in &mut peers {
+            peer.may_sleep = peer.view.may_sleep().load(Ordering::Acquire) != 0;
+        }
         Ok(ShmProvider {
             config,
             job,
@@ -239,6 +248,7 @@ impl ShmProvider {
             matcher: Matcher::default(),
             pending: HashMap::new(),
             maps: HashMap::default(),
+            last_map: None,
             progress_calls: 0,
             last_liveness: Instant::now(),
             malformed: None,
@@ -274,6 +284,7 @@ impl ShmProvider {
         };
         if entry.key.load(Ordering::Acquire) != remote.key {
             self.maps.remove(&(owner, remote.key));
+            self.last_map = None;
             return Err(invalid);
         }
         let (addr, len) = (entry.addr.load(Ordering::Relaxed), entry.len.load(Ordering::Relaxed));
@@ -299,18 +310,28 @@ impl ShmProvider {
             return Err(TransportError::AccessDenied { op, needed });
         }
         let writable = access.allows(Access::REMOTE_WRITE);
-        let map = match self.maps.get(&(owner, remote.key)) {
-            Some(m) if m.writable || !writable => m,
+        // Most loops name the same region again and again: skip the map lookup for it.
+        let base = match self.last_map {
+            Some((o, k, base)) if o == owner && k == remote.key => base,
             _ => {
-                let pid = peer.pid;
-                let path = segment::segment_path(&self.job_tag, owner, pid, &format!("{:016x}", remote.key));
-                let map = segment::map_peer(&path, len as usize, writable)?;
-                self.maps.insert((owner, remote.key), RemoteMap { map, writable });
-                &self.maps[&(owner, remote.key)]
+                let map = match self.maps.get(&(owner, remote.key)) {
+                    Some(m) if m.writable || !writable => m,
+                    _ => {
+                        let pid = peer.pid;
+                        let path =
+                            segment::segment_path(&self.job_tag, owner, pid, &format!("{:016x}", remote.key));
+                        let map = segment::map_peer(&path, len as usize, writable)?;
+                        self.maps.insert((owner, remote.key), RemoteMap { map, writable });
+                        &self.maps[&(owner, remote.key)]
+                    }
+                };
+                let base = map.map.as_mut_ptr();
+                self.last_map = Some((owner, remote.key, base));
+                base
             }
         };
         // SAFETY: remote_offset + len <= the mapped length (checked above).
-        Ok(unsafe { map.map.as_mut_ptr().add(rma.remote_offset as usize) })
+        Ok(unsafe { base.add(rma.remote_offset as usize) })
     }
 
     fn local_ptr(rma: &Rma<'_>) -> *mut u8 {
@@ -364,8 +385,11 @@ impl ShmProvider {
         let ring = peer.view.ring(me);
         ring.publish(peer.tx_tail, header, payload);
         peer.tx_tail += 1;
-        // Dekker with the sleeper: our tail store, then its waiters flag (see `block`).
-        fence(Ordering::SeqCst);
+        // Dekker with a sleeper: our publish, then its waiters flag (see `block`). Ranks that
+        // never sleep skip the fence.
+        if peer.may_sleep {
+            fence(Ordering::SeqCst);
+        }
         if peer.view.waiters().load(Ordering::Relaxed) > 0 {
             peer.view.doorbell().fetch_add(1, Ordering::Release);
             futex::wake_all(peer.view.doorbell());
@@ -527,17 +551,12 @@ impl ShmProvider {
 
     fn drain_rings(&mut self) {
         let max_payload = self.layout.max_payload();
+        let own = self.own.clone();
         for source in 0..self.peers.len() {
-            let ring = self.own.ring(source as u32);
-            let tail = ring.tail().load(Ordering::Acquire);
-            let mut head = self.peers[source].rx_head;
-            if tail == head {
-                continue;
-            }
-            let own = self.own.clone();
             let ring = own.ring(source as u32);
-            let end = tail.min(head + DRAIN_BATCH).max(head);
-            while head < end {
+            let start = self.peers[source].rx_head;
+            let mut head = start;
+            while head - start < DRAIN_BATCH && ring.published(head) {
                 let header = ring.read_header(head);
                 let payload_len = if header.kind == kind::EAGER { header.len as usize } else { 0 };
                 if payload_len > max_payload {
@@ -549,15 +568,17 @@ impl ShmProvider {
                         ),
                     });
                 } else {
-                    // SAFETY: slot `head` is published (head < tail) and not yet released;
-                    // the length was checked against the slot size.
+                    // SAFETY: slot `head` is published and not yet released; the length was
+                    // checked against the slot size.
                     let payload = unsafe { ring.payload(head, payload_len) };
                     self.handle_slot(source as Rank, header, payload);
                 }
                 head += 1;
             }
-            self.peers[source].rx_head = head;
-            ring.head().store(head, Ordering::Release);
+            if head != start {
+                self.peers[source].rx_head = head;
+                ring.head().store(head, Ordering::Release);
+            }
         }
     }
 
@@ -599,6 +620,7 @@ impl ShmProvider {
             self.cq.push_back(Completion::failed(recv.op, kind, dead.clone()));
         }
         self.maps.retain(|(owner, _), _| *owner != rank);
+        self.last_map = None;
     }
 
     fn liveness_due(&self) -> bool {
@@ -823,14 +845,18 @@ impl Provider for ShmProvider {
         if !self.cq.is_empty() {
             return Ok(());
         }
+        if self.config.wait_mode == WaitMode::Poll {
+            // Producers skip the wakeup handshake for polling ranks: never sleep on the futex.
+            std::thread::yield_now();
+            return Ok(());
+        }
         let backlog = self.peers.iter().any(|p| !p.backlog.is_empty());
         let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
         let doorbell = self.own.doorbell();
         let seen = doorbell.load(Ordering::Acquire);
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let pending = (0..self.peers.len())
-            .any(|s| self.own.ring(s as u32).tail().load(Ordering::Acquire) != self.peers[s].rx_head);
+        let pending = (0..self.peers.len()).any(|s| self.own.ring(s as u32).published(self.peers[s].rx_head));
         if !pending {
             futex::wait(doorbell, seen, timeout);
         }

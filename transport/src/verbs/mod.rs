@@ -618,10 +618,10 @@ impl VerbsProvider {
     }
 
     /// Returns receive credits to `peer` once a quarter of its slots are free again.
-    fn return_credits(&mut self, peer: Rank, force: bool) -> Result<()> {
+    fn return_credits(&mut self, peer: Rank) -> Result<()> {
         let p = &self.peers[peer as usize];
         let due = p.rx_consumed - p.rx_credit_sent;
-        if due == 0 || (!force && due < (self.slots / 4).max(1)) || p.state == PeerState::Dead {
+        if due < (self.slots / 4).max(1) || p.state == PeerState::Dead {
             return Ok(());
         }
         if p.sq.len() + 2 >= self.sq_depth {
@@ -648,7 +648,7 @@ impl VerbsProvider {
         let slot_size = self.slot_size as u32;
         self.peers[peer as usize].qp.post_recv(wr_id, Sge { addr, len: slot_size, lkey })?;
         self.peers[peer as usize].rx_consumed += 1;
-        self.return_credits(peer, false)
+        self.return_credits(peer)
     }
 
     fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -1148,12 +1148,9 @@ impl Provider for VerbsProvider {
     fn progress(&mut self) -> Result<()> {
         while self.poll_cq()? == self.wc.len() {}
         self.flush_backlogs()?;
+        // Credit returns deferred by a full send queue go out now.
         for peer in 0..self.peers.len() as Rank {
-            self.return_credits(
-                peer,
-                self.peers[peer as usize].rx_consumed > self.peers[peer as usize].rx_credit_sent
-                    && self.peers[peer as usize].backlog.is_empty(),
-            )?;
+            self.return_credits(peer)?;
         }
         self.progress_calls = self.progress_calls.wrapping_add(1);
         if self.progress_calls.is_multiple_of(256)
