@@ -12,6 +12,7 @@ pub mod error;
 pub mod msg;
 pub mod region;
 pub mod shm;
+pub mod tagged;
 pub mod tagmatch;
 pub mod topo;
 #[cfg(feature = "verbs")]

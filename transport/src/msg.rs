@@ -39,6 +39,37 @@ pub mod fin {
 }
 
 impl SlotHeader {
+    pub fn eager(tag: u64, len: usize) -> SlotHeader {
+        SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() }
+    }
+
+    /// Announces `len` bytes at `offset` of the sender's region `remote`; `cookie` comes back
+    /// in the FIN.
+    pub fn rts(
+        tag: u64,
+        len: usize,
+        cookie: u64,
+        remote: &crate::api::RemoteRegion,
+        offset: usize,
+    ) -> SlotHeader {
+        SlotHeader {
+            kind: kind::RTS,
+            tag,
+            len: len as u64,
+            cookie,
+            r_addr: remote.addr,
+            r_len: remote.len,
+            r_key: remote.key,
+            r_offset: offset as u64,
+            ..Default::default()
+        }
+    }
+
+    /// The answer to `rts` once the receiver's read ended with `status` (see `fin`).
+    pub fn fin(rts: &SlotHeader, status: u32) -> SlotHeader {
+        SlotHeader { kind: kind::FIN, imm: status, cookie: rts.cookie, tag: rts.tag, ..Default::default() }
+    }
+
     pub fn to_bytes(&self) -> [u8; SLOT_HEADER_LEN] {
         let mut out = [0u8; SLOT_HEADER_LEN];
         out[0..4].copy_from_slice(&self.kind.to_le_bytes());

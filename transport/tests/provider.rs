@@ -201,7 +201,8 @@ fn rma_errors_leave_target_untouched() {
         // (what, target, also check get, caught at the initiator by every provider). On verbs
         // a bad key or forged descriptor is caught by the NIC instead: see
         // `verbs_remote_access_error_fails_only_that_endpoint`.
-        let cases: Vec<(&str, (RemoteRegion, u64, usize), bool, bool)> = vec![
+        type Case<'a> = (&'a str, (RemoteRegion, u64, usize), bool, bool);
+        let cases: Vec<Case> = vec![
             ("past the end", rma(&t, 4000, 200), true, true),
             ("offset overflow", rma(&t, u64::MAX - 4, 16), true, true),
             ("bad owner", rma(&RemoteRegion { owner: 9, ..t }, 0, 8), true, true),

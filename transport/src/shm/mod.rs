@@ -25,9 +25,9 @@ use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{Result, TransportError};
-use crate::msg::fin;
 use crate::region::Region;
-use crate::tagmatch::{Arrival, Matcher, PostedRecv};
+use crate::tagged::{self, Fetch, TaggedState};
+use crate::tagmatch::PostedRecv;
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
 use liveness::ProcessWatch;
 use segment::OwnedSegment;
@@ -84,35 +84,6 @@ struct Queued {
     done: Option<Completion>,
 }
 
-/// An arrival no receive has claimed yet.
-enum Unexpected {
-    Eager { source: Rank, tag: Tag, data: Vec<u8> },
-    Rts { source: Rank, header: SlotHeader },
-}
-
-impl Arrival for Unexpected {
-    fn source(&self) -> Rank {
-        match self {
-            Unexpected::Eager { source, .. } | Unexpected::Rts { source, .. } => *source,
-        }
-    }
-    fn tag(&self) -> Tag {
-        match self {
-            Unexpected::Eager { tag, .. } => *tag,
-            Unexpected::Rts { header, .. } => header.tag,
-        }
-    }
-}
-
-/// A rendezvous send waiting for the receiver's FIN; holds the region the receiver reads.
-struct PendingSend {
-    op: OpId,
-    dest: Rank,
-    tag: Tag,
-    len: usize,
-    _region: Region,
-}
-
 /// Keeps a registered region's file mapped and its table entry claimed; clears both on drop.
 struct RegionBacking {
     _segment: OwnedSegment,
@@ -138,8 +109,7 @@ pub struct ShmProvider {
     peers: Vec<Peer>,
     next_op: u64,
     cq: VecDeque<Completion>,
-    matcher: Matcher<Unexpected>,
-    pending: HashMap<u64, PendingSend>,
+    tagged: TaggedState,
     maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
     /// The last region mapped through `maps`: (owner, key, base address).
     last_map: Option<(Rank, u64, *mut u8)>,
@@ -245,8 +215,7 @@ impl ShmProvider {
             peers,
             next_op: 1,
             cq: VecDeque::new(),
-            matcher: Matcher::default(),
-            pending: HashMap::new(),
+            tagged: TaggedState::default(),
             maps: HashMap::default(),
             last_map: None,
             progress_calls: 0,
@@ -412,39 +381,9 @@ impl ShmProvider {
         }
     }
 
-    /// Copies a message into a receive buffer. Returns the data for `Owned` buffers.
-    fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
-        if data.len() > buffer.capacity() {
-            return Err(TransportError::Truncated {
-                len: data.len() as u64,
-                capacity: buffer.capacity() as u64,
-            });
-        }
-        match buffer {
-            RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
-            RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
-        }
-    }
-
-    fn complete_recv(
-        &mut self,
-        recv: PostedRecv,
-        source: Rank,
-        tag: Tag,
-        len: usize,
-        r: Result<Option<Vec<u8>>>,
-    ) {
-        let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
-        let data = r.ok().flatten();
-        self.cq.push_back(Completion {
-            op: recv.op,
-            kind: CompletionKind::Recv { source, tag, len, data },
-            status,
-        });
-    }
-
     /// Receiver side of rendezvous: read the sender's buffer in place, then tell it (FIN).
-    fn rndv_fetch(&mut self, recv: PostedRecv, source: Rank, rts: SlotHeader) {
+    fn rndv_fetch(&mut self, f: Fetch) {
+        let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
         let result = if len > recv.buffer.capacity() {
@@ -452,21 +391,9 @@ impl ShmProvider {
         } else {
             self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
         };
-        let status = match &result {
-            Ok(_) => fin::OK,
-            Err(TransportError::Truncated { .. }) => fin::TRUNCATED,
-            Err(_) => fin::READ_FAILED,
-        };
-        let fin = SlotHeader {
-            kind: kind::FIN,
-            imm: status,
-            cookie: rts.cookie,
-            tag: rts.tag,
-            ..Default::default()
-        };
         // A dead sender needs no FIN; the receive's own result already says what happened.
-        let _ = self.push_msg(source, fin, &[], None);
-        self.complete_recv(recv, source, rts.tag, len, result);
+        let _ = self.push_msg(source, SlotHeader::fin(&rts, tagged::fin_status(&result)), &[], None);
+        self.cq.push_back(tagged::recv_completion(recv.op, source, rts.tag, len, result));
     }
 
     /// Copies `len` bytes of a peer's region into a receive buffer (rendezvous read).
@@ -499,43 +426,17 @@ impl ShmProvider {
 
     fn handle_slot(&mut self, source: Rank, header: SlotHeader, payload: &[u8]) {
         match header.kind {
-            kind::EAGER => match self.matcher.take_posted(source, header.tag) {
-                Some(recv) => {
-                    let r = Self::deliver(&recv.buffer, payload);
-                    self.complete_recv(recv, source, header.tag, payload.len(), r);
+            kind::EAGER => self.tagged.on_eager(source, header.tag, payload, &mut self.cq),
+            kind::RTS => {
+                if let Some(fetch) = self.tagged.on_rts(source, header) {
+                    self.rndv_fetch(fetch);
                 }
-                None => self.matcher.push_unexpected(Unexpected::Eager {
-                    source,
-                    tag: header.tag,
-                    data: payload.to_vec(),
-                }),
-            },
-            kind::RTS => match self.matcher.take_posted(source, header.tag) {
-                Some(recv) => self.rndv_fetch(recv, source, header),
-                None => self.matcher.push_unexpected(Unexpected::Rts { source, header }),
-            },
-            kind::FIN => match self.pending.remove(&header.cookie) {
-                Some(p) if p.dest == source => {
-                    let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
-                    self.cq.push_back(match header.imm {
-                        fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
-                        _ => Completion::failed(
-                            p.op,
-                            kind,
-                            TransportError::Remote(source, "could not read the rendezvous buffer".into()),
-                        ),
-                    });
+            }
+            kind::FIN => {
+                if let Err(e) = self.tagged.on_fin(source, &header, &mut self.cq) {
+                    self.malformed = Some(e);
                 }
-                other => {
-                    if let Some(p) = other {
-                        self.pending.insert(header.cookie, p);
-                    }
-                    self.malformed = Some(TransportError::Malformed {
-                        what: "message",
-                        detail: format!("FIN from rank {source} for unknown send {}", header.cookie),
-                    });
-                }
-            },
+            }
             kind::IMM => self.cq.push_back(Completion::ok(
                 OpId::REMOTE,
                 CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
@@ -607,18 +508,7 @@ impl ShmProvider {
                 self.cq.push_back(Completion::failed(c.op, c.kind, dead.clone()));
             }
         }
-        let cookies: Vec<u64> =
-            self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();
-        for cookie in cookies {
-            if let Some(p) = self.pending.remove(&cookie) {
-                let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
-                self.cq.push_back(Completion::failed(p.op, kind, dead.clone()));
-            }
-        }
-        for recv in self.matcher.drain_posted_from(rank) {
-            let kind = CompletionKind::Recv { source: rank, tag: recv.tag.tag, len: 0, data: None };
-            self.cq.push_back(Completion::failed(recv.op, kind, dead.clone()));
-        }
+        self.tagged.fail_peer(rank, &dead, &mut self.cq);
         self.maps.retain(|(owner, _), _| *owner != rank);
         self.last_map = None;
     }
@@ -630,9 +520,8 @@ impl ShmProvider {
     /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
     fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         let op = self.next_op();
-        let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
-        self.push_msg(dest, header, data, Some(done))?;
+        self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
         Ok(op)
     }
 
@@ -652,20 +541,8 @@ impl ShmProvider {
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
-        let remote = region.remote();
-        let rts = SlotHeader {
-            kind: kind::RTS,
-            tag,
-            len: len as u64,
-            cookie: op.0,
-            r_addr: remote.addr,
-            r_len: remote.len,
-            r_key: remote.key,
-            r_offset: offset as u64,
-            ..Default::default()
-        };
-        self.push_msg(dest, rts, &[], None)?;
-        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+        self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
+        self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
     }
 }
@@ -786,37 +663,12 @@ impl Provider for ShmProvider {
     }
 
     fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
-        if let Source::Rank(r) = source {
-            if r >= self.job.size {
-                return Err(TransportError::InvalidRank(r, self.job.size));
-            }
-        }
-        if let RecvBuffer::Region { region, offset, capacity } = &buffer {
-            region.check_bounds("post_recv", *offset, *capacity)?;
-        }
+        tagged::check_recv(source, &buffer, self.job.size)?;
         let op = self.next_op();
-        let recv = PostedRecv { op, source, tag, buffer };
-        match self.matcher.take_unexpected(source, tag) {
-            Some(Unexpected::Eager { source, tag, data }) => {
-                let r = Self::deliver(&recv.buffer, &data);
-                self.complete_recv(recv, source, tag, data.len(), r);
-            }
-            Some(Unexpected::Rts { source, header }) => {
-                if self.peers[source as usize].state == PeerState::Dead {
-                    let kind = CompletionKind::Recv { source, tag: header.tag, len: 0, data: None };
-                    self.cq.push_back(Completion::failed(op, kind, TransportError::PeerDead(source)));
-                } else {
-                    self.rndv_fetch(recv, source, header);
-                }
-            }
-            None => {
-                if let Source::Rank(r) = source {
-                    if self.peers[r as usize].state == PeerState::Dead {
-                        return Err(TransportError::PeerDead(r));
-                    }
-                }
-                self.matcher.push_posted(recv);
-            }
+        let peers = &self.peers;
+        let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
+        if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
+            self.rndv_fetch(fetch);
         }
         Ok(op)
     }

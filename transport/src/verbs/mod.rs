@@ -31,7 +31,8 @@ use crate::error::{Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, SLOT_HEADER_LEN};
 use crate::region::Region;
 use crate::shm::liveness::ProcessWatch;
-use crate::tagmatch::{Arrival, Matcher, PostedRecv};
+use crate::tagged::{self, Fetch, TaggedState};
+use crate::tagmatch::PostedRecv;
 use cq::CompletionQueue;
 use device::Context;
 use pd::ProtectionDomain;
@@ -127,33 +128,6 @@ enum Outgoing {
     },
 }
 
-enum Unexpected {
-    Eager { source: Rank, tag: Tag, data: Vec<u8> },
-    Rts { source: Rank, header: SlotHeader },
-}
-
-impl Arrival for Unexpected {
-    fn source(&self) -> Rank {
-        match self {
-            Unexpected::Eager { source, .. } | Unexpected::Rts { source, .. } => *source,
-        }
-    }
-    fn tag(&self) -> Tag {
-        match self {
-            Unexpected::Eager { tag, .. } => *tag,
-            Unexpected::Rts { header, .. } => header.tag,
-        }
-    }
-}
-
-struct PendingSend {
-    op: OpId,
-    dest: Rank,
-    tag: Tag,
-    len: usize,
-    _region: Region,
-}
-
 struct Peer {
     qp: QueuePair,
     state: PeerState,
@@ -195,8 +169,7 @@ pub struct VerbsProvider {
     next_op: u64,
     wc: Vec<ffi::ibv_wc>,
     completions: VecDeque<Completion>,
-    matcher: Matcher<Unexpected>,
-    pending: std::collections::HashMap<u64, PendingSend>,
+    tagged: TaggedState,
     last_liveness: Instant,
     progress_calls: u32,
     malformed: Option<TransportError>,
@@ -208,7 +181,7 @@ unsafe impl Send for VerbsProvider {}
 
 fn boot_id() -> u64 {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x1_0000_0001_b3))
+    id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// This rank's connection data for every peer.
@@ -430,8 +403,7 @@ impl VerbsProvider {
             next_op: 1,
             wc: vec![Default::default(); 32],
             completions: VecDeque::new(),
-            matcher: Matcher::default(),
-            pending: std::collections::HashMap::new(),
+            tagged: TaggedState::default(),
             last_liveness: Instant::now(),
             progress_calls: 0,
             malformed: None,
@@ -536,35 +508,35 @@ impl VerbsProvider {
     /// An eager tagged send: one receive slot at the peer.
     fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         let op = self.next_op();
-        let header = SlotHeader { kind: kind::EAGER, tag, len: data.len() as u64, ..Default::default() };
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
-        self.push_msg(dest, header, data, Some(done))?;
+        self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
         Ok(op)
     }
 
     fn send_msg_now(&mut self, dest: Rank, header: &SlotHeader, payload: &[u8], inline: bool) -> Result<()> {
         let bytes = header.to_bytes();
         let total = SLOT_HEADER_LEN + payload.len();
-        let sges: Vec<Sge>;
-        if inline {
-            sges = vec![
-                Sge { addr: bytes.as_ptr() as u64, len: SLOT_HEADER_LEN as u32, lkey: 0 },
-                Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 },
-            ];
+        let mut sges = [Sge { addr: 0, len: 0, lkey: 0 }; 2];
+        let count = if inline {
+            // Copied at post time, so the SGEs may point at the stack and the caller's bytes.
+            sges[0] = Sge { addr: bytes.as_ptr() as u64, len: SLOT_HEADER_LEN as u32, lkey: 0 };
+            sges[1] = Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 };
+            if payload.is_empty() {
+                1
+            } else {
+                2
+            }
         } else {
             let p = &mut self.peers[dest as usize];
             let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
             p.tx_used += 1;
             self.tx_ring.write(slot, &bytes)?;
             self.tx_ring.write(slot + SLOT_HEADER_LEN, payload)?;
-            sges = vec![Sge {
-                addr: self.tx_ring.as_ptr() as u64 + slot as u64,
-                len: total as u32,
-                lkey: self.tx_ring.local_key(),
-            }];
-        }
-        let sges = if payload.is_empty() && inline { &sges[..1] } else { &sges[..] };
-        self.post(dest, WrInfo::Msg { bounce: !inline }, Opcode::Send, sges, None, inline)?;
+            let addr = self.tx_ring.as_ptr() as u64 + slot as u64;
+            sges[0] = Sge { addr, len: total as u32, lkey: self.tx_ring.local_key() };
+            1
+        };
+        self.post(dest, WrInfo::Msg { bounce: !inline }, Opcode::Send, &sges[..count], None, inline)?;
         self.peers[dest as usize].sent += 1;
         Ok(())
     }
@@ -651,27 +623,8 @@ impl VerbsProvider {
         self.return_credits(peer)
     }
 
-    fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
-        if data.len() > buffer.capacity() {
-            return Err(TransportError::Truncated {
-                len: data.len() as u64,
-                capacity: buffer.capacity() as u64,
-            });
-        }
-        match buffer {
-            RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
-            RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
-        }
-    }
-
     fn complete_recv(&mut self, op: OpId, source: Rank, tag: Tag, len: usize, r: Result<Option<Vec<u8>>>) {
-        let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
-        let data = r.ok().flatten();
-        self.completions.push_back(Completion {
-            op,
-            kind: CompletionKind::Recv { source, tag, len, data },
-            status,
-        });
+        self.completions.push_back(tagged::recv_completion(op, source, tag, len, r));
     }
 
     fn send_fin(&mut self, dest: Rank, rts: &SlotHeader, status: u32) {
@@ -687,7 +640,8 @@ impl VerbsProvider {
     }
 
     /// Receiver side of rendezvous: RDMA-read the sender's buffer into the posted one.
-    fn rndv_fetch(&mut self, recv: PostedRecv, source: Rank, rts: SlotHeader) {
+    fn rndv_fetch(&mut self, f: Fetch) {
+        let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let fail = |this: &mut Self, recv: PostedRecv, e: TransportError, status: u32| {
             this.send_fin(source, &rts, status);
@@ -736,44 +690,18 @@ impl VerbsProvider {
         let payload = &bytes[SLOT_HEADER_LEN..];
         match header.kind {
             kind::EAGER if header.len as usize == payload.len() => {
-                match self.matcher.take_posted(source, header.tag) {
-                    Some(recv) => {
-                        let r = Self::deliver(&recv.buffer, payload);
-                        self.complete_recv(recv.op, source, header.tag, payload.len(), r);
-                    }
-                    None => self.matcher.push_unexpected(Unexpected::Eager {
-                        source,
-                        tag: header.tag,
-                        data: payload.to_vec(),
-                    }),
+                self.tagged.on_eager(source, header.tag, payload, &mut self.completions)
+            }
+            kind::RTS => {
+                if let Some(fetch) = self.tagged.on_rts(source, header) {
+                    self.rndv_fetch(fetch);
                 }
             }
-            kind::RTS => match self.matcher.take_posted(source, header.tag) {
-                Some(recv) => self.rndv_fetch(recv, source, header),
-                None => self.matcher.push_unexpected(Unexpected::Rts { source, header }),
-            },
-            kind::FIN => match self.pending.remove(&header.cookie) {
-                Some(p) if p.dest == source => {
-                    let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
-                    self.completions.push_back(match header.imm {
-                        fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
-                        _ => Completion::failed(
-                            p.op,
-                            kind,
-                            TransportError::Remote(source, "could not read the rendezvous buffer".into()),
-                        ),
-                    });
+            kind::FIN => {
+                if let Err(e) = self.tagged.on_fin(source, &header, &mut self.completions) {
+                    self.malformed = Some(e);
                 }
-                other => {
-                    if let Some(p) = other {
-                        self.pending.insert(header.cookie, p);
-                    }
-                    self.malformed = Some(TransportError::Malformed {
-                        what: "message",
-                        detail: format!("FIN from rank {source} for unknown send {}", header.cookie),
-                    });
-                }
-            },
+            }
             other => {
                 self.malformed = Some(TransportError::Malformed {
                     what: "message",
@@ -806,18 +734,7 @@ impl VerbsProvider {
                 Outgoing::Msg { done: None, .. } => {}
             }
         }
-        let cookies: Vec<u64> =
-            self.pending.iter().filter(|(_, s)| s.dest == peer).map(|(c, _)| *c).collect();
-        for c in cookies {
-            if let Some(s) = self.pending.remove(&c) {
-                let kind = CompletionKind::Send { dest: s.dest, tag: s.tag, len: s.len };
-                self.completions.push_back(Completion::failed(s.op, kind, error.clone()));
-            }
-        }
-        for recv in self.matcher.drain_posted_from(peer) {
-            let kind = CompletionKind::Recv { source: peer, tag: recv.tag.tag, len: 0, data: None };
-            self.completions.push_back(Completion::failed(recv.op, kind, error.clone()));
-        }
+        self.tagged.fail_peer(peer, &error, &mut self.completions);
     }
 
     fn fail_wr(&mut self, info: WrInfo, peer: Rank, error: TransportError) {
@@ -959,20 +876,8 @@ impl VerbsProvider {
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
-        let remote = region.remote();
-        let rts = SlotHeader {
-            kind: kind::RTS,
-            tag,
-            len: len as u64,
-            cookie: op.0,
-            r_addr: remote.addr,
-            r_len: remote.len,
-            r_key: remote.key,
-            r_offset: offset as u64,
-            ..Default::default()
-        };
-        self.push_msg(dest, rts, &[], None)?;
-        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+        self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
+        self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
     }
 
@@ -1109,34 +1014,14 @@ impl Provider for VerbsProvider {
     }
 
     fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
-        if let Source::Rank(r) = source {
-            if r >= self.job.size {
-                return Err(TransportError::InvalidRank(r, self.job.size));
-            }
-        }
-        if let RecvBuffer::Region { region, offset, capacity } = &buffer {
-            region.check_bounds("post_recv", *offset, *capacity)?;
-        }
+        tagged::check_recv(source, &buffer, self.job.size)?;
         let op = self.next_op();
-        let recv = PostedRecv { op, source, tag, buffer };
-        match self.matcher.take_unexpected(source, tag) {
-            Some(Unexpected::Eager { source, tag, data }) => {
-                let r = Self::deliver(&recv.buffer, &data);
-                self.complete_recv(op, source, tag, data.len(), r);
-            }
-            Some(Unexpected::Rts { source, header }) => {
-                if self.peers[source as usize].state == PeerState::Dead {
-                    self.complete_recv(op, source, header.tag, 0, Err(TransportError::PeerDead(source)));
-                } else {
-                    self.rndv_fetch(recv, source, header);
-                }
-            }
-            None => {
-                if let Source::Rank(r) = source {
-                    self.live_peer(r)?;
-                }
-                self.matcher.push_posted(recv);
-            }
+        let peers = &self.peers;
+        let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
+        if let Some(fetch) =
+            self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.completions)?
+        {
+            self.rndv_fetch(fetch);
         }
         Ok(op)
     }

@@ -1,0 +1,211 @@
+//! The tagged-message protocol state every provider shares (libfabric keeps the same in its
+//! util layer): posted receives and unexpected arrivals, rendezvous sends waiting for their
+//! FIN, delivery into receive buffers, and what a dead peer fails. Providers own only the
+//! moving of bytes: ring slots or SENDs for eager data, a copy or an RDMA read for rendezvous.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag};
+use crate::error::{Result, TransportError};
+use crate::msg::{fin, SlotHeader};
+use crate::region::Region;
+use crate::tagmatch::{Arrival, Matcher, PostedRecv};
+
+/// An arrival no receive has claimed yet.
+enum Unexpected {
+    Eager { source: Rank, tag: Tag, data: Vec<u8> },
+    Rts { source: Rank, header: SlotHeader },
+}
+
+impl Arrival for Unexpected {
+    fn source(&self) -> Rank {
+        match self {
+            Unexpected::Eager { source, .. } | Unexpected::Rts { source, .. } => *source,
+        }
+    }
+    fn tag(&self) -> Tag {
+        match self {
+            Unexpected::Eager { tag, .. } => *tag,
+            Unexpected::Rts { header, .. } => header.tag,
+        }
+    }
+}
+
+/// A rendezvous send waiting for the receiver's FIN; holds the region the receiver reads.
+struct PendingSend {
+    op: OpId,
+    dest: Rank,
+    tag: Tag,
+    len: usize,
+    _region: Region,
+}
+
+/// A matched rendezvous the provider must now fetch: read `rts` from `source` into `recv`.
+pub struct Fetch {
+    pub recv: PostedRecv,
+    pub source: Rank,
+    pub rts: SlotHeader,
+}
+
+#[derive(Default)]
+pub struct TaggedState {
+    matcher: Matcher<Unexpected>,
+    pending: HashMap<u64, PendingSend>,
+}
+
+/// Copies a message into a receive buffer; returns the data for `Owned` buffers.
+pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
+    if data.len() > buffer.capacity() {
+        return Err(TransportError::Truncated { len: data.len() as u64, capacity: buffer.capacity() as u64 });
+    }
+    match buffer {
+        RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
+        RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
+    }
+}
+
+/// The completion of receive `op` with the outcome `r` of its delivery.
+pub fn recv_completion(
+    op: OpId,
+    source: Rank,
+    tag: Tag,
+    len: usize,
+    r: Result<Option<Vec<u8>>>,
+) -> Completion {
+    let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
+    let data = r.ok().flatten();
+    Completion { op, kind: CompletionKind::Recv { source, tag, len, data }, status }
+}
+
+/// Checks a receive before it is posted: a source inside the job, a buffer inside its region.
+pub fn check_recv(source: Source, buffer: &RecvBuffer, size: u32) -> Result<()> {
+    if let Source::Rank(r) = source {
+        if r >= size {
+            return Err(TransportError::InvalidRank(r, size));
+        }
+    }
+    if let RecvBuffer::Region { region, offset, capacity } = buffer {
+        region.check_bounds("post_recv", *offset, *capacity)?;
+    }
+    Ok(())
+}
+
+/// The FIN status that tells the sender how the receiver's read ended.
+pub fn fin_status<T>(r: &Result<T>) -> u32 {
+    match r {
+        Ok(_) => fin::OK,
+        Err(TransportError::Truncated { .. }) => fin::TRUNCATED,
+        Err(_) => fin::READ_FAILED,
+    }
+}
+
+impl TaggedState {
+    /// Eager data arrived: complete the oldest matching receive, or keep it for a later one.
+    pub fn on_eager(&mut self, source: Rank, tag: Tag, payload: &[u8], cq: &mut VecDeque<Completion>) {
+        match self.matcher.take_posted(source, tag) {
+            Some(recv) => cq.push_back(recv_completion(
+                recv.op,
+                source,
+                tag,
+                payload.len(),
+                deliver(&recv.buffer, payload),
+            )),
+            None => self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() }),
+        }
+    }
+
+    /// A rendezvous announcement arrived: the receive to fetch into, or None if it waits.
+    pub fn on_rts(&mut self, source: Rank, rts: SlotHeader) -> Option<Fetch> {
+        match self.matcher.take_posted(source, rts.tag) {
+            Some(recv) => Some(Fetch { recv, source, rts }),
+            None => {
+                self.matcher.push_unexpected(Unexpected::Rts { source, header: rts });
+                None
+            }
+        }
+    }
+
+    /// The receiver finished reading a rendezvous send: complete it. A FIN that matches no
+    /// send of ours to that peer is malformed.
+    pub fn on_fin(&mut self, source: Rank, header: &SlotHeader, cq: &mut VecDeque<Completion>) -> Result<()> {
+        match self.pending.remove(&header.cookie) {
+            Some(p) if p.dest == source => {
+                let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
+                cq.push_back(match header.imm {
+                    fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
+                    _ => Completion::failed(
+                        p.op,
+                        kind,
+                        TransportError::Remote(source, "could not read the rendezvous buffer".into()),
+                    ),
+                });
+                Ok(())
+            }
+            other => {
+                if let Some(p) = other {
+                    self.pending.insert(header.cookie, p);
+                }
+                Err(TransportError::Malformed {
+                    what: "message",
+                    detail: format!("FIN from rank {source} for unknown send {}", header.cookie),
+                })
+            }
+        }
+    }
+
+    /// Remembers a rendezvous send (announced with cookie `op`) until its FIN.
+    pub fn add_pending(&mut self, op: OpId, dest: Rank, tag: Tag, len: usize, region: &Region) {
+        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+    }
+
+    /// A new receive: matched against what already arrived, else kept. Returns a rendezvous to
+    /// fetch when it matched one. `dead` says which peers are gone.
+    pub fn post(
+        &mut self,
+        recv: PostedRecv,
+        dead: impl Fn(Rank) -> bool,
+        cq: &mut VecDeque<Completion>,
+    ) -> Result<Option<Fetch>> {
+        match self.matcher.take_unexpected(recv.source, recv.tag) {
+            Some(Unexpected::Eager { source, tag, data }) => {
+                cq.push_back(recv_completion(recv.op, source, tag, data.len(), deliver(&recv.buffer, &data)));
+                Ok(None)
+            }
+            Some(Unexpected::Rts { source, header }) if dead(source) => {
+                cq.push_back(recv_completion(
+                    recv.op,
+                    source,
+                    header.tag,
+                    0,
+                    Err(TransportError::PeerDead(source)),
+                ));
+                Ok(None)
+            }
+            Some(Unexpected::Rts { source, header }) => Ok(Some(Fetch { recv, source, rts: header })),
+            None => {
+                if let Source::Rank(r) = recv.source {
+                    if dead(r) {
+                        return Err(TransportError::PeerDead(r));
+                    }
+                }
+                self.matcher.push_posted(recv);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Fails the sends waiting on `rank` and the receives only `rank` could satisfy.
+    pub fn fail_peer(&mut self, rank: Rank, error: &TransportError, cq: &mut VecDeque<Completion>) {
+        let cookies: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();
+        for cookie in cookies {
+            if let Some(p) = self.pending.remove(&cookie) {
+                let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
+                cq.push_back(Completion::failed(p.op, kind, error.clone()));
+            }
+        }
+        for recv in self.matcher.drain_posted_from(rank) {
+            cq.push_back(recv_completion(recv.op, rank, recv.tag.tag, 0, Err(error.clone())));
+        }
+    }
+}
