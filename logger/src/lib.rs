@@ -1,1 +1,24 @@
-//! Message-logging protocols and dedicated logger cores. Filled in by the logging issue.
+//! Message logging for reverb (issue 4): the wire envelope and determinants, per-peer ordering,
+//! the node determinant queue, the remote log ring and the accounting. The protocols, logger
+//! cores and replay build on these. Only the transport's `Provider` API is used.
+//!
+//! - [`envelope`]: versioned, length-checked message envelope with piggybacked determinants;
+//! - [`determinant`]: ⟨sender, receiver, ssn, rsn⟩ and the reception counter;
+//! - [`channel`]: ssn assignment, in-order delivery, duplicate and stale-incarnation drops;
+//! - [`detqueue`]: the node's lock-free determinant queue in shared memory (seed 000 Algs 22-24);
+//! - [`logring`]: a log ring in a buddy's registered memory, written with one-sided puts;
+//! - [`stats`]: counters, including deterministic vs wildcard receives;
+//! - [`error`]: the [`LogError`] enum.
+
+pub mod channel;
+pub mod determinant;
+pub mod detqueue;
+pub mod envelope;
+pub mod error;
+pub mod logring;
+pub mod stats;
+mod wire;
+
+pub use determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
+pub use envelope::Envelope;
+pub use error::{LogError, Result};

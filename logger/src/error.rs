@@ -1,0 +1,50 @@
+//! Logger errors. Anything a peer, a file or a caller can get wrong surfaces here, never as a panic.
+
+use reverb_transport::TransportError;
+
+pub type Result<T, E = LogError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Bytes from the wire or from a log image that do not parse.
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: &'static str, detail: String },
+    #[error("unsupported {what} version {found} (this build speaks {expected})")]
+    UnsupportedVersion { what: &'static str, found: u32, expected: u32 },
+    /// The node determinant queue has no free entry: the caller must back off (or checkpoint).
+    #[error("determinant queue full ({capacity} entries not yet durable)")]
+    QueueFull { capacity: u64 },
+    /// A producer reserved an entry and never published it (it died or stalled).
+    #[error("determinant queue stalled: entry {index} reserved but not published within the bound")]
+    QueueStalled { index: u64 },
+    /// The remote log ring has no room until the reader side trims: back-pressure.
+    #[error("log ring full: {needed} bytes needed, {free} free")]
+    RingFull { needed: u64, free: u64 },
+    #[error("record of {len} bytes can never fit a ring of {capacity} bytes")]
+    RecordTooLarge { len: u64, capacity: u64 },
+    /// A record below the durable watermark fails its checksum: memory corruption, not a tear.
+    #[error("log ring corrupt at position {pos}: {detail}")]
+    Corrupt { pos: u64, detail: String },
+    /// More early (out-of-order) messages from one peer than the reorder window holds.
+    #[error("reorder window of peer {peer} full ({limit} early messages buffered)")]
+    ReorderWindowFull { peer: u32, limit: usize },
+    /// A completion for a log write failed: the log is no longer trustworthy.
+    #[error("log write failed: {0}")]
+    WriteFailed(TransportError),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+impl LogError {
+    pub fn malformed(what: &'static str, detail: impl Into<String>) -> Self {
+        LogError::Malformed { what, detail: detail.into() }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        LogError::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,159 @@
+//! Logging counters per rank. Shared between the application thread and the logger core, so
+//! they are relaxed atomics: each counter is exact, a snapshot is not a consistent cut.
+//!
+//! Determinant reduction (seed 002 §IV-VI, seed 000 ch.3): on FIFO channels a receive that
+//! names its source and tag can only match one message, the next one of that (source, tag)
+//! stream, so replay reproduces it without a determinant. Only wildcard receives are
+//! non-deterministic and need one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use reverb_transport::{Source, TagMatch};
+
+/// Whether a receive's match is fixed by the program or chosen by arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveKind {
+    /// Named source and exact tag: needs no determinant.
+    Deterministic,
+    /// Any source, or a masked tag: the match depends on timing, so it needs a determinant.
+    Wildcard,
+}
+
+impl ReceiveKind {
+    /// Classifies a posted receive. A masked tag from a named source is counted as wildcard:
+    /// the match is then decided across several tag streams, which the determinant-free
+    /// replay argument (one FIFO stream per (source, tag)) does not cover.
+    pub fn classify(source: Source, tag: TagMatch) -> ReceiveKind {
+        match source {
+            Source::Rank(_) if tag.mask == TagMatch::exact(0).mask => ReceiveKind::Deterministic,
+            _ => ReceiveKind::Wildcard,
+        }
+    }
+
+    pub fn needs_determinant(self) -> bool {
+        self == ReceiveKind::Wildcard
+    }
+}
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Live counters; `add` from any thread.
+        #[derive(Debug, Default)]
+        pub struct LogStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// A plain copy of the counters at one moment.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct StatsSnapshot {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl LogStats {
+            pub fn snapshot(&self) -> StatsSnapshot {
+                StatsSnapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl StatsSnapshot {
+            /// `(name, value)` pairs, for tables and JSON.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Application messages sent.
+    messages_sent,
+    /// Application messages delivered.
+    messages_delivered,
+    /// Payload bytes written to a log (local sender log or remote ring).
+    payload_bytes_logged,
+    /// Determinant bytes written to a remote ring.
+    determinant_bytes_logged,
+    /// Determinants created by wildcard receives.
+    determinants_generated,
+    /// Determinants carried on outgoing messages (one count per copy sent).
+    determinants_piggybacked,
+    /// Determinants known durable on another node.
+    determinants_acknowledged,
+    /// Receives that needed no determinant.
+    deterministic_receives,
+    /// Receives that needed one.
+    wildcard_receives,
+    /// Messages dropped as duplicates (already delivered).
+    duplicates_dropped,
+    /// Messages dropped from an older incarnation of their sender.
+    stale_dropped,
+    /// Times a full queue or ring made a caller wait.
+    back_pressure_events,
+}
+
+impl LogStats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one receive by kind; returns whether it needs a determinant.
+    pub fn record_receive(&self, kind: ReceiveKind) -> bool {
+        match kind {
+            ReceiveKind::Deterministic => Self::add(&self.deterministic_receives, 1),
+            ReceiveKind::Wildcard => {
+                Self::add(&self.wildcard_receives, 1);
+                Self::add(&self.determinants_generated, 1);
+            }
+        }
+        kind.needs_determinant()
+    }
+}
+
+impl StatsSnapshot {
+    /// Share of receives that needed a determinant, in [0, 1]; 0 with no receives.
+    pub fn wildcard_fraction(&self) -> f64 {
+        let total = self.deterministic_receives + self.wildcard_receives;
+        if total == 0 {
+            0.0
+        } else {
+            self.wildcard_receives as f64 / total as f64
+        }
+    }
+
+    /// Average determinants piggybacked per sent message.
+    pub fn piggybacked_per_message(&self) -> f64 {
+        if self.messages_sent == 0 {
+            0.0
+        } else {
+            self.determinants_piggybacked as f64 / self.messages_sent as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_receives() {
+        assert_eq!(ReceiveKind::classify(Source::Rank(2), TagMatch::exact(7)), ReceiveKind::Deterministic);
+        assert_eq!(ReceiveKind::classify(Source::Any, TagMatch::exact(7)), ReceiveKind::Wildcard);
+        assert_eq!(ReceiveKind::classify(Source::Rank(2), TagMatch::any()), ReceiveKind::Wildcard);
+        assert!(!ReceiveKind::Deterministic.needs_determinant());
+    }
+
+    #[test]
+    fn counts_and_ratios() {
+        let stats = LogStats::default();
+        assert!(!stats.record_receive(ReceiveKind::Deterministic));
+        assert!(!stats.record_receive(ReceiveKind::Deterministic));
+        assert!(stats.record_receive(ReceiveKind::Wildcard));
+        LogStats::add(&stats.messages_sent, 4);
+        LogStats::add(&stats.determinants_piggybacked, 2);
+        let s = stats.snapshot();
+        assert_eq!((s.deterministic_receives, s.wildcard_receives, s.determinants_generated), (2, 1, 1));
+        assert!((s.wildcard_fraction() - 1.0 / 3.0).abs() < 1e-12);
+        assert!((s.piggybacked_per_message() - 0.5).abs() < 1e-12);
+        assert!(s.fields().contains(&("messages_sent", 4)));
+    }
+}
