@@ -151,6 +151,16 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.inner.ptr, self.inner.len) }
     }
 
+    /// Borrows `len` bytes at `offset`, bounds-checked.
+    ///
+    /// # Safety
+    /// Nothing may write that range while the slice lives.
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_bounds("region slice", offset, len)?;
+        // SAFETY: in bounds (checked above); the caller guarantees no writer to the range.
+        Ok(unsafe { std::slice::from_raw_parts(self.inner.ptr.add(offset), len) })
+    }
+
     /// Mutably borrows the bytes.
     ///
     /// # Safety

@@ -173,6 +173,10 @@ pub struct VerbsProvider {
     last_liveness: Instant,
     progress_calls: u32,
     malformed: Option<TransportError>,
+    /// Queued messages across all peers, and whether a credit return waits for SQ room: lets
+    /// an idle `progress` be a bare CQ poll.
+    backlogged: usize,
+    credits_deferred: bool,
 }
 
 // SAFETY: all verbs objects are owned by the provider and used through &mut self, one thread at
@@ -407,6 +411,8 @@ impl VerbsProvider {
             last_liveness: Instant::now(),
             progress_calls: 0,
             malformed: None,
+            backlogged: 0,
+            credits_deferred: false,
         })
     }
 
@@ -493,6 +499,7 @@ impl VerbsProvider {
         let total = SLOT_HEADER_LEN + payload.len();
         let inline = total <= self.max_inline as usize;
         if !self.can_send_now(dest, !inline) {
+            self.backlogged += 1;
             self.peers[dest as usize].backlog.push_back(Outgoing::Msg {
                 header,
                 payload: payload.to_vec(),
@@ -577,6 +584,7 @@ impl VerbsProvider {
                     break;
                 }
                 let Some(item) = self.peers[dest as usize].backlog.pop_front() else { break };
+                self.backlogged -= 1;
                 match item {
                     Outgoing::Msg { header, payload, done } => {
                         self.send_msg_now(dest, &header, &payload, inline)?;
@@ -597,7 +605,8 @@ impl VerbsProvider {
             return Ok(());
         }
         if p.sq.len() + 2 >= self.sq_depth {
-            return Ok(()); // retried on the next progress
+            self.credits_deferred = true; // retried by the next progress
+            return Ok(());
         }
         let value = p.rx_consumed;
         self.credit_src.write(8 * peer as usize, &value.to_le_bytes())?;
@@ -720,6 +729,7 @@ impl VerbsProvider {
         p.state = PeerState::Dead;
         let sq: Vec<WrInfo> = p.sq.drain(..).map(|(_, info)| info).collect();
         let backlog: Vec<Outgoing> = p.backlog.drain(..).collect();
+        self.backlogged -= backlog.len();
         for info in sq {
             self.fail_wr(info, peer, error.clone());
         }
@@ -820,8 +830,11 @@ impl VerbsProvider {
             } else {
                 let off = (peer as u64 * self.slots + slot) as usize * self.slot_size;
                 let len = c.len().min(self.slot_size);
-                match self.rx_ring.to_vec(off, len) {
-                    Ok(bytes) => self.handle_message(peer, &bytes),
+                let ring = self.rx_ring.clone();
+                // SAFETY: the slot's receive WR has completed and is reposted only below, so the
+                // device does not write these bytes while we parse them.
+                match unsafe { ring.slice(off, len) } {
+                    Ok(bytes) => self.handle_message(peer, bytes),
                     Err(e) => self.malformed = Some(e),
                 }
             }
@@ -983,6 +996,7 @@ impl Provider for VerbsProvider {
         if self.can_send_now(dest, false) {
             self.write_imm_now(dest, item)?;
         } else {
+            self.backlogged += 1;
             self.peers[dest as usize].backlog.push_back(item);
         }
         Ok(op)
@@ -1032,10 +1046,13 @@ impl Provider for VerbsProvider {
 
     fn progress(&mut self) -> Result<()> {
         while self.poll_cq()? == self.wc.len() {}
-        self.flush_backlogs()?;
-        // Credit returns deferred by a full send queue go out now.
-        for peer in 0..self.peers.len() as Rank {
-            self.return_credits(peer)?;
+        if self.backlogged > 0 {
+            self.flush_backlogs()?;
+        }
+        if std::mem::take(&mut self.credits_deferred) {
+            for peer in 0..self.peers.len() as Rank {
+                self.return_credits(peer)?;
+            }
         }
         self.progress_calls = self.progress_calls.wrapping_add(1);
         if self.progress_calls.is_multiple_of(256)
@@ -1057,7 +1074,7 @@ impl Provider for VerbsProvider {
             return Ok(());
         }
         // Waiting on credits is not a CQ event at the sender: poll the credit words soon.
-        let backlog = self.peers.iter().any(|p| !p.backlog.is_empty());
+        let backlog = self.backlogged > 0;
         let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
         self.cq.arm()?;
         if self.poll_cq()? > 0 {
