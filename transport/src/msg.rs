@@ -30,6 +30,8 @@ pub struct SlotHeader {
 }
 
 pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
+/// An eager header on a byte-stream wire: kind, reserved, tag.
+pub const EAGER_WIRE_LEN: usize = 16;
 
 /// FIN status codes: how the receiver's rendezvous read ended.
 pub mod fin {
@@ -83,6 +85,40 @@ impl SlotHeader {
         out
     }
 
+    /// Bytes this header takes on a message wire (see `encode_wire`).
+    pub fn wire_len(&self) -> usize {
+        if self.kind == kind::EAGER {
+            EAGER_WIRE_LEN
+        } else {
+            SLOT_HEADER_LEN
+        }
+    }
+
+    /// Encodes for a byte-stream message (verbs SENDs): eager data needs only kind and tag, its
+    /// length is the message's, so it takes 16 bytes instead of 64. Returns the encoded bytes.
+    pub fn encode_wire(&self, out: &mut [u8; SLOT_HEADER_LEN]) -> usize {
+        if self.kind == kind::EAGER {
+            out[0..4].copy_from_slice(&self.kind.to_le_bytes());
+            out[4..8].fill(0);
+            out[8..16].copy_from_slice(&self.tag.to_le_bytes());
+            EAGER_WIRE_LEN
+        } else {
+            *out = self.to_bytes();
+            SLOT_HEADER_LEN
+        }
+    }
+
+    /// Decodes `encode_wire` output from untrusted bytes: the header and the payload after it.
+    pub fn decode_wire(bytes: &[u8]) -> Option<(SlotHeader, &[u8])> {
+        let kind = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        if kind == kind::EAGER {
+            let tag = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+            let payload = &bytes[EAGER_WIRE_LEN..];
+            return Some((SlotHeader::eager(tag, payload.len()), payload));
+        }
+        Some((SlotHeader::from_bytes(bytes)?, &bytes[SLOT_HEADER_LEN..]))
+    }
+
     /// Decodes a header from untrusted bytes; `None` when too short.
     pub fn from_bytes(b: &[u8]) -> Option<SlotHeader> {
         let b: &[u8; SLOT_HEADER_LEN] = b.get(..SLOT_HEADER_LEN)?.try_into().ok()?;
@@ -126,5 +162,26 @@ mod tests {
         let back = SlotHeader::from_bytes(&h.to_bytes()).unwrap();
         assert_eq!(back.to_bytes(), h.to_bytes());
         assert!(SlotHeader::from_bytes(&[0u8; 10]).is_none());
+    }
+
+    #[test]
+    fn wire_encoding_is_compact_for_eager_and_round_trips() {
+        let mut buf = [0u8; SLOT_HEADER_LEN];
+        let eager = SlotHeader::eager(42, 3);
+        let n = eager.encode_wire(&mut buf);
+        assert_eq!(n, EAGER_WIRE_LEN);
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(b"abc");
+        let (h, payload) = SlotHeader::decode_wire(&msg).unwrap();
+        assert_eq!((h.kind, h.tag, h.len, payload), (kind::EAGER, 42, 3, &b"abc"[..]));
+        let rts = SlotHeader { kind: kind::RTS, tag: 7, len: 1 << 20, cookie: 9, ..Default::default() };
+        let n = rts.encode_wire(&mut buf);
+        let (h, payload) = SlotHeader::decode_wire(&buf[..n]).unwrap();
+        assert_eq!((h.kind, h.cookie, payload.len()), (kind::RTS, 9, 0));
+        for cut in 0..n {
+            let _ = SlotHeader::decode_wire(&buf[..cut]);
+        }
+        assert!(SlotHeader::decode_wire(&buf[..10]).is_none());
+        assert!(SlotHeader::decode_wire(&[]).is_none());
     }
 }

@@ -28,7 +28,7 @@ use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{Result, TransportError};
-use crate::msg::{fin, kind, SlotHeader, SLOT_HEADER_LEN};
+use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 use crate::region::Region;
 use crate::shm::liveness::ProcessWatch;
 use crate::tagged::{self, Fetch, TaggedState};
@@ -103,6 +103,14 @@ enum WrInfo {
     /// An eager message; `bounce` if it used a TX bounce slot.
     Msg {
         bounce: bool,
+    },
+    /// An eager send straight from a registered region: complete once the SEND is.
+    MsgZeroCopy {
+        op: OpId,
+        dest: Rank,
+        tag: Tag,
+        len: usize,
+        _region: Region,
     },
     Credit,
     Probe,
@@ -496,7 +504,7 @@ impl VerbsProvider {
         done: Option<Completion>,
     ) -> Result<()> {
         self.live_peer(dest)?;
-        let total = SLOT_HEADER_LEN + payload.len();
+        let total = header.wire_len() + payload.len();
         let inline = total <= self.max_inline as usize;
         if !self.can_send_now(dest, !inline) {
             self.backlogged += 1;
@@ -520,13 +528,46 @@ impl VerbsProvider {
         Ok(op)
     }
 
+    /// An eager send too big to inline: the header from a bounce slot, the payload straight
+    /// from the registered region (no copy), so the region must stay unchanged until the Send
+    /// completion, which comes with the SEND's.
+    fn send_eager_zero_copy(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        let op = self.next_op();
+        let mut bytes = [0u8; SLOT_HEADER_LEN];
+        let header_len = SlotHeader::eager(tag, len).encode_wire(&mut bytes);
+        let p = &mut self.peers[dest as usize];
+        let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
+        p.tx_used += 1;
+        self.tx_ring.write(slot, &bytes[..header_len])?;
+        let sges = [
+            Sge {
+                addr: self.tx_ring.as_ptr() as u64 + slot as u64,
+                len: header_len as u32,
+                lkey: self.tx_ring.local_key(),
+            },
+            Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() },
+        ];
+        let info = WrInfo::MsgZeroCopy { op, dest, tag, len, _region: region.clone() };
+        self.post(dest, info, Opcode::Send, &sges[..if len == 0 { 1 } else { 2 }], None, false)?;
+        self.peers[dest as usize].sent += 1;
+        Ok(op)
+    }
+
     fn send_msg_now(&mut self, dest: Rank, header: &SlotHeader, payload: &[u8], inline: bool) -> Result<()> {
-        let bytes = header.to_bytes();
-        let total = SLOT_HEADER_LEN + payload.len();
+        let mut bytes = [0u8; SLOT_HEADER_LEN];
+        let header_len = header.encode_wire(&mut bytes);
+        let total = header_len + payload.len();
         let mut sges = [Sge { addr: 0, len: 0, lkey: 0 }; 2];
         let count = if inline {
             // Copied at post time, so the SGEs may point at the stack and the caller's bytes.
-            sges[0] = Sge { addr: bytes.as_ptr() as u64, len: SLOT_HEADER_LEN as u32, lkey: 0 };
+            sges[0] = Sge { addr: bytes.as_ptr() as u64, len: header_len as u32, lkey: 0 };
             sges[1] = Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 };
             if payload.is_empty() {
                 1
@@ -537,8 +578,8 @@ impl VerbsProvider {
             let p = &mut self.peers[dest as usize];
             let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
             p.tx_used += 1;
-            self.tx_ring.write(slot, &bytes)?;
-            self.tx_ring.write(slot + SLOT_HEADER_LEN, payload)?;
+            self.tx_ring.write(slot, &bytes[..header_len])?;
+            self.tx_ring.write(slot + header_len, payload)?;
             let addr = self.tx_ring.as_ptr() as u64 + slot as u64;
             sges[0] = Sge { addr, len: total as u32, lkey: self.tx_ring.local_key() };
             1
@@ -571,8 +612,8 @@ impl VerbsProvider {
                     break;
                 }
                 let inline = match front {
-                    Outgoing::Msg { payload, .. } => {
-                        SLOT_HEADER_LEN + payload.len() <= self.max_inline as usize
+                    Outgoing::Msg { header, payload, .. } => {
+                        header.wire_len() + payload.len() <= self.max_inline as usize
                     }
                     Outgoing::WriteImm { .. } => true,
                 };
@@ -689,18 +730,15 @@ impl VerbsProvider {
     }
 
     fn handle_message(&mut self, source: Rank, bytes: &[u8]) {
-        let Some(header) = SlotHeader::from_bytes(bytes) else {
+        let Some((header, payload)) = SlotHeader::decode_wire(bytes) else {
             self.malformed = Some(TransportError::Malformed {
                 what: "message",
                 detail: format!("{} bytes from rank {source}", bytes.len()),
             });
             return;
         };
-        let payload = &bytes[SLOT_HEADER_LEN..];
         match header.kind {
-            kind::EAGER if header.len as usize == payload.len() => {
-                self.tagged.on_eager(source, header.tag, payload, &mut self.completions)
-            }
+            kind::EAGER => self.tagged.on_eager(source, header.tag, payload, &mut self.completions),
             kind::RTS => {
                 if let Some(fetch) = self.tagged.on_rts(source, header) {
                     self.rndv_fetch(fetch);
@@ -753,6 +791,14 @@ impl VerbsProvider {
             WrInfo::RndvRead { recv, header, .. } => {
                 self.complete_recv(recv.op, peer, header.tag, header.len as usize, Err(error))
             }
+            WrInfo::MsgZeroCopy { op, dest, tag, len, .. } => {
+                self.peers[peer as usize].tx_done += 1;
+                self.completions.push_back(Completion::failed(
+                    op,
+                    CompletionKind::Send { dest, tag, len },
+                    error,
+                ))
+            }
             WrInfo::Msg { .. } | WrInfo::Credit | WrInfo::Probe => {}
         }
     }
@@ -773,6 +819,10 @@ impl VerbsProvider {
             }
             match info {
                 WrInfo::Msg { bounce: true } => self.peers[peer as usize].tx_done += 1,
+                WrInfo::MsgZeroCopy { op, dest, tag, len, .. } => {
+                    self.peers[peer as usize].tx_done += 1;
+                    self.completions.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+                }
                 WrInfo::Rma { op, kind, signal: Signal::Yes, .. } if this => {
                     self.completions.push_back(Completion::ok(op, kind))
                 }
@@ -883,6 +933,9 @@ impl VerbsProvider {
         region.check_bounds("send", offset, len)?;
         self.live_peer(dest)?;
         if len <= self.config.rndv_thresh {
+            if EAGER_WIRE_LEN + len > self.max_inline as usize && self.can_send_now(dest, true) {
+                return self.send_eager_zero_copy(dest, tag, region, offset, len);
+            }
             return self.send_eager(dest, tag, &region.to_vec(offset, len)?);
         }
         let op = self.next_op();
