@@ -11,14 +11,16 @@
 #   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... -- CMD ARGS...
 #   bash ci/rxe-vm.sh [--netns] --smoke
 #   bash ci/rxe-vm.sh --build        # only (re)build the cached kernel + initramfs
+#   --kernel 6.1|6.12|auto           # guest kernel series (default $REVERB_VM_KERNEL or 6.1)
 # CMD runs in the current directory (same path in the guest), with the caller's
 # environment, as root. Exit status = CMD's status; 124 = VM timeout; 125 = VM failure.
 # Writable in the guest: /tmp, /run, /dev/shm (tmpfs, lost at exit), the repo's
 # target/ (if it exists) and every --rw DIR (9p, written through to the host).
 # Everything else under / is read-only.
 #
-# Environment: RXE_VM_CACHE (default ci/cache), RXE_VM_QUIET=1 hides kernel/console
-# noise before the command starts (the command's output is always shown).
+# Environment: REVERB_VM_KERNEL (as --kernel), RXE_VM_CACHE (default ci/cache),
+# RXE_VM_QUIET=1 hides kernel/console noise before the command starts (the command's
+# output is always shown).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,12 +28,14 @@ REPO=$(dirname "$HERE")
 CACHE=${RXE_VM_CACHE:-$REPO/ci/cache}
 VMDIR=$HERE/vm
 
+KSERIES=${REVERB_VM_KERNEL:-6.1}
 NETNS=0 TIMEOUT=1200 MEM=2048 SMP=2 SMOKE=0 BUILD_ONLY=0
 RW=()
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --netns) NETNS=1 ;;
+        --kernel) KSERIES=$2; shift ;;
         --timeout) TIMEOUT=$2; shift ;;
         --mem) MEM=$2; shift ;;
         --smp) SMP=$2; shift ;;
@@ -53,7 +57,7 @@ fi
 log() { echo "rxe-vm: $*" >&2; }
 
 # ---- host packages (idempotent: only what is missing) ----------------------------------
-PKGS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 rdma-core ibverbs-providers
+PKGS="qemu-system-x86 busybox-static cpio kmod xz-utils zstd iproute2 rdma-core ibverbs-providers
       ibverbs-utils perftest rdmacm-utils"
 ensure_packages() {
     local missing=() p
@@ -68,43 +72,91 @@ ensure_packages() {
 }
 
 # ---- kernel + initramfs cache -----------------------------------------------------------
+# Kernel series: REVERB_VM_KERNEL (or --kernel) = 6.1 (bookworm's linux-image-amd64),
+# 6.12 (bookworm's linux-image-6.12-amd64, from bookworm-backports/updates), or auto:
+# 6.12 when apt knows it or it is cached, else 6.1. Each series has its own cache dir
+# (kernel, module closure, initramfs); 6.1 keeps the original layout (ci/cache/kernel,
+# ci/cache/initramfs.cpio). The exact version is fixed when the cache is first built.
 # The uncompressed ELF vmlinux (PVH entry note) boots directly: under TCG this skips
 # several seconds of in-guest xz decompression.
 MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad ib_uverbs dummy veth"
+meta_package() {   # series -> the meta package whose Depends names the image package
+    case "$1" in
+        6.1) echo linux-image-amd64 ;;
+        *) echo "linux-image-$1-amd64" ;;
+    esac
+}
+select_kernel() {
+    case "$KSERIES" in
+        auto)
+            if [ -s "$CACHE/kernel-6.12/kernel/kernel" ] ||
+                apt-cache show "$(meta_package 6.12)" >/dev/null 2>&1; then
+                KSERIES=6.12
+            else
+                KSERIES=6.1
+            fi ;;
+        6.1|6.12) ;;
+        *) log "unknown kernel series '$KSERIES' (want 6.1, 6.12 or auto)"; exit 125 ;;
+    esac
+    if [ "$KSERIES" = 6.1 ]; then
+        KDIR=$CACHE/kernel INITRD=$CACHE/initramfs.cpio STAMP=$CACHE/initramfs.stamp
+    else
+        KDIR=$CACHE/kernel-$KSERIES/kernel
+        INITRD=$CACHE/kernel-$KSERIES/initramfs.cpio STAMP=$CACHE/kernel-$KSERIES/initramfs.stamp
+    fi
+}
+is_elf() { [ "$(head -c 4 "$1" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; }
+extract_payload() {   # FILE MAGIC DECOMPRESSOR: inflate from the first MAGIC (stdout)
+    local off
+    off=$(LC_ALL=C grep -obUaP "$2" "$1" | head -1 | cut -d: -f1) || true
+    [ -n "$off" ] || return 0
+    tail -c +$((off + 1)) "$1" | $3 2>/dev/null || true
+}
 build_kernel() {
-    local pkg kver tmp off
-    pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-    [ -n "$pkg" ] || { log "cannot resolve linux-image-amd64 (apt-get update?)"; exit 125; }
+    local meta pkg kver tmp off
+    meta=$(meta_package "$KSERIES")
+    pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [ -n "$pkg" ] || { log "cannot resolve $meta (apt-get update?)"; exit 125; }
     kver=${pkg#linux-image-}
     log "fetching kernel $pkg"
     tmp=$(mktemp -d "$CACHE/tmp.XXXXXX")
     (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1) || { log "apt-get download $pkg failed"; exit 125; }
     dpkg-deb -x "$tmp"/"$pkg"_*.deb "$tmp/root"
     depmod -b "$tmp/root" "$kver"   # the .deb ships no modules.dep (postinst makes it)
-    # bzImage payload is xz: find the first xz stream magic and inflate it.
-    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$tmp/root/boot/vmlinuz-$kver" | head -1 | cut -d: -f1)
-    tail -c +$((off + 1)) "$tmp/root/boot/vmlinuz-$kver" | xz -dc --single-stream >"$tmp/vmlinux" 2>/dev/null || true
-    if [ "$(head -c 4 "$tmp/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+    # bzImage payload is xz (6.1) or zstd (6.12): find the first stream magic and inflate it
+    # (zstd complains about the bytes after the frame; what it wrote before is the ELF).
+    extract_payload "$tmp/root/boot/vmlinuz-$kver" '\xfd7zXZ\x00' "xz -dc --single-stream" >"$tmp/vmlinux"
+    is_elf "$tmp/vmlinux" ||
+        extract_payload "$tmp/root/boot/vmlinuz-$kver" '\x28\xb5\x2f\xfd' "zstd -dcq" >"$tmp/vmlinux"
+    if is_elf "$tmp/vmlinux"; then
         cp "$tmp/vmlinux" "$tmp/kernel"
     else
         log "vmlinux extraction failed, booting the bzImage"
         cp "$tmp/root/boot/vmlinuz-$kver" "$tmp/kernel"
     fi
-    # Module closure, dependency order, deduplicated.
+    # Module closure, dependency order, deduplicated. A module built into this kernel
+    # shows as "builtin"; one that does not exist at all is only a warning.
     mkdir -p "$tmp/modules"
     local m line
     for m in $MODS; do
-        modprobe -d "$tmp/root" -S "$kver" --show-depends "$m"
+        modprobe -d "$tmp/root" -S "$kver" --show-depends "$m" || log "warning: no module $m in $kver"
     done | awk '$1 == "insmod" && !seen[$2]++ {print $2}' >"$tmp/modlist"
     : >"$tmp/modules/order"
+    # 6.12 ships .ko.xz: store them inflated (busybox insmod passes the bytes to init_module,
+    # and inflating under TCG is slow anyway).
     while read -r line; do
-        cp "$line" "$tmp/modules/"
-        basename "$line" >>"$tmp/modules/order"
+        m=$(basename "$line")
+        case "$m" in
+            *.ko.xz) m=${m%.xz}; xz -dc "$line" >"$tmp/modules/$m" ;;
+            *.ko.zst) m=${m%.zst}; zstd -dcq "$line" >"$tmp/modules/$m" ;;
+            *) cp "$line" "$tmp/modules/" ;;
+        esac
+        echo "$m" >>"$tmp/modules/order"
     done <"$tmp/modlist"
-    rm -rf "$CACHE/kernel"
-    mkdir -p "$CACHE/kernel"
-    mv "$tmp/kernel" "$tmp/modules" "$CACHE/kernel/"
-    echo "$kver" >"$CACHE/kernel/version"
+    rm -rf "$KDIR"
+    mkdir -p "$KDIR"
+    mv "$tmp/kernel" "$tmp/modules" "$KDIR/"
+    echo "$kver" >"$KDIR/version"
     rm -rf "$tmp"
 }
 
@@ -115,28 +167,30 @@ build_initramfs() {
     cp /bin/busybox "$tmp/bin/busybox"
     cp "$VMDIR/init" "$tmp/init"
     chmod 755 "$tmp/init"
-    cp -r "$CACHE/kernel/modules" "$tmp/modules"
+    cp -r "$KDIR/modules" "$tmp/modules"
     # The kernel opens /dev/console before /init runs; devtmpfs is not there yet.
     mknod "$tmp/dev/console" c 5 1
     # Uncompressed: the closure is small and TCG is slow at inflating.
-    (cd "$tmp" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$CACHE/initramfs.cpio.new"
-    mv "$CACHE/initramfs.cpio.new" "$CACHE/initramfs.cpio"
-    sha256sum "$VMDIR/init" >"$CACHE/initramfs.stamp"
+    (cd "$tmp" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$INITRD.new"
+    mv "$INITRD.new" "$INITRD"
+    sha256sum "$VMDIR/init" >"$STAMP"
     rm -rf "$tmp"
 }
 
 ensure_images() {
     mkdir -p "$CACHE"
-    [ -s "$CACHE/kernel/kernel" ] && [ -s "$CACHE/kernel/modules/order" ] || { build_kernel; rm -f "$CACHE/initramfs.cpio"; }
+    select_kernel
+    [ -s "$KDIR/kernel" ] && [ -s "$KDIR/modules/order" ] || { build_kernel; rm -f "$INITRD"; }
     # Rebuild the initramfs when missing or when ci/vm/init changed.
-    if [ ! -s "$CACHE/initramfs.cpio" ] || ! sha256sum -c --status "$CACHE/initramfs.stamp" 2>/dev/null; then
+    if [ ! -s "$INITRD" ] || ! sha256sum -c --status "$STAMP" 2>/dev/null; then
         build_initramfs
     fi
+    KVER=$(cat "$KDIR/version" 2>/dev/null || echo "?")
 }
 
 ensure_packages
 ensure_images
-[ "$BUILD_ONLY" = 1 ] && { log "cache ready in $CACHE"; exit 0; }
+[ "$BUILD_ONLY" = 1 ] && { log "cache ready: kernel $KVER in $KDIR"; exit 0; }
 
 # ---- per-run directory (the "vmrun" 9p share: config, command, exit code) --------------
 mkdir -p "$CACHE/runs"
@@ -168,7 +222,7 @@ QEMU=(qemu-system-x86_64
     -accel tcg -cpu max -m "$MEM" -smp "$SMP"
     -nodefaults -no-user-config -display none -no-reboot
     -serial stdio
-    -kernel "$CACHE/kernel/kernel" -initrd "$CACHE/initramfs.cpio"
+    -kernel "$KDIR/kernel" -initrd "$INITRD"
     -append "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off tsc=reliable no_timer_check"
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
     -virtfs "local,path=$RUNDIR,mount_tag=vmrun,security_model=none,multidevs=remap")
@@ -195,5 +249,5 @@ if [ ! -s "$RUNDIR/rc" ]; then
     exit 125
 fi
 rc=$(cat "$RUNDIR/rc")
-log "command exited $rc (VM wall time ${ELAPSED}s)"
+log "command exited $rc (VM wall time ${ELAPSED}s, kernel $KVER)"
 exit "$rc"

@@ -5,6 +5,11 @@
 # An rxe on a veth moved into a namespace connects (QP to RTR) but every packet is lost
 # (measured: "Completion with error", status 2). `rdma dev set <dev> netns` is refused
 # too (rxe has no disassociate_ucontext), so "netns exclusive" mode cannot help.
+# Debian's 6.12 (6.12.117+deb12, `--kernel 6.12`) is no different: rdma_rxe still opens
+# one UDP socket in init_net, an rxe made inside a namespace connects and then its first
+# RDMA write completes in error (perftest server: "Failed status 5"), and in exclusive mode
+# `rdma link add` from a namespace leaves the device in init_net while
+# `rdma dev set rxe_X netns NS` fails with "Operation not supported".
 #
 # So both ends stay in init_net, and policy routing makes traffic between them really
 # cross the wire: a packet sent from 10.78.0.1 goes out veth_h0 and comes in on veth_h1
