@@ -204,6 +204,9 @@ CWD=$(pwd)
 {
     echo "guest $VMDIR/guest.sh"
     echo "run $RUNDIR"
+    # Paths the guest must still see if they sit under a tmpfs it mounts (/tmp, /run).
+    echo "keep $REPO"
+    [ "$CWD" = "$REPO" ] || echo "keep $CWD"
     i=0
     for d in "${RW[@]}"; do echo "rw rw$i $d"; i=$((i + 1)); done
 } >"$RUNDIR/config"
