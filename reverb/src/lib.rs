@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod launcher;
 pub mod model;
+pub mod topo;

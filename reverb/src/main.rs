@@ -18,7 +18,7 @@ enum Command {
     /// Launch N local ranks grouped into simulated nodes.
     Run(reverb::launcher::RunArgs),
     /// Print the cores and NUMA domains hwloc found.
-    Topo(reverb::launcher::TopoArgs),
+    Topo(reverb::topo::TopoArgs),
     /// perftest-style latency and bandwidth benchmarks.
     Bench(reverb::bench::BenchArgs),
     /// The papers' analytical models (intervals, performance, energy, survival, redundancy).
@@ -31,7 +31,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => std::process::exit(reverb::launcher::run(args, cli.verbose)?),
-        Command::Topo(args) => reverb::launcher::topo(args),
+        Command::Topo(args) => reverb::topo::topo(args),
         Command::Bench(args) => reverb::bench::main(args, cli.verbose),
         Command::Model(args) => reverb::model::model(args),
         Command::Plan(args) => reverb::model::plan(args),
