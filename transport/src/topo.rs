@@ -53,10 +53,7 @@ fn bits(b: Option<hwloc2::Bitmap>) -> Result<Vec<usize>> {
     let Some(b) = b else { return Ok(Vec::new()) };
     let w = b.weight();
     if !(0..=1 << 20).contains(&w) {
-        return Err(TransportError::Unavailable(
-            "hwloc",
-            format!("unbounded bitmap (weight {w})"),
-        ));
+        return Err(TransportError::Unavailable("hwloc", format!("unbounded bitmap (weight {w})")));
     }
     Ok(b.into_iter().map(|i| i as usize).collect())
 }
@@ -82,15 +79,11 @@ fn objects(t: &hwloc2::Topology, ty: ObjectType) -> Vec<&TopologyObject> {
 
 impl Topology {
     pub fn discover() -> Result<Topology> {
-        let t = hwloc2::Topology::new().ok_or_else(|| {
-            TransportError::Unavailable("hwloc", "topology init/load failed".into())
-        })?;
+        let t = hwloc2::Topology::new()
+            .ok_or_else(|| TransportError::Unavailable("hwloc", "topology init/load failed".into()))?;
         let pus = objects(&t, ObjectType::PU);
         if pus.is_empty() {
-            return Err(TransportError::Unavailable(
-                "hwloc",
-                "no processing units found".into(),
-            ));
+            return Err(TransportError::Unavailable("hwloc", "no processing units found".into()));
         }
 
         let packages = objects(&t, ObjectType::Package)
@@ -119,19 +112,10 @@ impl Topology {
             .enumerate()
             .map(|(i, (os, mut cpus))| {
                 cpus.sort_unstable();
-                NumaNode {
-                    logical_index: i as u32,
-                    os_index: os,
-                    cpus,
-                }
+                NumaNode { logical_index: i as u32, os_index: os, cpus }
             })
             .collect();
-        let numa_logical = |os: u32| {
-            numa_nodes
-                .iter()
-                .find(|n| n.os_index == os)
-                .map(|n| n.logical_index)
-        };
+        let numa_logical = |os: u32| numa_nodes.iter().find(|n| n.os_index == os).map(|n| n.logical_index);
 
         let mut cores = Vec::new();
         let core_objs = objects(&t, ObjectType::Core);
@@ -150,10 +134,7 @@ impl Topology {
         } else {
             for c in core_objs {
                 let pus = bits(c.cpuset())?;
-                let numa = pus
-                    .first()
-                    .and_then(|cpu| pu_numa.get(cpu))
-                    .and_then(|&n| numa_logical(n));
+                let numa = pus.first().and_then(|cpu| pu_numa.get(cpu)).and_then(|&n| numa_logical(n));
                 cores.push(Core {
                     logical_index: c.logical_index(),
                     os_index: c.os_index(),
@@ -163,20 +144,12 @@ impl Topology {
                 });
             }
         }
-        Ok(Topology {
-            packages,
-            numa_nodes,
-            cores,
-        })
+        Ok(Topology { packages, numa_nodes, cores })
     }
 
     /// All OS cpu numbers, ascending.
     pub fn cpus(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = self
-            .cores
-            .iter()
-            .flat_map(|c| c.pus.iter().copied())
-            .collect();
+        let mut v: Vec<usize> = self.cores.iter().flat_map(|c| c.pus.iter().copied()).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -190,9 +163,8 @@ impl Topology {
 /// Pins the calling thread to OS cpu `cpu`. Errors if that cpu does not exist or is not
 /// available to this process.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
-    let ids = core_affinity::get_core_ids().ok_or_else(|| {
-        TransportError::Unavailable("pinning", "cannot read this process's cpu set".into())
-    })?;
+    let ids = core_affinity::get_core_ids()
+        .ok_or_else(|| TransportError::Unavailable("pinning", "cannot read this process's cpu set".into()))?;
     let Some(id) = ids.iter().find(|c| c.id == cpu).copied() else {
         let allowed: Vec<usize> = ids.iter().map(|c| c.id).collect();
         return Err(TransportError::Config(format!(
@@ -202,10 +174,7 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
     if core_affinity::set_for_current(id) {
         Ok(())
     } else {
-        Err(TransportError::Unavailable(
-            "pinning",
-            format!("sched_setaffinity to cpu {cpu} failed"),
-        ))
+        Err(TransportError::Unavailable("pinning", format!("sched_setaffinity to cpu {cpu} failed")))
     }
 }
 
@@ -227,8 +196,6 @@ mod tests {
         assert!(pin_current_thread(1 << 20).is_err());
         let cpus = Topology::discover().unwrap().cpus();
         // In its own thread so the test harness thread keeps its affinity.
-        std::thread::spawn(move || pin_current_thread(cpus[0]).unwrap())
-            .join()
-            .unwrap();
+        std::thread::spawn(move || pin_current_thread(cpus[0]).unwrap()).join().unwrap();
     }
 }
