@@ -57,3 +57,59 @@ impl<T> IoContext<T> for std::io::Result<T> {
         self.map_err(|e| TransportError::io(context(), e))
     }
 }
+
+/// Errors peers caused during progress (malformed messages), reported one per `progress` call
+/// in arrival order. Bounded: past `LIMIT` they are counted and reported as one summary, so a
+/// flooding peer cannot grow memory, and none is dropped silently.
+#[derive(Debug, Default)]
+pub struct ErrorQueue {
+    queue: std::collections::VecDeque<TransportError>,
+    overflow: u64,
+}
+
+impl ErrorQueue {
+    const LIMIT: usize = 256;
+
+    pub fn push(&mut self, error: TransportError) {
+        if self.queue.len() < Self::LIMIT {
+            self.queue.push_back(error);
+        } else {
+            self.overflow += 1;
+        }
+    }
+
+    /// The oldest unreported error, then the overflow summary.
+    pub fn next_error(&mut self) -> Option<TransportError> {
+        if let Some(e) = self.queue.pop_front() {
+            return Some(e);
+        }
+        if self.overflow > 0 {
+            let n = std::mem::take(&mut self.overflow);
+            return Some(TransportError::Malformed {
+                what: "messages",
+                detail: format!("{n} more not itemized"),
+            });
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_queue_keeps_order_and_counts_overflow() {
+        let mut q = ErrorQueue::default();
+        for i in 0..ErrorQueue::LIMIT + 3 {
+            q.push(TransportError::Config(i.to_string()));
+        }
+        for i in 0..ErrorQueue::LIMIT {
+            assert!(matches!(q.next_error(), Some(TransportError::Config(s)) if s == i.to_string()));
+        }
+        assert!(
+            matches!(q.next_error(), Some(TransportError::Malformed { detail, .. }) if detail.starts_with('3'))
+        );
+        assert!(q.next_error().is_none());
+    }
+}

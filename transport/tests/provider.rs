@@ -448,3 +448,52 @@ fn verbs_remote_access_error_fails_only_that_endpoint() {
         assert_eq!(target.to_vec(0, 4096).unwrap(), vec![0xAB; 4096], "target memory was touched");
     }
 }
+
+#[test]
+fn malformed_ring_messages_are_reported_not_fatal() {
+    if !common::only_on("shm", "injects raw slots into the shm rings") {
+        return;
+    }
+    if !common::is_child() {
+        return run_ok("malformed_ring_messages_are_reported_not_fatal", 2, &[]);
+    }
+    use reverb_transport::msg::{kind, SlotHeader};
+    use reverb_transport::shm::ShmProvider;
+    use reverb_transport::{bootstrap::TcpBootstrap, TransportConfig};
+    let mut boot = TcpBootstrap::connect_from_env().expect("bootstrap");
+    let config = TransportConfig::from_env().expect("config");
+    let mut p = ShmProvider::open(config, &mut boot).expect("open");
+    let rank = boot.job().rank;
+    // What a faulty or hostile peer could put in a ring slot.
+    let bad = [
+        SlotHeader { kind: 99, ..Default::default() },
+        SlotHeader { kind: kind::FIN, cookie: 0xdead, ..Default::default() },
+        SlotHeader { kind: kind::EAGER, len: u64::MAX, ..Default::default() },
+        SlotHeader { kind: kind::EAGER, len: 1 << 40, ..Default::default() },
+    ];
+    if rank == 1 {
+        for h in bad {
+            p.inject_raw_message(0, h, &[]).unwrap();
+        }
+        let op = p.send(0, 7, b"still fine").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    } else {
+        let op =
+            p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 64 }).unwrap();
+        // One error per `progress` call, in order; keep going until the queue is drained.
+        let (mut errors, start) = (0, Instant::now());
+        loop {
+            match p.progress() {
+                Err(TransportError::Malformed { .. }) => errors += 1,
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(()) if p.completions().iter().any(|c| c.op == op) => break,
+                Ok(()) => {}
+            }
+            assert!(start.elapsed() < WAIT, "the good message never arrived");
+        }
+        assert_eq!(errors, bad.len(), "each malformed slot is reported once");
+        let c = p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        assert!(matches!(c.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"still fine"));
+    }
+    boot.barrier().unwrap();
+}

@@ -24,7 +24,7 @@ use memmap2::MmapRaw;
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
-use crate::error::{Result, TransportError};
+use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::Region;
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
@@ -115,8 +115,8 @@ pub struct ShmProvider {
     last_map: Option<(Rank, u64, *mut u8)>,
     progress_calls: u32,
     last_liveness: Instant,
-    /// A malformed slot seen during progress; reported once by the next `progress`.
-    malformed: Option<TransportError>,
+    /// Malformed slots seen during progress, reported one per `progress` call.
+    malformed: ErrorQueue,
 }
 
 // SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
@@ -220,7 +220,7 @@ impl ShmProvider {
             last_map: None,
             progress_calls: 0,
             last_liveness: Instant::now(),
-            malformed: None,
+            malformed: ErrorQueue::default(),
         })
     }
 
@@ -434,19 +434,17 @@ impl ShmProvider {
             }
             kind::FIN => {
                 if let Err(e) = self.tagged.on_fin(source, &header, &mut self.cq) {
-                    self.malformed = Some(e);
+                    self.malformed.push(e);
                 }
             }
             kind::IMM => self.cq.push_back(Completion::ok(
                 OpId::REMOTE,
                 CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
             )),
-            other => {
-                self.malformed = Some(TransportError::Malformed {
-                    what: "message",
-                    detail: format!("unknown kind {other} from rank {source}"),
-                })
-            }
+            other => self.malformed.push(TransportError::Malformed {
+                what: "message",
+                detail: format!("unknown kind {other} from rank {source}"),
+            }),
         }
     }
 
@@ -461,7 +459,7 @@ impl ShmProvider {
                 let header = ring.read_header(head);
                 let payload_len = if header.kind == kind::EAGER { header.len as usize } else { 0 };
                 if payload_len > max_payload {
-                    self.malformed = Some(TransportError::Malformed {
+                    self.malformed.push(TransportError::Malformed {
                         what: "message",
                         detail: format!(
                             "eager length {} from rank {source} exceeds {max_payload}",
@@ -515,6 +513,16 @@ impl ShmProvider {
 
     fn liveness_due(&self) -> bool {
         self.last_liveness.elapsed() >= self.config.peer_timeout / 4
+    }
+
+    /// Fault injection: publishes `header` and `payload` to `dest`'s ring unvalidated, as a
+    /// faulty or hostile peer could. For tests and chaos runs of the receiver's checks.
+    #[doc(hidden)]
+    pub fn inject_raw_message(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.layout.max_payload() {
+            return Err(TransportError::Config("injected payload larger than a slot".into()));
+        }
+        self.push_msg(dest, header, payload, None)
     }
 
     /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
@@ -684,7 +692,7 @@ impl Provider for ShmProvider {
         if self.progress_calls.is_multiple_of(256) && self.liveness_due() {
             self.check_liveness();
         }
-        match self.malformed.take() {
+        match self.malformed.next_error() {
             Some(e) => Err(e),
             None => Ok(()),
         }

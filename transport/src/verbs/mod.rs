@@ -27,7 +27,7 @@ use ibverbs_sys as ffi;
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
-use crate::error::{Result, TransportError};
+use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 use crate::region::Region;
 use crate::shm::liveness::ProcessWatch;
@@ -180,7 +180,7 @@ pub struct VerbsProvider {
     tagged: TaggedState,
     last_liveness: Instant,
     progress_calls: u32,
-    malformed: Option<TransportError>,
+    malformed: ErrorQueue,
     /// Queued messages across all peers, and whether a credit return waits for SQ room: lets
     /// an idle `progress` be a bare CQ poll.
     backlogged: usize,
@@ -418,7 +418,7 @@ impl VerbsProvider {
             tagged: TaggedState::default(),
             last_liveness: Instant::now(),
             progress_calls: 0,
-            malformed: None,
+            malformed: ErrorQueue::default(),
             backlogged: 0,
             credits_deferred: false,
         })
@@ -731,7 +731,7 @@ impl VerbsProvider {
 
     fn handle_message(&mut self, source: Rank, bytes: &[u8]) {
         let Some((header, payload)) = SlotHeader::decode_wire(bytes) else {
-            self.malformed = Some(TransportError::Malformed {
+            self.malformed.push(TransportError::Malformed {
                 what: "message",
                 detail: format!("{} bytes from rank {source}", bytes.len()),
             });
@@ -746,15 +746,13 @@ impl VerbsProvider {
             }
             kind::FIN => {
                 if let Err(e) = self.tagged.on_fin(source, &header, &mut self.completions) {
-                    self.malformed = Some(e);
+                    self.malformed.push(e);
                 }
             }
-            other => {
-                self.malformed = Some(TransportError::Malformed {
-                    what: "message",
-                    detail: format!("kind {other} with {} payload bytes from rank {source}", payload.len()),
-                })
-            }
+            other => self.malformed.push(TransportError::Malformed {
+                what: "message",
+                detail: format!("kind {other} with {} payload bytes from rank {source}", payload.len()),
+            }),
         }
     }
 
@@ -885,7 +883,7 @@ impl VerbsProvider {
                 // device does not write these bytes while we parse them.
                 match unsafe { ring.slice(off, len) } {
                     Ok(bytes) => self.handle_message(peer, bytes),
-                    Err(e) => self.malformed = Some(e),
+                    Err(e) => self.malformed.push(e),
                 }
             }
             if let Err(e) = self.repost_recv(peer, slot) {
@@ -1113,7 +1111,7 @@ impl Provider for VerbsProvider {
         {
             self.check_liveness(false);
         }
-        match self.malformed.take() {
+        match self.malformed.next_error() {
             Some(e) => Err(e),
             None => Ok(()),
         }
