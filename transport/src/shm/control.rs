@@ -32,7 +32,7 @@ const ENTRY_LEN: usize = 32;
 const RING_HEAD_LEN: usize = 64;
 /// The seq word in front of each slot's header.
 const SLOT_SEQ_LEN: usize = 8;
-pub use crate::msg::SLOT_HEADER_LEN;
+pub use crate::msg::{EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 
 /// Marks a table entry that is being filled; its low 16 bits never name a valid index.
 pub const KEY_RESERVED: u64 = u64::MAX;
@@ -226,33 +226,68 @@ impl Ring<'_> {
         self.slot_seq(seq).load(Ordering::Acquire) == seq + 1
     }
 
-    /// Producer: writes slot `seq` (which the caller knows is free) and publishes it.
+    /// Producer: writes slot `seq` (which the caller knows is free) and publishes it. Eager
+    /// data gets the compact 16-byte header (kind, len, tag), so a small message and its seq
+    /// word share one cache line; control messages get the full header.
     pub fn publish(&self, seq: u64, header: &SlotHeader, payload: &[u8]) {
         debug_assert!(payload.len() <= self.view.layout.max_payload());
         let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
         // SAFETY: the slot is free (seq - head < ring_slots, checked by the caller), so the
-        // consumer does not read it until the release store below; the payload fits the slot.
+        // consumer does not read it until the release store below; header and payload fit the
+        // slot (the payload is at most max_payload, computed with the full header).
         unsafe {
-            std::ptr::write_unaligned(body as *mut SlotHeader, *header);
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), body.add(SLOT_HEADER_LEN), payload.len());
+            if header.kind == kind::EAGER {
+                std::ptr::write_unaligned(body as *mut u32, header.kind);
+                // The header's length (equal to the payload's for our own sends), saturated, so
+                // the consumer's check sees what an injected or corrupt header claimed.
+                let len = header.len.min(u32::MAX as u64) as u32;
+                std::ptr::write_unaligned(body.add(4) as *mut u32, len);
+                std::ptr::write_unaligned(body.add(8) as *mut u64, header.tag);
+            } else {
+                std::ptr::write_unaligned(body as *mut SlotHeader, *header);
+            }
+            let at = body.add(payload_offset(header.kind));
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), at, payload.len());
         }
         self.slot_seq(seq).store(seq + 1, Ordering::Release);
     }
 
-    /// Consumer: copies the header of published slot `seq`.
+    /// Consumer: copies the header of published slot `seq` (eager: rebuilt from the compact
+    /// form, so `len` is whatever the peer wrote and must still be validated).
     pub fn read_header(&self, seq: u64) -> SlotHeader {
+        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
         // SAFETY: the caller saw `published(seq)`, so the producer finished this slot and will
-        // not touch it until head moves past it.
-        unsafe { std::ptr::read_unaligned(self.slot_ptr(seq).add(SLOT_SEQ_LEN) as *const SlotHeader) }
+        // not touch it until head moves past it; every read stays inside the slot.
+        unsafe {
+            let kind = std::ptr::read_unaligned(body as *const u32);
+            if kind == kind::EAGER {
+                let len = std::ptr::read_unaligned(body.add(4) as *const u32);
+                let tag = std::ptr::read_unaligned(body.add(8) as *const u64);
+                SlotHeader::eager(tag, len as usize)
+            } else {
+                std::ptr::read_unaligned(body as *const SlotHeader)
+            }
+        }
     }
 
-    /// Consumer: the payload bytes of published slot `seq`, `len` validated by the caller.
+    /// Consumer: the payload bytes of published slot `seq` with header `header`, `len`
+    /// validated by the caller.
     ///
     /// # Safety
     /// `seq` must be published and not yet released, and `len <= max_payload`.
-    pub unsafe fn payload(&self, seq: u64, len: usize) -> &[u8] {
+    pub unsafe fn payload(&self, seq: u64, header: &SlotHeader, len: usize) -> &[u8] {
+        let at = SLOT_SEQ_LEN + payload_offset(header.kind);
         // SAFETY: upheld by the caller as documented.
-        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_SEQ_LEN + SLOT_HEADER_LEN), len) }
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(at), len) }
+    }
+}
+
+/// Where the payload starts after the header of a message of `kind`.
+fn payload_offset(kind: u32) -> usize {
+    if kind == kind::EAGER {
+        EAGER_WIRE_LEN
+    } else {
+        SLOT_HEADER_LEN
     }
 }
 

@@ -469,7 +469,7 @@ impl ShmProvider {
                 } else {
                     // SAFETY: slot `head` is published and not yet released; the length was
                     // checked against the slot size.
-                    let payload = unsafe { ring.payload(head, payload_len) };
+                    let payload = unsafe { ring.payload(head, &header, payload_len) };
                     self.handle_slot(source as Rank, header, payload);
                 }
                 head += 1;
