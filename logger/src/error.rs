@@ -33,6 +33,9 @@ pub enum LogError {
     WriteFailed(TransportError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A protocol or configuration this build does not provide (yet).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
     #[error(transparent)]
     Transport(#[from] TransportError),
     #[error("{context}: {source}")]

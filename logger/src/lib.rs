@@ -7,18 +7,23 @@
 //! - [`channel`]: ssn assignment, in-order delivery, duplicate and stale-incarnation drops;
 //! - [`detqueue`]: the node's lock-free determinant queue in shared memory (seed 000 Algs 22-24);
 //! - [`logring`]: a log ring in a buddy's registered memory, written with one-sided puts;
+//! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
+//! - [`buddy`]: which rank on another node hosts each rank's log;
 //! - [`stats`]: counters, including deterministic vs wildcard receives;
 //! - [`error`]: the [`LogError`] enum.
 
+pub mod buddy;
 pub mod channel;
 pub mod determinant;
 pub mod detqueue;
 pub mod envelope;
 pub mod error;
 pub mod logring;
+pub mod protocol;
 pub mod stats;
 mod wire;
 
 pub use determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 pub use envelope::Envelope;
 pub use error::{LogError, Result};
+pub use protocol::{Delivery, LogConfig, LogMode, LoggedEndpoint};

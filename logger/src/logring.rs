@@ -256,6 +256,18 @@ impl LogRingWriter {
         self.capacity - (self.head - self.recorded.tail)
     }
 
+    /// Ring bytes that appending records of these data lengths, in order, would take from the
+    /// free space (wrap skips included): lets a caller check room for a group of records first.
+    pub fn bytes_needed(&self, lens: &[usize]) -> u64 {
+        let mut head = self.head;
+        for &len in lens {
+            let size = record_size(len);
+            let (skip, _) = placement(self.capacity, head, size);
+            head += skip + size;
+        }
+        head - self.head
+    }
+
     fn check_failed(&self) -> Result<()> {
         match &self.failed {
             Some(e) => Err(LogError::WriteFailed(e.clone())),

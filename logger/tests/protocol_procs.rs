@@ -1,0 +1,381 @@
+//! The logging protocols end to end: 4 real processes on 2 simulated nodes over the shm
+//! provider, random bursts to random peers with random delays, named and wildcard receives
+//! mixed in a random order. Checks exactly-once delivery, per-channel FIFO order, determinants
+//! for wildcard receives only and, for pessimistic-rb, that each buddy's copy of the log,
+//! replayed in determinant order, reproduces its client's deliveries exactly.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use reverb_logger::logring::{RecordKind, ScanEnd};
+use reverb_logger::stats::ReceiveKind;
+use reverb_logger::{Delivery, Determinant, Envelope, LogConfig, LogError, LogMode, LoggedEndpoint};
+use reverb_transport::{Bootstrap, Rank, Source, Tag, TagMatch};
+
+const RANKS: u32 = 4;
+const RANKS_PER_NODE: u32 = 2;
+const PHASES: u64 = 8;
+const WAIT: Duration = Duration::from_secs(30);
+const SEED_VAR: &str = "REVERB_TEST_SEED";
+
+/// Receive classes: the schedule gives each message one, so receives never steal each
+/// other's messages and the job cannot deadlock.
+const NAMED: u64 = 0;
+const ANY_SOURCE: u64 = 1;
+const NAMED_MASKED: u64 = 2;
+
+fn tag(phase: u64, class: u64, subtag: u64) -> Tag {
+    (phase << 16) | (class << 8) | subtag
+}
+
+#[derive(Debug, Clone)]
+struct Message {
+    sender: Rank,
+    dest: Rank,
+    ssn: u64,
+    class: u64,
+    tag: Tag,
+    payload: Vec<u8>,
+}
+
+fn mix(seed: u64) -> u64 {
+    (seed ^ 0x2545_f491_4f6c_dd1d).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Every rank's sends in every phase, the same in every process (derived from the seed).
+fn schedule(seed: u64) -> Vec<Vec<Vec<Message>>> {
+    let mut ssn: HashMap<(Rank, Rank), u64> = HashMap::new();
+    (0..PHASES)
+        .map(|phase| {
+            (0..RANKS)
+                .map(|sender| {
+                    let mut rng = StdRng::seed_from_u64(mix(seed) ^ (phase << 32) ^ u64::from(sender));
+                    let count = rng.gen_range(10..40);
+                    (0..count)
+                        .map(|i| {
+                            let dest = (sender + rng.gen_range(1..RANKS)) % RANKS;
+                            let class = rng.gen_range(0..3);
+                            let subtag = if class == ANY_SOURCE { 0 } else { rng.gen_range(0..3) };
+                            let next = ssn.entry((sender, dest)).or_insert(0);
+                            *next += 1;
+                            let len = rng.gen_range(0..300);
+                            let payload_seed = seed ^ (phase << 40) ^ (u64::from(sender) << 20) ^ i;
+                            Message {
+                                sender,
+                                dest,
+                                ssn: *next,
+                                class,
+                                tag: tag(phase, class, subtag),
+                                payload: common::pattern(payload_seed, len),
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What the application asked for, and what it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reception {
+    source: Source,
+    tag: TagMatch,
+    delivery: Delivery,
+}
+
+fn receive_op(m: &Message, phase: u64) -> (Source, TagMatch) {
+    match m.class {
+        NAMED => (Source::Rank(m.sender), TagMatch::exact(m.tag)),
+        ANY_SOURCE => (Source::Any, TagMatch::exact(m.tag)),
+        _ => (Source::Rank(m.sender), TagMatch { tag: tag(phase, NAMED_MASKED, 0), mask: !0xff }),
+    }
+}
+
+fn run_traffic(endpoint: &mut LoggedEndpoint, plan: &[Vec<Vec<Message>>], seed: u64) -> Vec<Reception> {
+    let me = endpoint.rank();
+    let mut rng = StdRng::seed_from_u64(mix(seed).rotate_left(17) ^ u64::from(me));
+    let mut receptions = Vec::new();
+    for (phase, sends) in plan.iter().enumerate() {
+        let phase = phase as u64;
+        // Sends never wait on receives, and phase tags keep phases apart: no deadlock.
+        let mine = &sends[me as usize];
+        let mut next = 0;
+        while next < mine.len() {
+            let burst = rng.gen_range(1..7).min(mine.len() - next);
+            for m in &mine[next..next + burst] {
+                endpoint.send(m.dest, m.tag, &m.payload).expect("send");
+            }
+            next += burst;
+            std::thread::sleep(Duration::from_micros(rng.gen_range(0..300)));
+        }
+        let mut ops: Vec<(Source, TagMatch)> =
+            sends.iter().flatten().filter(|m| m.dest == me).map(|m| receive_op(m, phase)).collect();
+        ops.shuffle(&mut rng);
+        for (source, tag) in ops {
+            if rng.gen_bool(0.2) {
+                std::thread::sleep(Duration::from_micros(rng.gen_range(0..200)));
+            }
+            let delivery = endpoint.recv(source, tag, WAIT).expect("recv");
+            receptions.push(Reception { source, tag, delivery });
+        }
+    }
+    receptions
+}
+
+fn check_deliveries(me: Rank, plan: &[Vec<Vec<Message>>], receptions: &[Reception]) {
+    let mut expected: HashMap<(Rank, u64), &Message> =
+        plan.iter().flatten().flatten().filter(|m| m.dest == me).map(|m| ((m.sender, m.ssn), m)).collect();
+    assert_eq!(expected.len(), receptions.len(), "rank {me}: deliveries vs messages sent to it");
+    let mut last_ssn: HashMap<(Rank, Tag), u64> = HashMap::new();
+    for (i, r) in receptions.iter().enumerate() {
+        let d = &r.delivery;
+        let m = expected.remove(&(d.source, d.ssn)).unwrap_or_else(|| {
+            panic!("rank {me}: ({}, ssn {}) delivered twice or never sent", d.source, d.ssn)
+        });
+        assert_eq!((d.tag, &d.payload), (m.tag, &m.payload), "rank {me}: content of {}#{}", d.source, d.ssn);
+        assert!(r.source.matches(d.source) && r.tag.matches(d.tag), "rank {me}: {r:?} matched wrongly");
+        // FIFO per (sender, tag) stream: a receive takes the oldest matching message.
+        let last = last_ssn.entry((d.source, d.tag)).or_insert(0);
+        assert!(d.ssn > *last, "rank {me}: {}#{} after #{last} on tag {:#x}", d.source, d.ssn, d.tag);
+        *last = d.ssn;
+        assert_eq!(d.rsn, i as u64 + 1);
+        let wildcard = ReceiveKind::classify(r.source, r.tag) == ReceiveKind::Wildcard;
+        let det = Determinant { sender: d.source, receiver: me, ssn: d.ssn, rsn: d.rsn };
+        assert_eq!(d.determinant, wildcard.then_some(det), "rank {me}: determinant of reception {i}");
+    }
+}
+
+fn check_stats(endpoint: &LoggedEndpoint, plan: &[Vec<Vec<Message>>], receptions: &[Reception]) {
+    let me = endpoint.rank();
+    let s = endpoint.stats();
+    let wildcard = receptions.iter().filter(|r| r.delivery.determinant.is_some()).count() as u64;
+    let sent = plan.iter().map(|p| p[me as usize].len() as u64).sum::<u64>();
+    assert_eq!(s.messages_sent, sent);
+    assert_eq!(s.messages_delivered, receptions.len() as u64);
+    assert_eq!((s.wildcard_receives, s.determinants_generated), (wildcard, wildcard));
+    assert_eq!(s.deterministic_receives, receptions.len() as u64 - wildcard);
+    assert!(wildcard > 0 && wildcard < receptions.len() as u64, "the traffic must mix both kinds");
+    assert_eq!((s.duplicates_dropped, s.stale_dropped), (0, 0));
+}
+
+// Reception list for the all-gather: per reception, the receive call and the delivery.
+fn encode_receptions(receptions: &[Reception]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in receptions {
+        let source = match r.source {
+            Source::Any => u32::MAX,
+            Source::Rank(s) => s,
+        };
+        let d = &r.delivery;
+        for v in [u64::from(source), r.tag.tag, r.tag.mask, u64::from(d.source), d.tag, d.ssn, d.rsn] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(u8::from(d.determinant.is_some()));
+        out.extend_from_slice(&(d.payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&d.payload);
+    }
+    out
+}
+
+fn decode_receptions(receiver: Rank, mut bytes: &[u8]) -> Vec<Reception> {
+    let mut take = |n: usize| {
+        let (head, tail) = bytes.split_at(n);
+        bytes = tail;
+        (head.to_vec(), tail.is_empty())
+    };
+    let u64_of = |b: Vec<u8>| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut out = Vec::new();
+    loop {
+        let mut u64s = [0u64; 7];
+        for v in u64s.iter_mut() {
+            *v = u64_of(take(8).0);
+        }
+        let [source, tag, mask, sender, dtag, ssn, rsn] = u64s;
+        let has_det = take(1).0[0] == 1;
+        let len = u64_of(take(8).0) as usize;
+        let (payload, last) = take(len);
+        let source = if source == u64::from(u32::MAX) { Source::Any } else { Source::Rank(source as Rank) };
+        let sender = sender as Rank;
+        let determinant = has_det.then_some(Determinant { sender, receiver, ssn, rsn });
+        out.push(Reception {
+            source,
+            tag: TagMatch { tag, mask },
+            delivery: Delivery { source: sender, tag: dtag, payload, ssn, rsn, determinant },
+        });
+        if last {
+            return out;
+        }
+    }
+}
+
+/// A logged message, as read back from the buddy's ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Logged {
+    sender: Rank,
+    ssn: u64,
+    tag: Tag,
+    payload: Vec<u8>,
+}
+
+/// The buddy's check: its ring for `client` holds, in order, one payload record per delivery,
+/// each followed by its determinant for wildcard receives; and replaying the log (named
+/// receives take the oldest matching logged message, wildcard ones the message their
+/// determinant names) reproduces the client's deliveries.
+fn check_hosted_log(endpoint: &LoggedEndpoint, client: Rank, receptions: &[Reception]) {
+    let ring = endpoint.hosted_rings().iter().find(|h| h.client == client).expect("hosted ring");
+    let scan = ring.scan().expect("scan hosted ring");
+    assert_eq!(scan.end, ScanEnd::Clean);
+    assert_eq!(scan.next_pos, scan.header.watermark, "client {client}: log not flushed");
+    assert!(scan.records.iter().all(|r| !r.beyond_watermark));
+
+    let mut logged: Vec<Logged> = Vec::new();
+    let mut determinants: BTreeMap<u64, Determinant> = BTreeMap::new();
+    let mut records = scan.records.iter().peekable();
+    while let Some(rec) = records.next() {
+        assert_eq!(rec.kind, RecordKind::Payload, "client {client}: record at {}", rec.pos);
+        let (env, payload) = Envelope::decode(&rec.data).expect("logged frame");
+        assert_eq!(env.receiver, client);
+        logged.push(Logged { sender: env.sender, ssn: env.ssn, tag: env.tag, payload: payload.to_vec() });
+        if records.peek().is_some_and(|r| r.kind == RecordKind::Determinants) {
+            let rec = records.next().expect("peeked");
+            for d in rec.determinants().expect("determinants") {
+                assert_eq!((d.sender, d.receiver, d.ssn), (env.sender, client, env.ssn));
+                assert!(determinants.insert(d.rsn, d).is_none(), "rsn {} logged twice", d.rsn);
+            }
+        }
+    }
+    // The log in order is the delivery sequence.
+    let delivered: Vec<Logged> = receptions
+        .iter()
+        .map(|r| Logged {
+            sender: r.delivery.source,
+            ssn: r.delivery.ssn,
+            tag: r.delivery.tag,
+            payload: r.delivery.payload.clone(),
+        })
+        .collect();
+    assert_eq!(logged, delivered, "client {client}: log differs from deliveries");
+    let wildcard: BTreeMap<u64, Determinant> =
+        receptions.iter().filter_map(|r| r.delivery.determinant).map(|d| (d.rsn, d)).collect();
+    assert_eq!(determinants, wildcard, "client {client}: logged determinants");
+
+    // Replay from an unordered pool of logged messages, driven by the receive calls alone.
+    let mut pool: BTreeMap<(Rank, u64), Logged> =
+        logged.into_iter().map(|l| ((l.sender, l.ssn), l)).collect();
+    for (i, r) in receptions.iter().enumerate() {
+        let rsn = i as u64 + 1;
+        let key = match ReceiveKind::classify(r.source, r.tag) {
+            ReceiveKind::Wildcard => {
+                let d = determinants.get(&rsn).expect("determinant for a wildcard receive");
+                (d.sender, d.ssn)
+            }
+            ReceiveKind::Deterministic => {
+                let Source::Rank(s) = r.source else { unreachable!("deterministic receives name a source") };
+                *pool
+                    .range((s, 0)..=(s, u64::MAX))
+                    .find(|(_, l)| r.tag.matches(l.tag))
+                    .expect("a logged message for a named receive")
+                    .0
+            }
+        };
+        let replayed = pool.remove(&key).expect("logged message replayed once");
+        assert_eq!(
+            (replayed.sender, replayed.ssn, &replayed.payload),
+            (r.delivery.source, r.delivery.ssn, &r.delivery.payload),
+            "client {client}: replay diverges at rsn {rsn}"
+        );
+    }
+    assert!(pool.is_empty(), "client {client}: logged but never delivered");
+}
+
+fn seed() -> u64 {
+    std::env::var(SEED_VAR).ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0004)
+}
+
+fn protocol_job(test: &str, mode: LogMode) {
+    let Some((job, mut boot, provider)) = common::child() else {
+        let env = vec![
+            ("REVERB_LOG".to_string(), mode.as_str().to_string()),
+            (SEED_VAR.to_string(), seed().to_string()),
+        ];
+        let job = common::Job { ranks: RANKS, ranks_per_node: RANKS_PER_NODE, env, ignored: false };
+        for out in common::run_job(test, &job) {
+            print!(
+                "{}",
+                out.lines().filter(|l| l.starts_with("rank ")).collect::<Vec<_>>().join("\n") + "\n"
+            );
+        }
+        return;
+    };
+    let seed = seed();
+    println!("rank {} mode {mode} seed {seed:#x}", job.rank);
+    let config = LogConfig { ring_capacity: 1 << 20, ..LogConfig::from_env().expect("log config") };
+    assert_eq!(config.mode, mode);
+    let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+    let plan = schedule(seed);
+    let receptions = run_traffic(&mut endpoint, &plan, seed);
+    check_deliveries(job.rank, &plan, &receptions);
+    check_stats(&endpoint, &plan, &receptions);
+    let s = endpoint.stats();
+    println!(
+        "rank {}: sent {}, delivered {} ({} wildcard), logged {} B payload, {} B determinants",
+        job.rank,
+        s.messages_sent,
+        s.messages_delivered,
+        s.wildcard_receives,
+        s.payload_bytes_logged,
+        s.determinant_bytes_logged
+    );
+
+    if mode == LogMode::PessimisticReceiverBased {
+        let buddy = endpoint.buddy().expect("buddy");
+        assert_ne!(buddy / RANKS_PER_NODE, job.rank / RANKS_PER_NODE, "buddy on the same node");
+        let s = endpoint.stats();
+        assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
+        assert!(s.payload_bytes_logged > 0);
+        endpoint.flush_log().expect("flush log");
+        let all = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
+        let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
+        assert_eq!(clients.len(), 1, "pair map on 2 nodes: one client each");
+        for client in clients {
+            let theirs = decode_receptions(client, &all[client as usize]);
+            check_hosted_log(&endpoint, client, &theirs);
+        }
+    } else {
+        assert!(endpoint.buddy().is_none() && endpoint.hosted_rings().is_empty());
+        let s = endpoint.stats();
+        assert_eq!((s.payload_bytes_logged, s.determinant_bytes_logged), (0, 0));
+    }
+    endpoint.finish(&mut boot).expect("finish");
+}
+
+#[test]
+fn random_traffic_without_logging() {
+    protocol_job("random_traffic_without_logging", LogMode::None);
+}
+
+#[test]
+fn random_traffic_pessimistic_receiver_based() {
+    protocol_job("random_traffic_pessimistic_receiver_based", LogMode::PessimisticReceiverBased);
+}
+
+/// Pessimistic logging on a single node is refused: the log would die with its node.
+#[test]
+fn pessimistic_logging_needs_two_nodes() {
+    let test = "pessimistic_logging_needs_two_nodes";
+    let Some((_job, mut boot, provider)) = common::child() else {
+        common::run_job(test, &common::Job { ranks: 2, ranks_per_node: 2, env: Vec::new(), ignored: false });
+        return;
+    };
+    let config = LogConfig { mode: LogMode::PessimisticReceiverBased, ..LogConfig::default() };
+    match LoggedEndpoint::new(provider, &mut boot, config) {
+        Err(LogError::Unsupported(msg)) => assert!(msg.contains("two nodes"), "{msg}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
