@@ -1,6 +1,7 @@
 //! Message logging for reverb (issue 4): the wire envelope and determinants, per-peer ordering,
-//! the node determinant queue, the remote log ring and the accounting. The protocols, logger
-//! cores and replay build on these. Only the transport's `Provider` API is used.
+//! the node determinant queue, the remote log ring, the accounting, and the protocols built on
+//! them (`none` and `pessimistic-rb` so far). Logger cores and replay come next. Only the
+//! transport's `Provider` API is used.
 //!
 //! - [`envelope`]: versioned, length-checked message envelope with piggybacked determinants;
 //! - [`determinant`]: ⟨sender, receiver, ssn, rsn⟩ and the reception counter;
