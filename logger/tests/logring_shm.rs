@@ -33,7 +33,7 @@ fn record(seq: u64) -> (RecordKind, Vec<u8>) {
 #[test]
 fn ring_over_shm_wraps_and_reads_back() {
     let Some((job, mut boot, mut provider)) = common::child() else {
-        common::run_ok("ring_over_shm_wraps_and_reads_back", 2);
+        common::run_ok("ring_over_shm_wraps_and_reads_back", 2, &[]);
         return;
     };
     let provider = &mut *provider;

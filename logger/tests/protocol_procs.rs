@@ -304,8 +304,8 @@ fn protocol_job(test: &str, mode: LogMode) {
             ("REVERB_LOG".to_string(), mode.as_str().to_string()),
             (SEED_VAR.to_string(), seed().to_string()),
         ];
-        let job = common::Job { ranks: RANKS, ranks_per_node: RANKS_PER_NODE, env, ignored: false };
-        for out in common::run_job(test, &job) {
+        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, ..common::Job::new(RANKS) };
+        for out in common::run_job_ok(test, &job) {
             print!(
                 "{}",
                 out.lines().filter(|l| l.starts_with("rank ")).collect::<Vec<_>>().join("\n") + "\n"
@@ -370,7 +370,7 @@ fn random_traffic_pessimistic_receiver_based() {
 fn pessimistic_logging_needs_two_nodes() {
     let test = "pessimistic_logging_needs_two_nodes";
     let Some((_job, mut boot, provider)) = common::child() else {
-        common::run_job(test, &common::Job { ranks: 2, ranks_per_node: 2, env: Vec::new(), ignored: false });
+        common::run_job_ok(test, &common::Job { ranks_per_node: 2, ..common::Job::new(2) });
         return;
     };
     let config = LogConfig { mode: LogMode::PessimisticReceiverBased, ..LogConfig::default() };

@@ -14,6 +14,7 @@ pub mod region;
 pub mod shm;
 pub mod tagged;
 pub mod tagmatch;
+pub mod testkit;
 pub mod topo;
 #[cfg(feature = "verbs")]
 pub mod verbs;

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{child, pattern, run_ok, run_ranks, WAIT};
+use common::{child, pattern, run_job, run_ok, Job, WAIT};
 use reverb_transport::{
     Access, Bootstrap, CompletionKind, OpId, Provider, RecvBuffer, RemoteRegion, Rma, Signal, Source,
     TagMatch, TransportError,
@@ -290,19 +290,15 @@ fn truncated_receives_fail_cleanly() {
 #[test]
 fn sigkilled_peer_fails_pending_ops_within_bound() {
     if !common::is_child() {
-        let exits = run_ranks(
-            "sigkilled_peer_fails_pending_ops_within_bound",
-            2,
-            &[("REVERB_PEER_TIMEOUT_MS", "400")],
-            Duration::from_secs(60),
-        );
+        let job = Job::new(2).env(&[("REVERB_PEER_TIMEOUT_MS", "400")]);
+        let exits = run_job("sigkilled_peer_fails_pending_ops_within_bound", &job);
         assert_eq!(
             exits[1].signal,
             Some(libc::SIGKILL),
             "rank 1 should die by SIGKILL:\n{}",
-            exits[1].output
+            exits[1].output()
         );
-        assert_eq!(exits[0].code, Some(0), "rank 0:\n{}", exits[0].output);
+        assert_eq!(exits[0].code, Some(0), "rank 0:\n{}", exits[0].output());
         return;
     }
     let Some((job, mut boot, mut p)) = child() else { return };
@@ -380,9 +376,9 @@ fn segments_removed_on_exit_and_after_crash() {
     }
     if !common::is_child() {
         let clean = common::job_id("segments_removed_on_exit_and_after_crash");
-        let exits = run_ranks("segments_removed_on_exit_and_after_crash", 2, &[], Duration::from_secs(60));
-        assert_eq!(exits[0].code, Some(0), "{}", exits[0].output);
-        assert_eq!(exits[1].signal, Some(libc::SIGKILL), "{}", exits[1].output);
+        let exits = run_job("segments_removed_on_exit_and_after_crash", &Job::new(2));
+        assert_eq!(exits[0].code, Some(0), "{}", exits[0].output());
+        assert_eq!(exits[1].signal, Some(libc::SIGKILL), "{}", exits[1].output());
         let left = job_files(&clean);
         assert!(left.iter().all(|f| f.starts_with(&format!("reverb.{clean}.1."))), "rank 0 left {left:?}");
         assert!(!left.is_empty(), "the killed rank's segments should remain until the next start");

@@ -1,0 +1,200 @@
+//! Test support for every crate's multi-process tests: a test re-executes its own test binary
+//! once per rank (real OS processes), wired together by a real bootstrap server, and checks how
+//! each rank ended. Test code: failures panic, which is how a test fails.
+
+#![doc(hidden)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::{BootServer, TcpBootstrap};
+use crate::{Bootstrap, JobInfo, Provider, TransportConfig};
+
+const CHILD_VAR: &str = "REVERB_TEST_CHILD";
+
+/// The bound of one wait inside a test.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How to launch a multi-process test.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub ranks: u32,
+    /// Ranks per simulated node, in blocks: rank r is on node r / ranks_per_node.
+    pub ranks_per_node: u32,
+    /// Extra environment for every rank.
+    pub env: Vec<(String, String)>,
+    /// The test is `#[ignore]`d, so the ranks must run ignored tests.
+    pub ignored: bool,
+    /// The whole job is killed (and the test fails) after this.
+    pub timeout: Duration,
+}
+
+impl Job {
+    /// `ranks` processes, one per simulated node.
+    pub fn new(ranks: u32) -> Job {
+        Job { ranks, ranks_per_node: 1, env: Vec::new(), ignored: false, timeout: Duration::from_secs(120) }
+    }
+
+    pub fn env(mut self, env: &[(&str, &str)]) -> Job {
+        self.env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+}
+
+/// How a rank process ended.
+#[derive(Debug)]
+pub struct RankExit {
+    pub rank: u32,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl RankExit {
+    /// Both streams, for failure messages.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Whether this process is a rank of a test job.
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_VAR).is_some()
+}
+
+/// Inside a rank process: the job, its bootstrap and the opened provider. None in the parent.
+pub fn child() -> Option<(JobInfo, TcpBootstrap, Box<dyn Provider>)> {
+    if !is_child() {
+        return None;
+    }
+    let mut boot = TcpBootstrap::connect_from_env().expect("bootstrap");
+    let config = TransportConfig::from_env().expect("config");
+    let provider = crate::open(&config, &mut boot).expect("open provider");
+    Some((boot.job().clone(), boot, provider))
+}
+
+/// The job id a test's ranks use (it names their shared-memory segments).
+pub fn job_id(test: &str) -> String {
+    format!("t{}{}", std::process::id(), test.replace('_', ""))
+}
+
+/// Runs `test` as `job.ranks` processes and returns how each ended; kills all on timeout.
+pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
+    let ranks = job.ranks;
+    let per_node = job.ranks_per_node.max(1);
+    let token = format!("token-{}-{test}", std::process::id());
+    let server = BootServer::start("127.0.0.1:0", ranks, &token).expect("boot server");
+    let root = server.local_addr().to_string();
+    let exe = std::env::current_exe().expect("current exe");
+    let mut args = vec![test, "--exact", "--nocapture", "--test-threads=1"];
+    if job.ignored {
+        args.push("--ignored");
+    }
+    let mut children: Vec<Child> = (0..ranks)
+        .map(|rank| {
+            Command::new(&exe)
+                .args(&args)
+                .env(CHILD_VAR, "1")
+                .env("REVERB_RANK", rank.to_string())
+                .env("REVERB_SIZE", ranks.to_string())
+                .env("REVERB_NODE", (rank / per_node).to_string())
+                .env("REVERB_LOCAL_RANK", (rank % per_node).to_string())
+                .env("REVERB_RANKS_PER_NODE", per_node.to_string())
+                .env("REVERB_JOB_ID", job_id(test))
+                .env("REVERB_INCARNATION", "0")
+                .env("REVERB_ROOT", &root)
+                .env("REVERB_JOB_TOKEN", &token)
+                .env("REVERB_BOOT_SERVER", "external")
+                .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let deadline = Instant::now() + job.timeout;
+    let mut statuses = vec![None; children.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (i, child) in children.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                statuses[i] = child.try_wait().expect("wait");
+            }
+        }
+        if Instant::now() > deadline {
+            for c in children.iter_mut() {
+                let _ = c.kill();
+            }
+            panic!("test job {test} hung: killed after {:?}", job.timeout);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    children
+        .into_iter()
+        .zip(statuses)
+        .enumerate()
+        .map(|(rank, (child, status))| {
+            let out = child.wait_with_output().expect("output");
+            let status = status.expect("status");
+            RankExit {
+                rank: rank as u32,
+                code: status.code(),
+                signal: status.signal(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Runs the job and asserts every rank exited 0 having run its one test (a rank that matched
+/// no test would exit 0 having done nothing). Returns each rank's stdout.
+pub fn run_job_ok(test: &str, job: &Job) -> Vec<String> {
+    run_job(test, job)
+        .into_iter()
+        .map(|exit| {
+            assert!(
+                exit.code == Some(0) && exit.stdout.contains("1 passed"),
+                "rank {} failed ({:?}, signal {:?}):\n{}",
+                exit.rank,
+                exit.code,
+                exit.signal,
+                exit.output()
+            );
+            exit.stdout
+        })
+        .collect()
+}
+
+/// `ranks` processes, one per node, with extra environment; every rank must succeed.
+pub fn run_ok(test: &str, ranks: u32, env: &[(&str, &str)]) {
+    run_job_ok(test, &Job::new(ranks).env(env));
+}
+
+/// A deterministic byte pattern, distinct per seed.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The provider a suite runs on (`REVERB_PROVIDER`, default shm).
+pub fn provider_name() -> String {
+    std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into())
+}
+
+/// Skips (saying why) a test that only means something on `provider`.
+pub fn only_on(provider: &str, why: &str) -> bool {
+    if provider_name() == provider {
+        return true;
+    }
+    eprintln!("skipped: {why} (needs the {provider} provider, running {})", provider_name());
+    false
+}
