@@ -20,6 +20,9 @@ pub enum LogError {
     /// The remote log ring has no room until the reader side trims: back-pressure.
     #[error("log ring full: {needed} bytes needed, {free} free")]
     RingFull { needed: u64, free: u64 },
+    /// The sender's message log is at its byte limit: back-pressure until a checkpoint trims it.
+    #[error("send log full: {needed} bytes needed, {used} of {limit} in use")]
+    LogFull { needed: u64, used: u64, limit: u64 },
     #[error("record of {len} bytes can never fit a ring of {capacity} bytes")]
     RecordTooLarge { len: u64, capacity: u64 },
     /// A record below the durable watermark fails its checksum: memory corruption, not a tear.

@@ -1,6 +1,6 @@
 //! Message logging for reverb (issue 4): the wire envelope and determinants, per-peer ordering,
 //! the node determinant queue, the remote log ring, the accounting, and the protocols built on
-//! them (`none` and `pessimistic-rb` so far). Logger cores and replay come next. Only the
+//! them (`none`, `pessimistic-rb` and `pessimistic-sb` so far). Logger cores and replay come next. Only the
 //! transport's `Provider` API is used.
 //!
 //! - [`envelope`]: versioned, length-checked message envelope with piggybacked determinants;
@@ -8,6 +8,7 @@
 //! - [`channel`]: ssn assignment, in-order delivery, duplicate and stale-incarnation drops;
 //! - [`detqueue`]: the node's lock-free determinant queue in shared memory (seed 000 Algs 22-24);
 //! - [`logring`]: a log ring in a buddy's registered memory, written with one-sided puts;
+//! - [`sendlog`]: the sender's bounded in-memory message log (sender-based logging);
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
 //! - [`buddy`]: which rank on another node hosts each rank's log;
 //! - [`stats`]: counters, including deterministic vs wildcard receives;
@@ -21,6 +22,7 @@ pub mod envelope;
 pub mod error;
 pub mod logring;
 pub mod protocol;
+pub mod sendlog;
 pub mod stats;
 mod wire;
 

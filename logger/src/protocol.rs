@@ -7,6 +7,11 @@
 //!   application, its frame (envelope + payload) and, for wildcard receives, its determinant
 //!   are written with one-sided puts into the ring the receiver's buddy registered, and the
 //!   writes have completed. Replaying the ring in order reproduces the deliveries.
+//! - `pessimistic-sb` (sender-based, seed 000 §2.4): the sender keeps every payload in its
+//!   bounded in-memory [`SendLog`] (a full log is back-pressure, `LogFull`); the receiver
+//!   writes only the determinant of a wildcard receive into its ring at the buddy and waits
+//!   for it to be durable before delivering. Named receives log nothing. Replay takes the
+//!   payloads from the senders' logs (`resend_from`) in the order the determinants give.
 //!
 //! All logged traffic uses one provider tag, [`LOGGED_MESSAGE_TAG`]; the application tag
 //! travels in the envelope, and matching happens here, after per-channel ordering (matching in
@@ -31,6 +36,7 @@ use crate::determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 use crate::envelope::Envelope;
 use crate::error::{LogError, Result};
 use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
+use crate::sendlog::SendLog;
 use crate::stats::{LogStats, ReceiveKind, StatsSnapshot};
 use crate::wire::Reader;
 
@@ -61,9 +67,9 @@ impl LogMode {
     /// `Unsupported` for the protocols not built yet.
     pub fn check_supported(self) -> Result<()> {
         match self {
-            LogMode::None | LogMode::PessimisticReceiverBased => Ok(()),
-            LogMode::PessimisticSenderBased | LogMode::Causal => Err(LogError::Unsupported(format!(
-                "REVERB_LOG={self} is not implemented yet; use none or pessimistic-rb"
+            LogMode::None | LogMode::PessimisticReceiverBased | LogMode::PessimisticSenderBased => Ok(()),
+            LogMode::Causal => Err(LogError::Unsupported(format!(
+                "REVERB_LOG={self} is not implemented yet; use none, pessimistic-rb or pessimistic-sb"
             ))),
         }
     }
@@ -111,6 +117,8 @@ pub struct LogConfig {
     pub max_message: usize,
     /// Bound on waiting for a log write to become durable.
     pub durable_timeout: Duration,
+    /// Byte limit of the sender's message log in `pessimistic-sb` (`REVERB_LOG_SEND_LOG_BYTES`).
+    pub send_log_limit: usize,
 }
 
 impl Default for LogConfig {
@@ -121,6 +129,7 @@ impl Default for LogConfig {
             reorder_window: 4096,
             max_message: 4 << 20,
             durable_timeout: Duration::from_secs(10),
+            send_log_limit: 256 << 20,
         }
     }
 }
@@ -148,6 +157,9 @@ impl LogConfig {
         }
         if let Some(n) = env_usize("REVERB_LOG_MAX_MESSAGE")? {
             cfg.max_message = n;
+        }
+        if let Some(n) = env_usize("REVERB_LOG_SEND_LOG_BYTES")? {
+            cfg.send_log_limit = n;
         }
         Ok(cfg)
     }
@@ -192,9 +204,10 @@ impl HostedRing {
     }
 }
 
-/// Receiver-based log: the writer into this rank's ring at its buddy.
+/// The writer into this rank's ring at its buddy: frames and determinants (receiver-based),
+/// or determinants only (sender-based).
 #[derive(Debug)]
-struct ReceiverLog {
+struct BuddyLog {
     buddy: Rank,
     writer: LogRingWriter,
 }
@@ -212,11 +225,16 @@ pub struct LoggedEndpoint {
     /// Messages in channel order, not yet matched by a receive.
     ready: VecDeque<Arrived>,
     posted: Vec<OpId>,
-    log: Option<ReceiverLog>,
+    log: Option<BuddyLog>,
+    /// Sender-based logging only: every payload sent, until trimmed.
+    send_log: Option<SendLog>,
     hosted: Vec<HostedRing>,
     stats: LogStats,
     send_buf: Vec<u8>,
     released: Vec<(Ssn, Arrived)>,
+    /// Provider sends not completed yet: a provider may hold them in a backlog that only its
+    /// progress drains, so `finish` waits for them before it stops progressing.
+    sends_in_flight: u64,
 }
 
 impl fmt::Debug for LoggedEndpoint {
@@ -276,14 +294,17 @@ impl LoggedEndpoint {
                 job.size
             )));
         }
-        let (log, hosted) = match config.mode {
-            LogMode::None => (None, Vec::new()),
+        let (log, hosted, send_log) = match config.mode {
+            LogMode::None => (None, Vec::new(), None),
             LogMode::PessimisticReceiverBased => {
                 let (log, hosted) = Self::set_up_rings(&mut *provider, boot, &config)?;
-                (Some(log), hosted)
+                (Some(log), hosted, None)
             }
-            LogMode::PessimisticSenderBased | LogMode::Causal => {
-                config.mode.check_supported()?;
+            LogMode::PessimisticSenderBased => {
+                let (log, hosted) = Self::set_up_rings(&mut *provider, boot, &config)?;
+                (Some(log), hosted, Some(SendLog::new(job.size, config.send_log_limit as u64)))
+            }
+            LogMode::Causal => {
                 return Err(LogError::Unsupported(format!("REVERB_LOG={}", config.mode)));
             }
         };
@@ -297,10 +318,12 @@ impl LoggedEndpoint {
             ready: VecDeque::new(),
             posted: Vec::with_capacity(POSTED_RECEIVES),
             log,
+            send_log,
             hosted,
             stats: LogStats::default(),
             send_buf: Vec::new(),
             released: Vec::new(),
+            sends_in_flight: 0,
             provider,
             config,
         };
@@ -316,7 +339,7 @@ impl LoggedEndpoint {
         provider: &mut dyn Provider,
         boot: &mut dyn Bootstrap,
         config: &LogConfig,
-    ) -> Result<(ReceiverLog, Vec<HostedRing>)> {
+    ) -> Result<(BuddyLog, Vec<HostedRing>)> {
         let rank = boot.job().rank;
         let node = boot.job().node;
         let nodes = boot.allgather(&node.to_le_bytes())?;
@@ -339,7 +362,7 @@ impl LoggedEndpoint {
             .ok_or_else(|| LogError::malformed("hosted ring list", format!("none from buddy {buddy}")))?;
         let remote = find_hosted(theirs, buddy, rank)?;
         let writer = LogRingWriter::new(provider, remote)?;
-        Ok((ReceiverLog { buddy, writer }, hosted))
+        Ok((BuddyLog { buddy, writer }, hosted))
     }
 
     pub fn rank(&self) -> Rank {
@@ -398,9 +421,32 @@ impl LoggedEndpoint {
                 self.config.max_message
             )));
         }
+        // Room first, so a full send log refuses the message before it takes an ssn.
+        if let Some(send_log) = &self.send_log {
+            if let Err(e) = send_log.reserve(payload.len()) {
+                LogStats::add(&self.stats.back_pressure_events, 1);
+                return Err(e);
+            }
+        }
         // A failed provider send leaves a gap in this channel's ssns: the peer is then gone,
         // and recovery (which resends from the log) owns the channel.
         let ssn = self.sequencer.next_ssn(dest)?;
+        self.encode_frame(dest, ssn, tag, payload)?;
+        // Logged before it leaves, so the log covers every message a receiver can hold.
+        if let Some(send_log) = self.send_log.as_mut() {
+            let before = send_log.used();
+            send_log.record(dest, ssn, tag, payload)?;
+            LogStats::add(&self.stats.send_log_bytes, send_log.used() - before);
+            LogStats::add(&self.stats.payload_bytes_logged, payload.len() as u64);
+        }
+        self.provider.send(dest, LOGGED_MESSAGE_TAG, &self.send_buf)?;
+        self.sends_in_flight += 1;
+        LogStats::add(&self.stats.messages_sent, 1);
+        self.collect_completions()
+    }
+
+    /// Encodes message `ssn` to `dest` into `send_buf`.
+    fn encode_frame(&mut self, dest: Rank, ssn: Ssn, tag: Tag, payload: &[u8]) -> Result<()> {
         let mut envelope = Envelope {
             sender: self.rank,
             receiver: dest,
@@ -411,10 +457,55 @@ impl LoggedEndpoint {
             determinants: Vec::new(),
         };
         self.send_buf.clear();
-        envelope.encode_into(payload, &mut self.send_buf)?;
-        self.provider.send(dest, LOGGED_MESSAGE_TAG, &self.send_buf)?;
-        LogStats::add(&self.stats.messages_sent, 1);
-        self.collect_completions()
+        envelope.encode_into(payload, &mut self.send_buf)
+    }
+
+    /// The sender's message log (`pessimistic-sb` only).
+    pub fn send_log(&self) -> Option<&SendLog> {
+        self.send_log.as_ref()
+    }
+
+    /// Replay primitive (`pessimistic-sb`): re-sends every logged message to `dest` from
+    /// `from_ssn` on, in ssn order, with its original ssn. A restarted receiver takes them in
+    /// the order its determinants give; a live one drops them as duplicates. Returns how many
+    /// were sent.
+    pub fn resend_from(&mut self, dest: Rank, from_ssn: Ssn) -> Result<usize> {
+        let Some(send_log) = self.send_log.take() else {
+            return Err(LogError::Unsupported(format!(
+                "resend_from needs pessimistic-sb, not {}",
+                self.mode()
+            )));
+        };
+        // The log is taken out for the loop (sending borrows the endpoint) and always put back.
+        let resent = self.resend_logged(&send_log, dest, from_ssn);
+        self.send_log = Some(send_log);
+        resent
+    }
+
+    fn resend_logged(&mut self, send_log: &SendLog, dest: Rank, from_ssn: Ssn) -> Result<usize> {
+        let mut resent = 0;
+        for entry in send_log.from_ssn(dest, from_ssn)? {
+            self.encode_frame(dest, entry.ssn, entry.tag, &entry.payload)?;
+            self.provider.send(dest, LOGGED_MESSAGE_TAG, &self.send_buf)?;
+            self.sends_in_flight += 1;
+            resent += 1;
+        }
+        self.collect_completions()?;
+        Ok(resent)
+    }
+
+    /// Frees the send log to `dest` through `through_ssn`: to call once a checkpoint of `dest`
+    /// covers those deliveries. Returns the bytes freed (0 outside `pessimistic-sb`).
+    pub fn trim_send_log(&mut self, dest: Rank, through_ssn: Ssn) -> Result<u64> {
+        let Some(send_log) = self.send_log.as_mut() else { return Ok(0) };
+        let freed = send_log.trim(dest, through_ssn)?;
+        LogStats::sub(&self.stats.send_log_bytes, freed);
+        Ok(freed)
+    }
+
+    /// The ssn of the last message sent to `dest` (0 before the first).
+    pub fn last_ssn_sent(&self, dest: Rank) -> Option<Ssn> {
+        self.sequencer.last_ssn(dest)
     }
 
     /// Receives the first message, in channel order, from `source` whose tag matches `tag`,
@@ -466,9 +557,13 @@ impl LoggedEndpoint {
             mine
         };
         for c in mine {
-            if matches!(c.kind, CompletionKind::Recv { .. }) {
-                self.posted.retain(|&op| op != c.op);
-                self.post_receive()?;
+            match c.kind {
+                CompletionKind::Recv { .. } => {
+                    self.posted.retain(|&op| op != c.op);
+                    self.post_receive()?;
+                }
+                CompletionKind::Send { .. } => self.sends_in_flight = self.sends_in_flight.saturating_sub(1),
+                _ => {}
             }
             let c = c.into_result()?;
             if let CompletionKind::Recv { source, data, .. } = c.kind {
@@ -518,8 +613,17 @@ impl LoggedEndpoint {
             rsn: self.reception.last_rsn() + 1,
         });
         // Log first: on back-pressure the message stays queued and nothing is half-delivered.
-        if let Some(log) = self.log.as_mut() {
-            log.record(&mut *self.provider, &arrived.frame, determinant, &self.config, &self.stats)?;
+        match (self.config.mode, self.log.as_mut()) {
+            (LogMode::PessimisticReceiverBased, Some(log)) => {
+                log.record(&mut *self.provider, &arrived.frame, determinant, &self.config, &self.stats)?;
+            }
+            // Sender-based: the payload is in the sender's log; only the determinant leaves.
+            (LogMode::PessimisticSenderBased, Some(log)) => {
+                if let Some(d) = determinant {
+                    log.record_determinant(&mut *self.provider, d, &self.config, &self.stats)?;
+                }
+            }
+            _ => {}
         }
         let Some(mut arrived) = self.ready.remove(index) else {
             return Err(LogError::InvalidArgument(format!("no ready message {index}")));
@@ -549,11 +653,28 @@ impl LoggedEndpoint {
         Ok(())
     }
 
-    /// Collective shutdown: flushes the log, then waits for every rank, so no host releases a
-    /// ring a client is still writing. Returns the provider.
+    /// Waits until every message sent (or re-sent) has left this rank, progressing meanwhile.
+    pub fn wait_sends(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.progress()?;
+            if self.sends_in_flight == 0 {
+                return Ok(());
+            }
+            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
+            self.provider.wait_until(left, &mut |cq| {
+                cq.iter()
+                    .any(|c| matches!(c.kind, CompletionKind::Send { tag, .. } if tag == LOGGED_MESSAGE_TAG))
+            })?;
+        }
+    }
+
+    /// Collective shutdown: flushes the log and drains this rank's sends, then waits for every
+    /// rank, so no host releases a ring a client is still writing and no peer waits on a
+    /// message stuck in this rank's backlog. Returns the provider.
     pub fn finish(mut self, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
         self.flush_log()?;
-        self.progress()?;
+        self.wait_sends(self.config.durable_timeout)?;
         boot.barrier()?;
         Ok(self.provider)
     }
@@ -567,7 +688,7 @@ fn is_endpoint_completion(posted: &[OpId], c: &reverb_transport::Completion) -> 
     }
 }
 
-impl ReceiverLog {
+impl BuddyLog {
     /// Writes the frame (and the determinant, if any) into the buddy's ring and waits until
     /// both are durable.
     fn record(
@@ -594,7 +715,33 @@ impl ReceiverLog {
         if let Some(d) = determinant {
             ticket = self.writer.append_determinants(provider, &[d])?;
             LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
+            LogStats::add(&stats.determinants_logged, 1);
         }
+        self.writer.wait_durable(provider, ticket, config.durable_timeout)
+    }
+
+    /// Writes one determinant into the buddy's ring and waits until it is durable.
+    fn record_determinant(
+        &mut self,
+        provider: &mut dyn Provider,
+        determinant: Determinant,
+        config: &LogConfig,
+        stats: &LogStats,
+    ) -> Result<()> {
+        let needed = self.writer.bytes_needed(&[Determinant::WIRE_LEN]);
+        if needed > self.writer.free() {
+            self.writer.poll(provider)?;
+        }
+        let ticket = match self.writer.append_determinants(provider, &[determinant]) {
+            Ok(ticket) => ticket,
+            Err(e @ LogError::RingFull { .. }) => {
+                LogStats::add(&stats.back_pressure_events, 1);
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
+        LogStats::add(&stats.determinants_logged, 1);
         self.writer.wait_durable(provider, ticket, config.durable_timeout)
     }
 }
@@ -616,11 +763,10 @@ mod tests {
         assert!(matches!("pessimistic".parse::<LogMode>(), Err(LogError::InvalidArgument(_))));
         assert!("".parse::<LogMode>().is_err());
         assert!(LogMode::PessimisticReceiverBased.check_supported().is_ok());
-        for mode in [LogMode::PessimisticSenderBased, LogMode::Causal] {
-            assert!(
-                matches!(mode.check_supported(), Err(LogError::Unsupported(m)) if m.contains(mode.as_str()))
-            );
-        }
+        assert!(LogMode::PessimisticSenderBased.check_supported().is_ok());
+        assert!(
+            matches!(LogMode::Causal.check_supported(), Err(LogError::Unsupported(m)) if m.contains("causal"))
+        );
     }
 
     #[test]

@@ -75,6 +75,10 @@ counters! {
     determinant_bytes_logged,
     /// Determinants created by wildcard receives.
     determinants_generated,
+    /// Determinants written to the buddy's ring (and durable before their delivery).
+    determinants_logged,
+    /// Bytes held now by the sender's message log (payloads plus entries; drops on trim).
+    send_log_bytes,
     /// Determinants carried on outgoing messages (one count per copy sent).
     determinants_piggybacked,
     /// Determinants known durable on another node.
@@ -94,6 +98,11 @@ counters! {
 impl LogStats {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// For the gauges (`send_log_bytes`): what `add` put in and a trim took out.
+    pub fn sub(counter: &AtomicU64, n: u64) {
+        counter.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Counts one receive by kind; returns whether it needs a determinant.

@@ -1,4 +1,5 @@
-//! 8-byte ping-pong latency through `LoggedEndpoint`, `none` vs `pessimistic-rb`, over shm:
+//! 8-byte ping-pong latency through `LoggedEndpoint`, `none` vs `pessimistic-rb` vs
+//! `pessimistic-sb`, over shm:
 //! a measurement, not a test (no timing assertions). Two ranks on two simulated nodes, each
 //! the other's logger buddy, both busy-polling. Run in release:
 //!
@@ -38,9 +39,11 @@ fn ping_pong(endpoint: &mut LoggedEndpoint, source: Source) -> Vec<f64> {
         if i >= WARMUP {
             half_rtt_us.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
-        // Stand-in for a checkpoint now and then, so the ring never fills.
+        // Stand-in for a checkpoint now and then, so neither the ring nor the send log fills.
         if i % 4096 == 4095 {
             endpoint.trim_log_to_durable().expect("trim");
+            let sent = endpoint.last_ssn_sent(peer).expect("peer in range");
+            endpoint.trim_send_log(peer, sent).expect("trim send log");
         }
     }
     half_rtt_us
@@ -58,7 +61,7 @@ fn summary(mut v: Vec<f64>) -> String {
 fn logged_ping_pong_latency() {
     let test = "logged_ping_pong_latency";
     let Some((job, mut boot, provider)) = common::child() else {
-        for mode in [LogMode::None, LogMode::PessimisticReceiverBased] {
+        for mode in [LogMode::None, LogMode::PessimisticReceiverBased, LogMode::PessimisticSenderBased] {
             let env = vec![
                 ("REVERB_LOG".to_string(), mode.as_str().to_string()),
                 ("REVERB_WAIT_MODE".to_string(), "poll".to_string()),

@@ -2,7 +2,10 @@
 //! provider, random bursts to random peers with random delays, named and wildcard receives
 //! mixed in a random order. Checks exactly-once delivery, per-channel FIFO order, determinants
 //! for wildcard receives only and, for pessimistic-rb, that each buddy's copy of the log,
-//! replayed in determinant order, reproduces its client's deliveries exactly.
+//! replayed in determinant order, reproduces its client's deliveries exactly. For
+//! pessimistic-sb, each buddy's determinants plus every sender's send log reproduce the
+//! client's deliveries, and re-sending from the send logs reaches the live receivers only as
+//! dropped duplicates. A small send log pushes back (`LogFull`) without losing an ssn.
 
 mod common;
 
@@ -13,6 +16,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use reverb_logger::logring::{RecordKind, ScanEnd};
+use reverb_logger::sendlog::LoggedSend;
 use reverb_logger::stats::ReceiveKind;
 use reverb_logger::{Delivery, Determinant, Envelope, LogConfig, LogError, LogMode, LoggedEndpoint};
 use reverb_transport::{Bootstrap, Rank, Source, Tag, TagMatch};
@@ -294,6 +298,136 @@ fn check_hosted_log(endpoint: &LoggedEndpoint, client: Rank, receptions: &[Recep
     assert!(pool.is_empty(), "client {client}: logged but never delivered");
 }
 
+/// Every message this rank's send log holds, for the all-gather:
+/// `(dest u32 | ssn u64 | tag u64 | len u64 | payload)*`.
+fn encode_send_log(endpoint: &LoggedEndpoint) -> Vec<u8> {
+    let send_log = endpoint.send_log().expect("send log");
+    let mut out = Vec::new();
+    for dest in 0..endpoint.size() {
+        for e in send_log.from_ssn(dest, 1).expect("untrimmed log") {
+            out.extend_from_slice(&dest.to_le_bytes());
+            for v in [e.ssn, e.tag, e.payload.len() as u64] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&e.payload);
+        }
+    }
+    out
+}
+
+/// The entries of one sender's log that go to `dest`, in log order.
+fn decode_send_log(bytes: &[u8], dest: Rank) -> Vec<LoggedSend> {
+    let mut at = 0;
+    let mut take = |n: usize| {
+        let head = bytes[at..at + n].to_vec();
+        at += n;
+        (head, at == bytes.len())
+    };
+    let u64_of = |b: Vec<u8>| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut out = Vec::new();
+    let mut done = bytes.is_empty();
+    while !done {
+        let to = u32::from_le_bytes(take(4).0.try_into().expect("4 bytes"));
+        let (ssn, tag, len) = (u64_of(take(8).0), u64_of(take(8).0), u64_of(take(8).0));
+        let (payload, last) = take(len as usize);
+        done = last;
+        if to == dest {
+            out.push(LoggedSend { ssn, tag, payload });
+        }
+    }
+    out
+}
+
+/// Sender-based replay, as the buddy would drive it for a restarted `client`: the buddy's ring
+/// holds only determinants (no payload went there), exactly the client's wildcard ones; the
+/// payloads come from the senders' logs, taken in determinant order for wildcard receives and
+/// in ssn order (oldest matching) for named ones. The result must be the client's deliveries.
+fn check_sender_based_replay(
+    endpoint: &LoggedEndpoint,
+    client: Rank,
+    receptions: &[Reception],
+    send_logs: &[Vec<u8>],
+) {
+    let ring = endpoint.hosted_rings().iter().find(|h| h.client == client).expect("hosted ring");
+    let scan = ring.scan().expect("scan hosted ring");
+    assert_eq!(scan.end, ScanEnd::Clean);
+    assert_eq!(scan.next_pos, scan.header.watermark, "client {client}: log not flushed");
+    let mut determinants: BTreeMap<u64, Determinant> = BTreeMap::new();
+    for rec in &scan.records {
+        assert!(!rec.beyond_watermark);
+        assert_eq!(rec.kind, RecordKind::Determinants, "client {client}: only determinants at the buddy");
+        for d in rec.determinants().expect("determinants") {
+            assert_eq!(d.receiver, client);
+            assert!(determinants.insert(d.rsn, d).is_none(), "rsn {} logged twice", d.rsn);
+        }
+    }
+    let wildcard: BTreeMap<u64, Determinant> =
+        receptions.iter().filter_map(|r| r.delivery.determinant).map(|d| (d.rsn, d)).collect();
+    assert_eq!(determinants, wildcard, "client {client}: logged determinants");
+
+    // Every sender's log of messages to the client, in one pool keyed by (sender, ssn).
+    let mut pool: BTreeMap<(Rank, u64), LoggedSend> = BTreeMap::new();
+    for (sender, bytes) in send_logs.iter().enumerate() {
+        let entries = decode_send_log(bytes, client);
+        let ssns: Vec<u64> = entries.iter().map(|e| e.ssn).collect();
+        assert_eq!(
+            ssns,
+            (1..=ssns.len() as u64).collect::<Vec<_>>(),
+            "{sender} -> {client}: log not contiguous"
+        );
+        pool.extend(entries.into_iter().map(|e| ((sender as Rank, e.ssn), e)));
+    }
+    for (i, r) in receptions.iter().enumerate() {
+        let rsn = i as u64 + 1;
+        let key = match ReceiveKind::classify(r.source, r.tag) {
+            ReceiveKind::Wildcard => {
+                let d = determinants.get(&rsn).expect("determinant for a wildcard receive");
+                (d.sender, d.ssn)
+            }
+            ReceiveKind::Deterministic => {
+                let Source::Rank(s) = r.source else { unreachable!("deterministic receives name a source") };
+                *pool
+                    .range((s, 0)..=(s, u64::MAX))
+                    .find(|(_, e)| r.tag.matches(e.tag))
+                    .expect("a logged message for a named receive")
+                    .0
+            }
+        };
+        let replayed = pool.remove(&key).expect("logged message replayed once");
+        assert_eq!(
+            (key.0, replayed.ssn, replayed.tag, &replayed.payload),
+            (r.delivery.source, r.delivery.ssn, r.delivery.tag, &r.delivery.payload),
+            "client {client}: replay diverges at rsn {rsn}"
+        );
+    }
+    assert!(pool.is_empty(), "client {client}: sent and logged but never delivered");
+}
+
+/// Re-sends every logged message (the replay primitive) and waits until each live receiver
+/// has dropped all of them as duplicates.
+fn resend_everything(endpoint: &mut LoggedEndpoint, plan: &[Vec<Vec<Message>>]) {
+    let me = endpoint.rank();
+    for dest in (0..RANKS).filter(|&d| d != me) {
+        let sent = plan.iter().flat_map(|p| &p[me as usize]).filter(|m| m.dest == dest).count();
+        assert_eq!(endpoint.resend_from(dest, 1).expect("resend"), sent, "resend to {dest}");
+        if sent > 1 {
+            assert_eq!(endpoint.resend_from(dest, sent as u64).expect("resend tail"), 1);
+        }
+    }
+    let to_me = plan.iter().flatten().flatten().filter(|m| m.dest == me).count();
+    let to_me_tail = (0..RANKS)
+        .filter(|&s| plan.iter().flat_map(|p| &p[s as usize]).filter(|m| m.dest == me).count() > 1)
+        .count();
+    let expected = (to_me + to_me_tail) as u64;
+    let start = std::time::Instant::now();
+    while endpoint.stats().duplicates_dropped < expected {
+        assert!(start.elapsed() < WAIT, "rank {me}: {:?} of {expected} duplicates", endpoint.stats());
+        endpoint.progress().expect("progress");
+    }
+    assert_eq!(endpoint.stats().duplicates_dropped, expected);
+    assert_eq!(endpoint.stats().messages_delivered, to_me as u64, "a resend was delivered again");
+}
+
 fn seed() -> u64 {
     std::env::var(SEED_VAR).ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0004)
 }
@@ -347,6 +481,27 @@ fn protocol_job(test: &str, mode: LogMode) {
             let theirs = decode_receptions(client, &all[client as usize]);
             check_hosted_log(&endpoint, client, &theirs);
         }
+    } else if mode == LogMode::PessimisticSenderBased {
+        let buddy = endpoint.buddy().expect("buddy");
+        assert_ne!(buddy / RANKS_PER_NODE, job.rank / RANKS_PER_NODE, "buddy on the same node");
+        let s = endpoint.stats();
+        let mine: Vec<&Message> = plan.iter().flat_map(|p| &p[job.rank as usize]).collect();
+        let payload_bytes = mine.iter().map(|m| m.payload.len() as u64).sum::<u64>();
+        let charged = mine.iter().map(|m| LoggedSend::charged_bytes(m.payload.len())).sum::<u64>();
+        assert_eq!(s.payload_bytes_logged, payload_bytes, "every payload in the sender's log");
+        assert_eq!((s.send_log_bytes, endpoint.send_log().expect("send log").used()), (charged, charged));
+        assert_eq!(s.determinants_logged, s.determinants_generated);
+        assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
+        endpoint.flush_log().expect("flush log");
+        let all_receptions = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
+        let send_logs = boot.allgather(&encode_send_log(&endpoint)).expect("allgather send logs");
+        let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
+        assert_eq!(clients.len(), 1, "pair map on 2 nodes: one client each");
+        for client in clients {
+            let theirs = decode_receptions(client, &all_receptions[client as usize]);
+            check_sender_based_replay(&endpoint, client, &theirs, &send_logs);
+        }
+        resend_everything(&mut endpoint, &plan);
     } else {
         assert!(endpoint.buddy().is_none() && endpoint.hosted_rings().is_empty());
         let s = endpoint.stats();
@@ -363,6 +518,59 @@ fn random_traffic_without_logging() {
 #[test]
 fn random_traffic_pessimistic_receiver_based() {
     protocol_job("random_traffic_pessimistic_receiver_based", LogMode::PessimisticReceiverBased);
+}
+
+#[test]
+fn random_traffic_pessimistic_sender_based() {
+    protocol_job("random_traffic_pessimistic_sender_based", LogMode::PessimisticSenderBased);
+}
+
+/// A full send log refuses the send (`LogFull`) without taking an ssn or dropping anything;
+/// trimming after a (stand-in) checkpoint lets sending go on, with no gap in the channel.
+#[test]
+fn sender_log_full_is_back_pressure() {
+    const PAYLOAD: usize = 64;
+    const FITS: u64 = 5;
+    let test = "sender_log_full_is_back_pressure";
+    let Some((job, mut boot, provider)) = common::child() else {
+        common::run_job_ok(test, &common::Job { ranks_per_node: 1, ..common::Job::new(2) });
+        return;
+    };
+    let limit = FITS * LoggedSend::charged_bytes(PAYLOAD);
+    let config = LogConfig {
+        mode: LogMode::PessimisticSenderBased,
+        send_log_limit: limit as usize,
+        ..LogConfig::default()
+    };
+    let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+    if job.rank == 0 {
+        for i in 0..FITS {
+            endpoint.send(1, 3, &[i as u8; PAYLOAD]).expect("send within the limit");
+        }
+        match endpoint.send(1, 3, &[0xff; PAYLOAD]) {
+            Err(LogError::LogFull { needed, used, limit: l }) => {
+                assert_eq!((needed, used, l), (LoggedSend::charged_bytes(PAYLOAD), limit, limit));
+            }
+            other => panic!("expected LogFull, got {other:?}"),
+        }
+        let s = endpoint.stats();
+        assert_eq!((s.back_pressure_events, s.messages_sent, s.send_log_bytes), (1, FITS, limit));
+        assert_eq!(endpoint.last_ssn_sent(1), Some(FITS), "a refused send takes no ssn");
+        assert_eq!(endpoint.send_log().expect("send log").len(1), FITS as usize, "nothing dropped");
+        // Stand-in for the receiver's checkpoint covering the first two messages.
+        assert_eq!(endpoint.trim_send_log(1, 2).expect("trim"), 2 * LoggedSend::charged_bytes(PAYLOAD));
+        assert_eq!(endpoint.stats().send_log_bytes, limit - 2 * LoggedSend::charged_bytes(PAYLOAD));
+        assert!(endpoint.resend_from(1, 1).is_err(), "trimmed messages cannot be resent");
+        endpoint.send(1, 3, &[0xee; PAYLOAD]).expect("send after trim");
+    } else {
+        for ssn in 1..=FITS + 1 {
+            let d = endpoint.recv(Source::Rank(0), TagMatch::exact(3), WAIT).expect("recv");
+            assert_eq!(d.ssn, ssn, "no gap in the channel");
+            let byte = if ssn <= FITS { ssn as u8 - 1 } else { 0xee };
+            assert_eq!(d.payload, vec![byte; PAYLOAD]);
+        }
+    }
+    endpoint.finish(&mut boot).expect("finish");
 }
 
 /// Pessimistic logging on a single node is refused: the log would die with its node.

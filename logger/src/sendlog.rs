@@ -1,0 +1,203 @@
+//! The sender's in-memory message log (sender-based pessimistic logging, seed 000 §2.4): every
+//! payload a rank sends stays here, per destination and in ssn order, until a checkpoint of
+//! the receiver makes it unnecessary (`trim`). A restarted receiver gets its messages back
+//! from here (`from_ssn`), in the order its logged determinants say.
+//!
+//! The log is bounded: when a message would not fit, `reserve` fails with `LogFull` and the
+//! caller must back off (trim after a checkpoint); nothing already logged is ever dropped.
+
+use std::collections::VecDeque;
+use std::mem::size_of;
+
+use reverb_transport::{Rank, Tag};
+
+use crate::determinant::Ssn;
+use crate::error::{LogError, Result};
+
+/// One logged message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedSend {
+    pub ssn: Ssn,
+    pub tag: Tag,
+    pub payload: Vec<u8>,
+}
+
+impl LoggedSend {
+    /// Bytes charged against the limit: the payload plus the entry itself, so that empty
+    /// payloads still count and the bound really bounds memory.
+    pub fn charged_bytes(payload_len: usize) -> u64 {
+        (payload_len + size_of::<LoggedSend>()) as u64
+    }
+}
+
+/// Per-destination logs of sent messages, under one byte limit.
+#[derive(Debug)]
+pub struct SendLog {
+    per_dest: Vec<VecDeque<LoggedSend>>,
+    /// Per destination, the highest ssn trimmed away (0: none).
+    trimmed_through: Vec<Ssn>,
+    limit: u64,
+    used: u64,
+}
+
+impl SendLog {
+    pub fn new(size: u32, limit: u64) -> Self {
+        SendLog {
+            per_dest: (0..size).map(|_| VecDeque::new()).collect(),
+            trimmed_through: vec![0; size as usize],
+            limit,
+            used: 0,
+        }
+    }
+
+    /// Bytes charged now (payloads plus entries).
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Messages logged for `dest`.
+    pub fn len(&self, dest: Rank) -> usize {
+        self.per_dest.get(dest as usize).map_or(0, VecDeque::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.per_dest.iter().all(VecDeque::is_empty)
+    }
+
+    /// Checks that a payload of `payload_len` bytes fits, before the caller commits to a send
+    /// (and to an ssn): `LogFull` is back-pressure.
+    pub fn reserve(&self, payload_len: usize) -> Result<()> {
+        let needed = LoggedSend::charged_bytes(payload_len);
+        if self.used + needed > self.limit {
+            return Err(LogError::LogFull { needed, used: self.used, limit: self.limit });
+        }
+        Ok(())
+    }
+
+    /// Logs message `ssn` to `dest`. Ssns of one destination must grow by one, so the log of
+    /// a channel is always a contiguous range and `from_ssn` can index it.
+    pub fn record(&mut self, dest: Rank, ssn: Ssn, tag: Tag, payload: &[u8]) -> Result<()> {
+        self.reserve(payload.len())?;
+        let log = self
+            .per_dest
+            .get_mut(dest as usize)
+            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
+        if let Some(last) = log.back() {
+            if ssn != last.ssn + 1 {
+                return Err(LogError::InvalidArgument(format!(
+                    "send log to rank {dest}: ssn {ssn} after {}",
+                    last.ssn
+                )));
+            }
+        }
+        self.used += LoggedSend::charged_bytes(payload.len());
+        log.push_back(LoggedSend { ssn, tag, payload: payload.to_vec() });
+        Ok(())
+    }
+
+    /// The logged messages to `dest` from `ssn` on, in ssn order. A range that starts before
+    /// the oldest kept entry is an error: those messages were trimmed, so a receiver asking
+    /// for them is older than the checkpoint that allowed the trim.
+    pub fn from_ssn(&self, dest: Rank, ssn: Ssn) -> Result<impl Iterator<Item = &LoggedSend>> {
+        let log = self
+            .per_dest
+            .get(dest as usize)
+            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
+        let trimmed_through = self.trimmed_through.get(dest as usize).copied().unwrap_or(0);
+        if ssn <= trimmed_through {
+            return Err(LogError::InvalidArgument(format!(
+                "send log to rank {dest}: ssn {ssn} was trimmed (through {trimmed_through})"
+            )));
+        }
+        // Entries are contiguous, so the offset is the ssn difference.
+        let skip = log
+            .front()
+            .map_or(0, |first| usize::try_from(ssn.saturating_sub(first.ssn)).unwrap_or(usize::MAX));
+        Ok(log.iter().skip(skip))
+    }
+
+    /// Drops every entry to `dest` with ssn at or below `through` (after a checkpoint of the
+    /// receiver covers them). Returns the bytes freed.
+    pub fn trim(&mut self, dest: Rank, through: Ssn) -> Result<u64> {
+        let log = self
+            .per_dest
+            .get_mut(dest as usize)
+            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
+        let mut freed = 0;
+        // Only what was really logged counts as trimmed: `through` may run past the last send.
+        let mut last_trimmed = None;
+        while log.front().is_some_and(|e| e.ssn <= through) {
+            if let Some(e) = log.pop_front() {
+                freed += LoggedSend::charged_bytes(e.payload.len());
+                last_trimmed = Some(e.ssn);
+            }
+        }
+        if let (Some(last), Some(t)) = (last_trimmed, self.trimmed_through.get_mut(dest as usize)) {
+            *t = last;
+        }
+        self.used -= freed;
+        Ok(freed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ssns<'a>(it: impl Iterator<Item = &'a LoggedSend>) -> Vec<Ssn> {
+        it.map(|e| e.ssn).collect()
+    }
+
+    #[test]
+    fn logs_per_destination_and_replays_from_an_ssn() {
+        let mut log = SendLog::new(3, 1 << 20);
+        for ssn in 1..=5 {
+            log.record(1, ssn, 7, &[ssn as u8; 3]).unwrap();
+        }
+        log.record(2, 1, 9, b"x").unwrap();
+        assert_eq!(ssns(log.from_ssn(1, 1).unwrap()), [1, 2, 3, 4, 5]);
+        assert_eq!(ssns(log.from_ssn(1, 4).unwrap()), [4, 5]);
+        assert_eq!(ssns(log.from_ssn(1, 9).unwrap()), Vec::<Ssn>::new());
+        assert_eq!(
+            log.from_ssn(2, 1).unwrap().next().map(|e| (e.tag, e.payload.clone())),
+            Some((9, b"x".to_vec()))
+        );
+        assert_eq!(ssns(log.from_ssn(0, 1).unwrap()), Vec::<Ssn>::new());
+        assert!(log.from_ssn(3, 1).is_err());
+        assert!(log.record(3, 1, 0, b"").is_err());
+        assert!(log.record(1, 7, 0, b"").is_err(), "ssn gap");
+        assert_eq!(
+            log.used(),
+            6 * LoggedSend::charged_bytes(3) - LoggedSend::charged_bytes(3) + LoggedSend::charged_bytes(1)
+        );
+    }
+
+    #[test]
+    fn full_log_pushes_back_and_trim_frees() {
+        let per = LoggedSend::charged_bytes(100);
+        let mut log = SendLog::new(2, 3 * per);
+        for ssn in 1..=3 {
+            log.record(1, ssn, 0, &[0; 100]).unwrap();
+        }
+        assert!(matches!(log.reserve(100), Err(LogError::LogFull { .. })));
+        assert!(
+            matches!(log.record(1, 4, 0, &[0; 100]), Err(LogError::LogFull { needed, .. }) if needed == per)
+        );
+        assert_eq!(log.len(1), 3, "nothing dropped");
+        assert_eq!(log.trim(1, 2).unwrap(), 2 * per);
+        assert_eq!(log.used(), per);
+        assert!(log.from_ssn(1, 2).is_err(), "trimmed");
+        assert_eq!(ssns(log.from_ssn(1, 3).unwrap()), [3]);
+        log.record(1, 4, 0, &[0; 100]).unwrap();
+        assert_eq!(log.trim(1, 10).unwrap(), 2 * per);
+        assert!(log.is_empty() && log.used() == 0);
+        // After a full trim the channel's next ssn still logs.
+        log.record(1, 5, 0, b"").unwrap();
+        assert!(log.from_ssn(1, 4).is_err(), "trimmed, though nothing is kept");
+        assert_eq!(ssns(log.from_ssn(1, 5).unwrap()), [5]);
+    }
+}
