@@ -1,0 +1,247 @@
+//! Reed-Solomon encode throughput, GB/s of input (data) bytes, in one run and on the same data:
+//! reverb-ckpt's `ParityCodec` (reed-solomon-erasure + simd-accel, 64 KiB stripes), raw
+//! reed-solomon-erasure (whole shards in one call), reed-solomon-simd (GF(2^16)), ISA-L's
+//! `ec_encode_data` (when `libisal-dev` was found at build time) and memcpy of the data as the
+//! memory-bandwidth yardstick.
+//!
+//! Geometries 4+2, 8+2, 16+4 with 1 MiB and 64 KiB shards. Cold-ish: each iteration encodes the
+//! next stripe set of a 256 MiB data pool (parity and memcpy targets rotate too), so inputs come
+//! from DRAM rather than the 32 MiB L3. ISA-L is given reed-solomon-erasure's coefficients and
+//! its parity is checked byte-equal before timing; reed-solomon-simd parity stays in the encoder's
+//! own buffer (no copy out), which slightly favours it.
+//!
+//! After criterion's own report a table of mean GB/s (10^9 B/s) per library is printed.
+//! `RS_BENCH_QUICK=1` shortens warm-up and measurement.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use reed_solomon_erasure::galois_8::ReedSolomon;
+use reverb_benches::isal::{self, IsalEncoder};
+use reverb_ckpt::ParityCodec;
+
+const POOL_BYTES: usize = 256 << 20;
+const GEOMETRIES: [(usize, usize); 3] = [(4, 2), (8, 2), (16, 4)];
+const SHARD_LENS: [usize; 2] = [1 << 20, 64 << 10];
+/// reverb-ckpt uses its default 64 KiB stripes; ckpt-16k the same codec with 16 KiB stripes.
+const LIBRARIES: [&str; 6] = ["reverb-ckpt", "ckpt-16k", "rse-raw", "rs-simd", "isa-l", "memcpy"];
+
+/// Buffers shared by every measurement; touched up front so no page faults land in a timing.
+struct Pools {
+    data: Vec<u8>,
+    /// Parity of every stripe set; m/k <= 1/2 for all geometries.
+    parity: Vec<u8>,
+    copy_target: Vec<u8>,
+}
+
+impl Pools {
+    fn new() -> Self {
+        let mut data = vec![0u8; POOL_BYTES];
+        StdRng::seed_from_u64(0x5eed).fill(&mut data[..]);
+        Self { data, parity: vec![1u8; POOL_BYTES / 2], copy_target: vec![1u8; POOL_BYTES] }
+    }
+}
+
+/// One geometry and shard size carved out of the pools.
+#[derive(Clone, Copy)]
+struct Layout {
+    data_shards: usize,
+    parity_shards: usize,
+    shard_len: usize,
+    stripe_sets: usize,
+}
+
+impl Layout {
+    fn data_shards_of<'a>(&self, pool: &'a [u8], set: usize) -> Vec<&'a [u8]> {
+        let set_bytes = self.data_shards * self.shard_len;
+        pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact(self.shard_len).collect()
+    }
+
+    fn parity_shards_of<'a>(&self, pool: &'a mut [u8], set: usize) -> Vec<&'a mut [u8]> {
+        let set_bytes = self.parity_shards * self.shard_len;
+        pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact_mut(self.shard_len).collect()
+    }
+
+    fn input_bytes(&self) -> usize {
+        self.data_shards * self.shard_len
+    }
+}
+
+/// Per (geometry, shard size, library), over all criterion calls (warm-up included).
+#[derive(Default)]
+struct Totals {
+    time: Duration,
+    input_bytes: u64,
+    /// Fastest single call in bytes/s: the figure least disturbed by other load on a shared machine.
+    best_rate: f64,
+}
+
+type TotalsByCase = BTreeMap<(usize, usize, usize, &'static str), Totals>;
+
+fn main() {
+    let quick = std::env::var_os("RS_BENCH_QUICK").is_some_and(|v| v == "1");
+    let (warm_up, measurement) = if quick { (0.3, 1.0) } else { (1.0, 3.0) };
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs_f64(warm_up))
+        .measurement_time(Duration::from_secs_f64(measurement))
+        .sample_size(10)
+        .configure_from_args();
+    let isal_skip_reason = isal::unavailable_reason();
+    if let Some(reason) = isal_skip_reason {
+        println!("rs bench: skipping ISA-L: {reason}");
+    }
+
+    let mut pools = Pools::new();
+    let totals = RefCell::new(TotalsByCase::new());
+    for (data_shards, parity_shards) in GEOMETRIES {
+        for shard_len in SHARD_LENS {
+            let layout = Layout {
+                data_shards,
+                parity_shards,
+                shard_len,
+                stripe_sets: POOL_BYTES / (data_shards * shard_len),
+            };
+            bench_layout(&mut criterion, &mut pools, layout, &totals, isal_skip_reason.is_none());
+        }
+    }
+    criterion.final_summary();
+    print_table(&totals.borrow());
+}
+
+fn bench_layout(
+    criterion: &mut Criterion,
+    pools: &mut Pools,
+    layout: Layout,
+    totals: &RefCell<TotalsByCase>,
+    with_isal: bool,
+) {
+    let Layout { data_shards: k, parity_shards: m, shard_len, stripe_sets } = layout;
+    let codec = ParityCodec::new(k, m).expect("valid geometry");
+    let codec_16k = ParityCodec::new(k, m).and_then(|c| c.with_block_len(16 << 10)).expect("valid geometry");
+    let raw = ReedSolomon::new(k, m).expect("valid geometry");
+    let isal = with_isal.then(|| IsalEncoder::new(k, m, &codec.parity_coefficients()).expect("ISA-L init"));
+    let mut simd = reed_solomon_simd::ReedSolomonEncoder::new(k, m, shard_len).expect("rs-simd geometry");
+    check_same_parity(&codec, &raw, isal.as_ref(), layout, &pools.data);
+
+    let mut group = criterion.benchmark_group(format!("rs_encode/{k}+{m}/{}KiB", shard_len >> 10));
+    group.throughput(Throughput::Bytes(layout.input_bytes() as u64));
+    for library in LIBRARIES {
+        if library == "isa-l" && isal.is_none() {
+            continue;
+        }
+        let mut set = 0;
+        group.bench_function(BenchmarkId::from_parameter(library), |b| {
+            b.iter_custom(|iterations| {
+                let start = Instant::now();
+                for _ in 0..iterations {
+                    set = (set + 1) % stripe_sets;
+                    let data = layout.data_shards_of(&pools.data, set);
+                    match library {
+                        "reverb-ckpt" => {
+                            let mut parity = layout.parity_shards_of(&mut pools.parity, set);
+                            codec.encode(&data, &mut parity).expect("encode");
+                        }
+                        "ckpt-16k" => {
+                            let mut parity = layout.parity_shards_of(&mut pools.parity, set);
+                            codec_16k.encode(&data, &mut parity).expect("encode");
+                        }
+                        "rse-raw" => {
+                            let mut parity = layout.parity_shards_of(&mut pools.parity, set);
+                            raw.encode_sep(&data, &mut parity).expect("encode");
+                        }
+                        "rs-simd" => {
+                            for shard in &data {
+                                simd.add_original_shard(shard).expect("add shard");
+                            }
+                            let result = simd.encode().expect("encode");
+                            black_box(result.recovery(0));
+                        }
+                        "isa-l" => {
+                            let mut parity = layout.parity_shards_of(&mut pools.parity, set);
+                            if let Some(isal) = &isal {
+                                isal.encode(&data, &mut parity).expect("encode");
+                            }
+                        }
+                        _ => {
+                            let bytes = layout.input_bytes();
+                            pools.copy_target[set * bytes..(set + 1) * bytes]
+                                .copy_from_slice(&pools.data[set * bytes..(set + 1) * bytes]);
+                        }
+                    }
+                    black_box(&pools.parity);
+                }
+                let elapsed = start.elapsed();
+                let mut totals = totals.borrow_mut();
+                let entry = totals.entry((k, m, shard_len, library)).or_default();
+                let bytes = iterations * layout.input_bytes() as u64;
+                entry.time += elapsed;
+                entry.input_bytes += bytes;
+                entry.best_rate = entry.best_rate.max(bytes as f64 / elapsed.as_secs_f64().max(1e-9));
+                elapsed
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The three GF(2^8) engines must write identical parity (same field, same matrix).
+fn check_same_parity(
+    codec: &ParityCodec,
+    raw: &ReedSolomon,
+    isal: Option<&IsalEncoder>,
+    layout: Layout,
+    data_pool: &[u8],
+) {
+    let data = layout.data_shards_of(data_pool, 0);
+    let mut outputs = Vec::new();
+    for engine in 0..3 {
+        let mut parity = vec![vec![0u8; layout.shard_len]; layout.parity_shards];
+        let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+        match (engine, isal) {
+            (0, _) => codec.encode(&data, &mut parity_refs).expect("encode"),
+            (1, _) => raw.encode_sep(&data, &mut parity_refs).expect("encode"),
+            (_, Some(isal)) => isal.encode(&data, &mut parity_refs).expect("encode"),
+            (_, None) => continue,
+        }
+        outputs.push(parity);
+    }
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]), "GF(2^8) engines disagree on parity");
+}
+
+fn print_table(totals: &TotalsByCase) {
+    let mean_rate = |t: &Totals| t.input_bytes as f64 / t.time.as_secs_f64();
+    print_rates(totals, "best call", |t| t.best_rate);
+    print_rates(totals, "mean over all calls", mean_rate);
+}
+
+fn print_rates(totals: &TotalsByCase, what: &str, rate_of: impl Fn(&Totals) -> f64) {
+    println!("\nReed-Solomon encode, GB/s of input data (10^9 B/s), {what}, {} MiB pool:", POOL_BYTES >> 20);
+    print!("{:<16}", "geometry/shard");
+    for library in LIBRARIES {
+        print!("{library:>12}");
+    }
+    println!("{:>13}", "fastest");
+    for (k, m) in GEOMETRIES {
+        for shard_len in SHARD_LENS {
+            print!("{:<16}", format!("{k}+{m} {}KiB", shard_len >> 10));
+            let mut fastest = ("", 0.0);
+            for library in LIBRARIES {
+                match totals.get(&(k, m, shard_len, library)) {
+                    Some(t) if !t.time.is_zero() => {
+                        let gb_per_s = rate_of(t) / 1e9;
+                        print!("{gb_per_s:>12.2}");
+                        if library != "memcpy" && gb_per_s > fastest.1 {
+                            fastest = (library, gb_per_s);
+                        }
+                    }
+                    _ => print!("{:>12}", "-"),
+                }
+            }
+            println!("{:>13}", fastest.0);
+        }
+    }
+}
