@@ -3,7 +3,8 @@
 //! The probe compiles and links a tiny C program calling `ec_init_tables`/`ec_encode_data`. On
 //! success it sets `cfg(have_isal)` and links `-lisal`; otherwise the bench still builds and
 //! prints the reason (REVERB_ISAL_SKIP_REASON) instead of ISA-L numbers. `REVERB_NO_ISAL=1`
-//! forces the skip path (to test a machine without the package).
+//! forces the skip path (to test a machine without the package). The probe result is cached like
+//! any build-script output: after installing or removing the package, `touch benches/build.rs`.
 
 use std::env;
 use std::fs;

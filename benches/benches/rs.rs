@@ -11,7 +11,8 @@
 //! own buffer (no copy out), which slightly favours it.
 //!
 //! After criterion's own report a table of mean GB/s (10^9 B/s) per library is printed.
-//! `RS_BENCH_QUICK=1` shortens warm-up and measurement.
+//! `RS_BENCH_QUICK=1` shortens warm-up and measurement; `RS_BENCH_SHARD_PAD=BYTES` spaces shard
+//! starts by shard size + BYTES instead of exactly the (power-of-two) shard size.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -27,8 +28,11 @@ use reverb_ckpt::ParityCodec;
 const POOL_BYTES: usize = 256 << 20;
 const GEOMETRIES: [(usize, usize); 3] = [(4, 2), (8, 2), (16, 4)];
 const SHARD_LENS: [usize; 2] = [1 << 20, 64 << 10];
-/// reverb-ckpt uses its default 64 KiB stripes; ckpt-16k the same codec with 16 KiB stripes.
-const LIBRARIES: [&str; 6] = ["reverb-ckpt", "ckpt-16k", "rse-raw", "rs-simd", "isa-l", "memcpy"];
+/// reverb-ckpt uses its default 64 KiB stripes; ckpt-16k the same codec with 16 KiB stripes;
+/// isa-l-64k calls ec_encode_data once per 64 KiB stripe (the cache-blocking trick applied to ISA-L).
+const LIBRARIES: [&str; 7] =
+    ["reverb-ckpt", "ckpt-16k", "rse-raw", "rs-simd", "isa-l", "isa-l-64k", "memcpy"];
+const ISAL_STRIPE_LEN: usize = 64 << 10;
 
 /// Buffers shared by every measurement; touched up front so no page faults land in a timing.
 struct Pools {
@@ -52,18 +56,22 @@ struct Layout {
     data_shards: usize,
     parity_shards: usize,
     shard_len: usize,
+    /// Distance between shard starts: shard_len plus RS_BENCH_SHARD_PAD bytes (default 0).
+    shard_stride: usize,
     stripe_sets: usize,
 }
 
 impl Layout {
     fn data_shards_of<'a>(&self, pool: &'a [u8], set: usize) -> Vec<&'a [u8]> {
-        let set_bytes = self.data_shards * self.shard_len;
-        pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact(self.shard_len).collect()
+        let set_bytes = self.data_shards * self.shard_stride;
+        let shards = pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact(self.shard_stride);
+        shards.map(|chunk| &chunk[..self.shard_len]).collect()
     }
 
     fn parity_shards_of<'a>(&self, pool: &'a mut [u8], set: usize) -> Vec<&'a mut [u8]> {
-        let set_bytes = self.parity_shards * self.shard_len;
-        pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact_mut(self.shard_len).collect()
+        let set_bytes = self.parity_shards * self.shard_stride;
+        let shards = pool[set * set_bytes..(set + 1) * set_bytes].chunks_exact_mut(self.shard_stride);
+        shards.map(|chunk| &mut chunk[..self.shard_len]).collect()
     }
 
     fn input_bytes(&self) -> usize {
@@ -90,6 +98,10 @@ fn main() {
         .measurement_time(Duration::from_secs_f64(measurement))
         .sample_size(10)
         .configure_from_args();
+    // Power-of-two shard strides make all k + m streams alias to the same cache sets; a pad
+    // (e.g. 4160 = 4 KiB + 64) shows how much of the cost that is.
+    let shard_pad: usize = std::env::var("RS_BENCH_SHARD_PAD").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    println!("rs bench: shard stride = shard size + {shard_pad} B");
     let isal_skip_reason = isal::unavailable_reason();
     if let Some(reason) = isal_skip_reason {
         println!("rs bench: skipping ISA-L: {reason}");
@@ -103,7 +115,8 @@ fn main() {
                 data_shards,
                 parity_shards,
                 shard_len,
-                stripe_sets: POOL_BYTES / (data_shards * shard_len),
+                shard_stride: shard_len + shard_pad,
+                stripe_sets: POOL_BYTES / (data_shards * (shard_len + shard_pad)),
             };
             bench_layout(&mut criterion, &mut pools, layout, &totals, isal_skip_reason.is_none());
         }
@@ -119,7 +132,7 @@ fn bench_layout(
     totals: &RefCell<TotalsByCase>,
     with_isal: bool,
 ) {
-    let Layout { data_shards: k, parity_shards: m, shard_len, stripe_sets } = layout;
+    let Layout { data_shards: k, parity_shards: m, shard_len, stripe_sets, .. } = layout;
     let codec = ParityCodec::new(k, m).expect("valid geometry");
     let codec_16k = ParityCodec::new(k, m).and_then(|c| c.with_block_len(16 << 10)).expect("valid geometry");
     let raw = ReedSolomon::new(k, m).expect("valid geometry");
@@ -130,7 +143,7 @@ fn bench_layout(
     let mut group = criterion.benchmark_group(format!("rs_encode/{k}+{m}/{}KiB", shard_len >> 10));
     group.throughput(Throughput::Bytes(layout.input_bytes() as u64));
     for library in LIBRARIES {
-        if library == "isa-l" && isal.is_none() {
+        if library.starts_with("isa-l") && isal.is_none() {
             continue;
         }
         let mut set = 0;
@@ -166,6 +179,12 @@ fn bench_layout(
                                 isal.encode(&data, &mut parity).expect("encode");
                             }
                         }
+                        "isa-l-64k" => {
+                            let mut parity = layout.parity_shards_of(&mut pools.parity, set);
+                            if let Some(isal) = &isal {
+                                encode_isal_striped(isal, &data, &mut parity);
+                            }
+                        }
                         _ => {
                             let bytes = layout.input_bytes();
                             pools.copy_target[set * bytes..(set + 1) * bytes]
@@ -188,7 +207,18 @@ fn bench_layout(
     group.finish();
 }
 
-/// The three GF(2^8) engines must write identical parity (same field, same matrix).
+fn encode_isal_striped(isal: &IsalEncoder, data: &[&[u8]], parity: &mut [&mut [u8]]) {
+    let shard_len = data[0].len();
+    for start in (0..shard_len).step_by(ISAL_STRIPE_LEN) {
+        let end = shard_len.min(start + ISAL_STRIPE_LEN);
+        let data_stripe: Vec<&[u8]> = data.iter().map(|shard| &shard[start..end]).collect();
+        let mut parity_stripe: Vec<&mut [u8]> =
+            parity.iter_mut().map(|shard| &mut shard[start..end]).collect();
+        isal.encode(&data_stripe, &mut parity_stripe).expect("encode");
+    }
+}
+
+/// The GF(2^8) engines must write identical parity (same field, same matrix).
 fn check_same_parity(
     codec: &ParityCodec,
     raw: &ReedSolomon,
@@ -198,13 +228,14 @@ fn check_same_parity(
 ) {
     let data = layout.data_shards_of(data_pool, 0);
     let mut outputs = Vec::new();
-    for engine in 0..3 {
+    for engine in 0..4 {
         let mut parity = vec![vec![0u8; layout.shard_len]; layout.parity_shards];
         let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
         match (engine, isal) {
             (0, _) => codec.encode(&data, &mut parity_refs).expect("encode"),
             (1, _) => raw.encode_sep(&data, &mut parity_refs).expect("encode"),
-            (_, Some(isal)) => isal.encode(&data, &mut parity_refs).expect("encode"),
+            (2, Some(isal)) => isal.encode(&data, &mut parity_refs).expect("encode"),
+            (_, Some(isal)) => encode_isal_striped(isal, &data, &mut parity_refs),
             (_, None) => continue,
         }
         outputs.push(parity);
