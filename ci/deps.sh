@@ -2,11 +2,12 @@
 # Installs what reverb's build and tests need, idempotently: apt runs only when a package is
 # missing. `--compare` adds what scripts/compare-shm.sh needs (ucx_perftest, jq).
 # The verbs feature builds rdma-core's headers from ibverbs-sys (cmake, clang, libnl) and links
-# Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers.
+# Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
+# the Reed-Solomon bench its ISA-L column (the build skips it when absent).
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
-    rdma-core ibverbs-providers ibverbs-utils)
+    rdma-core ibverbs-providers ibverbs-utils libisal-dev)
 for arg in "$@"; do
     case "$arg" in
         --compare) packages+=(ucx-utils jq) ;;
