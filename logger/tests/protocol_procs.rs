@@ -231,6 +231,32 @@ struct Logged {
 /// each followed by its determinant for wildcard receives; and replaying the log (named
 /// receives take the oldest matching logged message, wildcard ones the message their
 /// determinant names) reproduces the client's deliveries.
+/// Which logged message reception `r` (number `rsn`) must replay: the one its determinant
+/// names for a wildcard receive, else the oldest logged message of the named source whose tag
+/// matches (FIFO channels make that deterministic).
+fn replay_key<M>(
+    r: &Reception,
+    rsn: u64,
+    determinants: &BTreeMap<u64, Determinant>,
+    pool: &BTreeMap<(Rank, u64), M>,
+    tag_of: impl Fn(&M) -> u64,
+) -> (Rank, u64) {
+    match ReceiveKind::classify(r.source, r.tag) {
+        ReceiveKind::Wildcard => {
+            let d = determinants.get(&rsn).expect("determinant for a wildcard receive");
+            (d.sender, d.ssn)
+        }
+        ReceiveKind::Deterministic => {
+            let Source::Rank(s) = r.source else { unreachable!("deterministic receives name a source") };
+            *pool
+                .range((s, 0)..=(s, u64::MAX))
+                .find(|(_, m)| r.tag.matches(tag_of(m)))
+                .expect("a logged message for a named receive")
+                .0
+        }
+    }
+}
+
 fn check_hosted_log(endpoint: &LoggedEndpoint, client: Rank, receptions: &[Reception]) {
     let ring = endpoint.hosted_rings().iter().find(|h| h.client == client).expect("hosted ring");
     let scan = ring.scan().expect("scan hosted ring");
@@ -274,20 +300,7 @@ fn check_hosted_log(endpoint: &LoggedEndpoint, client: Rank, receptions: &[Recep
         logged.into_iter().map(|l| ((l.sender, l.ssn), l)).collect();
     for (i, r) in receptions.iter().enumerate() {
         let rsn = i as u64 + 1;
-        let key = match ReceiveKind::classify(r.source, r.tag) {
-            ReceiveKind::Wildcard => {
-                let d = determinants.get(&rsn).expect("determinant for a wildcard receive");
-                (d.sender, d.ssn)
-            }
-            ReceiveKind::Deterministic => {
-                let Source::Rank(s) = r.source else { unreachable!("deterministic receives name a source") };
-                *pool
-                    .range((s, 0)..=(s, u64::MAX))
-                    .find(|(_, l)| r.tag.matches(l.tag))
-                    .expect("a logged message for a named receive")
-                    .0
-            }
-        };
+        let key = replay_key(r, rsn, &determinants, &pool, |m| m.tag);
         let replayed = pool.remove(&key).expect("logged message replayed once");
         assert_eq!(
             (replayed.sender, replayed.ssn, &replayed.payload),
@@ -379,20 +392,7 @@ fn check_sender_based_replay(
     }
     for (i, r) in receptions.iter().enumerate() {
         let rsn = i as u64 + 1;
-        let key = match ReceiveKind::classify(r.source, r.tag) {
-            ReceiveKind::Wildcard => {
-                let d = determinants.get(&rsn).expect("determinant for a wildcard receive");
-                (d.sender, d.ssn)
-            }
-            ReceiveKind::Deterministic => {
-                let Source::Rank(s) = r.source else { unreachable!("deterministic receives name a source") };
-                *pool
-                    .range((s, 0)..=(s, u64::MAX))
-                    .find(|(_, e)| r.tag.matches(e.tag))
-                    .expect("a logged message for a named receive")
-                    .0
-            }
-        };
+        let key = replay_key(r, rsn, &determinants, &pool, |m| m.tag);
         let replayed = pool.remove(&key).expect("logged message replayed once");
         assert_eq!(
             (key.0, replayed.ssn, replayed.tag, &replayed.payload),

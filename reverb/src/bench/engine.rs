@@ -814,15 +814,11 @@ impl Session {
         }
         // Peak: the best of 20 equal slices of the run (at least a window each), long enough
         // that batched completions or batched ring drains cannot fake a burst.
-        let stride = (total / PEAK_SLICES).max(window as u64);
-        let stride_bytes = (stride * size as u64) as f64;
+        let mut meter = PeakMeter::new(total, window, size);
         let mut signaled: VecDeque<(OpId, u64)> = VecDeque::new();
         let (mut posted, mut done) = (0u64, 0u64);
-        let mut next_mark = stride;
-        let mut peak = 0f64;
         let mut deadline = Deadline::new(self.timeout);
         let start = Instant::now();
-        let mut last_mark = start;
         while done < total {
             while posted < total && posted - done < window as u64 {
                 if op == Op::Send {
@@ -851,17 +847,7 @@ impl Session {
             }
             if done != before {
                 deadline.extend();
-                if done >= next_mark {
-                    // Every window boundary crossed since the last one, over the time it took.
-                    let crossed = (done - next_mark) / stride + 1;
-                    let now = Instant::now();
-                    let secs = (now - last_mark).as_secs_f64();
-                    if secs > 0.0 {
-                        peak = peak.max(crossed as f64 * stride_bytes / secs);
-                    }
-                    last_mark = now;
-                    next_mark += crossed * stride;
-                }
+                meter.advance(done);
             } else if deadline.expired() {
                 bail!("timed out after {:?} waiting for {} completions", self.timeout, op.as_str());
             }
@@ -890,7 +876,7 @@ impl Session {
             window,
             cq_mod,
             avg_mib_s: bytes / secs / MIB,
-            peak_mib_s: arrival_peak.unwrap_or(peak).max(bytes / secs) / MIB,
+            peak_mib_s: arrival_peak.unwrap_or(meter.peak).max(bytes / secs) / MIB,
             msg_rate_mps: total as f64 / secs / 1e6,
             elapsed,
         }))
@@ -906,11 +892,7 @@ impl Session {
     ) -> Result<()> {
         let mut deadline = Deadline::new(self.timeout);
         let mut seen = 0u64;
-        let stride = (total / PEAK_SLICES).max(window as u64);
-        let stride_bytes = (stride * size as u64) as f64;
-        let mut next_mark = stride;
-        let mut peak = 0f64;
-        let mut last_mark = Instant::now();
+        let mut meter = PeakMeter::new(total, window, size);
         // Over verbs, puts and gets need nothing from the target's CPU until the FIN: idle
         // between single non-blocking polls, as perftest's server sleeps in its TCP handshake
         // meanwhile. A spinning target would take a CPU from the initiator and, on soft-RoCE,
@@ -941,15 +923,8 @@ impl Session {
             if arrived != seen || !self.ev.ctrl.is_empty() {
                 seen = arrived;
                 deadline.extend();
-                if op == Op::Send && arrived >= next_mark {
-                    let crossed = (arrived - next_mark) / stride + 1;
-                    let now = Instant::now();
-                    let secs = (now - last_mark).as_secs_f64();
-                    if secs > 0.0 {
-                        peak = peak.max(crossed as f64 * stride_bytes / secs);
-                    }
-                    last_mark = now;
-                    next_mark += crossed * stride;
+                if op == Op::Send {
+                    meter.advance(arrived);
                 }
             }
             if arrived >= total && !self.ev.ctrl.is_empty() {
@@ -979,13 +954,52 @@ impl Session {
         self.expect_ctrl(b"FIN", self.timeout)?;
         let mut ack = b"ACK".to_vec();
         if op == Op::Send {
-            ack.extend_from_slice(&peak.to_le_bytes());
+            ack.extend_from_slice(&meter.peak.to_le_bytes());
         }
         self.send_ctrl(&ack)
     }
 }
 
 const VERIFY_IMM: u32 = 0x5EED_0001;
+/// Tracks peak bandwidth: the best rate over equal slices of a run (at least a window each),
+/// long enough that batched completions or ring drains cannot fake a burst.
+struct PeakMeter {
+    stride: u64,
+    stride_bytes: f64,
+    next_mark: u64,
+    last_mark: Instant,
+    /// Bytes per second.
+    peak: f64,
+}
+
+impl PeakMeter {
+    fn new(total: u64, window: usize, size: usize) -> PeakMeter {
+        let stride = (total / PEAK_SLICES).max(window as u64);
+        PeakMeter {
+            stride,
+            stride_bytes: (stride * size as u64) as f64,
+            next_mark: stride,
+            last_mark: Instant::now(),
+            peak: 0.0,
+        }
+    }
+
+    /// `done` operations have finished: credit every slice boundary crossed since the last one.
+    fn advance(&mut self, done: u64) {
+        if done < self.next_mark {
+            return;
+        }
+        let crossed = (done - self.next_mark) / self.stride + 1;
+        let now = Instant::now();
+        let secs = (now - self.last_mark).as_secs_f64();
+        if secs > 0.0 {
+            self.peak = self.peak.max(crossed as f64 * self.stride_bytes / secs);
+        }
+        self.last_mark = now;
+        self.next_mark += crossed * self.stride;
+    }
+}
+
 /// Bandwidth peak: the best of this many equal slices of a run.
 const PEAK_SLICES: u64 = 20;
 pub const MIB: f64 = 1024.0 * 1024.0;

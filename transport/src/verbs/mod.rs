@@ -528,6 +528,15 @@ impl VerbsProvider {
         Ok(op)
     }
 
+    /// Takes the next TX bounce slot for `dest` (the caller checked one is free) and returns its
+    /// offset in the TX ring.
+    fn claim_tx_slot(&mut self, dest: Rank) -> usize {
+        let p = &mut self.peers[dest as usize];
+        let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
+        p.tx_used += 1;
+        slot
+    }
+
     /// An eager send too big to inline: the header from a bounce slot, the payload straight
     /// from the registered region (no copy), so the region must stay unchanged until the Send
     /// completion, which comes with the SEND's.
@@ -542,9 +551,7 @@ impl VerbsProvider {
         let op = self.next_op();
         let mut bytes = [0u8; SLOT_HEADER_LEN];
         let header_len = SlotHeader::eager(tag, len).encode_wire(&mut bytes);
-        let p = &mut self.peers[dest as usize];
-        let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
-        p.tx_used += 1;
+        let slot = self.claim_tx_slot(dest);
         self.tx_ring.write(slot, &bytes[..header_len])?;
         let sges = [
             Sge {
@@ -575,9 +582,7 @@ impl VerbsProvider {
                 2
             }
         } else {
-            let p = &mut self.peers[dest as usize];
-            let slot = (dest as u64 * self.slots + p.tx_used % self.slots) as usize * self.slot_size;
-            p.tx_used += 1;
+            let slot = self.claim_tx_slot(dest);
             self.tx_ring.write(slot, &bytes[..header_len])?;
             self.tx_ring.write(slot + header_len, payload)?;
             let addr = self.tx_ring.as_ptr() as u64 + slot as u64;
