@@ -2,5 +2,6 @@
 
 pub mod bench;
 pub mod launcher;
+pub mod logger_core;
 pub mod model;
 pub mod topo;

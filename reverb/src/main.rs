@@ -25,6 +25,11 @@ enum Command {
     Model(reverb::model::ModelArgs),
     /// Recommend checkpoint interval, protocol, placement and cluster sizes from measurements.
     Plan(reverb::model::PlanArgs),
+    /// Seed 004 clustering metrics for a communication matrix (same as `reverb model cluster`).
+    Cluster(reverb::model::cluster::ClusterArgs),
+    /// A node's logger core (spawned by `reverb run`; not for direct use).
+    #[command(hide = true)]
+    LoggerCore(reverb::logger_core::LoggerCoreArgs),
 }
 
 fn main() -> Result<()> {
@@ -35,5 +40,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => reverb::bench::main(args, cli.verbose),
         Command::Model(args) => reverb::model::model(args),
         Command::Plan(args) => reverb::model::plan(args),
+        Command::Cluster(args) => reverb::model::cluster::run(args),
+        Command::LoggerCore(args) => reverb::logger_core::main(args),
     }
 }

@@ -5,6 +5,7 @@
 //! measured loops, statistics, output) and thin mains per test ([`lat`], [`bw`], [`memcpy`]).
 
 pub mod bw;
+pub mod ckpt;
 mod clock;
 pub mod engine;
 pub mod lat;
@@ -25,6 +26,8 @@ pub enum Test {
     Bw,
     /// memcpy bandwidth, hot and cold buffers: the physical reference.
     Memcpy,
+    /// Checkpoint throughput: buddy copy by one-sided writes, next to put bandwidth.
+    Ckpt,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -126,5 +129,6 @@ pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
         Test::Lat => lat::main(&params),
         Test::Bw => bw::main(&params),
         Test::Memcpy => memcpy::main(&params),
+        Test::Ckpt => ckpt::main(&params),
     }
 }
