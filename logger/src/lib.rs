@@ -10,12 +10,14 @@
 //! - [`logring`]: a log ring in a buddy's registered memory, written with one-sided puts;
 //! - [`sendlog`]: the sender's bounded in-memory message log (sender-based logging);
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
+//! - [`core`]: the node logger core (offload process, client API, placements, heartbeat);
 //! - [`buddy`]: which rank on another node hosts each rank's log;
 //! - [`stats`]: counters, including deterministic vs wildcard receives;
 //! - [`error`]: the [`LogError`] enum.
 
 pub mod buddy;
 pub mod channel;
+pub mod core;
 pub mod determinant;
 pub mod detqueue;
 pub mod envelope;
