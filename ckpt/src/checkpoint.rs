@@ -380,7 +380,8 @@ impl Checkpointer {
             r
         });
         let t2 = Instant::now();
-        let first = team::agree(provider, &self.team, 1, epoch, written.is_ok(), self.config.timeout)?;
+        let first = team::agree_round(provider, &self.team, 1, epoch, written.is_ok(), self.config.timeout)
+            .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree = t2.elapsed();
         if !first {
             return Err(not_committed(epoch, written.err(), "levels 1-2 failed on a team member"));
@@ -389,7 +390,8 @@ impl Checkpointer {
         let encoded = self.encode_group(provider, slot, epoch);
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
-        let second = team::agree(provider, &self.team, 2, epoch, encoded.is_ok(), self.config.timeout)?;
+        let second = team::agree_round(provider, &self.team, 2, epoch, encoded.is_ok(), self.config.timeout)
+            .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
         if !second {
             return Err(not_committed(epoch, encoded.err(), "parity encoding failed in a group"));

@@ -12,7 +12,7 @@ pub mod image;
 mod mem;
 pub mod placement;
 pub mod rs;
-mod team;
+pub mod team;
 
 pub use checkpoint::{CheckpointStats, Checkpointer, CkptConfig, FaultHook, RestoreSource, Restored, Stage};
 pub use error::CkptError;

@@ -92,7 +92,7 @@ fn recv_vote(
 
 /// Runs one agreement round among `members` (sorted, containing `me`); returns whether every
 /// member reported `ok`. Dead or silent members count as failed.
-pub(crate) fn agree(
+pub(crate) fn agree_round(
     provider: &mut dyn Provider,
     members: &[Rank],
     round: u8,
@@ -146,4 +146,26 @@ pub(crate) fn agree(
         let _ = send_to(provider, r, release_tag, &message(epoch, all_ok), timeout);
     }
     Ok(all_ok)
+}
+
+/// Round number of [`agree`]; checkpoints use rounds 1 and 2.
+const USER_ROUND: u8 = 3;
+
+/// Agreement among `members` outside a checkpoint (e.g. the survivors of a failure, before
+/// they release the memory others restore from): returns whether every member reported `ok`.
+/// `id` tells successive calls apart and must be the same on every member.
+pub fn agree(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    id: u64,
+    ok: bool,
+    timeout: Duration,
+) -> Result<bool, CkptError> {
+    let mut sorted = members.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if !sorted.contains(&provider.rank()) {
+        return Err(CkptError::InvalidArgument(format!("rank {} is not among {members:?}", provider.rank())));
+    }
+    agree_round(provider, &sorted, USER_ROUND, id, ok, timeout)
 }
