@@ -10,6 +10,7 @@ use crate::error::CkptError;
 /// Callers only pass ranges that no peer writes and that no reader trusts until a later commit:
 /// a slot being filled for a new epoch, or a private staging area. A peer that reads the range
 /// anyway sees torn bytes, which the CRC32C checks reject.
+#[allow(clippy::mut_from_ref)]
 pub(crate) fn bytes_mut(region: &Region, offset: usize, len: usize) -> Result<&mut [u8], CkptError> {
     region
         .check_bounds("checkpoint slot", offset, len)
