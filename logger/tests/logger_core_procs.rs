@@ -309,7 +309,7 @@ fn a_full_lane_pushes_back_and_a_trim_frees_it() {
                         pushed_back += 1;
                         // Everything enqueued so far must still become durable once trimmed.
                         std::thread::sleep(Duration::from_millis(2));
-                        if pushed_back % 20 == 0 {
+                        if pushed_back.is_multiple_of(20) {
                             let n = client.request_trim();
                             trims = trims.max(n);
                         }
@@ -426,8 +426,8 @@ fn a_killed_logger_is_reported_dead_and_waiters_get_errors() {
     // detected, so the ranks enqueue their doomed entries after it.
     std::fs::write(marker(&h.dump, "killed"), b"").unwrap();
     h.apps_ok();
-    let _ = h.loggers[0].wait();
-    h.loggers.remove(0);
+    let mut killed_logger = h.loggers.remove(0);
+    killed_logger.wait().unwrap();
     let outs = h.stop_loggers();
     assert!(outs[0].contains("buddy node 0 is dead"), "{}", outs[0]);
 }

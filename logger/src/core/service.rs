@@ -564,9 +564,10 @@ impl LoggerCore {
         }
     }
 
-    /// The last heartbeat says "stopped"; waits (bounded) for it to land.
+    /// The last heartbeat says "stopped" (also to peers that already stopped: they may still
+    /// be waiting for it); waits (bounded) for it to land.
     fn send_stopped(&self, provider: &mut dyn Provider, out: &Region, watched: &[Watched], me: Rank) {
-        for w in watched.iter().filter(|w| w.life == PeerLife::Alive) {
+        for w in watched.iter().filter(|w| w.life != PeerLife::Dead) {
             let _ = out.write(0, &STOPPED.to_le_bytes());
             let rma = Rma {
                 local: out,
