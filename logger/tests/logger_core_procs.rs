@@ -75,6 +75,8 @@ impl Harness {
                     .env("REVERB_LOGGER_LANES", ranks_per_node.to_string())
                     .env("REVERB_LOGGER_STOP_ON_EOF", "1")
                     .env("REVERB_LOGGER_DUMP_DIR", &dump)
+                    // Generous, so a loaded machine never fakes a death; detection tests override it.
+                    .env("REVERB_HEARTBEAT_MS", "2000")
                     .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
@@ -401,7 +403,8 @@ fn a_killed_logger_is_reported_dead_and_waiters_get_errors() {
         }
         _ => {}
     }
-    let mut h = Harness::start("a_killed_logger_is_reported_dead_and_waiters_get_errors", 2, 1, &[]);
+    let extra = [("REVERB_HEARTBEAT_MS", "400".to_string())];
+    let mut h = Harness::start("a_killed_logger_is_reported_dead_and_waiters_get_errors", 2, 1, &extra);
     for rank in 0..2 {
         wait_for_file(&marker(&h.dump, &format!("ready{rank}")));
     }
@@ -430,4 +433,73 @@ fn a_killed_logger_is_reported_dead_and_waiters_get_errors() {
     killed_logger.wait().unwrap();
     let outs = h.stop_loggers();
     assert!(outs[0].contains("buddy node 0 is dead"), "{}", outs[0]);
+}
+
+/// `kill -SIG pid` through the kill(1) utility (no unsafe in tests).
+fn signal(sig: &str, pid: u32) {
+    let st = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
+    assert!(st.success(), "kill {sig} {pid}");
+}
+
+/// A SIGSTOPped logger is alive to the kernel (no pidfd event, no transport error): only the
+/// heartbeat can find it. Its own ranks see its loop stall; its buddy's ranks see the buddy dead.
+#[test]
+fn a_frozen_logger_is_found_by_its_heartbeat() {
+    match role().as_deref() {
+        Some("logger") => return run_logger(),
+        Some("app") => {
+            let dir = PathBuf::from(std::env::var("TEST_DUMP_DIR").unwrap());
+            let client = NodeLogClient::attach_from_env().expect("attach");
+            let rank = env_u64("REVERB_RANK") as u32;
+            let det = |ssn| Determinant { sender: rank, receiver: 0, ssn, rsn: ssn };
+            for seq in 1..=50 {
+                let t = client.enqueue_determinant(&det(seq)).expect("enqueue");
+                client.wait_durable(t, WAIT).expect("durable before the freeze");
+            }
+            std::fs::write(marker(&dir, &format!("ready{rank}")), b"").unwrap();
+            // Rank 0's logger is frozen: it waits on it already before anything is detected.
+            wait_for_file(&marker(&dir, if rank == 0 { "frozen" } else { "detected" }));
+            let t = client.enqueue_determinant(&det(51)).expect("enqueue");
+            let t0 = Instant::now();
+            let err = client.wait_durable(t, WAIT).expect_err("nothing can become durable now");
+            println!("rank {rank}: wait_durable failed after {} ms: {err}", t0.elapsed().as_millis());
+            if rank == 0 {
+                assert!(matches!(err, CoreError::LoggerGone { .. }), "{err}");
+            } else {
+                assert!(matches!(err, CoreError::BuddyDead { node: 0 }), "{err}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20));
+            return;
+        }
+        _ => {}
+    }
+    let extra = [("REVERB_HEARTBEAT_MS", "300".to_string())];
+    let mut h = Harness::start("a_frozen_logger_is_found_by_its_heartbeat", 2, 1, &extra);
+    for rank in 0..2 {
+        wait_for_file(&marker(&h.dump, &format!("ready{rank}")));
+    }
+    let (ctl, _) = segment_paths(&segment_base(&h.job_id, 1));
+    let survivor = NodeSegment::open(ctl).unwrap();
+    signal("-STOP", h.loggers[0].id());
+    let frozen = Instant::now();
+    std::fs::write(marker(&h.dump, "frozen"), b"").unwrap();
+    while survivor.get(Status::BuddyState) != BUDDY_DEAD {
+        assert!(frozen.elapsed() < WAIT, "the frozen buddy was never reported dead");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let detected = frozen.elapsed();
+    println!(
+        "frozen buddy detected {} ms after SIGSTOP by heartbeat (bound 300 ms; logger's measure {} ms)",
+        detected.as_millis(),
+        survivor.get(Status::DetectionMs)
+    );
+    assert!(detected >= Duration::from_millis(200), "reported before the heartbeat bound: {detected:?}");
+    assert!(detected < Duration::from_secs(5), "detection took {detected:?}");
+    std::fs::write(marker(&h.dump, "detected"), b"").unwrap();
+    h.apps_ok();
+    let mut frozen_logger = h.loggers.remove(0);
+    frozen_logger.kill().unwrap();
+    frozen_logger.wait().unwrap();
+    let outs = h.stop_loggers();
+    assert!(outs[0].contains("buddy node 0 is dead (heartbeat silent"), "{}", outs[0]);
 }

@@ -54,6 +54,8 @@ fn reverb_run(
     let out = Command::new(BIN)
         .args(&args)
         .env(ROLE, role)
+        // Generous, so a loaded machine never fakes a death in a clean job.
+        .env("REVERB_HEARTBEAT_MS", "2000")
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
         .output()

@@ -670,3 +670,53 @@ fn parse_contribution(bytes: &[u8]) -> Result<(RemoteRegion, Vec<(Rank, RemoteRe
         .collect::<Result<_, CoreError>>()?;
     Ok((heartbeat, rings))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(key: u64) -> RemoteRegion {
+        RemoteRegion { owner: 1, addr: 0x1000 * key, len: 4096, key }
+    }
+
+    #[test]
+    fn exchange_parses_and_rejects_garbage() {
+        let mut bytes = region(1).to_bytes().to_vec();
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        for (node, key) in [(0u32, 2u64), (3, 3)] {
+            bytes.extend_from_slice(&node.to_le_bytes());
+            bytes.extend_from_slice(&region(key).to_bytes());
+        }
+        let (hb, rings) = parse_contribution(&bytes).unwrap();
+        assert_eq!(hb, region(1));
+        assert_eq!(rings, vec![(0, region(2)), (3, region(3))]);
+        for cut in [0, 10, RemoteRegion::WIRE_LEN + 3, bytes.len() - 1] {
+            assert!(parse_contribution(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let mut lying = bytes.clone();
+        lying[RemoteRegion::WIRE_LEN] = 200; // claims 200 rings
+        assert!(parse_contribution(&lying).is_err());
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let cfg = LoggerCoreConfig {
+            segment_base: "/nonexistent/x".into(),
+            lanes: 1,
+            lane_bytes: 4096,
+            detq_entries: 16,
+            ring_bytes: 4096,
+            heartbeat: DEFAULT_HEARTBEAT,
+            placement: Placement::SharedUnpinned,
+            cpu: None,
+            stop_on_eof: false,
+            dump_dir: None,
+            drain_timeout: Duration::from_secs(1),
+        };
+        assert!(cfg.validate().is_err(), "a ring smaller than two lanes' worth");
+        assert!(LoggerCoreConfig { ring_bytes: 8192, ..cfg.clone() }.validate().is_ok());
+        assert!(LoggerCoreConfig { ring_bytes: 8192, heartbeat: Duration::from_millis(1), ..cfg }
+            .validate()
+            .is_err());
+    }
+}
