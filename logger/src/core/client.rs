@@ -168,10 +168,22 @@ impl NodeLogClient {
         Some(self.segment.get(Status::BuddyNode)).filter(|&n| n != u64::MAX)
     }
 
-    /// Asks the logger to drop everything durable so far from the buddy's ring (after a
-    /// checkpoint); returns the request number, done once `trims_done()` reaches it.
+    /// Asks the logger to drop everything durable when it handles the request from the
+    /// buddy's ring (GC after a checkpoint); returns the request number, done once
+    /// `trims_done()` reaches it. Exact only while the node's ranks are quiesced at the
+    /// checkpoint (their tickets durable, nothing new enqueued): use [`Self::trim_wait`] there.
     pub fn request_trim(&self) -> u64 {
         self.segment.bump(Status::TrimRequested)
+    }
+
+    /// Requests a trim and waits (bounded) until the logger carried it out.
+    pub fn trim_wait(&self, timeout: Duration) -> Result<(), CoreError> {
+        let asked = self.request_trim();
+        let mut waiter = Waiter::new(timeout);
+        while self.trims_done() < asked {
+            waiter.pause(self)?;
+        }
+        Ok(())
     }
 
     pub fn trims_done(&self) -> u64 {

@@ -115,8 +115,9 @@ pub struct LoggerSummary {
     pub payloads: u64,
     pub ring_bytes_written: u64,
     pub buddy_dead: bool,
-    /// Entries that could not be logged (buddy dead, or the drain bound passed).
-    pub leftover: u64,
+    /// What could not be made durable (buddy dead, or the drain bound passed).
+    pub leftover_determinants: u64,
+    pub leftover_payload_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,11 +350,6 @@ impl LoggerCore {
                         }
                     }
                     summary.ring_bytes_written = writer.head();
-                    let asked = self.segment.get(Status::TrimRequested);
-                    if asked > self.segment.get(Status::TrimDone) {
-                        writer.trim(provider, durable)?;
-                        self.segment.set(Status::TrimDone, asked);
-                    }
                 }
             } else if let Err(e) = provider.progress() {
                 eprintln!("reverb logger-core node {me}: {e}");
@@ -409,11 +405,13 @@ impl LoggerCore {
                 let drained = self.drained(&consumer, &writer, lanes)?;
                 let expired = now.duration_since(since) >= self.cfg.drain_timeout;
                 if drained || target_dead || expired {
-                    summary.leftover = self.leftover(&consumer, lanes)?;
-                    if summary.leftover > 0 {
+                    let (dets, bytes) = self.leftover(lanes)?;
+                    summary.leftover_determinants = dets;
+                    summary.leftover_payload_bytes = bytes;
+                    if dets + bytes > 0 {
                         eprintln!(
-                            "reverb logger-core node {me}: stopping with {} entries not durable ({})",
-                            summary.leftover,
+                            "reverb logger-core node {me}: stopping with {dets} determinants and {bytes} payload \
+                             bytes not durable ({})",
                             if target_dead { "buddy dead" } else { "drain bound passed" }
                         );
                     }
@@ -500,7 +498,13 @@ impl LoggerCore {
                 moved = true;
             }
         }
-        writer.poll(provider)?;
+        let durable = writer.poll(provider)?;
+        // GC hook: after a checkpoint, drop everything durable so far.
+        let asked = self.segment.get(Status::TrimRequested);
+        if asked > self.segment.get(Status::TrimDone) {
+            writer.trim(provider, durable)?;
+            self.segment.set(Status::TrimDone, asked);
+        }
         Ok(moved)
     }
 
@@ -514,19 +518,18 @@ impl LoggerCore {
         let ring_flushed = writer.durable_watermark() == writer.head()
             && recorded.watermark == writer.head()
             && recorded.tail == writer.tail();
-        Ok(ring_flushed && self.leftover(consumer, lanes)? == 0 && consumer.in_flight().is_empty())
+        Ok(ring_flushed && self.leftover(lanes)? == (0, 0) && consumer.in_flight().is_empty())
     }
 
-    /// Entries enqueued but not durable.
-    fn leftover(&self, consumer: &crate::detqueue::DetConsumer<'_>, lanes: u64) -> Result<u64, CoreError> {
+    /// Enqueued but not durable: (determinants, payload bytes of the lanes).
+    fn leftover(&self, lanes: u64) -> Result<(u64, u64), CoreError> {
         let (start, end, _) = self.detq.indices();
-        let _ = consumer;
-        let mut n = end.saturating_sub(start);
+        let mut bytes = 0;
         for lane in 0..lanes {
             let (head, _, durable) = self.segment.lane_positions(lane)?;
-            n += u64::from(head > durable);
+            bytes += head.saturating_sub(durable);
         }
-        Ok(n)
+        Ok((end.saturating_sub(start), bytes))
     }
 
     fn send_heartbeat(
