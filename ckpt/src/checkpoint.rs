@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use reverb_transport::{Access, Bootstrap, PeerState, Provider, Rank, Region, RemoteRegion, Rma, Signal};
 
 use crate::error::CkptError;
-use crate::image::{self, Epoch, ImageHeader, ImageKind, ProtectSet, RestoredImage, HEADER_LEN};
+use crate::image::{self, Epoch, ImageHeader, ImageKind, ImageSink, ProtectSet, RestoredImage, HEADER_LEN};
 use crate::mem;
 use crate::placement::{Group, Placement, RsLayout};
 use crate::rs::{ParityCodec, ParityFormat};
@@ -59,12 +59,76 @@ impl Default for CkptConfig {
 /// Points of a checkpoint where a test hook may run (e.g. to SIGKILL the process there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// The local slot is written.
+    /// The local slot is written (its chunks may still be in flight to the buddy).
     LocalWritten,
     /// Every body put to the buddy completed; the header (epoch word) is not written yet.
     BuddyBodyLanded,
     /// The buddy copy is flipped to the new epoch.
     BuddyFlipped,
+}
+
+/// Writes an image into a local slot and ships each finished chunk to the buddy's slot.
+struct SlotSink<'a> {
+    local: &'a Region,
+    base: usize,
+    target: Option<(RemoteRegion, u64)>,
+    provider: &'a mut dyn Provider,
+    pending: std::collections::VecDeque<reverb_transport::OpId>,
+    piece: usize,
+    timeout: Duration,
+    /// Time spent posting and waiting for puts.
+    in_transport: Duration,
+}
+
+impl SlotSink<'_> {
+    fn wait_oldest(&mut self) -> Result<(), CkptError> {
+        if let (Some(op), Some((remote, _))) = (self.pending.pop_front(), self.target) {
+            team::wait_op_from(self.provider, op, remote.owner, self.timeout, "putting a buddy copy")?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<(), CkptError> {
+        let start = Instant::now();
+        while !self.pending.is_empty() {
+            self.wait_oldest()?;
+        }
+        self.in_transport += start.elapsed();
+        Ok(())
+    }
+}
+
+impl ImageSink for SlotSink<'_> {
+    fn bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], CkptError> {
+        mem::bytes_mut(self.local, self.base + offset, len)
+    }
+
+    fn chunk_done(&mut self, offset: usize, len: usize) -> Result<(), CkptError> {
+        let Some((remote, base)) = self.target else { return Ok(()) };
+        let start = Instant::now();
+        let mut done = 0;
+        while done < len {
+            if self.pending.len() >= WINDOW {
+                self.wait_oldest()?;
+            }
+            let n = self.piece.min(len - done);
+            let rma = Rma {
+                local: self.local,
+                local_offset: self.base + offset + done,
+                remote: &remote,
+                remote_offset: base + (offset + done) as u64,
+                len: n,
+            };
+            let op = self
+                .provider
+                .put(rma, Signal::Yes)
+                .map_err(|e| CkptError::transport("putting a buddy copy", e))?;
+            self.pending.push_back(op);
+            done += n;
+        }
+        self.in_transport += start.elapsed();
+        Ok(())
+    }
 }
 
 /// Called at each [`Stage`] with the epoch being written.
@@ -94,8 +158,12 @@ pub struct Restored {
 pub struct CheckpointStats {
     pub epoch: Epoch,
     pub image_len: usize,
-    pub local: Duration,
+    /// Levels 1 and 2: copy + CRC32C into the local slot, puts to the buddy, header flip.
+    pub write: Duration,
+    /// The part of `write` spent in the transport: posting and completing the buddy puts and
+    /// the flip (what the buddy copy costs over the local copy).
     pub buddy: Duration,
+    /// The two agreement rounds.
     pub agree: Duration,
     pub parity: Duration,
 }
@@ -370,15 +438,9 @@ impl Checkpointer {
         }
         self.stats = CheckpointStats { epoch, image_len, ..CheckpointStats::default() };
         let t0 = Instant::now();
-        let local = self.write_local(slot, epoch, set);
-        self.stats.local = t0.elapsed();
-        self.stage(epoch, Stage::LocalWritten);
-        let written = local.and_then(|header| {
-            let t1 = Instant::now();
-            let r = self.write_buddy(provider, slot, epoch, &header);
-            self.stats.buddy = t1.elapsed();
-            r
-        });
+        let written = self.write_levels_1_2(provider, slot, epoch, set);
+        self.stats.write = t0.elapsed();
+        self.stats.buddy = *written.as_ref().unwrap_or(&Duration::ZERO);
         let t2 = Instant::now();
         let first = team::agree_round(provider, &self.team, 1, epoch, written.is_ok(), self.config.timeout)
             .map_err(|e| not_committed(epoch, Some(e), ""))?;
@@ -400,55 +462,64 @@ impl Checkpointer {
         Ok(epoch)
     }
 
-    fn write_local(&self, slot: usize, epoch: Epoch, set: &ProtectSet<'_>) -> Result<ImageHeader, CkptError> {
-        let out = mem::bytes_mut(&self.local, slot * self.config.slot_len, self.config.slot_len)?;
-        // The header is written last inside write_image; clear it first so a crash mid-way leaves
-        // no stale valid header of an older epoch in this slot.
-        out[..HEADER_LEN].fill(0);
-        image::write_image(out, ImageKind::Data, self.me, epoch, self.config.chunk_len, set)
-    }
-
     fn hosted_offset(&self, client_index: usize, slot: usize) -> u64 {
         ((client_index * 2 + slot) * self.config.slot_len) as u64
     }
 
-    fn write_buddy(
-        &mut self,
+    /// Levels 1 and 2 in one pass: each payload chunk is copied into the local slot, checksummed
+    /// and put to the buddy while still in cache; then the chunk table; once every put has
+    /// completed, the header (the epoch word) flips the buddy's slot to this epoch.
+    /// Returns the time spent in the transport.
+    fn write_levels_1_2(
+        &self,
         provider: &mut dyn Provider,
         slot: usize,
         epoch: Epoch,
-        header: &ImageHeader,
-    ) -> Result<(), CkptError> {
-        if !self.config.buddy {
-            return Ok(());
-        }
-        let buddy = self.placement.buddy_of(self.me).ok_or(CkptError::InvalidArgument("no buddy".into()))?;
-        let remote = self.peers[buddy as usize]
-            .hosted
-            .ok_or_else(|| CkptError::InvalidArgument(format!("buddy rank {buddy} registered no slots")))?;
-        let index = self.placement.clients_of(buddy).iter().position(|&c| c == self.me).ok_or_else(|| {
-            CkptError::InvalidArgument(format!("rank {buddy} does not keep rank {}'s copy", self.me))
-        })?;
-        let base = ((index * 2 + slot) * self.config.slot_len) as u64;
+        set: &ProtectSet<'_>,
+    ) -> Result<Duration, CkptError> {
         let local_base = slot * self.config.slot_len;
-        // Invalidate the old header of this slot first: the slot now holds no epoch at all.
-        let zero = self.zero_header.clone();
-        self.transfer(provider, Dir::Put, &zero, 0, &remote, base, HEADER_LEN)?;
-        let body = header.image_len() - HEADER_LEN;
-        let local = self.local.clone();
-        self.transfer(
+        // No stale header of an older epoch may survive a crash in the middle of this slot.
+        self.local
+            .fill(local_base, HEADER_LEN, 0)
+            .map_err(|e| CkptError::transport("clearing a header", e))?;
+        let target = if self.config.buddy {
+            let buddy =
+                self.placement.buddy_of(self.me).ok_or(CkptError::InvalidArgument("no buddy".into()))?;
+            let remote = self.peers[buddy as usize].hosted.ok_or_else(|| {
+                CkptError::InvalidArgument(format!("buddy rank {buddy} registered no slots"))
+            })?;
+            let index =
+                self.placement.clients_of(buddy).iter().position(|&c| c == self.me).ok_or_else(|| {
+                    CkptError::InvalidArgument(format!("rank {buddy} does not keep rank {}'s copy", self.me))
+                })?;
+            let base = ((index * 2 + slot) * self.config.slot_len) as u64;
+            self.transfer(provider, Dir::Put, &self.zero_header, 0, &remote, base, HEADER_LEN)?;
+            Some((remote, base))
+        } else {
+            None
+        };
+        let mut sink = SlotSink {
+            local: &self.local,
+            base: local_base,
+            target,
             provider,
-            Dir::Put,
-            &local,
-            local_base + HEADER_LEN,
-            &remote,
-            base + HEADER_LEN as u64,
-            body,
-        )?;
+            pending: std::collections::VecDeque::new(),
+            piece: self.config.transfer_len,
+            timeout: self.config.timeout,
+            in_transport: Duration::ZERO,
+        };
+        let header =
+            image::write_image_to(&mut sink, ImageKind::Data, self.me, epoch, self.config.chunk_len, set)?;
+        self.stage(epoch, Stage::LocalWritten);
+        let Some((remote, base)) = target else { return Ok(Duration::ZERO) };
+        sink.chunk_done(HEADER_LEN, header.table_len())?;
+        sink.drain()?;
         self.stage(epoch, Stage::BuddyBodyLanded);
-        self.transfer(provider, Dir::Put, &local, local_base, &remote, base, HEADER_LEN)?;
+        let flip = Instant::now();
+        self.transfer(sink.provider, Dir::Put, &self.local, local_base, &remote, base, HEADER_LEN)?;
+        let in_transport = sink.in_transport + flip.elapsed();
         self.stage(epoch, Stage::BuddyFlipped);
-        Ok(())
+        Ok(in_transport)
     }
 
     /// Moves `len` bytes in windowed pieces, every piece signaled, and waits for all of them.

@@ -196,10 +196,51 @@ pub fn image_len(payload_len: usize, chunk_len: usize) -> usize {
     HEADER_LEN + table_len(payload_len.div_ceil(chunk_len.max(1))) + payload_len
 }
 
+/// Where a streaming serialization writes: bytes of the image by offset, and a notice after each
+/// payload chunk is complete and checksummed (so it can be shipped while still in cache).
+pub trait ImageSink {
+    /// `len` writable bytes at image offset `offset`; the borrow ends before the next call.
+    fn bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], CkptError>;
+    /// Payload chunk `[offset, offset + len)` of the image is final.
+    fn chunk_done(&mut self, offset: usize, len: usize) -> Result<(), CkptError>;
+}
+
+impl ImageSink for [u8] {
+    fn bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], CkptError> {
+        let have = <[u8]>::len(self);
+        offset
+            .checked_add(len)
+            .and_then(|end| self.get_mut(offset..end))
+            .ok_or(CkptError::TooLarge { len: offset.saturating_add(len), capacity: have })
+    }
+
+    fn chunk_done(&mut self, _offset: usize, _len: usize) -> Result<(), CkptError> {
+        Ok(())
+    }
+}
+
 /// Serializes `set` into `out` (at least `set.image_len(chunk_len)` bytes), header last.
 /// Returns the header (already written at `out[..64]`).
 pub fn write_image(
     out: &mut [u8],
+    kind: ImageKind,
+    rank: u32,
+    epoch: Epoch,
+    chunk_len: usize,
+    set: &ProtectSet<'_>,
+) -> Result<ImageHeader, CkptError> {
+    let total = set.image_len(chunk_len.max(1));
+    if out.len() < total {
+        return Err(CkptError::TooLarge { len: total, capacity: out.len() });
+    }
+    write_image_to(out, kind, rank, epoch, chunk_len, set)
+}
+
+/// Streaming form of [`write_image`]: copies the payload chunk by chunk, checksums each chunk
+/// right after copying it and reports it to the sink; then writes the chunk table and, last,
+/// the header. The caller has checked that the sink holds `set.image_len(chunk_len)` bytes.
+pub fn write_image_to(
+    sink: &mut (impl ImageSink + ?Sized),
     kind: ImageKind,
     rank: u32,
     epoch: Epoch,
@@ -211,34 +252,26 @@ pub fn write_image(
         .filter(|&c| c > 0)
         .ok_or_else(|| CkptError::InvalidArgument(format!("chunk length {chunk_len}")))?;
     let payload_len = set.payload_len();
-    let total = image_len(payload_len, chunk_len);
-    if out.len() < total {
-        return Err(CkptError::TooLarge { len: total, capacity: out.len() });
-    }
     let chunks = payload_len.div_ceil(chunk_len);
-    let payload_at = HEADER_LEN + table_len(chunks);
-    let mut at = payload_at;
-    for &(id, data) in set.entries() {
-        out[at..at + 4].copy_from_slice(&id.to_le_bytes());
-        out[at + 4..at + 8].fill(0);
-        out[at + 8..at + 16].copy_from_slice(&(data.len() as u64).to_le_bytes());
-        at += ENTRY_HEADER_LEN;
-        out[at..at + data.len()].copy_from_slice(data);
-        let padded = padded8(data.len());
-        out[at + data.len()..at + padded].fill(0);
-        at += padded;
-    }
-    let table = &mut out[HEADER_LEN..payload_at];
-    table.fill(0);
     let chunk_count = u32::try_from(chunks)
         .map_err(|_| CkptError::InvalidArgument(format!("{chunks} chunks of {chunk_len} bytes")))?;
-    for index in 0..chunks {
-        let start = payload_at + index * chunk_len;
-        let end = (start + chunk_len).min(payload_at + payload_len);
-        // Split borrows: the table lies before the payload.
-        let (head, payload) = out.split_at_mut(payload_at);
-        let crc = chunk_crc(rank, epoch, index as u32, &payload[start - payload_at..end - payload_at]);
-        head[HEADER_LEN + index * 4..HEADER_LEN + index * 4 + 4].copy_from_slice(&crc.to_le_bytes());
+    let payload_at = HEADER_LEN + table_len(chunks);
+    let mut crcs: Vec<u32> = Vec::with_capacity(chunks);
+    let mut stream =
+        PayloadStream { sink, payload_at, payload_len, chunk_len, rank, epoch, written: 0, crcs: &mut crcs };
+    for &(id, data) in set.entries() {
+        let mut entry_header = [0u8; ENTRY_HEADER_LEN];
+        entry_header[0..4].copy_from_slice(&id.to_le_bytes());
+        entry_header[8..16].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        stream.write(&entry_header)?;
+        stream.write(data)?;
+        stream.zeros(padded8(data.len()) - data.len())?;
+    }
+    stream.finish()?;
+    let table = sink.bytes_mut(HEADER_LEN, payload_at - HEADER_LEN)?;
+    table.fill(0);
+    for (index, crc) in crcs.iter().enumerate() {
+        table[index * 4..index * 4 + 4].copy_from_slice(&crc.to_le_bytes());
     }
     let header = ImageHeader {
         kind,
@@ -247,12 +280,72 @@ pub fn write_image(
         payload_len: payload_len as u64,
         chunk_len: chunk_len32,
         chunk_count,
-        table_crc: crc32c::crc32c(&out[HEADER_LEN..payload_at]),
+        table_crc: crc32c::crc32c(table),
         entries: u32::try_from(set.entries().len())
             .map_err(|_| CkptError::InvalidArgument("too many protected entries".into()))?,
     };
-    out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    sink.bytes_mut(0, HEADER_LEN)?.copy_from_slice(&header.to_bytes());
     Ok(header)
+}
+
+/// The payload as a byte stream cut into checksummed chunks.
+struct PayloadStream<'s, S: ImageSink + ?Sized> {
+    sink: &'s mut S,
+    payload_at: usize,
+    payload_len: usize,
+    chunk_len: usize,
+    rank: u32,
+    epoch: Epoch,
+    written: usize,
+    crcs: &'s mut Vec<u32>,
+}
+
+impl<S: ImageSink + ?Sized> PayloadStream<'_, S> {
+    fn write(&mut self, mut data: &[u8]) -> Result<(), CkptError> {
+        while !data.is_empty() {
+            let room = self.chunk_len - self.written % self.chunk_len;
+            let n = room.min(data.len());
+            self.sink.bytes_mut(self.payload_at + self.written, n)?.copy_from_slice(&data[..n]);
+            self.advance(n)?;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    fn zeros(&mut self, mut len: usize) -> Result<(), CkptError> {
+        while len > 0 {
+            let n = (self.chunk_len - self.written % self.chunk_len).min(len);
+            self.sink.bytes_mut(self.payload_at + self.written, n)?.fill(0);
+            self.advance(n)?;
+            len -= n;
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, n: usize) -> Result<(), CkptError> {
+        self.written += n;
+        if self.written.is_multiple_of(self.chunk_len) {
+            self.close_chunk(self.chunk_len)?;
+        }
+        Ok(())
+    }
+
+    fn close_chunk(&mut self, len: usize) -> Result<(), CkptError> {
+        let index = self.crcs.len();
+        let offset = self.payload_at + index * self.chunk_len;
+        let crc = chunk_crc(self.rank, self.epoch, index as u32, self.sink.bytes_mut(offset, len)?);
+        self.crcs.push(crc);
+        self.sink.chunk_done(offset, len)
+    }
+
+    fn finish(&mut self) -> Result<(), CkptError> {
+        debug_assert_eq!(self.written, self.payload_len);
+        let tail = self.written % self.chunk_len;
+        if tail != 0 {
+            self.close_chunk(tail)?;
+        }
+        Ok(())
+    }
 }
 
 /// A checked image: every chunk passed its CRC. Entries are copied out by id.

@@ -3,9 +3,12 @@
 //! coordinated checkpoints in which rank 0 protects `size` bytes and rank 1 nothing (one
 //! direction, as bw), rank 1 being rank 0's buddy on the other simulated node.
 //!
-//! - buddy copy: the level-2 step alone (body puts, completions, header flip);
-//! - checkpoint: the whole call (serialize + CRC32C into the local slot, buddy copy, two
-//!   agreement rounds).
+//! A checkpoint pipelines levels 1 and 2 per 1 MiB chunk: copy into the local slot, CRC32C, put
+//! to the buddy; then, once every put completed, the header flip. Columns:
+//! - buddy: the buddy copy, i.e. the time in the transport (posting and completing the puts, the
+//!   flip), as `bw` times its puts;
+//! - L1+L2: local copy + CRC32C + buddy copy;
+//! - ckpt: the whole call (L1+L2 plus two agreement rounds).
 
 use std::time::Duration;
 
@@ -37,16 +40,18 @@ pub fn main(params: &Params) -> Result<()> {
                     out.provider, params.window, params.cq_mod
                 ),
                 format!(
-                    "checkpoint: rank 0 protects #bytes, level 2 only, {} KiB puts/CRC chunks, window 16",
+                    "checkpoint: rank 0 protects #bytes, levels 1-2 (no parity), {} KiB puts and CRC chunks, window 16",
                     TRANSFER_LEN >> 10
                 ),
-                "buddy = body puts + completions + header flip; ckpt = whole call (local copy + CRC32C, buddy, 2 agreements)".into(),
+                "per 1 MiB chunk: copy to the local slot, CRC32C, put to the buddy; then the header flip".into(),
+                "buddy = time in the transport (puts, completions, flip); L1+L2 = copy + CRC32C + buddy".into(),
+                "ckpt = whole checkpoint call (L1+L2 + 2 agreement rounds)".into(),
                 "GB/s = 10^9 bytes/s; put GB/s = bench bw --op put average".into(),
             ];
             out.header(
                 "reverb checkpoint throughput vs put bandwidth",
                 &notes,
-                " #bytes     put[GB/s]  buddy[GB/s]  ratio   ckpt[GB/s]  ratio   #ckpts",
+                " #bytes     put[GB/s]  buddy[GB/s]  ratio  L1+L2[GB/s]  ratio   ckpt[GB/s]  ratio  #ckpts",
             );
         }
         let max = params.max_size();
@@ -69,8 +74,7 @@ pub fn main(params: &Params) -> Result<()> {
             session.verify(Op::Put, size, true)?;
             let put = session.bandwidth(Op::Put, size, iters, warmup, params.window, params.cq_mod)?;
             let checkpoints = params.iters.unwrap_or_else(|| ((1u64 << 30) / size as u64).clamp(5, 1000));
-            let mut buddy = Duration::ZERO;
-            let mut total = Duration::ZERO;
+            let (mut buddy, mut write, mut total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
             let initiator = session.role() == Role::Initiator;
             let (provider, _) = session.parts();
             let mut set = ProtectSet::new();
@@ -84,35 +88,50 @@ pub fn main(params: &Params) -> Result<()> {
                 if i >= 2 {
                     total += start.elapsed();
                     buddy += ckpt.last_stats().buddy;
+                    write += ckpt.last_stats().write;
                 }
             }
             if initiator {
                 let put = put.ok_or_else(|| anyhow!("the initiator measured no put bandwidth"))?;
                 let put_gbs = put.avg_mib_s * (1 << 20) as f64 / 1e9;
                 let bytes = (size as u64 * checkpoints) as f64;
-                let buddy_gbs = bytes / buddy.as_secs_f64().max(1e-12) / 1e9;
-                let ckpt_gbs = bytes / total.as_secs_f64().max(1e-12) / 1e9;
-                row(params.json, &out.provider, size, put_gbs, buddy_gbs, ckpt_gbs, checkpoints);
+                let gbs = |d: Duration| bytes / d.as_secs_f64().max(1e-12) / 1e9;
+                let rates = Rates { put: put_gbs, buddy: gbs(buddy), write: gbs(write), ckpt: gbs(total) };
+                row(params.json, &out.provider, size, rates, checkpoints);
             }
         }
         Ok(())
     })
 }
 
-fn row(json: bool, provider: &str, size: usize, put: f64, buddy: f64, ckpt: f64, checkpoints: u64) {
-    let ratio = |x: f64| if put > 0.0 { x / put } else { 0.0 };
+/// GB/s of one size.
+struct Rates {
+    put: f64,
+    buddy: f64,
+    write: f64,
+    ckpt: f64,
+}
+
+fn row(json: bool, provider: &str, size: usize, r: Rates, checkpoints: u64) {
+    let ratio = |x: f64| if r.put > 0.0 { x / r.put } else { 0.0 };
     if json {
         let row = serde_json::json!({
-            "test": "ckpt", "provider": provider, "bytes": size, "put_gb_s": put,
-            "buddy_gb_s": buddy, "buddy_over_put": ratio(buddy),
-            "ckpt_gb_s": ckpt, "ckpt_over_put": ratio(ckpt), "checkpoints": checkpoints,
+            "test": "ckpt", "provider": provider, "bytes": size, "put_gb_s": r.put,
+            "buddy_gb_s": r.buddy, "buddy_over_put": ratio(r.buddy),
+            "l1_l2_gb_s": r.write, "l1_l2_over_put": ratio(r.write),
+            "ckpt_gb_s": r.ckpt, "ckpt_over_put": ratio(r.ckpt), "checkpoints": checkpoints,
         });
         println!("{row}");
     } else {
         println!(
-            " {size:<10} {put:>9.2} {buddy:>12.2} {:>6.2} {ckpt:>12.2} {:>6.2}   {checkpoints}",
-            ratio(buddy),
-            ratio(ckpt)
+            " {size:<10} {:>9.2} {:>12.2} {:>6.2} {:>12.2} {:>6.2} {:>12.2} {:>6.2}  {checkpoints}",
+            r.put,
+            r.buddy,
+            ratio(r.buddy),
+            r.write,
+            ratio(r.write),
+            r.ckpt,
+            ratio(r.ckpt)
         );
     }
 }
