@@ -90,7 +90,7 @@ fn recv_vote(
     }
 }
 
-/// Runs one agreement round among `members` (sorted, containing `me`); returns whether every
+/// Runs one agreement round among `members` (led by `members[0]`, containing `me`); returns whether every
 /// member reported `ok`. Dead or silent members count as failed.
 pub(crate) fn agree_round(
     provider: &mut dyn Provider,
@@ -153,7 +153,9 @@ const USER_ROUND: u8 = 3;
 
 /// Agreement among `members` outside a checkpoint (e.g. the survivors of a failure, before
 /// they release the memory others restore from): returns whether every member reported `ok`.
-/// `id` tells successive calls apart and must be the same on every member.
+/// `members[0]` leads; every member passes the same list and the same `id`, which tells
+/// successive calls apart. Lead with a rank that will outlive the call: a message sent right
+/// before its sender dies may be dropped with the dead peer's pending receives.
 pub fn agree(
     provider: &mut dyn Provider,
     members: &[Rank],
@@ -161,11 +163,14 @@ pub fn agree(
     ok: bool,
     timeout: Duration,
 ) -> Result<bool, CkptError> {
-    let mut sorted = members.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if !sorted.contains(&provider.rank()) {
-        return Err(CkptError::InvalidArgument(format!("rank {} is not among {members:?}", provider.rank())));
+    let mut distinct = members.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != members.len() || !distinct.contains(&provider.rank()) {
+        return Err(CkptError::InvalidArgument(format!(
+            "rank {} in team {members:?}: members must be distinct and include the caller",
+            provider.rank()
+        )));
     }
-    agree_round(provider, &sorted, USER_ROUND, id, ok, timeout)
+    agree_round(provider, members, USER_ROUND, id, ok, timeout)
 }
