@@ -122,6 +122,7 @@ fn logger_needs_two_nodes_and_a_known_placement() {
 
 const BENCH_LAT_ITERS: usize = 5000;
 const BENCH_RATE_DETS: u64 = 200_000;
+const BENCH_FRAMES: u64 = 100_000;
 
 fn rank_bench() {
     let client = NodeLogClient::attach_from_env().expect("attach");
@@ -153,13 +154,28 @@ fn rank_bench() {
     }
     client.wait_durable(last, WAIT).unwrap();
     let rate = BENCH_RATE_DETS as f64 / t0.elapsed().as_secs_f64();
+    // Receiver-based payload copies: 1 KiB frames streamed through the rank's lane.
+    let frame = vec![0x5au8; 1024];
+    let t0 = Instant::now();
+    for i in 1..=BENCH_FRAMES {
+        last = client.enqueue_payload_wait(&frame, WAIT).unwrap();
+        if i % 4096 == 0 {
+            // The 16 MiB ring would fill: GC as after a checkpoint (this rank is its node's
+            // only producer, so it is quiesced here).
+            client.wait_durable(last, WAIT).unwrap();
+            client.trim_wait(WAIT).unwrap();
+        }
+    }
+    client.wait_durable(last, WAIT).unwrap();
+    let mib_s = (BENCH_FRAMES * 1024) as f64 / t0.elapsed().as_secs_f64() / (1 << 20) as f64;
     println!(
-        "BENCH rank {me}: enqueue->durable us: min {:.1} median {:.1} p99 {:.1} max {:.1}; determinants/s {:.0}; node logged {}",
+        "BENCH rank {me}: enqueue->durable us: min {:.1} median {:.1} p99 {:.1} max {:.1}; determinants/s {:.0}; 1 KiB payload frames {:.0} MiB/s; node logged {}",
         lat[0],
         pct(0.5),
         pct(0.99),
         lat[lat.len() - 1],
         rate,
+        mib_s,
         client.status(Status::DeterminantsLogged)
     );
 }
@@ -171,7 +187,7 @@ fn placement_bench() {
     if std::env::var(ROLE).as_deref() == Ok("bench") {
         return rank_bench();
     }
-    println!("2 nodes x 1 rank, each rank: {BENCH_LAT_ITERS} enqueue->durable round trips, then {BENCH_RATE_DETS} determinants streamed");
+    println!("2 nodes x 1 rank, each rank: {BENCH_LAT_ITERS} enqueue->durable round trips, then {BENCH_RATE_DETS} determinants and {BENCH_FRAMES} 1 KiB frames streamed");
     for placement in ["dedicated", "shared-pinned", "shared-unpinned"] {
         let (code, stdout, stderr) = reverb_run("placement_bench", 2, 1, placement, "bench", true);
         assert_eq!(code, Some(0), "--logger {placement}:\n{stdout}\n{stderr}");
