@@ -405,6 +405,31 @@ impl Checkpointer {
         self.committed.map(|(e, _)| e)
     }
 
+    /// The recovery line after a failure: the newest epoch that every rank of `members` (the
+    /// survivors, led by `members[0]`) committed. A member that missed the last commit's
+    /// release still holds the epoch before it, and so does everyone else (both slots are kept
+    /// until the next commit), so the minimum is restorable everywhere. `id` tells calls apart.
+    pub fn recovery_epoch(
+        &self,
+        provider: &mut dyn Provider,
+        members: &[Rank],
+        id: u64,
+    ) -> Result<Epoch, CkptError> {
+        let mine = self.committed_epoch().unwrap_or(0);
+        match team::agree_min(provider, members, id, mine, self.config.timeout)? {
+            Some(0) => Err(CkptError::Unrecoverable {
+                rank: self.me,
+                epoch: 0,
+                attempts: "no checkpoint was committed by every survivor".into(),
+            }),
+            Some(epoch) => Ok(epoch),
+            None => Err(CkptError::NotCommitted {
+                epoch: 0,
+                reason: "survivors could not agree on a recovery epoch".into(),
+            }),
+        }
+    }
+
     pub fn last_stats(&self) -> CheckpointStats {
         self.stats
     }
@@ -442,20 +467,22 @@ impl Checkpointer {
         self.stats.write = t0.elapsed();
         self.stats.buddy = *written.as_ref().unwrap_or(&Duration::ZERO);
         let t2 = Instant::now();
-        let first = team::agree_round(provider, &self.team, 1, epoch, written.is_ok(), self.config.timeout)
+        let vote = team::Vote { ok: written.is_ok(), min: 0 };
+        let first = team::agree_round(provider, &self.team, 1, epoch, vote, self.config.timeout)
             .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree = t2.elapsed();
-        if !first {
+        if !first.ok {
             return Err(not_committed(epoch, written.err(), "levels 1-2 failed on a team member"));
         }
         let t3 = Instant::now();
         let encoded = self.encode_group(provider, slot, epoch);
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
-        let second = team::agree_round(provider, &self.team, 2, epoch, encoded.is_ok(), self.config.timeout)
+        let vote = team::Vote { ok: encoded.is_ok(), min: 0 };
+        let second = team::agree_round(provider, &self.team, 2, epoch, vote, self.config.timeout)
             .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
-        if !second {
+        if !second.ok {
             return Err(not_committed(epoch, encoded.err(), "parity encoding failed in a group"));
         }
         self.committed = Some((epoch, slot));

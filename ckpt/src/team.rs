@@ -13,7 +13,7 @@ use crate::image::Epoch;
 const TAG_BASE: Tag = 0x636b_7074_0000_0000; // "ckpt"
 const ARRIVE: u64 = 1;
 const RELEASE: u64 = 2;
-const MSG_LEN: usize = 16;
+const MSG_LEN: usize = 24;
 /// Liveness is rechecked at least this often while waiting.
 const SLICE: Duration = Duration::from_millis(20);
 
@@ -21,11 +21,20 @@ fn tag(kind: u64, round: u8, epoch: Epoch) -> Tag {
     TAG_BASE | (kind << 40) | (u64::from(round) << 32) | (epoch & 0xffff_ffff)
 }
 
-fn message(epoch: Epoch, ok: bool) -> [u8; MSG_LEN] {
+/// A vote: the round's id, ok/failed, and a value the leader reduces by minimum.
+fn message(epoch: Epoch, vote: Vote) -> [u8; MSG_LEN] {
     let mut m = [0u8; MSG_LEN];
     m[0..8].copy_from_slice(&epoch.to_le_bytes());
-    m[8] = u8::from(ok);
+    m[8] = u8::from(vote.ok);
+    m[16..24].copy_from_slice(&vote.min.to_le_bytes());
     m
+}
+
+/// What a member reports and what the leader releases: all ok, and the minimum value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vote {
+    pub ok: bool,
+    pub min: u64,
 }
 
 /// Waits for `op` (a receive or send) with `timeout`, failing early when `peer` dies.
@@ -70,7 +79,7 @@ fn recv_vote(
     from: Rank,
     epoch: Epoch,
     timeout: Duration,
-) -> Result<bool, CkptError> {
+) -> Result<Vote, CkptError> {
     match wait_op_from(provider, op, from, timeout, "waiting for a checkpoint vote")? {
         CompletionKind::Recv { data: Some(data), .. } if data.len() == MSG_LEN => {
             let mut e = [0u8; 8];
@@ -81,7 +90,9 @@ fn recv_vote(
                     detail: format!("rank {from} sent a vote for another epoch or a bad flag"),
                 });
             }
-            Ok(data[8] == 1)
+            let mut min = [0u8; 8];
+            min.copy_from_slice(&data[16..24]);
+            Ok(Vote { ok: data[8] == 1, min: u64::from_le_bytes(min) })
         }
         other => Err(CkptError::Transport {
             during: "reading a checkpoint vote",
@@ -97,9 +108,9 @@ pub(crate) fn agree_round(
     members: &[Rank],
     round: u8,
     epoch: Epoch,
-    ok: bool,
+    vote: Vote,
     timeout: Duration,
-) -> Result<bool, CkptError> {
+) -> Result<Vote, CkptError> {
     let me = provider.rank();
     let Some(&leader) = members.first() else {
         return Err(CkptError::InvalidArgument("empty checkpoint team".into()));
@@ -113,7 +124,7 @@ pub(crate) fn agree_round(
                 RecvBuffer::Owned { capacity: MSG_LEN },
             )
             .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
-        send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, ok), timeout)?;
+        send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
         return recv_vote(provider, op, leader, epoch, timeout);
     }
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
@@ -129,27 +140,29 @@ pub(crate) fn agree_round(
         posted.push((r, op));
     }
     let deadline = Instant::now() + timeout;
-    let mut all_ok = ok;
+    let mut verdict = vote;
     let mut alive = Vec::with_capacity(others.len());
     for (r, op) in posted {
         let left = deadline.saturating_duration_since(Instant::now()).max(SLICE);
         match recv_vote(provider, op, r, epoch, left) {
-            Ok(vote) => {
-                all_ok &= vote;
+            Ok(theirs) => {
+                verdict.ok &= theirs.ok;
+                verdict.min = verdict.min.min(theirs.min);
                 alive.push(r);
             }
-            Err(_) => all_ok = false,
+            Err(_) => verdict.ok = false,
         }
     }
     for r in alive {
         // A member that died since its vote just misses the verdict.
-        let _ = send_to(provider, r, release_tag, &message(epoch, all_ok), timeout);
+        let _ = send_to(provider, r, release_tag, &message(epoch, verdict), timeout);
     }
-    Ok(all_ok)
+    Ok(verdict)
 }
 
 /// Round number of [`agree`]; checkpoints use rounds 1 and 2.
 const USER_ROUND: u8 = 3;
+const MIN_ROUND: u8 = 4;
 
 /// Agreement among `members` outside a checkpoint (e.g. the survivors of a failure, before
 /// they release the memory others restore from): returns whether every member reported `ok`.
@@ -163,14 +176,32 @@ pub fn agree(
     ok: bool,
     timeout: Duration,
 ) -> Result<bool, CkptError> {
+    check_members(provider.rank(), members)?;
+    agree_round(provider, members, USER_ROUND, id, Vote { ok, min: 0 }, timeout).map(|v| v.ok)
+}
+
+/// Like [`agree`], and also returns the minimum of the members' `value`s; `None` when a
+/// member failed or could not be heard.
+pub fn agree_min(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    id: u64,
+    value: u64,
+    timeout: Duration,
+) -> Result<Option<u64>, CkptError> {
+    check_members(provider.rank(), members)?;
+    let verdict = agree_round(provider, members, MIN_ROUND, id, Vote { ok: true, min: value }, timeout)?;
+    Ok(verdict.ok.then_some(verdict.min))
+}
+
+fn check_members(me: Rank, members: &[Rank]) -> Result<(), CkptError> {
     let mut distinct = members.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
-    if distinct.len() != members.len() || !distinct.contains(&provider.rank()) {
+    if distinct.len() != members.len() || !distinct.contains(&me) {
         return Err(CkptError::InvalidArgument(format!(
-            "rank {} in team {members:?}: members must be distinct and include the caller",
-            provider.rank()
+            "rank {me} in team {members:?}: members must be distinct and include the caller"
         )));
     }
-    agree_round(provider, members, USER_ROUND, id, ok, timeout)
+    Ok(())
 }

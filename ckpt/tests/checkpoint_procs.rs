@@ -156,6 +156,7 @@ fn node_loss_restored_from_buddy() {
     }
     let Some((mut provider, mut ckpt)) = two_epochs_then_kill(&victims, |_, _| {}) else { return };
     let p = provider.as_mut();
+    assert_eq!(ckpt.recovery_epoch(p, &survivors(&victims), 1).expect("recovery line"), 2);
     match p.rank() {
         // Remote buddies, read by one-sided gets.
         4 => assert_eq!(check_restored(&mut ckpt, p, 0, 2), RestoreSource::Buddy(2)),
@@ -266,6 +267,7 @@ fn killed_during_epoch_flip_keeps_the_previous_epoch() {
     assert!(matches!(err, CkptError::NotCommitted { epoch: 2, .. }), "{err}");
     assert_eq!(ckpt.committed_epoch(), Some(1), "the previous epoch stays committed");
     wait_dead(p, &victims);
+    assert_eq!(ckpt.recovery_epoch(p, &survivors(&victims), 1).expect("recovery line"), 1);
     match p.rank() {
         // Node 0 keeps node 1's copies: epoch 2's slot has its body but no header.
         0 => {
