@@ -41,6 +41,10 @@ pub struct CkptConfig {
     pub parity: Option<RsLayout>,
     /// Bound of every wait.
     pub timeout: Duration,
+    /// The ranks that checkpoint together (an L1 cluster), or `None` for the whole job. Teams
+    /// commit their own epochs independently; buddy copies may live in another team (they are
+    /// passive targets), but a Reed-Solomon group must lie inside one team.
+    pub team: Option<Vec<Rank>>,
 }
 
 impl Default for CkptConfig {
@@ -52,6 +56,7 @@ impl Default for CkptConfig {
             buddy: true,
             parity: Some(RsLayout::default()),
             timeout: Duration::from_secs(30),
+            team: None,
         }
     }
 }
@@ -311,6 +316,32 @@ impl Checkpointer {
         let me = provider.rank();
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         let placement = Placement::new(&node_of, config.parity)?;
+        let team = match &config.team {
+            None => (0..job.size).collect::<Vec<Rank>>(),
+            Some(members) => {
+                let mut team = members.clone();
+                team.sort_unstable();
+                team.dedup();
+                if !team.contains(&me) || team.iter().any(|&r| r >= job.size) {
+                    return Err(CkptError::InvalidArgument(format!(
+                        "rank {me}: team {members:?} must contain this rank and only ranks of the job (size {})",
+                        job.size
+                    )));
+                }
+                for &r in &team {
+                    if let Some(g) = placement.group_of(r) {
+                        if let Some(outside) = g.members.iter().find(|m| !team.contains(m)) {
+                            return Err(CkptError::Unsupported(format!(
+                                "Reed-Solomon group {:?} of rank {r} reaches rank {outside} outside the team \
+                                 {team:?}: teams must hold whole groups (align teams with group_nodes)",
+                                g.members
+                            )));
+                        }
+                    }
+                }
+                team
+            }
+        };
         let clients = if config.buddy { placement.clients_of(me) } else { Vec::new() };
         let parity_slot_len =
             image::image_len(16 + ParityMeta::max_len() + 16 + config.slot_len + 8, config.chunk_len);
@@ -370,7 +401,7 @@ impl Checkpointer {
         }
         Ok(Checkpointer {
             me,
-            team: (0..job.size).collect(),
+            team,
             placement,
             local,
             hosted,
@@ -394,6 +425,11 @@ impl Checkpointer {
 
     pub fn config(&self) -> &CkptConfig {
         &self.config
+    }
+
+    /// The ranks this rank checkpoints with, sorted.
+    pub fn team(&self) -> &[Rank] {
+        &self.team
     }
 
     pub fn placement(&self) -> &Placement {

@@ -28,6 +28,7 @@ fn config() -> CkptConfig {
         buddy: true,
         parity: Some(RsLayout { group_nodes: 4, parity_shards: 2 }),
         timeout: WAIT,
+        team: None,
     }
 }
 
@@ -280,6 +281,53 @@ fn killed_during_epoch_flip_keeps_the_previous_epoch() {
             // Rank 0's own buddy died: its level-1 copy still has epoch 1.
             assert_eq!(check_restored(&mut ckpt, p, 0, 1), RestoreSource::Local);
         }
+        _ => {}
+    }
+    finish(p, &victims);
+}
+
+#[test]
+fn teams_checkpoint_independently() {
+    let test = "teams_checkpoint_independently";
+    // Two teams of two nodes each (L1 clusters): ranks 0-3 and 4-7, with 2-node groups and one
+    // parity block each, so groups stay inside teams. Buddies pair nodes inside each team here.
+    let victims = [0, 1];
+    if !common::is_child() {
+        return run_parent(test, &victims);
+    }
+    let Some((_job, mut boot, mut provider)) = common::child() else { return };
+    let p = provider.as_mut();
+    let me = p.rank();
+    let team: Vec<Rank> = if me < 4 { (0..4).collect() } else { (4..8).collect() };
+    let parity = Some(RsLayout { group_nodes: 2, parity_shards: 1 });
+    let config = CkptConfig { team: Some(team.clone()), parity, ..config() };
+    let mut ckpt = Checkpointer::new(p, &mut boot, config).expect("checkpointer");
+    // Team 0-3 commits three epochs while team 4-7 commits one: no cross-team waiting.
+    let epochs = if me < 4 { 3 } else { 1 };
+    for epoch in 1..=epochs {
+        assert_eq!(checkpoint(&mut ckpt, p, epoch).expect("checkpoint"), epoch);
+    }
+    let mut all = survivors(&victims);
+    all.extend_from_slice(&victims);
+    assert!(team::agree(p, &all, 1, true, WAIT).expect("agree before the kill"));
+    if victims.contains(&me) {
+        die();
+    }
+    wait_dead(p, &victims);
+    match me {
+        2 => {
+            // Node 0 died: its team's survivors agree on epoch 3, and rank 2 (buddy) restores.
+            assert_eq!(ckpt.recovery_epoch(p, &[2, 3], 1).expect("recovery line"), 3);
+            assert_eq!(check_restored(&mut ckpt, p, 0, 3), RestoreSource::Buddy(2));
+        }
+        3 => {
+            assert_eq!(ckpt.recovery_epoch(p, &[2, 3], 1).expect("recovery line"), 3);
+            // The epoch before the recovery line is kept too (the other slot).
+            let restored = ckpt.restore(p, 1, 2).expect("restore rank 1 epoch 2");
+            assert_eq!(restored.image.entry(1), Some(data(1, 2).as_slice()));
+        }
+        // Another team reads a dead rank's copy too: one-sided gets need no team.
+        4 => assert_eq!(check_restored(&mut ckpt, p, 1, 3), RestoreSource::Buddy(3)),
         _ => {}
     }
     finish(p, &victims);

@@ -62,6 +62,7 @@ pub fn main(params: &Params) -> Result<()> {
             buddy: true,
             parity: None,
             timeout: params.timeout,
+            team: None,
         };
         let mut ckpt = {
             let (provider, boot) = session.parts();
