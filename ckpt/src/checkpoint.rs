@@ -5,11 +5,15 @@
 //! Every copy lives in a double-buffered slot pair. A checkpoint writes the slot that does not
 //! hold the last committed epoch: body first, then, once every put has completed, the 64-byte
 //! header (the epoch word). A crash at any point leaves the committed slot untouched. The team
-//! then agrees (see `team`): the epoch is committed on every live rank or on none.
+//! then agrees (see `team`): the epoch is committed on every live member or on none (a leader
+//! dying mid-release can split that; survivors then take [`Checkpointer::recovery_epoch`], the
+//! minimum, which both slots still hold).
 //!
 //! Epoch `e` of a checkpoint:
-//! 1. serialize the protected data into the local slot (level 1, CRC32C per chunk);
-//! 2. put the body to the buddy's hosted slot, wait for the completions, put the header;
+//! 1. zero the old header of the target slot, locally and on the buddy;
+//! 2. per payload chunk: copy into the local slot (level 1), CRC32C, put to the buddy's slot
+//!    (level 2) while the chunk is still in cache; then the chunk table; once every put has
+//!    completed, the header;
 //! 3. agree (round 1): every rank's levels 1 and 2 are written;
 //! 4. each group's encoder gets its members' level-1 images, encodes inline (the hook for a
 //!    logger-core offload is `encode_group`), writes its parity block and puts the others;
