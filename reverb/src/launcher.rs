@@ -553,7 +553,7 @@ pub mod logger_cores {
         job_id: String,
         loggers: Vec<Child>,
         pumps: Vec<JoinHandle<()>>,
-        _server: BootServer,
+        server: BootServer,
     }
 
     impl LoggerCores {
@@ -591,7 +591,7 @@ pub mod logger_cores {
                 job_id: job_id.to_string(),
                 loggers: Vec::new(),
                 pumps: Vec::new(),
-                _server: server,
+                server,
             };
             for node in 0..nodes {
                 let mut env: Vec<(&str, String)> = vec![
@@ -602,7 +602,7 @@ pub mod logger_cores {
                     (vars::RANKS_PER_NODE, "1".into()),
                     (vars::JOB_ID, format!("{job_id}-lg")),
                     (vars::INCARNATION, "0".into()),
-                    (vars::ROOT, cores._server.local_addr().to_string()),
+                    (vars::ROOT, cores.server.local_addr().to_string()),
                     (vars::JOB_TOKEN, token.clone()),
                     (vars::BOOT_SERVER, "external".into()),
                     (logvars::SEGMENT, segment_base(job_id, node)),

@@ -70,6 +70,13 @@ fn reverb_run(
 
 const DETS: u64 = 2000;
 
+/// `Cpus_allowed_list` of /proc/<pid>/status.
+fn cpus_allowed(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+    line.split_once(':').map(|(_, v)| v.trim().to_string()).unwrap_or_default()
+}
+
 fn rank_logs_and_waits() {
     let client = NodeLogClient::attach_from_env().expect("attach to the node's logger core");
     let me = rank();
@@ -87,7 +94,20 @@ fn rank_logs_and_waits() {
     }
     assert!(client.buddy_alive());
     assert_eq!(client.buddy_node(), Some(u64::from(me / 2) ^ 1));
-    println!("rank {me}: {} entries durable", tickets.len());
+    // The placement, as the kernel sees it.
+    let mine = cpus_allowed("self");
+    let logger = cpus_allowed(&client.status(Status::LoggerPid).to_string());
+    let one = |s: &str| !s.contains(',') && !s.contains('-');
+    match std::env::var("REVERB_LOGGER").as_deref() {
+        Ok("dedicated") => {
+            assert!(one(&mine) && one(&logger) && mine != logger, "rank cpus {mine}, logger cpus {logger}")
+        }
+        Ok("shared-pinned") if me % 2 == 0 => {
+            assert!(one(&mine) && mine == logger, "rank cpus {mine}, logger cpus {logger}")
+        }
+        _ => {}
+    }
+    println!("rank {me}: {} entries durable (cpus {mine}, its logger's {logger})", tickets.len());
 }
 
 #[test]
@@ -105,6 +125,9 @@ fn launcher_runs_logger_cores_for_every_placement() {
         }
         assert!(!stderr.contains("dead"), "a clean job reported a death:\n{stderr}");
         println!("--logger {placement}: {}", stderr.lines().next().unwrap_or(""));
+        for line in stdout.lines().filter(|l| l.contains("entries durable")) {
+            println!("  {line}");
+        }
     }
 }
 

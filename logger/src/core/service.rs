@@ -265,6 +265,12 @@ impl LoggerCore {
         let all = boot.allgather(&mine)?;
         let parsed: Vec<(RemoteRegion, Vec<(Rank, RemoteRegion)>)> =
             all.iter().map(|b| parse_contribution(b)).collect::<Result<_, _>>()?;
+        if parsed.len() != nodes as usize {
+            return Err(CoreError::Malformed {
+                what: "loggers' exchange",
+                detail: format!("{} contributions for {nodes} nodes", parsed.len()),
+            });
+        }
         let ring_remote = parsed
             .get(target as usize)
             .and_then(|(_, rings)| rings.iter().find(|(c, _)| *c == me))
