@@ -84,7 +84,7 @@ fn rank_logs_and_waits() {
     for seq in 1..=DETS {
         let det = Determinant { sender: me, receiver: 0, ssn: seq, rsn: seq };
         tickets.push(client.enqueue_determinant_wait(&det, WAIT).expect("enqueue determinant"));
-        if seq % 10 == 0 {
+        if seq.is_multiple_of(10) {
             let frame = [me.to_le_bytes().as_slice(), &seq.to_le_bytes(), &[7u8; 100]].concat();
             tickets.push(client.enqueue_payload_wait(&frame, WAIT).expect("enqueue payload"));
         }
@@ -102,7 +102,7 @@ fn rank_logs_and_waits() {
         Ok("dedicated") => {
             assert!(one(&mine) && one(&logger) && mine != logger, "rank cpus {mine}, logger cpus {logger}")
         }
-        Ok("shared-pinned") if me % 2 == 0 => {
+        Ok("shared-pinned") if me.is_multiple_of(2) => {
             assert!(one(&mine) && mine == logger, "rank cpus {mine}, logger cpus {logger}")
         }
         _ => {}
@@ -182,7 +182,7 @@ fn rank_bench() {
     let t0 = Instant::now();
     for i in 1..=BENCH_FRAMES {
         last = client.enqueue_payload_wait(&frame, WAIT).unwrap();
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             // The 16 MiB ring would fill: GC as after a checkpoint (this rank is its node's
             // only producer, so it is quiesced here).
             client.wait_durable(last, WAIT).unwrap();
