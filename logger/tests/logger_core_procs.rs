@@ -214,6 +214,16 @@ const FRAME_EVERY: u64 = 3;
 
 #[test]
 fn ranks_enqueue_concurrently_and_the_buddy_ring_holds_exactly_their_records() {
+    exact_records("ranks_enqueue_concurrently_and_the_buddy_ring_holds_exactly_their_records", 2, 2);
+}
+
+/// Three nodes: node 2 logs to node 1, which hosts two rings and must outlive both writers.
+#[test]
+fn an_odd_node_count_shares_a_host() {
+    exact_records("an_odd_node_count_shares_a_host", 3, 2);
+}
+
+fn exact_records(test: &'static str, nodes: u32, rpn: u32) {
     match role().as_deref() {
         Some("logger") => return run_logger(),
         Some("app") => {
@@ -241,13 +251,7 @@ fn ranks_enqueue_concurrently_and_the_buddy_ring_holds_exactly_their_records() {
         }
         _ => {}
     }
-    let (nodes, rpn) = (2, 2);
-    let mut h = Harness::start(
-        "ranks_enqueue_concurrently_and_the_buddy_ring_holds_exactly_their_records",
-        nodes,
-        rpn,
-        &[],
-    );
+    let mut h = Harness::start(test, nodes, rpn, &[]);
     h.apps_ok();
     h.stop_loggers();
     for node in 0..nodes {

@@ -91,6 +91,12 @@ impl NodeLogClient {
         &self.detq
     }
 
+    /// A second handle on the node's determinant queue, e.g. for the protocol layer's
+    /// `DeterminantSink::NodeQueue`: an entry is durable once the queue's start passes it.
+    pub fn open_det_queue(&self) -> Result<DetQueue, CoreError> {
+        Ok(DetQueue::open(self.detq.path())?)
+    }
+
     /// Enqueues a determinant. `Log(QueueFull)` is back-pressure: retry after the logger drains.
     pub fn enqueue_determinant(&self, det: &Determinant) -> Result<Ticket, CoreError> {
         let index = self.detq.push(det)?;
