@@ -274,3 +274,40 @@ impl Waiter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_is_bounded_and_checks_the_lane() {
+        let t0 = Instant::now();
+        let err = NodeLogClient::attach("/nonexistent/reverb-seg", 0, Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(err, CoreError::Config(_)), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+
+        let base = std::env::temp_dir()
+            .join(format!("reverb-client-test-{}", std::process::id()))
+            .to_string_lossy()
+            .into_owned();
+        let (ctl, detq) = segment_paths(&base);
+        let _q = DetQueue::create(&detq, 8).unwrap();
+        let seg = NodeSegment::create(&ctl, 2, 1024).unwrap();
+        seg.set(Status::LoggerPid, u64::from(std::process::id()));
+        assert!(NodeLogClient::attach(&base, 2, Duration::from_millis(50)).is_err(), "lane 2 of 2");
+        let client = NodeLogClient::attach(&base, 1, Duration::from_millis(50)).unwrap();
+        // No logger drains: tickets stay pending and a wait ends in a timeout, not a hang.
+        let t = client.enqueue_payload(b"frame").unwrap();
+        assert!(!client.is_durable(t));
+        assert!(matches!(client.wait_durable(t, Duration::from_millis(30)), Err(CoreError::Timeout(_))));
+        assert!(client.is_durable(Ticket::default()));
+        // A buddy reported dead turns the wait into an error at once.
+        seg.set(Status::BuddyNode, 3);
+        seg.set(Status::BuddyState, BUDDY_DEAD);
+        assert!(matches!(client.wait_durable(t, WAIT_LONG), Err(CoreError::BuddyDead { node: 3 })));
+        std::fs::remove_file(ctl).ok();
+        std::fs::remove_file(detq).ok();
+    }
+
+    const WAIT_LONG: Duration = Duration::from_secs(30);
+}
