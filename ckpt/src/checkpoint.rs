@@ -347,8 +347,10 @@ impl Checkpointer {
             }
         };
         let clients = if config.buddy { placement.clients_of(me) } else { Vec::new() };
-        let parity_slot_len =
-            image::image_len(16 + ParityMeta::max_len() + 16 + config.slot_len + 8, config.chunk_len);
+        let parity_slot_len = image::image_len(
+            16 + ParityMeta::max_len() + 16 + shard_stride(config.slot_len),
+            config.chunk_len,
+        );
         let local = alloc(provider, 2 * config.slot_len, Access::REMOTE_READ, "registering the local slots")?;
         let hosted = if clients.is_empty() {
             None
@@ -370,7 +372,7 @@ impl Checkpointer {
         let staging = match &group {
             Some(g) if g.encoder() == Some(me) => Some(alloc(
                 provider,
-                g.members.len() * config.slot_len + g.parity_hosts.len() * parity_slot_len,
+                g.members.len() * shard_stride(config.slot_len) + g.parity_hosts.len() * parity_slot_len,
                 Access::LOCAL,
                 "registering the encoding staging area",
             )?),
@@ -630,15 +632,20 @@ impl Checkpointer {
             self.staging.clone().ok_or(CkptError::InvalidArgument("encoder without staging".into()))?;
         let (k, m) = (group.members.len(), group.parity_hosts.len());
         let slot_len = self.config.slot_len;
+        let stride = shard_stride(slot_len);
         // Gather the members' level-1 images of this epoch.
         let mut lens = Vec::with_capacity(k);
         for (i, &member) in group.members.iter().enumerate() {
-            let at = i * slot_len;
+            let at = i * stride;
             if member == self.me {
                 let bytes = mem::bytes(&self.local, slot * slot_len, slot_len)?;
                 let header = ImageHeader::parse(bytes, "own level-1 copy")?;
-                mem::bytes_mut(&staging, at, header.image_len())?
-                    .copy_from_slice(&bytes[..header.image_len()]);
+                let own = bytes.get(..header.image_len()).ok_or(CkptError::Truncated {
+                    what: "own level-1 copy".into(),
+                    have: slot_len,
+                    need: header.image_len(),
+                })?;
+                mem::bytes_mut(&staging, at, own.len())?.copy_from_slice(own);
                 lens.push(header.image_len());
                 continue;
             }
@@ -670,18 +677,18 @@ impl Checkpointer {
         }
         let shard_len = lens.iter().copied().max().unwrap_or(0).div_ceil(64) * 64;
         for (i, &len) in lens.iter().enumerate() {
-            mem::bytes_mut(&staging, i * slot_len + len, shard_len - len)?.fill(0);
+            mem::bytes_mut(&staging, i * stride + len, shard_len - len)?.fill(0);
         }
         let codec = ParityCodec::new(k, m)?;
         let mut parity: Vec<Vec<u8>> = vec![vec![0u8; shard_len]; m];
         {
             let data: Vec<&[u8]> =
-                (0..k).map(|i| mem::bytes(&staging, i * slot_len, shard_len)).collect::<Result<_, _>>()?;
+                (0..k).map(|i| mem::bytes(&staging, i * stride, shard_len)).collect::<Result<_, _>>()?;
             let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
             codec.encode(&data, &mut outs)?;
         }
         let members: Vec<(Rank, usize)> = group.members.iter().copied().zip(lens.iter().copied()).collect();
-        let parity_base = k * slot_len;
+        let parity_base = k * stride;
         for (p, &host) in group.parity_hosts.iter().enumerate() {
             let meta = ParityMeta {
                 format: codec.format(),
@@ -1058,6 +1065,11 @@ fn damage(
         }
     }
     Err(CkptError::InvalidArgument(format!("no slot holds epoch {epoch}")))
+}
+
+/// Staging bytes per data shard: a slot rounded up to the 64-byte shard granularity.
+fn shard_stride(slot_len: usize) -> usize {
+    slot_len.div_ceil(64) * 64
 }
 
 fn not_committed(epoch: Epoch, mine: Option<CkptError>, theirs: &str) -> CkptError {
