@@ -7,6 +7,13 @@
 //! - [`service`]: [`LoggerCore`], the logger loop, heartbeat and shutdown;
 //! - [`placement`]: `dedicated`, `shared-pinned`, `shared-unpinned` and the cpu plan.
 //!
+//! Design choices: determinants go through the node's shared `DetQueue` (Algs 22-24, so causal
+//! piggybacking can read it too), but payload copies go through one single-producer lane per
+//! rank rather than one multi-producer queue: producers never contend, each rank's order holds
+//! by construction, and back-pressure is per rank (a full lane refuses, never drops). Tickets
+//! are positions: a determinant is durable once the queue's start passes its index, a frame
+//! once its lane's durable position reaches its end.
+//!
 //! The loggers form their own transport job (one rank per node, rank = node index), opened
 //! with the same provider kind as the application, so their log writes and heartbeats are real
 //! one-sided puts on shm or verbs. Node n logs into the ring of `BuddyMap` partner node
