@@ -332,3 +332,34 @@ fn teams_checkpoint_independently() {
     }
     finish(p, &victims);
 }
+
+#[test]
+fn one_rank_failing_aborts_the_epoch_everywhere() {
+    let test = "one_rank_failing_aborts_the_epoch_everywhere";
+    if !common::is_child() {
+        return run_parent(test, &[]);
+    }
+    let Some((_job, mut boot, mut provider)) = common::child() else { return };
+    let p = provider.as_mut();
+    let mut ckpt = Checkpointer::new(p, &mut boot, config()).expect("checkpointer");
+    assert_eq!(checkpoint(&mut ckpt, p, 1).expect("epoch 1"), 1);
+    // Rank 5's data outgrows its slot: it votes no, and nobody commits epoch 2.
+    let big = vec![7u8; if p.rank() == 5 { 2 << 20 } else { 10 }];
+    let mut set = ProtectSet::new();
+    set.protect(1, &big).expect("protect");
+    let err = ckpt.checkpoint(p, &set).expect_err("epoch 2 must fail everywhere");
+    match &err {
+        CkptError::NotCommitted { epoch: 2, reason } if p.rank() == 5 => {
+            assert!(reason.contains("exceeds the slot"), "{reason}")
+        }
+        CkptError::NotCommitted { epoch: 2, .. } => {}
+        other => panic!("rank {}: {other}", p.rank()),
+    }
+    assert_eq!(ckpt.committed_epoch(), Some(1));
+    // The next epoch commits, into the slot epoch 2 had started to fill.
+    assert_eq!(checkpoint(&mut ckpt, p, 3).expect("epoch 3"), 3);
+    let peer = (p.rank() + 3) % RANKS;
+    check_restored(&mut ckpt, p, peer, 3);
+    check_restored(&mut ckpt, p, peer, 1);
+    finish(p, &[]);
+}
