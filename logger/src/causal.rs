@@ -40,8 +40,11 @@ pub(crate) struct CausalState {
     next_seq: u64,
     /// Per destination: the highest `seq` already piggybacked to it.
     sent_through: Vec<u64>,
-    /// detLog: piggybacked determinants, keyed by (creator, rsn).
-    det_log: BTreeMap<(Rank, Rsn), Determinant>,
+    /// detLog: piggybacked determinants per creator, in rsn order. A creator piggybacks its
+    /// own determinants only, each once per destination and in rsn order, so this is an
+    /// append in the common case.
+    det_log: Vec<Vec<Determinant>>,
+    det_log_len: usize,
 }
 
 impl CausalState {
@@ -51,7 +54,8 @@ impl CausalState {
             unwritten: 0,
             next_seq: 1,
             sent_through: vec![0; size as usize],
-            det_log: BTreeMap::new(),
+            det_log: vec![Vec::new(); size as usize],
+            det_log_len: 0,
         }
     }
 
@@ -98,6 +102,11 @@ impl CausalState {
         stable
     }
 
+    /// Written determinants not yet known durable.
+    pub(crate) fn written_unstable(&self) -> usize {
+        self.unstable.len() - self.unwritten
+    }
+
     /// Whether any written determinant still waits for its durable mark.
     pub(crate) fn awaiting_durable(&self) -> bool {
         self.unstable.len() > self.unwritten
@@ -112,7 +121,8 @@ impl CausalState {
             .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
         let start = out.len();
         let from = *cursor;
-        for u in self.unstable.iter().filter(|u| u.seq > from).take(MAX_PIGGYBACKED) {
+        let first = self.unstable.partition_point(|u| u.seq <= from);
+        for u in self.unstable.range(first..).take(MAX_PIGGYBACKED) {
             out.push(u.det);
             *cursor = u.seq;
         }
@@ -120,28 +130,47 @@ impl CausalState {
     }
 
     /// Alg 2 line 10: keeps what a peer piggybacked. Returns how many were new.
-    pub(crate) fn store_piggybacked(&mut self, dets: &[Determinant]) -> usize {
-        dets.iter().filter(|d| self.det_log.insert((d.receiver, d.rsn), **d).is_none()).count()
+    /// Determinants of creators outside the job are malformed input: `Err`.
+    pub(crate) fn store_piggybacked(&mut self, dets: &[Determinant]) -> Result<usize> {
+        let mut new = 0;
+        for d in dets {
+            let Some(log) = self.det_log.get_mut(d.receiver as usize) else {
+                return Err(LogError::malformed(
+                    "piggybacked determinant",
+                    format!("receiver rank {} out of range", d.receiver),
+                ));
+            };
+            match log.last() {
+                Some(last) if last.rsn >= d.rsn => match log.binary_search_by_key(&d.rsn, |x| x.rsn) {
+                    Ok(at) if log[at] == *d => continue,
+                    Ok(at) => return Err(conflict(d, &log[at])),
+                    Err(at) => log.insert(at, *d),
+                },
+                _ => log.push(*d),
+            }
+            new += 1;
+        }
+        self.det_log_len += new;
+        Ok(new)
     }
 
     pub(crate) fn det_log_len(&self) -> usize {
-        self.det_log.len()
+        self.det_log_len
     }
 
     /// The detLog's determinants created by `rank`, in rsn order.
     pub(crate) fn det_log_of(&self, rank: Rank) -> impl Iterator<Item = &Determinant> {
-        self.det_log.range((rank, 0)..=(rank, Rsn::MAX)).map(|(_, d)| d)
+        self.det_log.get(rank as usize).into_iter().flatten()
     }
 
     /// Drops `rank`'s determinants through `through_rsn` (its checkpoint covers them).
     /// Returns how many were dropped.
     pub(crate) fn trim_det_log(&mut self, rank: Rank, through_rsn: Rsn) -> usize {
-        let keys: Vec<(Rank, Rsn)> =
-            self.det_log.range((rank, 0)..=(rank, through_rsn)).map(|(k, _)| *k).collect();
-        for k in &keys {
-            self.det_log.remove(k);
-        }
-        keys.len()
+        let Some(log) = self.det_log.get_mut(rank as usize) else { return 0 };
+        let dropped = log.partition_point(|d| d.rsn <= through_rsn);
+        log.drain(..dropped);
+        self.det_log_len -= dropped;
+        dropped
     }
 
     /// A coordinated checkpoint covers every delivery so far: no determinant is needed.
@@ -284,12 +313,17 @@ mod tests {
 
     #[test]
     fn det_log_keeps_and_trims_per_creator() {
-        let mut s = CausalState::new(2);
+        let mut s = CausalState::new(8);
         let a = Determinant { sender: 0, receiver: 5, ssn: 1, rsn: 1 };
         let b = Determinant { rsn: 2, ssn: 2, ..a };
         let c = Determinant { receiver: 6, ..a };
-        assert_eq!(s.store_piggybacked(&[a, b, c]), 3);
-        assert_eq!(s.store_piggybacked(&[a]), 0, "copies collapse");
+        assert_eq!(s.store_piggybacked(&[b, c]).unwrap(), 2);
+        assert_eq!(s.store_piggybacked(&[a, b]).unwrap(), 1, "copies collapse, late ones slot in");
+        assert!(matches!(
+            s.store_piggybacked(&[Determinant { ssn: 9, ..a }]),
+            Err(LogError::ConflictingDeterminants { .. })
+        ));
+        assert!(s.store_piggybacked(&[Determinant { receiver: 8, ..a }]).is_err(), "rank out of range");
         assert_eq!(s.det_log_of(5).copied().collect::<Vec<_>>(), [a, b]);
         assert_eq!(s.trim_det_log(5, 1), 1);
         assert_eq!(s.det_log_of(5).copied().collect::<Vec<_>>(), [b]);

@@ -65,6 +65,11 @@ pub const LOGGED_MESSAGE_TAG: Tag = 0x5256_4c47_0000_0001;
 const POSTED_RECEIVES: usize = 4;
 /// Causal: most determinants one ring record carries.
 const MAX_DETERMINANTS_PER_RECORD: usize = 512;
+/// Causal: determinants pending before one write takes them all (amortizes the put).
+const DET_WRITE_BATCH: usize = 32;
+/// Causal: receive-loop rounds without a match after which the receive counts as idle and
+/// pushes pending determinant writes out.
+const IDLE_ROUNDS: u32 = 8;
 
 /// Which logging protocol a job runs (`REVERB_LOG`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -591,7 +596,7 @@ impl LoggedEndpoint {
         LogStats::add(&self.stats.library_bytes_sent, overhead);
         LogStats::add(&self.stats.messages_sent, 1);
         // After the message left: its piggyback is on the wire, the log write goes behind it.
-        self.causal_background()?;
+        self.causal_background(false)?;
         self.collect_completions()
     }
 
@@ -694,14 +699,16 @@ impl LoggedEndpoint {
         }
         let kind = ReceiveKind::classify(source, tag);
         let start = Instant::now();
+        let mut rounds = 0u32;
         loop {
             self.provider.progress()?;
             self.collect_completions()?;
             if let Some(i) = self.find_ready(source, tag, kind)? {
                 return self.deliver(i, kind);
             }
-            // Idle until a message comes: the time to push determinant writes along.
-            self.causal_background()?;
+            // Waiting for a message: the time to push determinant writes along.
+            rounds = rounds.saturating_add(1);
+            self.causal_background(rounds >= IDLE_ROUNDS)?;
             let left = timeout
                 .checked_sub(start.elapsed())
                 .ok_or(LogError::Transport(TransportError::Timeout(timeout)))?;
@@ -755,15 +762,19 @@ impl LoggedEndpoint {
             self.provider.progress()?;
         }
         self.collect_completions()?;
-        self.causal_background()
+        self.causal_background(true)
     }
 
     /// Causal logging off the delivery path: writes determinants not written yet (to the
     /// buddy's ring or the node queue) and retires those whose write is durable. A full ring
     /// or queue defers the write (counted); the determinants keep riding on messages.
-    fn causal_background(&mut self) -> Result<()> {
+    ///
+    /// Writes are batched: one record once `DET_WRITE_BATCH` are pending (until then the
+    /// piggyback carries them); `force` (idle receives, `progress`, flushes) writes now. No
+    /// clock is read here: this runs on every send.
+    fn causal_background(&mut self, force: bool) -> Result<()> {
         let Some(causal) = self.causal.as_mut() else { return Ok(()) };
-        if causal.unwritten_len() > 0 {
+        if causal.unwritten_len() > 0 && (force || causal.unwritten_len() >= DET_WRITE_BATCH) {
             match (&self.sink, self.log.as_mut()) {
                 (DeterminantSink::NodeQueue(queue), _) => {
                     let mut batch = Vec::new();
@@ -804,7 +815,7 @@ impl LoggedEndpoint {
                 }
             }
         }
-        if causal.awaiting_durable() {
+        if causal.awaiting_durable() && (force || causal.written_unstable() >= DET_WRITE_BATCH) {
             let durable = match (&self.sink, self.log.as_mut()) {
                 (DeterminantSink::NodeQueue(queue), _) => queue.indices().0,
                 (DeterminantSink::BuddyRing, Some(log)) => log.writer.poll(&mut *self.provider)?,
@@ -878,7 +889,7 @@ impl LoggedEndpoint {
         }
         // Alg 2 line 10: keep what the sender piggybacked (a stale incarnation's are void).
         if let (Some(causal), false) = (self.causal.as_mut(), outcome == Arrival::DroppedStale) {
-            let new = causal.store_piggybacked(&determinants) as u64;
+            let new = causal.store_piggybacked(&determinants)? as u64;
             LogStats::add(&self.stats.determinants_stored, new);
             LogStats::add(&self.stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
         }
@@ -929,7 +940,7 @@ impl LoggedEndpoint {
                 let max = self.config.max_unstable;
                 let full = |c: &Option<CausalState>| c.as_ref().is_some_and(|c| c.unstable_len() >= max);
                 if full(&self.causal) {
-                    self.causal_background()?;
+                    self.causal_background(true)?;
                     if full(&self.causal) {
                         LogStats::add(&self.stats.back_pressure_events, 1);
                         return Err(LogError::QueueFull { capacity: self.config.max_unstable as u64 });
@@ -1142,7 +1153,7 @@ impl LoggedEndpoint {
     /// Causal: writes every pending determinant first; all of them are stable on return.
     pub fn flush_log(&mut self) -> Result<()> {
         let timeout = self.config.durable_timeout;
-        self.causal_background()?;
+        self.causal_background(true)?;
         if self.causal.as_ref().is_some_and(|c| c.unwritten_len() > 0) {
             // A full ring or queue: only a checkpoint frees it.
             return Err(LogError::Unsupported(
@@ -1161,7 +1172,7 @@ impl LoggedEndpoint {
                 std::thread::yield_now();
             }
         }
-        self.causal_background()
+        self.causal_background(true)
     }
 
     /// Frees the log up to what is durable: to call once a checkpoint covers those deliveries.
