@@ -769,6 +769,9 @@ impl Checkpointer {
                 Ok((image, _)) => return Ok(Restored { image, source: RestoreSource::Local, skipped }),
                 Err(e) => skipped.push(("level 1 (own copy)", e)),
             }
+        } else {
+            skipped
+                .push(("level 1 (own copy)", CkptError::PeerDead { rank, during: "reading its own copy" }));
         }
         if self.config.buddy {
             match self.restore_from_buddy(provider, rank, epoch) {
