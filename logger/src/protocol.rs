@@ -29,7 +29,7 @@
 //! (written here with one-sided puts), or the node's [`DetQueue`] that the node logger core
 //! drains and acknowledges (`attach_det_queue`).
 //!
-//! All logged traffic uses one provider tag, [`LOGGED_MESSAGE_TAG`]; the application tag
+//! All logged traffic uses one provider tag ([`LOGGED_MESSAGE_TAG`] unless configured); the application tag
 //! travels in the envelope, and matching happens here, after per-channel ordering (matching in
 //! the provider could take a later ssn of a channel first and stall the ordering).
 //!
@@ -191,6 +191,10 @@ pub struct LogConfig {
     /// Causal: most of this rank's own determinants not yet stable before a wildcard delivery
     /// pushes back (`REVERB_LOG_MAX_UNSTABLE`).
     pub max_unstable: usize,
+    /// Provider tag of the enveloped traffic. Endpoints run one after another over one
+    /// provider need distinct tags: receives an earlier one left posted must not take the
+    /// next one's messages (the provider cannot cancel them).
+    pub provider_tag: Tag,
 }
 
 impl Default for LogConfig {
@@ -205,6 +209,7 @@ impl Default for LogConfig {
             unit: LogUnit::Node,
             det_log_limit: 1 << 20,
             max_unstable: 1 << 16,
+            provider_tag: LOGGED_MESSAGE_TAG,
         }
     }
 }
@@ -521,7 +526,7 @@ impl LoggedEndpoint {
         let capacity = MAX_ENVELOPE_LEN + self.config.max_message;
         let op = self.provider.post_recv(
             Source::Any,
-            TagMatch::exact(LOGGED_MESSAGE_TAG),
+            TagMatch::exact(self.config.provider_tag),
             RecvBuffer::Owned { capacity },
         )?;
         self.posted.push(op);
@@ -589,7 +594,7 @@ impl LoggedEndpoint {
             _ if self.config.mode == LogMode::PessimisticReceiverBased => {}
             _ => LogStats::add(&self.stats.messages_unlogged, 1),
         }
-        self.provider.send(dest, LOGGED_MESSAGE_TAG, &self.send_buf)?;
+        self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
         self.sends_in_flight += 1;
         let overhead = (self.send_buf.len() - payload.len()) as u64;
         self.comm.record_app(dest, payload.len() as u64, overhead)?;
@@ -658,7 +663,7 @@ impl LoggedEndpoint {
         let mut none = Vec::new();
         for entry in send_log.from_ssn(dest, from_ssn)? {
             self.encode_frame(dest, entry.ssn, entry.tag, &entry.payload, &mut none)?;
-            self.provider.send(dest, LOGGED_MESSAGE_TAG, &self.send_buf)?;
+            self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
             self.sends_in_flight += 1;
             self.comm.record_library(dest, self.send_buf.len() as u64)?;
             LogStats::add(&self.stats.library_bytes_sent, self.send_buf.len() as u64);
@@ -830,14 +835,15 @@ impl LoggedEndpoint {
     /// Takes this endpoint's completions from the provider's queue; the log writer's stay.
     fn collect_completions(&mut self) -> Result<()> {
         let posted = &self.posted;
+        let ours = self.config.provider_tag;
         let mine: Vec<_> = {
             let cq = self.provider.completions();
-            if !cq.iter().any(|c| is_endpoint_completion(posted, c)) {
+            if !cq.iter().any(|c| is_endpoint_completion(posted, ours, c)) {
                 return Ok(());
             }
             let mut mine = Vec::new();
             cq.retain(|c| {
-                if is_endpoint_completion(posted, c) {
+                if is_endpoint_completion(posted, ours, c) {
                     mine.push(c.clone());
                     false
                 } else {
@@ -1193,9 +1199,9 @@ impl LoggedEndpoint {
                 return Ok(());
             }
             let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
+            let ours = self.config.provider_tag;
             self.provider.wait_until(left, &mut |cq| {
-                cq.iter()
-                    .any(|c| matches!(c.kind, CompletionKind::Send { tag, .. } if tag == LOGGED_MESSAGE_TAG))
+                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { tag, .. } if tag == ours))
             })?;
         }
     }
@@ -1211,10 +1217,10 @@ impl LoggedEndpoint {
     }
 }
 
-fn is_endpoint_completion(posted: &[OpId], c: &reverb_transport::Completion) -> bool {
+fn is_endpoint_completion(posted: &[OpId], ours: Tag, c: &reverb_transport::Completion) -> bool {
     match &c.kind {
         CompletionKind::Recv { .. } => posted.contains(&c.op),
-        CompletionKind::Send { tag, .. } => *tag == LOGGED_MESSAGE_TAG,
+        CompletionKind::Send { tag, .. } => *tag == ours,
         _ => false,
     }
 }

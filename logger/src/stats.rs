@@ -87,9 +87,11 @@ counters! {
     determinants_stored,
     /// Bytes held now by the detLog (gauge; drops at checkpoint).
     det_log_bytes,
-    /// Messages sent whose payload was logged (sender log or receiver's ring).
+    /// Messages whose payload this rank logged: as sender (`pessimistic-sb`, `causal`) or as
+    /// receiver (`pessimistic-rb`).
     messages_payload_logged,
-    /// Messages sent with no payload log: intra-node under `REVERB_LOG_UNIT=node`, or `none`.
+    /// Messages this rank did not payload-log in that role: intra-node ones under
+    /// `REVERB_LOG_UNIT=node`, and every one under `none` (counted at the sender).
     messages_unlogged,
     /// Bytes the library itself put on the wire: envelopes, piggybacks, log writes, resends.
     library_bytes_sent,
