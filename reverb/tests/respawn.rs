@@ -172,9 +172,18 @@ fn respawn_rank_entry() {
 
         if job.node == failed_node {
             if job.local_rank == 0 {
+                let survivors = (0..RANKS).filter(|&r| r / job.ranks_per_node != failed_node);
+                // Last words under the tag the next incarnation will use, eager and rendezvous,
+                // that nobody receives before the respawn: they must never be delivered as
+                // the new incarnation's (all_to_all checks the incarnation-1 pattern).
+                for r in survivors.clone() {
+                    let stale = pattern(seed(TAG_AFTER, me, r, 0), 3000 + r as usize);
+                    p.send(r, TAG_AFTER, &stale).unwrap();
+                    p.send(r, TAG_AFTER, &vec![0xEE; 100_000]).unwrap();
+                }
                 // Tell the survivors when, then die; the launcher kills the node-mate.
                 let t = unix_ns().to_le_bytes();
-                for r in (0..RANKS).filter(|&r| r / job.ranks_per_node != failed_node) {
+                for r in survivors {
                     send(p.as_mut(), r, TAG_DYING, &t);
                 }
                 // SAFETY (test): SIGKILL to ourselves, the failure under test.

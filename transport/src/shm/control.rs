@@ -339,3 +339,51 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // overlap-tolerant copy.
     unsafe { std::ptr::copy(src, dst, len) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(layout: Layout) -> ControlView {
+        let mut map = memmap2::MmapMut::map_anon(layout.total_len()).unwrap();
+        let base = map.as_mut_ptr();
+        // SAFETY: an anonymous mapping of total_len bytes, page aligned, kept by the Arc.
+        unsafe { ControlView::new(base, layout, Arc::new(map)) }
+    }
+
+    #[test]
+    fn a_new_incarnation_never_reads_or_overwrites_the_old_ones_slots() {
+        let layout = Layout::new(2, 4, 64);
+        let v = view(layout);
+        let ring = v.ring(1);
+        ring.accept(NO_EPOCH);
+        assert_eq!(ring.head_for(0), None, "a closed ring accepts nobody");
+        ring.accept(0);
+        assert_eq!(ring.head_for(0), Some(0));
+        assert_eq!(ring.head_for(1), None, "incarnation 1 must wait for its own accept");
+        let h = SlotHeader::eager(7, 3);
+        ring.publish(0, 0, &h, b"old");
+        ring.publish(0, 1, &h, b"old");
+        assert!(ring.published(0, 0) && ring.published(0, 1));
+        // The consumer reconnects to incarnation 1: the old slots are not the new one's.
+        ring.accept(1);
+        assert!(!ring.published(1, 0) && !ring.published(1, 1));
+        assert_eq!(ring.head_for(0), None, "the dead incarnation is shut out");
+        assert_eq!(ring.head_for(1), Some(0));
+        ring.publish(1, 0, &h, b"new");
+        assert!(ring.published(1, 0) && !ring.published(0, 0));
+        // SAFETY: slot 0 is published and not released; 3 <= max_payload.
+        assert_eq!(unsafe { ring.payload(0, &ring.read_header(0), 3) }, b"new");
+        ring.release(1, 1);
+        assert_eq!(ring.head_for(1), Some(1));
+    }
+
+    #[test]
+    fn header_carries_the_incarnation() {
+        let v = view(Layout::new(2, 4, 64));
+        v.init_header(1, 42, 3);
+        assert!(v.validate_header(1, 42, 3).is_ok());
+        let e = v.validate_header(1, 42, 2).unwrap_err();
+        assert!(e.to_string().contains("expected"), "{e}");
+    }
+}
