@@ -261,7 +261,8 @@ sleep 1; echo "done $REVERB_RANK $REVERB_INCARNATION""#;
     assert_eq!((starts(0), starts(1), starts(2), starts(3)), (1, 1, 2, 2), "{}", o.stdout);
     assert!(
         o.stderr.contains("rank 2 (node 1")
-            && o.stderr.contains("killed by signal 9 (SIGKILL); respawning node 1 (ranks 2-3) at incarnation 1"),
+            && o.stderr
+                .contains("killed by signal 9 (SIGKILL); respawning node 1 (ranks 2-3) at incarnation 1"),
         "{}",
         o.stderr
     );
@@ -350,7 +351,9 @@ fn stale_incarnation_rejoin_is_refused_by_the_launcher_server() {
         ranks: 2,
         ranks_per_node: 1,
         program: std::env::current_exe().unwrap(),
-        args: ["rank_entry_stale_rejoin", "--exact", "--test-threads=1", "--nocapture"].map(String::from).to_vec(),
+        args: ["rank_entry_stale_rejoin", "--exact", "--test-threads=1", "--nocapture"]
+            .map(String::from)
+            .to_vec(),
         env: vec![("REVERB_BOOT_TIMEOUT_S".into(), "20".into()), ("REVERB_STALE_TEST".into(), "1".into())],
         timeout: Some(Duration::from_secs(60)),
         prefix_output: true,
