@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reverb::launcher::{launch_report, LaunchOptions, LaunchSpec};
 use reverb_transport::bootstrap::TcpBootstrap;
-use reverb_transport::recovery::await_rejoin;
+use reverb_transport::recovery::{apply_rejoins, await_rejoin};
 use reverb_transport::testkit::pattern;
 use reverb_transport::{
     Access, Bootstrap, CompletionKind, JobInfo, PeerState, Provider, RecvBuffer, Region, RemoteRegion, Rma,
@@ -232,14 +232,40 @@ fn survivor(
     let rma = Rma { local: region, local_offset: 0, remote: &old, remote_offset: 0, len: 8 };
     assert!(matches!(p.put(rma, Signal::Yes), Err(TransportError::PeerDead(2))));
 
-    // The node comes back: reconnect to each rank's new incarnation.
+    // The node comes back: reconnect to each rank's new incarnation, waiting for each (rank 0)
+    // or polling without blocking (rank 1).
+    if me == 0 {
+        for &r in &dead {
+            let inc =
+                await_rejoin(p, boot, r, Some(0), WAIT).unwrap_or_else(|e| panic!("rank {r} rejoin: {e}"));
+            assert_eq!(inc, 1);
+        }
+    } else {
+        let t0 = Instant::now();
+        let mut seen = Vec::new();
+        while seen.len() < dead.len() {
+            seen.extend(apply_rejoins(p, boot).unwrap().into_iter().map(|r| (r.rank, r.incarnation)));
+            p.block(Duration::from_millis(5)).unwrap();
+            assert!(t0.elapsed() < WAIT, "rank {me}: rejoins seen {seen:?} after {WAIT:?}");
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(2, 1), (3, 1)]);
+    }
+    let reconnected_ms = ms_since(killed_at);
     for &r in &dead {
-        let inc = await_rejoin(p, boot, r, Some(0), WAIT).unwrap_or_else(|e| panic!("rank {r} rejoin: {e}"));
-        assert_eq!(inc, 1);
         assert_eq!(p.peer_state(r), PeerState::Alive);
         assert_eq!(p.peer_incarnation(r), Some(1));
     }
-    let reconnected_ms = ms_since(killed_at);
+    // Reconnecting again to the same incarnation is stale; a bad address changes nothing.
+    let current = boot.lookup().unwrap()[2].clone();
+    assert_eq!(current.incarnation, 1);
+    let address = current.address.expect("rank 2 published");
+    let e = p.reconnect(2, 1, &address).unwrap_err();
+    assert!(matches!(e, TransportError::StaleIncarnation { rank: 2, incarnation: 1, current: 1 }), "{e}");
+    let e = p.reconnect(2, 2, b"junk").unwrap_err();
+    assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+    assert!(p.reconnect(me, 5, &address).is_err(), "reconnect to itself");
+    assert_eq!((p.peer_state(2), p.peer_incarnation(2)), (PeerState::Alive, Some(1)));
     // A descriptor of the dead incarnation never reaches the new one's memory.
     let rma = Rma { local: region, local_offset: 0, remote: &old, remote_offset: 0, len: 8 };
     assert!(p.put(rma, Signal::Yes).is_err(), "put through a dead incarnation's key succeeded");
