@@ -493,3 +493,105 @@ fn malformed_ring_messages_are_reported_not_fatal() {
     }
     boot.barrier().unwrap();
 }
+
+/// Put, then get it back (verified), then trade "done" with `peer` and check what `peer` put
+/// into our `region` at our slot. Remote accesses end before "done", so neither side can drop
+/// a region the other still reads.
+fn put_get_with(
+    p: &mut dyn Provider,
+    me: u32,
+    peer: u32,
+    region: &reverb_transport::Region,
+    remote: &RemoteRegion,
+    seed: u64,
+) {
+    let len = 512;
+    let scratch = p.alloc_region(len, Access::LOCAL).unwrap();
+    let mine = pattern(seed + u64::from(me) * 100 + u64::from(peer), len);
+    scratch.write(0, &mine).unwrap();
+    let at = u64::from(me) * len as u64;
+    let rma = Rma { local: &scratch, local_offset: 0, remote, remote_offset: at, len };
+    let op = p.put(rma, Signal::Yes).unwrap_or_else(|e| panic!("rank {me}: put to {peer}: {e}"));
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    scratch.fill(0, len, 0).unwrap();
+    let op = p.get(rma, Signal::Yes).unwrap_or_else(|e| panic!("rank {me}: get from {peer}: {e}"));
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    assert_eq!(scratch.to_vec(0, len).unwrap(), mine, "rank {me}: get from {peer}");
+    let op = p.send(peer, 11, b"done").unwrap();
+    recv_owned(p, Source::Rank(peer), TagMatch::exact(11), 8);
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    let theirs = pattern(seed + u64::from(peer) * 100 + u64::from(me), len);
+    assert_eq!(region.to_vec(peer as usize * len, len).unwrap(), theirs, "rank {me}: put from {peer}");
+}
+
+/// Trades region descriptors with `peer` by tagged messages (no collective after a failure).
+fn trade_descriptor(p: &mut dyn Provider, peer: u32, mine: &RemoteRegion) -> RemoteRegion {
+    let op = p.send(peer, 10, &mine.to_bytes()).unwrap();
+    let (_, _, d) = recv_owned(p, Source::Rank(peer), TagMatch::exact(10), 64);
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    RemoteRegion::from_bytes(&d).unwrap()
+}
+
+#[test]
+fn respawned_node_reconnects() {
+    if !common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else {
+        let exits =
+            run_job("respawned_node_reconnects", &Job { ranks_per_node: 2, respawn: 1, ..Job::new(4) });
+        for e in &exits {
+            assert!(e.code == Some(0) && e.stdout.contains("1 passed"), "rank {}:\n{}", e.rank, e.output());
+            let want = if e.rank >= 2 { 1 } else { 0 };
+            assert_eq!(e.incarnation, want, "rank {}:\n{}", e.rank, e.output());
+        }
+        return;
+    };
+    use reverb_transport::recovery::await_rejoin;
+    use reverb_transport::PeerState;
+    let me = job.rank;
+    let region = p.alloc_region(4 * 512, Access::REMOTE_RW).unwrap();
+    if job.incarnation == 0 {
+        let all = exchange(&mut boot, &region.remote());
+        let next = (me + 1) % 4;
+        p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
+        let (_, _, got) = recv_owned(p.as_mut(), Source::Rank((me + 3) % 4), TagMatch::exact(1), 100);
+        assert_eq!(got, pattern(u64::from((me + 3) % 4), 100));
+        boot.barrier().unwrap();
+        if job.node == 1 {
+            if me == 2 {
+                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            std::thread::sleep(WAIT);
+            panic!("rank {me} outlived its node");
+        }
+        let t0 = Instant::now();
+        while p.peer_state(2) != PeerState::Dead || p.peer_state(3) != PeerState::Dead {
+            p.progress().unwrap();
+            p.block(Duration::from_millis(5)).unwrap();
+            assert!(t0.elapsed() < WAIT, "node 1's death not seen");
+        }
+        let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
+        assert!(matches!(p.put(stale, Signal::Yes), Err(TransportError::PeerDead(2))));
+        for r in [2, 3] {
+            assert_eq!(await_rejoin(p.as_mut(), &mut boot, r, Some(0), WAIT).unwrap(), 1);
+        }
+        let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
+        assert!(p.put(stale, Signal::Yes).is_err(), "the dead incarnation's key reached the new one");
+        for r in [2, 3] {
+            let remote = trade_descriptor(p.as_mut(), r, &region.remote());
+            put_get_with(p.as_mut(), me, r, &region, &remote, 7);
+        }
+    } else {
+        let mate = 5 - me;
+        assert_eq!(await_rejoin(p.as_mut(), &mut boot, mate, Some(0), WAIT).unwrap(), 1);
+        // Pairs in increasing rank order on every side, so no two ranks wait on each other.
+        let mut peers = [0, 1, mate];
+        peers.sort_unstable();
+        for r in peers {
+            let remote = trade_descriptor(p.as_mut(), r, &region.remote());
+            put_get_with(p.as_mut(), me, r, &region, &remote, 7);
+        }
+    }
+}
