@@ -327,6 +327,8 @@ fn rank_entry_stale_rejoin() {
     if job.incarnation == 0 {
         let mut b = TcpBootstrap::connect_with(job.clone(), &params).expect("bootstrap");
         b.publish(format!("addr {}", job.rank).as_bytes()).unwrap();
+        // After the barrier every rank's publish is in place at the server.
+        b.barrier().unwrap();
         if job.rank == 1 {
             // SAFETY (test): SIGKILL to ourselves, the failure under test.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };

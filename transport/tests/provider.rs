@@ -595,3 +595,32 @@ fn respawned_node_reconnects() {
         }
     }
 }
+
+/// A peer that sent and then exited cleanly is Dead, but what it sent before still arrives.
+#[test]
+fn messages_sent_before_a_clean_exit_still_arrive() {
+    if !common::only_on("shm", "not yet run against verbs in the soft-RoCE VM") {
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("messages_sent_before_a_clean_exit_still_arrive", 2, &[]);
+    };
+    boot.barrier().unwrap();
+    if job.rank == 1 {
+        for i in 0..20u64 {
+            let op = p.send(0, i, &pattern(i, 100)).unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+        return; // the provider closes on drop
+    }
+    let t0 = Instant::now();
+    while p.peer_state(1) != reverb_transport::PeerState::Dead {
+        p.block(Duration::from_millis(5)).unwrap();
+        assert!(t0.elapsed() < WAIT, "rank 1's exit not seen");
+    }
+    for i in 0..20u64 {
+        let (src, tag, data) = recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(i), 100);
+        assert_eq!((src, tag), (1, i));
+        assert_eq!(data, pattern(i, 100));
+    }
+}

@@ -77,9 +77,10 @@ pub trait Bootstrap: Send {
     fn barrier(&mut self) -> Result<()> {
         self.allgather(&[]).map(|_| ())
     }
-    /// Records this rank's provider address for its incarnation. Fire and forget: a later
-    /// collective or lookup by any rank is ordered after it. A bootstrap without recovery
-    /// support ignores it.
+    /// Records this rank's provider address for its incarnation. Fire and forget: this
+    /// rank's later calls are ordered after it, and so is every rank's view once a collective
+    /// this rank joins after publishing has completed. A bootstrap without recovery support
+    /// ignores it.
     fn publish(&mut self, _address: &[u8]) -> Result<()> {
         Ok(())
     }

@@ -578,8 +578,10 @@ impl ShmProvider {
         let max_payload = self.layout.max_payload();
         let own = self.own.clone();
         for source in 0..self.peers.len() {
-            // A dead peer's unread slots are dropped: its next incarnation starts afresh.
-            if self.peers[source].state == PeerState::Dead {
+            // A dead peer's ring is still drained: what it published before dying is whole
+            // (and a clean exit's last words must arrive). Its next incarnation writes only
+            // after `reconnect` moved this ring to the new epoch.
+            if !self.peers[source].mapped {
                 continue;
             }
             let ring = own.ring(source as u32);
@@ -802,6 +804,13 @@ impl Provider for ShmProvider {
 
     fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
+        if let Source::Rank(r) = source {
+            // What a dead peer published before dying may still sit in its ring: take it in
+            // before deciding that the receive can never match.
+            if self.peers[r as usize].state == PeerState::Dead {
+                self.drain_rings();
+            }
+        }
         let op = self.next_op();
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
@@ -837,7 +846,6 @@ impl Provider for ShmProvider {
         }
         // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
         self.tagged.purge_unexpected_from(peer);
-        self.own.ring(peer).accept(control::NO_EPOCH);
         self.attach_view(peer, incarnation, pid, view)
     }
 
@@ -872,9 +880,11 @@ impl Provider for ShmProvider {
         let seen = doorbell.load(Ordering::Acquire);
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let pending = self.peers.iter().enumerate().any(|(s, p)| {
-            p.state == PeerState::Alive && self.own.ring(s as u32).published(p.incarnation, p.rx_head)
-        });
+        let pending = self
+            .peers
+            .iter()
+            .enumerate()
+            .any(|(s, p)| p.mapped && self.own.ring(s as u32).published(p.incarnation, p.rx_head));
         if !pending {
             futex::wait(doorbell, seen, timeout);
         }
