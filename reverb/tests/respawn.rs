@@ -289,6 +289,8 @@ fn survivor(
     let tag = TAG_PUT_AFTER + 100;
     put_get_pair(p, Pair { me, peer: other, local: &scratch, target: region, remote, tag }, &inc);
     all_to_all(p, me, &inc, TAG_BYE);
+    // Bootstrap collectives work again once the lost ranks have rejoined.
+    boot.barrier().unwrap_or_else(|e| panic!("rank {me}: barrier after recovery: {e}"));
     write_result(
         out,
         job,
@@ -330,6 +332,8 @@ fn reborn(
         put_get_pair(p, Pair { me, peer: r, local: &scratch, target: region, remote: &remote, tag }, &inc);
     }
     all_to_all(p, me, &inc, TAG_BYE);
+    // Bootstrap collectives work again once the lost ranks have rejoined.
+    boot.barrier().unwrap_or_else(|e| panic!("rank {me}: barrier after recovery: {e}"));
     write_result(
         out,
         job,

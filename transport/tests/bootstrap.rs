@@ -260,9 +260,9 @@ fn malformed_connections_are_refused_without_disturbing_the_job() {
 fn raw_rank(addr: SocketAddr, rank: u32, size: u32) -> TcpStream {
     let mut s = raw(addr);
     s.write_all(&hello(TOKEN, rank, size)).unwrap();
-    let mut h = [0u8; wire::HEADER_LEN + 4];
+    let mut h = [0u8; wire::HEADER_LEN + 12];
     s.read_exact(&mut h).unwrap();
-    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { size: 3 }, _))));
+    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { size: 3, .. }, _))));
     s
 }
 
@@ -549,6 +549,47 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
 }
 
 #[test]
+fn collectives_resume_once_the_lost_rank_rejoined() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let root2 = root.clone();
+    // Rank 0 is in a round when rank 2 dies; rank 1 only calls after the loss.
+    let r0 = thread::spawn(move || {
+        let mut b = TcpBootstrap::connect(job(0, 3), &root2, TOKEN, T).unwrap();
+        let e = b.allgather(b"lost round").unwrap_err();
+        assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+        b
+    });
+    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
+    let dying = raw_rank(server.local_addr(), 2, 3);
+    thread::sleep(Duration::from_millis(200));
+    drop(dying);
+    server.mark_failed(2, 0, "killed by the test").unwrap();
+    let mut r0 = r0.join().unwrap();
+    let e = r1.allgather(b"while lost").unwrap_err();
+    assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+
+    // Once admitted (connect returned), the job is whole again.
+    let mut b2 = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).unwrap();
+    let r2 = thread::spawn(move || {
+        let all = b2.allgather(b"c").unwrap();
+        b2.barrier().unwrap();
+        all
+    });
+    let h1 = thread::spawn(move || {
+        let all = r1.allgather(b"b").unwrap();
+        r1.barrier().unwrap();
+        all
+    });
+    let all = r0.allgather(b"a").unwrap();
+    r0.barrier().unwrap();
+    let want: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    assert_eq!(all, want);
+    assert_eq!(h1.join().unwrap(), want);
+    assert_eq!(r2.join().unwrap(), want);
+}
+
+#[test]
 fn a_higher_incarnation_supersedes_a_connection_not_yet_seen_dead() {
     let server = quick_server(2);
     let root = server.local_addr().to_string();
@@ -567,7 +608,7 @@ fn a_higher_incarnation_supersedes_a_connection_not_yet_seen_dead() {
 fn raw_rank_of(addr: SocketAddr, rank: u32, size: u32) -> TcpStream {
     let mut s = raw(addr);
     s.write_all(&hello(TOKEN, rank, size)).unwrap();
-    let mut h = [0u8; wire::HEADER_LEN + 4];
+    let mut h = [0u8; wire::HEADER_LEN + 12];
     s.read_exact(&mut h).unwrap();
     assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { .. }, _))));
     s
@@ -592,7 +633,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
         (prop::collection::vec(any::<u8>(), 0..64), any::<u32>(), any::<u32>(), any::<u32>())
             .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),
-        any::<u32>().prop_map(|size| Frame::Welcome { size }),
+        (any::<u32>(), any::<u64>()).prop_map(|(size, round)| Frame::Welcome { size, round }),
         ".{0,40}".prop_map(|reason| Frame::Refused { reason }),
         (any::<u64>(), bytes()).prop_map(|(round, data)| Frame::Contribute { round, data }),
         (any::<u64>(), prop::collection::vec(bytes(), 0..8))

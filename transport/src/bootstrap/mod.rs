@@ -66,8 +66,9 @@ fn unsupported(what: &str) -> TransportError {
 
 /// Out-of-band exchange among all ranks of a job.
 ///
-/// Collectives (`allgather`, `barrier`) need every rank and stop at the first rank failure.
-/// Recovery uses the point-to-point calls instead: each rank `publish`es its provider address;
+/// Collectives (`allgather`, `barrier`) need every rank: they fail with `PeerDead` while a
+/// rank is lost and work again once every lost rank has rejoined (respawned ranks join the
+/// survivors' round). Recovery itself uses the point-to-point calls: each rank `publish`es its provider address;
 /// a respawned rank `lookup`s the survivors' addresses; survivors learn of the respawned rank
 /// through `poll_rejoins` / `wait_rejoin`.
 pub trait Bootstrap: Send {

@@ -9,6 +9,8 @@
 //! (lost connection, or [`BootServer::mark_failed`] from the launcher) is re-admitted at a
 //! higher incarnation; once the respawned rank publishes its address, every other live rank
 //! gets an unsolicited `Rejoined` frame, which [`TcpBootstrap`] queues for `poll_rejoins`.
+//! A loss aborts the current allgather round without advancing it; once no slot is failed,
+//! collectives resume at that round (the Welcome tells a respawned rank which).
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -508,7 +510,8 @@ impl Coordinator {
                 ))
             }
         };
-        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size }).map_err(|e| e.to_string())?;
+        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
+            .map_err(|e| e.to_string())?;
         std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
         if rejoin {
             log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
@@ -520,6 +523,15 @@ impl Coordinator {
         slot.address = None;
         slot.rejoined = rejoin;
         self.set_presence(true, false);
+        // Collectives resume once no rank is missing: rounds did not advance while one was.
+        let lost_rank = matches!(self.failure, Some((Some(_), _)));
+        if rejoin && lost_rank && !self.slots.iter().any(|s| matches!(s.status, SlotStatus::Failed(_))) {
+            log_line(format_args!(
+                "every failed rank has rejoined: collectives resume at round {}",
+                self.round
+            ));
+            self.failure = None;
+        }
         Ok(())
     }
 
@@ -759,6 +771,7 @@ impl TcpBootstrap {
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .and_then(|_| stream.set_nodelay(true))
             .context(|| "bootstrap: socket setup".into())?;
+        let welcome_round;
         let hello = Frame::Hello {
             token: token.as_bytes().to_vec(),
             rank: job.rank,
@@ -771,7 +784,7 @@ impl TcpBootstrap {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
         let wait = Wait { idle_deadline: Some(Instant::now() + left), frame_timeout: left, cancel: &never };
         match wire::read_frame(&mut stream, wire::MAX_HELLO, &wait)? {
-            Read1::Frame(Frame::Welcome { size }) if size == job.size => {}
+            Read1::Frame(Frame::Welcome { size, round }) if size == job.size => welcome_round = round,
             Read1::Frame(Frame::Refused { reason }) => {
                 return Err(TransportError::Bootstrap(format!(
                     "boot server at {root} refused rank {}: {reason}",
@@ -793,7 +806,7 @@ impl TcpBootstrap {
             stream,
             root: root.to_string(),
             timeout,
-            round: 0,
+            round: welcome_round,
             broken: None,
             server: None,
             notices: Default::default(),
@@ -1038,14 +1051,18 @@ impl Bootstrap for TcpBootstrap {
         }
     }
 
-    /// Fails with `PeerDead(rank)` when a rank was lost (all pending and later calls).
+    /// Fails with `PeerDead(rank)` while a rank is lost (pending and later calls); once every
+    /// lost rank has rejoined, collectives work again, rejoined ranks included. Any other
+    /// failure (timeout, lost server, protocol error) is final.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
         let r = self.gather_once(data);
-        if let Err(e) = &r {
-            self.broken = Some(e.clone());
+        match &r {
+            // The server aborted the round without advancing it: we are still in step.
+            Err(TransportError::PeerDead(_)) | Ok(_) => {}
+            Err(e) => self.broken = Some(e.clone()),
         }
         r
     }

@@ -49,8 +49,9 @@ const K_LAST: u8 = K_REJOINED;
 pub enum Frame {
     /// First frame of every connection: `token: bytes | rank u32 | size u32 | incarnation u32`.
     Hello { token: Vec<u8>, rank: u32, size: u32, incarnation: u32 },
-    /// Server accepted the Hello: `size u32`.
-    Welcome { size: u32 },
+    /// Server accepted the Hello: `size u32 | round u64`, the allgather round the job is at
+    /// (0 at the start; a respawned rank joins the survivors' round).
+    Welcome { size: u32, round: u64 },
     /// Server refused the connection: `reason: str`.
     Refused { reason: String },
     /// A rank's contribution to allgather round `round`: `round u64 | data: bytes`.
@@ -132,8 +133,9 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
             p.extend_from_slice(&incarnation.to_le_bytes());
             K_HELLO
         }
-        Frame::Welcome { size } => {
+        Frame::Welcome { size, round } => {
             p.extend_from_slice(&size.to_le_bytes());
+            p.extend_from_slice(&round.to_le_bytes());
             K_WELCOME
         }
         Frame::Refused { reason } => {
@@ -305,7 +307,7 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
                 incarnation: c.u32("incarnation")?,
             }
         }
-        K_WELCOME => Frame::Welcome { size: c.u32("size")? },
+        K_WELCOME => Frame::Welcome { size: c.u32("size")?, round: c.u64("round")? },
         K_REFUSED => Frame::Refused { reason: c.string("reason")? },
         K_CONTRIBUTE => {
             let round = c.u64("round")?;
@@ -502,7 +504,7 @@ mod tests {
     fn roundtrip_each_kind() {
         let frames = vec![
             Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 },
-            Frame::Welcome { size: 4 },
+            Frame::Welcome { size: 4, round: 9 },
             Frame::Refused { reason: "no".into() },
             Frame::Contribute { round: 7, data: vec![1, 2, 3] },
             Frame::Gathered { round: 7, parts: vec![vec![], vec![9]] },
