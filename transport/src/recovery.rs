@@ -4,6 +4,10 @@
 //! connected to every survivor that had an address at the rendezvous. Survivors, and the
 //! respawned rank for node-mates that were still starting, call [`apply_rejoins`] from time
 //! to time (non-blocking) or [`await_rejoin`] when they need one peer back.
+//!
+//! A rank can fail again before everyone reconnected to it: reconnecting to an incarnation
+//! that is already gone fails with `PeerDead`, which both helpers take as "wait for the next
+//! one" rather than as an error.
 
 use std::time::{Duration, Instant};
 
@@ -17,16 +21,28 @@ fn already_connected(provider: &dyn Provider, rejoin: &Rejoin) -> bool {
         && provider.peer_incarnation(rejoin.rank).is_some_and(|i| i >= rejoin.incarnation)
 }
 
-/// Reconnects to every rank whose rejoin was announced since the last call; returns the
-/// rejoins it acted on. Never blocks.
+/// Reconnects to every rank whose rejoin was announced since the last call (the newest
+/// incarnation of each); returns the rejoins it connected to. Never blocks. A rank whose
+/// announced incarnation died already is skipped: its next rejoin will be announced.
 pub fn apply_rejoins(provider: &mut dyn Provider, boot: &mut dyn Bootstrap) -> Result<Vec<Rejoin>> {
-    let mut done = Vec::new();
+    let mut newest: Vec<Rejoin> = Vec::new();
     for r in boot.poll_rejoins()? {
+        match newest.iter_mut().find(|n| n.rank == r.rank) {
+            Some(n) if n.incarnation < r.incarnation => *n = r,
+            Some(_) => {}
+            None => newest.push(r),
+        }
+    }
+    let mut done = Vec::new();
+    for r in newest {
         if already_connected(provider, &r) {
             continue;
         }
-        provider.reconnect(r.rank, r.incarnation, &r.address)?;
-        done.push(r);
+        match provider.reconnect(r.rank, r.incarnation, &r.address) {
+            Ok(()) => done.push(r),
+            Err(TransportError::PeerDead(_)) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(done)
 }
@@ -42,8 +58,9 @@ pub fn await_rejoin(
     timeout: Duration,
 ) -> Result<u32> {
     let deadline = Instant::now() + timeout;
-    let newer = |i: u32| !matches!(after, Some(a) if i <= a);
+    let mut after = after;
     loop {
+        let newer = |i: u32| !matches!(after, Some(a) if i <= a);
         if provider.peer_state(rank) == PeerState::Alive {
             if let Some(i) = provider.peer_incarnation(rank).filter(|&i| newer(i)) {
                 return Ok(i);
@@ -58,8 +75,14 @@ pub fn await_rejoin(
             Err(TransportError::Timeout(_)) => return Err(TransportError::Timeout(timeout)),
             Err(e) => return Err(e),
         };
-        if newer(r.incarnation) && !already_connected(provider, &r) {
-            provider.reconnect(r.rank, r.incarnation, &r.address)?;
+        if !newer(r.incarnation) || already_connected(provider, &r) {
+            continue;
+        }
+        match provider.reconnect(r.rank, r.incarnation, &r.address) {
+            Ok(()) => {}
+            // That incarnation died already: wait for the next.
+            Err(TransportError::PeerDead(_)) => after = Some(r.incarnation),
+            Err(e) => return Err(e),
         }
     }
 }

@@ -532,24 +532,33 @@ fn trade_descriptor(p: &mut dyn Provider, peer: u32, mine: &RemoteRegion) -> Rem
     RemoteRegion::from_bytes(&d).unwrap()
 }
 
-#[test]
-fn respawned_node_reconnects() {
-    if !common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
-        return;
-    }
+/// Node 1 (ranks 2, 3) fails `failures` times: rank 2 SIGKILLs itself at every incarnation
+/// below `failures` (at incarnation 0 after a round of traffic, later right after opening),
+/// the harness kills rank 3 and respawns both. Survivors see PeerDead, reconnect to the
+/// last incarnation, and messages and one-sided operations flow with it, data verified.
+fn node_failure_job(test: &str, failures: u32) {
     let Some((job, mut boot, mut p)) = child() else {
-        let exits =
-            run_job("respawned_node_reconnects", &Job { ranks_per_node: 2, respawn: 1, ..Job::new(4) });
+        let exits = run_job(test, &Job { ranks_per_node: 2, respawn: failures, ..Job::new(4) });
         for e in &exits {
             assert!(e.code == Some(0) && e.stdout.contains("1 passed"), "rank {}:\n{}", e.rank, e.output());
-            let want = if e.rank >= 2 { 1 } else { 0 };
+            let want = if e.rank >= 2 { failures } else { 0 };
             assert_eq!(e.incarnation, want, "rank {}:\n{}", e.rank, e.output());
         }
         return;
     };
-    use reverb_transport::recovery::await_rejoin;
+    use reverb_transport::recovery::{apply_rejoins, await_rejoin};
     use reverb_transport::PeerState;
     let me = job.rank;
+    let last = failures;
+    if job.node == 1 && job.incarnation > 0 && job.incarnation < last {
+        // A respawn that fails again before anyone talked to it.
+        if me == 2 {
+            // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        std::thread::sleep(WAIT);
+        panic!("rank {me} outlived its node");
+    }
     let region = p.alloc_region(4 * 512, Access::REMOTE_RW).unwrap();
     if job.incarnation == 0 {
         let all = exchange(&mut boot, &region.remote());
@@ -574,8 +583,23 @@ fn respawned_node_reconnects() {
         }
         let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
         assert!(matches!(p.put(stale, Signal::Yes), Err(TransportError::PeerDead(2))));
-        for r in [2, 3] {
-            assert_eq!(await_rejoin(p.as_mut(), &mut boot, r, Some(0), WAIT).unwrap(), 1);
+        if me == 0 {
+            for r in [2, 3] {
+                let after = last.checked_sub(1);
+                assert_eq!(await_rejoin(p.as_mut(), &mut boot, r, after, WAIT).unwrap(), last);
+            }
+        } else {
+            // Non-blocking: reconnect to whatever was announced, until the last incarnation.
+            let t0 = Instant::now();
+            while [2, 3]
+                .iter()
+                .any(|&r| p.peer_state(r) != PeerState::Alive || p.peer_incarnation(r) != Some(last))
+            {
+                apply_rejoins(p.as_mut(), &mut boot).unwrap();
+                p.progress().unwrap();
+                p.block(Duration::from_millis(5)).unwrap();
+                assert!(t0.elapsed() < WAIT, "node 1 not back at incarnation {last}");
+            }
         }
         let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
         assert!(p.put(stale, Signal::Yes).is_err(), "the dead incarnation's key reached the new one");
@@ -585,7 +609,7 @@ fn respawned_node_reconnects() {
         }
     } else {
         let mate = 5 - me;
-        assert_eq!(await_rejoin(p.as_mut(), &mut boot, mate, Some(0), WAIT).unwrap(), 1);
+        assert_eq!(await_rejoin(p.as_mut(), &mut boot, mate, last.checked_sub(1), WAIT).unwrap(), last);
         // Pairs in increasing rank order on every side, so no two ranks wait on each other.
         let mut peers = [0, 1, mate];
         peers.sort_unstable();
@@ -593,6 +617,22 @@ fn respawned_node_reconnects() {
             let remote = trade_descriptor(p.as_mut(), r, &region.remote());
             put_get_with(p.as_mut(), me, r, &region, &remote, 7);
         }
+    }
+    // Collectives work again with the whole job.
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn respawned_node_reconnects() {
+    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
+        node_failure_job("respawned_node_reconnects", 1);
+    }
+}
+
+#[test]
+fn node_failing_twice_reconnects_to_last() {
+    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
+        node_failure_job("node_failing_twice_reconnects_to_last", 2);
     }
 }
 

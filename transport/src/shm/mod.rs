@@ -179,7 +179,15 @@ fn map_peer_segment(
         });
     }
     let path = segment::segment_path(job_tag, rank, pid, "ctl");
-    let map = segment::map_peer(&path, layout.total_len(), true)?;
+    let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| match e {
+        // Swept: that incarnation died already (a newer one may be on its way).
+        TransportError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && !liveness::pid_exists(pid) =>
+        {
+            TransportError::PeerDead(rank)
+        }
+        other => other,
+    })?;
     let base = map.as_mut_ptr();
     // SAFETY: map_peer checked the file holds total_len bytes; the Arc keeps it mapped.
     let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
