@@ -365,3 +365,22 @@ fn stale_incarnation_rejoin_is_refused_by_the_launcher_server() {
     assert_eq!(report.respawns.len(), 1);
     assert_eq!((report.respawns[0].rank, report.respawns[0].incarnation), (1, 1));
 }
+
+#[test]
+fn two_nodes_failing_at_once_are_both_respawned() {
+    // Ranks 1 and 3 (nodes 0 and 1) die together at incarnation 0.
+    let script = r#"if [ "$REVERB_INCARNATION" = 0 ]; then
+  if [ "$REVERB_RANK" = 1 ] || [ "$REVERB_RANK" = 3 ]; then sleep 0.3; kill -9 $$; fi
+  exec sleep 30
+fi
+echo "done $REVERB_RANK $REVERB_INCARNATION""#;
+    let o = reverb(
+        &["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "2", "--", "sh", "-c", script],
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let done: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] done ")).collect();
+    let want: BTreeSet<&str> = ["[0] done 0 1", "[1] done 1 1", "[2] done 2 1", "[3] done 3 1"].into();
+    assert_eq!(done, want, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("2 node respawn(s)"), "{}", o.stderr);
+}

@@ -148,6 +148,9 @@ pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
             let members = node * per_node..((node + 1) * per_node).min(ranks);
             for r in members.clone() {
                 let r = r as usize;
+                if statuses[r].is_some_and(|s| s.success()) {
+                    continue; // done before the failure: stays done (as the launcher does)
+                }
                 let _ = children[r].kill();
                 let _ = children[r].wait();
                 server.mark_failed(r as u32, incarnations[r], "node failed (test)").expect("mark_failed");
