@@ -8,6 +8,31 @@
 //! A rank can fail again before everyone reconnected to it: reconnecting to an incarnation
 //! that is already gone fails with `PeerDead`, which both helpers take as "wait for the next
 //! one" rather than as an error.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use reverb_transport::bootstrap::TcpBootstrap;
+//! use reverb_transport::recovery::{apply_rejoins, await_rejoin};
+//! use reverb_transport::{Bootstrap, PeerState, Provider, TransportConfig};
+//!
+//! # fn main() -> reverb_transport::Result<()> {
+//! let mut boot = TcpBootstrap::connect_from_env()?;
+//! // Incarnation 0: a collective open. A respawned rank: rejoins, connected to the survivors.
+//! let mut p = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
+//! let me = boot.job().rank;
+//! // ... later, a peer is found Dead (PeerDead completions, peer_state):
+//! for peer in (0..p.size()).filter(|&r| r != me) {
+//!     if p.peer_state(peer) == PeerState::Dead {
+//!         let before = p.peer_incarnation(peer);
+//!         let now = await_rejoin(p.as_mut(), &mut boot, peer, before, Duration::from_secs(30))?;
+//!         println!("rank {peer} is back at incarnation {now}");
+//!     }
+//! }
+//! // Or, without blocking, from a progress loop:
+//! apply_rejoins(p.as_mut(), &mut boot)?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::time::{Duration, Instant};
 
