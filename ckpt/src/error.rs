@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-/// Errors returned by checkpoint code (parity encoding and reconstruction so far).
+/// Errors returned by checkpoint code: parity, integrity, checkpoint and restore.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CkptError {
     /// The k + m geometry cannot be built by the parity codec.
@@ -32,4 +32,68 @@ pub enum CkptError {
     /// The underlying Reed-Solomon library refused the request (should be caught by the checks above).
     #[error("reed-solomon codec: {0}")]
     Codec(String),
+
+    /// A checkpoint header (or parity metadata) failed its checks: magic, version, checksum, fields.
+    #[error("{what}: corrupt header ({detail})")]
+    HeaderCorrupt { what: String, detail: String },
+
+    /// A chunk's CRC32C does not match: corrupted, or torn (not every chunk of this epoch landed).
+    #[error("{what}: chunk {chunk} of {chunks} fails its CRC32C (corrupted or torn copy)")]
+    ChunkCorrupt { what: String, chunk: usize, chunks: usize },
+
+    /// Fewer bytes than the header promises.
+    #[error("{what}: truncated ({have} bytes, need {need})")]
+    Truncated { what: String, have: usize, need: usize },
+
+    /// The copy is valid but holds another epoch or rank than asked for.
+    #[error("{what}: holds rank {found_rank} epoch {found_epoch}, expected rank {rank} epoch {epoch}")]
+    WrongEpoch { what: String, rank: u32, epoch: u64, found_rank: u32, found_epoch: u64 },
+
+    /// The protected data does not fit the registered checkpoint slot.
+    #[error(
+        "checkpoint image of {len} bytes exceeds the slot of {capacity} bytes (raise CkptConfig::slot_len)"
+    )]
+    TooLarge { len: usize, capacity: usize },
+
+    /// The same protected id was given twice, or an id is missing on restore.
+    #[error("protected id {id}: {detail}")]
+    ProtectedId { id: u32, detail: &'static str },
+
+    /// A peer needed by this step is dead.
+    #[error("rank {rank} is dead ({during})")]
+    PeerDead { rank: u32, during: &'static str },
+
+    /// Any other transport failure.
+    #[error("transport error while {during}: {detail}")]
+    Transport { during: &'static str, detail: String },
+
+    /// A bounded wait ran out.
+    #[error("timed out after {millis} ms while {during}")]
+    Timeout { during: &'static str, millis: u64 },
+
+    /// The coordinated checkpoint did not commit on every team member; the previous one stands.
+    #[error("checkpoint epoch {epoch} not committed: {reason}")]
+    NotCommitted { epoch: u64, reason: String },
+
+    /// No level could restore the rank's data; `attempts` says why each one failed.
+    #[error("rank {rank} epoch {epoch} cannot be restored: {attempts}")]
+    Unrecoverable { rank: u32, epoch: u64, attempts: String },
+
+    /// Configuration or placement that this job cannot support.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
+    /// A bad argument from the caller.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl CkptError {
+    /// Wraps a transport error with what was being done.
+    pub fn transport(during: &'static str, error: reverb_transport::TransportError) -> CkptError {
+        match error {
+            reverb_transport::TransportError::PeerDead(rank) => CkptError::PeerDead { rank, during },
+            other => CkptError::Transport { during, detail: other.to_string() },
+        }
+    }
 }

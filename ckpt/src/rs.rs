@@ -110,7 +110,7 @@ impl ParityCodec {
         ParityFormat::Gf8VandermondeV1
     }
 
-    /// The m x k parity coefficients, row-major: parity[i] = sum_j coef[i * k + j] * data[j] in
+    /// The m x k parity coefficients, row-major: `parity[i] = sum_j coef[i * k + j] * data[j]` in
     /// GF(2^8). Lets another GF(2^8) engine (e.g. ISA-L's `ec_init_tables`) produce the same bytes.
     pub fn parity_coefficients(&self) -> Vec<u8> {
         let (k, m) = (self.data_shards, self.parity_shards);

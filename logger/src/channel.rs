@@ -186,6 +186,11 @@ impl<T> RecvChannels<T> {
         self.channels.iter().map(|c| c.dropped_stale).sum()
     }
 
+    /// The highest ssn from `peer` released in order (0 before the first).
+    pub fn delivered_through(&self, peer: Rank) -> Option<Ssn> {
+        self.channels.get(peer as usize).map(RecvChannel::delivered_through)
+    }
+
     pub fn dropped_duplicate(&self) -> u64 {
         self.channels.iter().map(|c| c.dropped_duplicate).sum()
     }

@@ -20,6 +20,11 @@ pub const ENVELOPE_MAGIC: u16 = 0x5652; // "RV"
 pub const ENVELOPE_VERSION: u8 = 1;
 /// Bytes before the piggybacked determinants.
 pub const HEADER_LEN: usize = 40;
+/// Most determinants one message may carry: keeps the piggyback (and every receive buffer)
+/// bounded; a sender with more unstable determinants spreads them over later messages.
+pub const MAX_PIGGYBACKED: usize = 256;
+/// Largest envelope, payload excluded.
+pub const MAX_ENVELOPE_LEN: usize = HEADER_LEN + MAX_PIGGYBACKED * Determinant::WIRE_LEN;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope {
@@ -45,9 +50,13 @@ impl Envelope {
         self.payload_len = u32::try_from(payload.len()).map_err(|_| {
             LogError::InvalidArgument(format!("payload of {} bytes exceeds u32", payload.len()))
         })?;
-        let det_count = u32::try_from(self.determinants.len()).map_err(|_| {
-            LogError::InvalidArgument(format!("{} piggybacked determinants", self.determinants.len()))
-        })?;
+        if self.determinants.len() > MAX_PIGGYBACKED {
+            return Err(LogError::InvalidArgument(format!(
+                "{} piggybacked determinants, at most {MAX_PIGGYBACKED} per message",
+                self.determinants.len()
+            )));
+        }
+        let det_count = self.determinants.len() as u32;
         out.reserve(self.encoded_len() + payload.len());
         out.extend_from_slice(&ENVELOPE_MAGIC.to_le_bytes());
         out.push(ENVELOPE_VERSION);
@@ -99,6 +108,12 @@ impl Envelope {
         let tag = r.u64()?;
         let payload_len = r.u32()?;
         let det_count = r.u32()? as usize;
+        if det_count > MAX_PIGGYBACKED {
+            return Err(LogError::malformed(
+                WHAT,
+                format!("{det_count} piggybacked determinants, at most {MAX_PIGGYBACKED}"),
+            ));
+        }
         // Bound the count by the bytes present before allocating anything for it.
         let det_bytes = det_count.checked_mul(Determinant::WIRE_LEN).filter(|&n| n <= r.remaining());
         let Some(det_bytes) = det_bytes else {
@@ -214,6 +229,29 @@ mod tests {
         };
         let mut frame = env.encode(&[]).unwrap();
         frame[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(Envelope::decode(&frame), Err(LogError::Malformed { .. })));
+    }
+
+    #[test]
+    fn oversized_piggyback_is_refused_both_ways() {
+        let det = Determinant { sender: 1, receiver: 2, ssn: 3, rsn: 4 };
+        let mut env = Envelope {
+            sender: 1,
+            receiver: 2,
+            incarnation: 0,
+            ssn: 1,
+            tag: 0,
+            payload_len: 0,
+            determinants: vec![det; MAX_PIGGYBACKED + 1],
+        };
+        assert!(matches!(env.encode(&[]), Err(LogError::InvalidArgument(_))));
+        env.determinants.pop();
+        let mut frame = env.encode(&[]).unwrap();
+        assert_eq!(frame.len(), MAX_ENVELOPE_LEN);
+        assert!(Envelope::decode(&frame).is_ok());
+        // One more determinant on the wire, with the bytes for it present: still refused.
+        frame[36..40].copy_from_slice(&(MAX_PIGGYBACKED as u32 + 1).to_le_bytes());
+        frame.extend_from_slice(&det.to_bytes());
         assert!(matches!(Envelope::decode(&frame), Err(LogError::Malformed { .. })));
     }
 

@@ -23,6 +23,9 @@ pub enum LogError {
     /// The sender's message log is at its byte limit: back-pressure until a checkpoint trims it.
     #[error("send log full: {needed} bytes needed, {used} of {limit} in use")]
     LogFull { needed: u64, used: u64, limit: u64 },
+    /// Causal: the detLog holds its configured maximum until a checkpoint empties it.
+    #[error("determinant log full: {entries} of {limit} entries; checkpoint to free it")]
+    DetLogFull { entries: u64, limit: u64 },
     #[error("record of {len} bytes can never fit a ring of {capacity} bytes")]
     RecordTooLarge { len: u64, capacity: u64 },
     /// A record below the durable watermark fails its checksum: memory corruption, not a tear.
@@ -34,6 +37,12 @@ pub enum LogError {
     /// A completion for a log write failed: the log is no longer trustworthy.
     #[error("log write failed: {0}")]
     WriteFailed(TransportError),
+    /// A restarted rank's re-execution asked for a receive its determinants contradict.
+    #[error("replay diverged at rsn {rsn}: {detail}")]
+    ReplayDiverged { rsn: u64, detail: String },
+    /// Collected copies of one determinant disagree: a log is corrupt.
+    #[error("conflicting determinants for rank {receiver} rsn {rsn}: {detail}")]
+    ConflictingDeterminants { receiver: u32, rsn: u64, detail: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A protocol or configuration this build does not provide (yet).

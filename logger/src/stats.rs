@@ -83,6 +83,16 @@ counters! {
     determinants_piggybacked,
     /// Determinants known durable on another node.
     determinants_acknowledged,
+    /// Determinants other ranks piggybacked to this one, kept in its detLog (new ones only).
+    determinants_stored,
+    /// Bytes held now by the detLog (gauge; drops at checkpoint).
+    det_log_bytes,
+    /// Messages sent whose payload was logged (sender log or receiver's ring).
+    messages_payload_logged,
+    /// Messages sent with no payload log: intra-node under `REVERB_LOG_UNIT=node`, or `none`.
+    messages_unlogged,
+    /// Bytes the library itself put on the wire: envelopes, piggybacks, log writes, resends.
+    library_bytes_sent,
     /// Receives that needed no determinant.
     deterministic_receives,
     /// Receives that needed one.

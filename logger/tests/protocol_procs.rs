@@ -6,6 +6,13 @@
 //! pessimistic-sb, each buddy's determinants plus every sender's send log reproduce the
 //! client's deliveries, and re-sending from the send logs reaches the live receivers only as
 //! dropped duplicates. A small send log pushes back (`LogFull`) without losing an ssn.
+//!
+//! Causal: the same traffic; every rank's determinants are collected from the other ranks
+//! (buddy ring and detLogs) and equal its wildcard receptions; under `REVERB_LOG_UNIT=node`
+//! only inter-node payloads are logged; a checkpoint's GC frees exactly the logs. A rank
+//! restarted in place replays the logged delivery order exactly from collected determinants
+//! and resent payloads, while the survivors drop its re-executed sends as duplicates. Every
+//! job checks the communication matrix against the schedule.
 
 mod common;
 
@@ -18,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use reverb_logger::logring::{RecordKind, ScanEnd};
 use reverb_logger::sendlog::LoggedSend;
 use reverb_logger::stats::ReceiveKind;
-use reverb_logger::{Delivery, Determinant, Envelope, LogConfig, LogError, LogMode, LoggedEndpoint};
+use reverb_logger::{Delivery, Determinant, Envelope, LogConfig, LogError, LogMode, LogUnit, LoggedEndpoint};
 use reverb_transport::{Bootstrap, Rank, Source, Tag, TagMatch};
 
 const RANKS: u32 = 4;
@@ -432,10 +439,11 @@ fn seed() -> u64 {
     std::env::var(SEED_VAR).ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0004)
 }
 
-fn protocol_job(test: &str, mode: LogMode) {
+fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
     let Some((job, mut boot, provider)) = common::child() else {
         let env = vec![
             ("REVERB_LOG".to_string(), mode.as_str().to_string()),
+            ("REVERB_LOG_UNIT".to_string(), unit.as_str().to_string()),
             (SEED_VAR.to_string(), seed().to_string()),
         ];
         let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, ..common::Job::new(RANKS) };
@@ -450,12 +458,13 @@ fn protocol_job(test: &str, mode: LogMode) {
     let seed = seed();
     println!("rank {} mode {mode} seed {seed:#x}", job.rank);
     let config = LogConfig { ring_capacity: 1 << 20, ..LogConfig::from_env().expect("log config") };
-    assert_eq!(config.mode, mode);
+    assert_eq!((config.mode, config.unit), (mode, unit));
     let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
     let plan = schedule(seed);
     let receptions = run_traffic(&mut endpoint, &plan, seed);
     check_deliveries(job.rank, &plan, &receptions);
     check_stats(&endpoint, &plan, &receptions);
+    check_comm_matrix(&endpoint, &mut boot, &plan);
     let s = endpoint.stats();
     println!(
         "rank {}: sent {}, delivered {} ({} wildcard), logged {} B payload, {} B determinants",
@@ -502,6 +511,8 @@ fn protocol_job(test: &str, mode: LogMode) {
             check_sender_based_replay(&endpoint, client, &theirs, &send_logs);
         }
         resend_everything(&mut endpoint, &plan);
+    } else if mode == LogMode::Causal {
+        check_causal(&mut endpoint, &mut boot, &plan, &receptions);
     } else {
         assert!(endpoint.buddy().is_none() && endpoint.hosted_rings().is_empty());
         let s = endpoint.stats();
@@ -512,17 +523,219 @@ fn protocol_job(test: &str, mode: LogMode) {
 
 #[test]
 fn random_traffic_without_logging() {
-    protocol_job("random_traffic_without_logging", LogMode::None);
+    protocol_job("random_traffic_without_logging", LogMode::None, LogUnit::Rank);
 }
 
 #[test]
 fn random_traffic_pessimistic_receiver_based() {
-    protocol_job("random_traffic_pessimistic_receiver_based", LogMode::PessimisticReceiverBased);
+    protocol_job(
+        "random_traffic_pessimistic_receiver_based",
+        LogMode::PessimisticReceiverBased,
+        LogUnit::Rank,
+    );
 }
 
 #[test]
 fn random_traffic_pessimistic_sender_based() {
-    protocol_job("random_traffic_pessimistic_sender_based", LogMode::PessimisticSenderBased);
+    protocol_job("random_traffic_pessimistic_sender_based", LogMode::PessimisticSenderBased, LogUnit::Rank);
+}
+
+#[test]
+fn random_traffic_causal_rank_unit() {
+    protocol_job("random_traffic_causal_rank_unit", LogMode::Causal, LogUnit::Rank);
+}
+
+#[test]
+fn random_traffic_causal_node_unit() {
+    protocol_job("random_traffic_causal_node_unit", LogMode::Causal, LogUnit::Node);
+}
+
+fn on_same_node(a: Rank, b: Rank) -> bool {
+    a / RANKS_PER_NODE == b / RANKS_PER_NODE
+}
+
+/// Application bytes and messages per pair equal the schedule's; rank 0's text parses where
+/// clustering reads it; the library's own bytes are counted apart.
+fn check_comm_matrix(endpoint: &LoggedEndpoint, boot: &mut dyn Bootstrap, plan: &[Vec<Vec<Message>>]) {
+    let matrix = endpoint.gather_comm_matrix(boot).expect("gather comm matrix");
+    assert_eq!(matrix.size(), RANKS as usize);
+    let all: Vec<&Message> = plan.iter().flatten().flatten().collect();
+    for src in 0..RANKS {
+        for dest in 0..RANKS {
+            let pair = all.iter().filter(|m| m.sender == src && m.dest == dest);
+            let bytes = pair.clone().map(|m| m.payload.len() as u64).sum::<u64>();
+            let cell = matrix.rows[src as usize].cells()[dest as usize];
+            assert_eq!((cell.bytes, cell.messages), (bytes, pair.count() as u64), "{src} -> {dest}");
+        }
+    }
+    assert!(matrix.library_bytes_per_rank().iter().all(|&b| b > 0), "envelopes are library bytes");
+    // The text `ckpt::cluster::CommMatrix::parse` reads: `#` comments, then N rows of N counts.
+    let rows: Vec<Vec<u64>> = matrix
+        .to_text()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(|t| t.parse().expect("byte count")).collect())
+        .collect();
+    assert_eq!(rows.len(), RANKS as usize);
+    for (src, row) in rows.iter().enumerate() {
+        assert_eq!(row.len(), RANKS as usize);
+        for (dest, &bytes) in row.iter().enumerate() {
+            assert_eq!(Some(bytes), matrix.bytes(src as Rank, dest as Rank));
+        }
+    }
+}
+
+/// Causal logging after the traffic: payload logging per unit, determinants stable and
+/// collectable from the other ranks, resends dropped as duplicates, and GC at a checkpoint.
+fn check_causal(
+    endpoint: &mut LoggedEndpoint,
+    boot: &mut dyn Bootstrap,
+    plan: &[Vec<Vec<Message>>],
+    receptions: &[Reception],
+) {
+    let me = endpoint.rank();
+    let unit = endpoint.unit();
+    let mine: Vec<&Message> = plan.iter().flat_map(|p| &p[me as usize]).collect();
+    let logged: Vec<&&Message> =
+        mine.iter().filter(|m| unit == LogUnit::Rank || !on_same_node(me, m.dest)).collect();
+    let s = endpoint.stats();
+    assert_eq!(s.messages_payload_logged, logged.len() as u64);
+    assert_eq!(s.messages_unlogged, (mine.len() - logged.len()) as u64);
+    assert_eq!(s.payload_bytes_logged, logged.iter().map(|m| m.payload.len() as u64).sum::<u64>());
+    let charged = logged.iter().map(|m| LoggedSend::charged_bytes(m.payload.len())).sum::<u64>();
+    assert_eq!(s.send_log_bytes, charged);
+    if unit == LogUnit::Node {
+        assert!(s.messages_unlogged > 0 && s.messages_payload_logged > 0, "the traffic must mix both");
+        let neighbour = me ^ 1;
+        assert_eq!(endpoint.send_log().expect("send log").len(neighbour), 0, "intra-node payloads unlogged");
+        assert!(matches!(endpoint.resend_from(neighbour, 1), Err(LogError::Unsupported(_))));
+    }
+    endpoint.flush_log().expect("flush log");
+    let s = endpoint.stats();
+    assert_eq!(endpoint.unstable_determinants(), 0);
+    assert_eq!(
+        (s.determinants_logged, s.determinants_acknowledged),
+        (s.determinants_generated, s.determinants_generated)
+    );
+    assert_eq!(s.det_log_bytes, s.determinants_stored * Determinant::WIRE_LEN as u64);
+    println!(
+        "rank {me}: causal {unit}: {} determinants, {} piggybacked ({:.3}/message), {} stored from peers, {} payloads logged, {} not",
+        s.determinants_generated,
+        s.determinants_piggybacked,
+        s.piggybacked_per_message(),
+        s.determinants_stored,
+        s.messages_payload_logged,
+        s.messages_unlogged
+    );
+    // Every rank's determinants, collected without it, are exactly its wildcard receptions.
+    let all = boot.allgather(&encode_receptions(receptions)).expect("allgather");
+    for failed in 0..RANKS {
+        let expected: Vec<Determinant> = decode_receptions(failed, &all[failed as usize])
+            .iter()
+            .filter_map(|r| r.delivery.determinant)
+            .collect();
+        let collected = endpoint.gather_determinants(boot, &[failed]).expect("gather determinants");
+        assert_eq!(collected, expected, "rank {failed}'s determinants as the others hold them");
+    }
+    for client in endpoint.hosted_rings().iter().map(|h| h.client).collect::<Vec<_>>() {
+        let theirs = decode_receptions(client, &all[client as usize]);
+        let held = endpoint.determinants_held_for(client).expect("held");
+        let missing: Vec<Determinant> =
+            theirs.iter().filter_map(|r| r.delivery.determinant).filter(|d| !held.contains(d)).collect();
+        let scan =
+            endpoint.hosted_rings().iter().find(|h| h.client == client).expect("ring").scan().expect("scan");
+        assert!(
+            missing.is_empty(),
+            "the buddy's ring lacks {} determinants of {client} (holds {}): header {:?}, end {:?}, records {:?}",
+            missing.len(),
+            held.len(),
+            scan.header,
+            scan.end,
+            scan.records.iter().map(|r| (r.pos, r.kind, r.data.len())).collect::<Vec<_>>()
+        );
+    }
+    if unit == LogUnit::Rank {
+        resend_everything(endpoint, plan);
+    }
+    // GC at a (stand-in) coordinated checkpoint: everything delivered, so everything goes.
+    let before = endpoint.stats();
+    let report = endpoint.checkpoint_taken(boot).expect("checkpoint");
+    assert_eq!(report.send_log_bytes_freed, charged, "send log freed");
+    assert_eq!(report.det_log_entries_freed, before.determinants_stored, "detLog freed");
+    assert_eq!(report.unstable_dropped, 0, "all were stable");
+    assert_eq!(report.ring_bytes_freed > 0, before.determinants_generated > 0);
+    let s = endpoint.stats();
+    assert_eq!((s.send_log_bytes, s.det_log_bytes), (0, 0));
+    assert!(endpoint.send_log().expect("send log").is_empty());
+    boot.barrier().expect("every rank trimmed");
+    assert!((0..RANKS).all(|r| endpoint.determinants_held_for(r).expect("held").is_empty()), "ring trimmed");
+    let again = endpoint.checkpoint_taken(boot).expect("second checkpoint");
+    assert_eq!(again, reverb_logger::GcReport::default(), "nothing left to free");
+}
+
+/// A rank "restarted" in place (new incarnation, empty state) re-executes the same program:
+/// with its determinants collected from the others and the payloads resent from their send
+/// logs, it reproduces its logged delivery order exactly, while the survivors drop its
+/// re-executed sends as duplicates.
+#[test]
+fn causal_restart_replays_logged_order() {
+    const VICTIM: Rank = 1;
+    let test = "causal_restart_replays_logged_order";
+    let Some((job, mut boot, provider)) = common::child() else {
+        let env = vec![
+            ("REVERB_LOG".to_string(), "causal".to_string()),
+            ("REVERB_LOG_UNIT".to_string(), "rank".to_string()),
+            (SEED_VAR.to_string(), seed().to_string()),
+        ];
+        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, ..common::Job::new(RANKS) };
+        common::run_job_ok(test, &job);
+        return;
+    };
+    let seed = seed();
+    let config = LogConfig { ring_capacity: 1 << 20, ..LogConfig::from_env().expect("log config") };
+    let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+    let plan = schedule(seed);
+    let receptions = run_traffic(&mut endpoint, &plan, seed);
+    check_deliveries(job.rank, &plan, &receptions);
+    endpoint.flush_log().expect("flush");
+    boot.barrier().expect("quiet");
+    let dets = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+    let count =
+        |from: Rank, to: Rank| plan.iter().flat_map(|p| &p[from as usize]).filter(|m| m.dest == to).count();
+    if job.rank == VICTIM {
+        let logged: Vec<Determinant> = receptions.iter().filter_map(|r| r.delivery.determinant).collect();
+        assert_eq!(dets, logged);
+        endpoint.restart_in_place(1).expect("restart");
+        endpoint.begin_replay(&dets).expect("replay");
+        assert!(endpoint.replaying());
+        boot.barrier().expect("restarted");
+        let replayed = run_traffic(&mut endpoint, &plan, seed);
+        assert!(!endpoint.replaying());
+        assert_eq!(replayed.len(), receptions.len());
+        for (i, (again, first)) in replayed.iter().zip(&receptions).enumerate() {
+            assert_eq!(again, first, "replay diverges at reception {i}");
+        }
+        let s = endpoint.stats();
+        assert_eq!((s.duplicates_dropped, s.determinants_logged), (0, 0), "replay logs nothing again");
+    } else {
+        boot.barrier().expect("restarted");
+        let resent = endpoint.resend_from(VICTIM, 1).expect("resend");
+        assert_eq!(resent, count(job.rank, VICTIM));
+        let delivered = endpoint.stats().messages_delivered;
+        let expected = count(VICTIM, job.rank) as u64;
+        let start = std::time::Instant::now();
+        while endpoint.stats().duplicates_dropped < expected {
+            assert!(start.elapsed() < WAIT, "rank {}: {:?}", job.rank, endpoint.stats());
+            endpoint.progress().expect("progress");
+        }
+        let s = endpoint.stats();
+        assert_eq!(
+            (s.duplicates_dropped, s.messages_delivered),
+            (expected, delivered),
+            "no duplicate delivered"
+        );
+    }
+    endpoint.finish(&mut boot).expect("finish");
 }
 
 /// A full send log refuses the send (`LogFull`) without taking an ssn or dropping anything;

@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Do not prefix output lines with `[rank] `.
     #[arg(long)]
     pub no_prefix: bool,
+    /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
+    #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
+    pub logger: reverb_logger::core::Placement,
     /// The program to run and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -84,7 +87,8 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         timeout,
         prefix_output: !args.no_prefix,
     };
-    launch_report(&spec, &LaunchOptions { verbose, respawn: args.respawn }).map(|r| r.code)
+    launch_report(&spec, &LaunchOptions { verbose, respawn: args.respawn, logger: args.logger })
+        .map(|r| r.code)
 }
 
 /// Runs the job described by `spec`; 0 when every rank exited 0.
@@ -99,6 +103,8 @@ pub struct LaunchOptions {
     pub verbose: bool,
     /// Node respawns allowed in the job (0: fail fast).
     pub respawn: u32,
+    /// Logger cores, one per node (off: none).
+    pub logger: reverb_logger::core::Placement,
 }
 
 /// One node respawn.
@@ -267,6 +273,7 @@ struct JobCtx<'a> {
     token: String,
     job_id: String,
     verbose: bool,
+    loggers: Option<&'a logger_cores::LoggerCores>,
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -348,6 +355,7 @@ fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc>
     cmd.args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .envs(ours.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(logger_cores::rank_env(ctx.loggers, rank))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -366,6 +374,7 @@ fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc>
     }
     let mut child =
         cmd.spawn().with_context(|| format!("spawning rank {rank}: {}", spec.program.display()))?;
+    logger_cores::pin_rank(ctx.loggers, rank, child.id());
     let mut pumps = Vec::new();
     let prefix = spec.prefix_output;
     if let Some(out) = child.stdout.take() {
@@ -470,12 +479,22 @@ fn dead_reason(rank: u32, signal: i32) -> String {
 
 /// As [`launch`]; `verbose` prints the environment given to each rank.
 pub fn launch_with(spec: &LaunchSpec, verbose: bool) -> Result<i32> {
-    launch_report(spec, &LaunchOptions { verbose, respawn: 0 }).map(|r| r.code)
+    launch_report(spec, &LaunchOptions { verbose, ..LaunchOptions::default() }).map(|r| r.code)
+}
+
+/// As [`launch_with`], with one logger core per node placed as `logger` says.
+pub fn launch_logged(
+    spec: &LaunchSpec,
+    verbose: bool,
+    logger: reverb_logger::core::Placement,
+) -> Result<i32> {
+    launch_report(spec, &LaunchOptions { verbose, logger, ..LaunchOptions::default() }).map(|r| r.code)
 }
 
 /// Runs the job with `opts`; reports its exit code and the respawns it took.
 pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchReport> {
     let verbose = opts.verbose;
+    let logger = opts.logger;
     if spec.ranks == 0 {
         bail!("a job needs at least one rank");
     }
@@ -486,6 +505,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     let job_id = format!("rv{}", random_hex(6));
     let server =
         BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
+    let loggers = logger_cores::LoggerCores::start(spec, logger, &job_id, verbose)?;
     let ctx = JobCtx {
         spec,
         ranks_per_node: spec.ranks_per_node.min(spec.ranks),
@@ -493,6 +513,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         token,
         job_id,
         verbose,
+        loggers: loggers.as_ref(),
     };
     let _signals = SignalGuard::install();
     let start = Instant::now();
@@ -587,6 +608,9 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     join_pumps(&mut procs);
     join_handles(old_pumps);
     drop(server);
+    if let Some(l) = loggers {
+        l.finish(stop.is_none());
+    }
 
     let killed = procs.iter().filter(|p| p.status == RankStatus::Killed).count();
     let code = match stop {
@@ -685,5 +709,259 @@ fn join_handles(mut pumps: Vec<JoinHandle<()>>) {
     }
     for h in pumps.into_iter().filter(|h| h.is_finished()) {
         let _ = h.join();
+    }
+}
+
+// ---- logger cores (issue 4) ----
+
+/// `reverb run --logger P`: one logger-core process per node (`reverb logger-core`), in a
+/// transport job of their own (second bootstrap server, own token, job id `<job>-lg`), and the
+/// cpu plan of the placement. Ranks get `REVERB_LOGGER_SEGMENT` to attach to their node's
+/// logger; loggers stop (stdin closed) after the ranks finish, or are killed with the job.
+pub mod logger_cores {
+    use std::io::Write as _;
+    use std::process::{Child, Command, Stdio};
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context, Result};
+    use reverb_logger::core::placement::{self, Placement, PlacementPlan};
+    use reverb_logger::core::{segment_base, segment_paths, vars as logvars};
+    use reverb_transport::bootstrap::{vars, BootServer};
+
+    use super::{random_hex, LaunchSpec};
+
+    /// How long loggers get to drain, flush and exit after the ranks finished.
+    const STOP_BOUND: Duration = Duration::from_secs(30);
+
+    pub struct LoggerCores {
+        plan: PlacementPlan,
+        ranks_per_node: u32,
+        job_id: String,
+        loggers: Vec<Child>,
+        pumps: Vec<JoinHandle<()>>,
+        server: BootServer,
+    }
+
+    impl LoggerCores {
+        /// Starts the node loggers, or nothing for `Placement::Off`.
+        pub fn start(
+            spec: &LaunchSpec,
+            placement: Placement,
+            job_id: &str,
+            verbose: bool,
+        ) -> Result<Option<Self>> {
+            if placement == Placement::Off {
+                return Ok(None);
+            }
+            let rpn = spec.ranks_per_node.min(spec.ranks).max(1);
+            let nodes = spec.ranks.div_ceil(rpn);
+            if nodes < 2 {
+                bail!("--logger {placement}: logger cores write each node's log to another node, and this job has one node (use --ranks-per-node)");
+            }
+            let cpus = reverb_transport::topo::Topology::discover()
+                .map(|t| t.cpus())
+                .or_else(|_| core_ids())
+                .context("finding the cpus to place logger cores on")?;
+            let plan = placement::plan(placement, &cpus, spec.ranks, rpn)?;
+            eprintln!("reverb run: logger cores: {}", plan.note);
+            let token = random_hex(32);
+            let server = BootServer::start("127.0.0.1:0", nodes, &token)
+                .context("starting the loggers' bootstrap server")?;
+            let exe = match std::env::var_os("REVERB_LOGGER_EXE") {
+                Some(p) => p.into(),
+                None => std::env::current_exe().context("locating the reverb binary for logger-core")?,
+            };
+            let mut cores = LoggerCores {
+                plan,
+                ranks_per_node: rpn,
+                job_id: job_id.to_string(),
+                loggers: Vec::new(),
+                pumps: Vec::new(),
+                server,
+            };
+            for node in 0..nodes {
+                let mut env: Vec<(&str, String)> = vec![
+                    (vars::RANK, node.to_string()),
+                    (vars::SIZE, nodes.to_string()),
+                    (vars::NODE, node.to_string()),
+                    (vars::LOCAL_RANK, "0".into()),
+                    (vars::RANKS_PER_NODE, "1".into()),
+                    (vars::JOB_ID, format!("{job_id}-lg")),
+                    (vars::INCARNATION, "0".into()),
+                    (vars::ROOT, cores.server.local_addr().to_string()),
+                    (vars::JOB_TOKEN, token.clone()),
+                    (vars::BOOT_SERVER, "external".into()),
+                    (logvars::SEGMENT, segment_base(job_id, node)),
+                    (logvars::LANES, rpn.to_string()),
+                    (logvars::PLACEMENT, placement.to_string()),
+                    (logvars::STOP_ON_EOF, "1".into()),
+                ];
+                if let Some(cpu) = cores.plan.logger_cpu[node as usize] {
+                    env.push((logvars::CPU, cpu.to_string()));
+                }
+                let mut cmd = Command::new(&exe);
+                cmd.arg("logger-core")
+                    .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                if verbose {
+                    cmd.arg("--summary");
+                }
+                // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid,
+                // raise): a logger dies with the launcher.
+                let parent = unsafe { libc::getpid() };
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                        if libc::getppid() != parent {
+                            libc::raise(libc::SIGKILL);
+                        }
+                        Ok(())
+                    });
+                }
+                let mut child = match cmd.spawn() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        cores.kill();
+                        return Err(e).with_context(|| {
+                            format!("spawning the logger core of node {node}: {}", exe.display())
+                        });
+                    }
+                };
+                let tag = format!("logger {node}");
+                if let Some(out) = child.stdout.take() {
+                    let tag = tag.clone();
+                    cores.pumps.push(std::thread::spawn(move || pump_tagged(out, &tag, false)));
+                }
+                if let Some(err) = child.stderr.take() {
+                    cores.pumps.push(std::thread::spawn(move || pump_tagged(err, &tag, true)));
+                }
+                cores.loggers.push(child);
+            }
+            Ok(Some(cores))
+        }
+
+        fn kill(&mut self) {
+            for c in self.loggers.iter_mut() {
+                let _ = c.kill();
+            }
+            for c in self.loggers.iter_mut() {
+                let _ = c.wait();
+            }
+            self.remove_segments();
+        }
+
+        fn remove_segments(&self) {
+            for node in 0..self.plan.logger_cpu.len() as u32 {
+                let (ctl, detq) = segment_paths(&segment_base(&self.job_id, node));
+                std::fs::remove_file(ctl).ok();
+                std::fs::remove_file(detq).ok();
+            }
+        }
+
+        /// After the ranks: a clean job lets loggers drain and exit (bounded), a failed one
+        /// kills them. Returns false if a logger failed or had to be killed.
+        pub fn finish(mut self, clean: bool) -> bool {
+            if !clean {
+                self.kill();
+                return true;
+            }
+            for c in self.loggers.iter_mut() {
+                if let Some(mut stdin) = c.stdin.take() {
+                    let _ = stdin.flush();
+                }
+            }
+            let deadline = Instant::now() + STOP_BOUND;
+            let mut ok = true;
+            for (node, c) in self.loggers.iter_mut().enumerate() {
+                loop {
+                    match c.try_wait() {
+                        Ok(Some(st)) if st.success() => break,
+                        Ok(Some(st)) => {
+                            eprintln!("reverb run: the logger core of node {node} ended with {st}");
+                            ok = false;
+                            break;
+                        }
+                        Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                        _ => {
+                            eprintln!("reverb run: the logger core of node {node} did not stop within {STOP_BOUND:?}; killed");
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            ok = false;
+                            break;
+                        }
+                    }
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self.pumps.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            self.remove_segments();
+            ok
+        }
+    }
+
+    impl Drop for LoggerCores {
+        fn drop(&mut self) {
+            if self.loggers.iter_mut().any(|c| matches!(c.try_wait(), Ok(None))) {
+                self.kill();
+            }
+        }
+    }
+
+    /// Environment for `rank`: its node's segment.
+    pub fn rank_env(cores: Option<&LoggerCores>, rank: u32) -> Vec<(String, String)> {
+        let Some(c) = cores else { return Vec::new() };
+        vec![
+            (logvars::SEGMENT.to_string(), segment_base(&c.job_id, rank / c.ranks_per_node)),
+            (logvars::PLACEMENT.to_string(), c.plan.placement.to_string()),
+        ]
+    }
+
+    /// Pins a spawned rank (every thread it has so far; later ones inherit) per the plan.
+    pub fn pin_rank(cores: Option<&LoggerCores>, rank: u32, pid: u32) {
+        let Some(cpu) = cores.and_then(|c| c.plan.rank_cpu.get(rank as usize).copied().flatten()) else {
+            return;
+        };
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_else(|_| vec![pid as i32]);
+        for tid in tids {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET indexes inside it (cpu
+            // comes from the host's cpu list, below CPU_SETSIZE); sched_setaffinity only reads it.
+            let rc = unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+            };
+            if rc != 0 {
+                eprintln!(
+                    "reverb run: pinning rank {rank} (tid {tid}) to cpu {cpu}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+
+    /// Copies a logger's output line by line, prefixed `[logger N] `.
+    fn pump_tagged(src: impl std::io::Read, tag: &str, to_stderr: bool) {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(src).lines() {
+            let Ok(line) = line else { break };
+            if to_stderr {
+                eprintln!("[{tag}] {line}");
+            } else {
+                println!("[{tag}] {line}");
+            }
+        }
+    }
+
+    fn core_ids() -> Result<Vec<usize>> {
+        let n = std::thread::available_parallelism().context("counting cpus")?.get();
+        Ok((0..n).collect())
     }
 }

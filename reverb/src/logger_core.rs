@@ -1,10 +1,27 @@
-//! `reverb logger-core`: the process that runs a node's logger core (issue 4, in progress).
+//! `reverb logger-core`: a node's logger core, spawned by `reverb run --logger ...` with its
+//! configuration in the environment. The logic lives in `reverb_logger::core`.
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
+use reverb_logger::core::LoggerCore;
 
 #[derive(clap::Args, Debug)]
-pub struct LoggerCoreArgs {}
+pub struct LoggerCoreArgs {
+    /// Print what was logged at exit.
+    #[arg(long)]
+    pub summary: bool,
+}
 
-pub fn main(_args: LoggerCoreArgs) -> Result<()> {
-    bail!("reverb logger-core: not built yet")
+pub fn main(args: LoggerCoreArgs) -> Result<()> {
+    let s = LoggerCore::run_from_env().context("reverb logger-core")?;
+    if args.summary {
+        eprintln!(
+            "logged {} determinants and {} payload frames ({} ring bytes) to node {}{}",
+            s.determinants,
+            s.payloads,
+            s.ring_bytes_written,
+            s.buddy,
+            if s.buddy_dead { "; buddy dead" } else { "" }
+        );
+    }
+    Ok(())
 }

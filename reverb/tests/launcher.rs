@@ -360,7 +360,7 @@ fn stale_incarnation_rejoin_is_refused_by_the_launcher_server() {
         timeout: Some(Duration::from_secs(60)),
         prefix_output: true,
     };
-    let report = launch_report(&spec, &LaunchOptions { verbose: false, respawn: 1 }).unwrap();
+    let report = launch_report(&spec, &LaunchOptions { respawn: 1, ..LaunchOptions::default() }).unwrap();
     assert_eq!(report.code, 0);
     assert_eq!(report.respawns.len(), 1);
     assert_eq!((report.respawns[0].rank, report.respawns[0].incarnation), (1, 1));

@@ -365,7 +365,7 @@ fn node_failure_respawn_and_reconnect() {
         timeout: Some(Duration::from_secs(120)),
         prefix_output: true,
     };
-    let report = launch_report(&spec, &LaunchOptions { verbose: false, respawn: 1 }).unwrap();
+    let report = launch_report(&spec, &LaunchOptions { respawn: 1, ..LaunchOptions::default() }).unwrap();
     assert_eq!(report.code, 0, "the job failed after the respawn");
     assert_eq!(report.respawns.len(), 1);
     let r = &report.respawns[0];

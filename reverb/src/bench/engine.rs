@@ -324,6 +324,11 @@ impl Session {
         self.provider.as_ref()
     }
 
+    /// The provider and the bootstrap, for tests that layer a library on them (bench ckpt).
+    pub fn parts(&mut self) -> (&mut dyn Provider, &mut dyn Bootstrap) {
+        (self.provider.as_mut(), self.boot.as_mut())
+    }
+
     /// Registered bytes per region (the largest message size).
     pub fn capacity(&self) -> usize {
         self.capacity

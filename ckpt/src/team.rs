@@ -1,0 +1,207 @@
+//! Agreement among the ranks of a checkpoint: a two-step barrier over tagged messages (every
+//! member reports ok/failed to the leader, the leader releases everyone with the verdict), so all
+//! live members commit the same epoch or none does. Every wait is bounded and a dead member
+//! turns the verdict into "failed" instead of a hang.
+
+use std::time::{Duration, Instant};
+
+use reverb_transport::{CompletionKind, OpId, PeerState, Provider, Rank, RecvBuffer, Source, Tag, TagMatch};
+
+use crate::error::CkptError;
+use crate::image::Epoch;
+
+const TAG_BASE: Tag = 0x636b_7074_0000_0000; // "ckpt"
+const ARRIVE: u64 = 1;
+const RELEASE: u64 = 2;
+const MSG_LEN: usize = 24;
+/// Liveness is rechecked at least this often while waiting.
+const SLICE: Duration = Duration::from_millis(20);
+
+fn tag(kind: u64, round: u8, epoch: Epoch) -> Tag {
+    TAG_BASE | (kind << 40) | (u64::from(round) << 32) | (epoch & 0xffff_ffff)
+}
+
+/// A vote: the round's id, ok/failed, and a value the leader reduces by minimum.
+fn message(epoch: Epoch, vote: Vote) -> [u8; MSG_LEN] {
+    let mut m = [0u8; MSG_LEN];
+    m[0..8].copy_from_slice(&epoch.to_le_bytes());
+    m[8] = u8::from(vote.ok);
+    m[16..24].copy_from_slice(&vote.min.to_le_bytes());
+    m
+}
+
+/// What a member reports and what the leader releases: all ok, and the minimum value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vote {
+    pub ok: bool,
+    pub min: u64,
+}
+
+/// Waits for `op` (a receive or send) with `timeout`, failing early when `peer` dies.
+pub(crate) fn wait_op_from(
+    provider: &mut dyn Provider,
+    op: OpId,
+    peer: Rank,
+    timeout: Duration,
+    during: &'static str,
+) -> Result<CompletionKind, CkptError> {
+    let start = Instant::now();
+    loop {
+        match provider.wait_op(op, SLICE) {
+            Ok(c) => return c.into_result().map(|c| c.kind).map_err(|e| CkptError::transport(during, e)),
+            Err(reverb_transport::TransportError::Timeout(_)) => {}
+            Err(e) => return Err(CkptError::transport(during, e)),
+        }
+        if provider.peer_state(peer) == PeerState::Dead {
+            return Err(CkptError::PeerDead { rank: peer, during });
+        }
+        if start.elapsed() >= timeout {
+            return Err(CkptError::Timeout { during, millis: timeout.as_millis() as u64 });
+        }
+    }
+}
+
+fn send_to(
+    provider: &mut dyn Provider,
+    dest: Rank,
+    tag: Tag,
+    msg: &[u8],
+    timeout: Duration,
+) -> Result<(), CkptError> {
+    let op =
+        provider.send(dest, tag, msg).map_err(|e| CkptError::transport("sending a checkpoint vote", e))?;
+    wait_op_from(provider, op, dest, timeout, "sending a checkpoint vote").map(|_| ())
+}
+
+fn recv_vote(
+    provider: &mut dyn Provider,
+    op: OpId,
+    from: Rank,
+    epoch: Epoch,
+    timeout: Duration,
+) -> Result<Vote, CkptError> {
+    match wait_op_from(provider, op, from, timeout, "waiting for a checkpoint vote")? {
+        CompletionKind::Recv { data: Some(data), .. } if data.len() == MSG_LEN => {
+            let mut e = [0u8; 8];
+            e.copy_from_slice(&data[0..8]);
+            if u64::from_le_bytes(e) != epoch || data[8] > 1 {
+                return Err(CkptError::Transport {
+                    during: "reading a checkpoint vote",
+                    detail: format!("rank {from} sent a vote for another epoch or a bad flag"),
+                });
+            }
+            let mut min = [0u8; 8];
+            min.copy_from_slice(&data[16..24]);
+            Ok(Vote { ok: data[8] == 1, min: u64::from_le_bytes(min) })
+        }
+        other => Err(CkptError::Transport {
+            during: "reading a checkpoint vote",
+            detail: format!("rank {from}: unexpected completion {other:?}"),
+        }),
+    }
+}
+
+/// Runs one agreement round among `members` (led by `members[0]`, containing `me`); returns whether every
+/// member reported `ok`. Dead or silent members count as failed.
+pub(crate) fn agree_round(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    round: u8,
+    epoch: Epoch,
+    vote: Vote,
+    timeout: Duration,
+) -> Result<Vote, CkptError> {
+    let me = provider.rank();
+    let Some(&leader) = members.first() else {
+        return Err(CkptError::InvalidArgument("empty checkpoint team".into()));
+    };
+    let release_tag = tag(RELEASE, round, epoch);
+    if me != leader {
+        let op = provider
+            .post_recv(
+                Source::Rank(leader),
+                TagMatch::exact(release_tag),
+                RecvBuffer::Owned { capacity: MSG_LEN },
+            )
+            .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
+        send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
+        return recv_vote(provider, op, leader, epoch, timeout);
+    }
+    let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
+    let mut posted = Vec::with_capacity(others.len());
+    for &r in &others {
+        let op = provider
+            .post_recv(
+                Source::Rank(r),
+                TagMatch::exact(tag(ARRIVE, round, epoch)),
+                RecvBuffer::Owned { capacity: MSG_LEN },
+            )
+            .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
+        posted.push((r, op));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut verdict = vote;
+    let mut alive = Vec::with_capacity(others.len());
+    for (r, op) in posted {
+        let left = deadline.saturating_duration_since(Instant::now()).max(SLICE);
+        match recv_vote(provider, op, r, epoch, left) {
+            Ok(theirs) => {
+                verdict.ok &= theirs.ok;
+                verdict.min = verdict.min.min(theirs.min);
+                alive.push(r);
+            }
+            Err(_) => verdict.ok = false,
+        }
+    }
+    for r in alive {
+        // A member that died since its vote just misses the verdict.
+        let _ = send_to(provider, r, release_tag, &message(epoch, verdict), timeout);
+    }
+    Ok(verdict)
+}
+
+/// Round number of [`agree`]; checkpoints use rounds 1 and 2.
+const USER_ROUND: u8 = 3;
+const MIN_ROUND: u8 = 4;
+
+/// Agreement among `members` outside a checkpoint (e.g. the survivors of a failure, before
+/// they release the memory others restore from): returns whether every member reported `ok`.
+/// `members[0]` leads; every member passes the same list and the same `id`, which tells
+/// successive calls apart. Lead with a rank that will outlive the call: a message sent right
+/// before its sender dies may be dropped with the dead peer's pending receives.
+pub fn agree(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    id: u64,
+    ok: bool,
+    timeout: Duration,
+) -> Result<bool, CkptError> {
+    check_members(provider.rank(), members)?;
+    agree_round(provider, members, USER_ROUND, id, Vote { ok, min: 0 }, timeout).map(|v| v.ok)
+}
+
+/// Like [`agree`], and also returns the minimum of the members' `value`s; `None` when a
+/// member failed or could not be heard.
+pub fn agree_min(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    id: u64,
+    value: u64,
+    timeout: Duration,
+) -> Result<Option<u64>, CkptError> {
+    check_members(provider.rank(), members)?;
+    let verdict = agree_round(provider, members, MIN_ROUND, id, Vote { ok: true, min: value }, timeout)?;
+    Ok(verdict.ok.then_some(verdict.min))
+}
+
+fn check_members(me: Rank, members: &[Rank]) -> Result<(), CkptError> {
+    let mut distinct = members.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != members.len() || !distinct.contains(&me) {
+        return Err(CkptError::InvalidArgument(format!(
+            "rank {me} in team {members:?}: members must be distinct and include the caller"
+        )));
+    }
+    Ok(())
+}

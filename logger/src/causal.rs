@@ -1,0 +1,359 @@
+//! Simple causal message logging (seed 000 §2.6, Algs 1-5), the state one rank keeps:
+//!
+//! - `unstable` (the algorithms' detList): determinants this rank created by wildcard
+//!   receives and not yet stable. Each is piggybacked on the next message to every
+//!   destination (once per destination) and written asynchronously to this rank's log at its
+//!   buddy on another node; once that write is durable the determinant is stable (Alg 3's
+//!   acknowledgement) and is piggybacked no more. Delivery never waits for the write.
+//! - `det_log`: determinants other ranks piggybacked to this one, kept so that a failed rank
+//!   can collect its determinants from the survivors (Alg 5). Cleared at checkpoint (Alg 4).
+//! - [`ReplayPlan`]: the collected determinants of a restarted rank, consumed in rsn order.
+//!
+//! The endpoint owns the transport side (piggyback encoding, ring writes); this module is
+//! plain bookkeeping, so it is tested directly.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use reverb_transport::Rank;
+
+use crate::determinant::{Determinant, Rsn};
+use crate::envelope::MAX_PIGGYBACKED;
+use crate::error::{LogError, Result};
+use crate::wire::Reader;
+
+#[derive(Debug, Clone, Copy)]
+struct Unstable {
+    /// Creation order, for the per-destination piggyback cursor.
+    seq: u64,
+    det: Determinant,
+    /// The position the log's durable mark must reach (ring ticket or queue index + 1);
+    /// `None` while not written yet (a full ring defers the write; the piggyback goes on).
+    ticket: Option<u64>,
+}
+
+/// One rank's causal-logging bookkeeping.
+#[derive(Debug)]
+pub(crate) struct CausalState {
+    unstable: VecDeque<Unstable>,
+    /// The unwritten entries are the last `unwritten` ones: writes go in creation order.
+    unwritten: usize,
+    next_seq: u64,
+    /// Per destination: the highest `seq` already piggybacked to it.
+    sent_through: Vec<u64>,
+    /// detLog: piggybacked determinants per creator, in rsn order. A creator piggybacks its
+    /// own determinants only, each once per destination and in rsn order, so this is an
+    /// append in the common case.
+    det_log: Vec<Vec<Determinant>>,
+    det_log_len: usize,
+}
+
+impl CausalState {
+    pub(crate) fn new(size: u32) -> Self {
+        CausalState {
+            unstable: VecDeque::new(),
+            unwritten: 0,
+            next_seq: 1,
+            sent_through: vec![0; size as usize],
+            det_log: vec![Vec::new(); size as usize],
+            det_log_len: 0,
+        }
+    }
+
+    /// Alg 2 line 12: a new determinant of this rank, unstable until its write is durable.
+    pub(crate) fn add(&mut self, det: Determinant) {
+        self.unstable.push_back(Unstable { seq: self.next_seq, det, ticket: None });
+        self.next_seq += 1;
+        self.unwritten += 1;
+    }
+
+    pub(crate) fn unstable_len(&self) -> usize {
+        self.unstable.len()
+    }
+
+    pub(crate) fn unwritten_len(&self) -> usize {
+        self.unwritten
+    }
+
+    /// Up to `max` determinants not written yet, oldest first (the caller writes them, then
+    /// calls `mark_written` with how many it wrote).
+    pub(crate) fn unwritten(&self, max: usize, out: &mut Vec<Determinant>) {
+        let first = self.unstable.len() - self.unwritten;
+        out.extend(self.unstable.iter().skip(first).take(max).map(|u| u.det));
+    }
+
+    /// The oldest `count` unwritten determinants are durable once the log reaches `ticket`.
+    pub(crate) fn mark_written(&mut self, count: usize, ticket: u64) {
+        let count = count.min(self.unwritten);
+        let first = self.unstable.len() - self.unwritten;
+        for u in self.unstable.range_mut(first..first + count) {
+            u.ticket = Some(ticket);
+        }
+        self.unwritten -= count;
+    }
+
+    /// Alg 3: every determinant whose write is at or below the durable mark is stable.
+    /// Returns how many became stable.
+    pub(crate) fn mark_stable(&mut self, durable: u64) -> usize {
+        let mut stable = 0;
+        while self.unstable.front().is_some_and(|u| u.ticket.is_some_and(|t| t <= durable)) {
+            self.unstable.pop_front();
+            stable += 1;
+        }
+        stable
+    }
+
+    /// Written determinants not yet known durable.
+    pub(crate) fn written_unstable(&self) -> usize {
+        self.unstable.len() - self.unwritten
+    }
+
+    /// Whether any written determinant still waits for its durable mark.
+    pub(crate) fn awaiting_durable(&self) -> bool {
+        self.unstable.len() > self.unwritten
+    }
+
+    /// Alg 1 line 4: the unstable determinants `dest` has not been sent yet (at most
+    /// [`MAX_PIGGYBACKED`]; the rest ride on later messages). Returns how many were added.
+    pub(crate) fn piggyback_for(&mut self, dest: Rank, out: &mut Vec<Determinant>) -> Result<usize> {
+        let cursor = self
+            .sent_through
+            .get_mut(dest as usize)
+            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
+        let start = out.len();
+        let from = *cursor;
+        let first = self.unstable.partition_point(|u| u.seq <= from);
+        for u in self.unstable.range(first..).take(MAX_PIGGYBACKED) {
+            out.push(u.det);
+            *cursor = u.seq;
+        }
+        Ok(out.len() - start)
+    }
+
+    /// Alg 2 line 10: keeps what a peer piggybacked. Returns how many were new.
+    /// Determinants of creators outside the job are malformed input: `Err`.
+    pub(crate) fn store_piggybacked(&mut self, dets: &[Determinant]) -> Result<usize> {
+        let mut new = 0;
+        for d in dets {
+            let Some(log) = self.det_log.get_mut(d.receiver as usize) else {
+                return Err(LogError::malformed(
+                    "piggybacked determinant",
+                    format!("receiver rank {} out of range", d.receiver),
+                ));
+            };
+            match log.last() {
+                Some(last) if last.rsn >= d.rsn => match log.binary_search_by_key(&d.rsn, |x| x.rsn) {
+                    Ok(at) if log[at] == *d => continue,
+                    Ok(at) => return Err(conflict(d, &log[at])),
+                    Err(at) => log.insert(at, *d),
+                },
+                _ => log.push(*d),
+            }
+            new += 1;
+        }
+        self.det_log_len += new;
+        Ok(new)
+    }
+
+    pub(crate) fn det_log_len(&self) -> usize {
+        self.det_log_len
+    }
+
+    /// The detLog's determinants created by `rank`, in rsn order.
+    pub(crate) fn det_log_of(&self, rank: Rank) -> impl Iterator<Item = &Determinant> {
+        self.det_log.get(rank as usize).into_iter().flatten()
+    }
+
+    /// Drops `rank`'s determinants through `through_rsn` (its checkpoint covers them).
+    /// Returns how many were dropped.
+    pub(crate) fn trim_det_log(&mut self, rank: Rank, through_rsn: Rsn) -> usize {
+        let Some(log) = self.det_log.get_mut(rank as usize) else { return 0 };
+        let dropped = log.partition_point(|d| d.rsn <= through_rsn);
+        log.drain(..dropped);
+        self.det_log_len -= dropped;
+        dropped
+    }
+
+    /// A coordinated checkpoint covers every delivery so far: no determinant is needed.
+    pub(crate) fn drop_unstable(&mut self) {
+        self.unstable.clear();
+        self.unwritten = 0;
+    }
+
+    /// A restart in place loses everything this rank held.
+    pub(crate) fn clear(&mut self) {
+        *self = CausalState::new(self.sent_through.len() as u32);
+    }
+}
+
+/// The determinants a restarted rank replays, by rsn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReplayPlan {
+    by_rsn: BTreeMap<Rsn, Determinant>,
+    last_rsn: Rsn,
+}
+
+impl ReplayPlan {
+    /// Checks that every determinant belongs to `receiver` (merging is `merge_determinants`).
+    pub(crate) fn new(receiver: Rank, dets: &[Determinant]) -> Result<Self> {
+        let mut by_rsn = BTreeMap::new();
+        for d in dets {
+            if d.receiver != receiver {
+                return Err(LogError::InvalidArgument(format!(
+                    "replay at rank {receiver} given a determinant of rank {}",
+                    d.receiver
+                )));
+            }
+            if let Some(other) = by_rsn.insert(d.rsn, *d) {
+                if other != *d {
+                    return Err(conflict(d, &other));
+                }
+            }
+        }
+        let last_rsn = by_rsn.keys().next_back().copied().unwrap_or(0);
+        Ok(ReplayPlan { by_rsn, last_rsn })
+    }
+
+    pub(crate) fn get(&self, rsn: Rsn) -> Option<&Determinant> {
+        self.by_rsn.get(&rsn)
+    }
+
+    /// The last rsn the plan covers: replay is over once the rank delivered it.
+    pub(crate) fn last_rsn(&self) -> Rsn {
+        self.last_rsn
+    }
+}
+
+fn conflict(a: &Determinant, b: &Determinant) -> LogError {
+    LogError::ConflictingDeterminants { receiver: a.receiver, rsn: a.rsn, detail: format!("{a:?} vs {b:?}") }
+}
+
+/// Merges determinant copies from several holders (buddy ring, survivors' detLogs) into one
+/// rsn-ordered list; identical copies collapse, disagreeing ones are an error.
+pub fn merge_determinants<'a>(copies: impl IntoIterator<Item = &'a Determinant>) -> Result<Vec<Determinant>> {
+    let mut by_key: BTreeMap<(Rank, Rsn), Determinant> = BTreeMap::new();
+    for d in copies {
+        if let Some(other) = by_key.insert((d.receiver, d.rsn), *d) {
+            if other != *d {
+                return Err(conflict(d, &other));
+            }
+        }
+    }
+    Ok(by_key.into_values().collect())
+}
+
+/// `count u32 | count × Determinant`: the all-gather format of held determinants.
+pub(crate) fn encode_determinants(dets: &[Determinant]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + dets.len() * Determinant::WIRE_LEN);
+    out.extend_from_slice(&(dets.len() as u32).to_le_bytes());
+    for d in dets {
+        out.extend_from_slice(&d.to_bytes());
+    }
+    out
+}
+
+pub(crate) fn decode_determinants(bytes: &[u8]) -> Result<Vec<Determinant>> {
+    const WHAT: &str = "determinant list";
+    let mut r = Reader::new(bytes, WHAT);
+    let count = r.u32()? as usize;
+    let fits = count.checked_mul(Determinant::WIRE_LEN).is_some_and(|n| n == r.remaining());
+    if !fits {
+        return Err(LogError::malformed(WHAT, format!("{count} determinants in {} bytes", r.remaining())));
+    }
+    (0..count).map(|_| Determinant::read(&mut r)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn det(sender: Rank, rsn: Rsn) -> Determinant {
+        Determinant { sender, receiver: 9, ssn: rsn * 10, rsn }
+    }
+
+    #[test]
+    fn piggyback_once_per_destination_until_stable() {
+        let mut s = CausalState::new(4);
+        s.add(det(1, 1));
+        s.add(det(2, 2));
+        let mut out = Vec::new();
+        assert_eq!(s.piggyback_for(3, &mut out).unwrap(), 2);
+        assert_eq!(s.piggyback_for(3, &mut Vec::new()).unwrap(), 0, "already sent to 3");
+        let mut to1 = Vec::new();
+        s.piggyback_for(1, &mut to1).unwrap();
+        assert_eq!(to1, [det(1, 1), det(2, 2)]);
+        // Writes: the first batch of two reaches the log at ticket 100.
+        let mut w = Vec::new();
+        s.unwritten(10, &mut w);
+        assert_eq!(w.len(), 2);
+        s.mark_written(2, 100);
+        s.add(det(1, 3));
+        assert!(s.awaiting_durable());
+        assert_eq!(s.mark_stable(99), 0);
+        assert_eq!(s.mark_stable(100), 2);
+        assert_eq!(s.unstable_len(), 1);
+        assert_eq!(s.mark_stable(1000), 0, "unwritten determinants are never stable");
+        let mut out = Vec::new();
+        s.piggyback_for(2, &mut out).unwrap();
+        assert_eq!(out, [det(1, 3)], "stable determinants stop riding");
+        assert!(s.piggyback_for(4, &mut out).is_err());
+    }
+
+    #[test]
+    fn piggyback_is_bounded() {
+        let mut s = CausalState::new(2);
+        for rsn in 1..=(MAX_PIGGYBACKED as u64 + 10) {
+            s.add(det(0, rsn));
+        }
+        let mut out = Vec::new();
+        assert_eq!(s.piggyback_for(1, &mut out).unwrap(), MAX_PIGGYBACKED);
+        let mut rest = Vec::new();
+        assert_eq!(s.piggyback_for(1, &mut rest).unwrap(), 10, "the rest rides on the next message");
+        assert_eq!(rest[0].rsn, MAX_PIGGYBACKED as u64 + 1);
+    }
+
+    #[test]
+    fn det_log_keeps_and_trims_per_creator() {
+        let mut s = CausalState::new(8);
+        let a = Determinant { sender: 0, receiver: 5, ssn: 1, rsn: 1 };
+        let b = Determinant { rsn: 2, ssn: 2, ..a };
+        let c = Determinant { receiver: 6, ..a };
+        assert_eq!(s.store_piggybacked(&[b, c]).unwrap(), 2);
+        assert_eq!(s.store_piggybacked(&[a, b]).unwrap(), 1, "copies collapse, late ones slot in");
+        assert!(matches!(
+            s.store_piggybacked(&[Determinant { ssn: 9, ..a }]),
+            Err(LogError::ConflictingDeterminants { .. })
+        ));
+        assert!(s.store_piggybacked(&[Determinant { receiver: 8, ..a }]).is_err(), "rank out of range");
+        assert_eq!(s.det_log_of(5).copied().collect::<Vec<_>>(), [a, b]);
+        assert_eq!(s.trim_det_log(5, 1), 1);
+        assert_eq!(s.det_log_of(5).copied().collect::<Vec<_>>(), [b]);
+        assert_eq!(s.det_log_len(), 2);
+    }
+
+    #[test]
+    fn merge_and_plan_reject_conflicts() {
+        let a = det(1, 1);
+        let merged = merge_determinants([&det(2, 2), &a, &a]).unwrap();
+        assert_eq!(merged, [a, det(2, 2)]);
+        let bad = Determinant { ssn: 77, ..a };
+        assert!(matches!(merge_determinants([&a, &bad]), Err(LogError::ConflictingDeterminants { .. })));
+        let plan = ReplayPlan::new(9, &merged).unwrap();
+        assert_eq!((plan.last_rsn(), plan.get(2).copied()), (2, Some(det(2, 2))));
+        assert!(ReplayPlan::new(8, &merged).is_err());
+        assert!(ReplayPlan::new(9, &[a, bad]).is_err());
+    }
+
+    #[test]
+    fn determinant_lists_round_trip_and_reject_garbage() {
+        let dets = vec![det(1, 1), det(3, 2)];
+        let bytes = encode_determinants(&dets);
+        assert_eq!(decode_determinants(&bytes).unwrap(), dets);
+        for cut in 0..bytes.len() {
+            assert!(decode_determinants(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        assert!(decode_determinants(&u32::MAX.to_le_bytes()).is_err());
+        let mut long = bytes;
+        long.push(0);
+        assert!(decode_determinants(&long).is_err());
+    }
+}

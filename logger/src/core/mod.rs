@@ -1,0 +1,171 @@
+//! Logger offload (issue 4 §3): one logger-core process per node drains the node's queues and
+//! writes them, by one-sided puts, into its buddy node's log ring; application ranks only
+//! enqueue and, for pessimistic delivery, wait on the published durable watermark.
+//!
+//! - [`segment`]: the node segment (status words, per-rank payload lanes) in shared memory;
+//! - [`client`]: [`NodeLogClient`], what application ranks link against;
+//! - [`service`]: [`LoggerCore`], the logger loop, heartbeat and shutdown;
+//! - [`placement`]: `dedicated`, `shared-pinned`, `shared-unpinned` and the cpu plan.
+//!
+//! Design choices: determinants go through the node's shared `DetQueue` (Algs 22-24, so causal
+//! piggybacking can read it too), but payload copies go through one single-producer lane per
+//! rank rather than one multi-producer queue: producers never contend, each rank's order holds
+//! by construction, and back-pressure is per rank (a full lane refuses, never drops). Tickets
+//! are positions: a determinant is durable once the queue's start passes its index, a frame
+//! once its lane's durable position reaches its end.
+//!
+//! The loggers form their own transport job (one rank per node, rank = node index), opened
+//! with the same provider kind as the application, so their log writes and heartbeats are real
+//! one-sided puts on shm or verbs. Node n logs into the ring of `BuddyMap` partner node
+//! (2k <-> 2k+1) and hosts the rings of the nodes that log to it.
+
+pub mod client;
+pub mod placement;
+pub mod segment;
+pub mod service;
+
+pub use client::{NodeLogClient, Ticket};
+pub use placement::{Placement, PlacementPlan};
+pub use service::{LoggerCore, LoggerCoreConfig, LoggerSummary};
+
+use std::time::Duration;
+
+use reverb_transport::TransportError;
+
+use crate::error::LogError;
+
+/// Environment the launcher gives logger cores and ranks.
+pub mod vars {
+    /// Base path of the node segment (`<base>.ctl`, `<base>.detq`); set for ranks and loggers.
+    pub const SEGMENT: &str = "REVERB_LOGGER_SEGMENT";
+    /// Payload lanes in the segment (the node's rank count); logger only.
+    pub const LANES: &str = "REVERB_LOGGER_LANES";
+    /// Bytes per payload lane (default 1 MiB).
+    pub const LANE_BYTES: &str = "REVERB_LOGGER_LANE_BYTES";
+    /// Entries of the node determinant queue (default 65536).
+    pub const DETQ_ENTRIES: &str = "REVERB_LOGGER_DETQ_ENTRIES";
+    /// Data bytes of each hosted log ring (default 16 MiB).
+    pub const RING_BYTES: &str = "REVERB_LOGGER_RING_BYTES";
+    /// A buddy whose heartbeat stops for this long is reported dead (default 400).
+    pub const HEARTBEAT_MS: &str = "REVERB_HEARTBEAT_MS";
+    /// `dedicated`, `shared-pinned`, `shared-unpinned` (chooses how the loop idles).
+    pub const PLACEMENT: &str = "REVERB_LOGGER";
+    /// OS cpu to pin the logger core to (unset: not pinned).
+    pub const CPU: &str = "REVERB_LOGGER_CPU";
+    /// `1`: stop (drain, flush, exit) when stdin reaches end of file (the launcher's pipe).
+    pub const STOP_ON_EOF: &str = "REVERB_LOGGER_STOP_ON_EOF";
+    /// Directory where the logger writes each hosted ring's image at exit (tests, forensics).
+    pub const DUMP_DIR: &str = "REVERB_LOGGER_DUMP_DIR";
+    /// Seconds a rank waits for its node's segment to appear (default 30).
+    pub const ATTACH_TIMEOUT_S: &str = "REVERB_LOGGER_ATTACH_TIMEOUT_S";
+}
+
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(400);
+
+/// Errors of the logger core and its clients.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("logger core configuration: {0}")]
+    Config(String),
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: &'static str, detail: String },
+    /// Back-pressure: the rank's payload lane has no room until the logger makes frames durable.
+    #[error("payload lane {lane} full: {needed} bytes needed, {free} free")]
+    LaneFull { lane: u64, needed: u64, free: u64 },
+    #[error("payload frame of {len} bytes exceeds the lane limit of {max}")]
+    FrameTooLarge { len: usize, max: usize },
+    /// The buddy node's logger is dead: nothing more becomes durable on this path.
+    #[error("the log buddy (node {node}) is dead; the entry cannot become durable")]
+    BuddyDead { node: u64 },
+    /// This node's logger core is gone (exited, failed or killed).
+    #[error("the node's logger core (pid {pid}) is gone: {why}")]
+    LoggerGone { pid: u32, why: String },
+    #[error("not durable within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+impl CoreError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CoreError::Io { context: context.into(), source }
+    }
+}
+
+/// For the protocol layer, which speaks `LogError`: back-pressure stays back-pressure, a dead
+/// path becomes a failed log write, a timeout stays a timeout.
+impl From<CoreError> for LogError {
+    fn from(e: CoreError) -> LogError {
+        match e {
+            CoreError::Log(e) => e,
+            CoreError::Transport(e) => LogError::Transport(e),
+            CoreError::Timeout(d) => LogError::Transport(TransportError::Timeout(d)),
+            CoreError::LaneFull { needed, free, .. } => LogError::RingFull { needed, free },
+            CoreError::FrameTooLarge { len, max } => {
+                LogError::RecordTooLarge { len: len as u64, capacity: max as u64 }
+            }
+            CoreError::BuddyDead { node } => {
+                LogError::WriteFailed(TransportError::PeerDead(u32::try_from(node).unwrap_or(u32::MAX)))
+            }
+            CoreError::Io { context, source } => LogError::Io { context, source },
+            CoreError::Malformed { what, detail } => LogError::Malformed { what, detail },
+            other @ (CoreError::Config(_) | CoreError::LoggerGone { .. }) => {
+                LogError::Unsupported(other.to_string())
+            }
+        }
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie (read from /proc; no signal is sent).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the parenthesized command name, which may hold spaces.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// Reads an optional environment variable and parses it; a bad value is an error.
+pub(crate) fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, CoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse::<T>().map(Some).map_err(|e| CoreError::Config(format!("{name}={v:?}: {e}"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(CoreError::Config(format!("{name}: {e}"))),
+    }
+}
+
+/// `<base>.ctl` and `<base>.detq`.
+pub fn segment_paths(base: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    (format!("{base}.ctl").into(), format!("{base}.detq").into())
+}
+
+/// The segment base path for `node` of job `job_id` (in /dev/shm when it exists).
+pub fn segment_base(job_id: &str, node: u32) -> String {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("reverb-{job_id}-node{node}-log")).to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_from_proc() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX - 1));
+    }
+}

@@ -1,0 +1,458 @@
+//! The node segment: a shared file mapping the logger core creates and the node's ranks attach
+//! to. It holds the logger's status words and one payload-copy lane per local rank; the node
+//! determinant queue is a separate file (`DetQueue`, `<base>.detq`).
+//!
+//! Payload lanes are single-producer/single-consumer byte rings (the rank produces, the logger
+//! consumes), so producers never contend and each rank's order is kept by construction.
+//! Three positions per lane, only growing, physical offset = pos % capacity:
+//! `head` (producer: published frames end here), `taken` (logger: handed to the log ring),
+//! `durable` (logger: durable at the buddy; space below it is free again). A frame is
+//! `len u32 | 0 u32 | data`, padded to 8; a frame never straddles the end of the lane (a wrap
+//! marker, len = u32::MAX, skips the rest of the lap).
+//!
+//! Layout (little-endian; every word is an `AtomicU64`):
+//! ```text
+//! 0: magic | 8: version | 16: lanes | 24: lane capacity
+//! 64..: status words (STATUS_*)            (one cache line)
+//! 256 + i * (LANE_HEADER + capacity): lane i = head@0 taken@64 durable@128 owner@192 | data
+//! ```
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::MmapRaw;
+
+use super::CoreError;
+
+const MAGIC: u64 = 0x4745_5345_4752_4c52; // "RLRGSEGE"
+const VERSION: u64 = 1;
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_LANES: usize = 16;
+const OFF_LANE_CAPACITY: usize = 24;
+const OFF_STATUS: usize = 64;
+const OFF_LANE0: usize = 256;
+const LANE_HEADER: usize = 256;
+const LANE_HEAD: usize = 0;
+const LANE_TAKEN: usize = 64;
+const LANE_DURABLE: usize = 128;
+const LANE_OWNER: usize = 192;
+const FRAME_HEADER: u64 = 8;
+const WRAP: u32 = u32::MAX;
+/// At most this many lanes (local ranks) per node.
+pub const MAX_LANES: u64 = 1024;
+
+/// Status words, by index (byte offset 64 + 8 * index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The logger core's pid.
+    LoggerPid = 0,
+    /// `STATE_*` of the logger core.
+    State = 1,
+    /// Bumped every loop iteration: a stalled counter is a stalled (or dead) logger.
+    Ticks = 2,
+    /// The node whose ring this node's log goes to (u64::MAX until known).
+    BuddyNode = 3,
+    /// `BUDDY_*`.
+    BuddyState = 4,
+    /// The log ring's durable watermark (bytes).
+    RingDurable = 5,
+    /// Determinants durable at the buddy.
+    DeterminantsLogged = 6,
+    /// Payload frames durable at the buddy.
+    PayloadsLogged = 7,
+    /// Trim requests (a counter, bumped by clients after a checkpoint).
+    TrimRequested = 8,
+    /// The last trim request the logger carried out.
+    TrimDone = 9,
+    /// Milliseconds from the buddy's last sign of life to its death being reported.
+    DetectionMs = 10,
+    /// Nonzero: the logger should drain, flush and exit.
+    StopRequested = 11,
+}
+
+pub const STATE_STARTING: u64 = 0;
+pub const STATE_READY: u64 = 1;
+pub const STATE_STOPPING: u64 = 2;
+pub const STATE_EXITED: u64 = 3;
+pub const STATE_FAILED: u64 = 4;
+
+pub const BUDDY_UNKNOWN: u64 = 0;
+pub const BUDDY_ALIVE: u64 = 1;
+pub const BUDDY_DEAD: u64 = 2;
+/// The buddy finished cleanly (it sent its last heartbeat as "stopped").
+pub const BUDDY_STOPPED: u64 = 3;
+
+/// Bytes a frame of `len` data bytes takes in a lane.
+pub fn frame_size(len: usize) -> u64 {
+    (FRAME_HEADER + len as u64).div_ceil(8) * 8
+}
+
+/// A mapped node segment; any number of processes may hold one.
+pub struct NodeSegment {
+    map: MmapRaw,
+    lanes: u64,
+    lane_capacity: u64,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for NodeSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSegment")
+            .field("path", &self.path)
+            .field("lanes", &self.lanes)
+            .field("lane_capacity", &self.lane_capacity)
+            .finish()
+    }
+}
+
+fn file_len(lanes: u64, lane_capacity: u64) -> Option<u64> {
+    lanes.checked_mul(lane_capacity.checked_add(LANE_HEADER as u64)?)?.checked_add(OFF_LANE0 as u64)
+}
+
+impl NodeSegment {
+    /// Creates (or re-initializes) the segment file at `path` with `lanes` payload lanes of
+    /// `lane_capacity` bytes (a positive multiple of 64).
+    pub fn create(path: impl AsRef<Path>, lanes: u64, lane_capacity: u64) -> Result<Self, CoreError> {
+        let path = path.as_ref().to_path_buf();
+        if lanes == 0 || lanes > MAX_LANES || lane_capacity == 0 || !lane_capacity.is_multiple_of(64) {
+            return Err(CoreError::Config(format!(
+                "node segment: {lanes} lanes of {lane_capacity} bytes (need 1..={MAX_LANES} lanes, \
+                 capacity a positive multiple of 64)"
+            )));
+        }
+        let len = file_len(lanes, lane_capacity)
+            .ok_or_else(|| CoreError::Config(format!("node segment of {lanes} x {lane_capacity} bytes")))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| CoreError::io(format!("create {}", path.display()), e))?;
+        file.set_len(len).map_err(|e| CoreError::io(format!("size {}", path.display()), e))?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| CoreError::io(format!("map {}", path.display()), e))?;
+        let seg = NodeSegment { map, lanes, lane_capacity, path };
+        seg.word(OFF_LANES).store(lanes, Ordering::Relaxed);
+        seg.word(OFF_LANE_CAPACITY).store(lane_capacity, Ordering::Relaxed);
+        seg.word(OFF_VERSION).store(VERSION, Ordering::Relaxed);
+        seg.set(Status::BuddyNode, u64::MAX);
+        seg.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        Ok(seg)
+    }
+
+    /// Opens a segment the logger core created; the header is validated, not trusted.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, CoreError> {
+        const WHAT: &str = "node log segment";
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| CoreError::io(format!("open {}", path.display()), e))?;
+        let len = file.metadata().map_err(|e| CoreError::io(format!("stat {}", path.display()), e))?.len();
+        if len < OFF_LANE0 as u64 {
+            return Err(CoreError::Malformed {
+                what: WHAT,
+                detail: format!("{len} bytes, shorter than its header"),
+            });
+        }
+        let map = MmapRaw::map_raw(&file).map_err(|e| CoreError::io(format!("map {}", path.display()), e))?;
+        let mut seg = NodeSegment { map, lanes: 0, lane_capacity: 0, path };
+        let magic = seg.word(OFF_MAGIC).load(Ordering::Acquire);
+        let version = seg.word(OFF_VERSION).load(Ordering::Relaxed);
+        if magic != MAGIC || version != VERSION {
+            return Err(CoreError::Malformed {
+                what: WHAT,
+                detail: format!("magic {magic:#x}, version {version}"),
+            });
+        }
+        let lanes = seg.word(OFF_LANES).load(Ordering::Relaxed);
+        let lane_capacity = seg.word(OFF_LANE_CAPACITY).load(Ordering::Relaxed);
+        let valid = (1..=MAX_LANES).contains(&lanes)
+            && lane_capacity > 0
+            && lane_capacity.is_multiple_of(64)
+            && file_len(lanes, lane_capacity) == Some(len);
+        if !valid {
+            return Err(CoreError::Malformed {
+                what: WHAT,
+                detail: format!("{lanes} lanes of {lane_capacity} bytes do not match {len} bytes"),
+            });
+        }
+        seg.lanes = lanes;
+        seg.lane_capacity = lane_capacity;
+        Ok(seg)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn lanes(&self) -> u64 {
+        self.lanes
+    }
+
+    pub fn lane_capacity(&self) -> u64 {
+        self.lane_capacity
+    }
+
+    /// The largest frame a lane accepts (half a lane, so two always fit).
+    pub fn max_frame(&self) -> usize {
+        (self.lane_capacity / 2 - FRAME_HEADER) as usize
+    }
+
+    /// The atomic word at byte `offset`.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        assert!(
+            offset.is_multiple_of(8) && offset + 8 <= self.map.len(),
+            "segment offset {offset} out of range"
+        );
+        // SAFETY: the mapping is page-aligned, lives as long as `self`, and `offset` is an
+        // 8-aligned in-bounds word (checked above). Every process touches these words only
+        // through atomics.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    pub fn get(&self, status: Status) -> u64 {
+        self.word(OFF_STATUS + 8 * status as usize).load(Ordering::Acquire)
+    }
+
+    pub fn set(&self, status: Status, value: u64) {
+        self.word(OFF_STATUS + 8 * status as usize).store(value, Ordering::Release);
+    }
+
+    pub fn bump(&self, status: Status) -> u64 {
+        self.word(OFF_STATUS + 8 * status as usize).fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn lane_base(&self, lane: u64) -> Result<usize, CoreError> {
+        if lane >= self.lanes {
+            return Err(CoreError::Config(format!("lane {lane} outside the segment's {} lanes", self.lanes)));
+        }
+        Ok(OFF_LANE0 + lane as usize * (LANE_HEADER + self.lane_capacity as usize))
+    }
+
+    fn lane_word(&self, lane: u64, which: usize) -> Result<&AtomicU64, CoreError> {
+        Ok(self.word(self.lane_base(lane)? + which))
+    }
+
+    /// Claims `lane` as its single producer for `pid`; refused while another live process holds it.
+    pub fn claim_lane(&self, lane: u64, pid: u32) -> Result<(), CoreError> {
+        let owner = self.lane_word(lane, LANE_OWNER)?;
+        let me = u64::from(pid) + 1;
+        let mut current = owner.load(Ordering::Acquire);
+        loop {
+            if current != 0 && current != me && super::process_alive((current - 1) as u32) {
+                return Err(CoreError::Config(format!(
+                    "payload lane {lane} of {} is held by live pid {}",
+                    self.path.display(),
+                    current - 1
+                )));
+            }
+            match owner.compare_exchange(current, me, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    pub fn release_lane(&self, lane: u64, pid: u32) {
+        if let Ok(owner) = self.lane_word(lane, LANE_OWNER) {
+            let _ = owner.compare_exchange(u64::from(pid) + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// `(head, taken, durable)` of a lane.
+    pub fn lane_positions(&self, lane: u64) -> Result<(u64, u64, u64), CoreError> {
+        Ok((
+            self.lane_word(lane, LANE_HEAD)?.load(Ordering::Acquire),
+            self.lane_word(lane, LANE_TAKEN)?.load(Ordering::Acquire),
+            self.lane_word(lane, LANE_DURABLE)?.load(Ordering::Acquire),
+        ))
+    }
+
+    fn copy_in(&self, lane: u64, pos: u64, bytes: &[u8]) -> Result<(), CoreError> {
+        let offset = (pos % self.lane_capacity) as usize;
+        if offset + bytes.len() > self.lane_capacity as usize {
+            return Err(CoreError::Config("frame straddles the lane end".into()));
+        }
+        let start = self.lane_base(lane)? + LANE_HEADER + offset;
+        // SAFETY: `start..start + len` lies inside lane `lane`'s data area (checked above and by
+        // lane_base). The producer owns `[head, durable + capacity)` until it publishes `head`
+        // with Release, and the consumer reads only below `head` (Acquire): no concurrent access.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.as_mut_ptr().add(start), bytes.len())
+        };
+        Ok(())
+    }
+
+    fn copy_out(&self, lane: u64, pos: u64, out: &mut [u8]) -> Result<(), CoreError> {
+        let offset = (pos % self.lane_capacity) as usize;
+        if offset + out.len() > self.lane_capacity as usize {
+            return Err(CoreError::Malformed {
+                what: "payload lane",
+                detail: format!("frame at {pos} overruns the lap"),
+            });
+        }
+        let start = self.lane_base(lane)? + LANE_HEADER + offset;
+        // SAFETY: in bounds (checked above); the range is below the published `head`, which the
+        // producer never rewrites before the consumer advances `durable` past it.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(start), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Producer: appends one frame; returns the lane position after it (the ticket).
+    /// `LaneFull` is back-pressure: nothing was written.
+    pub fn push_frame(&self, lane: u64, data: &[u8]) -> Result<u64, CoreError> {
+        if data.len() > self.max_frame() {
+            return Err(CoreError::FrameTooLarge { len: data.len(), max: self.max_frame() });
+        }
+        let head_word = self.lane_word(lane, LANE_HEAD)?;
+        let head = head_word.load(Ordering::Relaxed);
+        let durable = self.lane_word(lane, LANE_DURABLE)?.load(Ordering::Acquire);
+        let size = frame_size(data.len());
+        let contiguous = self.lane_capacity - head % self.lane_capacity;
+        let skip = if size > contiguous { contiguous } else { 0 };
+        let used = head.checked_sub(durable).ok_or_else(|| CoreError::Malformed {
+            what: "payload lane",
+            detail: format!("durable {durable} beyond head {head}"),
+        })?;
+        if used + skip + size > self.lane_capacity {
+            return Err(CoreError::LaneFull {
+                lane,
+                needed: skip + size,
+                free: self.lane_capacity - used.min(self.lane_capacity),
+            });
+        }
+        let mut pos = head;
+        if skip > 0 {
+            let mut marker = [0u8; 8];
+            marker[..4].copy_from_slice(&WRAP.to_le_bytes());
+            self.copy_in(lane, pos, &marker)?;
+            pos += skip;
+        }
+        let mut frame = Vec::with_capacity(size as usize);
+        frame.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&[0; 4]);
+        frame.extend_from_slice(data);
+        frame.resize(size as usize, 0);
+        self.copy_in(lane, pos, &frame)?;
+        pos += size;
+        head_word.store(pos, Ordering::Release);
+        Ok(pos)
+    }
+
+    /// Consumer: the next published, not yet taken frame of `lane` as `(data, end)`, without
+    /// taking it. Wrap markers are skipped (and taken).
+    pub fn peek_frame(&self, lane: u64) -> Result<Option<(Vec<u8>, u64)>, CoreError> {
+        let head = self.lane_word(lane, LANE_HEAD)?.load(Ordering::Acquire);
+        let taken_word = self.lane_word(lane, LANE_TAKEN)?;
+        let mut pos = taken_word.load(Ordering::Relaxed);
+        while pos < head {
+            let mut header = [0u8; 8];
+            self.copy_out(lane, pos, &mut header)?;
+            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            if len == WRAP {
+                pos += self.lane_capacity - pos % self.lane_capacity;
+                taken_word.store(pos, Ordering::Release);
+                continue;
+            }
+            let end = pos + frame_size(len as usize);
+            if len as usize > self.max_frame() || end > head {
+                return Err(CoreError::Malformed {
+                    what: "payload lane",
+                    detail: format!("lane {lane}: frame of {len} bytes at {pos}, head {head}"),
+                });
+            }
+            let mut data = vec![0u8; len as usize];
+            self.copy_out(lane, pos + FRAME_HEADER, &mut data)?;
+            return Ok(Some((data, end)));
+        }
+        Ok(None)
+    }
+
+    /// Consumer: the frame ending at `end` was handed to the log ring.
+    pub fn take_through(&self, lane: u64, end: u64) -> Result<(), CoreError> {
+        self.lane_word(lane, LANE_TAKEN)?.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// Consumer: everything below `end` is durable at the buddy; its space is free again.
+    pub fn mark_durable(&self, lane: u64, end: u64) -> Result<(), CoreError> {
+        self.lane_word(lane, LANE_DURABLE)?.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Lane positions below this are durable.
+    pub fn lane_durable(&self, lane: u64) -> Result<u64, CoreError> {
+        Ok(self.lane_word(lane, LANE_DURABLE)?.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("reverb-seg-test-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn frames_wrap_and_push_back() {
+        let path = temp("wrap");
+        let seg = NodeSegment::create(&path, 2, 256).unwrap();
+        let other = NodeSegment::open(&path).unwrap();
+        assert_eq!(other.lanes(), 2);
+        let mut next = 0u8;
+        let mut expect = 0u8;
+        for _round in 0..50 {
+            // Fill until back-pressure.
+            loop {
+                let data = vec![next; (next as usize * 13) % 100];
+                match seg.push_frame(1, &data) {
+                    Ok(_) => next = next.wrapping_add(1),
+                    Err(CoreError::LaneFull { .. }) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            while let Some((data, end)) = other.peek_frame(1).unwrap() {
+                assert_eq!(data, vec![expect; (expect as usize * 13) % 100]);
+                expect = expect.wrapping_add(1);
+                other.take_through(1, end).unwrap();
+                other.mark_durable(1, end).unwrap();
+            }
+        }
+        assert_eq!(next, expect);
+        assert!(seg.lane_positions(1).unwrap().0 > 10 * 256, "must wrap many times");
+        assert!(matches!(seg.push_frame(0, &[0; 200]), Err(CoreError::FrameTooLarge { .. })));
+        assert!(seg.push_frame(2, &[]).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn open_rejects_bad_files() {
+        let path = temp("bad");
+        std::fs::write(&path, [0u8; 100]).unwrap();
+        assert!(NodeSegment::open(&path).is_err());
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        assert!(NodeSegment::open(&path).is_err());
+        assert!(NodeSegment::create(&path, 0, 64).is_err());
+        assert!(NodeSegment::create(&path, 1, 100).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn lanes_have_one_live_producer() {
+        let path = temp("claim");
+        let seg = NodeSegment::create(&path, 1, 64).unwrap();
+        seg.claim_lane(0, std::process::id()).unwrap();
+        // Our own pid re-claims; a live other pid (our parent) is refused.
+        seg.claim_lane(0, std::process::id()).unwrap();
+        seg.release_lane(0, std::process::id());
+        let parent = std::os::unix::process::parent_id();
+        seg.claim_lane(0, parent).unwrap();
+        assert!(seg.claim_lane(0, std::process::id()).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+}
