@@ -3,8 +3,12 @@
 //! The launcher hosts the bootstrap server, spawns N ranks (each in its own process group),
 //! groups them into simulated nodes of R consecutive ranks, prefixes their output with
 //! `[rank] `, and kills the whole job as soon as one rank fails, on timeout, or on
-//! SIGINT/SIGTERM. Per-rank state keeps node and incarnation so respawning a node's ranks
-//! can be added by calling `spawn_rank` again with `incarnation + 1`.
+//! SIGINT/SIGTERM.
+//!
+//! With `--respawn N` a rank killed by a signal fails its node instead: the launcher SIGKILLs
+//! the node's other ranks, tells the bootstrap server those slots failed, and starts the
+//! node's ranks again in place with `REVERB_INCARNATION` + 1, at most N times per job. A rank
+//! that exits non-zero still fails the job: that is the program's own verdict.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -13,7 +17,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use rand::RngCore;
@@ -45,6 +49,10 @@ pub struct RunArgs {
     /// Kill every rank and fail after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Respawn a node whose rank is killed by a signal, at most N times in the job (0: the
+    /// first failure fails the job).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub respawn: u32,
     /// Do not prefix output lines with `[rank] `.
     #[arg(long)]
     pub no_prefix: bool,
@@ -79,12 +87,46 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         timeout,
         prefix_output: !args.no_prefix,
     };
-    launch_logged(&spec, verbose, args.logger)
+    launch_report(&spec, &LaunchOptions { verbose, respawn: args.respawn, logger: args.logger })
+        .map(|r| r.code)
 }
 
 /// Runs the job described by `spec`; 0 when every rank exited 0.
 pub fn launch(spec: &LaunchSpec) -> Result<i32> {
     launch_with(spec, false)
+}
+
+/// How to run a job beyond what it is (`LaunchSpec`).
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// Print the environment given to each rank and how each ended.
+    pub verbose: bool,
+    /// Node respawns allowed in the job (0: fail fast).
+    pub respawn: u32,
+    /// Logger cores, one per node (off: none).
+    pub logger: reverb_logger::core::Placement,
+}
+
+/// One node respawn.
+#[derive(Debug, Clone)]
+pub struct Respawn {
+    pub node: u32,
+    /// The rank whose death failed the node, and how it died.
+    pub rank: u32,
+    pub signal: i32,
+    /// The ranks started again, at `incarnation`.
+    pub ranks: Vec<u32>,
+    pub incarnation: u32,
+    /// Since the launch started.
+    pub at: Duration,
+}
+
+/// How a launch ended.
+#[derive(Debug, Clone)]
+pub struct LaunchReport {
+    /// The job's exit code: 0 when every rank (last incarnation) exited 0.
+    pub code: i32,
+    pub respawns: Vec<Respawn>,
 }
 
 // ---- signals ----
@@ -210,7 +252,10 @@ impl RankProc {
     }
 
     fn describe(&self) -> String {
-        let who = format!("rank {} (node {}, pid {})", self.rank, self.node, self.pid);
+        let who = format!(
+            "rank {} (node {}, pid {}, incarnation {})",
+            self.rank, self.node, self.pid, self.incarnation
+        );
         match self.status {
             RankStatus::Exited(c) => format!("{who} exited with status {c}"),
             RankStatus::Signaled(s) => format!("{who} was killed by signal {s} ({})", signal_name(s)),
@@ -358,9 +403,83 @@ enum Stop {
     Signal(i32),
 }
 
+/// Wall-clock time of day (UTC) with milliseconds, for the respawn log.
+fn clock() -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (secs, ms) = (now.as_secs(), now.subsec_millis());
+    format!("{:02}:{:02}:{:02}.{ms:03}Z", secs / 3600 % 24, secs / 60 % 60, secs % 60)
+}
+
+/// Ranks `first..first + count` of the node holding rank `rank`.
+fn node_ranks(rank: u32, rpn: u32, ranks: u32) -> std::ops::Range<u32> {
+    let first = rank / rpn * rpn;
+    first..(first + rpn).min(ranks)
+}
+
+/// Fails the node of `procs[failed]` and starts its ranks again at the next incarnation.
+/// Ranks of the node that already exited 0 are done and stay so.
+fn respawn_node(
+    ctx: &JobCtx<'_>,
+    server: &BootServer,
+    procs: &mut [RankProc],
+    failed: usize,
+    old_pumps: &mut Vec<JoinHandle<()>>,
+    start: Instant,
+    left: u32,
+) -> Result<Respawn> {
+    let dead = &procs[failed];
+    let (node, rank, incarnation) = (dead.node, dead.rank, dead.incarnation);
+    let signal = match dead.status {
+        RankStatus::Signaled(s) => s,
+        _ => 0,
+    };
+    let next = incarnation + 1;
+    let members = node_ranks(rank, ctx.ranks_per_node, ctx.spec.ranks);
+    eprintln!(
+        "reverb run: {} (+{:.3} s): {}; respawning node {node} (ranks {}-{}) at incarnation {next} \
+         ({left} respawn(s) left after this one)",
+        clock(),
+        start.elapsed().as_secs_f64(),
+        dead.describe(),
+        members.start,
+        members.end - 1,
+    );
+    for r in members.clone() {
+        procs[r as usize].kill();
+    }
+    reap(&mut procs[members.start as usize..members.end as usize], Duration::from_secs(5));
+    let mut ranks = Vec::new();
+    for r in members.clone() {
+        let p = &mut procs[r as usize];
+        if p.status == RankStatus::Running {
+            bail!("rank {r} did not die within 5 s of SIGKILL; cannot respawn node {node}");
+        }
+        let reason = format!("node {node} failed: {}", dead_reason(rank, signal));
+        server
+            .mark_failed(r, p.incarnation, &reason)
+            .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
+        if p.status == RankStatus::Exited(0) {
+            continue;
+        }
+        old_pumps.append(&mut p.pumps);
+        *p = spawn_rank(ctx, r, p.incarnation + 1)?;
+        ranks.push(r);
+    }
+    eprintln!(
+        "reverb run: {} (+{:.3} s): node {node} respawned: ranks {ranks:?} at incarnation {next}",
+        clock(),
+        start.elapsed().as_secs_f64(),
+    );
+    Ok(Respawn { node, rank, signal, ranks, incarnation: next, at: start.elapsed() })
+}
+
+fn dead_reason(rank: u32, signal: i32) -> String {
+    format!("rank {rank} was killed by signal {signal} ({})", signal_name(signal))
+}
+
 /// As [`launch`]; `verbose` prints the environment given to each rank.
 pub fn launch_with(spec: &LaunchSpec, verbose: bool) -> Result<i32> {
-    launch_logged(spec, verbose, reverb_logger::core::Placement::Off)
+    launch_report(spec, &LaunchOptions { verbose, ..LaunchOptions::default() }).map(|r| r.code)
 }
 
 /// As [`launch_with`], with one logger core per node placed as `logger` says.
@@ -369,6 +488,13 @@ pub fn launch_logged(
     verbose: bool,
     logger: reverb_logger::core::Placement,
 ) -> Result<i32> {
+    launch_report(spec, &LaunchOptions { verbose, logger, ..LaunchOptions::default() }).map(|r| r.code)
+}
+
+/// Runs the job with `opts`; reports its exit code and the respawns it took.
+pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchReport> {
+    let verbose = opts.verbose;
+    let logger = opts.logger;
     if spec.ranks == 0 {
         bail!("a job needs at least one rank");
     }
@@ -407,7 +533,12 @@ pub fn launch_logged(
 
     let mut stop: Option<Stop> = None;
     let mut kill_deadline: Option<Instant> = None;
+    let mut respawns: Vec<Respawn> = Vec::new();
+    let mut old_pumps: Vec<JoinHandle<()>> = Vec::new();
+    let mut respawn_failed: Option<anyhow::Error> = None;
     loop {
+        // Ranks killed by a signal in this pass: each fails its node (respawn permitting).
+        let mut signaled: Vec<usize> = Vec::new();
         for (i, p) in procs.iter_mut().enumerate() {
             let Some(child) = p.child.as_mut() else { continue };
             match child.try_wait() {
@@ -415,12 +546,41 @@ pub fn launch_logged(
                     p.record(st);
                     let failed = !matches!(p.status, RankStatus::Exited(0) | RankStatus::Killed);
                     if failed && stop.is_none() {
-                        stop = Some(Stop::RankFailed(i));
+                        if matches!(p.status, RankStatus::Signaled(_)) && opts.respawn > 0 {
+                            signaled.push(i);
+                        } else {
+                            stop = Some(Stop::RankFailed(i));
+                        }
                     }
                 }
                 Ok(None) => {}
                 Err(e) => {
                     eprintln!("reverb run: waiting for rank {}: {e}", p.rank);
+                }
+            }
+        }
+        let mut respawned_nodes: Vec<u32> = Vec::new();
+        for i in signaled {
+            if stop.is_some() {
+                break;
+            }
+            if respawned_nodes.contains(&procs[i].node) {
+                continue; // a node-mate's death already respawned this one
+            }
+            if respawns.len() as u32 >= opts.respawn {
+                stop = Some(Stop::RankFailed(i));
+                break;
+            }
+            let left = opts.respawn - respawns.len() as u32 - 1;
+            let node = procs[i].node;
+            match respawn_node(&ctx, &server, &mut procs, i, &mut old_pumps, start, left) {
+                Ok(r) => {
+                    respawns.push(r);
+                    respawned_nodes.push(node);
+                }
+                Err(e) => {
+                    stop = Some(Stop::RankFailed(i));
+                    respawn_failed = Some(e);
                 }
             }
         }
@@ -446,6 +606,7 @@ pub fn launch_logged(
         std::thread::sleep(Duration::from_millis(10));
     }
     join_pumps(&mut procs);
+    join_handles(old_pumps);
     drop(server);
     if let Some(l) = loggers {
         l.finish(stop.is_none());
@@ -457,7 +618,14 @@ pub fn launch_logged(
         Some(Stop::RankFailed(i)) => {
             let p = &procs[i];
             let others = if killed > 0 { format!("; killed {killed} other rank(s)") } else { String::new() };
-            eprintln!("reverb run: {}{others}", p.describe());
+            let why = match (&respawn_failed, p.status) {
+                (Some(e), _) => format!("; respawn failed: {e:#}"),
+                (None, RankStatus::Signaled(_)) if opts.respawn > 0 => {
+                    format!("; no respawn left ({} of --respawn {} used)", respawns.len(), opts.respawn)
+                }
+                _ => String::new(),
+            };
+            eprintln!("reverb run: {}{why}{others}", p.describe());
             match p.status {
                 RankStatus::Exited(c) => c,
                 RankStatus::Signaled(s) => 128 + s,
@@ -483,7 +651,23 @@ pub fn launch_logged(
             );
         }
     }
-    Ok(code)
+    if !respawns.is_empty() {
+        eprintln!(
+            "reverb run: {} node respawn(s): {}",
+            respawns.len(),
+            respawns
+                .iter()
+                .map(|r| format!(
+                    "node {} at +{:.3} s (incarnation {})",
+                    r.node,
+                    r.at.as_secs_f64(),
+                    r.incarnation
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(LaunchReport { code, respawns })
 }
 
 fn kill_all(procs: &mut [RankProc]) {
@@ -514,8 +698,11 @@ fn reap(procs: &mut [RankProc], bound: Duration) {
 
 /// Lets output threads finish (bounded: a stray grandchild may hold a pipe open).
 fn join_pumps(procs: &mut [RankProc]) {
+    join_handles(procs.iter_mut().flat_map(|p| p.pumps.drain(..)).collect());
+}
+
+fn join_handles(mut pumps: Vec<JoinHandle<()>>) {
     let deadline = Instant::now() + Duration::from_secs(2);
-    let mut pumps: Vec<JoinHandle<()>> = procs.iter_mut().flat_map(|p| p.pumps.drain(..)).collect();
     while !pumps.is_empty() && Instant::now() < deadline {
         pumps.retain(|h| !h.is_finished());
         std::thread::sleep(Duration::from_millis(5));

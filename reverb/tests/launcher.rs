@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use reverb::launcher::{launch, LaunchSpec};
+use reverb::launcher::{launch, launch_report, LaunchOptions, LaunchSpec};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{Bootstrap, JobInfo};
 
@@ -235,4 +235,152 @@ fn launch_reports_a_failing_rank() {
     };
     let code = launch(&spec).unwrap();
     assert!(code == 5 || code == 6, "{code}");
+}
+
+// ---- respawn ----
+
+#[test]
+fn respawn_restarts_a_killed_node_in_place() {
+    // Rank 2 kills itself once; rank 3 (its node-mate) is killed by the launcher; both come
+    // back at incarnation 1. Node 0 runs once.
+    let script = r#"echo "start $REVERB_RANK $REVERB_INCARNATION"
+if [ "$REVERB_INCARNATION" = 0 ]; then
+  if [ "$REVERB_RANK" = 2 ]; then sleep 0.3; kill -9 $$; fi
+  if [ "$REVERB_RANK" = 3 ]; then exec sleep 30; fi
+fi
+sleep 1; echo "done $REVERB_RANK $REVERB_INCARNATION""#;
+    let o = reverb(
+        &["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "1", "--", "sh", "-c", script],
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let done: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] done ")).collect();
+    let want: BTreeSet<&str> = ["[0] done 0 0", "[1] done 1 0", "[2] done 2 1", "[3] done 3 1"].into();
+    assert_eq!(done, want, "{}", o.stdout);
+    let starts = |r: u32| o.stdout.lines().filter(|l| l.starts_with(&format!("[{r}] start "))).count();
+    assert_eq!((starts(0), starts(1), starts(2), starts(3)), (1, 1, 2, 2), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("rank 2 (node 1")
+            && o.stderr
+                .contains("killed by signal 9 (SIGKILL); respawning node 1 (ranks 2-3) at incarnation 1"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("node 1 respawned: ranks [2, 3] at incarnation 1"), "{}", o.stderr);
+    // Timestamped: wall clock and time since launch.
+    let line = o.stderr.lines().find(|l| l.contains("respawning node 1")).unwrap();
+    assert!(line.contains("Z (+") && line.contains(" s): "), "{line}");
+}
+
+#[test]
+fn respawn_zero_keeps_fail_fast() {
+    let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; echo "pid $$"; exec sleep 30"#;
+    let o = reverb(&["run", "-n", "2", "--respawn", "0", "--", "sh", "-c", script], Duration::from_secs(20));
+    assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
+    assert!(!o.stderr.contains("respawning"), "{}", o.stderr);
+    assert!(o.took < Duration::from_secs(10));
+    for p in pids(&o.stdout) {
+        assert!(!alive(p), "rank pid {p} survived");
+    }
+}
+
+#[test]
+fn a_rank_failing_twice_exhausts_respawn_and_fails_the_job() {
+    let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; echo "pid $$"; exec sleep 30"#;
+    let o = reverb(
+        &["run", "-n", "2", "--ranks-per-node", "1", "--respawn", "1", "--", "sh", "-c", script],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
+    assert!(o.stderr.contains("respawning node 1 (ranks 1-1) at incarnation 1"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 1 (node 1") && o.stderr.contains("incarnation 1) was killed by signal 9"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("no respawn left (1 of --respawn 1 used)"), "{}", o.stderr);
+    assert!(o.took < Duration::from_secs(10), "took {:?}", o.took);
+    for p in pids(&o.stdout) {
+        assert!(!alive(p), "rank pid {p} survived");
+    }
+}
+
+#[test]
+fn a_nonzero_exit_fails_the_job_even_with_respawn() {
+    let script = r#"if [ "$REVERB_RANK" = 1 ]; then exit 4; fi; exec sleep 30"#;
+    let o = reverb(&["run", "-n", "2", "--respawn", "3", "--", "sh", "-c", script], Duration::from_secs(20));
+    assert_eq!(o.code, Some(4), "{}", o.stderr);
+    assert!(!o.stderr.contains("respawning"), "{}", o.stderr);
+    assert!(o.stderr.contains("exited with status 4"), "{}", o.stderr);
+}
+
+/// A respawned rank presenting a stale incarnation to the launcher's bootstrap server is
+/// refused: rank 1 is killed at incarnation 0, then its incarnation 1 first tries to join
+/// as incarnation 0 (refused, clearly) and then as itself.
+#[test]
+fn rank_entry_stale_rejoin() {
+    let Ok(Some(job)) = JobInfo::from_env() else { return };
+    if std::env::var_os("REVERB_STALE_TEST").is_none() {
+        return;
+    }
+    let params = reverb_transport::bootstrap::BootParams::from_env().unwrap();
+    if job.incarnation == 0 {
+        let mut b = TcpBootstrap::connect_with(job.clone(), &params).expect("bootstrap");
+        b.publish(format!("addr {}", job.rank).as_bytes()).unwrap();
+        // After the barrier every rank's publish is in place at the server.
+        b.barrier().unwrap();
+        if job.rank == 1 {
+            // SAFETY (test): SIGKILL to ourselves, the failure under test.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let r = b.wait_rejoin(1, Duration::from_secs(20)).expect("rank 1 rejoins");
+        assert_eq!((r.rank, r.incarnation, r.address), (1, 1, b"addr 1".to_vec()));
+        return;
+    }
+    let stale = JobInfo { incarnation: 0, ..job.clone() };
+    let e = TcpBootstrap::connect_with(stale, &params).err().expect("stale incarnation admitted");
+    assert!(e.to_string().contains("stale incarnation 0"), "{e}");
+    println!("refused: {e}");
+    let mut b = TcpBootstrap::connect_with(job.clone(), &params).expect("rejoin");
+    let seen = b.lookup().unwrap();
+    assert_eq!(seen[0].address.as_deref(), Some(&b"addr 0"[..]));
+    b.publish(b"addr 1").unwrap();
+}
+
+#[test]
+fn stale_incarnation_rejoin_is_refused_by_the_launcher_server() {
+    let spec = LaunchSpec {
+        ranks: 2,
+        ranks_per_node: 1,
+        program: std::env::current_exe().unwrap(),
+        args: ["rank_entry_stale_rejoin", "--exact", "--test-threads=1", "--nocapture"]
+            .map(String::from)
+            .to_vec(),
+        env: vec![("REVERB_BOOT_TIMEOUT_S".into(), "20".into()), ("REVERB_STALE_TEST".into(), "1".into())],
+        timeout: Some(Duration::from_secs(60)),
+        prefix_output: true,
+    };
+    let report = launch_report(&spec, &LaunchOptions { respawn: 1, ..LaunchOptions::default() }).unwrap();
+    assert_eq!(report.code, 0);
+    assert_eq!(report.respawns.len(), 1);
+    assert_eq!((report.respawns[0].rank, report.respawns[0].incarnation), (1, 1));
+}
+
+#[test]
+fn two_nodes_failing_at_once_are_both_respawned() {
+    // Ranks 1 and 3 (nodes 0 and 1) die together at incarnation 0.
+    let script = r#"if [ "$REVERB_INCARNATION" = 0 ]; then
+  if [ "$REVERB_RANK" = 1 ] || [ "$REVERB_RANK" = 3 ]; then sleep 0.3; kill -9 $$; fi
+  exec sleep 30
+fi
+echo "done $REVERB_RANK $REVERB_INCARNATION""#;
+    let o = reverb(
+        &["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "2", "--", "sh", "-c", script],
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let done: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] done ")).collect();
+    let want: BTreeSet<&str> = ["[0] done 0 1", "[1] done 1 1", "[2] done 2 1", "[3] done 3 1"].into();
+    assert_eq!(done, want, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("2 node respawn(s)"), "{}", o.stderr);
 }

@@ -341,6 +341,21 @@ pub trait Provider: Send {
 
     fn peer_state(&self, peer: Rank) -> PeerState;
 
+    /// The incarnation of `peer` this provider is connected to (or was, if it died since);
+    /// None when never connected, or when the provider does not track incarnations.
+    fn peer_incarnation(&self, _peer: Rank) -> Option<u32> {
+        None
+    }
+
+    /// Connects to `peer`'s respawned `incarnation` at `address` (from `Bootstrap::lookup`,
+    /// `poll_rejoins` or `wait_rejoin`). Everything pending on the previous incarnation first
+    /// fails with `PeerDead`, and nothing it sent is delivered afterwards; old `RemoteRegion`s
+    /// of `peer` are refused (`InvalidKey`). Then `peer_state(peer)` is `Alive` again.
+    /// `StaleIncarnation` if `incarnation` is not newer than the connected one.
+    fn reconnect(&mut self, _peer: Rank, _incarnation: u32, _address: &[u8]) -> Result<()> {
+        Err(TransportError::Unsupported(format!("reconnect on the {} provider", self.kind())))
+    }
+
     /// Makes progress without blocking: drains incoming rings or CQs, checks peer liveness and
     /// moves finished operations to the completion queue.
     fn progress(&mut self) -> Result<()>;

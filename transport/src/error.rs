@@ -37,6 +37,10 @@ pub enum TransportError {
     Config(String),
     #[error("provider {0} is not available: {1}")]
     Unavailable(&'static str, String),
+    #[error("{0} is not supported")]
+    Unsupported(String),
+    #[error("rank {rank}: incarnation {incarnation} is stale (current {current})")]
+    StaleIncarnation { rank: Rank, incarnation: u32, current: u32 },
     #[error("{context}: {source}")]
     Io { context: String, source: Arc<std::io::Error> },
 }

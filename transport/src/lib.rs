@@ -10,6 +10,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod msg;
+pub mod recovery;
 pub mod region;
 pub mod shm;
 pub mod tagged;
@@ -28,10 +29,18 @@ pub use config::{TransportConfig, WaitMode};
 pub use error::{Result, TransportError};
 pub use region::Region;
 
-/// Opens the provider named by `config.provider` for this job.
+/// Opens the provider named by `config.provider` for this job. A respawned rank
+/// (incarnation > 0) rejoins the running job instead of taking part in a collective open;
+/// see [`recovery`].
 pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
+    let respawned = boot.job().incarnation > 0;
     match config.provider {
+        ProviderKind::Shm if respawned => Ok(Box::new(shm::ShmProvider::rejoin(config.clone(), boot)?)),
         ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
+        #[cfg(feature = "verbs")]
+        ProviderKind::Verbs if respawned => {
+            Err(TransportError::Unsupported("rejoining a running job on the verbs provider".into()))
+        }
         #[cfg(feature = "verbs")]
         ProviderKind::Verbs => Ok(Box::new(verbs::VerbsProvider::open(config.clone(), boot)?)),
         #[cfg(not(feature = "verbs"))]

@@ -195,6 +195,12 @@ impl TaggedState {
     }
 
     /// Fails the sends waiting on `rank` and the receives only `rank` could satisfy.
+    /// Forgets what `rank`'s previous incarnation sent that no receive claimed (it must never be
+    /// taken for the new incarnation's); returns how many arrivals were dropped.
+    pub fn purge_unexpected_from(&mut self, rank: Rank) -> usize {
+        self.matcher.drop_unexpected_from(rank)
+    }
+
     pub fn fail_peer(&mut self, rank: Rank, error: &TransportError, cq: &mut VecDeque<Completion>) {
         let cookies: Vec<u64> =
             self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();

@@ -61,6 +61,13 @@ impl<A: Arrival> Matcher<A> {
         dead.into()
     }
 
+    /// Drops the arrivals from `rank` no receive has claimed; returns how many.
+    pub fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
+        let before = self.unexpected.len();
+        self.unexpected.retain(|a| a.source() != rank);
+        before - self.unexpected.len()
+    }
+
     pub fn posted_len(&self) -> usize {
         self.posted.len()
     }

@@ -28,12 +28,23 @@ pub struct Job {
     pub ignored: bool,
     /// The whole job is killed (and the test fails) after this.
     pub timeout: Duration,
+    /// Node respawns allowed, as `reverb run --respawn`: a rank killed by a signal fails its
+    /// node; the node's other ranks are SIGKILLed, the boot server is told, and the node's
+    /// ranks start again at incarnation + 1.
+    pub respawn: u32,
 }
 
 impl Job {
     /// `ranks` processes, one per simulated node.
     pub fn new(ranks: u32) -> Job {
-        Job { ranks, ranks_per_node: 1, env: Vec::new(), ignored: false, timeout: Duration::from_secs(120) }
+        Job {
+            ranks,
+            ranks_per_node: 1,
+            env: Vec::new(),
+            ignored: false,
+            timeout: Duration::from_secs(120),
+            respawn: 0,
+        }
     }
 
     pub fn env(mut self, env: &[(&str, &str)]) -> Job {
@@ -46,6 +57,8 @@ impl Job {
 #[derive(Debug)]
 pub struct RankExit {
     pub rank: u32,
+    /// The incarnation that ended last; the output of earlier ones comes first in the streams.
+    pub incarnation: u32,
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub stdout: String,
@@ -92,34 +105,61 @@ pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
     if job.ignored {
         args.push("--ignored");
     }
-    let mut children: Vec<Child> = (0..ranks)
-        .map(|rank| {
-            Command::new(&exe)
-                .args(&args)
-                .env(CHILD_VAR, "1")
-                .env("REVERB_RANK", rank.to_string())
-                .env("REVERB_SIZE", ranks.to_string())
-                .env("REVERB_NODE", (rank / per_node).to_string())
-                .env("REVERB_LOCAL_RANK", (rank % per_node).to_string())
-                .env("REVERB_RANKS_PER_NODE", per_node.to_string())
-                .env("REVERB_JOB_ID", job_id(test))
-                .env("REVERB_INCARNATION", "0")
-                .env("REVERB_ROOT", &root)
-                .env("REVERB_JOB_TOKEN", &token)
-                .env("REVERB_BOOT_SERVER", "external")
-                .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
-        })
-        .collect();
+    let spawn = |rank: u32, incarnation: u32| -> Child {
+        Command::new(&exe)
+            .args(&args)
+            .env(CHILD_VAR, "1")
+            .env("REVERB_RANK", rank.to_string())
+            .env("REVERB_SIZE", ranks.to_string())
+            .env("REVERB_NODE", (rank / per_node).to_string())
+            .env("REVERB_LOCAL_RANK", (rank % per_node).to_string())
+            .env("REVERB_RANKS_PER_NODE", per_node.to_string())
+            .env("REVERB_JOB_ID", job_id(test))
+            .env("REVERB_INCARNATION", incarnation.to_string())
+            .env("REVERB_ROOT", &root)
+            .env("REVERB_JOB_TOKEN", &token)
+            .env("REVERB_BOOT_SERVER", "external")
+            .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rank")
+    };
+    let mut children: Vec<Child> = (0..ranks).map(|rank| spawn(rank, 0)).collect();
+    let mut incarnations = vec![0u32; ranks as usize];
+    // Output of incarnations that were replaced, per rank.
+    let mut earlier = vec![(String::new(), String::new()); ranks as usize];
+    let mut respawns = 0;
     let deadline = Instant::now() + job.timeout;
     let mut statuses = vec![None; children.len()];
     while statuses.iter().any(Option::is_none) {
-        for (i, child) in children.iter_mut().enumerate() {
-            if statuses[i].is_none() {
-                statuses[i] = child.try_wait().expect("wait");
+        for i in 0..children.len() {
+            if statuses[i].is_some() {
+                continue;
+            }
+            statuses[i] = children[i].try_wait().expect("wait");
+            let signalled = statuses[i].is_some_and(|s| s.signal().is_some());
+            if !(signalled && respawns < job.respawn) {
+                continue;
+            }
+            // The node failed: kill and reap its other ranks, then start them all again.
+            respawns += 1;
+            let node = i as u32 / per_node;
+            let members = node * per_node..((node + 1) * per_node).min(ranks);
+            for r in members.clone() {
+                let r = r as usize;
+                if statuses[r].is_some_and(|s| s.success()) {
+                    continue; // done before the failure: stays done (as the launcher does)
+                }
+                let _ = children[r].kill();
+                let _ = children[r].wait();
+                server.mark_failed(r as u32, incarnations[r], "node failed (test)").expect("mark_failed");
+                incarnations[r] += 1;
+                let old = std::mem::replace(&mut children[r], spawn(r as u32, incarnations[r]));
+                let out = old.wait_with_output().expect("output");
+                earlier[r].0.push_str(&String::from_utf8_lossy(&out.stdout));
+                earlier[r].1.push_str(&String::from_utf8_lossy(&out.stderr));
+                statuses[r] = None;
             }
         }
         if Instant::now() > deadline {
@@ -133,16 +173,18 @@ pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
     children
         .into_iter()
         .zip(statuses)
+        .zip(earlier)
         .enumerate()
-        .map(|(rank, (child, status))| {
+        .map(|(rank, ((child, status), (out0, err0)))| {
             let out = child.wait_with_output().expect("output");
             let status = status.expect("status");
             RankExit {
                 rank: rank as u32,
+                incarnation: incarnations[rank],
                 code: status.code(),
                 signal: status.signal(),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                stdout: out0 + &String::from_utf8_lossy(&out.stdout),
+                stderr: err0 + &String::from_utf8_lossy(&out.stderr),
             }
         })
         .collect()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use reverb_transport::bootstrap::wire::{self, Frame};
-use reverb_transport::bootstrap::{BootParams, BootServer, ServerOptions, TcpBootstrap};
+use reverb_transport::bootstrap::{BootParams, BootServer, PeerAddress, Rejoin, ServerOptions, TcpBootstrap};
 use reverb_transport::{Bootstrap, JobInfo, TransportError};
 
 const TOKEN: &str = "s3cret-token";
@@ -219,18 +219,18 @@ fn malformed_connections_are_refused_without_disturbing_the_job() {
     let mut garbage = raw(addr);
     garbage.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut truncated = raw(addr); // header promises 40 bytes, 5 arrive, then silence
-    truncated.write_all(&header(1, 1, 40)).unwrap();
+    truncated.write_all(&header(1, wire::VERSION, 40)).unwrap();
     truncated.write_all(&[1, 2, 3, 4, 5]).unwrap();
     let mut oversized = raw(addr);
-    oversized.write_all(&header(1, 1, u32::MAX)).unwrap();
+    oversized.write_all(&header(1, wire::VERSION, u32::MAX)).unwrap();
     let mut version = raw(addr);
     let mut v2 = hello(TOKEN, 0, 2);
-    v2[4] = 2;
+    v2[4] = wire::VERSION as u8 + 1;
     version.write_all(&v2).unwrap();
     let mut not_hello = raw(addr);
     not_hello.write_all(&wire::encode(&Frame::Contribute { round: 0, data: vec![1] }).unwrap()).unwrap();
     let mut cut = raw(addr); // closes inside the header
-    cut.write_all(&header(1, 1, 10)[..6]).unwrap();
+    cut.write_all(&header(1, wire::VERSION, 10)[..6]).unwrap();
     cut.shutdown(std::net::Shutdown::Write).unwrap();
 
     // The real job runs while all of those are pending.
@@ -260,9 +260,9 @@ fn malformed_connections_are_refused_without_disturbing_the_job() {
 fn raw_rank(addr: SocketAddr, rank: u32, size: u32) -> TcpStream {
     let mut s = raw(addr);
     s.write_all(&hello(TOKEN, rank, size)).unwrap();
-    let mut h = [0u8; wire::HEADER_LEN + 4];
+    let mut h = [0u8; wire::HEADER_LEN + 12];
     s.read_exact(&mut h).unwrap();
-    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { size: 3 }, _))));
+    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { size: 3, .. }, _))));
     s
 }
 
@@ -484,6 +484,148 @@ fn boot_params_from_env() {
     .is_err());
 }
 
+// ---- rejoin ----
+
+fn job_at(rank: u32, size: u32, incarnation: u32) -> JobInfo {
+    JobInfo { incarnation, ..job(rank, size) }
+}
+
+#[test]
+fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let mut r0 = TcpBootstrap::connect(job(0, 3), &root, TOKEN, T).unwrap();
+    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
+    let mut dying = raw_rank(server.local_addr(), 2, 3);
+    dying.write_all(&wire::encode(&Frame::Publish { address: b"old-2".to_vec() }).unwrap()).unwrap();
+    r0.publish(b"addr-0").unwrap();
+    r1.publish(b"addr-1").unwrap();
+    // Publishes on other connections are not ordered with r0's lookup: poll (bounded).
+    let t0 = Instant::now();
+    let mut before = r0.lookup().unwrap();
+    while before.iter().any(|e| e.address.is_none()) && t0.elapsed() < T {
+        thread::sleep(Duration::from_millis(10));
+        before = r0.lookup().unwrap();
+    }
+    assert_eq!(before[2], PeerAddress { rank: 2, incarnation: 0, address: Some(b"old-2".to_vec()) });
+    // The first incarnation is no rejoin: nothing is announced.
+    assert!(r0.poll_rejoins().unwrap().is_empty());
+
+    drop(dying); // a crash: no Bye
+    server.mark_failed(2, 0, "killed by the test").unwrap();
+    let after = r1.lookup().unwrap();
+    assert_eq!(after[2].address, None, "a failed rank's address is forgotten");
+
+    // Stale (equal) incarnation and wrong token are refused with a clear reason.
+    let e = TcpBootstrap::connect(job_at(2, 3, 0), &root, TOKEN, T).err().unwrap();
+    assert!(e.to_string().contains("stale incarnation 0"), "{e}");
+    let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, "wrong", T).err().unwrap();
+    assert!(e.to_string().contains("wrong job token"), "{e}");
+
+    let mut r2 = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).unwrap();
+    let seen = r2.lookup().unwrap();
+    assert_eq!(seen[0], PeerAddress { rank: 0, incarnation: 0, address: Some(b"addr-0".to_vec()) });
+    assert_eq!(seen[1], PeerAddress { rank: 1, incarnation: 0, address: Some(b"addr-1".to_vec()) });
+    assert_eq!(seen[2], PeerAddress { rank: 2, incarnation: 1, address: None });
+    r2.publish(b"addr-2-new").unwrap();
+
+    let want = Rejoin { rank: 2, incarnation: 1, address: b"addr-2-new".to_vec() };
+    assert_eq!(r0.wait_rejoin(2, T).unwrap(), want);
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() && t0.elapsed() < T {
+        got = r1.poll_rejoins().unwrap();
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(got, vec![want]);
+    // Nothing more: a wait for a rank that does not rejoin is bounded.
+    let t0 = Instant::now();
+    assert!(matches!(r0.wait_rejoin(1, Duration::from_millis(300)), Err(TransportError::Timeout(_))));
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    // The new incarnation is live: the same incarnation again is a duplicate.
+    let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).err().unwrap();
+    assert!(e.to_string().contains("duplicate rank 2"), "{e}");
+    assert_eq!(r0.lookup().unwrap()[2].address.as_deref(), Some(&b"addr-2-new"[..]));
+}
+
+#[test]
+fn collectives_resume_once_the_lost_rank_rejoined() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let root2 = root.clone();
+    // Rank 0 is in a round when rank 2 dies; rank 1 only calls after the loss.
+    let r0 = thread::spawn(move || {
+        let mut b = TcpBootstrap::connect(job(0, 3), &root2, TOKEN, T).unwrap();
+        let e = b.allgather(b"lost round").unwrap_err();
+        assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+        b
+    });
+    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
+    let dying = raw_rank(server.local_addr(), 2, 3);
+    thread::sleep(Duration::from_millis(200));
+    drop(dying);
+    server.mark_failed(2, 0, "killed by the test").unwrap();
+    let mut r0 = r0.join().unwrap();
+    let e = r1.allgather(b"while lost").unwrap_err();
+    assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+
+    // Once admitted (connect returned), the job is whole again.
+    let mut b2 = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).unwrap();
+    let r2 = thread::spawn(move || {
+        let all = b2.allgather(b"c").unwrap();
+        b2.barrier().unwrap();
+        all
+    });
+    let h1 = thread::spawn(move || {
+        let all = r1.allgather(b"b").unwrap();
+        r1.barrier().unwrap();
+        all
+    });
+    let all = r0.allgather(b"a").unwrap();
+    r0.barrier().unwrap();
+    let want: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    assert_eq!(all, want);
+    assert_eq!(h1.join().unwrap(), want);
+    assert_eq!(r2.join().unwrap(), want);
+}
+
+#[test]
+fn a_higher_incarnation_supersedes_a_connection_not_yet_seen_dead() {
+    let server = quick_server(2);
+    let root = server.local_addr().to_string();
+    let mut r0 = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).unwrap();
+    let _old = raw_rank_of(server.local_addr(), 1, 2);
+    let mut r1 = TcpBootstrap::connect(job_at(1, 2, 1), &root, TOKEN, T).unwrap();
+    r1.publish(b"new").unwrap();
+    let r = r0.wait_rejoin(1, T).unwrap();
+    assert_eq!((r.rank, r.incarnation, r.address), (1, 1, b"new".to_vec()));
+    // The old incarnation cannot come back.
+    let e = TcpBootstrap::connect(job(1, 2), &root, TOKEN, T).err().unwrap();
+    assert!(e.to_string().contains("duplicate rank 1"), "{e}");
+}
+
+/// Joins as `rank` of `size` over a raw socket (no Bye on drop).
+fn raw_rank_of(addr: SocketAddr, rank: u32, size: u32) -> TcpStream {
+    let mut s = raw(addr);
+    s.write_all(&hello(TOKEN, rank, size)).unwrap();
+    let mut h = [0u8; wire::HEADER_LEN + 12];
+    s.read_exact(&mut h).unwrap();
+    assert!(matches!(wire::decode(&h), Ok((Frame::Welcome { .. }, _))));
+    s
+}
+
+#[test]
+fn mark_failed_ignores_older_incarnations_and_bad_ranks() {
+    let server = quick_server(2);
+    assert!(server.mark_failed(5, 0, "x").is_err());
+    let root = server.local_addr().to_string();
+    let _r0 = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).unwrap();
+    let mut r1 = TcpBootstrap::connect(job_at(1, 2, 2), &root, TOKEN, T).unwrap();
+    server.mark_failed(1, 1, "an older incarnation").unwrap();
+    // Still live: a lookup answers.
+    assert_eq!(r1.lookup().unwrap()[1].incarnation, 2);
+}
+
 // ---- wire format ----
 
 fn arb_frame() -> impl Strategy<Value = Frame> {
@@ -491,13 +633,28 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
         (prop::collection::vec(any::<u8>(), 0..64), any::<u32>(), any::<u32>(), any::<u32>())
             .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),
-        any::<u32>().prop_map(|size| Frame::Welcome { size }),
+        (any::<u32>(), any::<u64>()).prop_map(|(size, round)| Frame::Welcome { size, round }),
         ".{0,40}".prop_map(|reason| Frame::Refused { reason }),
         (any::<u64>(), bytes()).prop_map(|(round, data)| Frame::Contribute { round, data }),
         (any::<u64>(), prop::collection::vec(bytes(), 0..8))
             .prop_map(|(round, parts)| Frame::Gathered { round, parts }),
         (prop::option::of(any::<u32>()), ".{0,40}").prop_map(|(rank, reason)| Frame::Abort { rank, reason }),
         Just(Frame::Bye),
+        bytes().prop_map(|address| Frame::Publish { address }),
+        Just(Frame::Lookup),
+        prop::collection::vec((any::<u32>(), any::<u32>(), prop::option::of(bytes())), 0..6).prop_map(|v| {
+            Frame::Addresses {
+                entries: v
+                    .into_iter()
+                    .map(|(rank, incarnation, address)| PeerAddress { rank, incarnation, address })
+                    .collect(),
+            }
+        }),
+        (any::<u32>(), any::<u32>(), bytes()).prop_map(|(rank, incarnation, address)| Frame::Rejoined {
+            rank,
+            incarnation,
+            address
+        }),
     ]
 }
 
@@ -508,13 +665,25 @@ proptest! {
     }
 
     #[test]
-    fn decode_random_payloads_never_panic(kind in 0u8..9, p in prop::collection::vec(any::<u8>(), 0..128)) {
-        let mut b = header(kind, 1, p.len() as u32);
+    fn decode_random_payloads_never_panic(kind in 0u8..13, p in prop::collection::vec(any::<u8>(), 0..128)) {
+        let mut b = header(kind, wire::VERSION, p.len() as u32);
         b.extend_from_slice(&p);
         let _ = wire::decode(&b);
         let never = || false;
         let w = wire::Wait { idle_deadline: None, frame_timeout: Duration::from_secs(1), cancel: &never };
         let _ = wire::read_frame(&mut std::io::Cursor::new(b), wire::MAX_FRAME, &w);
+    }
+
+    /// The recovery frames' decoders: any payload under their kinds is a frame or an error.
+    #[test]
+    fn recovery_frames_decode_random_payloads(kind in 8u8..12, p in prop::collection::vec(any::<u8>(), 0..96)) {
+        let mut b = header(kind, wire::VERSION, p.len() as u32);
+        b.extend_from_slice(&p);
+        if let Ok((f, n)) = wire::decode(&b) {
+            prop_assert_eq!(n, b.len());
+            // What decodes re-encodes to the same bytes.
+            prop_assert_eq!(wire::encode(&f).unwrap(), b);
+        }
     }
 
     #[test]

@@ -493,3 +493,174 @@ fn malformed_ring_messages_are_reported_not_fatal() {
     }
     boot.barrier().unwrap();
 }
+
+/// Put, then get it back (verified), then trade "done" with `peer` and check what `peer` put
+/// into our `region` at our slot. Remote accesses end before "done", so neither side can drop
+/// a region the other still reads.
+fn put_get_with(
+    p: &mut dyn Provider,
+    me: u32,
+    peer: u32,
+    region: &reverb_transport::Region,
+    remote: &RemoteRegion,
+    seed: u64,
+) {
+    let len = 512;
+    let scratch = p.alloc_region(len, Access::LOCAL).unwrap();
+    let mine = pattern(seed + u64::from(me) * 100 + u64::from(peer), len);
+    scratch.write(0, &mine).unwrap();
+    let at = u64::from(me) * len as u64;
+    let rma = Rma { local: &scratch, local_offset: 0, remote, remote_offset: at, len };
+    let op = p.put(rma, Signal::Yes).unwrap_or_else(|e| panic!("rank {me}: put to {peer}: {e}"));
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    scratch.fill(0, len, 0).unwrap();
+    let op = p.get(rma, Signal::Yes).unwrap_or_else(|e| panic!("rank {me}: get from {peer}: {e}"));
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    assert_eq!(scratch.to_vec(0, len).unwrap(), mine, "rank {me}: get from {peer}");
+    let op = p.send(peer, 11, b"done").unwrap();
+    recv_owned(p, Source::Rank(peer), TagMatch::exact(11), 8);
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    let theirs = pattern(seed + u64::from(peer) * 100 + u64::from(me), len);
+    assert_eq!(region.to_vec(peer as usize * len, len).unwrap(), theirs, "rank {me}: put from {peer}");
+}
+
+/// Trades region descriptors with `peer` by tagged messages (no collective after a failure).
+fn trade_descriptor(p: &mut dyn Provider, peer: u32, mine: &RemoteRegion) -> RemoteRegion {
+    let op = p.send(peer, 10, &mine.to_bytes()).unwrap();
+    let (_, _, d) = recv_owned(p, Source::Rank(peer), TagMatch::exact(10), 64);
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    RemoteRegion::from_bytes(&d).unwrap()
+}
+
+/// Node 1 (ranks 2, 3) fails `failures` times: rank 2 SIGKILLs itself at every incarnation
+/// below `failures` (at incarnation 0 after a round of traffic, later right after opening),
+/// the harness kills rank 3 and respawns both. Survivors see PeerDead, reconnect to the
+/// last incarnation, and messages and one-sided operations flow with it, data verified.
+fn node_failure_job(test: &str, failures: u32) {
+    let Some((job, mut boot, mut p)) = child() else {
+        let exits = run_job(test, &Job { ranks_per_node: 2, respawn: failures, ..Job::new(4) });
+        for e in &exits {
+            assert!(e.code == Some(0) && e.stdout.contains("1 passed"), "rank {}:\n{}", e.rank, e.output());
+            let want = if e.rank >= 2 { failures } else { 0 };
+            assert_eq!(e.incarnation, want, "rank {}:\n{}", e.rank, e.output());
+        }
+        return;
+    };
+    use reverb_transport::recovery::{apply_rejoins, await_rejoin};
+    use reverb_transport::PeerState;
+    let me = job.rank;
+    let last = failures;
+    if job.node == 1 && job.incarnation > 0 && job.incarnation < last {
+        // A respawn that fails again before anyone talked to it.
+        if me == 2 {
+            // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        std::thread::sleep(WAIT);
+        panic!("rank {me} outlived its node");
+    }
+    let region = p.alloc_region(4 * 512, Access::REMOTE_RW).unwrap();
+    if job.incarnation == 0 {
+        let all = exchange(&mut boot, &region.remote());
+        let next = (me + 1) % 4;
+        p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
+        let (_, _, got) = recv_owned(p.as_mut(), Source::Rank((me + 3) % 4), TagMatch::exact(1), 100);
+        assert_eq!(got, pattern(u64::from((me + 3) % 4), 100));
+        boot.barrier().unwrap();
+        if job.node == 1 {
+            if me == 2 {
+                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            std::thread::sleep(WAIT);
+            panic!("rank {me} outlived its node");
+        }
+        let t0 = Instant::now();
+        while p.peer_state(2) != PeerState::Dead || p.peer_state(3) != PeerState::Dead {
+            p.progress().unwrap();
+            p.block(Duration::from_millis(5)).unwrap();
+            assert!(t0.elapsed() < WAIT, "node 1's death not seen");
+        }
+        let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
+        assert!(matches!(p.put(stale, Signal::Yes), Err(TransportError::PeerDead(2))));
+        if me == 0 {
+            for r in [2, 3] {
+                let after = last.checked_sub(1);
+                assert_eq!(await_rejoin(p.as_mut(), &mut boot, r, after, WAIT).unwrap(), last);
+            }
+        } else {
+            // Non-blocking: reconnect to whatever was announced, until the last incarnation.
+            let t0 = Instant::now();
+            while [2, 3]
+                .iter()
+                .any(|&r| p.peer_state(r) != PeerState::Alive || p.peer_incarnation(r) != Some(last))
+            {
+                apply_rejoins(p.as_mut(), &mut boot).unwrap();
+                p.progress().unwrap();
+                p.block(Duration::from_millis(5)).unwrap();
+                assert!(t0.elapsed() < WAIT, "node 1 not back at incarnation {last}");
+            }
+        }
+        let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
+        assert!(p.put(stale, Signal::Yes).is_err(), "the dead incarnation's key reached the new one");
+        for r in [2, 3] {
+            let remote = trade_descriptor(p.as_mut(), r, &region.remote());
+            put_get_with(p.as_mut(), me, r, &region, &remote, 7);
+        }
+    } else {
+        let mate = 5 - me;
+        assert_eq!(await_rejoin(p.as_mut(), &mut boot, mate, last.checked_sub(1), WAIT).unwrap(), last);
+        // Pairs in increasing rank order on every side, so no two ranks wait on each other.
+        let mut peers = [0, 1, mate];
+        peers.sort_unstable();
+        for r in peers {
+            let remote = trade_descriptor(p.as_mut(), r, &region.remote());
+            put_get_with(p.as_mut(), me, r, &region, &remote, 7);
+        }
+    }
+    // Collectives work again with the whole job.
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn respawned_node_reconnects() {
+    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
+        node_failure_job("respawned_node_reconnects", 1);
+    }
+}
+
+#[test]
+fn node_failing_twice_reconnects_to_last() {
+    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
+        node_failure_job("node_failing_twice_reconnects_to_last", 2);
+    }
+}
+
+/// A peer that sent and then exited cleanly is Dead, but what it sent before still arrives.
+#[test]
+fn messages_sent_before_a_clean_exit_still_arrive() {
+    if !common::only_on("shm", "not yet run against verbs in the soft-RoCE VM") {
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("messages_sent_before_a_clean_exit_still_arrive", 2, &[]);
+    };
+    boot.barrier().unwrap();
+    if job.rank == 1 {
+        for i in 0..20u64 {
+            let op = p.send(0, i, &pattern(i, 100)).unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+        return; // the provider closes on drop
+    }
+    let t0 = Instant::now();
+    while p.peer_state(1) != reverb_transport::PeerState::Dead {
+        p.block(Duration::from_millis(5)).unwrap();
+        assert!(t0.elapsed() < WAIT, "rank 1's exit not seen");
+    }
+    for i in 0..20u64 {
+        let (src, tag, data) = recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(i), 100);
+        assert_eq!((src, tag), (1, i));
+        assert_eq!(data, pattern(i, 100));
+    }
+}

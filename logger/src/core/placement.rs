@@ -14,9 +14,10 @@ use std::str::FromStr;
 
 use super::CoreError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
     /// No logger cores (the default: jobs run as before).
+    #[default]
     Off,
     Dedicated,
     SharedPinned,

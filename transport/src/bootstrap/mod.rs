@@ -13,8 +13,10 @@ pub mod wire;
 pub use env::{vars, BootParams};
 pub use tcp::{BootServer, ServerOptions, TcpBootstrap};
 
+use std::time::Duration;
+
 use crate::api::Rank;
-use crate::error::Result;
+use crate::error::{Result, TransportError};
 
 /// Where this process sits in the job, read from the launcher's or a resource manager's env.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,12 +43,59 @@ impl JobInfo {
     }
 }
 
+/// A rank's provider address as the rendezvous knows it (answer to [`Bootstrap::lookup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddress {
+    pub rank: Rank,
+    pub incarnation: u32,
+    /// None while that incarnation has not published (not started yet, or failed).
+    pub address: Option<Vec<u8>>,
+}
+
+/// A respawned rank rejoined the job at `incarnation` and published `address`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejoin {
+    pub rank: Rank,
+    pub incarnation: u32,
+    pub address: Vec<u8>,
+}
+
+fn unsupported(what: &str) -> TransportError {
+    TransportError::Unsupported(format!("{what} on this bootstrap"))
+}
+
 /// Out-of-band exchange among all ranks of a job.
+///
+/// Collectives (`allgather`, `barrier`) need every rank: they fail with `PeerDead` while a
+/// rank is lost and work again once every lost rank has rejoined (respawned ranks join the
+/// survivors' round). Recovery itself uses the point-to-point calls: each rank `publish`es its provider address;
+/// a respawned rank `lookup`s the survivors' addresses; survivors learn of the respawned rank
+/// through `poll_rejoins` / `wait_rejoin`.
 pub trait Bootstrap: Send {
     fn job(&self) -> &JobInfo;
     /// Every rank contributes `data`; all receive every contribution, indexed by rank.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     fn barrier(&mut self) -> Result<()> {
         self.allgather(&[]).map(|_| ())
+    }
+    /// Records this rank's provider address for its incarnation. Fire and forget: this
+    /// rank's later calls are ordered after it, and so is every rank's view once a collective
+    /// this rank joins after publishing has completed. A bootstrap without recovery support
+    /// ignores it.
+    fn publish(&mut self, _address: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    /// Every rank's current incarnation and published address (bounded by the boot timeout).
+    fn lookup(&mut self) -> Result<Vec<PeerAddress>> {
+        Err(unsupported("lookup"))
+    }
+    /// Rejoins announced since the last call, without blocking.
+    fn poll_rejoins(&mut self) -> Result<Vec<Rejoin>> {
+        Err(unsupported("poll_rejoins"))
+    }
+    /// Waits at most `timeout` for `rank` to rejoin; other announcements stay queued for
+    /// `poll_rejoins`. `Err(Timeout)` if it did not.
+    fn wait_rejoin(&mut self, _rank: Rank, _timeout: Duration) -> Result<Rejoin> {
+        Err(unsupported("wait_rejoin"))
     }
 }

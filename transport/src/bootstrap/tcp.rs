@@ -5,8 +5,12 @@
 //! admitted connections. Readers only parse frames and send events to the coordinator, so the
 //! state has a single owner and admission (duplicate checks) is race-free.
 //!
-//! A rank slot keeps its incarnation and status; a later respawn can re-admit a failed slot
-//! with `incarnation + 1` in `Coordinator::admit` without changing the rest.
+//! A rank slot keeps its incarnation, status and published provider address. A failed slot
+//! (lost connection, or [`BootServer::mark_failed`] from the launcher) is re-admitted at a
+//! higher incarnation; once the respawned rank publishes its address, every other live rank
+//! gets an unsolicited `Rejoined` frame, which [`TcpBootstrap`] queues for `poll_rejoins`.
+//! A loss aborts the current allgather round without advancing it; once no slot is failed,
+//! collectives resume at that round (the Welcome tells a respawned rank which).
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,7 +22,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 
 use super::env::BootParams;
 use super::wire::{self, Frame, Read1, Wait};
-use super::{Bootstrap, JobInfo};
+use super::{Bootstrap, JobInfo, PeerAddress, Rejoin};
 use crate::error::{IoContext, Result, TransportError};
 
 /// Granularity at which blocked threads notice deadlines and shutdown.
@@ -70,6 +74,7 @@ fn log_line(msg: std::fmt::Arguments<'_>) {
 pub struct BootServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    events: Sender<Event>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -93,6 +98,22 @@ enum Event {
         rank: u32,
         clean: bool,
         reason: String,
+    },
+    Publish {
+        conn: u64,
+        rank: u32,
+        address: Vec<u8>,
+    },
+    Lookup {
+        conn: u64,
+        rank: u32,
+    },
+    /// From the launcher: `rank` at `incarnation` is gone (its node failed).
+    MarkFailed {
+        rank: u32,
+        incarnation: u32,
+        reason: String,
+        verdict: Sender<std::result::Result<(), String>>,
     },
 }
 
@@ -133,6 +154,7 @@ impl BootServer {
                 .spawn(move || Coordinator::new(shared).run(rx))
                 .context(|| "boot server: spawn".into())?
         };
+        let events = tx.clone();
         let accept = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -140,11 +162,29 @@ impl BootServer {
                 .spawn(move || accept_loop(listener, shared, tx))
                 .context(|| "boot server: spawn".into())?
         };
-        Ok(BootServer { addr, shared, threads: vec![accept, coord] })
+        Ok(BootServer { addr, shared, events, threads: vec![accept, coord] })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Records that `rank` at `incarnation` failed (the launcher killed or lost it): its
+    /// connection, if still open, is dropped, its address is forgotten, and a rank presenting
+    /// a higher incarnation is admitted in its place. A report about an older incarnation than
+    /// the slot's is ignored. Returns once the server has applied it (bounded).
+    pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        if rank >= self.shared.size {
+            return Err(TransportError::InvalidRank(rank, self.shared.size));
+        }
+        let (vtx, vrx) = channel::bounded(1);
+        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
+        self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
+        match vrx.recv_timeout(self.shared.opts.io_timeout) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
+            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
+        }
     }
 
     /// Waits (at most `linger`) until every rank has connected and left, then stops. Rank 0
@@ -247,6 +287,18 @@ fn serve_conn(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, tx: 
                 }
                 continue;
             }
+            Ok(Read1::Frame(Frame::Publish { address })) => {
+                if tx.send(Event::Publish { conn, rank, address }).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Ok(Read1::Frame(Frame::Lookup)) => {
+                if tx.send(Event::Lookup { conn, rank }).is_err() {
+                    break;
+                }
+                continue;
+            }
             Ok(Read1::Frame(Frame::Bye)) => Event::Left { conn, rank, clean: true, reason: "left".into() },
             Ok(Read1::Frame(f)) => Event::Left {
                 conn,
@@ -338,6 +390,10 @@ struct RankSlot {
     incarnation: u32,
     status: SlotStatus,
     conn: Option<Conn>,
+    /// The provider address this incarnation published; None until then and after a failure.
+    address: Option<Vec<u8>>,
+    /// Admitted after a failure: its Publish is announced to the other ranks.
+    rejoined: bool,
 }
 
 struct Coordinator {
@@ -355,7 +411,13 @@ impl Coordinator {
         let n = shared.size as usize;
         Coordinator {
             slots: (0..n)
-                .map(|_| RankSlot { incarnation: 0, status: SlotStatus::Waiting, conn: None })
+                .map(|_| RankSlot {
+                    incarnation: 0,
+                    status: SlotStatus::Waiting,
+                    conn: None,
+                    address: None,
+                    rejoined: false,
+                })
                 .collect(),
             parts: vec![None; n],
             shared,
@@ -388,6 +450,12 @@ impl Coordinator {
             }
             Event::Contribute { conn, rank, round, data } => self.contribute(conn, rank, round, data),
             Event::Left { conn, rank, clean, reason } => self.left(conn, rank, clean, reason),
+            Event::Publish { conn, rank, address } => self.publish(conn, rank, address),
+            Event::Lookup { conn, rank } => self.lookup(conn, rank),
+            Event::MarkFailed { rank, incarnation, reason, verdict } => {
+                self.mark_failed(rank, incarnation, reason);
+                let _ = verdict.send(Ok(()));
+            }
         }
     }
 
@@ -406,8 +474,8 @@ impl Coordinator {
         self.shared.presence_cv.notify_all();
     }
 
-    /// Admission policy. Only a never-connected slot is admitted today; re-admitting a failed
-    /// slot at `incarnation + 1` is where respawn will plug in.
+    /// Admission policy: a never-connected slot at its incarnation; a failed slot (or a live
+    /// one whose process the launcher replaced) only at a higher incarnation.
     fn admit(
         &mut self,
         id: u64,
@@ -416,25 +484,122 @@ impl Coordinator {
         peer: SocketAddr,
         mut writer: TcpStream,
     ) -> std::result::Result<(), String> {
-        let slot = &mut self.slots[rank as usize];
-        match &slot.status {
-            SlotStatus::Waiting => {}
+        let slot = &self.slots[rank as usize];
+        let current = slot.incarnation;
+        let rejoin = match &slot.status {
+            SlotStatus::Waiting if incarnation >= current => false,
+            SlotStatus::Live if incarnation > current => {
+                // The old process is gone but its connection is not closed yet.
+                let old = slot.conn.as_ref().map(|c| c.id).unwrap_or_default();
+                self.left(old, rank, false, format!("superseded by incarnation {incarnation}"));
+                true
+            }
             SlotStatus::Live => {
                 let from = slot.conn.as_ref().map(|c| c.peer.to_string()).unwrap_or_default();
-                return Err(format!("duplicate rank {rank}: already connected from {from}"));
+                return Err(format!(
+                    "duplicate rank {rank}: incarnation {current} already connected from {from} \
+                     (a rejoin needs a higher incarnation than {current}, got {incarnation})"
+                ));
             }
             SlotStatus::Left => return Err(format!("rank {rank} has already left the job")),
-            SlotStatus::Failed(_) => {
-                return Err(format!("rank {rank} failed earlier; reconnecting is not supported"))
+            SlotStatus::Failed(_) if incarnation > current => true,
+            SlotStatus::Waiting | SlotStatus::Failed(_) => {
+                return Err(format!(
+                    "stale incarnation {incarnation} for rank {rank}: the slot is at incarnation \
+                     {current}; a rejoin needs a higher one"
+                ))
             }
-        }
-        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size }).map_err(|e| e.to_string())?;
+        };
+        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
+            .map_err(|e| e.to_string())?;
         std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
+        if rejoin {
+            log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
+        }
+        let slot = &mut self.slots[rank as usize];
         slot.incarnation = incarnation;
         slot.status = SlotStatus::Live;
         slot.conn = Some(Conn { id, peer, writer });
+        slot.address = None;
+        slot.rejoined = rejoin;
         self.set_presence(true, false);
+        // Collectives resume once no rank is missing: rounds did not advance while one was.
+        let lost_rank = matches!(self.failure, Some((Some(_), _)));
+        if rejoin && lost_rank && !self.slots.iter().any(|s| matches!(s.status, SlotStatus::Failed(_))) {
+            log_line(format_args!(
+                "every failed rank has rejoined: collectives resume at round {}",
+                self.round
+            ));
+            self.failure = None;
+        }
         Ok(())
+    }
+
+    /// Stores a rank's address; a rejoined rank's is announced to every other live rank.
+    fn publish(&mut self, conn: u64, rank: u32, address: Vec<u8>) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        let slot = &mut self.slots[rank as usize];
+        let (incarnation, announce) = (slot.incarnation, slot.rejoined);
+        slot.address = Some(address.clone());
+        if !announce {
+            return;
+        }
+        let frame = match wire::encode(&Frame::Rejoined { rank, incarnation, address }) {
+            Ok(f) => f,
+            Err(e) => {
+                self.left(conn, rank, false, format!("unannounceable address: {e}"));
+                return;
+            }
+        };
+        for r in 0..self.shared.size {
+            if r != rank && self.slots[r as usize].status == SlotStatus::Live {
+                self.send_to(r, &frame);
+            }
+        }
+    }
+
+    fn lookup(&mut self, conn: u64, rank: u32) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        let entries = (0..self.shared.size)
+            .map(|r| {
+                let s = &self.slots[r as usize];
+                let live = s.status == SlotStatus::Live;
+                PeerAddress {
+                    rank: r,
+                    incarnation: s.incarnation,
+                    address: s.address.clone().filter(|_| live),
+                }
+            })
+            .collect();
+        match wire::encode(&Frame::Addresses { entries }) {
+            Ok(frame) => {
+                self.send_to(rank, &frame);
+            }
+            Err(e) => self.left(conn, rank, false, format!("lookup: {e}")),
+        }
+    }
+
+    fn mark_failed(&mut self, rank: u32, incarnation: u32, reason: String) {
+        let Some(slot) = self.slots.get(rank as usize) else { return };
+        if slot.incarnation > incarnation {
+            return;
+        }
+        match slot.conn.as_ref().map(|c| c.id) {
+            Some(id) => self.left(id, rank, false, reason),
+            None => {
+                let slot = &mut self.slots[rank as usize];
+                slot.status = SlotStatus::Failed(reason.clone());
+                slot.address = None;
+                if self.failure.is_none() {
+                    self.failure = Some((Some(rank), format!("rank {rank} lost: {reason}")));
+                }
+                self.abort_pending();
+            }
+        }
     }
 
     fn is_current(&self, conn: u64, rank: u32) -> bool {
@@ -544,6 +709,7 @@ impl Coordinator {
             log_line(format_args!("rank {rank} ({p}) lost: {reason}"));
         }
         slot.status = SlotStatus::Failed(reason.clone());
+        slot.address = None;
         if self.failure.is_none() {
             self.failure = Some((Some(rank), format!("rank {rank} lost: {reason}")));
         }
@@ -562,6 +728,8 @@ pub struct TcpBootstrap {
     broken: Option<TransportError>,
     /// The server rank 0 hosts when no launcher does.
     server: Option<BootServer>,
+    /// Rejoin announcements read but not yet handed out.
+    notices: std::collections::VecDeque<Rejoin>,
 }
 
 fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
@@ -603,6 +771,7 @@ impl TcpBootstrap {
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .and_then(|_| stream.set_nodelay(true))
             .context(|| "bootstrap: socket setup".into())?;
+        let welcome_round;
         let hello = Frame::Hello {
             token: token.as_bytes().to_vec(),
             rank: job.rank,
@@ -615,7 +784,7 @@ impl TcpBootstrap {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
         let wait = Wait { idle_deadline: Some(Instant::now() + left), frame_timeout: left, cancel: &never };
         match wire::read_frame(&mut stream, wire::MAX_HELLO, &wait)? {
-            Read1::Frame(Frame::Welcome { size }) if size == job.size => {}
+            Read1::Frame(Frame::Welcome { size, round }) if size == job.size => welcome_round = round,
             Read1::Frame(Frame::Refused { reason }) => {
                 return Err(TransportError::Bootstrap(format!(
                     "boot server at {root} refused rank {}: {reason}",
@@ -637,9 +806,10 @@ impl TcpBootstrap {
             stream,
             root: root.to_string(),
             timeout,
-            round: 0,
+            round: welcome_round,
             broken: None,
             server: None,
+            notices: Default::default(),
         })
     }
 
@@ -679,6 +849,82 @@ impl TcpBootstrap {
         &self.root
     }
 
+    fn lost_server(&self, e: impl std::fmt::Display) -> TransportError {
+        TransportError::Bootstrap(format!(
+            "rank {}: lost the boot server at {}: {e}",
+            self.job.rank, self.root
+        ))
+    }
+
+    fn send_frame(&mut self, frame: &Frame) -> Result<()> {
+        let bytes = wire::encode(frame)?;
+        std::io::Write::write_all(&mut self.stream, &bytes).map_err(|e| self.lost_server(e))
+    }
+
+    /// Reads one frame, waiting for its first byte until `deadline`; rejoin announcements
+    /// are queued, not returned.
+    fn read_one(&mut self, deadline: Instant) -> Result<Option<Read1>> {
+        let never = || false;
+        let wait = Wait { idle_deadline: Some(deadline), frame_timeout: self.timeout, cancel: &never };
+        match wire::read_frame(&mut self.stream, wire::MAX_FRAME, &wait)? {
+            Read1::Frame(Frame::Rejoined { rank, incarnation, address }) => {
+                if rank < self.job.size {
+                    self.notices.push_back(Rejoin { rank, incarnation, address });
+                }
+                Ok(None)
+            }
+            other => Ok(Some(other)),
+        }
+    }
+
+    /// The next frame that is not a rejoin announcement.
+    fn next_reply(&mut self, deadline: Instant) -> Result<Read1> {
+        loop {
+            if let Some(r) = self.read_one(deadline)? {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Whether a byte is waiting on the socket (never blocks).
+    fn readable(&mut self) -> Result<bool> {
+        self.stream.set_nonblocking(true).context(|| "bootstrap: set_nonblocking".into())?;
+        let mut byte = [0u8; 1];
+        let r = self.stream.peek(&mut byte);
+        self.stream.set_nonblocking(false).context(|| "bootstrap: set_nonblocking".into())?;
+        match r {
+            Ok(0) => Err(TransportError::Bootstrap(format!(
+                "rank {}: the boot server at {} closed the connection",
+                self.job.rank, self.root
+            ))),
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.lost_server(e)),
+        }
+    }
+
+    /// Reads every frame already waiting; announcements are queued, replies of collectives
+    /// abandoned earlier (after a timeout or abort) are dropped.
+    fn drain_waiting(&mut self) -> Result<()> {
+        while self.readable()? {
+            match self.read_one(Instant::now() + self.timeout)? {
+                None | Some(Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. })) => {}
+                Some(Read1::Eof) => return Err(self.lost_server("connection closed")),
+                Some(Read1::Frame(f)) => {
+                    return Err(TransportError::Malformed {
+                        what: "bootstrap notice",
+                        detail: format!("unexpected {} frame", f.kind_name()),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn gather_once(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let round = self.round;
         let frame = wire::encode(&Frame::Contribute { round, data: data.to_vec() })?;
@@ -688,13 +934,7 @@ impl TcpBootstrap {
                 self.job.rank, self.root
             ))
         })?;
-        let never = || false;
-        let wait = Wait {
-            idle_deadline: Some(Instant::now() + self.timeout),
-            frame_timeout: self.timeout,
-            cancel: &never,
-        };
-        let reply = match wire::read_frame(&mut self.stream, wire::MAX_FRAME, &wait) {
+        let reply = match self.next_reply(Instant::now() + self.timeout) {
             Ok(r) => r,
             Err(TransportError::Timeout(_)) => {
                 return Err(TransportError::Bootstrap(format!(
@@ -734,14 +974,95 @@ impl Bootstrap for TcpBootstrap {
         &self.job
     }
 
-    /// Fails with `PeerDead(rank)` when a rank was lost (all pending and later calls).
+    fn publish(&mut self, address: &[u8]) -> Result<()> {
+        self.send_frame(&Frame::Publish { address: address.to_vec() })
+    }
+
+    fn lookup(&mut self) -> Result<Vec<PeerAddress>> {
+        self.send_frame(&Frame::Lookup)?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let reply = match self.next_reply(deadline) {
+                Ok(r) => r,
+                Err(TransportError::Timeout(_)) => {
+                    return Err(TransportError::Bootstrap(format!(
+                        "rank {}: lookup timed out after {:?}",
+                        self.job.rank, self.timeout
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            match reply {
+                Read1::Frame(Frame::Addresses { entries }) => {
+                    let in_order = entries.len() == self.job.size as usize
+                        && entries.iter().enumerate().all(|(i, e)| e.rank as usize == i);
+                    if !in_order {
+                        return Err(TransportError::Malformed {
+                            what: "address table",
+                            detail: format!("{} entries for {} ranks", entries.len(), self.job.size),
+                        });
+                    }
+                    return Ok(entries);
+                }
+                // Replies to a collective abandoned earlier.
+                Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. }) => {}
+                Read1::Frame(f) => {
+                    return Err(TransportError::Malformed {
+                        what: "lookup reply",
+                        detail: format!("unexpected {} frame", f.kind_name()),
+                    })
+                }
+                Read1::Eof => return Err(self.lost_server("connection closed")),
+            }
+        }
+    }
+
+    fn poll_rejoins(&mut self) -> Result<Vec<Rejoin>> {
+        self.drain_waiting()?;
+        Ok(self.notices.drain(..).collect())
+    }
+
+    fn wait_rejoin(&mut self, rank: u32, timeout: Duration) -> Result<Rejoin> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain_waiting()?;
+            if let Some(i) = self.notices.iter().position(|n| n.rank == rank) {
+                if let Some(n) = self.notices.remove(i) {
+                    return Ok(n);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(TransportError::Timeout(timeout));
+            }
+            // Sleep on the socket until something arrives (or a tick passes).
+            match self.read_one(deadline) {
+                Ok(None) => {}
+                Ok(Some(Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. }))) => {}
+                Ok(Some(Read1::Eof)) => return Err(self.lost_server("connection closed")),
+                Ok(Some(Read1::Frame(f))) => {
+                    return Err(TransportError::Malformed {
+                        what: "bootstrap notice",
+                        detail: format!("unexpected {} frame", f.kind_name()),
+                    })
+                }
+                Err(TransportError::Timeout(_)) => return Err(TransportError::Timeout(timeout)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Fails with `PeerDead(rank)` while a rank is lost (pending and later calls); once every
+    /// lost rank has rejoined, collectives work again, rejoined ranks included. Any other
+    /// failure (timeout, lost server, protocol error) is final.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
         let r = self.gather_once(data);
-        if let Err(e) = &r {
-            self.broken = Some(e.clone());
+        match &r {
+            // The server aborted the round without advancing it: we are still in step.
+            Err(TransportError::PeerDead(_)) | Ok(_) => {}
+            Err(e) => self.broken = Some(e.clone()),
         }
         r
     }

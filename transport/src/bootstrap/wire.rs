@@ -5,6 +5,9 @@
 //! payload: `length` bytes, layout per kind (see `Frame`)
 //! ```
 //!
+//! Version 2 added the recovery frames (Publish, Lookup, Addresses, Rejoined); a version-1
+//! peer is refused with "unsupported version" rather than misreading them.
+//!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
 //! reserve an arbitrary length.
@@ -12,10 +15,11 @@
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
 
+use super::PeerAddress;
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -25,6 +29,8 @@ pub const MAX_HELLO: usize = 4096;
 pub const MAX_TOKEN: usize = 1024;
 /// Reasons are clipped to this many bytes on encode.
 pub const MAX_REASON: usize = 1024;
+/// Largest provider address a rank may publish.
+pub const MAX_ADDRESS: usize = 64 * 1024;
 
 const K_HELLO: u8 = 1;
 const K_WELCOME: u8 = 2;
@@ -33,13 +39,19 @@ const K_CONTRIBUTE: u8 = 4;
 const K_GATHERED: u8 = 5;
 const K_ABORT: u8 = 6;
 const K_BYE: u8 = 7;
+const K_PUBLISH: u8 = 8;
+const K_LOOKUP: u8 = 9;
+const K_ADDRESSES: u8 = 10;
+const K_REJOINED: u8 = 11;
+const K_LAST: u8 = K_REJOINED;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// First frame of every connection: `token: bytes | rank u32 | size u32 | incarnation u32`.
     Hello { token: Vec<u8>, rank: u32, size: u32, incarnation: u32 },
-    /// Server accepted the Hello: `size u32`.
-    Welcome { size: u32 },
+    /// Server accepted the Hello: `size u32 | round u64`, the allgather round the job is at
+    /// (0 at the start; a respawned rank joins the survivors' round).
+    Welcome { size: u32, round: u64 },
     /// Server refused the connection: `reason: str`.
     Refused { reason: String },
     /// A rank's contribution to allgather round `round`: `round u64 | data: bytes`.
@@ -50,6 +62,16 @@ pub enum Frame {
     Abort { rank: Option<u32>, reason: String },
     /// Clean goodbye from a rank (empty payload).
     Bye,
+    /// A rank publishes its provider address for its current incarnation: `address: bytes`.
+    Publish { address: Vec<u8> },
+    /// A rank asks for every rank's current address (empty payload).
+    Lookup,
+    /// Answer to Lookup, one entry per rank: `count u32 | count × (rank u32 | incarnation u32 |
+    /// has u8 | address: bytes)`; `address` is None while that rank has not published (or failed).
+    Addresses { entries: Vec<PeerAddress> },
+    /// Unsolicited, to every other live rank: `rank` rejoined at `incarnation` and published
+    /// `address`: `rank u32 | incarnation u32 | address: bytes`.
+    Rejoined { rank: u32, incarnation: u32, address: Vec<u8> },
 }
 
 impl Frame {
@@ -62,6 +84,10 @@ impl Frame {
             Frame::Gathered { .. } => "Gathered",
             Frame::Abort { .. } => "Abort",
             Frame::Bye => "Bye",
+            Frame::Publish { .. } => "Publish",
+            Frame::Lookup => "Lookup",
+            Frame::Addresses { .. } => "Addresses",
+            Frame::Rejoined { .. } => "Rejoined",
         }
     }
 }
@@ -86,6 +112,13 @@ fn clip(s: &str) -> &str {
     &s[..end]
 }
 
+fn check_address(address: &[u8]) -> Result<()> {
+    if address.len() > MAX_ADDRESS {
+        return Err(malformed(format!("address of {} bytes (max {MAX_ADDRESS})", address.len())));
+    }
+    Ok(())
+}
+
 /// Encodes one frame (header + payload). Fails only when the payload exceeds [`MAX_FRAME`].
 pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
     let mut p = Vec::new();
@@ -100,8 +133,9 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
             p.extend_from_slice(&incarnation.to_le_bytes());
             K_HELLO
         }
-        Frame::Welcome { size } => {
+        Frame::Welcome { size, round } => {
             p.extend_from_slice(&size.to_le_bytes());
+            p.extend_from_slice(&round.to_le_bytes());
             K_WELCOME
         }
         Frame::Refused { reason } => {
@@ -139,6 +173,37 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
             K_ABORT
         }
         Frame::Bye => K_BYE,
+        Frame::Publish { address } => {
+            check_address(address)?;
+            put_bytes(&mut p, address);
+            K_PUBLISH
+        }
+        Frame::Lookup => K_LOOKUP,
+        Frame::Addresses { entries } => {
+            let total: usize =
+                4 + entries.iter().map(|e| 13 + e.address.as_ref().map_or(0, Vec::len)).sum::<usize>();
+            if total > MAX_FRAME {
+                return Err(malformed(format!("address table of {total} bytes exceeds the limit")));
+            }
+            p.reserve(total);
+            p.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for e in entries {
+                p.extend_from_slice(&e.rank.to_le_bytes());
+                p.extend_from_slice(&e.incarnation.to_le_bytes());
+                p.push(e.address.is_some() as u8);
+                let address = e.address.as_deref().unwrap_or(&[]);
+                check_address(address)?;
+                put_bytes(&mut p, address);
+            }
+            K_ADDRESSES
+        }
+        Frame::Rejoined { rank, incarnation, address } => {
+            check_address(address)?;
+            p.extend_from_slice(&rank.to_le_bytes());
+            p.extend_from_slice(&incarnation.to_le_bytes());
+            put_bytes(&mut p, address);
+            K_REJOINED
+        }
     };
     if p.len() > MAX_FRAME {
         return Err(malformed(format!("payload of {} bytes exceeds the limit", p.len())));
@@ -163,7 +228,7 @@ pub fn parse_header(h: &[u8; HEADER_LEN], max_len: usize) -> Result<(u8, usize)>
         return Err(malformed(format!("unsupported version {version} (expected {VERSION})")));
     }
     let kind = h[6];
-    if !(K_HELLO..=K_BYE).contains(&kind) {
+    if !(K_HELLO..=K_LAST).contains(&kind) {
         return Err(malformed(format!("unknown kind {kind}")));
     }
     if h[7] != 0 {
@@ -220,6 +285,12 @@ impl<'a> Cur<'a> {
     }
 }
 
+fn address(c: &mut Cur<'_>) -> Result<Vec<u8>> {
+    let b = c.bytes("address")?;
+    check_address(b)?;
+    Ok(b.to_vec())
+}
+
 /// Decodes a payload of the given kind.
 pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
     let mut c = Cur { b: payload };
@@ -236,7 +307,7 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
                 incarnation: c.u32("incarnation")?,
             }
         }
-        K_WELCOME => Frame::Welcome { size: c.u32("size")? },
+        K_WELCOME => Frame::Welcome { size: c.u32("size")?, round: c.u64("round")? },
         K_REFUSED => Frame::Refused { reason: c.string("reason")? },
         K_CONTRIBUTE => {
             let round = c.u64("round")?;
@@ -266,6 +337,39 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
             Frame::Abort { rank, reason: c.string("reason")? }
         }
         K_BYE => Frame::Bye,
+        K_PUBLISH => Frame::Publish { address: address(&mut c)? },
+        K_LOOKUP => Frame::Lookup,
+        K_ADDRESSES => {
+            let count = c.u32("count")? as usize;
+            // Each entry takes at least 13 bytes: bound the reservation by what is present.
+            if count > c.b.len() / 13 {
+                return Err(malformed(format!("count {count} larger than the payload allows")));
+            }
+            let mut entries = Vec::with_capacity(count);
+            for _ in 0..count {
+                let rank = c.u32("rank")?;
+                let incarnation = c.u32("incarnation")?;
+                let has = c.u8("has_address")?;
+                let addr = address(&mut c)?;
+                let address = match has {
+                    0 if addr.is_empty() => None,
+                    1 => Some(addr),
+                    x => {
+                        return Err(malformed(format!(
+                            "bad has_address {x} (address of {} bytes)",
+                            addr.len()
+                        )))
+                    }
+                };
+                entries.push(PeerAddress { rank, incarnation, address });
+            }
+            Frame::Addresses { entries }
+        }
+        K_REJOINED => {
+            let rank = c.u32("rank")?;
+            let incarnation = c.u32("incarnation")?;
+            Frame::Rejoined { rank, incarnation, address: address(&mut c)? }
+        }
         other => return Err(malformed(format!("unknown kind {other}"))),
     };
     c.end()?;
@@ -400,13 +504,22 @@ mod tests {
     fn roundtrip_each_kind() {
         let frames = vec![
             Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 },
-            Frame::Welcome { size: 4 },
+            Frame::Welcome { size: 4, round: 9 },
             Frame::Refused { reason: "no".into() },
             Frame::Contribute { round: 7, data: vec![1, 2, 3] },
             Frame::Gathered { round: 7, parts: vec![vec![], vec![9]] },
             Frame::Abort { rank: Some(2), reason: "gone".into() },
             Frame::Abort { rank: None, reason: String::new() },
             Frame::Bye,
+            Frame::Publish { address: vec![1, 2, 3] },
+            Frame::Lookup,
+            Frame::Addresses {
+                entries: vec![
+                    PeerAddress { rank: 0, incarnation: 0, address: Some(vec![7; 20]) },
+                    PeerAddress { rank: 1, incarnation: 3, address: None },
+                ],
+            },
+            Frame::Rejoined { rank: 1, incarnation: 4, address: vec![9; 20] },
         ];
         for f in frames {
             let b = encode(&f).unwrap();

@@ -2,7 +2,7 @@
 //! regions:
 //!
 //! ```text
-//! 0      header: magic, version, rank, size, pid, ring geometry
+//! 0      header: magic, version, rank, size, pid, ring geometry, incarnation
 //! 64     doorbell (futex word, own cache line)      128  waiters (own cache line)
 //! 192    closed flag                                256  may-sleep flag
 //! 4096   registration table: TABLE_ENTRIES x {key, addr, len, access}
@@ -13,6 +13,11 @@
 //! All shared words are atomics. A slot is published by storing its sequence number + 1 into
 //! its own seq word, after the body: the consumer polls the slot it expects next, one cache
 //! line, instead of a shared tail and then the slot.
+//!
+//! Seq words and the ring head carry the producer's incarnation in their top bits (an epoch),
+//! so a respawned producer never aliases its dead predecessor: the consumer expects slots
+//! stamped with the incarnation it accepted, and the producer writes only once the head it
+//! reads carries its own incarnation (the consumer's "accept", stored at reconnect).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,7 +26,7 @@ use std::sync::Arc;
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 const HEADER_LEN: usize = 4096;
 const DOORBELL_OFF: usize = 64;
 const WAITERS_OFF: usize = 128;
@@ -37,6 +42,19 @@ pub use crate::msg::{EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 /// Marks a table entry that is being filled; its low 16 bits never name a valid index.
 pub const KEY_RESERVED: u64 = u64::MAX;
 pub const KEY_INDEX_MASK: u64 = 0xffff;
+
+/// Low bits of seq and head words: the count; the bits above: the producer's incarnation.
+const EPOCH_SHIFT: u32 = 40;
+const COUNT_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
+const EPOCH_MASK: u64 = (1 << (64 - EPOCH_SHIFT)) - 1;
+/// Largest incarnation a ring can carry; the all-ones epoch means "accepts no producer".
+pub const MAX_INCARNATION: u32 = EPOCH_MASK as u32 - 1;
+pub const NO_EPOCH: u32 = EPOCH_MASK as u32;
+
+/// A seq or head word: `count` stamped with `epoch`.
+fn stamp(epoch: u32, count: u64) -> u64 {
+    ((epoch as u64 & EPOCH_MASK) << EPOCH_SHIFT) | (count & COUNT_MASK)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -120,7 +138,8 @@ impl ControlView {
     }
 
     /// Writes the header of a fresh segment (before any peer can see it).
-    pub fn init_header(&self, rank: u32, pid: u32) {
+    pub fn init_header(&self, rank: u32, pid: u32, incarnation: u32) {
+        self.u32_at(32).store(incarnation, Ordering::Relaxed);
         self.u64_at(0).store(MAGIC, Ordering::Relaxed);
         self.u32_at(8).store(VERSION, Ordering::Relaxed);
         self.u32_at(12).store(rank, Ordering::Relaxed);
@@ -131,7 +150,7 @@ impl ControlView {
     }
 
     /// Checks a peer's header against what the bootstrap told us.
-    pub fn validate_header(&self, rank: u32, pid: u32) -> Result<()> {
+    pub fn validate_header(&self, rank: u32, pid: u32, incarnation: u32) -> Result<()> {
         let bad = |detail: String| Err(TransportError::Malformed { what: "peer control segment", detail });
         if self.u64_at(0).load(Ordering::Acquire) != MAGIC {
             return bad(format!("rank {rank}: bad magic"));
@@ -145,8 +164,9 @@ impl ControlView {
             self.u32_at(20).load(Ordering::Relaxed),
             self.u32_at(24).load(Ordering::Relaxed),
             self.u32_at(28).load(Ordering::Relaxed),
+            self.u32_at(32).load(Ordering::Relaxed),
         );
-        let want = (rank, self.layout.size, pid, self.layout.ring_slots, self.layout.slot_size);
+        let want = (rank, self.layout.size, pid, self.layout.ring_slots, self.layout.slot_size, incarnation);
         if seen != want {
             return bad(format!("rank {rank}: header {seen:?}, expected {want:?}"));
         }
@@ -204,8 +224,26 @@ pub struct Ring<'a> {
 }
 
 impl Ring<'_> {
-    pub fn head(&self) -> &AtomicU64 {
+    fn head(&self) -> &AtomicU64 {
         self.view.u64_at(self.off)
+    }
+
+    /// Consumer: lets the producer of incarnation `epoch` write, from slot 0. Slots stamped
+    /// with any other incarnation are never read again.
+    pub fn accept(&self, epoch: u32) {
+        self.head().store(stamp(epoch, 0), Ordering::Release);
+    }
+
+    /// Consumer: releases every slot before `head` to the producer of incarnation `epoch`.
+    pub fn release(&self, epoch: u32, head: u64) {
+        self.head().store(stamp(epoch, head), Ordering::Release);
+    }
+
+    /// Producer of incarnation `epoch`: the consumer's head, or None while the consumer has
+    /// not accepted this incarnation.
+    pub fn head_for(&self, epoch: u32) -> Option<u64> {
+        let word = self.head().load(Ordering::Acquire);
+        (word >> EPOCH_SHIFT == epoch as u64 & EPOCH_MASK).then_some(word & COUNT_MASK)
     }
 
     fn slot_ptr(&self, seq: u64) -> *mut u8 {
@@ -221,15 +259,16 @@ impl Ring<'_> {
         unsafe { &*(self.slot_ptr(seq) as *const AtomicU64) }
     }
 
-    /// Consumer: whether slot `seq` has been published (and not yet reused).
-    pub fn published(&self, seq: u64) -> bool {
-        self.slot_seq(seq).load(Ordering::Acquire) == seq + 1
+    /// Consumer: whether slot `seq` has been published by incarnation `epoch` (and not yet
+    /// reused).
+    pub fn published(&self, epoch: u32, seq: u64) -> bool {
+        self.slot_seq(seq).load(Ordering::Acquire) == stamp(epoch, seq + 1)
     }
 
     /// Producer: writes slot `seq` (which the caller knows is free) and publishes it. Eager
     /// data gets the compact 16-byte header (kind, len, tag), so a small message and its seq
     /// word share one cache line; control messages get the full header.
-    pub fn publish(&self, seq: u64, header: &SlotHeader, payload: &[u8]) {
+    pub fn publish(&self, epoch: u32, seq: u64, header: &SlotHeader, payload: &[u8]) {
         debug_assert!(payload.len() <= self.view.layout.max_payload());
         let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
         // SAFETY: the slot is free (seq - head < ring_slots, checked by the caller), so the
@@ -249,7 +288,7 @@ impl Ring<'_> {
             let at = body.add(payload_offset(header.kind));
             std::ptr::copy_nonoverlapping(payload.as_ptr(), at, payload.len());
         }
-        self.slot_seq(seq).store(seq + 1, Ordering::Release);
+        self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
     }
 
     /// Consumer: copies the header of published slot `seq` (eager: rebuilt from the compact
@@ -299,4 +338,52 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: upheld by the caller; different mappings may alias the same pages, so use the
     // overlap-tolerant copy.
     unsafe { std::ptr::copy(src, dst, len) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(layout: Layout) -> ControlView {
+        let mut map = memmap2::MmapMut::map_anon(layout.total_len()).unwrap();
+        let base = map.as_mut_ptr();
+        // SAFETY: an anonymous mapping of total_len bytes, page aligned, kept by the Arc.
+        unsafe { ControlView::new(base, layout, Arc::new(map)) }
+    }
+
+    #[test]
+    fn a_new_incarnation_never_reads_or_overwrites_the_old_ones_slots() {
+        let layout = Layout::new(2, 4, 64);
+        let v = view(layout);
+        let ring = v.ring(1);
+        ring.accept(NO_EPOCH);
+        assert_eq!(ring.head_for(0), None, "a closed ring accepts nobody");
+        ring.accept(0);
+        assert_eq!(ring.head_for(0), Some(0));
+        assert_eq!(ring.head_for(1), None, "incarnation 1 must wait for its own accept");
+        let h = SlotHeader::eager(7, 3);
+        ring.publish(0, 0, &h, b"old");
+        ring.publish(0, 1, &h, b"old");
+        assert!(ring.published(0, 0) && ring.published(0, 1));
+        // The consumer reconnects to incarnation 1: the old slots are not the new one's.
+        ring.accept(1);
+        assert!(!ring.published(1, 0) && !ring.published(1, 1));
+        assert_eq!(ring.head_for(0), None, "the dead incarnation is shut out");
+        assert_eq!(ring.head_for(1), Some(0));
+        ring.publish(1, 0, &h, b"new");
+        assert!(ring.published(1, 0) && !ring.published(0, 0));
+        // SAFETY: slot 0 is published and not released; 3 <= max_payload.
+        assert_eq!(unsafe { ring.payload(0, &ring.read_header(0), 3) }, b"new");
+        ring.release(1, 1);
+        assert_eq!(ring.head_for(1), Some(1));
+    }
+
+    #[test]
+    fn header_carries_the_incarnation() {
+        let v = view(Layout::new(2, 4, 64));
+        v.init_header(1, 42, 3);
+        assert!(v.validate_header(1, 42, 3).is_ok());
+        let e = v.validate_header(1, 42, 2).unwrap_err();
+        assert!(e.to_string().contains("expected"), "{e}");
+    }
 }

@@ -7,6 +7,10 @@
 //!   rendezvous control and put-with-immediate notifications travel there.
 //! - Sleepers wait on a futex doorbell; producers ring it only when someone sleeps.
 //! - Peer death is seen through pidfds and reported on that endpoint within the peer timeout.
+//! - Recovery: a respawned rank opens with [`ShmProvider::rejoin`] (its own fresh segment,
+//!   survivors' addresses from the bootstrap's lookup); everyone else calls `reconnect` with
+//!   its new incarnation and address. Rings are stamped with the producer's incarnation, so
+//!   nothing of the dead incarnation is ever read again (see `control`).
 
 mod control;
 mod futex;
@@ -63,12 +67,19 @@ struct RemoteMap {
 
 struct Peer {
     pid: u32,
+    /// The incarnation `view` belongs to (or, while `mapped` is false, the last one heard of).
+    incarnation: u32,
+    /// `view` is this incarnation's segment; false for a placeholder (a rank that had not
+    /// rejoined yet when this one started), which is always Dead.
+    mapped: bool,
     view: ControlView,
     watch: Option<ProcessWatch>,
     state: PeerState,
     /// Producer side of our ring in the peer's segment.
     tx_tail: u64,
     tx_head_seen: u64,
+    /// The peer's ring head carried our incarnation once: it has accepted us.
+    tx_accepted: bool,
     /// Consumer side of the peer's ring in our segment.
     rx_head: u64,
     /// The peer may sleep on its doorbell (read once from its header at open).
@@ -123,26 +134,138 @@ pub struct ShmProvider {
 // long as the provider; the provider is used from one thread at a time (&mut self).
 unsafe impl Send for ShmProvider {}
 
-fn decode_peer_info(bytes: &[u8], rank: Rank) -> Result<(u32, Layout)> {
-    if bytes.len() != 16 {
+/// A rank's shm address: `pid | size | ring_slots | slot_size | incarnation`, u32 LE each.
+const ADDRESS_LEN: usize = 20;
+
+fn encode_address(pid: u32, layout: Layout, incarnation: u32) -> Vec<u8> {
+    let mut info = Vec::with_capacity(ADDRESS_LEN);
+    for w in [pid, layout.size, layout.ring_slots, layout.slot_size, incarnation] {
+        info.extend_from_slice(&w.to_le_bytes());
+    }
+    info
+}
+
+/// Decodes a peer's address: (pid, layout, incarnation).
+fn decode_peer_info(bytes: &[u8], rank: Rank) -> Result<(u32, Layout, u32)> {
+    if bytes.len() != ADDRESS_LEN {
         return Err(TransportError::Malformed {
             what: "shm address",
-            detail: format!("rank {rank} sent {} bytes, expected 16", bytes.len()),
+            detail: format!("rank {rank} sent {} bytes, expected {ADDRESS_LEN}", bytes.len()),
         });
     }
     let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    Ok((word(0), Layout { size: word(4), ring_slots: word(8), slot_size: word(12) }))
+    Ok((word(0), Layout { size: word(4), ring_slots: word(8), slot_size: word(12) }, word(16)))
+}
+
+/// Maps `rank`'s control segment named by `address` and checks it is that incarnation's.
+fn map_peer_segment(
+    job_tag: &str,
+    layout: Layout,
+    rank: Rank,
+    incarnation: u32,
+    address: &[u8],
+) -> Result<(u32, ControlView)> {
+    let (pid, peer_layout, claimed) = decode_peer_info(address, rank)?;
+    if peer_layout != layout {
+        return Err(TransportError::Config(format!(
+            "rank {rank} uses ring geometry {peer_layout:?}, this rank {layout:?}: \
+             REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job"
+        )));
+    }
+    if claimed != incarnation {
+        return Err(TransportError::Malformed {
+            what: "shm address",
+            detail: format!("rank {rank}: address of incarnation {claimed}, expected {incarnation}"),
+        });
+    }
+    let path = segment::segment_path(job_tag, rank, pid, "ctl");
+    let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| match e {
+        // Swept: that incarnation died already (a newer one may be on its way).
+        TransportError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && !liveness::pid_exists(pid) =>
+        {
+            TransportError::PeerDead(rank)
+        }
+        other => other,
+    })?;
+    let base = map.as_mut_ptr();
+    // SAFETY: map_peer checked the file holds total_len bytes; the Arc keeps it mapped.
+    let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
+    view.validate_header(rank, pid, incarnation)?;
+    Ok((pid, view))
+}
+
+fn check_incarnation(incarnation: u32) -> Result<()> {
+    if incarnation > control::MAX_INCARNATION {
+        return Err(TransportError::Config(format!(
+            "incarnation {incarnation} exceeds the shm provider's limit {}",
+            control::MAX_INCARNATION
+        )));
+    }
+    Ok(())
 }
 
 impl ShmProvider {
     /// Creates this rank's control segment, exchanges addresses through `boot` and maps every
-    /// peer's segment.
+    /// peer's segment. Publishes the address too, for ranks that rejoin later.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<ShmProvider> {
+        let (mut provider, address) = ShmProvider::create(config, boot.job().clone())?;
+        let all = boot.allgather(&address)?;
+        let job = provider.job.clone();
+        if all.len() != job.size as usize {
+            return Err(TransportError::Bootstrap(format!(
+                "allgather returned {} entries for {} ranks",
+                all.len(),
+                job.size
+            )));
+        }
+        for (rank, bytes) in all.iter().enumerate() {
+            let rank = rank as Rank;
+            if rank == job.rank {
+                continue;
+            }
+            let (_, _, incarnation) = decode_peer_info(bytes, rank)?;
+            provider.attach(rank, incarnation, bytes)?;
+        }
+        boot.publish(&address)?;
+        // Everyone has mapped everyone: segments may now be unlinked at exit safely.
+        boot.barrier()?;
+        for peer in &mut provider.peers {
+            peer.may_sleep = peer.view.may_sleep().load(Ordering::Acquire) != 0;
+        }
+        Ok(provider)
+    }
+
+    /// Opens a respawned rank (incarnation > 0) without a collective: maps the segments of
+    /// the ranks that have an address at the rendezvous now (`Bootstrap::lookup`) and
+    /// publishes its own. Ranks without an address yet (a node-mate still starting) stay
+    /// `Dead` until `reconnect` is called with their `Rejoin`.
+    pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<ShmProvider> {
+        let (mut provider, address) = ShmProvider::create(config, boot.job().clone())?;
+        let me = provider.job.rank;
+        for entry in boot.lookup()? {
+            if entry.rank == me || entry.rank >= provider.job.size {
+                continue;
+            }
+            if let Some(peer) = provider.peers.get_mut(entry.rank as usize) {
+                peer.incarnation = entry.incarnation;
+            }
+            if let Some(bytes) = entry.address {
+                provider.attach(entry.rank, entry.incarnation, &bytes)?;
+            }
+        }
+        boot.publish(&address)?;
+        Ok(provider)
+    }
+
+    /// This rank's segment, with every peer a Dead placeholder and every ring closed; and
+    /// the address to publish.
+    fn create(config: TransportConfig, job: JobInfo) -> Result<(ShmProvider, Vec<u8>)> {
         config.validate()?;
-        let job = boot.job().clone();
         if job.rank >= job.size {
             return Err(TransportError::InvalidRank(job.rank, job.size));
         }
+        check_incarnation(job.incarnation)?;
         segment::sweep_stale();
         let pid = std::process::id();
         let job_tag = segment::sanitize_job_id(&job.job_id);
@@ -152,60 +275,32 @@ impl ShmProvider {
         let base = own_seg.map.as_ptr() as *mut u8;
         // SAFETY: the segment is total_len bytes, page aligned, and the Arc keeps it mapped.
         let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
-        own.init_header(job.rank, pid);
+        own.init_header(job.rank, pid, job.incarnation);
         own.may_sleep().store(u32::from(config.wait_mode != WaitMode::Poll), Ordering::Release);
-
-        let mut info = Vec::with_capacity(16);
-        for w in [pid, layout.size, layout.ring_slots, layout.slot_size] {
-            info.extend_from_slice(&w.to_le_bytes());
+        for source in 0..job.size {
+            own.ring(source).accept(control::NO_EPOCH);
         }
-        let all = boot.allgather(&info)?;
-        if all.len() != job.size as usize {
-            return Err(TransportError::Bootstrap(format!(
-                "allgather returned {} entries for {} ranks",
-                all.len(),
-                job.size
-            )));
-        }
-        let mut peers = Vec::with_capacity(all.len());
-        for (rank, bytes) in all.iter().enumerate() {
-            let rank = rank as Rank;
-            let (peer_pid, peer_layout) = decode_peer_info(bytes, rank)?;
-            if peer_layout != layout {
-                return Err(TransportError::Config(format!(
-                    "rank {rank} uses ring geometry {peer_layout:?}, this rank {layout:?}: \
-                     REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job"
-                )));
-            }
-            let (view, watch) = if rank == job.rank {
-                (own.clone(), None)
-            } else {
-                let path = segment::segment_path(&job_tag, rank, peer_pid, "ctl");
-                let map = segment::map_peer(&path, layout.total_len(), true)?;
-                let base = map.as_mut_ptr();
-                // SAFETY: map_peer checked the file holds total_len bytes; Arc keeps it mapped.
-                let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
-                view.validate_header(rank, peer_pid)?;
-                (view, Some(ProcessWatch::new(peer_pid)))
-            };
-            peers.push(Peer {
-                pid: peer_pid,
-                view,
-                watch,
-                state: PeerState::Alive,
+        let peers = (0..job.size)
+            .map(|rank| Peer {
+                pid: if rank == job.rank { pid } else { 0 },
+                incarnation: if rank == job.rank { job.incarnation } else { 0 },
+                mapped: rank == job.rank,
+                // A placeholder until `attach`: never touched while the peer is Dead.
+                view: own.clone(),
+                watch: None,
+                state: if rank == job.rank { PeerState::Alive } else { PeerState::Dead },
                 tx_tail: 0,
                 tx_head_seen: 0,
+                tx_accepted: false,
                 rx_head: 0,
                 may_sleep: true,
                 backlog: VecDeque::new(),
-            });
-        }
-        // Everyone has mapped everyone: segments may now be unlinked at exit safely.
-        boot.barrier()?;
-        for peer in &mut peers {
-            peer.may_sleep = peer.view.may_sleep().load(Ordering::Acquire) != 0;
-        }
-        Ok(ShmProvider {
+            })
+            .collect();
+        // Our own ring (self-sends) is always open.
+        own.ring(job.rank).accept(job.incarnation);
+        let address = encode_address(pid, layout, job.incarnation);
+        let provider = ShmProvider {
             config,
             job,
             job_tag,
@@ -221,7 +316,43 @@ impl ShmProvider {
             progress_calls: 0,
             last_liveness: Instant::now(),
             malformed: ErrorQueue::default(),
-        })
+        };
+        Ok((provider, address))
+    }
+
+    /// Maps `rank`'s segment at `incarnation` and opens our ring for it. The peer must be Dead
+    /// (never attached, or its previous incarnation failed).
+    fn attach(&mut self, rank: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
+        let (pid, view) = map_peer_segment(&self.job_tag, self.layout, rank, incarnation, address)?;
+        self.attach_view(rank, incarnation, pid, view)
+    }
+
+    fn attach_view(&mut self, rank: Rank, incarnation: u32, pid: u32, view: ControlView) -> Result<()> {
+        let peer =
+            self.peers.get_mut(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        debug_assert_eq!(peer.state, PeerState::Dead);
+        *peer = Peer {
+            pid,
+            incarnation,
+            mapped: true,
+            may_sleep: view.may_sleep().load(Ordering::Acquire) != 0,
+            view,
+            watch: Some(ProcessWatch::new(pid)),
+            state: PeerState::Alive,
+            tx_tail: 0,
+            tx_head_seen: 0,
+            tx_accepted: false,
+            rx_head: 0,
+            backlog: VecDeque::new(),
+        };
+        // Last: from here the new incarnation may write into our ring.
+        self.own.ring(rank).accept(incarnation);
+        Ok(())
+    }
+
+    /// This rank's address, as published to the rendezvous.
+    pub fn address(&self) -> Vec<u8> {
+        encode_address(self.pid, self.layout, self.job.incarnation)
     }
 
     fn next_op(&mut self) -> OpId {
@@ -331,8 +462,9 @@ impl ShmProvider {
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
-        if peer.backlog.is_empty() && Self::ring_has_room(peer, self.job.rank, slots) {
-            Self::publish(peer, self.job.rank, &header, payload);
+        let (me, epoch) = (self.job.rank, self.job.incarnation);
+        if peer.backlog.is_empty() && Self::ring_has_room(peer, me, epoch, slots) {
+            Self::publish(peer, me, epoch, &header, payload);
             self.cq.extend(done);
         } else {
             peer.backlog.push_back(Queued { header, payload: payload.to_vec(), done });
@@ -341,18 +473,20 @@ impl ShmProvider {
     }
 
     /// Whether our ring in `peer`'s segment has a free slot; re-reads the consumer's head only
-    /// when the cached one says full.
-    fn ring_has_room(peer: &mut Peer, me: Rank, slots: u64) -> bool {
-        if peer.tx_tail - peer.tx_head_seen < slots {
+    /// when the cached one says full, or until the consumer has accepted our incarnation.
+    fn ring_has_room(peer: &mut Peer, me: Rank, epoch: u32, slots: u64) -> bool {
+        if peer.tx_accepted && peer.tx_tail - peer.tx_head_seen < slots {
             return true;
         }
-        peer.tx_head_seen = peer.view.ring(me).head().load(Ordering::Acquire).min(peer.tx_tail);
+        let Some(head) = peer.view.ring(me).head_for(epoch) else { return false };
+        peer.tx_accepted = true;
+        peer.tx_head_seen = head.min(peer.tx_tail);
         peer.tx_tail - peer.tx_head_seen < slots
     }
 
-    fn publish(peer: &mut Peer, me: Rank, header: &SlotHeader, payload: &[u8]) {
+    fn publish(peer: &mut Peer, me: Rank, epoch: u32, header: &SlotHeader, payload: &[u8]) {
         let ring = peer.view.ring(me);
-        ring.publish(peer.tx_tail, header, payload);
+        ring.publish(epoch, peer.tx_tail, header, payload);
         peer.tx_tail += 1;
         // Dekker with a sleeper: our publish, then its waiters flag (see `block`). Ranks that
         // never sleep skip the fence.
@@ -366,15 +500,15 @@ impl ShmProvider {
     }
 
     fn flush_backlogs(&mut self) {
-        let me = self.job.rank;
+        let (me, epoch) = (self.job.rank, self.job.incarnation);
         let slots = self.layout.ring_slots as u64;
         for peer in self.peers.iter_mut().filter(|p| !p.backlog.is_empty()) {
             while !peer.backlog.is_empty() {
-                if peer.state == PeerState::Dead || !Self::ring_has_room(peer, me, slots) {
+                if peer.state == PeerState::Dead || !Self::ring_has_room(peer, me, epoch, slots) {
                     break;
                 }
                 if let Some(q) = peer.backlog.pop_front() {
-                    Self::publish(peer, me, &q.header, &q.payload);
+                    Self::publish(peer, me, epoch, &q.header, &q.payload);
                     self.cq.extend(q.done);
                 }
             }
@@ -452,10 +586,16 @@ impl ShmProvider {
         let max_payload = self.layout.max_payload();
         let own = self.own.clone();
         for source in 0..self.peers.len() {
+            // A dead peer's ring is still drained: what it published before dying is whole
+            // (and a clean exit's last words must arrive). Its next incarnation writes only
+            // after `reconnect` moved this ring to the new epoch.
+            if !self.peers[source].mapped {
+                continue;
+            }
             let ring = own.ring(source as u32);
-            let start = self.peers[source].rx_head;
+            let (start, epoch) = (self.peers[source].rx_head, self.peers[source].incarnation);
             let mut head = start;
-            while head - start < DRAIN_BATCH && ring.published(head) {
+            while head - start < DRAIN_BATCH && ring.published(epoch, head) {
                 let header = ring.read_header(head);
                 let payload_len = if header.kind == kind::EAGER { header.len as usize } else { 0 };
                 if payload_len > max_payload {
@@ -476,7 +616,7 @@ impl ShmProvider {
             }
             if head != start {
                 self.peers[source].rx_head = head;
-                ring.head().store(head, Ordering::Release);
+                ring.release(epoch, head);
             }
         }
     }
@@ -672,6 +812,13 @@ impl Provider for ShmProvider {
 
     fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
+        if let Source::Rank(r) = source {
+            // What a dead peer published before dying may still sit in its ring: take it in
+            // before deciding that the receive can never match.
+            if self.peers[r as usize].state == PeerState::Dead {
+                self.drain_rings();
+            }
+        }
         let op = self.next_op();
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
@@ -683,6 +830,31 @@ impl Provider for ShmProvider {
 
     fn peer_state(&self, peer: Rank) -> PeerState {
         self.peers.get(peer as usize).map_or(PeerState::Dead, |p| p.state)
+    }
+
+    fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
+        self.peers.get(peer as usize).filter(|p| p.mapped).map(|p| p.incarnation)
+    }
+
+    fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
+        if peer == self.job.rank {
+            return Err(TransportError::Config(format!("rank {peer} cannot reconnect to itself")));
+        }
+        let p = self.peers.get(peer as usize).ok_or(TransportError::InvalidRank(peer, self.job.size))?;
+        let stale = if p.mapped { incarnation <= p.incarnation } else { incarnation < p.incarnation };
+        if stale {
+            return Err(TransportError::StaleIncarnation { rank: peer, incarnation, current: p.incarnation });
+        }
+        check_incarnation(incarnation)?;
+        // Map and validate the new segment before touching the old state.
+        let (pid, view) = map_peer_segment(&self.job_tag, self.layout, peer, incarnation, address)?;
+        if self.peers[peer as usize].state == PeerState::Alive {
+            // The old incarnation is gone even if its exit was not seen yet.
+            self.mark_dead(peer);
+        }
+        // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
+        self.tagged.purge_unexpected_from(peer);
+        self.attach_view(peer, incarnation, pid, view)
     }
 
     fn progress(&mut self) -> Result<()> {
@@ -716,7 +888,11 @@ impl Provider for ShmProvider {
         let seen = doorbell.load(Ordering::Acquire);
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let pending = (0..self.peers.len()).any(|s| self.own.ring(s as u32).published(self.peers[s].rx_head));
+        let pending = self
+            .peers
+            .iter()
+            .enumerate()
+            .any(|(s, p)| p.mapped && self.own.ring(s as u32).published(p.incarnation, p.rx_head));
         if !pending {
             futex::wait(doorbell, seen, timeout);
         }
@@ -746,7 +922,7 @@ impl Drop for ShmProvider {
         // Tell peers we are gone on purpose; the segment itself is unlinked when the last
         // view of it (ours) drops.
         self.own.closed().store(1, Ordering::Release);
-        for peer in &self.peers {
+        for peer in self.peers.iter().filter(|p| p.mapped) {
             if peer.view.waiters().load(Ordering::Relaxed) > 0 {
                 peer.view.doorbell().fetch_add(1, Ordering::Release);
                 futex::wake_all(peer.view.doorbell());
