@@ -794,6 +794,7 @@ impl LoggedEndpoint {
                             Err(e) => return Err(e),
                         }
                         LogStats::add(&self.stats.determinants_logged, 1);
+                        LogStats::add(&self.stats.determinant_writes, 1);
                     }
                 }
                 (DeterminantSink::BuddyRing, Some(log)) => {
@@ -809,6 +810,7 @@ impl LoggedEndpoint {
                     } else {
                         let ticket = log.writer.append_determinants(&mut *self.provider, &batch)?;
                         causal.mark_written(batch.len(), ticket);
+                        LogStats::add(&self.stats.determinant_writes, 1);
                         LogStats::add(&self.stats.determinants_logged, batch.len() as u64);
                         LogStats::add(&self.stats.determinant_bytes_logged, len as u64);
                         LogStats::add(&self.stats.library_bytes_sent, needed);
@@ -1261,6 +1263,7 @@ impl BuddyLog {
             ticket = self.writer.append_determinants(provider, &[d])?;
             LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
             LogStats::add(&stats.determinants_logged, 1);
+            LogStats::add(&stats.determinant_writes, 1);
         }
         self.writer.wait_durable(provider, ticket, config.durable_timeout)
     }
@@ -1287,6 +1290,7 @@ impl BuddyLog {
         };
         LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
         LogStats::add(&stats.determinants_logged, 1);
+        LogStats::add(&stats.determinant_writes, 1);
         LogStats::add(&stats.library_bytes_sent, needed);
         self.writer.wait_durable(provider, ticket, config.durable_timeout)
     }
@@ -1309,6 +1313,7 @@ fn wait_queue_durable(
         Err(e) => return Err(e),
     };
     LogStats::add(&stats.determinants_logged, 1);
+    LogStats::add(&stats.determinant_writes, 1);
     let start = Instant::now();
     while queue.indices().0 <= index {
         if start.elapsed() > config.durable_timeout {

@@ -75,8 +75,10 @@ counters! {
     determinant_bytes_logged,
     /// Determinants created by wildcard receives.
     determinants_generated,
-    /// Determinants written to the buddy's ring (and durable before their delivery).
+    /// Determinants written to the buddy's ring or the node queue.
     determinants_logged,
+    /// Log writes (ring records or queue pushes) that carried them: causal batches them.
+    determinant_writes,
     /// Bytes held now by the sender's message log (payloads plus entries; drops on trim).
     send_log_bytes,
     /// Determinants carried on outgoing messages (one count per copy sent).

@@ -176,8 +176,9 @@ fn logged_ping_pong_latency() {
             if mode == LogMode::Causal && latency[m][0].len() == BLOCKS {
                 let s = endpoint.stats();
                 println!(
-                    "stats REVERB_LOG=causal (last block): {} determinants, {:.3} piggybacked/message, {} acknowledged",
+                    "stats REVERB_LOG=causal (last block): {} determinants in {} writes, {:.3} piggybacked/message, {} acknowledged",
                     s.determinants_generated,
+                    s.determinant_writes,
                     s.piggybacked_per_message(),
                     s.determinants_acknowledged
                 );

@@ -490,6 +490,10 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
             let theirs = decode_receptions(client, &all[client as usize]);
             check_hosted_log(&endpoint, client, &theirs);
         }
+        boot.barrier().expect("every buddy checked");
+        let report = endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+        assert!(report.ring_bytes_freed > 0 && report.send_log_bytes_freed == 0);
+        check_rings_trimmed(&mut endpoint, &mut boot);
     } else if mode == LogMode::PessimisticSenderBased {
         let buddy = endpoint.buddy().expect("buddy");
         assert_ne!(buddy / RANKS_PER_NODE, job.rank / RANKS_PER_NODE, "buddy on the same node");
@@ -511,6 +515,11 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
             check_sender_based_replay(&endpoint, client, &theirs, &send_logs);
         }
         resend_everything(&mut endpoint, &plan);
+        let report = endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+        assert_eq!(report.send_log_bytes_freed, charged, "send log freed");
+        assert_eq!(report.ring_bytes_freed > 0, s.determinants_generated > 0);
+        assert_eq!(endpoint.stats().send_log_bytes, 0);
+        check_rings_trimmed(&mut endpoint, &mut boot);
     } else if mode == LogMode::Causal {
         check_causal(&mut endpoint, &mut boot, &plan, &receptions);
     } else {
@@ -667,8 +676,18 @@ fn check_causal(
     let s = endpoint.stats();
     assert_eq!((s.send_log_bytes, s.det_log_bytes), (0, 0));
     assert!(endpoint.send_log().expect("send log").is_empty());
+    check_rings_trimmed(endpoint, boot);
+}
+
+/// After a checkpoint's GC every ring this rank hosts is empty, and a second checkpoint
+/// finds nothing to free.
+fn check_rings_trimmed(endpoint: &mut LoggedEndpoint, boot: &mut dyn Bootstrap) {
     boot.barrier().expect("every rank trimmed");
-    assert!((0..RANKS).all(|r| endpoint.determinants_held_for(r).expect("held").is_empty()), "ring trimmed");
+    for ring in endpoint.hosted_rings() {
+        let scan = ring.scan().expect("scan");
+        assert_eq!(scan.header.tail, scan.header.watermark, "client {}: ring trimmed", ring.client);
+        assert!(scan.records.is_empty(), "client {}: records left after GC", ring.client);
+    }
     let again = endpoint.checkpoint_taken(boot).expect("second checkpoint");
     assert_eq!(again, reverb_logger::GcReport::default(), "nothing left to free");
 }
