@@ -798,8 +798,12 @@ impl LoggedEndpoint {
                     }
                 }
                 (DeterminantSink::BuddyRing, Some(log)) => {
+                    // A record never takes more than half the ring, so a small ring still logs.
+                    let fits = (log.writer.capacity() / 2).saturating_sub(logring::RECORD_HEADER_LEN)
+                        as usize
+                        / Determinant::WIRE_LEN;
                     let mut batch = Vec::new();
-                    causal.unwritten(MAX_DETERMINANTS_PER_RECORD, &mut batch);
+                    causal.unwritten(MAX_DETERMINANTS_PER_RECORD.min(fits.max(1)), &mut batch);
                     let len = batch.len() * Determinant::WIRE_LEN;
                     let needed = log.writer.bytes_needed(&[len]);
                     if needed > log.writer.free() {
@@ -1103,7 +1107,8 @@ impl LoggedEndpoint {
     /// the send log to each destination through the ssn that destination has consumed.
     pub fn checkpoint_taken(&mut self, boot: &mut dyn Bootstrap) -> Result<GcReport> {
         let mut report = GcReport::default();
-        self.flush_log()?;
+        // Determinants a full log could not take are covered by the checkpoint: not needed.
+        self.flush_writes()?;
         // A send stuck in the provider's backlog would never leave while this rank blocks
         // in the all-gather.
         self.wait_sends(self.config.durable_timeout)?;
@@ -1159,28 +1164,47 @@ impl LoggedEndpoint {
 
     /// Waits until every log write is durable and the buddy's ring header says so.
     /// Causal: writes every pending determinant first; all of them are stable on return.
+    /// A causal determinant that a full ring or queue keeps unwritten is `RingFull`: only a
+    /// checkpoint frees room (and makes the determinant unnecessary).
     pub fn flush_log(&mut self) -> Result<()> {
+        self.flush_writes()?;
+        let unwritten = self.causal.as_ref().map_or(0, CausalState::unwritten_len);
+        if unwritten > 0 {
+            let free = self.log.as_ref().map_or(0, |l| l.writer.free());
+            return Err(LogError::RingFull { needed: (unwritten * Determinant::WIRE_LEN) as u64, free });
+        }
+        Ok(())
+    }
+
+    /// Everything written so far is durable on return; causal determinants that find no room
+    /// stay unwritten.
+    fn flush_writes(&mut self) -> Result<()> {
         let timeout = self.config.durable_timeout;
-        self.causal_background(true)?;
-        if self.causal.as_ref().is_some_and(|c| c.unwritten_len() > 0) {
-            // A full ring or queue: only a checkpoint frees it.
-            return Err(LogError::Unsupported(
-                "flushing causal determinants into a full log; checkpoint first".into(),
-            ));
-        }
-        if let Some(log) = self.log.as_mut() {
-            log.writer.flush(&mut *self.provider, timeout)?;
-        }
-        if let DeterminantSink::NodeQueue(queue) = &self.sink {
-            let start = Instant::now();
-            while queue.occupancy() > 0 {
-                if start.elapsed() > timeout {
-                    return Err(LogError::Transport(TransportError::Timeout(timeout)));
+        let start = Instant::now();
+        let unwritten = |c: &Option<CausalState>| c.as_ref().map_or(0, CausalState::unwritten_len);
+        // Rounds while the backlog shrinks: the queue frees as the logger core drains it; a
+        // full ring frees only at a checkpoint.
+        loop {
+            let before = unwritten(&self.causal);
+            self.causal_background(true)?;
+            if let Some(log) = self.log.as_mut() {
+                log.writer.flush(&mut *self.provider, timeout)?;
+            }
+            if let DeterminantSink::NodeQueue(queue) = &self.sink {
+                while queue.occupancy() > 0 {
+                    if start.elapsed() > timeout {
+                        return Err(LogError::Transport(TransportError::Timeout(timeout)));
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
+            }
+            self.causal_background(true)?;
+            let after = unwritten(&self.causal);
+            let settled = after == 0 && !self.causal.as_ref().is_some_and(CausalState::awaiting_durable);
+            if settled || (after > 0 && after == before) {
+                return Ok(());
             }
         }
-        self.causal_background(true)
     }
 
     /// Frees the log up to what is durable: to call once a checkpoint covers those deliveries.

@@ -3,7 +3,9 @@
 //!   drains) instead of the rank's own ring writes: a consumer thread stands in for the
 //!   logger core, and the determinants become stable only once it acknowledges them;
 //! - a full detLog pushes back (`DetLogFull`) without losing the message, and a checkpoint
-//!   (`checkpoint_taken`) frees it.
+//!   (`checkpoint_taken`) frees it;
+//! - determinants a full ring cannot take pile up to `max_unstable`, then delivery pushes back
+//!   (`QueueFull`) with nothing lost; checkpoints free the ring and the job goes on.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use reverb_logger::detqueue::DetQueue;
 use reverb_logger::{Determinant, DeterminantSink, LogConfig, LogError, LogMode, LogUnit, LoggedEndpoint};
-use reverb_transport::{Source, TagMatch};
+use reverb_transport::{Bootstrap, Source, TagMatch};
 
 const WAIT: Duration = Duration::from_secs(30);
 const TAG: u64 = 11;
@@ -124,6 +126,72 @@ fn full_det_log_pushes_back_until_checkpoint() {
     } else {
         assert_eq!(report.send_log_bytes_freed, reverb_logger::sendlog::LoggedSend::charged_bytes(5));
         endpoint.send(0, TAG, b"second").expect("second reply");
+    }
+    endpoint.finish(&mut boot).expect("finish");
+}
+
+/// A ring too small for the determinants leaves them unwritten (still piggybacked); once
+/// `max_unstable` of them wait, a wildcard delivery pushes back (`QueueFull`) with the message
+/// kept; the checkpoint makes them unnecessary and frees the ring, and receiving goes on.
+#[test]
+fn unstable_bound_pushes_back_until_checkpoint() {
+    const MESSAGES: u64 = 60;
+    const MAX_UNSTABLE: usize = 20;
+    let test = "unstable_bound_pushes_back_until_checkpoint";
+    let Some((job, mut boot, provider)) = common::child() else {
+        common::run_job_ok(test, &common::Job::new(2));
+        return;
+    };
+    let config = LogConfig { ring_capacity: 512, max_unstable: MAX_UNSTABLE, ..causal_config() };
+    let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+    let mut received = Vec::new();
+    if job.rank == 0 {
+        for i in 0..MESSAGES {
+            endpoint.send(1, TAG, &i.to_le_bytes()).expect("send");
+        }
+    } else {
+        loop {
+            match endpoint.recv(Source::Any, TagMatch::exact(TAG), WAIT) {
+                Ok(d) => received.push(d.payload),
+                Err(LogError::QueueFull { capacity }) => {
+                    assert_eq!(capacity, MAX_UNSTABLE as u64);
+                    break;
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert!(received.len() < MESSAGES as usize, "the ring cannot hold every determinant");
+        assert_eq!(endpoint.unstable_determinants(), MAX_UNSTABLE);
+        assert!(endpoint.stats().back_pressure_events > 0);
+        assert!(matches!(endpoint.flush_log(), Err(LogError::RingFull { .. })), "no room to flush");
+    }
+    let report = endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+    if job.rank == 1 {
+        assert_eq!(report.unstable_dropped, MAX_UNSTABLE as u64);
+        assert!(report.ring_bytes_freed > 0);
+        assert_eq!(endpoint.unstable_determinants(), 0);
+        while received.len() < MESSAGES as usize {
+            match endpoint.recv(Source::Any, TagMatch::exact(TAG), WAIT) {
+                Ok(d) => received.push(d.payload),
+                // The ring fills again: each checkpoint lets a few more through.
+                Err(LogError::QueueFull { .. }) => {
+                    boot.allgather(&[1]).expect("ask for a checkpoint");
+                    endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        // A last checkpoint, so the shutdown flush finds nothing the full ring refused.
+        boot.allgather(&[1]).expect("ask for a checkpoint");
+        endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+        boot.allgather(&[0]).expect("done");
+        let expected: Vec<Vec<u8>> = (0..MESSAGES).map(|i| i.to_le_bytes().to_vec()).collect();
+        assert_eq!(received, expected, "nothing lost or reordered by the push-back");
+    } else {
+        // Checkpoint whenever rank 1 asks.
+        while boot.allgather(&[0]).expect("request")[1] == [1] {
+            endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
+        }
     }
     endpoint.finish(&mut boot).expect("finish");
 }
