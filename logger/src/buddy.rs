@@ -8,7 +8,7 @@
 //! - the rank with local index `l` on its node logs to the rank with local index
 //!   `l mod m` on the partner node, where `m` is that node's rank count.
 //!
-//! A job on one node has no other node to log to, so pessimistic logging refuses it.
+//! A job on one node has no other node to log to, so every logging protocol refuses it.
 
 use reverb_transport::Rank;
 
@@ -39,7 +39,7 @@ impl BuddyMap {
         let nodes = members.len();
         if nodes < 2 {
             return Err(LogError::Unsupported(format!(
-                "pessimistic logging needs at least two nodes (the log must survive its node), \
+                "message logging needs at least two nodes (the log must survive its node), \
                  and this job of {} ranks runs on {nodes}",
                 node_of_rank.len()
             )));

@@ -102,6 +102,11 @@ impl CausalState {
         stable
     }
 
+    /// The durable mark the newest written, not yet stable determinant needs.
+    pub(crate) fn last_ticket(&self) -> Option<u64> {
+        self.unstable.iter().rev().find_map(|u| u.ticket)
+    }
+
     /// Written determinants not yet known durable.
     pub(crate) fn written_unstable(&self) -> usize {
         self.unstable.len() - self.unwritten

@@ -404,7 +404,7 @@ fn find_hosted(bytes: &[u8], host: Rank, client: Rank) -> Result<RemoteRegion> {
 
 impl LoggedEndpoint {
     /// Wraps `provider`. Collective: every rank of the job calls it with the same mode, since
-    /// pessimistic logging exchanges node ids and log rings through `boot`.
+    /// every logging mode exchanges node ids and log rings through `boot` (`none` does not).
     pub fn new(mut provider: Box<dyn Provider>, boot: &mut dyn Bootstrap, config: LogConfig) -> Result<Self> {
         config.mode.check_supported()?;
         let job = boot.job().clone();
@@ -502,7 +502,7 @@ impl LoggedEndpoint {
         self.config.mode
     }
 
-    /// The rank hosting this rank's log (pessimistic modes).
+    /// The rank hosting this rank's log (every mode but `none`).
     pub fn buddy(&self) -> Option<Rank> {
         self.log.as_ref().map(|l| l.buddy)
     }
@@ -979,9 +979,9 @@ impl LoggedEndpoint {
         self.config.unit
     }
 
-    /// Plugs in the node's determinant queue: this rank's determinants (`pessimistic-sb`,
-    /// `causal`) go there instead of to its ring, and are stable once the node logger core
-    /// acknowledged them. Receiver-based logging keeps frames and determinants together in
+    /// Plugs in the node's determinant queue (`core::NodeLogClient::open_det_queue`): this
+    /// rank's determinants (`pessimistic-sb`, `causal`) go there instead of to its ring, and
+    /// are stable once the node logger core acknowledged them (the queue's start passed). Receiver-based logging keeps frames and determinants together in
     /// the ring, so it refuses.
     pub fn attach_det_queue(&mut self, queue: DetQueue) -> Result<()> {
         if !self.config.mode.sender_logs_payloads() {
@@ -1190,8 +1190,11 @@ impl LoggedEndpoint {
             if let Some(log) = self.log.as_mut() {
                 log.writer.flush(&mut *self.provider, timeout)?;
             }
-            if let DeterminantSink::NodeQueue(queue) = &self.sink {
-                while queue.occupancy() > 0 {
+            // The queue is the node's: other ranks keep pushing, so wait for this rank's own
+            // last entry only.
+            let last = self.causal.as_ref().and_then(CausalState::last_ticket);
+            if let (DeterminantSink::NodeQueue(queue), Some(last)) = (&self.sink, last) {
+                while queue.indices().0 < last {
                     if start.elapsed() > timeout {
                         return Err(LogError::Transport(TransportError::Timeout(timeout)));
                     }
