@@ -565,7 +565,7 @@ impl LoggedEndpoint {
         // Room first, so a full send log refuses the message before it takes an ssn.
         if let (true, Some(send_log)) = (log_payload, &self.send_log) {
             if let Err(e) = send_log.reserve(payload.len()) {
-                LogStats::add(&self.stats.back_pressure_events, 1);
+                LogStats::bump(&self.stats.back_pressure_events, 1);
                 return Err(e);
             }
         }
@@ -576,7 +576,7 @@ impl LoggedEndpoint {
         piggyback.clear();
         if let Some(causal) = self.causal.as_mut() {
             let n = causal.piggyback_for(dest, &mut piggyback)?;
-            LogStats::add(&self.stats.determinants_piggybacked, n as u64);
+            LogStats::bump(&self.stats.determinants_piggybacked, n as u64);
         }
         let encoded = self.encode_frame(dest, ssn, tag, payload, &mut piggyback);
         self.piggyback = piggyback;
@@ -586,20 +586,20 @@ impl LoggedEndpoint {
             Some(send_log) if log_payload => {
                 let before = send_log.used();
                 send_log.record(dest, ssn, tag, payload)?;
-                LogStats::add(&self.stats.send_log_bytes, send_log.used() - before);
-                LogStats::add(&self.stats.payload_bytes_logged, payload.len() as u64);
-                LogStats::add(&self.stats.messages_payload_logged, 1);
+                LogStats::bump(&self.stats.send_log_bytes, send_log.used() - before);
+                LogStats::bump(&self.stats.payload_bytes_logged, payload.len() as u64);
+                LogStats::bump(&self.stats.messages_payload_logged, 1);
             }
             // Receiver-based logging counts at the receiver.
             _ if self.config.mode == LogMode::PessimisticReceiverBased => {}
-            _ => LogStats::add(&self.stats.messages_unlogged, 1),
+            _ => LogStats::bump(&self.stats.messages_unlogged, 1),
         }
         self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
         self.sends_in_flight += 1;
         let overhead = (self.send_buf.len() - payload.len()) as u64;
         self.comm.record_app(dest, payload.len() as u64, overhead)?;
-        LogStats::add(&self.stats.library_bytes_sent, overhead);
-        LogStats::add(&self.stats.messages_sent, 1);
+        LogStats::bump(&self.stats.library_bytes_sent, overhead);
+        LogStats::bump(&self.stats.messages_sent, 1);
         // After the message left: its piggyback is on the wire, the log write goes behind it.
         self.causal_background(false)?;
         self.collect_completions()
@@ -666,7 +666,7 @@ impl LoggedEndpoint {
             self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
             self.sends_in_flight += 1;
             self.comm.record_library(dest, self.send_buf.len() as u64)?;
-            LogStats::add(&self.stats.library_bytes_sent, self.send_buf.len() as u64);
+            LogStats::bump(&self.stats.library_bytes_sent, self.send_buf.len() as u64);
             resent += 1;
         }
         self.collect_completions()?;
@@ -678,7 +678,7 @@ impl LoggedEndpoint {
     pub fn trim_send_log(&mut self, dest: Rank, through_ssn: Ssn) -> Result<u64> {
         let Some(send_log) = self.send_log.as_mut() else { return Ok(0) };
         let freed = send_log.trim(dest, through_ssn)?;
-        LogStats::sub(&self.stats.send_log_bytes, freed);
+        LogStats::drop_by(&self.stats.send_log_bytes, freed);
         Ok(freed)
     }
 
@@ -695,7 +695,7 @@ impl LoggedEndpoint {
         if let Some(causal) = &self.causal {
             let held = causal.det_log_len();
             if held >= self.config.det_log_limit {
-                LogStats::add(&self.stats.back_pressure_events, 1);
+                LogStats::bump(&self.stats.back_pressure_events, 1);
                 return Err(LogError::DetLogFull {
                     entries: held as u64,
                     limit: self.config.det_log_limit as u64,
@@ -788,13 +788,13 @@ impl LoggedEndpoint {
                         match queue.push(d) {
                             Ok(index) => causal.mark_written(1, index + 1),
                             Err(LogError::QueueFull { .. }) => {
-                                LogStats::add(&self.stats.back_pressure_events, 1);
+                                LogStats::bump(&self.stats.back_pressure_events, 1);
                                 break;
                             }
                             Err(e) => return Err(e),
                         }
-                        LogStats::add(&self.stats.determinants_logged, 1);
-                        LogStats::add(&self.stats.determinant_writes, 1);
+                        LogStats::bump(&self.stats.determinants_logged, 1);
+                        LogStats::bump(&self.stats.determinant_writes, 1);
                     }
                 }
                 (DeterminantSink::BuddyRing, Some(log)) => {
@@ -810,14 +810,14 @@ impl LoggedEndpoint {
                         log.writer.poll(&mut *self.provider)?;
                     }
                     if needed > log.writer.free() {
-                        LogStats::add(&self.stats.back_pressure_events, 1);
+                        LogStats::bump(&self.stats.back_pressure_events, 1);
                     } else {
                         let ticket = log.writer.append_determinants(&mut *self.provider, &batch)?;
                         causal.mark_written(batch.len(), ticket);
-                        LogStats::add(&self.stats.determinant_writes, 1);
-                        LogStats::add(&self.stats.determinants_logged, batch.len() as u64);
-                        LogStats::add(&self.stats.determinant_bytes_logged, len as u64);
-                        LogStats::add(&self.stats.library_bytes_sent, needed);
+                        LogStats::bump(&self.stats.determinant_writes, 1);
+                        LogStats::bump(&self.stats.determinants_logged, batch.len() as u64);
+                        LogStats::bump(&self.stats.determinant_bytes_logged, len as u64);
+                        LogStats::bump(&self.stats.library_bytes_sent, needed);
                         self.comm.record_library(log.buddy, needed)?;
                     }
                 }
@@ -833,7 +833,7 @@ impl LoggedEndpoint {
                 (DeterminantSink::BuddyRing, None) => 0,
             };
             let stable = causal.mark_stable(durable);
-            LogStats::add(&self.stats.determinants_acknowledged, stable as u64);
+            LogStats::bump(&self.stats.determinants_acknowledged, stable as u64);
         }
         Ok(())
     }
@@ -895,15 +895,15 @@ impl LoggedEndpoint {
         let arrived = Arrived { sender: source, ssn, tag, frame, payload_offset };
         let outcome = self.channels.accept(source, incarnation, ssn, arrived, &mut self.released)?;
         match outcome {
-            Arrival::DroppedStale => LogStats::add(&self.stats.stale_dropped, 1),
-            Arrival::DroppedDuplicate => LogStats::add(&self.stats.duplicates_dropped, 1),
+            Arrival::DroppedStale => LogStats::bump(&self.stats.stale_dropped, 1),
+            Arrival::DroppedDuplicate => LogStats::bump(&self.stats.duplicates_dropped, 1),
             Arrival::Delivered { .. } | Arrival::Buffered => {}
         }
         // Alg 2 line 10: keep what the sender piggybacked (a stale incarnation's are void).
         if let (Some(causal), false) = (self.causal.as_mut(), outcome == Arrival::DroppedStale) {
             let new = causal.store_piggybacked(&determinants)? as u64;
-            LogStats::add(&self.stats.determinants_stored, new);
-            LogStats::add(&self.stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
+            LogStats::bump(&self.stats.determinants_stored, new);
+            LogStats::bump(&self.stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
         }
         self.ready.extend(self.released.drain(..).map(|(_, a)| a));
         Ok(())
@@ -934,7 +934,7 @@ impl LoggedEndpoint {
                 } else {
                     &self.stats.messages_unlogged
                 };
-                LogStats::add(logged, 1);
+                LogStats::bump(logged, 1);
             }
             // Sender-based: the payload is in the sender's log; only the determinant leaves.
             (LogMode::PessimisticSenderBased, _, DeterminantSink::NodeQueue(queue)) => {
@@ -954,7 +954,7 @@ impl LoggedEndpoint {
                 if full(&self.causal) {
                     self.causal_background(true)?;
                     if full(&self.causal) {
-                        LogStats::add(&self.stats.back_pressure_events, 1);
+                        LogStats::bump(&self.stats.back_pressure_events, 1);
                         return Err(LogError::QueueFull { capacity: self.config.max_unstable as u64 });
                     }
                 }
@@ -969,7 +969,7 @@ impl LoggedEndpoint {
             causal.add(d);
         }
         self.stats.record_receive(kind);
-        LogStats::add(&self.stats.messages_delivered, 1);
+        LogStats::bump(&self.stats.messages_delivered, 1);
         let payload = arrived.frame.split_off(arrived.payload_offset);
         Ok(Delivery { source: arrived.sender, tag: arrived.tag, payload, ssn: arrived.ssn, rsn, determinant })
     }
@@ -1157,8 +1157,11 @@ impl LoggedEndpoint {
                 report.send_log_bytes_freed += self.trim_send_log(peer, consumed_from_me)?;
             }
         }
-        LogStats::sub(&self.stats.det_log_bytes, report.det_log_entries_freed * Determinant::WIRE_LEN as u64);
-        LogStats::add(&self.stats.determinants_acknowledged, report.unstable_dropped);
+        LogStats::drop_by(
+            &self.stats.det_log_bytes,
+            report.det_log_entries_freed * Determinant::WIRE_LEN as u64,
+        );
+        LogStats::bump(&self.stats.determinants_acknowledged, report.unstable_dropped);
         Ok(report)
     }
 
@@ -1276,21 +1279,21 @@ impl BuddyLog {
         if needed > self.writer.free() {
             self.writer.poll(provider)?;
             if needed > self.writer.free() {
-                LogStats::add(&stats.back_pressure_events, 1);
+                LogStats::bump(&stats.back_pressure_events, 1);
                 return Err(LogError::RingFull { needed, free: self.writer.free() });
             }
         }
         let mut ticket = 0;
         if let Some(frame) = frame {
             ticket = self.writer.append(provider, RecordKind::Payload, frame)?;
-            LogStats::add(&stats.payload_bytes_logged, frame.len() as u64);
+            LogStats::bump(&stats.payload_bytes_logged, frame.len() as u64);
         }
-        LogStats::add(&stats.library_bytes_sent, needed);
+        LogStats::bump(&stats.library_bytes_sent, needed);
         if let Some(d) = determinant {
             ticket = self.writer.append_determinants(provider, &[d])?;
-            LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
-            LogStats::add(&stats.determinants_logged, 1);
-            LogStats::add(&stats.determinant_writes, 1);
+            LogStats::bump(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
+            LogStats::bump(&stats.determinants_logged, 1);
+            LogStats::bump(&stats.determinant_writes, 1);
         }
         self.writer.wait_durable(provider, ticket, config.durable_timeout)
     }
@@ -1310,15 +1313,15 @@ impl BuddyLog {
         let ticket = match self.writer.append_determinants(provider, &[determinant]) {
             Ok(ticket) => ticket,
             Err(e @ LogError::RingFull { .. }) => {
-                LogStats::add(&stats.back_pressure_events, 1);
+                LogStats::bump(&stats.back_pressure_events, 1);
                 return Err(e);
             }
             Err(e) => return Err(e),
         };
-        LogStats::add(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
-        LogStats::add(&stats.determinants_logged, 1);
-        LogStats::add(&stats.determinant_writes, 1);
-        LogStats::add(&stats.library_bytes_sent, needed);
+        LogStats::bump(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
+        LogStats::bump(&stats.determinants_logged, 1);
+        LogStats::bump(&stats.determinant_writes, 1);
+        LogStats::bump(&stats.library_bytes_sent, needed);
         self.writer.wait_durable(provider, ticket, config.durable_timeout)
     }
 }
@@ -1334,13 +1337,13 @@ fn wait_queue_durable(
     let index = match queue.push(&det) {
         Ok(index) => index,
         Err(e @ LogError::QueueFull { .. }) => {
-            LogStats::add(&stats.back_pressure_events, 1);
+            LogStats::bump(&stats.back_pressure_events, 1);
             return Err(e);
         }
         Err(e) => return Err(e),
     };
-    LogStats::add(&stats.determinants_logged, 1);
-    LogStats::add(&stats.determinant_writes, 1);
+    LogStats::bump(&stats.determinants_logged, 1);
+    LogStats::bump(&stats.determinant_writes, 1);
     let start = Instant::now();
     while queue.indices().0 <= index {
         if start.elapsed() > config.durable_timeout {

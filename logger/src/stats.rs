@@ -1,5 +1,7 @@
-//! Logging counters per rank. Shared between the application thread and the logger core, so
-//! they are relaxed atomics: each counter is exact, a snapshot is not a consistent cut.
+//! Logging counters per rank, relaxed atomics: readable from any thread, each counter exact, a
+//! snapshot not a consistent cut. `add`/`sub` are safe with several writers; an owner that is
+//! the only writer (a `LoggedEndpoint` owns its counters) uses `bump`/`drop_by`, a plain
+//! load and store that keeps locked instructions off the per-message path.
 //!
 //! Determinant reduction (seed 002 §IV-VI, seed 000 ch.3): on FIFO channels a receive that
 //! names its source and tag can only match one message, the next one of that (source, tag)
@@ -119,13 +121,24 @@ impl LogStats {
         counter.fetch_sub(n, Ordering::Relaxed);
     }
 
-    /// Counts one receive by kind; returns whether it needs a determinant.
+    /// `add` for the only writer of `counter`: concurrent writers would lose counts.
+    pub fn bump(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// `sub` for the only writer of `counter`.
+    pub fn drop_by(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+
+    /// Counts one receive by kind (the only writer: `bump`); returns whether it needs a
+    /// determinant.
     pub fn record_receive(&self, kind: ReceiveKind) -> bool {
         match kind {
-            ReceiveKind::Deterministic => Self::add(&self.deterministic_receives, 1),
+            ReceiveKind::Deterministic => Self::bump(&self.deterministic_receives, 1),
             ReceiveKind::Wildcard => {
-                Self::add(&self.wildcard_receives, 1);
-                Self::add(&self.determinants_generated, 1);
+                Self::bump(&self.wildcard_receives, 1);
+                Self::bump(&self.determinants_generated, 1);
             }
         }
         kind.needs_determinant()

@@ -24,7 +24,7 @@ use reverb_logger::protocol::LOGGED_MESSAGE_TAG;
 use reverb_logger::{LogConfig, LogMode, LoggedEndpoint};
 use reverb_transport::{Source, TagMatch};
 
-const BLOCKS: usize = 8;
+const BLOCKS: usize = 12;
 const WARMUP: usize = 500;
 const ITERATIONS: usize = 10_000;
 const MESSAGE: usize = 8;
