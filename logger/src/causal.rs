@@ -270,6 +270,29 @@ pub(crate) fn decode_determinants(bytes: &[u8]) -> Result<Vec<Determinant>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn random_determinant_lists_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_determinants(&bytes);
+        }
+
+        /// Any arrival order of piggybacked copies leaves the detLog sorted and complete.
+        #[test]
+        fn det_log_sorted_whatever_the_order(
+            order in Just((1..=40u64).collect::<Vec<_>>()).prop_shuffle(),
+            dups in prop::collection::vec(1..=40u64, 0..20),
+        ) {
+            let mut s = CausalState::new(4);
+            for rsn in order.iter().chain(&dups) {
+                s.store_piggybacked(&[Determinant { sender: 1, receiver: 3, ssn: rsn * 2, rsn: *rsn }]).unwrap();
+            }
+            let rsns: Vec<u64> = s.det_log_of(3).map(|d| d.rsn).collect();
+            prop_assert_eq!(rsns, (1..=40).collect::<Vec<_>>());
+            prop_assert_eq!(s.det_log_len(), 40);
+        }
+    }
 
     fn det(sender: Rank, rsn: Rsn) -> Determinant {
         Determinant { sender, receiver: 9, ssn: rsn * 10, rsn }

@@ -138,6 +138,14 @@ impl CommMatrix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn random_rows_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = CommRow::from_bytes(&bytes);
+        }
+    }
 
     #[test]
     fn rows_round_trip_and_text_is_n_by_n() {
