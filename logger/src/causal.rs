@@ -91,6 +91,14 @@ impl CausalState {
         self.unwritten -= count;
     }
 
+    /// The log they were written to is gone: every unstable determinant is to write again.
+    pub(crate) fn unmark_written(&mut self) {
+        for u in self.unstable.iter_mut() {
+            u.ticket = None;
+        }
+        self.unwritten = self.unstable.len();
+    }
+
     /// Alg 3: every determinant whose write is at or below the durable mark is stable.
     /// Returns how many became stable.
     pub(crate) fn mark_stable(&mut self, durable: u64) -> usize {

@@ -352,6 +352,9 @@ pub struct LoggedEndpoint {
     comm: CommRow,
     piggyback: Vec<Determinant>,
     hosted: Vec<HostedRing>,
+    /// Rings of restarted clients replaced by `rejoin`: their determinants stay collectable
+    /// until the next checkpoint.
+    retired: Vec<HostedRing>,
     stats: LogStats,
     send_buf: Vec<u8>,
     released: Vec<(Ssn, Arrived)>,
@@ -445,6 +448,7 @@ impl LoggedEndpoint {
             comm: CommRow::new(job.size),
             piggyback: Vec::new(),
             hosted,
+            retired: Vec::new(),
             stats: LogStats::default(),
             send_buf: Vec::new(),
             released: Vec::new(),
@@ -1021,7 +1025,7 @@ impl LoggedEndpoint {
     /// the ring it hosts for `rank` (if any) and from its detLog (causal).
     pub fn determinants_held_for(&self, rank: Rank) -> Result<Vec<Determinant>> {
         let mut held = Vec::new();
-        for ring in self.hosted.iter().filter(|h| h.client == rank) {
+        for ring in self.hosted.iter().chain(&self.retired).filter(|h| h.client == rank) {
             for record in ring.scan()?.records.iter().filter(|r| r.kind == RecordKind::Determinants) {
                 held.extend(record.determinants()?.into_iter().filter(|d| d.receiver == rank));
             }
@@ -1051,6 +1055,54 @@ impl LoggedEndpoint {
             );
         }
         causal::merge_determinants(&copies)
+    }
+
+    /// Recovery, a survivor's side of the collective setup that restarted ranks run in
+    /// `LoggedEndpoint::new` (call it when they do, after the provider reconnected to each:
+    /// `reverb_transport::recovery::await_rejoin`). The rings this rank hosts for restarted
+    /// clients are replaced by fresh ones (the old ones stay readable for
+    /// `gather_determinants` until the next checkpoint). If this rank's own buddy restarted,
+    /// its log goes on in the buddy's new ring and its unstable determinants are written
+    /// again; what the lost ring held as stable is gone with it, so a checkpoint should
+    /// follow the recovery.
+    pub fn rejoin(&mut self, boot: &mut dyn Bootstrap, restarted: &[Rank]) -> Result<()> {
+        if self.log.is_none() {
+            // `none` sets up nothing collectively.
+            return Ok(());
+        }
+        if let Some(&r) = restarted.iter().find(|&&r| r >= self.size || r == self.rank) {
+            return Err(LogError::InvalidArgument(format!(
+                "rank {r} cannot be a restarted peer of {}",
+                self.rank
+            )));
+        }
+        let node = boot.job().node;
+        let nodes = boot.allgather(&node.to_le_bytes())?;
+        let node_of_rank =
+            nodes.iter().map(|b| Reader::new(b, "node id").u32()).collect::<Result<Vec<u32>>>()?;
+        if node_of_rank != self.node_of_rank {
+            return Err(LogError::InvalidArgument("restarted ranks came back on other nodes".into()));
+        }
+        for ring in self.hosted.iter_mut().filter(|h| restarted.contains(&h.client)) {
+            let fresh = HostedRing {
+                client: ring.client,
+                region: logring::create_ring(&mut *self.provider, self.config.ring_capacity)?,
+            };
+            self.retired.push(std::mem::replace(ring, fresh));
+        }
+        let all = boot.allgather(&encode_hosted(&self.hosted))?;
+        let Some(log) = self.log.as_mut() else { return Ok(()) };
+        if restarted.contains(&log.buddy) {
+            let theirs = all.get(log.buddy as usize).ok_or_else(|| {
+                LogError::malformed("hosted ring list", format!("none from buddy {}", log.buddy))
+            })?;
+            let remote = find_hosted(theirs, log.buddy, self.rank)?;
+            log.writer = LogRingWriter::new(&mut *self.provider, remote)?;
+            if let Some(c) = self.causal.as_mut() {
+                c.unmark_written();
+            }
+        }
+        Ok(())
     }
 
     /// Stands in for a process restart from the initial state (no checkpoint yet): a new
@@ -1127,6 +1179,7 @@ impl LoggedEndpoint {
         }
         // Past this all-gather every rank has checkpointed: only now may logs go.
         let all = boot.allgather(&mine)?;
+        self.retired.clear();
         if let Some(log) = self.log.as_mut() {
             let durable = log.writer.poll(&mut *self.provider)?;
             report.ring_bytes_freed = durable - log.writer.tail();

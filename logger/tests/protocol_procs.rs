@@ -832,3 +832,146 @@ fn pessimistic_logging_needs_two_nodes() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
+
+/// The real thing under `REVERB_LOG_UNIT=node`: after the traffic, node 1 is SIGKILLed and
+/// respawned (incarnation 1). The survivors reconnect, join the restarted ranks' collective
+/// setup (`rejoin`), hand over the determinants they hold (buddy rings, detLogs) and resend
+/// their logged payloads; the restarted ranks re-execute and reproduce their original
+/// deliveries exactly (their intra-node messages regenerated, never logged), and the
+/// survivors drop the re-executed sends as duplicates.
+#[test]
+fn causal_killed_node_replays_after_respawn() {
+    const VICTIMS: [Rank; 2] = [2, 3];
+    let test = "causal_killed_node_replays_after_respawn";
+    let Some((job, mut boot, provider)) = common::child() else {
+        let env = vec![
+            ("REVERB_LOG".to_string(), "causal".to_string()),
+            ("REVERB_LOG_UNIT".to_string(), "node".to_string()),
+            (SEED_VAR.to_string(), seed().to_string()),
+        ];
+        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, respawn: 1, ..common::Job::new(RANKS) };
+        let exits = common::run_job(test, &job);
+        let failed: Vec<String> = exits
+            .iter()
+            .filter(|e| !(e.code == Some(0) && e.stdout.contains("1 passed")))
+            .map(|e| format!("rank {} (incarnation {}):\n{}", e.rank, e.incarnation, e.output()))
+            .collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+        for e in exits {
+            let restarted = VICTIMS.contains(&e.rank);
+            assert_eq!(e.incarnation, u32::from(restarted), "rank {}:\n{}", e.rank, e.output());
+        }
+        return;
+    };
+    let me = job.rank;
+    let seed = seed();
+    let plan = schedule(seed);
+    let config = LogConfig { ring_capacity: 1 << 20, ..LogConfig::from_env().expect("log config") };
+    let count =
+        |from: Rank, to: Rank| plan.iter().flat_map(|p| &p[from as usize]).filter(|m| m.dest == to).count();
+    let survivor = !VICTIMS.contains(&me);
+    if job.incarnation == 0 {
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+        let receptions = run_traffic(&mut endpoint, &plan, seed);
+        check_deliveries(me, &plan, &receptions);
+        endpoint.flush_log().expect("flush");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        // Everyone keeps everyone's deliveries: the survivors judge the replay.
+        let originals = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
+        boot.barrier().expect("quiet before the failure");
+        if !survivor {
+            if me == VICTIMS[0] {
+                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            std::thread::sleep(WAIT);
+            panic!("rank {me} outlived its node");
+        }
+        let start = std::time::Instant::now();
+        while VICTIMS.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead)
+        {
+            endpoint.provider().progress().expect("progress");
+            endpoint.provider().block(Duration::from_millis(5)).expect("block");
+            assert!(start.elapsed() < WAIT, "node 1's death not seen");
+        }
+        for v in VICTIMS {
+            let inc =
+                reverb_transport::recovery::await_rejoin(endpoint.provider(), &mut boot, v, Some(0), WAIT)
+                    .expect("rejoin");
+            assert_eq!(inc, 1);
+        }
+        endpoint.rejoin(&mut boot, &VICTIMS).expect("rejoin collective");
+        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
+        for v in VICTIMS {
+            let logged: Vec<Determinant> = decode_receptions(v, &originals[v as usize])
+                .iter()
+                .filter_map(|r| r.delivery.determinant)
+                .collect();
+            let held: Vec<Determinant> = dets.iter().filter(|d| d.receiver == v).copied().collect();
+            assert_eq!(held, logged, "rank {v}'s determinants as the survivors hold them");
+        }
+        // Hand the originals over (the restarted ranks compare and report).
+        let mut handover = Vec::new();
+        for v in VICTIMS {
+            let bytes = &originals[v as usize];
+            handover.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            handover.extend_from_slice(bytes);
+        }
+        boot.allgather(&handover).expect("hand over");
+        boot.barrier().expect("restarted ranks replaying");
+        let delivered = endpoint.stats().messages_delivered;
+        let mut expected = 0;
+        for v in VICTIMS {
+            assert_eq!(endpoint.resend_from(v, 1).expect("resend"), count(me, v));
+            expected += count(v, me) as u64;
+        }
+        let start = std::time::Instant::now();
+        while endpoint.stats().duplicates_dropped < expected {
+            assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
+            endpoint.progress().expect("progress");
+        }
+        let s = endpoint.stats();
+        assert_eq!(
+            (s.duplicates_dropped, s.messages_delivered),
+            (expected, delivered),
+            "no duplicate delivered"
+        );
+        boot.barrier().expect("replay checked");
+        endpoint.finish(&mut boot).expect("finish");
+    } else {
+        assert!(!survivor, "only node 1 restarts");
+        let mut provider = provider;
+        // The node mate restarted too: this provider may have found its dead incarnation.
+        for mate in VICTIMS.into_iter().filter(|&v| v != me) {
+            let inc =
+                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), WAIT)
+                    .expect("mate rejoined");
+            assert_eq!(inc, 1);
+        }
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint after restart");
+        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
+        let handover = boot.allgather(&[]).expect("hand over");
+        // Rank 0's contribution: the originals of every restarted rank, length-prefixed.
+        let mut rest = &handover[0][..];
+        let mut originals = Vec::new();
+        while rest.len() >= 8 {
+            let (len, tail) = rest.split_at(8);
+            let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
+            originals.push(tail[..len].to_vec());
+            rest = &tail[len..];
+        }
+        let index = VICTIMS.iter().position(|&v| v == me).expect("victim");
+        let first = decode_receptions(me, &originals[index]);
+        let mine: Vec<Determinant> = dets.iter().filter(|d| d.receiver == me).copied().collect();
+        endpoint.begin_replay(&mine).expect("replay");
+        boot.barrier().expect("restarted ranks replaying");
+        let replayed = run_traffic(&mut endpoint, &plan, seed);
+        assert!(!endpoint.replaying());
+        assert_eq!(replayed.len(), first.len());
+        for (i, (again, orig)) in replayed.iter().zip(&first).enumerate() {
+            assert_eq!(again, orig, "rank {me}: replay after the restart diverges at reception {i}");
+        }
+        boot.barrier().expect("replay checked");
+        endpoint.finish(&mut boot).expect("finish");
+    }
+}
