@@ -29,6 +29,15 @@
 //! (written here with one-sided puts), or the node's [`DetQueue`] that the node logger core
 //! drains and acknowledges (`attach_det_queue`).
 //!
+//! Recovery sequence (replay primitives; `protocol_procs::causal_killed_node_replays_after_respawn`
+//! runs it with a real SIGKILL and respawn): restarted ranks create their endpoint (`new`, at
+//! the new incarnation) while the survivors call `rejoin`, the same collective; then all call
+//! `gather_determinants(failed)` (buddy rings and detLogs of the survivors); each restarted
+//! rank calls `begin_replay` with its own determinants and re-executes; each survivor calls
+//! `resend_from(r, next)` for every restarted `r` (`next`: the first ssn `r`'s checkpoint
+//! does not cover, 1 without one). Re-executed sends reach the survivors as duplicates and
+//! are dropped by channel ordering.
+//!
 //! All logged traffic uses one provider tag ([`LOGGED_MESSAGE_TAG`] unless configured); the application tag
 //! travels in the envelope, and matching happens here, after per-channel ordering (matching in
 //! the provider could take a later ssn of a channel first and stall the ordering).

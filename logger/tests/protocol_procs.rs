@@ -11,8 +11,9 @@
 //! (buddy ring and detLogs) and equal its wildcard receptions; under `REVERB_LOG_UNIT=node`
 //! only inter-node payloads are logged; a checkpoint's GC frees exactly the logs. A rank
 //! restarted in place replays the logged delivery order exactly from collected determinants
-//! and resent payloads, while the survivors drop its re-executed sends as duplicates. Every
-//! job checks the communication matrix against the schedule.
+//! and resent payloads, while the survivors drop its re-executed sends as duplicates (also a
+//! whole node under the node unit, and for real: node 1 SIGKILLed and respawned by the
+//! harness, then replayed). Every job checks the communication matrix against the schedule.
 
 mod common;
 
