@@ -30,6 +30,9 @@ impl LoggedSend {
     }
 }
 
+/// Payload buffers at least this large are kept for reuse after a trim.
+const SPARE_MIN: usize = 4096;
+
 /// Per-destination logs of sent messages, under one byte limit.
 #[derive(Debug)]
 pub struct SendLog {
@@ -38,6 +41,11 @@ pub struct SendLog {
     trimmed_through: Vec<Ssn>,
     limit: u64,
     used: u64,
+    /// Large payload buffers freed by trims, reused by the next large records: a log of
+    /// big messages then costs a copy per message, not an allocation and its page faults.
+    /// Their capacity counts against the limit too, so the bound still bounds memory.
+    spare: Vec<Vec<u8>>,
+    spare_bytes: u64,
 }
 
 impl SendLog {
@@ -47,6 +55,8 @@ impl SendLog {
             trimmed_through: vec![0; size as usize],
             limit,
             used: 0,
+            spare: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
@@ -72,6 +82,7 @@ impl SendLog {
     /// (and to an ssn): `LogFull` is back-pressure.
     pub fn reserve(&self, payload_len: usize) -> Result<()> {
         let needed = LoggedSend::charged_bytes(payload_len);
+        // Spare buffers are given up before anything pushes back.
         if self.used + needed > self.limit {
             return Err(LogError::LogFull { needed, used: self.used, limit: self.limit });
         }
@@ -95,7 +106,24 @@ impl SendLog {
             }
         }
         self.used += LoggedSend::charged_bytes(payload.len());
-        log.push_back(LoggedSend { ssn, tag, payload: payload.to_vec() });
+        let mut buffer = match self.spare.iter().rposition(|b| b.capacity() >= payload.len()) {
+            Some(i) if payload.len() >= SPARE_MIN => {
+                let b = self.spare.swap_remove(i);
+                self.spare_bytes -= b.capacity() as u64;
+                b
+            }
+            _ => Vec::new(),
+        };
+        buffer.clear();
+        buffer.extend_from_slice(payload);
+        log.push_back(LoggedSend { ssn, tag, payload: buffer });
+        // Live entries and spares together stay within the limit.
+        while self.used + self.spare_bytes > self.limit {
+            match self.spare.pop() {
+                Some(b) => self.spare_bytes -= b.capacity() as u64,
+                None => break,
+            }
+        }
         Ok(())
     }
 
@@ -134,13 +162,29 @@ impl SendLog {
             if let Some(e) = log.pop_front() {
                 freed += LoggedSend::charged_bytes(e.payload.len());
                 last_trimmed = Some(e.ssn);
+                if e.payload.capacity() >= SPARE_MIN {
+                    self.spare_bytes += e.payload.capacity() as u64;
+                    self.spare.push(e.payload);
+                }
             }
         }
         if let (Some(last), Some(t)) = (last_trimmed, self.trimmed_through.get_mut(dest as usize)) {
             *t = last;
         }
         self.used -= freed;
+        // Keep spares only up to the room the live entries leave.
+        while self.used + self.spare_bytes > self.limit {
+            match self.spare.pop() {
+                Some(b) => self.spare_bytes -= b.capacity() as u64,
+                None => break,
+            }
+        }
         Ok(freed)
+    }
+
+    /// Bytes held by freed buffers kept for reuse.
+    pub fn spare_bytes(&self) -> u64 {
+        self.spare_bytes
     }
 }
 
@@ -174,6 +218,22 @@ mod tests {
             log.used(),
             6 * LoggedSend::charged_bytes(3) - LoggedSend::charged_bytes(3) + LoggedSend::charged_bytes(1)
         );
+    }
+
+    #[test]
+    fn large_buffers_are_reused_within_the_limit() {
+        let big = LoggedSend::charged_bytes(SPARE_MIN * 2);
+        let mut log = SendLog::new(2, 3 * big);
+        for ssn in 1..=3 {
+            log.record(1, ssn, 0, &vec![ssn as u8; SPARE_MIN * 2]).unwrap();
+        }
+        log.trim(1, 2).unwrap();
+        assert!(log.spare_bytes() >= 2 * (SPARE_MIN as u64 * 2));
+        assert!(log.used() + log.spare_bytes() <= log.limit());
+        // Reused buffers carry the new payload only.
+        log.record(1, 4, 0, &[7u8; SPARE_MIN]).unwrap();
+        assert_eq!(log.from_ssn(1, 4).unwrap().next().map(|e| e.payload.clone()), Some(vec![7u8; SPARE_MIN]));
+        assert!(log.used() + log.spare_bytes() <= log.limit());
     }
 
     #[test]
