@@ -83,6 +83,11 @@ impl Envelope {
 
     /// Parses one frame; returns the envelope and the payload it frames.
     pub fn decode(frame: &[u8]) -> Result<(Envelope, &[u8])> {
+        Self::decode_reusing(frame, Vec::new())
+    }
+
+    /// `decode`, filling `determinants` (cleared first) so a receiver can reuse its capacity.
+    pub fn decode_reusing(frame: &[u8], mut determinants: Vec<Determinant>) -> Result<(Envelope, &[u8])> {
         const WHAT: &str = "envelope";
         let mut r = Reader::new(frame, WHAT);
         let magic = r.u16()?;
@@ -123,7 +128,8 @@ impl Envelope {
             ));
         };
         let mut det_reader = Reader::new(r.take(det_bytes)?, WHAT);
-        let mut determinants = Vec::with_capacity(det_count);
+        determinants.clear();
+        determinants.reserve(det_count);
         for _ in 0..det_count {
             determinants.push(Determinant::read(&mut det_reader)?);
         }

@@ -360,6 +360,8 @@ pub struct LoggedEndpoint {
     sink: DeterminantSink,
     comm: CommRow,
     piggyback: Vec<Determinant>,
+    /// Decode buffer for arriving piggybacks, reused.
+    incoming_dets: Vec<Determinant>,
     hosted: Vec<HostedRing>,
     /// Rings of restarted clients replaced by `rejoin`: their determinants stay collectable
     /// until the next checkpoint.
@@ -456,6 +458,7 @@ impl LoggedEndpoint {
             sink: DeterminantSink::BuddyRing,
             comm: CommRow::new(job.size),
             piggyback: Vec::new(),
+            incoming_dets: Vec::new(),
             hosted,
             retired: Vec::new(),
             stats: LogStats::default(),
@@ -893,7 +896,7 @@ impl LoggedEndpoint {
 
     /// Runs channel ordering on one arrival; in-order messages join `ready`.
     fn accept_frame(&mut self, source: Rank, frame: Vec<u8>) -> Result<()> {
-        let (envelope, payload) = Envelope::decode(&frame)?;
+        let (envelope, payload) = Envelope::decode_reusing(&frame, std::mem::take(&mut self.incoming_dets))?;
         if envelope.sender != source || envelope.receiver != self.rank {
             return Err(LogError::malformed(
                 "logged message",
@@ -913,11 +916,14 @@ impl LoggedEndpoint {
             Arrival::Delivered { .. } | Arrival::Buffered => {}
         }
         // Alg 2 line 10: keep what the sender piggybacked (a stale incarnation's are void).
-        if let (Some(causal), false) = (self.causal.as_mut(), outcome == Arrival::DroppedStale) {
-            let new = causal.store_piggybacked(&determinants)? as u64;
-            LogStats::bump(&self.stats.determinants_stored, new);
-            LogStats::bump(&self.stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
-        }
+        let stored = match (self.causal.as_mut(), outcome == Arrival::DroppedStale) {
+            (Some(causal), false) => causal.store_piggybacked(&determinants).map(|n| n as u64),
+            _ => Ok(0),
+        };
+        self.incoming_dets = determinants;
+        let new = stored?;
+        LogStats::bump(&self.stats.determinants_stored, new);
+        LogStats::bump(&self.stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
         self.ready.extend(self.released.drain(..).map(|(_, a)| a));
         Ok(())
     }
