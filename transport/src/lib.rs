@@ -38,9 +38,7 @@ pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dy
         ProviderKind::Shm if respawned => Ok(Box::new(shm::ShmProvider::rejoin(config.clone(), boot)?)),
         ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs if respawned => {
-            Err(TransportError::Unsupported("rejoining a running job on the verbs provider".into()))
-        }
+        ProviderKind::Verbs if respawned => Ok(Box::new(verbs::VerbsProvider::rejoin(config.clone(), boot)?)),
         #[cfg(feature = "verbs")]
         ProviderKind::Verbs => Ok(Box::new(verbs::VerbsProvider::open(config.clone(), boot)?)),
         #[cfg(not(feature = "verbs"))]

@@ -543,6 +543,10 @@ fn node_failure_job(test: &str, failures: u32) {
             assert!(e.code == Some(0) && e.stdout.contains("1 passed"), "rank {}:\n{}", e.rank, e.output());
             let want = if e.rank >= 2 { failures } else { 0 };
             assert_eq!(e.incarnation, want, "rank {}:\n{}", e.rank, e.output());
+            let output = e.output();
+            for line in output.lines().filter(|l| l.contains("respawn timing")) {
+                println!("{line}");
+            }
         }
         return;
     };
@@ -567,6 +571,8 @@ fn node_failure_job(test: &str, failures: u32) {
         let (_, _, got) = recv_owned(p.as_mut(), Source::Rank((me + 3) % 4), TagMatch::exact(1), 100);
         assert_eq!(got, pattern(u64::from((me + 3) % 4), 100));
         boot.barrier().unwrap();
+        // Rank 2 SIGKILLs itself right after this barrier: the clock for the timings below.
+        let killed_at = Instant::now();
         if job.node == 1 {
             if me == 2 {
                 // SAFETY (test): SIGKILL to ourselves, the node failure under test.
@@ -581,6 +587,7 @@ fn node_failure_job(test: &str, failures: u32) {
             p.block(Duration::from_millis(5)).unwrap();
             assert!(t0.elapsed() < WAIT, "node 1's death not seen");
         }
+        let dead_ms = killed_at.elapsed().as_secs_f64() * 1e3;
         let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
         assert!(matches!(p.put(stale, Signal::Yes), Err(TransportError::PeerDead(2))));
         if me == 0 {
@@ -605,6 +612,14 @@ fn node_failure_job(test: &str, failures: u32) {
         assert!(p.put(stale, Signal::Yes).is_err(), "the dead incarnation's key reached the new one");
         for r in [2, 3] {
             let remote = trade_descriptor(p.as_mut(), r, &region.remote());
+            if r == 2 {
+                let first_ms = killed_at.elapsed().as_secs_f64() * 1e3;
+                eprintln!(
+                    "respawn timing ({}): rank {me}: SIGKILL -> PeerDead {dead_ms:.0} ms, \
+                     -> first message from incarnation {last} {first_ms:.0} ms",
+                    p.kind()
+                );
+            }
             put_get_with(p.as_mut(), me, r, &region, &remote, 7);
         }
     } else {
@@ -624,24 +639,17 @@ fn node_failure_job(test: &str, failures: u32) {
 
 #[test]
 fn respawned_node_reconnects() {
-    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
-        node_failure_job("respawned_node_reconnects", 1);
-    }
+    node_failure_job("respawned_node_reconnects", 1);
 }
 
 #[test]
 fn node_failing_twice_reconnects_to_last() {
-    if common::only_on("shm", "reconnect is implemented on the shm provider only so far") {
-        node_failure_job("node_failing_twice_reconnects_to_last", 2);
-    }
+    node_failure_job("node_failing_twice_reconnects_to_last", 2);
 }
 
 /// A peer that sent and then exited cleanly is Dead, but what it sent before still arrives.
 #[test]
 fn messages_sent_before_a_clean_exit_still_arrive() {
-    if !common::only_on("shm", "not yet run against verbs in the soft-RoCE VM") {
-        return;
-    }
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("messages_sent_before_a_clean_exit_still_arrive", 2, &[]);
     };

@@ -11,6 +11,16 @@
 //!   the posted buffer and answers FIN.
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
+//!
+//! Reconnecting to a respawned peer (see [`crate::recovery`]): a rank's QPN for each peer never
+//! changes while the rank lives, so the address it published at open stays valid. A respawned
+//! rank ([`VerbsProvider::rejoin`]) looks up the survivors' addresses, connects a fresh QP to
+//! each survivor's QP for it and publishes its own; it sends nothing to a survivor until that
+//! survivor's hello (a zero-length SEND) arrives. A survivor's `reconnect` fails everything of
+//! the old incarnation, takes its QP for that rank through ERROR to RESET (same QPN), connects
+//! it to the new incarnation's QP, posts fresh receive slots and sends the hello. Work-request
+//! ids carry a per-peer generation, so completions of the old connection are dropped, and
+//! region keys carry the owner's incarnation, so the old incarnation's descriptors are refused.
 
 mod cq;
 mod device;
@@ -30,7 +40,7 @@ use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 use crate::region::Region;
-use crate::shm::liveness::ProcessWatch;
+use crate::shm::liveness::{self, ProcessWatch};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
 use cq::CompletionQueue;
@@ -38,11 +48,16 @@ use device::Context;
 use pd::ProtectionDomain;
 use qp::{Opcode, PathParams, QpAddress, QueuePair, Sge};
 
+// wr_id: bit 63 receive, bits 56..63 connection generation, 40..56 peer, 0..40 sequence/slot.
 const RECV_FLAG: u64 = 1 << 63;
+const GEN_SHIFT: u32 = 56;
+const GEN_MASK: u64 = 0x7f;
 const PEER_SHIFT: u32 = 40;
+const PEER_MASK: u64 = 0xffff;
 const SEQ_MASK: u64 = (1 << PEER_SHIFT) - 1;
+const MAX_RANKS: u32 = 1 << 16;
 const ADDR_MAGIC: u32 = 0x5256_4256; // "RVBV"
-const ADDR_VERSION: u32 = 1;
+const ADDR_VERSION: u32 = 2;
 const ADDR_HEADER_LEN: usize = 80;
 
 /// Device selection and path knobs: `REVERB_VERBS_*`.
@@ -139,6 +154,14 @@ enum Outgoing {
 struct Peer {
     qp: QueuePair,
     state: PeerState,
+    /// The incarnation connected to (or, never connected, the latest one known).
+    incarnation: u32,
+    /// Ever connected: the QP has left RESET.
+    connected: bool,
+    /// May we post to it: false on a respawned rank until the peer's hello arrives.
+    ready: bool,
+    /// Connection generation, in every wr_id of this peer (mod 128).
+    generation: u64,
     /// Where our credit returns for this peer land: its credit word for us.
     credit_target: (u64, u32),
     watch: Option<ProcessWatch>,
@@ -185,6 +208,11 @@ pub struct VerbsProvider {
     /// an idle `progress` be a bare CQ poll.
     backlogged: usize,
     credits_deferred: bool,
+    /// What reconnecting needs: path parameters, our PSN per peer (published), pidfd policy.
+    path: PathParams,
+    psns: Vec<u32>,
+    pid_watch: bool,
+    boot: u64,
 }
 
 // SAFETY: all verbs objects are owned by the provider and used through &mut self, one thread at
@@ -208,6 +236,7 @@ struct RankAddress {
     credit_rkey: u32,
     pid: u32,
     boot: u64,
+    incarnation: u32,
     /// Per peer: (qpn, psn) of the QP we created for it.
     qps: Vec<(u32, u32)>,
 }
@@ -228,6 +257,7 @@ impl RankAddress {
         b.extend_from_slice(&self.credit_rkey.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
         b.extend_from_slice(&self.boot.to_le_bytes());
+        b.extend_from_slice(&self.incarnation.to_le_bytes());
         b.resize(ADDR_HEADER_LEN, 0);
         for (qpn, psn) in &self.qps {
             b.extend_from_slice(&qpn.to_le_bytes());
@@ -262,6 +292,7 @@ impl RankAddress {
             credit_rkey: u32_at(48),
             pid: u32_at(52),
             boot: u64_at(56),
+            incarnation: u32_at(64),
             qps: (0..size as usize)
                 .map(|j| (u32_at(ADDR_HEADER_LEN + 8 * j), u32_at(ADDR_HEADER_LEN + 8 * j + 4)))
                 .collect(),
@@ -286,11 +317,76 @@ fn status_error(peer: Rank, status: ffi::ibv_wc_status::Type) -> TransportError 
 }
 
 impl VerbsProvider {
+    /// Opens the provider for a fresh job: every rank takes part (allgather, barrier). Also
+    /// publishes this rank's address, for ranks that rejoin later.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
+        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
+        let size = provider.job.size;
+        let all = boot.allgather(&me.encode())?;
+        if all.len() != size as usize {
+            return Err(TransportError::Bootstrap(format!(
+                "allgather returned {} entries for {size} ranks",
+                all.len()
+            )));
+        }
+        for (rank, bytes) in all.iter().enumerate() {
+            let rank = rank as Rank;
+            if rank == provider.job.rank {
+                continue;
+            }
+            let peer = provider.decode_peer(bytes, rank)?;
+            provider.attach(rank, &peer, true)?;
+        }
+        boot.publish(&me.encode())?;
+        // Nobody sends until every rank has connected and posted its receives.
+        boot.barrier()?;
+        Ok(provider)
+    }
+
+    /// Opens a respawned rank (incarnation > 0) without a collective: connects to every rank
+    /// that has an address at the rendezvous now (`Bootstrap::lookup`), then publishes its own
+    /// address, which announces it to the others. Each peer stays unready (messages queue) until
+    /// its hello arrives, sent once it reconnected to us; ranks without an address yet (a
+    /// node-mate still starting) stay `Dead` until `reconnect` is called with their `Rejoin`.
+    pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
+        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
+        let (my_rank, size) = (provider.job.rank, provider.job.size);
+        for entry in boot.lookup()? {
+            if entry.rank == my_rank || entry.rank >= size {
+                continue;
+            }
+            provider.peers[entry.rank as usize].incarnation = entry.incarnation;
+            if let Some(bytes) = entry.address {
+                let peer = provider.decode_peer(&bytes, entry.rank)?;
+                if peer.incarnation != entry.incarnation {
+                    return Err(TransportError::Malformed {
+                        what: "verbs address",
+                        detail: format!(
+                            "rank {}: address of incarnation {} listed for incarnation {}",
+                            entry.rank, peer.incarnation, entry.incarnation
+                        ),
+                    });
+                }
+                provider.attach(entry.rank, &peer, false)?;
+            }
+        }
+        // Last: survivors connect to our QPs once announced, and those are ready now.
+        boot.publish(&me.encode())?;
+        Ok(provider)
+    }
+
+    /// This rank's device, queues and rings, its loopback QP connected and every other peer
+    /// `Dead` with a QP in RESET; and the address to exchange.
+    fn create(config: TransportConfig, job: JobInfo) -> Result<(VerbsProvider, RankAddress)> {
         config.validate()?;
         let opts = VerbsOptions::from_env()?;
-        let job = boot.job().clone();
         let size = job.size;
+        if size > MAX_RANKS || job.rank >= size {
+            return Err(TransportError::Config(format!(
+                "rank {} of {size}: the verbs provider supports up to {MAX_RANKS} ranks",
+                job.rank
+            )));
+        }
         // SAFETY: ibv_fork_init only sets a library flag; called before any registration.
         unsafe { ffi::ibv_fork_init() };
         let device =
@@ -310,10 +406,11 @@ impl VerbsProvider {
         let events = config.wait_mode != WaitMode::Poll;
         let cq = CompletionQueue::new(&ctx, cq_entries, events)?;
         let ring_len = size as usize * slots as usize * slot_size;
-        let rx_ring = mr::register(&pd, job.rank, ring_len, Access::LOCAL)?;
-        let tx_ring = mr::register(&pd, job.rank, ring_len, Access::LOCAL)?;
-        let credit_words = mr::register(&pd, job.rank, 8 * size as usize, Access::REMOTE_WRITE)?;
-        let credit_src = mr::register(&pd, job.rank, 8 * size as usize, Access::LOCAL)?;
+        let inc = job.incarnation;
+        let rx_ring = mr::register(&pd, job.rank, inc, ring_len, Access::LOCAL)?;
+        let tx_ring = mr::register(&pd, job.rank, inc, ring_len, Access::LOCAL)?;
+        let credit_words = mr::register(&pd, job.rank, inc, 8 * size as usize, Access::REMOTE_WRITE)?;
+        let credit_src = mr::register(&pd, job.rank, inc, 8 * size as usize, Access::LOCAL)?;
 
         let mut qps = Vec::with_capacity(size as usize);
         for _ in 0..size {
@@ -332,15 +429,9 @@ impl VerbsProvider {
             credit_rkey: credit_words.remote().key as u32,
             pid: std::process::id(),
             boot: boot_id(),
+            incarnation: inc,
             qps: qps.iter().zip(&psns).map(|(q, p)| (q.qpn(), *p)).collect(),
         };
-        let all = boot.allgather(&me.encode())?;
-        if all.len() != size as usize {
-            return Err(TransportError::Bootstrap(format!(
-                "allgather returned {} entries for {size} ranks",
-                all.len()
-            )));
-        }
         let path = PathParams {
             port: opts.port,
             gid_index: gid_index as u8,
@@ -350,39 +441,17 @@ impl VerbsProvider {
             timeout: opts.timeout,
             retry_count: opts.retry_count,
         };
-        let mut peers = Vec::with_capacity(size as usize);
-        for (rank, (bytes, mut qp)) in all.iter().zip(qps).enumerate() {
-            let peer = RankAddress::decode(bytes, rank as Rank, size)?;
-            if peer.slots as u64 != slots || peer.slot_size as usize != slot_size {
-                return Err(TransportError::Config(format!(
-                    "rank {rank} uses {} slots of {} bytes, this rank {slots} of {slot_size}: \
-                     REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job",
-                    peer.slots, peer.slot_size
-                )));
-            }
-            let (qpn, psn) = peer.qps[job.rank as usize];
-            let remote = QpAddress {
-                qpn,
-                psn,
-                lid: peer.lid,
-                gid: peer.gid,
-                gid_index: peer.gid_index,
-                mtu: peer.mtu,
-            };
-            qp.connect(&path, psns[rank], &remote)?;
-            // Every receive slot for this peer is posted before anyone may send.
-            for slot in 0..slots {
-                let addr =
-                    rx_ring.as_ptr() as u64 + ((rank as u64 * slots + slot) as usize * slot_size) as u64;
-                let wr_id = RECV_FLAG | ((rank as u64) << PEER_SHIFT) | slot;
-                qp.post_recv(wr_id, Sge { addr, len: slot_size as u32, lkey: rx_ring.local_key() })?;
-            }
-            let same_kernel = opts.pid_watch && peer.boot == me.boot && rank as Rank != job.rank;
-            peers.push(Peer {
+        let peers = qps
+            .into_iter()
+            .map(|qp| Peer {
                 qp,
-                state: PeerState::Alive,
-                credit_target: (peer.credit_addr + 8 * job.rank as u64, peer.credit_rkey),
-                watch: same_kernel.then(|| ProcessWatch::new(peer.pid)),
+                state: PeerState::Dead,
+                incarnation: 0,
+                connected: false,
+                ready: false,
+                generation: 0,
+                credit_target: (0, 0),
+                watch: None,
                 sq: VecDeque::new(),
                 next_seq: 0,
                 sent: 0,
@@ -392,11 +461,9 @@ impl VerbsProvider {
                 rx_credit_sent: 0,
                 backlog: VecDeque::new(),
                 last_probe: Instant::now(),
-            });
-        }
-        // Nobody sends until every rank has connected and posted its receives.
-        boot.barrier()?;
-        Ok(VerbsProvider {
+            })
+            .collect();
+        let mut provider = VerbsProvider {
             config,
             job,
             peers,
@@ -421,7 +488,88 @@ impl VerbsProvider {
             malformed: ErrorQueue::default(),
             backlogged: 0,
             credits_deferred: false,
-        })
+            path,
+            psns,
+            pid_watch: opts.pid_watch,
+            boot: me.boot,
+        };
+        let rank = provider.job.rank;
+        let own = RankAddress::decode(&me.encode(), rank, size)?;
+        provider.attach(rank, &own, true)?;
+        Ok((provider, me))
+    }
+
+    /// Decodes `rank`'s address and checks its rings match ours.
+    fn decode_peer(&self, bytes: &[u8], rank: Rank) -> Result<RankAddress> {
+        let peer = RankAddress::decode(bytes, rank, self.job.size)?;
+        if peer.slots as u64 != self.slots || peer.slot_size as usize != self.slot_size {
+            return Err(TransportError::Config(format!(
+                "rank {rank} uses {} slots of {} bytes, this rank {} of {}: \
+                 REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job",
+                peer.slots, peer.slot_size, self.slots, self.slot_size
+            )));
+        }
+        Ok(peer)
+    }
+
+    /// Connects our QP for `rank` to `peer`'s QP for us (from RESET; a used QP is reset
+    /// first, so its QPN stays the one we published), posts every receive slot and starts the
+    /// connection's counters from zero. The caller has failed everything of an earlier
+    /// connection. `ready`: we may post at once (the peer's QP is connected already).
+    fn attach(&mut self, rank: Rank, peer: &RankAddress, ready: bool) -> Result<()> {
+        let (slots, slot_size) = (self.slots, self.slot_size);
+        let (qpn, psn) = peer.qps[self.job.rank as usize];
+        let remote =
+            QpAddress { qpn, psn, lid: peer.lid, gid: peer.gid, gid_index: peer.gid_index, mtu: peer.mtu };
+        // Credits count from zero on the new connection; nobody writes this word until then.
+        self.credit_words.write(8 * rank as usize, &0u64.to_le_bytes())?;
+        let same_kernel = self.pid_watch && peer.boot == self.boot && rank != self.job.rank;
+        let (path, local_psn) = (self.path, self.psns[rank as usize]);
+        let lkey = self.rx_ring.local_key();
+        let ring = self.rx_ring.as_ptr() as u64;
+        let p = &mut self.peers[rank as usize];
+        if p.connected {
+            p.qp.reset()?;
+        }
+        p.generation = (p.generation + 1) & GEN_MASK;
+        p.connected = true;
+        p.qp.connect(&path, local_psn, &remote)?;
+        // Every receive slot is posted before the peer may send.
+        for slot in 0..slots {
+            let addr = ring + ((rank as u64 * slots + slot) as usize * slot_size) as u64;
+            let wr_id = RECV_FLAG | (p.generation << GEN_SHIFT) | ((rank as u64) << PEER_SHIFT) | slot;
+            p.qp.post_recv(wr_id, Sge { addr, len: slot_size as u32, lkey })?;
+        }
+        p.state = PeerState::Alive;
+        p.incarnation = peer.incarnation;
+        p.ready = ready;
+        p.credit_target = (peer.credit_addr + 8 * self.job.rank as u64, peer.credit_rkey);
+        p.watch = same_kernel.then(|| ProcessWatch::new(peer.pid));
+        p.sent = 0;
+        p.tx_used = 0;
+        p.tx_done = 0;
+        p.rx_consumed = 0;
+        p.rx_credit_sent = 0;
+        p.last_probe = Instant::now();
+        Ok(())
+    }
+
+    /// A wr_id for `peer`'s current connection.
+    fn wr_id(&self, peer: Rank, seq: u64) -> u64 {
+        (self.peers[peer as usize].generation << GEN_SHIFT) | ((peer as u64) << PEER_SHIFT) | (seq & SEQ_MASK)
+    }
+
+    /// Waits (bounded) until a respawned rank may post to `peer` (its hello arrived).
+    fn await_ready(&mut self, peer: Rank) -> Result<()> {
+        let start = Instant::now();
+        while !self.live_peer(peer)?.ready {
+            self.poll_cq()?;
+            if start.elapsed() > self.config.peer_timeout * 4 {
+                return Err(TransportError::Timeout(self.config.peer_timeout * 4));
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     fn next_op(&mut self) -> OpId {
@@ -462,11 +610,11 @@ impl VerbsProvider {
         inline: bool,
     ) -> Result<()> {
         let depth = self.sq_depth;
+        let wr_id = self.wr_id(peer, self.peers[peer as usize].next_seq);
         let p = &mut self.peers[peer as usize];
         let wants = !matches!(info, WrInfo::Rma { signal: Signal::No, .. } | WrInfo::Credit);
         let signaled = wants || p.sq.len() % (depth / 4).max(1) == (depth / 4).max(1) - 1;
         let seq = p.next_seq;
-        let wr_id = ((peer as u64) << PEER_SHIFT) | (seq & SEQ_MASK);
         p.qp.post_send(wr_id, op, sges, remote, signaled, inline)?;
         p.next_seq += 1;
         p.sq.push_back((seq & SEQ_MASK, info));
@@ -488,7 +636,8 @@ impl VerbsProvider {
 
     fn can_send_now(&self, peer: Rank, needs_bounce: bool) -> bool {
         let p = &self.peers[peer as usize];
-        p.backlog.is_empty()
+        p.ready
+            && p.backlog.is_empty()
             && self.has_credit(peer)
             && p.sq.len() + 2 < self.sq_depth
             && (!needs_bounce || p.tx_used - p.tx_done < self.slots)
@@ -613,7 +762,7 @@ impl VerbsProvider {
     fn flush_backlogs(&mut self) -> Result<()> {
         for dest in 0..self.peers.len() as Rank {
             while let Some(front) = self.peers[dest as usize].backlog.front() {
-                if self.peers[dest as usize].state == PeerState::Dead {
+                if self.peers[dest as usize].state == PeerState::Dead || !self.peers[dest as usize].ready {
                     break;
                 }
                 let inline = match front {
@@ -647,7 +796,7 @@ impl VerbsProvider {
     fn return_credits(&mut self, peer: Rank) -> Result<()> {
         let p = &self.peers[peer as usize];
         let due = p.rx_consumed - p.rx_credit_sent;
-        if due < (self.slots / 4).max(1) || p.state == PeerState::Dead {
+        if due < (self.slots / 4).max(1) || p.state == PeerState::Dead || !p.ready {
             return Ok(());
         }
         if p.sq.len() + 2 >= self.sq_depth {
@@ -670,7 +819,7 @@ impl VerbsProvider {
     fn repost_recv(&mut self, peer: Rank, slot: u64) -> Result<()> {
         let addr = self.rx_ring.as_ptr() as u64
             + ((peer as u64 * self.slots + slot) as usize * self.slot_size) as u64;
-        let wr_id = RECV_FLAG | ((peer as u64) << PEER_SHIFT) | slot;
+        let wr_id = RECV_FLAG | self.wr_id(peer, slot);
         let lkey = self.rx_ring.local_key();
         let slot_size = self.slot_size as u32;
         self.peers[peer as usize].qp.post_recv(wr_id, Sge { addr, len: slot_size, lkey })?;
@@ -706,7 +855,8 @@ impl VerbsProvider {
             let e = TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 };
             return fail(self, recv, e, fin::TRUNCATED);
         }
-        if rts.len > self.max_msg || rts.r_key > u32::MAX as u64 {
+        let key_incarnation = (rts.r_key >> 32) as u32;
+        if rts.len > self.max_msg || key_incarnation != self.peers[source as usize].incarnation {
             let e = TransportError::Malformed {
                 what: "rendezvous",
                 detail: format!("length {} or key {:#x} invalid", rts.len, rts.r_key),
@@ -716,7 +866,7 @@ impl VerbsProvider {
         let (region, offset, scratch) = match &recv.buffer {
             RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, None),
             RecvBuffer::Owned { .. } => {
-                match mr::register(&self.pd, self.job.rank, len.max(1), Access::LOCAL) {
+                match mr::register(&self.pd, self.job.rank, self.job.incarnation, len.max(1), Access::LOCAL) {
                     Ok(r) => (r.clone(), 0, Some(r)),
                     Err(e) => return fail(self, recv, e, fin::READ_FAILED),
                 }
@@ -727,7 +877,7 @@ impl VerbsProvider {
         }
         let sge =
             Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() };
-        let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), rts.r_key as u32));
+        let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), rts.r_key as u32)); // the rkey
         let info = WrInfo::RndvRead { recv, header: rts, scratch };
         if let Err(e) = self.post(source, info, Opcode::Read, &[sge], remote, false) {
             self.fail_peer(source, e);
@@ -858,9 +1008,10 @@ impl VerbsProvider {
         };
         for c in &wc[..n] {
             let id = c.wr_id();
-            let peer = ((id & !RECV_FLAG) >> PEER_SHIFT) as Rank;
-            if peer as usize >= self.peers.len() {
-                continue;
+            let peer = ((id >> PEER_SHIFT) & PEER_MASK) as Rank;
+            let Some(p) = self.peers.get(peer as usize) else { continue };
+            if (id >> GEN_SHIFT) & GEN_MASK != p.generation {
+                continue; // a connection that reconnect replaced: already failed
             }
             let status = c.error().map_or(ffi::ibv_wc_status::IBV_WC_SUCCESS, |(s, _)| s);
             if id & RECV_FLAG == 0 {
@@ -874,7 +1025,10 @@ impl VerbsProvider {
                 continue;
             }
             let slot = id & SEQ_MASK;
-            if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            if c.len() == 0 && c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV {
+                // A hello: the peer reconnected to us, we may post to it now.
+                self.peers[peer as usize].ready = true;
+            } else if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
                 let imm = u32::from_be(c.imm_data().unwrap_or(0));
                 self.completions.push_back(Completion::ok(
                     OpId::REMOTE,
@@ -912,6 +1066,7 @@ impl VerbsProvider {
             }
             // Peers on other hosts: a zero-byte write fails by retry exhaustion if they are gone.
             if probe
+                && p.ready
                 && p.watch.is_none()
                 && p.last_probe.elapsed() >= self.config.peer_timeout / 2
                 && p.sq.len() + 2 < self.sq_depth
@@ -954,8 +1109,9 @@ impl VerbsProvider {
     fn rma_args(&self, op: &'static str, rma: &Rma<'_>) -> Result<(Sge, (u64, u32))> {
         rma.local.check_bounds(op, rma.local_offset, rma.len)?;
         rma.remote.check_bounds(op, rma.remote_offset, rma.len as u64)?;
-        self.live_peer(rma.remote.owner)?;
-        if rma.remote.key > u32::MAX as u64 {
+        let owner = self.live_peer(rma.remote.owner)?;
+        // The key's high half names the owner's incarnation: a dead one's descriptors are refused.
+        if (rma.remote.key >> 32) as u32 != owner.incarnation {
             return Err(TransportError::InvalidKey { op, owner: rma.remote.owner, key: rma.remote.key });
         }
         if rma.len as u64 > self.max_msg {
@@ -984,6 +1140,7 @@ impl VerbsProvider {
     ) -> Result<OpId> {
         let (sge, remote) = self.rma_args(name, &rma)?;
         let peer = rma.remote.owner;
+        self.await_ready(peer)?;
         self.reserve_sq(peer)?;
         let op = self.next_op();
         let inline = matches!(opcode, Opcode::Write) && rma.len <= self.max_inline as usize && rma.len > 0;
@@ -1028,7 +1185,7 @@ impl Provider for VerbsProvider {
     }
 
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
-        mr::register(&self.pd, self.job.rank, len, access)
+        mr::register(&self.pd, self.job.rank, self.job.incarnation, len, access)
     }
 
     fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
@@ -1100,6 +1257,58 @@ impl Provider for VerbsProvider {
         self.peers.get(peer as usize).map_or(PeerState::Dead, |p| p.state)
     }
 
+    fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
+        self.peers.get(peer as usize).filter(|p| p.connected).map(|p| p.incarnation)
+    }
+
+    fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
+        if peer == self.job.rank {
+            return Err(TransportError::Config(format!("rank {peer} cannot reconnect to itself")));
+        }
+        let p = self.peers.get(peer as usize).ok_or(TransportError::InvalidRank(peer, self.job.size))?;
+        let stale = if p.connected { incarnation <= p.incarnation } else { incarnation < p.incarnation };
+        if stale {
+            return Err(TransportError::StaleIncarnation { rank: peer, incarnation, current: p.incarnation });
+        }
+        // Validate the new address before touching the old connection.
+        let address = self.decode_peer(address, peer)?;
+        if address.incarnation != incarnation {
+            return Err(TransportError::Malformed {
+                what: "verbs address",
+                detail: format!(
+                    "rank {peer}: address of incarnation {} given for incarnation {incarnation}",
+                    address.incarnation
+                ),
+            });
+        }
+        if self.pid_watch && address.boot == self.boot && !liveness::pid_exists(address.pid) {
+            return Err(TransportError::PeerDead(peer)); // that incarnation died already
+        }
+        // What the old incarnation delivered before is still its own; then fail the rest.
+        while self.poll_cq()? == self.wc.len() {}
+        self.fail_peer(peer, TransportError::PeerDead(peer));
+        // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
+        self.tagged.purge_unexpected_from(peer);
+        let attached = self.attach(peer, &address, true);
+        if let Err(e) = attached {
+            self.peers[peer as usize].state = PeerState::Dead;
+            return Err(e);
+        }
+        // The hello: the new incarnation posts nothing to us before it (its QP is connected
+        // already: it published after connecting). It takes one of its receive slots.
+        let hello = self.post(peer, WrInfo::Msg { bounce: false }, Opcode::Send, &[], None, false);
+        match hello {
+            Ok(()) => {
+                self.peers[peer as usize].sent += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.fail_peer(peer, e.clone());
+                Err(e)
+            }
+        }
+    }
+
     fn progress(&mut self) -> Result<()> {
         while self.poll_cq()? == self.wc.len() {}
         if self.backlogged > 0 {
@@ -1152,6 +1361,7 @@ impl Drop for VerbsProvider {
         let deadline = Instant::now() + self.config.peer_timeout;
         let busy = |p: &Peer| {
             p.state == PeerState::Alive
+                && p.ready
                 && (!p.backlog.is_empty()
                     || p.sq
                         .iter()

@@ -42,8 +42,16 @@ fn access_flags(access: Access) -> u32 {
     flags
 }
 
-/// Allocates `len` bytes and registers them in `pd`.
-pub fn register(pd: &Arc<ProtectionDomain>, owner: Rank, len: usize, access: Access) -> Result<Region> {
+/// Allocates `len` bytes and registers them in `pd`. The descriptor's key is the rkey with
+/// the owner's incarnation in the high 32 bits, so a peer can refuse a dead incarnation's
+/// descriptors before posting (rkeys of two processes may collide).
+pub fn register(
+    pd: &Arc<ProtectionDomain>,
+    owner: Rank,
+    incarnation: u32,
+    len: usize,
+    access: Access,
+) -> Result<Region> {
     if len == 0 {
         return Err(TransportError::Config("cannot register an empty region".into()));
     }
@@ -59,7 +67,12 @@ pub fn register(pd: &Arc<ProtectionDomain>, owner: Rank, len: usize, access: Acc
     }
     // SAFETY: ibv_reg_mr returned a valid MR.
     let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-    let remote = RemoteRegion { owner, addr: ptr as u64, len: len as u64, key: rkey as u64 };
+    let remote = RemoteRegion {
+        owner,
+        addr: ptr as u64,
+        len: len as u64,
+        key: (u64::from(incarnation) << 32) | u64::from(rkey),
+    };
     let backing = MrBacking { mr, _pd: pd.clone(), _memory: memory };
     // SAFETY: ptr..ptr+len stays mapped while the backing lives inside the Region.
     Ok(unsafe { Region::new(ptr, len, access, remote, lkey, Box::new(backing)) })

@@ -192,6 +192,20 @@ impl QueuePair {
         )
     }
 
+    /// Takes a used QP back to RESET (through ERROR, which flushes what it still held), so
+    /// `connect` can point it at a new remote QP while its own QPN, the one peers know,
+    /// stays the same. Completions the flush raises carry the old wr_ids.
+    pub fn reset(&self) -> Result<()> {
+        use ffi::ibv_qp_attr_mask as m;
+        for (state, what) in
+            [(ffi::ibv_qp_state::IBV_QPS_ERR, "ERR"), (ffi::ibv_qp_state::IBV_QPS_RESET, "RESET")]
+        {
+            let mut attr = ffi::ibv_qp_attr { qp_state: state, ..Default::default() };
+            modify(self.raw, &mut attr, m::IBV_QP_STATE.0, what)?;
+        }
+        Ok(())
+    }
+
     /// Posts one send-queue work request. With `inline`, the bytes are copied at post time,
     /// so the SGEs may point at any memory.
     pub fn post_send(
