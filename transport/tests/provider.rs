@@ -647,6 +647,61 @@ fn node_failing_twice_reconnects_to_last() {
     node_failure_job("node_failing_twice_reconnects_to_last", 2);
 }
 
+/// Reconnecting fails what waited on the dead incarnation (a receive posted for it) and drops
+/// what it sent that no receive took: a receive for the same tag gets the new incarnation's
+/// message. Rank 0 reconnects as soon as the rejoin is announced, whether or not it has seen
+/// the death yet.
+#[test]
+fn reconnect_drops_the_dead_incarnations_work() {
+    let Some((job, mut boot, mut p)) = child() else {
+        let exits = run_job("reconnect_drops_the_dead_incarnations_work", &Job { respawn: 1, ..Job::new(2) });
+        for e in &exits {
+            assert!(e.code == Some(0) && e.stdout.contains("1 passed"), "rank {}:\n{}", e.rank, e.output());
+            assert_eq!(e.incarnation, e.rank, "rank {}:\n{}", e.rank, e.output());
+        }
+        return;
+    };
+    use reverb_transport::recovery::await_rejoin;
+    if job.rank == 1 {
+        if job.incarnation == 0 {
+            p.send(0, 5, b"old").unwrap();
+            p.send(0, 6, b"sync").unwrap();
+            boot.barrier().unwrap();
+            // SAFETY (test): SIGKILL to ourselves, the failure under test.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            std::thread::sleep(WAIT);
+            panic!("rank 1 outlived its SIGKILL");
+        }
+        let op = p.send(0, 5, b"new").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(9), 8);
+        boot.barrier().unwrap();
+        return;
+    }
+    // Tag 5 ("old") is unexpected here once tag 6 arrived: one sender's messages keep order.
+    recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(6), 8);
+    let pending =
+        p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 8 }).unwrap();
+    boot.barrier().unwrap();
+    assert_eq!(await_rejoin(p.as_mut(), &mut boot, 1, Some(0), WAIT).unwrap(), 1);
+    let c = p.wait_op(pending, WAIT).unwrap();
+    assert!(matches!(c.status, Err(TransportError::PeerDead(1))), "{:?}", c.status);
+    let (_, _, got) = recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(5), 8);
+    assert_eq!(got, b"new", "the dead incarnation's message was delivered as the new one's");
+    // The same incarnation again is stale; a bad address or ourselves change nothing.
+    let address = boot.lookup().unwrap()[1].address.clone().expect("rank 1 published");
+    let e = p.reconnect(1, 1, &address).unwrap_err();
+    assert!(matches!(e, TransportError::StaleIncarnation { rank: 1, incarnation: 1, current: 1 }), "{e}");
+    let e = p.reconnect(1, 2, b"junk").unwrap_err();
+    assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+    assert!(p.reconnect(0, 5, &address).is_err(), "reconnect to itself");
+    assert_eq!(p.peer_state(1), reverb_transport::PeerState::Alive);
+    assert_eq!(p.peer_incarnation(1), Some(1));
+    let op = p.send(1, 9, b"ack").unwrap();
+    p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    boot.barrier().unwrap();
+}
+
 /// A peer that sent and then exited cleanly is Dead, but what it sent before still arrives.
 #[test]
 fn messages_sent_before_a_clean_exit_still_arrive() {
