@@ -43,6 +43,16 @@ pub enum LogError {
     /// Collected copies of one determinant disagree: a log is corrupt.
     #[error("conflicting determinants for rank {receiver} rsn {rsn}: {detail}")]
     ConflictingDeterminants { receiver: u32, rsn: u64, detail: String },
+    /// Logger offload: the buddy node's logger core is dead; nothing more becomes durable.
+    #[error("the log buddy (node {node}) is dead: the log entry cannot become durable")]
+    BuddyDead { node: u64 },
+    /// Logger offload: this node's logger core exited, failed or was killed.
+    #[error("the node logger core (pid {pid}) is gone: {why}")]
+    LoggerGone { pid: u32, why: String },
+    /// Logger offload: this rank's payload lane stayed full for the whole bound (back-pressure
+    /// the logger core did not relieve: its buddy ring needs a checkpoint trim).
+    #[error("payload lane {lane} full: {needed} bytes needed, {free} free")]
+    LaneFull { lane: u64, needed: u64, free: u64 },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A protocol or configuration this build does not provide (yet).

@@ -13,6 +13,7 @@
 //! - [`commmatrix`]: application bytes and messages per rank pair, library traffic apart;
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
 //! - [`core`]: the node logger core (offload process, client API, placements, heartbeat);
+//! - [`sink`]: logger-core offload of an endpoint's log writes (`reverb run --logger`);
 //! - [`buddy`]: which rank on another node hosts each rank's log;
 //! - [`stats`]: counters, including deterministic vs wildcard receives;
 //! - [`error`]: the [`LogError`] enum.
@@ -29,6 +30,7 @@ pub mod error;
 pub mod logring;
 pub mod protocol;
 pub mod sendlog;
+pub mod sink;
 pub mod stats;
 mod wire;
 

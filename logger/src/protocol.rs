@@ -65,6 +65,7 @@ use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
 use crate::error::{LogError, Result};
 use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
 use crate::sendlog::SendLog;
+use crate::sink::LoggerOffload;
 use crate::stats::{LogStats, ReceiveKind, StatsSnapshot};
 use crate::wire::Reader;
 
@@ -358,6 +359,8 @@ pub struct LoggedEndpoint {
     /// Set at a restarted rank while it re-executes: wildcard receives follow it.
     replay: Option<ReplayPlan>,
     sink: DeterminantSink,
+    /// Under `reverb run --logger ...`: the node logger core that does this rank's log writes.
+    offload: Option<LoggerOffload>,
     comm: CommRow,
     piggyback: Vec<Determinant>,
     /// Decode buffer for arriving piggybacks, reused.
@@ -456,6 +459,7 @@ impl LoggedEndpoint {
             causal,
             replay: None,
             sink: DeterminantSink::BuddyRing,
+            offload: None,
             comm: CommRow::new(job.size),
             piggyback: Vec::new(),
             incoming_dets: Vec::new(),
@@ -470,6 +474,9 @@ impl LoggedEndpoint {
         };
         while endpoint.posted.len() < POSTED_RECEIVES {
             endpoint.post_receive()?;
+        }
+        if endpoint.config.mode != LogMode::None {
+            endpoint.attach_logger_core()?;
         }
         Ok(endpoint)
     }
@@ -945,6 +952,20 @@ impl LoggedEndpoint {
         // Log first: on back-pressure the message stays queued and nothing is half-delivered.
         match (self.config.mode, self.log.as_mut(), &self.sink) {
             _ if replaying => {}
+            (LogMode::PessimisticReceiverBased, _, _) if self.offload.is_some() => {
+                let frame = log_payload.then_some(&arrived.frame[..]);
+                if let Some(offload) = &self.offload {
+                    offload.log_delivery(frame, determinant, self.config.durable_timeout, &self.stats)?;
+                }
+                LogStats::bump(
+                    if log_payload {
+                        &self.stats.messages_payload_logged
+                    } else {
+                        &self.stats.messages_unlogged
+                    },
+                    1,
+                );
+            }
             (LogMode::PessimisticReceiverBased, Some(log), _) => {
                 let frame = log_payload.then_some(&arrived.frame[..]);
                 log.record(&mut *self.provider, frame, determinant, &self.config, &self.stats)?;
@@ -1012,6 +1033,23 @@ impl LoggedEndpoint {
         self.flush_log()?;
         self.sink = DeterminantSink::NodeQueue(queue);
         Ok(())
+    }
+
+    /// Attaches the node's logger core when the launcher started one (`REVERB_LOGGER_SEGMENT`):
+    /// `pessimistic-sb` and `causal` then send determinants through its queue,
+    /// `pessimistic-rb` enqueues frames into its payload lane (see [`crate::sink`]).
+    fn attach_logger_core(&mut self) -> Result<()> {
+        let Some(offload) = LoggerOffload::attach_from_env()? else { return Ok(()) };
+        if self.config.mode.sender_logs_payloads() {
+            self.attach_det_queue(offload.client().open_det_queue()?)?;
+        }
+        self.offload = Some(offload);
+        Ok(())
+    }
+
+    /// The node logger core this endpoint logs through, if any.
+    pub fn logger_offload(&self) -> Option<&LoggerOffload> {
+        self.offload.as_ref()
     }
 
     /// Where determinants go now.
@@ -1191,6 +1229,10 @@ impl LoggedEndpoint {
         let mut mine = self.reception.last_rsn().to_le_bytes().to_vec();
         for c in &covered {
             mine.extend_from_slice(&c.to_le_bytes());
+        }
+        // The node's logger core trims once, before the all-gather holds every rank back.
+        if let Some(offload) = self.offload.as_ref().filter(|o| o.client().lane() == 0) {
+            offload.trim(self.config.durable_timeout)?;
         }
         // Past this all-gather every rank has checkpointed: only now may logs go.
         let all = boot.allgather(&mine)?;

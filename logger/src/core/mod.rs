@@ -104,18 +104,15 @@ impl From<CoreError> for LogError {
             CoreError::Log(e) => e,
             CoreError::Transport(e) => LogError::Transport(e),
             CoreError::Timeout(d) => LogError::Transport(TransportError::Timeout(d)),
-            CoreError::LaneFull { needed, free, .. } => LogError::RingFull { needed, free },
+            CoreError::LaneFull { lane, needed, free } => LogError::LaneFull { lane, needed, free },
             CoreError::FrameTooLarge { len, max } => {
                 LogError::RecordTooLarge { len: len as u64, capacity: max as u64 }
             }
-            CoreError::BuddyDead { node } => {
-                LogError::WriteFailed(TransportError::PeerDead(u32::try_from(node).unwrap_or(u32::MAX)))
-            }
+            CoreError::BuddyDead { node } => LogError::BuddyDead { node },
+            CoreError::LoggerGone { pid, why } => LogError::LoggerGone { pid, why },
             CoreError::Io { context, source } => LogError::Io { context, source },
             CoreError::Malformed { what, detail } => LogError::Malformed { what, detail },
-            other @ (CoreError::Config(_) | CoreError::LoggerGone { .. }) => {
-                LogError::Unsupported(other.to_string())
-            }
+            other @ CoreError::Config(_) => LogError::Unsupported(other.to_string()),
         }
     }
 }

@@ -1,0 +1,85 @@
+//! Logger-core offload for [`crate::LoggedEndpoint`]: under `reverb run --logger ...`
+//! (`REVERB_LOGGER_SEGMENT` set) the endpoint attaches its node's [`NodeLogClient`] and only
+//! enqueues; the logger core does the one-sided writes into the buddy node's ring.
+//!
+//! - `pessimistic-sb` and `causal`: determinants go into the node's `DetQueue` (the
+//!   `DeterminantSink::NodeQueue` seam); stable once the logger core's start index passes them.
+//! - `pessimistic-rb`: the received frame goes into this rank's payload lane and the
+//!   determinant (wildcard receives) into the node queue; delivery waits, bounded, until the
+//!   logger published both as durable.
+//!
+//! Every failure of that path is a [`LogError`]: `BuddyDead`, `LoggerGone`, `LaneFull`
+//! (back-pressure that outlived the bound), or a timeout. Nothing waits unbounded.
+
+use std::time::Duration;
+
+use crate::core::{vars, CoreError, NodeLogClient, Ticket};
+use crate::determinant::Determinant;
+use crate::error::{LogError, Result};
+use crate::stats::LogStats;
+
+/// This rank's attachment to its node's logger core.
+#[derive(Debug)]
+pub struct LoggerOffload {
+    client: NodeLogClient,
+}
+
+impl LoggerOffload {
+    /// Attaches when the launcher started logger cores (`REVERB_LOGGER_SEGMENT` set);
+    /// `None` otherwise.
+    pub fn attach_from_env() -> Result<Option<Self>> {
+        if std::env::var_os(vars::SEGMENT).is_none() {
+            return Ok(None);
+        }
+        let client = NodeLogClient::attach_from_env().map_err(LogError::from)?;
+        Ok(Some(LoggerOffload { client }))
+    }
+
+    pub fn client(&self) -> &NodeLogClient {
+        &self.client
+    }
+
+    /// Receiver-based logging of one delivery: enqueues `frame` (if its payload is logged)
+    /// and `determinant` (if the receive needs one), then waits until both are durable at
+    /// the buddy node. A full lane is retried within `timeout`, then reported as `LaneFull`.
+    pub fn log_delivery(
+        &self,
+        frame: Option<&[u8]>,
+        determinant: Option<Determinant>,
+        timeout: Duration,
+        stats: &LogStats,
+    ) -> Result<()> {
+        let mut tickets = [Ticket::default(); 2];
+        if let Some(frame) = frame {
+            tickets[0] = match self.client.enqueue_payload(frame) {
+                Ok(t) => t,
+                Err(CoreError::LaneFull { lane, needed, free }) => {
+                    LogStats::bump(&stats.back_pressure_events, 1);
+                    match self.client.enqueue_payload_wait(frame, timeout) {
+                        Ok(t) => t,
+                        Err(CoreError::Timeout(_)) => return Err(LogError::LaneFull { lane, needed, free }),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            };
+            LogStats::bump(&stats.payload_bytes_logged, frame.len() as u64);
+        }
+        if let Some(d) = determinant {
+            tickets[1] = self.client.enqueue_determinant_wait(&d, timeout).map_err(LogError::from)?;
+            LogStats::bump(&stats.determinant_bytes_logged, Determinant::WIRE_LEN as u64);
+            LogStats::bump(&stats.determinants_logged, 1);
+            LogStats::bump(&stats.determinant_writes, 1);
+        }
+        for t in tickets {
+            self.client.wait_durable(t, timeout).map_err(LogError::from)?;
+        }
+        Ok(())
+    }
+
+    /// GC after a coordinated checkpoint (every rank of the node quiesced at it): the logger
+    /// core drops everything durable from the buddy ring.
+    pub fn trim(&self, timeout: Duration) -> Result<()> {
+        self.client.trim_wait(timeout).map_err(LogError::from)
+    }
+}
