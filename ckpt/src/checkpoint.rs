@@ -425,6 +425,70 @@ impl Checkpointer {
         })
     }
 
+    /// Recovery, a survivor's side of the collective a restarted rank runs in
+    /// [`Checkpointer::new`]: exchanges slot descriptors again (this rank's regions are
+    /// unchanged) and takes the restarted ranks' new ones. The copies this rank keeps stay.
+    pub fn rejoin(&mut self, boot: &mut dyn Bootstrap) -> Result<(), CkptError> {
+        let mut mine = Vec::with_capacity(DESC_LEN);
+        mine.push(u8::from(self.hosted.is_some()) | (u8::from(self.parity.is_some()) << 1));
+        for region in [Some(&self.local), self.hosted.as_ref(), self.parity.as_ref()] {
+            mine.extend_from_slice(&region.map(Region::remote).map(|r| r.to_bytes()).unwrap_or([0; 28]));
+        }
+        mine.extend_from_slice(&(self.config.slot_len as u64).to_le_bytes());
+        mine.extend_from_slice(&(self.config.chunk_len as u64).to_le_bytes());
+        let all = boot
+            .allgather(&mine)
+            .map_err(|e| CkptError::transport("exchanging checkpoint slots again", e))?;
+        if all.len() != self.peers.len() {
+            return Err(CkptError::InvalidArgument(format!(
+                "{} slot descriptors for a job of {}",
+                all.len(),
+                self.peers.len()
+            )));
+        }
+        for (rank, blob) in all.iter().enumerate() {
+            if blob.len() != DESC_LEN || blob[DESC_LEN - 16..] != mine[DESC_LEN - 16..] {
+                return Err(CkptError::InvalidArgument(format!(
+                    "rank {rank} registered checkpoint slots of another size or chunk length (or sent \
+                     a malformed descriptor)"
+                )));
+            }
+            let desc = |i: usize| {
+                RemoteRegion::from_bytes(&blob[1 + i * 28..1 + (i + 1) * 28])
+                    .map_err(|e| CkptError::transport("reading a checkpoint slot descriptor", e))
+            };
+            self.peers[rank] = PeerRegions {
+                local: desc(0)?,
+                hosted: if blob[0] & 1 != 0 { Some(desc(1)?) } else { None },
+                parity: if blob[0] & 2 != 0 { Some(desc(2)?) } else { None },
+            };
+        }
+        Ok(())
+    }
+
+    /// The committed epoch, the slot holding it and the next epoch number: what a restarted
+    /// rank adopts from the survivors ([`Checkpointer::adopt_commit_state`]).
+    pub fn commit_state(&self) -> (Option<(Epoch, usize)>, Epoch) {
+        (self.committed, self.next_epoch)
+    }
+
+    /// At a restarted rank, after restoring its own image: continues the job's epoch
+    /// sequence (and slot alternation) where the survivors are.
+    pub fn adopt_commit_state(
+        &mut self,
+        committed: Option<(Epoch, usize)>,
+        next_epoch: Epoch,
+    ) -> Result<(), CkptError> {
+        if committed.is_some_and(|(e, s)| s > 1 || e >= next_epoch) || next_epoch == 0 {
+            return Err(CkptError::InvalidArgument(format!(
+                "commit state {committed:?} / next epoch {next_epoch} is inconsistent"
+            )));
+        }
+        self.committed = committed;
+        self.next_epoch = next_epoch;
+        Ok(())
+    }
+
     pub fn rank(&self) -> Rank {
         self.me
     }
