@@ -69,6 +69,9 @@ use crate::sink::LoggerOffload;
 use crate::stats::{LogStats, ReceiveKind, StatsSnapshot};
 use crate::wire::Reader;
 
+// Recovery state in checkpoints (restarted ranks resume their channels).
+mod snapshot;
+
 /// Provider tag of every enveloped application message ("RVLG").
 pub const LOGGED_MESSAGE_TAG: Tag = 0x5256_4c47_0000_0001;
 /// Receives kept posted in the provider, so arrivals rarely take the unexpected path.
