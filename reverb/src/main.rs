@@ -27,6 +27,10 @@ enum Command {
     Plan(reverb::model::PlanArgs),
     /// Seed 004 clustering metrics for a communication matrix (same as `reverb model cluster`).
     Cluster(reverb::model::cluster::ClusterArgs),
+    /// Run the failure-free / node-killed stencil demo and print its report.
+    Demo(reverb::demo::DemoArgs),
+    /// An application on the fault-tolerant runtime (run it under `reverb run`).
+    App(reverb::apps::AppArgs),
     /// A node's logger core (spawned by `reverb run`; not for direct use).
     #[command(hide = true)]
     LoggerCore(reverb::logger_core::LoggerCoreArgs),
@@ -41,6 +45,8 @@ fn main() -> Result<()> {
         Command::Model(args) => reverb::model::model(args),
         Command::Plan(args) => reverb::model::plan(args),
         Command::Cluster(args) => reverb::model::cluster::run(args),
+        Command::Demo(args) => std::process::exit(reverb::demo::main(args)?),
+        Command::App(args) => reverb::apps::main(args),
         Command::LoggerCore(args) => reverb::logger_core::main(args),
     }
 }

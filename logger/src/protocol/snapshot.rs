@@ -44,6 +44,11 @@ impl LoggedEndpoint {
         covered
     }
 
+    /// The rsn of this rank's last delivery (0 before the first).
+    pub fn last_rsn(&self) -> crate::determinant::Rsn {
+        self.reception.last_rsn()
+    }
+
     /// At a restarted rank, right after `new`: resumes sequencer, channels and reception
     /// counter from `bytes` ([`LoggedEndpoint::recovery_snapshot`]). Follow with
     /// `begin_replay`; survivors resend from `covered_from(them) + 1`.

@@ -1,0 +1,91 @@
+//! Applications on the fault-tolerant runtime, run as `reverb app NAME` under `reverb run`.
+//! Each prints `checksum: <hex>` of its final state from rank 0 (and writes it to
+//! `$REVERB_RUNTIME_REPORT/checksum` when set), so a run with failures can be compared
+//! with a failure-free one.
+
+mod master_worker;
+mod ring;
+mod stencil;
+
+use anyhow::{Context, Result};
+
+use crate::runtime::{Runtime, RuntimeError};
+
+#[derive(clap::Args, Debug)]
+pub struct AppArgs {
+    /// stencil (Jacobi 2D, halo exchange by tag), master-worker (any-source receives) or ring
+    /// (ring plus all-to-all exchange).
+    #[arg(value_parser = ["stencil", "master-worker", "ring"])]
+    pub name: String,
+    /// Iterations (stencil, ring) or task rounds (master-worker).
+    #[arg(long, default_value_t = 200)]
+    pub iters: u64,
+    /// Grid edge (stencil), work per task (master-worker) or payload bytes (ring).
+    #[arg(long, default_value_t = 256)]
+    pub size: usize,
+    /// Checkpoint every this many iterations (0: never).
+    #[arg(long, default_value_t = 50)]
+    pub ckpt_every: u64,
+}
+
+/// FNV-1a over bytes: the checksum of a final state.
+pub(crate) fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+    let mut h = seed;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+pub(crate) const FNV_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+const TAG_CHECKSUM: u64 = 0xC5;
+
+/// Rank 0 combines every rank's checksum in rank order; returns it there.
+pub(crate) fn combine_checksums(rt: &mut Runtime, mine: u64) -> Result<Option<u64>, RuntimeError> {
+    if rt.rank() != 0 {
+        rt.send(0, TAG_CHECKSUM, &mine.to_le_bytes())?;
+        return Ok(None);
+    }
+    let mut all = FNV_SEED;
+    all = fnv1a(all, &mine.to_le_bytes());
+    for r in 1..rt.size() {
+        let m = rt.recv_from(r, TAG_CHECKSUM)?;
+        all = fnv1a(all, &m.payload);
+    }
+    Ok(Some(all))
+}
+
+/// Decodes a little-endian u64 at `at`, as an error if the bytes are short.
+pub(crate) fn u64_at(bytes: &[u8], at: usize) -> Result<u64> {
+    bytes
+        .get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_le_bytes)
+        .with_context(|| format!("state of {} bytes has no u64 at {at}", bytes.len()))
+}
+
+pub fn main(args: AppArgs) -> Result<()> {
+    let mut rt = Runtime::init().context("runtime init")?;
+    let checksum = match args.name.as_str() {
+        "stencil" => stencil::run(&mut rt, &args)?,
+        "master-worker" => master_worker::run(&mut rt, &args)?,
+        _ => ring::run(&mut rt, &args)?,
+    };
+    let report_dir = std::env::var_os("REVERB_RUNTIME_REPORT");
+    let restarted = rt.restarted();
+    let rank = rt.rank();
+    rt.finalize().context("runtime finalize")?;
+    if let Some(sum) = checksum {
+        println!("checksum: {sum:016x}");
+        if let Some(dir) = report_dir {
+            let path = std::path::Path::new(&dir).join("checksum");
+            std::fs::write(&path, format!("{sum:016x}\n"))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    if restarted {
+        eprintln!("rank {rank}: restarted incarnation finished");
+    }
+    Ok(())
+}

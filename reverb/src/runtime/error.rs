@@ -1,0 +1,69 @@
+//! What the runtime reports to an application.
+
+use std::fmt;
+
+use reverb_ckpt::CkptError;
+use reverb_logger::error::LogError;
+use reverb_transport::TransportError;
+
+#[derive(Debug)]
+pub enum RuntimeError {
+    Transport(TransportError),
+    Log(LogError),
+    Ckpt(CkptError),
+    /// A failure the job cannot survive; the text says what was lost.
+    Unrecoverable(String),
+    /// Recovery under a configuration the runtime does not support (yet).
+    Unsupported(String),
+    InvalidArgument(String),
+    /// A wait outlived its bound with no failure to explain it.
+    Timeout {
+        what: String,
+        after: std::time::Duration,
+    },
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuntimeError::Transport(e) => write!(f, "transport: {e}"),
+            RuntimeError::Log(e) => write!(f, "logger: {e}"),
+            RuntimeError::Ckpt(e) => write!(f, "checkpoint: {e}"),
+            RuntimeError::Unrecoverable(what) => write!(f, "unrecoverable failure: {what}"),
+            RuntimeError::Unsupported(what) => write!(f, "unsupported: {what}"),
+            RuntimeError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            RuntimeError::Timeout { what, after } => write!(f, "{what}: no progress after {after:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RuntimeError::Transport(e) => Some(e),
+            RuntimeError::Log(e) => Some(e),
+            RuntimeError::Ckpt(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<TransportError> for RuntimeError {
+    fn from(e: TransportError) -> Self {
+        RuntimeError::Transport(e)
+    }
+}
+
+impl From<LogError> for RuntimeError {
+    fn from(e: LogError) -> Self {
+        RuntimeError::Log(e)
+    }
+}
+
+impl From<CkptError> for RuntimeError {
+    fn from(e: CkptError) -> Self {
+        RuntimeError::Ckpt(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;
