@@ -563,11 +563,17 @@ impl VerbsProvider {
     fn await_ready(&mut self, peer: Rank) -> Result<()> {
         let start = Instant::now();
         while !self.live_peer(peer)?.ready {
-            self.poll_cq()?;
             if start.elapsed() > self.config.peer_timeout * 4 {
                 return Err(TransportError::Timeout(self.config.peer_timeout * 4));
             }
-            std::thread::yield_now();
+            // The hello is a receive completion: sleep on the CQ rather than spin.
+            self.cq.arm()?;
+            if self.poll_cq()? == 0 {
+                self.cq.wait_event(Duration::from_millis(10))?;
+            }
+            if self.last_liveness.elapsed() >= self.config.peer_timeout / 4 {
+                self.check_liveness(false);
+            }
         }
         Ok(())
     }
@@ -1294,6 +1300,8 @@ impl Provider for VerbsProvider {
             self.peers[peer as usize].state = PeerState::Dead;
             return Err(e);
         }
+        // The flush of the old connection (dropped by generation) must not fill the CQ.
+        while self.poll_cq()? == self.wc.len() {}
         // The hello: the new incarnation posts nothing to us before it (its QP is connected
         // already: it published after connecting). It takes one of its receive slots.
         let hello = self.post(peer, WrInfo::Msg { bounce: false }, Opcode::Send, &[], None, false);
