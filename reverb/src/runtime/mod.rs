@@ -158,10 +158,14 @@ pub struct RuntimeReport {
     /// Restarted ranks: the epoch restored (0: none, re-executed from the start) and where from.
     pub restored_epoch: u64,
     pub restored_from: String,
-    /// Restarted ranks: deliveries replayed under determinants / resent messages, and how long
-    /// the replay ran (from the end of `init` until the last replayed delivery).
+    /// Restarted ranks: the replay, from the end of `init` until the rank has re-executed as
+    /// far as the survivors had seen it (every determinant-ordered delivery made, every message
+    /// the survivors already had sent again): its deliveries and sends, and its duration.
     pub replayed_deliveries: u64,
+    pub replayed_sends: u64,
     pub replay_ms: f64,
+    /// Unix ns at which the replay ended.
+    pub replay_end_ns: u64,
     pub checkpoints: u64,
     pub checkpoint_ms: f64,
     pub checkpoint_image_bytes: u64,
@@ -171,6 +175,15 @@ pub struct RuntimeReport {
     pub send_log_peak_bytes: u64,
     pub det_log_peak_bytes: u64,
     pub duplicates_dropped: u64,
+}
+
+#[derive(Debug)]
+struct Replay {
+    last_rsn: u64,
+    targets: Vec<(Rank, u64)>,
+    started: Instant,
+    start_rsn: u64,
+    start_sends: u64,
 }
 
 fn unix_ns() -> u64 {
@@ -189,8 +202,9 @@ pub struct Runtime {
     /// The last incarnation this rank knows of each peer.
     incarnation_of: Vec<u32>,
     restored_app: Option<Vec<u8>>,
-    /// Restarted rank: the rsn through which deliveries are a replay, and when replay began.
-    replay_until: Option<(u64, Instant)>,
+    /// Restarted rank while it replays: the last determinant-ordered rsn, and per survivor
+    /// the ssn its re-execution must reach (the survivor had delivered that far).
+    replay: Option<Replay>,
     sends: u64,
     recoveries: u64,
     report: RuntimeReport,
@@ -247,7 +261,7 @@ impl Runtime {
             size: job.size,
             node_of,
             restored_app: None,
-            replay_until: None,
+            replay: None,
             sends: 0,
             recoveries: 0,
             report,
@@ -321,6 +335,7 @@ impl Runtime {
             Err(e) => return Err(e.into()),
         }
         self.sends += 1;
+        self.note_replay()?;
         if let Some((rank, after)) = self.config.fault {
             if rank == self.rank && self.report.incarnation == 0 && self.sends == after {
                 self.die();
@@ -358,7 +373,7 @@ impl Runtime {
             let got = self.endpoint()?.recv(source, TagMatch::exact(tag), slice);
             match got {
                 Ok(d) => {
-                    self.note_delivery(d.rsn);
+                    self.note_replay()?;
                     return Ok(Message { source: d.source, tag: d.tag, payload: d.payload });
                 }
                 Err(LogError::Transport(TransportError::Timeout(_))) => {
@@ -382,13 +397,23 @@ impl Runtime {
         }
     }
 
-    fn note_delivery(&mut self, rsn: u64) {
-        if let Some((until, started)) = self.replay_until {
-            if rsn >= until {
-                self.report.replay_ms = started.elapsed().as_secs_f64() * 1e3;
-                self.replay_until = None;
-            }
+    /// Ends the replay once the re-execution has caught up with what the survivors saw.
+    fn note_replay(&mut self) -> Result<()> {
+        let Some(replay) = &self.replay else { return Ok(()) };
+        let sends = self.sends;
+        let endpoint =
+            self.endpoint.as_ref().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+        let rsn = endpoint.last_rsn();
+        let caught_up = rsn >= replay.last_rsn
+            && replay.targets.iter().all(|&(p, ssn)| endpoint.last_ssn_sent(p).unwrap_or(0) >= ssn);
+        if caught_up {
+            self.report.replay_ms = replay.started.elapsed().as_secs_f64() * 1e3;
+            self.report.replayed_deliveries = rsn - replay.start_rsn;
+            self.report.replayed_sends = sends - replay.start_sends;
+            self.report.replay_end_ns = unix_ns();
+            self.replay = None;
         }
+        Ok(())
     }
 
     /// Dead peers, widened to their whole nodes (the failure unit).
@@ -498,16 +523,26 @@ impl Runtime {
             Ok(()) if restarted => {
                 let mine: Vec<_> = dets.iter().filter(|d| d.receiver == self.rank).copied().collect();
                 endpoint.begin_replay(&mine)?;
-                if let Some(last) = mine.iter().map(|d| d.rsn).max() {
-                    self.replay_until = Some((last, Instant::now()));
-                    self.report.replayed_deliveries = last.saturating_sub(endpoint.last_rsn());
-                }
+                self.replay = Some(Replay {
+                    last_rsn: mine.iter().map(|d| d.rsn).max().unwrap_or(0),
+                    targets: Vec::new(),
+                    started: Instant::now(),
+                    start_rsn: endpoint.last_rsn(),
+                    start_sends: self.sends,
+                });
                 round_b.push(0);
                 for p in 0..self.size {
                     round_b.extend_from_slice(&endpoint.covered_from(p).to_le_bytes());
                 }
             }
-            Ok(()) => round_b.push(0),
+            Ok(()) => {
+                // Survivors: how far each restarted rank had got, as seen from here.
+                round_b.push(0);
+                for p in 0..self.size {
+                    let seen = if failed.contains(&p) { endpoint.covered_from(p) } else { 0 };
+                    round_b.extend_from_slice(&seen.to_le_bytes());
+                }
+            }
             Err(lost) => {
                 round_b.push(1);
                 round_b.extend_from_slice(lost.as_bytes());
@@ -523,14 +558,23 @@ impl Runtime {
         if !lost.is_empty() {
             return Err(RuntimeError::Unrecoverable(lost.join("; ")));
         }
-        if !restarted {
+        let at = 1 + 8 * self.rank as usize;
+        let word = |b: &[u8]| b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes);
+        if restarted {
+            if let Some(replay) = self.replay.as_mut() {
+                for (p, b) in all.iter().enumerate().filter(|(p, _)| !failed.contains(&(*p as Rank))) {
+                    let seen = word(b).ok_or_else(|| {
+                        RuntimeError::InvalidArgument(format!("recovery round B from rank {p}"))
+                    })?;
+                    replay.targets.push((p as Rank, seen));
+                }
+            }
+            self.note_replay()?;
+        } else {
             for &r in failed {
-                let b = &all[r as usize];
-                let at = 1 + 8 * self.rank as usize;
-                let covered =
-                    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).ok_or_else(
-                        || RuntimeError::InvalidArgument(format!("recovery round B from rank {r}")),
-                    )?;
+                let covered = word(&all[r as usize]).ok_or_else(|| {
+                    RuntimeError::InvalidArgument(format!("recovery round B from rank {r}"))
+                })?;
                 if endpoint.logs_payload_with(r) {
                     endpoint.resend_from(r, covered + 1)?;
                 }
