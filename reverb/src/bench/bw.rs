@@ -7,6 +7,9 @@ use anyhow::{anyhow, Result};
 use super::engine::{run_in_job, Op, Output, Params, Role, WaitStyle};
 
 pub fn main(params: &Params) -> Result<()> {
+    if params.log.is_some() {
+        return super::logged::bw_main(params);
+    }
     run_in_job(params, |session| {
         let out = Output {
             json: params.json,

@@ -21,7 +21,7 @@ use reverb_transport::{
     Region, RemoteRegion, Rma, Signal, Source, Tag, TagMatch, TransportConfig, TransportError, WaitMode,
 };
 
-use crate::launcher::{launch_with, LaunchSpec};
+use crate::launcher::LaunchSpec;
 
 /// Tags of the benchmark's messages; the high bytes spell "rvb" so they stand out in traces.
 pub const TAG_DATA: Tag = 0x7276_6200_0000_0001;
@@ -97,6 +97,12 @@ pub struct Params {
     pub job_timeout: Duration,
     /// Core of rank 0 and of rank 1 (`--cores 0,1`); empty: not pinned.
     pub cores: Vec<usize>,
+    /// `--log P`: measure send through a `LoggedEndpoint` under protocol P (see `logged`).
+    pub log: Option<reverb_logger::LogMode>,
+    /// `--logger PLACEMENT`: node logger cores for the `--log` job.
+    pub logger: reverb_logger::core::Placement,
+    /// `--recv`: named or wildcard receives in the `--log` loops.
+    pub recv: super::logged::RecvKind,
 }
 
 impl Params {
@@ -181,23 +187,38 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
     session.finish()
 }
 
-fn launch_self(params: &Params) -> Result<()> {
+pub(super) fn launch_self(params: &Params) -> Result<()> {
     let program: PathBuf = std::env::current_exe().context("finding the reverb executable")?;
     // Intra-node by default for shm (the path it serves), one rank per node for verbs.
+    // Logged runs need two nodes: an intra-node message is not logged.
     let ranks_per_node = params.ranks_per_node.unwrap_or(match params.provider {
+        _ if params.log.is_some() => 1,
         Some(ProviderKind::Verbs) => 1,
         _ => 2,
     });
+    if params.log.is_some() && ranks_per_node != 1 {
+        bail!(
+            "--log needs the two ranks on two nodes (--ranks-per-node 1): intra-node messages are not logged"
+        );
+    }
+    let mut env = Vec::new();
+    if params.log.is_some() {
+        // Logger lanes and rings that take the largest frames, a window of them.
+        let ring = super::logged::ring_bytes(params);
+        env.push(("REVERB_LOGGER_RING_BYTES".to_string(), ring.to_string()));
+        env.push(("REVERB_LOGGER_LANE_BYTES".to_string(), (ring / 2).to_string()));
+    }
     let spec = LaunchSpec {
         ranks: 2,
         ranks_per_node,
         program,
         args: std::env::args().skip(1).collect(),
-        env: Vec::new(),
+        env,
         timeout: Some(params.job_timeout),
         prefix_output: false,
     };
-    let status = launch_with(&spec, params.verbose).context("launching the two benchmark ranks")?;
+    let status = crate::launcher::launch_logged(&spec, params.verbose, params.logger)
+        .context("launching the two benchmark ranks")?;
     if status != 0 {
         bail!("the benchmark ranks failed (exit status {status})");
     }

@@ -9,6 +9,7 @@ pub mod ckpt;
 mod clock;
 pub mod engine;
 pub mod lat;
+pub mod logged;
 pub mod memcpy;
 
 use std::time::Duration;
@@ -78,6 +79,24 @@ pub struct BenchArgs {
     /// Per-size progress on stderr (default: when stderr is a terminal).
     #[arg(long)]
     pub progress: bool,
+    /// Measure `--op send` through the message-logging layer under this protocol
+    /// (none, pessimistic-rb, pessimistic-sb, causal): two ranks on two simulated nodes.
+    #[arg(long, value_parser = parse_log_mode)]
+    pub log: Option<reverb_logger::LogMode>,
+    /// Node logger cores for `--log` (dedicated, shared-pinned, shared-unpinned, off).
+    #[arg(long, value_parser = parse_placement, default_value = "off")]
+    pub logger: reverb_logger::core::Placement,
+    /// Receives of the `--log` loops: from the named peer, or any source (a determinant each).
+    #[arg(long, value_enum, default_value = "named")]
+    pub recv: logged::RecvKind,
+}
+
+fn parse_log_mode(s: &str) -> Result<reverb_logger::LogMode, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_placement(s: &str) -> Result<reverb_logger::core::Placement, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {
@@ -102,6 +121,15 @@ impl BenchArgs {
         if self.cores.len() == 1 || self.cores.len() > 2 {
             bail!("--cores takes two cores: one for rank 0, one for rank 1");
         }
+        if self.log.is_some() && self.op != Op::Send {
+            bail!("--log measures --op send (the logging layer has no one-sided operations)");
+        }
+        if self.log.is_none() && self.logger != reverb_logger::core::Placement::Off {
+            bail!("--logger needs --log P");
+        }
+        if self.log.is_some() && !matches!(self.test, Test::Lat | Test::Bw) {
+            bail!("--log applies to bench lat and bw");
+        }
         use std::io::IsTerminal;
         Ok(Params {
             op: self.op,
@@ -119,6 +147,9 @@ impl BenchArgs {
             ranks_per_node: self.ranks_per_node,
             job_timeout: Duration::from_secs(self.job_timeout_s.max(1)),
             cores: self.cores.clone(),
+            log: self.log,
+            logger: self.logger,
+            recv: self.recv,
         })
     }
 }
