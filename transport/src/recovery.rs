@@ -3,7 +3,10 @@
 //! A respawned rank opens through [`crate::open`] (which rejoins: no collective) and is then
 //! connected to every survivor that had an address at the rendezvous. Survivors, and the
 //! respawned rank for node-mates that were still starting, call [`apply_rejoins`] from time
-//! to time (non-blocking) or [`await_rejoin`] when they need one peer back.
+//! to time (non-blocking) or [`await_rejoin`] when they need one peer back. Until a survivor
+//! has reconnected, what the respawned rank sends it waits (verbs: queued until the survivor's
+//! hello; shm: until the survivor opens its ring), so survivors should not wait on the
+//! respawned rank before reconnecting to it.
 //!
 //! A rank can fail again before everyone reconnected to it: reconnecting to an incarnation
 //! that is already gone fails with `PeerDead`, which both helpers take as "wait for the next

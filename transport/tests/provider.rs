@@ -608,6 +608,7 @@ fn node_failure_job(test: &str, failures: u32) {
                 assert!(t0.elapsed() < WAIT, "node 1 not back at incarnation {last}");
             }
         }
+        let reconnected_ms = killed_at.elapsed().as_secs_f64() * 1e3;
         let stale = Rma { local: &region, local_offset: 0, remote: &all[2], remote_offset: 0, len: 8 };
         assert!(p.put(stale, Signal::Yes).is_err(), "the dead incarnation's key reached the new one");
         for r in [2, 3] {
@@ -616,7 +617,8 @@ fn node_failure_job(test: &str, failures: u32) {
                 let first_ms = killed_at.elapsed().as_secs_f64() * 1e3;
                 eprintln!(
                     "respawn timing ({}): rank {me}: SIGKILL -> PeerDead {dead_ms:.0} ms, \
-                     -> first message from incarnation {last} {first_ms:.0} ms",
+                     -> reconnected to incarnation {last} {reconnected_ms:.0} ms, \
+                     -> first message from it {first_ms:.0} ms",
                     p.kind()
                 );
             }
