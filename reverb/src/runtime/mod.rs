@@ -67,12 +67,16 @@ pub struct RuntimeConfig {
     pub detect_interval: Duration,
     /// Bound on waiting for a dead rank to rejoin (`REVERB_REJOIN_TIMEOUT_MS`).
     pub rejoin_timeout: Duration,
+    /// After an error a dead peer could explain, how long to wait for the provider to see
+    /// the death before the error is final (`REVERB_DETECT_GRACE_MS`).
+    pub detect_grace: Duration,
     /// Bound on one receive with every peer alive (`REVERB_RECV_TIMEOUT_MS`).
     pub recv_timeout: Duration,
     /// Where each rank writes its JSON report at `finalize` (`REVERB_RUNTIME_REPORT`).
     pub report_dir: Option<PathBuf>,
-    /// `REVERB_FAULT=RANK:SENDS`: incarnation 0 of RANK SIGKILLs itself after that send.
-    pub fault: Option<(Rank, u64)>,
+    /// `REVERB_FAULT=RANK:SENDS[,RANK:SENDS..]`: incarnation 0 of RANK SIGKILLs itself
+    /// after that send.
+    pub fault: Vec<(Rank, u64)>,
 }
 
 fn env_ms(name: &str, default: u64) -> Result<Duration> {
@@ -112,19 +116,26 @@ impl RuntimeConfig {
             }
         };
         let fault = match std::env::var("REVERB_FAULT") {
-            Ok(v) => {
-                let parsed = v.split_once(':').and_then(|(r, n)| Some((r.parse().ok()?, n.parse().ok()?)));
-                Some(parsed.ok_or_else(|| {
-                    RuntimeError::InvalidArgument(format!("REVERB_FAULT={v:?}: expected RANK:SENDS"))
-                })?)
-            }
-            Err(_) => None,
+            Ok(v) => v
+                .split(',')
+                .map(|one| {
+                    one.split_once(':')
+                        .and_then(|(r, n)| Some((r.trim().parse().ok()?, n.trim().parse().ok()?)))
+                        .ok_or_else(|| {
+                            RuntimeError::InvalidArgument(format!(
+                                "REVERB_FAULT={v:?}: expected RANK:SENDS[,RANK:SENDS..]"
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Err(_) => Vec::new(),
         };
         Ok(RuntimeConfig {
             log,
             ckpt,
             detect_interval: env_ms("REVERB_DETECT_MS", 50)?,
             rejoin_timeout: env_ms("REVERB_REJOIN_TIMEOUT_MS", 30_000)?,
+            detect_grace: env_ms("REVERB_DETECT_GRACE_MS", 2_000)?,
             recv_timeout: env_ms("REVERB_RECV_TIMEOUT_MS", 120_000)?,
             report_dir: std::env::var_os("REVERB_RUNTIME_REPORT").map(PathBuf::from),
             fault,
@@ -328,7 +339,7 @@ impl Runtime {
         match sent {
             Ok(()) => {}
             Err(LogError::Transport(TransportError::PeerDead(_))) => {
-                if !self.check_failures()? {
+                if !self.failure_explains()? {
                     return Err(LogError::Transport(TransportError::PeerDead(dest)).into());
                 }
             }
@@ -336,10 +347,9 @@ impl Runtime {
         }
         self.sends += 1;
         self.note_replay()?;
-        if let Some((rank, after)) = self.config.fault {
-            if rank == self.rank && self.report.incarnation == 0 && self.sends == after {
-                self.die();
-            }
+        let (me, sends) = (self.rank, self.sends);
+        if self.report.incarnation == 0 && self.config.fault.iter().any(|&f| f == (me, sends)) {
+            self.die();
         }
         Ok(())
     }
@@ -387,7 +397,7 @@ impl Runtime {
                     }
                 }
                 Err(LogError::Transport(TransportError::PeerDead(p))) => {
-                    if !self.check_failures()? {
+                    if !self.failure_explains()? {
                         return Err(LogError::Transport(TransportError::PeerDead(p)).into());
                     }
                     start = Instant::now();
@@ -433,13 +443,31 @@ impl Runtime {
         Ok((0..size).filter(|&r| dead_nodes.contains(&self.node_of[r as usize])).collect())
     }
 
+    /// After an error: waits (bounded by `detect_grace`) for a dead peer to explain it and
+    /// recovers; false if none died.
+    fn failure_explains(&mut self) -> Result<bool> {
+        let start = Instant::now();
+        loop {
+            if self.check_failures()? {
+                return Ok(true);
+            }
+            if start.elapsed() > self.config.detect_grace {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Recovers if a peer died; returns whether it did.
     fn check_failures(&mut self) -> Result<bool> {
-        let dead = self.dead_ranks()?;
+        let mut dead = self.dead_ranks()?;
         if dead.is_empty() {
             return Ok(false);
         }
         let detected = unix_ns();
+        // Nodes failing together are recovered together: let the others show up first.
+        std::thread::sleep(self.config.detect_interval);
+        dead = self.dead_ranks()?;
         let start = Instant::now();
         Self::check_recoverable(&self.config.log)?;
         for &r in &dead {
@@ -499,9 +527,11 @@ impl Runtime {
             epochs.push((e, b[9] as usize));
             next = next.max(u64::from_le_bytes(b[10..18].try_into().unwrap_or_default()));
         }
+        // A restarted rank learns here who else restarted (nodes may fail together).
+        let failed: &[Rank] = if restarted { &flagged } else { failed };
         if flagged != failed {
             return Err(RuntimeError::Unrecoverable(format!(
-                "ranks disagree on who failed: restarted {flagged:?}, rank {} saw {failed:?}",
+                "another failure during recovery: restarted {flagged:?}, rank {} recovered {failed:?}",
                 self.rank
             )));
         }
@@ -638,7 +668,7 @@ impl Runtime {
                     let gc = endpoint.checkpoint_taken(&mut self.boot);
                     if let Err(e) = gc {
                         // The checkpoint stands; only its GC was cut short by a failure.
-                        if !self.check_failures()? {
+                        if !self.failure_explains()? {
                             return Err(e.into());
                         }
                     }
@@ -647,7 +677,7 @@ impl Runtime {
                     return Ok(Some(epoch));
                 }
                 Err(e) => {
-                    if !self.check_failures()? {
+                    if !self.failure_explains()? {
                         return Err(e.into());
                     }
                 }
@@ -669,7 +699,7 @@ impl Runtime {
             match settled {
                 Ok(()) => break,
                 Err(e) => {
-                    if !self.check_failures()? {
+                    if !self.failure_explains()? {
                         return Err(e.into());
                     }
                 }
