@@ -1,24 +1,11 @@
 #!/usr/bin/env bash
-# reverb's demo (until the recovery demo exists): a release build, then the shm provider's
-# latency and bandwidth sweeps for put and tagged send, run as two local ranks.
+# reverb's demo: a release build, then `reverb demo`: the Jacobi stencil on 8 ranks in 4
+# nodes, failure-free (logging off, then causal + buddy checkpoints + Reed-Solomon), then
+# with node 1 SIGKILLed mid-run and respawned. Fails unless the recovered run's checksum is
+# the failure-free one. Extra arguments go to `reverb demo` (e.g. --provider verbs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash ci/deps.sh
 cargo build --release -p reverb
-reverb=target/release/reverb
-
-# Two cores or more: pin the two ranks apart, as a real intra-node pair would be.
-cores=()
-if (($(nproc) >= 2)); then cores=(--cores 0,1); fi
-
-sizes=${SIZES:-2-1M}
-for op in put send; do
-    "$reverb" bench lat --op "$op" --sizes "$sizes" "${cores[@]}"
-    echo
-done
-for op in put send; do
-    "$reverb" bench bw --op "$op" --sizes "$sizes" "${cores[@]}"
-    echo
-done
-"$reverb" bench memcpy --sizes 64k,1M
+exec target/release/reverb demo "$@"
