@@ -7,5 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash ci/deps.sh
-cargo build --release -p reverb
+features=()
+if [[ " $* " == *" verbs "* || " $* " == *"--provider=verbs"* ]]; then features=(--features verbs); fi
+cargo build --release -p reverb "${features[@]}"
 exec target/release/reverb demo "$@"
