@@ -1,0 +1,144 @@
+//! The fault-tolerant runtime end to end: `reverb run` jobs of `reverb app ...` on shm, 8 ranks
+//! in 4 nodes, with a node SIGKILLed (`REVERB_FAULT`) and respawned (`--respawn`). Each
+//! recovered run's checksum must equal the failure-free run's; unsurvivable failures must end
+//! the job with a non-zero exit and a report of what was lost, within the job's timeout.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// Jobs of 8 processes each: one at a time, so a loaded machine stays responsive.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Outcome {
+    success: bool,
+    checksum: Option<String>,
+    output: String,
+    dir: PathBuf,
+}
+
+fn job(name: &str, app: &str, app_args: &[&str], env: &[(&str, &str)], respawn: u32) -> Outcome {
+    let dir = std::env::temp_dir().join(format!("reverb-runtime-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("work dir");
+    let exe = env!("CARGO_BIN_EXE_reverb");
+    let mut cmd = Command::new(exe);
+    cmd.args(["run", "-n", "8", "--ranks-per-node", "2", "--respawn", &respawn.to_string()])
+        .args(["--timeout", "180", "--", exe, "app", app])
+        .args(app_args)
+        .env("REVERB_RUNTIME_REPORT", &dir)
+        .env_remove("REVERB_FAULT")
+        .env_remove("REVERB_LOG")
+        .env_remove("REVERB_CKPT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("reverb run");
+    let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let checksum = std::fs::read_to_string(dir.join("checksum")).ok().map(|s| s.trim().to_string());
+    Outcome { success: out.status.success(), checksum, output, dir }
+}
+
+/// Runs `app` failure-free and with `fault` under `mode`; asserts both finish with one checksum
+/// and that the restarted ranks really restarted.
+fn killed_matches_failure_free(name: &str, app: &str, app_args: &[&str], mode: &str, fault: &str) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", mode), ("REVERB_CKPT", "rs")];
+    let clean = job(&format!("{name}-clean"), app, app_args, &env, 0);
+    assert!(clean.success, "failure-free run failed:\n{}", clean.output);
+    let mut faulty_env = env.to_vec();
+    faulty_env.push(("REVERB_FAULT", fault));
+    let faulty = job(&format!("{name}-killed"), app, app_args, &faulty_env, 1);
+    assert!(faulty.success, "run with a node killed failed:\n{}", faulty.output);
+    assert!(faulty.output.contains("respawning node"), "no node was killed:\n{}", faulty.output);
+    let restarted = std::fs::read_dir(&faulty.dir)
+        .expect("reports")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().contains("-inc-1")))
+        .count();
+    assert_eq!(restarted, 2, "both ranks of the killed node report as restarted:\n{}", faulty.output);
+    assert!(clean.checksum.is_some(), "no checksum:\n{}", clean.output);
+    assert_eq!(faulty.checksum, clean.checksum, "recovered run's answer differs:\n{}", faulty.output);
+    let _ = std::fs::remove_dir_all(&clean.dir);
+    let _ = std::fs::remove_dir_all(&faulty.dir);
+}
+
+const STENCIL: &[&str] = &["--iters", "60", "--size", "64", "--ckpt-every", "10"];
+/// Rank 3 sends two halos per iteration: dies in iteration ~35, after epoch 3.
+const STENCIL_FAULT: &str = "3:71";
+const MASTER_WORKER: &[&str] = &["--iters", "12", "--size", "2000", "--ckpt-every", "3"];
+/// Rank 1 is a worker on the master's node: node 0 (master included) dies mid-run.
+const MASTER_WORKER_FAULT: &str = "1:20";
+const RING: &[&str] = &["--iters", "40", "--size", "256", "--ckpt-every", "8"];
+/// Rank 5 sends 8 messages per iteration: dies in iteration ~20.
+const RING_FAULT: &str = "5:161";
+
+#[test]
+fn stencil_causal_node_killed_matches_failure_free() {
+    killed_matches_failure_free("stencil-causal", "stencil", STENCIL, "causal", STENCIL_FAULT);
+}
+
+#[test]
+fn stencil_pessimistic_sb_node_killed_matches_failure_free() {
+    killed_matches_failure_free("stencil-sb", "stencil", STENCIL, "pessimistic-sb", STENCIL_FAULT);
+}
+
+#[test]
+fn stencil_node_killed_before_any_checkpoint_reexecutes_from_the_start() {
+    killed_matches_failure_free("stencil-early", "stencil", STENCIL, "causal", "3:7");
+}
+
+#[test]
+fn master_worker_causal_master_node_killed_matches_failure_free() {
+    killed_matches_failure_free("mw-causal", "master-worker", MASTER_WORKER, "causal", MASTER_WORKER_FAULT);
+}
+
+#[test]
+fn master_worker_pessimistic_sb_master_node_killed_matches_failure_free() {
+    killed_matches_failure_free(
+        "mw-sb",
+        "master-worker",
+        MASTER_WORKER,
+        "pessimistic-sb",
+        MASTER_WORKER_FAULT,
+    );
+}
+
+#[test]
+fn ring_causal_node_killed_matches_failure_free() {
+    killed_matches_failure_free("ring-causal", "ring", RING, "causal", RING_FAULT);
+}
+
+#[test]
+fn ring_pessimistic_sb_node_killed_matches_failure_free() {
+    killed_matches_failure_free("ring-sb", "ring", RING, "pessimistic-sb", RING_FAULT);
+}
+
+/// Checkpoints kept only on the rank's own node (no buddy, no parity): the killed node's
+/// checkpoint is gone, and every rank says so instead of computing a wrong answer.
+#[test]
+fn lost_checkpoint_is_reported_unrecoverable() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "local"), ("REVERB_FAULT", STENCIL_FAULT)];
+    let out = job("lost-ckpt", "stencil", STENCIL, &env, 1);
+    assert!(!out.success, "a job that lost a checkpoint must fail:\n{}", out.output);
+    assert!(out.output.contains("unrecoverable failure"), "no clear report:\n{}", out.output);
+    assert!(
+        out.output.contains("lost at every level"),
+        "the report names the lost checkpoint:\n{}",
+        out.output
+    );
+    assert!(out.checksum.is_none(), "no answer from a failed job");
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
+
+/// Logging off: nothing to replay from, so a node failure ends the job with a clear error.
+#[test]
+fn failure_without_logging_is_reported_unrecoverable() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "none"), ("REVERB_CKPT", "rs"), ("REVERB_FAULT", STENCIL_FAULT)];
+    let out = job("no-log", "stencil", STENCIL, &env, 1);
+    assert!(!out.success, "{}", out.output);
+    assert!(out.output.contains("REVERB_LOG=none keeps no message log"), "no clear report:\n{}", out.output);
+    assert!(out.checksum.is_none());
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
