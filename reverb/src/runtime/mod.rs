@@ -348,7 +348,7 @@ impl Runtime {
         self.sends += 1;
         self.note_replay()?;
         let (me, sends) = (self.rank, self.sends);
-        if self.report.incarnation == 0 && self.config.fault.iter().any(|&f| f == (me, sends)) {
+        if self.report.incarnation == 0 && self.config.fault.contains(&(me, sends)) {
             self.die();
         }
         Ok(())
