@@ -14,6 +14,7 @@
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
 //! - [`core`]: the node logger core (offload process, client API, placements, heartbeat);
 //! - [`sink`]: logger-core offload of an endpoint's log writes (`reverb run --logger`);
+//! - [`team`]: team-based logging's teams (`REVERB_LOG_TEAMS`);
 //! - [`buddy`]: which rank on another node hosts each rank's log;
 //! - [`stats`]: counters, including deterministic vs wildcard receives;
 //! - [`error`]: the [`LogError`] enum.
@@ -32,6 +33,7 @@ pub mod protocol;
 pub mod sendlog;
 pub mod sink;
 pub mod stats;
+pub mod team;
 mod wire;
 
 pub use commmatrix::{CommCell, CommMatrix, CommRow};
@@ -39,3 +41,4 @@ pub use determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 pub use envelope::Envelope;
 pub use error::{LogError, Result};
 pub use protocol::{Delivery, DeterminantSink, GcReport, LogConfig, LogMode, LogUnit, LoggedEndpoint};
+pub use team::Teams;

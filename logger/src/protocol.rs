@@ -67,6 +67,7 @@ use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
 use crate::sendlog::SendLog;
 use crate::sink::LoggerOffload;
 use crate::stats::{LogStats, ReceiveKind, StatsSnapshot};
+use crate::team::Teams;
 use crate::wire::Reader;
 
 // Recovery state in checkpoints (restarted ranks resume their channels).
@@ -151,6 +152,8 @@ pub enum LogUnit {
     Node,
     /// The rank: every payload is logged.
     Rank,
+    /// The team of `LogConfig::teams` (`REVERB_LOG_TEAMS`): only inter-team payloads are logged.
+    Team,
 }
 
 impl LogUnit {
@@ -158,6 +161,7 @@ impl LogUnit {
         match self {
             LogUnit::Node => "node",
             LogUnit::Rank => "rank",
+            LogUnit::Team => "team",
         }
     }
 }
@@ -174,9 +178,10 @@ impl FromStr for LogUnit {
         match s {
             "node" => Ok(LogUnit::Node),
             "rank" => Ok(LogUnit::Rank),
-            other => {
-                Err(LogError::InvalidArgument(format!("REVERB_LOG_UNIT={other:?}: expected node or rank")))
-            }
+            "team" => Ok(LogUnit::Team),
+            other => Err(LogError::InvalidArgument(format!(
+                "REVERB_LOG_UNIT={other:?}: expected node, rank or team"
+            ))),
         }
     }
 }
@@ -208,6 +213,8 @@ pub struct LogConfig {
     /// provider need distinct tags: receives an earlier one left posted must not take the
     /// next one's messages (the provider cannot cancel them).
     pub provider_tag: Tag,
+    /// The teams of `LogUnit::Team` (`REVERB_LOG_TEAMS`, which also sets the unit).
+    pub teams: Option<Teams>,
 }
 
 impl Default for LogConfig {
@@ -223,6 +230,7 @@ impl Default for LogConfig {
             det_log_limit: 1 << 20,
             max_unstable: 1 << 16,
             provider_tag: LOGGED_MESSAGE_TAG,
+            teams: None,
         }
     }
 }
@@ -264,6 +272,16 @@ impl LogConfig {
             Ok(v) => cfg.unit = v.trim().parse()?,
             Err(std::env::VarError::NotPresent) => {}
             Err(e) => return Err(LogError::InvalidArgument(format!("REVERB_LOG_UNIT: {e}"))),
+        }
+        if let Some(teams) = Teams::from_env()? {
+            if std::env::var_os("REVERB_LOG_UNIT").is_some() && cfg.unit != LogUnit::Team {
+                return Err(LogError::InvalidArgument(format!(
+                    "REVERB_LOG_TEAMS with REVERB_LOG_UNIT={}: teams are the unit",
+                    cfg.unit
+                )));
+            }
+            cfg.unit = LogUnit::Team;
+            cfg.teams = Some(teams);
         }
         Ok(cfg)
     }
@@ -428,6 +446,12 @@ impl LoggedEndpoint {
     pub fn new(mut provider: Box<dyn Provider>, boot: &mut dyn Bootstrap, config: LogConfig) -> Result<Self> {
         config.mode.check_supported()?;
         let job = boot.job().clone();
+        if config.unit == LogUnit::Team {
+            let teams = config.teams.as_ref().ok_or_else(|| {
+                LogError::InvalidArgument("REVERB_LOG_UNIT=team needs teams (REVERB_LOG_TEAMS)".into())
+            })?;
+            teams.check_size(job.size)?;
+        }
         if provider.rank() != job.rank || provider.size() != job.size {
             return Err(LogError::InvalidArgument(format!(
                 "provider is rank {}/{} but the job says {}/{}",
@@ -560,11 +584,16 @@ impl LoggedEndpoint {
     }
 
     /// Whether a message between this rank and `peer` has its payload logged: every one under
-    /// `REVERB_LOG_UNIT=rank`, only inter-node ones under `node`.
+    /// `REVERB_LOG_UNIT=rank`, only inter-node ones under `node`, only inter-team ones under teams.
     pub fn logs_payload_with(&self, peer: Rank) -> bool {
         match self.config.mode {
             LogMode::None => false,
-            _ => self.config.unit == LogUnit::Rank || !self.same_node(peer),
+            _ => match (self.config.unit, &self.config.teams) {
+                (LogUnit::Rank, _) => true,
+                (LogUnit::Node, _) => !self.same_node(peer),
+                (LogUnit::Team, Some(teams)) => !teams.same_team(self.rank, peer),
+                (LogUnit::Team, None) => true,
+            },
         }
     }
 
