@@ -42,12 +42,16 @@ fn job(name: &str, app: &str, app_args: &[&str], env: &[(&str, &str)], respawn: 
 /// Runs `app` failure-free and with `fault` under `mode`; asserts both finish with one checksum
 /// and that the restarted ranks really restarted.
 fn killed_matches_failure_free(name: &str, app: &str, app_args: &[&str], mode: &str, fault: &str) {
+    killed_by_matches_failure_free(name, app, app_args, mode, ("REVERB_FAULT", fault));
+}
+
+fn killed_by_matches_failure_free(name: &str, app: &str, app_args: &[&str], mode: &str, fault: (&str, &str)) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let env = [("REVERB_LOG", mode), ("REVERB_CKPT", "rs")];
     let clean = job(&format!("{name}-clean"), app, app_args, &env, 0);
     assert!(clean.success, "failure-free run failed:\n{}", clean.output);
     let mut faulty_env = env.to_vec();
-    faulty_env.push(("REVERB_FAULT", fault));
+    faulty_env.push(fault);
     let faulty = job(&format!("{name}-killed"), app, app_args, &faulty_env, 1);
     assert!(faulty.success, "run with a node killed failed:\n{}", faulty.output);
     assert!(faulty.output.contains("respawning node"), "no node was killed:\n{}", faulty.output);
@@ -111,6 +115,31 @@ fn ring_causal_node_killed_matches_failure_free() {
 #[test]
 fn ring_pessimistic_sb_node_killed_matches_failure_free() {
     killed_matches_failure_free("ring-sb", "ring", RING, "pessimistic-sb", RING_FAULT);
+}
+
+/// Node 1 dies inside checkpoint 3: before its buddy copy is written, and during the epoch
+/// flip. The epoch is committed nowhere; the restarted ranks restore epoch 2 and the survivors
+/// take checkpoint 3 again with them.
+#[test]
+fn stencil_node_killed_while_writing_a_checkpoint_matches_failure_free() {
+    killed_by_matches_failure_free(
+        "stencil-ckpt-local",
+        "stencil",
+        STENCIL,
+        "causal",
+        ("REVERB_FAULT_CKPT", "3:3:local-written"),
+    );
+}
+
+#[test]
+fn stencil_node_killed_during_the_epoch_flip_matches_failure_free() {
+    killed_by_matches_failure_free(
+        "stencil-ckpt-flip",
+        "stencil",
+        STENCIL,
+        "pessimistic-sb",
+        ("REVERB_FAULT_CKPT", "3:3:buddy-flipped"),
+    );
 }
 
 /// Checkpoints kept only on the rank's own node (no buddy, no parity): the killed node's
