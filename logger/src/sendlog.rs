@@ -5,6 +5,10 @@
 //!
 //! The log is bounded: when a message would not fit, `reserve` fails with `LogFull` and the
 //! caller must back off (trim after a checkpoint); nothing already logged is ever dropped.
+//!
+//! Small payloads (below `SPARE_MIN`) are appended to one byte ring per destination, so
+//! logging one costs a copy and no allocation (the ring's capacity is kept across trims);
+//! large ones get their own buffer, reused from earlier trims.
 
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -14,7 +18,7 @@ use reverb_transport::{Rank, Tag};
 use crate::determinant::Ssn;
 use crate::error::{LogError, Result};
 
-/// One logged message.
+/// One logged message, as `from_ssn` hands it out (a copy: replay is off the hot path).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedSend {
     pub ssn: Ssn,
@@ -33,10 +37,27 @@ impl LoggedSend {
 /// Payload buffers at least this large are kept for reuse after a trim.
 const SPARE_MIN: usize = 4096;
 
+/// A logged message as kept: small payloads live in the destination's byte ring, in order.
+#[derive(Debug)]
+struct Entry {
+    ssn: Ssn,
+    tag: Tag,
+    len: usize,
+    /// The payload of a large message; `None`: `len` bytes of the byte ring.
+    large: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+struct DestLog {
+    entries: VecDeque<Entry>,
+    /// Small payloads back to back, oldest first.
+    small: VecDeque<u8>,
+}
+
 /// Per-destination logs of sent messages, under one byte limit.
 #[derive(Debug)]
 pub struct SendLog {
-    per_dest: Vec<VecDeque<LoggedSend>>,
+    per_dest: Vec<DestLog>,
     /// Per destination, the highest ssn trimmed away (0: none).
     trimmed_through: Vec<Ssn>,
     limit: u64,
@@ -51,7 +72,7 @@ pub struct SendLog {
 impl SendLog {
     pub fn new(size: u32, limit: u64) -> Self {
         SendLog {
-            per_dest: (0..size).map(|_| VecDeque::new()).collect(),
+            per_dest: (0..size).map(|_| DestLog::default()).collect(),
             trimmed_through: vec![0; size as usize],
             limit,
             used: 0,
@@ -71,11 +92,11 @@ impl SendLog {
 
     /// Messages logged for `dest`.
     pub fn len(&self, dest: Rank) -> usize {
-        self.per_dest.get(dest as usize).map_or(0, VecDeque::len)
+        self.per_dest.get(dest as usize).map_or(0, |d| d.entries.len())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.per_dest.iter().all(VecDeque::is_empty)
+        self.per_dest.iter().all(|d| d.entries.is_empty())
     }
 
     /// Checks that a payload of `payload_len` bytes fits, before the caller commits to a send
@@ -97,7 +118,7 @@ impl SendLog {
             .per_dest
             .get_mut(dest as usize)
             .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
-        if let Some(last) = log.back() {
+        if let Some(last) = log.entries.back() {
             if ssn != last.ssn + 1 {
                 return Err(LogError::InvalidArgument(format!(
                     "send log to rank {dest}: ssn {ssn} after {}",
@@ -106,17 +127,23 @@ impl SendLog {
             }
         }
         self.used += LoggedSend::charged_bytes(payload.len());
-        let mut buffer = match self.spare.iter().rposition(|b| b.capacity() >= payload.len()) {
-            Some(i) if payload.len() >= SPARE_MIN => {
-                let b = self.spare.swap_remove(i);
-                self.spare_bytes -= b.capacity() as u64;
-                b
-            }
-            _ => Vec::new(),
+        let large = if payload.len() < SPARE_MIN {
+            log.small.extend(payload);
+            None
+        } else {
+            let mut buffer = match self.spare.iter().rposition(|b| b.capacity() >= payload.len()) {
+                Some(i) => {
+                    let b = self.spare.swap_remove(i);
+                    self.spare_bytes -= b.capacity() as u64;
+                    b
+                }
+                None => Vec::new(),
+            };
+            buffer.clear();
+            buffer.extend_from_slice(payload);
+            Some(buffer)
         };
-        buffer.clear();
-        buffer.extend_from_slice(payload);
-        log.push_back(LoggedSend { ssn, tag, payload: buffer });
+        log.entries.push_back(Entry { ssn, tag, len: payload.len(), large });
         // Live entries and spares together stay within the limit.
         while self.used + self.spare_bytes > self.limit {
             match self.spare.pop() {
@@ -130,7 +157,7 @@ impl SendLog {
     /// The logged messages to `dest` from `ssn` on, in ssn order. A range that starts before
     /// the oldest kept entry is an error: those messages were trimmed, so a receiver asking
     /// for them is older than the checkpoint that allowed the trim.
-    pub fn from_ssn(&self, dest: Rank, ssn: Ssn) -> Result<impl Iterator<Item = &LoggedSend>> {
+    pub fn from_ssn(&self, dest: Rank, ssn: Ssn) -> Result<impl Iterator<Item = LoggedSend> + '_> {
         let log = self
             .per_dest
             .get(dest as usize)
@@ -143,9 +170,21 @@ impl SendLog {
         }
         // Entries are contiguous, so the offset is the ssn difference.
         let skip = log
+            .entries
             .front()
             .map_or(0, |first| usize::try_from(ssn.saturating_sub(first.ssn)).unwrap_or(usize::MAX));
-        Ok(log.iter().skip(skip))
+        let mut at: usize = log.entries.iter().take(skip).filter(|e| e.large.is_none()).map(|e| e.len).sum();
+        Ok(log.entries.iter().skip(skip).map(move |e| {
+            let payload = match &e.large {
+                Some(b) => b.clone(),
+                None => {
+                    let p = log.small.range(at..at + e.len).copied().collect();
+                    at += e.len;
+                    p
+                }
+            };
+            LoggedSend { ssn: e.ssn, tag: e.tag, payload }
+        }))
     }
 
     /// Drops every entry to `dest` with ssn at or below `through` (after a checkpoint of the
@@ -158,16 +197,21 @@ impl SendLog {
         let mut freed = 0;
         // Only what was really logged counts as trimmed: `through` may run past the last send.
         let mut last_trimmed = None;
-        while log.front().is_some_and(|e| e.ssn <= through) {
-            if let Some(e) = log.pop_front() {
-                freed += LoggedSend::charged_bytes(e.payload.len());
+        let mut small = 0;
+        while log.entries.front().is_some_and(|e| e.ssn <= through) {
+            if let Some(e) = log.entries.pop_front() {
+                freed += LoggedSend::charged_bytes(e.len);
                 last_trimmed = Some(e.ssn);
-                if e.payload.capacity() >= SPARE_MIN {
-                    self.spare_bytes += e.payload.capacity() as u64;
-                    self.spare.push(e.payload);
+                match e.large {
+                    Some(b) => {
+                        self.spare_bytes += b.capacity() as u64;
+                        self.spare.push(b);
+                    }
+                    None => small += e.len,
                 }
             }
         }
+        log.small.drain(..small);
         if let (Some(last), Some(t)) = (last_trimmed, self.trimmed_through.get_mut(dest as usize)) {
             *t = last;
         }
@@ -192,7 +236,7 @@ impl SendLog {
 mod tests {
     use super::*;
 
-    fn ssns<'a>(it: impl Iterator<Item = &'a LoggedSend>) -> Vec<Ssn> {
+    fn ssns(it: impl Iterator<Item = LoggedSend>) -> Vec<Ssn> {
         it.map(|e| e.ssn).collect()
     }
 
@@ -234,6 +278,31 @@ mod tests {
         log.record(1, 4, 0, &[7u8; SPARE_MIN]).unwrap();
         assert_eq!(log.from_ssn(1, 4).unwrap().next().map(|e| e.payload.clone()), Some(vec![7u8; SPARE_MIN]));
         assert!(log.used() + log.spare_bytes() <= log.limit());
+    }
+
+    #[test]
+    fn small_and_large_payloads_interleave_through_trims() {
+        let mut log = SendLog::new(2, 1 << 24);
+        let payload =
+            |ssn: u64| vec![ssn as u8; if ssn % 3 == 0 { SPARE_MIN + ssn as usize } else { ssn as usize }];
+        for ssn in 1..=30 {
+            log.record(1, ssn, ssn, &payload(ssn)).unwrap();
+        }
+        let check = |log: &SendLog, from: u64| {
+            let got: Vec<_> = log.from_ssn(1, from).unwrap().map(|e| (e.ssn, e.tag, e.payload)).collect();
+            let want: Vec<_> = (from..=30).map(|s| (s, s, payload(s))).collect();
+            assert_eq!(got, want, "from ssn {from}");
+        };
+        check(&log, 1);
+        check(&log, 14);
+        log.trim(1, 10).unwrap();
+        check(&log, 11);
+        check(&log, 17);
+        for ssn in 31..=40 {
+            log.record(1, ssn, ssn, &payload(ssn)).unwrap();
+        }
+        log.trim(1, 40).unwrap();
+        assert!(log.is_empty() && log.used() == 0);
     }
 
     #[test]
