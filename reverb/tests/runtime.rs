@@ -142,6 +142,25 @@ fn stencil_node_killed_during_the_epoch_flip_matches_failure_free() {
     );
 }
 
+/// The restarted node dies again during its replay (4 sends after its restart); the second
+/// restart recovers from the same checkpoint.
+#[test]
+fn stencil_node_killed_again_during_replay_matches_failure_free() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs")];
+    let clean = job("replay-clean", "stencil", STENCIL, &env, 0);
+    assert!(clean.success, "{}", clean.output);
+    let mut faulty_env = env.to_vec();
+    let twice = format!("{STENCIL_FAULT},3:4@1");
+    faulty_env.push(("REVERB_FAULT", &twice));
+    let faulty = job("replay-killed", "stencil", STENCIL, &faulty_env, 2);
+    assert!(faulty.success, "{}", faulty.output);
+    assert!(faulty.dir.join("rank-3-inc-2.json").exists(), "rank 3 restarted twice:\n{}", faulty.output);
+    assert_eq!(faulty.checksum, clean.checksum, "{}", faulty.output);
+    let _ = std::fs::remove_dir_all(&clean.dir);
+    let _ = std::fs::remove_dir_all(&faulty.dir);
+}
+
 /// Checkpoints kept only on the rank's own node (no buddy, no parity): the killed node's
 /// checkpoint is gone, and every rank says so instead of computing a wrong answer.
 #[test]

@@ -37,7 +37,7 @@
 //!
 //! Fault injection for the demo, tests and campaigns: `REVERB_FAULT=RANK:SENDS` makes
 //! incarnation 0 of `RANK` SIGKILL itself right after its SENDS-th send (the launcher takes
-//! its node down); `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE` inside checkpoint EPOCH at STAGE
+//! its node down; `RANK:SENDS@I` picks incarnation I, e.g. a restarted rank replaying); `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE` inside checkpoint EPOCH at STAGE
 //! (`local-written`, `buddy-body-landed`, `buddy-flipped`: during the epoch flip).
 
 mod error;
@@ -79,9 +79,10 @@ pub struct RuntimeConfig {
     /// `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE`: incarnation 0 of RANK SIGKILLs itself at that
     /// stage of that checkpoint.
     pub fault_ckpt: Option<(Rank, Epoch, Stage)>,
-    /// `REVERB_FAULT=RANK:SENDS[,RANK:SENDS..]`: incarnation 0 of RANK SIGKILLs itself
-    /// after that send.
-    pub fault: Vec<(Rank, u64)>,
+    /// `REVERB_FAULT=RANK:SENDS[@INCARNATION][,..]`: that incarnation (default 0) of RANK
+    /// SIGKILLs itself after that send (a restarted one counts sends from its restart: a
+    /// small count kills it during its replay).
+    pub fault: Vec<(Rank, u64, u32)>,
 }
 
 fn env_ms(name: &str, default: u64) -> Result<Duration> {
@@ -124,11 +125,18 @@ impl RuntimeConfig {
             Ok(v) => v
                 .split(',')
                 .map(|one| {
-                    one.split_once(':')
-                        .and_then(|(r, n)| Some((r.trim().parse().ok()?, n.trim().parse().ok()?)))
+                    let (spec, incarnation) = one.split_once('@').unwrap_or((one, "0"));
+                    spec.split_once(':')
+                        .and_then(|(r, n)| {
+                            Some((
+                                r.trim().parse().ok()?,
+                                n.trim().parse().ok()?,
+                                incarnation.trim().parse().ok()?,
+                            ))
+                        })
                         .ok_or_else(|| {
                             RuntimeError::InvalidArgument(format!(
-                                "REVERB_FAULT={v:?}: expected RANK:SENDS[,RANK:SENDS..]"
+                                "REVERB_FAULT={v:?}: expected RANK:SENDS[@INCARNATION][,..]"
                             ))
                         })
                 })
@@ -404,7 +412,7 @@ impl Runtime {
         self.sends += 1;
         self.note_replay()?;
         let (me, sends) = (self.rank, self.sends);
-        if self.report.incarnation == 0 && self.config.fault.contains(&(me, sends)) {
+        if self.config.fault.contains(&(me, sends, self.report.incarnation)) {
             die_now(self.config.report_dir.as_deref());
         }
         Ok(())
