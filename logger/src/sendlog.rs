@@ -283,8 +283,9 @@ mod tests {
     #[test]
     fn small_and_large_payloads_interleave_through_trims() {
         let mut log = SendLog::new(2, 1 << 24);
-        let payload =
-            |ssn: u64| vec![ssn as u8; if ssn % 3 == 0 { SPARE_MIN + ssn as usize } else { ssn as usize }];
+        let payload = |ssn: u64| {
+            vec![ssn as u8; if ssn.is_multiple_of(3) { SPARE_MIN + ssn as usize } else { ssn as usize }]
+        };
         for ssn in 1..=30 {
             log.record(1, ssn, ssn, &payload(ssn)).unwrap();
         }
