@@ -161,6 +161,23 @@ fn stencil_node_killed_again_during_replay_matches_failure_free() {
     let _ = std::fs::remove_dir_all(&faulty.dir);
 }
 
+/// No buddy copies, Reed-Solomon 4+2 only: the restarted ranks rebuild their checkpoint from
+/// the other nodes' shards and parity.
+#[test]
+fn stencil_node_killed_restores_from_reed_solomon() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let clean = job("rs-clean", "stencil", STENCIL, &[("REVERB_LOG", "causal"), ("REVERB_CKPT", "off")], 0);
+    assert!(clean.success, "{}", clean.output);
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "parity"), ("REVERB_FAULT", STENCIL_FAULT)];
+    let faulty = job("rs-killed", "stencil", STENCIL, &env, 1);
+    assert!(faulty.success, "{}", faulty.output);
+    let report = std::fs::read_to_string(faulty.dir.join("rank-3-inc-1.json")).expect("rank 3's report");
+    assert!(report.contains("Reed-Solomon"), "{report}");
+    assert_eq!(faulty.checksum, clean.checksum, "{}", faulty.output);
+    let _ = std::fs::remove_dir_all(&clean.dir);
+    let _ = std::fs::remove_dir_all(&faulty.dir);
+}
+
 /// Checkpoints kept only on the rank's own node (no buddy, no parity): the killed node's
 /// checkpoint is gone, and every rank says so instead of computing a wrong answer.
 #[test]

@@ -109,6 +109,12 @@ impl RuntimeConfig {
             "off" => None,
             "local" => Some(CkptConfig { slot_len, buddy: false, parity: None, ..CkptConfig::default() }),
             "buddy" => Some(CkptConfig { slot_len, buddy: true, parity: None, ..CkptConfig::default() }),
+            "parity" => Some(CkptConfig {
+                slot_len,
+                buddy: false,
+                parity: Some(RsLayout::default()),
+                ..CkptConfig::default()
+            }),
             "rs" => Some(CkptConfig {
                 slot_len,
                 buddy: true,
@@ -117,7 +123,7 @@ impl RuntimeConfig {
             }),
             other => {
                 return Err(RuntimeError::InvalidArgument(format!(
-                    "REVERB_CKPT={other:?}: expected off, local, buddy or rs"
+                    "REVERB_CKPT={other:?}: expected off, local, buddy, parity or rs"
                 )))
             }
         };
