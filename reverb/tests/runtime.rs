@@ -117,6 +117,13 @@ fn ring_pessimistic_sb_node_killed_matches_failure_free() {
     killed_matches_failure_free("ring-sb", "ring", RING, "pessimistic-sb", RING_FAULT);
 }
 
+/// Rank 3 dies right after its last send (its checksum to rank 0): survivors meet the failure
+/// in `finalize`, recover there, and the restarted ranks re-execute to the end.
+#[test]
+fn stencil_node_killed_at_the_end_matches_failure_free() {
+    killed_matches_failure_free("stencil-end", "stencil", STENCIL, "causal", "3:121");
+}
+
 /// Node 1 dies inside checkpoint 3: before its buddy copy is written, and during the epoch
 /// flip. The epoch is committed nowhere; the restarted ranks restore epoch 2 and the survivors
 /// take checkpoint 3 again with them.
@@ -193,6 +200,19 @@ fn lost_checkpoint_is_reported_unrecoverable() {
         out.output
     );
     assert!(out.checksum.is_none(), "no answer from a failed job");
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
+
+/// Receiver-based logging: the runtime does not replay from the receivers' rings; a failure
+/// ends the job with that said, not with a wrong answer.
+#[test]
+fn failure_under_pessimistic_rb_is_reported_unsupported() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "pessimistic-rb"), ("REVERB_CKPT", "rs"), ("REVERB_FAULT", STENCIL_FAULT)];
+    let out = job("rb", "stencil", STENCIL, &env, 1);
+    assert!(!out.success, "{}", out.output);
+    assert!(out.output.contains("recovery under pessimistic-rb"), "no clear report:\n{}", out.output);
+    assert!(out.checksum.is_none());
     let _ = std::fs::remove_dir_all(&out.dir);
 }
 
