@@ -1118,6 +1118,11 @@ impl LoggedEndpoint {
         if let Some(c) = &self.causal {
             held.extend(c.det_log_of(rank).copied());
         }
+        if let Some(offload) = &self.offload {
+            // Under logger cores, the rank's log lives in the ring its node's logger writes
+            // at this node's logger.
+            held.extend(offload.determinants_hosted_for(rank, self.config.durable_timeout)?);
+        }
         causal::merge_determinants(&held)
     }
 

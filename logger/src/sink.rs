@@ -13,9 +13,12 @@
 
 use std::time::Duration;
 
+use reverb_transport::Rank;
+
 use crate::core::{vars, CoreError, NodeLogClient, Ticket};
 use crate::determinant::Determinant;
 use crate::error::{LogError, Result};
+use crate::logring::{self, RecordKind};
 use crate::stats::LogStats;
 
 /// This rank's attachment to its node's logger core.
@@ -75,6 +78,19 @@ impl LoggerOffload {
             self.client.wait_durable(t, timeout).map_err(LogError::from)?;
         }
         Ok(())
+    }
+
+    /// Replay: the determinants of `rank` in the rings this node's logger core hosts (for the
+    /// nodes that log to it), from a snapshot the logger writes on request.
+    pub fn determinants_hosted_for(&self, rank: Rank, timeout: Duration) -> Result<Vec<Determinant>> {
+        let mut held = Vec::new();
+        for (_, image) in self.client.hosted_ring_images(timeout)? {
+            for record in logring::scan(&image)?.records.iter().filter(|r| r.kind == RecordKind::Determinants)
+            {
+                held.extend(record.determinants()?.into_iter().filter(|d| d.receiver == rank));
+            }
+        }
+        Ok(held)
     }
 
     /// GC after a coordinated checkpoint (every rank of the node quiesced at it): the logger

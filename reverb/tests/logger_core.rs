@@ -272,6 +272,16 @@ fn rank_logged_traffic() {
         println!("DELIVERED {me} {} {} {}", d.source, d.ssn, d.rsn);
         received += 1;
     }
+    // Replay collection while the loggers run: rank 0 "failed"; the others gather its
+    // determinants, which live in the ring node 0's logger writes at node 1's logger.
+    ep.flush_log().expect("flush");
+    reverb_transport::Bootstrap::barrier(&mut boot).expect("barrier");
+    let gathered = ep.gather_determinants(&mut boot, &[0]).expect("gather determinants");
+    if me == 1 {
+        for d in &gathered {
+            println!("GATHERED {} {} {} {}", d.receiver, d.sender, d.ssn, d.rsn);
+        }
+    }
     let stats = ep.stats();
     println!(
         "STATS {me} payload_logged {} unlogged {} determinants_logged {}",
@@ -301,7 +311,9 @@ fn protocols_log_through_the_logger_core() {
             .env(ROLE, "logged")
             .env("REVERB_LOG", mode)
             .env("REVERB_LOGGER_DUMP_DIR", &dump)
-            .env("REVERB_HEARTBEAT_MS", "2000")
+            // Generous: two cores shared with other jobs must not fake a death or a stall.
+            .env("REVERB_HEARTBEAT_MS", "5000")
+            .env("REVERB_LOGGER_STALL_MS", "60000")
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .output()
@@ -316,6 +328,16 @@ fn protocols_log_through_the_logger_core() {
             delivered.entry(v[0] as u32).or_default().push((v[1] as u32, v[2], v[3]));
         }
         let total: usize = delivered.values().map(Vec::len).sum();
+        // gather_determinants read rank 0's determinants from the logger-hosted ring: they
+        // give its delivery order exactly.
+        let gathered: Vec<(u32, u64, u64)> = stdout
+            .lines()
+            .filter_map(|l| l.split("GATHERED ").nth(1))
+            .map(|l| l.split_whitespace().map(|x| x.parse::<u64>().unwrap()).collect::<Vec<_>>())
+            .filter(|v| v[0] == 0)
+            .map(|v| (v[1] as u32, v[2], v[3]))
+            .collect();
+        assert_eq!(Some(&gathered), delivered.get(&0), "{mode}: gathered determinants of rank 0");
         assert_eq!(total as u64, u64::from(PROTO_RANKS) * PROTO_MESSAGES, "{stdout}");
         // What the logger cores wrote into their buddies' rings (dumped at exit).
         let mut dets = BTreeSet::new();

@@ -27,7 +27,12 @@ impl Default for Ticket {
 }
 
 /// If the logger's loop counter stops this long while it claims to be running, it is stalled.
+/// (`REVERB_LOGGER_STALL_MS` overrides it: oversubscribed test machines.)
 const LOGGER_STALL: Duration = Duration::from_secs(5);
+
+fn logger_stall() -> Duration {
+    env_parse::<u64>(vars::STALL_MS).ok().flatten().map_or(LOGGER_STALL, Duration::from_millis)
+}
 /// How often the slow checks (buddy state, logger liveness) run while waiting.
 const CHECK_EVERY: Duration = Duration::from_millis(2);
 
@@ -38,6 +43,7 @@ pub struct NodeLogClient {
     detq: DetQueue,
     lane: u64,
     pid: u32,
+    stall: Duration,
 }
 
 impl NodeLogClient {
@@ -72,7 +78,7 @@ impl NodeLogClient {
         };
         let pid = std::process::id();
         segment.claim_lane(lane, pid)?;
-        Ok(NodeLogClient { segment, detq, lane, pid })
+        Ok(NodeLogClient { segment, detq, lane, pid, stall: logger_stall() })
     }
 
     fn open_both(ctl: &Path, detq: &Path) -> Result<(NodeSegment, DetQueue), CoreError> {
@@ -192,6 +198,34 @@ impl NodeLogClient {
         Ok(())
     }
 
+    /// Replay: asks the logger to snapshot the rings this node hosts (for the nodes that log
+    /// to it) and waits (bounded) for the files; returns `(client node, ring image)` pairs.
+    pub fn hosted_ring_images(&self, timeout: Duration) -> Result<Vec<(u64, Vec<u8>)>, CoreError> {
+        let asked = self.segment.bump(Status::SnapshotRequested);
+        let mut waiter = Waiter::new(timeout);
+        while self.segment.get(Status::SnapshotDone) < asked {
+            waiter.pause(self)?;
+        }
+        let ctl = self.segment.path();
+        let prefix = format!(
+            "{}.hosted-node",
+            ctl.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+        );
+        let dir = ctl.parent().unwrap_or(std::path::Path::new("."));
+        let mut images = Vec::new();
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| CoreError::io(format!("list {}", dir.display()), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(node) = name.strip_prefix(&prefix).and_then(|n| n.parse::<u64>().ok()) else { continue };
+            let path = entry.path();
+            let image =
+                std::fs::read(&path).map_err(|e| CoreError::io(format!("read {}", path.display()), e))?;
+            images.push((node, image));
+        }
+        Ok(images)
+    }
+
     pub fn trims_done(&self) -> u64 {
         self.segment.get(Status::TrimDone)
     }
@@ -254,12 +288,12 @@ impl Waiter {
             if ticks != self.ticks.0 {
                 self.ticks = (ticks, now);
             } else if client.segment.get(Status::State) == STATE_READY
-                && now.duration_since(self.ticks.1) >= LOGGER_STALL
+                && now.duration_since(self.ticks.1) >= client.stall
             {
                 let pid = client.segment.get(Status::LoggerPid) as u32;
                 return Err(CoreError::LoggerGone {
                     pid,
-                    why: format!("its loop stalled for {LOGGER_STALL:?}"),
+                    why: format!("its loop stalled for {:?}", client.stall),
                 });
             }
         }

@@ -56,6 +56,8 @@ pub mod vars {
     pub const STOP_ON_EOF: &str = "REVERB_LOGGER_STOP_ON_EOF";
     /// Directory where the logger writes each hosted ring's image at exit (tests, forensics).
     pub const DUMP_DIR: &str = "REVERB_LOGGER_DUMP_DIR";
+    /// Milliseconds a logger loop may stand still before ranks call it gone (default 5000).
+    pub const STALL_MS: &str = "REVERB_LOGGER_STALL_MS";
     /// Seconds a rank waits for its node's segment to appear (default 30).
     pub const ATTACH_TIMEOUT_S: &str = "REVERB_LOGGER_ATTACH_TIMEOUT_S";
 }

@@ -70,6 +70,10 @@ pub enum Status {
     DetectionMs = 10,
     /// Nonzero: the logger should drain, flush and exit.
     StopRequested = 11,
+    /// Snapshot requests (a counter, bumped by clients collecting determinants for replay).
+    SnapshotRequested = 12,
+    /// The last snapshot request the logger carried out (`<base>.hosted-node<c>` written).
+    SnapshotDone = 13,
 }
 
 pub const STATE_STARTING: u64 = 0;

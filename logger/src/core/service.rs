@@ -317,6 +317,16 @@ impl LoggerCore {
         loop {
             self.segment.bump(Status::Ticks);
             let mut busy = false;
+            // Replay: clients read the rings this node hosts from files the logger writes.
+            let asked = self.segment.get(Status::SnapshotRequested);
+            if asked > self.segment.get(Status::SnapshotDone) {
+                for (c, ring) in &hosted {
+                    let path = hosted_snapshot_path(&self.cfg.segment_base, *c);
+                    let image = ring.to_vec(0, ring.len())?;
+                    write_atomically(&path, &image)?;
+                }
+                self.segment.set(Status::SnapshotDone, asked);
+            }
             if !target_dead {
                 let step = self.log_step(
                     provider,
@@ -454,6 +464,9 @@ impl LoggerCore {
         }
 
         summary.buddy_dead = target_dead;
+        for (c, _) in &hosted {
+            std::fs::remove_file(hosted_snapshot_path(&self.cfg.segment_base, *c)).ok();
+        }
         if let Some(dir) = &self.cfg.dump_dir {
             for (c, ring) in &hosted {
                 let path = dir.join(format!("ring-node{c}.bin"));
@@ -647,6 +660,18 @@ impl LoggerCore {
 }
 
 /// Whether an error means the buddy path is gone (rather than a bug or a bad argument).
+/// Where a snapshot of the ring hosted for node `client` goes (next to the segment).
+pub fn hosted_snapshot_path(segment_base: &str, client: Rank) -> PathBuf {
+    PathBuf::from(format!("{segment_base}.hosted-node{client}"))
+}
+
+/// Readers never see a half-written snapshot: write aside, then rename.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<(), CoreError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| CoreError::io(format!("write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| CoreError::io(format!("rename to {}", path.display()), e))
+}
+
 fn path_error(e: &CoreError) -> bool {
     matches!(
         e,
