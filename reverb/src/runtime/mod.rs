@@ -64,7 +64,11 @@ const ENTRY_APP: u32 = 1;
 pub struct RuntimeConfig {
     pub log: LogConfig,
     /// `None`: no checkpoints (`REVERB_CKPT=off`); a restarted rank re-executes from the start.
+    /// `REVERB_CKPT`: off, local, buddy, parity (Reed-Solomon only) or rs (buddy + Reed-Solomon).
     pub ckpt: Option<CkptConfig>,
+    /// `REVERB_CKPT` unset: the levels the job's nodes allow (rs from 4 nodes, buddy from 2,
+    /// none on one node).
+    pub ckpt_auto: bool,
     /// How long a receive waits before it checks for dead peers (`REVERB_DETECT_MS`).
     pub detect_interval: Duration,
     /// Bound on waiting for a dead rank to rejoin (`REVERB_REJOIN_TIMEOUT_MS`).
@@ -105,7 +109,9 @@ impl RuntimeConfig {
             })?,
             Err(_) => 4 << 20,
         };
-        let ckpt = match std::env::var("REVERB_CKPT").as_deref().unwrap_or("rs") {
+        let requested = std::env::var("REVERB_CKPT").ok();
+        let ckpt_auto = requested.is_none();
+        let ckpt = match requested.as_deref().unwrap_or("rs") {
             "off" => None,
             "local" => Some(CkptConfig { slot_len, buddy: false, parity: None, ..CkptConfig::default() }),
             "buddy" => Some(CkptConfig { slot_len, buddy: true, parity: None, ..CkptConfig::default() }),
@@ -170,6 +176,7 @@ impl RuntimeConfig {
             Err(_) => None,
         };
         Ok(RuntimeConfig {
+            ckpt_auto,
             fault_ckpt,
             log,
             ckpt,
@@ -315,8 +322,20 @@ impl Runtime {
             }
         }
         let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.log.clone())?;
-        let mut ckpt = match &config.ckpt {
-            Some(c) => Some(Checkpointer::new(endpoint.provider(), &mut boot, c.clone())?),
+        let mut ckpt_config = config.ckpt.clone();
+        if let (true, Some(c)) = (config.ckpt_auto, ckpt_config.as_mut()) {
+            let nodes = job.nodes();
+            let group = c.parity.map_or(0, |p| p.group_nodes);
+            if (nodes as usize) < group.max(2) {
+                c.parity = None;
+            }
+        }
+        if config.ckpt_auto && job.nodes() < 2 {
+            // One node: no copy can survive a failure, so none is taken.
+            ckpt_config = None;
+        }
+        let mut ckpt = match ckpt_config {
+            Some(c) => Some(Checkpointer::new(endpoint.provider(), &mut boot, c)?),
             None => None,
         };
         if let (Some((rank, epoch, stage)), Some(ckpt), false) = (config.fault_ckpt, ckpt.as_mut(), restarted)
