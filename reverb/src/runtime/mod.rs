@@ -244,6 +244,15 @@ struct Replay {
     start_sends: u64,
 }
 
+/// The dead peer an endpoint error is about, if it is about one.
+fn dead_peer_in(e: &LogError) -> Option<Rank> {
+    match e {
+        LogError::Transport(TransportError::PeerDead(p))
+        | LogError::WriteFailed(TransportError::PeerDead(p)) => Some(*p),
+        _ => None,
+    }
+}
+
 /// The checkpoint stage at which this process kills itself, and where it notes the time
 /// (the checkpointer's hook is a plain `fn`).
 static CKPT_FAULT: std::sync::OnceLock<(Epoch, Stage, Option<PathBuf>)> = std::sync::OnceLock::new();
@@ -344,6 +353,8 @@ impl Runtime {
                 ckpt.set_fault_hook(Some(ckpt_fault_hook));
             }
         }
+        let incarnation_of: Vec<u32> =
+            (0..job.size).map(|r| endpoint.provider().peer_incarnation(r).unwrap_or(0)).collect();
         let report = RuntimeReport {
             rank: job.rank,
             incarnation: job.incarnation,
@@ -353,7 +364,7 @@ impl Runtime {
             ..RuntimeReport::default()
         };
         let mut rt = Runtime {
-            incarnation_of: vec![0; job.size as usize],
+            incarnation_of,
             boot,
             endpoint: Some(endpoint),
             ckpt,
@@ -427,12 +438,12 @@ impl Runtime {
         let sent = self.endpoint()?.send(dest, tag, payload);
         match sent {
             Ok(()) => {}
-            Err(LogError::Transport(TransportError::PeerDead(_))) => {
-                if !self.failure_explains()? {
-                    return Err(LogError::Transport(TransportError::PeerDead(dest)).into());
-                }
-            }
-            Err(e) => return Err(e.into()),
+            // The message is in the sender log (or left already, for a stale failure): recovery
+            // resends it to the restarted rank.
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => {}
+                _ => return Err(e.into()),
+            },
         }
         self.sends += 1;
         self.note_replay()?;
@@ -473,15 +484,19 @@ impl Runtime {
                         });
                     }
                 }
-                Err(LogError::Transport(TransportError::PeerDead(p))) => {
-                    if !self.failure_explains()? {
-                        return Err(LogError::Transport(TransportError::PeerDead(p)).into());
-                    }
-                    start = Instant::now();
-                }
-                Err(e) => return Err(e.into()),
+                Err(e) => match dead_peer_in(&e) {
+                    Some(p) if self.stale_failure(p) || self.failure_explains()? => start = Instant::now(),
+                    _ => return Err(e.into()),
+                },
             }
         }
+    }
+
+    /// A failure report about `peer` from before its recovery (a send that failed while it
+    /// was dead, collected later): it is alive again at a newer incarnation.
+    fn stale_failure(&mut self, peer: Rank) -> bool {
+        let recovered = self.incarnation_of.get(peer as usize).is_some_and(|&i| i > 0);
+        recovered && self.endpoint.as_mut().is_some_and(|e| e.provider().peer_state(peer) == PeerState::Alive)
     }
 
     /// Ends the replay once the re-execution has caught up with what the survivors saw.
