@@ -6,7 +6,9 @@
 #
 #   scripts/compare-logging.sh [rounds]        (default 5; env: REVERB=path/to/reverb,
 #                                               RECV=named|any, LAT_ITERS, BW_ITERS,
-#                                               REVERB_HEARTBEAT_MS, default 5000)
+#                                               REVERB_HEARTBEAT_MS, default 5000,
+#                                               CONFIGS="causal:off causal:dedicated" to
+#                                               run only those, none:off always included)
 set -euo pipefail
 ROUNDS=${1:-5}
 REVERB=${REVERB:-target/release/reverb}
@@ -19,9 +21,13 @@ BW_ITERS=${BW_ITERS:-}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-CONFIGS=(none:off pessimistic-rb:off pessimistic-sb:off causal:off
-         pessimistic-rb:dedicated pessimistic-rb:shared-pinned pessimistic-rb:shared-unpinned
-         causal:dedicated causal:shared-pinned causal:shared-unpinned)
+if [[ -n ${CONFIGS:-} ]]; then
+    read -r -a CONFIGS <<<"none:off $CONFIGS"
+else
+    CONFIGS=(none:off pessimistic-rb:off pessimistic-sb:off causal:off
+             pessimistic-rb:dedicated pessimistic-rb:shared-pinned pessimistic-rb:shared-unpinned
+             causal:dedicated causal:shared-pinned causal:shared-unpinned)
+fi
 
 run() { # test config round
     local test=$1 mode=${2%%:*} placement=${2##*:} iters=()
