@@ -1328,10 +1328,12 @@ impl Provider for VerbsProvider {
             }
         }
         self.progress_calls = self.progress_calls.wrapping_add(1);
+        // Probes too: a caller that only polls (no `block`) must still see a dead peer on
+        // another host, where only a failed write tells.
         if self.progress_calls.is_multiple_of(256)
             && self.last_liveness.elapsed() >= self.config.peer_timeout / 4
         {
-            self.check_liveness(false);
+            self.check_liveness(true);
         }
         match self.malformed.next_error() {
             Some(e) => Err(e),
