@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The verbs provider's tests on soft-RoCE: builds the suite with `--features verbs` on the host,
-# then runs it inside the rxe VM (ci/rxe-vm.sh) twice: on one device (rxe0 over lo), and across
+# The verbs provider's tests on soft-RoCE: builds the suites with `--features verbs` on the host,
+# then runs them inside the rxe VM (ci/rxe-vm.sh) twice: on one device (rxe0 over lo), and across
 # two rxe "hosts" joined by a veth pair, one per simulated node, with the pidfd shortcut off so
 # dead peers are found by RC retry exhaustion as between real hosts. Event-driven completions:
 # two busy-polling ranks starve each other on the VM's 2 emulated CPUs.
-# Then the launcher's node respawn test (reverb/tests/respawn.rs) the same two ways.
+# Suites: the provider's own tests (transport/tests/provider.rs), the launcher's node respawn
+# (reverb/tests/respawn.rs), the logger's multi-process tests (remote log ring, LoggedEndpoint
+# protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
+# SIGKILLs, buddy and Reed-Solomon restore, corruption). The logger's detqueue_procs is not here:
+# the determinant queue is node-local shared memory by design (no provider), so it stays shm.
+# Every suite of one run shares one VM boot (~15 s under TCG); per-suite wall times are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,20 +21,37 @@ test_bin() {
     [[ -x "$bin" ]] || { echo "ci/verbs-suite.sh: test binary of '$*' not found" >&2; exit 1; }
     echo "$bin"
 }
-bin=$(test_bin -p reverb-transport --features verbs --test provider)
-respawn=$(test_bin -p reverb --features verbs --test respawn)
+suites=(
+    "provider:$(test_bin -p reverb-transport --features verbs --test provider)"
+    "respawn:$(test_bin -p reverb --features verbs --test respawn)"
+    "logring:$(test_bin -p reverb-logger --features verbs --test logring_shm)"
+    "causal:$(test_bin -p reverb-logger --features verbs --test causal_procs)"
+    "protocol:$(test_bin -p reverb-logger --features verbs --test protocol_procs)"
+    "checkpoint:$(test_bin -p reverb-ckpt --features verbs --test checkpoint_procs)"
+)
 
 export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event
-two_hosts=(env REVERB_VERBS_DEVICE=rxe_h0,rxe_h1 REVERB_VERBS_PID_WATCH=0 bash ci/rxe-vm.sh --netns --timeout 900 --)
+# Runs inside the guest: each suite one after the other, its wall time, all failures at the end.
+guest_runner='
+failed=()
+for suite in "$@"; do
+    name=${suite%%:*} bin=${suite#*:}
+    echo "== [$REVERB_VERBS_DEVICE] $name" >&2
+    start=$(date +%s.%N)
+    rc=0
+    "$bin" --test-threads=1 --show-output --color never || rc=$?
+    secs=$(echo "$(date +%s.%N) $start" | awk "{printf \"%.1f\", \$1 - \$2}")
+    echo "== [$REVERB_VERBS_DEVICE] $name: exit $rc in ${secs}s" >&2
+    timings+=("$name ${secs}s rc=$rc")
+    [ "$rc" = 0 ] || failed+=("$name")
+done
+echo "== [$REVERB_VERBS_DEVICE] timings: ${timings[*]}" >&2
+[ ${#failed[@]} = 0 ] || { echo "== [$REVERB_VERBS_DEVICE] FAILED: ${failed[*]}" >&2; exit 1; }
+'
 
-echo "== verbs suite, one host (rxe0 over lo)" >&2
-REVERB_VERBS_DEVICE=rxe0 bash ci/rxe-vm.sh --timeout 900 -- "$bin" --test-threads=1 --show-output --color never
+echo "== verbs suites, one host (rxe0 over lo)" >&2
+REVERB_VERBS_DEVICE=rxe0 bash ci/rxe-vm.sh --timeout 1200 -- bash -c "$guest_runner" runner "${suites[@]}"
 
-echo "== verbs suite, two hosts (rxe_h0 <-veth-> rxe_h1)" >&2
-"${two_hosts[@]}" "$bin" --test-threads=1 --show-output --color never
-
-echo "== node respawn through the launcher, one host" >&2
-REVERB_VERBS_DEVICE=rxe0 bash ci/rxe-vm.sh --timeout 900 -- "$respawn" --test-threads=1 --show-output --color never
-
-echo "== node respawn through the launcher, two hosts" >&2
-"${two_hosts[@]}" "$respawn" --test-threads=1 --show-output --color never
+echo "== verbs suites, two hosts (rxe_h0 <-veth-> rxe_h1)" >&2
+REVERB_VERBS_DEVICE=rxe_h0,rxe_h1 REVERB_VERBS_PID_WATCH=0 \
+    bash ci/rxe-vm.sh --netns --timeout 1200 -- bash -c "$guest_runner" runner "${suites[@]}"
