@@ -902,17 +902,21 @@ impl LoggedEndpoint {
             if !cq.iter().any(|c| is_endpoint_completion(posted, ours, c)) {
                 return Ok(());
             }
+            // Moved out, not cloned: a receive completion owns the whole frame.
             let mut mine = Vec::new();
-            cq.retain(|c| {
-                if is_endpoint_completion(posted, ours, c) {
-                    mine.push(c.clone());
-                    false
+            let mut i = 0;
+            while i < cq.len() {
+                if is_endpoint_completion(posted, ours, &cq[i]) {
+                    mine.extend(cq.remove(i));
                 } else {
-                    true
+                    i += 1;
                 }
-            });
+            }
             mine
         };
+        // A failed completion (a send to a peer that died) must not drop the ones behind it:
+        // they are taken out of the queue already. The first failure is returned at the end.
+        let mut failed = None;
         for c in mine {
             match c.kind {
                 CompletionKind::Recv { .. } => {
@@ -922,7 +926,13 @@ impl LoggedEndpoint {
                 CompletionKind::Send { .. } => self.sends_in_flight = self.sends_in_flight.saturating_sub(1),
                 _ => {}
             }
-            let c = c.into_result()?;
+            let c = match c.into_result() {
+                Ok(c) => c,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             if let CompletionKind::Recv { source, data, .. } = c.kind {
                 let frame = data.ok_or_else(|| {
                     LogError::malformed("logged message", format!("no data from rank {source}"))
@@ -930,7 +940,7 @@ impl LoggedEndpoint {
                 self.accept_frame(source, frame)?;
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// Runs channel ordering on one arrival; in-order messages join `ready`.
