@@ -253,6 +253,23 @@ fn dead_peer_in(e: &LogError) -> Option<Rank> {
     }
 }
 
+/// Collects the completions of sends that failed while `recovered` ranks were dead (they
+/// are stale once those ranks are back), so they do not surface as errors later.
+fn drain_stale_failures(endpoint: &mut LoggedEndpoint, recovered: &[Rank]) -> Result<()> {
+    // Each call surfaces at most one failed completion; the queue is finite.
+    for _ in 0..1 << 16 {
+        match endpoint.progress() {
+            Ok(()) => return Ok(()),
+            Err(e) => match dead_peer_in(&e) {
+                Some(p)
+                    if recovered.contains(&p) && endpoint.provider().peer_state(p) == PeerState::Alive => {}
+                _ => return Err(e.into()),
+            },
+        }
+    }
+    Err(RuntimeError::Timeout { what: "draining stale send failures".into(), after: Duration::ZERO })
+}
+
 /// The checkpoint stage at which this process kills itself, and where it notes the time
 /// (the checkpointer's hook is a plain `fn`).
 static CKPT_FAULT: std::sync::OnceLock<(Epoch, Stage, Option<PathBuf>)> = std::sync::OnceLock::new();
@@ -701,7 +718,16 @@ impl Runtime {
                     RuntimeError::InvalidArgument(format!("recovery round B from rank {r}"))
                 })?;
                 if endpoint.logs_payload_with(r) {
-                    endpoint.resend_from(r, covered + 1)?;
+                    drain_stale_failures(endpoint, failed)?;
+                    match endpoint.resend_from(r, covered + 1) {
+                        Ok(_) => {}
+                        // Collected after every resend was posted: a send that failed while
+                        // the peer was dead.
+                        Err(e) if dead_peer_in(&e).is_some_and(|p| failed.contains(&p)) => {
+                            drain_stale_failures(endpoint, failed)?
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
         }
