@@ -30,7 +30,8 @@ suites=(
     "checkpoint:$(test_bin -p reverb-ckpt --features verbs --test checkpoint_procs)"
 )
 
-export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event
+# TCG runs everything several times slower: the tests scale their time bounds by this.
+export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_TEST_TIME_SCALE=3
 # Runs inside the guest: each suite one after the other, its wall time, all failures at the end.
 guest_runner='
 failed=()

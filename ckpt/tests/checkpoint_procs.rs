@@ -17,7 +17,10 @@ use reverb_transport::{PeerState, Provider, Rank};
 
 const RANKS: u32 = 8;
 const RANKS_PER_NODE: u32 = 2;
-const WAIT: Duration = Duration::from_secs(30);
+/// The bound of one wait, times `REVERB_TEST_TIME_SCALE` (the rxe VM's suite sets it: TCG is slow).
+fn wait() -> Duration {
+    Duration::from_secs(30) * common::time_scale()
+}
 
 fn config() -> CkptConfig {
     CkptConfig {
@@ -27,7 +30,7 @@ fn config() -> CkptConfig {
         transfer_len: 64 << 10,
         buddy: true,
         parity: Some(RsLayout { group_nodes: 4, parity_shards: 2 }),
-        timeout: WAIT,
+        timeout: wait(),
         team: None,
     }
 }
@@ -82,7 +85,7 @@ fn die() -> ! {
 fn wait_dead(provider: &mut dyn Provider, ranks: &[Rank]) {
     let start = Instant::now();
     while ranks.iter().any(|&r| provider.peer_state(r) != PeerState::Dead) {
-        assert!(start.elapsed() < WAIT, "ranks {ranks:?} not seen dead within {WAIT:?}");
+        assert!(start.elapsed() < wait(), "ranks {ranks:?} not seen dead within {:?}", wait());
         provider.progress().expect("progress");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -95,7 +98,8 @@ fn survivors(victims: &[Rank]) -> Vec<Rank> {
 
 /// Launches the test as the job; `victims` must die by SIGKILL, every other rank pass.
 fn run_parent(test: &str, victims: &[Rank]) {
-    let job = common::Job { ranks_per_node: RANKS_PER_NODE, ..common::Job::new(RANKS) };
+    let mut job = common::Job { ranks_per_node: RANKS_PER_NODE, ..common::Job::new(RANKS) };
+    job.timeout *= common::time_scale();
     for exit in common::run_job(test, &job) {
         if victims.contains(&exit.rank) {
             assert_eq!(
@@ -134,7 +138,7 @@ fn two_epochs_then_kill(
     // their vote, which the leader has taken before it releases them.
     let mut all = survivors(victims);
     all.extend_from_slice(victims);
-    assert!(team::agree(provider.as_mut(), &all, 1, true, WAIT).expect("agree before the kill"));
+    assert!(team::agree(provider.as_mut(), &all, 1, true, wait()).expect("agree before the kill"));
     let me = provider.rank();
     if victims.contains(&me) {
         die();
@@ -145,7 +149,7 @@ fn two_epochs_then_kill(
 
 /// Survivors leave together: nobody frees slots another survivor may still read.
 fn finish(provider: &mut dyn Provider, victims: &[Rank]) {
-    assert!(team::agree(provider, &survivors(victims), 2, true, WAIT).expect("survivors agree"));
+    assert!(team::agree(provider, &survivors(victims), 2, true, wait()).expect("survivors agree"));
 }
 
 #[test]
@@ -309,7 +313,7 @@ fn teams_checkpoint_independently() {
     }
     let mut all = survivors(&victims);
     all.extend_from_slice(&victims);
-    assert!(team::agree(p, &all, 1, true, WAIT).expect("agree before the kill"));
+    assert!(team::agree(p, &all, 1, true, wait()).expect("agree before the kill"));
     if victims.contains(&me) {
         die();
     }
