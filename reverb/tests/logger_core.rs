@@ -383,3 +383,50 @@ fn protocols_log_through_the_logger_core() {
         std::fs::remove_dir_all(&dump).ok();
     }
 }
+
+/// `reverb bench lat|bw --op send --log P` runs end to end (numbers come from
+/// scripts/compare-logging.sh, not from here): every protocol, with and without logger cores,
+/// named and wildcard receives; bad combinations are refused with a clear error.
+#[test]
+fn bench_log_runs_every_protocol() {
+    let bench = |args: &[&str]| {
+        Command::new(BIN)
+            .args(["bench"])
+            .args(args)
+            .env("REVERB_HEARTBEAT_MS", "5000")
+            .env("REVERB_LOGGER_STALL_MS", "60000")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for (test, log, logger, recv) in [
+        ("lat", "none", "off", "named"),
+        ("lat", "pessimistic-rb", "off", "any"),
+        ("bw", "pessimistic-sb", "off", "any"),
+        ("bw", "causal", "off", "named"),
+        ("lat", "causal", "shared-unpinned", "any"),
+        ("bw", "pessimistic-rb", "shared-unpinned", "named"),
+    ] {
+        let out = bench(&[
+            test, "--op", "send", "--log", log, "--logger", logger, "--recv", recv, "--sizes", "8,64k",
+            "--iters", "40", "--warmup", "8", "--json",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{test} --log {log} --logger {logger}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+        assert_eq!(rows.len(), 2, "one row per size:\n{stdout}");
+        assert!(rows[1].contains("\"bytes\":65536"), "{}", rows[1]);
+    }
+    let refused = bench(&["lat", "--op", "put", "--log", "causal"]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--log measures --op send"));
+    let refused = bench(&["lat", "--op", "send", "--logger", "dedicated"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--logger needs --log"));
+    let refused = bench(&["lat", "--op", "send", "--log", "causal", "--ranks-per-node", "2"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("two nodes"));
+}
