@@ -1136,6 +1136,20 @@ impl LoggedEndpoint {
         causal::merge_determinants(&held)
     }
 
+    /// Replay primitive (`pessimistic-rb`), one holder's part: the frames (envelope + payload)
+    /// `rank` received and logged, in log order, from the ring this rank hosts for it and,
+    /// under logger cores, from the rings this node's logger hosts.
+    pub fn frames_held_for(&self, rank: Rank) -> Result<Vec<Vec<u8>>> {
+        let mut frames = Vec::new();
+        for ring in self.hosted.iter().chain(&self.retired).filter(|h| h.client == rank) {
+            frames.extend(crate::sink::frames_for(&ring.scan()?, rank)?);
+        }
+        if let Some(offload) = &self.offload {
+            frames.extend(offload.frames_hosted_for(rank, self.config.durable_timeout)?);
+        }
+        Ok(frames)
+    }
+
     /// Replay primitive, collective: the determinants of the `failed` ranks, collected from
     /// every other rank (buddy rings and detLogs) and merged in (receiver, rsn) order. The
     /// failed ranks contribute nothing: their memory is gone. Copies that disagree are an

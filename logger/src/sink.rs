@@ -93,9 +93,31 @@ impl LoggerOffload {
         Ok(held)
     }
 
+    /// Replay (`pessimistic-rb`): the logged frames (envelope + payload) received by `rank`, in
+    /// log order, from the rings this node's logger core hosts.
+    pub fn frames_hosted_for(&self, rank: Rank, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let mut frames = Vec::new();
+        for (_, image) in self.client.hosted_ring_images(timeout)? {
+            frames.extend(frames_for(&logring::scan(&image)?, rank)?);
+        }
+        Ok(frames)
+    }
+
     /// GC after a coordinated checkpoint (every rank of the node quiesced at it): the logger
     /// core drops everything durable from the buddy ring.
     pub fn trim(&self, timeout: Duration) -> Result<()> {
         self.client.trim_wait(timeout).map_err(LogError::from)
     }
+}
+
+/// The payload records of `scan` whose envelope names `rank` as the receiver, in log order.
+pub(crate) fn frames_for(scan: &logring::RingScan, rank: Rank) -> Result<Vec<Vec<u8>>> {
+    let mut frames = Vec::new();
+    for record in scan.records.iter().filter(|r| r.kind == RecordKind::Payload) {
+        let (envelope, _) = crate::envelope::Envelope::decode(&record.data)?;
+        if envelope.receiver == rank {
+            frames.push(record.data.clone());
+        }
+    }
+    Ok(frames)
 }

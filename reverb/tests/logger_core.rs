@@ -282,6 +282,14 @@ fn rank_logged_traffic() {
             println!("GATHERED {} {} {} {}", d.receiver, d.sender, d.ssn, d.rsn);
         }
     }
+    // Receiver-based replay material: node 1's logger hosts node 0's ring, so ranks of node 1
+    // read rank 0's logged frames there.
+    if me / 2 == 1 {
+        for frame in ep.frames_held_for(0).expect("frames held for rank 0") {
+            let (env, _) = reverb_logger::Envelope::decode(&frame).expect("logged frame");
+            println!("FRAME {me} {} {} {}", env.receiver, env.sender, env.ssn);
+        }
+    }
     let stats = ep.stats();
     println!(
         "STATS {me} payload_logged {} unlogged {} determinants_logged {}",
@@ -338,6 +346,20 @@ fn protocols_log_through_the_logger_core() {
             .map(|v| (v[1] as u32, v[2], v[3]))
             .collect();
         assert_eq!(Some(&gathered), delivered.get(&0), "{mode}: gathered determinants of rank 0");
+        // frames_held_for read rank 0's logged frames from the logger-hosted ring (rb only):
+        // exactly its inter-node deliveries, in delivery order.
+        let frames: Vec<(u32, u64)> = stdout
+            .lines()
+            .filter_map(|l| l.split("FRAME 2 ").nth(1))
+            .map(|l| l.split_whitespace().map(|x| x.parse::<u64>().unwrap()).collect::<Vec<_>>())
+            .map(|v| (v[1] as u32, v[2]))
+            .collect();
+        let want: Vec<(u32, u64)> = if mode == "pessimistic-rb" {
+            delivered[&0].iter().filter(|d| d.0 / 2 != 0).map(|&(s, ssn, _)| (s, ssn)).collect()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(frames, want, "{mode}: frames held for rank 0 at node 1");
         assert_eq!(total as u64, u64::from(PROTO_RANKS) * PROTO_MESSAGES, "{stdout}");
         // What the logger cores wrote into their buddies' rings (dumped at exit).
         let mut dets = BTreeSet::new();
