@@ -81,6 +81,33 @@ fn stencil_causal_node_killed_matches_failure_free() {
     killed_matches_failure_free("stencil-causal", "stencil", STENCIL, "causal", STENCIL_FAULT);
 }
 
+/// The restarted ranks resume from their own checkpoint (fetched from the buddy), not from the
+/// start, and the report accounts for detection, recovery and replay.
+#[test]
+fn restarted_ranks_resume_from_their_buddy_checkpoint() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs"), ("REVERB_FAULT", STENCIL_FAULT)];
+    let out = job("resume", "stencil", STENCIL, &env, 1);
+    assert!(out.success, "{}", out.output);
+    for rank in [2, 3] {
+        let path = out.dir.join(format!("rank-{rank}-inc-1.json"));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("report")).expect("json");
+        // Killed in iteration ~35 with a checkpoint every 10: epoch 3 covers iteration 30.
+        assert_eq!(report["restored_epoch"], 3, "rank {rank}: {report}");
+        assert!(
+            report["restored_from"].as_str().is_some_and(|s| s.contains("buddy")),
+            "rank {rank}: {report}"
+        );
+        assert!(report["replay_end_ns"].as_u64().is_some_and(|ns| ns > 0), "replay finished: {report}");
+    }
+    let survivor: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.dir.join("rank-0-inc-0.json")).expect("report"))
+            .expect("json");
+    assert_eq!(survivor["recovery_ms"].as_array().map(Vec::len), Some(1), "{survivor}");
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
+
 #[test]
 fn stencil_pessimistic_sb_node_killed_matches_failure_free() {
     killed_matches_failure_free("stencil-sb", "stencil", STENCIL, "pessimistic-sb", STENCIL_FAULT);
