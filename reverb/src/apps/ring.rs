@@ -8,6 +8,8 @@ use crate::runtime::Runtime;
 
 const TAG_RING: u64 = 0x61;
 const TAG_ALL: u64 = 0x62;
+/// Protected separately (`Runtime::protect`): the hash of the last block that came round.
+const ENTRY_LAST_IN: u32 = crate::runtime::FIRST_USER_ENTRY;
 
 fn mix(block: &mut [u8], incoming: &[u8], salt: u64) {
     let mut h = fnv1a(FNV_SEED ^ salt, incoming);
@@ -33,12 +35,17 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
         bail!("ring: state of {} bytes, expected {}", state.len(), 8 + len);
     }
     let mut iter = u64_at(&state, 0)?;
+    let mut last_in = match rt.restored(ENTRY_LAST_IN) {
+        Some(bytes) => u64_at(&bytes, 0)?,
+        None => 0,
+    };
     let (next, prev) = ((me + 1) % size, (me + size - 1) % size);
     while iter < args.iters {
         let block = state[8..].to_vec();
         rt.send(next, TAG_RING, &block)?;
         let got = rt.recv_from(prev, TAG_RING)?;
         mix(&mut state[8..], &got.payload, iter);
+        last_in = fnv1a(last_in, &got.payload);
         let slice = len / size as usize;
         for peer in (0..size).filter(|&p| p != me) {
             let at = peer as usize * slice;
@@ -51,8 +58,9 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
         iter += 1;
         state[..8].copy_from_slice(&iter.to_le_bytes());
         if args.ckpt_every > 0 && iter % args.ckpt_every == 0 && iter < args.iters {
+            rt.protect(ENTRY_LAST_IN, &last_in.to_le_bytes())?;
             rt.checkpoint(&state)?;
         }
     }
-    Ok(combine_checksums(rt, fnv1a(FNV_SEED, &state[8..]))?)
+    Ok(combine_checksums(rt, fnv1a(last_in, &state[8..]))?)
 }

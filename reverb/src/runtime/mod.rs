@@ -58,6 +58,8 @@ pub use error::{Result, RuntimeError};
 /// Image entry ids of a runtime checkpoint.
 const ENTRY_ENDPOINT: u32 = 0;
 const ENTRY_APP: u32 = 1;
+/// The first id `Runtime::protect` accepts.
+pub const FIRST_USER_ENTRY: u32 = 16;
 
 /// Settings of the runtime, from `REVERB_*` variables or set directly.
 #[derive(Debug, Clone)]
@@ -310,6 +312,9 @@ pub struct Runtime {
     /// The last incarnation this rank knows of each peer.
     incarnation_of: Vec<u32>,
     restored_app: Option<Vec<u8>>,
+    /// Extra protected entries (`protect`): kept for the next checkpoint, and restored ones.
+    protected: Vec<(u32, Vec<u8>)>,
+    restored_extra: Vec<(u32, Vec<u8>)>,
     /// Restarted rank while it replays: the last determinant-ordered rsn, and per survivor
     /// the ssn its re-execution must reach (the survivor had delivered that far).
     replay: Option<Replay>,
@@ -389,6 +394,8 @@ impl Runtime {
             size: job.size,
             node_of,
             restored_app: None,
+            protected: Vec::new(),
+            restored_extra: Vec::new(),
             replay: None,
             sends: 0,
             recoveries: 0,
@@ -424,6 +431,31 @@ impl Runtime {
     /// The application's checkpointed state at a restarted rank, else `initial()`.
     pub fn restore_or_else(&mut self, initial: impl FnOnce() -> Vec<u8>) -> Vec<u8> {
         self.restored_app.take().unwrap_or_else(initial)
+    }
+
+    /// Protects `data` under `id` (FTI's Protect) for the next checkpoints, besides the state
+    /// `checkpoint` takes: a copy is kept until `protect` replaces it. Ids below
+    /// [`FIRST_USER_ENTRY`] are the runtime's.
+    pub fn protect(&mut self, id: u32, data: &[u8]) -> Result<()> {
+        if id < FIRST_USER_ENTRY {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "protected id {id}: ids below {FIRST_USER_ENTRY} are the runtime's"
+            )));
+        }
+        match self.protected.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, kept)) => {
+                kept.clear();
+                kept.extend_from_slice(data);
+            }
+            None => self.protected.push((id, data.to_vec())),
+        }
+        Ok(())
+    }
+
+    /// At a restarted rank: the data protected under `id` in the restored checkpoint.
+    pub fn restored(&mut self, id: u32) -> Option<Vec<u8>> {
+        let at = self.restored_extra.iter().position(|(i, _)| *i == id)?;
+        Some(self.restored_extra.swap_remove(at).1)
     }
 
     fn endpoint(&mut self) -> Result<&mut LoggedEndpoint> {
@@ -754,6 +786,12 @@ impl Runtime {
             .ok_or_else(|| format!("epoch {epoch} image has no endpoint state"))?;
         endpoint.restore_snapshot(snapshot).map_err(|e| format!("endpoint state of epoch {epoch}: {e}"))?;
         self.restored_app = restored.image.entry(ENTRY_APP).map(<[u8]>::to_vec);
+        self.restored_extra = restored
+            .image
+            .ids()
+            .filter(|&id| id >= FIRST_USER_ENTRY)
+            .filter_map(|id| Some((id, restored.image.entry(id)?.to_vec())))
+            .collect();
         self.report.restored_epoch = epoch;
         self.report.restored_from = match restored.source {
             RestoreSource::Local => "own copy".into(),
@@ -782,6 +820,9 @@ impl Runtime {
             let mut set = ProtectSet::new();
             set.protect(ENTRY_ENDPOINT, &snapshot)?;
             set.protect(ENTRY_APP, state)?;
+            for (id, data) in &self.protected {
+                set.protect(*id, data)?;
+            }
             let Some(ckpt) = self.ckpt.as_mut() else { return Ok(None) };
             match ckpt.checkpoint(endpoint.provider(), &set) {
                 Ok(epoch) => {
