@@ -193,6 +193,12 @@ pub enum Strategy {
     /// Containment clusters of `l1_nodes` whole nodes; encoding clusters take the i-th
     /// process of each node in groups of `l2_nodes` nodes (hierarchical clustering, sec. IV-B).
     Hierarchical { l1_nodes: usize, l2_nodes: usize },
+    /// Hierarchical, with L1 clusters formed from the communication matrix: whole nodes merged
+    /// greedily by traffic until every cluster has at least `min_nodes` nodes (the logging and
+    /// rollback unit with the least inter-cluster traffic this heuristic finds); encoding
+    /// clusters take the i-th process of each node in groups of `l2_nodes` nodes of one L1
+    /// cluster. Needs a matrix.
+    Traffic { min_nodes: usize, l2_nodes: usize },
 }
 
 impl fmt::Display for Strategy {
@@ -203,6 +209,7 @@ impl fmt::Display for Strategy {
             Strategy::Hierarchical { l1_nodes, l2_nodes } => {
                 write!(f, "hierarchical:{l1_nodes}:{l2_nodes}")
             }
+            Strategy::Traffic { min_nodes, l2_nodes } => write!(f, "traffic:{min_nodes}:{l2_nodes}"),
         }
     }
 }
@@ -210,7 +217,8 @@ impl fmt::Display for Strategy {
 impl std::str::FromStr for Strategy {
     type Err = ClusterError;
 
-    /// `consecutive:N`, `distributed:N` or `hierarchical:L1NODES:L2NODES`.
+    /// `consecutive:N`, `distributed:N`, `hierarchical:L1NODES:L2NODES` or
+    /// `traffic:MINNODES:L2NODES`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = text.split(':').collect();
         let number = |s: &str| {
@@ -225,8 +233,9 @@ impl std::str::FromStr for Strategy {
             ["hierarchical", l1, l2] => {
                 Ok(Strategy::Hierarchical { l1_nodes: number(l1)?, l2_nodes: number(l2)? })
             }
+            ["traffic", min, l2] => Ok(Strategy::Traffic { min_nodes: number(min)?, l2_nodes: number(l2)? }),
             _ => Err(invalid(format!(
-                "unknown clustering `{text}`: use consecutive:N, distributed:N or hierarchical:L1:L2"
+                "unknown clustering `{text}`: use consecutive:N, distributed:N, hierarchical:L1:L2 or traffic:MIN:L2"
             ))),
         }
     }
@@ -241,7 +250,17 @@ pub struct Clustering {
 }
 
 impl Clustering {
+    /// Builds a clustering that needs no communication matrix (every strategy but `traffic`).
     pub fn build(strategy: Strategy, topo: Topology) -> Result<Self, ClusterError> {
+        Self::build_for(strategy, topo, None)
+    }
+
+    /// Builds any clustering; `traffic` needs `matrix`.
+    pub fn build_for(
+        strategy: Strategy,
+        topo: Topology,
+        matrix: Option<&CommMatrix>,
+    ) -> Result<Self, ClusterError> {
         let ranks = topo.ranks();
         let ppn = topo.procs_per_node;
         let (containment, encoding): (Vec<usize>, Vec<usize>) = match strategy {
@@ -274,6 +293,35 @@ impl Clustering {
                 let l2 = (0..ranks).map(|r| (topo.node_of(r) / l2_nodes) * ppn + r % ppn).collect();
                 (l1, l2)
             }
+            Strategy::Traffic { min_nodes, l2_nodes } => {
+                let matrix =
+                    matrix.ok_or_else(|| invalid("traffic clustering needs a communication matrix"))?;
+                if matrix.ranks() != ranks {
+                    return Err(invalid(format!(
+                        "matrix has {} ranks but the topology has {ranks}",
+                        matrix.ranks()
+                    )));
+                }
+                if min_nodes == 0 || l2_nodes == 0 || l2_nodes > min_nodes {
+                    return Err(invalid(format!(
+                        "traffic clustering needs 1 <= L2 nodes ({l2_nodes}) <= minimum L1 nodes ({min_nodes})"
+                    )));
+                }
+                let node_cluster = merge_nodes_by_traffic(matrix, topo, min_nodes);
+                // Within each L1 cluster, its nodes (ascending) in groups of `l2_nodes`.
+                let mut l2_of_node = vec![0usize; topo.nodes];
+                let mut next_group = 0usize;
+                for cluster in 0..=node_cluster.iter().copied().max().unwrap_or(0) {
+                    let nodes: Vec<usize> = (0..topo.nodes).filter(|&n| node_cluster[n] == cluster).collect();
+                    for chunk in nodes.chunks(l2_nodes) {
+                        chunk.iter().for_each(|&n| l2_of_node[n] = next_group);
+                        next_group += 1;
+                    }
+                }
+                let l1 = (0..ranks).map(|r| node_cluster[topo.node_of(r)]).collect();
+                let l2 = (0..ranks).map(|r| l2_of_node[topo.node_of(r)] * ppn + r % ppn).collect();
+                (l1, l2)
+            }
         };
         Ok(Self { strategy, containment, encoding })
     }
@@ -291,6 +339,83 @@ impl Clustering {
     pub fn encoding_cluster_size(&self) -> usize {
         Self::members(&self.encoding).iter().map(Vec::len).max().unwrap_or(0)
     }
+}
+
+/// Greedy agglomeration of whole nodes: while a cluster has fewer than `min_nodes` nodes, the
+/// smallest one (lowest id on ties) joins the cluster it exchanges the most bytes with (the
+/// smaller, then lower id, on ties). Returns a dense cluster id per node, in node order.
+fn merge_nodes_by_traffic(matrix: &CommMatrix, topo: Topology, min_nodes: usize) -> Vec<usize> {
+    let nodes = topo.nodes;
+    let mut traffic = vec![0u128; nodes * nodes];
+    for i in 0..matrix.ranks() {
+        for j in 0..matrix.ranks() {
+            let (a, b) = (topo.node_of(i), topo.node_of(j));
+            if a != b {
+                traffic[a * nodes + b] += u128::from(matrix.bytes(i, j));
+                traffic[b * nodes + a] += u128::from(matrix.bytes(i, j));
+            }
+        }
+    }
+    let mut clusters: Vec<Vec<usize>> = (0..nodes).map(|n| vec![n]).collect();
+    let between = |a: &[usize], b: &[usize]| -> u128 {
+        a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).map(|(x, y)| traffic[x * nodes + y]).sum()
+    };
+    while clusters.len() > 1 {
+        let Some(small) = (0..clusters.len())
+            .filter(|&c| clusters[c].len() < min_nodes)
+            .min_by_key(|&c| (clusters[c].len(), clusters[c][0]))
+        else {
+            break;
+        };
+        let partner = (0..clusters.len())
+            .filter(|&c| c != small)
+            .max_by(|&a, &b| {
+                let (ta, tb) =
+                    (between(&clusters[small], &clusters[a]), between(&clusters[small], &clusters[b]));
+                ta.cmp(&tb)
+                    .then(clusters[b].len().cmp(&clusters[a].len()))
+                    .then(clusters[b][0].cmp(&clusters[a][0]))
+            })
+            .unwrap_or(small);
+        let moved = std::mem::take(&mut clusters[small]);
+        clusters[partner].extend(moved);
+        clusters[partner].sort_unstable();
+        clusters.remove(small);
+    }
+    clusters.sort_by_key(|c| c[0]);
+    let mut of_node = vec![0usize; nodes];
+    for (id, members) in clusters.iter().enumerate() {
+        members.iter().for_each(|&n| of_node[n] = id);
+    }
+    of_node
+}
+
+/// Measured Reed-Solomon encoding time, in seconds per GB of each member's data, for an
+/// encoding cluster of `members` processes (k = members data shards, m = max(1, k/2) parity,
+/// as seed 004's groups) encoded inline by one core with this crate's `ParityCodec` on
+/// `shard_len`-byte shards, repeated for at least `budget`.
+pub fn measure_encoding_seconds_per_gb(
+    members: usize,
+    shard_len: usize,
+    budget: std::time::Duration,
+) -> Result<f64, crate::CkptError> {
+    let k = members.max(1);
+    let m = (k / 2).max(1);
+    let codec = crate::rs::ParityCodec::new(k, m)?;
+    let data: Vec<Vec<u8>> =
+        (0..k).map(|i| (0..shard_len).map(|b| (b * 31 + i * 7) as u8).collect()).collect();
+    let mut parity: Vec<Vec<u8>> = vec![vec![0u8; shard_len]; m];
+    let start = std::time::Instant::now();
+    let mut rounds = 0u64;
+    while rounds == 0 || start.elapsed() < budget {
+        let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let mut outputs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+        codec.encode(&inputs, &mut outputs)?;
+        rounds += 1;
+    }
+    let per_round = start.elapsed().as_secs_f64() / rounds as f64;
+    // Each round encodes `shard_len` bytes of every member.
+    Ok(per_round * 1e9 / shard_len as f64)
 }
 
 /// Fraction of the inter-rank traffic that crosses containment clusters and must be logged.
@@ -451,7 +576,7 @@ pub fn evaluate(
     if !(secs_per_gb_per_member.is_finite() && secs_per_gb_per_member >= 0.0) {
         return Err(invalid("encoding seconds per GB must be a non-negative number"));
     }
-    let clustering = Clustering::build(strategy, topo)?;
+    let clustering = Clustering::build_for(strategy, topo, matrix)?;
     let logged_percent = match matrix {
         Some(m) => Some(100.0 * logged_fraction(m, &clustering)?),
         None => None,
@@ -579,6 +704,62 @@ mod tests {
         assert!(CommMatrix::parse("0 1 2\n1 0 2\n").is_err());
         assert!(CommMatrix::parse("\n# nothing\n").is_err());
         assert!(CommMatrix::parse("0 x\n1 0").unwrap_err().to_string().contains("line 1"));
+    }
+
+    /// Ranks r and r + 2 nodes apart exchange heavily, neighbours a little.
+    fn interleaved_matrix(topo: Topology) -> CommMatrix {
+        let ranks = topo.ranks();
+        let mut bytes = vec![0u64; ranks * ranks];
+        for i in 0..ranks {
+            for j in 0..ranks {
+                let (a, b) = (topo.node_of(i), topo.node_of(j));
+                if a != b {
+                    bytes[i * ranks + j] = if a % 2 == b % 2 { 1000 } else { 1 };
+                }
+            }
+        }
+        CommMatrix::from_rows(ranks, bytes).unwrap()
+    }
+
+    #[test]
+    fn traffic_clustering_follows_the_matrix() {
+        let topo = Topology::new(8, 2).unwrap();
+        let m = interleaved_matrix(topo);
+        let c = Clustering::build_for("traffic:4:4".parse().unwrap(), topo, Some(&m)).unwrap();
+        // Even nodes together, odd nodes together: every heavy message stays inside.
+        for r in 0..topo.ranks() {
+            assert_eq!(c.containment[r], topo.node_of(r) % 2, "rank {r}");
+        }
+        let naive = Clustering::build("hierarchical:4:4".parse().unwrap(), topo).unwrap();
+        let (ours, theirs) = (logged_fraction(&m, &c).unwrap(), logged_fraction(&m, &naive).unwrap());
+        assert!(ours < 0.01 && theirs > 0.4, "traffic {ours} vs consecutive nodes {theirs}");
+        // Every L1 cluster has at least 4 nodes; encoding groups span 4 different nodes.
+        for group in Clustering::members(&c.encoding) {
+            let mut nodes: Vec<usize> = group.iter().map(|&r| topo.node_of(r)).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            assert_eq!(nodes.len(), group.len(), "one process per node in {group:?}");
+            assert_eq!(group.len(), 4);
+        }
+        assert!(Clustering::build("traffic:4:4".parse().unwrap(), topo).is_err(), "needs a matrix");
+        assert!(Clustering::build_for("traffic:2:4".parse().unwrap(), topo, Some(&m)).is_err());
+    }
+
+    #[test]
+    fn traffic_clustering_with_fewer_nodes_than_the_minimum_is_one_cluster() {
+        let topo = Topology::new(3, 1).unwrap();
+        let m = CommMatrix::stencil_2d(1, 3, 5).unwrap();
+        let c = Clustering::build_for("traffic:4:2".parse().unwrap(), topo, Some(&m)).unwrap();
+        assert_eq!(c.containment, vec![0, 0, 0]);
+        assert_eq!(logged_fraction(&m, &c).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn measured_encoding_cost_is_positive_for_small_and_large_groups() {
+        let small = measure_encoding_seconds_per_gb(2, 64 << 10, std::time::Duration::ZERO).unwrap();
+        let large = measure_encoding_seconds_per_gb(16, 64 << 10, std::time::Duration::ZERO).unwrap();
+        assert!(small > 0.0 && small.is_finite());
+        assert!(large.is_finite() && large > 0.0);
     }
 
     #[test]
