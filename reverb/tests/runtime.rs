@@ -318,3 +318,25 @@ fn two_buddy_nodes_lost_without_parity_are_reported_unrecoverable() {
     assert!(out.checksum.is_none());
     let _ = std::fs::remove_dir_all(&out.dir);
 }
+
+/// Nodes 0 and 1 are each other's buddies, so both buddy copies are lost; Reed-Solomon 4+2
+/// rebuilds both nodes' checkpoints from the surviving nodes' shards and parity.
+#[test]
+fn two_buddy_nodes_killed_restore_from_reed_solomon() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs")];
+    let clean = job("two-rs-clean", "stencil", STENCIL, &env, 0);
+    assert!(clean.success, "{}", clean.output);
+    let mut faulty_env = env.to_vec();
+    faulty_env.push(("REVERB_FAULT", "1:71,3:71"));
+    let faulty = job("two-rs-killed", "stencil", STENCIL, &faulty_env, 2);
+    assert!(faulty.success, "{}", faulty.output);
+    for rank in 0..4 {
+        let report = std::fs::read_to_string(faulty.dir.join(format!("rank-{rank}-inc-1.json")))
+            .unwrap_or_else(|e| panic!("rank {rank}'s report: {e}\n{}", faulty.output));
+        assert!(report.contains("Reed-Solomon"), "rank {rank}: {report}");
+    }
+    assert_eq!(faulty.checksum, clean.checksum, "{}", faulty.output);
+    let _ = std::fs::remove_dir_all(&clean.dir);
+    let _ = std::fs::remove_dir_all(&faulty.dir);
+}
