@@ -5,7 +5,7 @@
 //! to stdout; a checksum that differs from the failure-free run fails the demo.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -54,9 +54,7 @@ struct RunResult {
     compute_s: f64,
 }
 
-fn num(v: &Value, key: &str) -> f64 {
-    v.get(key).and_then(Value::as_f64).unwrap_or(0.0)
-}
+use crate::job::{num, run_job as launch, JobSpec};
 
 fn run_job(
     args: &DemoArgs,
@@ -65,54 +63,36 @@ fn run_job(
     env: &[(&str, String)],
     respawn: u32,
 ) -> Result<RunResult> {
-    let out = dir.join(name);
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let exe = std::env::current_exe().context("locating the reverb binary")?;
-    let log_path = out.join("job.log");
-    let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let mut cmd = Command::new(&exe);
-    cmd.arg("run")
-        .args(["-n", &args.ranks.to_string(), "--ranks-per-node", &args.ranks_per_node.to_string()])
-        .args(["--respawn", &respawn.to_string(), "--timeout", &args.timeout.to_string(), "--"])
-        .arg(&exe)
-        .args(["app", "stencil", "--iters", &args.iters.to_string(), "--size", &args.size.to_string()])
-        .args(["--ckpt-every", &args.ckpt_every.to_string()])
-        .env("REVERB_PROVIDER", &args.provider)
-        .env("REVERB_RUNTIME_REPORT", &out)
-        .env_remove("REVERB_FAULT")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().context("job log")?)
-        .stderr(log);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let status = cmd.status().context("starting reverb run")?;
-    if !status.success() {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(30).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+    let spec = JobSpec {
+        provider: args.provider.clone(),
+        ranks: args.ranks,
+        ranks_per_node: args.ranks_per_node,
+        respawn,
+        timeout_s: args.timeout,
+        app: "stencil".into(),
+        app_args: vec![
+            "--iters".into(),
+            args.iters.to_string(),
+            "--size".into(),
+            args.size.to_string(),
+            "--ckpt-every".into(),
+            args.ckpt_every.to_string(),
+        ],
+        env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+    };
+    let out = launch(&spec, &dir.join(name), Duration::from_secs(30))?;
+    if !out.success() {
+        let status = out.status.map_or("killed by the watchdog".to_string(), |s| s.to_string());
         bail!(
             "{name}: the job failed ({status}); last lines of {}:\n{}",
-            log_path.display(),
-            tail.join("\n")
+            out.log_path.display(),
+            out.log_tail(30)
         );
     }
-    let checksum = std::fs::read_to_string(out.join("checksum"))
-        .with_context(|| format!("{name}: no checksum written"))?
-        .trim()
-        .to_string();
-    let mut reports = Vec::new();
-    for entry in std::fs::read_dir(&out)? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "json") {
-            let text = std::fs::read_to_string(&path)?;
-            reports.push(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?);
-        }
-    }
-    let kill_ns = std::fs::read_to_string(out.join("kill.ns")).ok().and_then(|s| s.trim().parse().ok());
-    let start = reports.iter().map(|r| num(r, "init_end_ns")).fold(0.0, f64::max);
-    let end = reports.iter().map(|r| num(r, "finalize_ns")).fold(0.0, f64::max);
-    Ok(RunResult { checksum, reports, kill_ns, compute_s: (end - start) / 1e9 })
+    let checksum = out.checksum.with_context(|| format!("{name}: no checksum written"))?;
+    let start = out.reports.iter().map(|r| num(r, "init_end_ns")).fold(0.0, f64::max);
+    let end = out.reports.iter().map(|r| num(r, "finalize_ns")).fold(0.0, f64::max);
+    Ok(RunResult { checksum, reports: out.reports, kill_ns: out.kill_ns, compute_s: (end - start) / 1e9 })
 }
 
 /// Runs each failure-free configuration `repeat` times, interleaved so that a change in the

@@ -29,6 +29,8 @@ enum Command {
     Cluster(reverb::model::cluster::ClusterArgs),
     /// Run the failure-free / node-killed stencil demo and print its report.
     Demo(reverb::demo::DemoArgs),
+    /// Fault-injection campaign: random apps, protocols and SIGKILLs, checked against failure-free runs.
+    Chaos(reverb::chaos::ChaosArgs),
     /// An application on the fault-tolerant runtime (run it under `reverb run`).
     App(reverb::apps::AppArgs),
     /// A node's logger core (spawned by `reverb run`; not for direct use).
@@ -46,6 +48,7 @@ fn main() -> Result<()> {
         Command::Plan(args) => reverb::model::plan(args),
         Command::Cluster(args) => reverb::model::cluster::run(args),
         Command::Demo(args) => std::process::exit(reverb::demo::main(args)?),
+        Command::Chaos(args) => std::process::exit(reverb::chaos::main(args)?),
         Command::App(args) => reverb::apps::main(args),
         Command::LoggerCore(args) => reverb::logger_core::main(args),
     }
