@@ -27,7 +27,7 @@ pub struct JobSpec {
 /// What a job left behind.
 #[derive(Debug)]
 pub struct JobOutcome {
-    /// `None`: the launcher itself outlived the watchdog and was killed with its process group.
+    /// `None`: the launcher itself outlived the watchdog and was stopped.
     pub status: Option<ExitStatus>,
     pub dir: PathBuf,
     pub log_path: PathBuf,
@@ -60,12 +60,30 @@ pub fn num(v: &Value, key: &str) -> f64 {
     v.get(key).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
-/// Runs `spec` with its reports and log in `out` (created). The launcher gets
-/// `spec.timeout_s`; if it is still running `watchdog` after that, its whole process group is
-/// SIGKILLed and the outcome has no status.
-pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutcome> {
-    use std::os::unix::process::CommandExt;
+/// Stops a launcher that outlived its watchdog: SIGTERM first (it then SIGKILLs every rank and
+/// logger it started), SIGKILL if it is still there 10 s later.
+fn stop_launcher(child: &mut std::process::Child) {
+    // Best effort throughout: the launcher may have exited meanwhile.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
 
+/// Runs `spec` with its reports and log in `out` (created). The launcher gets
+/// `spec.timeout_s`; if it is still running `watchdog` after that, it is stopped (with its
+/// ranks) and the outcome has no status. A Ctrl-C reaches the launcher too, which stops its ranks.
+pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutcome> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let exe = std::env::current_exe().context("locating the reverb binary")?;
     let log_path = out.join("job.log");
@@ -83,9 +101,7 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .env_remove("REVERB_FAULT_CKPT")
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("job log")?)
-        .stderr(log)
-        // Its own process group, so a hung job can be killed with every rank it started.
-        .process_group(0);
+        .stderr(log);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
@@ -97,14 +113,7 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
             break Some(s);
         }
         if Instant::now() >= deadline {
-            // `kill -KILL -- -PGID`: the launcher and every rank and logger it started.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_launcher(&mut child);
             break None;
         }
         std::thread::sleep(Duration::from_millis(20));
