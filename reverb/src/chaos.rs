@@ -607,3 +607,117 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
     }
     Ok(if wrong > 0 || hangs > 0 { 1 } else { 0 })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn base() -> Baseline {
+        Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4 }
+    }
+
+    /// A finished job whose log says `log`, in a fresh directory.
+    fn outcome(name: &str, status: Option<ExitStatus>, checksum: Option<&str>, log: &str) -> JobOutcome {
+        let dir = std::env::temp_dir().join(format!("reverb-chaos-unit-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let log_path = dir.join("job.log");
+        std::fs::write(&log_path, log).expect("log");
+        JobOutcome {
+            status,
+            dir,
+            log_path,
+            checksum: checksum.map(str::to_string),
+            reports: Vec::new(),
+            kill_ns: None,
+            wall: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_trial_plan_depends_only_on_seed_and_trial() {
+        for trial in 0..50 {
+            let (a, b) = (plan(9, trial, &base()), plan(9, trial, &base()));
+            assert_eq!((a.app, a.protocol, &a.fault), (b.app, b.protocol, &b.fault));
+            assert_eq!(a.app, pick_app(9, trial));
+        }
+    }
+
+    #[test]
+    fn six_consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..16).map(|t| plan(3, t, &base()).fault.kind()).collect();
+        for k in ["none", "rank", "node", "checkpoint", "replay", "two-nodes"] {
+            assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn faults_stay_within_the_run_and_two_nodes_are_two_nodes() {
+        for trial in 0..600 {
+            match plan(1, trial, &base()).fault {
+                Fault::Rank { rank, sends } | Fault::Replay { rank, sends, .. } => {
+                    assert!(rank < RANKS && (1..=100).contains(&sends));
+                }
+                Fault::Checkpoint { rank, epoch, .. } => assert!(rank < RANKS && (1..=4).contains(&epoch)),
+                Fault::TwoNodes { ranks, sends } => {
+                    assert_ne!(ranks[0] / RANKS_PER_NODE, ranks[1] / RANKS_PER_NODE);
+                    assert!(ranks.iter().all(|&r| r < RANKS) && (1..=100).contains(&sends));
+                }
+                Fault::Node { node, .. } => assert!(node < RANKS / RANKS_PER_NODE),
+                Fault::None => {}
+            }
+        }
+    }
+
+    #[test]
+    fn fault_environment_uses_the_runtime_syntax() {
+        assert_eq!(Fault::Node { node: 1, sends: [3, 4] }.env()[0].1, "2:3,3:4");
+        assert_eq!(Fault::Replay { rank: 5, sends: 9, replay_sends: 2 }.env()[0].1, "5:9,5:2@1");
+        let ckpt = Fault::Checkpoint { rank: 3, epoch: 2, stage: "buddy-flipped" }.env();
+        assert_eq!(ckpt[0], ("REVERB_FAULT_CKPT".to_string(), "3:2:buddy-flipped".to_string()));
+    }
+
+    #[test]
+    fn outcomes_are_classified_strictly() {
+        let p = |protocol, fault| Plan { trial: 0, app: "stencil", protocol, fault };
+        let rank = Fault::Rank { rank: 3, sends: 5 };
+        let killed = "reverb run: rank 3 was killed by signal 9 (SIGKILL); respawning node 1\n";
+        let ok = Some(ExitStatus::from_raw(0));
+        let failed = Some(ExitStatus::from_raw(1 << 8));
+        let cases = [
+            (p("causal", rank.clone()), outcome("ok", ok, Some("abc"), killed), Outcome::Survived),
+            (p("causal", rank.clone()), outcome("wrong", ok, Some("abd"), killed), Outcome::WrongAnswer),
+            (p("causal", rank.clone()), outcome("nosum", ok, None, killed), Outcome::OtherFailure),
+            (p("causal", rank.clone()), outcome("watchdog", None, None, killed), Outcome::Hang),
+            (
+                p("causal", rank.clone()),
+                outcome(
+                    "timeout",
+                    Some(ExitStatus::from_raw(124 << 8)),
+                    None,
+                    "reverb run: timeout after 9.0 s",
+                ),
+                Outcome::Hang,
+            ),
+            (
+                p("none", rank.clone()),
+                outcome("none", failed, None, &format!("{killed}[1] unrecoverable failure: no log\n")),
+                Outcome::ReportedUnrecoverable,
+            ),
+            // Covered by the design: a clear report is still a bug.
+            (
+                p("causal", rank.clone()),
+                outcome("causal", failed, None, &format!("{killed}[1] unrecoverable failure: lost\n")),
+                Outcome::OtherFailure,
+            ),
+            // Not covered, but no clear report.
+            (p("none", rank), outcome("unclear", failed, None, killed), Outcome::OtherFailure),
+        ];
+        for (plan, out, expected) in cases {
+            assert_eq!(classify(&plan, &base(), &out).0, expected, "{}", out.dir.display());
+            let _ = std::fs::remove_dir_all(&out.dir);
+        }
+    }
+}
