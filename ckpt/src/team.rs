@@ -45,6 +45,20 @@ pub(crate) fn wait_op_from(
     timeout: Duration,
     during: &'static str,
 ) -> Result<CompletionKind, CkptError> {
+    wait_op_watching(provider, op, peer, &[], timeout, during)
+}
+
+/// `wait_op_from` that also fails early when one of `watched` dies: the leader waiting for a
+/// live member's vote while another member died (the round fails anyway; the live member may
+/// be busy recovering from that death and never vote).
+fn wait_op_watching(
+    provider: &mut dyn Provider,
+    op: OpId,
+    peer: Rank,
+    watched: &[Rank],
+    timeout: Duration,
+    during: &'static str,
+) -> Result<CompletionKind, CkptError> {
     let start = Instant::now();
     loop {
         match provider.wait_op(op, SLICE) {
@@ -52,8 +66,10 @@ pub(crate) fn wait_op_from(
             Err(reverb_transport::TransportError::Timeout(_)) => {}
             Err(e) => return Err(CkptError::transport(during, e)),
         }
-        if provider.peer_state(peer) == PeerState::Dead {
-            return Err(CkptError::PeerDead { rank: peer, during });
+        if let Some(&dead) =
+            std::iter::once(&peer).chain(watched).find(|&&r| provider.peer_state(r) == PeerState::Dead)
+        {
+            return Err(CkptError::PeerDead { rank: dead, during });
         }
         if start.elapsed() >= timeout {
             return Err(CkptError::Timeout { during, millis: timeout.as_millis() as u64 });
@@ -77,10 +93,11 @@ fn recv_vote(
     provider: &mut dyn Provider,
     op: OpId,
     from: Rank,
+    watched: &[Rank],
     epoch: Epoch,
     timeout: Duration,
 ) -> Result<Vote, CkptError> {
-    match wait_op_from(provider, op, from, timeout, "waiting for a checkpoint vote")? {
+    match wait_op_watching(provider, op, from, watched, timeout, "waiting for a checkpoint vote")? {
         CompletionKind::Recv { data: Some(data), .. } if data.len() == MSG_LEN => {
             let mut e = [0u8; 8];
             e.copy_from_slice(&data[0..8]);
@@ -125,7 +142,7 @@ pub(crate) fn agree_round(
             )
             .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
         send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
-        return recv_vote(provider, op, leader, epoch, timeout);
+        return recv_vote(provider, op, leader, &[], epoch, timeout);
     }
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
     let mut posted = Vec::with_capacity(others.len());
@@ -144,7 +161,7 @@ pub(crate) fn agree_round(
     let mut alive = Vec::with_capacity(others.len());
     for (r, op) in posted {
         let left = deadline.saturating_duration_since(Instant::now()).max(SLICE);
-        match recv_vote(provider, op, r, epoch, left) {
+        match recv_vote(provider, op, r, &others, epoch, left) {
             Ok(theirs) => {
                 verdict.ok &= theirs.ok;
                 verdict.min = verdict.min.min(theirs.min);

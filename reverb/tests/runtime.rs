@@ -340,3 +340,17 @@ fn two_buddy_nodes_killed_restore_from_reed_solomon() {
     let _ = std::fs::remove_dir_all(&clean.dir);
     let _ = std::fs::remove_dir_all(&faulty.dir);
 }
+
+/// Node 2 dies (rank 4, at its first send after the recovery) while node 1's restarted ranks
+/// still replay and a survivor waits in checkpoint 4's agreement: a second recovery round.
+#[test]
+fn stencil_second_node_killed_after_the_first_matches_failure_free() {
+    nodes_killed_match_failure_free(
+        "stencil-second",
+        "stencil",
+        STENCIL,
+        "causal",
+        ("REVERB_FAULT", "3:71,4:73"),
+        2,
+    );
+}
