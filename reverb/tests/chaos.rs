@@ -25,12 +25,8 @@ fn short_campaign_has_no_wrong_answers_and_no_hangs() {
     assert_eq!(report["wrong_answers"], 0, "{stdout}");
     assert_eq!(report["hangs"], 0, "{stdout}");
     assert!(out.status.success(), "chaos exited {}:\n{stdout}", out.status);
-    let kinds: Vec<&str> = report["by_fault"]
-        .as_array()
-        .expect("by_fault")
-        .iter()
-        .filter_map(|k| k["fault"].as_str())
-        .collect();
+    let kinds: Vec<&str> =
+        report["by_fault"].as_array().expect("by_fault").iter().filter_map(|k| k["fault"].as_str()).collect();
     for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes"] {
         assert!(kinds.contains(&kind), "no {kind} fault in the campaign: {kinds:?}");
     }
