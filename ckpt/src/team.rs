@@ -48,9 +48,10 @@ pub(crate) fn wait_op_from(
     wait_op_watching(provider, op, peer, &[], timeout, during)
 }
 
-/// `wait_op_from` that also fails early when one of `watched` dies: the leader waiting for a
-/// live member's vote while another member died (the round fails anyway; the live member may
-/// be busy recovering from that death and never vote).
+/// `wait_op_from` that also fails early when one of `watched` dies: a round with a dead
+/// member fails anyway, and the live rank waited on may be busy recovering from that death
+/// (never voting or releasing). A retry runs at a later epoch: stale messages of this round
+/// match none of its tags.
 fn wait_op_watching(
     provider: &mut dyn Provider,
     op: OpId,
@@ -142,7 +143,8 @@ pub(crate) fn agree_round(
             )
             .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
         send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
-        return recv_vote(provider, op, leader, &[], epoch, timeout);
+        // Another member's death fails the round: the leader may be busy recovering from it.
+        return recv_vote(provider, op, leader, members, epoch, timeout);
     }
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
     let mut posted = Vec::with_capacity(others.len());

@@ -354,3 +354,17 @@ fn stencil_second_node_killed_after_the_first_matches_failure_free() {
         2,
     );
 }
+
+/// The master's node and a worker node die together: the master's any-source receives replay
+/// in determinant order, including the results the restarted worker regenerates.
+#[test]
+fn master_worker_master_and_worker_nodes_killed_at_once_match_failure_free() {
+    nodes_killed_match_failure_free(
+        "mw-two",
+        "master-worker",
+        MASTER_WORKER,
+        "causal",
+        ("REVERB_FAULT", "1:20,5:20"),
+        2,
+    );
+}

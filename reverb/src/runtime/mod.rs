@@ -507,8 +507,9 @@ impl Runtime {
                 "REVERB_LOG=none keeps no message log: the dead ranks' messages cannot be replayed".into(),
             )),
             LogMode::PessimisticReceiverBased => Err(RuntimeError::Unsupported(
-                "recovery under pessimistic-rb (replay from the receiver's ring) is not wired into the runtime; \
-                 use causal or pessimistic-sb"
+                "recovery under pessimistic-rb: the receiver's ring holds only what it delivered, and \
+                 messages in flight to it when it died are kept by no one (senders keep no payloads in \
+                 this mode); use causal or pessimistic-sb"
                     .into(),
             )),
             _ if log.unit != LogUnit::Node => Err(RuntimeError::Unsupported(
