@@ -171,3 +171,101 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.inner.ptr, self.inner.len) }
     }
 }
+
+/// Reusable registered regions for a provider's own staging (slice sends above the rendezvous
+/// threshold): registering a fresh region per message costs a file or a memory registration
+/// each time. Regions come in power-of-two size classes; a pooled region is free again when
+/// no pending operation holds a clone of it. Bounded: at most `PER_CLASS` regions per class
+/// and `max_bytes` in all; past that a staging region is allocated for the one message and
+/// freed after it. Everything pooled is freed when the pool drops.
+pub(crate) struct RegionPool {
+    classes: Vec<Vec<Region>>,
+    pooled_bytes: usize,
+    max_bytes: usize,
+}
+
+impl RegionPool {
+    /// Regions kept per size class: enough for a window of in-flight large sends.
+    const PER_CLASS: usize = 8;
+    /// The smallest class (4 KiB): smaller staging rounds up to it.
+    const MIN_CLASS_SHIFT: u32 = 12;
+
+    pub(crate) fn new(max_bytes: usize) -> RegionPool {
+        RegionPool { classes: Vec::new(), pooled_bytes: 0, max_bytes }
+    }
+
+    fn class_of(len: usize) -> (usize, usize) {
+        let size = len.max(1 << Self::MIN_CLASS_SHIFT).next_power_of_two();
+        ((size.trailing_zeros() - Self::MIN_CLASS_SHIFT) as usize, size)
+    }
+
+    /// A region of at least `len` bytes that no operation uses: a pooled one if free, else a
+    /// new one from `alloc` (kept in the pool while the bounds allow).
+    pub(crate) fn take(&mut self, len: usize, alloc: impl FnOnce(usize) -> Result<Region>) -> Result<Region> {
+        let (class, size) = Self::class_of(len);
+        if size > self.max_bytes {
+            return alloc(len);
+        }
+        if self.classes.len() <= class {
+            self.classes.resize_with(class + 1, Vec::new);
+        }
+        let regions = &mut self.classes[class];
+        if let Some(free) = regions.iter().find(|r| Arc::strong_count(&r.inner) == 1) {
+            return Ok(free.clone());
+        }
+        if regions.len() >= Self::PER_CLASS || self.pooled_bytes + size > self.max_bytes {
+            return alloc(len);
+        }
+        let region = alloc(size)?;
+        self.pooled_bytes += size;
+        regions.push(region.clone());
+        Ok(region)
+    }
+
+    /// Bytes registered for the pool (free or in use).
+    #[cfg(test)]
+    pub(crate) fn pooled_bytes(&self) -> usize {
+        self.pooled_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heap_region(len: usize) -> Result<Region> {
+        let mut buf = vec![0u8; len].into_boxed_slice();
+        let ptr = buf.as_mut_ptr();
+        let remote = RemoteRegion { owner: 0, addr: ptr as u64, len: len as u64, key: 1 };
+        // SAFETY: the boxed slice is the backing: it keeps ptr..ptr+len valid.
+        Ok(unsafe { Region::new(ptr, len, Access::LOCAL, remote, 0, Box::new(buf)) })
+    }
+
+    #[test]
+    fn pool_reuses_a_region_once_no_operation_holds_it() {
+        let mut pool = RegionPool::new(1 << 30);
+        let first = pool.take(100_000, heap_region).unwrap();
+        assert_eq!(first.len(), 128 * 1024);
+        let addr = first.as_ptr();
+        // Still held: a second take gets another region.
+        let second = pool.take(70_000, heap_region).unwrap();
+        assert_ne!(second.as_ptr(), addr);
+        drop(first);
+        let again = pool.take(128 * 1024, heap_region).unwrap();
+        assert_eq!(again.as_ptr(), addr);
+        assert_eq!(pool.pooled_bytes(), 2 * 128 * 1024);
+    }
+
+    #[test]
+    fn pool_stays_within_its_bounds() {
+        let mut pool = RegionPool::new(1 << 20);
+        let held: Vec<Region> = (0..20).map(|_| pool.take(64 * 1024, heap_region).unwrap()).collect();
+        assert!(held.iter().all(|r| r.len() >= 64 * 1024));
+        assert!(pool.pooled_bytes() <= (1 << 20));
+        assert_eq!(pool.pooled_bytes(), RegionPool::PER_CLASS * 64 * 1024);
+        // Larger than the whole pool: allocated for the message alone, exact size.
+        let big = pool.take(3 << 20, heap_region).unwrap();
+        assert_eq!(big.len(), 3 << 20);
+        assert_eq!(pool.pooled_bytes(), RegionPool::PER_CLASS * 64 * 1024);
+    }
+}

@@ -29,7 +29,7 @@ use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
-use crate::region::Region;
+use crate::region::{Region, RegionPool};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
@@ -38,6 +38,8 @@ use segment::OwnedSegment;
 
 /// Slots drained from one ring per progress call, so one busy sender cannot starve others.
 const DRAIN_BATCH: u64 = 64;
+/// Bytes of staging regions kept for reuse by slice sends above the rendezvous threshold.
+const STAGING_POOL_BYTES: usize = 64 << 20;
 
 /// Identity hasher: region keys are random already.
 #[derive(Default)]
@@ -128,6 +130,8 @@ pub struct ShmProvider {
     last_liveness: Instant,
     /// Malformed slots seen during progress, reported one per `progress` call.
     malformed: ErrorQueue,
+    /// Staging regions for large slice sends, reused once their FIN came back.
+    staging: RegionPool,
 }
 
 // SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
@@ -316,6 +320,7 @@ impl ShmProvider {
             progress_calls: 0,
             last_liveness: Instant::now(),
             malformed: ErrorQueue::default(),
+            staging: RegionPool::new(STAGING_POOL_BYTES),
         };
         Ok((provider, address))
     }
@@ -373,7 +378,19 @@ impl ShmProvider {
     /// of `remote_offset`. Nothing has been touched when this fails.
     fn remote_ptr(&mut self, op: &'static str, rma: &Rma<'_>, need: Access) -> Result<*mut u8> {
         rma.local.check_bounds(op, rma.local_offset, rma.len)?;
-        let remote = rma.remote;
+        self.remote_range(op, rma.remote, rma.remote_offset, rma.len, need)
+    }
+
+    /// Validates `len` bytes at `remote_offset` of a peer's region against the owner's
+    /// registration table and returns their mapped address.
+    fn remote_range(
+        &mut self,
+        op: &'static str,
+        remote: &RemoteRegion,
+        remote_offset: u64,
+        len: usize,
+        need: Access,
+    ) -> Result<*mut u8> {
         let owner = remote.owner;
         let invalid = TransportError::InvalidKey { op, owner, key: remote.key };
         let peer = self.live_peer(owner)?;
@@ -387,20 +404,20 @@ impl ShmProvider {
             self.last_map = None;
             return Err(invalid);
         }
-        let (addr, len) = (entry.addr.load(Ordering::Relaxed), entry.len.load(Ordering::Relaxed));
+        let (addr, region_len) = (entry.addr.load(Ordering::Relaxed), entry.len.load(Ordering::Relaxed));
         let access = Access(entry.access.load(Ordering::Relaxed) as u8);
         if addr != remote.addr {
             return Err(invalid);
         }
         // Bounds come from the owner's table, never from the (forgeable) descriptor.
-        let limit = len.min(remote.len);
-        match rma.remote_offset.checked_add(rma.len as u64) {
+        let limit = region_len.min(remote.len);
+        match remote_offset.checked_add(len as u64) {
             Some(end) if end <= limit => {}
             _ => {
                 return Err(TransportError::OutOfBounds {
                     op,
-                    offset: rma.remote_offset,
-                    len: rma.len as u64,
+                    offset: remote_offset,
+                    len: len as u64,
                     region_len: limit,
                 })
             }
@@ -420,7 +437,7 @@ impl ShmProvider {
                         let pid = peer.pid;
                         let path =
                             segment::segment_path(&self.job_tag, owner, pid, &format!("{:016x}", remote.key));
-                        let map = segment::map_peer(&path, len as usize, writable)?;
+                        let map = segment::map_peer(&path, region_len as usize, writable)?;
                         self.maps.insert((owner, remote.key), RemoteMap { map, writable });
                         &self.maps[&(owner, remote.key)]
                     }
@@ -431,7 +448,7 @@ impl ShmProvider {
             }
         };
         // SAFETY: remote_offset + len <= the mapped length (checked above).
-        Ok(unsafe { base.add(rma.remote_offset as usize) })
+        Ok(unsafe { base.add(remote_offset as usize) })
     }
 
     fn local_ptr(rma: &Rma<'_>) -> *mut u8 {
@@ -538,24 +555,25 @@ impl ShmProvider {
         len: usize,
         buffer: &RecvBuffer,
     ) -> Result<Option<Vec<u8>>> {
-        let (region, local_offset, owned) = match buffer {
-            RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, false),
-            RecvBuffer::Owned { .. } => (self.scratch(len)?, 0, true),
-        };
-        let rma = Rma { local: &region, local_offset, remote, remote_offset: offset, len };
-        let src = self.remote_ptr("rendezvous read", &rma, Access::REMOTE_READ)?;
-        // SAFETY: both ranges were bounds-checked by remote_ptr.
-        unsafe { control::copy_bytes(src, Self::local_ptr(&rma), len) };
-        if owned {
-            region.to_vec(0, len).map(Some)
-        } else {
-            Ok(None)
+        match buffer {
+            RecvBuffer::Region { region, offset: local_offset, .. } => {
+                let rma =
+                    Rma { local: region, local_offset: *local_offset, remote, remote_offset: offset, len };
+                let src = self.remote_ptr("rendezvous read", &rma, Access::REMOTE_READ)?;
+                // SAFETY: both ranges were bounds-checked by remote_ptr.
+                unsafe { control::copy_bytes(src, Self::local_ptr(&rma), len) };
+                Ok(None)
+            }
+            RecvBuffer::Owned { .. } => {
+                // Straight into the owned buffer: no registered scratch region needed.
+                let src = self.remote_range("rendezvous read", remote, offset, len, Access::REMOTE_READ)?;
+                let mut data = vec![0u8; len];
+                // SAFETY: remote_range checked offset + len against the owner's table; `data`
+                // is a fresh allocation of len bytes.
+                unsafe { control::copy_bytes(src, data.as_mut_ptr(), len) };
+                Ok(Some(data))
+            }
         }
-    }
-
-    /// A private region for rendezvous into an owned buffer.
-    fn scratch(&mut self, len: usize) -> Result<Region> {
-        self.alloc_region(len.max(1), Access::LOCAL)
     }
 
     fn handle_slot(&mut self, source: Rank, header: SlotHeader, payload: &[u8]) {
@@ -792,8 +810,12 @@ impl Provider for ShmProvider {
         if data.len() <= self.config.rndv_thresh {
             return self.send_eager(dest, tag, data);
         }
-        // Stage large unregistered data in a region the receiver can read.
-        let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
+        // Stage large unregistered data in a region the receiver can read; staging regions
+        // are pooled (a fresh file per message cost ~100x the copy at 1 MiB).
+        let mut staging_pool = std::mem::replace(&mut self.staging, RegionPool::new(0));
+        let staging = staging_pool.take(data.len(), |len| self.alloc_region(len, Access::REMOTE_READ));
+        self.staging = staging_pool;
+        let staging = staging?;
         staging.write(0, data)?;
         self.start_send(dest, tag, &staging, 0, data.len())
     }
