@@ -393,22 +393,27 @@ fn merge_nodes_by_traffic(matrix: &CommMatrix, topo: Topology, min_nodes: usize)
 /// Measured Reed-Solomon encoding time, in seconds per GB of each member's data, for an
 /// encoding cluster of `members` processes (k = members data shards, m = max(1, k/2) parity,
 /// as seed 004's groups) encoded inline by one core with this crate's `ParityCodec` on
-/// `shard_len`-byte shards, repeated for at least `budget`.
+/// `shard_len`-byte shards, repeated for at least `budget`. The stripes rotate through a pool
+/// of about `pool_bytes` (256 MiB from the CLI) so the data comes from memory, as a
+/// checkpoint's would, not from cache.
 pub fn measure_encoding_seconds_per_gb(
     members: usize,
     shard_len: usize,
+    pool_bytes: usize,
     budget: std::time::Duration,
 ) -> Result<f64, crate::CkptError> {
     let k = members.max(1);
     let m = (k / 2).max(1);
     let codec = crate::rs::ParityCodec::new(k, m)?;
-    let data: Vec<Vec<u8>> =
-        (0..k).map(|i| (0..shard_len).map(|b| (b * 31 + i * 7) as u8).collect()).collect();
+    let stripes = (pool_bytes / (k * shard_len.max(1))).max(1);
+    let pool: Vec<Vec<Vec<u8>>> = (0..stripes)
+        .map(|s| (0..k).map(|i| (0..shard_len).map(|b| (b * 31 + i * 7 + s) as u8).collect()).collect())
+        .collect();
     let mut parity: Vec<Vec<u8>> = vec![vec![0u8; shard_len]; m];
     let start = std::time::Instant::now();
-    let mut rounds = 0u64;
-    while rounds == 0 || start.elapsed() < budget {
-        let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let mut rounds = 0usize;
+    while rounds < stripes || start.elapsed() < budget {
+        let inputs: Vec<&[u8]> = pool[rounds % stripes].iter().map(Vec::as_slice).collect();
         let mut outputs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
         codec.encode(&inputs, &mut outputs)?;
         rounds += 1;
@@ -756,8 +761,9 @@ mod tests {
 
     #[test]
     fn measured_encoding_cost_is_positive_for_small_and_large_groups() {
-        let small = measure_encoding_seconds_per_gb(2, 64 << 10, std::time::Duration::ZERO).unwrap();
-        let large = measure_encoding_seconds_per_gb(16, 64 << 10, std::time::Duration::ZERO).unwrap();
+        let small = measure_encoding_seconds_per_gb(2, 4 << 10, 64 << 10, std::time::Duration::ZERO).unwrap();
+        let large =
+            measure_encoding_seconds_per_gb(16, 4 << 10, 64 << 10, std::time::Duration::ZERO).unwrap();
         assert!(small > 0.0 && small.is_finite());
         assert!(large.is_finite() && large > 0.0);
     }

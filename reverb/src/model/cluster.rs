@@ -3,7 +3,7 @@
 use super::table::{sig, Table};
 use super::OutputArgs;
 use anyhow::{bail, Context, Result};
-use reverb_ckpt::cluster::{evaluate, CommMatrix, Strategy, Topology};
+use reverb_ckpt::cluster::{evaluate, measure_encoding_seconds_per_gb, CommMatrix, Strategy, Topology};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -21,13 +21,19 @@ pub struct ClusterArgs {
     /// Processes per node (ranks fill nodes consecutively).
     #[arg(long, default_value_t = 16)]
     pub procs_per_node: usize,
-    /// Clusterings: consecutive:N, distributed:N, hierarchical:L1NODES:L2NODES.
-    /// Default: the four of seed 004 Table II.
+    /// Clusterings: consecutive:N, distributed:N, hierarchical:L1NODES:L2NODES,
+    /// traffic:MINNODES:L2NODES (L1 clusters from the matrix). Default: the four of seed 004
+    /// Table II (naive, size-guided, distributed, hierarchical), plus traffic:4:4 with a matrix.
     #[arg(long = "clustering", value_delimiter = ',')]
     pub clusterings: Vec<Strategy>,
     /// Reed-Solomon encoding cost per cluster member per GB (s); 6.375 fits seed 004 Table II.
     #[arg(long, default_value_t = 6.375)]
     pub encode_secs_per_gb: f64,
+    /// Measure the encoding time per GB on this machine (reverb-ckpt's codec, one core, 1 MiB
+    /// shards from a 256 MiB pool, m = k/2) for each clustering's encoding cluster size,
+    /// instead of the model.
+    #[arg(long)]
+    pub measure_encode: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -58,12 +64,18 @@ pub fn run(args: ClusterArgs) -> Result<()> {
     };
     let topo = Topology::for_ranks(ranks, args.procs_per_node)?;
     let strategies = if args.clusterings.is_empty() {
-        vec![
+        let mut defaults = vec![
             Strategy::Consecutive { size: 32 },
             Strategy::Consecutive { size: 8 },
             Strategy::Distributed { size: 16 },
             Strategy::Hierarchical { l1_nodes: 4, l2_nodes: 4 },
-        ]
+        ];
+        if matrix.is_some() {
+            defaults.push(Strategy::Traffic { min_nodes: 4, l2_nodes: 4 });
+        }
+        // Seed 004's sizes assume 1024 ranks; keep only what fits this job.
+        defaults.retain(|s| reverb_ckpt::cluster::Clustering::build_for(*s, topo, matrix.as_ref()).is_ok());
+        defaults
     } else {
         args.clusterings.clone()
     };
@@ -72,13 +84,24 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         "logged %",
         "restart % (node)",
         "restart % (process)",
-        "encode s/GB",
+        if args.measure_encode { "encode s/GB (measured)" } else { "encode s/GB (model)" },
         "P(catastrophic | 2 nodes)",
     ]);
     let mut rows = Vec::new();
     for strategy in strategies {
-        let m = evaluate(strategy, topo, matrix.as_ref(), args.encode_secs_per_gb)
+        let mut m = evaluate(strategy, topo, matrix.as_ref(), args.encode_secs_per_gb)
             .with_context(|| format!("clustering {strategy}"))?;
+        if args.measure_encode {
+            let members = reverb_ckpt::cluster::Clustering::build_for(strategy, topo, matrix.as_ref())?
+                .encoding_cluster_size();
+            m.encoding_seconds_per_gb = measure_encoding_seconds_per_gb(
+                members,
+                1 << 20,
+                256 << 20,
+                std::time::Duration::from_millis(300),
+            )
+            .with_context(|| format!("measuring the encoding of {members} members"))?;
+        }
         table.row([
             strategy.to_string(),
             m.logged_percent.map_or("-".into(), |v| sig(v, 3)),
