@@ -952,3 +952,66 @@ impl Drop for ShmProvider {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shm_files(job_tag: &str) -> Vec<String> {
+        let prefix = format!("reverb.{job_tag}.");
+        let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+            .map(|dir| {
+                dir.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with(&prefix))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Large slice sends and owned receives (a rank sending to itself) register no region
+    /// per message: the /dev/shm files stay the same two (control segment, one pooled staging
+    /// region) round after round, and every message arrives intact.
+    #[test]
+    fn large_messages_reuse_staging_and_need_no_scratch_region() {
+        let job_id = format!("h11pool{}", std::process::id());
+        let job = JobInfo {
+            rank: 0,
+            size: 1,
+            node: 0,
+            local_rank: 0,
+            ranks_per_node: 1,
+            job_id: job_id.clone(),
+            incarnation: 0,
+        };
+        let (mut p, _) = ShmProvider::create(TransportConfig::default(), job).unwrap();
+        let tag_of = segment::sanitize_job_id(&job_id);
+        let timeout = Duration::from_secs(30);
+        let mut files_after_first = None;
+        for round in 0..40u32 {
+            let len = (1 << 20) - round as usize;
+            let data: Vec<u8> = (0..len).map(|i| (i as u32 ^ round) as u8).collect();
+            let recv = p
+                .post_recv(Source::Rank(0), TagMatch::exact(7), RecvBuffer::Owned { capacity: 1 << 20 })
+                .unwrap();
+            let send = p.send(0, 7, &data).unwrap();
+            let got = p.wait_op(recv, timeout).unwrap();
+            assert!(got.status.is_ok(), "{:?}", got.status);
+            match got.kind {
+                CompletionKind::Recv { data: Some(bytes), len: n, .. } => {
+                    assert_eq!(n, len);
+                    assert!(bytes == data, "round {round}: payload differs");
+                }
+                other => panic!("unexpected completion {other:?}"),
+            }
+            assert!(p.wait_op(send, timeout).unwrap().status.is_ok());
+            let files = shm_files(&tag_of);
+            assert_eq!(files.len(), 2, "round {round}: control segment + one staging region: {files:?}");
+            assert_eq!(files_after_first.get_or_insert_with(|| files.clone()), &files, "round {round}");
+        }
+        drop(p);
+        assert_eq!(shm_files(&tag_of), Vec::<String>::new());
+    }
+}
