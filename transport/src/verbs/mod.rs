@@ -39,7 +39,7 @@ use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
-use crate::region::Region;
+use crate::region::{Region, RegionPool};
 use crate::shm::liveness::{self, ProcessWatch};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
@@ -59,6 +59,8 @@ const MAX_RANKS: u32 = 1 << 16;
 const ADDR_MAGIC: u32 = 0x5256_4256; // "RVBV"
 const ADDR_VERSION: u32 = 2;
 const ADDR_HEADER_LEN: usize = 80;
+/// Bytes registered for each bounce-region pool (staging, scratch).
+const POOL_BYTES: usize = 64 << 20;
 
 /// Device selection and path knobs: `REVERB_VERBS_*`.
 #[derive(Debug, Clone)]
@@ -190,6 +192,10 @@ pub struct VerbsProvider {
     tx_ring: Region,
     credit_words: Region,
     credit_src: Region,
+    /// Registered bounce regions reused across messages: staging for large slice sends
+    /// (remote read) and scratch for rendezvous reads into owned buffers (local).
+    staging: RegionPool,
+    scratch: RegionPool,
     pd: Arc<ProtectionDomain>,
     _ctx: Arc<Context>,
     slots: u64,
@@ -486,6 +492,8 @@ impl VerbsProvider {
             last_liveness: Instant::now(),
             progress_calls: 0,
             malformed: ErrorQueue::default(),
+            staging: RegionPool::new(POOL_BYTES),
+            scratch: RegionPool::new(POOL_BYTES),
             backlogged: 0,
             credits_deferred: false,
             path,
@@ -872,7 +880,9 @@ impl VerbsProvider {
         let (region, offset, scratch) = match &recv.buffer {
             RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, None),
             RecvBuffer::Owned { .. } => {
-                match mr::register(&self.pd, self.job.rank, self.job.incarnation, len.max(1), Access::LOCAL) {
+                let (pd, rank, incarnation) = (&self.pd, self.job.rank, self.job.incarnation);
+                match self.scratch.take(len, |l| mr::register(pd, rank, incarnation, l.max(1), Access::LOCAL))
+                {
                     Ok(r) => (r.clone(), 0, Some(r)),
                     Err(e) => return fail(self, recv, e, fin::READ_FAILED),
                 }
@@ -1230,7 +1240,9 @@ impl Provider for VerbsProvider {
         if data.len() <= self.config.rndv_thresh {
             return self.send_eager(dest, tag, data);
         }
-        let staging = self.alloc_region(data.len(), Access::REMOTE_READ)?;
+        let (pd, rank, incarnation) = (&self.pd, self.job.rank, self.job.incarnation);
+        let staging =
+            self.staging.take(data.len(), |l| mr::register(pd, rank, incarnation, l, Access::REMOTE_READ))?;
         staging.write(0, data)?;
         self.start_send(dest, tag, &staging, 0, data.len())
     }
