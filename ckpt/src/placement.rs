@@ -8,6 +8,7 @@
 //!   of its nodes. So a group's members sit on different nodes and a node's ranks sit in
 //!   different groups. The m parity blocks are hosted by the group's last m members, one each.
 
+use reverb_transport::nodemap::NodeMap;
 use reverb_transport::Rank;
 
 use crate::error::CkptError;
@@ -55,20 +56,10 @@ pub struct Placement {
 impl Placement {
     /// Builds buddies and, with `rs`, groups from every rank's node id (indexed by rank).
     pub fn new(node_of_rank: &[u32], rs: Option<RsLayout>) -> Result<Placement, CkptError> {
-        let mut node_ids: Vec<u32> = Vec::new();
-        let mut members: Vec<Vec<Rank>> = Vec::new();
-        for (rank, &node) in node_of_rank.iter().enumerate() {
-            let rank = Rank::try_from(rank)
-                .map_err(|_| CkptError::InvalidArgument(format!("{} ranks", node_of_rank.len())))?;
-            match node_ids.iter().position(|&n| n == node) {
-                Some(i) => members[i].push(rank),
-                None => {
-                    node_ids.push(node);
-                    members.push(vec![rank]);
-                }
-            }
-        }
-        let nodes = members.len();
+        let map = NodeMap::from_nodes(node_of_rank)
+            .ok_or_else(|| CkptError::InvalidArgument(format!("{} ranks", node_of_rank.len())))?;
+        let members = map.members();
+        let nodes = map.nodes();
         if nodes < 2 {
             return Err(CkptError::Unsupported(format!(
                 "buddy checkpoints need at least two nodes (a copy must survive its node); this job of \
@@ -76,14 +67,7 @@ impl Placement {
                 node_of_rank.len()
             )));
         }
-        let partner = |n: usize| if n ^ 1 < nodes { n ^ 1 } else { n - 1 };
-        let mut buddy = vec![0; node_of_rank.len()];
-        for (n, ranks) in members.iter().enumerate() {
-            let peers = &members[partner(n)];
-            for (local, &rank) in ranks.iter().enumerate() {
-                buddy[rank as usize] = peers[local % peers.len()];
-            }
-        }
+        let buddy = map.pair_buddies();
         let mut groups = Vec::new();
         let mut group_of = vec![None; node_of_rank.len()];
         if let Some(rs) = rs {

@@ -1,15 +1,13 @@
 //! Logger buddies: each rank's log lives on a rank of another node, so a node failure never
 //! takes a log together with the ranks it protects (seed 000 ch.7: the node is the failure unit).
 //!
-//! The rule is a pair map, which seed 000 ch.7 finds more survivable than a ring map:
-//! - nodes are numbered by their smallest rank, in order;
-//! - node 2k pairs with node 2k+1; with an odd node count the last node logs to the one before
-//!   it (which then hosts the logs of two nodes);
-//! - the rank with local index `l` on its node logs to the rank with local index
-//!   `l mod m` on the partner node, where `m` is that node's rank count.
+//! The rule is the pair map of `reverb_transport::nodemap` (node 2k with node 2k+1, same local
+//! index), which seed 000 ch.7 finds more survivable than a ring map; checkpoint buddies use
+//! the same map, so a rank's log and its checkpoint copy share one partner node.
 //!
 //! A job on one node has no other node to log to, so every logging protocol refuses it.
 
+use reverb_transport::nodemap::NodeMap;
 use reverb_transport::Rank;
 
 use crate::error::{LogError, Result};
@@ -22,21 +20,9 @@ pub struct BuddyMap {
 impl BuddyMap {
     /// Builds the map from every rank's node id (indexed by rank; ids need not be dense).
     pub fn from_nodes(node_of_rank: &[u32]) -> Result<Self> {
-        // Node order and local indices follow rank order.
-        let mut node_ids: Vec<u32> = Vec::new();
-        let mut members: Vec<Vec<Rank>> = Vec::new();
-        for (rank, &node) in node_of_rank.iter().enumerate() {
-            let rank = Rank::try_from(rank)
-                .map_err(|_| LogError::InvalidArgument(format!("{} ranks", node_of_rank.len())))?;
-            match node_ids.iter().position(|&n| n == node) {
-                Some(i) => members[i].push(rank),
-                None => {
-                    node_ids.push(node);
-                    members.push(vec![rank]);
-                }
-            }
-        }
-        let nodes = members.len();
+        let map = NodeMap::from_nodes(node_of_rank)
+            .ok_or_else(|| LogError::InvalidArgument(format!("{} ranks", node_of_rank.len())))?;
+        let nodes = map.nodes();
         if nodes < 2 {
             return Err(LogError::Unsupported(format!(
                 "message logging needs at least two nodes (the log must survive its node), \
@@ -44,14 +30,7 @@ impl BuddyMap {
                 node_of_rank.len()
             )));
         }
-        let partner = |n: usize| if n ^ 1 < nodes { n ^ 1 } else { n - 1 };
-        let mut buddy = vec![0; node_of_rank.len()];
-        for (n, ranks) in members.iter().enumerate() {
-            let peers = &members[partner(n)];
-            for (local, &rank) in ranks.iter().enumerate() {
-                buddy[rank as usize] = peers[local % peers.len()];
-            }
-        }
+        let buddy = map.pair_buddies();
         Ok(BuddyMap { buddy })
     }
 

@@ -10,6 +10,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod msg;
+pub mod nodemap;
 pub mod recovery;
 pub mod region;
 pub mod shm;
