@@ -185,6 +185,30 @@ struct PeerRegions {
 }
 
 const DESC_LEN: usize = 1 + 3 * RemoteRegion::WIRE_LEN + 16;
+
+impl PeerRegions {
+    /// Parses `rank`'s slot descriptor (`flags | local | hosted | parity | slot_len | chunk_len`)
+    /// from the all-gather; its sizes must match this rank's own descriptor `mine`.
+    fn parse(rank: usize, blob: &[u8], mine: &[u8]) -> Result<PeerRegions, CkptError> {
+        if blob.len() != DESC_LEN || mine.len() != DESC_LEN || blob[DESC_LEN - 16..] != mine[DESC_LEN - 16..]
+        {
+            return Err(CkptError::InvalidArgument(format!(
+                "rank {rank} registered checkpoint slots of another size or chunk length (or sent a \
+                 malformed descriptor)"
+            )));
+        }
+        let desc = |i: usize| {
+            let at = 1 + i * RemoteRegion::WIRE_LEN;
+            RemoteRegion::from_bytes(&blob[at..at + RemoteRegion::WIRE_LEN])
+                .map_err(|e| CkptError::transport("reading a checkpoint slot descriptor", e))
+        };
+        Ok(PeerRegions {
+            local: desc(0)?,
+            hosted: if blob[0] & 1 != 0 { Some(desc(1)?) } else { None },
+            parity: if blob[0] & 2 != 0 { Some(desc(2)?) } else { None },
+        })
+    }
+}
 const META_ID: u32 = 0;
 const SHARD_ID: u32 = 1;
 /// Window of outstanding puts/gets in one transfer.
@@ -389,21 +413,7 @@ impl Checkpointer {
             boot.allgather(&mine).map_err(|e| CkptError::transport("exchanging checkpoint slots", e))?;
         let mut peers = Vec::with_capacity(all.len());
         for (rank, blob) in all.iter().enumerate() {
-            if blob.len() != DESC_LEN || blob[DESC_LEN - 16..] != mine[DESC_LEN - 16..] {
-                return Err(CkptError::InvalidArgument(format!(
-                    "rank {rank} registered checkpoint slots of another size or chunk length (or sent \
-                     a malformed descriptor)"
-                )));
-            }
-            let desc = |i: usize| {
-                RemoteRegion::from_bytes(&blob[1 + i * 28..1 + (i + 1) * 28])
-                    .map_err(|e| CkptError::transport("reading a checkpoint slot descriptor", e))
-            };
-            peers.push(PeerRegions {
-                local: desc(0)?,
-                hosted: if blob[0] & 1 != 0 { Some(desc(1)?) } else { None },
-                parity: if blob[0] & 2 != 0 { Some(desc(2)?) } else { None },
-            });
+            peers.push(PeerRegions::parse(rank, blob, &mine)?);
         }
         Ok(Checkpointer {
             me,
@@ -447,21 +457,7 @@ impl Checkpointer {
             )));
         }
         for (rank, blob) in all.iter().enumerate() {
-            if blob.len() != DESC_LEN || blob[DESC_LEN - 16..] != mine[DESC_LEN - 16..] {
-                return Err(CkptError::InvalidArgument(format!(
-                    "rank {rank} registered checkpoint slots of another size or chunk length (or sent \
-                     a malformed descriptor)"
-                )));
-            }
-            let desc = |i: usize| {
-                RemoteRegion::from_bytes(&blob[1 + i * 28..1 + (i + 1) * 28])
-                    .map_err(|e| CkptError::transport("reading a checkpoint slot descriptor", e))
-            };
-            self.peers[rank] = PeerRegions {
-                local: desc(0)?,
-                hosted: if blob[0] & 1 != 0 { Some(desc(1)?) } else { None },
-                parity: if blob[0] & 2 != 0 { Some(desc(2)?) } else { None },
-            };
+            self.peers[rank] = PeerRegions::parse(rank, blob, &mine)?;
         }
         Ok(())
     }
