@@ -125,6 +125,9 @@ impl LoggedSession {
             }
             self.trim()?;
             self.ep.send(self.peer, DONE, &[])?;
+            // DONE may sit in the provider's backlog behind FINs; push it out before the
+            // barrier, which does not progress the provider.
+            self.ep.wait_sends(self.timeout)?;
         }
         let elapsed = t0.elapsed();
         // Credits the initiator never waited for stay queued: drain them before the next size.
