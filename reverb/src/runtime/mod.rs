@@ -357,6 +357,8 @@ pub struct Runtime {
     /// the lost ring held as stable is gone, so their own failure before the next checkpoint
     /// is not recoverable.
     logs_cut: Vec<Rank>,
+    /// When the rendezvous was last asked about failures (`check_failures`, rate-bounded).
+    last_boot_check: Instant,
     report: RuntimeReport,
 }
 
@@ -442,6 +444,7 @@ impl Runtime {
             sends: 0,
             recoveries: 0,
             logs_cut: Vec::new(),
+            last_boot_check: Instant::now(),
             report,
             config,
         };
@@ -696,13 +699,23 @@ impl Runtime {
     /// Recovers if a peer died; returns whether it did.
     fn check_failures(&mut self) -> Result<bool> {
         let mut dead = self.dead_ranks()?;
+        if dead.is_empty() && self.last_boot_check.elapsed() >= self.config.detect_interval {
+            // The provider only watches peers this rank talked to: a failure elsewhere shows
+            // in the rendezvous (the launcher marks it), and the survivors' recovery
+            // collectives need this rank too.
+            self.last_boot_check = Instant::now();
+            dead = self.also_failed(&[])?;
+        }
         if dead.is_empty() {
             return Ok(false);
         }
         let detected = unix_ns();
         // Nodes failing together are recovered together: let the others show up first.
         std::thread::sleep(self.config.detect_interval);
-        dead = self.dead_ranks()?;
+        let seen_by_provider = self.dead_ranks()?;
+        dead.extend(seen_by_provider);
+        dead.sort_unstable();
+        dead.dedup();
         let start = Instant::now();
         Self::check_recoverable(&self.config.log)?;
         let mut awaited = 0;
