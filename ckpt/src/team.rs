@@ -48,6 +48,9 @@ pub(crate) fn wait_op_from(
     wait_op_watching(provider, op, peer, &[], timeout, during)
 }
 
+/// How long a round still waits for its awaited peer after another member is seen dead.
+const WATCHED_DEATH_GRACE: Duration = Duration::from_millis(200);
+
 /// `wait_op_from` that also fails early when one of `watched` dies: a round with a dead
 /// member fails anyway, and the live rank waited on may be busy recovering from that death
 /// (never voting or releasing). A retry runs at a later epoch: stale messages of this round
@@ -70,6 +73,15 @@ fn wait_op_watching(
         if let Some(&dead) =
             std::iter::once(&peer).chain(watched).find(|&&r| provider.peer_state(r) == PeerState::Dead)
         {
+            // A rank that exited cleanly right after the round also reads as dead: take what
+            // was already sent (and, for another member, give the awaited peer a moment to
+            // send) before failing the round.
+            let grace = if dead == peer { SLICE } else { WATCHED_DEATH_GRACE };
+            match provider.wait_op(op, grace) {
+                Ok(c) => return c.into_result().map(|c| c.kind).map_err(|e| CkptError::transport(during, e)),
+                Err(reverb_transport::TransportError::Timeout(_)) => {}
+                Err(e) => return Err(CkptError::transport(during, e)),
+            }
             return Err(CkptError::PeerDead { rank: dead, during });
         }
         if start.elapsed() >= timeout {
