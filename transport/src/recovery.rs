@@ -44,6 +44,27 @@ use crate::bootstrap::{Bootstrap, Rejoin};
 use crate::error::{Result, TransportError};
 
 /// Whether `provider` is already connected to `rejoin`'s incarnation (or a newer one).
+/// The checks every provider's `reconnect` makes before touching any state: not to itself, a
+/// known rank, and an incarnation newer than the one it holds (or, for a peer not connected
+/// yet, at least that one).
+pub(crate) fn check_reconnect(
+    me: Rank,
+    size: u32,
+    peer: Rank,
+    incarnation: u32,
+    current: Option<(u32, bool)>,
+) -> Result<()> {
+    if peer == me {
+        return Err(TransportError::Config(format!("rank {peer} cannot reconnect to itself")));
+    }
+    let (held, connected) = current.ok_or(TransportError::InvalidRank(peer, size))?;
+    let stale = if connected { incarnation <= held } else { incarnation < held };
+    if stale {
+        return Err(TransportError::StaleIncarnation { rank: peer, incarnation, current: held });
+    }
+    Ok(())
+}
+
 fn already_connected(provider: &dyn Provider, rejoin: &Rejoin) -> bool {
     provider.peer_state(rejoin.rank) == PeerState::Alive
         && provider.peer_incarnation(rejoin.rank).is_some_and(|i| i >= rejoin.incarnation)

@@ -859,14 +859,8 @@ impl Provider for ShmProvider {
     }
 
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
-        if peer == self.job.rank {
-            return Err(TransportError::Config(format!("rank {peer} cannot reconnect to itself")));
-        }
-        let p = self.peers.get(peer as usize).ok_or(TransportError::InvalidRank(peer, self.job.size))?;
-        let stale = if p.mapped { incarnation <= p.incarnation } else { incarnation < p.incarnation };
-        if stale {
-            return Err(TransportError::StaleIncarnation { rank: peer, incarnation, current: p.incarnation });
-        }
+        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.mapped));
+        crate::recovery::check_reconnect(self.job.rank, self.job.size, peer, incarnation, current)?;
         check_incarnation(incarnation)?;
         // Map and validate the new segment before touching the old state.
         let (pid, view) = map_peer_segment(&self.job_tag, self.layout, peer, incarnation, address)?;

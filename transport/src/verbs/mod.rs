@@ -1280,14 +1280,8 @@ impl Provider for VerbsProvider {
     }
 
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
-        if peer == self.job.rank {
-            return Err(TransportError::Config(format!("rank {peer} cannot reconnect to itself")));
-        }
-        let p = self.peers.get(peer as usize).ok_or(TransportError::InvalidRank(peer, self.job.size))?;
-        let stale = if p.connected { incarnation <= p.incarnation } else { incarnation < p.incarnation };
-        if stale {
-            return Err(TransportError::StaleIncarnation { rank: peer, incarnation, current: p.incarnation });
-        }
+        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.connected));
+        crate::recovery::check_reconnect(self.job.rank, self.job.size, peer, incarnation, current)?;
         // Validate the new address before touching the old connection.
         let address = self.decode_peer(address, peer)?;
         if address.incarnation != incarnation {
