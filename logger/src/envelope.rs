@@ -222,9 +222,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn huge_det_count_is_rejected_without_allocating() {
-        let mut env = Envelope {
+    /// Rank 1 → 2, ssn 1, tag 0, no determinants.
+    fn sample_envelope() -> Envelope {
+        Envelope {
             sender: 1,
             receiver: 2,
             incarnation: 0,
@@ -232,7 +232,12 @@ mod tests {
             tag: 0,
             payload_len: 0,
             determinants: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn huge_det_count_is_rejected_without_allocating() {
+        let mut env = sample_envelope();
         let mut frame = env.encode(&[]).unwrap();
         frame[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(Envelope::decode(&frame), Err(LogError::Malformed { .. })));
@@ -241,15 +246,7 @@ mod tests {
     #[test]
     fn oversized_piggyback_is_refused_both_ways() {
         let det = Determinant { sender: 1, receiver: 2, ssn: 3, rsn: 4 };
-        let mut env = Envelope {
-            sender: 1,
-            receiver: 2,
-            incarnation: 0,
-            ssn: 1,
-            tag: 0,
-            payload_len: 0,
-            determinants: vec![det; MAX_PIGGYBACKED + 1],
-        };
+        let mut env = Envelope { determinants: vec![det; MAX_PIGGYBACKED + 1], ..sample_envelope() };
         assert!(matches!(env.encode(&[]), Err(LogError::InvalidArgument(_))));
         env.determinants.pop();
         let mut frame = env.encode(&[]).unwrap();
@@ -263,15 +260,7 @@ mod tests {
 
     #[test]
     fn wrong_version_and_magic_are_rejected() {
-        let mut env = Envelope {
-            sender: 1,
-            receiver: 2,
-            incarnation: 0,
-            ssn: 1,
-            tag: 0,
-            payload_len: 0,
-            determinants: vec![],
-        };
+        let mut env = sample_envelope();
         let frame = env.encode(b"x").unwrap();
         let mut bad = frame.clone();
         bad[2] = 9;
