@@ -1,19 +1,29 @@
 //! Reed-Solomon parity for level-3 checkpoints: k data shards plus m parity shards, any k of the
 //! k + m rebuild the rest.
 //!
-//! Backed by `reed-solomon-erasure` (GF(2^8), `simd-accel` C kernels). Encoding walks the shards in
-//! stripes of `block_len` bytes so the m parity outputs, which that library rewrites once per data
-//! shard, stay in cache instead of streaming through memory k times.
+//! Encoding uses reverb's own GF(2^8) kernels ([`EncodeKernel`]): for each block of `block_len`
+//! bytes, one pass over all k data shards produces a whole group of parity rows (up to 8 with
+//! AVX-512 + GFNI, 6 with AVX2), accumulated in registers, like ISA-L's `gf_Nvect_dot_prod`.
+//! The coefficients are `reed-solomon-erasure` 6's systematic Vandermonde matrix, read from that
+//! library once per codec, so parity is byte-identical to it ([`ParityFormat::Gf8VandermondeV1`]).
+//! Reconstruction still goes through `reed-solomon-erasure`.
+
+mod gf;
+#[cfg(target_arch = "x86_64")]
+mod kernel_x86;
+
+use std::ops::Range;
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
 use crate::error::CkptError;
+use gf::NibbleTable;
 
-/// Bytes of each shard encoded per stripe. Keeps the m parity outputs (4 MiB for m = 4) well inside
-/// the 32 MiB L3 for any shard size. Not smaller: the library reads one input at a time, and
-/// measured on the 2-core EPYC (benches/benches/rs.rs, 1 MiB shards) 64 KiB stripes were 10-15%
-/// slower than 256 KiB, and 16 KiB ones slower still; long sequential runs beat L2 residency.
-pub const DEFAULT_BLOCK_LEN: usize = 1 << 20;
+/// Bytes of each shard encoded per block. Only matters when m needs more than one row group (m > 8
+/// on AVX-512, m > 6 on AVX2): the later groups re-read the block's k data slices, which should
+/// still be in L2 (1 MiB per core here). Measured on the 2-core EPYC with benches/benches/rs.rs
+/// (see `RS_BENCH_BLOCK_SWEEP` there): see the comment at the sweep for the numbers.
+pub const DEFAULT_BLOCK_LEN: usize = 32 << 10;
 
 /// On-disk/in-memory parity format, stored as one version byte in the checkpoint header.
 ///
@@ -43,12 +53,91 @@ impl ParityFormat {
     }
 }
 
+/// The encode kernel a codec runs. All produce the same bytes; they differ only in speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EncodeKernel {
+    /// x86_64 AVX-512BW + GFNI: `vgf2p8affineqb` with an 8x8 bit matrix per coefficient, 64 bytes
+    /// per instruction, up to 8 parity rows per pass.
+    Avx512Gfni,
+    /// x86_64 AVX2: split-nibble `vpshufb` product tables, 32 bytes per step, up to 6 rows per pass.
+    Avx2,
+    /// Portable: a 256-byte product table per coefficient (built from log/exp tables).
+    Scalar,
+}
+
+impl EncodeKernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [EncodeKernel; 3] = [EncodeKernel::Avx512Gfni, EncodeKernel::Avx2, EncodeKernel::Scalar];
+
+    /// The fastest kernel this CPU runs (runtime feature detection).
+    pub fn detect() -> Self {
+        Self::ALL.into_iter().find(|kernel| kernel.is_supported()).unwrap_or(EncodeKernel::Scalar)
+    }
+
+    /// Whether this CPU (and build target) can run the kernel.
+    pub fn is_supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            EncodeKernel::Avx512Gfni => kernel_x86::avx512_gfni_detected(),
+            #[cfg(target_arch = "x86_64")]
+            EncodeKernel::Avx2 => kernel_x86::avx2_detected(),
+            #[cfg(not(target_arch = "x86_64"))]
+            EncodeKernel::Avx512Gfni | EncodeKernel::Avx2 => false,
+            EncodeKernel::Scalar => true,
+        }
+    }
+
+    /// Short lowercase name for logs and bench tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncodeKernel::Avx512Gfni => "avx512-gfni",
+            EncodeKernel::Avx2 => "avx2",
+            EncodeKernel::Scalar => "scalar",
+        }
+    }
+
+    /// Parity rows one pass over the data accumulates.
+    fn max_rows(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            EncodeKernel::Avx512Gfni => kernel_x86::MAX_ROWS_AVX512,
+            #[cfg(target_arch = "x86_64")]
+            EncodeKernel::Avx2 => kernel_x86::MAX_ROWS_AVX2,
+            // Never selected off x86_64 (is_supported is false); any bound works.
+            #[cfg(not(target_arch = "x86_64"))]
+            EncodeKernel::Avx512Gfni | EncodeKernel::Avx2 => 1,
+            // The scalar kernel handles one row at a time anyway; grouping only bounds the tables.
+            EncodeKernel::Scalar => 8,
+        }
+    }
+}
+
+/// Per-coefficient tables of one row group, data-major (entry `j * rows + r`), in the form the
+/// group's kernel reads.
+#[derive(Clone)]
+enum GroupTables {
+    Affine(Vec<u64>),
+    Nibble(Vec<NibbleTable>),
+    Products(Vec<[u8; 256]>),
+}
+
+/// Parity rows `rows` computed together in one pass over the data.
+#[derive(Clone)]
+struct RowGroup {
+    rows: Range<usize>,
+    tables: GroupTables,
+}
+
 /// Encoder/decoder for one k + m geometry. Cheap to share: `&self` methods only.
 pub struct ParityCodec {
     inner: ReedSolomon,
     data_shards: usize,
     parity_shards: usize,
     block_len: usize,
+    /// m x k, row-major: `parity[i] = sum_j coefficients[i * k + j] * data[j]`.
+    coefficients: Vec<u8>,
+    kernel: EncodeKernel,
+    groups: Vec<RowGroup>,
 }
 
 impl std::fmt::Debug for ParityCodec {
@@ -57,13 +146,15 @@ impl std::fmt::Debug for ParityCodec {
             .field("data_shards", &self.data_shards)
             .field("parity_shards", &self.parity_shards)
             .field("block_len", &self.block_len)
+            .field("kernel", &self.kernel)
             .field("format", &self.format())
             .finish()
     }
 }
 
 impl ParityCodec {
-    /// A codec for `data_shards` (k) + `parity_shards` (m); k, m >= 1 and k + m <= 256.
+    /// A codec for `data_shards` (k) + `parity_shards` (m); k, m >= 1 and k + m <= 256. Encodes
+    /// with the fastest kernel this CPU supports ([`EncodeKernel::detect`]).
     pub fn new(data_shards: usize, parity_shards: usize) -> Result<Self, CkptError> {
         let invalid = |reason| CkptError::InvalidGeometry { data_shards, parity_shards, reason };
         if data_shards == 0 {
@@ -77,7 +168,18 @@ impl ParityCodec {
         }
         let inner =
             ReedSolomon::new(data_shards, parity_shards).map_err(|e| CkptError::Codec(e.to_string()))?;
-        Ok(Self { inner, data_shards, parity_shards, block_len: DEFAULT_BLOCK_LEN })
+        let coefficients = coefficients_of(&inner, data_shards, parity_shards)?;
+        let mut codec = Self {
+            inner,
+            data_shards,
+            parity_shards,
+            block_len: DEFAULT_BLOCK_LEN,
+            coefficients,
+            kernel: EncodeKernel::Scalar,
+            groups: Vec::new(),
+        };
+        codec.set_kernel(EncodeKernel::detect());
+        Ok(codec)
     }
 
     /// Same codec with another stripe length (bytes of each shard per encoding step).
@@ -93,6 +195,48 @@ impl ParityCodec {
         Ok(self)
     }
 
+    /// Same codec encoding with `kernel` instead of the detected one (tests, benches);
+    /// `Unsupported` if this CPU can't run it.
+    pub fn with_kernel(mut self, kernel: EncodeKernel) -> Result<Self, CkptError> {
+        if !kernel.is_supported() {
+            return Err(CkptError::Unsupported(format!(
+                "Reed-Solomon kernel {} needs CPU features this machine lacks",
+                kernel.name()
+            )));
+        }
+        self.set_kernel(kernel);
+        Ok(self)
+    }
+
+    /// Builds the row groups and their tables for `kernel` (callers checked it is supported).
+    fn set_kernel(&mut self, kernel: EncodeKernel) {
+        let (k, m) = (self.data_shards, self.parity_shards);
+        // Balanced groups: 10 rows on AVX-512 run as 5 + 5, not 8 + 2.
+        let group_count = m.div_ceil(kernel.max_rows());
+        let mut groups = Vec::with_capacity(group_count);
+        let mut first = 0;
+        for g in 0..group_count {
+            let rows = first..first + (m - first).div_ceil(group_count - g);
+            let coefficient = |j: usize, r: usize| self.coefficients[r * k + j];
+            let data_major = (0..k).flat_map(|j| rows.clone().map(move |r| (j, r)));
+            let tables = match kernel {
+                EncodeKernel::Avx512Gfni => GroupTables::Affine(
+                    data_major.map(|(j, r)| gf::affine_matrix(coefficient(j, r))).collect(),
+                ),
+                EncodeKernel::Avx2 => GroupTables::Nibble(
+                    data_major.map(|(j, r)| NibbleTable::new(coefficient(j, r))).collect(),
+                ),
+                EncodeKernel::Scalar => GroupTables::Products(
+                    data_major.map(|(j, r)| gf::product_row(coefficient(j, r))).collect(),
+                ),
+            };
+            first = rows.end;
+            groups.push(RowGroup { rows, tables });
+        }
+        self.kernel = kernel;
+        self.groups = groups;
+    }
+
     pub fn data_shards(&self) -> usize {
         self.data_shards
     }
@@ -105,6 +249,11 @@ impl ParityCodec {
         self.block_len
     }
 
+    /// The kernel [`encode`](Self::encode) runs.
+    pub fn kernel(&self) -> EncodeKernel {
+        self.kernel
+    }
+
     /// The format tag to store next to the parity this codec writes.
     pub fn format(&self) -> ParityFormat {
         ParityFormat::Gf8VandermondeV1
@@ -113,21 +262,7 @@ impl ParityCodec {
     /// The m x k parity coefficients, row-major: `parity[i] = sum_j coef[i * k + j] * data[j]` in
     /// GF(2^8). Lets another GF(2^8) engine (e.g. ISA-L's `ec_init_tables`) produce the same bytes.
     pub fn parity_coefficients(&self) -> Vec<u8> {
-        let (k, m) = (self.data_shards, self.parity_shards);
-        let mut coefficients = vec![0u8; m * k];
-        // Encoding the unit vector e_j yields column j of the parity matrix.
-        let mut data = vec![[0u8; 1]; k];
-        let mut parity = vec![[0u8; 1]; m];
-        for column in 0..k {
-            data.iter_mut().enumerate().for_each(|(j, shard)| shard[0] = u8::from(j == column));
-            // Shard sizes are 1 and counts match the codec, so this can't fail.
-            if self.inner.encode_sep(&data, &mut parity).is_ok() {
-                for (row, shard) in parity.iter().enumerate() {
-                    coefficients[row * k + column] = shard[0];
-                }
-            }
-        }
-        coefficients
+        self.coefficients.clone()
     }
 
     /// Computes the m parity shards from the k data shards. All shards must have the same,
@@ -146,22 +281,28 @@ impl ParityCodec {
             }
         }
 
-        let mut data_stripe: Vec<&[u8]> = Vec::with_capacity(self.data_shards);
         let mut start = 0;
         while start < shard_len {
             let end = shard_len.min(start.saturating_add(self.block_len));
-            data_stripe.clear();
-            data_stripe.extend(data.iter().map(|shard| &shard[start..end]));
-            let mut parity_stripe: Vec<&mut [u8]> =
-                parity.iter_mut().map(|shard| &mut shard[start..end]).collect();
-            self.inner
-                .encode_sep(&data_stripe, &mut parity_stripe)
-                .map_err(|e| CkptError::Codec(e.to_string()))?;
+            for group in &self.groups {
+                let outputs = &mut parity[group.rows.clone()];
+                match &group.tables {
+                    #[cfg(target_arch = "x86_64")]
+                    GroupTables::Affine(matrices) => {
+                        kernel_x86::encode_avx512_gfni(matrices, data, outputs, start..end)
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    GroupTables::Nibble(tables) => kernel_x86::encode_avx2(tables, data, outputs, start..end),
+                    GroupTables::Products(rows) => encode_scalar(rows, data, outputs, start..end),
+                    // Off x86_64 only the scalar kernel is ever selected.
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => unreachable!("SIMD tables on a target without SIMD kernels"),
+                }
+            }
             start = end;
         }
         Ok(())
     }
-
     /// Rebuilds every `None` entry of `shards` (k data then m parity, in encoding order) from the
     /// present ones. Needs at least k present shards of equal length; on error nothing is changed.
     pub fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CkptError> {
@@ -186,6 +327,39 @@ impl ParityCodec {
             return Err(CkptError::ShardSizeMismatch { index, expected: shard_len, actual });
         }
         self.inner.reconstruct(shards).map_err(|e| CkptError::Codec(e.to_string()))
+    }
+}
+
+/// Reads the parity matrix out of reed-solomon-erasure: encoding the unit vector e_j yields
+/// column j.
+fn coefficients_of(codec: &ReedSolomon, k: usize, m: usize) -> Result<Vec<u8>, CkptError> {
+    let mut coefficients = vec![0u8; m * k];
+    let mut data = vec![[0u8; 1]; k];
+    let mut parity = vec![[0u8; 1]; m];
+    for column in 0..k {
+        data.iter_mut().enumerate().for_each(|(j, shard)| shard[0] = u8::from(j == column));
+        codec.encode_sep(&data, &mut parity).map_err(|e| CkptError::Codec(e.to_string()))?;
+        for (row, shard) in parity.iter().enumerate() {
+            coefficients[row * k + column] = shard[0];
+        }
+    }
+    Ok(coefficients)
+}
+
+/// The portable kernel: one row at a time, one table lookup per (byte, data shard).
+fn encode_scalar(products: &[[u8; 256]], data: &[&[u8]], parity: &mut [&mut [u8]], range: Range<usize>) {
+    let rows = parity.len();
+    for (r, shard) in parity.iter_mut().enumerate() {
+        let out = &mut shard[range.clone()];
+        for (j, input) in data.iter().enumerate() {
+            let table = &products[j * rows + r];
+            let input = &input[range.clone()];
+            if j == 0 {
+                out.iter_mut().zip(input).for_each(|(o, &x)| *o = table[usize::from(x)]);
+            } else {
+                out.iter_mut().zip(input).for_each(|(o, &x)| *o ^= table[usize::from(x)]);
+            }
+        }
     }
 }
 
@@ -277,6 +451,111 @@ mod tests {
         let single_pass =
             encode_all(&ParityCodec::new(8, 2).unwrap().with_block_len(usize::MAX).unwrap(), &data);
         assert_eq!(striped, single_pass);
+    }
+
+    /// Parity straight from reed-solomon-erasure, the reference for the format.
+    fn reference_parity(k: usize, m: usize, data: &[&[u8]]) -> Vec<Vec<u8>> {
+        let reference = ReedSolomon::new(k, m).unwrap();
+        let mut parity = vec![vec![0u8; data[0].len()]; m];
+        let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|s| s.as_mut_slice()).collect();
+        reference.encode_sep(data, &mut parity_refs).unwrap();
+        parity
+    }
+
+    fn supported_kernels() -> Vec<EncodeKernel> {
+        EncodeKernel::ALL.into_iter().filter(|kernel| kernel.is_supported()).collect()
+    }
+
+    /// Every kernel this CPU runs writes reed-solomon-erasure's bytes, for every geometry in use
+    /// and odd lengths, with data and parity slices starting at odd addresses, in one block or
+    /// many (several row groups re-read each block when m exceeds a kernel's pass width).
+    #[test]
+    fn every_supported_kernel_matches_reed_solomon_erasure() {
+        let geometries = [(4, 2), (8, 2), (16, 4), (1, 1), (3, 5), (20, 10)];
+        let lengths = [1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4097, 70_001];
+        let kernels = supported_kernels();
+        assert!(kernels.contains(&EncodeKernel::Scalar));
+        let mut rng = StdRng::seed_from_u64(11);
+        for (k, m) in geometries {
+            for len in lengths {
+                // Carve shards out of one buffer at a random odd offset so none is aligned.
+                let offset = 1 + 2 * rng.gen_range(0..31);
+                let mut pool = vec![0u8; offset + k * (len + 3)];
+                rng.fill(&mut pool[..]);
+                let data: Vec<&[u8]> = pool[offset..].chunks_exact(len + 3).map(|c| &c[..len]).collect();
+                let expected = reference_parity(k, m, &data);
+                for kernel in &kernels {
+                    for block_len in [DEFAULT_BLOCK_LEN, 100, 4096] {
+                        let codec = ParityCodec::new(k, m)
+                            .unwrap()
+                            .with_kernel(*kernel)
+                            .unwrap()
+                            .with_block_len(block_len)
+                            .unwrap();
+                        let mut out_pool = vec![0xA5u8; offset + m * (len + 3)];
+                        let mut parity: Vec<&mut [u8]> =
+                            out_pool[offset..].chunks_exact_mut(len + 3).map(|c| &mut c[..len]).collect();
+                        codec.encode(&data, &mut parity).unwrap();
+                        for (row, (got, want)) in parity.iter().zip(&expected).enumerate() {
+                            assert!(
+                                got[..] == want[..],
+                                "{k}+{m} len {len} kernel {} block {block_len}: parity row {row} differs",
+                                kernel.name()
+                            );
+                        }
+                        // The bytes between shards (and before the first) are untouched.
+                        assert!(out_pool[..offset].iter().all(|&b| b == 0xA5));
+                        for gap in out_pool[offset..].chunks_exact(len + 3) {
+                            assert_eq!(&gap[len..], &[0xA5; 3], "{k}+{m} len {len} {}", kernel.name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The codec picks the fastest kernel the CPU has; on the AVX-512 + GFNI EPYC that is the
+    /// one the rest of this module's tests (which use `ParityCodec::new`) go through.
+    #[test]
+    fn detected_kernel_is_the_fastest_supported() {
+        let codec = ParityCodec::new(16, 4).unwrap();
+        assert_eq!(codec.kernel(), supported_kernels()[0]);
+        assert_eq!(codec.kernel(), EncodeKernel::detect());
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("gfni") {
+            assert_eq!(codec.kernel(), EncodeKernel::Avx512Gfni);
+        } else if std::is_x86_feature_detected!("avx2") {
+            assert_eq!(codec.kernel(), EncodeKernel::Avx2);
+        }
+        for kernel in EncodeKernel::ALL {
+            let result = ParityCodec::new(4, 2).unwrap().with_kernel(kernel);
+            if kernel.is_supported() {
+                assert_eq!(result.unwrap().kernel(), kernel);
+            } else {
+                let err = result.unwrap_err();
+                assert!(matches!(err, CkptError::Unsupported(_)), "{err}");
+            }
+        }
+    }
+
+    /// A shard rebuilt from k survivors equals the original, whichever kernel wrote the parity.
+    #[test]
+    fn every_kernel_parity_rebuilds_lost_shards() {
+        let (k, m) = (16, 4);
+        let data = random_shards(k, 1 << 20, 21);
+        for kernel in supported_kernels() {
+            let codec = ParityCodec::new(k, m).unwrap().with_kernel(kernel).unwrap();
+            let parity = encode_all(&codec, &data);
+            let original: Vec<Vec<u8>> = data.iter().cloned().chain(parity).collect();
+            let mut shards: Vec<Option<Vec<u8>>> = original.iter().cloned().map(Some).collect();
+            for lost in [0, 7, 15, 18] {
+                shards[lost] = None;
+            }
+            codec.reconstruct(&mut shards).unwrap();
+            for (i, shard) in shards.iter().enumerate() {
+                assert_eq!(shard.as_ref(), Some(&original[i]), "kernel {} shard {i}", kernel.name());
+            }
+        }
     }
 
     #[test]
