@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::segment::{NodeSegment, Status, BUDDY_DEAD, STATE_EXITED, STATE_FAILED, STATE_READY};
+use super::segment::{
+    NodeSegment, NodeVerdict, Status, BUDDY_DEAD, BUDDY_REJOINING, STATE_EXITED, STATE_FAILED, STATE_READY,
+};
 use super::{env_parse, process_alive, segment_paths, vars, CoreError};
 use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
@@ -170,9 +172,37 @@ impl NodeLogClient {
         }
     }
 
-    /// False once the logger reported its buddy dead.
+    /// False once the logger reported its buddy dead (also while a respawned buddy is
+    /// awaited: see [`Self::buddy_rejoining`]).
     pub fn buddy_alive(&self) -> bool {
-        self.segment.get(Status::BuddyState) != BUDDY_DEAD
+        !matches!(self.segment.get(Status::BuddyState), BUDDY_DEAD | BUDDY_REJOINING)
+    }
+
+    /// The buddy died and its respawn is awaited (`reverb run --respawn`): entries stay
+    /// pending, and become durable once the logger has re-flushed the log to the new
+    /// incarnation. Waits are not failed for it (their own bound still holds).
+    pub fn buddy_rejoining(&self) -> bool {
+        self.segment.get(Status::BuddyState) == BUDDY_REJOINING
+    }
+
+    /// Failure detection for the runtime: every related node (the buddy, or a node whose
+    /// ring this node's logger hosts) that this node's logger found dead, with how, when it
+    /// was last heard and when reported, and whether a newer incarnation came back since.
+    /// Reads shared memory only (no system call): cheap enough for an idle receive loop,
+    /// and cheaper still behind [`Self::verdict_generation`].
+    pub fn verdicts(&self) -> Vec<NodeVerdict> {
+        self.segment.verdicts()
+    }
+
+    /// The verdicts of nodes still dead (no newer incarnation back yet).
+    pub fn dead_nodes(&self) -> Vec<NodeVerdict> {
+        self.verdicts().into_iter().filter(NodeVerdict::is_dead).collect()
+    }
+
+    /// Changes whenever a verdict is recorded or updated: poll it, and read
+    /// [`Self::verdicts`] only when it moved.
+    pub fn verdict_generation(&self) -> u64 {
+        self.segment.get(Status::VerdictGeneration)
     }
 
     /// The node this node's log goes to, once the logger knows it.
@@ -217,7 +247,17 @@ impl NodeLogClient {
             std::fs::read_dir(dir).map_err(|e| CoreError::io(format!("list {}", dir.display()), e))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(node) = name.strip_prefix(&prefix).and_then(|n| n.parse::<u64>().ok()) else { continue };
+            // `<prefix><node>` is the ring hosted now; `<prefix><node>-r<k>` a ring retired
+            // when that node's logger was respawned (kept until the next trim).
+            let Some(node) = name
+                .strip_prefix(&prefix)
+                .and_then(|n| n.split_once("-r").map_or(n, |(node, _)| node).parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if name.ends_with(".tmp") {
+                continue;
+            }
             let path = entry.path();
             let image =
                 std::fs::read(&path).map_err(|e| CoreError::io(format!("read {}", path.display()), e))?;
@@ -237,7 +277,7 @@ impl NodeLogClient {
 
     /// Fails if nothing more can become durable on this node's path.
     pub fn check_path(&self) -> Result<(), CoreError> {
-        if !self.buddy_alive() {
+        if self.segment.get(Status::BuddyState) == BUDDY_DEAD {
             return Err(CoreError::BuddyDead { node: self.segment.get(Status::BuddyNode) });
         }
         let pid = self.segment.get(Status::LoggerPid) as u32;
@@ -337,8 +377,15 @@ mod tests {
         assert!(client.is_durable(Ticket::default()));
         // A buddy reported dead turns the wait into an error at once.
         seg.set(Status::BuddyNode, 3);
+        seg.set(Status::BuddyState, super::super::segment::BUDDY_REJOINING);
+        assert!(!client.buddy_alive() && client.buddy_rejoining());
+        assert!(
+            matches!(client.wait_durable(t, Duration::from_millis(30)), Err(CoreError::Timeout(_))),
+            "a respawning buddy is waited for, within the bound"
+        );
         seg.set(Status::BuddyState, BUDDY_DEAD);
         assert!(matches!(client.wait_durable(t, WAIT_LONG), Err(CoreError::BuddyDead { node: 3 })));
+        assert!(client.verdicts().is_empty());
         std::fs::remove_file(ctl).ok();
         std::fs::remove_file(detq).ok();
     }

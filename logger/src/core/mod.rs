@@ -18,6 +18,17 @@
 //! with the same provider kind as the application, so their log writes and heartbeats are real
 //! one-sided puts on shm or verbs. Node n logs into the ring of `BuddyMap` partner node
 //! (2k <-> 2k+1) and hosts the rings of the nodes that log to it.
+//!
+//! Node failure (`reverb run --respawn`): the launcher kills a failed node's logger with its
+//! ranks and starts both again at the next incarnation. The new logger rejoins the loggers'
+//! job (no collective) and trades a hello (heartbeat region, the ring it hosts for the
+//! receiver) with each related logger. What died with the old logger: the rings it hosted.
+//! Its clients (the nodes logging to it) keep a copy of every record since their last trim
+//! and re-write it into the new incarnation's fresh ring, remapping the tickets still in
+//! flight, so nothing they were told is durable stays lost. The survivors keep the ring they
+//! hosted for the dead node readable (retired, in the replay snapshots, until the next trim)
+//! and give the new incarnation a fresh one: the restarted ranks' determinants for replay are
+//! in the retired ring.
 
 pub mod client;
 pub mod placement;
@@ -26,6 +37,7 @@ pub mod service;
 
 pub use client::{NodeLogClient, Ticket};
 pub use placement::{Placement, PlacementPlan};
+pub use segment::{DeathCause, NodeVerdict};
 pub use service::{LoggerCore, LoggerCoreConfig, LoggerSummary};
 
 use std::time::Duration;
@@ -60,6 +72,12 @@ pub mod vars {
     pub const STALL_MS: &str = "REVERB_LOGGER_STALL_MS";
     /// Seconds a rank waits for its node's segment to appear (default 30).
     pub const ATTACH_TIMEOUT_S: &str = "REVERB_LOGGER_ATTACH_TIMEOUT_S";
+    /// Nonzero: the launcher respawns failed nodes (`reverb run --respawn N`), so a dead
+    /// related logger is awaited back (`BUDDY_REJOINING`) instead of given up at once.
+    pub const RESPAWN: &str = "REVERB_LOGGER_RESPAWN";
+    /// Seconds a dead related logger is awaited back, and a respawned logger waits for its
+    /// related loggers' hellos (default 30).
+    pub const REJOIN_TIMEOUT_S: &str = "REVERB_LOGGER_REJOIN_TIMEOUT_S";
 }
 
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(400);

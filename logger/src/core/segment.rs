@@ -13,8 +13,10 @@
 //! Layout (little-endian; every word is an `AtomicU64`):
 //! ```text
 //! 0: magic | 8: version | 16: lanes | 24: lane capacity
-//! 64..: status words (STATUS_*)            (one cache line)
-//! 256 + i * (LANE_HEADER + capacity): lane i = head@0 taken@64 durable@128 owner@192 | data
+//! 64..: status words (STATUS_*)
+//! 256..1280: failure verdicts, 16 slots of 64 B (see [`NodeVerdict`]), guarded by the
+//!            `VerdictGeneration` status word (a sequence lock: odd while the logger writes)
+//! 1280 + i * (LANE_HEADER + capacity): lane i = head@0 taken@64 durable@128 owner@192 | data
 //! ```
 
 use std::fs::OpenOptions;
@@ -26,13 +28,18 @@ use memmap2::MmapRaw;
 use super::CoreError;
 
 const MAGIC: u64 = 0x4745_5345_4752_4c52; // "RLRGSEGE"
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_LANES: usize = 16;
 const OFF_LANE_CAPACITY: usize = 24;
 const OFF_STATUS: usize = 64;
-const OFF_LANE0: usize = 256;
+const OFF_VERDICTS: usize = 256;
+/// Verdict slots: a logger watches its buddy and the nodes it hosts rings for (at most 3
+/// under the pair map), so 16 is ample.
+pub const VERDICT_SLOTS: usize = 16;
+const VERDICT_LEN: usize = 64;
+const OFF_LANE0: usize = OFF_VERDICTS + VERDICT_SLOTS * VERDICT_LEN;
 const LANE_HEADER: usize = 256;
 const LANE_HEAD: usize = 0;
 const LANE_TAKEN: usize = 64;
@@ -74,6 +81,11 @@ pub enum Status {
     SnapshotRequested = 12,
     /// The last snapshot request the logger carried out (`<base>.hosted-node<c>` written).
     SnapshotDone = 13,
+    /// Sequence lock of the verdict table: odd while the logger rewrites a slot; bumped twice
+    /// per change, so a changed value means "read the verdicts again".
+    VerdictGeneration = 14,
+    /// Times this logger's buddy came back (a new incarnation) and the log was re-flushed to it.
+    BuddyRejoins = 15,
 }
 
 pub const STATE_STARTING: u64 = 0;
@@ -87,6 +99,77 @@ pub const BUDDY_ALIVE: u64 = 1;
 pub const BUDDY_DEAD: u64 = 2;
 /// The buddy finished cleanly (it sent its last heartbeat as "stopped").
 pub const BUDDY_STOPPED: u64 = 3;
+/// The buddy died and the launcher respawns failed nodes: its next incarnation is awaited
+/// (bounded); meanwhile nothing new becomes durable, and waits are not failed for it.
+pub const BUDDY_REJOINING: u64 = 4;
+
+/// How a logger found a related node's logger dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeathCause {
+    /// Its heartbeat counter stood still for the heartbeat bound.
+    Heartbeat,
+    /// The transport reported it dead (`PeerDead`: pidfd on shm, RC retry exhaustion on verbs).
+    Transport,
+    /// A log or heartbeat write to it failed.
+    WriteFailed,
+    /// A newer incarnation of it rejoined before its death was otherwise seen.
+    Rejoined,
+}
+
+impl DeathCause {
+    fn code(self) -> u64 {
+        match self {
+            DeathCause::Heartbeat => 1,
+            DeathCause::Transport => 2,
+            DeathCause::WriteFailed => 3,
+            DeathCause::Rejoined => 4,
+        }
+    }
+
+    fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            1 => DeathCause::Heartbeat,
+            2 => DeathCause::Transport,
+            3 => DeathCause::WriteFailed,
+            4 => DeathCause::Rejoined,
+            _ => return None,
+        })
+    }
+}
+
+/// A logger's verdict on a related node (its buddy, or a node whose ring it hosts): that
+/// node's logger was found dead, and whether a new incarnation of it came back since.
+/// Times are wall clock (milliseconds since the Unix epoch), comparable across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeVerdict {
+    pub node: u32,
+    /// The logger incarnation found dead.
+    pub incarnation: u32,
+    pub cause: DeathCause,
+    /// Last sign of life seen from it (its heartbeat last changed).
+    pub last_heard_unix_ms: u64,
+    /// When this logger reported it dead.
+    pub reported_unix_ms: u64,
+    /// The incarnation that came back, and when the logger had reconnected to it.
+    pub back: Option<(u32, u64)>,
+}
+
+impl NodeVerdict {
+    /// Still dead: no newer incarnation has come back yet.
+    pub fn is_dead(&self) -> bool {
+        self.back.is_none()
+    }
+
+    /// From the last sign of life to the report.
+    pub fn detection(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.reported_unix_ms.saturating_sub(self.last_heard_unix_ms))
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
 
 /// Bytes a frame of `len` data bytes takes in a lane.
 pub fn frame_size(len: usize) -> u64 {
@@ -228,6 +311,71 @@ impl NodeSegment {
 
     pub fn bump(&self, status: Status) -> u64 {
         self.word(OFF_STATUS + 8 * status as usize).fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn verdict_word(&self, slot: usize, index: usize) -> &AtomicU64 {
+        assert!(slot < VERDICT_SLOTS && index < VERDICT_LEN / 8, "verdict slot {slot} word {index}");
+        self.word(OFF_VERDICTS + slot * VERDICT_LEN + 8 * index)
+    }
+
+    /// Logger (the only writer): records `verdict` in the slot of its node (a free slot for a
+    /// new node). Returns false when every slot is taken by other nodes.
+    pub fn record_verdict(&self, verdict: &NodeVerdict) -> bool {
+        let key = u64::from(verdict.node) + 1;
+        let slot = (0..VERDICT_SLOTS)
+            .find(|&s| self.verdict_word(s, 0).load(Ordering::Acquire) == key)
+            .or_else(|| (0..VERDICT_SLOTS).find(|&s| self.verdict_word(s, 0).load(Ordering::Acquire) == 0));
+        let Some(slot) = slot else { return false };
+        let generation = self.word(OFF_STATUS + 8 * Status::VerdictGeneration as usize);
+        generation.fetch_add(1, Ordering::AcqRel); // odd: writing
+        let (back_incarnation, back_ms) = verdict.back.map_or((0, 0), |(i, t)| (u64::from(i) + 1, t));
+        let words = [
+            key,
+            u64::from(verdict.incarnation),
+            verdict.cause.code(),
+            verdict.last_heard_unix_ms,
+            verdict.reported_unix_ms,
+            back_incarnation,
+            back_ms,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            self.verdict_word(slot, i).store(*w, Ordering::Release);
+        }
+        generation.fetch_add(1, Ordering::AcqRel); // even: consistent
+        true
+    }
+
+    /// Every verdict recorded, read consistently (retries while the logger writes; gives up
+    /// after a bounded number of tries and returns what it read last).
+    pub fn verdicts(&self) -> Vec<NodeVerdict> {
+        let generation = self.word(OFF_STATUS + 8 * Status::VerdictGeneration as usize);
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            let before = generation.load(Ordering::Acquire);
+            out.clear();
+            for slot in 0..VERDICT_SLOTS {
+                let w = |i| self.verdict_word(slot, i).load(Ordering::Acquire);
+                let key = w(0);
+                if key == 0 {
+                    continue;
+                }
+                let Some(cause) = DeathCause::from_code(w(2)) else { continue };
+                let back = (w(5) != 0).then(|| ((w(5) - 1) as u32, w(6)));
+                out.push(NodeVerdict {
+                    node: (key - 1) as u32,
+                    incarnation: w(1) as u32,
+                    cause,
+                    last_heard_unix_ms: w(3),
+                    reported_unix_ms: w(4),
+                    back,
+                });
+            }
+            if before.is_multiple_of(2) && generation.load(Ordering::Acquire) == before {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        out
     }
 
     fn lane_base(&self, lane: u64) -> Result<usize, CoreError> {
@@ -431,6 +579,36 @@ mod tests {
         assert!(seg.lane_positions(1).unwrap().0 > 10 * 256, "must wrap many times");
         assert!(matches!(seg.push_frame(0, &[0; 200]), Err(CoreError::FrameTooLarge { .. })));
         assert!(seg.push_frame(2, &[]).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn verdicts_round_trip_and_update_in_place() {
+        let path = temp("verdicts");
+        let seg = NodeSegment::create(&path, 1, 64).unwrap();
+        let reader = NodeSegment::open(&path).unwrap();
+        assert!(reader.verdicts().is_empty());
+        let g0 = reader.get(Status::VerdictGeneration);
+        let mut v = NodeVerdict {
+            node: 3,
+            incarnation: 0,
+            cause: DeathCause::Transport,
+            last_heard_unix_ms: 1000,
+            reported_unix_ms: 1100,
+            back: None,
+        };
+        assert!(seg.record_verdict(&v));
+        assert_eq!(reader.verdicts(), vec![v]);
+        assert!(v.is_dead());
+        assert_eq!(v.detection(), std::time::Duration::from_millis(100));
+        v.back = Some((1, 1500));
+        assert!(seg.record_verdict(&v));
+        assert_eq!(reader.verdicts(), vec![v], "the node's slot is reused");
+        assert!(reader.get(Status::VerdictGeneration) > g0);
+        for node in 0..VERDICT_SLOTS as u32 - 1 {
+            assert!(seg.record_verdict(&NodeVerdict { node: 100 + node, ..v }));
+        }
+        assert!(!seg.record_verdict(&NodeVerdict { node: 999, ..v }), "table full");
         std::fs::remove_file(&path).ok();
     }
 
