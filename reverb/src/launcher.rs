@@ -399,6 +399,11 @@ fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc>
 /// Why the job stopped early.
 enum Stop {
     RankFailed(usize),
+    /// A logger core ended while its ranks ran (its node cannot log any more).
+    LoggerFailed {
+        what: String,
+        status: ExitStatus,
+    },
     Timeout(Duration),
     Signal(i32),
 }
@@ -416,48 +421,65 @@ fn node_ranks(rank: u32, rpn: u32, ranks: u32) -> std::ops::Range<u32> {
     first..(first + rpn).min(ranks)
 }
 
-/// Fails the node of `procs[failed]` and starts its ranks again at the next incarnation.
-/// Ranks of the node that already exited 0 are done and stay so.
+/// What failed a node.
+struct NodeFailure {
+    node: u32,
+    /// The rank whose death failed the node (its first rank when its logger failed it).
+    rank: u32,
+    signal: i32,
+    /// How it died, for the log ("rank 3 (...) was killed by signal 9 (SIGKILL)").
+    what: String,
+    /// Short reason for the rendezvous servers.
+    reason: String,
+}
+
+/// Fails a node and starts it again at the next incarnation: its ranks are SIGKILLed and, with
+/// logger cores, its logger too (a node failure takes both); the logger is started first, then
+/// the ranks. Ranks of the node that already exited 0 are done and stay so.
+#[allow(clippy::too_many_arguments)]
 fn respawn_node(
     ctx: &JobCtx<'_>,
     server: &BootServer,
     procs: &mut [RankProc],
-    failed: usize,
+    failure: &NodeFailure,
     old_pumps: &mut Vec<JoinHandle<()>>,
     start: Instant,
     left: u32,
 ) -> Result<Respawn> {
-    let dead = &procs[failed];
-    let (node, rank, incarnation) = (dead.node, dead.rank, dead.incarnation);
-    let signal = match dead.status {
-        RankStatus::Signaled(s) => s,
-        _ => 0,
-    };
-    let next = incarnation + 1;
-    let members = node_ranks(rank, ctx.ranks_per_node, ctx.spec.ranks);
+    let node = failure.node;
+    let members = node_ranks(node * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks);
+    let next = members.clone().map(|r| procs[r as usize].incarnation).max().unwrap_or(0) + 1;
     eprintln!(
-        "reverb run: {} (+{:.3} s): {}; respawning node {node} (ranks {}-{}) at incarnation {next} \
+        "reverb run: {} (+{:.3} s): {}; respawning node {node} (ranks {}-{}{}) at incarnation {next} \
          ({left} respawn(s) left after this one)",
         clock(),
         start.elapsed().as_secs_f64(),
-        dead.describe(),
+        failure.what,
         members.start,
         members.end - 1,
+        if ctx.loggers.is_some() { " and its logger core" } else { "" },
     );
     for r in members.clone() {
         procs[r as usize].kill();
     }
     reap(&mut procs[members.start as usize..members.end as usize], Duration::from_secs(5));
-    let mut ranks = Vec::new();
+    let reason = format!("node {node} failed: {}", failure.reason);
     for r in members.clone() {
-        let p = &mut procs[r as usize];
+        let p = &procs[r as usize];
         if p.status == RankStatus::Running {
             bail!("rank {r} did not die within 5 s of SIGKILL; cannot respawn node {node}");
         }
-        let reason = format!("node {node} failed: {}", dead_reason(rank, signal));
         server
             .mark_failed(r, p.incarnation, &reason)
             .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
+    }
+    if let Some(loggers) = ctx.loggers {
+        let incarnation = loggers.respawn(node, &reason)?;
+        eprintln!("reverb run: node {node}: logger core started again at incarnation {incarnation}");
+    }
+    let mut ranks = Vec::new();
+    for r in members.clone() {
+        let p = &mut procs[r as usize];
         if p.status == RankStatus::Exited(0) {
             continue;
         }
@@ -470,7 +492,14 @@ fn respawn_node(
         clock(),
         start.elapsed().as_secs_f64(),
     );
-    Ok(Respawn { node, rank, signal, ranks, incarnation: next, at: start.elapsed() })
+    Ok(Respawn {
+        node,
+        rank: failure.rank,
+        signal: failure.signal,
+        ranks,
+        incarnation: next,
+        at: start.elapsed(),
+    })
 }
 
 fn dead_reason(rank: u32, signal: i32) -> String {
@@ -505,7 +534,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     let job_id = format!("rv{}", random_hex(6));
     let server =
         BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
-    let loggers = logger_cores::LoggerCores::start(spec, logger, &job_id, verbose)?;
+    let loggers = logger_cores::LoggerCores::start(spec, logger, &job_id, verbose, opts.respawn)?;
     let ctx = JobCtx {
         spec,
         ranks_per_node: spec.ranks_per_node.min(spec.ranks),
@@ -559,27 +588,72 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
                 }
             }
         }
+        // Failed nodes: a rank killed by a signal, or the node's logger core killed by one.
+        let mut failures: Vec<(NodeFailure, Option<usize>)> = signaled
+            .into_iter()
+            .map(|i| {
+                let p = &procs[i];
+                let signal = match p.status {
+                    RankStatus::Signaled(s) => s,
+                    _ => 0,
+                };
+                let failure = NodeFailure {
+                    node: p.node,
+                    rank: p.rank,
+                    signal,
+                    what: p.describe(),
+                    reason: dead_reason(p.rank, signal),
+                };
+                (failure, Some(i))
+            })
+            .collect();
+        if let Some(l) = ctx.loggers.filter(|_| stop.is_none()) {
+            for end in l.poll_ended() {
+                match end.status.signal() {
+                    Some(signal) if opts.respawn > 0 => failures.push((
+                        NodeFailure {
+                            node: end.node,
+                            rank: end.node * ctx.ranks_per_node,
+                            signal,
+                            reason: format!(
+                                "its logger core was killed by signal {signal} ({})",
+                                signal_name(signal)
+                            ),
+                            what: end.what,
+                        },
+                        None,
+                    )),
+                    _ if stop.is_none() => {
+                        stop = Some(Stop::LoggerFailed { what: end.what, status: end.status });
+                    }
+                    _ => {}
+                }
+            }
+        }
         let mut respawned_nodes: Vec<u32> = Vec::new();
-        for i in signaled {
+        for (failure, rank_index) in failures {
             if stop.is_some() {
                 break;
             }
-            if respawned_nodes.contains(&procs[i].node) {
-                continue; // a node-mate's death already respawned this one
+            if respawned_nodes.contains(&failure.node) {
+                continue; // a node-mate's (or its logger's) death already respawned this one
             }
+            let fail = |what: String| match rank_index {
+                Some(i) => Stop::RankFailed(i),
+                None => Stop::LoggerFailed { what, status: ExitStatus::from_raw(failure.signal) },
+            };
             if respawns.len() as u32 >= opts.respawn {
-                stop = Some(Stop::RankFailed(i));
+                stop = Some(fail(failure.what.clone()));
                 break;
             }
             let left = opts.respawn - respawns.len() as u32 - 1;
-            let node = procs[i].node;
-            match respawn_node(&ctx, &server, &mut procs, i, &mut old_pumps, start, left) {
+            match respawn_node(&ctx, &server, &mut procs, &failure, &mut old_pumps, start, left) {
                 Ok(r) => {
                     respawns.push(r);
-                    respawned_nodes.push(node);
+                    respawned_nodes.push(failure.node);
                 }
                 Err(e) => {
-                    stop = Some(Stop::RankFailed(i));
+                    stop = Some(fail(failure.what.clone()));
                     respawn_failed = Some(e);
                 }
             }
@@ -630,6 +704,25 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
                 RankStatus::Exited(c) => c,
                 RankStatus::Signaled(s) => 128 + s,
                 _ => 1,
+            }
+        }
+        Some(Stop::LoggerFailed { what, status }) => {
+            let others = if killed > 0 { format!("; killed {killed} rank(s)") } else { String::new() };
+            let why = match (&respawn_failed, status.signal()) {
+                (Some(e), _) => format!("; respawn failed: {e:#}"),
+                (None, Some(_)) if opts.respawn > 0 => {
+                    format!("; no respawn left ({} of --respawn {} used)", respawns.len(), opts.respawn)
+                }
+                (None, Some(_)) => {
+                    "; its node cannot log any more (run with --respawn N to restart the node)".into()
+                }
+                (None, None) => "; its node cannot log any more".into(),
+            };
+            eprintln!("reverb run: {what}{why}{others}");
+            match (status.code(), status.signal()) {
+                (Some(0), _) | (None, None) => 1,
+                (Some(c), _) => c,
+                (None, Some(s)) => 128 + s,
             }
         }
         Some(Stop::Timeout(t)) => {
@@ -719,8 +812,11 @@ fn join_handles(mut pumps: Vec<JoinHandle<()>>) {
 /// cpu plan of the placement. Ranks get `REVERB_LOGGER_SEGMENT` to attach to their node's
 /// logger; loggers stop (stdin closed) after the ranks finish, or are killed with the job.
 pub mod logger_cores {
+    use std::cell::RefCell;
     use std::io::Write as _;
-    use std::process::{Child, Command, Stdio};
+    use std::os::unix::process::ExitStatusExt;
+    use std::path::PathBuf;
+    use std::process::{Child, Command, ExitStatus, Stdio};
     use std::thread::JoinHandle;
     use std::time::{Duration, Instant};
 
@@ -729,27 +825,94 @@ pub mod logger_cores {
     use reverb_logger::core::{segment_base, segment_paths, vars as logvars};
     use reverb_transport::bootstrap::{vars, BootServer};
 
-    use super::{random_hex, LaunchSpec};
+    use super::{random_hex, signal_name, LaunchSpec};
 
     /// How long loggers get to drain, flush and exit after the ranks finished.
     const STOP_BOUND: Duration = Duration::from_secs(30);
+
+    /// One node's logger-core process.
+    struct LoggerProc {
+        child: Child,
+        pid: u32,
+        incarnation: u32,
+        /// Killed by the launcher (job end, or its node failed): its end is expected.
+        kill_sent: bool,
+        ended: Option<ExitStatus>,
+    }
+
+    impl LoggerProc {
+        fn describe(&self, node: u32) -> String {
+            let who = format!(
+                "the logger core of node {node} (pid {}, incarnation {})",
+                self.pid, self.incarnation
+            );
+            match self.ended {
+                Some(st) => match (st.code(), st.signal()) {
+                    (Some(c), _) => format!("{who} exited with status {c}"),
+                    (None, Some(s)) => format!("{who} was killed by signal {s} ({})", signal_name(s)),
+                    _ => format!("{who} ended ({st})"),
+                },
+                None => format!("{who} is running"),
+            }
+        }
+
+        /// SIGKILLs it (once) and waits, bounded, for it to be reaped.
+        fn kill_and_reap(&mut self, bound: Duration) -> bool {
+            if self.ended.is_some() {
+                return true;
+            }
+            if !self.kill_sent {
+                let _ = self.child.kill();
+                self.kill_sent = true;
+            }
+            let deadline = Instant::now() + bound;
+            loop {
+                match self.child.try_wait() {
+                    Ok(Some(st)) => {
+                        self.ended = Some(st);
+                        return true;
+                    }
+                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                    _ => return false,
+                }
+            }
+        }
+    }
+
+    /// A logger core that ended while the job ran, not killed by the launcher.
+    pub struct LoggerEnd {
+        pub node: u32,
+        pub status: ExitStatus,
+        /// "the logger core of node N (pid P, incarnation I) was killed by signal S (...)".
+        pub what: String,
+    }
 
     pub struct LoggerCores {
         plan: PlacementPlan,
         ranks_per_node: u32,
         job_id: String,
-        loggers: Vec<Child>,
-        pumps: Vec<JoinHandle<()>>,
+        token: String,
+        exe: PathBuf,
+        nodes: u32,
+        verbose: bool,
+        respawn: u32,
+        env: Vec<(String, String)>,
+        /// Interior mutability: the launch loop holds shared references (through its job
+        /// context) and still respawns loggers.
+        procs: RefCell<Vec<LoggerProc>>,
+        pumps: RefCell<Vec<JoinHandle<()>>>,
         server: BootServer,
     }
 
     impl LoggerCores {
-        /// Starts the node loggers, or nothing for `Placement::Off`.
+        /// Starts the node loggers, or nothing for `Placement::Off`. With `respawn` > 0 they
+        /// await a dead buddy's next incarnation instead of giving it up.
         pub fn start(
             spec: &LaunchSpec,
             placement: Placement,
             job_id: &str,
             verbose: bool,
+            respawn: u32,
         ) -> Result<Option<Self>> {
             if placement == Placement::Off {
                 return Ok(None);
@@ -772,90 +935,149 @@ pub mod logger_cores {
                 Some(p) => p.into(),
                 None => std::env::current_exe().context("locating the reverb binary for logger-core")?,
             };
-            let mut cores = LoggerCores {
+            let cores = LoggerCores {
                 plan,
                 ranks_per_node: rpn,
                 job_id: job_id.to_string(),
-                loggers: Vec::new(),
-                pumps: Vec::new(),
+                token,
+                exe,
+                nodes,
+                verbose,
+                respawn,
+                env: spec.env.clone(),
+                procs: RefCell::new(Vec::new()),
+                pumps: RefCell::new(Vec::new()),
                 server,
             };
             for node in 0..nodes {
-                let mut env: Vec<(&str, String)> = vec![
-                    (vars::RANK, node.to_string()),
-                    (vars::SIZE, nodes.to_string()),
-                    (vars::NODE, node.to_string()),
-                    (vars::LOCAL_RANK, "0".into()),
-                    (vars::RANKS_PER_NODE, "1".into()),
-                    (vars::JOB_ID, format!("{job_id}-lg")),
-                    (vars::INCARNATION, "0".into()),
-                    (vars::ROOT, cores.server.local_addr().to_string()),
-                    (vars::JOB_TOKEN, token.clone()),
-                    (vars::BOOT_SERVER, "external".into()),
-                    (logvars::SEGMENT, segment_base(job_id, node)),
-                    (logvars::LANES, rpn.to_string()),
-                    (logvars::PLACEMENT, placement.to_string()),
-                    (logvars::STOP_ON_EOF, "1".into()),
-                ];
-                if let Some(cpu) = cores.plan.logger_cpu[node as usize] {
-                    env.push((logvars::CPU, cpu.to_string()));
-                }
-                let mut cmd = Command::new(&exe);
-                cmd.arg("logger-core")
-                    .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                if verbose {
-                    cmd.arg("--summary");
-                }
-                // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid,
-                // raise): a logger dies with the launcher.
-                let parent = unsafe { libc::getpid() };
-                unsafe {
-                    std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                        if libc::getppid() != parent {
-                            libc::raise(libc::SIGKILL);
-                        }
-                        Ok(())
-                    });
-                }
-                let mut child = match cmd.spawn() {
-                    Ok(c) => c,
+                match cores.spawn(node, 0) {
+                    Ok(p) => cores.procs.borrow_mut().push(p),
                     Err(e) => {
                         cores.kill();
-                        return Err(e).with_context(|| {
-                            format!("spawning the logger core of node {node}: {}", exe.display())
-                        });
+                        return Err(e);
                     }
-                };
-                let tag = format!("logger {node}");
-                if let Some(out) = child.stdout.take() {
-                    let tag = tag.clone();
-                    cores.pumps.push(std::thread::spawn(move || pump_tagged(out, &tag, false)));
                 }
-                if let Some(err) = child.stderr.take() {
-                    cores.pumps.push(std::thread::spawn(move || pump_tagged(err, &tag, true)));
-                }
-                cores.loggers.push(child);
             }
             Ok(Some(cores))
         }
 
-        fn kill(&mut self) {
-            for c in self.loggers.iter_mut() {
-                let _ = c.kill();
+        fn spawn(&self, node: u32, incarnation: u32) -> Result<LoggerProc> {
+            let placement = self.plan.placement;
+            let mut env: Vec<(&str, String)> = vec![
+                (vars::RANK, node.to_string()),
+                (vars::SIZE, self.nodes.to_string()),
+                (vars::NODE, node.to_string()),
+                (vars::LOCAL_RANK, "0".into()),
+                (vars::RANKS_PER_NODE, "1".into()),
+                (vars::JOB_ID, format!("{}-lg", self.job_id)),
+                (vars::INCARNATION, incarnation.to_string()),
+                (vars::ROOT, self.server.local_addr().to_string()),
+                (vars::JOB_TOKEN, self.token.clone()),
+                (vars::BOOT_SERVER, "external".into()),
+                (logvars::SEGMENT, segment_base(&self.job_id, node)),
+                (logvars::LANES, self.ranks_per_node.to_string()),
+                (logvars::PLACEMENT, placement.to_string()),
+                (logvars::STOP_ON_EOF, "1".into()),
+                (logvars::RESPAWN, self.respawn.to_string()),
+            ];
+            if let Some(cpu) = self.plan.logger_cpu.get(node as usize).copied().flatten() {
+                env.push((logvars::CPU, cpu.to_string()));
             }
-            for c in self.loggers.iter_mut() {
-                let _ = c.wait();
+            let mut cmd = Command::new(&self.exe);
+            cmd.arg("logger-core")
+                .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if self.verbose {
+                cmd.arg("--summary");
+            }
+            // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid,
+            // raise): a logger dies with the launcher.
+            let parent = unsafe { libc::getpid() };
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                    if libc::getppid() != parent {
+                        libc::raise(libc::SIGKILL);
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = cmd.spawn().with_context(|| {
+                format!("spawning the logger core of node {node}: {}", self.exe.display())
+            })?;
+            let tag = format!("logger {node}");
+            let mut pumps = self.pumps.borrow_mut();
+            if let Some(out) = child.stdout.take() {
+                let tag = tag.clone();
+                pumps.push(std::thread::spawn(move || pump_tagged(out, &tag, false)));
+            }
+            if let Some(err) = child.stderr.take() {
+                pumps.push(std::thread::spawn(move || pump_tagged(err, &tag, true)));
+            }
+            Ok(LoggerProc { pid: child.id(), child, incarnation, kill_sent: false, ended: None })
+        }
+
+        /// Loggers that ended since the last call without the launcher killing them (a clean
+        /// exit while ranks still run is reported too: its ranks lost their logger).
+        pub fn poll_ended(&self) -> Vec<LoggerEnd> {
+            let mut ended = Vec::new();
+            for (node, p) in self.procs.borrow_mut().iter_mut().enumerate() {
+                if p.ended.is_some() {
+                    continue;
+                }
+                if let Ok(Some(st)) = p.child.try_wait() {
+                    p.ended = Some(st);
+                    if !p.kill_sent {
+                        ended.push(LoggerEnd {
+                            node: node as u32,
+                            status: st,
+                            what: p.describe(node as u32),
+                        });
+                    }
+                }
+            }
+            ended
+        }
+
+        /// A node failed: SIGKILLs its logger (if still running), tells the loggers'
+        /// rendezvous its slot failed, clears its segment files and starts the logger again
+        /// at the next incarnation (before the node's ranks, which wait for the segment).
+        /// Returns the new incarnation.
+        pub fn respawn(&self, node: u32, reason: &str) -> Result<u32> {
+            let mut procs = self.procs.borrow_mut();
+            let p =
+                procs.get_mut(node as usize).with_context(|| format!("no logger core for node {node}"))?;
+            if !p.kill_and_reap(Duration::from_secs(5)) {
+                bail!("the logger core of node {node} (pid {}) did not die within 5 s of SIGKILL", p.pid);
+            }
+            let incarnation = p.incarnation;
+            self.server.mark_failed(node, incarnation, reason).with_context(|| {
+                format!("telling the loggers' rendezvous that node {node}'s logger failed")
+            })?;
+            let (ctl, detq) = segment_paths(&segment_base(&self.job_id, node));
+            std::fs::remove_file(ctl).ok();
+            std::fs::remove_file(detq).ok();
+            drop(procs);
+            let fresh = self.spawn(node, incarnation + 1)?;
+            let mut procs = self.procs.borrow_mut();
+            procs[node as usize] = fresh;
+            Ok(incarnation + 1)
+        }
+
+        fn kill(&self) {
+            for p in self.procs.borrow_mut().iter_mut() {
+                if !p.kill_and_reap(Duration::from_secs(5)) {
+                    eprintln!("reverb run: the logger core pid {} did not die within 5 s of SIGKILL", p.pid);
+                }
             }
             self.remove_segments();
         }
 
         fn remove_segments(&self) {
-            for node in 0..self.plan.logger_cpu.len() as u32 {
+            for node in 0..self.nodes {
                 let (ctl, detq) = segment_paths(&segment_base(&self.job_id, node));
                 std::fs::remove_file(ctl).ok();
                 std::fs::remove_file(detq).ok();
@@ -864,40 +1086,49 @@ pub mod logger_cores {
 
         /// After the ranks: a clean job lets loggers drain and exit (bounded), a failed one
         /// kills them. Returns false if a logger failed or had to be killed.
-        pub fn finish(mut self, clean: bool) -> bool {
+        pub fn finish(self, clean: bool) -> bool {
             if !clean {
                 self.kill();
                 return true;
             }
-            for c in self.loggers.iter_mut() {
-                if let Some(mut stdin) = c.stdin.take() {
-                    let _ = stdin.flush();
-                }
-            }
-            let deadline = Instant::now() + STOP_BOUND;
             let mut ok = true;
-            for (node, c) in self.loggers.iter_mut().enumerate() {
-                loop {
-                    match c.try_wait() {
-                        Ok(Some(st)) if st.success() => break,
-                        Ok(Some(st)) => {
-                            eprintln!("reverb run: the logger core of node {node} ended with {st}");
-                            ok = false;
-                            break;
-                        }
-                        Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                        _ => {
-                            eprintln!("reverb run: the logger core of node {node} did not stop within {STOP_BOUND:?}; killed");
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            ok = false;
-                            break;
+            {
+                let mut procs = self.procs.borrow_mut();
+                for p in procs.iter_mut() {
+                    if let Some(mut stdin) = p.child.stdin.take() {
+                        let _ = stdin.flush();
+                    }
+                }
+                let deadline = Instant::now() + STOP_BOUND;
+                for (node, p) in procs.iter_mut().enumerate() {
+                    loop {
+                        let status = match p.ended {
+                            Some(st) => Ok(Some(st)),
+                            None => p.child.try_wait(),
+                        };
+                        match status {
+                            Ok(Some(st)) if st.success() => break,
+                            Ok(Some(st)) => {
+                                eprintln!("reverb run: the logger core of node {node} ended with {st}");
+                                ok = false;
+                                break;
+                            }
+                            Ok(None) if Instant::now() < deadline => {
+                                std::thread::sleep(Duration::from_millis(5))
+                            }
+                            _ => {
+                                eprintln!("reverb run: the logger core of node {node} did not stop within {STOP_BOUND:?}; killed");
+                                let _ = p.child.kill();
+                                let _ = p.child.wait();
+                                ok = false;
+                                break;
+                            }
                         }
                     }
                 }
             }
             let deadline = Instant::now() + Duration::from_secs(2);
-            while self.pumps.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+            while self.pumps.borrow().iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
             self.remove_segments();
@@ -907,7 +1138,12 @@ pub mod logger_cores {
 
     impl Drop for LoggerCores {
         fn drop(&mut self) {
-            if self.loggers.iter_mut().any(|c| matches!(c.try_wait(), Ok(None))) {
+            let running = self
+                .procs
+                .get_mut()
+                .iter_mut()
+                .any(|p| p.ended.is_none() && matches!(p.child.try_wait(), Ok(None)));
+            if running {
                 self.kill();
             }
         }

@@ -357,6 +357,7 @@ impl LoggerCore {
                     detail: format!("node {target} hosts no ring for node {me}"),
                 })?;
             path.writer = Some(LogRingWriter::new(provider, ring_remote)?);
+            path.remote = Some(ring_remote);
             for w in watched.iter_mut() {
                 w.heartbeat_region = Some(parsed[w.node as usize].0);
             }
@@ -558,6 +559,17 @@ impl LoggerCore {
                     );
                 }
                 for node in related.iter().copied() {
+                    if self.check_revived(provider, &heartbeat_in, &mut watched, node, now) && node == target
+                    {
+                        if let Some(remote) = path.remote.filter(|_| path.writer.is_none()) {
+                            let rewritten = path.retarget(provider, remote)?;
+                            self.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
+                            eprintln!(
+                                "reverb logger-core node {me}: logging to buddy node {node} again (same \
+                                 incarnation); {rewritten} record(s) since the last trim written again"
+                            );
+                        }
+                    }
                     if let Some((why, cause)) =
                         self.check_peer(provider, &heartbeat_in, &mut watched, node, now)
                     {
@@ -902,7 +914,12 @@ impl LoggerCore {
         phase: Phase,
     ) {
         for i in 0..watched.len() {
-            if watched[i].life != PeerLife::Alive {
+            // A node found dead by its heartbeat alone still gets ours while the transport has
+            // it alive: if it was only slow, it must not find us dead in turn.
+            let suspected = watched[i].life == PeerLife::Dead
+                && !watched[i].given_up()
+                && provider.peer_state(watched[i].node) == PeerState::Alive;
+            if watched[i].life != PeerLife::Alive && !suspected {
                 continue;
             }
             let node = watched[i].node;
@@ -982,6 +999,46 @@ impl LoggerCore {
         let silent = now.duration_since(w.last_change);
         (silent >= heartbeat)
             .then(|| (format!("heartbeat silent for {} ms", silent.as_millis()), DeathCause::Heartbeat))
+    }
+
+    /// A logger found dead by a silent heartbeat alone may only have been slow (a loaded
+    /// machine): if the same incarnation heartbeats again and the transport has it alive, it
+    /// is alive again (the verdict records it back). Returns whether it revived now.
+    fn check_revived(
+        &self,
+        provider: &dyn Provider,
+        heartbeat_in: &Region,
+        watched: &mut [Watched],
+        node: Rank,
+        now: Instant,
+    ) -> bool {
+        let Some(w) = watched.iter_mut().find(|w| w.node == node) else { return false };
+        if w.life != PeerLife::Dead || w.heartbeat_region.is_none() || w.given_up() {
+            return false;
+        }
+        let same = provider.peer_incarnation(node).is_none_or(|i| i == w.incarnation);
+        if provider.peer_state(node) != PeerState::Alive || !same {
+            return false;
+        }
+        let mut b = [0u8; 8];
+        if heartbeat_in.read(8 * node as usize, &mut b).is_err() {
+            return false;
+        }
+        let value = u64::from_le_bytes(b);
+        if value == w.last_value || value == STOPPED {
+            return false;
+        }
+        w.last_value = value;
+        w.last_change = now;
+        w.last_change_wall = SystemTime::now();
+        w.life = PeerLife::Alive;
+        w.since = now;
+        if let Some(mut v) = self.segment.verdicts().into_iter().find(|v| v.node == node && v.is_dead()) {
+            v.back = Some((w.incarnation, unix_ms(SystemTime::now())));
+            self.segment.record_verdict(&v);
+        }
+        eprintln!("reverb logger-core: node {node} heartbeats again: it was only slow, not dead");
+        true
     }
 
     /// Records `node` dead (verdict, buddy state, stderr); false if it was not alive.
@@ -1140,6 +1197,8 @@ struct LogPath {
     pending_frames: VecDeque<(u64, u64, u64)>,
     /// The current writer's durable watermark.
     durable: u64,
+    /// The buddy ring the log goes to (kept while the buddy is only suspected).
+    remote: Option<RemoteRegion>,
 }
 
 impl LogPath {
@@ -1191,6 +1250,7 @@ impl LogPath {
         }
         self.durable = 0;
         self.writer = Some(writer);
+        self.remote = Some(remote);
         Ok(self.shadow.len())
     }
 }
