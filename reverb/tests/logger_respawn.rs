@@ -1,0 +1,235 @@
+//! A node failure takes its logger core too (issues 4 + 6). Real processes, real SIGKILLs:
+//!
+//! - a node killed mid-run under `--logger shared-unpinned --respawn 1` (REVERB_LOG=causal):
+//!   the launcher kills the node's logger with its ranks and restarts both; the surviving
+//!   logger reconnects to the new incarnation, re-flushes its log into the new ring, and the
+//!   application ends with its failure-free checksum;
+//! - a logger core killed alone: its node fails and is respawned; the buddy's logger reports
+//!   it dead (log line), and the verdict reaches the ranks through the node segment
+//!   (`NodeLogClient::verdicts`), with the incarnation that came back;
+//! - the same without `--respawn`: the job fails at once with a message naming the logger.
+//!
+//! This binary re-executes itself as the ranks of the last two (role in `REVERB_TEST_ROLE`).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reverb_logger::core::segment::{Status, STATE_READY};
+use reverb_logger::core::NodeLogClient;
+use reverb_logger::Determinant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_reverb");
+const ROLE: &str = "REVERB_TEST_ROLE";
+/// Every wait of a rank is bounded by this (the machine may be heavily loaded).
+const WAIT: Duration = Duration::from_secs(60);
+
+fn env_u32(name: &str) -> u32 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} not set"))
+}
+
+/// Runs `reverb <args>` with `env`; returns (exit code, stdout, stderr, wall time).
+fn reverb(args: &[String], env: &[(&str, &str)]) -> (Option<i32>, String, String, Duration) {
+    let t0 = Instant::now();
+    let out = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running reverb");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        t0.elapsed(),
+    )
+}
+
+fn run_args(ranks: u32, respawn: u32, program: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "-n",
+        &ranks.to_string(),
+        "--ranks-per-node",
+        "2",
+        "--respawn",
+        &respawn.to_string(),
+        "--logger",
+        "shared-unpinned",
+        "--timeout",
+        "100",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend_from_slice(program);
+    args
+}
+
+fn checksum(stdout: &str) -> Option<String> {
+    stdout.lines().find_map(|l| l.split_once("checksum: ").map(|(_, c)| c.trim().to_string()))
+}
+
+/// The app failure-free, then with rank 3 (node 1) SIGKILLed after `sends` sends: the node's
+/// logger must be killed and restarted with it, and the checksum must not change.
+fn node_and_logger_recover(app: &[&str], sends: u32) -> String {
+    let mut program = vec![BIN.to_string(), "app".to_string()];
+    program.extend(app.iter().map(|s| s.to_string()));
+    let (code, clean_out, clean_err, _) = reverb(&run_args(8, 0, &program), &[("REVERB_LOG", "causal")]);
+    assert_eq!(code, Some(0), "failure-free run:\n{clean_out}\n{clean_err}");
+    let clean = checksum(&clean_out).unwrap_or_else(|| panic!("no checksum:\n{clean_out}"));
+
+    let fault = format!("3:{sends}");
+    let (code, out, err, took) =
+        reverb(&run_args(8, 1, &program), &[("REVERB_LOG", "causal"), ("REVERB_FAULT", &fault)]);
+    println!("{app:?}: killed run took {took:?}\n{err}");
+    assert_eq!(code, Some(0), "run with node 1 killed:\n{out}\n{err}");
+    assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
+    for expected in [
+        "respawning node 1 (ranks 2-3 and its logger core) at incarnation 1",
+        "node 1: logger core started again at incarnation 1",
+        "[logger 1] reverb logger-core node 1: incarnation 1 rejoined",
+        "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
+        "[logger 1] reverb logger-core node 1: logging to buddy node 0 (incarnation 0) again",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    err
+}
+
+#[test]
+fn node_killed_with_its_logger_keeps_the_stencil_checksum() {
+    node_and_logger_recover(&["stencil", "--iters", "60", "--size", "64", "--ckpt-every", "10"], 50);
+}
+
+#[test]
+fn node_killed_with_its_logger_keeps_the_master_worker_checksum_and_reflushes_the_buddy_log() {
+    // Any-source receives: determinants flow, so node 0's log held records when node 1's
+    // logger (which hosted node 0's ring) died; they are written again into the new ring.
+    let err = node_and_logger_recover(&["master-worker"], 60);
+    let line = err
+        .lines()
+        .find(|l| l.contains("[logger 0]") && l.contains("(incarnation 1) again"))
+        .unwrap_or_default();
+    println!("{line}");
+}
+
+/// Rank roles for the two tests below (2 nodes of 2 ranks; node 1's logger is killed).
+fn rank_role(test: &str) {
+    let rank = env_u32("REVERB_RANK");
+    let incarnation = env_u32("REVERB_INCARNATION");
+    let client = NodeLogClient::attach_from_env().expect("attach to the node's logger core");
+    let t0 = Instant::now();
+    match (rank, incarnation) {
+        (2, 0) => {
+            // Node 1's first rank kills its node's logger, as a node failure would, then
+            // waits for the launcher to act (it is killed with its node, or with the job).
+            // Once the loggers' job has formed (a kill during its start-up exchange fails the
+            // job instead: the exchange is a collective).
+            while client.status(Status::State) != STATE_READY || !client.buddy_alive() {
+                assert!(t0.elapsed() < WAIT, "node 1's logger never became ready");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let pid = client.status(Status::LoggerPid) as libc::pid_t;
+            assert!(pid > 0, "no logger pid in the segment");
+            println!("rank 2: SIGKILL to node 1's logger core (pid {pid})");
+            // SAFETY: plain syscall on a pid read from our own node's segment.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            std::thread::sleep(WAIT);
+            panic!("rank 2 was not killed with its node within {WAIT:?}");
+        }
+        (0, 0) if test.contains("respawned") => {
+            // The buddy node's rank: the verdict reaches it through the segment, then the
+            // incarnation that came back; after that its log is durable again.
+            let verdict = loop {
+                let back = client.verdicts().into_iter().find(|v| v.node == 1 && v.back.is_some());
+                if let Some(v) = back {
+                    break v;
+                }
+                assert!(t0.elapsed() < WAIT, "no verdict with node 1 back: {:?}", client.verdicts());
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let back = verdict.back.map(|(i, _)| i);
+            println!(
+                "rank 0: verdict node {} incarnation {} dead ({:?}, reported {} ms after its last heartbeat), back at incarnation {:?}",
+                verdict.node,
+                verdict.incarnation,
+                verdict.cause,
+                verdict.detection().as_millis(),
+                back
+            );
+            assert_eq!((verdict.incarnation, back), (0, Some(1)));
+            let det = Determinant { sender: 1, receiver: 0, ssn: 1, rsn: 1 };
+            let t = client.enqueue_determinant_wait(&det, WAIT).expect("enqueue");
+            client.wait_durable(t, WAIT).expect("durable at the respawned buddy");
+            assert!(client.buddy_alive());
+            println!("rank 0: logging to the respawned buddy works");
+        }
+        (2 | 3, 1) => {
+            // The restarted node logs through its restarted logger into node 0's new ring.
+            let det = Determinant { sender: 0, receiver: rank, ssn: 1, rsn: 1 };
+            let t = client.enqueue_determinant_wait(&det, WAIT).expect("enqueue");
+            client.wait_durable(t, WAIT).expect("durable at the surviving buddy");
+            println!("rank {rank}: restarted, logging again");
+        }
+        (3, 0) => {
+            std::thread::sleep(WAIT);
+            panic!("rank 3 was not killed with its node within {WAIT:?}");
+        }
+        _ if test.contains("without") => {
+            std::thread::sleep(WAIT);
+            panic!("rank {rank} was not killed with the job within {WAIT:?}");
+        }
+        _ => {}
+    }
+}
+
+fn self_args(test: &str) -> Vec<String> {
+    let exe = std::env::current_exe().expect("test binary").to_string_lossy().into_owned();
+    vec![exe, test.into(), "--exact".into(), "--nocapture".into(), "--test-threads=1".into()]
+}
+
+#[test]
+fn a_logger_killed_alone_fails_its_node_which_is_respawned() {
+    const TEST: &str = "a_logger_killed_alone_fails_its_node_which_is_respawned";
+    if std::env::var(ROLE).is_ok() {
+        return rank_role(TEST);
+    }
+    let (code, out, err, took) = reverb(&run_args(4, 1, &self_args(TEST)), &[(ROLE, "rank")]);
+    println!("took {took:?}\n{out}\n{err}");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        err.contains("the logger core of node 1 (pid")
+            && err.contains("incarnation 0) was killed by signal 9 (SIGKILL); respawning node 1"),
+        "the launcher must fail node 1 for its logger:\n{err}"
+    );
+    // The buddy's logger reports the death (transport, heartbeat, a failed write, or the new
+    // incarnation's rejoin: whichever came first).
+    let detected = err
+        .lines()
+        .find(|l| l.starts_with("[logger 0]") && l.contains("buddy node 1 is dead ("))
+        .unwrap_or_else(|| panic!("node 0's logger never reported node 1 dead:\n{err}"));
+    println!("detection: {detected}");
+    assert!(out.contains("incarnation 0 dead") && out.contains("back at incarnation Some(1)"), "{out}");
+    assert!(out.contains("rank 0: logging to the respawned buddy works"), "{out}");
+    for r in [2, 3] {
+        assert!(out.contains(&format!("rank {r}: restarted, logging again")), "{out}");
+    }
+}
+
+#[test]
+fn a_logger_killed_without_respawn_fails_the_job_clearly() {
+    const TEST: &str = "a_logger_killed_without_respawn_fails_the_job_clearly";
+    if std::env::var(ROLE).is_ok() {
+        return rank_role(TEST);
+    }
+    let (code, out, err, took) = reverb(&run_args(4, 0, &self_args(TEST)), &[(ROLE, "rank")]);
+    println!("took {took:?}\n{err}");
+    assert_eq!(code, Some(128 + 9), "the job must fail with the logger's signal:\n{out}\n{err}");
+    assert!(
+        err.contains("incarnation 0) was killed by signal 9 (SIGKILL); its node cannot log any more"),
+        "{err}"
+    );
+    assert!(!err.contains("timeout after"), "the job must fail at once, not at its timeout:\n{err}");
+}
