@@ -319,13 +319,17 @@ impl LoggerCore {
                 w.life = PeerLife::Awaiting;
                 w.hello_sent = Some(w.incarnation);
                 let ring = hosted.iter().find(|(c, _)| *c == w.node).map(|(_, r)| r.remote());
-                hellos.send(
+                let sent = hellos.send(
                     provider,
                     w.node,
                     boot.job().incarnation,
                     &heartbeat_in.remote(),
                     ring.as_ref(),
-                )?;
+                );
+                if let Err(e) = sent {
+                    // Dead too (its node failed with ours): its next incarnation will say hello.
+                    eprintln!("reverb logger-core node {me}: no hello to node {}: {e}; awaiting it", w.node);
+                }
             }
             self.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
             eprintln!(
@@ -741,7 +745,16 @@ impl LoggerCore {
             w.heartbeat_region = None;
             w.hello_sent = Some(incarnation);
         }
-        hellos.send(provider, node, ctx.incarnation, &ctx.heartbeat_in.remote(), offered.as_ref())?;
+        if let Err(e) =
+            hellos.send(provider, node, ctx.incarnation, &ctx.heartbeat_in.remote(), offered.as_ref())
+        {
+            // That incarnation died already: the next one's rejoin brings another hello.
+            eprintln!(
+                "reverb logger-core node {}: no hello to node {node}: {e}; awaiting its next incarnation",
+                ctx.me
+            );
+            return Ok(());
+        }
         eprintln!(
             "reverb logger-core node {}: node {node} rejoined at incarnation {incarnation}; hello sent{}",
             ctx.me,
