@@ -233,3 +233,96 @@ fn a_logger_killed_without_respawn_fails_the_job_clearly() {
     );
     assert!(!err.contains("timeout after"), "the job must fail at once, not at its timeout:\n{err}");
 }
+
+/// The pid and segment base of the logger core of `node` started by launcher `launcher`.
+fn find_logger(launcher: u32, node: u32) -> Option<(u32, String)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid =
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid != Some(launcher) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("logger-core") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let vars: Vec<String> =
+            environ.split(|&b| b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+        if vars.iter().any(|v| *v == format!("REVERB_NODE={node}")) {
+            let base =
+                vars.iter().find_map(|v| v.strip_prefix("REVERB_LOGGER_SEGMENT=").map(str::to_string))?;
+            return Some((pid, base));
+        }
+    }
+    None
+}
+
+#[test]
+fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
+    let program: Vec<String> =
+        [BIN, "app", "master-worker", "--iters", "2000"].iter().map(|s| s.to_string()).collect();
+    let (code, clean_out, clean_err, _) = reverb(&run_args(8, 0, &program), &[("REVERB_LOG", "causal")]);
+    assert_eq!(code, Some(0), "failure-free run:\n{clean_out}\n{clean_err}");
+    let clean = checksum(&clean_out).unwrap_or_else(|| panic!("no checksum:\n{clean_out}"));
+
+    let dir = std::env::temp_dir().join(format!("reverb-logger-respawn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (out_path, err_path) = (dir.join("out"), dir.join("err"));
+    let mut job = Command::new(BIN)
+        .args(run_args(8, 1, &program))
+        .env("REVERB_LOG", "causal")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("spawning reverb run");
+    let t0 = Instant::now();
+    let (pid, base) = loop {
+        if let Some(found) = find_logger(job.id(), 1) {
+            break found;
+        }
+        assert!(t0.elapsed() < WAIT, "no logger core for node 1 appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Once it serves its node (its segment says ready), and the ranks have had a moment.
+    let ctl = format!("{base}.ctl");
+    loop {
+        let ready = reverb_logger::core::segment::NodeSegment::open(&ctl)
+            .is_ok_and(|s| s.get(Status::State) == STATE_READY);
+        if ready {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "node 1's logger never became ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain syscall on our grandchild's pid (the launcher has not reaped it: it is
+    // running, or a zombie until the launcher sees it).
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+    let status = loop {
+        if let Some(st) = job.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(150) {
+            let _ = job.kill();
+            panic!("reverb run did not end within 150 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    std::fs::remove_dir_all(&dir).ok();
+    println!("{err}");
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "the logger core of node 1 (pid {pid}, incarnation 0) was killed by signal 9 (SIGKILL); respawning node 1"
+        )),
+        "the job ended before the kill, or the launcher missed it:\n{err}"
+    );
+    assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
+}
