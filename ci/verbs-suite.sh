@@ -7,17 +7,19 @@
 # Suites: the provider's own tests (transport/tests/provider.rs), the launcher's node respawn
 # (reverb/tests/respawn.rs), the logger's multi-process tests (remote log ring, LoggedEndpoint
 # protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
-# SIGKILLs, buddy and Reed-Solomon restore, corruption). The logger's detqueue_procs is not here:
+# SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
+# the stencil with a node SIGKILLed, identical checksums). The logger's detqueue_procs is not here:
 # the determinant queue is node-local shared memory by design (no provider), so it stays shm.
 # Every suite of one run shares one VM boot (~15 s under TCG); per-suite wall times are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The last test executable cargo builds for `cargo test $@ --no-run`.
+# The test executable cargo builds for `cargo test $@ --no-run` (not a [[bin]] it also builds,
+# e.g. the `reverb` binary a test runs).
 test_bin() {
     local bin
     bin=$(cargo test "$@" --no-run --message-format=json \
-        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+        | grep -F '"kind":["test"]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
     [[ -x "$bin" ]] || { echo "ci/verbs-suite.sh: test binary of '$*' not found" >&2; exit 1; }
     echo "$bin"
 }
@@ -28,6 +30,7 @@ suites=(
     "causal:$(test_bin -p reverb-logger --features verbs --test causal_procs)"
     "protocol:$(test_bin -p reverb-logger --features verbs --test protocol_procs)"
     "checkpoint:$(test_bin -p reverb-ckpt --features verbs --test checkpoint_procs)"
+    "demo:$(test_bin -p reverb --features verbs --test demo)"
 )
 
 # TCG runs everything several times slower: the tests scale their time bounds by this.

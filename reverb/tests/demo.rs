@@ -1,13 +1,17 @@
 //! `reverb demo` end to end with small sizes: three real jobs (logging off, causal, a node
-//! SIGKILLed and respawned); the demo itself asserts the recovered checksum.
+//! SIGKILLed and respawned); the demo itself asserts the recovered checksum. On the provider
+//! `REVERB_PROVIDER` names (default shm): ci/verbs-suite.sh runs it over verbs in the rxe VM.
 
 use std::process::Command;
 
 #[test]
 fn demo_recovers_a_killed_node_with_an_identical_checksum() {
+    let provider = std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into());
     let out = Command::new(env!("CARGO_BIN_EXE_reverb"))
         .args([
             "demo",
+            "--provider",
+            &provider,
             "--iters",
             "40",
             "--size",
