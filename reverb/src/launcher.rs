@@ -9,6 +9,11 @@
 //! the node's other ranks, tells the bootstrap server those slots failed, and starts the
 //! node's ranks again in place with `REVERB_INCARNATION` + 1, at most N times per job. A rank
 //! that exits non-zero still fails the job: that is the program's own verdict.
+//!
+//! With logger cores (`--logger`), a node failure takes the node's logger core too: it is
+//! SIGKILLed with the ranks and started again at the next incarnation, before them. A logger
+//! core killed by a signal fails its node the same way (under `--respawn`); without respawn,
+//! or when it exits by itself while its ranks run, the job fails naming it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -811,6 +816,8 @@ fn join_handles(mut pumps: Vec<JoinHandle<()>>) {
 /// transport job of their own (second bootstrap server, own token, job id `<job>-lg`), and the
 /// cpu plan of the placement. Ranks get `REVERB_LOGGER_SEGMENT` to attach to their node's
 /// logger; loggers stop (stdin closed) after the ranks finish, or are killed with the job.
+/// A failed node's logger is restarted at the next incarnation (`LoggerCores::respawn`): it
+/// rejoins the loggers' job, whose rendezvous was told its slot failed.
 pub mod logger_cores {
     use std::cell::RefCell;
     use std::io::Write as _;

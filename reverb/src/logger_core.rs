@@ -15,11 +15,16 @@ pub fn main(args: LoggerCoreArgs) -> Result<()> {
     let s = LoggerCore::run_from_env().context("reverb logger-core")?;
     if args.summary {
         eprintln!(
-            "logged {} determinants and {} payload frames ({} ring bytes) to node {}{}",
+            "logged {} determinants and {} payload frames ({} ring bytes) to node {}{}{}",
             s.determinants,
             s.payloads,
             s.ring_bytes_written,
             s.buddy,
+            if s.buddy_rejoins > 0 {
+                format!("; buddy respawned {} time(s), log re-flushed", s.buddy_rejoins)
+            } else {
+                String::new()
+            },
             if s.buddy_dead { "; buddy dead" } else { "" }
         );
     }
