@@ -1064,9 +1064,7 @@ pub mod logger_cores {
             self.server.mark_failed(node, incarnation, reason).with_context(|| {
                 format!("telling the loggers' rendezvous that node {node}'s logger failed")
             })?;
-            let (ctl, detq) = segment_paths(&segment_base(&self.job_id, node));
-            std::fs::remove_file(ctl).ok();
-            std::fs::remove_file(detq).ok();
+            remove_node_files(&segment_base(&self.job_id, node));
             drop(procs);
             let fresh = self.spawn(node, incarnation + 1)?;
             let mut procs = self.procs.borrow_mut();
@@ -1085,9 +1083,7 @@ pub mod logger_cores {
 
         fn remove_segments(&self) {
             for node in 0..self.nodes {
-                let (ctl, detq) = segment_paths(&segment_base(&self.job_id, node));
-                std::fs::remove_file(ctl).ok();
-                std::fs::remove_file(detq).ok();
+                remove_node_files(&segment_base(&self.job_id, node));
             }
         }
 
@@ -1152,6 +1148,24 @@ pub mod logger_cores {
                 .any(|p| p.ended.is_none() && matches!(p.child.try_wait(), Ok(None)));
             if running {
                 self.kill();
+            }
+        }
+    }
+
+    /// A node's segment files, and the ring snapshots its logger left (a killed logger does
+    /// not clean up: its successor's clients must not read them).
+    fn remove_node_files(base: &str) {
+        let (ctl, detq) = segment_paths(base);
+        std::fs::remove_file(ctl).ok();
+        std::fs::remove_file(detq).ok();
+        let base = std::path::Path::new(base);
+        let (Some(dir), Some(name)) = (base.parent(), base.file_name()) else { return };
+        let prefix = format!("{}.hosted-node", name.to_string_lossy());
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                    std::fs::remove_file(entry.path()).ok();
+                }
             }
         }
     }
