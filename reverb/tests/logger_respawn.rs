@@ -131,6 +131,16 @@ fn rank_role(test: &str) {
                 assert!(t0.elapsed() < WAIT, "node 1's logger never became ready");
                 std::thread::sleep(Duration::from_millis(5));
             }
+            if test.contains("respawned") {
+                // What the killed logger holds: node 0's log (rank 0's determinants) in the
+                // ring it hosts; and node 0's logger hosts ours.
+                let logged = marker("r0-logged");
+                while !logged.exists() {
+                    assert!(t0.elapsed() < WAIT, "rank 0 never logged");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                log_durably(&client, 2);
+            }
             let pid = client.status(Status::LoggerPid) as libc::pid_t;
             assert!(pid > 0, "no logger pid in the segment");
             println!("rank 2: SIGKILL to node 1's logger core (pid {pid})");
@@ -140,6 +150,8 @@ fn rank_role(test: &str) {
             panic!("rank 2 was not killed with its node within {WAIT:?}");
         }
         (0, 0) if test.contains("respawned") => {
+            log_durably(&client, 0);
+            std::fs::write(marker("r0-logged"), b"").expect("marker");
             // The buddy node's rank: the verdict reaches it through the segment, then the
             // incarnation that came back; after that its log is durable again.
             let verdict = loop {
@@ -165,6 +177,11 @@ fn rank_role(test: &str) {
             client.wait_durable(t, WAIT).expect("durable at the respawned buddy");
             assert!(client.buddy_alive());
             println!("rank 0: logging to the respawned buddy works");
+            // Replay material: node 1's log from before the kill stays readable here (the
+            // ring hosted for its dead incarnation is retired, not dropped).
+            let held = hosted_rsns(&client, 2);
+            assert!((1..=LOGGED).all(|r| held.contains(&r)), "rank 2's determinants kept: {held:?}");
+            println!("rank 0: node 1's {LOGGED} determinants from before the kill are still held");
         }
         (2 | 3, 1) => {
             // The restarted node logs through its restarted logger into node 0's new ring.
@@ -172,6 +189,19 @@ fn rank_role(test: &str) {
             let t = client.enqueue_determinant_wait(&det, WAIT).expect("enqueue");
             client.wait_durable(t, WAIT).expect("durable at the surviving buddy");
             println!("rank {rank}: restarted, logging again");
+            if rank == 2 {
+                // Node 0's log died with the old logger; node 0's logger wrote it again into
+                // the ring our new logger hosts.
+                loop {
+                    let held = hosted_rsns(&client, 0);
+                    if (1..=LOGGED).all(|r| held.contains(&r)) {
+                        break;
+                    }
+                    assert!(t0.elapsed() < WAIT, "node 0's log was not re-flushed: {held:?}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                println!("rank 2: node 0's {LOGGED} determinants were re-flushed into the new ring");
+            }
         }
         (3, 0) => {
             std::thread::sleep(WAIT);
@@ -185,6 +215,39 @@ fn rank_role(test: &str) {
     }
 }
 
+/// Determinants each of ranks 0 and 2 makes durable before node 1's logger is killed.
+const LOGGED: u64 = 100;
+
+fn marker(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("TEST_DIR").expect("TEST_DIR")).join(name)
+}
+
+fn log_durably(client: &NodeLogClient, rank: u32) {
+    let mut tickets = Vec::new();
+    for rsn in 1..=LOGGED {
+        let det = Determinant { sender: 1 - rank % 2, receiver: rank, ssn: rsn, rsn };
+        tickets.push(client.enqueue_determinant_wait(&det, WAIT).expect("enqueue"));
+    }
+    for t in tickets {
+        client.wait_durable(t, WAIT).expect("durable before the kill");
+    }
+}
+
+/// The rsns of `receiver`'s determinants in the rings this node's logger hosts (snapshots).
+fn hosted_rsns(client: &NodeLogClient, receiver: u32) -> std::collections::BTreeSet<u64> {
+    let mut rsns = std::collections::BTreeSet::new();
+    for (_, image) in client.hosted_ring_images(WAIT).expect("ring snapshots") {
+        let scan = reverb_logger::logring::scan(&image).expect("ring image");
+        for record in
+            scan.records.iter().filter(|r| r.kind == reverb_logger::logring::RecordKind::Determinants)
+        {
+            let dets = record.determinants().expect("determinant record");
+            rsns.extend(dets.iter().filter(|d| d.receiver == receiver).map(|d| d.rsn));
+        }
+    }
+    rsns
+}
+
 fn self_args(test: &str) -> Vec<String> {
     let exe = std::env::current_exe().expect("test binary").to_string_lossy().into_owned();
     vec![exe, test.into(), "--exact".into(), "--nocapture".into(), "--test-threads=1".into()]
@@ -196,7 +259,12 @@ fn a_logger_killed_alone_fails_its_node_which_is_respawned() {
     if std::env::var(ROLE).is_ok() {
         return rank_role(TEST);
     }
-    let (code, out, err, took) = reverb(&run_args(4, 1, &self_args(TEST)), &[(ROLE, "rank")]);
+    let dir = std::env::temp_dir().join(format!("reverb-logger-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_s = dir.to_string_lossy().into_owned();
+    let (code, out, err, took) =
+        reverb(&run_args(4, 1, &self_args(TEST)), &[(ROLE, "rank"), ("TEST_DIR", dir_s.as_str())]);
+    std::fs::remove_dir_all(&dir).ok();
     println!("took {took:?}\n{out}\n{err}");
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(
@@ -216,6 +284,8 @@ fn a_logger_killed_alone_fails_its_node_which_is_respawned() {
     for r in [2, 3] {
         assert!(out.contains(&format!("rank {r}: restarted, logging again")), "{out}");
     }
+    assert!(out.contains("rank 2: node 0's 100 determinants were re-flushed into the new ring"), "{out}");
+    assert!(out.contains("rank 0: node 1's 100 determinants from before the kill are still held"), "{out}");
 }
 
 #[test]
