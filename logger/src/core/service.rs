@@ -368,6 +368,13 @@ impl LoggerCore {
             self.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
         }
         hellos.post(provider)?;
+        // Silence counts from here: the exchange above may take long on a loaded machine.
+        let now = Instant::now();
+        for w in watched.iter_mut() {
+            w.last_change = now;
+            w.last_change_wall = SystemTime::now();
+            w.since = now;
+        }
 
         let mut consumer = self.detq.consumer()?;
         self.segment.set(Status::State, segment::STATE_READY);
