@@ -47,9 +47,17 @@ impl Envelope {
 
     /// Appends envelope and `payload` to `out` (sets `payload_len` from `payload`).
     pub fn encode_into(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<()> {
-        self.payload_len = u32::try_from(payload.len()).map_err(|_| {
-            LogError::InvalidArgument(format!("payload of {} bytes exceeds u32", payload.len()))
-        })?;
+        out.reserve(self.encoded_len() + payload.len());
+        self.encode_header_into(payload.len(), out)?;
+        out.extend_from_slice(payload);
+        Ok(())
+    }
+
+    /// Appends the envelope alone, for a payload of `payload_len` bytes that the caller puts
+    /// right behind it (a large message is framed in place, in a registered buffer).
+    pub fn encode_header_into(&mut self, payload_len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.payload_len = u32::try_from(payload_len)
+            .map_err(|_| LogError::InvalidArgument(format!("payload of {payload_len} bytes exceeds u32")))?;
         if self.determinants.len() > MAX_PIGGYBACKED {
             return Err(LogError::InvalidArgument(format!(
                 "{} piggybacked determinants, at most {MAX_PIGGYBACKED} per message",
@@ -57,7 +65,7 @@ impl Envelope {
             )));
         }
         let det_count = self.determinants.len() as u32;
-        out.reserve(self.encoded_len() + payload.len());
+        out.reserve(self.encoded_len());
         out.extend_from_slice(&ENVELOPE_MAGIC.to_le_bytes());
         out.push(ENVELOPE_VERSION);
         out.push(0); // flags: none defined in version 1
@@ -71,7 +79,6 @@ impl Envelope {
         for det in &self.determinants {
             out.extend_from_slice(&det.to_bytes());
         }
-        out.extend_from_slice(payload);
         Ok(())
     }
 
@@ -204,6 +211,16 @@ mod tests {
             let (decoded, body) = Envelope::decode(&frame).unwrap();
             prop_assert_eq!(decoded, env);
             prop_assert_eq!(body, &payload[..]);
+        }
+
+        #[test]
+        fn header_then_payload_is_the_whole_frame((mut env, payload) in envelope_and_payload()) {
+            let whole = env.encode(&payload).unwrap();
+            let mut framed = Vec::new();
+            env.encode_header_into(payload.len(), &mut framed).unwrap();
+            prop_assert_eq!(framed.len(), env.encoded_len());
+            framed.extend_from_slice(&payload);
+            prop_assert_eq!(framed, whole);
         }
 
         #[test]

@@ -28,6 +28,7 @@ pub mod determinant;
 pub mod detqueue;
 pub mod envelope;
 pub mod error;
+mod framepool;
 pub mod logring;
 pub mod protocol;
 pub mod sendlog;

@@ -63,6 +63,7 @@ use crate::determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 use crate::detqueue::DetQueue;
 use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
 use crate::error::{LogError, Result};
+use crate::framepool::FramePool;
 use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
 use crate::sendlog::SendLog;
 use crate::sink::LoggerOffload;
@@ -84,6 +85,9 @@ const DET_WRITE_BATCH: usize = 32;
 /// Causal: receive-loop rounds without a match after which the receive counts as idle and
 /// pushes pending determinant writes out.
 const IDLE_ROUNDS: u32 = 8;
+/// Registered bytes for framing large messages in place (as much as the shm provider pools
+/// for its own staging, which such sends then leave unused).
+const FRAME_POOL_BYTES: usize = 64 << 20;
 
 /// Which logging protocol a job runs (`REVERB_LOG`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,6 +396,8 @@ pub struct LoggedEndpoint {
     retired: Vec<HostedRing>,
     stats: LogStats,
     send_buf: Vec<u8>,
+    /// Registered buffers large frames are written and sent from.
+    frames: FramePool,
     released: Vec<(Ssn, Arrived)>,
     /// Provider sends not completed yet: a provider may hold them in a backlog that only its
     /// progress drains, so `finish` waits for them before it stops progressing.
@@ -494,6 +500,7 @@ impl LoggedEndpoint {
             retired: Vec::new(),
             stats: LogStats::default(),
             send_buf: Vec::new(),
+            frames: FramePool::new(FRAME_POOL_BYTES),
             released: Vec::new(),
             sends_in_flight: 0,
             provider,
@@ -633,7 +640,7 @@ impl LoggedEndpoint {
             let n = causal.piggyback_for(dest, &mut piggyback)?;
             LogStats::bump(&self.stats.determinants_piggybacked, n as u64);
         }
-        let encoded = self.encode_frame(dest, ssn, tag, payload, &mut piggyback);
+        let encoded = self.encode_header(dest, ssn, tag, payload.len(), &mut piggyback);
         self.piggyback = piggyback;
         encoded?;
         // Logged before it leaves, so the log covers every message a receiver can hold.
@@ -649,9 +656,9 @@ impl LoggedEndpoint {
             _ if self.config.mode == LogMode::PessimisticReceiverBased => {}
             _ => LogStats::bump(&self.stats.messages_unlogged, 1),
         }
-        self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
+        let overhead = self.send_buf.len() as u64;
+        self.send_framed(dest, payload)?;
         self.sends_in_flight += 1;
-        let overhead = (self.send_buf.len() - payload.len()) as u64;
         self.comm.record_app(dest, payload.len() as u64, overhead)?;
         LogStats::bump(&self.stats.library_bytes_sent, overhead);
         LogStats::bump(&self.stats.messages_sent, 1);
@@ -669,6 +676,44 @@ impl LoggedEndpoint {
         payload: &[u8],
         piggyback: &mut Vec<Determinant>,
     ) -> Result<()> {
+        self.encode_header(dest, ssn, tag, payload.len(), piggyback)?;
+        self.send_buf.extend_from_slice(payload);
+        Ok(())
+    }
+
+    /// Sends the envelope in `send_buf` with `payload` behind it. Above the rendezvous
+    /// threshold the frame is written once into a pooled registered buffer that the peer
+    /// reads in place; otherwise (or with the pool in use or unavailable) the payload joins
+    /// `send_buf` and the provider copies the frame.
+    fn send_framed(&mut self, dest: Rank, payload: &[u8]) -> Result<()> {
+        let (tag, len) = (self.config.provider_tag, self.send_buf.len() + payload.len());
+        if len > self.provider.config().rndv_thresh {
+            // A failed registration only costs the copy below.
+            if let Ok(Some(i)) = self.frames.acquire(&mut *self.provider, len) {
+                if let Some(region) = self.frames.region(i) {
+                    region.write(0, &self.send_buf)?;
+                    region.write(self.send_buf.len(), payload)?;
+                    let op = self.provider.send_region(dest, tag, region, 0, len)?;
+                    self.frames.mark_busy(i, op);
+                    return Ok(());
+                }
+            }
+        }
+        self.send_buf.extend_from_slice(payload);
+        self.provider.send(dest, tag, &self.send_buf)?;
+        Ok(())
+    }
+
+    /// Encodes the envelope of message `ssn` to `dest` (a payload of `payload_len` bytes)
+    /// into `send_buf`, carrying `piggyback` (left empty).
+    fn encode_header(
+        &mut self,
+        dest: Rank,
+        ssn: Ssn,
+        tag: Tag,
+        payload_len: usize,
+        piggyback: &mut Vec<Determinant>,
+    ) -> Result<()> {
         let mut envelope = Envelope {
             sender: self.rank,
             receiver: dest,
@@ -679,7 +724,7 @@ impl LoggedEndpoint {
             determinants: std::mem::take(piggyback),
         };
         self.send_buf.clear();
-        let encoded = envelope.encode_into(payload, &mut self.send_buf);
+        let encoded = envelope.encode_header_into(payload_len, &mut self.send_buf);
         *piggyback = envelope.determinants;
         piggyback.clear();
         encoded
@@ -923,7 +968,10 @@ impl LoggedEndpoint {
                     self.posted.retain(|&op| op != c.op);
                     self.post_receive()?;
                 }
-                CompletionKind::Send { .. } => self.sends_in_flight = self.sends_in_flight.saturating_sub(1),
+                CompletionKind::Send { .. } => {
+                    self.sends_in_flight = self.sends_in_flight.saturating_sub(1);
+                    self.frames.release(c.op);
+                }
                 _ => {}
             }
             let c = match c.into_result() {
@@ -1043,7 +1091,7 @@ impl LoggedEndpoint {
             }
             _ => {}
         }
-        let Some(mut arrived) = self.ready.remove(index) else {
+        let Some(arrived) = self.ready.remove(index) else {
             return Err(LogError::InvalidArgument(format!("no ready message {index}")));
         };
         let rsn = self.reception.deliver(arrived.sender, arrived.ssn).rsn;

@@ -1,0 +1,100 @@
+//! Registered buffers that large enveloped messages are framed in and sent from
+//! (`Provider::send_region`).
+//!
+//! A plain `send` of a frame above the provider's rendezvous threshold costs two copies (the
+//! envelope and payload into one buffer, then the provider's copy into its staging region),
+//! and once more frames are in flight than the provider pools staging regions for, a fresh
+//! registration per message (a new shm file and its page faults). Here the frame is written
+//! once, into a registered region that stays with the endpoint and is reused as soon as the
+//! provider reports the send complete. The pool is bounded; past the bound the caller falls
+//! back to the provider's copying `send`, so a send never waits for a buffer.
+
+use reverb_transport::{Access, OpId, Provider, Region};
+
+use crate::error::Result;
+
+/// Region sizes are rounded up to this, so frames whose piggyback varies reuse one buffer.
+const GRANULE: usize = 64 << 10;
+
+#[derive(Debug)]
+struct Slot {
+    region: Region,
+    /// The send reading this region, until its completion.
+    busy: Option<OpId>,
+}
+
+/// Bounded set of registered send buffers; see the module doc.
+#[derive(Debug)]
+pub(crate) struct FramePool {
+    slots: Vec<Slot>,
+    registered: usize,
+    limit: usize,
+}
+
+impl FramePool {
+    /// A pool registering at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Self {
+        FramePool { slots: Vec::new(), registered: 0, limit }
+    }
+
+    /// Index of a free region of at least `len` bytes: the smallest free one that fits, else
+    /// a new registration within the bound (free regions too small are given back to make
+    /// room). `None` when in-flight sends hold the whole bound.
+    pub(crate) fn acquire(&mut self, provider: &mut dyn Provider, len: usize) -> Result<Option<usize>> {
+        let fit = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.busy.is_none() && s.region.len() >= len)
+            .min_by_key(|(_, s)| s.region.len())
+            .map(|(i, _)| i);
+        if fit.is_some() {
+            return Ok(fit);
+        }
+        let size = len.div_ceil(GRANULE).max(1) * GRANULE;
+        if size > self.limit {
+            return Ok(None);
+        }
+        if self.registered + size > self.limit {
+            let registered = &mut self.registered;
+            self.slots.retain(|s| {
+                let keep = s.busy.is_some();
+                if !keep {
+                    *registered -= s.region.len();
+                }
+                keep
+            });
+            if self.registered + size > self.limit {
+                return Ok(None);
+            }
+        }
+        let region = provider.alloc_region(size, Access::REMOTE_READ)?;
+        self.registered += region.len();
+        self.slots.push(Slot { region, busy: None });
+        Ok(Some(self.slots.len() - 1))
+    }
+
+    pub(crate) fn region(&self, index: usize) -> Option<&Region> {
+        self.slots.get(index).map(|s| &s.region)
+    }
+
+    /// The send `op` reads region `index` until its completion (`release`).
+    pub(crate) fn mark_busy(&mut self, index: usize, op: OpId) {
+        if let Some(s) = self.slots.get_mut(index) {
+            s.busy = Some(op);
+        }
+    }
+
+    /// Frees the region of send `op` (completed, failed or not), if one of ours.
+    pub(crate) fn release(&mut self, op: OpId) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.busy == Some(op)) {
+            s.busy = None;
+        }
+    }
+
+    /// Bytes registered now.
+    #[cfg(test)]
+    pub(crate) fn registered(&self) -> usize {
+        self.registered
+    }
+}
