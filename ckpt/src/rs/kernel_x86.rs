@@ -16,6 +16,12 @@ pub(super) const MAX_ROWS_AVX512: usize = 8;
 /// Most parity rows one AVX2 pass accumulates: 6 accumulators + mask + data nibbles + temporaries
 /// fit the 16 ymm registers (the tables come straight from memory as `vpshufb` operands).
 pub(super) const MAX_ROWS_AVX2: usize = 6;
+/// Bytes ahead of the loads that the SIMD kernels prefetch in every data shard. k + m
+/// concurrent streams (20 at 16+4) are more than the hardware prefetchers follow well; measured
+/// interleaved against no prefetch on the loaded 2-core EPYC (1 MiB shards, best of 40 slices),
+/// 1 KiB ahead gave 4+2 21.0 vs 17.1 GB/s, 8+2 22.4 vs 16.8, 16+4 12.7 vs 8.0; 512 B was
+/// clearly less, 1.5-2 KiB within noise of 1 KiB.
+const PREFETCH_AHEAD: usize = 1024;
 
 pub(super) fn avx512_gfni_detected() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -105,11 +111,13 @@ unsafe fn gfni_rows<const ROWS: usize>(
         let mut acc_a = [_mm512_setzero_si512(); ROWS];
         let mut acc_b = [_mm512_setzero_si512(); ROWS];
         for (j, shard) in data.iter().enumerate() {
+            let at = shard.as_ptr().wrapping_add(pos);
+            // A hint, never a fault, even past the end of the shard (wrapping_add: no UB).
+            let ahead = at.wrapping_add(PREFETCH_AHEAD).cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(ahead);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
             // SAFETY: pos + 128 <= range.end <= shard.len(); unaligned loads are allowed.
-            let (a, b) = unsafe {
-                let at = shard.as_ptr().add(pos);
-                (_mm512_loadu_si512(at.cast()), _mm512_loadu_si512(at.add(64).cast()))
-            };
+            let (a, b) = unsafe { (_mm512_loadu_si512(at.cast()), _mm512_loadu_si512(at.add(64).cast())) };
             for r in 0..ROWS {
                 // SAFETY: j < k and r < ROWS, so j * ROWS + r < matrices.len() = k * ROWS.
                 let matrix = _mm512_set1_epi64(unsafe { *matrices.get_unchecked(j * ROWS + r) } as i64);
@@ -164,8 +172,11 @@ unsafe fn avx2_rows<const ROWS: usize>(
     while pos + 32 <= range.end {
         let mut acc = [_mm256_setzero_si256(); ROWS];
         for (j, shard) in data.iter().enumerate() {
+            let at = shard.as_ptr().wrapping_add(pos);
+            // A hint, never a fault, even past the end of the shard (wrapping_add: no UB).
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD).cast::<i8>());
             // SAFETY: pos + 32 <= range.end <= shard.len(); unaligned load.
-            let x = unsafe { _mm256_loadu_si256(shard.as_ptr().add(pos).cast()) };
+            let x = unsafe { _mm256_loadu_si256(at.cast()) };
             let lo = _mm256_and_si256(x, low_nibbles);
             let hi = _mm256_and_si256(_mm256_srli_epi64::<4>(x), low_nibbles);
             for (r, acc) in acc.iter_mut().enumerate() {

@@ -21,8 +21,11 @@ use gf::NibbleTable;
 
 /// Bytes of each shard encoded per block. Only matters when m needs more than one row group (m > 8
 /// on AVX-512, m > 6 on AVX2): the later groups re-read the block's k data slices, which should
-/// still be in L2 (1 MiB per core here). Measured on the 2-core EPYC with benches/benches/rs.rs
-/// (see `RS_BENCH_BLOCK_SWEEP` there): see the comment at the sweep for the numbers.
+/// still be in L2 (1 MiB per core here). Measured on the loaded 2-core EPYC, 1 MiB shards,
+/// `RS_BENCH_INTERLEAVED=reverb-16k,...,reverb-1024k,isa-l` (benches/benches/rs.rs), best GB/s:
+/// at 20+10, 16/32/64 KiB gave 9.6/9.5/9.5, 128 KiB 9.3, 256 KiB 8.6, 1 MiB 7.6; at 4+2, 8+2
+/// and 16+4 (one group, each byte read once) every length was within noise. 32 KiB keeps the
+/// k slices of a block (640 KiB at k = 20) inside L2 with room to spare.
 pub const DEFAULT_BLOCK_LEN: usize = 32 << 10;
 
 /// On-disk/in-memory parity format, stored as one version byte in the checkpoint header.
