@@ -31,7 +31,8 @@ use crate::error::{LogError, Result};
 use crate::wire::{checksum, Reader};
 
 const RING_MAGIC: u64 = 0x474e_4952_5645_5652; // "RVEVRING"
-const RING_VERSION: u32 = 1;
+/// 2: word-wise checksum (`wire::checksum`) instead of byte-wise FNV-1a.
+const RING_VERSION: u32 = 2;
 pub const HEADER_SLOT_LEN: usize = 64;
 pub const DATA_OFFSET: usize = 2 * HEADER_SLOT_LEN;
 pub const RECORD_HEADER_LEN: u64 = 24;
