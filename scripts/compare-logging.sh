@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Message-logging overhead vs `none`: `reverb bench lat|bw --op send --log P` for every protocol
-# at 8 B and 1 MiB, interleaved (every configuration once per round, N rounds) and best-of-N
-# (lowest latency, highest bandwidth), then the logger-core placements for pessimistic-rb and
-# causal. Prints one table with the overhead in % against `none`.
+# at 8 B and 1 MiB (or SIZES), interleaved (every configuration once per round, N rounds) and
+# best-of-N (lowest latency, highest bandwidth), then the logger-core placements for
+# pessimistic-rb and causal. Prints one table with the overhead in % against `none`, and the
+# raw provider (no LoggedEndpoint) as the last row.
 #
 #   scripts/compare-logging.sh [rounds]        (default 5; env: REVERB=path/to/reverb,
+#                                               SIZES=8,64k,1M (default 8,1M),
 #                                               RECV=named|any, LAT_ITERS, BW_ITERS,
 #                                               REVERB_HEARTBEAT_MS, default 5000,
 #                                               CONFIGS="causal:off causal:dedicated" to
@@ -17,6 +19,7 @@ LAT_ITERS=${LAT_ITERS:-}
 # Logger cores share cpus with busy-polling ranks here: a slow heartbeat is not a death.
 export REVERB_HEARTBEAT_MS=${REVERB_HEARTBEAT_MS:-5000}
 BW_ITERS=${BW_ITERS:-}
+SIZES=${SIZES:-8,1M}
 [[ -x $REVERB ]] || { echo "no $REVERB: cargo build --release -p reverb" >&2; exit 1; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -33,24 +36,33 @@ run() { # test config round
     local test=$1 mode=${2%%:*} placement=${2##*:} iters=()
     [[ $test == lat && -n $LAT_ITERS ]] && iters=(--iters "$LAT_ITERS")
     [[ $test == bw && -n $BW_ITERS ]] && iters=(--iters "$BW_ITERS")
-    if ! "$REVERB" bench "$test" --op send --log "$mode" --logger "$placement" --recv "$RECV" \
-        --sizes 8,1M --json "${iters[@]}" >>"$OUT/$test-$mode-$placement" 2>"$OUT/err"; then
-        echo "failed: bench $test --log $mode --logger $placement" >&2
+    local logged=(--log "$mode" --logger "$placement" --recv "$RECV")
+    [[ $mode == raw ]] && logged=()
+    if ! "$REVERB" bench "$test" --op send "${logged[@]}" \
+        --sizes "$SIZES" --json "${iters[@]}" >>"$OUT/$test-$mode-$placement" 2>"$OUT/err"; then
+        echo "failed: bench $test ${logged[*]}" >&2
         cat "$OUT/err" >&2
     fi
 }
 
 for round in $(seq 1 "$ROUNDS"); do
     echo "round $round/$ROUNDS" >&2
-    for config in "${CONFIGS[@]}"; do
+    for config in "${CONFIGS[@]}" raw:provider; do
         run lat "$config"
         run bw "$config"
     done
 done
 
-python3 - "$OUT" "$RECV" "$ROUNDS" "${CONFIGS[@]}" <<'PY'
-import json, os, sys
-out, recv, rounds, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+python3 - "$OUT" "$RECV" "$ROUNDS" "$SIZES" "${CONFIGS[@]}" raw:provider <<'PY'
+import json, os, re, sys
+out, recv, rounds, sizes, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+UNITS = {"": 1, "k": 1 << 10, "K": 1 << 10, "m": 1 << 20, "M": 1 << 20}
+def parse(s):
+    m = re.fullmatch(r"(\d+)([kKmM]?)", s.strip())
+    if not m:
+        sys.exit(f"SIZES: {s!r} is not a size like 8, 64k or 1M")
+    return int(m.group(1)) * UNITS[m.group(2)], s.strip()
+sizes = [parse(s) for s in sizes.split(",")]
 def best(test, config):
     mode, placement = config.split(":")
     path = os.path.join(out, f"{test}-{mode}-{placement}")
@@ -72,7 +84,9 @@ def best(test, config):
     return res
 base_lat, base_bw = best("lat", "none:off"), best("bw", "none:off")
 print(f"logging overhead vs none (best of {rounds}, interleaved; receive: {recv}; lat = median half round trip)")
-print(f"{'protocol':<16} {'logger':<16} {'lat 8B us':>10} {'ovh':>7} {'lat 1M us':>10} {'ovh':>7} {'bw 8B MiB/s':>12} {'ovh':>7} {'bw 1M MiB/s':>12} {'ovh':>7}")
+head = [f"{'lat ' + name + ' us':>12} {'ovh':>7}" for _, name in sizes]
+head += [f"{'bw ' + name + ' MiB/s':>14} {'ovh':>7}" for _, name in sizes]
+print(f"{'protocol':<16} {'logger':<16} " + " ".join(head))
 def pct(v, b, higher_better):
     if v is None or not b:
         return "n/a"
@@ -82,11 +96,11 @@ for config in configs:
     mode, placement = config.split(":")
     lat, bw = best("lat", config), best("bw", config)
     cells = []
-    for d, base, hb in ((lat, base_lat, False), (bw, base_bw, True)):
-        for size in (8, 1 << 20):
+    for d, base, hb, width in ((lat, base_lat, False, 12), (bw, base_bw, True, 14)):
+        for size, _ in sizes:
             v = d.get(size)
-            cells.append(f"{v:>10.2f}" if v is not None else f"{'fail':>10}")
+            cells.append(f"{v:>{width}.2f}" if v is not None else f"{'fail':>{width}}")
             cells.append(f"{pct(v, base.get(size), hb):>7}")
-    print(f"{mode:<16} {placement:<16} {cells[0]} {cells[1]} {cells[2]} {cells[3]}   {cells[4]} {cells[5]}   {cells[6]} {cells[7]}")
+    print(f"{mode:<16} {placement:<16} " + " ".join(cells))
 print("overhead: latency (logged - none) / none; bandwidth (none - logged) / none")
 PY

@@ -91,10 +91,4 @@ impl FramePool {
             s.busy = None;
         }
     }
-
-    /// Bytes registered now.
-    #[cfg(test)]
-    pub(crate) fn registered(&self) -> usize {
-        self.registered
-    }
 }
