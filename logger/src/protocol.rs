@@ -6,7 +6,11 @@
 //! - `pessimistic-rb` (receiver-based, RADIC, seed 003): before a message is handed to the
 //!   application, its frame (envelope + payload) and, for wildcard receives, its determinant
 //!   are written with one-sided puts into the ring the receiver's buddy registered, and the
-//!   writes have completed. Replaying the ring in order reproduces the deliveries.
+//!   writes have completed. Replaying the ring in order reproduces the deliveries. Messages in
+//!   flight to a receiver that dies are in no ring, so the sender also keeps each logged
+//!   payload in its [`SendLog`] (one copy, off the receiver's critical path) until a
+//!   checkpoint of the receiver covers it; recovery replays the ring (`gather_frames`,
+//!   `replay_frames`) and the senders resend only what the ring lacks (`resend_from`).
 //! - `pessimistic-sb` (sender-based, seed 000 §2.4): the sender keeps every payload in its
 //!   bounded in-memory [`SendLog`] (a full log is back-pressure, `LogFull`); the receiver
 //!   writes only the determinant of a wildcard receive into its ring at the buddy and waits
@@ -474,8 +478,9 @@ impl LoggedEndpoint {
                 (Some(log), hosted, nodes)
             }
         };
-        let send_log =
-            config.mode.sender_logs_payloads().then(|| SendLog::new(job.size, config.send_log_limit as u64));
+        let send_log = (config.mode.sender_logs_payloads()
+            || config.mode == LogMode::PessimisticReceiverBased)
+            .then(|| SendLog::new(job.size, config.send_log_limit as u64));
         let causal = (config.mode == LogMode::Causal).then(|| CausalState::new(job.size));
         let mut endpoint = LoggedEndpoint {
             rank: job.rank,
@@ -644,16 +649,21 @@ impl LoggedEndpoint {
         self.piggyback = piggyback;
         encoded?;
         // Logged before it leaves, so the log covers every message a receiver can hold.
+        let receiver_based = self.config.mode == LogMode::PessimisticReceiverBased;
         match self.send_log.as_mut() {
             Some(send_log) if log_payload => {
                 let before = send_log.used();
                 send_log.record(dest, ssn, tag, payload)?;
                 LogStats::bump(&self.stats.send_log_bytes, send_log.used() - before);
-                LogStats::bump(&self.stats.payload_bytes_logged, payload.len() as u64);
-                LogStats::bump(&self.stats.messages_payload_logged, 1);
+                // Receiver-based: the receiver's ring is the log; this copy only covers
+                // messages in flight when the receiver dies, and is not counted as logging.
+                if !receiver_based {
+                    LogStats::bump(&self.stats.payload_bytes_logged, payload.len() as u64);
+                    LogStats::bump(&self.stats.messages_payload_logged, 1);
+                }
             }
             // Receiver-based logging counts at the receiver.
-            _ if self.config.mode == LogMode::PessimisticReceiverBased => {}
+            _ if receiver_based => {}
             _ => LogStats::bump(&self.stats.messages_unlogged, 1),
         }
         let overhead = self.send_buf.len() as u64;
@@ -730,12 +740,13 @@ impl LoggedEndpoint {
         encoded
     }
 
-    /// The sender's message log (`pessimistic-sb` and `causal`).
+    /// The sender's message log (`pessimistic-sb`, `causal`, and `pessimistic-rb` for the
+    /// messages in flight when a receiver dies).
     pub fn send_log(&self) -> Option<&SendLog> {
         self.send_log.as_ref()
     }
 
-    /// Replay primitive (`pessimistic-sb`, `causal`): re-sends every logged message to `dest`
+    /// Replay primitive (every mode with a send log): re-sends every logged message to `dest`
     /// from `from_ssn` on, in ssn order, with its original ssn. A restarted receiver takes
     /// them in the order its determinants give; a live one drops them as duplicates. Returns
     /// how many were sent. Under `REVERB_LOG_UNIT=node` a destination on this node has no
@@ -748,7 +759,7 @@ impl LoggedEndpoint {
         }
         let Some(send_log) = self.send_log.take() else {
             return Err(LogError::Unsupported(format!(
-                "resend_from needs pessimistic-sb or causal, not {}",
+                "resend_from needs a send log (pessimistic-sb, pessimistic-rb or causal), not {}",
                 self.mode()
             )));
         };
@@ -1200,6 +1211,82 @@ impl LoggedEndpoint {
             frames.extend(offload.frames_hosted_for(rank, self.config.durable_timeout)?);
         }
         Ok(frames)
+    }
+
+    /// Replay primitive (`pessimistic-rb`), collective: every rank calls it with the same
+    /// `failed` list; survivors contribute the frames they hold for the failed ranks (buddy
+    /// rings), and each failed (restarted) rank gets back the frames addressed to it, ready for
+    /// `replay_frames`. Survivors get an empty list. Other modes log no frames: empty too.
+    pub fn gather_frames(&self, boot: &mut dyn Bootstrap, failed: &[Rank]) -> Result<Vec<Vec<u8>>> {
+        const WHAT: &str = "gathered log frames";
+        let mut mine = Vec::new();
+        if !failed.contains(&self.rank) && self.config.mode == LogMode::PessimisticReceiverBased {
+            for &f in failed {
+                mine.extend(self.frames_held_for(f)?);
+            }
+        }
+        let mut bytes = (mine.len() as u32).to_le_bytes().to_vec();
+        for frame in &mine {
+            bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(frame);
+        }
+        let all = boot.allgather(&bytes)?;
+        let mut frames = Vec::new();
+        if !failed.contains(&self.rank) {
+            return Ok(frames);
+        }
+        for contribution in &all {
+            let mut r = Reader::new(contribution, WHAT);
+            let count = r.u32()?;
+            for _ in 0..count {
+                let len = r.u32()? as usize;
+                let frame = r.take(len)?;
+                if Envelope::decode(frame)?.0.receiver == self.rank {
+                    frames.push(frame.to_vec());
+                }
+            }
+            if r.remaining() != 0 {
+                return Err(LogError::malformed(WHAT, format!("{} bytes left over", r.remaining())));
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Replay primitive (`pessimistic-rb`) at a restarted rank, right after its channels were
+    /// restored: takes its logged `frames` (from `gather_frames`) into the channels as if they
+    /// had just arrived, in ssn order per sender; what its checkpoint covers is dropped as a
+    /// duplicate. Frames from `regenerated` senders (ranks restarted with this one, which
+    /// re-execute from the same checkpoint) are skipped. The senders then resend from
+    /// `held_through(them) + 1`. Returns how many frames were taken in.
+    pub fn replay_frames(&mut self, frames: Vec<Vec<u8>>, regenerated: &[Rank]) -> Result<usize> {
+        let mut keyed = Vec::with_capacity(frames.len());
+        for frame in frames {
+            let (envelope, _) = Envelope::decode(&frame)?;
+            if envelope.receiver != self.rank || envelope.sender >= self.size {
+                return Err(LogError::malformed(
+                    "logged frame",
+                    format!("{} -> {} replayed at rank {}", envelope.sender, envelope.receiver, self.rank),
+                ));
+            }
+            if envelope.sender != self.rank && !regenerated.contains(&envelope.sender) {
+                keyed.push((envelope.sender, envelope.ssn, frame));
+            }
+        }
+        // Log order is delivery order; channel order wants ssn order per sender (a ring kept
+        // across an earlier restart may hold a sender's frames twice).
+        keyed.sort_by_key(|(sender, ssn, _)| (*sender, *ssn));
+        keyed.dedup_by_key(|(sender, ssn, _)| (*sender, *ssn));
+        let taken = keyed.len();
+        for (sender, _, frame) in keyed {
+            self.accept_frame(sender, frame)?;
+        }
+        Ok(taken)
+    }
+
+    /// The highest ssn from `peer` this rank holds in channel order (delivered, or released
+    /// and waiting for a receive): after a restart, the senders resend from the next one.
+    pub fn held_through(&self, peer: Rank) -> Ssn {
+        self.channels.delivered_through(peer).unwrap_or(0)
     }
 
     /// Replay primitive, collective: the determinants of the `failed` ranks, collected from

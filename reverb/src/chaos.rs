@@ -5,8 +5,8 @@
 //! checksum (one failure-free run per app, cached for the campaign).
 //!
 //! Outcomes: survived (exit 0, identical checksum), correctly reported unrecoverable (non-zero
-//! exit with a clear report in a case the design does not cover: logging off, pessimistic-rb
-//! recovery and two nodes at once today), wrong answer (exit 0, other checksum), hang (killed by
+//! exit with a clear report in a case the design does not cover: logging off, and two nodes at
+//! once today), wrong answer (exit 0, other checksum), hang (killed by
 //! the per-trial timeout), other failure (anything else: a bug to report).
 
 use std::collections::HashMap;
@@ -271,7 +271,6 @@ fn expected_unrecoverable(plan: &Plan) -> Option<&'static str> {
     match (plan.protocol, &plan.fault) {
         (_, Fault::None) => None,
         ("none", _) => Some("logging off"),
-        ("pessimistic-rb", _) => Some("pessimistic-rb recovery not in the runtime"),
         (_, Fault::TwoNodes { .. }) => Some("two nodes at once"),
         _ => None,
     }
@@ -713,7 +712,13 @@ mod tests {
                 Outcome::OtherFailure,
             ),
             // Not covered, but no clear report.
-            (p("none", rank), outcome("unclear", failed, None, killed), Outcome::OtherFailure),
+            (p("none", rank.clone()), outcome("unclear", failed, None, killed), Outcome::OtherFailure),
+            // pessimistic-rb recovers now: a failure to recover is a bug, not an expected report.
+            (
+                p("pessimistic-rb", rank),
+                outcome("rb", failed, None, &format!("{killed}[1] unsupported: rb\n")),
+                Outcome::OtherFailure,
+            ),
         ];
         for (plan, out, expected) in cases {
             assert_eq!(classify(&plan, &base(), &out).0, expected, "{}", out.dir.display());

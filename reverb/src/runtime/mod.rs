@@ -15,8 +15,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Recovery (run under `reverb run --respawn N`, a logging mode with a sender log:
-//! `REVERB_LOG=causal|pessimistic-sb`, failure unit `node`):
+//! Recovery (run under `reverb run --respawn N`, `REVERB_LOG=causal|pessimistic-sb|pessimistic-rb`,
+//! failure unit `node`):
 //! - **Detection**: a transport error (`PeerDead`) or a receive idle for `detect_interval`
 //!   with a peer the provider found dead (shm: pidfd liveness every `REVERB_PEER_TIMEOUT_MS`/4).
 //! - **Survivors** do not roll back: they wait (bounded) for the dead node's ranks to rejoin,
@@ -27,6 +27,15 @@
 //!   restore their own image of the recovery epoch (own copy, buddy copy by one-sided gets,
 //!   or Reed-Solomon), resume the endpoint's channels from it, and replay in determinant order.
 //!   [`Runtime::restore_or_else`] hands the application its checkpointed state.
+//! - **pessimistic-rb** (RADIC, seed 003): a restarted rank's log is its buddy's ring: the
+//!   frames it logged since the checkpoint are gathered from the survivors and taken into its
+//!   restored channels (ssn order per sender; ring frames from ranks restarted with it are
+//!   skipped, their re-execution regenerates them), and its wildcard receives follow the
+//!   ring's determinants. Messages in flight to it when it died were in no ring: every sender
+//!   keeps each inter-node payload in its send log until a checkpoint of the receiver covers
+//!   it (retained until the checkpoint's GC, no per-message ack), and survivors resend from
+//!   the first ssn neither the checkpoint nor the ring holds. Failure-free cost: one payload
+//!   copy at the sender.
 //! - **Unsurvivable** (no valid copy, logging off, a second failure during recovery): every
 //!   rank returns [`RuntimeError::Unrecoverable`] naming what was lost; no wait is unbounded.
 //!
@@ -251,6 +260,8 @@ pub struct RuntimeReport {
     pub send_log_peak_bytes: u64,
     pub det_log_peak_bytes: u64,
     pub duplicates_dropped: u64,
+    /// Restarted ranks under pessimistic-rb: frames their buddy's ring gave back for the replay.
+    pub ring_frames_replayed: u64,
 }
 
 #[derive(Debug)]
@@ -514,12 +525,6 @@ impl Runtime {
         match log.mode {
             LogMode::None => Err(RuntimeError::Unrecoverable(
                 "REVERB_LOG=none keeps no message log: the dead ranks' messages cannot be replayed".into(),
-            )),
-            LogMode::PessimisticReceiverBased => Err(RuntimeError::Unsupported(
-                "recovery under pessimistic-rb: the receiver's ring holds only what it delivered, and \
-                 messages in flight to it when it died are kept by no one (senders keep no payloads in \
-                 this mode); use causal or pessimistic-sb"
-                    .into(),
             )),
             _ if log.unit != LogUnit::Node => Err(RuntimeError::Unsupported(
                 "the runtime recovers whole nodes: use REVERB_LOG_UNIT=node".into(),
@@ -834,6 +839,17 @@ impl Runtime {
         let endpoint =
             self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
         let dets = endpoint.gather_determinants(&mut self.boot, failed)?;
+        if self.config.log.mode == LogMode::PessimisticReceiverBased {
+            // Receiver-based: the restarted rank's log is the frames its buddy's ring holds;
+            // they go into its restored channels before the senders resend what is missing.
+            let frames = endpoint.gather_frames(&mut self.boot, failed)?;
+            if restarted && outcome.is_ok() {
+                match endpoint.replay_frames(frames, failed) {
+                    Ok(n) => self.report.ring_frames_replayed = n as u64,
+                    Err(e) => outcome = Err(format!("replaying the logged frames: {e}")),
+                }
+            }
+        }
         let mut round_b = Vec::new();
         match &outcome {
             Ok(()) if restarted => {
@@ -847,8 +863,10 @@ impl Runtime {
                     start_sends: self.sends,
                 });
                 round_b.push(0);
+                // What the checkpoint covers, plus what the log replayed (rb): the senders
+                // resend from the next ssn.
                 for p in 0..self.size {
-                    round_b.extend_from_slice(&endpoint.covered_from(p).to_le_bytes());
+                    round_b.extend_from_slice(&endpoint.held_through(p).to_le_bytes());
                 }
             }
             Ok(()) => {
