@@ -13,7 +13,9 @@
 //! restarted in place replays the logged delivery order exactly from collected determinants
 //! and resent payloads, while the survivors drop its re-executed sends as duplicates (also a
 //! whole node under the node unit, and for real: node 1 SIGKILLed and respawned by the
-//! harness, then replayed). Every job checks the communication matrix against the schedule.
+//! harness, then replayed). Pessimistic-rb the same way for real: the restarted node replays
+//! the frames its buddies' rings hold and gets the messages in flight when it died from the
+//! senders' logs, once each. Every job checks the communication matrix against the schedule.
 //! Large messages (above the rendezvous threshold, more in flight than the endpoint's frame
 //! pool holds) stream intact and in order under `none`, causal and pessimistic-rb.
 
@@ -1123,6 +1125,182 @@ fn causal_killed_node_replays_after_respawn() {
         for (i, (again, orig)) in replayed.iter().zip(&first).enumerate() {
             assert_eq!(again, orig, "rank {me}: replay after the restart diverges at reception {i}");
         }
+        boot.barrier().expect("replay checked");
+        endpoint.finish(&mut boot).expect("finish");
+    }
+}
+
+/// Receiver-based recovery for real (`REVERB_LOG=pessimistic-rb`, node unit): after the
+/// traffic the survivors send a few more messages that node 1 never delivers (in flight: in
+/// no ring), then node 1 is SIGKILLed and respawned. The restarted ranks take back the frames
+/// their buddies' rings hold (`gather_frames`, `replay_frames`), the survivors resend only
+/// what those lack (the in-flight messages, from their send logs), and the re-execution
+/// reproduces the original deliveries exactly, then receives the in-flight messages once each.
+#[test]
+fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
+    const VICTIMS: [Rank; 2] = [2, 3];
+    const SURVIVORS: [Rank; 2] = [0, 1];
+    const IN_FLIGHT: u64 = 5;
+    const IN_FLIGHT_TAG: Tag = 0xdead_0000;
+    let test = "rb_killed_node_replays_ring_and_gets_in_flight_messages";
+    let Some((job, mut boot, provider)) = common::child() else {
+        let env = vec![
+            ("REVERB_LOG".to_string(), "pessimistic-rb".to_string()),
+            ("REVERB_LOG_UNIT".to_string(), "node".to_string()),
+            (SEED_VAR.to_string(), seed().to_string()),
+        ];
+        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, respawn: 1, ..common::Job::new(RANKS) };
+        let exits = common::run_job(test, &job);
+        let failed: Vec<String> = exits
+            .iter()
+            .filter(|e| !(e.code == Some(0) && e.stdout.contains("1 passed")))
+            .map(|e| format!("rank {} (incarnation {}):\n{}", e.rank, e.incarnation, e.output()))
+            .collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+        for e in exits {
+            let restarted = VICTIMS.contains(&e.rank);
+            assert_eq!(e.incarnation, u32::from(restarted), "rank {}:\n{}", e.rank, e.output());
+        }
+        return;
+    };
+    let me = job.rank;
+    let seed = seed();
+    let plan = schedule(seed);
+    let config = LogConfig { ring_capacity: 1 << 20, ..LogConfig::from_env().expect("log config") };
+    let count =
+        |from: Rank, to: Rank| plan.iter().flat_map(|p| &p[from as usize]).filter(|m| m.dest == to).count();
+    let in_flight_payload = |from: Rank, to: Rank, i: u64| {
+        common::pattern(seed ^ (u64::from(from) << 12) ^ (u64::from(to) << 8) ^ i, 64)
+    };
+    let survivor = SURVIVORS.contains(&me);
+    if job.incarnation == 0 {
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+        let receptions = run_traffic(&mut endpoint, &plan, seed);
+        check_deliveries(me, &plan, &receptions);
+        endpoint.flush_log().expect("flush");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        let originals = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
+        if survivor {
+            for v in VICTIMS {
+                for i in 0..IN_FLIGHT {
+                    endpoint.send(v, IN_FLIGHT_TAG, &in_flight_payload(me, v, i)).expect("in-flight send");
+                }
+            }
+            endpoint.wait_sends(WAIT).expect("in-flight sends out");
+        }
+        boot.barrier().expect("quiet before the failure");
+        if !survivor {
+            if me == VICTIMS[0] {
+                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            std::thread::sleep(WAIT);
+            panic!("rank {me} outlived its node");
+        }
+        let start = std::time::Instant::now();
+        while VICTIMS.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead)
+        {
+            endpoint.provider().progress().expect("progress");
+            endpoint.provider().block(Duration::from_millis(5)).expect("block");
+            assert!(start.elapsed() < WAIT, "node 1's death not seen");
+        }
+        for v in VICTIMS {
+            let inc =
+                reverb_transport::recovery::await_rejoin(endpoint.provider(), &mut boot, v, Some(0), WAIT)
+                    .expect("rejoin");
+            assert_eq!(inc, 1);
+        }
+        endpoint.rejoin(&mut boot, &VICTIMS).expect("rejoin collective");
+        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
+        for v in VICTIMS {
+            let logged: Vec<Determinant> = decode_receptions(v, &originals[v as usize])
+                .iter()
+                .filter_map(|r| r.delivery.determinant)
+                .collect();
+            let held: Vec<Determinant> = dets.iter().filter(|d| d.receiver == v).copied().collect();
+            assert_eq!(held, logged, "rank {v}'s determinants as the survivors hold them");
+        }
+        let frames = endpoint.gather_frames(&mut boot, &VICTIMS).expect("gather frames");
+        assert!(frames.is_empty(), "a survivor gets no frames");
+        let mut handover = Vec::new();
+        for v in VICTIMS {
+            let bytes = &originals[v as usize];
+            handover.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            handover.extend_from_slice(bytes);
+        }
+        boot.allgather(&handover).expect("hand over");
+        // Where each restarted rank's channel from this rank stands after the ring replay.
+        let held = boot.allgather(&[]).expect("held watermarks");
+        boot.barrier().expect("restarted ranks replaying");
+        let delivered = endpoint.stats().messages_delivered;
+        let mut expected = 0;
+        for v in VICTIMS {
+            let bytes = &held[v as usize];
+            let at = 8 * me as usize;
+            let through = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+            assert_eq!(through, count(me, v) as u64, "rank {v} holds every delivered message from the ring");
+            assert_eq!(endpoint.resend_from(v, through + 1).expect("resend"), IN_FLIGHT as usize);
+            expected += count(v, me) as u64;
+        }
+        let start = std::time::Instant::now();
+        while endpoint.stats().duplicates_dropped < expected {
+            assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
+            endpoint.progress().expect("progress");
+        }
+        let s = endpoint.stats();
+        assert_eq!(
+            (s.duplicates_dropped, s.messages_delivered),
+            (expected, delivered),
+            "no duplicate delivered"
+        );
+        boot.barrier().expect("replay checked");
+        endpoint.finish(&mut boot).expect("finish");
+    } else {
+        assert!(!survivor, "only node 1 restarts");
+        let mut provider = provider;
+        for mate in VICTIMS.into_iter().filter(|&v| v != me) {
+            let inc =
+                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), WAIT)
+                    .expect("mate rejoined");
+            assert_eq!(inc, 1);
+        }
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint after restart");
+        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
+        let frames = endpoint.gather_frames(&mut boot, &VICTIMS).expect("gather frames");
+        let from_survivors: usize = SURVIVORS.iter().map(|&s| count(s, me)).sum();
+        assert_eq!(frames.len(), from_survivors, "the ring holds every inter-node delivery");
+        assert_eq!(endpoint.replay_frames(frames, &VICTIMS).expect("replay frames"), from_survivors);
+        let handover = boot.allgather(&[]).expect("hand over");
+        let mut rest = &handover[0][..];
+        let mut originals = Vec::new();
+        while rest.len() >= 8 {
+            let (len, tail) = rest.split_at(8);
+            let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
+            originals.push(tail[..len].to_vec());
+            rest = &tail[len..];
+        }
+        let held: Vec<u8> = (0..RANKS).flat_map(|p| endpoint.held_through(p).to_le_bytes()).collect();
+        boot.allgather(&held).expect("held watermarks");
+        let index = VICTIMS.iter().position(|&v| v == me).expect("victim");
+        let first = decode_receptions(me, &originals[index]);
+        let mine: Vec<Determinant> = dets.iter().filter(|d| d.receiver == me).copied().collect();
+        endpoint.begin_replay(&mine).expect("replay");
+        boot.barrier().expect("restarted ranks replaying");
+        let replayed = run_traffic(&mut endpoint, &plan, seed);
+        assert!(!endpoint.replaying());
+        assert_eq!(replayed.len(), first.len());
+        for (i, (again, orig)) in replayed.iter().zip(&first).enumerate() {
+            assert_eq!(again, orig, "rank {me}: replay after the restart diverges at reception {i}");
+        }
+        for s in SURVIVORS {
+            for i in 0..IN_FLIGHT {
+                let d =
+                    endpoint.recv(Source::Rank(s), TagMatch::exact(IN_FLIGHT_TAG), WAIT).expect("in flight");
+                assert_eq!((d.ssn, &d.payload), (count(s, me) as u64 + i + 1, &in_flight_payload(s, me, i)));
+            }
+        }
+        let none = endpoint.recv(Source::Any, TagMatch::exact(IN_FLIGHT_TAG), Duration::from_millis(300));
+        assert!(none.is_err(), "each in-flight message delivered once: {none:?}");
         boot.barrier().expect("replay checked");
         endpoint.finish(&mut boot).expect("finish");
     }
