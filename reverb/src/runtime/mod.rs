@@ -723,30 +723,30 @@ impl Runtime {
         dead.dedup();
         let start = Instant::now();
         Self::check_recoverable(&self.config.log)?;
-        let mut awaited = 0;
-        while awaited < dead.len() {
-            for &r in &dead[awaited..] {
-                let before = self.incarnation_of[r as usize];
-                let rejoin_timeout = self.config.rejoin_timeout;
-                let endpoint = self
-                    .endpoint
-                    .as_mut()
-                    .ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
-                let now = await_rejoin(endpoint.provider(), &mut self.boot, r, Some(before), rejoin_timeout)
-                    .map_err(|e| {
-                        RuntimeError::Unrecoverable(format!(
-                            "rank {r} did not come back within {rejoin_timeout:?}: {e}"
-                        ))
-                    })?;
-                self.incarnation_of[r as usize] = now;
+        // Ranks awaited already: `dead` is re-sorted as more are found, so a position in it
+        // would skip the new ones and await an old one's next incarnation.
+        let mut awaited: Vec<Rank> = Vec::new();
+        while let Some(r) = dead.iter().copied().find(|r| !awaited.contains(r)) {
+            let before = self.incarnation_of[r as usize];
+            let rejoin_timeout = self.config.rejoin_timeout;
+            let endpoint =
+                self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+            let now = await_rejoin(endpoint.provider(), &mut self.boot, r, Some(before), rejoin_timeout)
+                .map_err(|e| {
+                    RuntimeError::Unrecoverable(format!(
+                        "rank {r} did not come back within {rejoin_timeout:?}: {e}"
+                    ))
+                })?;
+            self.incarnation_of[r as usize] = now;
+            awaited.push(r);
+            if awaited.len() == dead.len() {
+                // Another node may have failed meanwhile (or together with this one, seen
+                // later): the rendezvous knows it as lost or at a newer incarnation. All are
+                // recovered in one round.
+                let more = self.also_failed(&dead)?;
+                dead.extend(more);
+                dead.sort_unstable();
             }
-            awaited = dead.len();
-            // Another node may have failed meanwhile (or together with this one, seen later):
-            // the rendezvous knows it as lost or at a newer incarnation. All are recovered
-            // in one round.
-            let more = self.also_failed(&dead)?;
-            dead.extend(more);
-            dead.sort_unstable();
         }
         {
             let endpoint =
