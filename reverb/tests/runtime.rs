@@ -379,3 +379,18 @@ fn master_worker_master_and_worker_nodes_killed_at_once_match_failure_free() {
         2,
     );
 }
+
+/// Under pessimistic-rb, the master's node and a worker node die together: the master's ring
+/// holds results from the restarted worker too; those frames are skipped (the worker's
+/// re-execution regenerates them) and the any-source receives still follow the ring's order.
+#[test]
+fn master_worker_pessimistic_rb_master_and_worker_nodes_killed_at_once_match_failure_free() {
+    nodes_killed_match_failure_free(
+        "mw-rb-two",
+        "master-worker",
+        MASTER_WORKER,
+        "pessimistic-rb",
+        ("REVERB_FAULT", "1:20,5:20"),
+        2,
+    );
+}
