@@ -39,7 +39,7 @@ pub(super) fn avx2_detected() -> bool {
 fn check_shape<T>(tables: &[T], data: &[&[u8]], parity: &[&mut [u8]], max_rows: usize, range: &Range<usize>) {
     assert!(!parity.is_empty() && parity.len() <= max_rows, "{} parity rows in one pass", parity.len());
     assert_eq!(tables.len(), data.len() * parity.len(), "one table per (data shard, parity row)");
-    assert!(range.start <= range.end, "empty range");
+    assert!(range.start <= range.end, "inverted range {range:?}");
     let shorter =
         data.iter().map(|s| s.len()).chain(parity.iter().map(|s| s.len())).any(|len| len < range.end);
     assert!(!shorter, "range {range:?} runs past a shard");
