@@ -13,9 +13,9 @@ use super::gf::NibbleTable;
 /// Most parity rows one AVX-512 pass accumulates: 2 x 8 accumulators + 2 data vectors use 18 of
 /// the 32 zmm registers.
 pub(super) const MAX_ROWS_AVX512: usize = 8;
-/// Most parity rows one AVX2 pass accumulates: 6 accumulators + mask + data nibbles + temporaries
-/// fit the 16 ymm registers (the tables come straight from memory as `vpshufb` operands).
-pub(super) const MAX_ROWS_AVX2: usize = 6;
+/// Most parity rows one AVX2 pass accumulates: 2 x 4 accumulators + mask + 4 data nibble vectors
+/// + temporaries fit the 16 ymm registers (the tables come straight from memory).
+pub(super) const MAX_ROWS_AVX2: usize = 4;
 /// Bytes ahead of the loads that the SIMD kernels prefetch in every data shard. k + m
 /// concurrent streams (20 at 16+4) are more than the hardware prefetchers follow well; measured
 /// interleaved against no prefetch on the loaded 2-core EPYC (1 MiB shards, best of 40 slices),
@@ -89,7 +89,7 @@ pub(super) fn encode_avx2(
             }
         };
     }
-    dispatch!(1 2 3 4 5 6);
+    dispatch!(1 2 3 4);
 }
 
 /// Caller guarantees: avx512f/avx512bw/gfni present, `matrices.len() == data.len() * ROWS`,
@@ -169,19 +169,58 @@ unsafe fn avx2_rows<const ROWS: usize>(
 ) {
     let low_nibbles = _mm256_set1_epi8(0x0F);
     let mut pos = range.start;
-    while pos + 32 <= range.end {
-        let mut acc = [_mm256_setzero_si256(); ROWS];
+    // Two vectors (a whole cache line per shard) per step: each table pair loaded serves both.
+    while pos + 64 <= range.end {
+        let mut acc_a = [_mm256_setzero_si256(); ROWS];
+        let mut acc_b = [_mm256_setzero_si256(); ROWS];
         for (j, shard) in data.iter().enumerate() {
             let at = shard.as_ptr().wrapping_add(pos);
             // A hint, never a fault, even past the end of the shard (wrapping_add: no UB).
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD).cast::<i8>());
+            // SAFETY: pos + 64 <= range.end <= shard.len(); unaligned loads.
+            let (a, b) = unsafe { (_mm256_loadu_si256(at.cast()), _mm256_loadu_si256(at.add(32).cast())) };
+            let lo_a = _mm256_and_si256(a, low_nibbles);
+            let hi_a = _mm256_and_si256(_mm256_srli_epi64::<4>(a), low_nibbles);
+            let lo_b = _mm256_and_si256(b, low_nibbles);
+            let hi_b = _mm256_and_si256(_mm256_srli_epi64::<4>(b), low_nibbles);
+            for r in 0..ROWS {
+                // SAFETY: j * ROWS + r < tables.len() = k * ROWS; each table is 64 bytes aligned
+                // to 64, so both 32-byte aligned loads stay inside it.
+                let (table_lo, table_hi) = unsafe {
+                    let table = tables.get_unchecked(j * ROWS + r).0.as_ptr();
+                    (_mm256_load_si256(table.cast()), _mm256_load_si256(table.add(32).cast()))
+                };
+                let product_a = _mm256_xor_si256(
+                    _mm256_shuffle_epi8(table_lo, lo_a),
+                    _mm256_shuffle_epi8(table_hi, hi_a),
+                );
+                let product_b = _mm256_xor_si256(
+                    _mm256_shuffle_epi8(table_lo, lo_b),
+                    _mm256_shuffle_epi8(table_hi, hi_b),
+                );
+                acc_a[r] = _mm256_xor_si256(acc_a[r], product_a);
+                acc_b[r] = _mm256_xor_si256(acc_b[r], product_b);
+            }
+        }
+        for (r, shard) in parity.iter_mut().enumerate() {
+            // SAFETY: pos + 64 <= range.end <= shard.len(); exclusive parity borrow.
+            unsafe {
+                let at = shard.as_mut_ptr().add(pos);
+                _mm256_storeu_si256(at.cast(), acc_a[r]);
+                _mm256_storeu_si256(at.add(32).cast(), acc_b[r]);
+            }
+        }
+        pos += 64;
+    }
+    if pos + 32 <= range.end {
+        let mut acc = [_mm256_setzero_si256(); ROWS];
+        for (j, shard) in data.iter().enumerate() {
             // SAFETY: pos + 32 <= range.end <= shard.len(); unaligned load.
-            let x = unsafe { _mm256_loadu_si256(at.cast()) };
+            let x = unsafe { _mm256_loadu_si256(shard.as_ptr().add(pos).cast()) };
             let lo = _mm256_and_si256(x, low_nibbles);
             let hi = _mm256_and_si256(_mm256_srli_epi64::<4>(x), low_nibbles);
             for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: j * ROWS + r < tables.len() = k * ROWS; each table is 64 bytes aligned
-                // to 64, so both 32-byte aligned loads stay inside it.
+                // SAFETY: as in the main loop.
                 let (table_lo, table_hi) = unsafe {
                     let table = tables.get_unchecked(j * ROWS + r).0.as_ptr();
                     (_mm256_load_si256(table.cast()), _mm256_load_si256(table.add(32).cast()))

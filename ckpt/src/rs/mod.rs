@@ -3,7 +3,7 @@
 //!
 //! Encoding uses reverb's own GF(2^8) kernels ([`EncodeKernel`]): for each block of `block_len`
 //! bytes, one pass over all k data shards produces a whole group of parity rows (up to 8 with
-//! AVX-512 + GFNI, 6 with AVX2), accumulated in registers, like ISA-L's `gf_Nvect_dot_prod`.
+//! AVX-512 + GFNI, 4 with AVX2), accumulated in registers, like ISA-L's `gf_Nvect_dot_prod`.
 //! The coefficients are `reed-solomon-erasure` 6's systematic Vandermonde matrix, read from that
 //! library once per codec, so parity is byte-identical to it ([`ParityFormat::Gf8VandermondeV1`]).
 //! Reconstruction still goes through `reed-solomon-erasure`.
@@ -20,7 +20,7 @@ use crate::error::CkptError;
 use gf::NibbleTable;
 
 /// Bytes of each shard encoded per block. Only matters when m needs more than one row group (m > 8
-/// on AVX-512, m > 6 on AVX2): the later groups re-read the block's k data slices, which should
+/// on AVX-512, m > 4 on AVX2): the later groups re-read the block's k data slices, which should
 /// still be in L2 (1 MiB per core here). Measured on the loaded 2-core EPYC, 1 MiB shards,
 /// `RS_BENCH_INTERLEAVED=reverb-16k,...,reverb-1024k,isa-l` (benches/benches/rs.rs), best GB/s:
 /// at 20+10, 16/32/64 KiB gave 9.6/9.5/9.5, 128 KiB 9.3, 256 KiB 8.6, 1 MiB 7.6; at 4+2, 8+2
@@ -62,7 +62,7 @@ pub enum EncodeKernel {
     /// x86_64 AVX-512BW + GFNI: `vgf2p8affineqb` with an 8x8 bit matrix per coefficient, 64 bytes
     /// per instruction, up to 8 parity rows per pass.
     Avx512Gfni,
-    /// x86_64 AVX2: split-nibble `vpshufb` product tables, 32 bytes per step, up to 6 rows per pass.
+    /// x86_64 AVX2: split-nibble `vpshufb` product tables, 64 bytes per step, up to 4 rows per pass.
     Avx2,
     /// Portable: a 256-byte product table per coefficient (built from log/exp tables).
     Scalar,
