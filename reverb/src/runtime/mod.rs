@@ -18,7 +18,9 @@
 //! Recovery (run under `reverb run --respawn N`, `REVERB_LOG=causal|pessimistic-sb|pessimistic-rb`,
 //! failure unit `node`):
 //! - **Detection**: a transport error (`PeerDead`) or a receive idle for `detect_interval`
-//!   with a peer the provider found dead (shm: pidfd liveness every `REVERB_PEER_TIMEOUT_MS`/4).
+//!   with a peer the provider found dead (shm: pidfd liveness every `REVERB_PEER_TIMEOUT_MS`/4);
+//!   the rendezvous, asked once per `detect_interval`, and at once when the node's logger
+//!   core (`reverb run --logger`) reports a related node dead by heartbeat or transport error.
 //! - **Survivors** do not roll back: they wait (bounded) for the dead node's ranks to rejoin,
 //!   reconnect, run the logger's and the checkpointer's rejoin collectives, hand over
 //!   determinants and resend their logged messages from the ssn the restarted ranks'
@@ -370,6 +372,8 @@ pub struct Runtime {
     logs_cut: Vec<Rank>,
     /// When the rendezvous was last asked about failures (`check_failures`, rate-bounded).
     last_boot_check: Instant,
+    /// The node logger's verdict generation last seen (`logger_suspects`).
+    logger_verdicts_seen: u64,
     report: RuntimeReport,
 }
 
@@ -456,6 +460,7 @@ impl Runtime {
             recoveries: 0,
             logs_cut: Vec::new(),
             last_boot_check: Instant::now(),
+            logger_verdicts_seen: 0,
             report,
             config,
         };
@@ -701,10 +706,33 @@ impl Runtime {
         }
     }
 
+    /// Whether the node's logger core (heartbeats to related nodes' loggers) has a new
+    /// verdict about a node it found dead that this rank knows at that incarnation or older.
+    /// A heartbeat verdict may be a false suspicion on a loaded machine, so it only makes
+    /// the rendezvous be asked now; the rendezvous decides.
+    fn logger_suspects(&mut self) -> bool {
+        let Some(client) = self.endpoint.as_ref().and_then(|e| e.logger_offload()).map(|o| o.client()) else {
+            return false;
+        };
+        let generation = client.verdict_generation();
+        if generation == self.logger_verdicts_seen {
+            return false;
+        }
+        self.logger_verdicts_seen = generation;
+        client.dead_nodes().iter().any(|v| {
+            (0..self.size).any(|r| {
+                r != self.rank
+                    && self.node_of[r as usize] == v.node
+                    && self.incarnation_of[r as usize] <= v.incarnation
+            })
+        })
+    }
+
     /// Recovers if a peer died; returns whether it did.
     fn check_failures(&mut self) -> Result<bool> {
         let mut dead = self.dead_ranks()?;
-        if dead.is_empty() && self.last_boot_check.elapsed() >= self.config.detect_interval {
+        let suspected = dead.is_empty() && self.logger_suspects();
+        if dead.is_empty() && (suspected || self.last_boot_check.elapsed() >= self.config.detect_interval) {
             // The provider only watches peers this rank talked to: a failure elsewhere shows
             // in the rendezvous (the launcher marks it), and the survivors' recovery
             // collectives need this rank too.
