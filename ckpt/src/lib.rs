@@ -18,4 +18,4 @@ pub use checkpoint::{CheckpointStats, Checkpointer, CkptConfig, FaultHook, Resto
 pub use error::CkptError;
 pub use image::{Epoch, ProtectSet, RestoredImage};
 pub use placement::{Placement, RsLayout};
-pub use rs::{ParityCodec, ParityFormat};
+pub use rs::{EncodeKernel, ParityCodec, ParityFormat};
