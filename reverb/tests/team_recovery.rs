@@ -172,3 +172,28 @@ fn teams_splitting_a_node_are_refused_at_launch() {
     assert!(out.checksum.is_none());
     let _ = std::fs::remove_dir_all(&out.dir);
 }
+
+/// Uneven teams (`0-1,2-7`: one node, three nodes): a node of the big team fails all three of
+/// its nodes in one respawn; buddies of the big team wrap around the small one.
+#[test]
+fn uneven_teams_big_team_killed_matches_failure_free() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs"), ("REVERB_LOG_TEAMS", "0-1,2-7")];
+    let clean = job("uneven-clean", "stencil", STENCIL, &env, 0);
+    assert!(clean.success, "failure-free run failed:\n{}", clean.output);
+    let mut faulty_env = env.to_vec();
+    faulty_env.push(("REVERB_FAULT", "5:71"));
+    let faulty = job("uneven-killed", "stencil", STENCIL, &faulty_env, 1);
+    assert!(faulty.success, "{}", faulty.output);
+    assert!(
+        faulty.output.contains("nodes [1, 2, 3] respawned: ranks [2, 3, 4, 5, 6, 7]"),
+        "{}",
+        faulty.output
+    );
+    assert_eq!(ranks_at(&faulty.dir, 1), [2, 3, 4, 5, 6, 7], "{}", faulty.output);
+    assert_eq!(ranks_at(&faulty.dir, 0), [0, 1], "{}", faulty.output);
+    assert!(clean.checksum.is_some(), "no checksum:\n{}", clean.output);
+    assert_eq!(faulty.checksum, clean.checksum, "{}", faulty.output);
+    let _ = std::fs::remove_dir_all(&clean.dir);
+    let _ = std::fs::remove_dir_all(&faulty.dir);
+}
