@@ -407,7 +407,7 @@ impl Runtime {
         let job = boot.job().clone();
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         let unit_of = config.log.failure_units(&node_of);
-        let my_unit = unit_of[job.rank as usize];
+        let my_unit = unit_of.get(job.rank as usize).copied().unwrap_or(job.node);
         let mut provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
         let restarted = job.incarnation > 0;
         if restarted {
