@@ -197,3 +197,16 @@ fn uneven_teams_big_team_killed_matches_failure_free() {
     let _ = std::fs::remove_dir_all(&clean.dir);
     let _ = std::fs::remove_dir_all(&faulty.dir);
 }
+
+/// Logger cores pair nodes, so a team's log could stay inside the team: refused with teams
+/// under `--respawn` rather than run unrecoverable.
+#[test]
+fn logger_cores_with_teams_are_refused_at_launch() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_LOG_TEAMS", TEAMS), ("REVERB_LOGGER", "dedicated")];
+    let out = job("logger-cores", "stencil", STENCIL, &env, 1);
+    assert!(!out.success, "{}", out.output);
+    assert!(out.output.contains("logger cores pair nodes"), "{}", out.output);
+    assert!(out.checksum.is_none());
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
