@@ -1,8 +1,8 @@
 //! The team failure unit end to end (issue 6): `reverb run --respawn` jobs of `reverb app ...`
 //! on shm, 8 ranks in 4 nodes of 2, teams `0-3,4-7` (two teams of two whole nodes). A rank of
 //! team 0 is SIGKILLed (`REVERB_FAULT`): the launcher fails both nodes of team 0, they restart
-//! together and recover, and team 1's ranks never restart. Each recovered run's checksum must
-//! equal the failure-free run's.
+//! together and recover, and team 1's ranks never restart, under causal, pessimistic-sb and
+//! pessimistic-rb. Each recovered run's checksum must equal the failure-free run's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -209,4 +209,20 @@ fn logger_cores_with_teams_are_refused_at_launch() {
     assert!(out.output.contains("logger cores pair nodes"), "{}", out.output);
     assert!(out.checksum.is_none());
     let _ = std::fs::remove_dir_all(&out.dir);
+}
+
+#[test]
+fn stencil_pessimistic_rb_team_killed_matches_failure_free() {
+    team_killed_matches_failure_free("stencil-rb", "stencil", STENCIL, "pessimistic-rb", STENCIL_FAULT);
+}
+
+#[test]
+fn master_worker_pessimistic_rb_team_killed_matches_failure_free() {
+    team_killed_matches_failure_free(
+        "mw-rb",
+        "master-worker",
+        MASTER_WORKER,
+        "pessimistic-rb",
+        MASTER_WORKER_FAULT,
+    );
 }

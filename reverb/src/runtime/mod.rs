@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Recovery (run under `reverb run --respawn N`, `REVERB_LOG=causal|pessimistic-sb|pessimistic-rb`,
-//! failure unit `node`):
+//! failure unit `node`, or teams of whole nodes: see **Team unit** below):
 //! - **Detection**: a transport error (`PeerDead`) or a receive idle for `detect_interval`
 //!   with a peer the provider found dead (shm: pidfd liveness every `REVERB_PEER_TIMEOUT_MS`/4);
 //!   the rendezvous, asked once per `detect_interval`, and at once when the node's logger
