@@ -331,6 +331,19 @@ impl Checkpointer {
         boot: &mut dyn Bootstrap,
         config: CkptConfig,
     ) -> Result<Checkpointer, CkptError> {
+        let job = boot.job().clone();
+        let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
+        Self::with_buddy_units(provider, boot, config, &node_of)
+    }
+
+    /// As `new`, with buddy copies paired over `unit_of_rank` (indexed by rank) instead of
+    /// nodes: failure units of whole nodes (teams) keep their copies outside the unit.
+    pub fn with_buddy_units(
+        provider: &mut dyn Provider,
+        boot: &mut dyn Bootstrap,
+        config: CkptConfig,
+        unit_of_rank: &[u32],
+    ) -> Result<Checkpointer, CkptError> {
         if config.slot_len < HEADER_LEN * 2 || config.chunk_len == 0 || config.transfer_len == 0 {
             return Err(CkptError::InvalidArgument(format!(
                 "slot_len {} (at least {}), chunk_len {}, transfer_len {} (at least 1)",
@@ -343,7 +356,7 @@ impl Checkpointer {
         let job = boot.job().clone();
         let me = provider.rank();
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
-        let placement = Placement::new(&node_of, config.parity)?;
+        let placement = Placement::with_buddy_units(&node_of, unit_of_rank, config.parity)?;
         let team = match &config.team {
             None => (0..job.size).collect::<Vec<Rank>>(),
             Some(members) => {

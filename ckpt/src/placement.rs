@@ -56,6 +56,32 @@ pub struct Placement {
 impl Placement {
     /// Builds buddies and, with `rs`, groups from every rank's node id (indexed by rank).
     pub fn new(node_of_rank: &[u32], rs: Option<RsLayout>) -> Result<Placement, CkptError> {
+        Self::with_buddy_units(node_of_rank, node_of_rank, rs)
+    }
+
+    /// As `new`, with buddies paired over `unit_of_rank` (failure units larger than a node,
+    /// e.g. teams of whole nodes: a copy must survive its whole unit); groups stay per node.
+    pub fn with_buddy_units(
+        node_of_rank: &[u32],
+        unit_of_rank: &[u32],
+        rs: Option<RsLayout>,
+    ) -> Result<Placement, CkptError> {
+        if unit_of_rank.len() != node_of_rank.len() {
+            return Err(CkptError::InvalidArgument(format!(
+                "{} failure units for {} ranks",
+                unit_of_rank.len(),
+                node_of_rank.len()
+            )));
+        }
+        let units = NodeMap::from_nodes(unit_of_rank)
+            .ok_or_else(|| CkptError::InvalidArgument(format!("{} ranks", unit_of_rank.len())))?;
+        if units.nodes() < 2 {
+            return Err(CkptError::Unsupported(format!(
+                "buddy checkpoints need at least two failure units (a copy must survive its unit); \
+                 this job of {} ranks has one",
+                unit_of_rank.len()
+            )));
+        }
         let map = NodeMap::from_nodes(node_of_rank)
             .ok_or_else(|| CkptError::InvalidArgument(format!("{} ranks", node_of_rank.len())))?;
         let members = map.members();
@@ -67,7 +93,7 @@ impl Placement {
                 node_of_rank.len()
             )));
         }
-        let buddy = map.pair_buddies();
+        let buddy = units.pair_buddies();
         let mut groups = Vec::new();
         let mut group_of = vec![None; node_of_rank.len()];
         if let Some(rs) = rs {
@@ -181,5 +207,18 @@ mod tests {
             Placement::new(&block(4, 2), Some(RsLayout::default())),
             Err(CkptError::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn buddies_by_unit_leave_the_unit_and_groups_stay_per_node() {
+        let nodes = block(8, 2);
+        let teams = [0, 0, 0, 0, 1, 1, 1, 1];
+        let p = Placement::with_buddy_units(&nodes, &teams, Some(RsLayout::default())).unwrap();
+        let buddies: Vec<Rank> = (0..8).map(|r| p.buddy_of(r).unwrap()).collect();
+        assert_eq!(buddies, [4, 5, 6, 7, 0, 1, 2, 3]);
+        let by_node = Placement::new(&nodes, Some(RsLayout::default())).unwrap();
+        assert_eq!(p.groups(), by_node.groups());
+        assert!(matches!(Placement::with_buddy_units(&nodes, &[0; 8], None), Err(CkptError::Unsupported(_))));
+        assert!(Placement::with_buddy_units(&nodes, &teams[..4], None).is_err());
     }
 }

@@ -5,6 +5,9 @@
 //! index), which seed 000 ch.7 finds more survivable than a ring map; checkpoint buddies use
 //! the same map, so a rank's log and its checkpoint copy share one partner node.
 //!
+//! With teams of whole nodes as the failure unit (`crate::team::failure_units`), the map is
+//! built over teams instead, so a log survives the failure of its whole team.
+//!
 //! A job on one node has no other node to log to, so every logging protocol refuses it.
 
 use reverb_transport::nodemap::NodeMap;

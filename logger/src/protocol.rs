@@ -255,6 +255,13 @@ fn env_usize(name: &str) -> Result<Option<usize>> {
 }
 
 impl LogConfig {
+    /// The failure unit of every rank, which buddies are placed by: its team under
+    /// `LogUnit::Team` with teams of whole nodes, else its node (`crate::team::failure_units`).
+    pub fn failure_units(&self, node_of_rank: &[u32]) -> Vec<u32> {
+        let teams = self.teams.as_ref().filter(|_| self.unit == LogUnit::Team);
+        crate::team::failure_units(node_of_rank, teams)
+    }
+
     /// Defaults overridden by the `REVERB_LOG*` variables that are set.
     pub fn from_env() -> Result<Self> {
         let mut cfg = LogConfig { mode: LogMode::from_env()?, ..LogConfig::default() };
@@ -520,8 +527,8 @@ impl LoggedEndpoint {
         Ok(endpoint)
     }
 
-    /// Picks buddies from the real node ids, registers the rings this rank hosts and opens a
-    /// writer into its own ring at its buddy.
+    /// Picks buddies from the real node ids (team ids for teams of whole nodes), registers the
+    /// rings this rank hosts and opens a writer into its own ring at its buddy.
     fn set_up_rings(
         provider: &mut dyn Provider,
         boot: &mut dyn Bootstrap,
@@ -532,7 +539,8 @@ impl LoggedEndpoint {
         let nodes = boot.allgather(&node.to_le_bytes())?;
         let node_of_rank =
             nodes.iter().map(|b| Reader::new(b, "node id").u32()).collect::<Result<Vec<u32>>>()?;
-        let map = BuddyMap::from_nodes(&node_of_rank)?;
+        // Teams of whole nodes fail as one: buddies are then picked in another team.
+        let map = BuddyMap::from_nodes(&config.failure_units(&node_of_rank))?;
         let buddy = map
             .buddy_of(rank)
             .ok_or_else(|| LogError::InvalidArgument(format!("rank {rank} outside the buddy map")))?;

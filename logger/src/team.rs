@@ -89,13 +89,51 @@ impl Teams {
             Err(std::env::VarError::NotPresent) => return Ok(None),
             Err(e) => return Err(invalid(e.to_string())),
         };
-        let Some(path) = spec.trim().strip_prefix('@') else { return Self::parse(&spec).map(Some) };
+        Self::from_spec(&spec).map(Some)
+    }
+
+    /// The value of `REVERB_LOG_TEAMS`: the `parse` syntax, or `@path` to a file.
+    pub fn from_spec(spec: &str) -> Result<Self> {
+        let Some(path) = spec.trim().strip_prefix('@') else { return Self::parse(spec) };
         let text = std::fs::read_to_string(path).map_err(|e| LogError::io(format!("reading {path}"), e))?;
         let ids: Option<Vec<usize>> = text.split_whitespace().map(|w| w.parse().ok()).collect();
         match ids {
-            Some(ids) if !text.contains([',', '-', '+']) => Self::from_team_ids(&ids).map(Some),
-            _ => Self::parse(&text.split_whitespace().collect::<Vec<_>>().join(",")).map(Some),
+            Some(ids) if !text.contains([',', '-', '+']) => Self::from_team_ids(&ids),
+            _ => Self::parse(&text.split_whitespace().collect::<Vec<_>>().join(",")),
         }
+    }
+
+    /// Fails unless the teams can fail as units: they cover exactly the job's ranks, there are
+    /// at least two (a log must survive outside its team) and each is a union of whole nodes
+    /// (a node failure then takes exactly one team down).
+    pub fn check_whole_nodes(&self, node_of_rank: &[u32]) -> Result<()> {
+        self.check_size(node_of_rank.len() as u32)?;
+        if self.count() < 2 {
+            return Err(invalid(
+                "one team holds every rank: its log and checkpoints have nowhere else to live",
+            ));
+        }
+        for (a, &node) in node_of_rank.iter().enumerate() {
+            if let Some(b) = node_of_rank
+                .iter()
+                .position(|&n| n == node)
+                .filter(|&b| !self.same_team(a as Rank, b as Rank))
+            {
+                return Err(invalid(format!(
+                    "node {node} is split between teams {} (rank {b}) and {} (rank {a}): a team must be a union of whole nodes",
+                    self.team_of[b], self.team_of[a]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The number of distinct teams.
+    pub fn count(&self) -> usize {
+        let mut teams = self.team_of.clone();
+        teams.sort_unstable();
+        teams.dedup();
+        teams.len()
     }
 
     /// Fails unless exactly ranks `0..size` have a team.
@@ -125,6 +163,16 @@ impl Teams {
     }
 }
 
+/// The failure unit of every rank, which log and checkpoint buddies are placed by (pair map
+/// over units, `reverb_transport::nodemap`): its team when `teams` are unions of whole nodes
+/// (a team fails as one, so what protects it must live in another team), else its node.
+pub fn failure_units(node_of_rank: &[u32], teams: Option<&Teams>) -> Vec<u32> {
+    match teams {
+        Some(t) if t.check_whole_nodes(node_of_rank).is_ok() => t.team_of.clone(),
+        _ => node_of_rank.to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +194,26 @@ mod tests {
         assert!(Teams::parse("0-1,2-3").unwrap().check_size(4).is_ok());
         assert!(Teams::parse("0-1,2-3").unwrap().check_size(8).is_err());
         assert_eq!(Teams::of_nodes(&[0, 0, 1, 1]), Teams::parse("0-1,2-3").unwrap());
+    }
+
+    #[test]
+    fn whole_node_teams_are_failure_units() {
+        let nodes = [0, 0, 1, 1, 2, 2, 3, 3];
+        let teams = Teams::parse("0-3,4-7").unwrap();
+        assert!(teams.check_whole_nodes(&nodes).is_ok());
+        assert_eq!(failure_units(&nodes, Some(&teams)), [0, 0, 0, 0, 1, 1, 1, 1]);
+        // Buddies by unit land in the other team, hence on another node.
+        let buddies = crate::buddy::BuddyMap::from_nodes(&failure_units(&nodes, Some(&teams))).unwrap();
+        let of: Vec<Rank> = (0..8).map(|r| buddies.buddy_of(r).unwrap()).collect();
+        assert_eq!(of, [4, 5, 6, 7, 0, 1, 2, 3]);
+        // Split nodes, one team, a size mismatch: not failure units; buddies stay by node.
+        let split = Teams::parse("0-2,3-7").unwrap();
+        let err = split.check_whole_nodes(&nodes).unwrap_err().to_string();
+        assert!(err.contains("node 1 is split"), "{err}");
+        assert_eq!(failure_units(&nodes, Some(&split)), nodes);
+        assert!(Teams::parse("0-7").unwrap().check_whole_nodes(&nodes).is_err());
+        assert!(teams.check_whole_nodes(&nodes[..6]).is_err());
+        assert_eq!(failure_units(&nodes, None), nodes);
+        assert_eq!(teams.count(), 2);
     }
 }

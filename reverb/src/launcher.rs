@@ -10,6 +10,12 @@
 //! node's ranks again in place with `REVERB_INCARNATION` + 1, at most N times per job. A rank
 //! that exits non-zero still fails the job: that is the program's own verdict.
 //!
+//! With teams (`REVERB_LOG_TEAMS` in the job's environment, the logger's team unit) and
+//! `--respawn`, the team is the failure unit: a failed node fails every node of its team, all
+//! are SIGKILLed and started again together at the next incarnation (one respawn). Teams must
+//! be unions of whole nodes, at least two (checked at launch); logger cores, which pair nodes,
+//! are refused with teams.
+//!
 //! With logger cores (`--logger`), a node failure takes the node's logger core too: it is
 //! SIGKILLed with the ranks and started again at the next incarnation, before them. A logger
 //! core killed by a signal fails its node the same way (under `--respawn`); without respawn,
@@ -112,10 +118,13 @@ pub struct LaunchOptions {
     pub logger: reverb_logger::core::Placement,
 }
 
-/// One node respawn.
+/// One node (or team) respawn.
 #[derive(Debug, Clone)]
 pub struct Respawn {
+    /// The node that failed.
     pub node: u32,
+    /// Every node respawned: `node`, or with teams each node of its team.
+    pub nodes: Vec<u32>,
     /// The rank whose death failed the node, and how it died.
     pub rank: u32,
     pub signal: i32,
@@ -279,6 +288,53 @@ struct JobCtx<'a> {
     job_id: String,
     verbose: bool,
     loggers: Option<&'a logger_cores::LoggerCores>,
+    /// With teams under `--respawn`: the team of every node (a failed node fails its team).
+    team_of_node: Option<Vec<u32>>,
+}
+
+/// The teams of a job run with `--respawn` (`REVERB_LOG_TEAMS` in `spec.env`, else in the
+/// launcher's environment), as the team of every node; `None` without teams. Teams that are
+/// not unions of whole nodes, a single team, or logger cores with teams are refused.
+fn teams_of_nodes(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<Option<Vec<u32>>> {
+    use reverb_logger::team::{Teams, TEAMS_VAR};
+    let from_spec = spec.env.iter().rev().find(|(k, _)| k == TEAMS_VAR).map(|(_, v)| v.clone());
+    let Some(text) = from_spec.or_else(|| std::env::var(TEAMS_VAR).ok()) else { return Ok(None) };
+    if opts.respawn == 0 {
+        return Ok(None);
+    }
+    let teams = Teams::from_spec(&text).with_context(|| format!("{TEAMS_VAR}={text:?}"))?;
+    let rpn = spec.ranks_per_node.min(spec.ranks);
+    let node_of_rank: Vec<u32> = (0..spec.ranks).map(|r| r / rpn).collect();
+    teams.check_whole_nodes(&node_of_rank).with_context(|| {
+        format!(
+            "{TEAMS_VAR}={text:?} with --respawn: a failed node fails its whole team, so each team \
+             must be a union of whole nodes ({} ranks, {rpn} per node)",
+            spec.ranks
+        )
+    })?;
+    if opts.logger != reverb_logger::core::Placement::Off {
+        bail!(
+            "{TEAMS_VAR} with --respawn and --logger {}: unsupported, logger cores pair nodes and \
+             a team's log could stay inside the team; run teams without logger cores",
+            opts.logger
+        );
+    }
+    let nodes = spec.ranks.div_ceil(rpn);
+    (0..nodes)
+        .map(|n| teams.team_of(n * rpn).with_context(|| format!("node {n} has no team in {TEAMS_VAR}")))
+        .collect::<Result<Vec<u32>>>()
+        .map(Some)
+}
+
+/// The nodes that fail together with `node`: its team's, or itself alone.
+fn failure_unit_nodes(ctx: &JobCtx<'_>, node: u32) -> Vec<u32> {
+    match &ctx.team_of_node {
+        Some(team_of) => match team_of.get(node as usize) {
+            Some(&team) => (0..team_of.len() as u32).filter(|&n| team_of[n as usize] == team).collect(),
+            None => vec![node],
+        },
+        None => vec![node],
+    }
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -438,9 +494,10 @@ struct NodeFailure {
     reason: String,
 }
 
-/// Fails a node and starts it again at the next incarnation: its ranks are SIGKILLed and, with
-/// logger cores, its logger too (a node failure takes both); the logger is started first, then
-/// the ranks. Ranks of the node that already exited 0 are done and stay so.
+/// Fails a node (with teams: every node of its team) and starts it again at the next
+/// incarnation: its ranks are SIGKILLed and, with logger cores, its logger too (a node failure
+/// takes both); the logger is started first, then the ranks. Ranks that already exited 0 are
+/// done and stay so.
 #[allow(clippy::too_many_arguments)]
 fn respawn_node(
     ctx: &JobCtx<'_>,
@@ -452,24 +509,40 @@ fn respawn_node(
     left: u32,
 ) -> Result<Respawn> {
     let node = failure.node;
-    let members = node_ranks(node * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks);
-    let next = members.clone().map(|r| procs[r as usize].incarnation).max().unwrap_or(0) + 1;
+    let nodes = failure_unit_nodes(ctx, node);
+    let members: Vec<u32> = nodes
+        .iter()
+        .flat_map(|&n| node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks))
+        .collect();
+    let next = members.iter().map(|&r| procs[r as usize].incarnation).max().unwrap_or(0) + 1;
+    let what = match &ctx.team_of_node {
+        Some(team_of) if nodes.len() > 1 => format!(
+            "node {node} with its team {} (nodes {nodes:?}, ranks {members:?})",
+            team_of.get(node as usize).copied().unwrap_or_default()
+        ),
+        _ => format!(
+            "node {node} (ranks {}-{})",
+            members.first().copied().unwrap_or_default(),
+            members.last().copied().unwrap_or_default()
+        ),
+    };
     eprintln!(
-        "reverb run: {} (+{:.3} s): {}; respawning node {node} (ranks {}-{}{}) at incarnation {next} \
+        "reverb run: {} (+{:.3} s): {}; respawning {what}{} at incarnation {next} \
          ({left} respawn(s) left after this one)",
         clock(),
         start.elapsed().as_secs_f64(),
         failure.what,
-        members.start,
-        members.end - 1,
         if ctx.loggers.is_some() { " and its logger core" } else { "" },
     );
-    for r in members.clone() {
+    for &r in &members {
         procs[r as usize].kill();
     }
-    reap(&mut procs[members.start as usize..members.end as usize], Duration::from_secs(5));
+    for &n in &nodes {
+        let range = node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks);
+        reap(&mut procs[range.start as usize..range.end as usize], Duration::from_secs(5));
+    }
     let reason = format!("node {node} failed: {}", failure.reason);
-    for r in members.clone() {
+    for &r in &members {
         let p = &procs[r as usize];
         if p.status == RankStatus::Running {
             bail!("rank {r} did not die within 5 s of SIGKILL; cannot respawn node {node}");
@@ -479,11 +552,13 @@ fn respawn_node(
             .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
     }
     if let Some(loggers) = ctx.loggers {
-        let incarnation = loggers.respawn(node, &reason)?;
-        eprintln!("reverb run: node {node}: logger core started again at incarnation {incarnation}");
+        for &n in &nodes {
+            let incarnation = loggers.respawn(n, &reason)?;
+            eprintln!("reverb run: node {n}: logger core started again at incarnation {incarnation}");
+        }
     }
     let mut ranks = Vec::new();
-    for r in members.clone() {
+    for &r in &members {
         let p = &mut procs[r as usize];
         if p.status == RankStatus::Exited(0) {
             continue;
@@ -493,12 +568,14 @@ fn respawn_node(
         ranks.push(r);
     }
     eprintln!(
-        "reverb run: {} (+{:.3} s): node {node} respawned: ranks {ranks:?} at incarnation {next}",
+        "reverb run: {} (+{:.3} s): {} respawned: ranks {ranks:?} at incarnation {next}",
         clock(),
         start.elapsed().as_secs_f64(),
+        if nodes.len() > 1 { format!("nodes {nodes:?}") } else { format!("node {node}") },
     );
     Ok(Respawn {
         node,
+        nodes,
         rank: failure.rank,
         signal: failure.signal,
         ranks,
@@ -539,8 +616,10 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     let job_id = format!("rv{}", random_hex(6));
     let server =
         BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
+    let team_of_node = teams_of_nodes(spec, opts)?;
     let loggers = logger_cores::LoggerCores::start(spec, logger, &job_id, verbose, opts.respawn)?;
     let ctx = JobCtx {
+        team_of_node,
         spec,
         ranks_per_node: spec.ranks_per_node.min(spec.ranks),
         root: server.local_addr().to_string(),
@@ -654,8 +733,9 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
             let left = opts.respawn - respawns.len() as u32 - 1;
             match respawn_node(&ctx, &server, &mut procs, &failure, &mut old_pumps, start, left) {
                 Ok(r) => {
+                    // A team mate's death in this pass is the same failure: one respawn.
+                    respawned_nodes.extend_from_slice(&r.nodes);
                     respawns.push(r);
-                    respawned_nodes.push(failure.node);
                 }
                 Err(e) => {
                     stop = Some(fail(failure.what.clone()));
@@ -756,8 +836,13 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
             respawns
                 .iter()
                 .map(|r| format!(
-                    "node {} at +{:.3} s (incarnation {})",
+                    "node {}{} at +{:.3} s (incarnation {})",
                     r.node,
+                    if r.nodes.len() > 1 {
+                        format!(" with its team's nodes {:?}", r.nodes)
+                    } else {
+                        String::new()
+                    },
                     r.at.as_secs_f64(),
                     r.incarnation
                 ))
