@@ -95,18 +95,24 @@ fn record_checksum(header: &[u8], data: &[u8]) -> u32 {
 
 /// The bytes of one record at position `pos` (header, data, zero padding).
 pub fn encode_record(pos: u64, kind: RecordKind, data: &[u8]) -> Result<Vec<u8>> {
-    let len = u32::try_from(data.len())
-        .map_err(|_| LogError::InvalidArgument(format!("record of {} bytes", data.len())))?;
     let mut out = Vec::with_capacity(record_size(data.len()) as usize);
-    out.extend_from_slice(&pos.to_le_bytes());
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&kind.code().to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
-    let crc = record_checksum(&out, data);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&record_header(pos, kind, data)?);
     out.extend_from_slice(data);
     out.resize(record_size(data.len()) as usize, 0);
+    Ok(out)
+}
+
+/// The header of the record of `data` at position `pos`: the record is this, the data and
+/// zero padding to 8 bytes.
+fn record_header(pos: u64, kind: RecordKind, data: &[u8]) -> Result<[u8; RECORD_HEADER_LEN as usize]> {
+    let len = u32::try_from(data.len())
+        .map_err(|_| LogError::InvalidArgument(format!("record of {} bytes", data.len())))?;
+    let mut out = [0u8; RECORD_HEADER_LEN as usize];
+    out[0..8].copy_from_slice(&pos.to_le_bytes());
+    out[8..12].copy_from_slice(&len.to_le_bytes());
+    out[12..14].copy_from_slice(&kind.code().to_le_bytes());
+    let crc = record_checksum(&out, data);
+    out[16..20].copy_from_slice(&crc.to_le_bytes());
     Ok(out)
 }
 
@@ -316,10 +322,17 @@ impl LogRingWriter {
             }
             self.head += skip;
         }
-        let bytes = encode_record(self.head, kind, data)?;
+        // Straight into the mirror: a staging copy of a large record (a MiB frame under
+        // receiver-based logging) was one more MiB buffer per delivery to fault in.
+        let header = record_header(self.head, kind, data)?;
         let offset = DATA_OFFSET + (self.head % self.capacity) as usize;
-        self.mirror.write(offset, &bytes)?;
-        let op = self.put_mirror(provider, offset, bytes.len())?;
+        self.mirror.write(offset, &header)?;
+        self.mirror.write(offset + header.len(), data)?;
+        let padding = size as usize - header.len() - data.len();
+        if padding > 0 {
+            self.mirror.fill(offset + header.len() + data.len(), padding, 0)?;
+        }
+        let op = self.put_mirror(provider, offset, size as usize)?;
         self.head += size;
         self.pending.push_back(PendingPut { op, end: self.head, done: false });
         Ok(self.head)
