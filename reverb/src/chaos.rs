@@ -1,6 +1,8 @@
 //! `reverb chaos --trials N`: the fault-injection campaign. Each trial is a real
 //! `reverb run --respawn` job of one app under one logging protocol with one fault picked at
-//! random (seeded: `--seed S --trial K` re-runs trial K alone), injected with SIGKILL through
+//! random (seeded: `--seed S --trial K` re-runs trial K alone; the fault's send count is drawn
+//! within the app's failure-free send counts, which vary from run to run for master-worker, so
+//! there the exact fault is the `REVERB_FAULT` the trial line prints), injected with SIGKILL through
 //! `REVERB_FAULT` / `REVERB_FAULT_CKPT`. Its checksum is compared with the app's failure-free
 //! checksum (one failure-free run per app, cached for the campaign).
 //!
@@ -28,7 +30,9 @@ pub struct ChaosArgs {
     /// Campaign seed (random when absent; printed either way).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Run only this trial of the campaign (0-based), e.g. to reproduce a failure.
+    /// Run only this trial of the campaign (0-based), e.g. to reproduce a failure. The same
+    /// app, protocol and fault kind; for master-worker, whose failure-free send counts vary,
+    /// the kill point may differ: the trial line prints the exact `REVERB_FAULT`.
     #[arg(long)]
     pub trial: Option<u64>,
     /// Trials run at once (1 on a small machine).
