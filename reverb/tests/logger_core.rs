@@ -15,6 +15,17 @@ const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Scale for the time bounds given to `reverb` (job timeout, bench waits):
+/// `REVERB_TEST_TIME_SCALE` (a whole number, default 1), set by the verbs suite because the
+/// emulated rxe VM runs everything several times slower. Bad values fall back to 1.
+fn time_scale() -> u32 {
+    std::env::var("REVERB_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(1)
+}
+
 fn rank() -> u32 {
     std::env::var("REVERB_RANK").ok().and_then(|v| v.parse().ok()).expect("REVERB_RANK")
 }
@@ -39,7 +50,7 @@ fn reverb_run(
         "--logger".into(),
         placement.into(),
         "--timeout".into(),
-        "120".into(),
+        (120 * time_scale()).to_string(),
         "--".into(),
         exe.to_string_lossy().into_owned(),
         test.into(),
@@ -60,7 +71,8 @@ fn reverb_run(
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(150), "reverb run took {:?}", t0.elapsed());
+    let bound = Duration::from_secs(150) * time_scale();
+    assert!(t0.elapsed() < bound, "reverb run took {:?}", t0.elapsed());
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -313,7 +325,7 @@ fn protocols_log_through_the_logger_core() {
         let exe = std::env::current_exe().unwrap();
         let out = Command::new(BIN)
             .args(["run", "-n", &PROTO_RANKS.to_string(), "--ranks-per-node", "2", "--logger", "dedicated"])
-            .args(["--timeout", "120", "--"])
+            .args(["--timeout", &(120 * time_scale()).to_string(), "--"])
             .arg(&exe)
             .args(["protocols_log_through_the_logger_core", "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE, "logged")
@@ -411,10 +423,13 @@ fn protocols_log_through_the_logger_core() {
 /// named and wildcard receives; bad combinations are refused with a clear error.
 #[test]
 fn bench_log_runs_every_protocol() {
+    // Each wait of the bench is bounded (10 s by default); scaled where everything is slow.
+    let timeout_ms = (10_000 * time_scale()).to_string();
     let bench = |args: &[&str]| {
         Command::new(BIN)
             .args(["bench"])
             .args(args)
+            .args(["--timeout-ms", &timeout_ms])
             .env("REVERB_HEARTBEAT_MS", "5000")
             .env("REVERB_LOGGER_STALL_MS", "60000")
             .stdin(Stdio::null())
