@@ -115,7 +115,7 @@ fn node_and_logger_recover(app: &[&str], sends: u32) -> String {
     assert_eq!(code, Some(0), "run with node 1 killed:\n{out}\n{err}");
     assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
     for expected in [
-        "respawning node 1 (ranks 2-3 and its logger core) at incarnation 1",
+        "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
         "node 1: logger core started again at incarnation 1",
         "[logger 1] reverb logger-core node 1: incarnation 1 rejoined",
         "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
