@@ -5,9 +5,12 @@
 //! envelope and payload into one buffer, then the provider's copy into its staging region),
 //! and once more frames are in flight than the provider pools staging regions for, a fresh
 //! registration per message (a new shm file and its page faults). Here the frame is written
-//! once, into a registered region that stays with the endpoint and is reused as soon as the
-//! provider reports the send complete. The pool is bounded; past the bound the caller falls
-//! back to the provider's copying `send`, so a send never waits for a buffer.
+//! once, into a registered region that stays with the endpoint and is reused once the
+//! provider reported the send complete and the send log (`lease`, sender-based modes) no
+//! longer keeps the payload there. The pool is bounded; past the bound the caller falls back
+//! to the provider's copying `send`, so a send never waits for a buffer.
+
+use std::sync::Arc;
 
 use reverb_transport::{Access, OpId, Provider, Region};
 
@@ -18,9 +21,16 @@ const GRANULE: usize = 64 << 10;
 
 #[derive(Debug)]
 struct Slot {
-    region: Region,
+    /// Other holders (send-log entries) keep the region from reuse.
+    region: Arc<Region>,
     /// The send reading this region, until its completion.
     busy: Option<OpId>,
+}
+
+impl Slot {
+    fn is_free(&self) -> bool {
+        self.busy.is_none() && Arc::strong_count(&self.region) == 1
+    }
 }
 
 /// Bounded set of registered send buffers; see the module doc.
@@ -45,7 +55,7 @@ impl FramePool {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.busy.is_none() && s.region.len() >= len)
+            .filter(|(_, s)| s.is_free() && s.region.len() >= len)
             .min_by_key(|(_, s)| s.region.len())
             .map(|(i, _)| i);
         if fit.is_some() {
@@ -58,7 +68,7 @@ impl FramePool {
         if self.registered + size > self.limit {
             let registered = &mut self.registered;
             self.slots.retain(|s| {
-                let keep = s.busy.is_some();
+                let keep = !s.is_free();
                 if !keep {
                     *registered -= s.region.len();
                 }
@@ -70,12 +80,18 @@ impl FramePool {
         }
         let region = provider.alloc_region(size, Access::REMOTE_READ)?;
         self.registered += region.len();
-        self.slots.push(Slot { region, busy: None });
+        self.slots.push(Slot { region: Arc::new(region), busy: None });
         Ok(Some(self.slots.len() - 1))
     }
 
     pub(crate) fn region(&self, index: usize) -> Option<&Region> {
-        self.slots.get(index).map(|s| &s.region)
+        self.slots.get(index).map(|s| &*s.region)
+    }
+
+    /// Region `index` for a holder outside the pool (a send-log entry): not reused until
+    /// the holder drops it.
+    pub(crate) fn lease(&self, index: usize) -> Option<Arc<Region>> {
+        self.slots.get(index).map(|s| Arc::clone(&s.region))
     }
 
     /// The send `op` reads region `index` until its completion (`release`).

@@ -488,6 +488,8 @@ impl LoggedEndpoint {
         let send_log = (config.mode.sender_logs_payloads()
             || config.mode == LogMode::PessimisticReceiverBased)
             .then(|| SendLog::new(job.size, config.send_log_limit as u64));
+        // A send log keeps large payloads in the frames they were sent from: room for it.
+        let frame_pool_bytes = FRAME_POOL_BYTES + send_log.as_ref().map_or(0, |_| config.send_log_limit);
         let causal = (config.mode == LogMode::Causal).then(|| CausalState::new(job.size));
         let mut endpoint = LoggedEndpoint {
             rank: job.rank,
@@ -512,7 +514,7 @@ impl LoggedEndpoint {
             retired: Vec::new(),
             stats: LogStats::default(),
             send_buf: Vec::new(),
-            frames: FramePool::new(FRAME_POOL_BYTES),
+            frames: FramePool::new(frame_pool_bytes),
             released: Vec::new(),
             sends_in_flight: 0,
             provider,
@@ -656,12 +658,19 @@ impl LoggedEndpoint {
         let encoded = self.encode_header(dest, ssn, tag, payload.len(), &mut piggyback);
         self.piggyback = piggyback;
         encoded?;
+        let framed = self.frame_in_pool(payload)?;
         // Logged before it leaves, so the log covers every message a receiver can hold.
         let receiver_based = self.config.mode == LogMode::PessimisticReceiverBased;
         match self.send_log.as_mut() {
             Some(send_log) if log_payload => {
                 let before = send_log.used();
-                send_log.record(dest, ssn, tag, payload)?;
+                match framed.and_then(|i| self.frames.lease(i)) {
+                    // The frame buffer is the log entry: no copy.
+                    Some(region) => {
+                        send_log.record_framed(dest, ssn, tag, region, self.send_buf.len(), payload.len())?
+                    }
+                    None => send_log.record(dest, ssn, tag, payload)?,
+                }
                 LogStats::bump(&self.stats.send_log_bytes, send_log.used() - before);
                 // Receiver-based: the receiver's ring is the log; this copy only covers
                 // messages in flight when the receiver dies, and is not counted as logging.
@@ -675,7 +684,7 @@ impl LoggedEndpoint {
             _ => LogStats::bump(&self.stats.messages_unlogged, 1),
         }
         let overhead = self.send_buf.len() as u64;
-        self.send_framed(dest, payload)?;
+        self.send_frame(dest, framed, payload)?;
         self.sends_in_flight += 1;
         self.comm.record_app(dest, payload.len() as u64, overhead)?;
         LogStats::bump(&self.stats.library_bytes_sent, overhead);
@@ -699,22 +708,32 @@ impl LoggedEndpoint {
         Ok(())
     }
 
-    /// Sends the envelope in `send_buf` with `payload` behind it. Above the rendezvous
-    /// threshold the frame is written once into a pooled registered buffer that the peer
-    /// reads in place; otherwise (or with the pool in use or unavailable) the payload joins
-    /// `send_buf` and the provider copies the frame.
-    fn send_framed(&mut self, dest: Rank, payload: &[u8]) -> Result<()> {
-        let (tag, len) = (self.config.provider_tag, self.send_buf.len() + payload.len());
-        if len > self.provider.config().rndv_thresh {
-            // A failed registration only costs the copy below.
-            if let Ok(Some(i)) = self.frames.acquire(&mut *self.provider, len) {
-                if let Some(region) = self.frames.region(i) {
-                    region.write(0, &self.send_buf)?;
-                    region.write(self.send_buf.len(), payload)?;
-                    let op = self.provider.send_region(dest, tag, region, 0, len)?;
-                    self.frames.mark_busy(i, op);
-                    return Ok(());
-                }
+    /// Above the rendezvous threshold, writes the frame (the envelope in `send_buf`, then
+    /// `payload`) once into a pooled registered buffer and returns its index; `None` below
+    /// the threshold or with the pool in use or unavailable.
+    fn frame_in_pool(&mut self, payload: &[u8]) -> Result<Option<usize>> {
+        let len = self.send_buf.len() + payload.len();
+        if len <= self.provider.config().rndv_thresh {
+            return Ok(None);
+        }
+        // A failed registration only costs the provider's copy.
+        let Ok(Some(i)) = self.frames.acquire(&mut *self.provider, len) else { return Ok(None) };
+        let Some(region) = self.frames.region(i) else { return Ok(None) };
+        region.write(0, &self.send_buf)?;
+        region.write(self.send_buf.len(), payload)?;
+        Ok(Some(i))
+    }
+
+    /// Sends the frame: from pooled buffer `framed`, which the peer reads in place, else
+    /// with `payload` joining the envelope in `send_buf` and the provider copying it.
+    fn send_frame(&mut self, dest: Rank, framed: Option<usize>, payload: &[u8]) -> Result<()> {
+        let tag = self.config.provider_tag;
+        if let Some(i) = framed {
+            if let Some(region) = self.frames.region(i) {
+                let len = self.send_buf.len() + payload.len();
+                let op = self.provider.send_region(dest, tag, region, 0, len)?;
+                self.frames.mark_busy(i, op);
+                return Ok(());
             }
         }
         self.send_buf.extend_from_slice(payload);

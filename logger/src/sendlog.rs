@@ -8,12 +8,14 @@
 //!
 //! Small payloads (below `SPARE_MIN`) are appended to one byte ring per destination, so
 //! logging one costs a copy and no allocation (the ring's capacity is kept across trims);
-//! large ones get their own buffer, reused from earlier trims.
+//! large ones get their own buffer, reused from earlier trims, or stay in the registered
+//! buffer the message was sent from (`record_framed`: no copy at all).
 
 use std::collections::VecDeque;
 use std::mem::size_of;
+use std::sync::Arc;
 
-use reverb_transport::{Rank, Tag};
+use reverb_transport::{Rank, Region, Tag};
 
 use crate::determinant::Ssn;
 use crate::error::{LogError, Result};
@@ -37,6 +39,18 @@ impl LoggedSend {
 /// Payload buffers at least this large are kept for reuse after a trim.
 const SPARE_MIN: usize = 4096;
 
+/// Where a large payload is kept.
+#[derive(Debug)]
+enum Large {
+    Owned(Vec<u8>),
+    /// `len` bytes at `offset` of the registered buffer the message was sent from; the
+    /// sender does not reuse the buffer while this entry holds it.
+    Framed {
+        region: Arc<Region>,
+        offset: usize,
+    },
+}
+
 /// A logged message as kept: small payloads live in the destination's byte ring, in order.
 #[derive(Debug)]
 struct Entry {
@@ -44,7 +58,7 @@ struct Entry {
     tag: Tag,
     len: usize,
     /// The payload of a large message; `None`: `len` bytes of the byte ring.
-    large: Option<Vec<u8>>,
+    large: Option<Large>,
 }
 
 #[derive(Debug, Default)]
@@ -113,19 +127,8 @@ impl SendLog {
     /// Logs message `ssn` to `dest`. Ssns of one destination must grow by one, so the log of
     /// a channel is always a contiguous range and `from_ssn` can index it.
     pub fn record(&mut self, dest: Rank, ssn: Ssn, tag: Tag, payload: &[u8]) -> Result<()> {
-        self.reserve(payload.len())?;
-        let log = self
-            .per_dest
-            .get_mut(dest as usize)
-            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
-        if let Some(last) = log.entries.back() {
-            if ssn != last.ssn + 1 {
-                return Err(LogError::InvalidArgument(format!(
-                    "send log to rank {dest}: ssn {ssn} after {}",
-                    last.ssn
-                )));
-            }
-        }
+        self.check_next(dest, ssn, payload.len())?;
+        let Some(log) = self.per_dest.get_mut(dest as usize) else { return Ok(()) };
         self.used += LoggedSend::charged_bytes(payload.len());
         let large = if payload.len() < SPARE_MIN {
             log.small.extend(payload);
@@ -141,7 +144,7 @@ impl SendLog {
             };
             buffer.clear();
             buffer.extend_from_slice(payload);
-            Some(buffer)
+            Some(Large::Owned(buffer))
         };
         log.entries.push_back(Entry { ssn, tag, len: payload.len(), large });
         // Live entries and spares together stay within the limit.
@@ -154,9 +157,48 @@ impl SendLog {
         Ok(())
     }
 
+    /// `record` for a payload that is already in the registered buffer it was sent from
+    /// (`len` bytes at `offset`): the entry keeps the buffer instead of a copy.
+    pub fn record_framed(
+        &mut self,
+        dest: Rank,
+        ssn: Ssn,
+        tag: Tag,
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        region.check_bounds("send log entry", offset, len)?;
+        self.check_next(dest, ssn, len)?;
+        let Some(log) = self.per_dest.get_mut(dest as usize) else { return Ok(()) };
+        self.used += LoggedSend::charged_bytes(len);
+        log.entries.push_back(Entry { ssn, tag, len, large: Some(Large::Framed { region, offset }) });
+        Ok(())
+    }
+
+    /// Whether message `ssn` of `len` bytes to `dest` may be logged next: room, a known
+    /// destination, and the ssn right after the last one.
+    fn check_next(&self, dest: Rank, ssn: Ssn, len: usize) -> Result<()> {
+        self.reserve(len)?;
+        let log = self
+            .per_dest
+            .get(dest as usize)
+            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
+        if let Some(last) = log.entries.back() {
+            if ssn != last.ssn + 1 {
+                return Err(LogError::InvalidArgument(format!(
+                    "send log to rank {dest}: ssn {ssn} after {}",
+                    last.ssn
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The logged messages to `dest` from `ssn` on, in ssn order. A range that starts before
     /// the oldest kept entry is an error: those messages were trimmed, so a receiver asking
-    /// for them is older than the checkpoint that allowed the trim.
+    /// for them is older than the checkpoint that allowed the trim. The copies are made up
+    /// front (replay is off the hot path), so reading a registered buffer cannot fail midway.
     pub fn from_ssn(&self, dest: Rank, ssn: Ssn) -> Result<impl Iterator<Item = LoggedSend> + '_> {
         let log = self
             .per_dest
@@ -174,17 +216,20 @@ impl SendLog {
             .front()
             .map_or(0, |first| usize::try_from(ssn.saturating_sub(first.ssn)).unwrap_or(usize::MAX));
         let mut at: usize = log.entries.iter().take(skip).filter(|e| e.large.is_none()).map(|e| e.len).sum();
-        Ok(log.entries.iter().skip(skip).map(move |e| {
+        let mut out = Vec::with_capacity(log.entries.len().saturating_sub(skip));
+        for e in log.entries.iter().skip(skip) {
             let payload = match &e.large {
-                Some(b) => b.clone(),
+                Some(Large::Owned(b)) => b.clone(),
+                Some(Large::Framed { region, offset }) => region.to_vec(*offset, e.len)?,
                 None => {
                     let p = log.small.range(at..at + e.len).copied().collect();
                     at += e.len;
                     p
                 }
             };
-            LoggedSend { ssn: e.ssn, tag: e.tag, payload }
-        }))
+            out.push(LoggedSend { ssn: e.ssn, tag: e.tag, payload });
+        }
+        Ok(out.into_iter())
     }
 
     /// Drops every entry to `dest` with ssn at or below `through` (after a checkpoint of the
@@ -203,10 +248,12 @@ impl SendLog {
                 freed += LoggedSend::charged_bytes(e.len);
                 last_trimmed = Some(e.ssn);
                 match e.large {
-                    Some(b) => {
+                    Some(Large::Owned(b)) => {
                         self.spare_bytes += b.capacity() as u64;
                         self.spare.push(b);
                     }
+                    // Dropping the entry hands the buffer back to the sender's pool.
+                    Some(Large::Framed { .. }) => {}
                     None => small += e.len,
                 }
             }

@@ -913,7 +913,8 @@ fn sender_log_full_is_back_pressure() {
 /// large frames go from the endpoint's registered frame pool (written in place, read by the
 /// peer), the ones past the pool's bound through the provider's copying send. Every message
 /// arrives intact and in ssn order, and a second round reuses the pool once the first
-/// round's sends completed.
+/// round's sends completed. Where the sender keeps payloads (causal, pessimistic-rb), its
+/// log reads them back intact (large ones from their frame buffers) before a trim.
 fn large_stream_job(test: &str, mode: LogMode, large: usize) {
     // Frames just above the rendezvous threshold, 100 kB and 1 MiB, between eager ones.
     const SIZES: [usize; 4] = [(1 << 20) + 3, 0, 8153, 100_000];
@@ -934,6 +935,21 @@ fn large_stream_job(test: &str, mode: LogMode, large: usize) {
             }
             boot.barrier().expect("all posted");
             endpoint.recv(Source::Rank(1), TagMatch::exact(10), WAIT).expect("round done");
+            // Sender-kept payloads read back intact; the trim frees the frame buffers the
+            // log held for round 2.
+            if let Some(log) = endpoint.send_log() {
+                let logged: Vec<_> = log.from_ssn(1, ssn + 1).expect("logged round").collect();
+                assert_eq!(logged.len(), count, "round {round}: logged messages");
+                for (i, e) in logged.iter().enumerate() {
+                    assert_eq!(e.ssn, ssn + 1 + i as u64);
+                    assert!(
+                        e.payload == payload(round, i),
+                        "round {round} message {i}: logged payload differs"
+                    );
+                }
+                endpoint.trim_send_log(1, ssn + count as u64).expect("trim");
+            }
+            ssn += count as u64;
         } else {
             boot.barrier().expect("all posted");
             for i in 0..count {
