@@ -40,7 +40,7 @@ fn wait() -> Duration {
 /// logger is often descheduled for seconds) never fakes a death; the deaths under test are
 /// found by the launcher, the transport and the respawned logger's rejoin first anyway.
 fn heartbeat_ms() -> String {
-    (2000 * time_scale()).to_string()
+    (5000 * time_scale()).to_string()
 }
 
 /// How long a logger loop may stand still before its ranks call it gone: generous for the same
