@@ -9,8 +9,8 @@
 # protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
 # SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
 # the stencil with a node SIGKILLed, identical checksums), logger cores (reverb/tests/logger_core.rs:
-# every placement, the protocols through the loggers; its bench run and CLI checks are
-# provider-independent and left to the shm run) and their respawn (reverb/tests/logger_respawn.rs:
+# every placement, the protocols through the loggers; its `reverb bench --log` smoke run, whose
+# numbers come from scripts/compare-logging-verbs.sh, and its CLI checks stay on shm) and their respawn (reverb/tests/logger_respawn.rs:
 # a logger killed alone, with and without --respawn, and the stencil with a node killed with its
 # logger; the master-worker cases are left out: the 8-rank causal master-worker did not finish
 # in 300 s under TCG even failure-free). A suite is `name:binary[:test filters]`.
