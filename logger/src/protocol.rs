@@ -54,6 +54,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use reverb_transport::bootstrap::allgather_past_final_barrier;
 use reverb_transport::{
     Bootstrap, CompletionKind, OpId, Provider, Rank, RecvBuffer, Region, RemoteRegion, Source, Tag, TagMatch,
     TransportError,
@@ -538,7 +539,8 @@ impl LoggedEndpoint {
     ) -> Result<(BuddyLog, Vec<HostedRing>, Vec<u32>)> {
         let rank = boot.job().rank;
         let node = boot.job().node;
-        let nodes = boot.allgather(&node.to_le_bytes())?;
+        // A restarted rank's first collective: it may meet ranks in their final barrier.
+        let nodes = allgather_past_final_barrier(boot, &node.to_le_bytes())?;
         let node_of_rank =
             nodes.iter().map(|b| Reader::new(b, "node id").u32()).collect::<Result<Vec<u32>>>()?;
         // Teams of whole nodes fail as one: buddies are then picked in another team.
@@ -1357,7 +1359,8 @@ impl LoggedEndpoint {
             )));
         }
         let node = boot.job().node;
-        let nodes = boot.allgather(&node.to_le_bytes())?;
+        // A survivor's first recovery collective: it may meet ranks in their final barrier.
+        let nodes = allgather_past_final_barrier(boot, &node.to_le_bytes())?;
         let node_of_rank =
             nodes.iter().map(|b| Reader::new(b, "node id").u32()).collect::<Result<Vec<u32>>>()?;
         if node_of_rank != self.node_of_rank {

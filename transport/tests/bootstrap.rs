@@ -698,3 +698,34 @@ proptest! {
         }
     }
 }
+
+/// Ranks 0-1 finished and sit in their final barrier while ranks 2-3 start a recovery's first
+/// collective in the same round: the finishing ranks learn of it (`final_barrier` is false),
+/// join the recovery, and everyone meets in the repeated round with the recovery's data.
+#[test]
+fn a_final_barrier_meeting_a_recovery_collective_joins_the_recovery() {
+    use reverb_transport::bootstrap::{allgather_past_final_barrier, final_barrier};
+    let server = quick_server(4);
+    let root = server.local_addr().to_string();
+    let hs: Vec<_> = (0..4u32)
+        .map(|r| {
+            let root = root.clone();
+            thread::spawn(move || {
+                let mut b = TcpBootstrap::connect(job(r, 4), &root, TOKEN, T).unwrap();
+                let mine = format!("node-of-{r}").into_bytes();
+                if r < 2 {
+                    assert!(!final_barrier(&mut b).unwrap(), "rank {r} must see the recovery");
+                }
+                let all = allgather_past_final_barrier(&mut b, &mine).unwrap();
+                for (i, d) in all.iter().enumerate() {
+                    assert_eq!(d, format!("node-of-{i}").as_bytes());
+                }
+                // After the recovery every rank finishes together.
+                assert!(final_barrier(&mut b).unwrap());
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}

@@ -84,7 +84,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use reverb_ckpt::{Checkpointer, CkptConfig, Epoch, ProtectSet, RestoreSource, RsLayout, Stage};
 use reverb_logger::error::LogError;
 use reverb_logger::{LogConfig, LogMode, LogUnit, LoggedEndpoint};
-use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::bootstrap::{final_barrier, TcpBootstrap};
 use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, PeerState, Rank, Source, Tag, TagMatch, TransportConfig, TransportError};
 use serde::Serialize;
@@ -1090,7 +1090,14 @@ impl Runtime {
             let endpoint = self.endpoint()?;
             let drained = endpoint.flush_log().and_then(|()| endpoint.wait_sends(timeout));
             let settled = match drained {
-                Ok(()) => self.boot.barrier().map_err(LogError::from),
+                Ok(()) => match final_barrier(&mut self.boot) {
+                    Ok(true) => Ok(()),
+                    // Others were in a recovery's first collective: join the recovery.
+                    Ok(false) => Err(LogError::from(TransportError::Bootstrap(
+                        "a recovery started while this rank was finishing".into(),
+                    ))),
+                    Err(e) => Err(LogError::from(e)),
+                },
                 Err(e) => Err(e),
             };
             match settled {

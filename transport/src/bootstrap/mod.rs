@@ -64,6 +64,38 @@ fn unsupported(what: &str) -> TransportError {
     TransportError::Unsupported(format!("{what} on this bootstrap"))
 }
 
+/// What a rank contributes to its job's last barrier ([`final_barrier`]). A recovery's first
+/// collective can land in the same round as ranks that finished their work (both are the
+/// next collective of their ranks); the mark lets each side tell.
+pub const FINAL_BARRIER_MARK: &[u8] = b"reverb:final-barrier";
+
+/// Rounds [`allgather_past_final_barrier`] repeats before giving up: one per rank is more
+/// than enough, as each repeated round moves every finishing rank into the recovery.
+const FINAL_BARRIER_RETRIES: usize = 64;
+
+/// The job's last barrier. `Ok(true)` when every rank was in it; `Ok(false)` when some ranks
+/// were in a recovery collective instead: the caller must join that recovery (whose ranks
+/// repeat the round, see [`allgather_past_final_barrier`]) and then try again.
+pub fn final_barrier(boot: &mut dyn Bootstrap) -> Result<bool> {
+    let all = boot.allgather(FINAL_BARRIER_MARK)?;
+    Ok(all.iter().all(|c| c == FINAL_BARRIER_MARK))
+}
+
+/// `allgather` for the first collective of a recovery (survivors and restarted ranks): a
+/// round in which some ranks were in their final barrier is repeated, since those ranks
+/// learn of the recovery from that round and join it at the next one.
+pub fn allgather_past_final_barrier(boot: &mut dyn Bootstrap, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+    for _ in 0..FINAL_BARRIER_RETRIES {
+        let all = boot.allgather(data)?;
+        if !all.iter().any(|c| c == FINAL_BARRIER_MARK) {
+            return Ok(all);
+        }
+    }
+    Err(TransportError::Bootstrap(format!(
+        "ranks stayed in their final barrier for {FINAL_BARRIER_RETRIES} rounds of a recovery collective"
+    )))
+}
+
 /// Out-of-band exchange among all ranks of a job.
 ///
 /// Collectives (`allgather`, `barrier`) need every rank: they fail with `PeerDead` while a
