@@ -66,4 +66,36 @@ impl From<CkptError> for RuntimeError {
     }
 }
 
+impl RuntimeError {
+    /// The peer whose death caused this error, if one did.
+    pub fn dead_peer(&self) -> Option<u32> {
+        match self {
+            RuntimeError::Transport(TransportError::PeerDead(rank))
+            | RuntimeError::Log(LogError::Transport(TransportError::PeerDead(rank)))
+            | RuntimeError::Ckpt(CkptError::PeerDead { rank, .. }) => Some(*rank),
+            _ => None,
+        }
+    }
+
+    /// A peer dying inside a recovery's collectives (after the failed ranks rejoined) is a
+    /// second failure the runtime does not survive: reported as such, not as a bare error.
+    pub(crate) fn during_recovery(self) -> RuntimeError {
+        match self.dead_peer() {
+            Some(rank) => RuntimeError::Unrecoverable(format!(
+                "rank {rank} failed while a recovery was under way (a second failure): {self}"
+            )),
+            None => self,
+        }
+    }
+
+    /// [`Self::during_recovery`] when `recovering` (e.g. a restarted rank's init).
+    pub(crate) fn during_recovery_if(self, recovering: bool) -> RuntimeError {
+        if recovering {
+            self.during_recovery()
+        } else {
+            self
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, RuntimeError>;

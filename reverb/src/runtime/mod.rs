@@ -425,7 +425,8 @@ impl Runtime {
             // must be back before the endpoint's setup starts.
             wait_none_lost(&mut boot, config.rejoin_timeout)?;
         }
-        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.log.clone())?;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.log.clone())
+            .map_err(|e| RuntimeError::from(e).during_recovery_if(restarted))?;
         let mut ckpt_config = config.ckpt.clone();
         if let (true, Some(c)) = (config.ckpt_auto, ckpt_config.as_mut()) {
             let nodes = job.nodes();
@@ -439,7 +440,10 @@ impl Runtime {
             ckpt_config = None;
         }
         let mut ckpt = match ckpt_config {
-            Some(c) => Some(Checkpointer::with_buddy_units(endpoint.provider(), &mut boot, c, &unit_of)?),
+            Some(c) => Some(
+                Checkpointer::with_buddy_units(endpoint.provider(), &mut boot, c, &unit_of)
+                    .map_err(|e| RuntimeError::from(e).during_recovery_if(restarted))?,
+            ),
             None => None,
         };
         if let (Some((rank, epoch, stage)), Some(ckpt), false) = (config.fault_ckpt, ckpt.as_mut(), restarted)
@@ -482,7 +486,7 @@ impl Runtime {
         if restarted {
             let restarted_ranks: Vec<Rank> =
                 (0..rt.size).filter(|&r| rt.unit_of[r as usize] == my_unit).collect();
-            rt.recovery_collective(&restarted_ranks, true)?;
+            rt.recovery_collective(&restarted_ranks, true).map_err(RuntimeError::during_recovery)?;
         }
         rt.report.init_end_ns = unix_ns();
         Ok(rt)
@@ -804,12 +808,12 @@ impl Runtime {
         {
             let endpoint =
                 self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
-            endpoint.rejoin(&mut self.boot, &dead)?;
+            endpoint.rejoin(&mut self.boot, &dead).map_err(|e| RuntimeError::from(e).during_recovery())?;
         }
         if let Some(ckpt) = self.ckpt.as_mut() {
-            ckpt.rejoin(&mut self.boot)?;
+            ckpt.rejoin(&mut self.boot).map_err(|e| RuntimeError::from(e).during_recovery())?;
         }
-        self.recovery_collective(&dead, false)?;
+        self.recovery_collective(&dead, false).map_err(RuntimeError::during_recovery)?;
         self.recoveries += 1;
         self.report.detected_ns.push(detected);
         self.report.recovery_ms.push(start.elapsed().as_secs_f64() * 1e3);
