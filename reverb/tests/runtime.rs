@@ -3,40 +3,16 @@
 //! recovered run's checksum must equal the failure-free run's; unsurvivable failures must end
 //! the job with a non-zero exit and a report of what was lost, within the job's timeout.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Mutex;
 
 /// Jobs of 8 processes each: one at a time, so a loaded machine stays responsive.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct Outcome {
-    success: bool,
-    checksum: Option<String>,
-    output: String,
-    dir: PathBuf,
-}
+mod common;
+use common::Outcome;
 
 fn job(name: &str, app: &str, app_args: &[&str], env: &[(&str, &str)], respawn: u32) -> Outcome {
-    let dir = std::env::temp_dir().join(format!("reverb-runtime-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("work dir");
-    let exe = env!("CARGO_BIN_EXE_reverb");
-    let mut cmd = Command::new(exe);
-    cmd.args(["run", "-n", "8", "--ranks-per-node", "2", "--respawn", &respawn.to_string()])
-        .args(["--timeout", "180", "--", exe, "app", app])
-        .args(app_args)
-        .env("REVERB_RUNTIME_REPORT", &dir)
-        .env_remove("REVERB_FAULT")
-        .env_remove("REVERB_LOG")
-        .env_remove("REVERB_CKPT");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("reverb run");
-    let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let checksum = std::fs::read_to_string(dir.join("checksum")).ok().map(|s| s.trim().to_string());
-    Outcome { success: out.status.success(), checksum, output, dir }
+    common::job("runtime", name, app, app_args, env, respawn)
 }
 
 /// Runs `app` failure-free and with `fault` under `mode`; asserts both finish with one checksum
