@@ -1003,6 +1003,70 @@ fn pessimistic_logging_needs_two_nodes() {
     }
 }
 
+/// Parent side of a node-kill test under `mode`: runs the job (the victims' node respawned
+/// once) and checks that every rank passed and only the victims restarted.
+fn run_node_kill_job(test: &str, mode: &str, victims: &[Rank]) {
+    let env = vec![
+        ("REVERB_LOG".to_string(), mode.to_string()),
+        ("REVERB_LOG_UNIT".to_string(), "node".to_string()),
+        (SEED_VAR.to_string(), seed().to_string()),
+    ];
+    let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, respawn: 1, ..common::Job::new(RANKS) };
+    let exits = common::run_job(test, &job);
+    let failed: Vec<String> = exits
+        .iter()
+        .filter(|e| !(e.code == Some(0) && e.stdout.contains("1 passed")))
+        .map(|e| format!("rank {} (incarnation {}):\n{}", e.rank, e.incarnation, e.output()))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    for e in exits {
+        let restarted = victims.contains(&e.rank);
+        assert_eq!(e.incarnation, u32::from(restarted), "rank {}:\n{}", e.rank, e.output());
+    }
+}
+
+/// The failure itself: the victims SIGKILL themselves (their node goes down); survivors see
+/// them die, await their incarnation 1, join the rejoin collective, and check that the
+/// determinants they gather for each victim are the ones its original deliveries produced.
+fn fail_victims_and_rejoin(
+    me: Rank,
+    survivor: bool,
+    victims: &[Rank],
+    endpoint: &mut LoggedEndpoint,
+    boot: &mut dyn Bootstrap,
+    originals: &[Vec<u8>],
+) {
+    if !survivor {
+        if me == victims[0] {
+            // SAFETY (test): SIGKILL to ourselves, the node failure under test.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        std::thread::sleep(WAIT);
+        panic!("rank {me} outlived its node");
+    }
+    let start = std::time::Instant::now();
+    while victims.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead) {
+        endpoint.provider().progress().expect("progress");
+        endpoint.provider().block(Duration::from_millis(5)).expect("block");
+        assert!(start.elapsed() < WAIT, "the victims' death not seen");
+    }
+    for &v in victims {
+        let inc = reverb_transport::recovery::await_rejoin(endpoint.provider(), boot, v, Some(0), WAIT)
+            .expect("rejoin");
+        assert_eq!(inc, 1);
+    }
+    endpoint.rejoin(boot, victims).expect("rejoin collective");
+    let dets = endpoint.gather_determinants(boot, victims).expect("gather determinants");
+    for &v in victims {
+        let logged: Vec<Determinant> = decode_receptions(v, &originals[v as usize])
+            .iter()
+            .filter_map(|r| r.delivery.determinant)
+            .collect();
+        let held: Vec<Determinant> = dets.iter().filter(|d| d.receiver == v).copied().collect();
+        assert_eq!(held, logged, "rank {v}'s determinants as the survivors hold them");
+    }
+}
+
 /// The real thing under `REVERB_LOG_UNIT=node`: after the traffic, node 1 is SIGKILLed and
 /// respawned (incarnation 1). The survivors reconnect, join the restarted ranks' collective
 /// setup (`rejoin`), hand over the determinants they hold (buddy rings, detLogs) and resend
@@ -1014,23 +1078,7 @@ fn causal_killed_node_replays_after_respawn() {
     const VICTIMS: [Rank; 2] = [2, 3];
     let test = "causal_killed_node_replays_after_respawn";
     let Some((job, mut boot, provider)) = common::child() else {
-        let env = vec![
-            ("REVERB_LOG".to_string(), "causal".to_string()),
-            ("REVERB_LOG_UNIT".to_string(), "node".to_string()),
-            (SEED_VAR.to_string(), seed().to_string()),
-        ];
-        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, respawn: 1, ..common::Job::new(RANKS) };
-        let exits = common::run_job(test, &job);
-        let failed: Vec<String> = exits
-            .iter()
-            .filter(|e| !(e.code == Some(0) && e.stdout.contains("1 passed")))
-            .map(|e| format!("rank {} (incarnation {}):\n{}", e.rank, e.incarnation, e.output()))
-            .collect();
-        assert!(failed.is_empty(), "{}", failed.join("\n"));
-        for e in exits {
-            let restarted = VICTIMS.contains(&e.rank);
-            assert_eq!(e.incarnation, u32::from(restarted), "rank {}:\n{}", e.rank, e.output());
-        }
+        run_node_kill_job(test, "causal", &VICTIMS);
         return;
     };
     let me = job.rank;
@@ -1049,37 +1097,7 @@ fn causal_killed_node_replays_after_respawn() {
         // Everyone keeps everyone's deliveries: the survivors judge the replay.
         let originals = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         boot.barrier().expect("quiet before the failure");
-        if !survivor {
-            if me == VICTIMS[0] {
-                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-            }
-            std::thread::sleep(WAIT);
-            panic!("rank {me} outlived its node");
-        }
-        let start = std::time::Instant::now();
-        while VICTIMS.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead)
-        {
-            endpoint.provider().progress().expect("progress");
-            endpoint.provider().block(Duration::from_millis(5)).expect("block");
-            assert!(start.elapsed() < WAIT, "node 1's death not seen");
-        }
-        for v in VICTIMS {
-            let inc =
-                reverb_transport::recovery::await_rejoin(endpoint.provider(), &mut boot, v, Some(0), WAIT)
-                    .expect("rejoin");
-            assert_eq!(inc, 1);
-        }
-        endpoint.rejoin(&mut boot, &VICTIMS).expect("rejoin collective");
-        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
-        for v in VICTIMS {
-            let logged: Vec<Determinant> = decode_receptions(v, &originals[v as usize])
-                .iter()
-                .filter_map(|r| r.delivery.determinant)
-                .collect();
-            let held: Vec<Determinant> = dets.iter().filter(|d| d.receiver == v).copied().collect();
-            assert_eq!(held, logged, "rank {v}'s determinants as the survivors hold them");
-        }
+        fail_victims_and_rejoin(me, survivor, &VICTIMS, &mut endpoint, &mut boot, &originals);
         // Hand the originals over (the restarted ranks compare and report).
         let mut handover = Vec::new();
         for v in VICTIMS {
@@ -1160,23 +1178,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
     const IN_FLIGHT_TAG: Tag = 0xdead_0000;
     let test = "rb_killed_node_replays_ring_and_gets_in_flight_messages";
     let Some((job, mut boot, provider)) = common::child() else {
-        let env = vec![
-            ("REVERB_LOG".to_string(), "pessimistic-rb".to_string()),
-            ("REVERB_LOG_UNIT".to_string(), "node".to_string()),
-            (SEED_VAR.to_string(), seed().to_string()),
-        ];
-        let job = common::Job { ranks_per_node: RANKS_PER_NODE, env, respawn: 1, ..common::Job::new(RANKS) };
-        let exits = common::run_job(test, &job);
-        let failed: Vec<String> = exits
-            .iter()
-            .filter(|e| !(e.code == Some(0) && e.stdout.contains("1 passed")))
-            .map(|e| format!("rank {} (incarnation {}):\n{}", e.rank, e.incarnation, e.output()))
-            .collect();
-        assert!(failed.is_empty(), "{}", failed.join("\n"));
-        for e in exits {
-            let restarted = VICTIMS.contains(&e.rank);
-            assert_eq!(e.incarnation, u32::from(restarted), "rank {}:\n{}", e.rank, e.output());
-        }
+        run_node_kill_job(test, "pessimistic-rb", &VICTIMS);
         return;
     };
     let me = job.rank;
@@ -1205,37 +1207,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
             endpoint.wait_sends(WAIT).expect("in-flight sends out");
         }
         boot.barrier().expect("quiet before the failure");
-        if !survivor {
-            if me == VICTIMS[0] {
-                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-            }
-            std::thread::sleep(WAIT);
-            panic!("rank {me} outlived its node");
-        }
-        let start = std::time::Instant::now();
-        while VICTIMS.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead)
-        {
-            endpoint.provider().progress().expect("progress");
-            endpoint.provider().block(Duration::from_millis(5)).expect("block");
-            assert!(start.elapsed() < WAIT, "node 1's death not seen");
-        }
-        for v in VICTIMS {
-            let inc =
-                reverb_transport::recovery::await_rejoin(endpoint.provider(), &mut boot, v, Some(0), WAIT)
-                    .expect("rejoin");
-            assert_eq!(inc, 1);
-        }
-        endpoint.rejoin(&mut boot, &VICTIMS).expect("rejoin collective");
-        let dets = endpoint.gather_determinants(&mut boot, &VICTIMS).expect("gather determinants");
-        for v in VICTIMS {
-            let logged: Vec<Determinant> = decode_receptions(v, &originals[v as usize])
-                .iter()
-                .filter_map(|r| r.delivery.determinant)
-                .collect();
-            let held: Vec<Determinant> = dets.iter().filter(|d| d.receiver == v).copied().collect();
-            assert_eq!(held, logged, "rank {v}'s determinants as the survivors hold them");
-        }
+        fail_victims_and_rejoin(me, survivor, &VICTIMS, &mut endpoint, &mut boot, &originals);
         let frames = endpoint.gather_frames(&mut boot, &VICTIMS).expect("gather frames");
         assert!(frames.is_empty(), "a survivor gets no frames");
         let mut handover = Vec::new();
