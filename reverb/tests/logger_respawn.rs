@@ -404,7 +404,21 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
         assert!(t0.elapsed() < wait(), "node 1's logger never became ready");
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Mid-run means past the ranks' init (a failure inside init's collectives is another
+    // case): the master's any-source receives on node 0 make determinants only once the app
+    // runs, so wait for node 0's logger to have logged some.
+    let (_, base0) = find_logger(job.id(), 0).expect("node 0's logger core");
+    let ctl0 = format!("{base0}.ctl");
+    loop {
+        let running = reverb_logger::core::segment::NodeSegment::open(&ctl0)
+            .is_ok_and(|s| s.get(Status::DeterminantsLogged) > 0);
+        if running {
+            break;
+        }
+        assert!(t0.elapsed() < wait(), "the app never logged a determinant on node 0");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
     // SAFETY: plain syscall on our grandchild's pid (the launcher has not reaped it: it is
     // running, or a zombie until the launcher sees it).
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
