@@ -1025,6 +1025,18 @@ fn run_node_kill_job(test: &str, mode: &str, victims: &[Rank]) {
     }
 }
 
+/// Survivor after a resend: waits (bounded) until the restarted ranks' re-executed sends,
+/// `expected` of them, were all dropped as duplicates, and checks none was delivered again.
+fn await_duplicates_dropped(me: Rank, endpoint: &mut LoggedEndpoint, expected: u64, delivered: u64) {
+    let start = std::time::Instant::now();
+    while endpoint.stats().duplicates_dropped < expected {
+        assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
+        endpoint.progress().expect("progress");
+    }
+    let s = endpoint.stats();
+    assert_eq!((s.duplicates_dropped, s.messages_delivered), (expected, delivered), "no duplicate delivered");
+}
+
 /// The failure itself: the victims SIGKILL themselves (their node goes down); survivors see
 /// them die, await their incarnation 1, join the rejoin collective, and check that the
 /// determinants they gather for each victim are the ones its original deliveries produced.
@@ -1113,17 +1125,7 @@ fn causal_killed_node_replays_after_respawn() {
             assert_eq!(endpoint.resend_from(v, 1).expect("resend"), count(me, v));
             expected += count(v, me) as u64;
         }
-        let start = std::time::Instant::now();
-        while endpoint.stats().duplicates_dropped < expected {
-            assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
-            endpoint.progress().expect("progress");
-        }
-        let s = endpoint.stats();
-        assert_eq!(
-            (s.duplicates_dropped, s.messages_delivered),
-            (expected, delivered),
-            "no duplicate delivered"
-        );
+        await_duplicates_dropped(me, &mut endpoint, expected, delivered);
         boot.barrier().expect("replay checked");
         endpoint.finish(&mut boot).expect("finish");
     } else {
@@ -1230,17 +1232,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
             assert_eq!(endpoint.resend_from(v, through + 1).expect("resend"), IN_FLIGHT as usize);
             expected += count(v, me) as u64;
         }
-        let start = std::time::Instant::now();
-        while endpoint.stats().duplicates_dropped < expected {
-            assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
-            endpoint.progress().expect("progress");
-        }
-        let s = endpoint.stats();
-        assert_eq!(
-            (s.duplicates_dropped, s.messages_delivered),
-            (expected, delivered),
-            "no duplicate delivered"
-        );
+        await_duplicates_dropped(me, &mut endpoint, expected, delivered);
         boot.barrier().expect("replay checked");
         endpoint.finish(&mut boot).expect("finish");
     } else {

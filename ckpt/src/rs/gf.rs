@@ -101,11 +101,11 @@ pub(crate) fn affine_matrix(c: u8) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Shift-and-add multiply, independent of the log/exp tables.
-    fn mul_slow(mut a: u8, mut b: u8) -> u8 {
+    pub(crate) fn mul_slow(mut a: u8, mut b: u8) -> u8 {
         let mut product = 0u8;
         while b != 0 {
             if b & 1 != 0 {

@@ -563,22 +563,8 @@ mod tests {
 
     #[test]
     fn parity_coefficients_reproduce_parity() {
-        // Multiply in GF(2^8) (poly 0x11D) by shift-and-add, independent of the library's tables.
-        fn gf_mul(mut a: u8, mut b: u8) -> u8 {
-            let mut product = 0u8;
-            while b != 0 {
-                if b & 1 != 0 {
-                    product ^= a;
-                }
-                let carry = a & 0x80 != 0;
-                a <<= 1;
-                if carry {
-                    a ^= 0x1D;
-                }
-                b >>= 1;
-            }
-            product
-        }
+        // Shift-and-add multiply in GF(2^8) (poly 0x11D), independent of every table.
+        let gf_mul = super::gf::tests::mul_slow;
         let (k, m) = (4, 2);
         let codec = ParityCodec::new(k, m).unwrap();
         let coefficients = codec.parity_coefficients();
