@@ -56,7 +56,7 @@ impl Default for CkptConfig {
         CkptConfig {
             slot_len: 16 << 20,
             chunk_len: image::DEFAULT_CHUNK_LEN,
-            transfer_len: 1 << 20,
+            transfer_len: image::DEFAULT_CHUNK_LEN,
             buddy: true,
             parity: Some(RsLayout::default()),
             timeout: Duration::from_secs(30),

@@ -3,7 +3,7 @@
 //! coordinated checkpoints in which rank 0 protects `size` bytes and rank 1 nothing (one
 //! direction, as bw), rank 1 being rank 0's buddy on the other simulated node.
 //!
-//! A checkpoint pipelines levels 1 and 2 per 1 MiB chunk: copy into the local slot, CRC32C, put
+//! A checkpoint pipelines levels 1 and 2 per 256 KiB chunk: copy into the local slot, CRC32C, put
 //! to the buddy; then, once every put completed, the header flip. Columns:
 //! - buddy: the buddy copy, i.e. the time in the transport (posting and completing the puts, the
 //!   flip), as `bw` times its puts;
@@ -18,8 +18,8 @@ use reverb_ckpt::{Checkpointer, CkptConfig, ProtectSet};
 
 use super::engine::{run_in_job, Op, Output, Params, Role};
 
-/// Bytes per put of the buddy copy (and per CRC chunk).
-const TRANSFER_LEN: usize = 1 << 20;
+/// Bytes per put of the buddy copy (and per CRC chunk): the checkpointer's default.
+const TRANSFER_LEN: usize = reverb_ckpt::image::DEFAULT_CHUNK_LEN;
 
 pub fn main(params: &Params) -> Result<()> {
     let mut params = params.clone();
@@ -43,7 +43,7 @@ pub fn main(params: &Params) -> Result<()> {
                     "checkpoint: rank 0 protects #bytes, levels 1-2 (no parity), {} KiB puts and CRC chunks, window 16",
                     TRANSFER_LEN >> 10
                 ),
-                "per 1 MiB chunk: copy to the local slot, CRC32C, put to the buddy; then the header flip".into(),
+                format!("per {} KiB chunk: copy to the local slot, CRC32C, put to the buddy; then the header flip", TRANSFER_LEN >> 10),
                 "buddy = time in the transport (puts, completions, flip); L1+L2 = copy + CRC32C + buddy".into(),
                 "ckpt = whole checkpoint call (L1+L2 + 2 agreement rounds)".into(),
                 "GB/s = 10^9 bytes/s; put GB/s = bench bw --op put average".into(),
