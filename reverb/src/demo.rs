@@ -96,17 +96,20 @@ fn run_job(
 }
 
 /// Runs each failure-free configuration `repeat` times, interleaved so that a change in the
-/// machine's load hits both alike; keeps the fastest run of each.
+/// machine's load hits both alike; keeps the fastest run of each and every run's time (in
+/// run order, one list per configuration).
 fn best_of_interleaved(
     args: &DemoArgs,
     dir: &Path,
     configs: &[(&str, &[(&str, String)])],
-) -> Result<Vec<RunResult>> {
+) -> Result<(Vec<RunResult>, Vec<Vec<f64>>)> {
     let mut best: Vec<Option<RunResult>> = configs.iter().map(|_| None).collect();
+    let mut times: Vec<Vec<f64>> = configs.iter().map(|_| Vec::new()).collect();
     for i in 0..args.repeat.max(1) {
-        for ((name, env), best) in configs.iter().zip(best.iter_mut()) {
+        for (((name, env), best), times) in configs.iter().zip(best.iter_mut()).zip(times.iter_mut()) {
             let r = run_job(args, dir, &format!("{name}-{i}"), env, 0)?;
             eprintln!("reverb demo:   {name} run {}: {:.3} s, checksum {}", i + 1, r.compute_s, r.checksum);
+            times.push(r.compute_s);
             if let Some(b) = best.as_ref() {
                 if b.checksum != r.checksum {
                     bail!("{name}: failure-free runs disagree ({} vs {})", b.checksum, r.checksum);
@@ -117,7 +120,21 @@ fn best_of_interleaved(
             }
         }
     }
-    best.into_iter().map(|b| b.context("no run")).collect()
+    let best = best.into_iter().map(|b| b.context("no run")).collect::<Result<Vec<_>>>()?;
+    Ok((best, times))
+}
+
+/// Median of the per-pair overheads (%) of interleaved runs: run i of `logged` against run i of
+/// `base`, which saw about the same machine load.
+fn median_pair_overhead(base: &[f64], logged: &[f64]) -> f64 {
+    let mut ratios: Vec<f64> =
+        base.iter().zip(logged).filter(|(b, _)| **b > 0.0).map(|(b, l)| (l / b - 1.0) * 100.0).collect();
+    ratios.sort_by(f64::total_cmp);
+    match ratios.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => ratios[n / 2],
+        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    }
 }
 
 fn mib(bytes: f64) -> String {
@@ -164,7 +181,9 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
         "reverb demo: 1-2/3 failure-free, logging and checkpoints off (off) and causal logging + buddy \
          checkpoints + Reed-Solomon 4+2 (causal), interleaved"
     );
-    let mut runs = best_of_interleaved(args, dir, &[("off", &off[..]), ("causal", &on[..])])?.into_iter();
+    let (runs, times) = best_of_interleaved(args, dir, &[("off", &off[..]), ("causal", &on[..])])?;
+    let median_overhead = median_pair_overhead(&times[0], &times[1]);
+    let mut runs = runs.into_iter();
     let (Some(base), Some(logged)) = (runs.next(), runs.next()) else { bail!("failure-free runs missing") };
     // The victim sends two halos per iteration.
     let kill_after = 2 * ((args.iters as f64 * args.kill_at) as u64).max(1) + 1;
@@ -202,7 +221,18 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     let det_log = logged.reports.iter().map(|r| num(r, "det_log_peak_bytes")).fold(0.0, f64::max);
     let ckpt_mem: f64 = logged.reports.iter().map(|r| num(r, "checkpoint_memory_bytes")).sum();
     let image = logged.reports.iter().map(|r| num(r, "checkpoint_image_bytes")).fold(0.0, f64::max);
-    let ckpt_ms = logged.reports.iter().map(|r| num(r, "checkpoint_ms")).fold(0.0, f64::max);
+    let slowest =
+        logged.reports.iter().max_by(|a, b| num(a, "checkpoint_ms").total_cmp(&num(b, "checkpoint_ms")));
+    let ckpt_ms = slowest.map_or(0.0, |r| num(r, "checkpoint_ms"));
+    let ckpt_steps = slowest.map_or(String::new(), |r| {
+        format!(
+            " (levels 1-2 {:.1}, agreement {:.1}, parity {:.1}, log GC {:.1})",
+            num(r, "checkpoint_write_ms"),
+            num(r, "checkpoint_agree_ms"),
+            num(r, "checkpoint_parity_ms"),
+            num(r, "checkpoint_gc_ms")
+        )
+    });
     let overhead = (logged.compute_s / base.compute_s - 1.0) * 100.0;
     let identical = faulty.checksum == base.checksum && logged.checksum == base.checksum;
 
@@ -212,11 +242,12 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     println!("  final checksum, node 1 killed + recovered:  {}", faulty.checksum);
     println!("  checksums identical:                        {}", if identical { "yes" } else { "NO" });
     println!(
-        "  failure-free time: off {:.3} s, causal + checkpoints {:.3} s: overhead {overhead:+.1}% (best of {})",
-        base.compute_s, logged.compute_s, args.repeat
+        "  failure-free time: off {:.3} s, causal + checkpoints {:.3} s: overhead {overhead:+.1}% (best of {}), \
+         {median_overhead:+.1}% (median of {} interleaved pairs)",
+        base.compute_s, logged.compute_s, args.repeat, args.repeat
     );
     println!(
-        "  checkpoints: {} per rank, {:.1} ms in total on the slowest rank",
+        "  checkpoints: {} per rank, {:.1} ms in total on the slowest rank{ckpt_steps}",
         args.iters.saturating_sub(1) / args.ckpt_every.max(1),
         ckpt_ms
     );

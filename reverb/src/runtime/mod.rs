@@ -264,6 +264,12 @@ pub struct RuntimeReport {
     pub replay_end_ns: u64,
     pub checkpoints: u64,
     pub checkpoint_ms: f64,
+    /// Where `checkpoint_ms` went: levels 1-2 (copy, CRC32C, buddy puts), the checkpointer's
+    /// two agreement rounds, Reed-Solomon encoding and parity puts, and the logger's GC.
+    pub checkpoint_write_ms: f64,
+    pub checkpoint_agree_ms: f64,
+    pub checkpoint_parity_ms: f64,
+    pub checkpoint_gc_ms: f64,
     pub checkpoint_image_bytes: u64,
     /// Checkpoint memory this rank registered (local, buddy and parity slots).
     pub checkpoint_memory_bytes: u64,
@@ -1065,8 +1071,14 @@ impl Runtime {
             match ckpt.checkpoint(endpoint.provider(), &set) {
                 Ok(epoch) => {
                     self.logs_cut.clear();
-                    self.report.checkpoint_image_bytes = ckpt.last_stats().image_len as u64;
+                    let stats = ckpt.last_stats();
+                    self.report.checkpoint_image_bytes = stats.image_len as u64;
+                    self.report.checkpoint_write_ms += stats.write.as_secs_f64() * 1e3;
+                    self.report.checkpoint_agree_ms += stats.agree.as_secs_f64() * 1e3;
+                    self.report.checkpoint_parity_ms += stats.parity.as_secs_f64() * 1e3;
+                    let gc_start = Instant::now();
                     let gc = endpoint.checkpoint_taken(&mut self.boot);
+                    self.report.checkpoint_gc_ms += gc_start.elapsed().as_secs_f64() * 1e3;
                     if let Err(e) = gc {
                         // The checkpoint stands; only its GC was cut short by a failure.
                         if !self.failure_explains()? {
