@@ -205,7 +205,7 @@ pub struct LogConfig {
     pub reorder_window: usize,
     /// Largest application payload (`REVERB_LOG_MAX_MESSAGE`).
     pub max_message: usize,
-    /// Bound on waiting for a log write to become durable.
+    /// Bound on waiting for a log write to become durable (`REVERB_LOG_DURABLE_TIMEOUT_MS`).
     pub durable_timeout: Duration,
     /// Byte limit of the sender's message log in `pessimistic-sb` and `causal`
     /// (`REVERB_LOG_SEND_LOG_BYTES`).
@@ -283,6 +283,14 @@ impl LogConfig {
         }
         if let Some(n) = env_usize("REVERB_LOG_MAX_UNSTABLE")? {
             cfg.max_unstable = n;
+        }
+        if let Ok(v) = std::env::var("REVERB_LOG_DURABLE_TIMEOUT_MS") {
+            let ms = v.trim().parse::<u64>().ok().filter(|&ms| ms > 0).ok_or_else(|| {
+                LogError::InvalidArgument(format!(
+                    "REVERB_LOG_DURABLE_TIMEOUT_MS={v:?}: expected milliseconds > 0"
+                ))
+            })?;
+            cfg.durable_timeout = Duration::from_millis(ms);
         }
         match std::env::var("REVERB_LOG_UNIT") {
             Ok(v) => cfg.unit = v.trim().parse()?,
