@@ -40,6 +40,19 @@
 //!   copy at the sender.
 //! - **Unsurvivable** (no valid copy, logging off, a second failure during recovery): every
 //!   rank returns [`RuntimeError::Unrecoverable`] naming what was lost; no wait is unbounded.
+//! - **Inside init** (a node, or its logger core, lost while the ranks are still in
+//!   [`Runtime::init`]'s collectives: the logger's ring exchange or the checkpointer's slot
+//!   exchange): no epoch is committed and no rank has sent anything, so the failed node's
+//!   respawned ranks start from the initial state and everyone redoes init's collectives with
+//!   them. Survivors wait (bounded) for the failed units to rejoin, reconnect, and set up their
+//!   endpoint again (their provider is lent to `LoggedEndpoint::new`, so a failed setup gives
+//!   it back) or, if it was built, rejoin it and build the checkpointer again; then they run
+//!   the recovery collectives with the restarted ranks. A rank still busy between two of
+//!   init's collectives may miss the abort and contribute to the round the others use for the
+//!   recovery: first-attempt contributions are framed, so it learns of the recovery from that
+//!   round and the others repeat it (`initboot`). A failure while the transports open (the
+//!   very first collective) is still reported `Unrecoverable`, as is a second failure while
+//!   init is redone.
 //!
 //! Checkpoints must be taken where the application has received everything sent to it so
 //! far that belongs before the checkpoint (e.g. at the end of an iteration): intra-node
@@ -74,9 +87,14 @@
 //! Fault injection for the demo, tests and campaigns: `REVERB_FAULT=RANK:SENDS` makes
 //! incarnation 0 of `RANK` SIGKILL itself right after its SENDS-th send (the launcher takes
 //! its node down; `RANK:SENDS@I` picks incarnation I, e.g. a restarted rank replaying); `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE` inside checkpoint EPOCH at STAGE
-//! (`local-written`, `buddy-body-landed`, `buddy-flipped`: during the epoch flip).
+//! (`local-written`, `buddy-body-landed`, `buddy-flipped`: during the epoch flip);
+//! `REVERB_FAULT_INIT=RANK:STEP[:logger][@retry]` inside init, just before STEP's collective
+//! (`log-rings`, `ckpt-slots`); `:logger` kills the node's logger core instead, `@retry` picks
+//! init's second attempt after an early failure was recovered.
 
 mod error;
+mod initboot;
+mod lent;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -125,6 +143,60 @@ pub struct RuntimeConfig {
     /// SIGKILLs itself after that send (a restarted one counts sends from its restart: a
     /// small count kills it during its replay).
     pub fault: Vec<(Rank, u64, u32)>,
+    /// `REVERB_FAULT_INIT=RANK:STEP[:logger][@retry][,..]`: incarnation 0 of RANK SIGKILLs
+    /// itself inside `Runtime::init`, just before it joins STEP's collective (the other ranks
+    /// wait in it); with `:logger` it SIGKILLs its node's logger core instead and waits for
+    /// the launcher to take its node down. `@retry`: in init's second attempt, after a
+    /// failure inside init was recovered (a second failure).
+    pub fault_init: Vec<InitFault>,
+}
+
+/// A collective step of [`Runtime::init`] (after the transport's open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitStep {
+    /// The logger's exchange of node ids and log rings (`LoggedEndpoint::new`).
+    LogRings,
+    /// The checkpointer's exchange of slot descriptors.
+    CkptSlots,
+}
+
+/// Fault injection inside [`Runtime::init`] (`REVERB_FAULT_INIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitFault {
+    pub rank: Rank,
+    pub step: InitStep,
+    /// Kill the node's logger core (`reverb run --logger`) rather than this rank.
+    pub logger: bool,
+    /// In init's second attempt (after an early failure was recovered), not its first.
+    pub retry: bool,
+}
+
+impl std::str::FromStr for InitFault {
+    type Err = RuntimeError;
+    fn from_str(v: &str) -> Result<Self> {
+        let bad = || {
+            RuntimeError::InvalidArgument(format!(
+                "REVERB_FAULT_INIT={v:?}: expected RANK:STEP[:logger][@retry], STEP one of log-rings, ckpt-slots"
+            ))
+        };
+        let (spec, retry) = match v.trim().split_once('@') {
+            Some((spec, "retry")) => (spec, true),
+            Some(_) => return Err(bad()),
+            None => (v.trim(), false),
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        let (rank, step, logger) = match parts[..] {
+            [rank, step] => (rank, step, false),
+            [rank, step, "logger"] => (rank, step, true),
+            _ => return Err(bad()),
+        };
+        let step = match step {
+            "log-rings" => InitStep::LogRings,
+            "ckpt-slots" => InitStep::CkptSlots,
+            _ => return Err(bad()),
+        };
+        Ok(InitFault { rank: rank.trim().parse().map_err(|_| bad())?, step, logger, retry })
+    }
 }
 
 fn env_ms(name: &str, default: u64) -> Result<Duration> {
@@ -213,7 +285,12 @@ impl RuntimeConfig {
             }
             Err(_) => None,
         };
+        let fault_init = match std::env::var("REVERB_FAULT_INIT") {
+            Ok(v) => v.split(',').map(str::parse).collect::<Result<Vec<InitFault>>>()?,
+            Err(_) => Vec::new(),
+        };
         Ok(RuntimeConfig {
+            fault_init,
             ckpt_auto,
             fault_ckpt,
             log,
@@ -357,6 +434,137 @@ fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration) -> Result<()> {
     }
 }
 
+/// The bootstrap for one of init's collectives: framed while this rank is in its first
+/// attempt at init, else the recovery's (see `initboot`).
+fn init_boot(boot: &mut TcpBootstrap, first_attempt: bool) -> Box<dyn Bootstrap + '_> {
+    if first_attempt {
+        Box::new(initboot::FirstAttempt(boot))
+    } else {
+        Box::new(initboot::Recovering(boot))
+    }
+}
+
+/// A survivor's recovery from a failure inside [`Runtime::init`]: no epoch is committed and
+/// no rank has sent anything yet, so the failed units' respawned ranks start from the
+/// initial state and everyone redoes init's collectives with them.
+#[derive(Debug, Default)]
+struct EarlyRecovery {
+    /// The ranks that failed and rejoined (whole failure units), sorted.
+    failed: Vec<Rank>,
+    /// When the failure was seen (unix ns) and when the recovery began.
+    detected: Option<(u64, Instant)>,
+}
+
+impl EarlyRecovery {
+    fn happened(&self) -> bool {
+        self.detected.is_some()
+    }
+
+    /// After `cause` ended one of init's collectives: when a peer's death explains it and
+    /// this rank is at incarnation 0 and saw no failure before, waits (bounded) until every
+    /// failed unit has rejoined and reconnects `provider` to it. Anything else is returned as
+    /// the error (a second failure as `Unrecoverable`).
+    fn recover(
+        &mut self,
+        provider: &mut dyn reverb_transport::Provider,
+        boot: &mut TcpBootstrap,
+        config: &RuntimeConfig,
+        unit_of: &[u32],
+        cause: RuntimeError,
+        restarted: bool,
+    ) -> Result<()> {
+        let Some(first) = cause.dead_peer() else { return Err(cause) };
+        if restarted || self.happened() {
+            return Err(cause.during_recovery());
+        }
+        let detected = unix_ns();
+        let start = Instant::now();
+        let job = boot.job().clone();
+        let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
+        Runtime::check_recoverable(&config.log, &node_of)?;
+        let widen = |ranks: &[Rank]| -> Vec<Rank> {
+            let units: Vec<u32> = ranks.iter().filter_map(|&r| unit_of.get(r as usize).copied()).collect();
+            (0..job.size).filter(|&r| r != job.rank && units.contains(&unit_of[r as usize])).collect()
+        };
+        // Nodes failing together are recovered together: let the others show up first.
+        std::thread::sleep(config.detect_interval);
+        let mut seen = failed_at_rendezvous(boot, job.rank)?;
+        seen.push(first);
+        let mut dead = widen(&seen);
+        let mut awaited: Vec<Rank> = Vec::new();
+        while let Some(r) = dead.iter().copied().find(|r| !awaited.contains(r)) {
+            let timeout = config.rejoin_timeout;
+            await_rejoin(provider, boot, r, Some(0), timeout).map_err(|e| {
+                RuntimeError::Unrecoverable(format!(
+                    "rank {r} failed inside init ({cause}) and did not come back within {timeout:?}: {e}"
+                ))
+            })?;
+            awaited.push(r);
+            if awaited.len() == dead.len() {
+                // Another unit may have failed meanwhile: all are recovered in one round.
+                let more = widen(&failed_at_rendezvous(boot, job.rank)?);
+                dead.extend(more);
+                dead.sort_unstable();
+                dead.dedup();
+            }
+        }
+        dead.sort_unstable();
+        eprintln!(
+            "reverb: rank {}: ranks {dead:?} failed inside init ({cause}); they rejoined, init's \
+             collectives start over",
+            job.rank
+        );
+        self.failed = dead;
+        self.detected = Some((detected, start));
+        Ok(())
+    }
+}
+
+/// Ranks the rendezvous shows failed since the job started: lost (no address) or at an
+/// incarnation above 0. Only for incarnation 0 inside init, after the transport's open
+/// (every live rank has published its address by then).
+fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> {
+    Ok(boot
+        .lookup()?
+        .iter()
+        .filter(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0))
+        .map(|a| a.rank)
+        .collect())
+}
+
+/// `REVERB_FAULT_INIT`: SIGKILLs this rank, or (`:logger`) its node's logger core and then
+/// waits for the launcher to take the node down (this rank dies by itself if it does not).
+fn inject_init_fault(fault: InitFault, endpoint: Option<&LoggedEndpoint>, config: &RuntimeConfig) {
+    let dir = config.report_dir.as_deref();
+    if !fault.logger {
+        die_now(dir);
+    }
+    let attached;
+    let client = match endpoint.and_then(LoggedEndpoint::logger_offload) {
+        Some(offload) => Some(offload.client()),
+        None => {
+            attached = reverb_logger::sink::LoggerOffload::attach_from_env();
+            match &attached {
+                Ok(Some(offload)) => Some(offload.client()),
+                _ => None,
+            }
+        }
+    };
+    let pid = client.map_or(0, |c| c.status(reverb_logger::core::segment::Status::LoggerPid));
+    match libc::pid_t::try_from(pid) {
+        Ok(pid) if pid > 0 => {
+            eprintln!("reverb: fault injection: SIGKILL to this node's logger core (pid {pid}) inside init");
+            // SAFETY: kill(2) on the pid our node's logger core published in its segment.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            std::thread::sleep(config.rejoin_timeout);
+        }
+        _ => eprintln!(
+            "reverb: fault injection: no logger core to kill (run with --logger): killing this rank"
+        ),
+    }
+    die_now(dir);
+}
+
 fn unix_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
@@ -414,8 +622,18 @@ impl Runtime {
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         let unit_of = config.log.failure_units(&node_of);
         let my_unit = unit_of.get(job.rank as usize).copied().unwrap_or(job.node);
-        let mut provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
         let restarted = job.incarnation > 0;
+        let mut provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot).map_err(|e| {
+            match e {
+                // The providers' open is one collective that owns its half-built state: a
+                // survivor has nothing to reconnect with.
+                TransportError::PeerDead(r) if !restarted => RuntimeError::Unrecoverable(format!(
+                    "rank {r} failed while the transport was opening (the first collective of init); \
+                     a failure there is not recovered"
+                )),
+                e => RuntimeError::from(e).during_recovery_if(restarted),
+            }
+        })?;
         if restarted {
             Self::check_recoverable(&config.log, &node_of)?;
             // Unit mates restarted with this rank: the provider may have found their dead
@@ -431,8 +649,36 @@ impl Runtime {
             // must be back before the endpoint's setup starts.
             wait_none_lost(&mut boot, config.rejoin_timeout)?;
         }
-        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.log.clone())
-            .map_err(|e| RuntimeError::from(e).during_recovery_if(restarted))?;
+        let mut early = EarlyRecovery::default();
+        let fault_here = |step: InitStep, retry: bool| {
+            let mine =
+                |f: &&InitFault| !restarted && f.rank == job.rank && f.step == step && f.retry == retry;
+            config.fault_init.iter().find(mine).copied()
+        };
+        // The endpoint's collectives. A peer failing in them (this rank at incarnation 0):
+        // the provider comes back, the failed units rejoin, and the setup starts over with
+        // them (they run it in their own init).
+        let mut endpoint = loop {
+            if let Some(fault) = fault_here(InitStep::LogRings, early.happened()) {
+                inject_init_fault(fault, None, &config);
+            }
+            let (lent, home) = lent::lend(provider);
+            let first_attempt = !restarted && !early.happened();
+            let built = LoggedEndpoint::new(
+                Box::new(lent),
+                &mut *init_boot(&mut boot, first_attempt),
+                config.log.clone(),
+            );
+            let e = match built {
+                Ok(endpoint) => break endpoint,
+                Err(e) => RuntimeError::from(e),
+            };
+            let Some(mut back) = home.take_back() else {
+                return Err(e.during_recovery_if(restarted || early.happened()));
+            };
+            early.recover(back.as_mut(), &mut boot, &config, &unit_of, e, restarted)?;
+            provider = back;
+        };
         let mut ckpt_config = config.ckpt.clone();
         if let (true, Some(c)) = (config.ckpt_auto, ckpt_config.as_mut()) {
             let nodes = job.nodes();
@@ -446,10 +692,28 @@ impl Runtime {
             ckpt_config = None;
         }
         let mut ckpt = match ckpt_config {
-            Some(c) => Some(
-                Checkpointer::with_buddy_units(endpoint.provider(), &mut boot, c, &unit_of)
-                    .map_err(|e| RuntimeError::from(e).during_recovery_if(restarted))?,
-            ),
+            Some(c) => loop {
+                if let Some(fault) = fault_here(InitStep::CkptSlots, early.happened()) {
+                    inject_init_fault(fault, Some(&endpoint), &config);
+                }
+                let first_attempt = !restarted && !early.happened();
+                let built = Checkpointer::with_buddy_units(
+                    endpoint.provider(),
+                    &mut *init_boot(&mut boot, first_attempt),
+                    c.clone(),
+                    &unit_of,
+                );
+                let e = match built {
+                    Ok(ckpt) => break Some(ckpt),
+                    Err(e) => RuntimeError::from(e),
+                };
+                early.recover(endpoint.provider(), &mut boot, &config, &unit_of, e, restarted)?;
+                // The restarted ranks set up their endpoints (`LoggedEndpoint::new`): the
+                // survivors' side of it, then the checkpointer from the start.
+                endpoint
+                    .rejoin(&mut initboot::Recovering(&mut boot), &early.failed)
+                    .map_err(|e| RuntimeError::from(e).during_recovery())?;
+            },
             None => None,
         };
         if let (Some((rank, epoch, stage)), Some(ckpt), false) = (config.fault_ckpt, ckpt.as_mut(), restarted)
@@ -493,6 +757,15 @@ impl Runtime {
             let restarted_ranks: Vec<Rank> =
                 (0..rt.size).filter(|&r| rt.unit_of[r as usize] == my_unit).collect();
             rt.recovery_collective(&restarted_ranks, true).map_err(RuntimeError::during_recovery)?;
+        } else if let Some((detected, start)) = early.detected {
+            // The restarted ranks' recovery collectives: no epoch is committed, so they start
+            // from the initial state, and no rank has sent anything yet.
+            rt.recovery_collective(&early.failed, false).map_err(RuntimeError::during_recovery)?;
+            // Nothing was logged before the failure: the restarted buddies lost no determinant.
+            rt.logs_cut.clear();
+            rt.recoveries += 1;
+            rt.report.detected_ns.push(detected);
+            rt.report.recovery_ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
         rt.report.init_end_ns = unix_ns();
         Ok(rt)
