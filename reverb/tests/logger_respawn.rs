@@ -446,3 +446,34 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
     );
     assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
 }
+
+/// Node 1's logger core is SIGKILLed while the ranks exchange checkpoint slot descriptors,
+/// inside `Runtime::init` (rank 3 kills it, `REVERB_FAULT_INIT=3:ckpt-slots:logger`, and
+/// waits in place): the launcher fails node 1 with its logger and restarts both; the other
+/// ranks, waiting in the exchange, wait for node 1, redo init's collectives with it, and the
+/// stencil ends with its failure-free checksum.
+#[test]
+fn a_logger_killed_during_the_checkpoint_slot_exchange_keeps_the_stencil_checksum() {
+    let program: Vec<String> = [BIN, "app", "stencil", "--iters", "60", "--size", "64", "--ckpt-every", "10"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (code, clean_out, clean_err, _) = reverb(&run_args(8, 0, &program), &[("REVERB_LOG", "causal")]);
+    assert_eq!(code, Some(0), "failure-free run:\n{clean_out}\n{clean_err}");
+    let clean = checksum(&clean_out).unwrap_or_else(|| panic!("no checksum:\n{clean_out}"));
+
+    let env = [("REVERB_LOG", "causal"), ("REVERB_FAULT_INIT", "3:ckpt-slots:logger")];
+    let (code, out, err, took) = reverb(&run_args(8, 1, &program), &env);
+    println!("killed run took {took:?}\n{err}");
+    assert_eq!(code, Some(0), "run with node 1's logger killed inside init:\n{out}\n{err}");
+    assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
+    for expected in [
+        "SIGKILL to this node's logger core",
+        "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
+        "node 1: logger core started again at incarnation 1",
+        "ranks [2, 3] failed inside init",
+        "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+}

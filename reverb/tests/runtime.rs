@@ -370,3 +370,112 @@ fn master_worker_pessimistic_rb_master_and_worker_nodes_killed_at_once_match_fai
         2,
     );
 }
+
+/// Node 1 dies inside `Runtime::init` (rank 3 killed just before the logger's ring exchange,
+/// `REVERB_FAULT_INIT`): the survivors, waiting in that collective, wait for node 1 to rejoin
+/// and set their endpoints up again with it; nothing was committed or sent, so the restarted
+/// ranks start from the initial state.
+#[test]
+fn stencil_node_killed_inside_init_before_the_log_ring_exchange_matches_failure_free() {
+    killed_by_matches_failure_free(
+        "stencil-init-rings",
+        "stencil",
+        STENCIL,
+        "causal",
+        ("REVERB_FAULT_INIT", "3:log-rings"),
+    );
+}
+
+/// The master's node dies while the others exchange checkpoint slot descriptors (the last of
+/// init's collectives): the survivors keep their endpoints (rejoin), set up their
+/// checkpointers again with the restarted ranks, and the any-source receives are logged as
+/// usual from then on.
+#[test]
+fn master_worker_node_killed_inside_init_during_the_checkpoint_slot_exchange_matches_failure_free() {
+    killed_by_matches_failure_free(
+        "mw-init-slots",
+        "master-worker",
+        MASTER_WORKER,
+        "pessimistic-sb",
+        ("REVERB_FAULT_INIT", "1:ckpt-slots"),
+    );
+}
+
+#[test]
+fn ring_pessimistic_rb_node_killed_inside_init_matches_failure_free() {
+    killed_by_matches_failure_free(
+        "ring-rb-init",
+        "ring",
+        RING,
+        "pessimistic-rb",
+        ("REVERB_FAULT_INIT", "5:ckpt-slots"),
+    );
+}
+
+/// What an init failure's recovery looks like in the reports: the restarted ranks restored
+/// nothing (no epoch was committed) and then ran the job from its start; every survivor
+/// recovered once, inside init.
+#[test]
+fn an_init_failure_restarts_the_node_from_the_initial_state_and_counts_one_recovery() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs"), ("REVERB_FAULT_INIT", "2:ckpt-slots")];
+    let out = job("init-reports", "stencil", STENCIL, &env, 1);
+    assert!(out.success, "{}", out.output);
+    assert!(out.output.contains("failed inside init"), "survivors say what happened:\n{}", out.output);
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.dir.join(name)).expect("report")).expect("json")
+    };
+    for rank in [2, 3] {
+        let report = read(&format!("rank-{rank}-inc-1.json"));
+        assert_eq!(report["restored_epoch"], 0, "rank {rank}: {report}");
+        assert!(
+            report["restored_from"].as_str().is_some_and(|s| s.contains("initial state")),
+            "rank {rank}: {report}"
+        );
+        // All 60 iterations from the start: a checkpoint after every 10 but the last.
+        assert_eq!(report["checkpoints"], 5, "rank {rank}: {report}");
+    }
+    for rank in [0, 1, 4, 5, 6, 7] {
+        let report = read(&format!("rank-{rank}-inc-0.json"));
+        assert_eq!(report["recovery_ms"].as_array().map(Vec::len), Some(1), "rank {rank}: {report}");
+        assert_eq!(report["checkpoints"], 5, "rank {rank}: {report}");
+    }
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
+
+/// Node 2 dies while everyone redoes init's collectives after node 1's failure inside init:
+/// a second failure during a recovery, reported as such by every rank, never a hang.
+#[test]
+fn a_second_failure_while_init_is_redone_is_reported_unrecoverable() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [
+        ("REVERB_LOG", "causal"),
+        ("REVERB_CKPT", "rs"),
+        ("REVERB_FAULT_INIT", "3:ckpt-slots,5:ckpt-slots@retry"),
+    ];
+    let out = job("init-second", "stencil", STENCIL, &env, 2);
+    assert!(!out.success, "{}", out.output);
+    assert!(out.output.contains("unrecoverable failure"), "no clear report:\n{}", out.output);
+    assert!(out.output.contains("a second failure"), "the report names the second failure:\n{}", out.output);
+    assert!(out.checksum.is_none());
+    let _ = std::fs::remove_dir_all(&out.dir);
+}
+
+/// Malformed fault-injection and durability settings stop every rank with a message naming
+/// the variable.
+#[test]
+fn bad_init_fault_and_durable_timeout_settings_are_refused_clearly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (var, value) in [
+        ("REVERB_FAULT_INIT", "3:allgather"),
+        ("REVERB_FAULT_INIT", "3:ckpt-slots@later"),
+        ("REVERB_LOG_DURABLE_TIMEOUT_MS", "0"),
+        ("REVERB_LOG_DURABLE_TIMEOUT_MS", "ten"),
+    ] {
+        let env = [("REVERB_LOG", "causal"), (var, value)];
+        let out = job("bad-settings", "ring", RING, &env, 0);
+        assert!(!out.success, "{var}={value}:\n{}", out.output);
+        assert!(out.output.contains(var), "{var}={value}: the error names it:\n{}", out.output);
+        let _ = std::fs::remove_dir_all(&out.dir);
+    }
+}

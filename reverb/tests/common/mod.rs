@@ -30,9 +30,17 @@ pub fn job(
         .args(["--timeout", "180", "--", exe, "app", app])
         .args(app_args)
         .env("REVERB_RUNTIME_REPORT", &dir);
-    for var in
-        ["REVERB_FAULT", "REVERB_LOG", "REVERB_LOG_UNIT", "REVERB_LOG_TEAMS", "REVERB_LOGGER", "REVERB_CKPT"]
-    {
+    for var in [
+        "REVERB_FAULT",
+        "REVERB_FAULT_CKPT",
+        "REVERB_FAULT_INIT",
+        "REVERB_LOG",
+        "REVERB_LOG_UNIT",
+        "REVERB_LOG_TEAMS",
+        "REVERB_LOG_DURABLE_TIMEOUT_MS",
+        "REVERB_LOGGER",
+        "REVERB_CKPT",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
