@@ -28,7 +28,10 @@
 //! flight, so nothing they were told is durable stays lost. The survivors keep the ring they
 //! hosted for the dead node readable (retired, in the replay snapshots, until the next trim)
 //! and give the new incarnation a fresh one: the restarted ranks' determinants for replay are
-//! in the retired ring.
+//! in the retired ring. A logger lost during the loggers' start-up exchange (a collective the
+//! new incarnation never joins) makes the others trade hellos with every related logger
+//! instead of finishing the exchange; a loss while the loggers' transport opens is not
+//! recovered.
 
 pub mod client;
 pub mod placement;
@@ -78,6 +81,9 @@ pub mod vars {
     /// Seconds a dead related logger is awaited back, and a respawned logger waits for its
     /// related loggers' hellos (default 30).
     pub const REJOIN_TIMEOUT_S: &str = "REVERB_LOGGER_REJOIN_TIMEOUT_S";
+    /// Fault injection (tests): the logger core of this node index SIGKILLs itself in the
+    /// loggers' start-up exchange, once its node's ranks have attached (first incarnation).
+    pub const FAULT_STARTUP: &str = "REVERB_LOGGER_FAULT_STARTUP";
 }
 
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(400);

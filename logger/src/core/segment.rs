@@ -409,6 +409,13 @@ impl NodeSegment {
         }
     }
 
+    /// Whether a live process holds `lane` as its producer.
+    pub fn lane_claimed(&self, lane: u64) -> bool {
+        self.lane_word(lane, LANE_OWNER)
+            .map(|owner| owner.load(Ordering::Acquire))
+            .is_ok_and(|o| o != 0 && super::process_alive((o - 1) as u32))
+    }
+
     pub fn release_lane(&self, lane: u64, pid: u32) {
         if let Ok(owner) = self.lane_word(lane, LANE_OWNER) {
             let _ = owner.compare_exchange(u64::from(pid) + 1, 0, Ordering::AcqRel, Ordering::Relaxed);

@@ -257,6 +257,54 @@ impl LoggerCore {
         result
     }
 
+    /// The loggers' start-up exchange (a collective): every contribution, or the logger lost
+    /// during it (`Err`) when the launcher respawns failed nodes. A logger already lost or
+    /// back at a newer incarnation before it begins is taken as lost during it too: its new
+    /// incarnation never joins the collective. `REVERB_LOGGER_FAULT_STARTUP=NODE` (tests):
+    /// that node's first incarnation SIGKILLs itself here, once its ranks have attached.
+    fn start_up_exchange(
+        &self,
+        boot: &mut dyn Bootstrap,
+        mine: &[u8],
+    ) -> Result<std::result::Result<Vec<Vec<u8>>, Rank>, CoreError> {
+        let me = boot.job().rank;
+        if env_parse::<u32>(vars::FAULT_STARTUP)? == Some(me) && boot.job().incarnation == 0 {
+            self.die_once_ranks_attached();
+        }
+        if self.cfg.expect_rejoin {
+            let gone = boot
+                .lookup()?
+                .into_iter()
+                .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0));
+            if let Some(a) = gone {
+                return Ok(Err(a.rank));
+            }
+        }
+        match boot.allgather(mine) {
+            Ok(all) => Ok(Ok(all)),
+            Err(TransportError::PeerDead(lost)) if self.cfg.expect_rejoin => Ok(Err(lost)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Fault injection: waits (bounded) until every lane of this node has a producer, then
+    /// SIGKILLs this process.
+    fn die_once_ranks_attached(&self) -> ! {
+        let start = Instant::now();
+        while (0..self.segment.lanes()).any(|lane| !self.segment.lane_claimed(lane))
+            && start.elapsed() < self.cfg.rejoin_timeout
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        eprintln!(
+            "reverb logger-core: fault injection: SIGKILL to this logger core in its start-up exchange"
+        );
+        // SAFETY: kill(2) on our own pid; SIGKILL is the failure being injected.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::abort();
+    }
+
     fn remove_files(&self) {
         std::fs::remove_file(self.segment.path()).ok();
         std::fs::remove_file(self.detq.path()).ok();
@@ -343,29 +391,76 @@ impl LoggerCore {
                 mine.extend_from_slice(&c.to_le_bytes());
                 mine.extend_from_slice(&ring.remote().to_bytes());
             }
-            let all = boot.allgather(&mine)?;
-            let parsed: Vec<(RemoteRegion, Vec<(Rank, RemoteRegion)>)> =
-                all.iter().map(|b| parse_contribution(b)).collect::<Result<_, _>>()?;
-            if parsed.len() != nodes as usize {
-                return Err(CoreError::Malformed {
-                    what: "loggers' exchange",
-                    detail: format!("{} contributions for {nodes} nodes", parsed.len()),
-                });
+            match self.start_up_exchange(boot, &mine)? {
+                Err(lost) => {
+                    // A logger failed during the start-up exchange, a collective its
+                    // respawned incarnation never joins: trade hellos with every related
+                    // logger instead, as a respawned one does. The others that fell back
+                    // answer alike; the lost one's next incarnation says hello once the
+                    // launcher has restarted it.
+                    eprintln!(
+                        "reverb logger-core node {me}: node {lost} failed during the loggers' start-up \
+                         exchange; trading hellos with nodes {related:?} instead"
+                    );
+                    self.report_dead(
+                        &mut watched,
+                        lost,
+                        "lost during the loggers' start-up exchange",
+                        DeathCause::Transport,
+                        Phase::Running,
+                    );
+                    for w in watched.iter_mut() {
+                        if w.life == PeerLife::Alive {
+                            w.life = PeerLife::Awaiting;
+                        }
+                        w.hello_sent = Some(w.incarnation);
+                        if w.node == lost {
+                            continue;
+                        }
+                        let ring = hosted.iter().find(|(c, _)| *c == w.node).map(|(_, r)| r.remote());
+                        let sent = hellos.send(
+                            provider,
+                            w.node,
+                            boot.job().incarnation,
+                            &heartbeat_in.remote(),
+                            ring.as_ref(),
+                        );
+                        if let Err(e) = sent {
+                            eprintln!(
+                                "reverb logger-core node {me}: no hello to node {}: {e}; awaiting it",
+                                w.node
+                            );
+                        }
+                    }
+                    if self.segment.get(Status::BuddyState) != segment::BUDDY_REJOINING {
+                        self.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
+                    }
+                }
+                Ok(all) => {
+                    let parsed: Vec<(RemoteRegion, Vec<(Rank, RemoteRegion)>)> =
+                        all.iter().map(|b| parse_contribution(b)).collect::<Result<_, _>>()?;
+                    if parsed.len() != nodes as usize {
+                        return Err(CoreError::Malformed {
+                            what: "loggers' exchange",
+                            detail: format!("{} contributions for {nodes} nodes", parsed.len()),
+                        });
+                    }
+                    let ring_remote = parsed
+                        .get(target as usize)
+                        .and_then(|(_, rings)| rings.iter().find(|(c, _)| *c == me))
+                        .map(|(_, r)| *r)
+                        .ok_or_else(|| CoreError::Malformed {
+                            what: "loggers' exchange",
+                            detail: format!("node {target} hosts no ring for node {me}"),
+                        })?;
+                    path.writer = Some(LogRingWriter::new(provider, ring_remote)?);
+                    path.remote = Some(ring_remote);
+                    for w in watched.iter_mut() {
+                        w.heartbeat_region = Some(parsed[w.node as usize].0);
+                    }
+                    self.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
+                }
             }
-            let ring_remote = parsed
-                .get(target as usize)
-                .and_then(|(_, rings)| rings.iter().find(|(c, _)| *c == me))
-                .map(|(_, r)| *r)
-                .ok_or_else(|| CoreError::Malformed {
-                    what: "loggers' exchange",
-                    detail: format!("node {target} hosts no ring for node {me}"),
-                })?;
-            path.writer = Some(LogRingWriter::new(provider, ring_remote)?);
-            path.remote = Some(ring_remote);
-            for w in watched.iter_mut() {
-                w.heartbeat_region = Some(parsed[w.node as usize].0);
-            }
-            self.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
         }
         hellos.post(provider)?;
         // Silence counts from here: the exchange above may take long on a loaded machine.
