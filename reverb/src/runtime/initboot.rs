@@ -53,7 +53,13 @@ impl Bootstrap for FirstAttempt<'_> {
             .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0))
             .map(|a| a.rank);
         match failed {
-            Some(rank) => Err(TransportError::PeerDead(rank)),
+            Some(rank) => {
+                eprintln!(
+                    "reverb: rank {me}: an init collective met the recovery of a failure this rank had \
+                     missed (rank {rank} restarted): joining it"
+                );
+                Err(TransportError::PeerDead(rank))
+            }
             None => Err(TransportError::Bootstrap(format!(
                 "rank {me}: an init collective met other ranks' recovery collective, yet no rank has failed"
             ))),

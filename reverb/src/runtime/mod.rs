@@ -143,11 +143,12 @@ pub struct RuntimeConfig {
     /// SIGKILLs itself after that send (a restarted one counts sends from its restart: a
     /// small count kills it during its replay).
     pub fault: Vec<(Rank, u64, u32)>,
-    /// `REVERB_FAULT_INIT=RANK:STEP[:logger][@retry][,..]`: incarnation 0 of RANK SIGKILLs
-    /// itself inside `Runtime::init`, just before it joins STEP's collective (the other ranks
-    /// wait in it); with `:logger` it SIGKILLs its node's logger core instead and waits for
-    /// the launcher to take its node down. `@retry`: in init's second attempt, after a
-    /// failure inside init was recovered (a second failure).
+    /// `REVERB_FAULT_INIT=RANK:STEP[:logger|:late][@retry][,..]`: incarnation 0 of RANK
+    /// SIGKILLs itself inside `Runtime::init`, just before it joins STEP's collective (the
+    /// other ranks wait in it); with `:logger` it SIGKILLs its node's logger core instead and
+    /// waits for the launcher to take its node down; with `:late` it only joins STEP once a
+    /// failed rank is back (so it misses the abort). `@retry`: in init's second attempt,
+    /// after a failure inside init was recovered (a second failure).
     pub fault_init: Vec<InitFault>,
 }
 
@@ -160,13 +161,23 @@ pub enum InitStep {
     CkptSlots,
 }
 
+/// What an [`InitFault`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitFaultAction {
+    /// SIGKILL this rank (its node goes down).
+    KillRank,
+    /// SIGKILL the node's logger core (`reverb run --logger`), then wait to be taken down.
+    KillLogger,
+    /// Join the step's collective only once a failed rank has rejoined (bounded wait).
+    Late,
+}
+
 /// Fault injection inside [`Runtime::init`] (`REVERB_FAULT_INIT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitFault {
     pub rank: Rank,
     pub step: InitStep,
-    /// Kill the node's logger core (`reverb run --logger`) rather than this rank.
-    pub logger: bool,
+    pub action: InitFaultAction,
     /// In init's second attempt (after an early failure was recovered), not its first.
     pub retry: bool,
 }
@@ -176,7 +187,8 @@ impl std::str::FromStr for InitFault {
     fn from_str(v: &str) -> Result<Self> {
         let bad = || {
             RuntimeError::InvalidArgument(format!(
-                "REVERB_FAULT_INIT={v:?}: expected RANK:STEP[:logger][@retry], STEP one of log-rings, ckpt-slots"
+                "REVERB_FAULT_INIT={v:?}: expected RANK:STEP[:logger|:late][@retry], STEP one of log-rings, \
+                 ckpt-slots"
             ))
         };
         let (spec, retry) = match v.trim().split_once('@') {
@@ -185,9 +197,10 @@ impl std::str::FromStr for InitFault {
             None => (v.trim(), false),
         };
         let parts: Vec<&str> = spec.split(':').collect();
-        let (rank, step, logger) = match parts[..] {
-            [rank, step] => (rank, step, false),
-            [rank, step, "logger"] => (rank, step, true),
+        let (rank, step, action) = match parts[..] {
+            [rank, step] => (rank, step, InitFaultAction::KillRank),
+            [rank, step, "logger"] => (rank, step, InitFaultAction::KillLogger),
+            [rank, step, "late"] => (rank, step, InitFaultAction::Late),
             _ => return Err(bad()),
         };
         let step = match step {
@@ -195,7 +208,7 @@ impl std::str::FromStr for InitFault {
             "ckpt-slots" => InitStep::CkptSlots,
             _ => return Err(bad()),
         };
-        Ok(InitFault { rank: rank.trim().parse().map_err(|_| bad())?, step, logger, retry })
+        Ok(InitFault { rank: rank.trim().parse().map_err(|_| bad())?, step, action, retry })
     }
 }
 
@@ -533,11 +546,40 @@ fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> 
 }
 
 /// `REVERB_FAULT_INIT`: SIGKILLs this rank, or (`:logger`) its node's logger core and then
-/// waits for the launcher to take the node down (this rank dies by itself if it does not).
-fn inject_init_fault(fault: InitFault, endpoint: Option<&LoggedEndpoint>, config: &RuntimeConfig) {
+/// waits for the launcher to take the node down (this rank dies by itself if it does not),
+/// or (`:late`) waits until a failed rank is back and returns.
+fn inject_init_fault(
+    fault: InitFault,
+    endpoint: Option<&LoggedEndpoint>,
+    boot: &mut TcpBootstrap,
+    config: &RuntimeConfig,
+) -> Result<()> {
     let dir = config.report_dir.as_deref();
-    if !fault.logger {
-        die_now(dir);
+    match fault.action {
+        InitFaultAction::KillRank => die_now(dir),
+        InitFaultAction::Late => {
+            let me = boot.job().rank;
+            let start = Instant::now();
+            loop {
+                let table = boot.lookup()?;
+                let back: Vec<Rank> = table.iter().filter(|a| a.incarnation > 0).map(|a| a.rank).collect();
+                if !back.is_empty() && table.iter().all(|a| a.address.is_some()) {
+                    eprintln!(
+                        "reverb: fault injection: rank {me} joins {:?} late, after ranks {back:?} rejoined",
+                        fault.step
+                    );
+                    return Ok(());
+                }
+                if start.elapsed() > config.rejoin_timeout {
+                    return Err(RuntimeError::Timeout {
+                        what: format!("fault injection: rank {me} waiting for a failed rank to rejoin"),
+                        after: config.rejoin_timeout,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        InitFaultAction::KillLogger => {}
     }
     let attached;
     let client = match endpoint.and_then(LoggedEndpoint::logger_offload) {
@@ -660,7 +702,7 @@ impl Runtime {
         // them (they run it in their own init).
         let mut endpoint = loop {
             if let Some(fault) = fault_here(InitStep::LogRings, early.happened()) {
-                inject_init_fault(fault, None, &config);
+                inject_init_fault(fault, None, &mut boot, &config)?;
             }
             let (lent, home) = lent::lend(provider);
             let first_attempt = !restarted && !early.happened();
@@ -694,7 +736,7 @@ impl Runtime {
         let mut ckpt = match ckpt_config {
             Some(c) => loop {
                 if let Some(fault) = fault_here(InitStep::CkptSlots, early.happened()) {
-                    inject_init_fault(fault, Some(&endpoint), &config);
+                    inject_init_fault(fault, Some(&endpoint), &mut boot, &config)?;
                 }
                 let first_attempt = !restarted && !early.happened();
                 let built = Checkpointer::with_buddy_units(
