@@ -479,3 +479,28 @@ fn bad_init_fault_and_durable_timeout_settings_are_refused_clearly() {
         let _ = std::fs::remove_dir_all(&out.dir);
     }
 }
+
+/// A survivor still busy between two of init's collectives misses the abort: it joins the
+/// next one only once node 1 is back (`:late`), so its first-attempt contribution lands in
+/// the round the others use for the recovery. It learns of the recovery from that round and
+/// joins it; the others repeat the round; the answer is unchanged.
+#[test]
+fn a_rank_that_missed_the_abort_joins_the_init_recovery_from_the_resumed_round() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs")];
+    let clean = job("late-clean", "stencil", STENCIL, &env, 0);
+    assert!(clean.success, "{}", clean.output);
+    assert!(clean.checksum.is_some(), "no checksum:\n{}", clean.output);
+    for (faults, late) in [("3:ckpt-slots,6:ckpt-slots:late", 6), ("3:log-rings,0:log-rings:late", 0)] {
+        let mut faulty_env = env.to_vec();
+        faulty_env.push(("REVERB_FAULT_INIT", faults));
+        let out = job("late-killed", "stencil", STENCIL, &faulty_env, 1);
+        assert!(out.success, "{faults}:\n{}", out.output);
+        let missed =
+            format!("rank {late}: an init collective met the recovery of a failure this rank had missed");
+        assert!(out.output.contains(&missed), "{faults}: rank {late} joined late:\n{}", out.output);
+        assert_eq!(out.checksum, clean.checksum, "{faults}:\n{}", out.output);
+        let _ = std::fs::remove_dir_all(&out.dir);
+    }
+    let _ = std::fs::remove_dir_all(&clean.dir);
+}
