@@ -3,7 +3,9 @@
 //! random (seeded: `--seed S --trial K` re-runs trial K alone; the fault's send count is drawn
 //! within the app's failure-free send counts, which vary from run to run for master-worker, so
 //! there the exact fault is the `REVERB_FAULT` the trial line prints), injected with SIGKILL through
-//! `REVERB_FAULT` / `REVERB_FAULT_CKPT`. Its checksum is compared with the app's failure-free
+//! `REVERB_FAULT` / `REVERB_FAULT_CKPT` / `REVERB_FAULT_INIT` (inside `Runtime::init`'s
+//! collectives, sometimes with a survivor that joins the collective late and so misses the
+//! abort). Its checksum is compared with the app's failure-free
 //! checksum (one failure-free run per app, cached for the campaign).
 //!
 //! Outcomes: survived (exit 0, identical checksum), correctly reported unrecoverable (non-zero
@@ -57,6 +59,13 @@ const RANKS_PER_NODE: u32 = 2;
 const APPS: [&str; 3] = ["stencil", "master-worker", "ring"];
 const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimistic-rb", "none"];
 const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-flipped"];
+/// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
+const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
+/// Fault kinds, cycled through by trial number.
+pub const FAULT_KINDS: [&str; 7] = ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init"];
+/// Fault variables the campaign sets per trial: one left in the campaign's own environment
+/// would reach every trial (the job runner clears only the first two).
+const FAULT_VARS: [&str; 3] = ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT"];
 
 /// Small sizes: a trial takes a second or two.
 fn app_args(app: &str) -> Vec<String> {
@@ -99,6 +108,14 @@ pub enum Fault {
         ranks: [u32; 2],
         sends: u64,
     },
+    /// A rank dies inside `Runtime::init`, just before STEP's collective; with `late`, a rank
+    /// of another node joins that collective only once the dead node is back (it misses
+    /// the abort and must join the recovery from the resumed round).
+    Init {
+        rank: u32,
+        step: &'static str,
+        late: Option<u32>,
+    },
 }
 
 impl Fault {
@@ -110,6 +127,7 @@ impl Fault {
             Fault::Checkpoint { .. } => "checkpoint",
             Fault::Replay { .. } => "replay",
             Fault::TwoNodes { .. } => "two-nodes",
+            Fault::Init { .. } => "init",
         }
     }
 
@@ -130,6 +148,10 @@ impl Fault {
                 fault(format!("{rank}:{sends},{rank}:{replay_sends}@1"))
             }
             Fault::TwoNodes { ranks, sends } => fault(format!("{}:{sends},{}:{sends}", ranks[0], ranks[1])),
+            Fault::Init { rank, step, late } => {
+                let late = late.map_or(String::new(), |l| format!(",{l}:{step}:late"));
+                vec![("REVERB_FAULT_INIT".to_string(), format!("{rank}:{step}{late}"))]
+            }
         }
     }
 
@@ -205,7 +227,7 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
     let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
     let nodes = RANKS / RANKS_PER_NODE;
     let sends_of = |r: u32| base.sends.get(r as usize).copied().unwrap_or(1).max(1);
-    let fault = match (trial + seed) % 6 {
+    let fault = match (trial + seed) % FAULT_KINDS.len() as u64 {
         0 => Fault::None,
         1 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
@@ -224,6 +246,16 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
         3 | 4 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
             Fault::Replay { rank, sends: rng.between(1, sends_of(rank)), replay_sends: rng.between(1, 6) }
+        }
+        6 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            let step = INIT_STEPS[rng.below(INIT_STEPS.len() as u64) as usize];
+            // One in three: a survivor on another node joins late.
+            let late = (rng.below(3) == 0).then(|| {
+                let node = (rank / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
+                node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32
+            });
+            Fault::Init { rank, step, late }
         }
         _ => {
             let a = rng.below(u64::from(RANKS)) as u32;
@@ -423,6 +455,39 @@ fn run_trial(
     Ok(TrialResult { plan, outcome, fired, recovery_ms, wall_s: out.wall.as_secs_f64(), why, dir: out.dir })
 }
 
+/// One fault kind's share of a campaign: its trials and their outcomes.
+struct KindCounts {
+    kind: &'static str,
+    trials: usize,
+    survived: usize,
+    unrecoverable: usize,
+    /// Wrong answers, hangs and other failures.
+    failed: usize,
+    fired: usize,
+}
+
+impl KindCounts {
+    /// Per kind, in [`FAULT_KINDS`] order; kinds without trials are left out.
+    fn of(results: &[TrialResult]) -> Vec<KindCounts> {
+        FAULT_KINDS
+            .iter()
+            .map(|&kind| {
+                let mine: Vec<&TrialResult> = results.iter().filter(|r| r.plan.fault.kind() == kind).collect();
+                let with = |o: Outcome| mine.iter().filter(|r| r.outcome == o).count();
+                KindCounts {
+                    kind,
+                    trials: mine.len(),
+                    survived: with(Outcome::Survived),
+                    unrecoverable: with(Outcome::ReportedUnrecoverable),
+                    failed: mine.len() - with(Outcome::Survived) - with(Outcome::ReportedUnrecoverable),
+                    fired: mine.iter().filter(|r| r.fired).count(),
+                }
+            })
+            .filter(|k| k.trials > 0)
+            .collect()
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -438,6 +503,9 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
     }
     if args.jobs == 0 || args.timeout == 0 {
         bail!("--jobs and --timeout must be at least 1");
+    }
+    if let Some(var) = FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+        bail!("{var} is set: the campaign injects its own faults, unset it first");
     }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
@@ -526,18 +594,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         .iter()
         .filter(|r| !matches!(r.outcome, Outcome::Survived | Outcome::ReportedUnrecoverable))
         .collect();
-    let mut by_kind: Vec<(String, usize, usize)> = Vec::new();
-    for r in &results {
-        let k = r.plan.fault.kind().to_string();
-        let survived = usize::from(r.outcome == Outcome::Survived);
-        match by_kind.iter_mut().find(|(n, _, _)| *n == k) {
-            Some(e) => {
-                e.1 += 1;
-                e.2 += survived;
-            }
-            None => by_kind.push((k, 1, survived)),
-        }
-    }
+    let by_kind = KindCounts::of(&results);
     let (wrong, hangs) = (count(Outcome::WrongAnswer), count(Outcome::Hang));
     if args.json {
         let report = json!({
@@ -557,7 +614,14 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
                 "p90": percentile(&rec, 0.9),
                 "max": rec.last().copied().unwrap_or(0.0),
             },
-            "by_fault": by_kind.iter().map(|(k, n, s)| json!({"fault": k, "trials": n, "survived": s})).collect::<Vec<_>>(),
+            "by_fault": by_kind.iter().map(|k| json!({
+                "fault": k.kind,
+                "trials": k.trials,
+                "survived": k.survived,
+                "reported_unrecoverable": k.unrecoverable,
+                "failed": k.failed,
+                "fired": k.fired,
+            })).collect::<Vec<_>>(),
             "failures": failed.iter().map(|r| json!({
                 "trial": r.plan.trial,
                 "outcome": r.outcome.name(),
@@ -586,8 +650,11 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
             percentile(&rec, 0.9),
             rec.last().copied().unwrap_or(0.0)
         );
-        for (k, n, s) in &by_kind {
-            println!("  fault {k:<11} {n:>5} trials, {s:>5} survived");
+        for k in &by_kind {
+            println!(
+                "  fault {:<11} {:>4} trials, {:>4} survived, {:>4} reported unrecoverable, {:>4} failed ({} fired)",
+                k.kind, k.trials, k.survived, k.unrecoverable, k.failed, k.fired
+            );
         }
         for r in &failed {
             println!(
@@ -649,9 +716,9 @@ mod tests {
     }
 
     #[test]
-    fn six_consecutive_trials_cover_every_fault_kind() {
-        let kinds: Vec<&str> = (10..16).map(|t| plan(3, t, &base()).fault.kind()).collect();
-        for k in ["none", "rank", "node", "checkpoint", "replay", "two-nodes"] {
+    fn seven_consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..17).map(|t| plan(3, t, &base()).fault.kind()).collect();
+        for k in FAULT_KINDS {
             assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
         }
     }
@@ -669,6 +736,13 @@ mod tests {
                     assert!(ranks.iter().all(|&r| r < RANKS) && (1..=100).contains(&sends));
                 }
                 Fault::Node { node, .. } => assert!(node < RANKS / RANKS_PER_NODE),
+                Fault::Init { rank, step, late } => {
+                    assert!(rank < RANKS && INIT_STEPS.contains(&step));
+                    if let Some(late) = late {
+                        assert!(late < RANKS);
+                        assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
+                    }
+                }
                 Fault::None => {}
             }
         }
@@ -680,6 +754,29 @@ mod tests {
         assert_eq!(Fault::Replay { rank: 5, sends: 9, replay_sends: 2 }.env()[0].1, "5:9,5:2@1");
         let ckpt = Fault::Checkpoint { rank: 3, epoch: 2, stage: "buddy-flipped" }.env();
         assert_eq!(ckpt[0], ("REVERB_FAULT_CKPT".to_string(), "3:2:buddy-flipped".to_string()));
+        let init = Fault::Init { rank: 3, step: "ckpt-slots", late: None }.env();
+        assert_eq!(init, vec![("REVERB_FAULT_INIT".to_string(), "3:ckpt-slots".to_string())]);
+        let late = Fault::Init { rank: 3, step: "log-rings", late: Some(6) }.env();
+        assert_eq!(late[0].1, "3:log-rings,6:log-rings:late");
+        // The runtime accepts what the campaign sets.
+        for v in ["3:ckpt-slots", "3:log-rings,6:log-rings:late"] {
+            for f in v.split(',') {
+                assert!(f.parse::<crate::runtime::InitFault>().is_ok(), "{f}");
+            }
+        }
+    }
+
+    #[test]
+    fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
+        let inits: Vec<Fault> =
+            (0..700).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
+        assert_eq!(inits.len(), 100, "one trial in seven");
+        let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
+        assert!((15..=55).contains(&late), "{late} of 100 with a late survivor");
+        for step in INIT_STEPS {
+            assert!(inits.iter().any(|f| matches!(f, Fault::Init { step: s, .. } if *s == step)), "{step}");
+        }
+        assert_eq!(inits[0].respawns(), 1);
     }
 
     #[test]
@@ -714,6 +811,17 @@ mod tests {
                 p("causal", rank.clone()),
                 outcome("causal", failed, None, &format!("{killed}[1] unrecoverable failure: lost\n")),
                 Outcome::OtherFailure,
+            ),
+            // One node failing inside init is covered: it must survive.
+            (
+                p("causal", Fault::Init { rank: 2, step: "log-rings", late: Some(5) }),
+                outcome("init", failed, None, &format!("{killed}[1] unrecoverable failure: init\n")),
+                Outcome::OtherFailure,
+            ),
+            (
+                p("none", Fault::Init { rank: 2, step: "ckpt-slots", late: None }),
+                outcome("init-none", failed, None, &format!("{killed}[1] unrecoverable failure: no log\n")),
+                Outcome::ReportedUnrecoverable,
             ),
             // Not covered, but no clear report.
             (p("none", rank.clone()), outcome("unclear", failed, None, killed), Outcome::OtherFailure),

@@ -1,5 +1,5 @@
-//! A short `reverb chaos` campaign with a fixed seed: 12 real jobs, two of each fault kind
-//! (none, rank, node, checkpoint, replay, two nodes at once), each checked against the app's
+//! A short `reverb chaos` campaign with a fixed seed: 12 real jobs covering every fault kind
+//! (none, rank, node, checkpoint, replay, two nodes at once, inside init), each checked against the app's
 //! failure-free checksum. No wrong answer and no hang is allowed; other failures are runtime
 //! bugs the campaign lists (printed here, not asserted, so they are reported rather than hidden
 //! behind a flaky test).
@@ -12,6 +12,7 @@ fn short_campaign_has_no_wrong_answers_and_no_hangs() {
         .args(["chaos", "--trials", "12", "--seed", "7", "--timeout", "150", "--json"])
         .env_remove("REVERB_FAULT")
         .env_remove("REVERB_FAULT_CKPT")
+        .env_remove("REVERB_FAULT_INIT")
         .env_remove("REVERB_LOG")
         .env_remove("REVERB_CKPT")
         .output()
@@ -27,8 +28,14 @@ fn short_campaign_has_no_wrong_answers_and_no_hangs() {
     assert!(out.status.success(), "chaos exited {}:\n{stdout}", out.status);
     let kinds: Vec<&str> =
         report["by_fault"].as_array().expect("by_fault").iter().filter_map(|k| k["fault"].as_str()).collect();
-    for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes"] {
+    for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init"] {
         assert!(kinds.contains(&kind), "no {kind} fault in the campaign: {kinds:?}");
+    }
+    for k in report["by_fault"].as_array().expect("by_fault") {
+        let n = k["trials"].as_u64().unwrap_or(0);
+        let parts: u64 =
+            ["survived", "reported_unrecoverable", "failed"].iter().filter_map(|f| k[*f].as_u64()).sum();
+        assert_eq!(parts, n, "a kind's outcomes add up to its trials: {k}");
     }
     let outcomes = ["survived", "reported_unrecoverable", "wrong_answers", "hangs", "other_failures"];
     let total: u64 = outcomes.iter().filter_map(|k| report[*k].as_u64()).sum();
