@@ -472,7 +472,8 @@ impl KindCounts {
         FAULT_KINDS
             .iter()
             .map(|&kind| {
-                let mine: Vec<&TrialResult> = results.iter().filter(|r| r.plan.fault.kind() == kind).collect();
+                let mine: Vec<&TrialResult> =
+                    results.iter().filter(|r| r.plan.fault.kind() == kind).collect();
                 let with = |o: Outcome| mine.iter().filter(|r| r.outcome == o).count();
                 KindCounts {
                     kind,

@@ -1,4 +1,5 @@
-//! Telling `Runtime::init`'s first-attempt collectives apart from a recovery's.
+//! Telling `Runtime::init`'s first-attempt collectives, and the log GC after a checkpoint,
+//! apart from a recovery's first collective.
 //!
 //! The rendezvous aborts the round in progress when a rank is lost and resumes it once the
 //! rank has rejoined. A rank of incarnation 0 that was still busy between two of init's
@@ -8,6 +9,14 @@
 //! not framed throughout tells it that a recovery started (it joins it), and ranks of a
 //! recovery ([`Recovering`]) repeat a round that holds framed contributions, as that rank
 //! joins them at the next one (the final barrier's mark works the same way).
+//!
+//! Mid-run, the log GC after a checkpoint (`LoggedEndpoint::checkpoint_taken`) is the one
+//! collective outside recovery a survivor may enter without having seen a failure: a rank
+//! that died after the checkpoint's commit is found by the others in the GC round (aborted),
+//! but a survivor still busy before it (flushing its log, waiting for its sends) contributes
+//! only once the failed rank is back, into the round the others use for the recovery. So the
+//! GC round is framed too ([`GcRound`]), and a recovery's collectives repeat a round that
+//! holds a GC contribution.
 
 use std::time::Duration;
 
@@ -16,13 +25,55 @@ use reverb_transport::{Bootstrap, JobInfo, Rank, Result, TransportError};
 
 /// Prefix of a first-attempt init contribution.
 const FRAME: &[u8] = b"reverb:init-first-attempt:";
+/// Prefix of a contribution to the log GC after a checkpoint.
+const GC_FRAME: &[u8] = b"reverb:log-gc:";
 
 /// Rounds a recovery collective repeats while first-attempt contributions arrive: each
 /// repeated round moves every such rank into the recovery, so one is enough in practice.
 const RETRIES: usize = 64;
 
+/// A contribution a recovery collective must not take as its own.
 fn framed(part: &[u8]) -> bool {
-    part.starts_with(FRAME)
+    part.starts_with(FRAME) || part.starts_with(GC_FRAME)
+}
+
+/// An all-gather whose contributions carry `frame`: the contributions unframed when every
+/// rank was in it, else `PeerDead` of a rank the rendezvous shows failed since `known`
+/// (incarnations this rank knows, indexed by rank; empty: all 0), whose recovery this rank
+/// must join; `what` names the collective in the message.
+fn framed_allgather(
+    boot: &mut dyn Bootstrap,
+    frame: &[u8],
+    data: &[u8],
+    known: &[u32],
+    what: &str,
+) -> Result<Vec<Vec<u8>>> {
+    let mut mine = Vec::with_capacity(frame.len() + data.len());
+    mine.extend_from_slice(frame);
+    mine.extend_from_slice(data);
+    let parts = boot.allgather(&mine)?;
+    if parts.iter().all(|p| p.starts_with(frame)) {
+        return Ok(parts.into_iter().map(|mut p| p.split_off(frame.len())).collect());
+    }
+    let me = boot.job().rank;
+    let known_of = |r: Rank| known.get(r as usize).copied().unwrap_or(0);
+    let failed = boot
+        .lookup()?
+        .into_iter()
+        .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > known_of(a.rank)))
+        .map(|a| a.rank);
+    match failed {
+        Some(rank) => {
+            eprintln!(
+                "reverb: rank {me}: {what} met the recovery of a failure this rank had missed (rank \
+                 {rank} restarted): joining it"
+            );
+            Err(TransportError::PeerDead(rank))
+        }
+        None => Err(TransportError::Bootstrap(format!(
+            "rank {me}: {what} met other ranks' recovery collective, yet no rank has failed"
+        ))),
+    }
 }
 
 /// Collectives of a rank's first attempt at init (incarnation 0, no failure seen yet).
@@ -38,32 +89,7 @@ impl Bootstrap for FirstAttempt<'_> {
 
     /// `PeerDead` (a rank that failed and rejoined) when the round was a recovery's.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut mine = Vec::with_capacity(FRAME.len() + data.len());
-        mine.extend_from_slice(FRAME);
-        mine.extend_from_slice(data);
-        let parts = self.0.allgather(&mine)?;
-        if parts.iter().all(|p| framed(p)) {
-            return Ok(parts.into_iter().map(|mut p| p.split_off(FRAME.len())).collect());
-        }
-        let me = self.0.job().rank;
-        let failed = self
-            .0
-            .lookup()?
-            .into_iter()
-            .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0))
-            .map(|a| a.rank);
-        match failed {
-            Some(rank) => {
-                eprintln!(
-                    "reverb: rank {me}: an init collective met the recovery of a failure this rank had \
-                     missed (rank {rank} restarted): joining it"
-                );
-                Err(TransportError::PeerDead(rank))
-            }
-            None => Err(TransportError::Bootstrap(format!(
-                "rank {me}: an init collective met other ranks' recovery collective, yet no rank has failed"
-            ))),
-        }
+        framed_allgather(self.0, FRAME, data, &[], "an init collective")
     }
 
     fn publish(&mut self, address: &[u8]) -> Result<()> {
@@ -83,6 +109,40 @@ impl Bootstrap for FirstAttempt<'_> {
     }
 }
 
+/// The log GC's all-gather after a checkpoint (mid-run); `known` holds the incarnation this
+/// rank knows of each rank.
+pub(crate) struct GcRound<'a> {
+    pub(crate) boot: &'a mut dyn Bootstrap,
+    pub(crate) known: &'a [u32],
+}
+
+impl Bootstrap for GcRound<'_> {
+    fn job(&self) -> &JobInfo {
+        self.boot.job()
+    }
+
+    /// `PeerDead` (a rank that failed and rejoined) when the round was a recovery's.
+    fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        framed_allgather(self.boot, GC_FRAME, data, self.known, "the log GC after a checkpoint")
+    }
+
+    fn publish(&mut self, address: &[u8]) -> Result<()> {
+        self.boot.publish(address)
+    }
+
+    fn lookup(&mut self) -> Result<Vec<PeerAddress>> {
+        self.boot.lookup()
+    }
+
+    fn poll_rejoins(&mut self) -> Result<Vec<Rejoin>> {
+        self.boot.poll_rejoins()
+    }
+
+    fn wait_rejoin(&mut self, rank: Rank, timeout: Duration) -> Result<Rejoin> {
+        self.boot.wait_rejoin(rank, timeout)
+    }
+}
+
 impl Bootstrap for Recovering<'_> {
     fn job(&self) -> &JobInfo {
         self.0.job()
@@ -96,7 +156,8 @@ impl Bootstrap for Recovering<'_> {
             }
         }
         Err(TransportError::Bootstrap(format!(
-            "ranks stayed in their first attempt at init for {RETRIES} rounds of a recovery collective"
+            "ranks stayed in their first attempt at init or in a log GC for {RETRIES} rounds of a recovery \
+             collective"
         )))
     }
 
@@ -165,6 +226,10 @@ mod tests {
         [FRAME, data].concat()
     }
 
+    fn gc(data: &[u8]) -> Vec<u8> {
+        [GC_FRAME, data].concat()
+    }
+
     #[test]
     fn a_first_attempt_round_is_unframed_for_the_caller() {
         let mut s = script(vec![vec![frame(b"a"), frame(b"bc")]], &[0, 0]);
@@ -195,6 +260,37 @@ mod tests {
         let parts = Recovering(&mut s).allgather(&ids).expect("second round");
         assert_eq!(parts, vec![ids.clone(), ids.clone()]);
         assert_eq!(s.sent, vec![ids.clone(), ids]);
+    }
+
+    #[test]
+    fn a_gc_round_is_unframed_for_the_caller() {
+        let mut s = script(vec![vec![gc(b"w0"), gc(b"w1")]], &[0, 2]);
+        let parts = GcRound { boot: &mut s, known: &[0, 2] }.allgather(b"w0").expect("round");
+        assert_eq!(parts, vec![b"w0".to_vec(), b"w1".to_vec()]);
+        assert_eq!(s.sent, vec![gc(b"w0")]);
+    }
+
+    #[test]
+    fn a_gc_round_meeting_a_recovery_names_the_rank_newer_than_known() {
+        // Rank 1 restarted earlier (known at 1); rank 2 is back at 1 (known at 0).
+        let round = vec![gc(b"w"), vec![2, 0, 0, 0], vec![2, 0, 0, 0]];
+        let mut s = script(vec![round.clone()], &[0, 1, 1]);
+        match (GcRound { boot: &mut s, known: &[0, 1, 0] }).allgather(b"w") {
+            Err(TransportError::PeerDead(2)) => {}
+            other => panic!("expected PeerDead(2), got {other:?}"),
+        }
+        let mut s = script(vec![round], &[0, 1, 1]);
+        let known_all = GcRound { boot: &mut s, known: &[0, 1, 1] }.allgather(b"w");
+        assert!(matches!(known_all, Err(TransportError::Bootstrap(_))), "{known_all:?}");
+    }
+
+    #[test]
+    fn a_recovery_round_with_a_gc_contribution_is_repeated() {
+        let ids = vec![1u8, 0, 0, 0];
+        let mut s = script(vec![vec![gc(b"w"), ids.clone()], vec![ids.clone(), ids.clone()]], &[0, 1]);
+        let parts = Recovering(&mut s).allgather(&ids).expect("second round");
+        assert_eq!(parts, vec![ids.clone(), ids.clone()]);
+        assert_eq!(s.sent.len(), 2);
     }
 
     #[test]

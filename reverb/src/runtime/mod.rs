@@ -91,6 +91,8 @@
 //! `REVERB_FAULT_INIT=RANK:STEP[:logger][@retry]` inside init, just before STEP's collective
 //! (`log-rings`, `ckpt-slots`); `:logger` kills the node's logger core instead, `@retry` picks
 //! init's second attempt after an early failure was recovered.
+//! `REVERB_FAULT_GC=RANK:EPOCH[:late]` at the log GC after checkpoint EPOCH, just before its
+//! collective: SIGKILL, or (`:late`) join it only once a failed rank is back.
 
 mod error;
 mod initboot;
@@ -150,6 +152,36 @@ pub struct RuntimeConfig {
     /// failed rank is back (so it misses the abort). `@retry`: in init's second attempt,
     /// after a failure inside init was recovered (a second failure).
     pub fault_init: Vec<InitFault>,
+    /// `REVERB_FAULT_GC=RANK:EPOCH[:late][,..]`: incarnation 0 of RANK, after checkpoint EPOCH
+    /// committed and just before the log GC's collective, SIGKILLs itself; with `:late` it
+    /// joins that collective only once a failed rank is back (so it misses the abort).
+    pub fault_gc: Vec<GcFault>,
+}
+
+/// Fault injection at the log GC after a checkpoint (`REVERB_FAULT_GC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcFault {
+    pub rank: Rank,
+    pub epoch: Epoch,
+    /// Join the GC late instead of dying.
+    pub late: bool,
+}
+
+impl std::str::FromStr for GcFault {
+    type Err = RuntimeError;
+    fn from_str(v: &str) -> Result<Self> {
+        let bad =
+            || RuntimeError::InvalidArgument(format!("REVERB_FAULT_GC={v:?}: expected RANK:EPOCH[:late]"));
+        let parts: Vec<&str> = v.trim().split(':').collect();
+        let (rank, epoch, late) = match parts[..] {
+            [rank, epoch] => (rank, epoch, false),
+            [rank, epoch, "late"] => (rank, epoch, true),
+            _ => return Err(bad()),
+        };
+        let rank = rank.trim().parse().map_err(|_| bad())?;
+        let epoch = epoch.trim().parse().map_err(|_| bad())?;
+        Ok(GcFault { rank, epoch, late })
+    }
 }
 
 /// A collective step of [`Runtime::init`] (after the transport's open).
@@ -302,8 +334,13 @@ impl RuntimeConfig {
             Ok(v) => v.split(',').map(str::parse).collect::<Result<Vec<InitFault>>>()?,
             Err(_) => Vec::new(),
         };
+        let fault_gc = match std::env::var("REVERB_FAULT_GC") {
+            Ok(v) => v.split(',').map(str::parse).collect::<Result<Vec<GcFault>>>()?,
+            Err(_) => Vec::new(),
+        };
         Ok(RuntimeConfig {
             fault_init,
+            fault_gc,
             ckpt_auto,
             fault_ckpt,
             log,
@@ -447,6 +484,37 @@ fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Waits (bounded by `timeout`) until a rank is back at an incarnation newer than `known`
+/// (indexed by rank) and none is lost: a fault injection's late join.
+fn wait_failed_rank_back(
+    boot: &mut TcpBootstrap,
+    known: &[u32],
+    timeout: Duration,
+    what: &str,
+) -> Result<()> {
+    let me = boot.job().rank;
+    let start = Instant::now();
+    loop {
+        let table = boot.lookup()?;
+        let back: Vec<Rank> = table
+            .iter()
+            .filter(|a| a.incarnation > known.get(a.rank as usize).copied().unwrap_or(0))
+            .map(|a| a.rank)
+            .collect();
+        if !back.is_empty() && table.iter().all(|a| a.address.is_some()) {
+            eprintln!("reverb: fault injection: rank {me} joins {what} late, after ranks {back:?} rejoined");
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            return Err(RuntimeError::Timeout {
+                what: format!("fault injection: rank {me} waiting for a failed rank to rejoin"),
+                after: timeout,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The bootstrap for one of init's collectives: framed while this rank is in its first
 /// attempt at init, else the recovery's (see `initboot`).
 fn init_boot(boot: &mut TcpBootstrap, first_attempt: bool) -> Box<dyn Bootstrap + '_> {
@@ -558,26 +626,8 @@ fn inject_init_fault(
     match fault.action {
         InitFaultAction::KillRank => die_now(dir),
         InitFaultAction::Late => {
-            let me = boot.job().rank;
-            let start = Instant::now();
-            loop {
-                let table = boot.lookup()?;
-                let back: Vec<Rank> = table.iter().filter(|a| a.incarnation > 0).map(|a| a.rank).collect();
-                if !back.is_empty() && table.iter().all(|a| a.address.is_some()) {
-                    eprintln!(
-                        "reverb: fault injection: rank {me} joins {:?} late, after ranks {back:?} rejoined",
-                        fault.step
-                    );
-                    return Ok(());
-                }
-                if start.elapsed() > config.rejoin_timeout {
-                    return Err(RuntimeError::Timeout {
-                        what: format!("fault injection: rank {me} waiting for a failed rank to rejoin"),
-                        after: config.rejoin_timeout,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let what = format!("{:?}", fault.step);
+            return wait_failed_rank_back(boot, &[], config.rejoin_timeout, &what);
         }
         InitFaultAction::KillLogger => {}
     }
@@ -1129,10 +1179,16 @@ impl Runtime {
         {
             let endpoint =
                 self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
-            endpoint.rejoin(&mut self.boot, &dead).map_err(|e| RuntimeError::from(e).during_recovery())?;
+            // The recovery's first collective may meet a survivor's log GC round (framed):
+            // `Recovering` repeats such a round, which moves that rank into this recovery.
+            endpoint
+                .rejoin(&mut initboot::Recovering(&mut self.boot), &dead)
+                .map_err(|e| RuntimeError::from(e).during_recovery())?;
         }
         if let Some(ckpt) = self.ckpt.as_mut() {
-            ckpt.rejoin(&mut self.boot).map_err(|e| RuntimeError::from(e).during_recovery())?;
+            // The first collective when the logger sets up nothing (`REVERB_LOG=none`).
+            ckpt.rejoin(&mut initboot::Recovering(&mut self.boot))
+                .map_err(|e| RuntimeError::from(e).during_recovery())?;
         }
         self.recovery_collective(&dead, false).map_err(RuntimeError::during_recovery)?;
         self.recoveries += 1;
@@ -1391,8 +1447,24 @@ impl Runtime {
                     self.report.checkpoint_write_ms += stats.write.as_secs_f64() * 1e3;
                     self.report.checkpoint_agree_ms += stats.agree.as_secs_f64() * 1e3;
                     self.report.checkpoint_parity_ms += stats.parity.as_secs_f64() * 1e3;
+                    let fault =
+                        self.config.fault_gc.iter().find(|f| {
+                            f.rank == self.rank && f.epoch == epoch && self.report.incarnation == 0
+                        });
+                    match fault {
+                        Some(GcFault { late: false, .. }) => die_now(self.config.report_dir.as_deref()),
+                        Some(GcFault { late: true, .. }) => {
+                            let what = format!("the log GC of epoch {epoch}");
+                            let timeout = self.config.rejoin_timeout;
+                            wait_failed_rank_back(&mut self.boot, &self.incarnation_of, timeout, &what)?;
+                        }
+                        None => {}
+                    }
                     let gc_start = Instant::now();
-                    let gc = endpoint.checkpoint_taken(&mut self.boot);
+                    // Framed: a survivor that missed a failure and comes here once the failed
+                    // rank is back meets the recovery's first collective, and joins it.
+                    let mut gc_boot = initboot::GcRound { boot: &mut self.boot, known: &self.incarnation_of };
+                    let gc = endpoint.checkpoint_taken(&mut gc_boot);
                     self.report.checkpoint_gc_ms += gc_start.elapsed().as_secs_f64() * 1e3;
                     if let Err(e) = gc {
                         // The checkpoint stands; only its GC was cut short by a failure.
