@@ -469,6 +469,8 @@ fn bad_init_fault_and_durable_timeout_settings_are_refused_clearly() {
     for (var, value) in [
         ("REVERB_FAULT_INIT", "3:allgather"),
         ("REVERB_FAULT_INIT", "3:ckpt-slots@later"),
+        ("REVERB_FAULT_GC", "3"),
+        ("REVERB_FAULT_GC", "3:2:early"),
         ("REVERB_LOG_DURABLE_TIMEOUT_MS", "0"),
         ("REVERB_LOG_DURABLE_TIMEOUT_MS", "ten"),
     ] {
@@ -499,6 +501,38 @@ fn a_rank_that_missed_the_abort_joins_the_init_recovery_from_the_resumed_round()
         let missed =
             format!("rank {late}: an init collective met the recovery of a failure this rank had missed");
         assert!(out.output.contains(&missed), "{faults}: rank {late} joined late:\n{}", out.output);
+        assert_eq!(out.checksum, clean.checksum, "{faults}:\n{}", out.output);
+        let _ = std::fs::remove_dir_all(&out.dir);
+    }
+    let _ = std::fs::remove_dir_all(&clean.dir);
+}
+
+/// Mid-run, node 1 dies right at the log GC after checkpoint 2 (its commit done), and a
+/// survivor (rank 6) still busy before that GC's collective joins it only once node 1 is back
+/// (`REVERB_FAULT_GC=..:late`): its GC contribution lands in the round the others use for the
+/// recovery's first collective. Its GC round says so (framed), it joins the recovery, the others
+/// repeat the round; the answer is unchanged. Also the plain kill at the GC.
+#[test]
+fn a_survivor_that_missed_a_failure_at_the_log_gc_joins_the_recovery() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "rs")];
+    let clean = job("gc-clean", "stencil", STENCIL, &env, 0);
+    assert!(clean.success, "{}", clean.output);
+    assert!(clean.checksum.is_some(), "no checksum:\n{}", clean.output);
+    for (faults, late) in [("3:2,6:2:late", Some(6)), ("2:3", None)] {
+        let mut faulty_env = env.to_vec();
+        faulty_env.push(("REVERB_FAULT_GC", faults));
+        let out = job("gc-killed", "stencil", STENCIL, &faulty_env, 1);
+        assert!(out.success, "{faults}:\n{}", out.output);
+        assert!(out.output.contains("respawning node 1"), "{faults}: node 1 was killed:\n{}", out.output);
+        if let Some(late) = late {
+            let joined = format!("rank {late} joins the log GC of epoch 2 late");
+            assert!(out.output.contains(&joined), "{faults}: rank {late} joined late:\n{}", out.output);
+            let missed = format!(
+                "rank {late}: the log GC after a checkpoint met the recovery of a failure this rank had missed"
+            );
+            assert!(out.output.contains(&missed), "{faults}: rank {late} met the recovery:\n{}", out.output);
+        }
         assert_eq!(out.checksum, clean.checksum, "{faults}:\n{}", out.output);
         let _ = std::fs::remove_dir_all(&out.dir);
     }

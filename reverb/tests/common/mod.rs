@@ -34,6 +34,7 @@ pub fn job(
         "REVERB_FAULT",
         "REVERB_FAULT_CKPT",
         "REVERB_FAULT_INIT",
+        "REVERB_FAULT_GC",
         "REVERB_LOG",
         "REVERB_LOG_UNIT",
         "REVERB_LOG_TEAMS",
