@@ -5,7 +5,8 @@
 //! there the exact fault is the `REVERB_FAULT` the trial line prints), injected with SIGKILL through
 //! `REVERB_FAULT` / `REVERB_FAULT_CKPT` / `REVERB_FAULT_INIT` (inside `Runtime::init`'s
 //! collectives, sometimes with a survivor that joins the collective late and so misses the
-//! abort). Its checksum is compared with the app's failure-free
+//! abort) / `REVERB_FAULT_GC` (at the log GC after a checkpoint, sometimes with a survivor that
+//! joins the GC late). Its checksum is compared with the app's failure-free
 //! checksum (one failure-free run per app, cached for the campaign).
 //!
 //! Outcomes: survived (exit 0, identical checksum), correctly reported unrecoverable (non-zero
@@ -62,10 +63,11 @@ const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-fli
 /// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
 const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// Fault kinds, cycled through by trial number.
-pub const FAULT_KINDS: [&str; 7] = ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init"];
+pub const FAULT_KINDS: [&str; 8] =
+    ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
 /// Fault variables the campaign sets per trial: one left in the campaign's own environment
 /// would reach every trial (the job runner clears only the first two).
-const FAULT_VARS: [&str; 3] = ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT"];
+const FAULT_VARS: [&str; 4] = ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
 
 /// Small sizes: a trial takes a second or two.
 fn app_args(app: &str) -> Vec<String> {
@@ -116,6 +118,13 @@ pub enum Fault {
         step: &'static str,
         late: Option<u32>,
     },
+    /// A rank dies at the log GC after checkpoint EPOCH committed; with `late`, a rank of
+    /// another node joins that GC only once the dead node is back.
+    Gc {
+        rank: u32,
+        epoch: u64,
+        late: Option<u32>,
+    },
 }
 
 impl Fault {
@@ -128,6 +137,7 @@ impl Fault {
             Fault::Replay { .. } => "replay",
             Fault::TwoNodes { .. } => "two-nodes",
             Fault::Init { .. } => "init",
+            Fault::Gc { .. } => "gc",
         }
     }
 
@@ -151,6 +161,10 @@ impl Fault {
             Fault::Init { rank, step, late } => {
                 let late = late.map_or(String::new(), |l| format!(",{l}:{step}:late"));
                 vec![("REVERB_FAULT_INIT".to_string(), format!("{rank}:{step}{late}"))]
+            }
+            Fault::Gc { rank, epoch, late } => {
+                let late = late.map_or(String::new(), |l| format!(",{l}:{epoch}:late"));
+                vec![("REVERB_FAULT_GC".to_string(), format!("{rank}:{epoch}{late}"))]
             }
         }
     }
@@ -219,6 +233,15 @@ fn pick_app(seed: u64, trial: u64) -> &'static str {
     APPS[Rng::new(seed, trial).below(APPS.len() as u64) as usize]
 }
 
+/// One time in three, a rank on another node than `rank` (a survivor that joins late).
+fn late_survivor(rng: &mut Rng, rank: u32) -> Option<u32> {
+    let nodes = RANKS / RANKS_PER_NODE;
+    (rng.below(3) == 0).then(|| {
+        let node = (rank / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
+        node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32
+    })
+}
+
 /// The plan of trial `trial`. Fault kinds are cycled through by trial number (so a short
 /// campaign covers each), everything else is random.
 pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
@@ -250,12 +273,14 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
         6 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
             let step = INIT_STEPS[rng.below(INIT_STEPS.len() as u64) as usize];
-            // One in three: a survivor on another node joins late.
-            let late = (rng.below(3) == 0).then(|| {
-                let node = (rank / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
-                node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32
-            });
+            let late = late_survivor(&mut rng, rank);
             Fault::Init { rank, step, late }
+        }
+        7 if base.checkpoints > 0 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            let epoch = rng.between(1, base.checkpoints);
+            let late = late_survivor(&mut rng, rank);
+            Fault::Gc { rank, epoch, late }
         }
         _ => {
             let a = rng.below(u64::from(RANKS)) as u32;
@@ -717,8 +742,8 @@ mod tests {
     }
 
     #[test]
-    fn seven_consecutive_trials_cover_every_fault_kind() {
-        let kinds: Vec<&str> = (10..17).map(|t| plan(3, t, &base()).fault.kind()).collect();
+    fn eight_consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..18).map(|t| plan(3, t, &base()).fault.kind()).collect();
         for k in FAULT_KINDS {
             assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
         }
@@ -744,6 +769,13 @@ mod tests {
                         assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
                     }
                 }
+                Fault::Gc { rank, epoch, late } => {
+                    assert!(rank < RANKS && (1..=4).contains(&epoch));
+                    if let Some(late) = late {
+                        assert!(late < RANKS);
+                        assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
+                    }
+                }
                 Fault::None => {}
             }
         }
@@ -759,19 +791,22 @@ mod tests {
         assert_eq!(init, vec![("REVERB_FAULT_INIT".to_string(), "3:ckpt-slots".to_string())]);
         let late = Fault::Init { rank: 3, step: "log-rings", late: Some(6) }.env();
         assert_eq!(late[0].1, "3:log-rings,6:log-rings:late");
+        let gc = Fault::Gc { rank: 2, epoch: 3, late: Some(7) }.env();
+        assert_eq!(gc, vec![("REVERB_FAULT_GC".to_string(), "2:3,7:3:late".to_string())]);
         // The runtime accepts what the campaign sets.
-        for v in ["3:ckpt-slots", "3:log-rings,6:log-rings:late"] {
-            for f in v.split(',') {
-                assert!(f.parse::<crate::runtime::InitFault>().is_ok(), "{f}");
-            }
+        for f in ["3:ckpt-slots", "3:log-rings", "6:log-rings:late"] {
+            assert!(f.parse::<crate::runtime::InitFault>().is_ok(), "{f}");
+        }
+        for f in ["2:3", "7:3:late"] {
+            assert!(f.parse::<crate::runtime::GcFault>().is_ok(), "{f}");
         }
     }
 
     #[test]
     fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
         let inits: Vec<Fault> =
-            (0..700).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
-        assert_eq!(inits.len(), 100, "one trial in seven");
+            (0..800).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
+        assert_eq!(inits.len(), 100, "one trial in eight");
         let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
         assert!((15..=55).contains(&late), "{late} of 100 with a late survivor");
         for step in INIT_STEPS {

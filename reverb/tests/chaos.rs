@@ -1,5 +1,5 @@
 //! A short `reverb chaos` campaign with a fixed seed: 12 real jobs covering every fault kind
-//! (none, rank, node, checkpoint, replay, two nodes at once, inside init), each checked against the app's
+//! (none, rank, node, checkpoint, replay, two nodes at once, inside init, at the log GC), each checked against the app's
 //! failure-free checksum. No wrong answer and no hang is allowed; other failures are runtime
 //! bugs the campaign lists (printed here, not asserted, so they are reported rather than hidden
 //! behind a flaky test).
@@ -13,6 +13,7 @@ fn short_campaign_has_no_wrong_answers_and_no_hangs() {
         .env_remove("REVERB_FAULT")
         .env_remove("REVERB_FAULT_CKPT")
         .env_remove("REVERB_FAULT_INIT")
+        .env_remove("REVERB_FAULT_GC")
         .env_remove("REVERB_LOG")
         .env_remove("REVERB_CKPT")
         .output()
@@ -28,7 +29,7 @@ fn short_campaign_has_no_wrong_answers_and_no_hangs() {
     assert!(out.status.success(), "chaos exited {}:\n{stdout}", out.status);
     let kinds: Vec<&str> =
         report["by_fault"].as_array().expect("by_fault").iter().filter_map(|k| k["fault"].as_str()).collect();
-    for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init"] {
+    for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"] {
         assert!(kinds.contains(&kind), "no {kind} fault in the campaign: {kinds:?}");
     }
     for k in report["by_fault"].as_array().expect("by_fault") {
