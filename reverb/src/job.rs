@@ -99,6 +99,9 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .env("REVERB_RUNTIME_REPORT", out)
         .env_remove("REVERB_FAULT")
         .env_remove("REVERB_FAULT_CKPT")
+        .env_remove("REVERB_FAULT_INIT")
+        .env_remove("REVERB_FAULT_GC")
+        .env_remove("REVERB_LOGGER_FAULT_STARTUP")
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("job log")?)
         .stderr(log);
