@@ -9,6 +9,10 @@ use ibverbs_sys as ffi;
 use super::device::Context;
 use crate::error::{Result, TransportError};
 
+// `ibv_wc` is written by hand in ibverbs-sys (not generated from verbs.h), and the driver
+// writes whole arrays of it in `poll`: a layout drift would corrupt the heap silently.
+const _: () = assert!(std::mem::size_of::<ffi::ibv_wc>() == 48 && std::mem::align_of::<ffi::ibv_wc>() == 8);
+
 pub struct CompletionQueue {
     pub(crate) raw: *mut ffi::ibv_cq,
     channel: *mut ffi::ibv_comp_channel,

@@ -1055,7 +1055,9 @@ impl VerbsProvider {
                 let len = c.len().min(self.slot_size);
                 let ring = self.rx_ring.clone();
                 // SAFETY: the slot's receive WR has completed and is reposted only below, so the
-                // device does not write these bytes while we parse them.
+                // device does not write these bytes while we parse them. `handle_message` can
+                // reach `poll_cq` again (rndv_fetch -> reserve_sq), but that nested call polls
+                // into the taken, empty `self.wc` and so reposts no slot.
                 match unsafe { ring.slice(off, len) } {
                     Ok(bytes) => self.handle_message(peer, bytes),
                     Err(e) => self.malformed.push(e),
