@@ -143,6 +143,54 @@ fn tagged_every_size_verified() {
     boot.barrier().unwrap();
 }
 
+/// Rendezvous arrivals seen while the receiver's own puts keep its send queue to the sender
+/// full: each read is posted once the queue drains (verbs used to wait inside the CQ poll that
+/// found the arrival, where no completion could free the queue, and failed after 4 peer timeouts).
+#[test]
+fn rendezvous_arriving_behind_a_full_send_queue_completes() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("rendezvous_arriving_behind_a_full_send_queue_completes", 2, &[]);
+    };
+    const MESSAGES: u64 = 16;
+    const SIZE: usize = 64 << 10;
+    const PUTS: usize = 4096;
+    let region = p.alloc_region(SIZE, Access::REMOTE_RW).expect("alloc");
+    let all = exchange(&mut boot, &region.remote());
+    if job.rank == 0 {
+        boot.barrier().unwrap();
+        let ops: Vec<OpId> =
+            (0..MESSAGES).map(|i| p.send(1, 500 + i, &pattern(i, SIZE)).expect("rendezvous send")).collect();
+        for op in ops {
+            p.wait_op(op, WAIT).expect("send completion").into_result().expect("send ok");
+        }
+    } else {
+        let recvs: Vec<OpId> = (0..MESSAGES)
+            .map(|i| {
+                p.post_recv(Source::Rank(0), TagMatch::exact(500 + i), RecvBuffer::Owned { capacity: SIZE })
+                    .expect("post_recv")
+            })
+            .collect();
+        boot.barrier().unwrap();
+        // Unsignaled puts to the sender: the send queue stays at its limit while the RTSs land.
+        let rma = Rma { local: &region, local_offset: 0, remote: &all[0], remote_offset: 0, len: 8 };
+        for _ in 0..PUTS {
+            p.put(rma, Signal::No).expect("put");
+        }
+        let start = Instant::now();
+        for (i, op) in recvs.into_iter().enumerate() {
+            let c = p.wait_op(op, WAIT).expect("recv completion").into_result().expect("recv ok");
+            match c.kind {
+                CompletionKind::Recv { data: Some(data), .. } => {
+                    assert_eq!(data, pattern(i as u64, SIZE), "message {i}")
+                }
+                other => panic!("unexpected completion {other:?}"),
+            }
+        }
+        eprintln!("{MESSAGES} rendezvous receives done {:?} after the puts", start.elapsed());
+    }
+    boot.barrier().unwrap();
+}
+
 #[test]
 fn any_source_keeps_per_sender_order() {
     let Some((job, mut boot, mut p)) = child() else {

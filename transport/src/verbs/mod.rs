@@ -214,6 +214,9 @@ pub struct VerbsProvider {
     /// an idle `progress` be a bare CQ poll.
     backlogged: usize,
     credits_deferred: bool,
+    /// Rendezvous reads that found their peer's send queue full; posted by the next
+    /// `progress` (never by a nested CQ poll from inside `poll_cq`).
+    deferred_fetches: VecDeque<Fetch>,
     /// What reconnecting needs: path parameters, our PSN per peer (published), pidfd policy.
     path: PathParams,
     psns: Vec<u32>,
@@ -496,6 +499,7 @@ impl VerbsProvider {
             scratch: RegionPool::new(POOL_BYTES),
             backlogged: 0,
             credits_deferred: false,
+            deferred_fetches: VecDeque::new(),
             path,
             psns,
             pid_watch: opts.pid_watch,
@@ -877,6 +881,15 @@ impl VerbsProvider {
             };
             return fail(self, recv, e, fin::READ_FAILED);
         }
+        if self.peers[source as usize].state == PeerState::Dead {
+            return fail(self, recv, TransportError::PeerDead(source), fin::READ_FAILED);
+        }
+        if self.peers[source as usize].sq.len() + 2 >= self.sq_depth {
+            // Waiting here would poll the CQ from inside `poll_cq`, which has taken the
+            // completion array: the wait could not see the completions that free the queue.
+            self.deferred_fetches.push_back(Fetch { recv, source, rts });
+            return;
+        }
         let (region, offset, scratch) = match &recv.buffer {
             RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, None),
             RecvBuffer::Owned { .. } => {
@@ -888,9 +901,6 @@ impl VerbsProvider {
                 }
             }
         };
-        if let Err(e) = self.reserve_sq(source) {
-            return fail(self, recv, e, fin::READ_FAILED);
-        }
         let sge =
             Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() };
         let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), rts.r_key as u32)); // the rkey
@@ -952,6 +962,12 @@ impl VerbsProvider {
             }
         }
         self.tagged.fail_peer(peer, &error, &mut self.completions);
+        let (failed, kept): (VecDeque<Fetch>, VecDeque<Fetch>) =
+            std::mem::take(&mut self.deferred_fetches).into_iter().partition(|f| f.source == peer);
+        self.deferred_fetches = kept;
+        for f in failed {
+            self.complete_recv(f.recv.op, peer, f.rts.tag, f.rts.len as usize, Err(error.clone()));
+        }
     }
 
     fn fail_wr(&mut self, info: WrInfo, peer: Rank, error: TransportError) {
@@ -1055,9 +1071,9 @@ impl VerbsProvider {
                 let len = c.len().min(self.slot_size);
                 let ring = self.rx_ring.clone();
                 // SAFETY: the slot's receive WR has completed and is reposted only below, so the
-                // device does not write these bytes while we parse them. `handle_message` can
-                // reach `poll_cq` again (rndv_fetch -> reserve_sq), but that nested call polls
-                // into the taken, empty `self.wc` and so reposts no slot.
+                // device does not write these bytes while we parse them. `handle_message` never
+                // polls the CQ again (a rendezvous read that finds the send queue full is
+                // deferred to `progress`), so no nested poll reposts this slot.
                 match unsafe { ring.slice(off, len) } {
                     Ok(bytes) => self.handle_message(peer, bytes),
                     Err(e) => self.malformed.push(e),
@@ -1330,6 +1346,10 @@ impl Provider for VerbsProvider {
         if self.backlogged > 0 {
             self.flush_backlogs()?;
         }
+        for fetch in std::mem::take(&mut self.deferred_fetches) {
+            // Deferred again (at the back, in order) while its peer's queue is still full.
+            self.rndv_fetch(fetch);
+        }
         if std::mem::take(&mut self.credits_deferred) {
             for peer in 0..self.peers.len() as Rank {
                 self.return_credits(peer)?;
@@ -1357,7 +1377,7 @@ impl Provider for VerbsProvider {
             return Ok(());
         }
         // Waiting on credits is not a CQ event at the sender: poll the credit words soon.
-        let backlog = self.backlogged > 0;
+        let backlog = self.backlogged > 0 || !self.deferred_fetches.is_empty();
         let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
         self.cq.arm()?;
         if self.poll_cq()? > 0 {
