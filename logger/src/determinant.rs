@@ -23,6 +23,7 @@ impl Determinant {
     /// Fixed wire size; the envelope, the node queue and the log ring all use it.
     pub const WIRE_LEN: usize = 24;
 
+    #[inline]
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
         let mut out = [0u8; Self::WIRE_LEN];
         out[0..4].copy_from_slice(&self.sender.to_le_bytes());
@@ -30,6 +31,18 @@ impl Determinant {
         out[8..16].copy_from_slice(&self.ssn.to_le_bytes());
         out[16..24].copy_from_slice(&self.rsn.to_le_bytes());
         out
+    }
+
+    /// Decodes exactly `WIRE_LEN` bytes: every bit pattern is a determinant, so this cannot
+    /// fail (range checks are the receiver's).
+    #[inline]
+    pub fn from_wire(b: &[u8; Self::WIRE_LEN]) -> Self {
+        Determinant {
+            sender: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            receiver: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            ssn: u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+            rsn: u64::from_le_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]]),
+        }
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
@@ -82,6 +95,7 @@ mod tests {
     fn bytes_round_trip() {
         let d = Determinant { sender: 3, receiver: 9, ssn: u64::MAX - 1, rsn: 77 };
         assert_eq!(Determinant::from_bytes(&d.to_bytes()).ok(), Some(d));
+        assert_eq!(Determinant::from_wire(&d.to_bytes()), d);
         assert!(Determinant::from_bytes(&d.to_bytes()[..23]).is_err());
         let mut long = d.to_bytes().to_vec();
         long.push(0);

@@ -400,6 +400,9 @@ pub struct LoggedEndpoint {
     send_log: Option<SendLog>,
     /// Node id of every rank (modes with a log; empty under `none`).
     node_of_rank: Vec<u32>,
+    /// Per peer, `logs_payload_with(peer)`: fixed by the mode, the unit and the node map,
+    /// so the per-message paths read one byte instead of matching on all three.
+    payload_logged: Vec<bool>,
     causal: Option<CausalState>,
     /// Set at a restarted rank while it re-executes: wildcard receives follow it.
     replay: Option<ReplayPlan>,
@@ -512,6 +515,7 @@ impl LoggedEndpoint {
             log,
             send_log,
             node_of_rank,
+            payload_logged: Vec::new(),
             causal,
             replay: None,
             sink: DeterminantSink::BuddyRing,
@@ -529,6 +533,7 @@ impl LoggedEndpoint {
             provider,
             config,
         };
+        endpoint.payload_logged = (0..endpoint.size).map(|p| endpoint.payload_logged_slow(p)).collect();
         while endpoint.posted.len() < POSTED_RECEIVES {
             endpoint.post_receive()?;
         }
@@ -617,7 +622,15 @@ impl LoggedEndpoint {
 
     /// Whether a message between this rank and `peer` has its payload logged: every one under
     /// `REVERB_LOG_UNIT=rank`, only inter-node ones under `node`, only inter-team ones under teams.
+    #[inline]
     pub fn logs_payload_with(&self, peer: Rank) -> bool {
+        match self.payload_logged.get(peer as usize) {
+            Some(&logged) => logged,
+            None => self.payload_logged_slow(peer),
+        }
+    }
+
+    fn payload_logged_slow(&self, peer: Rank) -> bool {
         match self.config.mode {
             LogMode::None => false,
             _ => match (self.config.unit, &self.config.teams) {
@@ -661,7 +674,9 @@ impl LoggedEndpoint {
         let ssn = self.sequencer.next_ssn(dest)?;
         let mut piggyback = std::mem::take(&mut self.piggyback);
         piggyback.clear();
-        if let Some(causal) = self.causal.as_mut() {
+        // Alg 1 line 4. With no unstable determinant there is nothing to scan for (named
+        // receives, or all stable): the common case costs one length check.
+        if let Some(causal) = self.causal.as_mut().filter(|c| c.unstable_len() > 0) {
             let n = causal.piggyback_for(dest, &mut piggyback)?;
             LogStats::bump(&self.stats.determinants_piggybacked, n as u64);
         }
@@ -924,8 +939,18 @@ impl LoggedEndpoint {
     ///
     /// Writes are batched: one record once `DET_WRITE_BATCH` are pending (until then the
     /// piggyback carries them); `force` (idle receives, `progress`, flushes) writes now. No
-    /// clock is read here: this runs on every send.
+    /// clock is read here: this runs on every send and every receive-loop round, so the
+    /// check that there is nothing to do is inlined and the work is not.
+    #[inline]
     fn causal_background(&mut self, force: bool) -> Result<()> {
+        match &self.causal {
+            Some(c) if c.unstable_len() > 0 => self.causal_background_work(force),
+            _ => Ok(()),
+        }
+    }
+
+    #[inline(never)]
+    fn causal_background_work(&mut self, force: bool) -> Result<()> {
         let Some(causal) = self.causal.as_mut() else { return Ok(()) };
         if causal.unwritten_len() > 0 && (force || causal.unwritten_len() >= DET_WRITE_BATCH) {
             match (&self.sink, self.log.as_mut()) {
@@ -1062,7 +1087,9 @@ impl LoggedEndpoint {
         }
         // Alg 2 line 10: keep what the sender piggybacked (a stale incarnation's are void).
         let stored = match (self.causal.as_mut(), outcome == Arrival::DroppedStale) {
-            (Some(causal), false) => causal.store_piggybacked(&determinants).map(|n| n as u64),
+            (Some(causal), false) if !determinants.is_empty() => {
+                causal.store_piggybacked(&determinants).map(|n| n as u64)
+            }
             _ => Ok(0),
         };
         self.incoming_dets = determinants;
