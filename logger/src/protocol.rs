@@ -879,9 +879,13 @@ impl LoggedEndpoint {
             self.causal_background(rounds >= IDLE_ROUNDS)?;
             let left = timeout
                 .checked_sub(start.elapsed())
-                .ok_or(LogError::Transport(TransportError::Timeout(timeout)))?;
+                .ok_or_else(|| LogError::Transport(TransportError::Timeout(timeout)))?;
             let posted = &self.posted;
-            self.provider.wait_until(left, &mut |cq| cq.iter().any(|c| posted.contains(&c.op)))?;
+            // Kind first: the log writer's put completions wait in the queue until its next
+            // poll, and this runs on every spin; only receives can be in `posted`.
+            self.provider.wait_until(left, &mut |cq| {
+                cq.iter().any(|c| matches!(c.kind, CompletionKind::Recv { .. }) && posted.contains(&c.op))
+            })?;
         }
     }
 
