@@ -64,6 +64,15 @@ pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
     }
 }
 
+/// `deliver` for data this side owns already (an unexpected arrival): an owned receive takes
+/// the buffer itself instead of a copy.
+fn deliver_owned(buffer: &RecvBuffer, data: Vec<u8>) -> Result<Option<Vec<u8>>> {
+    match buffer {
+        RecvBuffer::Owned { capacity } if data.len() <= *capacity => Ok(Some(data)),
+        _ => deliver(buffer, &data),
+    }
+}
+
 /// The completion of receive `op` with the outcome `r` of its delivery.
 pub fn recv_completion(
     op: OpId,
@@ -168,7 +177,8 @@ impl TaggedState {
     ) -> Result<Option<Fetch>> {
         match self.matcher.take_unexpected(recv.source, recv.tag) {
             Some(Unexpected::Eager { source, tag, data }) => {
-                cq.push_back(recv_completion(recv.op, source, tag, data.len(), deliver(&recv.buffer, &data)));
+                let len = data.len();
+                cq.push_back(recv_completion(recv.op, source, tag, len, deliver_owned(&recv.buffer, data)));
                 Ok(None)
             }
             Some(Unexpected::Rts { source, header }) if dead(source) => {

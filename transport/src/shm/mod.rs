@@ -565,12 +565,16 @@ impl ShmProvider {
                 Ok(None)
             }
             RecvBuffer::Owned { .. } => {
-                // Straight into the owned buffer: no registered scratch region needed.
+                // Straight into the owned buffer: no registered scratch region needed. Not
+                // zeroed first: at 1 MiB the memset cost as much as the copy itself.
                 let src = self.remote_range("rendezvous read", remote, offset, len, Access::REMOTE_READ)?;
-                let mut data = vec![0u8; len];
+                let mut data = Vec::<u8>::with_capacity(len);
                 // SAFETY: remote_range checked offset + len against the owner's table; `data`
-                // is a fresh allocation of len bytes.
-                unsafe { control::copy_bytes(src, data.as_mut_ptr(), len) };
+                // has capacity for len bytes, all of which the copy initialises before set_len.
+                unsafe {
+                    control::copy_bytes(src, data.as_mut_ptr(), len);
+                    data.set_len(len);
+                }
                 Ok(Some(data))
             }
         }
