@@ -9,6 +9,9 @@
 //! provider reported the send complete and the send log (`lease`, sender-based modes) no
 //! longer keeps the payload there. The pool is bounded; past the bound the caller falls back
 //! to the provider's copying `send`, so a send never waits for a buffer.
+//!
+//! `RecvPool` is the receive side: registered regions the endpoint posts its receives into,
+//! and `FrameBytes`, a received frame read where it landed.
 
 use std::sync::Arc;
 
@@ -106,5 +109,124 @@ impl FramePool {
         if let Some(s) = self.slots.iter_mut().find(|s| s.busy == Some(op)) {
             s.busy = None;
         }
+    }
+}
+
+/// Frames up to this many bytes are copied out of a pooled receive region (cheap), so the
+/// region is posted again at once; larger ones stay where they landed until delivered.
+pub(crate) const COPY_OUT_MAX: usize = 64 << 10;
+
+/// A received frame's bytes: its own `Vec` (an owned receive, a replayed frame), or the
+/// pooled receive region it landed in, kept from reuse while this lives.
+#[derive(Debug, Clone)]
+pub(crate) enum FrameBytes {
+    Owned(Vec<u8>),
+    Pooled { region: Arc<Region>, len: usize },
+}
+
+impl FrameBytes {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            FrameBytes::Owned(bytes) => bytes,
+            FrameBytes::Pooled { region, len } => {
+                // SAFETY: a pooled region is written only by the receive posted into it, and
+                // `RecvPool` posts it again only once no `FrameBytes` holds it (Arc count 1);
+                // `len` is bounds-checked by `slice`.
+                unsafe { region.slice(0, *len) }.unwrap_or_default()
+            }
+        }
+    }
+
+    /// The bytes from `offset` on, owned: an owned frame gives up its buffer (the head cut
+    /// off in place), a pooled one is copied out.
+    pub(crate) fn into_vec_from(self, offset: usize) -> Vec<u8> {
+        match self {
+            FrameBytes::Owned(mut bytes) => {
+                bytes.drain(..offset.min(bytes.len()));
+                bytes
+            }
+            pooled => pooled.as_slice().get(offset..).unwrap_or_default().to_vec(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RecvSlot {
+    /// Held outside the pool by the frames delivered from it, until they drop.
+    region: Arc<Region>,
+    /// The receive posted into this region, until its completion.
+    posted: Option<OpId>,
+}
+
+impl RecvSlot {
+    fn is_free(&self) -> bool {
+        self.posted.is_none() && Arc::strong_count(&self.region) == 1
+    }
+}
+
+/// Bounded set of registered regions the endpoint posts its receives into, so a large
+/// message's rendezvous read lands once, in memory that stays registered and mapped (no fresh
+/// pages per message; on verbs no bounce through the provider's scratch buffer). Past the
+/// bound (the application holds many large deliveries) the caller posts an owned receive.
+#[derive(Debug)]
+pub(crate) struct RecvPool {
+    slots: Vec<RecvSlot>,
+    registered: usize,
+    limit: usize,
+}
+
+impl RecvPool {
+    /// A pool registering at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Self {
+        RecvPool { slots: Vec::new(), registered: 0, limit }
+    }
+
+    /// A free region of at least `capacity` bytes to post a receive into: `(index, region)`,
+    /// registered now if none is free and the bound allows; `None` past the bound.
+    pub(crate) fn acquire(
+        &mut self,
+        provider: &mut dyn Provider,
+        capacity: usize,
+    ) -> Result<Option<(usize, Region)>> {
+        if let Some(i) = self.slots.iter().position(|s| s.is_free() && s.region.len() >= capacity) {
+            return Ok(Some((i, Region::clone(&self.slots[i].region))));
+        }
+        if capacity > self.limit {
+            return Ok(None);
+        }
+        if self.registered + capacity > self.limit {
+            // Free regions too small for this capacity are given back to make room.
+            let registered = &mut self.registered;
+            self.slots.retain(|s| {
+                let keep = !s.is_free();
+                if !keep {
+                    *registered -= s.region.len();
+                }
+                keep
+            });
+            if self.registered + capacity > self.limit {
+                return Ok(None);
+            }
+        }
+        let region = provider.alloc_region(capacity, Access::LOCAL)?;
+        self.registered += region.len();
+        let posted = Region::clone(&region);
+        self.slots.push(RecvSlot { region: Arc::new(region), posted: None });
+        Ok(Some((self.slots.len() - 1, posted)))
+    }
+
+    /// Receive `op` was posted into region `index`.
+    pub(crate) fn mark_posted(&mut self, index: usize, op: OpId) {
+        if let Some(s) = self.slots.get_mut(index) {
+            s.posted = Some(op);
+        }
+    }
+
+    /// Receive `op` completed (or failed): its region, if it was one of ours. The region is
+    /// reused once the returned handle and its clones are dropped.
+    pub(crate) fn complete(&mut self, op: OpId) -> Option<Arc<Region>> {
+        let slot = self.slots.iter_mut().find(|s| s.posted == Some(op))?;
+        slot.posted = None;
+        Some(Arc::clone(&slot.region))
     }
 }

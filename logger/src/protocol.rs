@@ -68,7 +68,7 @@ use crate::determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 use crate::detqueue::DetQueue;
 use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
 use crate::error::{LogError, Result};
-use crate::framepool::FramePool;
+use crate::framepool::{FrameBytes, FramePool, RecvPool, COPY_OUT_MAX};
 use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
 use crate::sendlog::SendLog;
 use crate::sink::LoggerOffload;
@@ -93,6 +93,9 @@ const IDLE_ROUNDS: u32 = 8;
 /// Registered bytes for framing large messages in place (as much as the shm provider pools
 /// for its own staging, which such sends then leave unused).
 const FRAME_POOL_BYTES: usize = 64 << 20;
+/// Registered bytes of receive regions: room for the posted receives and a few large
+/// deliveries the application still holds; beyond it receives are posted as owned buffers.
+const RECV_POOL_BYTES: usize = 64 << 20;
 
 /// Which logging protocol a job runs (`REVERB_LOG`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +328,70 @@ pub struct Delivery {
     pub determinant: Option<Determinant>,
 }
 
+/// One message handed to the application in the buffer it arrived in: the received frame,
+/// envelope in front of the payload. `payload()` reads the payload in place, so a large
+/// message is touched once on its way in (the rendezvous read into a registered receive
+/// region); `into_delivery` makes it an owned `Vec` for callers that want one (one more pass
+/// over the payload). A large frame keeps its receive region from reuse until it is dropped.
+#[derive(Clone)]
+pub struct DeliveredFrame {
+    pub source: Rank,
+    pub tag: Tag,
+    /// The message's number on its (source → this rank) channel.
+    pub ssn: Ssn,
+    /// This delivery's number among all of this rank's deliveries.
+    pub rsn: Rsn,
+    /// Set for wildcard receives only: deterministic ones replay without it.
+    pub determinant: Option<Determinant>,
+    frame: FrameBytes,
+    /// Where the payload starts in `frame` (the envelope's length); at most its length.
+    payload_offset: usize,
+}
+
+impl fmt::Debug for DeliveredFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveredFrame")
+            .field("source", &self.source)
+            .field("tag", &self.tag)
+            .field("ssn", &self.ssn)
+            .field("rsn", &self.rsn)
+            .field("determinant", &self.determinant)
+            .field("payload_len", &self.payload().len())
+            .finish()
+    }
+}
+
+impl PartialEq for DeliveredFrame {
+    fn eq(&self, other: &Self) -> bool {
+        (self.source, self.tag, self.ssn, self.rsn, self.determinant)
+            == (other.source, other.tag, other.ssn, other.rsn, other.determinant)
+            && self.payload() == other.payload()
+    }
+}
+
+impl Eq for DeliveredFrame {}
+
+impl DeliveredFrame {
+    /// The application payload, in place.
+    pub fn payload(&self) -> &[u8] {
+        self.frame.as_slice().get(self.payload_offset..).unwrap_or_default()
+    }
+
+    /// The payload as an owned buffer. A small frame (its own `Vec`) gives up its allocation
+    /// with the envelope cut off in place (a second buffer per message once cost a MiB of
+    /// fresh pages per 1 MiB delivery); a large one is copied out of its receive region.
+    pub fn into_payload(self) -> Vec<u8> {
+        self.frame.into_vec_from(self.payload_offset)
+    }
+
+    /// The classic [`Delivery`], payload owned.
+    pub fn into_delivery(self) -> Delivery {
+        let (source, tag, ssn, rsn, determinant) =
+            (self.source, self.tag, self.ssn, self.rsn, self.determinant);
+        Delivery { source, tag, payload: self.into_payload(), ssn, rsn, determinant }
+    }
+}
+
 /// A message released in channel order, waiting for a matching receive.
 #[derive(Debug)]
 struct Arrived {
@@ -332,7 +399,7 @@ struct Arrived {
     ssn: Ssn,
     tag: Tag,
     /// The whole received frame: it is what receiver-based logging writes.
-    frame: Vec<u8>,
+    frame: FrameBytes,
     payload_offset: usize,
 }
 
@@ -421,6 +488,8 @@ pub struct LoggedEndpoint {
     send_buf: Vec<u8>,
     /// Registered buffers large frames are written and sent from.
     frames: FramePool,
+    /// Registered regions receives are posted into.
+    recv_frames: RecvPool,
     released: Vec<(Ssn, Arrived)>,
     /// Provider sends not completed yet: a provider may hold them in a backlog that only its
     /// progress drains, so `finish` waits for them before it stops progressing.
@@ -528,6 +597,7 @@ impl LoggedEndpoint {
             stats: LogStats::default(),
             send_buf: Vec::new(),
             frames: FramePool::new(frame_pool_bytes),
+            recv_frames: RecvPool::new(RECV_POOL_BYTES),
             released: Vec::new(),
             sends_in_flight: 0,
             provider,
@@ -611,11 +681,16 @@ impl LoggedEndpoint {
     fn post_receive(&mut self) -> Result<()> {
         // Largest envelope (full piggyback) + largest payload.
         let capacity = MAX_ENVELOPE_LEN + self.config.max_message;
-        let op = self.provider.post_recv(
-            Source::Any,
-            TagMatch::exact(self.config.provider_tag),
-            RecvBuffer::Owned { capacity },
-        )?;
+        let tag = TagMatch::exact(self.config.provider_tag);
+        let op = match self.recv_frames.acquire(&mut *self.provider, capacity)? {
+            Some((slot, region)) => {
+                let buffer = RecvBuffer::Region { region, offset: 0, capacity };
+                let op = self.provider.post_recv(Source::Any, tag, buffer)?;
+                self.recv_frames.mark_posted(slot, op);
+                op
+            }
+            None => self.provider.post_recv(Source::Any, tag, RecvBuffer::Owned { capacity })?,
+        };
         self.posted.push(op);
         Ok(())
     }
@@ -855,6 +930,17 @@ impl LoggedEndpoint {
     /// During a replay (`begin_replay`) a wildcard receive takes the message its determinant
     /// names.
     pub fn recv(&mut self, source: Source, tag: TagMatch, timeout: Duration) -> Result<Delivery> {
+        self.recv_in_place(source, tag, timeout).map(DeliveredFrame::into_delivery)
+    }
+
+    /// `recv`, handing over the frame the message arrived in instead of cutting the envelope
+    /// off: no pass over the payload after the provider's (the one to take for large messages).
+    pub fn recv_in_place(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        timeout: Duration,
+    ) -> Result<DeliveredFrame> {
         if let Some(causal) = &self.causal {
             let held = causal.det_log_len();
             if held >= self.config.det_log_limit {
@@ -1042,9 +1128,25 @@ impl LoggedEndpoint {
         // A failed completion (a send to a peer that died) must not drop the ones behind it:
         // they are taken out of the queue already. The first failure is returned at the end.
         let mut failed = None;
-        for c in mine {
-            match c.kind {
-                CompletionKind::Recv { .. } => {
+        let mut received = None;
+        for mut c in mine {
+            match &mut c.kind {
+                CompletionKind::Recv { len, data, .. } => {
+                    // A small frame leaves its pooled region before the next receive is posted,
+                    // so that one region serves a stream of them.
+                    let pooled = self.recv_frames.complete(c.op);
+                    received = match (data.take(), pooled) {
+                        (Some(bytes), _) => Some(FrameBytes::Owned(bytes)),
+                        (None, Some(region)) if c.status.is_ok() => {
+                            let frame = FrameBytes::Pooled { region, len: *len };
+                            Some(if *len <= COPY_OUT_MAX {
+                                FrameBytes::Owned(frame.into_vec_from(0))
+                            } else {
+                                frame
+                            })
+                        }
+                        (None, _) => None,
+                    };
                     self.posted.retain(|&op| op != c.op);
                     self.post_receive()?;
                 }
@@ -1061,8 +1163,8 @@ impl LoggedEndpoint {
                     continue;
                 }
             };
-            if let CompletionKind::Recv { source, data, .. } = c.kind {
-                let frame = data.ok_or_else(|| {
+            if let CompletionKind::Recv { source, .. } = c.kind {
+                let frame = received.take().ok_or_else(|| {
                     LogError::malformed("logged message", format!("no data from rank {source}"))
                 })?;
                 self.accept_frame(source, frame)?;
@@ -1072,8 +1174,9 @@ impl LoggedEndpoint {
     }
 
     /// Runs channel ordering on one arrival; in-order messages join `ready`.
-    fn accept_frame(&mut self, source: Rank, frame: Vec<u8>) -> Result<()> {
-        let (envelope, payload) = Envelope::decode_reusing(&frame, std::mem::take(&mut self.incoming_dets))?;
+    fn accept_frame(&mut self, source: Rank, frame: FrameBytes) -> Result<()> {
+        let (envelope, payload) =
+            Envelope::decode_reusing(frame.as_slice(), std::mem::take(&mut self.incoming_dets))?;
         if envelope.sender != source || envelope.receiver != self.rank {
             return Err(LogError::malformed(
                 "logged message",
@@ -1083,7 +1186,7 @@ impl LoggedEndpoint {
                 ),
             ));
         }
-        let payload_offset = frame.len() - payload.len();
+        let payload_offset = frame.as_slice().len() - payload.len();
         let Envelope { incarnation, ssn, tag, determinants, .. } = envelope;
         let arrived = Arrived { sender: source, ssn, tag, frame, payload_offset };
         let outcome = self.channels.accept(source, incarnation, ssn, arrived, &mut self.released)?;
@@ -1108,7 +1211,7 @@ impl LoggedEndpoint {
     }
 
     /// Hands `ready[index]` to the application, after logging it if the mode says so.
-    fn deliver(&mut self, index: usize, kind: ReceiveKind) -> Result<Delivery> {
+    fn deliver(&mut self, index: usize, kind: ReceiveKind) -> Result<DeliveredFrame> {
         let Some(arrived) = self.ready.get(index) else {
             return Err(LogError::InvalidArgument(format!("no ready message {index}")));
         };
@@ -1125,7 +1228,7 @@ impl LoggedEndpoint {
         match (self.config.mode, self.log.as_mut(), &self.sink) {
             _ if replaying => {}
             (LogMode::PessimisticReceiverBased, _, _) if self.offload.is_some() => {
-                let frame = log_payload.then_some(&arrived.frame[..]);
+                let frame = log_payload.then_some(arrived.frame.as_slice());
                 if let Some(offload) = &self.offload {
                     offload.log_delivery(frame, determinant, self.config.durable_timeout, &self.stats)?;
                 }
@@ -1139,7 +1242,7 @@ impl LoggedEndpoint {
                 );
             }
             (LogMode::PessimisticReceiverBased, Some(log), _) => {
-                let frame = log_payload.then_some(&arrived.frame[..]);
+                let frame = log_payload.then_some(arrived.frame.as_slice());
                 log.record(&mut *self.provider, frame, determinant, &self.config, &self.stats)?;
                 let logged = if log_payload {
                     &self.stats.messages_payload_logged
@@ -1182,12 +1285,9 @@ impl LoggedEndpoint {
         }
         self.stats.record_receive(kind);
         LogStats::bump(&self.stats.messages_delivered, 1);
-        // The envelope is cut off in place: the frame's buffer becomes the payload. A second
-        // buffer per message (split_off) cost a MiB of fresh pages per 1 MiB delivery, and
-        // freeing two such buffers made glibc trim its heap and fault them all in again.
-        let mut payload = arrived.frame;
-        payload.drain(..arrived.payload_offset);
-        Ok(Delivery { source: arrived.sender, tag: arrived.tag, payload, ssn: arrived.ssn, rsn, determinant })
+        // The frame is handed over whole: the payload is read in place (`DeliveredFrame`).
+        let Arrived { sender, ssn, tag, frame, payload_offset } = arrived;
+        Ok(DeliveredFrame { source: sender, tag, ssn, rsn, determinant, frame, payload_offset })
     }
 
     /// The failure unit this endpoint logs for.
@@ -1349,7 +1449,7 @@ impl LoggedEndpoint {
         keyed.dedup_by_key(|(sender, ssn, _)| (*sender, *ssn));
         let taken = keyed.len();
         for (sender, _, frame) in keyed {
-            self.accept_frame(sender, frame)?;
+            self.accept_frame(sender, FrameBytes::Owned(frame))?;
         }
         Ok(taken)
     }

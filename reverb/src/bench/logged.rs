@@ -44,9 +44,13 @@ struct LoggedSession {
 
 impl LoggedSession {
     fn recv_data(&mut self, size: usize) -> Result<()> {
-        let d = self.ep.recv(self.source, TagMatch::exact(DATA), self.timeout).context("receiving data")?;
-        if d.payload.len() != size {
-            bail!("received {} bytes from rank {}, expected {size}", d.payload.len(), d.source);
+        // In place: the payload is read where it arrived, as a large-message app would.
+        let d = self
+            .ep
+            .recv_in_place(self.source, TagMatch::exact(DATA), self.timeout)
+            .context("receiving data")?;
+        if d.payload().len() != size {
+            bail!("received {} bytes from rank {}, expected {size}", d.payload().len(), d.source);
         }
         Ok(())
     }
