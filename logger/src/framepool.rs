@@ -115,6 +115,9 @@ impl FramePool {
 /// Frames up to this many bytes are copied out of a pooled receive region (cheap), so the
 /// region is posted again at once; larger ones stay where they landed until delivered.
 pub(crate) const COPY_OUT_MAX: usize = 64 << 10;
+/// Receives stay in regions for this many frames after the last large one (above
+/// `COPY_OUT_MAX`); then small-message traffic goes back to owned receives.
+const LARGE_FRAME_MEMORY: u32 = 64;
 
 /// A received frame's bytes: its own `Vec` (an owned receive, a replayed frame), or the
 /// pooled receive region it landed in, kept from reuse while this lives.
@@ -173,21 +176,35 @@ pub(crate) struct RecvPool {
     slots: Vec<RecvSlot>,
     registered: usize,
     limit: usize,
+    /// Frames left before receives go back to owned buffers (see `note_frame`).
+    large_recently: u32,
 }
 
 impl RecvPool {
     /// A pool registering at most `limit` bytes.
     pub(crate) fn new(limit: usize) -> Self {
-        RecvPool { slots: Vec::new(), registered: 0, limit }
+        RecvPool { slots: Vec::new(), registered: 0, limit, large_recently: 0 }
+    }
+
+    /// A frame of `len` bytes arrived. Regions pay off for large frames only: a small one in
+    /// a region costs its bookkeeping and a copy out (~30 ns per 8-byte message on shm), so
+    /// receives go into regions only while large frames come in.
+    pub(crate) fn note_frame(&mut self, len: usize) {
+        self.large_recently =
+            if len > COPY_OUT_MAX { LARGE_FRAME_MEMORY } else { self.large_recently.saturating_sub(1) };
     }
 
     /// A free region of at least `capacity` bytes to post a receive into: `(index, region)`,
-    /// registered now if none is free and the bound allows; `None` past the bound.
+    /// registered now if none is free and the bound allows; `None` past the bound, or while
+    /// no large frame came in recently (`note_frame`).
     pub(crate) fn acquire(
         &mut self,
         provider: &mut dyn Provider,
         capacity: usize,
     ) -> Result<Option<(usize, Region)>> {
+        if self.large_recently == 0 {
+            return Ok(None);
+        }
         if let Some(i) = self.slots.iter().position(|s| s.is_free() && s.region.len() >= capacity) {
             return Ok(Some((i, Region::clone(&self.slots[i].region))));
         }

@@ -682,6 +682,8 @@ impl LoggedEndpoint {
         // Largest envelope (full piggyback) + largest payload.
         let capacity = MAX_ENVELOPE_LEN + self.config.max_message;
         let tag = TagMatch::exact(self.config.provider_tag);
+        // Into a registered region while large frames come in (read once, in place), else
+        // (small-message traffic, or the pool's bound reached) into an owned buffer.
         let op = match self.recv_frames.acquire(&mut *self.provider, capacity)? {
             Some((slot, region)) => {
                 let buffer = RecvBuffer::Region { region, offset: 0, capacity };
@@ -1135,6 +1137,7 @@ impl LoggedEndpoint {
                     // A small frame leaves its pooled region before the next receive is posted,
                     // so that one region serves a stream of them.
                     let pooled = self.recv_frames.complete(c.op);
+                    self.recv_frames.note_frame(*len);
                     received = match (data.take(), pooled) {
                         (Some(bytes), _) => Some(FrameBytes::Owned(bytes)),
                         (None, Some(region)) if c.status.is_ok() => {
