@@ -127,8 +127,8 @@ fn held_deliveries_job(test: &str, mode: LogMode) {
         run_two_nodes(test);
         return;
     };
-    // 4 MiB receive regions: the pool's 64 MiB bound holds fewer than LARGE of them.
-    let config = LogConfig { mode, max_message: 4 * MIB, ring_capacity: 64 << 20, ..LogConfig::default() };
+    // 8 MiB receive regions: the pool's 128 MiB bound holds fewer than LARGE of them.
+    let config = LogConfig { mode, max_message: 8 * MIB, ring_capacity: 64 << 20, ..LogConfig::default() };
     let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
     let len = |i: usize| if i.is_multiple_of(2) { MIB + 17 * i } else { 40 + i };
     let count = 2 * LARGE;
