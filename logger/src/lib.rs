@@ -41,5 +41,7 @@ pub use commmatrix::{CommCell, CommMatrix, CommRow};
 pub use determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 pub use envelope::Envelope;
 pub use error::{LogError, Result};
-pub use protocol::{Delivery, DeterminantSink, GcReport, LogConfig, LogMode, LogUnit, LoggedEndpoint};
+pub use protocol::{
+    DeliveredFrame, Delivery, DeterminantSink, GcReport, LogConfig, LogMode, LogUnit, LoggedEndpoint,
+};
 pub use team::Teams;

@@ -114,9 +114,17 @@ impl Region {
         Ok(())
     }
 
+    /// A copy of `len` bytes at `offset`, written once (no zeroing pass first: verbs' owned
+    /// rendezvous receives come through here).
     pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; len];
-        self.read(offset, &mut out)?;
+        self.check_bounds("region read", offset, len)?;
+        let mut out = Vec::with_capacity(len);
+        // SAFETY: bounds checked above; `out` owns `len` bytes of fresh capacity, distinct from
+        // the region, all of which the copy initialises before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.inner.ptr.add(offset), out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
         Ok(out)
     }
 
