@@ -777,3 +777,30 @@ fn messages_sent_before_a_clean_exit_still_arrive() {
         assert_eq!(data, pattern(i, 100));
     }
 }
+
+/// A receive posted before its sender's last message and exit completes with that message even
+/// when the first thing the receiver's provider does afterwards is its liveness check (it used
+/// to fail the receive with `PeerDead` and leave the message unexpected).
+#[test]
+fn a_posted_receive_gets_the_last_message_of_a_peer_found_dead() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("a_posted_receive_gets_the_last_message_of_a_peer_found_dead", 2, &[]);
+    };
+    if job.rank == 1 {
+        boot.barrier().unwrap();
+        let op = p.send(0, 7, &pattern(7, 24)).unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        return; // the provider closes on drop
+    }
+    let op = p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 24 }).unwrap();
+    p.progress().unwrap(); // nothing yet: rank 1 sends only after the barrier
+    boot.barrier().unwrap();
+    // Long enough for rank 1 to send and close, and for a liveness check to fall due.
+    std::thread::sleep(Duration::from_millis(600));
+    p.block(Duration::from_millis(1)).unwrap();
+    let c = p.wait_op(op, WAIT).unwrap().into_result().expect("the last message, not PeerDead");
+    match c.kind {
+        CompletionKind::Recv { source: 1, tag: 7, data: Some(data), .. } => assert_eq!(data, pattern(7, 24)),
+        other => panic!("unexpected completion {other:?}"),
+    }
+}

@@ -646,16 +646,28 @@ impl ShmProvider {
     /// Marks peers dead whose process exited or who closed, and fails what depended on them.
     fn check_liveness(&mut self) {
         self.last_liveness = Instant::now();
-        for rank in 0..self.peers.len() {
-            let peer = &self.peers[rank];
-            if peer.state == PeerState::Dead {
-                continue;
+        let newly_dead: Vec<usize> = (0..self.peers.len())
+            .filter(|&rank| {
+                let peer = &self.peers[rank];
+                let closed = peer.view.closed().load(Ordering::Acquire) != 0;
+                let exited = peer.watch.as_ref().is_some_and(|w| !w.alive());
+                peer.state != PeerState::Dead && (closed || exited)
+            })
+            .collect();
+        if newly_dead.is_empty() {
+            return;
+        }
+        // What a peer published before it died (a clean exit's last words) may have landed
+        // since the last drain: deliver it to the receives posted for it before failing them.
+        loop {
+            let before: Vec<u64> = newly_dead.iter().map(|&r| self.peers[r].rx_head).collect();
+            self.drain_rings();
+            if newly_dead.iter().zip(&before).all(|(&r, &head)| self.peers[r].rx_head == head) {
+                break;
             }
-            let closed = peer.view.closed().load(Ordering::Acquire) != 0;
-            let exited = peer.watch.as_ref().is_some_and(|w| !w.alive());
-            if closed || exited {
-                self.mark_dead(rank as Rank);
-            }
+        }
+        for rank in newly_dead {
+            self.mark_dead(rank as Rank);
         }
     }
 

@@ -1095,6 +1095,9 @@ impl VerbsProvider {
                 continue;
             }
             if p.watch.as_ref().is_some_and(|w| !w.alive()) {
+                // What it sent before dying (a clean exit's last words) may still sit in the CQ:
+                // deliver it to the receives posted for it before failing them.
+                while matches!(self.poll_cq(), Ok(n) if n == self.wc.len()) {}
                 self.fail_peer(rank, TransportError::PeerDead(rank));
                 continue;
             }
