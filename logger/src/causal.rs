@@ -21,25 +21,26 @@ use crate::envelope::MAX_PIGGYBACKED;
 use crate::error::{LogError, Result};
 use crate::wire::Reader;
 
-#[derive(Debug, Clone, Copy)]
-struct Unstable {
-    /// Creation order, for the per-destination piggyback cursor.
-    seq: u64,
-    det: Determinant,
-    /// The position the log's durable mark must reach (ring ticket or queue index + 1);
-    /// `None` while not written yet (a full ring defers the write; the piggyback goes on).
-    ticket: Option<u64>,
-}
-
 /// One rank's causal-logging bookkeeping.
+///
+/// Every operation on the per-message path is constant time (amortized): the unstable
+/// determinants carry consecutive creation numbers (`first_seq`, `first_seq + 1`, ...), so a
+/// destination's piggyback cursor is an index by subtraction, not a search; tickets are kept
+/// per write batch, not per determinant.
 #[derive(Debug)]
 pub(crate) struct CausalState {
-    unstable: VecDeque<Unstable>,
-    /// The unwritten entries are the last `unwritten` ones: writes go in creation order.
+    /// detList: `unstable[i]` has creation number `first_seq + i`.
+    unstable: VecDeque<Determinant>,
+    first_seq: u64,
+    /// The written, not yet stable batches in write order: (creation number one past the
+    /// batch's last determinant, the durable mark the batch needs: ring ticket or queue
+    /// index + 1). They cover a prefix of `unstable`; writes go in creation order.
+    written: VecDeque<(u64, u64)>,
+    /// The unwritten entries are the last `unwritten` ones (a full ring defers the write; the
+    /// piggyback goes on).
     unwritten: usize,
-    next_seq: u64,
-    /// Per destination: the highest `seq` already piggybacked to it.
-    sent_through: Vec<u64>,
+    /// Per destination: the creation number one past the last determinant piggybacked to it.
+    sent_until: Vec<u64>,
     /// detLog: piggybacked determinants per creator, in rsn order. A creator piggybacks its
     /// own determinants only, each once per destination and in rsn order, so this is an
     /// append in the common case.
@@ -51,25 +52,28 @@ impl CausalState {
     pub(crate) fn new(size: u32) -> Self {
         CausalState {
             unstable: VecDeque::new(),
+            first_seq: 0,
+            written: VecDeque::new(),
             unwritten: 0,
-            next_seq: 1,
-            sent_through: vec![0; size as usize],
+            sent_until: vec![0; size as usize],
             det_log: vec![Vec::new(); size as usize],
             det_log_len: 0,
         }
     }
 
     /// Alg 2 line 12: a new determinant of this rank, unstable until its write is durable.
+    #[inline]
     pub(crate) fn add(&mut self, det: Determinant) {
-        self.unstable.push_back(Unstable { seq: self.next_seq, det, ticket: None });
-        self.next_seq += 1;
+        self.unstable.push_back(det);
         self.unwritten += 1;
     }
 
+    #[inline]
     pub(crate) fn unstable_len(&self) -> usize {
         self.unstable.len()
     }
 
+    #[inline]
     pub(crate) fn unwritten_len(&self) -> usize {
         self.unwritten
     }
@@ -78,49 +82,56 @@ impl CausalState {
     /// calls `mark_written` with how many it wrote).
     pub(crate) fn unwritten(&self, max: usize, out: &mut Vec<Determinant>) {
         let first = self.unstable.len() - self.unwritten;
-        out.extend(self.unstable.iter().skip(first).take(max).map(|u| u.det));
+        extend_from_range(&self.unstable, first, self.unwritten.min(max), out);
     }
 
     /// The oldest `count` unwritten determinants are durable once the log reaches `ticket`.
     pub(crate) fn mark_written(&mut self, count: usize, ticket: u64) {
         let count = count.min(self.unwritten);
-        let first = self.unstable.len() - self.unwritten;
-        for u in self.unstable.range_mut(first..first + count) {
-            u.ticket = Some(ticket);
+        if count == 0 {
+            return;
         }
         self.unwritten -= count;
+        let end = self.first_seq + (self.unstable.len() - self.unwritten) as u64;
+        self.written.push_back((end, ticket));
     }
 
     /// The log they were written to is gone: every unstable determinant is to write again.
     pub(crate) fn unmark_written(&mut self) {
-        for u in self.unstable.iter_mut() {
-            u.ticket = None;
-        }
+        self.written.clear();
         self.unwritten = self.unstable.len();
     }
 
     /// Alg 3: every determinant whose write is at or below the durable mark is stable.
     /// Returns how many became stable.
     pub(crate) fn mark_stable(&mut self, durable: u64) -> usize {
-        let mut stable = 0;
-        while self.unstable.front().is_some_and(|u| u.ticket.is_some_and(|t| t <= durable)) {
-            self.unstable.pop_front();
-            stable += 1;
+        let mut end = self.first_seq;
+        while let Some(&(batch_end, ticket)) = self.written.front() {
+            if ticket > durable {
+                break;
+            }
+            end = batch_end;
+            self.written.pop_front();
         }
+        let stable = (end - self.first_seq) as usize;
+        self.unstable.drain(..stable);
+        self.first_seq = end;
         stable
     }
 
     /// The durable mark the newest written, not yet stable determinant needs.
     pub(crate) fn last_ticket(&self) -> Option<u64> {
-        self.unstable.iter().rev().find_map(|u| u.ticket)
+        self.written.back().map(|&(_, ticket)| ticket)
     }
 
     /// Written determinants not yet known durable.
+    #[inline]
     pub(crate) fn written_unstable(&self) -> usize {
         self.unstable.len() - self.unwritten
     }
 
     /// Whether any written determinant still waits for its durable mark.
+    #[inline]
     pub(crate) fn awaiting_durable(&self) -> bool {
         self.unstable.len() > self.unwritten
     }
@@ -128,18 +139,15 @@ impl CausalState {
     /// Alg 1 line 4: the unstable determinants `dest` has not been sent yet (at most
     /// [`MAX_PIGGYBACKED`]; the rest ride on later messages). Returns how many were added.
     pub(crate) fn piggyback_for(&mut self, dest: Rank, out: &mut Vec<Determinant>) -> Result<usize> {
-        let cursor = self
-            .sent_through
-            .get_mut(dest as usize)
-            .ok_or_else(|| LogError::InvalidArgument(format!("destination rank {dest} out of range")))?;
-        let start = out.len();
-        let from = *cursor;
-        let first = self.unstable.partition_point(|u| u.seq <= from);
-        for u in self.unstable.range(first..).take(MAX_PIGGYBACKED) {
-            out.push(u.det);
-            *cursor = u.seq;
-        }
-        Ok(out.len() - start)
+        let Some(cursor) = self.sent_until.get_mut(dest as usize) else {
+            return Err(dest_out_of_range(dest));
+        };
+        // Stable determinants (below `first_seq`) are not sent again.
+        let first = cursor.saturating_sub(self.first_seq).min(self.unstable.len() as u64) as usize;
+        let count = (self.unstable.len() - first).min(MAX_PIGGYBACKED);
+        extend_from_range(&self.unstable, first, count, out);
+        *cursor = self.first_seq + (first + count) as u64;
+        Ok(count)
     }
 
     /// Alg 2 line 10: keeps what a peer piggybacked. Returns how many were new.
@@ -148,20 +156,15 @@ impl CausalState {
         let mut new = 0;
         for d in dets {
             let Some(log) = self.det_log.get_mut(d.receiver as usize) else {
-                return Err(LogError::malformed(
-                    "piggybacked determinant",
-                    format!("receiver rank {} out of range", d.receiver),
-                ));
+                return Err(receiver_out_of_range(d));
             };
-            match log.last() {
-                Some(last) if last.rsn >= d.rsn => match log.binary_search_by_key(&d.rsn, |x| x.rsn) {
-                    Ok(at) if log[at] == *d => continue,
-                    Ok(at) => return Err(conflict(d, &log[at])),
-                    Err(at) => log.insert(at, *d),
-                },
-                _ => log.push(*d),
+            // The common case: the creator's next determinant.
+            if log.last().is_none_or(|last| last.rsn < d.rsn) {
+                log.push(*d);
+                new += 1;
+            } else if insert_late(log, d)? {
+                new += 1;
             }
-            new += 1;
         }
         self.det_log_len += new;
         Ok(new)
@@ -188,13 +191,16 @@ impl CausalState {
 
     /// A coordinated checkpoint covers every delivery so far: no determinant is needed.
     pub(crate) fn drop_unstable(&mut self) {
+        // Creation numbers go on, so no destination's cursor points into the new ones.
+        self.first_seq += self.unstable.len() as u64;
         self.unstable.clear();
+        self.written.clear();
         self.unwritten = 0;
     }
 
     /// A restart in place loses everything this rank held.
     pub(crate) fn clear(&mut self) {
-        *self = CausalState::new(self.sent_through.len() as u32);
+        *self = CausalState::new(self.sent_until.len() as u32);
     }
 }
 
@@ -234,6 +240,43 @@ impl ReplayPlan {
     pub(crate) fn last_rsn(&self) -> Rsn {
         self.last_rsn
     }
+}
+
+/// Appends `deque[first..first + count]`. Element by element: the usual count is one, where
+/// a `memcpy` call per slice cost more than the copy.
+#[inline]
+fn extend_from_range(deque: &VecDeque<Determinant>, first: usize, count: usize, out: &mut Vec<Determinant>) {
+    out.reserve(count);
+    for d in deque.range(first..first + count) {
+        out.push(*d);
+    }
+}
+
+/// A copy of a determinant at or below the creator's newest one: already held (`false`), or
+/// a late one that slots in (`true`); a different determinant under the same rsn is an error.
+#[cold]
+#[inline(never)]
+fn insert_late(log: &mut Vec<Determinant>, d: &Determinant) -> Result<bool> {
+    match log.binary_search_by_key(&d.rsn, |x| x.rsn) {
+        Ok(at) if log[at] == *d => Ok(false),
+        Ok(at) => Err(conflict(d, &log[at])),
+        Err(at) => {
+            log.insert(at, *d);
+            Ok(true)
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn receiver_out_of_range(d: &Determinant) -> LogError {
+    LogError::malformed("piggybacked determinant", format!("receiver rank {} out of range", d.receiver))
+}
+
+#[cold]
+#[inline(never)]
+fn dest_out_of_range(dest: Rank) -> LogError {
+    LogError::InvalidArgument(format!("destination rank {dest} out of range"))
 }
 
 fn conflict(a: &Determinant, b: &Determinant) -> LogError {
@@ -332,6 +375,85 @@ mod tests {
         s.piggyback_for(2, &mut out).unwrap();
         assert_eq!(out, [det(1, 3)], "stable determinants stop riding");
         assert!(s.piggyback_for(4, &mut out).is_err());
+    }
+
+    /// The per-destination cursors against a reference model of Alg 1 (every unstable
+    /// determinant a destination was not sent yet, once), through batched writes, partial
+    /// stability, deque wrap-around, a checkpoint's drop and rewrites after a lost log.
+    #[test]
+    fn cursors_match_the_reference_model() {
+        let dests = 3u32;
+        let mut s = CausalState::new(dests);
+        // Model: (rsn, stable) per determinant, and per destination the rsns it was sent.
+        let mut model: Vec<(Rsn, bool)> = Vec::new();
+        let mut sent: Vec<Vec<Rsn>> = vec![Vec::new(); dests as usize];
+        let mut ticket = 0u64;
+        let mut rsn = 0u64;
+        for step in 0..2000u64 {
+            match step * 7919 % 13 {
+                0..=5 => {
+                    rsn += 1;
+                    s.add(det(0, rsn));
+                    model.push((rsn, false));
+                }
+                6..=8 => {
+                    let dest = (step % u64::from(dests)) as Rank;
+                    let mut out = Vec::new();
+                    s.piggyback_for(dest, &mut out).unwrap();
+                    let expect: Vec<Rsn> = model
+                        .iter()
+                        .filter(|(r, stable)| !stable && !sent[dest as usize].contains(r))
+                        .map(|(r, _)| *r)
+                        .take(MAX_PIGGYBACKED)
+                        .collect();
+                    assert_eq!(out.iter().map(|d| d.rsn).collect::<Vec<_>>(), expect, "step {step}");
+                    sent[dest as usize].extend(expect);
+                }
+                9 | 10 => {
+                    let mut batch = Vec::new();
+                    s.unwritten(5, &mut batch);
+                    ticket += 1;
+                    s.mark_written(batch.len(), ticket);
+                }
+                11 => {
+                    let before = s.unstable_len();
+                    let stable = s.mark_stable(ticket.saturating_sub(1));
+                    assert_eq!(s.unstable_len(), before - stable);
+                    for (_, st) in model.iter_mut().filter(|(_, st)| !st).take(stable) {
+                        *st = true;
+                    }
+                }
+                _ if step % 5 == 0 => {
+                    s.drop_unstable();
+                    model.iter_mut().for_each(|(_, st)| *st = true);
+                }
+                _ => s.unmark_written(),
+            }
+            let unstable = model.iter().filter(|(_, st)| !st).count();
+            assert_eq!(s.unstable_len(), unstable, "step {step}");
+            assert_eq!(s.written_unstable() + s.unwritten_len(), unstable);
+        }
+    }
+
+    #[test]
+    fn stability_goes_by_write_batch() {
+        let mut s = CausalState::new(2);
+        for rsn in 1..=5 {
+            s.add(det(0, rsn));
+        }
+        s.mark_written(2, 10);
+        s.mark_written(2, 20);
+        assert_eq!((s.last_ticket(), s.written_unstable(), s.unwritten_len()), (Some(20), 4, 1));
+        assert_eq!(s.mark_stable(19), 2, "only the first batch is durable");
+        let mut out = Vec::new();
+        s.piggyback_for(1, &mut out).unwrap();
+        assert_eq!(out.iter().map(|d| d.rsn).collect::<Vec<_>>(), [3, 4, 5]);
+        s.unmark_written();
+        assert_eq!((s.last_ticket(), s.unwritten_len()), (None, 3));
+        assert_eq!(s.mark_stable(1000), 0, "rewrites pending: nothing is stable");
+        s.mark_written(10, 30);
+        assert_eq!(s.mark_stable(30), 3);
+        assert_eq!((s.unstable_len(), s.last_ticket()), (0, None));
     }
 
     #[test]
