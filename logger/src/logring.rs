@@ -208,6 +208,8 @@ pub struct LogRingWriter {
     header_in_flight: Option<(OpId, RingHeader)>,
     next_seq: u64,
     failed: Option<TransportError>,
+    /// Reused encoding buffer of determinant records (no allocation per write).
+    det_scratch: Vec<u8>,
 }
 
 impl LogRingWriter {
@@ -234,6 +236,7 @@ impl LogRingWriter {
             header_in_flight: None,
             next_seq: 1,
             failed: None,
+            det_scratch: Vec::new(),
         })
     }
 
@@ -340,11 +343,15 @@ impl LogRingWriter {
 
     /// Writes a batch of determinants as one record.
     pub fn append_determinants(&mut self, provider: &mut dyn Provider, dets: &[Determinant]) -> Result<u64> {
-        let mut data = Vec::with_capacity(dets.len() * Determinant::WIRE_LEN);
-        for d in dets {
-            data.extend_from_slice(&d.to_bytes());
+        let mut data = std::mem::take(&mut self.det_scratch);
+        data.clear();
+        data.resize(dets.len() * Determinant::WIRE_LEN, 0);
+        for (d, out) in dets.iter().zip(data.chunks_exact_mut(Determinant::WIRE_LEN)) {
+            out.copy_from_slice(&d.to_bytes());
         }
-        self.append(provider, RecordKind::Determinants, &data)
+        let ticket = self.append(provider, RecordKind::Determinants, &data);
+        self.det_scratch = data;
+        ticket
     }
 
     /// Frees everything before `pos` (a ticket at or below the watermark), e.g. after a
