@@ -145,7 +145,14 @@ impl CausalState {
         // Stable determinants (below `first_seq`) are not sent again.
         let first = cursor.saturating_sub(self.first_seq).min(self.unstable.len() as u64) as usize;
         let count = (self.unstable.len() - first).min(MAX_PIGGYBACKED);
-        extend_from_range(&self.unstable, first, count, out);
+        // Element by element: the usual count is one, where a `memcpy` call cost more than
+        // the copy.
+        out.reserve(count);
+        for index in first..first + count {
+            if let Some(d) = self.unstable.get(index) {
+                out.push(*d);
+            }
+        }
         *cursor = self.first_seq + (first + count) as u64;
         Ok(count)
     }
@@ -242,13 +249,15 @@ impl ReplayPlan {
     }
 }
 
-/// Appends `deque[first..first + count]`. Element by element: the usual count is one, where
-/// a `memcpy` call per slice cost more than the copy.
-#[inline]
+/// Appends `deque[first..first + count]` (a write batch: slice copies).
 fn extend_from_range(deque: &VecDeque<Determinant>, first: usize, count: usize, out: &mut Vec<Determinant>) {
-    out.reserve(count);
-    for d in deque.range(first..first + count) {
-        out.push(*d);
+    let (front, back) = deque.as_slices();
+    let end = first + count;
+    if first < front.len() {
+        out.extend_from_slice(&front[first..end.min(front.len())]);
+    }
+    if end > front.len() {
+        out.extend_from_slice(&back[first.saturating_sub(front.len())..end - front.len()]);
     }
 }
 
