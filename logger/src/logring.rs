@@ -22,9 +22,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use reverb_transport::{
-    Access, Completion, OpId, Provider, Region, RemoteRegion, Rma, Signal, TransportError,
-};
+use reverb_transport::{Access, OpId, Provider, Region, RemoteRegion, Rma, Signal, TransportError};
 
 use crate::determinant::Determinant;
 use crate::error::{LogError, Result};
@@ -401,25 +399,37 @@ impl LogRingWriter {
     pub fn poll(&mut self, provider: &mut dyn Provider) -> Result<u64> {
         self.check_failed()?;
         provider.progress()?;
-        let mut ours: Vec<Completion> = Vec::new();
+        // Ours are taken in place (no list of them is built: this runs once per write batch).
+        let (pending, header_in_flight) = (&mut self.pending, &mut self.header_in_flight);
+        let mut failed: Option<TransportError> = None;
+        let mut recorded: Option<RingHeader> = None;
         provider.completions().retain(|c| {
-            if self.is_ours(c.op) {
-                ours.push(c.clone());
-                false
-            } else {
-                true
+            if c.op == OpId::REMOTE {
+                return true;
             }
+            let put = pending.iter_mut().find(|p| p.op == c.op);
+            let header = header_in_flight.filter(|(h, _)| *h == c.op);
+            if put.is_none() && header.is_none() {
+                return true;
+            }
+            match (&c.status, put) {
+                (Err(e), _) => {
+                    failed.get_or_insert_with(|| e.clone());
+                }
+                (Ok(_), Some(p)) => p.done = true,
+                (Ok(_), None) => {
+                    recorded = header.map(|(_, h)| h);
+                    *header_in_flight = None;
+                }
+            }
+            false
         });
-        for c in ours {
-            if let Err(e) = c.status {
-                self.failed = Some(e.clone());
-                return Err(LogError::WriteFailed(e));
-            }
-            if let Some(p) = self.pending.iter_mut().find(|p| p.op == c.op) {
-                p.done = true;
-            } else if let Some((_, header)) = self.header_in_flight.take() {
-                self.recorded = header;
-            }
+        if let Some(e) = failed {
+            self.failed = Some(e.clone());
+            return Err(LogError::WriteFailed(e));
+        }
+        if let Some(header) = recorded {
+            self.recorded = header;
         }
         while self.pending.front().is_some_and(|p| p.done) {
             if let Some(p) = self.pending.pop_front() {
