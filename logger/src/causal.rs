@@ -30,7 +30,7 @@ use crate::wire::Reader;
 #[derive(Debug)]
 pub(crate) struct CausalState {
     /// detList: `unstable[i]` has creation number `first_seq + i`.
-    unstable: VecDeque<Determinant>,
+    unstable: DetList,
     first_seq: u64,
     /// The written, not yet stable batches in write order: (creation number one past the
     /// batch's last determinant, the durable mark the batch needs: ring ticket or queue
@@ -51,7 +51,7 @@ pub(crate) struct CausalState {
 impl CausalState {
     pub(crate) fn new(size: u32) -> Self {
         CausalState {
-            unstable: VecDeque::new(),
+            unstable: DetList::default(),
             first_seq: 0,
             written: VecDeque::new(),
             unwritten: 0,
@@ -64,7 +64,7 @@ impl CausalState {
     /// Alg 2 line 12: a new determinant of this rank, unstable until its write is durable.
     #[inline]
     pub(crate) fn add(&mut self, det: Determinant) {
-        self.unstable.push_back(det);
+        self.unstable.push(det);
         self.unwritten += 1;
     }
 
@@ -81,8 +81,9 @@ impl CausalState {
     /// Up to `max` determinants not written yet, oldest first (the caller writes them, then
     /// calls `mark_written` with how many it wrote).
     pub(crate) fn unwritten(&self, max: usize, out: &mut Vec<Determinant>) {
-        let first = self.unstable.len() - self.unwritten;
-        extend_from_range(&self.unstable, first, self.unwritten.min(max), out);
+        let live = self.unstable.live();
+        let first = live.len() - self.unwritten;
+        out.extend_from_slice(&live[first..first + self.unwritten.min(max)]);
     }
 
     /// The oldest `count` unwritten determinants are durable once the log reaches `ticket`.
@@ -114,7 +115,7 @@ impl CausalState {
             self.written.pop_front();
         }
         let stable = (end - self.first_seq) as usize;
-        self.unstable.drain(..stable);
+        self.unstable.pop_front(stable);
         self.first_seq = end;
         stable
     }
@@ -145,13 +146,12 @@ impl CausalState {
         // Stable determinants (below `first_seq`) are not sent again.
         let first = cursor.saturating_sub(self.first_seq).min(self.unstable.len() as u64) as usize;
         let count = (self.unstable.len() - first).min(MAX_PIGGYBACKED);
-        // Element by element: the usual count is one, where a `memcpy` call cost more than
-        // the copy.
-        out.reserve(count);
-        for index in first..first + count {
-            if let Some(d) = self.unstable.get(index) {
-                out.push(*d);
-            }
+        let sent = &self.unstable.live()[first..first + count];
+        if let [one] = sent {
+            // The usual case, where a `memcpy` call cost more than the copy.
+            out.push(*one);
+        } else {
+            out.extend_from_slice(sent);
         }
         *cursor = self.first_seq + (first + count) as u64;
         Ok(count)
@@ -249,15 +249,48 @@ impl ReplayPlan {
     }
 }
 
-/// Appends `deque[first..first + count]` (a write batch: slice copies).
-fn extend_from_range(deque: &VecDeque<Determinant>, first: usize, count: usize, out: &mut Vec<Determinant>) {
-    let (front, back) = deque.as_slices();
-    let end = first + count;
-    if first < front.len() {
-        out.extend_from_slice(&front[first..end.min(front.len())]);
+/// The detList: a queue that only grows at the back and shrinks at the front, kept as one
+/// slice (a `VecDeque`'s push and two-part copies cost more on the per-message path).
+#[derive(Debug, Default)]
+struct DetList {
+    /// The live entries are `entries[head..]`.
+    entries: Vec<Determinant>,
+    head: usize,
+}
+
+impl DetList {
+    /// Dropped entries are reclaimed once they are at least this many and half the vector,
+    /// so the move of the live ones is amortized over the pops.
+    const COMPACT_AT: usize = 64;
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.entries.len() - self.head
     }
-    if end > front.len() {
-        out.extend_from_slice(&back[first.saturating_sub(front.len())..end - front.len()]);
+
+    #[inline]
+    fn push(&mut self, det: Determinant) {
+        self.entries.push(det);
+    }
+
+    #[inline]
+    fn live(&self) -> &[Determinant] {
+        &self.entries[self.head..]
+    }
+
+    fn pop_front(&mut self, count: usize) {
+        self.head += count.min(self.len());
+        if self.head == self.entries.len() {
+            self.clear();
+        } else if self.head >= Self::COMPACT_AT && self.head * 2 >= self.entries.len() {
+            self.entries.drain(..self.head);
+            self.head = 0;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.head = 0;
     }
 }
 
@@ -442,6 +475,31 @@ mod tests {
             assert_eq!(s.unstable_len(), unstable, "step {step}");
             assert_eq!(s.written_unstable() + s.unwritten_len(), unstable);
         }
+    }
+
+    #[test]
+    fn det_list_compacts_and_keeps_order() {
+        let mut list = DetList::default();
+        let mut next = 0u64;
+        let mut first = 0u64;
+        let mut compactions = 0;
+        for round in 0..50u64 {
+            for _ in 0..(round % 7 + 3) {
+                next += 1;
+                list.push(det(0, next));
+            }
+            let pop = (round % 5) as usize * 3;
+            let head_before = list.head;
+            list.pop_front(pop);
+            compactions += usize::from(list.head < head_before && list.len() > 0);
+            first = (first + pop as u64).min(next);
+            let rsns: Vec<Rsn> = list.live().iter().map(|d| d.rsn).collect();
+            assert_eq!(rsns, (first + 1..=next).collect::<Vec<_>>(), "round {round}");
+            assert!(list.head < DetList::COMPACT_AT || list.head * 2 < list.entries.len());
+        }
+        assert!(compactions > 0, "the test reaches the compaction");
+        list.pop_front(usize::MAX);
+        assert_eq!((list.len(), list.entries.len()), (0, 0));
     }
 
     #[test]
