@@ -454,28 +454,17 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
 /// stencil ends with its failure-free checksum.
 #[test]
 fn a_logger_killed_during_the_checkpoint_slot_exchange_keeps_the_stencil_checksum() {
-    let program: Vec<String> = [BIN, "app", "stencil", "--iters", "60", "--size", "64", "--ckpt-every", "10"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let (code, clean_out, clean_err, _) = reverb(&run_args(8, 0, &program), &[("REVERB_LOG", "causal")]);
-    assert_eq!(code, Some(0), "failure-free run:\n{clean_out}\n{clean_err}");
-    let clean = checksum(&clean_out).unwrap_or_else(|| panic!("no checksum:\n{clean_out}"));
-
-    let env = [("REVERB_LOG", "causal"), ("REVERB_FAULT_INIT", "3:ckpt-slots:logger")];
-    let (code, out, err, took) = reverb(&run_args(8, 1, &program), &env);
-    println!("killed run took {took:?}\n{err}");
-    assert_eq!(code, Some(0), "run with node 1's logger killed inside init:\n{out}\n{err}");
-    assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
-    for expected in [
-        "SIGKILL to this node's logger core",
-        "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
-        "node 1: logger core started again at incarnation 1",
-        "ranks [2, 3] failed inside init",
-        "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
-    ] {
-        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
-    }
+    stencil_keeps_its_checksum_with(
+        ("REVERB_FAULT_INIT", "3:ckpt-slots:logger"),
+        "node 1's logger killed inside init",
+        &[
+            "SIGKILL to this node's logger core",
+            "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
+            "node 1: logger core started again at incarnation 1",
+            "ranks [2, 3] failed inside init",
+            "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
+        ],
+    );
 }
 
 /// Node 1's logger core dies inside the loggers' own start-up exchange (a collective), once its
@@ -484,6 +473,24 @@ fn a_logger_killed_during_the_checkpoint_slot_exchange_keeps_the_stencil_checksu
 /// stencil (whose ranks meet the failure inside their own init) keeps its checksum.
 #[test]
 fn a_logger_killed_in_the_loggers_start_up_exchange_keeps_the_stencil_checksum() {
+    stencil_keeps_its_checksum_with(
+        ("REVERB_LOGGER_FAULT_STARTUP", "1"),
+        "node 1's logger killed in the loggers' start-up",
+        &[
+            "SIGKILL to this logger core in its start-up exchange",
+            "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
+            "[logger 0] reverb logger-core node 0: node 1 failed during the loggers' start-up exchange",
+            "[logger 2] reverb logger-core node 2: logging to buddy node 3 (incarnation 0) again",
+            "[logger 3] reverb logger-core node 3: logging to buddy node 2 (incarnation 0) again",
+            "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
+            "[logger 1] reverb logger-core node 1: logging to buddy node 0 (incarnation 0) again",
+        ],
+    );
+}
+
+/// Runs the causal stencil (8 ranks, loggers on) failure-free, then with `fault` set and one
+/// respawn: the faulty run must end with the same checksum and say each of `expected`.
+fn stencil_keeps_its_checksum_with(fault: (&str, &str), what: &str, expected: &[&str]) {
     let program: Vec<String> = [BIN, "app", "stencil", "--iters", "60", "--size", "64", "--ckpt-every", "10"]
         .iter()
         .map(|s| s.to_string())
@@ -492,20 +499,12 @@ fn a_logger_killed_in_the_loggers_start_up_exchange_keeps_the_stencil_checksum()
     assert_eq!(code, Some(0), "failure-free run:\n{clean_out}\n{clean_err}");
     let clean = checksum(&clean_out).unwrap_or_else(|| panic!("no checksum:\n{clean_out}"));
 
-    let env = [("REVERB_LOG", "causal"), ("REVERB_LOGGER_FAULT_STARTUP", "1")];
+    let env = [("REVERB_LOG", "causal"), fault];
     let (code, out, err, took) = reverb(&run_args(8, 1, &program), &env);
     println!("killed run took {took:?}\n{err}");
-    assert_eq!(code, Some(0), "run with node 1's logger killed in the loggers' start-up:\n{out}\n{err}");
+    assert_eq!(code, Some(0), "run with {what}:\n{out}\n{err}");
     assert_eq!(checksum(&out).as_deref(), Some(clean.as_str()), "checksum after recovery:\n{out}\n{err}");
-    for expected in [
-        "SIGKILL to this logger core in its start-up exchange",
-        "respawning node 1 (ranks 2-3) and its logger core at incarnation 1",
-        "[logger 0] reverb logger-core node 0: node 1 failed during the loggers' start-up exchange",
-        "[logger 2] reverb logger-core node 2: logging to buddy node 3 (incarnation 0) again",
-        "[logger 3] reverb logger-core node 3: logging to buddy node 2 (incarnation 0) again",
-        "[logger 0] reverb logger-core node 0: logging to buddy node 1 (incarnation 1) again",
-        "[logger 1] reverb logger-core node 1: logging to buddy node 0 (incarnation 0) again",
-    ] {
+    for expected in expected {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
 }
