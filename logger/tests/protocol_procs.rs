@@ -488,6 +488,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
         assert!(s.payload_bytes_logged > 0);
         endpoint.flush_log().expect("flush log");
+        endpoint.wait_sends(WAIT).expect("sends out");
         let all = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
         assert_eq!(clients.len(), 1, "pair map on 2 nodes: one client each");
@@ -516,6 +517,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert_eq!(s.determinants_logged, s.determinants_generated);
         assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
         endpoint.flush_log().expect("flush log");
+        endpoint.wait_sends(WAIT).expect("sends out");
         let all_receptions = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         let send_logs = boot.allgather(&encode_send_log(&endpoint)).expect("allgather send logs");
         let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
@@ -734,6 +736,7 @@ fn replay_job_with(test: &str, unit: LogUnit, victims: &[Rank], teams: Option<&s
     let receptions = run_traffic(&mut endpoint, &plan, seed);
     check_deliveries(job.rank, &plan, &receptions);
     endpoint.flush_log().expect("flush");
+    endpoint.wait_sends(WAIT).expect("sends out");
     boot.barrier().expect("quiet");
     let dets = endpoint.gather_determinants(&mut boot, victims).expect("gather determinants");
     let count =

@@ -287,6 +287,9 @@ fn rank_logged_traffic() {
     // Replay collection while the loggers run: rank 0 "failed"; the others gather its
     // determinants, which live in the ring node 0's logger writes at node 1's logger.
     ep.flush_log().expect("flush");
+    // The barrier does not progress the transport: sends still queued (a full ring) would
+    // never reach ranks waiting for them.
+    ep.wait_sends(WAIT).expect("sends out");
     reverb_transport::Bootstrap::barrier(&mut boot).expect("barrier");
     let gathered = ep.gather_determinants(&mut boot, &[0]).expect("gather determinants");
     if me == 1 {
