@@ -211,7 +211,7 @@ impl DetQueue {
         let mut index = new.load(Ordering::Relaxed);
         loop {
             // `start` only grows, so a stale read can only under-report free space.
-            if index.wrapping_sub(start.load(Ordering::Acquire)) >= self.capacity {
+            if is_full(index, start.load(Ordering::Acquire), self.capacity) {
                 return Err(LogError::QueueFull { capacity: self.capacity });
             }
             match new.compare_exchange_weak(index, index + 1, Ordering::AcqRel, Ordering::Relaxed) {
@@ -335,6 +335,14 @@ impl Drop for DetConsumer<'_> {
     }
 }
 
+/// Whether a reservation at `index` would overrun the unacknowledged entries from `start`.
+/// `index` may be a stale read of the reservation counter, older than a `start` read after it
+/// (others reserved and the logger acknowledged meanwhile): that is room, not a full queue;
+/// the reservation's compare-exchange then fails and retries with the current counter.
+fn is_full(index: u64, start: u64, capacity: u64) -> bool {
+    index.saturating_sub(start) >= capacity
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +356,14 @@ mod tests {
 
     fn det(sender: u32, ssn: u64) -> Determinant {
         Determinant { sender, receiver: 99, ssn, rsn: ssn * 2 }
+    }
+
+    #[test]
+    fn a_stale_reservation_counter_behind_the_acknowledged_start_is_not_full() {
+        // Read 5 for the counter, then 6 for start: another rank reserved 5 and it was acked.
+        assert!(!is_full(5, 6, 4));
+        assert!(!is_full(9, 6, 4));
+        assert!(is_full(10, 6, 4));
     }
 
     #[test]
