@@ -366,18 +366,8 @@ impl LoggerCore {
             for w in watched.iter_mut() {
                 w.life = PeerLife::Awaiting;
                 w.hello_sent = Some(w.incarnation);
-                let ring = hosted.iter().find(|(c, _)| *c == w.node).map(|(_, r)| r.remote());
-                let sent = hellos.send(
-                    provider,
-                    w.node,
-                    boot.job().incarnation,
-                    &heartbeat_in.remote(),
-                    ring.as_ref(),
-                );
-                if let Err(e) = sent {
-                    // Dead too (its node failed with ours): its next incarnation will say hello.
-                    eprintln!("reverb logger-core node {me}: no hello to node {}: {e}; awaiting it", w.node);
-                }
+                let incarnation = boot.job().incarnation;
+                hellos.send_or_await(provider, me, w.node, incarnation, &heartbeat_in.remote(), &hosted);
             }
             self.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
             eprintln!(
@@ -417,20 +407,15 @@ impl LoggerCore {
                         if w.node == lost {
                             continue;
                         }
-                        let ring = hosted.iter().find(|(c, _)| *c == w.node).map(|(_, r)| r.remote());
-                        let sent = hellos.send(
+                        let incarnation = boot.job().incarnation;
+                        hellos.send_or_await(
                             provider,
+                            me,
                             w.node,
-                            boot.job().incarnation,
+                            incarnation,
                             &heartbeat_in.remote(),
-                            ring.as_ref(),
+                            &hosted,
                         );
-                        if let Err(e) = sent {
-                            eprintln!(
-                                "reverb logger-core node {me}: no hello to node {}: {e}; awaiting it",
-                                w.node
-                            );
-                        }
                     }
                     if self.segment.get(Status::BuddyState) != segment::BUDDY_REJOINING {
                         self.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
@@ -1268,6 +1253,23 @@ impl Hellos {
             self.recv = Some(op);
         }
         Ok(())
+    }
+
+    /// Says hello to `to` with the ring this logger hosts for it, if any. A failed send means
+    /// `to` is dead too (its node failed with ours): its next incarnation will say hello.
+    fn send_or_await(
+        &mut self,
+        provider: &mut dyn Provider,
+        me: Rank,
+        to: Rank,
+        incarnation: u32,
+        heartbeat: &RemoteRegion,
+        hosted: &[(Rank, Region)],
+    ) {
+        let ring = hosted.iter().find(|(c, _)| *c == to).map(|(_, r)| r.remote());
+        if let Err(e) = self.send(provider, to, incarnation, heartbeat, ring.as_ref()) {
+            eprintln!("reverb logger-core node {me}: no hello to node {to}: {e}; awaiting it");
+        }
     }
 
     fn send(
