@@ -13,7 +13,9 @@ const TEAMS: &str = "0-3,4-7";
 const STENCIL: &[&str] = &["--iters", "60", "--size", "64", "--ckpt-every", "10"];
 /// Rank 3 (node 1, team 0) sends two halos per iteration: dies in iteration ~35, after epoch 3.
 const STENCIL_FAULT: &str = "3:71";
-const MASTER_WORKER: &[&str] = &["--iters", "12", "--size", "2000", "--ckpt-every", "3"];
+/// 20 rounds: a worker sends at least one request per round however few tasks it wins, so
+/// its 20th send (the faults below) always comes.
+const MASTER_WORKER: &[&str] = &["--iters", "20", "--size", "2000", "--ckpt-every", "3"];
 /// Rank 1 is a worker on the master's node (node 0, team 0): the master's team dies mid-run.
 const MASTER_WORKER_FAULT: &str = "1:20";
 
