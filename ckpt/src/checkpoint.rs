@@ -14,10 +14,11 @@
 //! 2. per payload chunk: copy into the local slot (level 1), CRC32C, put to the buddy's slot
 //!    (level 2) while the chunk is still in cache; then the chunk table; once every put has
 //!    completed, the header;
-//! 3. agree (round 1): every rank's levels 1 and 2 are written;
+//! 3. each group member reports to its group's encoder that its level 1 is written (no
+//!    job-wide barrier here: an encoder waits for its own group only);
 //! 4. each group's encoder gets its members' level-1 images, encodes inline (the hook for a
 //!    logger-core offload is `encode_group`), writes its parity block and puts the others;
-//! 5. agree (round 2): committed.
+//! 5. agree (one job-wide round): every level and every parity block is written; committed.
 
 use std::time::{Duration, Instant};
 
@@ -172,7 +173,7 @@ pub struct CheckpointStats {
     /// The part of `write` spent in the transport: posting and completing the buddy puts and
     /// the flip (what the buddy copy costs over the local copy).
     pub buddy: Duration,
-    /// The two agreement rounds.
+    /// Waiting for the group's level-1 reports (encoders) and the job-wide agreement round.
     pub agree: Duration,
     pub parity: Duration,
 }
@@ -583,27 +584,43 @@ impl Checkpointer {
         };
         self.stats.write = t0.elapsed();
         self.stats.buddy = *written.as_ref().unwrap_or(&Duration::ZERO);
+        // Only a group's encoder needs its members' level-1 copies: they report to it, and the
+        // one job-wide round comes after the parity.
         let t2 = Instant::now();
-        let vote = team::Vote { ok: written.is_ok(), min: 0 };
-        let first = team::agree_round(provider, &self.team, 1, epoch, vote, self.config.timeout)
-            .map_err(|e| not_committed(epoch, Some(e), ""))?;
+        let ready = self.group_written(provider, epoch, written.is_ok());
         self.stats.agree = t2.elapsed();
-        if !first.ok {
-            return Err(not_committed(epoch, written.err(), "levels 1-2 failed on a team member"));
-        }
         let t3 = Instant::now();
-        let encoded = self.encode_group(provider, slot, epoch);
+        let encoded = match ready {
+            Ok(true) => self.encode_group(provider, slot, epoch),
+            Ok(false) => Err(CkptError::InvalidArgument("a group member's level-1 copy failed".into())),
+            Err(e) => Err(e),
+        };
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
-        let vote = team::Vote { ok: encoded.is_ok(), min: 0 };
-        let second = team::agree_round(provider, &self.team, 2, epoch, vote, self.config.timeout)
+        let vote = team::Vote { ok: written.is_ok() && encoded.is_ok(), min: 0 };
+        let verdict = team::agree_round(provider, &self.team, 2, epoch, vote, self.config.timeout)
             .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
-        if !second.ok {
-            return Err(not_committed(epoch, encoded.err(), "parity encoding failed in a group"));
+        if !verdict.ok {
+            let mine = written.err().or(encoded.err());
+            return Err(not_committed(epoch, mine, "levels 1-2 or the parity failed on a team member"));
         }
         self.committed = Some((epoch, slot));
         Ok(epoch)
+    }
+
+    /// Levels 1-2 done (`ok` for this rank): a group member reports to its encoder; the encoder
+    /// returns whether every member wrote (itself included). Other ranks return `ok`.
+    fn group_written(&self, provider: &mut dyn Provider, epoch: Epoch, ok: bool) -> Result<bool, CkptError> {
+        let Some(group) = self.placement.group_of(self.me) else { return Ok(ok) };
+        let Some(encoder) = group.encoder() else { return Ok(ok) };
+        if encoder != self.me {
+            team::report_written(provider, encoder, epoch, ok, self.config.timeout)?;
+            return Ok(ok);
+        }
+        // Gathered even when this rank failed, so no report is left unclaimed.
+        let others_wrote = team::gather_written(provider, &group.members, epoch, self.config.timeout)?;
+        Ok(ok && others_wrote)
     }
 
     fn hosted_offset(&self, client_index: usize, slot: usize) -> u64 {

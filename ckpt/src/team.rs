@@ -191,9 +191,60 @@ pub(crate) fn agree_round(
     Ok(verdict)
 }
 
-/// Round number of [`agree`]; checkpoints use rounds 1 and 2.
+/// Round numbers (part of each message's tag): a checkpoint's agreement is round 2, [`agree`]
+/// and [`agree_min`] are 3 and 4, the level-1 reports to an encoder 5.
 const USER_ROUND: u8 = 3;
 const MIN_ROUND: u8 = 4;
+/// A group member's "my level-1 copy of this epoch is written" to its group's encoder.
+const WRITTEN_ROUND: u8 = 5;
+
+/// Tells `encoder` whether this rank's level-1 copy of `epoch` is written (`ok`), so it can
+/// gather the group's images without a job-wide barrier.
+pub(crate) fn report_written(
+    provider: &mut dyn Provider,
+    encoder: Rank,
+    epoch: Epoch,
+    ok: bool,
+    timeout: Duration,
+) -> Result<(), CkptError> {
+    send_to(
+        provider,
+        encoder,
+        tag(ARRIVE, WRITTEN_ROUND, epoch),
+        &message(epoch, Vote { ok, min: 0 }),
+        timeout,
+    )
+}
+
+/// The encoder's side of [`report_written`]: waits for every member but itself; returns whether
+/// all of them wrote. A dead or silent member fails the wait (it is bounded by `timeout`).
+pub(crate) fn gather_written(
+    provider: &mut dyn Provider,
+    members: &[Rank],
+    epoch: Epoch,
+    timeout: Duration,
+) -> Result<bool, CkptError> {
+    let me = provider.rank();
+    let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
+    let mut posted = Vec::with_capacity(others.len());
+    for &r in &others {
+        let op = provider
+            .post_recv(
+                Source::Rank(r),
+                TagMatch::exact(tag(ARRIVE, WRITTEN_ROUND, epoch)),
+                RecvBuffer::Owned { capacity: MSG_LEN },
+            )
+            .map_err(|e| CkptError::transport("posting a level-1 report receive", e))?;
+        posted.push((r, op));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut all_written = true;
+    for (r, op) in posted {
+        let left = deadline.saturating_duration_since(Instant::now()).max(SLICE);
+        all_written &= recv_vote(provider, op, r, &others, epoch, left)?.ok;
+    }
+    Ok(all_written)
+}
 
 /// Agreement among `members` outside a checkpoint (e.g. the survivors of a failure, before
 /// they release the memory others restore from): returns whether every member reported `ok`.

@@ -8,7 +8,7 @@
 //! - buddy: the buddy copy, i.e. the time in the transport (posting and completing the puts, the
 //!   flip), as `bw` times its puts;
 //! - L1+L2: local copy + CRC32C + buddy copy;
-//! - ckpt: the whole call (L1+L2 plus two agreement rounds).
+//! - ckpt: the whole call (L1+L2, the level-1 reports and the agreement round).
 
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ pub fn main(params: &Params) -> Result<()> {
                 ),
                 format!("per {} KiB chunk: copy to the local slot, CRC32C, put to the buddy; then the header flip", TRANSFER_LEN >> 10),
                 "buddy = time in the transport (puts, completions, flip); L1+L2 = copy + CRC32C + buddy".into(),
-                "ckpt = whole checkpoint call (L1+L2 + 2 agreement rounds)".into(),
+                "ckpt = whole checkpoint call (L1+L2 + agreement round)".into(),
                 "GB/s = 10^9 bytes/s; put GB/s = bench bw --op put average".into(),
             ];
             out.header(
