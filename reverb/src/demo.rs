@@ -52,6 +52,8 @@ struct RunResult {
     kill_ns: Option<u64>,
     /// From the last rank leaving `init` to the last rank finalizing (the compute phase).
     compute_s: f64,
+    /// CPU time of every rank over its compute phase, summed (s).
+    cpu_s: f64,
 }
 
 use crate::job::{num, run_job as launch, JobSpec};
@@ -92,24 +94,51 @@ fn run_job(
     let checksum = out.checksum.with_context(|| format!("{name}: no checksum written"))?;
     let start = out.reports.iter().map(|r| num(r, "init_end_ns")).fold(0.0, f64::max);
     let end = out.reports.iter().map(|r| num(r, "finalize_ns")).fold(0.0, f64::max);
-    Ok(RunResult { checksum, reports: out.reports, kill_ns: out.kill_ns, compute_s: (end - start) / 1e9 })
+    let cpu_s = out.reports.iter().map(|r| num(r, "compute_cpu_ms")).sum::<f64>() / 1e3;
+    Ok(RunResult {
+        checksum,
+        reports: out.reports,
+        kill_ns: out.kill_ns,
+        compute_s: (end - start) / 1e9,
+        cpu_s,
+    })
 }
 
-/// Runs each failure-free configuration `repeat` times, interleaved so that a change in the
-/// machine's load hits both alike; keeps the fastest run of each and every run's time (in
-/// run order, one list per configuration).
+/// Wall and CPU time of every run of one configuration, in run order.
+#[derive(Default)]
+struct Times {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+/// Runs each failure-free configuration `repeat` times, interleaved (in turn forwards and
+/// backwards) so that a change in the machine's load hits both alike; keeps the fastest run of
+/// each and every run's times.
 fn best_of_interleaved(
     args: &DemoArgs,
     dir: &Path,
     configs: &[(&str, &[(&str, String)])],
-) -> Result<(Vec<RunResult>, Vec<Vec<f64>>)> {
+) -> Result<(Vec<RunResult>, Vec<Times>)> {
     let mut best: Vec<Option<RunResult>> = configs.iter().map(|_| None).collect();
-    let mut times: Vec<Vec<f64>> = configs.iter().map(|_| Vec::new()).collect();
+    let mut times: Vec<Times> = configs.iter().map(|_| Times::default()).collect();
     for i in 0..args.repeat.max(1) {
-        for (((name, env), best), times) in configs.iter().zip(best.iter_mut()).zip(times.iter_mut()) {
+        let mut order: Vec<usize> = (0..configs.len()).collect();
+        if i % 2 == 1 {
+            order.reverse();
+        }
+        for c in order {
+            let (name, env) = configs[c];
             let r = run_job(args, dir, &format!("{name}-{i}"), env, 0)?;
-            eprintln!("reverb demo:   {name} run {}: {:.3} s, checksum {}", i + 1, r.compute_s, r.checksum);
-            times.push(r.compute_s);
+            eprintln!(
+                "reverb demo:   {name} run {}: {:.3} s, cpu {:.2} s, checksum {}",
+                i + 1,
+                r.compute_s,
+                r.cpu_s,
+                r.checksum
+            );
+            times[c].wall.push(r.compute_s);
+            times[c].cpu.push(r.cpu_s);
+            let best = &mut best[c];
             if let Some(b) = best.as_ref() {
                 if b.checksum != r.checksum {
                     bail!("{name}: failure-free runs disagree ({} vs {})", b.checksum, r.checksum);
@@ -124,17 +153,19 @@ fn best_of_interleaved(
     Ok((best, times))
 }
 
-/// Median of the per-pair overheads (%) of interleaved runs: run i of `logged` against run i of
-/// `base`, which saw about the same machine load.
-fn median_pair_overhead(base: &[f64], logged: &[f64]) -> f64 {
+/// The per-pair overheads (%) of interleaved runs (run i of `logged` against run i of `base`,
+/// which saw about the same machine load): their median and their middle half.
+fn pair_overhead(base: &[f64], logged: &[f64]) -> (f64, f64, f64) {
     let mut ratios: Vec<f64> =
         base.iter().zip(logged).filter(|(b, _)| **b > 0.0).map(|(b, l)| (l / b - 1.0) * 100.0).collect();
     ratios.sort_by(f64::total_cmp);
-    match ratios.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => ratios[n / 2],
-        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
-    }
+    let at = |q: f64| -> f64 {
+        let Some(last) = ratios.len().checked_sub(1) else { return 0.0 };
+        let x = q * last as f64;
+        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+        ratios[lo] + (ratios[hi] - ratios[lo]) * (x - lo as f64)
+    };
+    (at(0.5), at(0.25), at(0.75))
 }
 
 fn mib(bytes: f64) -> String {
@@ -182,7 +213,8 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
          checkpoints + Reed-Solomon 4+2 (causal), interleaved"
     );
     let (runs, times) = best_of_interleaved(args, dir, &[("off", &off[..]), ("causal", &on[..])])?;
-    let median_overhead = median_pair_overhead(&times[0], &times[1]);
+    let (median_overhead, q1, q3) = pair_overhead(&times[0].wall, &times[1].wall);
+    let (cpu_overhead, cpu_q1, cpu_q3) = pair_overhead(&times[0].cpu, &times[1].cpu);
     let mut runs = runs.into_iter();
     let (Some(base), Some(logged)) = (runs.next(), runs.next()) else { bail!("failure-free runs missing") };
     // The victim sends two halos per iteration.
@@ -243,8 +275,12 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     println!("  checksums identical:                        {}", if identical { "yes" } else { "NO" });
     println!(
         "  failure-free time: off {:.3} s, causal + checkpoints {:.3} s: overhead {overhead:+.1}% (best of {}), \
-         {median_overhead:+.1}% (median of {} interleaved pairs)",
+         {median_overhead:+.1}% (median of {} interleaved pairs, middle half {q1:+.1}% .. {q3:+.1}%)",
         base.compute_s, logged.compute_s, args.repeat, args.repeat
+    );
+    println!(
+        "  failure-free cpu time, all ranks: overhead {cpu_overhead:+.1}% (median of pairs, middle half \
+         {cpu_q1:+.1}% .. {cpu_q3:+.1}%)"
     );
     println!(
         "  checkpoints: {} per rank, {:.1} ms in total on the slowest rank{ckpt_steps}",

@@ -373,6 +373,9 @@ pub struct RuntimeReport {
     pub init_start_ns: u64,
     pub init_end_ns: u64,
     pub finalize_ns: u64,
+    /// CPU time (all threads, user + system) this process used from the end of `init` to
+    /// `finalize`: the work fault tolerance adds, apart from waiting for a shared core.
+    pub compute_cpu_ms: f64,
     pub messages_delivered: u64,
     pub messages_sent: u64,
     /// Survivors: unix ns at which each failure was detected, and each recovery's duration.
@@ -392,7 +395,8 @@ pub struct RuntimeReport {
     pub checkpoints: u64,
     pub checkpoint_ms: f64,
     /// Where `checkpoint_ms` went: levels 1-2 (copy, CRC32C, buddy puts), the checkpointer's
-    /// two agreement rounds, Reed-Solomon encoding and parity puts, and the logger's GC.
+    /// waits (level-1 reports to the encoders, the agreement round), Reed-Solomon encoding and
+    /// parity puts, and the logger's GC.
     pub checkpoint_write_ms: f64,
     pub checkpoint_agree_ms: f64,
     pub checkpoint_parity_ms: f64,
@@ -661,6 +665,17 @@ fn unix_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
+/// CPU time this process has used, all threads (ns).
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
 /// One rank of a fault-tolerant job.
 pub struct Runtime {
     boot: TcpBootstrap,
@@ -692,6 +707,8 @@ pub struct Runtime {
     last_boot_check: Instant,
     /// The node logger's verdict generation last seen (`logger_suspects`).
     logger_verdicts_seen: u64,
+    /// `process_cpu_ns` at the end of `init` (for `RuntimeReport::compute_cpu_ms`).
+    init_end_cpu_ns: u64,
     report: RuntimeReport,
 }
 
@@ -842,6 +859,7 @@ impl Runtime {
             logs_cut: Vec::new(),
             last_boot_check: Instant::now(),
             logger_verdicts_seen: 0,
+            init_end_cpu_ns: 0,
             report,
             config,
         };
@@ -860,6 +878,7 @@ impl Runtime {
             rt.report.recovery_ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
         rt.report.init_end_ns = unix_ns();
+        rt.init_end_cpu_ns = process_cpu_ns();
         Ok(rt)
     }
 
@@ -1520,6 +1539,7 @@ impl Runtime {
         self.report.duplicates_dropped = stats.duplicates_dropped;
         self.report.send_log_peak_bytes = self.report.send_log_peak_bytes.max(stats.send_log_bytes);
         self.report.finalize_ns = unix_ns();
+        self.report.compute_cpu_ms = process_cpu_ns().saturating_sub(self.init_end_cpu_ns) as f64 / 1e6;
         endpoint.finish(&mut self.boot)?;
         if let Some(dir) = &self.config.report_dir {
             let path = dir.join(format!("rank-{}-inc-{}.json", self.rank, self.report.incarnation));
