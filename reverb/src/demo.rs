@@ -154,18 +154,22 @@ fn best_of_interleaved(
 }
 
 /// The per-pair overheads (%) of interleaved runs (run i of `logged` against run i of `base`,
-/// which saw about the same machine load): their median and their middle half.
+/// which saw about the same machine load): their median and a distribution-free 95 % confidence
+/// interval of it (the order statistics n/2 ± 0.98·√n; with fewer than 6 pairs, just the range).
 fn pair_overhead(base: &[f64], logged: &[f64]) -> (f64, f64, f64) {
     let mut ratios: Vec<f64> =
         base.iter().zip(logged).filter(|(b, _)| **b > 0.0).map(|(b, l)| (l / b - 1.0) * 100.0).collect();
     ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| -> f64 {
-        let Some(last) = ratios.len().checked_sub(1) else { return 0.0 };
-        let x = q * last as f64;
-        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
-        ratios[lo] + (ratios[hi] - ratios[lo]) * (x - lo as f64)
-    };
-    (at(0.5), at(0.25), at(0.75))
+    let n = ratios.len();
+    if n == 0 {
+        return (0.0, 0.0, 0.0);
+    }
+    let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
+    let half_width = 0.98 * (n as f64).sqrt();
+    // 1-based ranks floor(n/2 - h) and ceil(n/2 + h), clamped to the sample.
+    let lo = ((n as f64 / 2.0 - half_width).floor() as usize).clamp(1, n);
+    let hi = ((n as f64 / 2.0 + half_width).ceil() as usize).clamp(1, n);
+    (median, ratios[lo - 1], ratios[hi - 1])
 }
 
 fn mib(bytes: f64) -> String {
@@ -213,8 +217,8 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
          checkpoints + Reed-Solomon 4+2 (causal), interleaved"
     );
     let (runs, times) = best_of_interleaved(args, dir, &[("off", &off[..]), ("causal", &on[..])])?;
-    let (median_overhead, q1, q3) = pair_overhead(&times[0].wall, &times[1].wall);
-    let (cpu_overhead, cpu_q1, cpu_q3) = pair_overhead(&times[0].cpu, &times[1].cpu);
+    let (median_overhead, ci_lo, ci_hi) = pair_overhead(&times[0].wall, &times[1].wall);
+    let (cpu_overhead, cpu_ci_lo, cpu_ci_hi) = pair_overhead(&times[0].cpu, &times[1].cpu);
     let mut runs = runs.into_iter();
     let (Some(base), Some(logged)) = (runs.next(), runs.next()) else { bail!("failure-free runs missing") };
     // The victim sends two halos per iteration.
@@ -275,12 +279,12 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     println!("  checksums identical:                        {}", if identical { "yes" } else { "NO" });
     println!(
         "  failure-free time: off {:.3} s, causal + checkpoints {:.3} s: overhead {overhead:+.1}% (best of {}), \
-         {median_overhead:+.1}% (median of {} interleaved pairs, middle half {q1:+.1}% .. {q3:+.1}%)",
+         {median_overhead:+.1}% (median of {} interleaved pairs, 95% CI {ci_lo:+.1}% .. {ci_hi:+.1}%)",
         base.compute_s, logged.compute_s, args.repeat, args.repeat
     );
     println!(
-        "  failure-free cpu time, all ranks: overhead {cpu_overhead:+.1}% (median of pairs, middle half \
-         {cpu_q1:+.1}% .. {cpu_q3:+.1}%)"
+        "  failure-free cpu time, all ranks: overhead {cpu_overhead:+.1}% (median of pairs, 95% CI \
+         {cpu_ci_lo:+.1}% .. {cpu_ci_hi:+.1}%)"
     );
     println!(
         "  checkpoints: {} per rank, {:.1} ms in total on the slowest rank{ckpt_steps}",
@@ -325,4 +329,24 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     }
     eprintln!("reverb demo: passed");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pair_overhead;
+
+    #[test]
+    fn pair_overhead_gives_the_median_and_order_statistic_bounds() {
+        // Pair i: base 100, logged 100 + i - 10 (i = 0..21): overheads -10..+10 %.
+        let base = vec![100.0; 21];
+        let logged: Vec<f64> = (0..21).map(|i| 90.0 + i as f64).collect();
+        let (median, lo, hi) = pair_overhead(&base, &logged);
+        assert!(median.abs() < 1e-9, "{median}");
+        // n = 21: ranks floor(10.5 - 4.49) = 6 and ceil(10.5 + 4.49) = 15, i.e. -5 % and +4 %.
+        assert!((lo + 5.0).abs() < 1e-9 && (hi - 4.0).abs() < 1e-9, "{lo} {hi}");
+        // Too few pairs for a 95 % interval: the range.
+        let (m, lo, hi) = pair_overhead(&[1.0, 1.0], &[1.1, 0.9]);
+        assert!(m.abs() < 1e-9 && (lo + 10.0).abs() < 1e-6 && (hi - 10.0).abs() < 1e-6);
+        assert_eq!(pair_overhead(&[], &[]), (0.0, 0.0, 0.0));
+    }
 }
