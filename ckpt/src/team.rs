@@ -131,6 +131,28 @@ fn recv_vote(
     }
 }
 
+/// Posts a receive for each of `from`'s arrival message of `round` at `epoch`.
+fn post_arrivals(
+    provider: &mut dyn Provider,
+    from: &[Rank],
+    round: u8,
+    epoch: Epoch,
+    during: &'static str,
+) -> Result<Vec<(Rank, OpId)>, CkptError> {
+    from.iter()
+        .map(|&r| {
+            let op = provider
+                .post_recv(
+                    Source::Rank(r),
+                    TagMatch::exact(tag(ARRIVE, round, epoch)),
+                    RecvBuffer::Owned { capacity: MSG_LEN },
+                )
+                .map_err(|e| CkptError::transport(during, e))?;
+            Ok((r, op))
+        })
+        .collect()
+}
+
 /// Runs one agreement round among `members` (led by `members[0]`, containing `me`); returns whether every
 /// member reported `ok`. Dead or silent members count as failed.
 pub(crate) fn agree_round(
@@ -159,17 +181,7 @@ pub(crate) fn agree_round(
         return recv_vote(provider, op, leader, members, epoch, timeout);
     }
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
-    let mut posted = Vec::with_capacity(others.len());
-    for &r in &others {
-        let op = provider
-            .post_recv(
-                Source::Rank(r),
-                TagMatch::exact(tag(ARRIVE, round, epoch)),
-                RecvBuffer::Owned { capacity: MSG_LEN },
-            )
-            .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
-        posted.push((r, op));
-    }
+    let posted = post_arrivals(provider, &others, round, epoch, "posting a checkpoint vote receive")?;
     let deadline = Instant::now() + timeout;
     let mut verdict = vote;
     let mut alive = Vec::with_capacity(others.len());
@@ -226,17 +238,7 @@ pub(crate) fn gather_written(
 ) -> Result<bool, CkptError> {
     let me = provider.rank();
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
-    let mut posted = Vec::with_capacity(others.len());
-    for &r in &others {
-        let op = provider
-            .post_recv(
-                Source::Rank(r),
-                TagMatch::exact(tag(ARRIVE, WRITTEN_ROUND, epoch)),
-                RecvBuffer::Owned { capacity: MSG_LEN },
-            )
-            .map_err(|e| CkptError::transport("posting a level-1 report receive", e))?;
-        posted.push((r, op));
-    }
+    let posted = post_arrivals(provider, &others, WRITTEN_ROUND, epoch, "posting a level-1 report receive")?;
     let deadline = Instant::now() + timeout;
     let mut all_written = true;
     for (r, op) in posted {
