@@ -590,10 +590,11 @@ impl Checkpointer {
         let ready = self.group_written(provider, epoch, written.is_ok());
         self.stats.agree = t2.elapsed();
         let t3 = Instant::now();
+        // Err(None): a group member could not write; its own error says why.
         let encoded = match ready {
-            Ok(true) => self.encode_group(provider, slot, epoch),
-            Ok(false) => Err(CkptError::InvalidArgument("a group member's level-1 copy failed".into())),
-            Err(e) => Err(e),
+            Ok(true) => self.encode_group(provider, slot, epoch).map_err(Some),
+            Ok(false) => Err(None),
+            Err(e) => Err(Some(e)),
         };
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
@@ -602,7 +603,7 @@ impl Checkpointer {
             .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
         if !verdict.ok {
-            let mine = written.err().or(encoded.err());
+            let mine = written.err().or(encoded.err().flatten());
             return Err(not_committed(epoch, mine, "levels 1-2 or the parity failed on a team member"));
         }
         self.committed = Some((epoch, slot));

@@ -373,8 +373,8 @@ pub struct RuntimeReport {
     pub init_start_ns: u64,
     pub init_end_ns: u64,
     pub finalize_ns: u64,
-    /// CPU time (all threads, user + system) this process used from the end of `init` to
-    /// `finalize`: the work fault tolerance adds, apart from waiting for a shared core.
+    /// CPU time (all threads, user + system, spinning waits included) this process used from
+    /// the end of `init` to `finalize`.
     pub compute_cpu_ms: f64,
     pub messages_delivered: u64,
     pub messages_sent: u64,
