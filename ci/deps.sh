@@ -34,3 +34,15 @@ if ! command -v cargo >/dev/null; then
     echo "ci/deps.sh: cargo not found; install a Rust toolchain (https://rustup.rs)" >&2
     exit 1
 fi
+
+# The lint gates of ci/test.sh need rustfmt and clippy.
+for tool in rustfmt clippy; do
+    if ! cargo "${tool/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        if command -v rustup >/dev/null; then
+            rustup component add "$tool"
+        else
+            echo "ci/deps.sh: cargo $tool is missing and rustup is not here to add it" >&2
+            exit 1
+        fi
+    fi
+done

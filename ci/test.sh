@@ -8,6 +8,12 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "dependencies"
 bash ci/deps.sh
 
+step "format, lints and docs (warnings are errors)"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --features reverb/verbs -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
 step "build (every target)"
 cargo build --workspace --all-targets
 

@@ -23,7 +23,7 @@ pub struct IsalEncoder {
 }
 
 impl IsalEncoder {
-    /// `coefficients` is the m x k parity matrix, row-major (parity[i] = sum_j c[i*k+j] * data[j]).
+    /// `coefficients` is the m x k parity matrix, row-major (`parity[i] = sum_j c[i*k+j] * data[j]`).
     pub fn new(data_shards: usize, parity_shards: usize, coefficients: &[u8]) -> Result<Self, String> {
         if let Some(reason) = unavailable_reason() {
             return Err(reason.to_string());
