@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Two builds of reverb side by side: the same benchmarks from an OLD and a NEW `reverb` binary,
+# interleaved (every case from both binaries once per round, the order of the two alternating
+# between rounds), N rounds. Prints per case the median of the rounds for each build and the
+# ratio NEW/OLD (latency: below 1 is faster; bandwidth: above 1 is faster).
+# Used to show that a refactor costs nothing: shm put and tagged latency (8 B) and bandwidth
+# (1 MiB), and the message-logging layer at 8 B (none, causal with named and any-source receives).
+#
+#   scripts/compare-builds.sh OLD_REVERB NEW_REVERB [rounds]     (default 7 rounds)
+#   e.g. git worktree add /tmp/old HEAD~5 && (cd /tmp/old && cargo build --release -p reverb)
+#        scripts/compare-builds.sh /tmp/old/target/release/reverb target/release/reverb 9
+set -euo pipefail
+OLD=${1:?usage: compare-builds.sh OLD_REVERB NEW_REVERB [rounds]}
+NEW=${2:?usage: compare-builds.sh OLD_REVERB NEW_REVERB [rounds]}
+ROUNDS=${3:-7}
+for bin in "$OLD" "$NEW"; do [[ -x $bin ]] || { echo "compare-builds.sh: $bin is not executable" >&2; exit 1; }; done
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+# Logged runs share both cores with busy-polling ranks: a slow heartbeat is not a death.
+export REVERB_HEARTBEAT_MS=${REVERB_HEARTBEAT_MS:-5000}
+
+CASES=(
+    "put-lat-8|lat --op put --sizes 8"
+    "send-lat-8|lat --op send --sizes 8"
+    "put-bw-1M|bw --op put --sizes 1M"
+    "send-bw-1M|bw --op send --sizes 1M"
+    "log-none-lat-8|lat --op send --sizes 8 --log none"
+    "log-causal-lat-8|lat --op send --sizes 8 --log causal"
+    "log-causal-any-lat-8|lat --op send --sizes 8 --log causal --recv any"
+)
+
+run_case() { # label binary-name binary args...
+    local label=$1 name=$2 bin=$3
+    shift 3
+    # shellcheck disable=SC2068
+    "$bin" bench $@ --cores 0,1 --json >>"$OUT/$label.$name.json"
+}
+
+for ((round = 1; round <= ROUNDS; round++)); do
+    echo "round $round/$ROUNDS" >&2
+    for case in "${CASES[@]}"; do
+        label=${case%%|*} args=${case#*|}
+        if ((round % 2)); then
+            run_case "$label" old "$OLD" "$args"
+            run_case "$label" new "$NEW" "$args"
+        else
+            run_case "$label" new "$NEW" "$args"
+            run_case "$label" old "$OLD" "$args"
+        fi
+    done
+done
+
+python3 - "$OUT" "${CASES[@]}" <<'EOF'
+import json, statistics, sys
+out, cases = sys.argv[1], [c.split("|")[0] for c in sys.argv[2:]]
+def metric(label, name):
+    rows = [json.loads(l) for l in open(f"{out}/{label}.{name}.json") if l.strip()]
+    key = "t_typical_us" if rows[0]["test"] == "lat" else "bw_avg_mib_s"
+    return key, statistics.median(r[key] for r in rows), len(rows)
+print(f"{'case':<22} {'metric':<14} {'old':>12} {'new':>12} {'new/old':>8}  rounds")
+for label in cases:
+    key, old, n = metric(label, "old")
+    _, new, _ = metric(label, "new")
+    print(f"{label:<22} {key:<14} {old:>12.3f} {new:>12.3f} {new / old:>8.3f}  {n}")
+EOF
