@@ -25,7 +25,7 @@ fn reverb_bin() -> &'static Path {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut build = Command::new(cargo);
         build.args(["build", "-p", "reverb", "--bin", "reverb", "--features", "reverb/fault-injection"]);
-        build.arg("--target-dir").arg(target_dir);
+        build.arg("--quiet").arg("--target-dir").arg(target_dir);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             build.arg("--release");
         }
