@@ -5,7 +5,7 @@
 # The VM boots Debian's stock kernel (it ships rdma_rxe as a module) with a tiny
 # busybox initramfs, mounts the host's / read-only over virtio-9p and chroots
 # into it, so host-built binaries and host-installed tools run unchanged.
-# See /work/shared/DESIGN.md §4 and the device table in ci/vm/guest.sh.
+# See docs/ci.md (the soft-RoCE VM) and the device table in ci/vm/guest.sh.
 #
 # Usage:
 #   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... -- CMD ARGS...
