@@ -57,11 +57,17 @@ impl ConfigError {
     }
 }
 
+/// Trimmed, without one leading `+` (Rust's integer parsing, used before, accepted it).
+fn unsigned(s: &str) -> &str {
+    let s = s.trim();
+    s.strip_prefix('+').unwrap_or(s)
+}
+
 const SIZE_FORM: &str = "a byte count such as 8, 4k, 64K, 1m or 2g (k, m, g: powers of 1024)";
 
 /// Parses a size: `8`, `4k`, `64K`, `1m`, `1M`, `2g` (powers of 1024, case-insensitive).
 pub fn parse_size(s: &str) -> Result<usize, ValueError> {
-    let s = s.trim();
+    let s = unsigned(s);
     let (digits, shift) = match s.as_bytes().last() {
         Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
         Some(b'm' | b'M') => (&s[..s.len() - 1], 20),
@@ -119,7 +125,7 @@ impl TimeUnit {
 
 /// Parses a duration: `250ms`, `2s`, `50us`, `1.5s`, or a bare number in `bare` units.
 pub fn parse_duration(s: &str, bare: TimeUnit) -> Result<Duration, ValueError> {
-    let s = s.trim();
+    let s = unsigned(s);
     let expected = || {
         ValueError::expected(format!(
             "a duration such as 250ms, 2s or 50us (a bare number is in {})",
@@ -184,9 +190,9 @@ pub fn parse_list<T>(s: &str, item: impl Fn(&str) -> Result<T, ValueError>) -> R
         .collect()
 }
 
-/// Parses a whole number of type `T` (decimal, no sign).
+/// Parses a whole number of type `T` (decimal; a leading `+` is allowed, `-` is not).
 pub fn parse_int<T: std::str::FromStr>(s: &str) -> Result<T, ValueError> {
-    let s = s.trim();
+    let s = unsigned(s);
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ValueError::expected("a non-negative integer"));
     }
@@ -206,7 +212,8 @@ mod tests {
         assert_eq!(parse_size("1M"), Ok(1 << 20));
         assert_eq!(parse_size("2g"), Ok(2 << 30));
         assert_eq!(parse_size(" 8M "), Ok(8 << 20));
-        for bad in ["", "k", "8x", "-1", "1.5k", "8kb", "99999999999999999999g"] {
+        assert_eq!(parse_size("+8"), Ok(8));
+        for bad in ["", "k", "8x", "-1", "++8", "+", "1.5k", "8kb", "99999999999999999999g"] {
             assert!(parse_size(bad).is_err(), "{bad:?}");
         }
     }
