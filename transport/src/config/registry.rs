@@ -141,7 +141,7 @@ pub static VARS: &[Var] = &[
     // verbs provider
     var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
     var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),
-    var("REVERB_VERBS_GID_INDEX", "", Verbs, User, "int", "GID table index for RoCE (unset: the provider picks one)"),
+    var("REVERB_VERBS_GID_INDEX", "", Verbs, User, "int", "GID table index (unset: RoCE v2 with an IPv4 address, or 0 on InfiniBand)"),
     var("REVERB_VERBS_TIMEOUT", "14", Verbs, User, "int", "RC local ACK timeout exponent (4.096 us * 2^n), at most 31"),
     var("REVERB_VERBS_RETRY", "6", Verbs, User, "int", "RC retry count, at most 6 so a dead peer is always reported"),
     var("REVERB_VERBS_PID_WATCH", "1", Verbs, User, "bool", "0: no pidfd shortcut for same-kernel peers; death found by RC retries only"),
@@ -186,7 +186,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),
     var("REVERB_LOGGER_FAULT_STARTUP", "", LoggerCore, Fault, "int", "the logger core of this node SIGKILLs itself in the start-up exchange (first incarnation)"),
     // runtime and checkpoints
-    var("REVERB_CKPT", "what the node count allows", Runtime, User, "off|local|buddy|parity|rs", "checkpoint levels (unset: rs from 4 nodes, buddy from 2, else local)"),
+    var("REVERB_CKPT", "what the node count allows", Runtime, User, "off|local|buddy|parity|rs", "checkpoint levels (unset: rs from 4 nodes, buddy from 2, none on one node)"),
     var("REVERB_CKPT_SLOT_BYTES", "4m", Runtime, User, "size", "bytes of each in-memory checkpoint slot"),
     var("REVERB_DETECT_MS", "50", Runtime, User, "ms", "how long a receive waits before it checks for dead peers (> 0)"),
     var("REVERB_DETECT_GRACE_MS", "2000", Runtime, User, "ms", "grace for the launcher to fail a dead rank's node before the error is final (> 0)"),
@@ -205,7 +205,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_TEST_TIME_SCALE", "1", Test, T, "int", "multiplies the multi-process tests' time bounds (slow VMs)"),
     var("REVERB_TEST_CHILD", "", Test, T, "text", "marks a re-executed testkit child process"),
     var("REVERB_TEST_ROLE", "", Test, T, "text", "role of a re-executed test binary (rank, logger, ...)"),
-    var("REVERB_TEST_SEED", "", Test, T, "int", "seed of the logger protocol tests' random schedules"),
+    var("REVERB_TEST_SEED", "1592590340", Test, T, "int", "seed of the logger protocol tests' random schedules (default 0x5eed0004)"),
     var("REVERB_DETQ_ROLE", "", Test, T, "text", "role of a determinant-queue test process"),
     var("REVERB_DETQ_PATH", "", Test, T, "path", "shared queue path of the determinant-queue test"),
     var("REVERB_RESPAWN_TEST_OUT", "", Test, T, "path", "marks a respawn test rank and names its result directory"),
