@@ -211,11 +211,12 @@ impl BootParams {
                 super::wire::MAX_TOKEN
             )));
         }
-        let timeout = match env.duration(vars::BOOT_TIMEOUT_S)? {
+        let timeout = match env.positive_duration(vars::BOOT_TIMEOUT_S)? {
             None => DEFAULT_BOOT_TIMEOUT,
-            Some(t) if !t.is_zero() && t.as_secs() < 1_000_000_000 => t,
-            Some(t) => {
-                return Err(bad(vars::BOOT_TIMEOUT_S, &format!("{t:?}"), "expected 0 < seconds < 1e9"))
+            Some(t) if t.as_secs() < 1_000_000_000 => t,
+            Some(_) => {
+                let value = env.raw(vars::BOOT_TIMEOUT_S)?.unwrap_or_default();
+                return Err(bad(vars::BOOT_TIMEOUT_S, &value, "expected fewer than 1e9 seconds"));
             }
         };
         let external_server = match env.raw(vars::BOOT_SERVER)?.as_deref() {
@@ -238,6 +239,25 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let v: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| v.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn boot_timeout_takes_seconds_or_a_unit() {
+        let timeout = |v: &'static str| {
+            BootParams::from_lookup(env(&[
+                ("REVERB_ROOT", "h:1"),
+                ("REVERB_JOB_TOKEN", "t"),
+                ("REVERB_BOOT_TIMEOUT_S", v),
+            ]))
+            .map(|p| p.timeout)
+        };
+        assert_eq!(timeout("20").ok(), Some(Duration::from_secs(20)));
+        assert_eq!(timeout("2.5").ok(), Some(Duration::from_millis(2500)));
+        assert_eq!(timeout("500ms").ok(), Some(Duration::from_millis(500)));
+        for bad in ["0", "1m", "-1", "soon", "1e10", "2000000000"] {
+            let err = timeout(bad).unwrap_err().to_string();
+            assert!(err.starts_with("REVERB_BOOT_TIMEOUT_S="), "{bad}: {err}");
+        }
     }
 
     #[test]

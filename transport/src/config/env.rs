@@ -84,6 +84,16 @@ impl<'a> Env<'a> {
         self.with(name, |v| parse::parse_duration(v, bare))
     }
 
+    /// A duration that must not be zero (timeouts, intervals).
+    pub fn positive_duration(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
+        match self.duration(name)? {
+            Some(d) if d.is_zero() => {
+                Err(ConfigError::out_of_range(name, &self.raw(name)?.unwrap_or_default(), "must be > 0"))
+            }
+            other => Ok(other),
+        }
+    }
+
     pub fn bool(&self, name: &str) -> Result<Option<bool>, ConfigError> {
         self.with(name, parse::parse_bool)
     }
@@ -145,6 +155,10 @@ mod tests {
         assert_eq!(env.duration("REVERB_PEER_TIMEOUT_MS"), Ok(Some(Duration::from_secs(2))));
         assert_eq!(env.duration("REVERB_WAIT_SPIN_US"), Ok(Some(Duration::from_micros(7))));
         assert_eq!(env.size("REVERB_LOG_RING_BYTES"), Ok(None));
+        assert_eq!(env.positive_duration("REVERB_PEER_TIMEOUT_MS"), Ok(Some(Duration::from_secs(2))));
+        let zero = |_: &str| Some("0".to_string());
+        let err = Env::from_lookup(&zero).positive_duration("REVERB_DETECT_MS").unwrap_err();
+        assert_eq!(err.to_string(), "REVERB_DETECT_MS=\"0\": must be > 0");
         let err = env.int::<usize>("REVERB_RING_SLOTS").unwrap_err();
         assert!(err.to_string().starts_with("REVERB_RING_SLOTS=\"x\": expected"), "{err}");
     }
