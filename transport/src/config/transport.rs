@@ -124,3 +124,39 @@ impl fmt::Display for TransportConfig {
         write!(f, "REVERB_PEER_TIMEOUT_MS={}", self.peer_timeout.as_millis())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pairs: &'static [(&'static str, &'static str)]) -> Result<TransportConfig> {
+        let get = move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        TransportConfig::from_vars(&Env::from_lookup(&get))
+    }
+
+    #[test]
+    fn variables_override_defaults_in_the_shared_grammar() {
+        let cfg = read(&[
+            ("REVERB_RNDV_THRESH", "1m"),
+            ("REVERB_WAIT_MODE", "event"),
+            ("REVERB_WAIT_SPIN_US", "20"),
+            ("REVERB_PEER_TIMEOUT_MS", "2s"),
+        ])
+        .unwrap();
+        assert_eq!(cfg.rndv_thresh, 1 << 20);
+        assert_eq!(cfg.wait_mode, WaitMode::Event);
+        assert_eq!(cfg.spin, Duration::from_micros(20));
+        assert_eq!(cfg.peer_timeout, Duration::from_secs(2));
+        assert_eq!(read(&[]).unwrap().rndv_thresh, 8192);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let err = read(&[("REVERB_WAIT_MODE", "sleepy")]).unwrap_err().to_string();
+        assert_eq!(err, "REVERB_WAIT_MODE=\"sleepy\": expected one of poll, event, hybrid");
+        assert!(read(&[("REVERB_RNDV_THRESH", "2m")]).is_err(), "above 1M");
+        assert!(read(&[("REVERB_RING_SLOTS", "3")]).is_err(), "not a power of two");
+        assert!(read(&[("REVERB_PEER_TIMEOUT_MS", "0")]).is_err());
+        assert!(read(&[("REVERB_PROVIDER", "tcp")]).is_err());
+    }
+}
