@@ -65,7 +65,7 @@ fn as_json() -> serde_json::Value {
 fn as_text() -> String {
     let mut out = String::from(
         "# reverb configuration (REVERB_* environment variables)\n\
-         # sizes: 8, 4k, 64K, 1m, 2g (powers of 1024); durations: 250ms, 2s, 50us, a bare number\n\
+         # sizes: 8, 4k, 64K, 1m, 2g (powers of 1024); durations: 250ms, 2s, 50us, 1min, a bare number\n\
          # in the unit of the name's suffix (_US, _MS, _S); booleans: 1/0, true/false, yes/no, on/off\n",
     );
     let mut layer = None;

@@ -2,10 +2,11 @@
 //!
 //! - **sizes**: a whole number with an optional suffix `k`, `m` or `g` in either case, powers
 //!   of 1024: `8`, `4k` = 4096, `64K`, `1m` = `1M` = 1 MiB, `2g` = 2 GiB;
-//! - **durations**: a number (fractions allowed: `2.5`) with an optional unit `us`, `ms` or
-//!   `s`; a bare number is in the variable's own unit, named by its suffix (`*_US`, `*_MS`,
-//!   `*_S`), so `REVERB_DETECT_MS=50` stays 50 ms while `REVERB_DETECT_MS=2s` is 2000 ms.
-//!   `m` alone is refused: it reads as minutes, milli- and mebi- depending on the reader;
+//! - **durations**: a number (fractions allowed: `2.5`) with an optional unit `us`, `ms`, `s`,
+//!   `min` or `h`; a bare number is in the variable's own unit, named by its suffix (`*_US`,
+//!   `*_MS`, `*_S`), so `REVERB_DETECT_MS=50` stays 50 ms while `REVERB_DETECT_MS=2s` is
+//!   2000 ms. `m` alone is refused: it reads as minutes (as in `reverb model`), milli- or
+//!   mebi- (as in sizes) depending on the reader;
 //! - **booleans**: `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off` (any case); any other
 //!   whole number counts as true when nonzero, as the older integer flags did;
 //! - **enums**: one of a fixed set of words (exact, lower case);
@@ -123,24 +124,22 @@ impl TimeUnit {
     }
 }
 
-/// Parses a duration: `250ms`, `2s`, `50us`, `1.5s`, or a bare number in `bare` units.
+/// Parses a duration: `250ms`, `2s`, `50us`, `1.5s`, `1min`, `1h`, or a bare number in
+/// `bare` units.
 pub fn parse_duration(s: &str, bare: TimeUnit) -> Result<Duration, ValueError> {
     let s = unsigned(s);
     let expected = || {
         ValueError::expected(format!(
-            "a duration such as 250ms, 2s or 50us (a bare number is in {})",
+            "a duration such as 250ms, 2s, 50us or 1min (a bare number is in {})",
             bare.suffix()
         ))
     };
-    let (number, unit) = if let Some(n) = s.strip_suffix("us") {
-        (n, TimeUnit::Micros)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, TimeUnit::Millis)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, TimeUnit::Seconds)
-    } else {
-        (s, bare)
-    };
+    // (suffix, seconds per unit); `us` and `ms` before `s`.
+    const UNITS: [(&str, f64); 5] = [("us", 1e-6), ("ms", 1e-3), ("s", 1.0), ("min", 60.0), ("h", 3600.0)];
+    let (number, scale) = UNITS
+        .iter()
+        .find_map(|&(suffix, scale)| s.strip_suffix(suffix).map(|n| (n, scale)))
+        .unwrap_or((s, bare.seconds()));
     let number = number.trim_end();
     // Digits and at most one point: no signs, exponents, `inf` or `nan`.
     let plain = !number.is_empty()
@@ -151,7 +150,7 @@ pub fn parse_duration(s: &str, bare: TimeUnit) -> Result<Duration, ValueError> {
         return Err(expected());
     }
     let value: f64 = number.parse().map_err(|_| expected())?;
-    Duration::try_from_secs_f64(value * unit.seconds()).map_err(|_| expected())
+    Duration::try_from_secs_f64(value * scale).map_err(|_| expected())
 }
 
 /// Parses a boolean: `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`, or a whole number
@@ -227,7 +226,9 @@ mod tests {
         assert_eq!(parse_duration("50us", ms), Ok(Duration::from_micros(50)));
         assert_eq!(parse_duration("2.5", TimeUnit::Seconds), Ok(Duration::from_millis(2500)));
         assert_eq!(parse_duration("0", ms), Ok(Duration::ZERO));
-        for bad in ["", "1m", "ten", "-1", "1e3", "inf", "nan", ".", "1.2.3", "5h"] {
+        assert_eq!(parse_duration("1min", ms), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h", ms), Ok(Duration::from_secs(3600)));
+        for bad in ["", "1m", "ten", "-1", "1e3", "inf", "nan", ".", "1.2.3", "5d", "1mins"] {
             assert!(parse_duration(bad, ms).is_err(), "{bad:?}");
         }
         assert_eq!(TimeUnit::of_name("REVERB_WAIT_SPIN_US"), Some(TimeUnit::Micros));
