@@ -17,6 +17,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use reverb::bench::engine::{pin_self, Role};
 use reverb::bench::{Op, Session, WaitStyle};
 use reverb::launcher::{launch, LaunchSpec};
+use reverb_transport::config::parse::parse_int;
+use reverb_transport::config::Env;
 use reverb_transport::{JobInfo, ProviderKind, TransportConfig};
 
 const SIZES: [usize; 4] = [8, 4 << 10, 64 << 10, 1 << 20];
@@ -61,11 +63,8 @@ fn run() -> Result<()> {
 
 /// The cpus of rank 0 and rank 1; none (no pinning) on a single-cpu machine.
 fn bench_cores() -> Result<Vec<usize>> {
-    if let Ok(list) = std::env::var("REVERB_BENCH_CORES") {
-        return list
-            .split(',')
-            .map(|c| c.trim().parse().with_context(|| format!("REVERB_BENCH_CORES={list:?}")))
-            .collect();
+    if let Some(cores) = Env::process().list("REVERB_BENCH_CORES", parse_int::<usize>)? {
+        return Ok(cores);
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     Ok(if cpus >= 2 { vec![0, 1] } else { Vec::new() })

@@ -5,6 +5,7 @@ pub mod apps;
 pub mod bench;
 pub mod chaos;
 pub mod demo;
+pub mod info;
 pub mod job;
 pub mod launcher;
 pub mod logger_core;

@@ -33,6 +33,8 @@ enum Command {
     Chaos(reverb::chaos::ChaosArgs),
     /// An application on the fault-tolerant runtime (run it under `reverb run`).
     App(reverb::apps::AppArgs),
+    /// Configuration: every REVERB_* variable with default, current value and meaning (--config).
+    Info(reverb::info::InfoArgs),
     /// A node's logger core (spawned by `reverb run`; not for direct use).
     #[command(hide = true)]
     LoggerCore(reverb::logger_core::LoggerCoreArgs),
@@ -50,6 +52,7 @@ fn main() -> Result<()> {
         Command::Demo(args) => std::process::exit(reverb::demo::main(args)?),
         Command::Chaos(args) => std::process::exit(reverb::chaos::main(args)?),
         Command::App(args) => reverb::apps::main(args),
+        Command::Info(args) => reverb::info::main(args),
         Command::LoggerCore(args) => reverb::logger_core::main(args),
     }
 }

@@ -35,6 +35,9 @@ pub enum TransportError {
     Bootstrap(String),
     #[error("configuration: {0}")]
     Config(String),
+    /// A `REVERB_*` variable with a bad value (see `config::registry`); its text names both.
+    #[error(transparent)]
+    Env(#[from] crate::config::ConfigError),
     #[error("provider {0} is not available: {1}")]
     Unavailable(&'static str, String),
     #[error("{0} is not supported")]

@@ -8,6 +8,7 @@ mod ring;
 mod stencil;
 
 use anyhow::{Context, Result};
+use reverb_transport::config::env_path;
 
 use crate::runtime::{Runtime, RuntimeError};
 
@@ -72,14 +73,14 @@ pub fn main(args: AppArgs) -> Result<()> {
         "master-worker" => master_worker::run(&mut rt, &args)?,
         _ => ring::run(&mut rt, &args)?,
     };
-    let report_dir = std::env::var_os("REVERB_RUNTIME_REPORT");
+    let report_dir = env_path("REVERB_RUNTIME_REPORT")?;
     let restarted = rt.restarted();
     let rank = rt.rank();
     rt.finalize().context("runtime finalize")?;
     if let Some(sum) = checksum {
         println!("checksum: {sum:016x}");
         if let Some(dir) = report_dir {
-            let path = std::path::Path::new(&dir).join("checksum");
+            let path = dir.join("checksum");
             std::fs::write(&path, format!("{sum:016x}\n"))
                 .with_context(|| format!("writing {}", path.display()))?;
         }

@@ -8,6 +8,8 @@
 use std::time::Duration;
 
 use super::JobInfo;
+use crate::config::parse::{parse_int, ConfigError};
+use crate::config::Env;
 use crate::error::{Result, TransportError};
 
 /// Names of the variables reverb reads and its launcher sets.
@@ -25,29 +27,32 @@ pub mod vars {
     pub const JOB_TOKEN: &str = "REVERB_JOB_TOKEN";
     /// `external`: the launcher hosts the server; otherwise rank 0 starts it at `REVERB_ROOT`.
     pub const BOOT_SERVER: &str = "REVERB_BOOT_SERVER";
-    /// Seconds to wait for the rendezvous (connect, and each collective). Default 60.
+    /// Seconds to wait for the rendezvous (connect, and each collective). Default 60; a bare
+    /// number is seconds, `500ms` or `2.5s` also work.
     pub const BOOT_TIMEOUT_S: &str = "REVERB_BOOT_TIMEOUT_S";
 }
 
 pub const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn bad(name: &str, value: &str, why: &str) -> TransportError {
-    TransportError::Config(format!("{name}={value:?}: {why}"))
+    ConfigError::out_of_range(name, value, why).into()
 }
 
-/// Looks up `name` and parses it as a u32; `Ok(None)` when unset.
-fn num(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<u32>> {
-    match get(name) {
+/// Looks up `name` (registered, or a resource manager's) and parses it as a u32; `Ok(None)`
+/// when unset.
+fn num(env: &Env<'_>, name: &str) -> Result<Option<u32>> {
+    if name.starts_with("REVERB_") {
+        return Ok(env.int::<u32>(name)?);
+    }
+    match env.foreign(name) {
         None => Ok(None),
-        Some(v) => {
-            v.trim().parse::<u32>().map(Some).map_err(|_| bad(name, &v, "expected a non-negative integer"))
-        }
+        Some(v) => parse_int::<u32>(&v).map(Some).map_err(|e| ConfigError::invalid(name, &v, e).into()),
     }
 }
 
 /// Rank and size from one source; both must be present if either is.
-fn pair(get: &dyn Fn(&str) -> Option<String>, r: &str, s: &str) -> Result<Option<(u32, u32)>> {
-    match (num(get, r)?, num(get, s)?) {
+fn pair(env: &Env<'_>, r: &str, s: &str) -> Result<Option<(u32, u32)>> {
+    match (num(env, r)?, num(env, s)?) {
         (None, None) => Ok(None),
         (Some(rank), Some(size)) => {
             if size == 0 {
@@ -100,35 +105,36 @@ impl JobInfo {
 
     /// Like [`JobInfo::from_env`], with `get` standing in for the environment.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<JobInfo>> {
-        let get: &dyn Fn(&str) -> Option<String> = &get;
+        let env = Env::from_lookup(&get);
+        let env = &env;
         // (rank, size, node, local_rank, ranks_per_node), each optional beyond rank/size.
         let found: (u32, u32, Option<u32>, Option<u32>, Option<u32>);
-        if let Some((rank, size)) = pair(get, vars::RANK, vars::SIZE)? {
+        if let Some((rank, size)) = pair(env, vars::RANK, vars::SIZE)? {
             found = (
                 rank,
                 size,
-                num(get, vars::NODE)?,
-                num(get, vars::LOCAL_RANK)?,
-                num(get, vars::RANKS_PER_NODE)?,
+                num(env, vars::NODE)?,
+                num(env, vars::LOCAL_RANK)?,
+                num(env, vars::RANKS_PER_NODE)?,
             );
-        } else if let Some((rank, size)) = pair(get, "SLURM_PROCID", "SLURM_NTASKS")? {
-            let rpn = match num(get, "SLURM_NTASKS_PER_NODE") {
+        } else if let Some((rank, size)) = pair(env, "SLURM_PROCID", "SLURM_NTASKS")? {
+            let rpn = match num(env, "SLURM_NTASKS_PER_NODE") {
                 Ok(Some(n)) => Some(n),
-                _ => get("SLURM_TASKS_PER_NODE").as_deref().and_then(leading_number),
+                _ => env.foreign("SLURM_TASKS_PER_NODE").as_deref().and_then(leading_number),
             };
-            found = (rank, size, num(get, "SLURM_NODEID")?, num(get, "SLURM_LOCALID")?, rpn);
-        } else if let Some((rank, size)) = pair(get, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")? {
-            let local = num(get, "OMPI_COMM_WORLD_LOCAL_RANK")?;
-            let rpn = num(get, "OMPI_COMM_WORLD_LOCAL_SIZE")?;
+            found = (rank, size, num(env, "SLURM_NODEID")?, num(env, "SLURM_LOCALID")?, rpn);
+        } else if let Some((rank, size)) = pair(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")? {
+            let local = num(env, "OMPI_COMM_WORLD_LOCAL_RANK")?;
+            let rpn = num(env, "OMPI_COMM_WORLD_LOCAL_SIZE")?;
             found = (rank, size, None, local, rpn);
-        } else if let Some((rank, size)) = pair(get, "PMI_RANK", "PMI_SIZE")? {
-            let local = match num(get, "PMI_LOCAL_RANK")? {
+        } else if let Some((rank, size)) = pair(env, "PMI_RANK", "PMI_SIZE")? {
+            let local = match num(env, "PMI_LOCAL_RANK")? {
                 Some(l) => Some(l),
-                None => num(get, "MPI_LOCALRANKID")?,
+                None => num(env, "MPI_LOCALRANKID")?,
             };
-            let rpn = match num(get, "PMI_LOCAL_SIZE")? {
+            let rpn = match num(env, "PMI_LOCAL_SIZE")? {
                 Some(n) => Some(n),
-                None => num(get, "MPI_LOCALNRANKS")?,
+                None => num(env, "MPI_LOCALNRANKS")?,
             };
             found = (rank, size, None, local, rpn);
         } else {
@@ -154,23 +160,23 @@ impl JobInfo {
         if node >= size {
             return Err(TransportError::Config(format!("node {node} is not below size {size}")));
         }
-        if get(vars::RANK).is_some() && node >= nodes {
+        if env.raw(vars::RANK)?.is_some() && node >= nodes {
             return Err(bad(vars::NODE, &node.to_string(), &format!("the job has {nodes} nodes")));
         }
 
-        let job_id = if let Some(id) = get(vars::JOB_ID) {
+        let job_id = if let Some(id) = env.raw(vars::JOB_ID)? {
             check_job_id(&id)?;
             id
-        } else if let Some(id) = get("SLURM_JOB_ID").filter(|s| !s.is_empty()) {
+        } else if let Some(id) = env.foreign("SLURM_JOB_ID").filter(|s| !s.is_empty()) {
             let id = format!("slurm-{}", id.trim());
             check_job_id(&id)?;
             id
         } else {
-            let root = get(vars::ROOT).unwrap_or_default();
-            let token = get(vars::JOB_TOKEN).unwrap_or_default();
+            let root = env.raw(vars::ROOT)?.unwrap_or_default();
+            let token = env.raw(vars::JOB_TOKEN)?.unwrap_or_default();
             format!("h{:016x}", fnv1a(&[&root, &token]))
         };
-        let incarnation = num(get, vars::INCARNATION)?.unwrap_or(0);
+        let incarnation = num(env, vars::INCARNATION)?.unwrap_or(0);
 
         Ok(Some(JobInfo { rank, size, node, local_rank, ranks_per_node, job_id, incarnation }))
     }
@@ -188,10 +194,11 @@ pub struct BootParams {
 
 impl BootParams {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<BootParams> {
-        let root = get(vars::ROOT)
-            .filter(|s| !s.trim().is_empty())
+        let env = Env::from_lookup(&get);
+        let root = env
+            .non_empty(vars::ROOT)?
             .ok_or_else(|| TransportError::Config(format!("{} (host:port) is not set", vars::ROOT)))?;
-        let token = get(vars::JOB_TOKEN).filter(|s| !s.is_empty()).ok_or_else(|| {
+        let token = env.raw(vars::JOB_TOKEN)?.filter(|s| !s.is_empty()).ok_or_else(|| {
             TransportError::Config(format!(
                 "{} is not set; every bootstrap connection needs it",
                 vars::JOB_TOKEN
@@ -204,14 +211,15 @@ impl BootParams {
                 super::wire::MAX_TOKEN
             )));
         }
-        let timeout = match get(vars::BOOT_TIMEOUT_S) {
+        let timeout = match env.positive_duration(vars::BOOT_TIMEOUT_S)? {
             None => DEFAULT_BOOT_TIMEOUT,
-            Some(v) => match v.trim().parse::<f64>() {
-                Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-                _ => return Err(bad(vars::BOOT_TIMEOUT_S, &v, "expected a positive number of seconds")),
-            },
+            Some(t) if t.as_secs() < 1_000_000_000 => t,
+            Some(_) => {
+                let value = env.raw(vars::BOOT_TIMEOUT_S)?.unwrap_or_default();
+                return Err(bad(vars::BOOT_TIMEOUT_S, &value, "expected fewer than 1e9 seconds"));
+            }
         };
-        let external_server = match get(vars::BOOT_SERVER).as_deref() {
+        let external_server = match env.raw(vars::BOOT_SERVER)?.as_deref() {
             None | Some("") => false,
             Some("external") => true,
             Some(other) => return Err(bad(vars::BOOT_SERVER, other, "expected \"external\" or unset")),
@@ -231,6 +239,25 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let v: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| v.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn boot_timeout_takes_seconds_or_a_unit() {
+        let timeout = |v: &'static str| {
+            BootParams::from_lookup(env(&[
+                ("REVERB_ROOT", "h:1"),
+                ("REVERB_JOB_TOKEN", "t"),
+                ("REVERB_BOOT_TIMEOUT_S", v),
+            ]))
+            .map(|p| p.timeout)
+        };
+        assert_eq!(timeout("20").ok(), Some(Duration::from_secs(20)));
+        assert_eq!(timeout("2.5").ok(), Some(Duration::from_millis(2500)));
+        assert_eq!(timeout("500ms").ok(), Some(Duration::from_millis(500)));
+        for bad in ["0", "1m", "-1", "soon", "1e10", "2000000000"] {
+            let err = timeout(bad).unwrap_err().to_string();
+            assert!(err.starts_with("REVERB_BOOT_TIMEOUT_S="), "{bad}: {err}");
+        }
     }
 
     #[test]

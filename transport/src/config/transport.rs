@@ -1,10 +1,11 @@
-//! Transport configuration: `REVERB_*` environment variables (like `UCX_*`), overridable by
-//! CLI flags in the binaries.
+//! The transport's settings ([`TransportConfig`]) and their `REVERB_*` variables.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::env::Env;
+use super::parse::{parse_enum, ValueError};
 use crate::api::ProviderKind;
 use crate::error::{Result, TransportError};
 
@@ -19,17 +20,13 @@ pub enum WaitMode {
     Hybrid,
 }
 
+const WAIT_MODES: &[(&str, WaitMode)] =
+    &[("poll", WaitMode::Poll), ("event", WaitMode::Event), ("hybrid", WaitMode::Hybrid)];
+
 impl FromStr for WaitMode {
     type Err = TransportError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "poll" => Ok(WaitMode::Poll),
-            "event" => Ok(WaitMode::Event),
-            "hybrid" => Ok(WaitMode::Hybrid),
-            other => Err(TransportError::Config(format!(
-                "unknown wait mode {other:?} (expected poll, event or hybrid)"
-            ))),
-        }
+        parse_enum(s, WAIT_MODES).map_err(|e| TransportError::Config(format!("wait mode {s:?}: {e}")))
     }
 }
 
@@ -63,62 +60,35 @@ impl Default for TransportConfig {
     }
 }
 
-fn env_parse<T: FromStr>(name: &str) -> Result<Option<T>>
-where
-    T::Err: fmt::Display,
-{
-    match std::env::var(name) {
-        Ok(v) => {
-            v.trim().parse::<T>().map(Some).map_err(|e| TransportError::Config(format!("{name}={v:?}: {e}")))
-        }
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(TransportError::Config(format!("{name}: {e}"))),
-    }
-}
-
-/// Parses sizes like `8192`, `8k`, `64K`, `1m`, `8M`, `1g`.
-pub fn parse_size(s: &str) -> Result<usize> {
-    let s = s.trim();
-    let (digits, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult = match c.to_ascii_lowercase() {
-                'k' => 1usize << 10,
-                'm' => 1 << 20,
-                'g' => 1 << 30,
-                _ => return Err(TransportError::Config(format!("bad size suffix in {s:?}"))),
-            };
-            (&s[..i], mult)
-        }
-        _ => (s, 1),
-    };
-    digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| TransportError::Config(format!("bad size {s:?}")))
-}
-
 impl TransportConfig {
     /// Defaults overridden by any `REVERB_*` variables that are set. Bad values are errors.
     pub fn from_env() -> Result<Self> {
+        Self::from_vars(&Env::process())
+    }
+
+    /// Like [`TransportConfig::from_env`], reading `env`.
+    pub fn from_vars(env: &Env<'_>) -> Result<Self> {
         let mut cfg = TransportConfig::default();
-        if let Some(p) = env_parse::<ProviderKind>("REVERB_PROVIDER")? {
+        let provider = env.with("REVERB_PROVIDER", |v| {
+            v.trim().parse::<ProviderKind>().map_err(|_| ValueError::expected("shm or verbs"))
+        })?;
+        if let Some(p) = provider {
             cfg.provider = p;
         }
-        if let Ok(v) = std::env::var("REVERB_RNDV_THRESH") {
-            cfg.rndv_thresh = parse_size(&v)?;
+        if let Some(n) = env.size("REVERB_RNDV_THRESH")? {
+            cfg.rndv_thresh = n;
         }
-        if let Some(n) = env_parse::<usize>("REVERB_RING_SLOTS")? {
+        if let Some(n) = env.int::<usize>("REVERB_RING_SLOTS")? {
             cfg.ring_slots = n;
         }
-        if let Some(m) = env_parse::<WaitMode>("REVERB_WAIT_MODE")? {
+        if let Some(m) = env.choice("REVERB_WAIT_MODE", WAIT_MODES)? {
             cfg.wait_mode = m;
         }
-        if let Some(us) = env_parse::<u64>("REVERB_WAIT_SPIN_US")? {
-            cfg.spin = Duration::from_micros(us);
+        if let Some(spin) = env.duration("REVERB_WAIT_SPIN_US")? {
+            cfg.spin = spin;
         }
-        if let Some(ms) = env_parse::<u64>("REVERB_PEER_TIMEOUT_MS")? {
-            cfg.peer_timeout = Duration::from_millis(ms);
+        if let Some(t) = env.duration("REVERB_PEER_TIMEOUT_MS")? {
+            cfg.peer_timeout = t;
         }
         cfg.validate()?;
         Ok(cfg)
@@ -159,13 +129,34 @@ impl fmt::Display for TransportConfig {
 mod tests {
     use super::*;
 
+    fn read(pairs: &'static [(&'static str, &'static str)]) -> Result<TransportConfig> {
+        let get = move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        TransportConfig::from_vars(&Env::from_lookup(&get))
+    }
+
     #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("2").unwrap(), 2);
-        assert_eq!(parse_size("8k").unwrap(), 8192);
-        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
-        assert!(parse_size("8x").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("99999999999999999999g").is_err());
+    fn variables_override_defaults_in_the_shared_grammar() {
+        let cfg = read(&[
+            ("REVERB_RNDV_THRESH", "1m"),
+            ("REVERB_WAIT_MODE", "event"),
+            ("REVERB_WAIT_SPIN_US", "20"),
+            ("REVERB_PEER_TIMEOUT_MS", "2s"),
+        ])
+        .unwrap();
+        assert_eq!(cfg.rndv_thresh, 1 << 20);
+        assert_eq!(cfg.wait_mode, WaitMode::Event);
+        assert_eq!(cfg.spin, Duration::from_micros(20));
+        assert_eq!(cfg.peer_timeout, Duration::from_secs(2));
+        assert_eq!(read(&[]).unwrap().rndv_thresh, 8192);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let err = read(&[("REVERB_WAIT_MODE", "sleepy")]).unwrap_err().to_string();
+        assert_eq!(err, "REVERB_WAIT_MODE=\"sleepy\": expected one of poll, event, hybrid");
+        assert!(read(&[("REVERB_RNDV_THRESH", "2m")]).is_err(), "above 1M");
+        assert!(read(&[("REVERB_RING_SLOTS", "3")]).is_err(), "not a power of two");
+        assert!(read(&[("REVERB_PEER_TIMEOUT_MS", "0")]).is_err());
+        assert!(read(&[("REVERB_PROVIDER", "tcp")]).is_err());
     }
 }

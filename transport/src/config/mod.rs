@@ -1,0 +1,16 @@
+//! Configuration: `REVERB_*` environment variables (like `UCX_*`), overridable by CLI flags in
+//! the binaries.
+//!
+//! - [`parse`]: the one grammar for sizes, durations, booleans, enums and lists;
+//! - [`registry`]: the catalogue of every variable (default, owner, meaning);
+//! - [`env`]: typed reads of registered variables ([`Env`]);
+//! - the transport's own settings, [`TransportConfig`].
+
+pub mod env;
+pub mod parse;
+pub mod registry;
+mod transport;
+
+pub use env::{env_get, env_os, env_path, Env};
+pub use parse::{parse_size, ConfigError, ValueError};
+pub use transport::{TransportConfig, WaitMode};

@@ -1,0 +1,240 @@
+//! The catalogue of every `REVERB_*` environment variable: name, default, owner, meaning.
+//!
+//! A variable that any source file or script reads or sets is listed here, test-only and
+//! fault-injection ones too (marked by [`Audience`]); `transport/tests/config_registry.rs`
+//! fails when the sources and this table disagree. `reverb info --config` prints it.
+
+use std::fmt;
+
+use super::parse::{parse_bool, parse_duration, parse_enum, parse_int, parse_size, TimeUnit, ValueError};
+
+/// The layer (crate or tool) that reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Transport,
+    Verbs,
+    Bootstrap,
+    Logger,
+    LoggerCore,
+    Runtime,
+    Launcher,
+    Bench,
+    Build,
+    Test,
+    Ci,
+}
+
+impl Layer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Transport => "transport",
+            Layer::Verbs => "verbs",
+            Layer::Bootstrap => "bootstrap",
+            Layer::Logger => "logger",
+            Layer::LoggerCore => "logger-core",
+            Layer::Runtime => "runtime",
+            Layer::Launcher => "launcher",
+            Layer::Bench => "bench",
+            Layer::Build => "build",
+            Layer::Test => "test",
+            Layer::Ci => "ci",
+        }
+    }
+}
+
+/// Who sets a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// A user tunes it.
+    User,
+    /// `reverb run` (or a resource manager) sets it for ranks and logger cores.
+    Launcher,
+    /// Fault injection for tests and campaigns (honoured in every build today).
+    Fault,
+    /// Only the test suites set or read it.
+    Test,
+    /// Read by a build script or a CI/comparison shell script, not by the runtime.
+    Tooling,
+}
+
+impl Audience {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Audience::User => "user",
+            Audience::Launcher => "launcher",
+            Audience::Fault => "fault",
+            Audience::Test => "test",
+            Audience::Tooling => "tooling",
+        }
+    }
+}
+
+/// One registered variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Var {
+    pub name: &'static str,
+    /// The default as text; `""` when unset means "off" or "none".
+    pub default: &'static str,
+    pub layer: Layer,
+    pub audience: Audience,
+    /// The value's form: `size`, `ms`, `s`, `us`, `bool`, `int`, `a|b|c`, `list`, `path`, `text`.
+    pub form: &'static str,
+    /// One line: what it does.
+    pub meaning: &'static str,
+}
+
+impl fmt::Display for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}, {})", self.name, self.layer.as_str(), self.audience.as_str())
+    }
+}
+
+impl Var {
+    /// Checks `value` against the variable's form (sizes, durations, booleans, whole numbers
+    /// and word choices; free text always passes).
+    pub fn check(&self, value: &str) -> Result<(), ValueError> {
+        match self.form {
+            "size" => parse_size(value).map(drop),
+            "us" => parse_duration(value, TimeUnit::Micros).map(drop),
+            "ms" => parse_duration(value, TimeUnit::Millis).map(drop),
+            "s" => parse_duration(value, TimeUnit::Seconds).map(drop),
+            "bool" => parse_bool(value).map(drop),
+            "int" => parse_int::<u64>(value).map(drop),
+            words if words.contains('|') => {
+                let choices: Vec<(&str, ())> = words.split('|').map(|w| (w, ())).collect();
+                parse_enum(value, &choices)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The registered variable called `name`.
+pub fn lookup(name: &str) -> Option<&'static Var> {
+    VARS.iter().find(|v| v.name == name)
+}
+
+const fn var(
+    name: &'static str,
+    default: &'static str,
+    layer: Layer,
+    audience: Audience,
+    form: &'static str,
+    meaning: &'static str,
+) -> Var {
+    Var { name, default, layer, audience, form, meaning }
+}
+
+use Audience::{Fault, Launcher as Set, Test as T, Tooling, User};
+use Layer::*;
+
+/// Every `REVERB_*` variable, grouped by layer.
+#[rustfmt::skip]
+pub static VARS: &[Var] = &[
+    // transport
+    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs", "provider to open (also --provider)"),
+    var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
+    var("REVERB_RING_SLOTS", "64", Transport, User, "int", "eager slots per ordered rank pair, a power of two in 2..=65536; must match across the job"),
+    var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
+    var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
+    var("REVERB_PEER_TIMEOUT_MS", "500", Transport, User, "ms", "a dead peer is reported within this bound (> 0)"),
+    // verbs provider
+    var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
+    var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),
+    var("REVERB_VERBS_GID_INDEX", "", Verbs, User, "int", "GID table index (unset: RoCE v2 with an IPv4 address, or 0 on InfiniBand)"),
+    var("REVERB_VERBS_TIMEOUT", "14", Verbs, User, "int", "RC local ACK timeout exponent (4.096 us * 2^n), at most 31"),
+    var("REVERB_VERBS_RETRY", "6", Verbs, User, "int", "RC retry count, at most 6 so a dead peer is always reported"),
+    var("REVERB_VERBS_PID_WATCH", "1", Verbs, User, "bool", "0: no pidfd shortcut for same-kernel peers; death found by RC retries only"),
+    // bootstrap (job discovery and rendezvous)
+    var("REVERB_RANK", "", Bootstrap, Set, "int", "this process's rank (with REVERB_SIZE; else Slurm, Open MPI or PMI variables)"),
+    var("REVERB_SIZE", "", Bootstrap, Set, "int", "number of ranks in the job"),
+    var("REVERB_NODE", "rank / ranks per node", Bootstrap, Set, "int", "this rank's node index"),
+    var("REVERB_LOCAL_RANK", "rank % ranks per node", Bootstrap, Set, "int", "this rank's index on its node (also its logger lane)"),
+    var("REVERB_RANKS_PER_NODE", "the job size", Bootstrap, Set, "int", "ranks on each node (unset: the whole job is one node)"),
+    var("REVERB_JOB_ID", "hash of root and token", Bootstrap, Set, "text", "job name for shared-memory segments, 1-64 of [A-Za-z0-9._-]"),
+    var("REVERB_INCARNATION", "0", Bootstrap, Set, "int", "how many times this rank was respawned; > 0 rejoins a running job"),
+    var("REVERB_ROOT", "", Bootstrap, Set, "text", "host:port of the bootstrap rendezvous server"),
+    var("REVERB_JOB_TOKEN", "", Bootstrap, Set, "text", "job secret presented on every bootstrap connection"),
+    var("REVERB_BOOT_SERVER", "", Bootstrap, Set, "external", "external: the launcher hosts the rendezvous; unset: rank 0 starts it at REVERB_ROOT"),
+    var("REVERB_BOOT_TIMEOUT_S", "60", Bootstrap, User, "s", "bound on the rendezvous connect and each bootstrap collective (> 0, fractions allowed)"),
+    // logger: message-logging protocols
+    var("REVERB_LOG", "none", Logger, User, "none|pessimistic-rb|pessimistic-sb|causal", "message-logging protocol"),
+    var("REVERB_LOG_UNIT", "node", Logger, User, "node|rank|team", "failure unit: what fails and rolls back together"),
+    var("REVERB_LOG_TEAMS", "", Logger, User, "text", "team-based logging: teams such as 0-3,4-7 (or @file); sets the unit to team"),
+    var("REVERB_LOG_RING_BYTES", "8m", Logger, User, "size", "data bytes of each log ring a rank hosts (a multiple of 8)"),
+    var("REVERB_LOG_REORDER_WINDOW", "4096", Logger, User, "int", "early (out-of-order) messages buffered per peer"),
+    var("REVERB_LOG_MAX_MESSAGE", "4m", Logger, User, "size", "largest application payload in bytes"),
+    var("REVERB_LOG_SEND_LOG_BYTES", "256m", Logger, User, "size", "bytes of sender-based payload log kept before a checkpoint empties it"),
+    var("REVERB_LOG_DET_LOG_ENTRIES", "1048576", Logger, User, "int", "determinants kept in the determinant log; a checkpoint empties it"),
+    var("REVERB_LOG_MAX_UNSTABLE", "65536", Logger, User, "int", "unstable determinants before the protocol pushes back"),
+    var("REVERB_LOG_DURABLE_TIMEOUT_MS", "10000", Logger, User, "ms", "bound on waiting for a log write to become durable (> 0)"),
+    // logger cores (one per node, started by reverb run --logger)
+    var("REVERB_LOGGER", "off", LoggerCore, User, "off|none|dedicated|shared-pinned|shared-unpinned", "logger core placement (reverb run --logger); logger cores idle by it"),
+    var("REVERB_LOGGER_SEGMENT", "", LoggerCore, Set, "path", "base path of the node's logger segment (<base>.ctl, <base>.detq); set: ranks attach"),
+    var("REVERB_LOGGER_LANES", "ranks per node", LoggerCore, Set, "int", "payload lanes in the node segment (the node's rank count)"),
+    var("REVERB_LOGGER_LANE_BYTES", "1m", LoggerCore, User, "size", "bytes per payload lane"),
+    var("REVERB_LOGGER_DETQ_ENTRIES", "65536", LoggerCore, User, "int", "entries of the node determinant queue"),
+    var("REVERB_LOGGER_RING_BYTES", "16m", LoggerCore, User, "size", "data bytes of each log ring a logger core hosts"),
+    var("REVERB_HEARTBEAT_MS", "400", LoggerCore, User, "ms", "a buddy logger whose heartbeat stops this long is dead (>= 20)"),
+    var("REVERB_LOGGER_CPU", "", LoggerCore, Set, "int", "OS cpu the logger core pins itself to (unset: not pinned)"),
+    var("REVERB_LOGGER_STOP_ON_EOF", "0", LoggerCore, Set, "bool", "1: drain, flush and exit when stdin (the launcher's pipe) ends"),
+    var("REVERB_LOGGER_DUMP_DIR", "", LoggerCore, T, "path", "directory for each hosted ring's image at exit (tests, forensics)"),
+    var("REVERB_LOGGER_STALL_MS", "5000", LoggerCore, User, "ms", "a logger loop standing still this long is called gone by its ranks"),
+    var("REVERB_LOGGER_ATTACH_TIMEOUT_S", "30", LoggerCore, User, "s", "how long a rank waits for its node's logger segment to appear"),
+    var("REVERB_LOGGER_RESPAWN", "0", LoggerCore, Set, "int", "nonzero: failed nodes are respawned, so a dead related logger is awaited back"),
+    var("REVERB_LOGGER_REJOIN_TIMEOUT_S", "30", LoggerCore, User, "s", "how long a dead related logger is awaited back (and a respawned one awaits hellos)"),
+    var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),
+    var("REVERB_LOGGER_FAULT_STARTUP", "", LoggerCore, Fault, "int", "the logger core of this node SIGKILLs itself in the start-up exchange (first incarnation)"),
+    // runtime and checkpoints
+    var("REVERB_CKPT", "what the node count allows", Runtime, User, "off|local|buddy|parity|rs", "checkpoint levels (unset: rs from 4 nodes, buddy from 2, none on one node)"),
+    var("REVERB_CKPT_SLOT_BYTES", "4m", Runtime, User, "size", "bytes of each in-memory checkpoint slot"),
+    var("REVERB_DETECT_MS", "50", Runtime, User, "ms", "how long a receive waits before it checks for dead peers (> 0)"),
+    var("REVERB_DETECT_GRACE_MS", "2000", Runtime, User, "ms", "grace for the launcher to fail a dead rank's node before the error is final (> 0)"),
+    var("REVERB_REJOIN_TIMEOUT_MS", "30000", Runtime, User, "ms", "bound on waiting for a dead rank to rejoin (> 0)"),
+    var("REVERB_RECV_TIMEOUT_MS", "120000", Runtime, User, "ms", "bound on one receive with every peer alive (> 0)"),
+    var("REVERB_RUNTIME_REPORT", "", Runtime, User, "path", "directory for per-rank JSON reports and the apps' checksum"),
+    var("REVERB_FAULT", "", Runtime, Fault, "list", "RANK:SENDS[@INCARNATION],..: that rank SIGKILLs itself after SENDS sends"),
+    var("REVERB_FAULT_CKPT", "", Runtime, Fault, "text", "RANK:EPOCH:STAGE: SIGKILL inside checkpoint EPOCH at STAGE"),
+    var("REVERB_FAULT_INIT", "", Runtime, Fault, "list", "RANK:STEP[:logger|:late][@retry],..: SIGKILL inside Runtime::init before STEP"),
+    var("REVERB_FAULT_GC", "", Runtime, Fault, "list", "RANK:EPOCH[:late],..: SIGKILL at the log GC after checkpoint EPOCH"),
+    // benchmarks and build
+    var("REVERB_BENCH_CORES", "", Bench, User, "list", "criterion shm bench: cpus to pin its two ranks to, e.g. 2,3"),
+    var("REVERB_NO_ISAL", "", Build, Tooling, "bool", "1: the rs bench's build script skips ISA-L as if it were missing"),
+    var("REVERB_ISAL_SKIP_REASON", "", Build, Tooling, "text", "set by benches/build.rs at compile time: why ISA-L is not used"),
+    // tests
+    var("REVERB_TEST_TIME_SCALE", "1", Test, T, "int", "multiplies the multi-process tests' time bounds (slow VMs)"),
+    var("REVERB_TEST_CHILD", "", Test, T, "text", "marks a re-executed testkit child process"),
+    var("REVERB_TEST_ROLE", "", Test, T, "text", "role of a re-executed test binary (rank, logger, ...)"),
+    var("REVERB_TEST_SEED", "1592590340", Test, T, "int", "seed of the logger protocol tests' random schedules (default 0x5eed0004)"),
+    var("REVERB_DETQ_ROLE", "", Test, T, "text", "role of a determinant-queue test process"),
+    var("REVERB_DETQ_PATH", "", Test, T, "path", "shared queue path of the determinant-queue test"),
+    var("REVERB_RESPAWN_TEST_OUT", "", Test, T, "path", "marks a respawn test rank and names its result directory"),
+    var("REVERB_STALE_TEST", "", Test, T, "bool", "runs the stale-incarnation rejoin test's rank body"),
+    // CI and comparison scripts
+    var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh: use this reverb binary instead of building one"),
+    var("REVERB_VM_KERNEL", "6.1", Ci, Tooling, "6.1|6.12|auto", "ci/rxe-vm.sh: guest kernel series"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut names: Vec<&str> = VARS.iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "a variable is listed twice");
+        for v in VARS {
+            assert!(v.name.starts_with("REVERB_") && !v.name.ends_with('_'), "{}", v.name);
+            assert!(v.name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+            assert!(!v.meaning.is_empty() && !v.meaning.contains('\n'), "{}", v.name);
+        }
+        assert_eq!(lookup("REVERB_PROVIDER").map(|v| v.default), Some("shm"));
+        for v in VARS.iter().filter(|v| !v.default.is_empty() && !v.default.contains(' ')) {
+            assert_eq!(v.check(v.default), Ok(()), "{}: the default does not fit the form", v.name);
+        }
+        assert!(lookup("REVERB_NOPE").is_none());
+    }
+}
