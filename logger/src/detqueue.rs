@@ -15,13 +15,17 @@
 //!
 //! Layout (all words are `AtomicU64`, so concurrent access from any process is race-free):
 //! ```text
-//! 0: magic | 8: version<<32 | entry words | 16: capacity | 24: consumer pid+1
+//! 0: magic | 8: version<<32 | entry words | 16: capacity | 24: consumer pid+1 | 32: creator pid
 //! 64: start | 128: end | 192: new | 256: taken      (one cache line each)
 //! 320: capacity × entry { sender<<32|receiver, ssn, rsn, reserved }
 //! ```
+//!
+//! The file is private to its user (mode 0600) and created exclusively; a leftover one is
+//! replaced only when its creator pid is dead (see `reverb_transport::shm::create_private`).
 
 use std::fs::OpenOptions;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +44,7 @@ const OFF_MAGIC: usize = 0;
 const OFF_LAYOUT: usize = 8;
 const OFF_CAPACITY: usize = 16;
 const OFF_CONSUMER: usize = 24;
+const OFF_CREATOR: usize = 32;
 const OFF_START: usize = 64;
 const OFF_END: usize = 128;
 const OFF_NEW: usize = 192;
@@ -90,23 +95,28 @@ impl std::fmt::Debug for DetQueue {
     }
 }
 
+/// The pid that created the queue file at `path`, if it is one (its magic is set).
+fn creator_pid(path: &Path) -> Option<u32> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; OFF_CREATOR + 8];
+    file.read_exact_at(&mut header, 0).ok()?;
+    let word = |off: usize| u64::from_le_bytes(header[off..off + 8].try_into().unwrap_or([0; 8]));
+    (word(OFF_MAGIC) == MAGIC).then(|| u32::try_from(word(OFF_CREATOR)).ok()).flatten().filter(|&p| p != 0)
+}
+
 fn file_len(capacity: u64) -> Option<u64> {
     capacity.checked_mul(ENTRY_LEN as u64)?.checked_add(OFF_ENTRIES as u64)
 }
 
 impl DetQueue {
-    /// Creates (or re-initializes) the queue file at `path`, e.g. `/dev/shm/reverb-<job>-node3-detq`.
+    /// Creates the queue file at `path`, e.g. `/dev/shm/reverb-<job>-node3-detq`: mode 0600,
+    /// exclusively. An existing file is an error unless its creator is dead (then replaced).
     pub fn create(path: impl AsRef<Path>, capacity: u64) -> Result<DetQueue> {
         let path = path.as_ref().to_path_buf();
         let len = file_len(capacity)
             .filter(|_| capacity > 0)
             .ok_or_else(|| LogError::InvalidArgument(format!("determinant queue capacity {capacity}")))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        let file = reverb_transport::shm::create_private(&path, creator_pid)
             .map_err(|e| LogError::io(format!("create {}", path.display()), e))?;
         file.set_len(len).map_err(|e| LogError::io(format!("size {}", path.display()), e))?;
         // SAFETY: the file is ours and freshly sized; other processes only map it after the
@@ -118,6 +128,7 @@ impl DetQueue {
         for off in [OFF_CONSUMER, OFF_START, OFF_END, OFF_NEW, OFF_TAKEN] {
             queue.word(off).store(0, Ordering::Relaxed);
         }
+        queue.word(OFF_CREATOR).store(u64::from(std::process::id()), Ordering::Relaxed);
         queue.word(OFF_LAYOUT).store(VERSION << 32 | ENTRY_WORDS, Ordering::Relaxed);
         queue.word(OFF_CAPACITY).store(capacity, Ordering::Relaxed);
         queue.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
@@ -391,6 +402,35 @@ mod tests {
         assert_eq!(out.iter().map(|d| d.ssn).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
         drop(c);
         assert!(q.consumer().is_ok(), "consumer role is released on drop");
+        std::fs::remove_file(&path).ok();
+    }
+
+    /// A pid no process has (a reaped child), if one is found.
+    fn dead_pid() -> Option<u32> {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        (!reverb_transport::shm::liveness::pid_exists(pid)).then_some(pid)
+    }
+
+    #[test]
+    fn the_file_is_private_exclusive_and_swept_only_when_its_creator_is_dead() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp_path("private");
+        let q = DetQueue::create(&path, 8).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        q.push(&det(1, 1)).unwrap();
+        // Its creator (this process) is alive: a second create is refused, nothing is reset.
+        let err = DetQueue::create(&path, 8).unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        assert_eq!(DetQueue::open(&path).unwrap().indices(), (0, 1, 1));
+        // Left behind by a dead creator: replaced by a fresh queue.
+        if let Some(dead) = dead_pid() {
+            q.word(OFF_CREATOR).store(u64::from(dead), Ordering::Relaxed);
+            drop(q);
+            let fresh = DetQueue::create(&path, 8).unwrap();
+            assert_eq!(fresh.indices(), (0, 0, 0));
+        }
         std::fs::remove_file(&path).ok();
     }
 

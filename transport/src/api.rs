@@ -20,6 +20,8 @@ pub type Tag = u64;
 pub enum ProviderKind {
     Shm,
     Verbs,
+    /// Every rank a thread of one process (in-process jobs and tests only).
+    Loopback,
 }
 
 impl ProviderKind {
@@ -27,6 +29,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Shm => "shm",
             ProviderKind::Verbs => "verbs",
+            ProviderKind::Loopback => "loopback",
         }
     }
 }
@@ -43,9 +46,10 @@ impl FromStr for ProviderKind {
         match s {
             "shm" => Ok(ProviderKind::Shm),
             "verbs" => Ok(ProviderKind::Verbs),
-            other => {
-                Err(TransportError::Config(format!("unknown provider {other:?} (expected shm or verbs)")))
-            }
+            "loopback" => Ok(ProviderKind::Loopback),
+            other => Err(TransportError::Config(format!(
+                "unknown provider {other:?} (expected shm, verbs or loopback)"
+            ))),
         }
     }
 }

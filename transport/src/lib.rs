@@ -2,6 +2,7 @@
 //!
 //! - [`api`]: the [`Provider`] trait and its types (regions, RMA, tagged messages, completions);
 //! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
+//! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
 //! - [`topo`]: hwloc topology discovery and core pinning.
 
@@ -9,6 +10,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod config;
 pub mod error;
+pub mod loopback;
 pub mod msg;
 pub mod nodemap;
 pub mod recovery;
@@ -16,6 +18,9 @@ pub mod region;
 pub mod shm;
 pub mod tagged;
 pub mod tagmatch;
+/// The multi-process test harness: test-only, so only in builds with the fault hooks (every
+/// crate's tests turn them on through a self dev-dependency).
+#[cfg(feature = "fault-injection")]
 pub mod testkit;
 pub mod topo;
 #[cfg(feature = "verbs")]
@@ -38,6 +43,7 @@ pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dy
     match config.provider {
         ProviderKind::Shm if respawned => Ok(Box::new(shm::ShmProvider::rejoin(config.clone(), boot)?)),
         ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
+        ProviderKind::Loopback => Ok(Box::new(loopback::LoopbackProvider::open(config.clone(), boot)?)),
         #[cfg(feature = "verbs")]
         ProviderKind::Verbs if respawned => Ok(Box::new(verbs::VerbsProvider::rejoin(config.clone(), boot)?)),
         #[cfg(feature = "verbs")]

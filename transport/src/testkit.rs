@@ -9,7 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{BootServer, TcpBootstrap};
-use crate::{Bootstrap, JobInfo, Provider, TransportConfig};
+use crate::loopback::InProcBootstrap;
+use crate::{Bootstrap, JobInfo, Provider, ProviderKind, TransportConfig};
 
 const CHILD_VAR: &str = "REVERB_TEST_CHILD";
 
@@ -212,6 +213,33 @@ pub fn run_job_ok(test: &str, job: &Job) -> Vec<String> {
 /// `ranks` processes, one per node, with extra environment; every rank must succeed.
 pub fn run_ok(test: &str, ranks: u32, env: &[(&str, &str)]) {
     run_job_ok(test, &Job::new(ranks).env(env));
+}
+
+/// Runs `body` as `ranks` ranks of an in-process job on the loopback provider, one thread
+/// each; the test fails if any rank panicked. The body is what a multi-process test's rank
+/// runs, so one body can serve both harnesses.
+pub fn run_threads<F>(test: &str, ranks: u32, body: F)
+where
+    F: Fn(&JobInfo, &mut dyn Bootstrap, &mut dyn Provider) + Sync,
+{
+    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let boots = InProcBootstrap::job(&job_id(test), ranks);
+    let body = &body;
+    let failed: Vec<u32> = std::thread::scope(|scope| {
+        let handles: Vec<_> = boots
+            .into_iter()
+            .map(|mut boot| {
+                let config = config.clone();
+                scope.spawn(move || {
+                    let mut provider = crate::open(&config, &mut boot).expect("open loopback");
+                    let job = boot.job().clone();
+                    body(&job, &mut boot, provider.as_mut());
+                })
+            })
+            .collect();
+        handles.into_iter().zip(0..).filter_map(|(h, rank)| h.join().is_err().then_some(rank)).collect()
+    });
+    assert!(failed.is_empty(), "{test}: loopback ranks {failed:?} panicked");
 }
 
 /// A deterministic byte pattern, distinct per seed.

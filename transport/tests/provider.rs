@@ -3,15 +3,20 @@
 //!
 //! Runs on the provider named by `REVERB_PROVIDER` (shm by default; the soft-RoCE VM runs it
 //! with `verbs`). Checks that only one provider can make say so and are skipped on the other.
+//!
+//! Every case that needs only a job of live ranks also runs on the loopback provider
+//! (`loopback_*`: the same body, ranks as threads of this process). The cases that SIGKILL or
+//! respawn ranks, inspect /dev/shm files or inject raw ring slots stay shm/verbs-only: a
+//! loopback rank is a thread, which cannot be killed alone or respawned, and has no files.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{child, pattern, run_job, run_ok, Job, WAIT};
+use common::{child, pattern, run_job, run_ok, run_threads, Job, WAIT};
 use reverb_transport::{
-    Access, Bootstrap, CompletionKind, OpId, Provider, RecvBuffer, RemoteRegion, Rma, Signal, Source,
-    TagMatch, TransportError,
+    Access, Bootstrap, CompletionKind, JobInfo, OpId, Provider, ProviderKind, RecvBuffer, RemoteRegion, Rma,
+    Signal, Source, TagMatch, TransportError,
 };
 
 /// Sizes from 1 B to 8 MiB, dense around the default 8 KiB eager/rendezvous threshold.
@@ -40,9 +45,18 @@ fn rma_every_size_verified() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("rma_every_size_verified", 2, &[]);
     };
+    rma_every_size_verified_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_rma_every_size_verified() {
+    run_threads("loopback_rma_every_size_verified", 2, rma_every_size_verified_body);
+}
+
+fn rma_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
     let max = *SIZES.iter().max().unwrap_or(&1);
     let region = p.alloc_region(max, Access::REMOTE_RW).expect("alloc");
-    let all = exchange(&mut boot, &region.remote());
+    let all = exchange(boot, &region.remote());
     let peer = all[1 - job.rank as usize];
     for (i, &size) in SIZES.iter().enumerate() {
         let seed = i as u64;
@@ -65,7 +79,7 @@ fn rma_every_size_verified() {
             let op = p.put_imm(rest, i as u32, Signal::Yes).unwrap();
             p.wait_op(op, WAIT).unwrap().into_result().unwrap();
             // rank 1 fills its region with another pattern; read it back with get.
-            recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(1000 + i as u64), 8);
+            recv_owned(&mut *p, Source::Rank(1), TagMatch::exact(1000 + i as u64), 8);
             let op = p
                 .get(
                     Rma { local: &region, local_offset: 0, remote: &peer, remote_offset: 0, len: size },
@@ -102,6 +116,15 @@ fn tagged_every_size_verified() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("tagged_every_size_verified", 2, &[]);
     };
+    tagged_every_size_verified_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_tagged_every_size_verified() {
+    run_threads("loopback_tagged_every_size_verified", 2, tagged_every_size_verified_body);
+}
+
+fn tagged_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
     let max = *SIZES.iter().max().unwrap_or(&1);
     let region = p.alloc_region(max, Access::REMOTE_READ).expect("alloc");
     for (i, &size) in SIZES.iter().enumerate() {
@@ -132,7 +155,7 @@ fn tagged_every_size_verified() {
                     RecvBuffer::Region { region: into.clone(), offset: 0, capacity: size },
                 )
                 .unwrap();
-            let (src, t, got) = recv_owned(p.as_mut(), Source::Any, TagMatch::exact(tag), size);
+            let (src, t, got) = recv_owned(&mut *p, Source::Any, TagMatch::exact(tag), size);
             assert_eq!((src, t), (0, tag));
             assert_eq!(got, data, "send of {size} bytes");
             let c = p.wait_op(r1, WAIT).unwrap().into_result().unwrap();
@@ -151,11 +174,28 @@ fn rendezvous_arriving_behind_a_full_send_queue_completes() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("rendezvous_arriving_behind_a_full_send_queue_completes", 2, &[]);
     };
+    rendezvous_arriving_behind_a_full_send_queue_completes_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_rendezvous_arriving_behind_a_full_send_queue_completes() {
+    run_threads(
+        "loopback_rendezvous_arriving_behind_a_full_send_queue_completes",
+        2,
+        rendezvous_arriving_behind_a_full_send_queue_completes_body,
+    );
+}
+
+fn rendezvous_arriving_behind_a_full_send_queue_completes_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
     const MESSAGES: u64 = 16;
     const SIZE: usize = 64 << 10;
     const PUTS: usize = 4096;
     let region = p.alloc_region(SIZE, Access::REMOTE_RW).expect("alloc");
-    let all = exchange(&mut boot, &region.remote());
+    let all = exchange(boot, &region.remote());
     if job.rank == 0 {
         boot.barrier().unwrap();
         let ops: Vec<OpId> =
@@ -196,11 +236,20 @@ fn any_source_keeps_per_sender_order() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("any_source_keeps_per_sender_order", 4, &[("REVERB_RING_SLOTS", "8")]);
     };
+    any_source_keeps_per_sender_order_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_any_source_keeps_per_sender_order() {
+    run_threads("loopback_any_source_keeps_per_sender_order", 4, any_source_keeps_per_sender_order_body);
+}
+
+fn any_source_keeps_per_sender_order_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
     const PER_SENDER: u32 = 300;
     if job.rank == 0 {
         let mut next = [0u32; 4];
         for _ in 0..3 * PER_SENDER {
-            let (src, tag, data) = recv_owned(p.as_mut(), Source::Any, TagMatch::any(), 1 << 16);
+            let (src, tag, data) = recv_owned(&mut *p, Source::Any, TagMatch::any(), 1 << 16);
             let seq = u32::from_le_bytes(data[..4].try_into().unwrap());
             assert_eq!(seq, next[src as usize], "message from {src} out of order");
             assert_eq!(tag, seq as u64);
@@ -229,6 +278,15 @@ fn rma_errors_leave_target_untouched() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("rma_errors_leave_target_untouched", 2, &[]);
     };
+    rma_errors_leave_target_untouched_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_rma_errors_leave_target_untouched() {
+    run_threads("loopback_rma_errors_leave_target_untouched", 2, rma_errors_leave_target_untouched_body);
+}
+
+fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
     let target = p.alloc_region(4096, Access::REMOTE_RW).unwrap();
     let read_only = p.alloc_region(4096, Access::REMOTE_READ).unwrap();
     let gone = p.alloc_region(4096, Access::REMOTE_RW).unwrap();
@@ -261,9 +319,10 @@ fn rma_errors_leave_target_untouched() {
             ("deregistered", rma(&g, 0, 8), true, false),
             ("read-only target", rma(&ro, 0, 8), false, false),
         ];
-        let shm = common::provider_name() == "shm";
+        // shm and loopback check every descriptor against the owner's table at the initiator.
+        let at_initiator = p.kind() != ProviderKind::Verbs;
         for (what, (remote, off, len), check_get, everywhere) in cases {
-            if !everywhere && !shm {
+            if !everywhere && !at_initiator {
                 continue;
             }
             let op = Rma { local: &local, local_offset: 0, remote: &remote, remote_offset: off, len };
@@ -309,6 +368,15 @@ fn truncated_receives_fail_cleanly() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("truncated_receives_fail_cleanly", 2, &[]);
     };
+    truncated_receives_fail_cleanly_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_truncated_receives_fail_cleanly() {
+    run_threads("loopback_truncated_receives_fail_cleanly", 2, truncated_receives_fail_cleanly_body);
+}
+
+fn truncated_receives_fail_cleanly_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
     if job.rank == 0 {
         let a = p.send(1, 1, &[7u8; 100]).unwrap();
         let b = p.send(1, 2, &vec![8u8; 65536]).unwrap();
@@ -329,7 +397,7 @@ fn truncated_receives_fail_cleanly() {
             );
         }
         // The channel still works afterwards.
-        let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(3), 16);
+        let (_, _, data) = recv_owned(&mut *p, Source::Rank(0), TagMatch::exact(3), 16);
         assert_eq!(data, b"after");
     }
     boot.barrier().unwrap();
@@ -758,6 +826,23 @@ fn messages_sent_before_a_clean_exit_still_arrive() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("messages_sent_before_a_clean_exit_still_arrive", 2, &[]);
     };
+    messages_sent_before_a_clean_exit_still_arrive_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_messages_sent_before_a_clean_exit_still_arrive() {
+    run_threads(
+        "loopback_messages_sent_before_a_clean_exit_still_arrive",
+        2,
+        messages_sent_before_a_clean_exit_still_arrive_body,
+    );
+}
+
+fn messages_sent_before_a_clean_exit_still_arrive_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
     boot.barrier().unwrap();
     if job.rank == 1 {
         for i in 0..20u64 {
@@ -772,7 +857,7 @@ fn messages_sent_before_a_clean_exit_still_arrive() {
         assert!(t0.elapsed() < WAIT, "rank 1's exit not seen");
     }
     for i in 0..20u64 {
-        let (src, tag, data) = recv_owned(p.as_mut(), Source::Rank(1), TagMatch::exact(i), 100);
+        let (src, tag, data) = recv_owned(&mut *p, Source::Rank(1), TagMatch::exact(i), 100);
         assert_eq!((src, tag), (1, i));
         assert_eq!(data, pattern(i, 100));
     }
@@ -786,6 +871,23 @@ fn a_posted_receive_gets_the_last_message_of_a_peer_found_dead() {
     let Some((job, mut boot, mut p)) = child() else {
         return run_ok("a_posted_receive_gets_the_last_message_of_a_peer_found_dead", 2, &[]);
     };
+    a_posted_receive_gets_the_last_message_of_a_peer_found_dead_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_a_posted_receive_gets_the_last_message_of_a_peer_found_dead() {
+    run_threads(
+        "loopback_a_posted_receive_gets_the_last_message_of_a_peer_found_dead",
+        2,
+        a_posted_receive_gets_the_last_message_of_a_peer_found_dead_body,
+    );
+}
+
+fn a_posted_receive_gets_the_last_message_of_a_peer_found_dead_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
     if job.rank == 1 {
         boot.barrier().unwrap();
         let op = p.send(0, 7, &pattern(7, 24)).unwrap();

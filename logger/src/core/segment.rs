@@ -12,14 +12,18 @@
 //!
 //! Layout (little-endian; every word is an `AtomicU64`):
 //! ```text
-//! 0: magic | 8: version | 16: lanes | 24: lane capacity
+//! 0: magic | 8: version | 16: lanes | 24: lane capacity | 32: creator pid
 //! 64..: status words (STATUS_*)
 //! 256..1280: failure verdicts, 16 slots of 64 B (see [`NodeVerdict`]), guarded by the
 //!            `VerdictGeneration` status word (a sequence lock: odd while the logger writes)
 //! 1280 + i * (LANE_HEADER + capacity): lane i = head@0 taken@64 durable@128 owner@192 | data
 //! ```
+//!
+//! The file holds logged payloads: it is private to its user (mode 0600) and created
+//! exclusively; a leftover one is replaced only when its creator pid is dead.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,6 +37,7 @@ const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_LANES: usize = 16;
 const OFF_LANE_CAPACITY: usize = 24;
+const OFF_CREATOR: usize = 32;
 const OFF_STATUS: usize = 64;
 const OFF_VERDICTS: usize = 256;
 /// Verdict slots: a logger watches its buddy and the nodes it hosts rings for (at most 3
@@ -194,13 +199,23 @@ impl std::fmt::Debug for NodeSegment {
     }
 }
 
+/// The pid that created the segment file at `path`, if it is one (its magic is set).
+fn creator_pid(path: &Path) -> Option<u32> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; OFF_CREATOR + 8];
+    file.read_exact_at(&mut header, 0).ok()?;
+    let word = |off: usize| u64::from_le_bytes(header[off..off + 8].try_into().unwrap_or([0; 8]));
+    (word(OFF_MAGIC) == MAGIC).then(|| u32::try_from(word(OFF_CREATOR)).ok()).flatten().filter(|&p| p != 0)
+}
+
 fn file_len(lanes: u64, lane_capacity: u64) -> Option<u64> {
     lanes.checked_mul(lane_capacity.checked_add(LANE_HEADER as u64)?)?.checked_add(OFF_LANE0 as u64)
 }
 
 impl NodeSegment {
-    /// Creates (or re-initializes) the segment file at `path` with `lanes` payload lanes of
-    /// `lane_capacity` bytes (a positive multiple of 64).
+    /// Creates the segment file at `path` with `lanes` payload lanes of `lane_capacity` bytes
+    /// (a positive multiple of 64): mode 0600, exclusively. An existing file is an error unless
+    /// its creator is dead (then replaced).
     pub fn create(path: impl AsRef<Path>, lanes: u64, lane_capacity: u64) -> Result<Self, CoreError> {
         let path = path.as_ref().to_path_buf();
         if lanes == 0 || lanes > MAX_LANES || lane_capacity == 0 || !lane_capacity.is_multiple_of(64) {
@@ -211,12 +226,7 @@ impl NodeSegment {
         }
         let len = file_len(lanes, lane_capacity)
             .ok_or_else(|| CoreError::Config(format!("node segment of {lanes} x {lane_capacity} bytes")))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        let file = reverb_transport::shm::create_private(&path, creator_pid)
             .map_err(|e| CoreError::io(format!("create {}", path.display()), e))?;
         file.set_len(len).map_err(|e| CoreError::io(format!("size {}", path.display()), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| CoreError::io(format!("map {}", path.display()), e))?;
@@ -224,6 +234,7 @@ impl NodeSegment {
         seg.word(OFF_LANES).store(lanes, Ordering::Relaxed);
         seg.word(OFF_LANE_CAPACITY).store(lane_capacity, Ordering::Relaxed);
         seg.word(OFF_VERSION).store(VERSION, Ordering::Relaxed);
+        seg.word(OFF_CREATOR).store(u64::from(std::process::id()), Ordering::Relaxed);
         seg.set(Status::BuddyNode, u64::MAX);
         seg.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
         Ok(seg)
@@ -628,6 +639,28 @@ mod tests {
         assert!(NodeSegment::open(&path).is_err());
         assert!(NodeSegment::create(&path, 0, 64).is_err());
         assert!(NodeSegment::create(&path, 1, 100).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn the_file_is_private_exclusive_and_swept_only_when_its_creator_is_dead() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp("private");
+        let seg = NodeSegment::create(&path, 1, 64).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        seg.set(Status::State, 7);
+        let err = NodeSegment::create(&path, 1, 64).unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        assert_eq!(NodeSegment::open(&path).unwrap().get(Status::State), 7, "nothing was reset");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        if !reverb_transport::shm::liveness::pid_exists(dead) {
+            seg.word(OFF_CREATOR).store(u64::from(dead), Ordering::Relaxed);
+            drop(seg);
+            let fresh = NodeSegment::create(&path, 1, 64).unwrap();
+            assert_eq!(fresh.get(Status::State), 0);
+        }
         std::fs::remove_file(&path).ok();
     }
 

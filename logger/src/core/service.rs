@@ -1382,10 +1382,15 @@ pub fn hosted_snapshot_path(segment_base: &str, client: Rank) -> PathBuf {
     PathBuf::from(format!("{segment_base}.hosted-node{client}"))
 }
 
-/// Readers never see a half-written snapshot: write aside, then rename.
+/// Readers never see a half-written snapshot: write aside, then rename. Private (0600) like
+/// the segment, as it holds logged payloads; a leftover aside file is this logger's to replace.
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<(), CoreError> {
+    use std::io::Write as _;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| CoreError::io(format!("write {}", tmp.display()), e))?;
+    std::fs::remove_file(&tmp).ok();
+    reverb_transport::shm::create_private(&tmp, |_| None)
+        .and_then(|mut file| file.write_all(bytes))
+        .map_err(|e| CoreError::io(format!("write {}", tmp.display()), e))?;
     std::fs::rename(&tmp, path).map_err(|e| CoreError::io(format!("rename to {}", path.display()), e))
 }
 

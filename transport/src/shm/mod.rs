@@ -14,8 +14,10 @@
 
 mod control;
 mod futex;
-pub(crate) mod liveness;
+pub mod liveness;
 mod segment;
+
+pub use segment::{create_private, pid_in_name, segment_path, sweep_stale};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};

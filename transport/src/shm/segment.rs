@@ -1,11 +1,13 @@
 //! Named shared-memory segments in /dev/shm, mapped with memmap2.
 //!
 //! Every file is named `reverb.<job>.<rank>.<pid>.<what>` so that a later start can find the
-//! segments of crashed processes (their pid is gone) and unlink them.
+//! segments of crashed processes (their pid is gone) and unlink them. Every shared file reverb
+//! makes (these, and the logger's node files) is created through [`create_private`].
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
@@ -29,6 +31,44 @@ pub fn segment_path(job: &str, rank: Rank, pid: u32, what: &str) -> PathBuf {
     PathBuf::from(SHM_DIR).join(format!("{PREFIX}{job}.{rank}.{pid}.{what}"))
 }
 
+/// Creates `path` for this user alone: mode 0600 and exclusively (`O_CREAT|O_EXCL`), so other
+/// users on a shared node cannot read what goes in and nothing is ever overwritten. An existing
+/// file is replaced only when it is provably stale: `creator` names the pid that made it and that
+/// process is gone. Otherwise the error is `AlreadyExists`, naming the file and its creator.
+pub fn create_private(path: &Path, creator: impl Fn(&Path) -> Option<u32>) -> io::Result<File> {
+    let create = || OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path);
+    let exists = match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => e,
+        other => return other,
+    };
+    match creator(path) {
+        Some(pid) if !super::liveness::pid_exists(pid) => {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                // Another process swept it first.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            create()
+        }
+        pid => {
+            let by = pid.map_or("an unknown process".to_string(), |p| format!("live pid {p}"));
+            Err(io::Error::new(
+                exists.kind(),
+                format!("{} already exists (made by {by}); not overwriting it", path.display()),
+            ))
+        }
+    }
+}
+
+/// The creator pid in a segment's name (`reverb.<job>.<rank>.<pid>.<what>`).
+pub fn pid_in_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    let rest = name.strip_prefix(PREFIX)?;
+    // From the right: what, pid.
+    rest.rsplit('.').nth(1)?.parse().ok()
+}
+
 /// A mapped segment that this process created; unlinked when dropped.
 pub struct OwnedSegment {
     pub map: MmapMut,
@@ -37,13 +77,7 @@ pub struct OwnedSegment {
 
 impl OwnedSegment {
     pub fn create(path: PathBuf, len: usize) -> Result<OwnedSegment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .context(|| format!("create {}", path.display()))?;
+        let file = create_private(&path, pid_in_name).context(|| format!("create {}", path.display()))?;
         file.set_len(len as u64).context(|| format!("size {} to {len} bytes", path.display()))?;
         // SAFETY: the file was just created by us with mode 0600; other processes map it too,
         // which is the point, and all access through the mapping uses atomics or raw copies.
@@ -85,12 +119,7 @@ pub fn sweep_stale() -> usize {
     let Ok(dir) = std::fs::read_dir(SHM_DIR) else { return 0 };
     let mut removed = 0;
     for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(rest) = name.strip_prefix(PREFIX) else { continue };
-        let fields: Vec<&str> = rest.rsplitn(3, '.').collect();
-        // rsplitn yields [what, pid, job.rank]
-        let Some(pid) = fields.get(1).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = pid_in_name(&entry.path()) else { continue };
         if !super::liveness::pid_exists(pid) && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }

@@ -1,0 +1,417 @@
+//! The loopback provider: every rank of the job is a thread of this one process (UCX's `self`
+//! transport, for a whole job). Fast unit tests of the layers above run N ranks in one test
+//! without processes, files or sockets, yet through the same `Provider` contract:
+//!
+//! - registered regions are heap blocks in each rank's registration table; every RMA is
+//!   checked against the owner's table (key, address, bounds, access) before a byte moves;
+//! - tagged messages, rendezvous control (RTS/FIN) and immediates go to the target's inbox;
+//!   slice sends are eager (a copy), region sends above the threshold are rendezvous (the
+//!   receiver copies from the sender's region, then FINs);
+//! - a rank whose provider is dropped is `Dead` to the others: what it sent first still
+//!   arrives, then everything pending on it fails with `PeerDead`.
+//!
+//! Ranks meet through `fabric` by job id; [`InProcBootstrap`] gives them a bootstrap. No respawn: `reconnect` is unsupported.
+
+mod bootstrap;
+mod fabric;
+mod memory;
+
+pub use bootstrap::InProcBootstrap;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::api::*;
+use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::config::{TransportConfig, WaitMode};
+use crate::error::{ErrorQueue, Result, TransportError};
+use crate::msg::{kind, SlotHeader};
+use crate::region::Region;
+use crate::tagged::{self, Fetch, TaggedState};
+use crate::tagmatch::PostedRecv;
+use fabric::{Endpoint, Fabric, Message, Registered};
+use memory::Memory;
+
+/// Deregisters a region from its owner's table when the last handle on it drops.
+struct Registration {
+    owner: Weak<Endpoint>,
+    key: u64,
+    _memory: Arc<Memory>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.upgrade() {
+            owner.deregister(self.key);
+        }
+    }
+}
+
+pub struct LoopbackProvider {
+    config: TransportConfig,
+    job: JobInfo,
+    _fabric: Arc<Fabric>,
+    me: Arc<Endpoint>,
+    peers: Vec<Arc<Endpoint>>,
+    dead: Vec<bool>,
+    next_op: u64,
+    cq: VecDeque<Completion>,
+    tagged: TaggedState,
+    malformed: ErrorQueue,
+}
+
+impl LoopbackProvider {
+    /// Joins the in-process job named by `boot.job().job_id`; every rank must open on its own
+    /// thread of this process (a collective: `boot.allgather` checks they all share a fabric).
+    pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<LoopbackProvider> {
+        config.validate()?;
+        let job = boot.job().clone();
+        if job.rank >= job.size {
+            return Err(TransportError::InvalidRank(job.rank, job.size));
+        }
+        if job.incarnation > 0 {
+            return Err(TransportError::Unsupported("respawned ranks on the loopback provider".into()));
+        }
+        let fabric = Fabric::for_job(&job.job_id, job.size)?;
+        let me = fabric.join(job.rank)?;
+        let ids = boot.allgather(&fabric.id.to_le_bytes())?;
+        if ids.iter().any(|id| id.as_slice() != fabric.id.to_le_bytes()) {
+            me.close();
+            return Err(TransportError::Unavailable(
+                "loopback",
+                "the job's ranks are in different processes: loopback runs ranks as threads".into(),
+            ));
+        }
+        let peers = fabric.all()?;
+        let dead = vec![false; job.size as usize];
+        Ok(LoopbackProvider {
+            config,
+            job,
+            _fabric: fabric,
+            me,
+            peers,
+            dead,
+            next_op: 1,
+            cq: VecDeque::new(),
+            tagged: TaggedState::default(),
+            malformed: ErrorQueue::default(),
+        })
+    }
+
+    fn next_op(&mut self) -> OpId {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        id
+    }
+
+    fn live_peer(&self, rank: Rank) -> Result<&Arc<Endpoint>> {
+        let peer = self.peers.get(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        if self.dead[rank as usize] {
+            return Err(TransportError::PeerDead(rank));
+        }
+        Ok(peer)
+    }
+
+    fn push(&self, dest: Rank, header: SlotHeader, payload: Vec<u8>) -> Result<()> {
+        self.live_peer(dest)?.deliver(Message { source: self.job.rank, header, payload });
+        Ok(())
+    }
+
+    fn complete(&mut self, op: OpId, kind: CompletionKind, signal: Signal) {
+        if signal == Signal::Yes {
+            self.cq.push_back(Completion::ok(op, kind));
+        }
+    }
+
+    /// Validates `len` bytes at `offset` of a peer's region against the owner's table (never
+    /// the forgeable descriptor) and returns the registered memory.
+    fn remote_memory(
+        &self,
+        op: &'static str,
+        remote: &RemoteRegion,
+        offset: u64,
+        len: usize,
+        need: Access,
+    ) -> Result<Arc<Memory>> {
+        let owner = self.live_peer(remote.owner)?;
+        let invalid = TransportError::InvalidKey { op, owner: remote.owner, key: remote.key };
+        let Registered { memory, access } = owner.lookup(remote.key).ok_or(invalid.clone())?;
+        if memory.ptr() as u64 != remote.addr {
+            return Err(invalid);
+        }
+        let limit = (memory.len() as u64).min(remote.len);
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= limit => {}
+            _ => return Err(TransportError::OutOfBounds { op, offset, len: len as u64, region_len: limit }),
+        }
+        if !access.allows(need) {
+            let needed = if need == Access::REMOTE_WRITE { "remote write" } else { "remote read" };
+            return Err(TransportError::AccessDenied { op, needed });
+        }
+        Ok(memory)
+    }
+
+    /// Copies between the local and the remote region of `rma`; `write` is put, else get.
+    fn rma_copy(&self, op: &'static str, rma: &Rma<'_>, write: bool) -> Result<()> {
+        rma.local.check_bounds(op, rma.local_offset, rma.len)?;
+        let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+        let memory = self.remote_memory(op, rma.remote, rma.remote_offset, rma.len, need)?;
+        // SAFETY: the local range was checked against the local region and the remote one
+        // against the owner's table; `memory` stays alive for the copy.
+        unsafe {
+            let local = rma.local.as_ptr().add(rma.local_offset);
+            let at = rma.remote_offset as usize;
+            if write {
+                memory.write_from(at, local, rma.len);
+            } else {
+                memory.read_into(at, local, rma.len);
+            }
+        }
+        Ok(())
+    }
+
+    fn send_eager(&mut self, dest: Rank, tag: Tag, data: Vec<u8>) -> Result<OpId> {
+        let len = data.len();
+        self.push(dest, SlotHeader::eager(tag, len), data)?;
+        let op = self.next_op();
+        self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+        Ok(op)
+    }
+
+    /// Receiver side of rendezvous: copy the sender's region, then tell it (FIN).
+    fn rndv_fetch(&mut self, f: Fetch) {
+        let Fetch { recv, source, rts } = f;
+        let len = rts.len as usize;
+        let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
+        let result = if len > recv.buffer.capacity() {
+            Err(TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 })
+        } else {
+            self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
+        };
+        // A dead sender needs no FIN; the receive's own result says what happened.
+        let _ = self.push(source, SlotHeader::fin(&rts, tagged::fin_status(&result)), Vec::new());
+        self.cq.push_back(tagged::recv_completion(recv.op, source, rts.tag, len, result));
+    }
+
+    fn read_remote(
+        &self,
+        remote: &RemoteRegion,
+        offset: u64,
+        len: usize,
+        buffer: &RecvBuffer,
+    ) -> Result<Option<Vec<u8>>> {
+        let memory = self.remote_memory("rendezvous read", remote, offset, len, Access::REMOTE_READ)?;
+        let mut data = vec![0u8; len];
+        // SAFETY: offset + len was checked against the owner's table; `data` holds len bytes.
+        unsafe { memory.read_into(offset as usize, data.as_mut_ptr(), len) };
+        match buffer {
+            RecvBuffer::Region { .. } => tagged::deliver(buffer, &data),
+            RecvBuffer::Owned { .. } => Ok(Some(data)),
+        }
+    }
+
+    fn handle(&mut self, m: Message) {
+        let Message { source, header, payload } = m;
+        match header.kind {
+            kind::EAGER => self.tagged.on_eager(source, header.tag, &payload, &mut self.cq),
+            kind::RTS => {
+                if let Some(fetch) = self.tagged.on_rts(source, header) {
+                    self.rndv_fetch(fetch);
+                }
+            }
+            kind::FIN => {
+                if let Err(e) = self.tagged.on_fin(source, &header, &mut self.cq) {
+                    self.malformed.push(e);
+                }
+            }
+            kind::IMM => self.cq.push_back(Completion::ok(
+                OpId::REMOTE,
+                CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
+            )),
+            other => self.malformed.push(TransportError::Malformed {
+                what: "message",
+                detail: format!("unknown kind {other} from rank {source}"),
+            }),
+        }
+    }
+
+    fn drain_inbox(&mut self) {
+        for m in self.me.take_all() {
+            self.handle(m);
+        }
+    }
+
+    /// Marks peers whose provider was dropped dead, after taking in what they sent first.
+    fn check_liveness(&mut self) {
+        let newly_dead: Vec<usize> =
+            (0..self.peers.len()).filter(|&r| !self.dead[r] && self.peers[r].is_closed()).collect();
+        if newly_dead.is_empty() {
+            return;
+        }
+        // A closed peer sends nothing more: one drain takes in its last words.
+        self.drain_inbox();
+        for rank in newly_dead {
+            self.dead[rank] = true;
+            let dead = TransportError::PeerDead(rank as Rank);
+            self.tagged.fail_peer(rank as Rank, &dead, &mut self.cq);
+        }
+    }
+}
+
+impl Provider for LoopbackProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Loopback
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::PUT
+            | Capabilities::PUT_IMM
+            | Capabilities::GET
+            | Capabilities::TAGGED
+            | Capabilities::RNDV_ZCOPY
+            | Capabilities::EVENT_WAIT
+            | Capabilities::SYNC_RMA
+    }
+
+    fn rank(&self) -> Rank {
+        self.job.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.job.size
+    }
+
+    fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
+        if len == 0 {
+            return Err(TransportError::Config("cannot register an empty region".into()));
+        }
+        let memory = Memory::zeroed(len);
+        let entry = Registered { memory: Arc::clone(&memory), access };
+        let key = loop {
+            let key = rand::random::<u64>();
+            if key != 0 && self.me.register(key, entry.clone()) {
+                break key;
+            }
+        };
+        let ptr = memory.ptr();
+        let remote = RemoteRegion { owner: self.job.rank, addr: ptr as u64, len: len as u64, key };
+        let backing = Registration { owner: Arc::downgrade(&self.me), key, _memory: memory };
+        // SAFETY: ptr..ptr+len is the block `backing` keeps alive.
+        Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
+    }
+
+    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma_copy("put", &rma, true)?;
+        let op = self.next_op();
+        self.complete(op, CompletionKind::Put, signal);
+        Ok(op)
+    }
+
+    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+        self.rma_copy("put_imm", &rma, true)?;
+        let header = SlotHeader { kind: kind::IMM, imm, len: rma.len as u64, ..Default::default() };
+        self.push(rma.remote.owner, header, Vec::new())?;
+        let op = self.next_op();
+        self.complete(op, CompletionKind::PutImm, signal);
+        Ok(op)
+    }
+
+    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma_copy("get", &rma, false)?;
+        let op = self.next_op();
+        self.complete(op, CompletionKind::Get, signal);
+        Ok(op)
+    }
+
+    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.live_peer(dest)?;
+        self.send_eager(dest, tag, data.to_vec())
+    }
+
+    fn send_region(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        self.live_peer(dest)?;
+        region.check_bounds("send", offset, len)?;
+        if len <= self.config.rndv_thresh {
+            return self.send_eager(dest, tag, region.to_vec(offset, len)?);
+        }
+        if !region.access().allows(Access::REMOTE_READ) {
+            return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
+        }
+        let op = self.next_op();
+        self.push(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), Vec::new())?;
+        self.tagged.add_pending(op, dest, tag, len, region);
+        Ok(op)
+    }
+
+    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+        tagged::check_recv(source, &buffer, self.job.size)?;
+        // What arrived already (a dead peer's last words included) is matched first.
+        self.drain_inbox();
+        let op = self.next_op();
+        let dead = &self.dead;
+        let is_dead = |r: Rank| dead[r as usize];
+        if let Some(fetch) =
+            self.tagged.post(PostedRecv { op, source, tag, buffer }, is_dead, &mut self.cq)?
+        {
+            self.rndv_fetch(fetch);
+        }
+        Ok(op)
+    }
+
+    fn peer_state(&self, peer: Rank) -> PeerState {
+        match self.dead.get(peer as usize) {
+            Some(false) => PeerState::Alive,
+            _ => PeerState::Dead,
+        }
+    }
+
+    fn progress(&mut self) -> Result<()> {
+        self.check_liveness();
+        self.drain_inbox();
+        match self.malformed.next_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn block(&mut self, timeout: Duration) -> Result<()> {
+        self.check_liveness();
+        if !self.cq.is_empty() {
+            return Ok(());
+        }
+        if self.config.wait_mode == WaitMode::Poll {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        self.me.wait(timeout);
+        Ok(())
+    }
+
+    fn completions(&mut self) -> &mut VecDeque<Completion> {
+        &mut self.cq
+    }
+}
+
+impl Drop for LoopbackProvider {
+    fn drop(&mut self) {
+        // Peers see the close at their next progress; wake the sleepers so they look now.
+        self.me.close();
+        for (rank, peer) in self.peers.iter().enumerate() {
+            if rank != self.job.rank as usize {
+                peer.wake();
+            }
+        }
+    }
+}
