@@ -2,7 +2,7 @@
 //! providers use to exchange their addresses. The TCP rendezvous at `REVERB_ROOT` is the
 //! implementation; every connection presents `REVERB_JOB_TOKEN`.
 //!
-//! - [`env`]: [`JobInfo::from_env`] (launcher, Slurm, Open MPI, PMI) and [`BootParams`];
+//! - [`env`](mod@env): [`JobInfo::from_env`] (launcher, Slurm, Open MPI, PMI) and [`BootParams`];
 //! - [`wire`]: the framed, versioned protocol;
 //! - [`tcp`]: [`BootServer`] and the [`TcpBootstrap`] client.
 

@@ -3,7 +3,7 @@
 //!
 //! - [`parse`]: the one grammar for sizes, durations, booleans, enums and lists;
 //! - [`registry`]: the catalogue of every variable (default, owner, meaning);
-//! - [`env`]: typed reads of registered variables ([`Env`]);
+//! - [`env`](mod@env): typed reads of registered variables ([`Env`]);
 //! - the transport's own settings, [`TransportConfig`].
 
 pub mod env;
