@@ -98,7 +98,39 @@ impl Runtime {
     /// set up again: agree on the recovery epoch, restore (restarted ranks), hand over
     /// determinants, then resend (survivors).
     pub(super) fn recovery_collective(&mut self, failed: &[Rank], restarted: bool) -> Result<()> {
-        // Round A: survivors' commit state; restarted ranks say so.
+        let round_a = self.recovery_round_a(failed, restarted)?;
+        // A restarted rank learns here who else restarted (nodes may fail together), and
+        // connects to their new incarnations.
+        let failed: Vec<Rank> = if restarted { round_a.flagged.clone() } else { failed.to_vec() };
+        if restarted {
+            self.connect_current(&failed)?;
+        }
+        self.check_failed_set(&failed, &round_a)?;
+        let recovery = round_a.epochs.iter().copied().min_by_key(|&(e, _)| e).unwrap_or((0, 0));
+        let commit = (recovery.0 > 0).then_some(recovery);
+        if let Some(ckpt) = self.ckpt.as_mut() {
+            ckpt.adopt_commit_state(commit, round_a.next)?;
+        }
+        let round_b = self.restore_and_hand_over(&failed, restarted, recovery.0)?;
+        let all = self.boot.allgather(&round_b)?;
+        let lost: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.first() == Some(&1))
+            .map(|(r, b)| format!("rank {r}: {}", String::from_utf8_lossy(&b[1..])))
+            .collect();
+        if !lost.is_empty() {
+            return Err(RuntimeError::Unrecoverable(lost.join("; ")));
+        }
+        if restarted {
+            self.replay_targets(&all, &failed)
+        } else {
+            self.resend_to_restarted(&all, &failed)
+        }
+    }
+
+    /// Round A: survivors' commit state; restarted ranks say so.
+    fn recovery_round_a(&mut self, failed: &[Rank], restarted: bool) -> Result<RoundA> {
         let mut mine = vec![u8::from(restarted)];
         let (committed, next_epoch) = self.ckpt.as_ref().map_or((None, 1), Checkpointer::commit_state);
         mine.extend_from_slice(&committed.map_or(0, |(e, _)| e).to_le_bytes());
@@ -109,10 +141,7 @@ impl Runtime {
         let cut = !restarted && failed.iter().any(|r| self.logs_cut.contains(r));
         mine.push(u8::from(cut));
         let all = self.boot.allgather(&mine)?;
-        let mut flagged = Vec::new();
-        let mut cut_seen_by: Vec<Rank> = Vec::new();
-        let mut epochs: Vec<(Epoch, usize)> = Vec::new();
-        let mut next = 1;
+        let mut round = RoundA { flagged: Vec::new(), cut_seen_by: Vec::new(), epochs: Vec::new(), next: 1 };
         for (r, b) in all.iter().enumerate() {
             if b.len() != 19 {
                 return Err(RuntimeError::InvalidArgument(format!(
@@ -121,34 +150,35 @@ impl Runtime {
                 )));
             }
             if b[18] == 1 {
-                cut_seen_by.push(r as Rank);
+                round.cut_seen_by.push(r as Rank);
             }
             if b[0] == 1 {
-                flagged.push(r as Rank);
+                round.flagged.push(r as Rank);
                 continue;
             }
             let e = u64::from_le_bytes(b[1..9].try_into().unwrap_or_default());
-            epochs.push((e, b[9] as usize));
-            next = next.max(u64::from_le_bytes(b[10..18].try_into().unwrap_or_default()));
+            round.epochs.push((e, b[9] as usize));
+            round.next = round.next.max(u64::from_le_bytes(b[10..18].try_into().unwrap_or_default()));
         }
-        // A restarted rank learns here who else restarted (nodes may fail together), and
-        // connects to their new incarnations.
-        let failed: &[Rank] = if restarted { &flagged } else { failed };
-        if restarted {
-            self.connect_current(&flagged)?;
-        }
-        if flagged != failed {
+        Ok(round)
+    }
+
+    /// Whether the ranks restarted are the ones this rank recovers, with their logs intact;
+    /// then notes the ranks whose log buddy is among them (their logs are cut).
+    fn check_failed_set(&mut self, failed: &[Rank], round_a: &RoundA) -> Result<()> {
+        if round_a.flagged != failed {
             return Err(RuntimeError::Unrecoverable(format!(
-                "another failure during recovery: restarted {flagged:?}, rank {} recovered {failed:?}",
-                self.rank
+                "another failure during recovery: restarted {:?}, rank {} recovered {failed:?}",
+                round_a.flagged, self.rank
             )));
         }
         self.check_logs_survived(failed)?;
-        if !cut_seen_by.is_empty() {
+        if !round_a.cut_seen_by.is_empty() {
             return Err(RuntimeError::Unrecoverable(format!(
                 "message logs lost with their buddies: ranks {failed:?} failed before a checkpoint \
-                 followed the restart of one's log buddy (ranks {cut_seen_by:?} saw it); its \
-                 determinants from before that restart are gone"
+                 followed the restart of one's log buddy (ranks {:?} saw it); its \
+                 determinants from before that restart are gone",
+                round_a.cut_seen_by
             )));
         }
         let buddies = reverb_logger::buddy::BuddyMap::from_nodes(&self.unit_of)?;
@@ -157,15 +187,18 @@ impl Runtime {
                 self.logs_cut.push(r);
             }
         }
-        let recovery = epochs.iter().copied().min_by_key(|&(e, _)| e).unwrap_or((0, 0));
-        let commit = (recovery.0 > 0).then_some(recovery);
-        if let Some(ckpt) = self.ckpt.as_mut() {
-            ckpt.adopt_commit_state(commit, next)?;
-        }
-        // Restarted ranks restore their image; a failure is reported in round B.
+        Ok(())
+    }
+
+    /// Restarted ranks restore their image of `epoch`; everyone hands over determinants (and
+    /// ring frames under pessimistic-rb). Returns this rank's round B contribution: a restarted
+    /// rank's held-through ssn per peer, a survivor's view of each restarted rank, or (1, what
+    /// was lost).
+    fn restore_and_hand_over(&mut self, failed: &[Rank], restarted: bool, epoch: Epoch) -> Result<Vec<u8>> {
+        // A restore failure is reported in round B.
         let mut outcome: std::result::Result<(), String> = Ok(());
         if restarted {
-            outcome = self.restore_own(recovery.0);
+            outcome = self.restore_own(epoch);
         }
         let endpoint =
             self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
@@ -213,44 +246,43 @@ impl Runtime {
                 round_b.extend_from_slice(lost.as_bytes());
             }
         }
-        let all = self.boot.allgather(&round_b)?;
-        let lost: Vec<String> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.first() == Some(&1))
-            .map(|(r, b)| format!("rank {r}: {}", String::from_utf8_lossy(&b[1..])))
-            .collect();
-        if !lost.is_empty() {
-            return Err(RuntimeError::Unrecoverable(lost.join("; ")));
-        }
+        Ok(round_b)
+    }
+
+    /// Restarted rank: from round B, the ssn each survivor had delivered from it (the replay
+    /// ends when its re-execution has sent that far).
+    fn replay_targets(&mut self, all: &[Vec<u8>], failed: &[Rank]) -> Result<()> {
         let at = 1 + 8 * self.rank as usize;
-        let word = |b: &[u8]| b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes);
-        if restarted {
-            if let Some(replay) = self.replay.as_mut() {
-                for (p, b) in all.iter().enumerate().filter(|(p, _)| !failed.contains(&(*p as Rank))) {
-                    let seen = word(b).ok_or_else(|| {
-                        RuntimeError::InvalidArgument(format!("recovery round B from rank {p}"))
-                    })?;
-                    replay.targets.push((p as Rank, seen));
-                }
-            }
-            self.note_replay()?;
-        } else {
-            for &r in failed {
-                let covered = word(&all[r as usize]).ok_or_else(|| {
-                    RuntimeError::InvalidArgument(format!("recovery round B from rank {r}"))
+        if let Some(replay) = self.replay.as_mut() {
+            for (p, b) in all.iter().enumerate().filter(|(p, _)| !failed.contains(&(*p as Rank))) {
+                let seen = round_b_word(b, at).ok_or_else(|| {
+                    RuntimeError::InvalidArgument(format!("recovery round B from rank {p}"))
                 })?;
-                if endpoint.logs_payload_with(r) {
-                    drain_stale_failures(endpoint, failed)?;
-                    match endpoint.resend_from(r, covered + 1) {
-                        Ok(_) => {}
-                        // Collected after every resend was posted: a send that failed while
-                        // the peer was dead.
-                        Err(e) if dead_peer_in(&e).is_some_and(|p| failed.contains(&p)) => {
-                            drain_stale_failures(endpoint, failed)?
-                        }
-                        Err(e) => return Err(e.into()),
+                replay.targets.push((p as Rank, seen));
+            }
+        }
+        self.note_replay()
+    }
+
+    /// Survivor: resends its logged messages to each restarted rank from the first ssn that
+    /// rank does not hold (round B).
+    fn resend_to_restarted(&mut self, all: &[Vec<u8>], failed: &[Rank]) -> Result<()> {
+        let at = 1 + 8 * self.rank as usize;
+        let endpoint =
+            self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+        for &r in failed {
+            let covered = round_b_word(&all[r as usize], at)
+                .ok_or_else(|| RuntimeError::InvalidArgument(format!("recovery round B from rank {r}")))?;
+            if endpoint.logs_payload_with(r) {
+                drain_stale_failures(endpoint, failed)?;
+                match endpoint.resend_from(r, covered + 1) {
+                    Ok(_) => {}
+                    // Collected after every resend was posted: a send that failed while
+                    // the peer was dead.
+                    Err(e) if dead_peer_in(&e).is_some_and(|p| failed.contains(&p)) => {
+                        drain_stale_failures(endpoint, failed)?
                     }
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -314,6 +346,24 @@ impl Runtime {
         };
         Ok(())
     }
+}
+
+/// What round A of a recovery told every rank.
+struct RoundA {
+    /// Ranks that said they restarted.
+    flagged: Vec<Rank>,
+    /// Survivors that found a failed rank's log cut (its log buddy restarted since its last
+    /// checkpoint).
+    cut_seen_by: Vec<Rank>,
+    /// Each survivor's committed (epoch, slot).
+    epochs: Vec<(Epoch, usize)>,
+    /// The next epoch to write.
+    next: Epoch,
+}
+
+/// The u64 at `at` of a round B contribution.
+fn round_b_word(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes)
 }
 
 /// Collects the completions of sends that failed while `recovered` ranks were dead (they
