@@ -24,6 +24,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use crate::job::{num, run_job, JobOutcome, JobSpec};
+// A fault variable left in the campaign's own environment would reach every trial.
+use crate::runtime::fault::FAULT_VARS;
 
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
@@ -65,9 +67,6 @@ const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// Fault kinds, cycled through by trial number.
 pub const FAULT_KINDS: [&str; 8] =
     ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
-/// Fault variables the campaign sets per trial: one left in the campaign's own environment
-/// would reach every trial (the job runner clears only the first two).
-const FAULT_VARS: [&str; 4] = ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
 
 /// Small sizes: a trial takes a second or two.
 fn app_args(app: &str) -> Vec<String> {

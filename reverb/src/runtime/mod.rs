@@ -87,10 +87,11 @@
 //! Fault injection for the demo, tests and campaigns (`REVERB_FAULT*`, only in builds with
 //! the `fault-injection` feature): see [`fault`].
 //!
-//! Where things are: [`config`] (settings), [`init`] (joining the job; `early`: a failure
-//! inside it), [`messaging`] (send, receive), [`detection`] (finding failures),
-//! [`recovery`] (recovering them), [`checkpoint`] (checkpoints, the log GC, finalize),
-//! [`fault`] (fault injection), [`report`] (what a rank measured).
+//! Where things are (one job per file): `config` (settings), `init` (joining the job;
+//! `early`: a failure inside it, `initboot`: its framed collectives, `lent`: the provider
+//! lent to the endpoint's setup), `messaging` (send, receive), `detection` (finding
+//! failures), `recovery` (recovering them), `checkpoint` (checkpoints, the log GC,
+//! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`.
 
 mod checkpoint;
 mod config;
