@@ -58,10 +58,10 @@ pub struct FaultPlan {
     /// stage of that checkpoint.
     #[cfg(feature = "fault-injection")]
     pub ckpt: Option<(Rank, Epoch, Stage)>,
-    /// `REVERB_FAULT_INIT`: see [`InitFault`].
+    /// `REVERB_FAULT_INIT`: see `InitFault`.
     #[cfg(feature = "fault-injection")]
     pub init: Vec<InitFault>,
-    /// `REVERB_FAULT_GC`: see [`GcFault`].
+    /// `REVERB_FAULT_GC`: see `GcFault`.
     #[cfg(feature = "fault-injection")]
     pub gc: Vec<GcFault>,
 }
