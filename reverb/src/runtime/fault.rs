@@ -25,6 +25,8 @@ use reverb_transport::Bootstrap;
 
 #[cfg(feature = "fault-injection")]
 use super::report::unix_ns;
+#[cfg(feature = "fault-injection")]
+use super::sigkill::{own_pid, sigkill};
 use reverb_ckpt::{Checkpointer, Epoch};
 use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
@@ -322,8 +324,7 @@ fn die_now(report_dir: Option<&std::path::Path>) -> ! {
         // Best effort: the report only loses the detection time without it.
         let _ = std::fs::write(dir.join("kill.ns"), unix_ns().to_string());
     }
-    // SAFETY: kill(2) on our own pid; SIGKILL is the node failure being injected.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    sigkill(own_pid());
     std::thread::sleep(Duration::from_secs(60));
     std::process::abort();
 }
@@ -394,8 +395,7 @@ fn inject_init_fault(
     match libc::pid_t::try_from(pid) {
         Ok(pid) if pid > 0 => {
             eprintln!("reverb: fault injection: SIGKILL to this node's logger core (pid {pid}) inside init");
-            // SAFETY: kill(2) on the pid our node's logger core published in its segment.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            sigkill(pid);
             std::thread::sleep(config.rejoin_timeout);
         }
         _ => eprintln!(

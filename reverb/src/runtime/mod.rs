@@ -91,7 +91,8 @@
 //! `early`: a failure inside it, `initboot`: its framed collectives, `lent`: the provider
 //! lent to the endpoint's setup), `messaging` (send, receive), `detection` (finding
 //! failures), `recovery` (recovering them), `checkpoint` (checkpoints, the log GC,
-//! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`.
+//! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`,
+//! `sigkill` (the fault hooks' one `unsafe` call).
 
 mod checkpoint;
 mod config;
@@ -105,6 +106,8 @@ mod lent;
 mod messaging;
 mod recovery;
 mod report;
+#[cfg(feature = "fault-injection")]
+mod sigkill;
 
 use std::time::Instant;
 
