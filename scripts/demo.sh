@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash ci/deps.sh
-features=()
-if [[ " $* " == *" verbs "* || " $* " == *"--provider=verbs"* ]]; then features=(--features verbs); fi
-cargo build --release -p reverb "${features[@]}"
+# The demo kills a node through the runtime's fault hooks: they are only in builds with
+# the fault-injection feature.
+features=fault-injection
+if [[ " $* " == *" verbs "* || " $* " == *"--provider=verbs"* ]]; then features+=,verbs; fi
+cargo build --release -p reverb --features "$features"
 exec target/release/reverb demo "$@"

@@ -289,6 +289,7 @@ pub struct Checkpointer {
     local: Region,
     /// Level 2 copies this rank keeps: two slots per client, in `clients` order.
     hosted: Option<Region>,
+    #[cfg(feature = "fault-injection")]
     clients: Vec<Rank>,
     /// Level 3 parity block this rank keeps: two slots of `parity_slot_len`.
     parity: Option<Region>,
@@ -299,6 +300,7 @@ pub struct Checkpointer {
     staging: Option<Region>,
     /// 64 zero bytes, put over a slot's old header before its body is rewritten.
     zero_header: Region,
+    #[cfg(feature = "fault-injection")]
     fault_hook: Option<FaultHook>,
     stats: CheckpointStats,
 }
@@ -435,6 +437,7 @@ impl Checkpointer {
             placement,
             local,
             hosted,
+            #[cfg(feature = "fault-injection")]
             clients,
             parity,
             parity_slot_len,
@@ -443,6 +446,7 @@ impl Checkpointer {
             next_epoch: 1,
             staging,
             zero_header: alloc(provider, HEADER_LEN, Access::LOCAL, "registering a header buffer")?,
+            #[cfg(feature = "fault-injection")]
             fault_hook: None,
             stats: CheckpointStats::default(),
             config,
@@ -551,16 +555,22 @@ impl Checkpointer {
     }
 
     /// Runs `hook` at each [`Stage`] of later checkpoints (fault-injection tests).
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn set_fault_hook(&mut self, hook: Option<FaultHook>) {
         self.fault_hook = hook;
     }
 
+    /// A fault-injection point; nothing without the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     fn stage(&self, epoch: Epoch, stage: Stage) {
         if let Some(hook) = self.fault_hook {
             hook(epoch, stage);
         }
     }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn stage(&self, _epoch: Epoch, _stage: Stage) {}
 
     /// Coordinated checkpoint of `set` across the job. Returns the committed epoch; on any
     /// failure (a dead buddy, a dead team member, a timeout) returns `NotCommitted` and the
@@ -1108,6 +1118,7 @@ impl Checkpointer {
     /// Flips bytes in a copy this rank keeps for `client` (level 2), in the slot of `epoch`:
     /// XORs `len` bytes from `offset` of the image with 0x5a, or zeroes them from there to the
     /// slot end when `truncate`. For corruption tests.
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn damage_hosted_copy(
         &self,
@@ -1126,6 +1137,7 @@ impl Checkpointer {
     }
 
     /// Same for the parity block this rank keeps.
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn damage_parity_block(&self, epoch: Epoch, offset: usize, len: usize) -> Result<(), CkptError> {
         let region = self.parity.as_ref().ok_or(CkptError::InvalidArgument("no parity block here".into()))?;
@@ -1133,6 +1145,7 @@ impl Checkpointer {
     }
 }
 
+#[cfg(feature = "fault-injection")]
 fn damage(
     region: &Region,
     base: usize,

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 /// Errors returned by checkpoint code: parity, integrity, checkpoint and restore.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error, Clone)]
 pub enum CkptError {
     /// The k + m geometry cannot be built by the parity codec.
     #[error("invalid parity geometry {data_shards}+{parity_shards}: {reason}")]
@@ -64,8 +64,16 @@ pub enum CkptError {
     PeerDead { rank: u32, during: &'static str },
 
     /// Any other transport failure.
-    #[error("transport error while {during}: {detail}")]
-    Transport { during: &'static str, detail: String },
+    #[error("transport error while {during}")]
+    Transport {
+        during: &'static str,
+        #[source]
+        source: reverb_transport::TransportError,
+    },
+
+    /// A peer's message did not follow the protocol (wrong epoch, unexpected completion).
+    #[error("bad message while {during}: {detail}")]
+    Protocol { during: &'static str, detail: String },
 
     /// A bounded wait ran out.
     #[error("timed out after {millis} ms while {during}")]
@@ -93,7 +101,24 @@ impl CkptError {
     pub fn transport(during: &'static str, error: reverb_transport::TransportError) -> CkptError {
         match error {
             reverb_transport::TransportError::PeerDead(rank) => CkptError::PeerDead { rank, during },
-            other => CkptError::Transport { during, detail: other.to_string() },
+            source => CkptError::Transport { during, source },
         }
     }
 }
+
+/// Equal when the same variant says the same thing. `TransportError` has no `PartialEq`, so
+/// a transport source compares by its message.
+impl PartialEq for CkptError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+            && match (self, other) {
+                (CkptError::Transport { source: a, .. }, CkptError::Transport { source: b, .. }) => {
+                    a.to_string() == b.to_string()
+                }
+                _ => true,
+            }
+    }
+}
+
+impl Eq for CkptError {}

@@ -115,7 +115,7 @@ fn recv_vote(
             let mut e = [0u8; 8];
             e.copy_from_slice(&data[0..8]);
             if u64::from_le_bytes(e) != epoch || data[8] > 1 {
-                return Err(CkptError::Transport {
+                return Err(CkptError::Protocol {
                     during: "reading a checkpoint vote",
                     detail: format!("rank {from} sent a vote for another epoch or a bad flag"),
                 });
@@ -124,7 +124,7 @@ fn recv_vote(
             min.copy_from_slice(&data[16..24]);
             Ok(Vote { ok: data[8] == 1, min: u64::from_le_bytes(min) })
         }
-        other => Err(CkptError::Transport {
+        other => Err(CkptError::Protocol {
             during: "reading a checkpoint vote",
             detail: format!("rank {from}: unexpected completion {other:?}"),
         }),

@@ -24,6 +24,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use crate::job::{num, run_job, JobOutcome, JobSpec};
+// A fault variable left in the campaign's own environment would reach every trial.
+use crate::runtime::fault::FAULT_VARS;
 
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
@@ -65,9 +67,6 @@ const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// Fault kinds, cycled through by trial number.
 pub const FAULT_KINDS: [&str; 8] =
     ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
-/// Fault variables the campaign sets per trial: one left in the campaign's own environment
-/// would reach every trial (the job runner clears only the first two).
-const FAULT_VARS: [&str; 4] = ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
 
 /// Small sizes: a trial takes a second or two.
 fn app_args(app: &str) -> Vec<String> {
@@ -326,6 +325,13 @@ struct TrialResult {
     dir: PathBuf,
 }
 
+impl TrialResult {
+    /// Survived, or reported unrecoverable where the design does not cover the failure.
+    fn passed(&self) -> bool {
+        matches!(self.outcome, Outcome::Survived | Outcome::ReportedUnrecoverable)
+    }
+}
+
 /// Whether the design does not cover this trial's failure (the job must then stop with a
 /// clear report, or may survive if the runtime has learnt it since).
 fn expected_unrecoverable(plan: &Plan) -> Option<&'static str> {
@@ -524,19 +530,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Returns the exit code: 0 when no trial gave a wrong answer or hung.
 pub fn main(args: ChaosArgs) -> Result<i32> {
-    if args.trials == 0 && args.trial.is_none() {
-        bail!("--trials must be at least 1");
-    }
-    if args.jobs == 0 || args.timeout == 0 {
-        bail!("--jobs and --timeout must be at least 1");
-    }
-    if let Some(var) = FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
-        bail!("{var} is set: the campaign injects its own faults, unset it first");
-    }
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-            % 1_000_000
-    });
+    let seed = campaign_seed(&args)?;
     let trials: Vec<u64> = match args.trial {
         Some(k) => vec![k],
         None => (0..args.trials).collect(),
@@ -552,17 +546,53 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         args.timeout,
         dir.display()
     );
+    let started = std::time::Instant::now();
+    let results = run_trials(&args, seed, &trials, &dir)?;
+    let summary = Summary::of(&results, started.elapsed().as_secs_f64());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary.json(seed, &results))?);
+    } else {
+        summary.print(seed, &results);
+    }
+    if summary.failed == 0 && !args.keep {
+        // Best effort: a leftover temp directory is harmless.
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("reverb chaos: work dir kept in {}", dir.display());
+    }
+    Ok(if summary.wrong > 0 || summary.hangs > 0 { 1 } else { 0 })
+}
+
+/// Checks the arguments and the environment; the campaign's seed (`--seed`, else the clock).
+fn campaign_seed(args: &ChaosArgs) -> Result<u64> {
+    if args.trials == 0 && args.trial.is_none() {
+        bail!("--trials must be at least 1");
+    }
+    if args.jobs == 0 || args.timeout == 0 {
+        bail!("--jobs and --timeout must be at least 1");
+    }
+    if let Some(var) = FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+        bail!("{var} is set: the campaign injects its own faults, unset it first");
+    }
+    Ok(args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+            % 1_000_000
+    }))
+}
+
+/// Runs `trials`, `--jobs` at a time, each printed as it ends; the results in trial order.
+/// A trial that could not be run at all stops the campaign with its error.
+fn run_trials(args: &ChaosArgs, seed: u64, trials: &[u64], dir: &Path) -> Result<Vec<TrialResult>> {
     let baselines = Baselines {
         args_provider: args.provider.clone(),
         timeout: args.timeout,
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         cache: Mutex::new(HashMap::new()),
         computing: Mutex::new(()),
     };
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<TrialResult>> = Mutex::new(Vec::new());
     let first_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let started = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..args.jobs.min(trials.len()) {
             s.spawn(|| loop {
@@ -571,31 +601,9 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
                 if first_error.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
                     break;
                 }
-                match run_trial(&args, seed, trial, &baselines, &dir) {
+                match run_trial(args, seed, trial, &baselines, dir) {
                     Ok(r) => {
-                        let rerun = if matches!(r.outcome, Outcome::Survived | Outcome::ReportedUnrecoverable) {
-                            if !args.keep {
-                                // Best effort: a leftover directory is harmless.
-                                let _ = std::fs::remove_dir_all(&r.dir);
-                            }
-                            String::new()
-                        } else {
-                            format!(
-                                "\n    re-run: reverb chaos --seed {seed} --trial {trial} --keep   (job log: {})",
-                                r.dir.join("job.log").display()
-                            )
-                        };
-                        eprintln!(
-                            "reverb chaos: trial {trial}: {} {} {}{} -> {} ({:.1} s){}{}{rerun}",
-                            r.plan.app,
-                            r.plan.protocol,
-                            r.plan.fault.describe(),
-                            if r.fired || r.plan.fault == Fault::None { "" } else { " [did not fire]" },
-                            r.outcome.name(),
-                            r.wall_s,
-                            r.recovery_ms.map_or(String::new(), |ms| format!(", recovery {ms:.0} ms")),
-                            if r.why.is_empty() { String::new() } else { format!(": {}", r.why) },
-                        );
+                        print_trial(&r, seed, args.keep);
                         results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
                     }
                     Err(e) => {
@@ -613,34 +621,99 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
     }
     let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     results.sort_by_key(|r| r.plan.trial);
-    let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
-    let mut rec: Vec<f64> = results.iter().filter_map(|r| r.recovery_ms).collect();
-    rec.sort_by(f64::total_cmp);
-    let failed: Vec<&TrialResult> = results
-        .iter()
-        .filter(|r| !matches!(r.outcome, Outcome::Survived | Outcome::ReportedUnrecoverable))
-        .collect();
-    let by_kind = KindCounts::of(&results);
-    let (wrong, hangs) = (count(Outcome::WrongAnswer), count(Outcome::Hang));
-    if args.json {
-        let report = json!({
+    Ok(results)
+}
+
+/// One trial's line on stderr; a passed trial's directory is removed (unless `--keep`), a
+/// failed one's is named with the command that re-runs it.
+fn print_trial(r: &TrialResult, seed: u64, keep: bool) {
+    let trial = r.plan.trial;
+    let rerun = if r.passed() {
+        if !keep {
+            // Best effort: a leftover directory is harmless.
+            let _ = std::fs::remove_dir_all(&r.dir);
+        }
+        String::new()
+    } else {
+        format!(
+            "\n    re-run: reverb chaos --seed {seed} --trial {trial} --keep   (job log: {})",
+            r.dir.join("job.log").display()
+        )
+    };
+    eprintln!(
+        "reverb chaos: trial {trial}: {} {} {}{} -> {} ({:.1} s){}{}{rerun}",
+        r.plan.app,
+        r.plan.protocol,
+        r.plan.fault.describe(),
+        if r.fired || r.plan.fault == Fault::None { "" } else { " [did not fire]" },
+        r.outcome.name(),
+        r.wall_s,
+        r.recovery_ms.map_or(String::new(), |ms| format!(", recovery {ms:.0} ms")),
+        if r.why.is_empty() { String::new() } else { format!(": {}", r.why) },
+    );
+}
+
+/// A campaign's counts.
+struct Summary {
+    wall_s: f64,
+    survived: usize,
+    unrecoverable: usize,
+    wrong: usize,
+    hangs: usize,
+    other: usize,
+    /// Wrong answers, hangs and other failures.
+    failed: usize,
+    fired: usize,
+    /// Survivor recovery times, sorted.
+    recovery_ms: Vec<f64>,
+    by_kind: Vec<KindCounts>,
+}
+
+impl Summary {
+    fn of(results: &[TrialResult], wall_s: f64) -> Summary {
+        let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
+        let mut recovery_ms: Vec<f64> = results.iter().filter_map(|r| r.recovery_ms).collect();
+        recovery_ms.sort_by(f64::total_cmp);
+        Summary {
+            wall_s,
+            survived: count(Outcome::Survived),
+            unrecoverable: count(Outcome::ReportedUnrecoverable),
+            wrong: count(Outcome::WrongAnswer),
+            hangs: count(Outcome::Hang),
+            other: count(Outcome::OtherFailure),
+            failed: results.iter().filter(|r| !r.passed()).count(),
+            fired: results.iter().filter(|r| r.fired).count(),
+            recovery_ms,
+            by_kind: KindCounts::of(results),
+        }
+    }
+
+    /// (min, median, p90, max) of the recovery times.
+    fn recovery_spread(&self) -> (f64, f64, f64, f64) {
+        let rec = &self.recovery_ms;
+        (
+            rec.first().copied().unwrap_or(0.0),
+            percentile(rec, 0.5),
+            percentile(rec, 0.9),
+            rec.last().copied().unwrap_or(0.0),
+        )
+    }
+
+    /// The `--json` report.
+    fn json(&self, seed: u64, results: &[TrialResult]) -> Value {
+        let (min, median, p90, max) = self.recovery_spread();
+        json!({
             "seed": seed,
             "trials": results.len(),
-            "survived": count(Outcome::Survived),
-            "reported_unrecoverable": count(Outcome::ReportedUnrecoverable),
-            "wrong_answers": wrong,
-            "hangs": hangs,
-            "other_failures": count(Outcome::OtherFailure),
-            "faults_fired": results.iter().filter(|r| r.fired).count(),
-            "wall_s": started.elapsed().as_secs_f64(),
-            "recovery_ms": {
-                "count": rec.len(),
-                "min": rec.first().copied().unwrap_or(0.0),
-                "median": percentile(&rec, 0.5),
-                "p90": percentile(&rec, 0.9),
-                "max": rec.last().copied().unwrap_or(0.0),
-            },
-            "by_fault": by_kind.iter().map(|k| json!({
+            "survived": self.survived,
+            "reported_unrecoverable": self.unrecoverable,
+            "wrong_answers": self.wrong,
+            "hangs": self.hangs,
+            "other_failures": self.other,
+            "faults_fired": self.fired,
+            "wall_s": self.wall_s,
+            "recovery_ms": { "count": self.recovery_ms.len(), "min": min, "median": median, "p90": p90, "max": max },
+            "by_fault": self.by_kind.iter().map(|k| json!({
                 "fault": k.kind,
                 "trials": k.trials,
                 "survived": k.survived,
@@ -648,7 +721,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
                 "failed": k.failed,
                 "fired": k.fired,
             })).collect::<Vec<_>>(),
-            "failures": failed.iter().map(|r| json!({
+            "failures": results.iter().filter(|r| !r.passed()).map(|r| json!({
                 "trial": r.plan.trial,
                 "outcome": r.outcome.name(),
                 "app": r.plan.app,
@@ -657,32 +730,31 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
                 "why": r.why,
                 "rerun": format!("reverb chaos --seed {seed} --trial {}", r.plan.trial),
             })).collect::<Vec<_>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("reverb chaos report (seed {seed}, {:.0} s)", started.elapsed().as_secs_f64());
+        })
+    }
+
+    /// The human report.
+    fn print(&self, seed: u64, results: &[TrialResult]) {
+        println!("reverb chaos report (seed {seed}, {:.0} s)", self.wall_s);
         println!("  trials                           {}", results.len());
-        println!("  survived                         {}", count(Outcome::Survived));
-        println!("  correctly-reported-unrecoverable {}", count(Outcome::ReportedUnrecoverable));
-        println!("  wrong answers                    {wrong}");
-        println!("  hangs                            {hangs}");
-        println!("  other failures                   {}", count(Outcome::OtherFailure));
-        println!("  faults that fired                {}", results.iter().filter(|r| r.fired).count());
+        println!("  survived                         {}", self.survived);
+        println!("  correctly-reported-unrecoverable {}", self.unrecoverable);
+        println!("  wrong answers                    {}", self.wrong);
+        println!("  hangs                            {}", self.hangs);
+        println!("  other failures                   {}", self.other);
+        println!("  faults that fired                {}", self.fired);
+        let (min, median, p90, max) = self.recovery_spread();
         println!(
-            "  recovery time (ms, {} recoveries) min {:.0} / median {:.0} / p90 {:.0} / max {:.0}",
-            rec.len(),
-            rec.first().copied().unwrap_or(0.0),
-            percentile(&rec, 0.5),
-            percentile(&rec, 0.9),
-            rec.last().copied().unwrap_or(0.0)
+            "  recovery time (ms, {} recoveries) min {min:.0} / median {median:.0} / p90 {p90:.0} / max {max:.0}",
+            self.recovery_ms.len(),
         );
-        for k in &by_kind {
+        for k in &self.by_kind {
             println!(
                 "  fault {:<11} {:>4} trials, {:>4} survived, {:>4} reported unrecoverable, {:>4} failed ({} fired)",
                 k.kind, k.trials, k.survived, k.unrecoverable, k.failed, k.fired
             );
         }
-        for r in &failed {
+        for r in results.iter().filter(|r| !r.passed()) {
             println!(
                 "  {} trial {}: {} {} {}: {}  (re-run: reverb chaos --seed {seed} --trial {})",
                 r.outcome.name(),
@@ -695,13 +767,6 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
             );
         }
     }
-    if failed.is_empty() && !args.keep {
-        // Best effort: a leftover temp directory is harmless.
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        eprintln!("reverb chaos: work dir kept in {}", dir.display());
-    }
-    Ok(if wrong > 0 || hangs > 0 { 1 } else { 0 })
 }
 
 #[cfg(test)]

@@ -231,32 +231,38 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     faulty_env.push(("REVERB_FAULT", format!("{VICTIM}:{kill_after}")));
     let faulty = run_job(args, dir, "killed", &faulty_env, 1)?;
     let kill_ns = faulty.kill_ns.context("the victim did not record its death (no kill.ns)")? as f64;
-
-    let restarted: Vec<&Value> = faulty.reports.iter().filter(|r| num(r, "incarnation") > 0.0).collect();
-    let survivors: Vec<&Value> = faulty.reports.iter().filter(|r| num(r, "incarnation") == 0.0).collect();
-    if restarted.is_empty() {
+    if !faulty.reports.iter().any(|r| num(r, "incarnation") > 0.0) {
         bail!("the killed node was not restarted");
     }
-    let detected = survivors
-        .iter()
-        .filter_map(|r| {
-            r.get("detected_ns").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_f64)
-        })
-        .fold(f64::INFINITY, f64::min);
-    let resumed = restarted.iter().map(|r| num(r, "init_end_ns")).fold(0.0, f64::max);
-    let restart_to_progress =
-        restarted.iter().map(|r| num(r, "init_end_ns") - num(r, "init_start_ns")).fold(0.0, f64::max) / 1e6;
-    let victim_report = restarted.iter().find(|r| num(r, "rank") == f64::from(VICTIM)).copied();
-    let forward_report = logged.reports.iter().find(|r| num(r, "rank") == f64::from(VICTIM));
-    let replay = victim_report.map_or((0.0, 0.0), |r| (num(r, "replayed_sends"), num(r, "replay_ms")));
-    let forward = forward_report.map_or((0.0, 0.0), |r| {
-        (num(r, "messages_sent"), (num(r, "finalize_ns") - num(r, "init_end_ns")) / 1e6)
-    });
-    let rate = |(msgs, ms): (f64, f64)| if ms > 0.0 { msgs / ms * 1e3 } else { 0.0 };
-    let send_log = logged.reports.iter().map(|r| num(r, "send_log_peak_bytes")).fold(0.0, f64::max);
-    let det_log = logged.reports.iter().map(|r| num(r, "det_log_peak_bytes")).fold(0.0, f64::max);
-    let ckpt_mem: f64 = logged.reports.iter().map(|r| num(r, "checkpoint_memory_bytes")).sum();
-    let image = logged.reports.iter().map(|r| num(r, "checkpoint_image_bytes")).fold(0.0, f64::max);
+    let identical = faulty.checksum == base.checksum && logged.checksum == base.checksum;
+    let pairs = Pairs { wall: (median_overhead, ci_lo, ci_hi), cpu: (cpu_overhead, cpu_ci_lo, cpu_ci_hi) };
+    print_failure_free(args, (&base, &logged, &faulty), &pairs);
+    print_recovery(&logged, &faulty, kill_ns)?;
+    print_memory(&logged);
+    if !identical {
+        eprintln!("reverb demo: FAILED: the recovered run's checksum differs from the failure-free run");
+        return Ok(1);
+    }
+    eprintln!("reverb demo: passed");
+    Ok(0)
+}
+
+/// Overheads of causal + checkpoints over logging off, medians of interleaved pairs with
+/// their 95% CI (%): wall time and CPU time.
+struct Pairs {
+    wall: (f64, f64, f64),
+    cpu: (f64, f64, f64),
+}
+
+/// The report's failure-free part: checksums, overheads, checkpoint times.
+fn print_failure_free(
+    args: &DemoArgs,
+    (base, logged, faulty): (&RunResult, &RunResult, &RunResult),
+    pairs: &Pairs,
+) {
+    let nodes = args.ranks / args.ranks_per_node;
+    let (median_overhead, ci_lo, ci_hi) = pairs.wall;
+    let (cpu_overhead, cpu_ci_lo, cpu_ci_hi) = pairs.cpu;
     let slowest =
         logged.reports.iter().max_by(|a, b| num(a, "checkpoint_ms").total_cmp(&num(b, "checkpoint_ms")));
     let ckpt_ms = slowest.map_or(0.0, |r| num(r, "checkpoint_ms"));
@@ -271,7 +277,6 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
     });
     let overhead = (logged.compute_s / base.compute_s - 1.0) * 100.0;
     let identical = faulty.checksum == base.checksum && logged.checksum == base.checksum;
-
     println!("reverb demo report ({} ranks, {nodes} nodes, provider {})", args.ranks, args.provider);
     println!("  final checksum, failure-free (logging off): {}", base.checksum);
     println!("  final checksum, failure-free (causal):      {}", logged.checksum);
@@ -291,6 +296,29 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
         args.iters.saturating_sub(1) / args.ckpt_every.max(1),
         ckpt_ms
     );
+}
+
+/// The report's recovery part: detection, recovery and replay, from the killed run's reports
+/// (`kill_ns`: when the victim died) and the failure-free causal run's.
+fn print_recovery(logged: &RunResult, faulty: &RunResult, kill_ns: f64) -> Result<()> {
+    let restarted: Vec<&Value> = faulty.reports.iter().filter(|r| num(r, "incarnation") > 0.0).collect();
+    let survivors: Vec<&Value> = faulty.reports.iter().filter(|r| num(r, "incarnation") == 0.0).collect();
+    let detected = survivors
+        .iter()
+        .filter_map(|r| {
+            r.get("detected_ns").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_f64)
+        })
+        .fold(f64::INFINITY, f64::min);
+    let resumed = restarted.iter().map(|r| num(r, "init_end_ns")).fold(0.0, f64::max);
+    let restart_to_progress =
+        restarted.iter().map(|r| num(r, "init_end_ns") - num(r, "init_start_ns")).fold(0.0, f64::max) / 1e6;
+    let victim_report = restarted.iter().find(|r| num(r, "rank") == f64::from(VICTIM)).copied();
+    let forward_report = logged.reports.iter().find(|r| num(r, "rank") == f64::from(VICTIM));
+    let replay = victim_report.map_or((0.0, 0.0), |r| (num(r, "replayed_sends"), num(r, "replay_ms")));
+    let forward = forward_report.map_or((0.0, 0.0), |r| {
+        (num(r, "messages_sent"), (num(r, "finalize_ns") - num(r, "init_end_ns")) / 1e6)
+    });
+    let rate = |(msgs, ms): (f64, f64)| if ms > 0.0 { msgs / ms * 1e3 } else { 0.0 };
     if detected.is_finite() {
         println!(
             "  detection time (SIGKILL to first survivor noticing): {:.1} ms",
@@ -316,6 +344,15 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
         rate(forward),
         if rate(forward) > 0.0 { rate(replay) / rate(forward) } else { 0.0 }
     );
+    Ok(())
+}
+
+/// The report's memory line, from the failure-free causal run.
+fn print_memory(logged: &RunResult) {
+    let send_log = logged.reports.iter().map(|r| num(r, "send_log_peak_bytes")).fold(0.0, f64::max);
+    let det_log = logged.reports.iter().map(|r| num(r, "det_log_peak_bytes")).fold(0.0, f64::max);
+    let ckpt_mem: f64 = logged.reports.iter().map(|r| num(r, "checkpoint_memory_bytes")).sum();
+    let image = logged.reports.iter().map(|r| num(r, "checkpoint_image_bytes")).fold(0.0, f64::max);
     println!(
         "  memory: sender log peak {} per rank, detLog peak {} per rank, checkpoint image {} per rank, checkpoint slots {} in all",
         mib(send_log),
@@ -323,12 +360,6 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<i32> {
         mib(image),
         mib(ckpt_mem)
     );
-    if !identical {
-        eprintln!("reverb demo: FAILED: the recovered run's checksum differs from the failure-free run");
-        return Ok(1);
-    }
-    eprintln!("reverb demo: passed");
-    Ok(0)
 }
 
 #[cfg(test)]

@@ -49,10 +49,29 @@ fn main() -> Result<()> {
         Command::Model(args) => reverb::model::model(args),
         Command::Plan(args) => reverb::model::plan(args),
         Command::Cluster(args) => reverb::model::cluster::run(args),
-        Command::Demo(args) => std::process::exit(reverb::demo::main(args)?),
-        Command::Chaos(args) => std::process::exit(reverb::chaos::main(args)?),
+        Command::Demo(args) => {
+            needs_fault_injection("demo")?;
+            std::process::exit(reverb::demo::main(args)?)
+        }
+        Command::Chaos(args) => {
+            needs_fault_injection("chaos")?;
+            std::process::exit(reverb::chaos::main(args)?)
+        }
         Command::App(args) => reverb::apps::main(args),
         Command::Info(args) => reverb::info::main(args),
         Command::LoggerCore(args) => reverb::logger_core::main(args),
     }
+}
+
+/// `reverb demo` and `reverb chaos` kill ranks through the runtime's `REVERB_FAULT*` hooks,
+/// which only builds with the `fault-injection` feature have.
+fn needs_fault_injection(command: &str) -> Result<()> {
+    if cfg!(feature = "fault-injection") {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "`reverb {command}` injects faults, but this binary was built without them; build with \
+         --features fault-injection (e.g. `cargo build --release -p reverb --features fault-injection`, \
+         or scripts/demo.sh)"
+    )
 }

@@ -1,69 +1,32 @@
 //! What the runtime reports to an application.
 
-use std::fmt;
-
 use reverb_ckpt::CkptError;
 use reverb_logger::error::LogError;
 use reverb_transport::TransportError;
+use thiserror::Error;
 
-#[derive(Debug)]
+#[derive(Debug, Error)]
 pub enum RuntimeError {
-    Transport(TransportError),
-    Log(LogError),
-    Ckpt(CkptError),
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    #[error("logger: {0}")]
+    Log(#[from] LogError),
+    #[error("checkpoint: {0}")]
+    Ckpt(#[from] CkptError),
     /// A failure the job cannot survive; the text says what was lost.
+    #[error("unrecoverable failure: {0}")]
     Unrecoverable(String),
     /// Recovery under a configuration the runtime does not support (yet).
+    #[error("unsupported: {0}")]
     Unsupported(String),
+    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A wait outlived its bound with no failure to explain it.
-    Timeout {
-        what: String,
-        after: std::time::Duration,
-    },
-}
-
-impl fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RuntimeError::Transport(e) => write!(f, "transport: {e}"),
-            RuntimeError::Log(e) => write!(f, "logger: {e}"),
-            RuntimeError::Ckpt(e) => write!(f, "checkpoint: {e}"),
-            RuntimeError::Unrecoverable(what) => write!(f, "unrecoverable failure: {what}"),
-            RuntimeError::Unsupported(what) => write!(f, "unsupported: {what}"),
-            RuntimeError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-            RuntimeError::Timeout { what, after } => write!(f, "{what}: no progress after {after:?}"),
-        }
-    }
-}
-
-impl std::error::Error for RuntimeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RuntimeError::Transport(e) => Some(e),
-            RuntimeError::Log(e) => Some(e),
-            RuntimeError::Ckpt(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<TransportError> for RuntimeError {
-    fn from(e: TransportError) -> Self {
-        RuntimeError::Transport(e)
-    }
-}
-
-impl From<LogError> for RuntimeError {
-    fn from(e: LogError) -> Self {
-        RuntimeError::Log(e)
-    }
-}
-
-impl From<CkptError> for RuntimeError {
-    fn from(e: CkptError) -> Self {
-        RuntimeError::Ckpt(e)
-    }
+    #[error("{what}: no progress after {after:?}")]
+    Timeout { what: String, after: std::time::Duration },
+    /// A `REVERB_FAULT*` variable is set in a build without fault injection.
+    #[error("{var} is set, but this build has no fault injection; build with --features fault-injection")]
+    NoFaultInjection { var: &'static str },
 }
 
 impl RuntimeError {

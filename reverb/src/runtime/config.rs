@@ -1,0 +1,93 @@
+//! The runtime's settings, from `REVERB_*` variables (or set directly).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reverb_ckpt::{CkptConfig, RsLayout};
+use reverb_logger::LogConfig;
+
+use super::error::{Result, RuntimeError};
+use super::fault::FaultPlan;
+
+/// Settings of the runtime, from `REVERB_*` variables or set directly.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub log: LogConfig,
+    /// `None`: no checkpoints (`REVERB_CKPT=off`); a restarted rank re-executes from the start.
+    /// `REVERB_CKPT`: off, local, buddy, parity (Reed-Solomon only) or rs (buddy + Reed-Solomon).
+    pub ckpt: Option<CkptConfig>,
+    /// `REVERB_CKPT` unset: the levels the job's nodes allow (rs from 4 nodes, buddy from 2,
+    /// none on one node).
+    pub ckpt_auto: bool,
+    /// How long a receive waits before it checks for dead peers (`REVERB_DETECT_MS`).
+    pub detect_interval: Duration,
+    /// Bound on waiting for a dead rank to rejoin (`REVERB_REJOIN_TIMEOUT_MS`).
+    pub rejoin_timeout: Duration,
+    /// After an error a dead peer could explain, how long to wait for the provider to see
+    /// the death before the error is final (`REVERB_DETECT_GRACE_MS`).
+    pub detect_grace: Duration,
+    /// Bound on one receive with every peer alive (`REVERB_RECV_TIMEOUT_MS`).
+    pub recv_timeout: Duration,
+    /// Where each rank writes its JSON report at `finalize` (`REVERB_RUNTIME_REPORT`).
+    pub report_dir: Option<PathBuf>,
+    /// Fault injection (`REVERB_FAULT*`, only with the `fault-injection` feature).
+    pub faults: FaultPlan,
+}
+
+impl RuntimeConfig {
+    pub fn from_env() -> Result<Self> {
+        let log = LogConfig::from_env()?;
+        let requested = std::env::var("REVERB_CKPT").ok();
+        Ok(RuntimeConfig {
+            log,
+            ckpt_auto: requested.is_none(),
+            ckpt: ckpt_levels(requested.as_deref(), slot_len()?)?,
+            detect_interval: env_ms("REVERB_DETECT_MS", 50)?,
+            rejoin_timeout: env_ms("REVERB_REJOIN_TIMEOUT_MS", 30_000)?,
+            detect_grace: env_ms("REVERB_DETECT_GRACE_MS", 2_000)?,
+            recv_timeout: env_ms("REVERB_RECV_TIMEOUT_MS", 120_000)?,
+            report_dir: std::env::var_os("REVERB_RUNTIME_REPORT").map(PathBuf::from),
+            faults: FaultPlan::from_env()?,
+        })
+    }
+}
+
+/// `REVERB_CKPT_SLOT_BYTES` (default 4 MiB).
+fn slot_len() -> Result<usize> {
+    match std::env::var("REVERB_CKPT_SLOT_BYTES") {
+        Ok(v) => v.trim().parse::<usize>().map_err(|_| {
+            RuntimeError::InvalidArgument(format!("REVERB_CKPT_SLOT_BYTES={v:?} is not a byte count"))
+        }),
+        Err(_) => Ok(4 << 20),
+    }
+}
+
+/// The checkpoint levels `REVERB_CKPT` asks for (unset: all, trimmed at init to the nodes).
+fn ckpt_levels(requested: Option<&str>, slot_len: usize) -> Result<Option<CkptConfig>> {
+    let levels = |buddy: bool, parity: Option<RsLayout>| {
+        Some(CkptConfig { slot_len, buddy, parity, ..CkptConfig::default() })
+    };
+    Ok(match requested.unwrap_or("rs") {
+        "off" => None,
+        "local" => levels(false, None),
+        "buddy" => levels(true, None),
+        "parity" => levels(false, Some(RsLayout::default())),
+        "rs" => levels(true, Some(RsLayout::default())),
+        other => {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "REVERB_CKPT={other:?}: expected off, local, buddy, parity or rs"
+            )))
+        }
+    })
+}
+
+fn env_ms(name: &str, default: u64) -> Result<Duration> {
+    match std::env::var(name) {
+        Ok(v) => {
+            v.trim().parse::<u64>().ok().filter(|&ms| ms > 0).map(Duration::from_millis).ok_or_else(|| {
+                RuntimeError::InvalidArgument(format!("{name}={v:?}: expected milliseconds > 0"))
+            })
+        }
+        Err(_) => Ok(Duration::from_millis(default)),
+    }
+}

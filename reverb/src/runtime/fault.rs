@@ -1,0 +1,406 @@
+//! Fault injection for the demo, tests and campaigns, compiled only with the
+//! `fault-injection` feature; without it a set `REVERB_FAULT*` variable is a startup error.
+//!
+//! - `REVERB_FAULT=RANK:SENDS[@I][,..]`: incarnation 0 (or I, e.g. a restarted rank
+//!   replaying) of RANK SIGKILLs itself right after its SENDS-th send (the launcher takes its
+//!   node down).
+//! - `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE`: inside checkpoint EPOCH at STAGE (`local-written`,
+//!   `buddy-body-landed`, `buddy-flipped`: during the epoch flip).
+//! - `REVERB_FAULT_INIT=RANK:STEP[:logger|:late][@retry][,..]`: inside init, just before STEP's
+//!   collective (`log-rings`, `ckpt-slots`); `:logger` kills the node's logger core instead,
+//!   `:late` joins STEP only once a failed rank is back, `@retry` picks init's second attempt
+//!   after an early failure was recovered.
+//! - `REVERB_FAULT_GC=RANK:EPOCH[:late][,..]`: at the log GC after checkpoint EPOCH, just
+//!   before its collective: SIGKILL, or (`:late`) join it only once a failed rank is back.
+
+#[cfg(feature = "fault-injection")]
+use std::path::PathBuf;
+#[cfg(feature = "fault-injection")]
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "fault-injection")]
+use reverb_ckpt::Stage;
+#[cfg(feature = "fault-injection")]
+use reverb_transport::Bootstrap;
+
+#[cfg(feature = "fault-injection")]
+use super::report::unix_ns;
+#[cfg(feature = "fault-injection")]
+use super::sigkill::{own_pid, sigkill};
+use reverb_ckpt::{Checkpointer, Epoch};
+use reverb_logger::LoggedEndpoint;
+use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::Rank;
+
+use super::error::{Result, RuntimeError};
+use super::RuntimeConfig;
+
+/// Every variable of this module.
+pub const FAULT_VARS: [&str; 4] =
+    ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
+
+/// A collective step of [`Runtime::init`] (after the transport's open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitStep {
+    /// The logger's exchange of node ids and log rings (`LoggedEndpoint::new`).
+    LogRings,
+    /// The checkpointer's exchange of slot descriptors.
+    CkptSlots,
+}
+
+/// What faults to inject (`REVERB_FAULT*`); empty without the `fault-injection` feature.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan {
+    /// `REVERB_FAULT=RANK:SENDS[@INCARNATION][,..]`: that incarnation (default 0) of RANK
+    /// SIGKILLs itself after that send (a restarted one counts sends from its restart: a
+    /// small count kills it during its replay).
+    #[cfg(feature = "fault-injection")]
+    pub sends: Vec<(Rank, u64, u32)>,
+    /// `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE`: incarnation 0 of RANK SIGKILLs itself at that
+    /// stage of that checkpoint.
+    #[cfg(feature = "fault-injection")]
+    pub ckpt: Option<(Rank, Epoch, Stage)>,
+    /// `REVERB_FAULT_INIT`: see `InitFault`.
+    #[cfg(feature = "fault-injection")]
+    pub init: Vec<InitFault>,
+    /// `REVERB_FAULT_GC`: see `GcFault`.
+    #[cfg(feature = "fault-injection")]
+    pub gc: Vec<GcFault>,
+}
+
+/// Where an injection point is: the rank and its incarnation.
+#[derive(Debug, Clone, Copy)]
+// Read only by the injection points of fault-injection builds.
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub(super) struct Here {
+    pub rank: Rank,
+    pub incarnation: u32,
+}
+
+#[cfg(not(feature = "fault-injection"))]
+impl FaultPlan {
+    /// No plan: a set `REVERB_FAULT*` variable is an error, never silently ignored.
+    pub fn from_env() -> Result<FaultPlan> {
+        match FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+            Some(var) => Err(RuntimeError::NoFaultInjection { var }),
+            None => Ok(FaultPlan::default()),
+        }
+    }
+
+    pub(super) fn after_send(&self, _here: Here, _sends: u64, _config: &RuntimeConfig) {}
+
+    pub(super) fn arm_checkpoint(&self, _here: Here, _ckpt: &mut Checkpointer, _config: &RuntimeConfig) {}
+
+    pub(super) fn before_init_step(
+        &self,
+        _at: (Here, InitStep, bool),
+        _endpoint: Option<&LoggedEndpoint>,
+        _boot: &mut TcpBootstrap,
+        _config: &RuntimeConfig,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    pub(super) fn before_log_gc(
+        &self,
+        _at: (Here, Epoch),
+        _boot: &mut TcpBootstrap,
+        _known: &[u32],
+        _config: &RuntimeConfig,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+impl FaultPlan {
+    pub fn from_env() -> Result<FaultPlan> {
+        let list = |name: &str| std::env::var(name).ok();
+        Ok(FaultPlan {
+            sends: list("REVERB_FAULT").map(|v| parse_send_faults(&v)).transpose()?.unwrap_or_default(),
+            ckpt: list("REVERB_FAULT_CKPT").map(|v| parse_ckpt_fault(&v)).transpose()?,
+            init: match list("REVERB_FAULT_INIT") {
+                Some(v) => v.split(',').map(str::parse).collect::<Result<Vec<InitFault>>>()?,
+                None => Vec::new(),
+            },
+            gc: match list("REVERB_FAULT_GC") {
+                Some(v) => v.split(',').map(str::parse).collect::<Result<Vec<GcFault>>>()?,
+                None => Vec::new(),
+            },
+        })
+    }
+
+    /// `REVERB_FAULT`: dies after the planned send.
+    pub(super) fn after_send(&self, here: Here, sends: u64, config: &RuntimeConfig) {
+        if self.sends.contains(&(here.rank, sends, here.incarnation)) {
+            die_now(config.report_dir.as_deref());
+        }
+    }
+
+    /// `REVERB_FAULT_CKPT`: arms the checkpointer's hook at incarnation 0 of the rank.
+    pub(super) fn arm_checkpoint(&self, here: Here, ckpt: &mut Checkpointer, config: &RuntimeConfig) {
+        if let (Some((rank, epoch, stage)), 0) = (self.ckpt, here.incarnation) {
+            if rank == here.rank && CKPT_FAULT.set((epoch, stage, config.report_dir.clone())).is_ok() {
+                ckpt.set_fault_hook(Some(ckpt_fault_hook));
+            }
+        }
+    }
+
+    /// `REVERB_FAULT_INIT`: the fault planned just before `step`'s collective, in init's
+    /// first attempt or (`retry`) its second, at incarnation 0.
+    pub(super) fn before_init_step(
+        &self,
+        (here, step, retry): (Here, InitStep, bool),
+        endpoint: Option<&LoggedEndpoint>,
+        boot: &mut TcpBootstrap,
+        config: &RuntimeConfig,
+    ) -> Result<()> {
+        let mine = |f: &&InitFault| {
+            here.incarnation == 0 && f.rank == here.rank && f.step == step && f.retry == retry
+        };
+        match self.init.iter().find(mine) {
+            Some(&fault) => inject_init_fault(fault, endpoint, boot, config),
+            None => Ok(()),
+        }
+    }
+
+    /// `REVERB_FAULT_GC`: dies, or joins late, just before the log GC after `epoch`.
+    pub(super) fn before_log_gc(
+        &self,
+        (here, epoch): (Here, Epoch),
+        boot: &mut TcpBootstrap,
+        known: &[u32],
+        config: &RuntimeConfig,
+    ) -> Result<()> {
+        let fault = self.gc.iter().find(|f| f.rank == here.rank && f.epoch == epoch && here.incarnation == 0);
+        match fault {
+            Some(GcFault { late: false, .. }) => die_now(config.report_dir.as_deref()),
+            Some(GcFault { late: true, .. }) => {
+                let what = format!("the log GC of epoch {epoch}");
+                wait_failed_rank_back(boot, known, config.rejoin_timeout, &what)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+fn parse_send_faults(v: &str) -> Result<Vec<(Rank, u64, u32)>> {
+    v.split(',')
+        .map(|one| {
+            let (spec, incarnation) = one.split_once('@').unwrap_or((one, "0"));
+            spec.split_once(':')
+                .and_then(|(r, n)| {
+                    Some((r.trim().parse().ok()?, n.trim().parse().ok()?, incarnation.trim().parse().ok()?))
+                })
+                .ok_or_else(|| {
+                    RuntimeError::InvalidArgument(format!(
+                        "REVERB_FAULT={v:?}: expected RANK:SENDS[@INCARNATION][,..]"
+                    ))
+                })
+        })
+        .collect()
+}
+
+#[cfg(feature = "fault-injection")]
+fn parse_ckpt_fault(v: &str) -> Result<(Rank, Epoch, Stage)> {
+    let bad = || {
+        RuntimeError::InvalidArgument(format!(
+            "REVERB_FAULT_CKPT={v:?}: expected RANK:EPOCH:STAGE, STAGE one of local-written, \
+             buddy-body-landed, buddy-flipped"
+        ))
+    };
+    let parts: Vec<&str> = v.trim().split(':').collect();
+    let [rank, epoch, stage] = parts[..] else { return Err(bad()) };
+    let stage = match stage {
+        "local-written" => Stage::LocalWritten,
+        "buddy-body-landed" => Stage::BuddyBodyLanded,
+        "buddy-flipped" => Stage::BuddyFlipped,
+        _ => return Err(bad()),
+    };
+    Ok((rank.parse().map_err(|_| bad())?, epoch.parse().map_err(|_| bad())?, stage))
+}
+
+#[cfg(feature = "fault-injection")]
+/// Fault injection at the log GC after a checkpoint (`REVERB_FAULT_GC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcFault {
+    pub rank: Rank,
+    pub epoch: Epoch,
+    /// Join the GC late instead of dying.
+    pub late: bool,
+}
+
+#[cfg(feature = "fault-injection")]
+impl std::str::FromStr for GcFault {
+    type Err = RuntimeError;
+    fn from_str(v: &str) -> Result<Self> {
+        let bad =
+            || RuntimeError::InvalidArgument(format!("REVERB_FAULT_GC={v:?}: expected RANK:EPOCH[:late]"));
+        let parts: Vec<&str> = v.trim().split(':').collect();
+        let (rank, epoch, late) = match parts[..] {
+            [rank, epoch] => (rank, epoch, false),
+            [rank, epoch, "late"] => (rank, epoch, true),
+            _ => return Err(bad()),
+        };
+        let rank = rank.trim().parse().map_err(|_| bad())?;
+        let epoch = epoch.trim().parse().map_err(|_| bad())?;
+        Ok(GcFault { rank, epoch, late })
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+/// What an [`InitFault`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitFaultAction {
+    /// SIGKILL this rank (its node goes down).
+    KillRank,
+    /// SIGKILL the node's logger core (`reverb run --logger`), then wait to be taken down.
+    KillLogger,
+    /// Join the step's collective only once a failed rank has rejoined (bounded wait).
+    Late,
+}
+
+#[cfg(feature = "fault-injection")]
+/// Fault injection inside [`Runtime::init`] (`REVERB_FAULT_INIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitFault {
+    pub rank: Rank,
+    pub step: InitStep,
+    pub action: InitFaultAction,
+    /// In init's second attempt (after an early failure was recovered), not its first.
+    pub retry: bool,
+}
+
+#[cfg(feature = "fault-injection")]
+impl std::str::FromStr for InitFault {
+    type Err = RuntimeError;
+    fn from_str(v: &str) -> Result<Self> {
+        let bad = || {
+            RuntimeError::InvalidArgument(format!(
+                "REVERB_FAULT_INIT={v:?}: expected RANK:STEP[:logger|:late][@retry], STEP one of log-rings, \
+                 ckpt-slots"
+            ))
+        };
+        let (spec, retry) = match v.trim().split_once('@') {
+            Some((spec, "retry")) => (spec, true),
+            Some(_) => return Err(bad()),
+            None => (v.trim(), false),
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        let (rank, step, action) = match parts[..] {
+            [rank, step] => (rank, step, InitFaultAction::KillRank),
+            [rank, step, "logger"] => (rank, step, InitFaultAction::KillLogger),
+            [rank, step, "late"] => (rank, step, InitFaultAction::Late),
+            _ => return Err(bad()),
+        };
+        let step = match step {
+            "log-rings" => InitStep::LogRings,
+            "ckpt-slots" => InitStep::CkptSlots,
+            _ => return Err(bad()),
+        };
+        Ok(InitFault { rank: rank.trim().parse().map_err(|_| bad())?, step, action, retry })
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+/// The checkpoint stage at which this process kills itself, and where it notes the time
+/// (the checkpointer's hook is a plain `fn`).
+static CKPT_FAULT: std::sync::OnceLock<(Epoch, Stage, Option<PathBuf>)> = std::sync::OnceLock::new();
+
+#[cfg(feature = "fault-injection")]
+fn ckpt_fault_hook(epoch: Epoch, stage: Stage) {
+    if let Some((e, s, dir)) = CKPT_FAULT.get() {
+        if (*e, *s) == (epoch, stage) {
+            die_now(dir.as_deref());
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+/// Fault injection: records the time and SIGKILLs this process.
+fn die_now(report_dir: Option<&std::path::Path>) -> ! {
+    if let Some(dir) = report_dir {
+        // Best effort: the report only loses the detection time without it.
+        let _ = std::fs::write(dir.join("kill.ns"), unix_ns().to_string());
+    }
+    sigkill(own_pid());
+    std::thread::sleep(Duration::from_secs(60));
+    std::process::abort();
+}
+
+#[cfg(feature = "fault-injection")]
+/// Waits (bounded by `timeout`) until a rank is back at an incarnation newer than `known`
+/// (indexed by rank) and none is lost: a fault injection's late join.
+fn wait_failed_rank_back(
+    boot: &mut TcpBootstrap,
+    known: &[u32],
+    timeout: Duration,
+    what: &str,
+) -> Result<()> {
+    let me = boot.job().rank;
+    let start = Instant::now();
+    loop {
+        let table = boot.lookup()?;
+        let back: Vec<Rank> = table
+            .iter()
+            .filter(|a| a.incarnation > known.get(a.rank as usize).copied().unwrap_or(0))
+            .map(|a| a.rank)
+            .collect();
+        if !back.is_empty() && table.iter().all(|a| a.address.is_some()) {
+            eprintln!("reverb: fault injection: rank {me} joins {what} late, after ranks {back:?} rejoined");
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            return Err(RuntimeError::Timeout {
+                what: format!("fault injection: rank {me} waiting for a failed rank to rejoin"),
+                after: timeout,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+/// `REVERB_FAULT_INIT`: SIGKILLs this rank, or (`:logger`) its node's logger core and then
+/// waits for the launcher to take the node down (this rank dies by itself if it does not),
+/// or (`:late`) waits until a failed rank is back and returns.
+fn inject_init_fault(
+    fault: InitFault,
+    endpoint: Option<&LoggedEndpoint>,
+    boot: &mut TcpBootstrap,
+    config: &RuntimeConfig,
+) -> Result<()> {
+    let dir = config.report_dir.as_deref();
+    match fault.action {
+        InitFaultAction::KillRank => die_now(dir),
+        InitFaultAction::Late => {
+            let what = format!("{:?}", fault.step);
+            return wait_failed_rank_back(boot, &[], config.rejoin_timeout, &what);
+        }
+        InitFaultAction::KillLogger => {}
+    }
+    let attached;
+    let client = match endpoint.and_then(LoggedEndpoint::logger_offload) {
+        Some(offload) => Some(offload.client()),
+        None => {
+            attached = reverb_logger::sink::LoggerOffload::attach_from_env();
+            match &attached {
+                Ok(Some(offload)) => Some(offload.client()),
+                _ => None,
+            }
+        }
+    };
+    let pid = client.map_or(0, |c| c.status(reverb_logger::core::segment::Status::LoggerPid));
+    match libc::pid_t::try_from(pid) {
+        Ok(pid) if pid > 0 => {
+            eprintln!("reverb: fault injection: SIGKILL to this node's logger core (pid {pid}) inside init");
+            sigkill(pid);
+            std::thread::sleep(config.rejoin_timeout);
+        }
+        _ => eprintln!(
+            "reverb: fault injection: no logger core to kill (run with --logger): killing this rank"
+        ),
+    }
+    die_now(dir);
+}

@@ -1,0 +1,241 @@
+//! `Runtime::init`: the transport's open, then the logged endpoint and the checkpointer,
+//! each set up by a collective that a failure inside init makes start over (see `early`).
+
+use reverb_ckpt::{Checkpointer, CkptConfig};
+use reverb_logger::LoggedEndpoint;
+use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::recovery::await_rejoin;
+use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
+
+use super::early::{wait_none_lost, EarlyRecovery};
+use super::error::{Result, RuntimeError};
+use super::fault::{Here, InitStep};
+use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
+use super::{initboot, lent, Runtime, RuntimeConfig};
+
+/// What every step of init needs to know about this rank.
+struct InitCtx<'a> {
+    config: &'a RuntimeConfig,
+    /// The failure unit of every rank (node or team).
+    unit_of: &'a [u32],
+    here: Here,
+    /// Incarnation > 0: this rank recovers inside init.
+    restarted: bool,
+}
+
+impl InitCtx<'_> {
+    /// Whether the next collective is this rank's first attempt (framed, see `initboot`).
+    fn first_attempt(&self, early: &EarlyRecovery) -> bool {
+        !self.restarted && !early.happened()
+    }
+}
+
+impl Runtime {
+    pub(super) fn init_from(config: RuntimeConfig) -> Result<Runtime> {
+        let init_start_ns = unix_ns();
+        let mut boot = TcpBootstrap::connect_from_env()?;
+        let job = boot.job().clone();
+        let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
+        let unit_of = config.log.failure_units(&node_of);
+        let ctx = InitCtx {
+            config: &config,
+            unit_of: &unit_of,
+            here: Here { rank: job.rank, incarnation: job.incarnation },
+            restarted: job.incarnation > 0,
+        };
+        let provider = open_transport(&ctx, &mut boot, &job, &node_of)?;
+        let mut early = EarlyRecovery::default();
+        let mut endpoint = build_endpoint(&ctx, provider, &mut boot, &mut early)?;
+        let ckpt = match checkpoint_levels(config.ckpt.clone(), config.ckpt_auto, &job) {
+            Some(levels) => Some(build_checkpointer(&ctx, levels, &mut endpoint, &mut boot, &mut early)?),
+            None => None,
+        };
+        let incarnation_of: Vec<u32> =
+            (0..job.size).map(|r| endpoint.provider().peer_incarnation(r).unwrap_or(0)).collect();
+        let report = RuntimeReport {
+            rank: job.rank,
+            incarnation: job.incarnation,
+            mode: config.log.mode.to_string(),
+            init_start_ns,
+            checkpoint_memory_bytes: ckpt.as_ref().map_or(0, |c| checkpoint_memory(c) as u64),
+            ..RuntimeReport::default()
+        };
+        let mut rt = Runtime {
+            incarnation_of,
+            boot,
+            endpoint: Some(endpoint),
+            ckpt,
+            rank: job.rank,
+            size: job.size,
+            node_of,
+            unit_of,
+            restored_app: None,
+            protected: Vec::new(),
+            restored_extra: Vec::new(),
+            replay: None,
+            sends: 0,
+            recoveries: 0,
+            logs_cut: Vec::new(),
+            last_boot_check: std::time::Instant::now(),
+            logger_verdicts_seen: 0,
+            init_end_cpu_ns: 0,
+            report,
+            config,
+        };
+        rt.finish_init(early, job.node)?;
+        rt.report.init_end_ns = unix_ns();
+        rt.init_end_cpu_ns = process_cpu_ns();
+        Ok(rt)
+    }
+
+    /// The recovery collectives that end init: a restarted rank's own, or (a survivor of a
+    /// failure inside init) the restarted ranks'.
+    fn finish_init(&mut self, early: EarlyRecovery, my_node: u32) -> Result<()> {
+        if self.restarted() {
+            let my_unit = self.unit_of.get(self.rank as usize).copied().unwrap_or(my_node);
+            let restarted_ranks: Vec<Rank> =
+                (0..self.size).filter(|&r| self.unit_of[r as usize] == my_unit).collect();
+            self.recovery_collective(&restarted_ranks, true).map_err(RuntimeError::during_recovery)?;
+        } else if let Some((detected, start)) = early.detected {
+            // The restarted ranks' recovery collectives: no epoch is committed, so they start
+            // from the initial state, and no rank has sent anything yet.
+            self.recovery_collective(&early.failed, false).map_err(RuntimeError::during_recovery)?;
+            // Nothing was logged before the failure: the restarted buddies lost no determinant.
+            self.logs_cut.clear();
+            self.recoveries += 1;
+            self.report.detected_ns.push(detected);
+            self.report.recovery_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    }
+}
+
+/// The transport's open (one collective), then, at a restarted rank, the wait for the
+/// ranks restarted with it.
+fn open_transport(
+    ctx: &InitCtx,
+    boot: &mut TcpBootstrap,
+    job: &JobInfo,
+    node_of: &[u32],
+) -> Result<Box<dyn Provider>> {
+    let restarted = ctx.restarted;
+    let mut provider = reverb_transport::open(&TransportConfig::from_env()?, boot).map_err(|e| match e {
+        // The providers' open is one collective that owns its half-built state: a
+        // survivor has nothing to reconnect with.
+        TransportError::PeerDead(r) if !restarted => RuntimeError::Unrecoverable(format!(
+            "rank {r} failed while the transport was opening (the first collective of init); \
+             a failure there is not recovered"
+        )),
+        e => RuntimeError::from(e).during_recovery_if(restarted),
+    })?;
+    if restarted {
+        Runtime::check_recoverable(&ctx.config.log, node_of)?;
+        let my_unit = ctx.unit_of.get(job.rank as usize).copied().unwrap_or(job.node);
+        // Unit mates restarted with this rank: the provider may have found their dead
+        // incarnation.
+        for mate in (0..job.size).filter(|&r| r != job.rank && ctx.unit_of[r as usize] == my_unit) {
+            if provider.peer_state(mate) != PeerState::Alive {
+                await_rejoin(provider.as_mut(), boot, mate, None, ctx.config.rejoin_timeout)?;
+            }
+        }
+        // Collectives fail while any rank is lost: another node failing with this one
+        // must be back before the endpoint's setup starts.
+        wait_none_lost(boot, ctx.config.rejoin_timeout)?;
+    }
+    Ok(provider)
+}
+
+/// The endpoint's collectives. A peer failing in them (this rank at incarnation 0): the
+/// provider comes back, the failed units rejoin, and the setup starts over with them (they
+/// run it in their own init).
+fn build_endpoint(
+    ctx: &InitCtx,
+    mut provider: Box<dyn Provider>,
+    boot: &mut TcpBootstrap,
+    early: &mut EarlyRecovery,
+) -> Result<LoggedEndpoint> {
+    loop {
+        let at = (ctx.here, InitStep::LogRings, early.happened());
+        ctx.config.faults.before_init_step(at, None, boot, ctx.config)?;
+        let (lent, home) = lent::lend(provider);
+        let first_attempt = ctx.first_attempt(early);
+        let built =
+            LoggedEndpoint::new(Box::new(lent), &mut *init_boot(boot, first_attempt), ctx.config.log.clone());
+        let e = match built {
+            Ok(endpoint) => return Ok(endpoint),
+            Err(e) => RuntimeError::from(e),
+        };
+        let Some(mut back) = home.take_back() else {
+            return Err(e.during_recovery_if(ctx.restarted || early.happened()));
+        };
+        early.recover(back.as_mut(), boot, ctx.config, ctx.unit_of, e, ctx.restarted)?;
+        provider = back;
+    }
+}
+
+/// The checkpointer's slot exchange, started over (after the survivors' side of the
+/// restarted ranks' endpoint setup) when a peer fails in it; then the fault hook, if any.
+fn build_checkpointer(
+    ctx: &InitCtx,
+    levels: CkptConfig,
+    endpoint: &mut LoggedEndpoint,
+    boot: &mut TcpBootstrap,
+    early: &mut EarlyRecovery,
+) -> Result<Checkpointer> {
+    let mut ckpt = loop {
+        let at = (ctx.here, InitStep::CkptSlots, early.happened());
+        ctx.config.faults.before_init_step(at, Some(endpoint), boot, ctx.config)?;
+        let first_attempt = ctx.first_attempt(early);
+        let built = Checkpointer::with_buddy_units(
+            endpoint.provider(),
+            &mut *init_boot(boot, first_attempt),
+            levels.clone(),
+            ctx.unit_of,
+        );
+        let e = match built {
+            Ok(ckpt) => break ckpt,
+            Err(e) => RuntimeError::from(e),
+        };
+        early.recover(endpoint.provider(), boot, ctx.config, ctx.unit_of, e, ctx.restarted)?;
+        // The restarted ranks set up their endpoints (`LoggedEndpoint::new`): the
+        // survivors' side of it, then the checkpointer from the start.
+        endpoint
+            .rejoin(&mut initboot::Recovering(boot), &early.failed)
+            .map_err(|e| RuntimeError::from(e).during_recovery())?;
+    };
+    ctx.config.faults.arm_checkpoint(ctx.here, &mut ckpt, ctx.config);
+    Ok(ckpt)
+}
+
+/// With `REVERB_CKPT` unset (`auto`), the levels the job's nodes allow: no parity below a
+/// parity group's node count (or 2), no checkpoint at all on one node (no copy could survive).
+fn checkpoint_levels(requested: Option<CkptConfig>, auto: bool, job: &JobInfo) -> Option<CkptConfig> {
+    let mut levels = requested;
+    if let (true, Some(c)) = (auto, levels.as_mut()) {
+        let group = c.parity.map_or(0, |p| p.group_nodes);
+        if (job.nodes() as usize) < group.max(2) {
+            c.parity = None;
+        }
+    }
+    if auto && job.nodes() < 2 {
+        return None;
+    }
+    levels
+}
+
+/// The bootstrap for one of init's collectives: framed while this rank is in its first
+/// attempt at init, else the recovery's (see `initboot`).
+fn init_boot(boot: &mut TcpBootstrap, first_attempt: bool) -> Box<dyn Bootstrap + '_> {
+    if first_attempt {
+        Box::new(initboot::FirstAttempt(boot))
+    } else {
+        Box::new(initboot::Recovering(boot))
+    }
+}
+
+/// Bytes of checkpoint slots one rank registers (local pair, buddy pairs it hosts, parity).
+fn checkpoint_memory(ckpt: &Checkpointer) -> usize {
+    let slot = ckpt.config().slot_len;
+    let hosted = ckpt.placement().clients_of(ckpt.rank()).len();
+    2 * slot * (1 + if ckpt.config().buddy { hosted } else { 0 })
+}

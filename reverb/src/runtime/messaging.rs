@@ -1,0 +1,61 @@
+//! Point-to-point messages: a send or receive that meets a failure recovers it and goes on.
+
+use std::time::Instant;
+
+use reverb_logger::error::LogError;
+use reverb_transport::{Rank, Source, Tag, TagMatch, TransportError};
+
+use super::detection::dead_peer_in;
+use super::error::{Result, RuntimeError};
+use super::fault::Here;
+use super::{Message, Runtime};
+
+impl Runtime {
+    /// Sends `payload` to `dest` under `tag`. A dead destination is recovered first when
+    /// found here; the message is in the sender log and is resent to the restarted rank.
+    pub(super) fn send_now(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
+        let sent = self.endpoint()?.send(dest, tag, payload);
+        match sent {
+            Ok(()) => {}
+            // The message is in the sender log (or left already, for a stale failure): recovery
+            // resends it to the restarted rank.
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => {}
+                _ => return Err(e.into()),
+            },
+        }
+        self.sends += 1;
+        self.note_replay()?;
+        let here = Here { rank: self.rank, incarnation: self.report.incarnation };
+        self.config.faults.after_send(here, self.sends, &self.config);
+        Ok(())
+    }
+
+    pub(super) fn recv(&mut self, source: Source, tag: Tag) -> Result<Message> {
+        let mut start = Instant::now();
+        loop {
+            let slice = self.config.detect_interval;
+            let got = self.endpoint()?.recv(source, TagMatch::exact(tag), slice);
+            match got {
+                Ok(d) => {
+                    self.note_replay()?;
+                    return Ok(Message { source: d.source, tag: d.tag, payload: d.payload });
+                }
+                Err(LogError::Transport(TransportError::Timeout(_))) => {
+                    if self.check_failures()? {
+                        start = Instant::now();
+                    } else if start.elapsed() > self.config.recv_timeout {
+                        return Err(RuntimeError::Timeout {
+                            what: format!("rank {} receiving {source:?} tag {tag:#x}", self.rank),
+                            after: self.config.recv_timeout,
+                        });
+                    }
+                }
+                Err(e) => match dead_peer_in(&e) {
+                    Some(p) if self.stale_failure(p) || self.failure_explains()? => start = Instant::now(),
+                    _ => return Err(e.into()),
+                },
+            }
+        }
+    }
+}
