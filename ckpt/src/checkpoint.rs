@@ -225,6 +225,16 @@ struct ParityMeta {
     members: Vec<(Rank, usize)>,
 }
 
+/// What a restore read of a group's parity blocks found.
+struct ParityBlocks {
+    /// Block p, or `None` where unreadable or inconsistent with the others.
+    blocks: Vec<Option<Vec<u8>>>,
+    /// The metadata the readable blocks agree on (`None`: no block was readable).
+    meta: Option<ParityMeta>,
+    /// The hosts whose block was used.
+    hosts: Vec<Rank>,
+}
+
 impl ParityMeta {
     fn max_len() -> usize {
         16 + 256 * 12
@@ -736,48 +746,7 @@ impl Checkpointer {
         let (k, m) = (group.members.len(), group.parity_hosts.len());
         let slot_len = self.config.slot_len;
         let stride = shard_stride(slot_len);
-        // Gather the members' level-1 images of this epoch.
-        let mut lens = Vec::with_capacity(k);
-        for (i, &member) in group.members.iter().enumerate() {
-            let at = i * stride;
-            if member == self.me {
-                let bytes = mem::bytes(&self.local, slot * slot_len, slot_len)?;
-                let header = ImageHeader::parse(bytes, "own level-1 copy")?;
-                let own = bytes.get(..header.image_len()).ok_or(CkptError::Truncated {
-                    what: "own level-1 copy".into(),
-                    have: slot_len,
-                    need: header.image_len(),
-                })?;
-                mem::bytes_mut(&staging, at, own.len())?.copy_from_slice(own);
-                lens.push(header.image_len());
-                continue;
-            }
-            let remote = self.peers[member as usize].local;
-            let off = (slot * slot_len) as u64;
-            self.transfer(provider, Dir::Get, &staging, at, &remote, off, HEADER_LEN)?;
-            let what = format!("rank {member}'s level-1 copy");
-            let header = ImageHeader::parse(mem::bytes(&staging, at, HEADER_LEN)?, &what)?;
-            if header.epoch != epoch || header.rank != member || header.image_len() > slot_len {
-                return Err(CkptError::WrongEpoch {
-                    what,
-                    rank: member,
-                    epoch,
-                    found_rank: header.rank,
-                    found_epoch: header.epoch,
-                });
-            }
-            let body = header.image_len() - HEADER_LEN;
-            self.transfer(
-                provider,
-                Dir::Get,
-                &staging,
-                at + HEADER_LEN,
-                &remote,
-                off + HEADER_LEN as u64,
-                body,
-            )?;
-            lens.push(header.image_len());
-        }
+        let lens = self.gather_group_images(provider, &group, &staging, slot, epoch)?;
         let shard_len = lens.iter().copied().max().unwrap_or(0).div_ceil(64) * 64;
         for (i, &len) in lens.iter().enumerate() {
             mem::bytes_mut(&staging, i * stride + len, shard_len - len)?.fill(0);
@@ -808,39 +777,107 @@ impl Checkpointer {
             let header =
                 image::write_image(out, ImageKind::Parity, host, epoch, self.config.chunk_len, &set)?;
             let len = header.image_len();
-            if host == self.me {
-                let own = self
-                    .parity
-                    .clone()
-                    .ok_or(CkptError::InvalidArgument("parity host without slots".into()))?;
-                let dst = slot * self.parity_slot_len;
-                own.fill(dst, HEADER_LEN, 0)
-                    .map_err(|e| CkptError::transport("clearing a parity header", e))?;
-                mem::bytes_mut(&own, dst + HEADER_LEN, len - HEADER_LEN)?.copy_from_slice(mem::bytes(
-                    &staging,
-                    at + HEADER_LEN,
-                    len - HEADER_LEN,
-                )?);
-                mem::bytes_mut(&own, dst, HEADER_LEN)?.copy_from_slice(mem::bytes(&staging, at, HEADER_LEN)?);
+            self.place_parity_block(provider, &staging, at, len, host, slot)?;
+        }
+        Ok(())
+    }
+
+    /// Copies the group members' level-1 images of `epoch` (own slot `slot`) into `staging`, one
+    /// per stride, and returns their lengths.
+    fn gather_group_images(
+        &mut self,
+        provider: &mut dyn Provider,
+        group: &Group,
+        staging: &Region,
+        slot: usize,
+        epoch: Epoch,
+    ) -> Result<Vec<usize>, CkptError> {
+        let slot_len = self.config.slot_len;
+        let stride = shard_stride(slot_len);
+        let mut lens = Vec::with_capacity(group.members.len());
+        for (i, &member) in group.members.iter().enumerate() {
+            let at = i * stride;
+            if member == self.me {
+                let bytes = mem::bytes(&self.local, slot * slot_len, slot_len)?;
+                let header = ImageHeader::parse(bytes, "own level-1 copy")?;
+                let own = bytes.get(..header.image_len()).ok_or(CkptError::Truncated {
+                    what: "own level-1 copy".into(),
+                    have: slot_len,
+                    need: header.image_len(),
+                })?;
+                mem::bytes_mut(staging, at, own.len())?.copy_from_slice(own);
+                lens.push(header.image_len());
                 continue;
             }
-            let remote = self.peers[host as usize].parity.ok_or_else(|| {
-                CkptError::InvalidArgument(format!("parity host {host} registered no slots"))
-            })?;
-            let dst = (slot * self.parity_slot_len) as u64;
-            let zero = self.zero_header.clone();
-            self.transfer(provider, Dir::Put, &zero, 0, &remote, dst, HEADER_LEN)?;
+            let remote = self.peers[member as usize].local;
+            let off = (slot * slot_len) as u64;
+            self.transfer(provider, Dir::Get, staging, at, &remote, off, HEADER_LEN)?;
+            let what = format!("rank {member}'s level-1 copy");
+            let header = ImageHeader::parse(mem::bytes(staging, at, HEADER_LEN)?, &what)?;
+            if header.epoch != epoch || header.rank != member || header.image_len() > slot_len {
+                return Err(CkptError::WrongEpoch {
+                    what,
+                    rank: member,
+                    epoch,
+                    found_rank: header.rank,
+                    found_epoch: header.epoch,
+                });
+            }
+            let body = header.image_len() - HEADER_LEN;
             self.transfer(
                 provider,
-                Dir::Put,
-                &staging,
+                Dir::Get,
+                staging,
                 at + HEADER_LEN,
                 &remote,
-                dst + HEADER_LEN as u64,
-                len - HEADER_LEN,
+                off + HEADER_LEN as u64,
+                body,
             )?;
-            self.transfer(provider, Dir::Put, &staging, at, &remote, dst, HEADER_LEN)?;
+            lens.push(header.image_len());
         }
+        Ok(lens)
+    }
+
+    /// Writes parity block image `at..at + len` of `staging` into `host`'s parity slot `slot`:
+    /// the header cleared first and written last, so a torn write never reads as valid.
+    fn place_parity_block(
+        &mut self,
+        provider: &mut dyn Provider,
+        staging: &Region,
+        at: usize,
+        len: usize,
+        host: Rank,
+        slot: usize,
+    ) -> Result<(), CkptError> {
+        if host == self.me {
+            let own =
+                self.parity.clone().ok_or(CkptError::InvalidArgument("parity host without slots".into()))?;
+            let dst = slot * self.parity_slot_len;
+            own.fill(dst, HEADER_LEN, 0).map_err(|e| CkptError::transport("clearing a parity header", e))?;
+            mem::bytes_mut(&own, dst + HEADER_LEN, len - HEADER_LEN)?.copy_from_slice(mem::bytes(
+                staging,
+                at + HEADER_LEN,
+                len - HEADER_LEN,
+            )?);
+            mem::bytes_mut(&own, dst, HEADER_LEN)?.copy_from_slice(mem::bytes(staging, at, HEADER_LEN)?);
+            return Ok(());
+        }
+        let remote = self.peers[host as usize]
+            .parity
+            .ok_or_else(|| CkptError::InvalidArgument(format!("parity host {host} registered no slots")))?;
+        let dst = (slot * self.parity_slot_len) as u64;
+        let zero = self.zero_header.clone();
+        self.transfer(provider, Dir::Put, &zero, 0, &remote, dst, HEADER_LEN)?;
+        self.transfer(
+            provider,
+            Dir::Put,
+            staging,
+            at + HEADER_LEN,
+            &remote,
+            dst + HEADER_LEN as u64,
+            len - HEADER_LEN,
+        )?;
+        self.transfer(provider, Dir::Put, staging, at, &remote, dst, HEADER_LEN)?;
         Ok(())
     }
 
@@ -1003,58 +1040,8 @@ impl Checkpointer {
             group.index_of(rank).ok_or(CkptError::InvalidArgument("rank not in its group".into()))?;
         let mut notes = Vec::new();
         // Parity blocks first: their metadata names the members' image lengths.
-        let mut parity: Vec<Option<Vec<u8>>> = vec![None; m];
-        let mut meta: Option<ParityMeta> = None;
-        let mut hosts_used = Vec::new();
-        for (p, &host) in group.parity_hosts.iter().enumerate() {
-            if host != self.me && provider.peer_state(host) == PeerState::Dead {
-                notes.push(format!("parity host {host} dead"));
-                continue;
-            }
-            let remote = self.peers[host as usize].parity.ok_or_else(|| {
-                CkptError::InvalidArgument(format!("parity host {host} registered no slots"))
-            })?;
-            let result = self
-                .read_slots(
-                    provider,
-                    host,
-                    &remote,
-                    0,
-                    self.parity_slot_len,
-                    (ImageKind::Parity, host, epoch),
-                )
-                .and_then(|(image, _)| {
-                    let what = format!("parity block {p} on rank {host}");
-                    let parsed = ParityMeta::parse(image.entry(META_ID).unwrap_or(&[]), &what)?;
-                    let shard = image.entry(SHARD_ID).unwrap_or(&[]).to_vec();
-                    let expected: Vec<Rank> = parsed.members.iter().map(|&(r, _)| r).collect();
-                    if parsed.index != p
-                        || parsed.parity_shards != m
-                        || expected != group.members
-                        || shard.len() != parsed.shard_len
-                    {
-                        return Err(CkptError::HeaderCorrupt {
-                            what,
-                            detail: "metadata does not match the group".into(),
-                        });
-                    }
-                    Ok((parsed, shard))
-                });
-            match result {
-                Ok((parsed, shard)) => {
-                    if meta.as_ref().is_some_and(|known| {
-                        known.members != parsed.members || known.shard_len != parsed.shard_len
-                    }) {
-                        notes.push(format!("parity block {p} disagrees with the others"));
-                        continue;
-                    }
-                    meta.get_or_insert(parsed);
-                    parity[p] = Some(shard);
-                    hosts_used.push(host);
-                }
-                Err(e) => notes.push(format!("parity block {p} on rank {host}: {e}")),
-            }
-        }
+        let ParityBlocks { blocks: parity, meta, hosts: hosts_used } =
+            self.read_parity_blocks(provider, &group, epoch, &mut notes)?;
         let Some(meta) = meta else {
             return Err(CkptError::Unrecoverable { rank, epoch, attempts: notes.join("; ") });
         };
@@ -1062,42 +1049,8 @@ impl Checkpointer {
         if codec.format() != meta.format {
             return Err(CkptError::UnknownParityFormat(meta.format.version_byte()));
         }
-        let mut shards: Vec<Option<Vec<u8>>> = Vec::with_capacity(k + m);
-        let mut members_used = Vec::new();
-        for (i, &member) in group.members.iter().enumerate() {
-            if i == lost_index || (member != self.me && provider.peer_state(member) == PeerState::Dead) {
-                shards.push(None);
-                continue;
-            }
-            let remote = self.peers[member as usize].local;
-            match self.read_slots(
-                provider,
-                member,
-                &remote,
-                0,
-                self.config.slot_len,
-                (ImageKind::Data, member, epoch),
-            ) {
-                Ok((_, mut bytes)) if bytes.len() == meta.members[i].1 => {
-                    // A checked image of this epoch: its exact bytes are the data shard.
-                    bytes.resize(meta.shard_len, 0);
-                    shards.push(Some(bytes));
-                    members_used.push(member);
-                }
-                Ok((_, bytes)) => {
-                    notes.push(format!(
-                        "member {member}: image of {} bytes, parity says {}",
-                        bytes.len(),
-                        meta.members[i].1
-                    ));
-                    shards.push(None);
-                }
-                Err(e) => {
-                    notes.push(format!("member {member}: {e}"));
-                    shards.push(None);
-                }
-            }
-        }
+        let (mut shards, members_used) =
+            self.read_data_shards(provider, &group, lost_index, &meta, epoch, &mut notes);
         shards.extend(parity);
         let present = shards.iter().filter(|s| s.is_some()).count();
         if present < k {
@@ -1113,6 +1066,127 @@ impl Checkpointer {
             (ImageKind::Data, rank, epoch),
         )?;
         Ok((image, RestoreSource::Parity { members: members_used, parity_hosts: hosts_used }))
+    }
+
+    /// Reads the group's parity blocks of `epoch` from their live hosts. What failed goes into
+    /// `notes`.
+    fn read_parity_blocks(
+        &self,
+        provider: &mut dyn Provider,
+        group: &Group,
+        epoch: Epoch,
+        notes: &mut Vec<String>,
+    ) -> Result<ParityBlocks, CkptError> {
+        let m = group.parity_hosts.len();
+        let mut parity: Vec<Option<Vec<u8>>> = vec![None; m];
+        let mut meta: Option<ParityMeta> = None;
+        let mut hosts_used = Vec::new();
+        for (p, &host) in group.parity_hosts.iter().enumerate() {
+            if host != self.me && provider.peer_state(host) == PeerState::Dead {
+                notes.push(format!("parity host {host} dead"));
+                continue;
+            }
+            let remote = self.peers[host as usize].parity.ok_or_else(|| {
+                CkptError::InvalidArgument(format!("parity host {host} registered no slots"))
+            })?;
+            match self.read_parity_block(provider, group, p, host, &remote, epoch) {
+                Ok((parsed, shard)) => {
+                    if meta.as_ref().is_some_and(|known| {
+                        known.members != parsed.members || known.shard_len != parsed.shard_len
+                    }) {
+                        notes.push(format!("parity block {p} disagrees with the others"));
+                        continue;
+                    }
+                    meta.get_or_insert(parsed);
+                    parity[p] = Some(shard);
+                    hosts_used.push(host);
+                }
+                Err(e) => notes.push(format!("parity block {p} on rank {host}: {e}")),
+            }
+        }
+        Ok(ParityBlocks { blocks: parity, meta, hosts: hosts_used })
+    }
+
+    /// Reads parity block `p` from `host` and checks that its metadata describes `group`.
+    fn read_parity_block(
+        &self,
+        provider: &mut dyn Provider,
+        group: &Group,
+        p: usize,
+        host: Rank,
+        remote: &RemoteRegion,
+        epoch: Epoch,
+    ) -> Result<(ParityMeta, Vec<u8>), CkptError> {
+        let m = group.parity_hosts.len();
+        let (image, _) = self.read_slots(
+            provider,
+            host,
+            remote,
+            0,
+            self.parity_slot_len,
+            (ImageKind::Parity, host, epoch),
+        )?;
+        let what = format!("parity block {p} on rank {host}");
+        let parsed = ParityMeta::parse(image.entry(META_ID).unwrap_or(&[]), &what)?;
+        let shard = image.entry(SHARD_ID).unwrap_or(&[]).to_vec();
+        let expected: Vec<Rank> = parsed.members.iter().map(|&(r, _)| r).collect();
+        if parsed.index != p
+            || parsed.parity_shards != m
+            || expected != group.members
+            || shard.len() != parsed.shard_len
+        {
+            return Err(CkptError::HeaderCorrupt {
+                what,
+                detail: "metadata does not match the group".into(),
+            });
+        }
+        Ok((parsed, shard))
+    }
+
+    /// Reads the surviving members' images of `epoch` as data shards (`None` for the lost member
+    /// and for any image that is unreadable or not the length the parity names), and the members
+    /// read. What failed goes into `notes`.
+    fn read_data_shards(
+        &self,
+        provider: &mut dyn Provider,
+        group: &Group,
+        lost_index: usize,
+        meta: &ParityMeta,
+        epoch: Epoch,
+        notes: &mut Vec<String>,
+    ) -> (Vec<Option<Vec<u8>>>, Vec<Rank>) {
+        let mut shards: Vec<Option<Vec<u8>>> =
+            Vec::with_capacity(group.members.len() + group.parity_hosts.len());
+        let mut members_used = Vec::new();
+        for (i, &member) in group.members.iter().enumerate() {
+            if i == lost_index || (member != self.me && provider.peer_state(member) == PeerState::Dead) {
+                shards.push(None);
+                continue;
+            }
+            let remote = self.peers[member as usize].local;
+            let expect = (ImageKind::Data, member, epoch);
+            match self.read_slots(provider, member, &remote, 0, self.config.slot_len, expect) {
+                Ok((_, mut bytes)) if bytes.len() == meta.members[i].1 => {
+                    // A checked image of this epoch: its exact bytes are the data shard.
+                    bytes.resize(meta.shard_len, 0);
+                    shards.push(Some(bytes));
+                    members_used.push(member);
+                }
+                Ok((_, bytes)) => {
+                    let expected = meta.members[i].1;
+                    notes.push(format!(
+                        "member {member}: image of {} bytes, parity says {expected}",
+                        bytes.len()
+                    ));
+                    shards.push(None);
+                }
+                Err(e) => {
+                    notes.push(format!("member {member}: {e}"));
+                    shards.push(None);
+                }
+            }
+        }
+        (shards, members_used)
     }
 
     /// Flips bytes in a copy this rank keeps for `client` (level 2), in the slot of `epoch`:
