@@ -33,6 +33,8 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 190.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
+const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
+const PLOT_H: f64 = HEIGHT - TOP - BOTTOM;
 const COLOURS: [&str; 8] =
     ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
@@ -78,17 +80,18 @@ impl LinePlot {
         }
     }
 
-    /// Render to an SVG document. Non-finite points (and non-positive ones on log axes) are
-    /// skipped, which breaks the line there.
-    pub fn render(&self) -> String {
-        let usable = |x: f64, y: f64| {
-            x.is_finite() && y.is_finite() && (!self.x_log2 || x > 0.0) && (!self.y_log10 || y > 0.0)
-        };
+    /// Whether a raw point can be drawn on these axes.
+    fn usable(&self, x: f64, y: f64) -> bool {
+        x.is_finite() && y.is_finite() && (!self.x_log2 || x > 0.0) && (!self.y_log10 || y > 0.0)
+    }
+
+    /// The axes' ranges and ticks (in transformed units) that hold every usable point.
+    fn frame(&self) -> Frame {
         let points: Vec<(f64, f64)> = self
             .series
             .iter()
             .flat_map(|s| s.points.iter().copied())
-            .filter(|&(x, y)| usable(x, y))
+            .filter(|&(x, y)| self.usable(x, y))
             .map(|(x, y)| (self.tx(x), self.ty(y)))
             .collect();
         let (mut x0, mut x1, mut y0, mut y1) = points.iter().fold(
@@ -127,11 +130,13 @@ impl LinePlot {
             let last = (x1 / step).floor() as i64;
             (first..=last).map(|i| i as f64 * step).collect()
         };
-        let plot_w = WIDTH - LEFT - RIGHT;
-        let plot_h = HEIGHT - TOP - BOTTOM;
-        let px = |x: f64| LEFT + (x - x0) / (x1 - x0) * plot_w;
-        let py = |y: f64| TOP + plot_h - (y - y0) / (y1 - y0) * plot_h;
+        Frame { x0, x1, y0, y1, x_ticks, y_ticks }
+    }
 
+    /// Render to an SVG document. Non-finite points (and non-positive ones on log axes) are
+    /// skipped, which breaks the line there.
+    pub fn render(&self) -> String {
+        let frame = self.frame();
         let mut svg = String::new();
         let _ = writeln!(
             svg,
@@ -141,16 +146,26 @@ impl LinePlot {
         let _ = writeln!(
             svg,
             r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-            LEFT + plot_w / 2.0,
+            LEFT + PLOT_W / 2.0,
             escape(&self.title)
         );
-        for &t in &y_ticks {
-            let y = py(t);
+        self.write_axes(&mut svg, &frame);
+        for (i, series) in self.series.iter().enumerate() {
+            self.write_series(&mut svg, &frame, i, series);
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// Grid lines, tick labels, the plot border and the axis labels.
+    fn write_axes(&self, svg: &mut String, frame: &Frame) {
+        for &t in &frame.y_ticks {
+            let y = frame.py(t);
             let label = if self.y_log10 { format!("1e{}", t as i32) } else { tick_label(t) };
             let _ = writeln!(
                 svg,
                 r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-                LEFT + plot_w
+                LEFT + PLOT_W
             );
             let _ = writeln!(
                 svg,
@@ -159,74 +174,96 @@ impl LinePlot {
                 y + 4.0
             );
         }
-        for &t in &x_ticks {
-            let x = px(t);
+        for &t in &frame.x_ticks {
+            let x = frame.px(t);
             let label = if self.x_log2 { count_label(2f64.powf(t)) } else { tick_label(t) };
             let _ = writeln!(
                 svg,
                 r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
-                TOP + plot_h
+                TOP + PLOT_H
             );
             let _ = writeln!(
                 svg,
                 r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
-                TOP + plot_h + 18.0
+                TOP + PLOT_H + 18.0
             );
         }
         let _ = writeln!(
             svg,
-            r#"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="black"/>"#
+            r#"<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" fill="none" stroke="black"/>"#
         );
         let _ = writeln!(
             svg,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + plot_w / 2.0,
+            LEFT + PLOT_W / 2.0,
             HEIGHT - 15.0,
             escape(&self.x_label)
         );
         let _ = writeln!(
             svg,
             r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">{}</text>"#,
-            TOP + plot_h / 2.0,
-            TOP + plot_h / 2.0,
+            TOP + PLOT_H / 2.0,
+            TOP + PLOT_H / 2.0,
             escape(&self.y_label)
         );
-        for (i, series) in self.series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
-            let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-            for &(x, y) in &series.points {
-                if usable(x, y) {
-                    if let Some(last) = segments.last_mut() {
-                        last.push((px(self.tx(x)), py(self.ty(y))));
-                    }
-                } else if segments.last().is_some_and(|s| !s.is_empty()) {
-                    segments.push(Vec::new());
+    }
+
+    /// Series `i`: its polylines (broken at unusable points), markers and legend entry.
+    fn write_series(&self, svg: &mut String, frame: &Frame, i: usize, series: &Series) {
+        let colour = COLOURS[i % COLOURS.len()];
+        let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+        for &(x, y) in &series.points {
+            if self.usable(x, y) {
+                if let Some(last) = segments.last_mut() {
+                    last.push((frame.px(self.tx(x)), frame.py(self.ty(y))));
                 }
+            } else if segments.last().is_some_and(|s| !s.is_empty()) {
+                segments.push(Vec::new());
             }
-            for segment in segments.iter().filter(|s| !s.is_empty()) {
-                let path: Vec<String> = segment.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-                let _ = writeln!(
-                    svg,
-                    r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
-                    path.join(" ")
-                );
-                for (x, y) in segment {
-                    let _ = writeln!(svg, r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{colour}"/>"#);
-                }
-            }
-            let ly = TOP + 10.0 + 20.0 * i as f64;
-            let lx = LEFT + plot_w + 14.0;
+        }
+        for segment in segments.iter().filter(|s| !s.is_empty()) {
+            let path: Vec<String> = segment.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
             let _ = writeln!(
                 svg,
-                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-                lx + 22.0,
-                lx + 28.0,
-                ly + 4.0,
-                escape(&series.name)
+                r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
+                path.join(" ")
             );
+            for (x, y) in segment {
+                let _ = writeln!(svg, r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{colour}"/>"#);
+            }
         }
-        svg.push_str("</svg>\n");
-        svg
+        let ly = TOP + 10.0 + 20.0 * i as f64;
+        let lx = LEFT + PLOT_W + 14.0;
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+            lx + 22.0,
+            lx + 28.0,
+            ly + 4.0,
+            escape(&series.name)
+        );
+    }
+}
+
+/// The plotted ranges (transformed units) and tick positions.
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    x_ticks: Vec<f64>,
+    y_ticks: Vec<f64>,
+}
+
+impl Frame {
+    /// Pixel column of transformed `x`.
+    fn px(&self, x: f64) -> f64 {
+        LEFT + (x - self.x0) / (self.x1 - self.x0) * PLOT_W
+    }
+
+    /// Pixel row of transformed `y` (up is larger).
+    fn py(&self, y: f64) -> f64 {
+        TOP + PLOT_H - (y - self.y0) / (self.y1 - self.y0) * PLOT_H
     }
 }
 
