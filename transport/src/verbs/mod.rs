@@ -182,6 +182,31 @@ struct Peer {
     last_probe: Instant,
 }
 
+impl Peer {
+    /// A peer not connected yet: `Dead`, its QP in RESET, nothing queued or counted.
+    fn unconnected(qp: QueuePair) -> Peer {
+        Peer {
+            qp,
+            state: PeerState::Dead,
+            incarnation: 0,
+            connected: false,
+            ready: false,
+            generation: 0,
+            credit_target: (0, 0),
+            watch: None,
+            sq: VecDeque::new(),
+            next_seq: 0,
+            sent: 0,
+            tx_used: 0,
+            tx_done: 0,
+            rx_consumed: 0,
+            rx_credit_sent: 0,
+            backlog: VecDeque::new(),
+            last_probe: Instant::now(),
+        }
+    }
+}
+
 pub struct VerbsProvider {
     config: TransportConfig,
     job: JobInfo,
@@ -450,28 +475,7 @@ impl VerbsProvider {
             timeout: opts.timeout,
             retry_count: opts.retry_count,
         };
-        let peers = qps
-            .into_iter()
-            .map(|qp| Peer {
-                qp,
-                state: PeerState::Dead,
-                incarnation: 0,
-                connected: false,
-                ready: false,
-                generation: 0,
-                credit_target: (0, 0),
-                watch: None,
-                sq: VecDeque::new(),
-                next_seq: 0,
-                sent: 0,
-                tx_used: 0,
-                tx_done: 0,
-                rx_consumed: 0,
-                rx_credit_sent: 0,
-                backlog: VecDeque::new(),
-                last_probe: Instant::now(),
-            })
-            .collect();
+        let peers = qps.into_iter().map(Peer::unconnected).collect();
         let mut provider = VerbsProvider {
             config,
             job,
