@@ -571,7 +571,8 @@ fn campaign_seed(args: &ChaosArgs) -> Result<u64> {
     if args.jobs == 0 || args.timeout == 0 {
         bail!("--jobs and --timeout must be at least 1");
     }
-    if let Some(var) = FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+    if let Some(var) = FAULT_VARS.iter().find(|v| matches!(reverb_transport::config::env_os(v), Ok(Some(_))))
+    {
         bail!("{var} is set: the campaign injects its own faults, unset it first");
     }
     Ok(args.seed.unwrap_or_else(|| {

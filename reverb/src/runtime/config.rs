@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use reverb_ckpt::{CkptConfig, RsLayout};
 use reverb_logger::LogConfig;
+use reverb_transport::config::{env_path, Env};
 
 use super::error::{Result, RuntimeError};
 use super::fault::FaultPlan;
@@ -37,28 +38,19 @@ pub struct RuntimeConfig {
 impl RuntimeConfig {
     pub fn from_env() -> Result<Self> {
         let log = LogConfig::from_env()?;
-        let requested = std::env::var("REVERB_CKPT").ok();
+        let env = Env::process();
+        let requested = env.non_empty("REVERB_CKPT")?;
         Ok(RuntimeConfig {
             log,
             ckpt_auto: requested.is_none(),
-            ckpt: ckpt_levels(requested.as_deref(), slot_len()?)?,
-            detect_interval: env_ms("REVERB_DETECT_MS", 50)?,
-            rejoin_timeout: env_ms("REVERB_REJOIN_TIMEOUT_MS", 30_000)?,
-            detect_grace: env_ms("REVERB_DETECT_GRACE_MS", 2_000)?,
-            recv_timeout: env_ms("REVERB_RECV_TIMEOUT_MS", 120_000)?,
-            report_dir: std::env::var_os("REVERB_RUNTIME_REPORT").map(PathBuf::from),
+            ckpt: ckpt_levels(requested.as_deref(), env.size("REVERB_CKPT_SLOT_BYTES")?.unwrap_or(4 << 20))?,
+            detect_interval: positive_ms(&env, "REVERB_DETECT_MS", 50)?,
+            rejoin_timeout: positive_ms(&env, "REVERB_REJOIN_TIMEOUT_MS", 30_000)?,
+            detect_grace: positive_ms(&env, "REVERB_DETECT_GRACE_MS", 2_000)?,
+            recv_timeout: positive_ms(&env, "REVERB_RECV_TIMEOUT_MS", 120_000)?,
+            report_dir: env_path("REVERB_RUNTIME_REPORT")?,
             faults: FaultPlan::from_env()?,
         })
-    }
-}
-
-/// `REVERB_CKPT_SLOT_BYTES` (default 4 MiB).
-fn slot_len() -> Result<usize> {
-    match std::env::var("REVERB_CKPT_SLOT_BYTES") {
-        Ok(v) => v.trim().parse::<usize>().map_err(|_| {
-            RuntimeError::InvalidArgument(format!("REVERB_CKPT_SLOT_BYTES={v:?} is not a byte count"))
-        }),
-        Err(_) => Ok(4 << 20),
     }
 }
 
@@ -81,13 +73,7 @@ fn ckpt_levels(requested: Option<&str>, slot_len: usize) -> Result<Option<CkptCo
     })
 }
 
-fn env_ms(name: &str, default: u64) -> Result<Duration> {
-    match std::env::var(name) {
-        Ok(v) => {
-            v.trim().parse::<u64>().ok().filter(|&ms| ms > 0).map(Duration::from_millis).ok_or_else(|| {
-                RuntimeError::InvalidArgument(format!("{name}={v:?}: expected milliseconds > 0"))
-            })
-        }
-        Err(_) => Ok(Duration::from_millis(default)),
-    }
+/// A duration > 0 (a bare number is milliseconds: the names end in `_MS`).
+fn positive_ms(env: &Env, name: &str, default_ms: u64) -> Result<Duration> {
+    Ok(env.positive_duration(name)?.unwrap_or(Duration::from_millis(default_ms)))
 }

@@ -2,6 +2,7 @@
 
 use reverb_ckpt::CkptError;
 use reverb_logger::error::LogError;
+use reverb_transport::config::ConfigError;
 use reverb_transport::TransportError;
 use thiserror::Error;
 
@@ -19,6 +20,9 @@ pub enum RuntimeError {
     /// Recovery under a configuration the runtime does not support (yet).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A configuration variable with a value the runtime cannot use.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A wait outlived its bound with no failure to explain it.

@@ -30,6 +30,10 @@ use super::sigkill::{own_pid, sigkill};
 use reverb_ckpt::{Checkpointer, Epoch};
 use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
+#[cfg(not(feature = "fault-injection"))]
+use reverb_transport::config::env_os;
+#[cfg(feature = "fault-injection")]
+use reverb_transport::config::Env;
 use reverb_transport::Rank;
 
 use super::error::{Result, RuntimeError};
@@ -81,7 +85,7 @@ pub(super) struct Here {
 impl FaultPlan {
     /// No plan: a set `REVERB_FAULT*` variable is an error, never silently ignored.
     pub fn from_env() -> Result<FaultPlan> {
-        match FAULT_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+        match FAULT_VARS.iter().find(|v| matches!(env_os(v), Ok(Some(_)))) {
             Some(var) => Err(RuntimeError::NoFaultInjection { var }),
             None => Ok(FaultPlan::default()),
         }
@@ -115,15 +119,16 @@ impl FaultPlan {
 #[cfg(feature = "fault-injection")]
 impl FaultPlan {
     pub fn from_env() -> Result<FaultPlan> {
-        let list = |name: &str| std::env::var(name).ok();
+        let env = Env::process();
+        let list = |name: &str| env.non_empty(name);
         Ok(FaultPlan {
-            sends: list("REVERB_FAULT").map(|v| parse_send_faults(&v)).transpose()?.unwrap_or_default(),
-            ckpt: list("REVERB_FAULT_CKPT").map(|v| parse_ckpt_fault(&v)).transpose()?,
-            init: match list("REVERB_FAULT_INIT") {
+            sends: list("REVERB_FAULT")?.map(|v| parse_send_faults(&v)).transpose()?.unwrap_or_default(),
+            ckpt: list("REVERB_FAULT_CKPT")?.map(|v| parse_ckpt_fault(&v)).transpose()?,
+            init: match list("REVERB_FAULT_INIT")? {
                 Some(v) => v.split(',').map(str::parse).collect::<Result<Vec<InitFault>>>()?,
                 None => Vec::new(),
             },
-            gc: match list("REVERB_FAULT_GC") {
+            gc: match list("REVERB_FAULT_GC")? {
                 Some(v) => v.split(',').map(str::parse).collect::<Result<Vec<GcFault>>>()?,
                 None => Vec::new(),
             },
