@@ -1,6 +1,6 @@
 //! The `reverb` command line.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -42,6 +42,7 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    reverb_transport::diag::init_stderr().context("diagnostics (REVERB_LOG_LEVEL)")?;
     match cli.command {
         Command::Run(args) => std::process::exit(reverb::launcher::run(args, cli.verbose)?),
         Command::Topo(args) => reverb::topo::topo(args),

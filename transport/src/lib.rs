@@ -9,6 +9,7 @@
 pub mod api;
 pub mod bootstrap;
 pub mod config;
+pub mod diag;
 pub mod error;
 pub mod loopback;
 pub mod msg;

@@ -76,7 +76,7 @@ impl EarlyRecovery {
             }
         }
         dead.sort_unstable();
-        eprintln!(
+        tracing::info!(
             "reverb: rank {}: ranks {dead:?} failed inside init ({cause}); they rejoined, init's \
              collectives start over",
             job.rank

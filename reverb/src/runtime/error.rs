@@ -23,6 +23,9 @@ pub enum RuntimeError {
     /// A configuration variable with a value the runtime cannot use.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `REVERB_LOG_LEVEL` could not be applied.
+    #[error(transparent)]
+    Diagnostics(#[from] reverb_transport::diag::DiagError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A wait outlived its bound with no failure to explain it.

@@ -353,7 +353,9 @@ fn wait_failed_rank_back(
             .map(|a| a.rank)
             .collect();
         if !back.is_empty() && table.iter().all(|a| a.address.is_some()) {
-            eprintln!("reverb: fault injection: rank {me} joins {what} late, after ranks {back:?} rejoined");
+            tracing::warn!(
+                "reverb: fault injection: rank {me} joins {what} late, after ranks {back:?} rejoined"
+            );
             return Ok(());
         }
         if start.elapsed() > timeout {
@@ -399,11 +401,13 @@ fn inject_init_fault(
     let pid = client.map_or(0, |c| c.status(reverb_logger::core::segment::Status::LoggerPid));
     match libc::pid_t::try_from(pid) {
         Ok(pid) if pid > 0 => {
-            eprintln!("reverb: fault injection: SIGKILL to this node's logger core (pid {pid}) inside init");
+            tracing::warn!(
+                "reverb: fault injection: SIGKILL to this node's logger core (pid {pid}) inside init"
+            );
             sigkill(pid);
             std::thread::sleep(config.rejoin_timeout);
         }
-        _ => eprintln!(
+        _ => tracing::warn!(
             "reverb: fault injection: no logger core to kill (run with --logger): killing this rank"
         ),
     }

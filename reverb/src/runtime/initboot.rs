@@ -64,7 +64,7 @@ fn framed_allgather(
         .map(|a| a.rank);
     match failed {
         Some(rank) => {
-            eprintln!(
+            tracing::info!(
                 "reverb: rank {me}: {what} met the recovery of a failure this rank had missed (rank \
                  {rank} restarted): joining it"
             );

@@ -183,6 +183,8 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Joins the job from the launcher's environment (`reverb run`).
     pub fn init() -> Result<Runtime> {
+        // Diagnostics on stderr unless the application installed its own subscriber.
+        reverb_transport::diag::init_stderr()?;
         Runtime::init_with(RuntimeConfig::from_env()?)
     }
 

@@ -67,7 +67,7 @@ impl Shared {
 }
 
 fn log_line(msg: std::fmt::Arguments<'_>) {
-    eprintln!("reverb boot server: {msg}");
+    tracing::info!("reverb boot server: {msg}");
 }
 
 /// The rendezvous server; runs in background threads and stops on drop.

@@ -49,7 +49,7 @@ pub enum Audience {
     User,
     /// `reverb run` (or a resource manager) sets it for ranks and logger cores.
     Launcher,
-    /// Fault injection for tests and campaigns (honoured in every build today).
+    /// Fault injection for tests and campaigns (honoured only by `fault-injection` builds).
     Fault,
     /// Only the test suites set or read it.
     Test,
@@ -132,12 +132,13 @@ use Layer::*;
 #[rustfmt::skip]
 pub static VARS: &[Var] = &[
     // transport
-    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs", "provider to open (also --provider)"),
+    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs|loopback", "provider to open (also --provider); loopback runs ranks as threads of one process"),
     var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
     var("REVERB_RING_SLOTS", "64", Transport, User, "int", "eager slots per ordered rank pair, a power of two in 2..=65536; must match across the job"),
     var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
     var("REVERB_PEER_TIMEOUT_MS", "500", Transport, User, "ms", "a dead peer is reported within this bound (> 0)"),
+    var("REVERB_LOG_LEVEL", "info", Transport, User, "filter", "diagnostics on stderr: error|warn|info|debug|trace, or per module (reverb_logger=debug,info)"),
     // verbs provider
     var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
     var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),
