@@ -142,8 +142,8 @@ impl Access {
 pub struct RemoteRegion {
     /// The rank that registered the region.
     pub owner: Rank,
-    /// The region's base address in the owner's address space (checked by the owner, never
-    /// dereferenced by the peer).
+    /// The region's base address in the owner's address space (validated against the
+    /// owner's registration, never dereferenced by the peer).
     pub addr: u64,
     /// Length of the region in bytes.
     pub len: u64,
@@ -391,10 +391,10 @@ pub enum PeerState {
 /// completion; nothing waits without a bound.
 ///
 /// The rules every provider keeps:
-/// - **Posting.** A post that returns `Err` did nothing and raises no completion. One that
-///   returns an [`OpId`] raises exactly one [`Completion`] with that id (unless it was an
-///   unsignaled RMA), successful or failed. Ids are unique per provider and never
-///   [`OpId::REMOTE`].
+/// - **Posting.** A post that returns `Err` raises no completion; argument checks (bounds,
+///   keys, ranks) fail before anything moves. One that returns an [`OpId`] raises one
+///   [`Completion`] with that id, successful or failed (an unsignaled RMA raises none unless it
+///   fails). Ids are unique per provider and never [`OpId::REMOTE`].
 /// - **Progress.** Nothing moves unless the owner calls [`Provider::progress`] (directly or
 ///   through `poll`/`wait`/`wait_op`): a rank that stops progressing stalls its peers'
 ///   rendezvous sends to it and its own backlog.
@@ -454,8 +454,8 @@ pub trait Provider: Send {
     /// access and peer liveness are checked before any byte moves (`OutOfBounds`, `InvalidKey`,
     /// `AccessDenied`, `PeerDead`); on verbs the NIC checks the remote side again and reports a
     /// failure in the completion. With [`Capabilities::SYNC_RMA`] (shm, loopback) the data is in
-    /// place when the call returns; otherwise only when the completion is seen. Not ordered
-    /// with tagged messages: use `put_imm` to tell the target.
+    /// place when the call returns; otherwise only when the completion is seen. To tell the
+    /// target that the data is there, use `put_imm`.
     fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
     /// RDMA write that also raises [`CompletionKind::Imm`] carrying `imm` at the target; the
     /// data is in place when the target sees it. Checked as `put`.
@@ -512,9 +512,10 @@ pub trait Provider: Send {
     }
 
     /// Makes progress without blocking: drains incoming rings or CQs, checks peer liveness and
-    /// moves finished operations to the completion queue. An `Err` reports one malformed
-    /// message a peer sent (oldest first, see [`crate::error::ErrorQueue`]); the provider stays
-    /// usable, so callers may log it and keep going.
+    /// moves finished operations to the completion queue. An `Err` is mostly one malformed
+    /// message a peer sent (`Malformed`, oldest first, see [`crate::error::ErrorQueue`]): the
+    /// provider stays usable, so callers may log it and keep going. Verbs also returns device
+    /// errors (`Io`) from polling its completion queue.
     fn progress(&mut self) -> Result<()>;
     /// Sleeps until an event may have arrived, at most `timeout`; may return early (spurious
     /// wakeups are fine: callers loop on `progress`). Returns at once if completions are queued.
