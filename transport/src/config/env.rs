@@ -95,7 +95,8 @@ impl<'a> Env<'a> {
         }
     }
 
-    /// A boolean (`1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`); `Ok(None)` when unset.
+    /// A boolean (`1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`, or any whole number, true
+    /// when nonzero); `Ok(None)` when unset.
     pub fn bool(&self, name: &str) -> Result<Option<bool>, ConfigError> {
         self.with(name, parse::parse_bool)
     }
