@@ -18,13 +18,16 @@ pub type Tag = u64;
 /// Which provider to run. Chosen at run time by `REVERB_PROVIDER` or `--provider`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
+    /// Shared memory between the processes of one host (`/dev/shm` segments, futex wakeups).
     Shm,
+    /// RDMA verbs (InfiniBand, RoCE); needs a build with the `verbs` feature.
     Verbs,
     /// Every rank a thread of one process (in-process jobs and tests only).
     Loopback,
 }
 
 impl ProviderKind {
+    /// The name `REVERB_PROVIDER` and `--provider` accept (`shm`, `verbs`, `loopback`).
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Shm => "shm",
@@ -40,6 +43,7 @@ impl fmt::Display for ProviderKind {
     }
 }
 
+/// Parses the names of [`ProviderKind::as_str`]; any other is a [`TransportError::Config`].
 impl FromStr for ProviderKind {
     type Err = TransportError;
     fn from_str(s: &str) -> Result<Self> {
@@ -59,9 +63,13 @@ impl FromStr for ProviderKind {
 pub struct Capabilities(pub u32);
 
 impl Capabilities {
+    /// One-sided RDMA write ([`Provider::put`]).
     pub const PUT: Capabilities = Capabilities(1 << 0);
+    /// RDMA write with an immediate raised at the target ([`Provider::put_imm`]).
     pub const PUT_IMM: Capabilities = Capabilities(1 << 1);
+    /// One-sided RDMA read ([`Provider::get`]).
     pub const GET: Capabilities = Capabilities(1 << 2);
+    /// Tagged send/receive with matching ([`Provider::send`], [`Provider::post_recv`]).
     pub const TAGGED: Capabilities = Capabilities(1 << 3);
     /// Rendezvous moves large messages straight from the sender's registered buffer.
     pub const RNDV_ZCOPY: Capabilities = Capabilities(1 << 4);
@@ -86,6 +94,7 @@ impl Capabilities {
         (Self::INTER_NODE, "inter_node"),
     ];
 
+    /// True when every flag of `other` is set in `self`.
     pub fn contains(self, other: Capabilities) -> bool {
         self.0 & other.0 == other.0
     }
@@ -98,6 +107,7 @@ impl std::ops::BitOr for Capabilities {
     }
 }
 
+/// Comma-separated flag names, e.g. `put,get,tagged` (empty when none is set).
 impl fmt::Display for Capabilities {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> =
@@ -111,11 +121,16 @@ impl fmt::Display for Capabilities {
 pub struct Access(pub u8);
 
 impl Access {
+    /// Only this process touches the region; peers can neither read nor write it.
     pub const LOCAL: Access = Access(0);
+    /// Peers may read the region (`get`, rendezvous reads of a send buffer).
     pub const REMOTE_READ: Access = Access(1);
+    /// Peers may write the region (`put`, `put_imm`).
     pub const REMOTE_WRITE: Access = Access(2);
+    /// Peers may read and write the region.
     pub const REMOTE_RW: Access = Access(3);
 
+    /// True when this access includes every right in `needed`.
     pub fn allows(self, needed: Access) -> bool {
         self.0 & needed.0 == needed.0
     }
@@ -125,15 +140,22 @@ impl Access {
 /// Peers receive it out of band (bootstrap, a message) and name it in put/get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RemoteRegion {
+    /// The rank that registered the region.
     pub owner: Rank,
+    /// The region's base address in the owner's address space (validated against the
+    /// owner's registration, never dereferenced by the peer).
     pub addr: u64,
+    /// Length of the region in bytes.
     pub len: u64,
+    /// The remote key the owner issued; a deregistered region's key is refused.
     pub key: u64,
 }
 
 impl RemoteRegion {
+    /// Bytes of [`RemoteRegion::to_bytes`]: owner (4) + addr, len, key (8 each), little-endian.
     pub const WIRE_LEN: usize = 28;
 
+    /// Encodes the descriptor for sending to a peer (see [`RemoteRegion::WIRE_LEN`]).
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
         let mut out = [0u8; Self::WIRE_LEN];
         out[0..4].copy_from_slice(&self.owner.to_le_bytes());
@@ -143,6 +165,9 @@ impl RemoteRegion {
         out
     }
 
+    /// Decodes [`RemoteRegion::to_bytes`] output from untrusted bytes.
+    /// [`TransportError::Malformed`] unless `bytes` is exactly [`RemoteRegion::WIRE_LEN`] long. The
+    /// fields themselves are only checked when the descriptor is used.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         if bytes.len() != Self::WIRE_LEN {
             return Err(TransportError::Malformed {
@@ -173,6 +198,8 @@ impl RemoteRegion {
 pub struct OpId(pub u64);
 
 impl OpId {
+    /// The id of completions no local operation posted (the target side of `put_imm`).
+    /// Providers number their own operations from 1, so it never names one.
     pub const REMOTE: OpId = OpId(0);
 }
 
@@ -180,28 +207,38 @@ impl OpId {
 /// a later signaled completion on the same endpoint implies they are done too (as in verbs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// Raise a completion when the operation is done.
     Yes,
+    /// Raise none; the operation still fails loudly (its call or a later completion) on error.
     No,
 }
 
 /// One RMA operation: `len` bytes between a local registered region and a remote one.
 #[derive(Debug, Clone, Copy)]
 pub struct Rma<'a> {
+    /// The local registered region: source of a put, destination of a get.
     pub local: &'a Region,
+    /// Byte offset into `local`.
     pub local_offset: usize,
+    /// The peer's region, as its owner described it.
     pub remote: &'a RemoteRegion,
+    /// Byte offset into `remote`.
     pub remote_offset: u64,
+    /// Bytes to move; `[offset, offset + len)` must fit both regions.
     pub len: usize,
 }
 
 /// Which sender a receive accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// Any rank of the job.
     Any,
+    /// Only this rank.
     Rank(Rank),
 }
 
 impl Source {
+    /// True when a message from `rank` is accepted.
     pub fn matches(self, rank: Rank) -> bool {
         match self {
             Source::Any => true,
@@ -213,17 +250,22 @@ impl Source {
 /// Tag matching: a message with tag `t` matches when `t & mask == tag & mask`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TagMatch {
+    /// The tag bits to compare.
     pub tag: Tag,
+    /// Which bits of the tag take part in matching (set bits are compared).
     pub mask: Tag,
 }
 
 impl TagMatch {
+    /// Matches `tag` and nothing else.
     pub fn exact(tag: Tag) -> Self {
         TagMatch { tag, mask: Tag::MAX }
     }
+    /// Matches every tag.
     pub fn any() -> Self {
         TagMatch { tag: 0, mask: 0 }
     }
+    /// True when a message tagged `tag` is accepted.
     pub fn matches(self, tag: Tag) -> bool {
         tag & self.mask == self.tag & self.mask
     }
@@ -233,12 +275,26 @@ impl TagMatch {
 #[derive(Debug, Clone)]
 pub enum RecvBuffer {
     /// Straight into a registered region (zero-copy for rendezvous).
-    Region { region: Region, offset: usize, capacity: usize },
+    /// `capacity` bytes at `offset` of `region`, which must lie inside it (checked when posted).
+    Region {
+        /// The region written into.
+        region: Region,
+        /// Byte offset of the buffer in `region`.
+        offset: usize,
+        /// The buffer's size in bytes.
+        capacity: usize,
+    },
     /// Into a fresh `Vec` returned in the completion.
-    Owned { capacity: usize },
+    /// At most `capacity` bytes.
+    Owned {
+        /// The largest message accepted, in bytes.
+        capacity: usize,
+    },
 }
 
 impl RecvBuffer {
+    /// The most bytes this buffer takes; a longer message fails the receive with
+    /// [`TransportError::Truncated`].
     pub fn capacity(&self) -> usize {
         match self {
             RecvBuffer::Region { capacity, .. } | RecvBuffer::Owned { capacity } => *capacity,
@@ -249,26 +305,39 @@ impl RecvBuffer {
 /// What completed.
 #[derive(Debug, Clone)]
 pub enum CompletionKind {
+    /// A signaled [`Provider::put`] finished: the local buffer may be reused.
     Put,
+    /// A signaled [`Provider::put_imm`] finished: the local buffer may be reused.
     PutImm,
+    /// A signaled [`Provider::get`] finished: the data is in the local region.
     Get,
     /// A tagged send finished: its buffer may be reused.
     Send {
+        /// The destination rank.
         dest: Rank,
+        /// The tag it was sent with.
         tag: Tag,
+        /// Message length in bytes.
         len: usize,
     },
     /// A tagged receive finished. `data` is set for `RecvBuffer::Owned`.
     Recv {
+        /// The sender.
         source: Rank,
+        /// The message's tag (a receive may match several).
         tag: Tag,
+        /// Message length in bytes; 0 when the receive failed because the sender died.
         len: usize,
+        /// The message, for an [`RecvBuffer::Owned`] receive; `None` for a region receive.
         data: Option<Vec<u8>>,
     },
     /// Target side of a `put_imm`: the data is in place when this is seen.
     Imm {
+        /// The rank that wrote.
         source: Rank,
+        /// The immediate value the writer passed.
         imm: u32,
+        /// Bytes written.
         len: usize,
     },
 }
@@ -276,16 +345,22 @@ pub enum CompletionKind {
 /// One completion-queue entry.
 #[derive(Debug, Clone)]
 pub struct Completion {
+    /// The operation's id as its post returned it ([`OpId::REMOTE`] for an [`CompletionKind::Imm`]).
     pub op: OpId,
+    /// What completed, with its details.
     pub kind: CompletionKind,
+    /// `Ok` if the operation succeeded, else why it failed (e.g. [`TransportError::PeerDead`],
+    /// [`TransportError::Truncated`]).
     pub status: std::result::Result<(), TransportError>,
 }
 
 impl Completion {
+    /// A successful completion.
     pub fn ok(op: OpId, kind: CompletionKind) -> Self {
         Completion { op, kind, status: Ok(()) }
     }
 
+    /// A failed completion carrying `error`.
     pub fn failed(op: OpId, kind: CompletionKind, error: TransportError) -> Self {
         Completion { op, kind, status: Err(error) }
     }
@@ -302,7 +377,10 @@ impl Completion {
 /// Liveness of a peer as this provider sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerState {
+    /// Reachable: operations towards it are posted.
     Alive,
+    /// Gone (exited, crashed, or outside the job): operations towards it fail with
+    /// [`TransportError::PeerDead`] until a [`Provider::reconnect`] to a new incarnation.
     Dead,
 }
 
@@ -311,27 +389,94 @@ pub enum PeerState {
 /// Operations are posted and complete asynchronously; completions are collected by `poll`
 /// (busy) or `wait` (bounded block). Every error a peer can cause returns `Err` or a failed
 /// completion; nothing waits without a bound.
+///
+/// The rules every provider keeps:
+/// - **Posting.** A post that returns `Err` raises no completion; argument checks (bounds,
+///   keys, ranks) fail before anything moves. One that returns an [`OpId`] raises one
+///   [`Completion`] with that id, successful or failed (an unsignaled RMA raises none unless it
+///   fails). Ids are unique per provider and never [`OpId::REMOTE`].
+/// - **Progress.** Nothing moves unless the owner calls [`Provider::progress`] (directly or
+///   through `poll`/`wait`/`wait_op`): a rank that stops progressing stalls its peers'
+///   rendezvous sends to it and its own backlog.
+/// - **Ordering.** Tagged messages from one sender are matched in the order they were sent
+///   (no overtaking), as in MPI. Completions of different operations may arrive in any order.
+/// - **Ownership.** Buffers passed by slice are copied before the call returns. A [`Region`]
+///   named by a pending operation is kept alive by the provider (it holds a clone), but its
+///   bytes must not be changed until that operation completes.
+/// - **Failure.** When a peer dies, every pending operation that needs it fails with
+///   [`TransportError::PeerDead`], and new posts towards it return that error.
+///
+/// # Example
+///
+/// The shape of every rank's program (see the README's quick start): bootstrap from the
+/// environment the launcher set, open the configured provider, exchange a message.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use reverb_transport::bootstrap::TcpBootstrap;
+/// use reverb_transport::{Provider, RecvBuffer, Source, TagMatch, TransportConfig};
+///
+/// # fn main() -> reverb_transport::Result<()> {
+/// let mut boot = TcpBootstrap::connect_from_env()?;
+/// let config = TransportConfig::from_env()?;
+/// let mut provider: Box<dyn Provider> = reverb_transport::open(&config, &mut boot)?;
+/// let (rank, size) = (provider.rank(), provider.size());
+/// let timeout = Duration::from_secs(10);
+///
+/// let buffer = RecvBuffer::Owned { capacity: 64 };
+/// let recv = provider.post_recv(Source::Any, TagMatch::exact(7), buffer)?;
+/// let send = provider.send((rank + 1) % size, 7, b"hello")?;
+/// provider.wait_op(send, timeout)?.into_result()?;
+/// let got = provider.wait_op(recv, timeout)?.into_result()?;
+/// println!("rank {rank} got {:?}", got.kind);
+/// # Ok(())
+/// # }
+/// ```
 pub trait Provider: Send {
+    /// Which provider this is.
     fn kind(&self) -> ProviderKind;
+    /// What this provider can do; fixed for its lifetime.
     fn capabilities(&self) -> Capabilities;
+    /// This process's rank in the job.
     fn rank(&self) -> Rank;
+    /// The number of ranks in the job.
     fn size(&self) -> u32;
+    /// The configuration it was opened with.
     fn config(&self) -> &TransportConfig;
 
-    /// Allocates and registers `len` bytes with the given remote access.
+    /// Allocates and registers `len` bytes with the given remote access; the memory is
+    /// deregistered when the last clone of the returned [`Region`] drops. Errors: `len == 0` or
+    /// a full registration table ([`TransportError::Config`]), or the OS / NIC refusing the
+    /// memory ([`TransportError::Io`]).
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region>;
 
-    /// RDMA write. Bounds and key are checked before any byte moves.
+    /// RDMA write of `rma.len` bytes from the local region to the remote one. Bounds, key,
+    /// access and peer liveness are checked before any byte moves (`OutOfBounds`, `InvalidKey`,
+    /// `AccessDenied`, `PeerDead`); on verbs the NIC checks the remote side again and reports a
+    /// failure in the completion. With [`Capabilities::SYNC_RMA`] (shm, loopback) the data is in
+    /// place when the call returns; otherwise only when the completion is seen. To tell the
+    /// target that the data is there, use `put_imm`.
     fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
-    /// RDMA write that also raises `CompletionKind::Imm` carrying `imm` at the target.
+    /// RDMA write that also raises [`CompletionKind::Imm`] carrying `imm` at the target; the
+    /// data is in place when the target sees it. Checked as `put`.
     fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId>;
-    /// RDMA read into the local region.
+    /// RDMA read of `rma.len` bytes from the remote region into the local one; checked as
+    /// `put` (the remote region needs [`Access::REMOTE_READ`]). The local bytes are valid once
+    /// the call returns with [`Capabilities::SYNC_RMA`], else once the completion is seen.
     fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
 
-    /// Tagged send from any buffer (copied: eager below the threshold, staged above it).
+    /// Tagged send from any buffer. `data` is copied before the call returns, so it may be
+    /// reused at once: up to `config().rndv_thresh` bytes go eagerly; above it shm and verbs
+    /// stage the bytes in a pooled registered region and use rendezvous (loopback sends every
+    /// slice eagerly). Completes with [`CompletionKind::Send`]: eager sends once the message is
+    /// handed to the peer, rendezvous sends once the receiver has read it. `InvalidRank` /
+    /// `PeerDead` for a bad or dead `dest`.
     fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId>;
     /// Tagged send from a registered region; above the threshold the peer reads it in place
     /// (rendezvous, zero copy), so the bytes must stay unchanged until the `Send` completion.
+    /// Up to the threshold the bytes are copied at once, as in `send`. `OutOfBounds` if
+    /// `[offset, offset + len)` does not fit `region`; `AccessDenied` for a rendezvous from a
+    /// region without [`Access::REMOTE_READ`].
     fn send_region(
         &mut self,
         dest: Rank,
@@ -340,9 +485,15 @@ pub trait Provider: Send {
         offset: usize,
         len: usize,
     ) -> Result<OpId>;
-    /// Posts a tagged receive; it completes with `CompletionKind::Recv`.
+    /// Posts a tagged receive; it completes with [`CompletionKind::Recv`] when a message from
+    /// `source` whose tag matches `tag` arrives (or already had). A message longer than the
+    /// buffer fails the receive with `Truncated` (the sender's completion still succeeds).
+    /// `InvalidRank` for a source outside the job, `OutOfBounds` for a region buffer that does
+    /// not fit, `PeerDead` if `source` names a dead rank with nothing left to deliver.
     fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId>;
 
+    /// Liveness of `peer` as last seen by `progress`/`block` (no probe is made); a rank outside
+    /// the job is [`PeerState::Dead`].
     fn peer_state(&self, peer: Rank) -> PeerState;
 
     /// The incarnation of `peer` this provider is connected to (or was, if it died since);
@@ -361,11 +512,16 @@ pub trait Provider: Send {
     }
 
     /// Makes progress without blocking: drains incoming rings or CQs, checks peer liveness and
-    /// moves finished operations to the completion queue.
+    /// moves finished operations to the completion queue. An `Err` is mostly one malformed
+    /// message a peer sent (`Malformed`, oldest first, see [`crate::error::ErrorQueue`]): the
+    /// provider stays usable, so callers may log it and keep going. Verbs also returns device
+    /// errors (`Io`) from polling its completion queue.
     fn progress(&mut self) -> Result<()>;
-    /// Sleeps until an event may have arrived, at most `timeout`.
+    /// Sleeps until an event may have arrived, at most `timeout`; may return early (spurious
+    /// wakeups are fine: callers loop on `progress`). Returns at once if completions are queued.
     fn block(&mut self, timeout: Duration) -> Result<()>;
-    /// The provider's completion queue, filled by `progress`.
+    /// The provider's completion queue, filled by `progress` (and by posts that complete at
+    /// once). Callers may take entries out of it in any order.
     fn completions(&mut self) -> &mut VecDeque<Completion>;
 
     /// Busy-poll: progresses once and moves all completions to `out`.

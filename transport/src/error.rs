@@ -5,50 +5,114 @@ use std::time::Duration;
 
 use crate::api::Rank;
 
+/// The transport's result type; the error defaults to [`TransportError`].
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;
 
 /// Errors of the transport layer. `Clone` so that one failure can be reported in several
 /// completions (every pending operation on a dead endpoint fails with the same cause).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TransportError {
+    /// `[offset, offset + len)` does not fit a region (local, remote or receive buffer); nothing
+    /// was moved. `op` names the call.
     #[error("{op}: offset {offset} + length {len} is outside the {region_len}-byte region")]
-    OutOfBounds { op: &'static str, offset: u64, len: u64, region_len: u64 },
+    OutOfBounds {
+        /// The operation.
+        op: &'static str,
+        /// Start of the range, in bytes.
+        offset: u64,
+        /// Length of the range, in bytes.
+        len: u64,
+        /// Length of the region (or the limit) it had to fit.
+        region_len: u64,
+    },
     #[error(
         "{op}: remote key {key:#x} is not registered at rank {owner} (wrong key or deregistered region)"
     )]
-    InvalidKey { op: &'static str, owner: Rank, key: u64 },
+    /// A remote descriptor names no live registration at `owner` (forged, stale after the region
+    /// dropped, or from the owner's previous incarnation).
+    InvalidKey {
+        /// The operation.
+        op: &'static str,
+        /// The rank the descriptor names as owner.
+        owner: Rank,
+        /// The refused key.
+        key: u64,
+    },
+    /// The region was registered without the access the operation needs (`needed`: "remote
+    /// read" or "remote write").
     #[error("{op}: region does not allow {needed} access")]
-    AccessDenied { op: &'static str, needed: &'static str },
+    AccessDenied {
+        /// The operation.
+        op: &'static str,
+        /// The missing right.
+        needed: &'static str,
+    },
+    /// A rank outside the job: the rank, then the job's size.
     #[error("rank {0} is outside the job (size {1})")]
     InvalidRank(Rank, u32),
+    /// The peer died or cannot be reached; pending operations towards it fail with this.
     #[error("peer rank {0} is dead or unreachable")]
     PeerDead(Rank),
+    /// The peer reported a failure on its side (e.g. it could not read a rendezvous buffer).
     #[error("peer rank {0} reported: {1}")]
     Remote(Rank, String),
+    /// A bounded wait ended without what it waited for; carries the bound.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// A message of `len` bytes met a receive buffer of `capacity` bytes; the receive fails.
     #[error("message of {len} bytes does not fit the {capacity}-byte receive buffer")]
-    Truncated { len: u64, capacity: u64 },
+    Truncated {
+        /// The message length, in bytes.
+        len: u64,
+        /// The receive buffer's capacity, in bytes.
+        capacity: u64,
+    },
+    /// Bytes from a peer or the rendezvous that do not decode (`what` names the structure).
     #[error("malformed {what}: {detail}")]
-    Malformed { what: &'static str, detail: String },
+    Malformed {
+        /// The structure that did not decode.
+        what: &'static str,
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// The rendezvous failed (unreachable root, bad token, protocol error, lost rank).
     #[error("bootstrap: {0}")]
     Bootstrap(String),
+    /// A bad setting or request that is not a `REVERB_*` variable (unknown provider name,
+    /// empty region, full registration table, inconsistent limits).
     #[error("configuration: {0}")]
     Config(String),
     /// A `REVERB_*` variable with a bad value (see `config::registry`); its text names both.
     #[error(transparent)]
     Env(#[from] crate::config::ConfigError),
+    /// The provider cannot run here (named first, then why: no device, no feature built in).
     #[error("provider {0} is not available: {1}")]
     Unavailable(&'static str, String),
+    /// The provider or bootstrap does not implement this call (e.g. `reconnect` on loopback).
     #[error("{0} is not supported")]
     Unsupported(String),
+    /// A reconnect or rejoin named an incarnation of `rank` that is not newer than `current`.
     #[error("rank {rank}: incarnation {incarnation} is stale (current {current})")]
-    StaleIncarnation { rank: Rank, incarnation: u32, current: u32 },
+    StaleIncarnation {
+        /// The rank.
+        rank: Rank,
+        /// The incarnation that was offered.
+        incarnation: u32,
+        /// The incarnation already known.
+        current: u32,
+    },
+    /// An OS call failed; `context` says what was being done.
     #[error("{context}: {source}")]
-    Io { context: String, source: Arc<std::io::Error> },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error (shared, so the error stays `Clone`).
+        source: Arc<std::io::Error>,
+    },
 }
 
 impl TransportError {
+    /// Wraps an I/O error with what was being done (the `Io` variant keeps it as its source).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         TransportError::Io { context: context.into(), source: Arc::new(source) }
     }
@@ -56,6 +120,8 @@ impl TransportError {
 
 /// Attach context to `std::io::Result` values.
 pub trait IoContext<T> {
+    /// Turns an `Err` into [`TransportError::Io`] with the context `context()` builds (only
+    /// called on error).
     fn context(self, context: impl FnOnce() -> String) -> Result<T>;
 }
 
@@ -77,6 +143,7 @@ pub struct ErrorQueue {
 impl ErrorQueue {
     const LIMIT: usize = 256;
 
+    /// Queues a peer-caused error; past the limit (256) only counts it.
     pub fn push(&mut self, error: TransportError) {
         if self.queue.len() < Self::LIMIT {
             self.queue.push_back(error);

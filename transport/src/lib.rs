@@ -5,6 +5,37 @@
 //! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
 //! - [`topo`]: hwloc topology discovery and core pinning.
+//!
+//! The other modules: [`config`] (the `REVERB_*` variables and their grammar), [`error`],
+//! [`region`] (registered memory), [`recovery`] (rejoining a job after a respawn), [`nodemap`]
+//! (buddy placement), and the pieces providers share: [`msg`] (the slot header), [`tagged`] and
+//! [`tagmatch`] (tag matching and rendezvous state).
+//!
+//! # Quick start
+//!
+//! A rank program joins its job from the environment `reverb run` sets, opens the provider
+//! `REVERB_PROVIDER` names with [`open`], and posts operations on it; the README's quick start
+//! is the whole program (a token passed around a ring). In short:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use reverb_transport::bootstrap::TcpBootstrap;
+//! use reverb_transport::{RecvBuffer, Source, TagMatch, TransportConfig};
+//!
+//! # fn main() -> reverb_transport::Result<()> {
+//! let mut boot = TcpBootstrap::connect_from_env()?; // join the job
+//! let mut p = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
+//! let next = (p.rank() + 1) % p.size();
+//! let recv = p.post_recv(Source::Any, TagMatch::exact(1), RecvBuffer::Owned { capacity: 8 })?;
+//! let send = p.send(next, 1, &u64::from(p.rank()).to_le_bytes())?;
+//! p.wait_op(send, Duration::from_secs(30))?.into_result()?;
+//! let got = p.wait_op(recv, Duration::from_secs(30))?.into_result()?;
+//! println!("{:?}", got.kind);
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod bootstrap;
@@ -24,7 +55,9 @@ pub mod tagmatch;
 #[cfg(feature = "fault-injection")]
 pub mod testkit;
 pub mod topo;
+// Documented with the codec work.
 #[cfg(feature = "verbs")]
+#[allow(missing_docs)]
 pub mod verbs;
 
 pub use api::{

@@ -4,9 +4,13 @@
 
 /// Message kinds.
 pub mod kind {
+    /// Tagged data carried in the slot itself.
     pub const EAGER: u32 = 1;
+    /// Rendezvous announcement: the receiver reads the message from the sender's region.
     pub const RTS: u32 = 2;
+    /// Rendezvous done: the receiver's answer to an RTS, with a [`super::fin`] status.
     pub const FIN: u32 = 3;
+    /// Target-side notice of a `put_imm` (the data was written before it).
     pub const IMM: u32 = 4;
 }
 
@@ -14,9 +18,11 @@ pub mod kind {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SlotHeader {
+    /// One of [`kind`]; anything else is malformed.
     pub kind: u32,
     /// Immediate for IMM; status for FIN (0 = ok).
     pub imm: u32,
+    /// The message tag (EAGER, RTS; echoed in FIN).
     pub tag: u64,
     /// Eager payload length, or the full message / put length.
     pub len: u64,
@@ -24,23 +30,31 @@ pub struct SlotHeader {
     pub cookie: u64,
     /// RTS: where the receiver reads the message from.
     pub r_addr: u64,
+    /// RTS: length of the sender's region.
     pub r_len: u64,
+    /// RTS: remote key of the sender's region.
     pub r_key: u64,
+    /// RTS: offset of the message in the sender's region.
     pub r_offset: u64,
 }
 
+/// Bytes of an encoded [`SlotHeader`] (64): two `u32`s, then seven `u64`s, little-endian.
 pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
 /// An eager header on a byte-stream wire: kind, reserved, tag.
 pub const EAGER_WIRE_LEN: usize = 16;
 
 /// FIN status codes: how the receiver's rendezvous read ended.
 pub mod fin {
+    /// The receiver read the whole message.
     pub const OK: u32 = 0;
+    /// The receiver could not read the sender's region; the send fails.
     pub const READ_FAILED: u32 = 1;
+    /// The message did not fit the receive buffer; the receive fails, the send does not.
     pub const TRUNCATED: u32 = 2;
 }
 
 impl SlotHeader {
+    /// The header of `len` bytes of eager data tagged `tag`.
     pub fn eager(tag: u64, len: usize) -> SlotHeader {
         SlotHeader { kind: kind::EAGER, tag, len: len as u64, ..Default::default() }
     }
@@ -72,6 +86,7 @@ impl SlotHeader {
         SlotHeader { kind: kind::FIN, imm: status, cookie: rts.cookie, tag: rts.tag, ..Default::default() }
     }
 
+    /// Encodes all fields ([`SLOT_HEADER_LEN`] bytes, little-endian).
     pub fn to_bytes(&self) -> [u8; SLOT_HEADER_LEN] {
         let mut out = [0u8; SLOT_HEADER_LEN];
         out[0..4].copy_from_slice(&self.kind.to_le_bytes());

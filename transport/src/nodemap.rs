@@ -10,6 +10,7 @@
 
 use crate::api::Rank;
 
+/// The job's ranks grouped by node, and the pair map over those nodes (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeMap {
     members: Vec<Vec<Rank>>,
@@ -33,6 +34,7 @@ impl NodeMap {
         Some(NodeMap { members })
     }
 
+    /// The number of nodes.
     pub fn nodes(&self) -> usize {
         self.members.len()
     }

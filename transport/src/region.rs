@@ -29,6 +29,9 @@ unsafe impl Send for RegionInner {}
 // SAFETY: as above; concurrent copies into shared memory are the intended (RDMA) semantics.
 unsafe impl Sync for RegionInner {}
 
+/// A handle to registered memory: clone it freely, the registration lasts until the last clone
+/// drops. Created by [`crate::Provider::alloc_region`]. Reads and writes copy and are bounds
+/// checked ([`TransportError::OutOfBounds`]).
 #[derive(Clone)]
 pub struct Region {
     inner: Arc<RegionInner>,
@@ -63,14 +66,17 @@ impl Region {
         self.inner.local_key
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.inner.len
     }
 
+    /// True for a zero-length region (providers do not create them).
     pub fn is_empty(&self) -> bool {
         self.inner.len == 0
     }
 
+    /// What peers may do to it.
     pub fn access(&self) -> Access {
         self.inner.access
     }
@@ -80,6 +86,8 @@ impl Region {
         self.inner.remote
     }
 
+    /// The base address. Dereferencing it is up to the caller: peers may write the bytes at
+    /// any time (see [`Region::as_slice`]).
     pub fn as_ptr(&self) -> *mut u8 {
         self.inner.ptr
     }
@@ -128,6 +136,7 @@ impl Region {
         Ok(out)
     }
 
+    /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         self.check_bounds("region fill", offset, len)?;
         // SAFETY: bounds checked above.
@@ -143,6 +152,8 @@ impl Region {
         Ok(unsafe { std::ptr::read_volatile(self.inner.ptr.add(offset)) })
     }
 
+    /// Writes one byte without letting the compiler elide or reorder it away (the writer side
+    /// of [`Region::load_volatile`]).
     pub fn store_volatile(&self, offset: usize, byte: u8) -> Result<()> {
         self.check_bounds("region store", offset, 1)?;
         // SAFETY: bounds checked above.

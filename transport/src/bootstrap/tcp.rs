@@ -28,6 +28,7 @@ use crate::error::{IoContext, Result, TransportError};
 /// Granularity at which blocked threads notice deadlines and shutdown.
 const TICK: Duration = Duration::from_millis(50);
 
+/// Limits of a [`BootServer`]; the defaults (10 s hello, 30 s I/O, 256 pending) suit jobs.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// A new connection must present its Hello within this.
@@ -123,6 +124,9 @@ impl BootServer {
         BootServer::start_with(bind, size, token, ServerOptions::default())
     }
 
+    /// [`BootServer::start`] with explicit limits. [`TransportError::Config`] for a job size of 0
+    /// or a token that is empty or longer than `wire::MAX_TOKEN`; [`TransportError::Io`] if the
+    /// address cannot be bound or the server threads cannot start.
     pub fn start_with(bind: &str, size: u32, token: &str, opts: ServerOptions) -> Result<BootServer> {
         if size == 0 {
             return Err(TransportError::Config("boot server: job size 0".into()));
@@ -165,6 +169,7 @@ impl BootServer {
         Ok(BootServer { addr, shared, events, threads: vec![accept, coord] })
     }
 
+    /// The address the server listens on (the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
@@ -845,6 +850,7 @@ impl TcpBootstrap {
         Ok(b)
     }
 
+    /// The `host:port` of the rendezvous server this client talks to.
     pub fn root(&self) -> &str {
         &self.root
     }

@@ -33,6 +33,7 @@ fn process_lookup(name: &str) -> Option<String> {
 }
 
 impl Env<'static> {
+    /// Reads the process environment.
     pub fn process() -> Env<'static> {
         Env { get: &process_lookup }
     }
@@ -94,6 +95,8 @@ impl<'a> Env<'a> {
         }
     }
 
+    /// A boolean (`1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`, or any whole number, true
+    /// when nonzero); `Ok(None)` when unset.
     pub fn bool(&self, name: &str) -> Result<Option<bool>, ConfigError> {
         self.with(name, parse::parse_bool)
     }

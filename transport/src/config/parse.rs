@@ -20,10 +20,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("expected {expected}")]
 pub struct ValueError {
+    /// What a valid value looks like, in words.
     pub expected: String,
 }
 
 impl ValueError {
+    /// An error saying that `what` was expected.
     pub fn expected(what: impl Into<String>) -> Self {
         ValueError { expected: what.into() }
     }
@@ -35,24 +37,36 @@ pub enum ConfigError {
     /// The value does not parse.
     #[error("{name}={value:?}: {source}")]
     Invalid {
+        /// The variable (or flag) name.
         name: String,
+        /// The value as it was set.
         value: String,
+        /// Why it does not parse.
         #[source]
         source: ValueError,
     },
     /// The value parses but is outside what the setting allows.
     #[error("{name}={value:?}: {why}")]
-    OutOfRange { name: String, value: String, why: String },
+    OutOfRange {
+        /// The variable (or flag) name.
+        name: String,
+        /// The value as it was set.
+        value: String,
+        /// What the setting allows.
+        why: String,
+    },
     /// A `REVERB_*` name that the registry does not list (a programming error).
     #[error("{0} is not a registered REVERB_* variable")]
     Unregistered(String),
 }
 
 impl ConfigError {
+    /// [`ConfigError::Invalid`] for `name=value`.
     pub fn invalid(name: &str, value: &str, source: ValueError) -> Self {
         ConfigError::Invalid { name: name.to_string(), value: value.to_string(), source }
     }
 
+    /// [`ConfigError::OutOfRange`] for `name=value`, saying `why`.
     pub fn out_of_range(name: &str, value: &str, why: impl Into<String>) -> Self {
         ConfigError::OutOfRange { name: name.to_string(), value: value.to_string(), why: why.into() }
     }
@@ -88,8 +102,11 @@ pub fn parse_size(s: &str) -> Result<usize, ValueError> {
 /// The unit of a bare number in a duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeUnit {
+    /// Microseconds (`*_US`).
     Micros,
+    /// Milliseconds (`*_MS`).
     Millis,
+    /// Seconds (`*_S`).
     Seconds,
 }
 
@@ -115,6 +132,7 @@ impl TimeUnit {
         }
     }
 
+    /// The unit's suffix in the grammar: `us`, `ms` or `s`.
     pub fn suffix(self) -> &'static str {
         match self {
             TimeUnit::Micros => "us",

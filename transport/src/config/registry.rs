@@ -11,20 +11,32 @@ use super::parse::{parse_bool, parse_duration, parse_enum, parse_int, parse_size
 /// The layer (crate or tool) that reads a variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layer {
+    /// The transport core (`reverb-transport`).
     Transport,
+    /// The verbs provider.
     Verbs,
+    /// Job discovery and the TCP rendezvous.
     Bootstrap,
+    /// The message-logging protocols (`reverb-logger`).
     Logger,
+    /// The logger cores (the processes that hold logs).
     LoggerCore,
+    /// The runtime library (`reverb`).
     Runtime,
+    /// `reverb run`, the launcher.
     Launcher,
+    /// The benchmarks.
     Bench,
+    /// Build scripts.
     Build,
+    /// The test suites.
     Test,
+    /// CI and comparison scripts.
     Ci,
 }
 
 impl Layer {
+    /// The layer's name as `reverb info --config` prints it.
     pub fn as_str(self) -> &'static str {
         match self {
             Layer::Transport => "transport",
@@ -58,6 +70,7 @@ pub enum Audience {
 }
 
 impl Audience {
+    /// The audience's name as `reverb info --config` prints it.
     pub fn as_str(self) -> &'static str {
         match self {
             Audience::User => "user",
@@ -72,10 +85,13 @@ impl Audience {
 /// One registered variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Var {
+    /// The full name, `REVERB_...`.
     pub name: &'static str,
     /// The default as text; `""` when unset means "off" or "none".
     pub default: &'static str,
+    /// The layer that reads it.
     pub layer: Layer,
+    /// Who sets it.
     pub audience: Audience,
     /// The value's form: `size`, `ms`, `s`, `us`, `bool`, `int`, `a|b|c`, `list`, `path`, `text`.
     pub form: &'static str,

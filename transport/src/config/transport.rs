@@ -30,6 +30,7 @@ impl FromStr for WaitMode {
     }
 }
 
+/// The transport's settings: defaults, overridden by `REVERB_*` variables and CLI flags.
 #[derive(Debug, Clone)]
 pub struct TransportConfig {
     /// `REVERB_PROVIDER`: shm (default) or verbs.
@@ -94,6 +95,8 @@ impl TransportConfig {
         Ok(cfg)
     }
 
+    /// Checks the limits: `ring_slots` a power of two in 2..=65536, `rndv_thresh` in 64..=1 MiB,
+    /// a nonzero `peer_timeout`. [`TransportError::Config`] naming the variable otherwise.
     pub fn validate(&self) -> Result<()> {
         if !self.ring_slots.is_power_of_two() || self.ring_slots < 2 || self.ring_slots > 1 << 16 {
             return Err(TransportError::Config(format!(

@@ -48,6 +48,7 @@ impl Drop for Registration {
     }
 }
 
+/// The loopback [`Provider`]: one rank of an in-process job (see the module doc).
 pub struct LoopbackProvider {
     config: TransportConfig,
     job: JobInfo,

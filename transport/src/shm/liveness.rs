@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+/// Whether process `pid` exists (a zombie counts; so does one owned by another user).
 pub fn pid_exists(pid: u32) -> bool {
     // SAFETY: signal 0 performs only the existence and permission check.
     let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
@@ -16,6 +17,7 @@ pub struct ProcessWatch {
 }
 
 impl ProcessWatch {
+    /// Starts watching `pid` (through a pidfd when the kernel has them).
     pub fn new(pid: u32) -> ProcessWatch {
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };

@@ -114,6 +114,8 @@ impl Drop for RegionBacking {
     }
 }
 
+/// The shared-memory [`Provider`] of one rank (see the module doc); open it with
+/// [`ShmProvider::open`], or [`ShmProvider::rejoin`] after a respawn.
 pub struct ShmProvider {
     config: TransportConfig,
     job: JobInfo,

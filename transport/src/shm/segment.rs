@@ -27,6 +27,8 @@ pub fn sanitize_job_id(job: &str) -> String {
     }
 }
 
+/// The /dev/shm path of segment `what` of `rank` (process `pid`) in job `job` (already
+/// sanitized, see `sanitize_job_id`).
 pub fn segment_path(job: &str, rank: Rank, pid: u32, what: &str) -> PathBuf {
     PathBuf::from(SHM_DIR).join(format!("{PREFIX}{job}.{rank}.{pid}.{what}"))
 }
