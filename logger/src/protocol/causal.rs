@@ -12,6 +12,7 @@ use reverb_transport::{Rank, TransportError};
 use super::registry::{ProtocolEntry, ProtocolSetup};
 use super::{
     sender_copies, DeterminantSink, GcReport, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage,
+    Pending,
 };
 use crate::causal::CausalState;
 use crate::determinant::{Determinant, Rsn};
@@ -179,11 +180,18 @@ impl LogProtocol for Causal {
     /// No clock is read here: this runs on every send and every receive-loop round, so the
     /// check that there is nothing to do is inlined and the work is not.
     #[inline]
-    fn background(&mut self, io: &mut LogIo<'_>, force: bool) -> Result<()> {
-        if self.state.unstable_len() == 0 {
-            return Ok(());
+    fn background(&mut self, io: &mut LogIo<'_>, force: bool) -> Result<Pending> {
+        if self.state.unstable_len() > 0 {
+            self.background_work(io, force)?;
         }
-        self.background_work(io, force)
+        Ok(self.pending())
+    }
+
+    fn pending(&self) -> Pending {
+        Pending {
+            background: self.state.unstable_len() > 0,
+            receive_check: self.state.det_log_len() >= self.det_log_limit,
+        }
     }
 
     fn check_receive(&self, stats: &LogStats) -> Result<()> {
@@ -196,19 +204,24 @@ impl LogProtocol for Causal {
     }
 
     /// Alg 2 line 10: keep what the sender piggybacked (a stale incarnation's are void).
-    fn on_piggyback(&mut self, determinants: &[Determinant], stale: bool, stats: &LogStats) -> Result<()> {
+    fn on_piggyback(
+        &mut self,
+        determinants: &[Determinant],
+        stale: bool,
+        stats: &LogStats,
+    ) -> Result<Pending> {
         if stale {
-            return Ok(());
+            return Ok(self.pending());
         }
         let new = self.state.store_piggybacked(determinants)? as u64;
         LogStats::bump(&stats.determinants_stored, new);
         LogStats::bump(&stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
-        Ok(())
+        Ok(self.pending())
     }
 
     /// Bounded, never waits for a write; a full unstable list is back-pressure.
-    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<()> {
-        let Some(d) = msg.determinant else { return Ok(()) };
+    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<Pending> {
+        let Some(d) = msg.determinant else { return Ok(self.pending()) };
         if self.state.unstable_len() >= self.max_unstable {
             self.background(io, true)?;
             if self.state.unstable_len() >= self.max_unstable {
@@ -217,7 +230,7 @@ impl LogProtocol for Causal {
             }
         }
         self.state.add(d);
-        Ok(())
+        Ok(self.pending())
     }
 
     /// Rounds while the backlog shrinks: the queue frees as the logger core drains it; a full
@@ -276,5 +289,61 @@ impl LogProtocol for Causal {
     fn restart(&mut self) {
         self.state.clear();
         sender_copies::reset(&mut self.send_log, self.size);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::LogConfig;
+
+    fn causal(det_log_limit: usize) -> Causal {
+        let config = LogConfig { det_log_limit, mode: LogMode::Causal, ..LogConfig::default() };
+        Causal::new(&ProtocolSetup { size: 4, config: &config })
+    }
+
+    fn det(sender: Rank, receiver: Rank, rsn: Rsn) -> Determinant {
+        Determinant { sender, receiver, ssn: rsn, rsn }
+    }
+
+    #[test]
+    fn a_full_det_log_gates_receives_until_a_checkpoint() {
+        let stats = LogStats::default();
+        let mut c = causal(2);
+        assert_eq!(c.pending(), Pending::default());
+        let p = c.on_piggyback(&[det(0, 1, 1)], false, &stats).ok();
+        assert_eq!(p, Some(Pending::default()), "one entry of two");
+        assert!(c.on_piggyback(&[det(0, 1, 2)], true, &stats).is_ok_and(|p| !p.receive_check), "stale");
+        let p = c.on_piggyback(&[det(0, 1, 2)], false, &stats).ok();
+        assert_eq!(p.map(|p| p.receive_check), Some(true));
+        assert!(matches!(c.check_receive(&stats), Err(LogError::DetLogFull { entries: 2, limit: 2 })));
+        let mut report = GcReport::default();
+        c.checkpoint_gc(&[0, 2, 0, 0], &mut report);
+        assert_eq!(report.det_log_entries_freed, 2);
+        assert!(!c.pending().receive_check && c.check_receive(&stats).is_ok());
+    }
+
+    #[test]
+    fn held_determinants_come_from_the_det_log() {
+        let stats = LogStats::default();
+        let mut c = causal(16);
+        assert!(c.on_piggyback(&[det(0, 2, 1), det(0, 3, 1)], false, &stats).is_ok());
+        let mut held = Vec::new();
+        c.held_determinants(2, &mut held);
+        assert_eq!(held, [det(0, 2, 1)]);
+        c.restart();
+        held.clear();
+        c.held_determinants(2, &mut held);
+        assert!(held.is_empty(), "a restart forgets the detLog");
+    }
+
+    #[test]
+    fn nothing_to_piggyback_without_unstable_determinants() {
+        let stats = LogStats::default();
+        let mut c = causal(16);
+        let mut piggyback = Vec::new();
+        assert!(c.prepare_send(1, 8, true, &mut piggyback, &stats).is_ok());
+        assert!(piggyback.is_empty());
+        assert_eq!((c.unstable_determinants(), c.unwritten_determinants()), (0, 0));
     }
 }

@@ -12,7 +12,7 @@ use reverb_transport::{Bootstrap, CompletionKind, OpId, Provider, Rank, Transpor
 use super::delivery::Arrived;
 use super::registry::{self, ProtocolSetup};
 use super::rings::{BuddyRings, HostedRing};
-use super::{DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit};
+use super::{DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit, Pending};
 use crate::causal::ReplayPlan;
 use crate::channel::{RecvChannels, SendSequencer};
 use crate::commmatrix::{CommMatrix, CommRow};
@@ -45,6 +45,8 @@ pub struct LoggedEndpoint {
     pub(super) incarnation: u32,
     /// What the job's protocol does at each hook (`protocol::registry`).
     pub(super) protocol: Box<dyn LogProtocol>,
+    /// The protocol's last word on what it has to do: the hot paths skip the rest.
+    pub(super) pending: Pending,
     pub(super) sequencer: SendSequencer,
     pub(super) channels: RecvChannels<Arrived>,
     pub(super) reception: ReceptionCounter,
@@ -111,6 +113,7 @@ impl LoggedEndpoint {
             size: job.size,
             incarnation: job.incarnation,
             protocol,
+            pending: Pending::default(),
             sequencer: SendSequencer::new(job.size),
             channels: RecvChannels::new(job.size, config.reorder_window),
             reception: ReceptionCounter::new(job.rank),
@@ -158,11 +161,26 @@ impl LoggedEndpoint {
         (&mut *self.protocol, io)
     }
 
-    /// Log writes off the delivery path (`LogProtocol::background`).
+    /// Log writes off the delivery path (`LogProtocol::background`), while the protocol has
+    /// any pending: the common case costs one comparison.
     #[inline]
     pub(super) fn background(&mut self, force: bool) -> Result<()> {
+        if !self.pending.background {
+            return Ok(());
+        }
+        self.background_now(force)
+    }
+
+    #[inline(never)]
+    fn background_now(&mut self, force: bool) -> Result<()> {
         let (protocol, mut io) = self.protocol_io();
-        protocol.background(&mut io, force)
+        self.pending = protocol.background(&mut io, force)?;
+        Ok(())
+    }
+
+    /// Asks the protocol again after a hook that may have changed what it has pending.
+    pub(super) fn refresh_pending(&mut self) {
+        self.pending = self.protocol.pending();
     }
 
     pub fn rank(&self) -> Rank {
@@ -326,7 +344,9 @@ impl LoggedEndpoint {
     /// stay unwritten.
     pub(super) fn flush_writes(&mut self) -> Result<()> {
         let (protocol, mut io) = self.protocol_io();
-        protocol.flush_writes(&mut io)
+        let flushed = protocol.flush_writes(&mut io);
+        self.refresh_pending();
+        flushed
     }
 
     /// Waits until every message sent (or re-sent) has left this rank, progressing meanwhile.

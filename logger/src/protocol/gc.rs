@@ -73,6 +73,7 @@ impl LoggedEndpoint {
             .collect::<Result<Vec<_>>>()?;
         let last_rsns: Vec<Rsn> = marks.iter().map(|m| m.last_rsn).collect();
         self.protocol.checkpoint_gc(&last_rsns, &mut report);
+        self.refresh_pending();
         for (peer, m) in marks.iter().enumerate() {
             if peer as Rank != self.rank {
                 report.send_log_bytes_freed += self.trim_send_log(peer as Rank, m.consumed_from_me)?;

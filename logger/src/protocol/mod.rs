@@ -144,15 +144,28 @@ pub(crate) struct IncomingMessage<'a> {
     pub payload_logged: bool,
 }
 
+/// What the endpoint keeps of a protocol's state between hooks, so that the per-message
+/// paths skip the hooks that have nothing to do: a protocol without such work costs nothing
+/// there. The hooks that change it return it; the endpoint asks `pending` after the others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// Work for [`LogProtocol::background`] (causal: own determinants not yet stable; they
+    /// are also what `prepare_send` piggybacks).
+    pub background: bool,
+    /// Receives must ask [`LogProtocol::check_receive`] first (causal: the detLog is full).
+    pub receive_check: bool,
+}
+
 /// One logging protocol: the hooks where protocols differ. The endpoint calls them at fixed
 /// points of its paths; a protocol that has nothing to do at a point keeps the default.
-/// Per message, the sender makes three calls (`prepare_send`, `log_send`, `background`) and
-/// the receiver one (`log_delivery`) plus `background` per idle round.
+/// Per message the sender calls `log_send`, and `prepare_send` when the payload is logged or
+/// background work is pending; the receiver calls `log_delivery`.
 pub(crate) trait LogProtocol: Send {
     // --- send path ---
 
     /// Before the message takes an ssn: refuse it on back-pressure (a full send log), and put
-    /// the determinants it carries to `dest` in `piggyback` (empty on entry).
+    /// the determinants it carries to `dest` in `piggyback` (empty on entry). Called only when
+    /// the payload is logged or background work is pending (`Pending`).
     fn prepare_send(
         &mut self,
         dest: Rank,
@@ -166,31 +179,45 @@ pub(crate) trait LogProtocol: Send {
     fn log_send(&mut self, msg: &OutgoingMessage<'_>, stats: &LogStats) -> Result<()>;
 
     /// Log writes off the delivery path, after every send and on every receive-loop round;
-    /// `force` asks for pending writes to go now (idle receives, `progress`, flushes).
-    fn background(&mut self, _io: &mut LogIo<'_>, _force: bool) -> Result<()> {
-        Ok(())
+    /// `force` asks for pending writes to go now (idle receives, `progress`, flushes). Called
+    /// only while the last answer was `Pending`; returns whether work is left.
+    fn background(&mut self, _io: &mut LogIo<'_>, _force: bool) -> Result<Pending> {
+        Ok(Pending::default())
+    }
+
+    /// What is pending now (asked after the hooks that do not return it).
+    fn pending(&self) -> Pending {
+        Pending::default()
     }
 
     // --- receive path ---
 
-    /// Before a receive starts waiting: refuse it on back-pressure.
+    /// Before a receive starts waiting, while `Pending::receive_check`: refuse it on
+    /// back-pressure.
     fn check_receive(&self, _stats: &LogStats) -> Result<()> {
         Ok(())
     }
 
     /// Determinants piggybacked on an arrival (never called with none); `stale`: from a
     /// dead incarnation.
-    fn on_piggyback(&mut self, _determinants: &[Determinant], _stale: bool, _stats: &LogStats) -> Result<()> {
-        Ok(())
+    fn on_piggyback(
+        &mut self,
+        _determinants: &[Determinant],
+        _stale: bool,
+        _stats: &LogStats,
+    ) -> Result<Pending> {
+        Ok(Pending::default())
     }
 
     /// Before `msg` is delivered (not while replaying): log it, or refuse on back-pressure
-    /// (the message then stays queued). Runs once per delivery that goes ahead.
-    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<()>;
+    /// (the message then stays queued). Runs once per delivery that goes ahead; returns
+    /// what is pending after it.
+    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<Pending>;
 
     // --- flush ---
 
     /// Makes every log write so far durable; determinants with no room may stay unwritten.
+    /// The endpoint asks `pending` after this and the hooks below.
     fn flush_writes(&mut self, io: &mut LogIo<'_>) -> Result<()> {
         io.flush_ring()
     }

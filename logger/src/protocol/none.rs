@@ -3,7 +3,7 @@
 use reverb_transport::Rank;
 
 use super::registry::{ProtocolEntry, ProtocolSetup};
-use super::{IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage};
+use super::{IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage, Pending};
 use crate::determinant::Determinant;
 use crate::error::Result;
 use crate::stats::LogStats;
@@ -36,7 +36,7 @@ impl LogProtocol for NoLogging {
         Ok(())
     }
 
-    fn log_delivery(&mut self, _io: &mut LogIo<'_>, _msg: &IncomingMessage<'_>) -> Result<()> {
-        Ok(())
+    fn log_delivery(&mut self, _io: &mut LogIo<'_>, _msg: &IncomingMessage<'_>) -> Result<Pending> {
+        Ok(Pending::default())
     }
 }

@@ -7,7 +7,7 @@
 use reverb_transport::Rank;
 
 use super::registry::{ProtocolEntry, ProtocolSetup};
-use super::{sender_copies, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage};
+use super::{sender_copies, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage, Pending};
 use crate::determinant::Determinant;
 use crate::error::Result;
 use crate::sendlog::SendLog;
@@ -54,19 +54,19 @@ impl LogProtocol for ReceiverBased {
         sender_copies::keep(&mut self.in_flight_copies, msg, stats).map(|_| ())
     }
 
-    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<()> {
+    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<Pending> {
         let frame = msg.payload_logged.then_some(msg.frame);
         if let Some(offload) = io.offload {
             offload.log_delivery(frame, msg.determinant, io.config.durable_timeout, io.stats)?;
         } else if let Some(log) = io.log.as_mut() {
             log.record(&mut *io.provider, frame, msg.determinant, io.config, io.stats)?;
         } else {
-            return Ok(());
+            return Ok(Pending::default());
         }
         let counter =
             if msg.payload_logged { &io.stats.messages_payload_logged } else { &io.stats.messages_unlogged };
         LogStats::bump(counter, 1);
-        Ok(())
+        Ok(Pending::default())
     }
 
     fn send_log(&self) -> Option<&SendLog> {

@@ -8,7 +8,9 @@ use reverb_transport::Rank;
 
 use super::registry::{ProtocolEntry, ProtocolSetup};
 use super::rings::wait_queue_durable;
-use super::{sender_copies, DeterminantSink, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage};
+use super::{
+    sender_copies, DeterminantSink, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage, Pending,
+};
 use crate::determinant::Determinant;
 use crate::error::Result;
 use crate::sendlog::SendLog;
@@ -53,15 +55,16 @@ impl LogProtocol for SenderBased {
     }
 
     /// The payload is in the sender's log: only the determinant leaves, and is waited for.
-    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<()> {
-        let Some(d) = msg.determinant else { return Ok(()) };
+    fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<Pending> {
+        let Some(d) = msg.determinant else { return Ok(Pending::default()) };
         match (io.sink, io.log.as_mut()) {
-            (DeterminantSink::NodeQueue(queue), _) => wait_queue_durable(queue, d, io.config, io.stats),
+            (DeterminantSink::NodeQueue(queue), _) => wait_queue_durable(queue, d, io.config, io.stats)?,
             (DeterminantSink::BuddyRing, Some(log)) => {
-                log.record_determinant(&mut *io.provider, d, io.config, io.stats)
+                log.record_determinant(&mut *io.provider, d, io.config, io.stats)?
             }
-            (DeterminantSink::BuddyRing, None) => Ok(()),
+            (DeterminantSink::BuddyRing, None) => {}
         }
+        Ok(Pending::default())
     }
 
     fn send_log(&self) -> Option<&SendLog> {

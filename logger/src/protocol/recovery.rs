@@ -214,6 +214,7 @@ impl LoggedEndpoint {
         if restarted.contains(&log.buddy) {
             log.writer = open_writer_at(&mut *self.provider, &all, log.buddy, self.rank)?;
             self.protocol.buddy_restarted();
+            self.refresh_pending();
         }
         Ok(())
     }
@@ -237,6 +238,7 @@ impl LoggedEndpoint {
         self.ready.clear();
         self.released.clear();
         self.protocol.restart();
+        self.refresh_pending();
         self.replay = None;
         self.stats = LogStats::default();
         self.comm = CommRow::new(self.size);

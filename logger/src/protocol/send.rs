@@ -29,12 +29,16 @@ impl LoggedEndpoint {
         let payload_logged = self.logs_payload_with(dest);
         let mut piggyback = std::mem::take(&mut self.piggyback);
         piggyback.clear();
-        // Room first, so a full send log refuses the message before it takes an ssn.
-        let prepared =
-            self.protocol.prepare_send(dest, payload.len(), payload_logged, &mut piggyback, &self.stats);
-        if let Err(e) = prepared {
-            self.piggyback = piggyback;
-            return Err(e);
+        // Room first, so a full send log refuses the message before it takes an ssn. With no
+        // payload to log and no background work (so no determinant to piggyback) there is
+        // nothing to prepare.
+        if payload_logged || self.pending.background {
+            let prepared =
+                self.protocol.prepare_send(dest, payload.len(), payload_logged, &mut piggyback, &self.stats);
+            if let Err(e) = prepared {
+                self.piggyback = piggyback;
+                return Err(e);
+            }
         }
         // A failed provider send leaves a gap in this channel's ssns: the peer is then gone,
         // and recovery (which resends from the log) owns the channel.

@@ -55,3 +55,45 @@ pub(super) fn log_payload(log: &mut SendLog, msg: &OutgoingMessage<'_>, stats: &
 pub(super) fn reset(log: &mut SendLog, size: u32) {
     *log = SendLog::new(size, log.limit());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::LogError;
+    use std::sync::atomic::Ordering;
+
+    fn msg(payload: &[u8], ssn: u64, payload_logged: bool) -> OutgoingMessage<'_> {
+        OutgoingMessage { dest: 1, ssn, tag: 7, payload, framed: None, payload_logged }
+    }
+
+    #[test]
+    fn logged_payloads_are_kept_and_counted() {
+        let stats = LogStats::default();
+        let mut log = SendLog::new(2, 1 << 20);
+        assert!(log_payload(&mut log, &msg(b"abc", 1, true), &stats).is_ok());
+        assert!(log_payload(&mut log, &msg(b"de", 2, false), &stats).is_ok());
+        assert_eq!(stats.messages_payload_logged.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.payload_bytes_logged.load(Ordering::Relaxed), 3);
+        assert_eq!(stats.messages_unlogged.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.send_log_bytes.load(Ordering::Relaxed), log.used());
+        assert_eq!(log.len(1), 1, "only the logged payload is kept");
+    }
+
+    #[test]
+    fn a_full_log_refuses_and_counts_back_pressure() {
+        let stats = LogStats::default();
+        let log = SendLog::new(2, 16);
+        assert!(matches!(reserve(&log, 4096, true, &stats), Err(LogError::LogFull { .. })));
+        assert!(reserve(&log, 4096, false, &stats).is_ok(), "an unlogged payload needs no room");
+        assert_eq!(stats.back_pressure_events.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn reset_keeps_the_limit() {
+        let stats = LogStats::default();
+        let mut log = SendLog::new(2, 1 << 20);
+        assert!(keep(&mut log, &msg(b"abc", 1, true), &stats).is_ok_and(|kept| kept));
+        reset(&mut log, 2);
+        assert_eq!((log.used(), log.limit()), (0, 1 << 20));
+    }
+}
