@@ -1,5 +1,5 @@
 //! The logging protocols over one `Provider`: [`LoggedEndpoint`] sends and receives
-//! application messages wrapped in an [`Envelope`], orders them per channel, assigns reception
+//! application messages wrapped in an [`Envelope`](crate::envelope::Envelope), orders them per channel, assigns reception
 //! numbers and, per [`LogMode`], logs what pessimistic recovery needs before delivery.
 //!
 //! - `none`: envelope, ordering, duplicate and stale drops; nothing is logged.
@@ -30,7 +30,7 @@
 //! payload is logged, so a single rank can restart alone. Determinants are logged either way.
 //!
 //! Where determinants go is one seam, [`DeterminantSink`]: this rank's ring at its buddy
-//! (written here with one-sided puts), or the node's [`DetQueue`] that the node logger core
+//! (written here with one-sided puts), or the node's [`DetQueue`](crate::detqueue::DetQueue) that the node logger core
 //! drains and acknowledges (`attach_det_queue`).
 //!
 //! Recovery sequence (replay primitives; `protocol_procs::causal_killed_node_replays_after_respawn`
@@ -51,14 +51,15 @@
 //!
 //! ## Layout
 //!
-//! The endpoint is common to every protocol ([`endpoint`], [`send`], [`receive`]: channels,
-//! envelopes, frame pools, stats, matching); what differs per protocol sits behind the
-//! [`LogProtocol`] trait, one file each: [`none`], [`pessimistic_rb`], [`pessimistic_sb`],
-//! [`causal`]. [`config`] parses the settings, [`rings`] sets up and writes the buddy rings,
-//! [`recovery`] holds the replay primitives, [`gc`] the checkpoint GC.
+//! The endpoint is common to every protocol (`endpoint.rs`, `send.rs`, `receive.rs`:
+//! channels, envelopes, frame pools, stats, matching); what differs per protocol sits behind
+//! the crate-private `LogProtocol` trait, one file each: `none.rs`, `pessimistic_rb.rs`,
+//! `pessimistic_sb.rs`, `causal.rs`. `config.rs` parses the settings, `rings.rs` sets up and
+//! writes the buddy rings, `recovery.rs` holds the replay primitives, `gc.rs` the checkpoint
+//! GC.
 //!
-//! Adding a protocol: a `LogMode` variant, one file implementing [`LogProtocol`] with its
-//! `ENTRY`, and one line in [`registry::PROTOCOLS`].
+//! Adding a protocol: a `LogMode` variant, one file implementing `LogProtocol` with its
+//! `ENTRY`, and one line in `registry::PROTOCOLS`.
 
 use reverb_transport::{Provider, Rank, Region, Tag};
 use std::sync::Arc;
