@@ -7,7 +7,7 @@
 //!   acknowledgement) and is piggybacked no more. Delivery never waits for the write.
 //! - `det_log`: determinants other ranks piggybacked to this one, kept so that a failed rank
 //!   can collect its determinants from the survivors (Alg 5). Cleared at checkpoint (Alg 4).
-//! - [`ReplayPlan`]: the collected determinants of a restarted rank, consumed in rsn order.
+//! - `ReplayPlan`: the collected determinants of a restarted rank, consumed in rsn order.
 //!
 //! The endpoint owns the transport side (piggyback encoding, ring writes); this module is
 //! plain bookkeeping, so it is tested directly.

@@ -189,6 +189,7 @@ impl RecvPool {
     /// A frame of `len` bytes arrived. Regions pay off for large frames only: a small one in
     /// a region costs its bookkeeping and a copy out (~30 ns per 8-byte message on shm), so
     /// receives go into regions only while large frames come in.
+    #[inline]
     pub(crate) fn note_frame(&mut self, len: usize) {
         self.large_recently =
             if len > COPY_OUT_MAX { LARGE_FRAME_MEMORY } else { self.large_recently.saturating_sub(1) };
@@ -197,6 +198,8 @@ impl RecvPool {
     /// A free region of at least `capacity` bytes to post a receive into: `(index, region)`,
     /// registered now if none is free and the bound allows; `None` past the bound, or while
     /// no large frame came in recently (`note_frame`).
+    /// The small-message case (no region) is inlined into the endpoint's receive path.
+    #[inline]
     pub(crate) fn acquire(
         &mut self,
         provider: &mut dyn Provider,
@@ -205,6 +208,14 @@ impl RecvPool {
         if self.large_recently == 0 {
             return Ok(None);
         }
+        self.acquire_region(provider, capacity)
+    }
+
+    fn acquire_region(
+        &mut self,
+        provider: &mut dyn Provider,
+        capacity: usize,
+    ) -> Result<Option<(usize, Region)>> {
         if let Some(i) = self.slots.iter().position(|s| s.is_free() && s.region.len() >= capacity) {
             return Ok(Some((i, Region::clone(&self.slots[i].region))));
         }
@@ -241,6 +252,7 @@ impl RecvPool {
 
     /// Receive `op` completed (or failed): its region, if it was one of ours. The region is
     /// reused once the returned handle and its clones are dropped.
+    #[inline]
     pub(crate) fn complete(&mut self, op: OpId) -> Option<Arc<Region>> {
         let slot = self.slots.iter_mut().find(|s| s.posted == Some(op))?;
         slot.posted = None;

@@ -1,0 +1,278 @@
+//! Which protocol a job runs and its settings: [`LogMode`], [`LogUnit`], [`LogConfig`], parsed
+//! from the `REVERB_LOG*` variables or set directly. A mode's name and properties come from
+//! the protocol registry (`super::registry`), so nothing here matches on a mode.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use reverb_transport::Tag;
+
+use super::registry;
+use super::LOGGED_MESSAGE_TAG;
+use crate::error::{LogError, Result};
+use crate::team::Teams;
+
+/// Which logging protocol a job runs (`REVERB_LOG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogMode {
+    None,
+    PessimisticReceiverBased,
+    PessimisticSenderBased,
+    Causal,
+}
+
+impl LogMode {
+    pub fn as_str(self) -> &'static str {
+        registry::entry(self).map_or("unregistered", |e| e.name)
+    }
+
+    /// Every protocol is built; kept so callers can check a mode before a collective setup.
+    pub fn check_supported(self) -> Result<()> {
+        registry::entry(self)
+            .map(|_| ())
+            .ok_or_else(|| LogError::Unsupported(format!("logging mode {self:?} is not registered")))
+    }
+
+    /// Whether the sender keeps payloads (sender-based and causal).
+    pub fn sender_logs_payloads(self) -> bool {
+        registry::entry(self).is_some_and(|e| e.sender_logs_payloads)
+    }
+
+    /// `REVERB_LOG`, `none` when unset.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("REVERB_LOG") {
+            Ok(v) => v.parse(),
+            Err(std::env::VarError::NotPresent) => Ok(LogMode::None),
+            Err(e) => Err(LogError::InvalidArgument(format!("REVERB_LOG: {e}"))),
+        }
+    }
+}
+
+impl fmt::Display for LogMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LogMode {
+    type Err = LogError;
+    fn from_str(s: &str) -> Result<Self> {
+        registry::by_name(s).map(|e| e.mode).ok_or_else(|| {
+            LogError::InvalidArgument(format!("REVERB_LOG={s:?}: expected {}", registry::names_for_humans()))
+        })
+    }
+}
+
+/// What fails and rolls back together (`REVERB_LOG_UNIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogUnit {
+    /// The node: intra-node payloads are not logged (the default, see the module doc).
+    Node,
+    /// The rank: every payload is logged.
+    Rank,
+    /// The team of `LogConfig::teams` (`REVERB_LOG_TEAMS`): only inter-team payloads are logged.
+    Team,
+}
+
+impl LogUnit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogUnit::Node => "node",
+            LogUnit::Rank => "rank",
+            LogUnit::Team => "team",
+        }
+    }
+}
+
+impl fmt::Display for LogUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LogUnit {
+    type Err = LogError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "node" => Ok(LogUnit::Node),
+            "rank" => Ok(LogUnit::Rank),
+            "team" => Ok(LogUnit::Team),
+            other => Err(LogError::InvalidArgument(format!(
+                "REVERB_LOG_UNIT={other:?}: expected node, rank or team"
+            ))),
+        }
+    }
+}
+
+/// Logger settings, from `REVERB_LOG*` variables or set directly.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub mode: LogMode,
+    /// Data bytes of each log ring a rank hosts (`REVERB_LOG_RING_BYTES`, a multiple of 8).
+    pub ring_capacity: usize,
+    /// Early (out-of-order) messages buffered per peer (`REVERB_LOG_REORDER_WINDOW`).
+    pub reorder_window: usize,
+    /// Largest application payload (`REVERB_LOG_MAX_MESSAGE`).
+    pub max_message: usize,
+    /// Bound on waiting for a log write to become durable (`REVERB_LOG_DURABLE_TIMEOUT_MS`).
+    pub durable_timeout: Duration,
+    /// Byte limit of the sender's message log in `pessimistic-sb` and `causal`
+    /// (`REVERB_LOG_SEND_LOG_BYTES`).
+    pub send_log_limit: usize,
+    /// The failure unit (`REVERB_LOG_UNIT`).
+    pub unit: LogUnit,
+    /// Causal: most determinants this rank's detLog keeps before receives push back
+    /// (`REVERB_LOG_DET_LOG_ENTRIES`); a checkpoint empties it.
+    pub det_log_limit: usize,
+    /// Causal: most of this rank's own determinants not yet stable before a wildcard delivery
+    /// pushes back (`REVERB_LOG_MAX_UNSTABLE`).
+    pub max_unstable: usize,
+    /// Provider tag of the enveloped traffic. Endpoints run one after another over one
+    /// provider need distinct tags: receives an earlier one left posted must not take the
+    /// next one's messages (the provider cannot cancel them).
+    pub provider_tag: Tag,
+    /// The teams of `LogUnit::Team` (`REVERB_LOG_TEAMS`, which also sets the unit).
+    pub teams: Option<Teams>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            mode: LogMode::None,
+            ring_capacity: 8 << 20,
+            reorder_window: 4096,
+            max_message: 4 << 20,
+            durable_timeout: Duration::from_secs(10),
+            send_log_limit: 256 << 20,
+            unit: LogUnit::Node,
+            det_log_limit: 1 << 20,
+            max_unstable: 1 << 16,
+            provider_tag: LOGGED_MESSAGE_TAG,
+            teams: None,
+        }
+    }
+}
+
+fn env_usize(name: &str) -> Result<Option<usize>> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| LogError::InvalidArgument(format!("{name}={v:?} is not a byte count"))),
+        Err(_) => Ok(None),
+    }
+}
+
+impl LogConfig {
+    /// The failure unit of every rank, which buddies are placed by: its team under
+    /// `LogUnit::Team` with teams of whole nodes, else its node (`crate::team::failure_units`).
+    pub fn failure_units(&self, node_of_rank: &[u32]) -> Vec<u32> {
+        let teams = self.teams.as_ref().filter(|_| self.unit == LogUnit::Team);
+        crate::team::failure_units(node_of_rank, teams)
+    }
+
+    /// Defaults overridden by the `REVERB_LOG*` variables that are set.
+    pub fn from_env() -> Result<Self> {
+        let mut cfg = LogConfig { mode: LogMode::from_env()?, ..LogConfig::default() };
+        let sizes: [(&str, &mut usize); 6] = [
+            ("REVERB_LOG_RING_BYTES", &mut cfg.ring_capacity),
+            ("REVERB_LOG_REORDER_WINDOW", &mut cfg.reorder_window),
+            ("REVERB_LOG_MAX_MESSAGE", &mut cfg.max_message),
+            ("REVERB_LOG_SEND_LOG_BYTES", &mut cfg.send_log_limit),
+            ("REVERB_LOG_DET_LOG_ENTRIES", &mut cfg.det_log_limit),
+            ("REVERB_LOG_MAX_UNSTABLE", &mut cfg.max_unstable),
+        ];
+        for (name, field) in sizes {
+            if let Some(n) = env_usize(name)? {
+                *field = n;
+            }
+        }
+        if let Ok(v) = std::env::var("REVERB_LOG_DURABLE_TIMEOUT_MS") {
+            cfg.durable_timeout = parse_timeout_ms(&v)?;
+        }
+        match std::env::var("REVERB_LOG_UNIT") {
+            Ok(v) => cfg.unit = v.trim().parse()?,
+            Err(std::env::VarError::NotPresent) => {}
+            Err(e) => return Err(LogError::InvalidArgument(format!("REVERB_LOG_UNIT: {e}"))),
+        }
+        if let Some(teams) = Teams::from_env()? {
+            let unit_set = std::env::var_os("REVERB_LOG_UNIT").is_some();
+            cfg.set_teams(teams, unit_set)?;
+        }
+        Ok(cfg)
+    }
+
+    /// Teams make the team the unit; a unit set explicitly to something else is an error.
+    fn set_teams(&mut self, teams: Teams, unit_set: bool) -> Result<()> {
+        if unit_set && self.unit != LogUnit::Team {
+            return Err(LogError::InvalidArgument(format!(
+                "REVERB_LOG_TEAMS with REVERB_LOG_UNIT={}: teams are the unit",
+                self.unit
+            )));
+        }
+        self.unit = LogUnit::Team;
+        self.teams = Some(teams);
+        Ok(())
+    }
+}
+
+/// `REVERB_LOG_DURABLE_TIMEOUT_MS`: milliseconds above zero.
+fn parse_timeout_ms(v: &str) -> Result<Duration> {
+    let ms = v.trim().parse::<u64>().ok().filter(|&ms| ms > 0).ok_or_else(|| {
+        LogError::InvalidArgument(format!("REVERB_LOG_DURABLE_TIMEOUT_MS={v:?}: expected milliseconds > 0"))
+    })?;
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [LogMode; 4] =
+        [LogMode::None, LogMode::PessimisticReceiverBased, LogMode::PessimisticSenderBased, LogMode::Causal];
+
+    #[test]
+    fn modes_parse_and_print() {
+        for mode in ALL {
+            assert_eq!(mode.as_str().parse::<LogMode>().ok(), Some(mode));
+            assert_eq!(mode.to_string(), mode.as_str());
+            assert!(mode.check_supported().is_ok());
+        }
+        let names: Vec<_> = ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names, ["none", "pessimistic-rb", "pessimistic-sb", "causal"]);
+        assert!(matches!("pessimistic".parse::<LogMode>(), Err(LogError::InvalidArgument(_))));
+        assert!("".parse::<LogMode>().is_err());
+        assert!(
+            LogMode::Causal.sender_logs_payloads()
+                && LogMode::PessimisticSenderBased.sender_logs_payloads()
+                && !LogMode::PessimisticReceiverBased.sender_logs_payloads()
+                && !LogMode::None.sender_logs_payloads()
+        );
+    }
+
+    #[test]
+    fn a_bad_mode_names_every_registered_one() {
+        let Err(LogError::InvalidArgument(msg)) = "bogus".parse::<LogMode>() else { panic!("bogus parsed") };
+        assert!(msg.ends_with("expected none, pessimistic-rb, pessimistic-sb or causal"), "{msg}");
+    }
+
+    #[test]
+    fn units_parse_and_print() {
+        for unit in [LogUnit::Node, LogUnit::Rank, LogUnit::Team] {
+            assert_eq!(unit.as_str().parse::<LogUnit>().ok(), Some(unit));
+        }
+        assert!(matches!("host".parse::<LogUnit>(), Err(LogError::InvalidArgument(_))));
+        assert_eq!(LogConfig::default().unit, LogUnit::Node);
+        assert_eq!(LogConfig::default().mode, LogMode::None);
+    }
+
+    #[test]
+    fn durable_timeout_must_be_positive_milliseconds() {
+        assert_eq!(parse_timeout_ms(" 250 ").ok(), Some(Duration::from_millis(250)));
+        for bad in ["0", "-1", "soon", ""] {
+            assert!(parse_timeout_ms(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! What the endpoint hands to the application ([`Delivery`], [`DeliveredFrame`]) and what it
+//! holds between arrival and delivery (`Arrived`).
+
+use std::fmt;
+
+use reverb_transport::{Rank, Tag};
+
+use crate::determinant::{Determinant, Rsn, Ssn};
+use crate::framepool::FrameBytes;
+
+/// One message handed to the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub source: Rank,
+    pub tag: Tag,
+    pub payload: Vec<u8>,
+    /// The message's number on its (source → this rank) channel.
+    pub ssn: Ssn,
+    /// This delivery's number among all of this rank's deliveries.
+    pub rsn: Rsn,
+    /// Set for wildcard receives only: deterministic ones replay without it.
+    pub determinant: Option<Determinant>,
+}
+
+/// One message handed to the application in the buffer it arrived in: the received frame,
+/// envelope in front of the payload. `payload()` reads the payload in place, so a large
+/// message is touched once on its way in (the rendezvous read into a registered receive
+/// region); `into_delivery` makes it an owned `Vec` for callers that want one (one more pass
+/// over the payload). A large frame keeps its receive region from reuse until it is dropped.
+#[derive(Clone)]
+pub struct DeliveredFrame {
+    pub source: Rank,
+    pub tag: Tag,
+    /// The message's number on its (source → this rank) channel.
+    pub ssn: Ssn,
+    /// This delivery's number among all of this rank's deliveries.
+    pub rsn: Rsn,
+    /// Set for wildcard receives only: deterministic ones replay without it.
+    pub determinant: Option<Determinant>,
+    pub(super) frame: FrameBytes,
+    /// Where the payload starts in `frame` (the envelope's length); at most its length.
+    pub(super) payload_offset: usize,
+}
+
+impl fmt::Debug for DeliveredFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveredFrame")
+            .field("source", &self.source)
+            .field("tag", &self.tag)
+            .field("ssn", &self.ssn)
+            .field("rsn", &self.rsn)
+            .field("determinant", &self.determinant)
+            .field("payload_len", &self.payload().len())
+            .finish()
+    }
+}
+
+impl PartialEq for DeliveredFrame {
+    fn eq(&self, other: &Self) -> bool {
+        (self.source, self.tag, self.ssn, self.rsn, self.determinant)
+            == (other.source, other.tag, other.ssn, other.rsn, other.determinant)
+            && self.payload() == other.payload()
+    }
+}
+
+impl Eq for DeliveredFrame {}
+
+impl DeliveredFrame {
+    /// The application payload, in place.
+    pub fn payload(&self) -> &[u8] {
+        self.frame.as_slice().get(self.payload_offset..).unwrap_or_default()
+    }
+
+    /// The payload as an owned buffer. A small frame (its own `Vec`) gives up its allocation
+    /// with the envelope cut off in place (a second buffer per message once cost a MiB of
+    /// fresh pages per 1 MiB delivery); a large one is copied out of its receive region.
+    pub fn into_payload(self) -> Vec<u8> {
+        self.frame.into_vec_from(self.payload_offset)
+    }
+
+    /// The classic [`Delivery`], payload owned.
+    pub fn into_delivery(self) -> Delivery {
+        let (source, tag, ssn, rsn, determinant) =
+            (self.source, self.tag, self.ssn, self.rsn, self.determinant);
+        Delivery { source, tag, payload: self.into_payload(), ssn, rsn, determinant }
+    }
+}
+
+/// A message released in channel order, waiting for a matching receive.
+#[derive(Debug)]
+pub(super) struct Arrived {
+    pub sender: Rank,
+    pub ssn: Ssn,
+    pub tag: Tag,
+    /// The whole received frame: it is what receiver-based logging writes.
+    pub frame: FrameBytes,
+    pub payload_offset: usize,
+}

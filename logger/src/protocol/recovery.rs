@@ -1,0 +1,264 @@
+//! Recovery: the replay primitives (gather determinants or frames, replay them, resend from
+//! the senders' logs), a survivor's rejoin and an in-place restart. The recovery sequence is
+//! in the `protocol` module doc.
+
+use reverb_transport::{Bootstrap, Rank};
+
+use super::rings::{encode_hosted, gather_node_ids, open_writer_at, HostedRing};
+use super::LoggedEndpoint;
+use crate::causal::{self, ReplayPlan};
+use crate::channel::{RecvChannels, SendSequencer};
+use crate::commmatrix::CommRow;
+use crate::determinant::{Determinant, ReceptionCounter, Ssn};
+use crate::envelope::Envelope;
+use crate::error::{LogError, Result};
+use crate::framepool::FrameBytes;
+use crate::logring::{self, RecordKind};
+use crate::sendlog::LoggedSend;
+use crate::stats::LogStats;
+use crate::wire::Reader;
+
+impl LoggedEndpoint {
+    /// Replay primitive (every mode with a send log): re-sends every logged message to `dest`
+    /// from `from_ssn` on, in ssn order, with its original ssn. A restarted receiver takes
+    /// them in the order its determinants give; a live one drops them as duplicates. Returns
+    /// how many were sent. Under `REVERB_LOG_UNIT=node` a destination on this node has no
+    /// log (it restarts together with this rank): `Unsupported`.
+    pub fn resend_from(&mut self, dest: Rank, from_ssn: Ssn) -> Result<usize> {
+        let Some(send_log) = self.protocol.send_log() else {
+            return Err(LogError::Unsupported(format!(
+                "resend_from needs a send log (pessimistic-sb, pessimistic-rb or causal), not {}",
+                self.mode()
+            )));
+        };
+        if dest < self.size && !self.logs_payload_with(dest) {
+            return Err(LogError::Unsupported(format!(
+                "rank {dest} shares this node and REVERB_LOG_UNIT=node logs no intra-node payloads"
+            )));
+        }
+        // Copies (replay is off the hot path): sending borrows the endpoint.
+        let entries: Vec<LoggedSend> = send_log.from_ssn(dest, from_ssn)?.collect();
+        let mut none = Vec::new();
+        for entry in &entries {
+            self.encode_frame(dest, entry.ssn, entry.tag, &entry.payload, &mut none)?;
+            self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
+            self.sends_in_flight += 1;
+            self.comm.record_library(dest, self.send_buf.len() as u64)?;
+            LogStats::bump(&self.stats.library_bytes_sent, self.send_buf.len() as u64);
+        }
+        self.collect_completions()?;
+        Ok(entries.len())
+    }
+
+    /// Replay primitive, one holder's part: the determinants of `rank` this rank holds, from
+    /// the ring it hosts for `rank` (if any) and from its detLog (causal).
+    pub fn determinants_held_for(&self, rank: Rank) -> Result<Vec<Determinant>> {
+        let mut held = Vec::new();
+        for ring in self.rings.held_for(rank) {
+            for record in ring.scan()?.records.iter().filter(|r| r.kind == RecordKind::Determinants) {
+                held.extend(record.determinants()?.into_iter().filter(|d| d.receiver == rank));
+            }
+        }
+        self.protocol.held_determinants(rank, &mut held);
+        if let Some(offload) = &self.offload {
+            // Under logger cores, the rank's log lives in the ring its node's logger writes
+            // at this node's logger.
+            held.extend(offload.determinants_hosted_for(rank, self.config.durable_timeout)?);
+        }
+        causal::merge_determinants(&held)
+    }
+
+    /// Replay primitive (`pessimistic-rb`), one holder's part: the frames (envelope + payload)
+    /// `rank` received and logged, in log order, from the ring this rank hosts for it and,
+    /// under logger cores, from the rings this node's logger hosts.
+    pub fn frames_held_for(&self, rank: Rank) -> Result<Vec<Vec<u8>>> {
+        let mut frames = Vec::new();
+        for ring in self.rings.held_for(rank) {
+            frames.extend(crate::sink::frames_for(&ring.scan()?, rank)?);
+        }
+        if let Some(offload) = &self.offload {
+            frames.extend(offload.frames_hosted_for(rank, self.config.durable_timeout)?);
+        }
+        Ok(frames)
+    }
+
+    /// Replay primitive (`pessimistic-rb`), collective: every rank calls it with the same
+    /// `failed` list; survivors contribute the frames they hold for the failed ranks (buddy
+    /// rings), and each failed (restarted) rank gets back the frames addressed to it, ready for
+    /// `replay_frames`. Survivors get an empty list. Other modes log no frames: empty too.
+    pub fn gather_frames(&self, boot: &mut dyn Bootstrap, failed: &[Rank]) -> Result<Vec<Vec<u8>>> {
+        const WHAT: &str = "gathered log frames";
+        let mut mine = Vec::new();
+        if !failed.contains(&self.rank) && self.protocol.logs_frames() {
+            for &f in failed {
+                mine.extend(self.frames_held_for(f)?);
+            }
+        }
+        let mut bytes = (mine.len() as u32).to_le_bytes().to_vec();
+        for frame in &mine {
+            bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(frame);
+        }
+        let all = boot.allgather(&bytes)?;
+        let mut frames = Vec::new();
+        if !failed.contains(&self.rank) {
+            return Ok(frames);
+        }
+        for contribution in &all {
+            let mut r = Reader::new(contribution, WHAT);
+            let count = r.u32()?;
+            for _ in 0..count {
+                let len = r.u32()? as usize;
+                let frame = r.take(len)?;
+                if Envelope::decode(frame)?.0.receiver == self.rank {
+                    frames.push(frame.to_vec());
+                }
+            }
+            if r.remaining() != 0 {
+                return Err(LogError::malformed(WHAT, format!("{} bytes left over", r.remaining())));
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Replay primitive (`pessimistic-rb`) at a restarted rank, right after its channels were
+    /// restored: takes its logged `frames` (from `gather_frames`) into the channels as if they
+    /// had just arrived, in ssn order per sender; what its checkpoint covers is dropped as a
+    /// duplicate. Frames from `regenerated` senders (ranks restarted with this one, which
+    /// re-execute from the same checkpoint) are skipped. The senders then resend from
+    /// `held_through(them) + 1`. Returns how many frames were taken in.
+    pub fn replay_frames(&mut self, frames: Vec<Vec<u8>>, regenerated: &[Rank]) -> Result<usize> {
+        let mut keyed = Vec::with_capacity(frames.len());
+        for frame in frames {
+            let (envelope, _) = Envelope::decode(&frame)?;
+            if envelope.receiver != self.rank || envelope.sender >= self.size {
+                return Err(LogError::malformed(
+                    "logged frame",
+                    format!("{} -> {} replayed at rank {}", envelope.sender, envelope.receiver, self.rank),
+                ));
+            }
+            if envelope.sender != self.rank && !regenerated.contains(&envelope.sender) {
+                keyed.push((envelope.sender, envelope.ssn, frame));
+            }
+        }
+        // Log order is delivery order; channel order wants ssn order per sender (a ring kept
+        // across an earlier restart may hold a sender's frames twice).
+        keyed.sort_by_key(|(sender, ssn, _)| (*sender, *ssn));
+        keyed.dedup_by_key(|(sender, ssn, _)| (*sender, *ssn));
+        let taken = keyed.len();
+        for (sender, _, frame) in keyed {
+            self.accept_frame(sender, FrameBytes::Owned(frame))?;
+        }
+        Ok(taken)
+    }
+
+    /// The highest ssn from `peer` this rank holds in channel order (delivered, or released
+    /// and waiting for a receive): after a restart, the senders resend from the next one.
+    pub fn held_through(&self, peer: Rank) -> Ssn {
+        self.channels.delivered_through(peer).unwrap_or(0)
+    }
+
+    /// Replay primitive, collective: the determinants of the `failed` ranks, collected from
+    /// every other rank (buddy rings and detLogs) and merged in (receiver, rsn) order. The
+    /// failed ranks contribute nothing: their memory is gone. Copies that disagree are an
+    /// error.
+    pub fn gather_determinants(&self, boot: &mut dyn Bootstrap, failed: &[Rank]) -> Result<Vec<Determinant>> {
+        let mut mine = Vec::new();
+        if !failed.contains(&self.rank) {
+            for &f in failed {
+                mine.extend(self.determinants_held_for(f)?);
+            }
+        }
+        let all = boot.allgather(&causal::encode_determinants(&mine))?;
+        let mut copies = Vec::new();
+        for bytes in &all {
+            copies.extend(
+                causal::decode_determinants(bytes)?.into_iter().filter(|d| failed.contains(&d.receiver)),
+            );
+        }
+        causal::merge_determinants(&copies)
+    }
+
+    /// Recovery, a survivor's side of the collective setup that restarted ranks run in
+    /// `LoggedEndpoint::new` (call it when they do, after the provider reconnected to each:
+    /// `reverb_transport::recovery::await_rejoin`). The rings this rank hosts for restarted
+    /// clients are replaced by fresh ones (the old ones stay readable for
+    /// `gather_determinants` until the next checkpoint). If this rank's own buddy restarted,
+    /// its log goes on in the buddy's new ring and its unstable determinants are written
+    /// again; what the lost ring held as stable is gone with it, so a checkpoint should
+    /// follow the recovery.
+    pub fn rejoin(&mut self, boot: &mut dyn Bootstrap, restarted: &[Rank]) -> Result<()> {
+        if self.rings.log.is_none() {
+            // `none` sets up nothing collectively.
+            return Ok(());
+        }
+        if let Some(&r) = restarted.iter().find(|&&r| r >= self.size || r == self.rank) {
+            return Err(LogError::InvalidArgument(format!(
+                "rank {r} cannot be a restarted peer of {}",
+                self.rank
+            )));
+        }
+        // A survivor's first recovery collective.
+        if gather_node_ids(boot)? != self.rings.node_of_rank {
+            return Err(LogError::InvalidArgument("restarted ranks came back on other nodes".into()));
+        }
+        for ring in self.rings.hosted.iter_mut().filter(|h| restarted.contains(&h.client)) {
+            let fresh = HostedRing {
+                client: ring.client,
+                region: logring::create_ring(&mut *self.provider, self.config.ring_capacity)?,
+            };
+            self.rings.retired.push(std::mem::replace(ring, fresh));
+        }
+        let all = boot.allgather(&encode_hosted(&self.rings.hosted))?;
+        let Some(log) = self.rings.log.as_mut() else { return Ok(()) };
+        if restarted.contains(&log.buddy) {
+            log.writer = open_writer_at(&mut *self.provider, &all, log.buddy, self.rank)?;
+            self.protocol.buddy_restarted();
+            self.refresh_pending();
+        }
+        Ok(())
+    }
+
+    /// Stands in for a process restart from the initial state (no checkpoint yet): a new
+    /// incarnation with empty channels, counters, logs and detLog, as a fresh process would
+    /// have. The provider, the rings it hosts and its ring writer stay (the recovery issue
+    /// rebuilds those for a real restart). Follow with `begin_replay`.
+    pub fn restart_in_place(&mut self, incarnation: u32) -> Result<()> {
+        if incarnation <= self.incarnation {
+            return Err(LogError::InvalidArgument(format!(
+                "restart as incarnation {incarnation}, not above {}",
+                self.incarnation
+            )));
+        }
+        self.flush_log()?;
+        self.incarnation = incarnation;
+        self.sequencer = SendSequencer::new(self.size);
+        self.channels = RecvChannels::new(self.size, self.config.reorder_window);
+        self.reception = ReceptionCounter::new(self.rank);
+        self.ready.clear();
+        self.released.clear();
+        self.protocol.restart();
+        self.refresh_pending();
+        self.replay = None;
+        self.stats = LogStats::default();
+        self.comm = CommRow::new(self.size);
+        Ok(())
+    }
+
+    /// Replay primitive at the restarted rank: from now until it has delivered the last rsn
+    /// they cover, each wildcard receive takes the message `determinants` names for its rsn
+    /// (they must all be this rank's; order does not matter). A receive the log contradicts
+    /// fails with `ReplayDiverged`. Determinants at or below the current rsn are ignored.
+    pub fn begin_replay(&mut self, determinants: &[Determinant]) -> Result<()> {
+        let done = self.reception.last_rsn();
+        let ahead: Vec<Determinant> = determinants.iter().filter(|d| d.rsn > done).copied().collect();
+        let plan = ReplayPlan::new(self.rank, &ahead)?;
+        self.replay = (plan.last_rsn() > done).then_some(plan);
+        Ok(())
+    }
+
+    /// Whether a replay is still under way.
+    pub fn replaying(&self) -> bool {
+        self.replay.as_ref().is_some_and(|p| self.reception.last_rsn() < p.last_rsn())
+    }
+}

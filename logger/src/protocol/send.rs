@@ -1,0 +1,144 @@
+//! The send path, common to every protocol: validation, ssn, envelope, framing in a pooled
+//! registered buffer for large messages, the provider send. The protocol hooks in before
+//! the ssn (`prepare_send`: back-pressure, piggyback), before the message leaves
+//! (`log_send`) and after (`background`).
+
+use reverb_transport::{Rank, Tag};
+
+use super::{LoggedEndpoint, OutgoingMessage};
+use crate::determinant::{Determinant, Ssn};
+use crate::envelope::Envelope;
+use crate::error::{LogError, Result};
+use crate::stats::LogStats;
+
+impl LoggedEndpoint {
+    /// Sends `payload` to `dest` under application tag `tag`. The provider copies it, so the
+    /// buffer is free on return. Causal logging piggybacks this rank's unstable determinants
+    /// and then posts their log write; neither waits.
+    pub fn send(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
+        if dest >= self.size {
+            return Err(LogError::InvalidArgument(format!("destination {dest} in a job of {}", self.size)));
+        }
+        if payload.len() > self.config.max_message {
+            return Err(LogError::InvalidArgument(format!(
+                "payload of {} bytes above REVERB_LOG_MAX_MESSAGE {}",
+                payload.len(),
+                self.config.max_message
+            )));
+        }
+        let payload_logged = self.logs_payload_with(dest);
+        let mut piggyback = std::mem::take(&mut self.piggyback);
+        piggyback.clear();
+        // Room first, so a full send log refuses the message before it takes an ssn. With no
+        // payload to log and no background work (so no determinant to piggyback) there is
+        // nothing to prepare.
+        if payload_logged || self.pending.background {
+            let prepared =
+                self.protocol.prepare_send(dest, payload.len(), payload_logged, &mut piggyback, &self.stats);
+            if let Err(e) = prepared {
+                self.piggyback = piggyback;
+                return Err(e);
+            }
+        }
+        // A failed provider send leaves a gap in this channel's ssns: the peer is then gone,
+        // and recovery (which resends from the log) owns the channel.
+        let ssn = self.sequencer.next_ssn(dest)?;
+        let encoded = self.encode_header(dest, ssn, tag, payload.len(), &mut piggyback);
+        self.piggyback = piggyback;
+        encoded?;
+        let framed = self.frame_in_pool(payload)?;
+        // Logged before it leaves, so the log covers every message a receiver can hold.
+        let lease = framed.filter(|_| payload_logged).and_then(|i| self.frames.lease(i));
+        let msg = OutgoingMessage {
+            dest,
+            ssn,
+            tag,
+            payload,
+            framed: lease.map(|region| (region, self.send_buf.len())),
+            payload_logged,
+        };
+        self.protocol.log_send(&msg, &self.stats)?;
+        let overhead = self.send_buf.len() as u64;
+        self.send_frame(dest, framed, payload)?;
+        self.sends_in_flight += 1;
+        self.comm.record_app(dest, payload.len() as u64, overhead)?;
+        LogStats::bump(&self.stats.library_bytes_sent, overhead);
+        LogStats::bump(&self.stats.messages_sent, 1);
+        // After the message left: its piggyback is on the wire, the log write goes behind it.
+        self.background(false)?;
+        self.collect_completions()
+    }
+
+    /// Encodes message `ssn` to `dest` into `send_buf`, carrying `piggyback` (left empty).
+    pub(super) fn encode_frame(
+        &mut self,
+        dest: Rank,
+        ssn: Ssn,
+        tag: Tag,
+        payload: &[u8],
+        piggyback: &mut Vec<Determinant>,
+    ) -> Result<()> {
+        self.encode_header(dest, ssn, tag, payload.len(), piggyback)?;
+        self.send_buf.extend_from_slice(payload);
+        Ok(())
+    }
+
+    /// Above the rendezvous threshold, writes the frame (the envelope in `send_buf`, then
+    /// `payload`) once into a pooled registered buffer and returns its index; `None` below
+    /// the threshold or with the pool in use or unavailable.
+    fn frame_in_pool(&mut self, payload: &[u8]) -> Result<Option<usize>> {
+        let len = self.send_buf.len() + payload.len();
+        if len <= self.provider.config().rndv_thresh {
+            return Ok(None);
+        }
+        // A failed registration only costs the provider's copy.
+        let Ok(Some(i)) = self.frames.acquire(&mut *self.provider, len) else { return Ok(None) };
+        let Some(region) = self.frames.region(i) else { return Ok(None) };
+        region.write(0, &self.send_buf)?;
+        region.write(self.send_buf.len(), payload)?;
+        Ok(Some(i))
+    }
+
+    /// Sends the frame: from pooled buffer `framed`, which the peer reads in place, else
+    /// with `payload` joining the envelope in `send_buf` and the provider copying it.
+    fn send_frame(&mut self, dest: Rank, framed: Option<usize>, payload: &[u8]) -> Result<()> {
+        let tag = self.config.provider_tag;
+        if let Some(i) = framed {
+            if let Some(region) = self.frames.region(i) {
+                let len = self.send_buf.len() + payload.len();
+                let op = self.provider.send_region(dest, tag, region, 0, len)?;
+                self.frames.mark_busy(i, op);
+                return Ok(());
+            }
+        }
+        self.send_buf.extend_from_slice(payload);
+        self.provider.send(dest, tag, &self.send_buf)?;
+        Ok(())
+    }
+
+    /// Encodes the envelope of message `ssn` to `dest` (a payload of `payload_len` bytes)
+    /// into `send_buf`, carrying `piggyback` (left empty).
+    fn encode_header(
+        &mut self,
+        dest: Rank,
+        ssn: Ssn,
+        tag: Tag,
+        payload_len: usize,
+        piggyback: &mut Vec<Determinant>,
+    ) -> Result<()> {
+        let mut envelope = Envelope {
+            sender: self.rank,
+            receiver: dest,
+            incarnation: self.incarnation,
+            ssn,
+            tag,
+            payload_len: 0,
+            determinants: std::mem::take(piggyback),
+        };
+        self.send_buf.clear();
+        let encoded = envelope.encode_header_into(payload_len, &mut self.send_buf);
+        *piggyback = envelope.determinants;
+        piggyback.clear();
+        encoded
+    }
+}
