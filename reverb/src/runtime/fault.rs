@@ -43,7 +43,7 @@ use super::RuntimeConfig;
 pub const FAULT_VARS: [&str; 4] =
     ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
 
-/// A collective step of [`Runtime::init`] (after the transport's open).
+/// A collective step of [`Runtime::init`](super::Runtime::init) (after the transport's open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InitStep {
     /// The logger's exchange of node ids and log rings (`LoggedEndpoint::new`).

@@ -188,7 +188,7 @@ impl Runtime {
         Runtime::init_with(RuntimeConfig::from_env()?)
     }
 
-    /// Joins the job with `config`; a restarted rank recovers here (see [`init`]).
+    /// Joins the job with `config`; a restarted rank recovers here (see [`Runtime::init`]).
     pub fn init_with(config: RuntimeConfig) -> Result<Runtime> {
         Runtime::init_from(config)
     }
