@@ -1,5 +1,6 @@
 //! Logger errors. Anything a peer, a file or a caller can get wrong surfaces here, never as a panic.
 
+use reverb_transport::config::ConfigError;
 use reverb_transport::TransportError;
 
 pub type Result<T, E = LogError> = std::result::Result<T, E>;
@@ -55,6 +56,9 @@ pub enum LogError {
     LaneFull { lane: u64, needed: u64, free: u64 },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A `REVERB_LOG*` variable with a value that does not parse.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A protocol or configuration this build does not provide (yet).
     #[error("unsupported: {0}")]
     Unsupported(String),

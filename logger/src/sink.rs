@@ -31,7 +31,7 @@ impl LoggerOffload {
     /// Attaches when the launcher started logger cores (`REVERB_LOGGER_SEGMENT` set);
     /// `None` otherwise.
     pub fn attach_from_env() -> Result<Option<Self>> {
-        if std::env::var_os(vars::SEGMENT).is_none() {
+        if reverb_transport::config::env_os(vars::SEGMENT)?.is_none() {
             return Ok(None);
         }
         let client = NodeLogClient::attach_from_env().map_err(LogError::from)?;

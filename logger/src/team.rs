@@ -84,12 +84,10 @@ impl Teams {
 
     /// From `REVERB_LOG_TEAMS` (`None` when unset).
     pub fn from_env() -> Result<Option<Self>> {
-        let spec = match std::env::var(TEAMS_VAR) {
-            Ok(v) => v,
-            Err(std::env::VarError::NotPresent) => return Ok(None),
-            Err(e) => return Err(invalid(e.to_string())),
-        };
-        Self::from_spec(&spec).map(Some)
+        match reverb_transport::config::env_get(TEAMS_VAR)? {
+            Some(spec) => Self::from_spec(&spec).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The value of `REVERB_LOG_TEAMS`: the `parse` syntax, or `@path` to a file.

@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use reverb_transport::config::Env;
 use reverb_transport::Tag;
 
 use super::registry;
@@ -41,10 +42,9 @@ impl LogMode {
 
     /// `REVERB_LOG`, `none` when unset.
     pub fn from_env() -> Result<Self> {
-        match std::env::var("REVERB_LOG") {
-            Ok(v) => v.parse(),
-            Err(std::env::VarError::NotPresent) => Ok(LogMode::None),
-            Err(e) => Err(LogError::InvalidArgument(format!("REVERB_LOG: {e}"))),
+        match Env::process().raw("REVERB_LOG")? {
+            Some(v) => v.parse(),
+            None => Ok(LogMode::None),
         }
     }
 }
@@ -154,17 +154,6 @@ impl Default for LogConfig {
     }
 }
 
-fn env_usize(name: &str) -> Result<Option<usize>> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| LogError::InvalidArgument(format!("{name}={v:?} is not a byte count"))),
-        Err(_) => Ok(None),
-    }
-}
-
 impl LogConfig {
     /// The failure unit of every rank, which buddies are placed by: its team under
     /// `LogUnit::Team` with teams of whole nodes, else its node (`crate::team::failure_units`).
@@ -175,31 +164,38 @@ impl LogConfig {
 
     /// Defaults overridden by the `REVERB_LOG*` variables that are set.
     pub fn from_env() -> Result<Self> {
+        let env = Env::process();
         let mut cfg = LogConfig { mode: LogMode::from_env()?, ..LogConfig::default() };
-        let sizes: [(&str, &mut usize); 6] = [
+        // Byte counts take the size grammar (`8m`); entry counts are plain integers.
+        let sizes: [(&str, &mut usize); 3] = [
             ("REVERB_LOG_RING_BYTES", &mut cfg.ring_capacity),
-            ("REVERB_LOG_REORDER_WINDOW", &mut cfg.reorder_window),
             ("REVERB_LOG_MAX_MESSAGE", &mut cfg.max_message),
             ("REVERB_LOG_SEND_LOG_BYTES", &mut cfg.send_log_limit),
-            ("REVERB_LOG_DET_LOG_ENTRIES", &mut cfg.det_log_limit),
-            ("REVERB_LOG_MAX_UNSTABLE", &mut cfg.max_unstable),
         ];
         for (name, field) in sizes {
-            if let Some(n) = env_usize(name)? {
+            if let Some(n) = env.size(name)? {
                 *field = n;
             }
         }
-        if let Ok(v) = std::env::var("REVERB_LOG_DURABLE_TIMEOUT_MS") {
-            cfg.durable_timeout = parse_timeout_ms(&v)?;
+        let counts: [(&str, &mut usize); 3] = [
+            ("REVERB_LOG_REORDER_WINDOW", &mut cfg.reorder_window),
+            ("REVERB_LOG_DET_LOG_ENTRIES", &mut cfg.det_log_limit),
+            ("REVERB_LOG_MAX_UNSTABLE", &mut cfg.max_unstable),
+        ];
+        for (name, field) in counts {
+            if let Some(n) = env.int(name)? {
+                *field = n;
+            }
         }
-        match std::env::var("REVERB_LOG_UNIT") {
-            Ok(v) => cfg.unit = v.trim().parse()?,
-            Err(std::env::VarError::NotPresent) => {}
-            Err(e) => return Err(LogError::InvalidArgument(format!("REVERB_LOG_UNIT: {e}"))),
+        if let Some(timeout) = env.positive_duration("REVERB_LOG_DURABLE_TIMEOUT_MS")? {
+            cfg.durable_timeout = timeout;
+        }
+        let unit = env.non_empty("REVERB_LOG_UNIT")?;
+        if let Some(v) = &unit {
+            cfg.unit = v.trim().parse()?;
         }
         if let Some(teams) = Teams::from_env()? {
-            let unit_set = std::env::var_os("REVERB_LOG_UNIT").is_some();
-            cfg.set_teams(teams, unit_set)?;
+            cfg.set_teams(teams, unit.is_some())?;
         }
         Ok(cfg)
     }
@@ -216,14 +212,6 @@ impl LogConfig {
         self.teams = Some(teams);
         Ok(())
     }
-}
-
-/// `REVERB_LOG_DURABLE_TIMEOUT_MS`: milliseconds above zero.
-fn parse_timeout_ms(v: &str) -> Result<Duration> {
-    let ms = v.trim().parse::<u64>().ok().filter(|&ms| ms > 0).ok_or_else(|| {
-        LogError::InvalidArgument(format!("REVERB_LOG_DURABLE_TIMEOUT_MS={v:?}: expected milliseconds > 0"))
-    })?;
-    Ok(Duration::from_millis(ms))
 }
 
 #[cfg(test)]
@@ -270,9 +258,15 @@ mod tests {
 
     #[test]
     fn durable_timeout_must_be_positive_milliseconds() {
-        assert_eq!(parse_timeout_ms(" 250 ").ok(), Some(Duration::from_millis(250)));
-        for bad in ["0", "-1", "soon", ""] {
-            assert!(parse_timeout_ms(bad).is_err(), "{bad:?}");
+        let read = |value: &'static str| {
+            let lookup =
+                move |name: &str| (name == "REVERB_LOG_DURABLE_TIMEOUT_MS").then(|| value.to_string());
+            Env::from_lookup(&lookup).positive_duration("REVERB_LOG_DURABLE_TIMEOUT_MS")
+        };
+        assert_eq!(read(" 250 ").ok().flatten(), Some(Duration::from_millis(250)));
+        assert_eq!(read("2s").ok().flatten(), Some(Duration::from_secs(2)));
+        for bad in ["0", "-1", "soon"] {
+            assert!(read(bad).is_err(), "{bad:?}");
         }
     }
 }
