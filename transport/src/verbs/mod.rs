@@ -36,7 +36,7 @@ use ibverbs_sys as ffi;
 
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
-use crate::config::{TransportConfig, WaitMode};
+use crate::config::{Env, TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 use crate::region::{Region, RegionPool};
@@ -78,32 +78,19 @@ pub struct VerbsOptions {
 }
 
 impl VerbsOptions {
+    /// Reads the `REVERB_VERBS_*` variables that are set; defaults otherwise.
     pub fn from_env() -> Result<VerbsOptions> {
-        fn num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| TransportError::Config(format!("{name}={v:?} is not a number"))),
-                Err(_) => Ok(None),
-            }
-        }
+        let env = Env::process();
+        let devices = env.raw("REVERB_VERBS_DEVICE")?.unwrap_or_default();
         Ok(VerbsOptions {
-            devices: std::env::var("REVERB_VERBS_DEVICE")
-                .unwrap_or_default()
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect(),
-            pid_watch: num::<u8>("REVERB_VERBS_PID_WATCH")?.unwrap_or(1) != 0,
-            port: num("REVERB_VERBS_PORT")?.unwrap_or(1),
-            gid_index: num("REVERB_VERBS_GID_INDEX")?,
-            timeout: num::<u8>("REVERB_VERBS_TIMEOUT")?.unwrap_or(14).min(31),
+            devices: devices.split(',').map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned).collect(),
+            pid_watch: env.bool("REVERB_VERBS_PID_WATCH")?.unwrap_or(true),
+            port: env.int("REVERB_VERBS_PORT")?.unwrap_or(1),
+            gid_index: env.int("REVERB_VERBS_GID_INDEX")?,
+            timeout: env.int::<u8>("REVERB_VERBS_TIMEOUT")?.unwrap_or(14).min(31),
             // 7 means "retry forever" to rxe (as rnr_retry 7 does in the spec): stay below it
             // so a dead peer is always reported.
-            retry_count: num::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(6).min(6),
+            retry_count: env.int::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(6).min(6),
         })
     }
 }
