@@ -17,11 +17,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reverb_logger::core::segment::{NodeSegment, Status, BUDDY_DEAD};
-use reverb_logger::core::{segment_base, segment_paths, CoreError, LoggerCore, NodeLogClient, Ticket};
+use reverb_logger::core::{
+    segment_base, segment_paths, CoreError, LoggerCore, LoggerCoreConfig, NodeLogClient, Ticket,
+};
 use reverb_logger::logring::{self, RecordKind};
 use reverb_logger::Determinant;
-use reverb_transport::bootstrap::BootServer;
+use reverb_transport::bootstrap::{BootServer, TcpBootstrap};
 use reverb_transport::testkit::pattern;
+use reverb_transport::TransportConfig;
 
 const ROLE: &str = "REVERB_TEST_ROLE";
 const WAIT: Duration = Duration::from_secs(60);
@@ -189,7 +192,14 @@ impl Drop for Harness {
 
 /// The logger role: runs until its stdin closes.
 fn run_logger() {
-    match LoggerCore::run_from_env() {
+    let joined = LoggerCoreConfig::from_env().and_then(LoggerCore::create).and_then(|core| {
+        core.join_and_run(|| -> Result<_, CoreError> {
+            let mut boot = TcpBootstrap::connect_from_env()?;
+            let provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
+            Ok((boot, provider))
+        })
+    });
+    match joined {
         Ok(s) => println!("logger summary: {s:?}"),
         Err(e) => panic!("logger core failed: {e}"),
     }

@@ -4,7 +4,13 @@
 //!
 //! - [`segment`]: the node segment (status words, per-rank payload lanes) in shared memory;
 //! - [`client`]: [`NodeLogClient`], what application ranks link against;
-//! - [`service`]: [`LoggerCore`], the logger loop, heartbeat and shutdown;
+//! - [`service`]: [`LoggerCore`], what the process entry creates and runs;
+//! - [`config`]: its configuration and exit summary;
+//! - `session` (the loop's state, set-up and shutdown) with its jobs: `startup` (the
+//!   loggers' start-up exchange), `drain` (queues into the buddy's ring, watermarks,
+//!   snapshots, trims), `peers` (heartbeats, deaths), `respawn` (respawned loggers, hellos),
+//!   `hello` (the hello's bytes), `log_path` (the ring writer and its re-flush copy),
+//!   `snapshot` (hosted ring files), `fault` (test-only hooks);
 //! - [`placement`]: `dedicated`, `shared-pinned`, `shared-unpinned` and the cpu plan.
 //!
 //! Design choices: determinants go through the node's shared `DetQueue` (Algs 22-24, so causal
@@ -34,9 +40,19 @@
 //! recovered.
 
 pub mod client;
+pub mod config;
+mod drain;
+mod fault;
+mod hello;
+mod log_path;
+mod peers;
 pub mod placement;
+mod respawn;
 pub mod segment;
 pub mod service;
+mod session;
+mod snapshot;
+mod startup;
 
 pub use client::{NodeLogClient, Ticket};
 pub use placement::{Placement, PlacementPlan};
@@ -83,6 +99,7 @@ pub mod vars {
     pub const REJOIN_TIMEOUT_S: &str = "REVERB_LOGGER_REJOIN_TIMEOUT_S";
     /// Fault injection (tests): the logger core of this node index SIGKILLs itself in the
     /// loggers' start-up exchange, once its node's ranks have attached (first incarnation).
+    /// Only with the `fault-injection` feature; without it a set variable is an error.
     pub const FAULT_STARTUP: &str = "REVERB_LOGGER_FAULT_STARTUP";
 }
 

@@ -1,0 +1,194 @@
+//! How a logger starts: the loggers' start-up exchange (a collective: heartbeat regions and
+//! hosted rings), or hellos with every related logger for a respawned logger and when a
+//! logger was lost during the exchange.
+
+use reverb_transport::{Rank, RemoteRegion, TransportError};
+
+use super::fault;
+use super::peers::PeerLife;
+use super::segment::{self, DeathCause, Status};
+use super::session::Session;
+use super::CoreError;
+use crate::logring::LogRingWriter;
+
+impl Session<'_> {
+    /// Learns the related loggers' heartbeat regions and the buddy's ring, one way or the other.
+    pub(super) fn start_up(&mut self) -> Result<(), CoreError> {
+        if self.boot.job().incarnation > 0 {
+            // A respawned logger: the others are running, so no collective. Each related
+            // logger answers our hello with its heartbeat region and our new ring.
+            self.hello_to_all(None);
+            self.core.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
+            eprintln!(
+                "reverb logger-core node {}: incarnation {} rejoined; awaiting the hellos of nodes {:?}",
+                self.me,
+                self.boot.job().incarnation,
+                self.related
+            );
+            return Ok(());
+        }
+        let mine = encode_contribution(&self.heartbeat_in.remote(), &self.hosted_remotes());
+        match self.start_up_exchange(&mine)? {
+            Ok(all) => self.apply_exchange(&all),
+            Err(lost) => {
+                self.fall_back_to_hellos(lost);
+                Ok(())
+            }
+        }
+    }
+
+    fn hosted_remotes(&self) -> Vec<(Rank, RemoteRegion)> {
+        self.hosted.iter().map(|(c, ring)| (*c, ring.remote())).collect()
+    }
+
+    /// Marks every related logger awaited and says hello to each but `skip`.
+    fn hello_to_all(&mut self, skip: Option<Rank>) {
+        let incarnation = self.boot.job().incarnation;
+        let heartbeat = self.heartbeat_in.remote();
+        for w in self.watched.iter_mut() {
+            if w.life == PeerLife::Alive {
+                w.life = PeerLife::Awaiting;
+            }
+            w.hello_sent = Some(w.incarnation);
+            if Some(w.node) == skip {
+                continue;
+            }
+            self.hellos.send_or_await(self.provider, self.me, w.node, incarnation, &heartbeat, &self.hosted);
+        }
+    }
+
+    /// A logger failed during the start-up exchange, a collective its respawned incarnation
+    /// never joins: trade hellos with every related logger instead, as a respawned one does.
+    /// The others that fell back answer alike; the lost one's next incarnation says hello
+    /// once the launcher has restarted it.
+    fn fall_back_to_hellos(&mut self, lost: Rank) {
+        eprintln!(
+            "reverb logger-core node {}: node {lost} failed during the loggers' start-up exchange; trading \
+             hellos with nodes {:?} instead",
+            self.me, self.related
+        );
+        self.report_dead(lost, "lost during the loggers' start-up exchange", DeathCause::Transport);
+        self.hello_to_all(Some(lost));
+        if self.core.segment.get(Status::BuddyState) != segment::BUDDY_REJOINING {
+            self.core.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
+        }
+    }
+
+    /// Every logger's contribution: the heartbeat regions, and the ring our buddy hosts for us.
+    fn apply_exchange(&mut self, all: &[Vec<u8>]) -> Result<(), CoreError> {
+        let (me, target) = (self.me, self.target);
+        let parsed: Vec<(RemoteRegion, Vec<(Rank, RemoteRegion)>)> =
+            all.iter().map(|b| parse_contribution(b)).collect::<Result<_, _>>()?;
+        let nodes = self.boot.job().size;
+        if parsed.len() != nodes as usize {
+            return Err(CoreError::Malformed {
+                what: "loggers' exchange",
+                detail: format!("{} contributions for {nodes} nodes", parsed.len()),
+            });
+        }
+        let ring_remote = parsed
+            .get(target as usize)
+            .and_then(|(_, rings)| rings.iter().find(|(c, _)| *c == me))
+            .map(|(_, r)| *r)
+            .ok_or_else(|| CoreError::Malformed {
+                what: "loggers' exchange",
+                detail: format!("node {target} hosts no ring for node {me}"),
+            })?;
+        self.path.writer = Some(LogRingWriter::new(self.provider, ring_remote)?);
+        self.path.remote = Some(ring_remote);
+        for w in self.watched.iter_mut() {
+            w.heartbeat_region = Some(parsed[w.node as usize].0);
+        }
+        self.core.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
+        Ok(())
+    }
+
+    /// The loggers' start-up exchange (a collective): every contribution, or the logger lost
+    /// during it (`Err`) when the launcher respawns failed nodes. A logger already lost or
+    /// back at a newer incarnation before it begins is taken as lost during it too: its new
+    /// incarnation never joins the collective. With fault injection, `REVERB_LOGGER_FAULT_STARTUP=NODE`
+    /// makes that node's first incarnation SIGKILL itself here, once its ranks have attached.
+    fn start_up_exchange(&mut self, mine: &[u8]) -> Result<Result<Vec<Vec<u8>>, Rank>, CoreError> {
+        let me = self.me;
+        let cfg = &self.core.cfg;
+        fault::startup_exchange(&self.core.segment, me, self.boot.job().incarnation, cfg.rejoin_timeout)?;
+        if cfg.expect_rejoin {
+            let gone = self
+                .boot
+                .lookup()?
+                .into_iter()
+                .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0));
+            if let Some(a) = gone {
+                return Ok(Err(a.rank));
+            }
+        }
+        match self.boot.allgather(mine) {
+            Ok(all) => Ok(Ok(all)),
+            Err(TransportError::PeerDead(lost)) if cfg.expect_rejoin => Ok(Err(lost)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Our contribution to the exchange (the layout `parse_contribution` reads).
+fn encode_contribution(heartbeat: &RemoteRegion, hosted: &[(Rank, RemoteRegion)]) -> Vec<u8> {
+    let mut mine = heartbeat.to_bytes().to_vec();
+    mine.extend_from_slice(&(hosted.len() as u32).to_le_bytes());
+    for (c, ring) in hosted {
+        mine.extend_from_slice(&c.to_le_bytes());
+        mine.extend_from_slice(&ring.to_bytes());
+    }
+    mine
+}
+
+/// `heartbeat descriptor | u32 count | count × (u32 client node | ring descriptor)`.
+fn parse_contribution(bytes: &[u8]) -> Result<(RemoteRegion, Vec<(Rank, RemoteRegion)>), CoreError> {
+    const WHAT: &str = "logger exchange";
+    let d = RemoteRegion::WIRE_LEN;
+    let bad = |detail: String| CoreError::Malformed { what: WHAT, detail };
+    if bytes.len() < d + 4 {
+        return Err(bad(format!("{} bytes", bytes.len())));
+    }
+    let heartbeat = RemoteRegion::from_bytes(&bytes[..d])?;
+    let count = u32::from_le_bytes([bytes[d], bytes[d + 1], bytes[d + 2], bytes[d + 3]]) as usize;
+    let entry = 4 + d;
+    if bytes.len() != d + 4 + count.saturating_mul(entry) {
+        return Err(bad(format!("{} bytes for {count} rings", bytes.len())));
+    }
+    let rings = bytes[d + 4..]
+        .chunks_exact(entry)
+        .map(|c| {
+            let node = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            Ok((node, RemoteRegion::from_bytes(&c[4..])?))
+        })
+        .collect::<Result<_, CoreError>>()?;
+    Ok((heartbeat, rings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(key: u64) -> RemoteRegion {
+        RemoteRegion { owner: 1, addr: 0x1000 * key, len: 4096, key }
+    }
+
+    #[test]
+    fn exchange_parses_and_rejects_garbage() {
+        let mut bytes = region(1).to_bytes().to_vec();
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        for (node, key) in [(0u32, 2u64), (3, 3)] {
+            bytes.extend_from_slice(&node.to_le_bytes());
+            bytes.extend_from_slice(&region(key).to_bytes());
+        }
+        let (hb, rings) = parse_contribution(&bytes).unwrap();
+        assert_eq!(hb, region(1));
+        assert_eq!(rings, vec![(0, region(2)), (3, region(3))]);
+        for cut in [0, 10, RemoteRegion::WIRE_LEN + 3, bytes.len() - 1] {
+            assert!(parse_contribution(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let mut lying = bytes.clone();
+        lying[RemoteRegion::WIRE_LEN] = 200; // claims 200 rings
+        assert!(parse_contribution(&lying).is_err());
+    }
+}

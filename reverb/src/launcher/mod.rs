@@ -1,0 +1,114 @@
+//! `reverb run` (local launcher) and `reverb topo`.
+//!
+//! The launcher hosts the bootstrap server, spawns N ranks (each in its own process group),
+//! groups them into simulated nodes of R consecutive ranks, prefixes their output with
+//! `[rank] `, and kills the whole job as soon as one rank fails, on timeout, or on
+//! SIGINT/SIGTERM.
+//!
+//! With `--respawn N` a rank killed by a signal fails its node instead: the launcher SIGKILLs
+//! the node's other ranks, tells the bootstrap server those slots failed, and starts the
+//! node's ranks again in place with `REVERB_INCARNATION` + 1, at most N times per job. A rank
+//! that exits non-zero still fails the job: that is the program's own verdict.
+//!
+//! With teams (`REVERB_LOG_TEAMS` in the job's environment, the logger's team unit) and
+//! `--respawn`, the team is the failure unit: a failed node fails every node of its team, all
+//! are SIGKILLed and started again together at the next incarnation (one respawn). Teams must
+//! be unions of whole nodes, at least two (checked at launch); logger cores, which pair nodes,
+//! are refused with teams.
+//!
+//! With logger cores (`--logger`), a node failure takes the node's logger core too: it is
+//! SIGKILLed with the ranks and started again at the next incarnation, before them. A logger
+//! core killed by a signal fails its node the same way (under `--respawn`); without respawn,
+//! or when it exits by itself while its ranks run, the job fails naming it.
+//!
+//! Files by job: [`args`] (`reverb run`'s command line), `spawn` (ranks started, pinned,
+//! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `teams` (the
+//! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
+//! launch from start to exit code), `signals` (SIGINT/SIGTERM), `os` (the system calls on children).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+
+pub mod args;
+pub mod logger_cores;
+mod os;
+mod report;
+mod signals;
+mod spawn;
+mod teams;
+mod watch;
+
+pub use args::{run, RunArgs};
+pub use report::launch_report;
+
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub ranks: u32,
+    pub ranks_per_node: u32,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Extra variables for every rank (the launcher's own `REVERB_*` win over these).
+    pub env: Vec<(String, String)>,
+    /// Kill the job and fail after this long.
+    pub timeout: Option<Duration>,
+    /// Prefix each output line with `[rank] `.
+    pub prefix_output: bool,
+}
+
+/// Runs the job described by `spec`; 0 when every rank exited 0.
+pub fn launch(spec: &LaunchSpec) -> Result<i32> {
+    launch_with(spec, false)
+}
+
+/// How to run a job beyond what it is (`LaunchSpec`).
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// Print the environment given to each rank and how each ended.
+    pub verbose: bool,
+    /// Node respawns allowed in the job (0: fail fast).
+    pub respawn: u32,
+    /// Logger cores, one per node (off: none).
+    pub logger: reverb_logger::core::Placement,
+}
+
+/// One node (or team) respawn.
+#[derive(Debug, Clone)]
+pub struct Respawn {
+    /// The node that failed.
+    pub node: u32,
+    /// Every node respawned: `node`, or with teams each node of its team.
+    pub nodes: Vec<u32>,
+    /// The rank whose death failed the node, and how it died.
+    pub rank: u32,
+    pub signal: i32,
+    /// The ranks started again, at `incarnation`.
+    pub ranks: Vec<u32>,
+    pub incarnation: u32,
+    /// Since the launch started.
+    pub at: Duration,
+}
+
+/// How a launch ended.
+#[derive(Debug, Clone)]
+pub struct LaunchReport {
+    /// The job's exit code: 0 when every rank (last incarnation) exited 0.
+    pub code: i32,
+    pub respawns: Vec<Respawn>,
+}
+
+/// As [`launch`]; `verbose` prints the environment given to each rank.
+pub fn launch_with(spec: &LaunchSpec, verbose: bool) -> Result<i32> {
+    launch_report(spec, &LaunchOptions { verbose, ..LaunchOptions::default() }).map(|r| r.code)
+}
+
+/// As [`launch_with`], with one logger core per node placed as `logger` says.
+pub fn launch_logged(
+    spec: &LaunchSpec,
+    verbose: bool,
+    logger: reverb_logger::core::Placement,
+) -> Result<i32> {
+    launch_report(spec, &LaunchOptions { verbose, logger, ..LaunchOptions::default() }).map(|r| r.code)
+}

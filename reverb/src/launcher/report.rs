@@ -1,0 +1,173 @@
+//! A launch from start to exit code: the bootstrap server and logger cores started, the ranks
+//! spawned and watched, then the verdict printed and returned.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use reverb_transport::bootstrap::BootServer;
+
+use super::logger_cores::LoggerCores;
+use super::signals::{signal_name, SignalGuard};
+use super::spawn::{
+    join_handles, join_pumps, kill_all, random_hex, reap, spawn_rank, JobCtx, RankProc, RankStatus,
+};
+use super::teams::teams_of_nodes;
+use super::watch::{Stop, Watch};
+use super::{LaunchOptions, LaunchReport, LaunchSpec, Respawn};
+
+/// Runs the job with `opts`; reports its exit code and the respawns it took.
+pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchReport> {
+    if spec.ranks == 0 {
+        bail!("a job needs at least one rank");
+    }
+    if spec.ranks_per_node == 0 {
+        bail!("ranks per node must be at least 1");
+    }
+    let token = random_hex(32);
+    let job_id = format!("rv{}", random_hex(6));
+    let server =
+        BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
+    let team_of_node = teams_of_nodes(spec, opts)?;
+    let loggers = LoggerCores::start(spec, opts.logger, &job_id, opts.verbose, opts.respawn)?;
+    let ctx = JobCtx {
+        team_of_node,
+        spec,
+        ranks_per_node: spec.ranks_per_node.min(spec.ranks),
+        root: server.local_addr().to_string(),
+        token,
+        job_id,
+        verbose: opts.verbose,
+        loggers: loggers.as_ref(),
+    };
+    let _signals = SignalGuard::install();
+    let start = Instant::now();
+    let procs = spawn_all(&ctx)?;
+
+    let mut watch = Watch::new(&ctx, &server, opts.respawn, start, procs);
+    watch.run();
+    let Watch { mut procs, stop, respawns, old_pumps, respawn_failed, .. } = watch;
+    join_pumps(&mut procs);
+    join_handles(old_pumps);
+    drop(server);
+    if let Some(l) = loggers {
+        l.finish(stop.is_none());
+    }
+
+    let code = exit_code(stop, &procs, &respawns, respawn_failed.as_ref(), opts.respawn);
+    if opts.verbose {
+        for p in &procs {
+            eprintln!(
+                "reverb run: {} [local rank {}, incarnation {}]",
+                p.describe(),
+                p.local_rank,
+                p.incarnation
+            );
+        }
+    }
+    print_respawns(&respawns);
+    Ok(LaunchReport { code, respawns })
+}
+
+/// Spawns every rank at incarnation 0; on a failure, kills those already started.
+fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
+    let mut procs: Vec<RankProc> = Vec::with_capacity(ctx.spec.ranks as usize);
+    for rank in 0..ctx.spec.ranks {
+        match spawn_rank(ctx, rank, 0) {
+            Ok(p) => procs.push(p),
+            Err(e) => {
+                kill_all(&mut procs);
+                reap(&mut procs, Duration::from_secs(5));
+                join_pumps(&mut procs);
+                return Err(e);
+            }
+        }
+    }
+    Ok(procs)
+}
+
+/// The job's exit code, with the reason printed: 0 when no stop; a failed rank's own code
+/// (or 128 + its signal); 124 on timeout; 128 + a signal received.
+fn exit_code(
+    stop: Option<Stop>,
+    procs: &[RankProc],
+    respawns: &[Respawn],
+    respawn_failed: Option<&anyhow::Error>,
+    respawn_limit: u32,
+) -> i32 {
+    let killed = procs.iter().filter(|p| p.status == RankStatus::Killed).count();
+    let no_respawn_left =
+        || format!("; no respawn left ({} of --respawn {respawn_limit} used)", respawns.len());
+    match stop {
+        None => 0,
+        Some(Stop::RankFailed(i)) => {
+            let p = &procs[i];
+            let others = if killed > 0 { format!("; killed {killed} other rank(s)") } else { String::new() };
+            let why = match (respawn_failed, p.status) {
+                (Some(e), _) => format!("; respawn failed: {e:#}"),
+                (None, RankStatus::Signaled(_)) if respawn_limit > 0 => no_respawn_left(),
+                _ => String::new(),
+            };
+            eprintln!("reverb run: {}{why}{others}", p.describe());
+            match p.status {
+                RankStatus::Exited(c) => c,
+                RankStatus::Signaled(s) => 128 + s,
+                _ => 1,
+            }
+        }
+        Some(Stop::LoggerFailed { what, status }) => {
+            let others = if killed > 0 { format!("; killed {killed} rank(s)") } else { String::new() };
+            let why = match (respawn_failed, status.signal()) {
+                (Some(e), _) => format!("; respawn failed: {e:#}"),
+                (None, Some(_)) if respawn_limit > 0 => no_respawn_left(),
+                (None, Some(_)) => {
+                    "; its node cannot log any more (run with --respawn N to restart the node)".into()
+                }
+                (None, None) => "; its node cannot log any more".into(),
+            };
+            eprintln!("reverb run: {what}{why}{others}");
+            logger_failed_code(status)
+        }
+        Some(Stop::Timeout(t)) => {
+            eprintln!("reverb run: timeout after {:.1} s; killed {killed} rank(s)", t.as_secs_f64());
+            124
+        }
+        Some(Stop::Signal(s)) => {
+            eprintln!("reverb run: received {}; killed {killed} rank(s)", signal_name(s));
+            128 + s
+        }
+    }
+}
+
+/// A failed logger core's status as the job's code (never 0: the job failed).
+fn logger_failed_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(0), _) | (None, None) => 1,
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+    }
+}
+
+fn print_respawns(respawns: &[Respawn]) {
+    if respawns.is_empty() {
+        return;
+    }
+    let each: Vec<String> = respawns
+        .iter()
+        .map(|r| {
+            format!(
+                "node {}{} at +{:.3} s (incarnation {})",
+                r.node,
+                if r.nodes.len() > 1 {
+                    format!(" with its team's nodes {:?}", r.nodes)
+                } else {
+                    String::new()
+                },
+                r.at.as_secs_f64(),
+                r.incarnation
+            )
+        })
+        .collect();
+    eprintln!("reverb run: {} node respawn(s): {}", respawns.len(), each.join(", "));
+}

@@ -1,0 +1,239 @@
+//! Spawning ranks: their environment, process group and parent-death signal, pinning per the
+//! logger cores' plan, output pumps; and killing and reaping them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rand::RngCore;
+use reverb_transport::bootstrap::vars;
+
+use super::logger_cores::LoggerCores;
+use super::signals::signal_name;
+use super::LaunchSpec;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RankStatus {
+    Running,
+    Exited(i32),
+    Signaled(i32),
+    /// Killed by the launcher after another failure, timeout or signal.
+    Killed,
+}
+
+pub(super) struct RankProc {
+    pub(super) rank: u32,
+    pub(super) node: u32,
+    pub(super) local_rank: u32,
+    pub(super) incarnation: u32,
+    pub(super) pid: u32,
+    pub(super) child: Option<Child>,
+    pub(super) status: RankStatus,
+    pub(super) kill_sent: bool,
+    pub(super) pumps: Vec<JoinHandle<()>>,
+}
+
+impl RankProc {
+    /// SIGKILLs the rank's process group (the rank and anything it forked).
+    pub(super) fn kill(&mut self) {
+        if self.status == RankStatus::Running && !self.kill_sent {
+            if let Ok(pgid) = libc::pid_t::try_from(self.pid) {
+                // The group leader is our unreaped child: its pgid cannot have been reused.
+                super::os::kill_group(pgid);
+            }
+            self.kill_sent = true;
+        }
+    }
+
+    pub(super) fn record(&mut self, st: ExitStatus) {
+        self.status = if self.kill_sent {
+            RankStatus::Killed
+        } else if let Some(c) = st.code() {
+            RankStatus::Exited(c)
+        } else {
+            RankStatus::Signaled(st.signal().unwrap_or(0))
+        };
+        self.child = None;
+    }
+
+    pub(super) fn describe(&self) -> String {
+        let who = format!(
+            "rank {} (node {}, pid {}, incarnation {})",
+            self.rank, self.node, self.pid, self.incarnation
+        );
+        match self.status {
+            RankStatus::Exited(c) => format!("{who} exited with status {c}"),
+            RankStatus::Signaled(s) => format!("{who} was killed by signal {s} ({})", signal_name(s)),
+            RankStatus::Killed => format!("{who} was killed by the launcher"),
+            RankStatus::Running => format!("{who} is running"),
+        }
+    }
+}
+
+/// What every rank of one launch shares.
+pub(super) struct JobCtx<'a> {
+    pub(super) spec: &'a LaunchSpec,
+    pub(super) ranks_per_node: u32,
+    pub(super) root: String,
+    pub(super) token: String,
+    pub(super) job_id: String,
+    pub(super) verbose: bool,
+    pub(super) loggers: Option<&'a LoggerCores>,
+    /// With teams under `--respawn`: the team of every node (a failed node fails its team).
+    pub(super) team_of_node: Option<Vec<u32>>,
+}
+
+pub(super) fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Copies `src` to stdout/stderr line by line, optionally prefixed. Keeps draining after the
+/// terminal goes away so that a rank never blocks on a full pipe.
+fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool) {
+    const MAX_LINE: u64 = 64 * 1024;
+    let mut r = BufReader::new(src);
+    let mut line = Vec::new();
+    let mut out = Vec::new();
+    let mut broken = false;
+    loop {
+        line.clear();
+        match r.by_ref().take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        if broken {
+            continue;
+        }
+        out.clear();
+        if prefix {
+            let _ = write!(out, "[{rank}] ");
+        }
+        out.extend_from_slice(&line);
+        if prefix && !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        let res = if to_stderr {
+            let mut e = std::io::stderr().lock();
+            e.write_all(&out).and_then(|_| e.flush())
+        } else {
+            let mut o = std::io::stdout().lock();
+            o.write_all(&out).and_then(|_| o.flush())
+        };
+        broken = res.is_err();
+    }
+}
+
+pub(super) fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc> {
+    let spec = ctx.spec;
+    let rpn = ctx.ranks_per_node;
+    let (node, local_rank) = (rank / rpn, rank % rpn);
+    let ours: Vec<(&str, String)> = vec![
+        (vars::RANK, rank.to_string()),
+        (vars::SIZE, spec.ranks.to_string()),
+        (vars::NODE, node.to_string()),
+        (vars::LOCAL_RANK, local_rank.to_string()),
+        (vars::RANKS_PER_NODE, rpn.to_string()),
+        (vars::JOB_ID, ctx.job_id.clone()),
+        (vars::INCARNATION, incarnation.to_string()),
+        (vars::ROOT, ctx.root.clone()),
+        (vars::JOB_TOKEN, ctx.token.clone()),
+        (vars::BOOT_SERVER, "external".into()),
+    ];
+    if ctx.verbose {
+        let shown: Vec<String> = ours
+            .iter()
+            .map(|(k, v)| {
+                if *k == vars::JOB_TOKEN {
+                    format!("{k}=<{} chars, hidden>", v.len())
+                } else {
+                    format!("{k}={v}")
+                }
+            })
+            .chain(spec.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect();
+        eprintln!("reverb run: rank {rank}: {}", shown.join(" "));
+    }
+
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .envs(ours.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(super::logger_cores::rank_env(ctx.loggers, rank))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // A rank dies with the launcher thread that spawned it.
+    super::os::die_with_launcher(&mut cmd);
+    let mut child =
+        cmd.spawn().with_context(|| format!("spawning rank {rank}: {}", spec.program.display()))?;
+    super::logger_cores::pin_rank(ctx.loggers, rank, child.id());
+    let mut pumps = Vec::new();
+    let prefix = spec.prefix_output;
+    if let Some(out) = child.stdout.take() {
+        pumps.push(std::thread::spawn(move || pump(out, rank, false, prefix)));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(std::thread::spawn(move || pump(err, rank, true, prefix)));
+    }
+    Ok(RankProc {
+        rank,
+        node,
+        local_rank,
+        incarnation,
+        pid: child.id(),
+        child: Some(child),
+        status: RankStatus::Running,
+        kill_sent: false,
+        pumps,
+    })
+}
+
+pub(super) fn kill_all(procs: &mut [RankProc]) {
+    for p in procs.iter_mut() {
+        p.kill();
+    }
+}
+
+/// Waits (bounded) for every spawned rank to be reaped.
+pub(super) fn reap(procs: &mut [RankProc], bound: Duration) {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        let mut running = false;
+        for p in procs.iter_mut() {
+            if let Some(c) = p.child.as_mut() {
+                match c.try_wait() {
+                    Ok(Some(st)) => p.record(st),
+                    _ => running = true,
+                }
+            }
+        }
+        if !running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lets output threads finish (bounded: a stray grandchild may hold a pipe open).
+pub(super) fn join_pumps(procs: &mut [RankProc]) {
+    join_handles(procs.iter_mut().flat_map(|p| p.pumps.drain(..)).collect());
+}
+
+pub(super) fn join_handles(mut pumps: Vec<JoinHandle<()>>) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !pumps.is_empty() && Instant::now() < deadline {
+        pumps.retain(|h| !h.is_finished());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for h in pumps.into_iter().filter(|h| h.is_finished()) {
+        let _ = h.join();
+    }
+}

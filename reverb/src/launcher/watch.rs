@@ -1,0 +1,332 @@
+//! The launch loop: ranks (and logger cores) reaped as they end, a rank or logger killed by a
+//! signal failing its node (or team), which is respawned while `--respawn` allows; any other
+//! failure, a timeout or SIGINT/SIGTERM stops the job.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use reverb_transport::bootstrap::BootServer;
+
+use super::signals::{signal_name, SIGNALLED};
+use super::spawn::{kill_all, reap, spawn_rank, JobCtx, RankProc, RankStatus};
+use super::teams::failure_unit_nodes;
+use super::Respawn;
+
+/// Why the job stopped early.
+pub(super) enum Stop {
+    RankFailed(usize),
+    /// A logger core ended while its ranks ran (its node cannot log any more).
+    LoggerFailed {
+        what: String,
+        status: ExitStatus,
+    },
+    Timeout(Duration),
+    Signal(i32),
+}
+
+/// Wall-clock time of day (UTC) with milliseconds, for the respawn log.
+fn clock() -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (secs, ms) = (now.as_secs(), now.subsec_millis());
+    format!("{:02}:{:02}:{:02}.{ms:03}Z", secs / 3600 % 24, secs / 60 % 60, secs % 60)
+}
+
+/// Ranks `first..first + count` of the node holding rank `rank`.
+fn node_ranks(rank: u32, rpn: u32, ranks: u32) -> std::ops::Range<u32> {
+    let first = rank / rpn * rpn;
+    first..(first + rpn).min(ranks)
+}
+
+/// What failed a node.
+struct NodeFailure {
+    node: u32,
+    /// The rank whose death failed the node (its first rank when its logger failed it).
+    rank: u32,
+    signal: i32,
+    /// How it died, for the log ("rank 3 (...) was killed by signal 9 (SIGKILL)").
+    what: String,
+    /// Short reason for the rendezvous servers.
+    reason: String,
+}
+
+fn dead_reason(rank: u32, signal: i32) -> String {
+    format!("rank {rank} was killed by signal {signal} ({})", signal_name(signal))
+}
+
+/// A running launch: its ranks and what happened to them so far.
+pub(super) struct Watch<'a> {
+    ctx: &'a JobCtx<'a>,
+    server: &'a BootServer,
+    /// Node respawns allowed in the job.
+    respawn_limit: u32,
+    start: Instant,
+    pub(super) procs: Vec<RankProc>,
+    pub(super) stop: Option<Stop>,
+    kill_deadline: Option<Instant>,
+    pub(super) respawns: Vec<Respawn>,
+    /// Output pumps of ranks replaced by a respawn, joined at the end.
+    pub(super) old_pumps: Vec<JoinHandle<()>>,
+    pub(super) respawn_failed: Option<anyhow::Error>,
+}
+
+impl<'a> Watch<'a> {
+    pub(super) fn new(
+        ctx: &'a JobCtx<'a>,
+        server: &'a BootServer,
+        respawn_limit: u32,
+        start: Instant,
+        procs: Vec<RankProc>,
+    ) -> Self {
+        Watch {
+            ctx,
+            server,
+            respawn_limit,
+            start,
+            procs,
+            stop: None,
+            kill_deadline: None,
+            respawns: Vec::new(),
+            old_pumps: Vec::new(),
+            respawn_failed: None,
+        }
+    }
+
+    /// Loops until every rank ended (or would not die after a stop).
+    pub(super) fn run(&mut self) {
+        loop {
+            let signaled = self.reap_ranks();
+            let mut failures = self.rank_failures(signaled);
+            self.logger_failures(&mut failures);
+            self.handle_failures(failures);
+            if self.procs.iter().all(|p| p.status != RankStatus::Running) {
+                break;
+            }
+            if self.stop.is_none() {
+                let sig = SIGNALLED.swap(0, Ordering::SeqCst);
+                if sig != 0 {
+                    self.stop = Some(Stop::Signal(sig));
+                } else if let Some(t) = self.ctx.spec.timeout.filter(|t| self.start.elapsed() >= *t) {
+                    self.stop = Some(Stop::Timeout(t));
+                }
+            }
+            if self.stop.is_some() && self.kill_deadline.is_none() {
+                kill_all(&mut self.procs);
+                self.kill_deadline = Some(Instant::now() + Duration::from_secs(5));
+            }
+            if self.kill_deadline.is_some_and(|d| Instant::now() >= d) {
+                eprintln!("reverb run: some ranks did not die within 5 s of SIGKILL; giving up on them");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Records ranks that ended; returns those killed by a signal in this pass, each of which
+    /// fails its node (respawn permitting). Any other failure stops the job.
+    fn reap_ranks(&mut self) -> Vec<usize> {
+        let mut signaled = Vec::new();
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            let Some(child) = p.child.as_mut() else { continue };
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    p.record(st);
+                    let failed = !matches!(p.status, RankStatus::Exited(0) | RankStatus::Killed);
+                    if failed && self.stop.is_none() {
+                        if matches!(p.status, RankStatus::Signaled(_)) && self.respawn_limit > 0 {
+                            signaled.push(i);
+                        } else {
+                            self.stop = Some(Stop::RankFailed(i));
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("reverb run: waiting for rank {}: {e}", p.rank);
+                }
+            }
+        }
+        signaled
+    }
+
+    /// The node failures of ranks killed by a signal (with the rank's index).
+    fn rank_failures(&self, signaled: Vec<usize>) -> Vec<(NodeFailure, Option<usize>)> {
+        signaled
+            .into_iter()
+            .map(|i| {
+                let p = &self.procs[i];
+                let signal = match p.status {
+                    RankStatus::Signaled(s) => s,
+                    _ => 0,
+                };
+                let failure = NodeFailure {
+                    node: p.node,
+                    rank: p.rank,
+                    signal,
+                    what: p.describe(),
+                    reason: dead_reason(p.rank, signal),
+                };
+                (failure, Some(i))
+            })
+            .collect()
+    }
+
+    /// A logger core killed by a signal fails its node under `--respawn`; any other end of a
+    /// logger core stops the job.
+    fn logger_failures(&mut self, failures: &mut Vec<(NodeFailure, Option<usize>)>) {
+        let Some(l) = self.ctx.loggers.filter(|_| self.stop.is_none()) else { return };
+        for end in l.poll_ended() {
+            match end.status.signal() {
+                Some(signal) if self.respawn_limit > 0 => failures.push((
+                    NodeFailure {
+                        node: end.node,
+                        rank: end.node * self.ctx.ranks_per_node,
+                        signal,
+                        reason: format!(
+                            "its logger core was killed by signal {signal} ({})",
+                            signal_name(signal)
+                        ),
+                        what: end.what,
+                    },
+                    None,
+                )),
+                _ if self.stop.is_none() => {
+                    self.stop = Some(Stop::LoggerFailed { what: end.what, status: end.status });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Respawns each failed node once, while respawns are left; otherwise stops the job.
+    fn handle_failures(&mut self, failures: Vec<(NodeFailure, Option<usize>)>) {
+        let mut respawned_nodes: Vec<u32> = Vec::new();
+        for (failure, rank_index) in failures {
+            if self.stop.is_some() {
+                break;
+            }
+            if respawned_nodes.contains(&failure.node) {
+                continue; // a node-mate's (or its logger's) death already respawned this one
+            }
+            let fail = |what: String| match rank_index {
+                Some(i) => Stop::RankFailed(i),
+                None => Stop::LoggerFailed { what, status: ExitStatus::from_raw(failure.signal) },
+            };
+            if self.respawns.len() as u32 >= self.respawn_limit {
+                self.stop = Some(fail(failure.what.clone()));
+                break;
+            }
+            let left = self.respawn_limit - self.respawns.len() as u32 - 1;
+            match self.respawn_node(&failure, left) {
+                Ok(r) => {
+                    // A team mate's death in this pass is the same failure: one respawn.
+                    respawned_nodes.extend_from_slice(&r.nodes);
+                    self.respawns.push(r);
+                }
+                Err(e) => {
+                    self.stop = Some(fail(failure.what.clone()));
+                    self.respawn_failed = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Fails a node (with teams: every node of its team) and starts it again at the next
+    /// incarnation: its ranks are SIGKILLed and, with logger cores, its logger too (a node
+    /// failure takes both); the logger is started first, then the ranks. Ranks that already
+    /// exited 0 are done and stay so.
+    fn respawn_node(&mut self, failure: &NodeFailure, left: u32) -> Result<Respawn> {
+        let ctx = self.ctx;
+        let node = failure.node;
+        let nodes = failure_unit_nodes(ctx, node);
+        let members: Vec<u32> = nodes
+            .iter()
+            .flat_map(|&n| node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks))
+            .collect();
+        let next = members.iter().map(|&r| self.procs[r as usize].incarnation).max().unwrap_or(0) + 1;
+        eprintln!(
+            "reverb run: {} (+{:.3} s): {}; respawning {}{} at incarnation {next} \
+             ({left} respawn(s) left after this one)",
+            clock(),
+            self.start.elapsed().as_secs_f64(),
+            failure.what,
+            self.describe_unit(node, &nodes, &members),
+            if ctx.loggers.is_some() { " and its logger core" } else { "" },
+        );
+        self.fail_unit(failure, &nodes, &members)?;
+        if let Some(loggers) = ctx.loggers {
+            let reason = format!("node {node} failed: {}", failure.reason);
+            for &n in &nodes {
+                let incarnation = loggers.respawn(n, &reason)?;
+                eprintln!("reverb run: node {n}: logger core started again at incarnation {incarnation}");
+            }
+        }
+        let mut ranks = Vec::new();
+        for &r in &members {
+            let p = &mut self.procs[r as usize];
+            if p.status == RankStatus::Exited(0) {
+                continue;
+            }
+            self.old_pumps.append(&mut p.pumps);
+            *p = spawn_rank(ctx, r, p.incarnation + 1)?;
+            ranks.push(r);
+        }
+        eprintln!(
+            "reverb run: {} (+{:.3} s): {} respawned: ranks {ranks:?} at incarnation {next}",
+            clock(),
+            self.start.elapsed().as_secs_f64(),
+            if nodes.len() > 1 { format!("nodes {nodes:?}") } else { format!("node {node}") },
+        );
+        Ok(Respawn {
+            node,
+            nodes,
+            rank: failure.rank,
+            signal: failure.signal,
+            ranks,
+            incarnation: next,
+            at: self.start.elapsed(),
+        })
+    }
+
+    /// "node 2 (ranks 4-5)", or with teams "node 2 with its team 1 (nodes ..., ranks ...)".
+    fn describe_unit(&self, node: u32, nodes: &[u32], members: &[u32]) -> String {
+        match &self.ctx.team_of_node {
+            Some(team_of) if nodes.len() > 1 => format!(
+                "node {node} with its team {} (nodes {nodes:?}, ranks {members:?})",
+                team_of.get(node as usize).copied().unwrap_or_default()
+            ),
+            _ => format!(
+                "node {node} (ranks {}-{})",
+                members.first().copied().unwrap_or_default(),
+                members.last().copied().unwrap_or_default()
+            ),
+        }
+    }
+
+    /// SIGKILLs the unit's ranks, reaps them and tells the bootstrap server their slots failed.
+    fn fail_unit(&mut self, failure: &NodeFailure, nodes: &[u32], members: &[u32]) -> Result<()> {
+        let ctx = self.ctx;
+        let node = failure.node;
+        for &r in members {
+            self.procs[r as usize].kill();
+        }
+        for &n in nodes {
+            let range = node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks);
+            reap(&mut self.procs[range.start as usize..range.end as usize], Duration::from_secs(5));
+        }
+        let reason = format!("node {node} failed: {}", failure.reason);
+        for &r in members {
+            let p = &self.procs[r as usize];
+            if p.status == RankStatus::Running {
+                bail!("rank {r} did not die within 5 s of SIGKILL; cannot respawn node {node}");
+            }
+            self.server
+                .mark_failed(r, p.incarnation, &reason)
+                .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
+        }
+        Ok(())
+    }
+}
