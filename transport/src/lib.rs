@@ -3,10 +3,12 @@
 //! - [`api`]: the [`Provider`] trait and its types (regions, RMA, tagged messages, completions);
 //! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
+//! - [`codec`]: the little-endian reader/writer of every wire and on-disk format;
 //! - [`topo`]: hwloc topology discovery and core pinning.
 
 pub mod api;
 pub mod bootstrap;
+pub mod codec;
 pub mod config;
 pub mod error;
 pub mod msg;
