@@ -30,10 +30,6 @@ impl<'a> Reader<'a> {
         Ok(self.inner.take(n, "field")?)
     }
 
-    pub(crate) fn u16(&mut self) -> Result<u16> {
-        Ok(self.inner.u16("a u16")?)
-    }
-
     pub(crate) fn u32(&mut self) -> Result<u32> {
         Ok(self.inner.u32("a u32")?)
     }
