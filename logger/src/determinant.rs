@@ -1,6 +1,7 @@
 //! Determinants: the outcome of one non-deterministic reception, ⟨sender, receiver, ssn, rsn⟩
 //! (seed 000 §2.4). Replaying receptions in rsn order reproduces the execution.
 
+use reverb_transport::codec::{Fixed, Writer};
 use reverb_transport::Rank;
 
 use crate::error::Result;
@@ -25,12 +26,9 @@ impl Determinant {
 
     #[inline]
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut out = [0u8; Self::WIRE_LEN];
-        out[0..4].copy_from_slice(&self.sender.to_le_bytes());
-        out[4..8].copy_from_slice(&self.receiver.to_le_bytes());
-        out[8..16].copy_from_slice(&self.ssn.to_le_bytes());
-        out[16..24].copy_from_slice(&self.rsn.to_le_bytes());
-        out
+        let mut out = Fixed::<{ Self::WIRE_LEN }>::new();
+        Writer::new(&mut out).u32(self.sender).u32(self.receiver).u64(self.ssn).u64(self.rsn);
+        out.into_array()
     }
 
     /// Decodes exactly `WIRE_LEN` bytes: every bit pattern is a determinant, so this cannot
@@ -100,6 +98,27 @@ mod tests {
         let mut long = d.to_bytes().to_vec();
         long.push(0);
         assert!(Determinant::from_bytes(&long).is_err());
+    }
+
+    /// The bytes the envelope, the node queue and the log ring carry, written out by hand.
+    #[test]
+    fn pinned_encoding() {
+        let d = Determinant { sender: 1, receiver: 0x0203, ssn: 4, rsn: 0x0506 };
+        let want = [1, 0, 0, 0, 3, 2, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 6, 5, 0, 0, 0, 0, 0, 0];
+        assert_eq!(d.to_bytes(), want);
+        assert_eq!(Determinant::from_wire(&want), d);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_and_round_trip(bytes in proptest::collection::vec(0u8.., 16..32)) {
+            if let Ok(d) = Determinant::from_bytes(&bytes) {
+                proptest::prop_assert_eq!(&d.to_bytes()[..], &bytes[..]);
+            }
+            if let Ok(wire) = <[u8; Determinant::WIRE_LEN]>::try_from(&bytes[..]) {
+                proptest::prop_assert_eq!(Determinant::from_wire(&wire).to_bytes(), wire);
+            }
+        }
     }
 
     #[test]

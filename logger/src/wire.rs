@@ -1,58 +1,41 @@
-//! Checked little-endian reads from untrusted bytes: every read is bounds-checked and fails with
-//! `LogError::Malformed` instead of panicking.
+//! The logger's side of the one codec ([`reverb_transport::codec`]): a [`Reader`] whose reads
+//! fail with `LogError::Malformed` instead of panicking, and the record checksum.
+
+use reverb_transport::codec::{self, CodecError};
 
 use crate::error::{LogError, Result};
 
+/// A short or overlong input is a malformed message of the format being decoded.
+impl From<CodecError> for LogError {
+    fn from(e: CodecError) -> Self {
+        LogError::malformed(e.what(), e.detail())
+    }
+}
+
+/// [`codec::Reader`] for the logger's decoders, whose fields need no names in errors.
 pub(crate) struct Reader<'a> {
-    bytes: &'a [u8],
-    what: &'static str,
+    inner: codec::Reader<'a>,
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
-        Reader { bytes, what }
+        Reader { inner: codec::Reader::new(bytes, what) }
     }
 
     pub(crate) fn remaining(&self) -> usize {
-        self.bytes.len()
-    }
-
-    pub(crate) fn rest(self) -> &'a [u8] {
-        self.bytes
+        self.inner.remaining()
     }
 
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if n > self.bytes.len() {
-            return Err(LogError::malformed(
-                self.what,
-                format!("needs {n} more bytes, {} left", self.bytes.len()),
-            ));
-        }
-        let (head, tail) = self.bytes.split_at(n);
-        self.bytes = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    pub(crate) fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.array()?))
+        Ok(self.inner.take(n, "field")?)
     }
 
     pub(crate) fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
+        Ok(self.inner.u32("a u32")?)
     }
 
     pub(crate) fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
+        Ok(self.inner.u64("a u64")?)
     }
 }
 

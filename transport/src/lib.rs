@@ -4,6 +4,7 @@
 //! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
 //! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
+//! - [`codec`]: the little-endian reader/writer of every wire and on-disk format;
 //! - [`topo`]: hwloc topology discovery and core pinning.
 //!
 //! The other modules: [`config`] (the `REVERB_*` variables and their grammar), [`error`],
@@ -39,6 +40,7 @@
 
 pub mod api;
 pub mod bootstrap;
+pub mod codec;
 pub mod config;
 pub mod diag;
 pub mod error;

@@ -16,6 +16,7 @@ use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
 
 use super::PeerAddress;
+use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
@@ -96,11 +97,6 @@ fn malformed(detail: impl Into<String>) -> TransportError {
     TransportError::Malformed { what: "bootstrap frame", detail: detail.into() }
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
 fn clip(s: &str) -> &str {
     if s.len() <= MAX_REASON {
         return s;
@@ -119,274 +115,233 @@ fn check_address(address: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Encodes one frame (header + payload). Fails only when the payload exceeds [`MAX_FRAME`].
-pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
-    let mut p = Vec::new();
-    let kind = match frame {
-        Frame::Hello { token, rank, size, incarnation } => {
-            if token.len() > MAX_TOKEN {
-                return Err(malformed(format!("token of {} bytes (max {MAX_TOKEN})", token.len())));
-            }
-            put_bytes(&mut p, token);
-            p.extend_from_slice(&rank.to_le_bytes());
-            p.extend_from_slice(&size.to_le_bytes());
-            p.extend_from_slice(&incarnation.to_le_bytes());
-            K_HELLO
+/// Checks the limits a frame must respect before any byte of it is written.
+fn check_limits(frame: &Frame) -> Result<()> {
+    match frame {
+        Frame::Hello { token, .. } if token.len() > MAX_TOKEN => {
+            Err(malformed(format!("token of {} bytes (max {MAX_TOKEN})", token.len())))
         }
-        Frame::Welcome { size, round } => {
-            p.extend_from_slice(&size.to_le_bytes());
-            p.extend_from_slice(&round.to_le_bytes());
-            K_WELCOME
+        Frame::Contribute { data, .. } if data.len() > MAX_FRAME - 12 => {
+            Err(malformed(format!("contribution of {} bytes exceeds the limit", data.len())))
         }
-        Frame::Refused { reason } => {
-            put_bytes(&mut p, clip(reason).as_bytes());
-            K_REFUSED
-        }
-        Frame::Contribute { round, data } => {
-            if data.len() > MAX_FRAME - 12 {
-                return Err(malformed(format!("contribution of {} bytes exceeds the limit", data.len())));
-            }
-            p.reserve(12 + data.len());
-            p.extend_from_slice(&round.to_le_bytes());
-            put_bytes(&mut p, data);
-            K_CONTRIBUTE
-        }
-        Frame::Gathered { round, parts } => {
+        Frame::Gathered { parts, .. } => {
             let total: usize = 12 + parts.iter().map(|d| 4 + d.len()).sum::<usize>();
             if total > MAX_FRAME {
                 return Err(malformed(format!(
                     "gathered result of {total} bytes exceeds the {MAX_FRAME}-byte frame limit"
                 )));
             }
-            p.reserve(total);
-            p.extend_from_slice(&round.to_le_bytes());
-            p.extend_from_slice(&(parts.len() as u32).to_le_bytes());
-            for d in parts {
-                put_bytes(&mut p, d);
-            }
-            K_GATHERED
+            Ok(())
         }
-        Frame::Abort { rank, reason } => {
-            p.push(rank.is_some() as u8);
-            p.extend_from_slice(&rank.unwrap_or(0).to_le_bytes());
-            put_bytes(&mut p, clip(reason).as_bytes());
-            K_ABORT
-        }
-        Frame::Bye => K_BYE,
-        Frame::Publish { address } => {
-            check_address(address)?;
-            put_bytes(&mut p, address);
-            K_PUBLISH
-        }
-        Frame::Lookup => K_LOOKUP,
+        Frame::Publish { address } | Frame::Rejoined { address, .. } => check_address(address),
         Frame::Addresses { entries } => {
             let total: usize =
                 4 + entries.iter().map(|e| 13 + e.address.as_ref().map_or(0, Vec::len)).sum::<usize>();
             if total > MAX_FRAME {
                 return Err(malformed(format!("address table of {total} bytes exceeds the limit")));
             }
-            p.reserve(total);
-            p.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            entries.iter().try_for_each(|e| check_address(e.address.as_deref().unwrap_or(&[])))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes the payload of `frame`; returns its kind code.
+fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
+    let mut w = Writer::new(p);
+    match frame {
+        Frame::Hello { token, rank, size, incarnation } => {
+            w.bytes32(token).u32(*rank).u32(*size).u32(*incarnation);
+            K_HELLO
+        }
+        Frame::Welcome { size, round } => {
+            w.u32(*size).u64(*round);
+            K_WELCOME
+        }
+        Frame::Refused { reason } => {
+            w.bytes32(clip(reason).as_bytes());
+            K_REFUSED
+        }
+        Frame::Contribute { round, data } => {
+            w.u64(*round).bytes32(data);
+            K_CONTRIBUTE
+        }
+        Frame::Gathered { round, parts } => {
+            w.u64(*round).u32(parts.len() as u32);
+            parts.iter().for_each(|d| _ = w.bytes32(d));
+            K_GATHERED
+        }
+        Frame::Abort { rank, reason } => {
+            w.u8(rank.is_some() as u8).u32(rank.unwrap_or(0)).bytes32(clip(reason).as_bytes());
+            K_ABORT
+        }
+        Frame::Bye => K_BYE,
+        Frame::Publish { address } => {
+            w.bytes32(address);
+            K_PUBLISH
+        }
+        Frame::Lookup => K_LOOKUP,
+        Frame::Addresses { entries } => {
+            w.u32(entries.len() as u32);
             for e in entries {
-                p.extend_from_slice(&e.rank.to_le_bytes());
-                p.extend_from_slice(&e.incarnation.to_le_bytes());
-                p.push(e.address.is_some() as u8);
-                let address = e.address.as_deref().unwrap_or(&[]);
-                check_address(address)?;
-                put_bytes(&mut p, address);
+                w.u32(e.rank).u32(e.incarnation).u8(e.address.is_some() as u8);
+                w.bytes32(e.address.as_deref().unwrap_or(&[]));
             }
             K_ADDRESSES
         }
         Frame::Rejoined { rank, incarnation, address } => {
-            check_address(address)?;
-            p.extend_from_slice(&rank.to_le_bytes());
-            p.extend_from_slice(&incarnation.to_le_bytes());
-            put_bytes(&mut p, address);
+            w.u32(*rank).u32(*incarnation).bytes32(address);
             K_REJOINED
         }
-    };
+    }
+}
+
+/// Encodes one frame (header + payload). Fails only when the frame exceeds a limit.
+pub fn encode(frame: &Frame) -> Result<Vec<u8>> {
+    check_limits(frame)?;
+    let mut p = Vec::new();
+    let kind = encode_payload(frame, &mut p);
     if p.len() > MAX_FRAME {
         return Err(malformed(format!("payload of {} bytes exceeds the limit", p.len())));
     }
     let mut out = Vec::with_capacity(HEADER_LEN + p.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.push(kind);
-    out.push(0);
-    out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-    out.extend_from_slice(&p);
+    Writer::new(&mut out).raw(&MAGIC).u16(VERSION).u8(kind).u8(0).u32(p.len() as u32).raw(&p);
     Ok(out)
 }
 
 /// Validates a header; returns the kind and the payload length (at most `max_len`).
 pub fn parse_header(h: &[u8; HEADER_LEN], max_len: usize) -> Result<(u8, usize)> {
-    if h[0..4] != MAGIC {
-        return Err(malformed(format!("bad magic {:02x?}", &h[0..4])));
+    let mut r = Reader::new(h, "bootstrap header");
+    let magic = r.array::<4>("magic")?;
+    if magic != MAGIC {
+        return Err(malformed(format!("bad magic {magic:02x?}")));
     }
-    let version = u16::from_le_bytes([h[4], h[5]]);
+    let version = r.u16("version")?;
     if version != VERSION {
         return Err(malformed(format!("unsupported version {version} (expected {VERSION})")));
     }
-    let kind = h[6];
+    let kind = r.u8("kind")?;
     if !(K_HELLO..=K_LAST).contains(&kind) {
         return Err(malformed(format!("unknown kind {kind}")));
     }
-    if h[7] != 0 {
-        return Err(malformed(format!("unknown flags {:#x}", h[7])));
+    let flags = r.u8("flags")?;
+    if flags != 0 {
+        return Err(malformed(format!("unknown flags {flags:#x}")));
     }
-    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    let len = r.u32("length")? as usize;
     if len > max_len.min(MAX_FRAME) {
         return Err(malformed(format!("length {len} exceeds the limit of {}", max_len.min(MAX_FRAME))));
     }
     Ok((kind, len))
 }
 
-/// A cursor over a payload whose reads fail instead of panicking.
-struct Cur<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> Cur<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        if self.b.len() < n {
-            return Err(malformed(format!("truncated {what}: need {n} bytes, have {}", self.b.len())));
-        }
-        let (head, tail) = self.b.split_at(n);
-        self.b = tail;
-        Ok(head)
-    }
-    fn u8(&mut self, what: &str) -> Result<u8> {
-        Ok(self.take(1, what)?[0])
-    }
-    fn u32(&mut self, what: &str) -> Result<u32> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self, what: &str) -> Result<u64> {
-        let b = self.take(8, what)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn bytes(&mut self, what: &str) -> Result<&'a [u8]> {
-        let n = self.u32(what)? as usize;
-        self.take(n, what)
-    }
-    fn string(&mut self, what: &str) -> Result<String> {
-        let b = self.bytes(what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| malformed(format!("{what} is not UTF-8")))
-    }
-    fn end(&self) -> Result<()> {
-        if self.b.is_empty() {
-            Ok(())
-        } else {
-            Err(malformed(format!("{} trailing bytes", self.b.len())))
-        }
-    }
-}
-
-fn address(c: &mut Cur<'_>) -> Result<Vec<u8>> {
-    let b = c.bytes("address")?;
+fn address(r: &mut Reader<'_>) -> Result<Vec<u8>> {
+    let b = r.bytes32("address")?;
     check_address(b)?;
     Ok(b.to_vec())
 }
 
+fn string(r: &mut Reader<'_>, field: &'static str) -> Result<String> {
+    let b = r.bytes32(field)?;
+    String::from_utf8(b.to_vec()).map_err(|_| malformed(format!("{field} is not UTF-8")))
+}
+
+/// Reads a count of items taking at least `min_item` bytes each, bounded by the bytes present
+/// so that a peer cannot make us reserve an arbitrary length.
+fn count(r: &mut Reader<'_>, min_item: usize) -> Result<usize> {
+    let count = r.u32("count")? as usize;
+    if count > r.remaining() / min_item {
+        return Err(malformed(format!("count {count} larger than the payload allows")));
+    }
+    Ok(count)
+}
+
+fn decode_hello(r: &mut Reader<'_>) -> Result<Frame> {
+    let token = r.bytes32("token")?;
+    if token.len() > MAX_TOKEN {
+        return Err(malformed("token too long"));
+    }
+    Ok(Frame::Hello {
+        token: token.to_vec(),
+        rank: r.u32("rank")?,
+        size: r.u32("size")?,
+        incarnation: r.u32("incarnation")?,
+    })
+}
+
+fn decode_abort(r: &mut Reader<'_>) -> Result<Frame> {
+    let has = r.u8("has_rank")?;
+    let rank = r.u32("rank")?;
+    let rank = match has {
+        0 => None,
+        1 => Some(rank),
+        x => return Err(malformed(format!("bad has_rank {x}"))),
+    };
+    Ok(Frame::Abort { rank, reason: string(r, "reason")? })
+}
+
+fn decode_addresses(r: &mut Reader<'_>) -> Result<Frame> {
+    let count = count(r, 13)?;
+    let mut entries = Vec::with_capacity(count);
+    for _ in 0..count {
+        let rank = r.u32("rank")?;
+        let incarnation = r.u32("incarnation")?;
+        let has = r.u8("has_address")?;
+        let addr = address(r)?;
+        let address = match has {
+            0 if addr.is_empty() => None,
+            1 => Some(addr),
+            x => return Err(malformed(format!("bad has_address {x} (address of {} bytes)", addr.len()))),
+        };
+        entries.push(PeerAddress { rank, incarnation, address });
+    }
+    Ok(Frame::Addresses { entries })
+}
+
 /// Decodes a payload of the given kind.
 pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
-    let mut c = Cur { b: payload };
+    let mut r = Reader::new(payload, "bootstrap frame");
+    let r = &mut r;
     let frame = match kind {
-        K_HELLO => {
-            let token = c.bytes("token")?;
-            if token.len() > MAX_TOKEN {
-                return Err(malformed("token too long"));
-            }
-            Frame::Hello {
-                token: token.to_vec(),
-                rank: c.u32("rank")?,
-                size: c.u32("size")?,
-                incarnation: c.u32("incarnation")?,
-            }
-        }
-        K_WELCOME => Frame::Welcome { size: c.u32("size")?, round: c.u64("round")? },
-        K_REFUSED => Frame::Refused { reason: c.string("reason")? },
+        K_HELLO => decode_hello(r)?,
+        K_WELCOME => Frame::Welcome { size: r.u32("size")?, round: r.u64("round")? },
+        K_REFUSED => Frame::Refused { reason: string(r, "reason")? },
         K_CONTRIBUTE => {
-            let round = c.u64("round")?;
-            Frame::Contribute { round, data: c.bytes("data")?.to_vec() }
+            let round = r.u64("round")?;
+            Frame::Contribute { round, data: r.bytes32("data")?.to_vec() }
         }
         K_GATHERED => {
-            let round = c.u64("round")?;
-            let count = c.u32("count")? as usize;
-            // Each part takes at least 4 bytes: bound the reservation by what is present.
-            if count > c.b.len() / 4 {
-                return Err(malformed(format!("count {count} larger than the payload allows")));
-            }
-            let mut parts = Vec::with_capacity(count);
-            for _ in 0..count {
-                parts.push(c.bytes("part")?.to_vec());
-            }
+            let round = r.u64("round")?;
+            let count = count(r, 4)?;
+            let parts =
+                (0..count).map(|_| r.bytes32("part").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?;
             Frame::Gathered { round, parts }
         }
-        K_ABORT => {
-            let has = c.u8("has_rank")?;
-            let rank = c.u32("rank")?;
-            let rank = match has {
-                0 => None,
-                1 => Some(rank),
-                x => return Err(malformed(format!("bad has_rank {x}"))),
-            };
-            Frame::Abort { rank, reason: c.string("reason")? }
-        }
+        K_ABORT => decode_abort(r)?,
         K_BYE => Frame::Bye,
-        K_PUBLISH => Frame::Publish { address: address(&mut c)? },
+        K_PUBLISH => Frame::Publish { address: address(r)? },
         K_LOOKUP => Frame::Lookup,
-        K_ADDRESSES => {
-            let count = c.u32("count")? as usize;
-            // Each entry takes at least 13 bytes: bound the reservation by what is present.
-            if count > c.b.len() / 13 {
-                return Err(malformed(format!("count {count} larger than the payload allows")));
-            }
-            let mut entries = Vec::with_capacity(count);
-            for _ in 0..count {
-                let rank = c.u32("rank")?;
-                let incarnation = c.u32("incarnation")?;
-                let has = c.u8("has_address")?;
-                let addr = address(&mut c)?;
-                let address = match has {
-                    0 if addr.is_empty() => None,
-                    1 => Some(addr),
-                    x => {
-                        return Err(malformed(format!(
-                            "bad has_address {x} (address of {} bytes)",
-                            addr.len()
-                        )))
-                    }
-                };
-                entries.push(PeerAddress { rank, incarnation, address });
-            }
-            Frame::Addresses { entries }
-        }
+        K_ADDRESSES => decode_addresses(r)?,
         K_REJOINED => {
-            let rank = c.u32("rank")?;
-            let incarnation = c.u32("incarnation")?;
-            Frame::Rejoined { rank, incarnation, address: address(&mut c)? }
+            let rank = r.u32("rank")?;
+            let incarnation = r.u32("incarnation")?;
+            Frame::Rejoined { rank, incarnation, address: address(r)? }
         }
         other => return Err(malformed(format!("unknown kind {other}"))),
     };
-    c.end()?;
+    r.finish()?;
     Ok(frame)
 }
 
 /// Decodes one whole frame from the front of `buf`; returns it and the bytes consumed.
 /// An incomplete frame is `Malformed` too.
 pub fn decode(buf: &[u8]) -> Result<(Frame, usize)> {
-    let Some(h) = buf.get(..HEADER_LEN) else {
+    let Some((hdr, rest)) = buf.split_first_chunk::<HEADER_LEN>() else {
         return Err(malformed(format!("truncated header: {} bytes", buf.len())));
     };
-    let mut hdr = [0u8; HEADER_LEN];
-    hdr.copy_from_slice(h);
-    let (kind, len) = parse_header(&hdr, MAX_FRAME)?;
-    let Some(payload) = buf.get(HEADER_LEN..HEADER_LEN + len) else {
-        return Err(malformed(format!("truncated payload: {} of {len} bytes", buf.len() - HEADER_LEN)));
+    let (kind, len) = parse_header(hdr, MAX_FRAME)?;
+    let Some(payload) = rest.get(..len) else {
+        return Err(malformed(format!("truncated payload: {} of {len} bytes", rest.len())));
     };
     Ok((decode_payload(kind, payload)?, HEADER_LEN + len))
 }
@@ -499,6 +454,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn roundtrip_each_kind() {
@@ -526,6 +482,84 @@ mod tests {
             let (g, n) = decode(&b).unwrap();
             assert_eq!(f, g);
             assert_eq!(n, b.len());
+        }
+    }
+
+    /// The bytes of version 2, written out by hand: old and new peers must agree on them.
+    #[test]
+    fn pinned_encodings() {
+        let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
+        let mut want = b"RVBT\x02\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(encode(&hello).unwrap(), want);
+        let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
+        let want = b"RVBT\x02\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        assert_eq!(encode(&abort).unwrap(), want);
+        let table = Frame::Addresses {
+            entries: vec![
+                PeerAddress { rank: 1, incarnation: 2, address: Some(vec![0xaa]) },
+                PeerAddress { rank: 5, incarnation: 0, address: None },
+            ],
+        };
+        let mut want = b"RVBT\x02\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
+        want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
+        want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(encode(&table).unwrap(), want);
+        let welcome = Frame::Welcome { size: 2, round: 0x0102 };
+        let want = b"RVBT\x02\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        assert_eq!(encode(&welcome).unwrap(), want);
+    }
+
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(any::<u8>(), 0..24)
+    }
+
+    fn frame() -> impl Strategy<Value = Frame> {
+        let peer = (any::<u32>(), any::<u32>(), prop::option::of(bytes()))
+            .prop_map(|(rank, incarnation, address)| PeerAddress { rank, incarnation, address });
+        prop_oneof![
+            (bytes(), any::<u32>(), any::<u32>(), any::<u32>())
+                .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),
+            (any::<u32>(), any::<u64>()).prop_map(|(size, round)| Frame::Welcome { size, round }),
+            ".{0,12}".prop_map(|reason| Frame::Refused { reason }),
+            (any::<u64>(), bytes()).prop_map(|(round, data)| Frame::Contribute { round, data }),
+            (any::<u64>(), prop::collection::vec(bytes(), 0..4))
+                .prop_map(|(round, parts)| Frame::Gathered { round, parts }),
+            (prop::option::of(any::<u32>()), ".{0,12}")
+                .prop_map(|(rank, reason)| Frame::Abort { rank, reason }),
+            Just(Frame::Bye),
+            bytes().prop_map(|address| Frame::Publish { address }),
+            Just(Frame::Lookup),
+            prop::collection::vec(peer, 0..4).prop_map(|entries| Frame::Addresses { entries }),
+            (any::<u32>(), any::<u32>(), bytes()).prop_map(|(rank, incarnation, address)| Frame::Rejoined {
+                rank,
+                incarnation,
+                address
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(kind in 0u8..16, payload in prop::collection::vec(any::<u8>(), 0..128)) {
+            let _ = decode_payload(kind, &payload);
+            let mut framed = MAGIC.to_vec();
+            framed.extend_from_slice(&VERSION.to_le_bytes());
+            framed.extend_from_slice(&[kind, 0]);
+            framed.extend_from_slice(&payload);
+            let _ = decode(&framed);
+            let _ = decode(&payload);
+        }
+
+        #[test]
+        fn round_trips_what_the_encoder_wrote(f in frame()) {
+            let b = encode(&f).unwrap();
+            let (g, n) = decode(&b).unwrap();
+            prop_assert_eq!(g, f);
+            prop_assert_eq!(n, b.len());
+            for cut in HEADER_LEN..b.len() {
+                prop_assert!(decode(&b[..cut]).is_err());
+            }
         }
     }
 

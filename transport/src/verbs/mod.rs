@@ -22,6 +22,7 @@
 //! ids carry a per-peer generation, so completions of the old connection are dropped, and
 //! region keys carry the owner's incarnation, so the old incarnation's descriptors are refused.
 
+mod address;
 mod cq;
 mod device;
 mod mr;
@@ -43,6 +44,7 @@ use crate::region::{Region, RegionPool};
 use crate::shm::liveness::{self, ProcessWatch};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
+use address::RankAddress;
 use cq::CompletionQueue;
 use device::Context;
 use pd::ProtectionDomain;
@@ -56,9 +58,6 @@ const PEER_SHIFT: u32 = 40;
 const PEER_MASK: u64 = 0xffff;
 const SEQ_MASK: u64 = (1 << PEER_SHIFT) - 1;
 const MAX_RANKS: u32 = 1 << 16;
-const ADDR_MAGIC: u32 = 0x5256_4256; // "RVBV"
-const ADDR_VERSION: u32 = 2;
-const ADDR_HEADER_LEN: usize = 80;
 /// Bytes registered for each bounce-region pool (staging, scratch).
 const POOL_BYTES: usize = 64 << 20;
 
@@ -243,82 +242,6 @@ unsafe impl Send for VerbsProvider {}
 fn boot_id() -> u64 {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// This rank's connection data for every peer.
-struct RankAddress {
-    lid: u16,
-    gid: [u8; 16],
-    gid_index: u8,
-    mtu: u8,
-    slots: u32,
-    slot_size: u32,
-    credit_addr: u64,
-    credit_rkey: u32,
-    pid: u32,
-    boot: u64,
-    incarnation: u32,
-    /// Per peer: (qpn, psn) of the QP we created for it.
-    qps: Vec<(u32, u32)>,
-}
-
-impl RankAddress {
-    fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(ADDR_HEADER_LEN + 8 * self.qps.len());
-        b.extend_from_slice(&ADDR_MAGIC.to_le_bytes());
-        b.extend_from_slice(&ADDR_VERSION.to_le_bytes());
-        b.extend_from_slice(&(self.qps.len() as u32).to_le_bytes());
-        b.extend_from_slice(&self.lid.to_le_bytes());
-        b.push(self.gid_index);
-        b.push(self.mtu);
-        b.extend_from_slice(&self.gid);
-        b.extend_from_slice(&self.slots.to_le_bytes());
-        b.extend_from_slice(&self.slot_size.to_le_bytes());
-        b.extend_from_slice(&self.credit_addr.to_le_bytes());
-        b.extend_from_slice(&self.credit_rkey.to_le_bytes());
-        b.extend_from_slice(&self.pid.to_le_bytes());
-        b.extend_from_slice(&self.boot.to_le_bytes());
-        b.extend_from_slice(&self.incarnation.to_le_bytes());
-        b.resize(ADDR_HEADER_LEN, 0);
-        for (qpn, psn) in &self.qps {
-            b.extend_from_slice(&qpn.to_le_bytes());
-            b.extend_from_slice(&psn.to_le_bytes());
-        }
-        b
-    }
-
-    fn decode(b: &[u8], rank: Rank, size: u32) -> Result<RankAddress> {
-        let bad = |detail: String| TransportError::Malformed {
-            what: "verbs address",
-            detail: format!("rank {rank}: {detail}"),
-        };
-        if b.len() != ADDR_HEADER_LEN + 8 * size as usize {
-            return Err(bad(format!("{} bytes, expected {}", b.len(), ADDR_HEADER_LEN + 8 * size as usize)));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| u64::from(u32_at(o)) | (u64::from(u32_at(o + 4)) << 32);
-        if u32_at(0) != ADDR_MAGIC || u32_at(4) != ADDR_VERSION || u32_at(8) != size {
-            return Err(bad("bad magic, version or job size".into()));
-        }
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&b[16..32]);
-        Ok(RankAddress {
-            lid: u16::from_le_bytes([b[12], b[13]]),
-            gid_index: b[14],
-            mtu: b[15],
-            gid,
-            slots: u32_at(32),
-            slot_size: u32_at(36),
-            credit_addr: u64_at(40),
-            credit_rkey: u32_at(48),
-            pid: u32_at(52),
-            boot: u64_at(56),
-            incarnation: u32_at(64),
-            qps: (0..size as usize)
-                .map(|j| (u32_at(ADDR_HEADER_LEN + 8 * j), u32_at(ADDR_HEADER_LEN + 8 * j + 4)))
-                .collect(),
-        })
-    }
 }
 
 fn status_error(peer: Rank, status: ffi::ibv_wc_status::Type) -> TransportError {
