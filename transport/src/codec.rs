@@ -13,10 +13,24 @@ use thiserror::Error;
 pub enum CodecError {
     /// The input ends before a field does.
     #[error("{what}: {field} needs {need} more bytes, {have} left")]
-    Short { what: &'static str, field: &'static str, need: usize, have: usize },
+    Short {
+        /// The format being decoded.
+        what: &'static str,
+        /// The field that did not fit.
+        field: &'static str,
+        /// Bytes the field needs.
+        need: usize,
+        /// Bytes left in the input.
+        have: usize,
+    },
     /// Bytes remain after the last field.
     #[error("{what}: {count} trailing bytes")]
-    Trailing { what: &'static str, count: usize },
+    Trailing {
+        /// The format being decoded.
+        what: &'static str,
+        /// Bytes left over.
+        count: usize,
+    },
 }
 
 impl CodecError {
@@ -47,6 +61,7 @@ impl From<CodecError> for crate::error::TransportError {
 
 /// Where a [`Writer`] puts its bytes.
 pub trait Sink {
+    /// Appends `bytes` after what was written so far.
     fn put(&mut self, bytes: &[u8]);
 }
 
@@ -66,6 +81,7 @@ pub struct Fixed<const N: usize> {
 }
 
 impl<const N: usize> Fixed<N> {
+    /// An empty buffer.
     pub fn new() -> Self {
         Fixed { buf: [0; N], len: 0 }
     }
@@ -75,6 +91,7 @@ impl<const N: usize> Fixed<N> {
         self.len
     }
 
+    /// Whether nothing was written yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -106,29 +123,34 @@ pub struct Writer<'a, S: Sink + ?Sized> {
 
 impl<'a, S: Sink + ?Sized> Writer<'a, S> {
     #[inline]
+    /// A writer appending to `sink`.
     pub fn new(sink: &'a mut S) -> Self {
         Writer { sink }
     }
 
     #[inline]
+    /// Appends a little-endian `u8`.
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.sink.put(&[v]);
         self
     }
 
     #[inline]
+    /// Appends a little-endian `u16`.
     pub fn u16(&mut self, v: u16) -> &mut Self {
         self.sink.put(&v.to_le_bytes());
         self
     }
 
     #[inline]
+    /// Appends a little-endian `u32`.
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.sink.put(&v.to_le_bytes());
         self
     }
 
     #[inline]
+    /// Appends a little-endian `u64`.
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.sink.put(&v.to_le_bytes());
         self
@@ -226,21 +248,25 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
+    /// Reads a little-endian `u8` called `field` (for the error).
     pub fn u8(&mut self, field: &'static str) -> Result<u8, CodecError> {
         Ok(self.array::<1>(field)?[0])
     }
 
     #[inline]
+    /// Reads a little-endian `u16` called `field` (for the error).
     pub fn u16(&mut self, field: &'static str) -> Result<u16, CodecError> {
         self.array(field).map(u16::from_le_bytes)
     }
 
     #[inline]
+    /// Reads a little-endian `u32` called `field` (for the error).
     pub fn u32(&mut self, field: &'static str) -> Result<u32, CodecError> {
         self.array(field).map(u32::from_le_bytes)
     }
 
     #[inline]
+    /// Reads a little-endian `u64` called `field` (for the error).
     pub fn u64(&mut self, field: &'static str) -> Result<u64, CodecError> {
         self.array(field).map(u64::from_le_bytes)
     }
