@@ -33,13 +33,16 @@ pub fn init_stderr() -> Result<(), DiagError> {
     let directives = Env::process().non_empty("REVERB_LOG_LEVEL")?.unwrap_or_else(|| "info".into());
     let filter = EnvFilter::try_new(&directives)
         .map_err(|source| DiagError::Filter { value: directives.clone(), source })?;
-    // Plain lines: no timestamps or colours, so ranks' interleaved stderr stays readable.
+    // Plain lines, the message alone (each names its component: "reverb logger-core node 1:
+    // ..."): no level, timestamp or colour, so ranks' interleaved stderr stays readable and the
+    // launcher's "[logger N]" prefixes still start the line.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .without_time()
         .with_ansi(false)
         .with_target(false)
+        .with_level(false)
         .try_init();
     Ok(())
 }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use super::segment::{
     NodeSegment, NodeVerdict, Status, BUDDY_DEAD, BUDDY_REJOINING, STATE_EXITED, STATE_FAILED, STATE_READY,
 };
+use reverb_transport::config::Env;
+
 use super::{env_parse, process_alive, segment_paths, vars, CoreError};
 use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
@@ -32,8 +34,8 @@ impl Default for Ticket {
 /// (`REVERB_LOGGER_STALL_MS` overrides it: oversubscribed test machines.)
 const LOGGER_STALL: Duration = Duration::from_secs(5);
 
-fn logger_stall() -> Duration {
-    env_parse::<u64>(vars::STALL_MS).ok().flatten().map_or(LOGGER_STALL, Duration::from_millis)
+fn logger_stall() -> Result<Duration, CoreError> {
+    Ok(Env::process().duration(vars::STALL_MS)?.unwrap_or(LOGGER_STALL))
 }
 /// How often the slow checks (buddy state, logger liveness) run while waiting.
 const CHECK_EVERY: Duration = Duration::from_millis(2);
@@ -52,14 +54,15 @@ impl NodeLogClient {
     /// Attaches through `REVERB_LOGGER_SEGMENT` with the lane of `REVERB_LOCAL_RANK`, waiting
     /// (bounded by `REVERB_LOGGER_ATTACH_TIMEOUT_S`, default 30 s) for the logger to create it.
     pub fn attach_from_env() -> Result<Self, CoreError> {
-        let base = std::env::var(vars::SEGMENT).map_err(|_| {
+        let env = Env::process();
+        let base = env.raw(vars::SEGMENT)?.ok_or_else(|| {
             CoreError::Config(format!(
                 "{} is not set: this job runs without logger cores (reverb run --logger ...)",
                 vars::SEGMENT
             ))
         })?;
         let lane: u64 = env_parse(reverb_transport::bootstrap::vars::LOCAL_RANK)?.unwrap_or(0);
-        let timeout = Duration::from_secs(env_parse::<u64>(vars::ATTACH_TIMEOUT_S)?.unwrap_or(30));
+        let timeout = env.duration(vars::ATTACH_TIMEOUT_S)?.unwrap_or(Duration::from_secs(30));
         Self::attach(&base, lane, timeout)
     }
 
@@ -80,7 +83,7 @@ impl NodeLogClient {
         };
         let pid = std::process::id();
         segment.claim_lane(lane, pid)?;
-        Ok(NodeLogClient { segment, detq, lane, pid, stall: logger_stall() })
+        Ok(NodeLogClient { segment, detq, lane, pid, stall: logger_stall()? })
     }
 
     fn open_both(ctl: &Path, detq: &Path) -> Result<(NodeSegment, DetQueue), CoreError> {

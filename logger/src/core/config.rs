@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use reverb_transport::config::{env_path, Env};
 use reverb_transport::Rank;
 
 use super::placement::Placement;
@@ -34,8 +35,10 @@ pub struct LoggerCoreConfig {
 impl LoggerCoreConfig {
     pub fn from_env() -> Result<Self, CoreError> {
         fault::refuse_unless_built_in()?;
-        let segment_base = std::env::var(vars::SEGMENT)
-            .map_err(|_| CoreError::Config(format!("{} is not set (the launcher sets it)", vars::SEGMENT)))?;
+        let env = Env::process();
+        let segment_base = env.raw(vars::SEGMENT)?.ok_or_else(|| {
+            CoreError::Config(format!("{} is not set (the launcher sets it)", vars::SEGMENT))
+        })?;
         let lanes = match env_parse::<u64>(vars::LANES)? {
             Some(n) => n,
             None => env_parse::<u64>(reverb_transport::bootstrap::vars::RANKS_PER_NODE)?.unwrap_or(1),
@@ -43,19 +46,17 @@ impl LoggerCoreConfig {
         let cfg = LoggerCoreConfig {
             segment_base,
             lanes,
-            lane_bytes: env_parse(vars::LANE_BYTES)?.unwrap_or(1 << 20),
+            lane_bytes: env.size(vars::LANE_BYTES)?.map_or(1 << 20, |n| n as u64),
             detq_entries: env_parse(vars::DETQ_ENTRIES)?.unwrap_or(1 << 16),
-            ring_bytes: env_parse(vars::RING_BYTES)?.unwrap_or(16 << 20),
-            heartbeat: Duration::from_millis(
-                env_parse(vars::HEARTBEAT_MS)?.unwrap_or(DEFAULT_HEARTBEAT.as_millis() as u64),
-            ),
+            ring_bytes: env.size(vars::RING_BYTES)?.unwrap_or(16 << 20),
+            heartbeat: env.duration(vars::HEARTBEAT_MS)?.unwrap_or(DEFAULT_HEARTBEAT),
             placement: env_parse(vars::PLACEMENT)?.unwrap_or(Placement::SharedUnpinned),
             cpu: env_parse(vars::CPU)?,
-            stop_on_eof: env_parse::<u8>(vars::STOP_ON_EOF)?.unwrap_or(0) != 0,
-            dump_dir: std::env::var_os(vars::DUMP_DIR).map(PathBuf::from),
+            stop_on_eof: env.bool(vars::STOP_ON_EOF)?.unwrap_or(false),
+            dump_dir: env_path(vars::DUMP_DIR)?,
             drain_timeout: Duration::from_secs(10),
             expect_rejoin: env_parse::<u32>(vars::RESPAWN)?.unwrap_or(0) > 0,
-            rejoin_timeout: Duration::from_secs(env_parse(vars::REJOIN_TIMEOUT_S)?.unwrap_or(30)),
+            rejoin_timeout: env.duration(vars::REJOIN_TIMEOUT_S)?.unwrap_or(Duration::from_secs(30)),
         };
         cfg.validate()?;
         Ok(cfg)

@@ -63,7 +63,7 @@ impl Session<'_> {
     ) -> Result<bool, CoreError> {
         if self.path.writer.is_none() {
             if let Err(e) = self.provider.progress() {
-                eprintln!("reverb logger-core node {}: {e}", self.me);
+                tracing::warn!("reverb logger-core node {}: {e}", self.me);
             }
             return Ok(false);
         }

@@ -56,7 +56,9 @@ fn die_once_ranks_attached(segment: &super::segment::NodeSegment, bound: std::ti
     while (0..segment.lanes()).any(|lane| !segment.lane_claimed(lane)) && start.elapsed() < bound {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    eprintln!("reverb logger-core: fault injection: SIGKILL to this logger core in its start-up exchange");
+    tracing::info!(
+        "reverb logger-core: fault injection: SIGKILL to this logger core in its start-up exchange"
+    );
     // SAFETY: kill(2) on our own pid; SIGKILL is the failure being injected.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     std::thread::sleep(std::time::Duration::from_secs(60));

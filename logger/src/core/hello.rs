@@ -89,7 +89,7 @@ impl Hellos {
     ) {
         let ring = hosted.iter().find(|(c, _)| *c == to).map(|(_, r)| r.remote());
         if let Err(e) = self.send(provider, to, incarnation, heartbeat, ring.as_ref()) {
-            eprintln!("reverb logger-core node {me}: no hello to node {to}: {e}; awaiting it");
+            tracing::warn!("reverb logger-core node {me}: no hello to node {to}: {e}; awaiting it");
         }
     }
 

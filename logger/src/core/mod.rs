@@ -125,6 +125,9 @@ pub enum CoreError {
     LoggerGone { pid: u32, why: String },
     #[error("not durable within {0:?}")]
     Timeout(Duration),
+    /// A `REVERB_LOGGER*` variable with a value that does not parse.
+    #[error(transparent)]
+    Env(#[from] reverb_transport::config::ConfigError),
     #[error(transparent)]
     Log(#[from] LogError),
     #[error(transparent)]
@@ -155,6 +158,7 @@ impl From<CoreError> for LogError {
             CoreError::LoggerGone { pid, why } => LogError::LoggerGone { pid, why },
             CoreError::Io { context, source } => LogError::Io { context, source },
             CoreError::Malformed { what, detail } => LogError::Malformed { what, detail },
+            CoreError::Env(e) => LogError::Config(e),
             other @ CoreError::Config(_) => LogError::Unsupported(other.to_string()),
         }
     }
@@ -177,10 +181,11 @@ pub(crate) fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, C
 where
     T::Err: std::fmt::Display,
 {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse::<T>().map(Some).map_err(|e| CoreError::Config(format!("{name}={v:?}: {e}"))),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(CoreError::Config(format!("{name}: {e}"))),
+    match reverb_transport::config::env_get(name)? {
+        Some(v) => {
+            v.trim().parse::<T>().map(Some).map_err(|e| CoreError::Config(format!("{name}={v:?}: {e}")))
+        }
+        None => Ok(None),
     }
 }
 

@@ -100,10 +100,11 @@ impl Session<'_> {
         let Some(remote) = self.path.remote.filter(|_| self.path.writer.is_none()) else { return Ok(()) };
         let rewritten = self.path.retarget(self.provider, remote)?;
         self.core.segment.set(Status::BuddyState, segment::BUDDY_ALIVE);
-        eprintln!(
+        tracing::info!(
             "reverb logger-core node {}: logging to buddy node {} again (same incarnation); {rewritten} \
              record(s) since the last trim written again",
-            self.me, self.target
+            self.me,
+            self.target
         );
         Ok(())
     }
@@ -119,9 +120,11 @@ impl Session<'_> {
                 if w.node == self.target {
                     self.core.segment.set(Status::BuddyState, segment::BUDDY_DEAD);
                 }
-                eprintln!(
+                tracing::info!(
                     "reverb logger-core node {}: node {} did not come back within {:?}; given up",
-                    self.me, w.node, cfg.rejoin_timeout
+                    self.me,
+                    w.node,
+                    cfg.rejoin_timeout
                 );
             }
         }
@@ -237,7 +240,7 @@ impl Session<'_> {
         w.heard(value, now);
         let incarnation = w.incarnation;
         self.record_back(node, incarnation);
-        eprintln!("reverb logger-core: node {node} heartbeats again: it was only slow, not dead");
+        tracing::warn!("reverb logger-core: node {node} heartbeats again: it was only slow, not dead");
         true
     }
 
@@ -284,7 +287,7 @@ impl Session<'_> {
             let state = if awaited { segment::BUDDY_REJOINING } else { segment::BUDDY_DEAD };
             segment.set(Status::BuddyState, state);
         }
-        eprintln!(
+        tracing::warn!(
             "reverb logger-core: {role}node {node} is dead ({why}); reported {since} ms after its last heartbeat{}",
             if awaited { "; awaiting its respawn" } else { "" }
         );

@@ -67,7 +67,7 @@ impl Session<'_> {
         let busy = !received.is_empty();
         for (from, bytes) in received {
             if let Err(e) = self.on_hello(from, &bytes) {
-                eprintln!("reverb logger-core node {}: hello from node {from}: {e}", self.me);
+                tracing::warn!("reverb logger-core node {}: hello from node {from}: {e}", self.me);
             }
         }
         Ok(busy)
@@ -79,14 +79,14 @@ impl Session<'_> {
         let rejoins = match reverb_transport::recovery::apply_rejoins(self.provider, self.boot) {
             Ok(rejoins) => rejoins,
             Err(e) => {
-                eprintln!("reverb logger-core node {}: applying rejoins: {e}", self.me);
+                tracing::warn!("reverb logger-core node {}: applying rejoins: {e}", self.me);
                 return;
             }
         };
         let related: Vec<_> = rejoins.into_iter().filter(|r| self.related.contains(&r.rank)).collect();
         for r in related {
             if let Err(e) = self.on_rejoin(r.rank, r.incarnation, self.phase) {
-                eprintln!("reverb logger-core node {}: node {} rejoined: {e}", self.me, r.rank);
+                tracing::warn!("reverb logger-core node {}: node {} rejoined: {e}", self.me, r.rank);
             }
         }
     }
@@ -117,13 +117,13 @@ impl Session<'_> {
         let (mine, heartbeat) = (self.boot.job().incarnation, self.heartbeat_in.remote());
         if let Err(e) = self.hellos.send(self.provider, node, mine, &heartbeat, offered.as_ref()) {
             // That incarnation died already: the next one's rejoin brings another hello.
-            eprintln!(
+            tracing::warn!(
                 "reverb logger-core node {}: no hello to node {node}: {e}; awaiting its next incarnation",
                 self.me
             );
             return Ok(());
         }
-        eprintln!(
+        tracing::info!(
             "reverb logger-core node {}: node {node} rejoined at incarnation {incarnation}; hello sent{}",
             self.me,
             if offered.is_some() { " with a fresh ring (the old one is kept for replay)" } else { "" }
@@ -184,10 +184,11 @@ impl Session<'_> {
             self.summary.buddy_rejoins += 1;
             self.core.segment.bump(Status::BuddyRejoins);
         }
-        eprintln!(
+        tracing::info!(
             "reverb logger-core node {}: logging to buddy node {from} (incarnation {}) again; {rewritten} \
              record(s) since the last trim written again",
-            self.me, hello.incarnation
+            self.me,
+            hello.incarnation
         );
         Ok(())
     }

@@ -50,6 +50,9 @@ impl LoggerCore {
     /// Pins (if asked), then creates the determinant queue and the node segment.
     pub fn create(cfg: LoggerCoreConfig) -> Result<Self, CoreError> {
         cfg.validate()?;
+        // A logger core is a process of its own: its notices go to stderr unless the host
+        // process installed a subscriber.
+        reverb_transport::diag::init_stderr().map_err(|e| CoreError::Config(e.to_string()))?;
         if let Some(cpu) = cfg.cpu {
             reverb_transport::topo::pin_current_thread(cpu)?;
         }

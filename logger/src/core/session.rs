@@ -194,9 +194,10 @@ impl<'a> Session<'a> {
                 return Ok(true);
             }
             if now.duration_since(since) >= self.core.cfg.drain_timeout {
-                eprintln!(
+                tracing::info!(
                     "reverb logger-core node {}: nodes {:?} did not stop within the bound",
-                    self.me, self.clients
+                    self.me,
+                    self.clients
                 );
                 return Ok(true);
             }
@@ -210,7 +211,7 @@ impl<'a> Session<'a> {
         self.summary.leftover_determinants = dets;
         self.summary.leftover_payload_bytes = bytes;
         if dets + bytes > 0 {
-            eprintln!(
+            tracing::warn!(
                 "reverb logger-core node {}: stopping with {dets} determinants and {bytes} payload bytes not \
                  durable ({})",
                 self.me,

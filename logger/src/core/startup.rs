@@ -19,7 +19,7 @@ impl Session<'_> {
             // logger answers our hello with its heartbeat region and our new ring.
             self.hello_to_all(None);
             self.core.segment.set(Status::BuddyState, segment::BUDDY_UNKNOWN);
-            eprintln!(
+            tracing::info!(
                 "reverb logger-core node {}: incarnation {} rejoined; awaiting the hellos of nodes {:?}",
                 self.me,
                 self.boot.job().incarnation,
@@ -62,10 +62,11 @@ impl Session<'_> {
     /// The others that fell back answer alike; the lost one's next incarnation says hello
     /// once the launcher has restarted it.
     fn fall_back_to_hellos(&mut self, lost: Rank) {
-        eprintln!(
+        tracing::warn!(
             "reverb logger-core node {}: node {lost} failed during the loggers' start-up exchange; trading \
              hellos with nodes {:?} instead",
-            self.me, self.related
+            self.me,
+            self.related
         );
         self.report_dead(lost, "lost during the loggers' start-up exchange", DeathCause::Transport);
         self.hello_to_all(Some(lost));

@@ -124,8 +124,8 @@ impl LoggerCores {
         let token = random_hex(32);
         let server = BootServer::start("127.0.0.1:0", nodes, &token)
             .context("starting the loggers' bootstrap server")?;
-        let exe = match std::env::var_os("REVERB_LOGGER_EXE") {
-            Some(p) => p.into(),
+        let exe = match reverb_transport::config::env_path("REVERB_LOGGER_EXE")? {
+            Some(p) => p,
             None => std::env::current_exe().context("locating the reverb binary for logger-core")?,
         };
         let cores = LoggerCores {

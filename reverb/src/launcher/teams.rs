@@ -11,7 +11,8 @@ use super::{LaunchOptions, LaunchSpec};
 pub(super) fn teams_of_nodes(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<Option<Vec<u32>>> {
     use reverb_logger::team::{Teams, TEAMS_VAR};
     let from_spec = spec.env.iter().rev().find(|(k, _)| k == TEAMS_VAR).map(|(_, v)| v.clone());
-    let Some(text) = from_spec.or_else(|| std::env::var(TEAMS_VAR).ok()) else { return Ok(None) };
+    let from_env = || reverb_transport::config::env_get(TEAMS_VAR).ok().flatten();
+    let Some(text) = from_spec.or_else(from_env) else { return Ok(None) };
     if opts.respawn == 0 {
         return Ok(None);
     }
