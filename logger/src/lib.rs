@@ -43,5 +43,6 @@ pub use envelope::Envelope;
 pub use error::{LogError, Result};
 pub use protocol::{
     DeliveredFrame, Delivery, DeterminantSink, GcReport, LogConfig, LogMode, LogUnit, LoggedEndpoint,
+    SetupFailed,
 };
 pub use team::Teams;

@@ -7,10 +7,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use reverb_transport::bootstrap::JobInfo;
 use reverb_transport::{Bootstrap, CompletionKind, OpId, Provider, Rank, TransportError};
 
 use super::delivery::Arrived;
-use super::registry::{self, ProtocolSetup};
+use super::registry::{self, ProtocolEntry, ProtocolSetup};
 use super::rings::{BuddyRings, HostedRing};
 use super::{DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit, Pending};
 use crate::causal::ReplayPlan;
@@ -91,20 +92,76 @@ impl fmt::Debug for LoggedEndpoint {
     }
 }
 
+/// A failed [`LoggedEndpoint::try_new`]: why, and the provider it was given.
+pub struct SetupFailed {
+    /// What failed.
+    pub error: LogError,
+    /// The provider, still connected to every peer that is alive.
+    pub provider: Box<dyn Provider>,
+}
+
+impl fmt::Debug for SetupFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetupFailed").field("error", &self.error).finish_non_exhaustive()
+    }
+}
+
 impl LoggedEndpoint {
     /// Wraps `provider`. Collective: every rank of the job calls it with the same mode, since
     /// every logging mode exchanges node ids and log rings through `boot` (`none` does not).
-    pub fn new(mut provider: Box<dyn Provider>, boot: &mut dyn Bootstrap, config: LogConfig) -> Result<Self> {
+    /// On an error the provider is dropped; [`LoggedEndpoint::try_new`] hands it back instead.
+    pub fn new(provider: Box<dyn Provider>, boot: &mut dyn Bootstrap, config: LogConfig) -> Result<Self> {
+        Self::try_new(provider, boot, config).map_err(|failed| failed.error)
+    }
+
+    /// [`LoggedEndpoint::new`] that returns the provider with the error, for a caller that
+    /// must keep it: a peer dying inside the setup's collectives is recoverable, and the
+    /// provider (connected to every rank) is what the recovery needs.
+    pub fn try_new(
+        mut provider: Box<dyn Provider>,
+        boot: &mut dyn Bootstrap,
+        config: LogConfig,
+    ) -> std::result::Result<Self, SetupFailed> {
+        let (entry, rings) = match Self::exchange_rings(&mut *provider, boot, &config) {
+            Ok(found) => found,
+            Err(error) => return Err(SetupFailed { error, provider }),
+        };
+        let job = boot.job().clone();
+        let mut endpoint = Self::assemble(provider, &job, entry, rings, config);
+        match endpoint.finish_setup() {
+            Ok(()) => Ok(endpoint),
+            Err(error) => Err(SetupFailed { error, provider: endpoint.into_provider() }),
+        }
+    }
+
+    /// The collective part: checks the job against the configuration and, for the protocols
+    /// that log at a buddy, creates and exchanges the log rings.
+    fn exchange_rings(
+        provider: &mut dyn Provider,
+        boot: &mut dyn Bootstrap,
+        config: &LogConfig,
+    ) -> Result<(&'static ProtocolEntry, BuddyRings)> {
         let entry = registry::entry(config.mode).ok_or_else(|| {
             LogError::Unsupported(format!("logging mode {:?} is not registered", config.mode))
         })?;
-        let job = boot.job().clone();
-        check_job(&*provider, &config, job.rank, job.size)?;
+        let (rank, size) = (boot.job().rank, boot.job().size);
+        check_job(provider, config, rank, size)?;
         let rings = if entry.uses_buddy_log {
-            BuddyRings::set_up(&mut *provider, boot, &config)?
+            BuddyRings::set_up(provider, boot, config)?
         } else {
             BuddyRings::default()
         };
+        Ok((entry, rings))
+    }
+
+    /// The endpoint around `provider` and the exchanged `rings`, before any receive is posted.
+    fn assemble(
+        provider: Box<dyn Provider>,
+        job: &JobInfo,
+        entry: &ProtocolEntry,
+        rings: BuddyRings,
+        config: LogConfig,
+    ) -> Self {
         let protocol = (entry.new)(&ProtocolSetup { size: job.size, config: &config });
         // A send log keeps large payloads in the frames they were sent from: room for it.
         let frame_pool_bytes = FRAME_POOL_BYTES + protocol.send_log().map_or(0, |_| config.send_log_limit);
@@ -137,13 +194,23 @@ impl LoggedEndpoint {
             config,
         };
         endpoint.payload_logged = (0..endpoint.size).map(|p| endpoint.payload_logged_slow(p)).collect();
-        while endpoint.posted.len() < POSTED_RECEIVES {
-            endpoint.post_receive()?;
+        endpoint
+    }
+
+    /// Posts the receives and attaches the node logger core, if one runs.
+    fn finish_setup(&mut self) -> Result<()> {
+        while self.posted.len() < POSTED_RECEIVES {
+            self.post_receive()?;
         }
-        if entry.uses_buddy_log {
-            endpoint.attach_logger_core()?;
+        if registry::entry(self.config.mode).is_some_and(|e| e.uses_buddy_log) {
+            self.attach_logger_core()?;
         }
-        Ok(endpoint)
+        Ok(())
+    }
+
+    /// Takes the endpoint apart for its provider (its regions and rings are dropped).
+    fn into_provider(self) -> Box<dyn Provider> {
+        self.provider
     }
 
     /// The protocol and the logging machinery it may use, borrowed apart.

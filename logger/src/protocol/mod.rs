@@ -90,7 +90,7 @@ mod snapshot;
 
 pub use config::{LogConfig, LogMode, LogUnit};
 pub use delivery::{DeliveredFrame, Delivery};
-pub use endpoint::LoggedEndpoint;
+pub use endpoint::{LoggedEndpoint, SetupFailed};
 pub use gc::GcReport;
 pub use rings::{DeterminantSink, HostedRing};
 

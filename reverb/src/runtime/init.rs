@@ -2,7 +2,7 @@
 //! each set up by a collective that a failure inside init makes start over (see `early`).
 
 use reverb_ckpt::{Checkpointer, CkptConfig};
-use reverb_logger::LoggedEndpoint;
+use reverb_logger::{LoggedEndpoint, SetupFailed};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
@@ -11,7 +11,7 @@ use super::early::{wait_none_lost, EarlyRecovery};
 use super::error::{Result, RuntimeError};
 use super::fault::{Here, InitStep};
 use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
-use super::{initboot, lent, Runtime, RuntimeConfig};
+use super::{initboot, Runtime, RuntimeConfig};
 
 /// What every step of init needs to know about this rank.
 struct InitCtx<'a> {
@@ -157,18 +157,22 @@ fn build_endpoint(
     loop {
         let at = (ctx.here, InitStep::LogRings, early.happened());
         ctx.config.faults.before_init_step(at, None, boot, ctx.config)?;
-        let (lent, home) = lent::lend(provider);
         let first_attempt = ctx.first_attempt(early);
         let built =
-            LoggedEndpoint::new(Box::new(lent), &mut *init_boot(boot, first_attempt), ctx.config.log.clone());
-        let e = match built {
+            LoggedEndpoint::try_new(provider, &mut *init_boot(boot, first_attempt), ctx.config.log.clone());
+        let SetupFailed { error, provider: mut back } = match built {
             Ok(endpoint) => return Ok(endpoint),
-            Err(e) => RuntimeError::from(e),
+            Err(failed) => failed,
         };
-        let Some(mut back) = home.take_back() else {
-            return Err(e.during_recovery_if(ctx.restarted || early.happened()));
-        };
-        early.recover(back.as_mut(), boot, ctx.config, ctx.unit_of, e, ctx.restarted)?;
+        // The provider came back with the error: a peer failing here is recovered with it.
+        early.recover(
+            back.as_mut(),
+            boot,
+            ctx.config,
+            ctx.unit_of,
+            RuntimeError::from(error),
+            ctx.restarted,
+        )?;
         provider = back;
     }
 }

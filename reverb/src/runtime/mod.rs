@@ -45,8 +45,8 @@
 //!   exchange): no epoch is committed and no rank has sent anything, so the failed node's
 //!   respawned ranks start from the initial state and everyone redoes init's collectives with
 //!   them. Survivors wait (bounded) for the failed units to rejoin, reconnect, and set up their
-//!   endpoint again (their provider is lent to `LoggedEndpoint::new`, so a failed setup gives
-//!   it back) or, if it was built, rejoin it and build the checkpointer again; then they run
+//!   endpoint again (`LoggedEndpoint::try_new` hands the provider back with a failed setup's
+//!   error) or, if it was built, rejoin it and build the checkpointer again; then they run
 //!   the recovery collectives with the restarted ranks. A rank still busy between two of
 //!   init's collectives may miss the abort and contribute to the round the others use for the
 //!   recovery: first-attempt contributions are framed, so it learns of the recovery from that
@@ -88,8 +88,7 @@
 //! the `fault-injection` feature): see [`fault`].
 //!
 //! Where things are (one job per file): `config` (settings), `init` (joining the job;
-//! `early`: a failure inside it, `initboot`: its framed collectives, `lent`: the provider
-//! lent to the endpoint's setup), `messaging` (send, receive), `detection` (finding
+//! `early`: a failure inside it, `initboot`: its framed collectives), `messaging` (send, receive), `detection` (finding
 //! failures), `recovery` (recovering them), `checkpoint` (checkpoints, the log GC,
 //! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`,
 //! `sigkill` (the fault hooks' one `unsafe` call).
@@ -102,7 +101,6 @@ mod error;
 pub mod fault;
 mod init;
 mod initboot;
-mod lent;
 mod messaging;
 mod recovery;
 mod report;
