@@ -25,7 +25,6 @@
 
 use std::fs::OpenOptions;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -97,11 +96,7 @@ impl std::fmt::Debug for DetQueue {
 
 /// The pid that created the queue file at `path`, if it is one (its magic is set).
 fn creator_pid(path: &Path) -> Option<u32> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut header = [0u8; OFF_CREATOR + 8];
-    file.read_exact_at(&mut header, 0).ok()?;
-    let word = |off: usize| u64::from_le_bytes(header[off..off + 8].try_into().unwrap_or([0; 8]));
-    (word(OFF_MAGIC) == MAGIC).then(|| u32::try_from(word(OFF_CREATOR)).ok()).flatten().filter(|&p| p != 0)
+    reverb_transport::shm::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
 }
 
 fn file_len(capacity: u64) -> Option<u64> {

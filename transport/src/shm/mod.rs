@@ -17,7 +17,7 @@ mod futex;
 pub mod liveness;
 mod segment;
 
-pub use segment::{create_private, pid_in_name, segment_path, sweep_stale};
+pub use segment::{create_private, pid_in_name, recorded_creator, segment_path, sweep_stale};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -33,6 +33,22 @@ pub fn segment_path(job: &str, rank: Rank, pid: u32, what: &str) -> PathBuf {
     PathBuf::from(SHM_DIR).join(format!("{PREFIX}{job}.{rank}.{pid}.{what}"))
 }
 
+/// The creator pid a file records in its header: the little-endian word at `creator_at`, read
+/// only when the word at `magic_at` is `magic` (so a foreign or half-written file names no
+/// one). `None` for a file that cannot be read, has another magic, or records pid 0.
+pub fn recorded_creator(path: &Path, magic_at: usize, magic: u64, creator_at: usize) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path).ok()?;
+    let word = |at: usize| {
+        let mut bytes = [0u8; 8];
+        file.read_exact_at(&mut bytes, at as u64).ok().map(|()| u64::from_le_bytes(bytes))
+    };
+    if word(magic_at)? != magic {
+        return None;
+    }
+    u32::try_from(word(creator_at)?).ok().filter(|&pid| pid != 0)
+}
+
 /// Creates `path` for this user alone: mode 0600 and exclusively (`O_CREAT|O_EXCL`), so other
 /// users on a shared node cannot read what goes in and nothing is ever overwritten. An existing
 /// file is replaced only when it is provably stale: `creator` names the pid that made it and that
