@@ -7,7 +7,7 @@ use reverb_transport::Rank;
 use super::CoreError;
 
 /// Prefix of every logger fault variable (`vars::FAULT_STARTUP`, ...).
-const FAULT_PREFIX: &str = "REVERB_LOGGER_FAULT";
+const FAULT_PREFIX: &str = "REVERB_LOGGER_FAULT_";
 
 /// Errs when a logger fault variable is set in a build without fault injection.
 pub(super) fn refuse_unless_built_in() -> Result<(), CoreError> {
