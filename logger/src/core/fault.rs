@@ -1,5 +1,5 @@
 //! Test-only fault hooks of the logger core. They exist only with the `fault-injection`
-//! feature; without it, a set `REVERB_LOGGER_FAULT*` variable is refused rather than ignored,
+//! feature; without it, a set `REVERB_LOGGER_FAULT_*` variable is refused rather than ignored,
 //! so a test cannot silently run without the fault it asked for.
 
 use reverb_transport::Rank;
