@@ -369,6 +369,18 @@ fn wait_failed_rank_back(
 }
 
 #[cfg(feature = "fault-injection")]
+/// Waits (bounded) until this node's logger core has finished its start-up: ranks attach to
+/// its segment before that, and a logger killed while the other loggers still open their
+/// transport is a different fault (the loggers' start-up) from the one asked for here.
+fn wait_logger_ready(client: &reverb_logger::core::NodeLogClient, bound: Duration) {
+    use reverb_logger::core::segment::{Status, STATE_READY};
+    let start = Instant::now();
+    while client.status(Status::State) != STATE_READY && start.elapsed() < bound {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[cfg(feature = "fault-injection")]
 /// `REVERB_FAULT_INIT`: SIGKILLs this rank, or (`:logger`) its node's logger core and then
 /// waits for the launcher to take the node down (this rank dies by itself if it does not),
 /// or (`:late`) waits until a failed rank is back and returns.
@@ -398,6 +410,9 @@ fn inject_init_fault(
             }
         }
     };
+    if let Some(client) = client {
+        wait_logger_ready(client, config.rejoin_timeout);
+    }
     let pid = client.map_or(0, |c| c.status(reverb_logger::core::segment::Status::LoggerPid));
     match libc::pid_t::try_from(pid) {
         Ok(pid) if pid > 0 => {
