@@ -705,6 +705,7 @@ impl Checkpointer {
     }
 
     /// Moves `len` bytes in windowed pieces, every piece signaled, and waits for all of them.
+    // The arguments are one RMA (`Rma`'s five fields, one to one) and its direction.
     #[allow(clippy::too_many_arguments)]
     fn transfer(
         &self,
@@ -1269,6 +1270,7 @@ enum Dir {
     Get,
 }
 
+// One RMA (`Rma`'s five fields), its direction and its pacing (piece size, bound).
 #[allow(clippy::too_many_arguments)]
 fn transfer(
     provider: &mut dyn Provider,
