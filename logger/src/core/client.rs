@@ -9,10 +9,11 @@ use super::segment::{
 };
 use reverb_transport::config::Env;
 
-use super::{env_parse, process_alive, segment_paths, vars, CoreError};
+use super::{env_parse, segment_paths, vars, CoreError};
 use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
 use crate::error::LogError;
+use reverb_transport::shm::liveness::pid_running;
 
 /// Durability handle of one enqueued entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -289,7 +290,7 @@ impl NodeLogClient {
             STATE_EXITED => return Err(CoreError::LoggerGone { pid, why: "it exited".into() }),
             _ => {}
         }
-        if pid != 0 && !process_alive(pid) {
+        if pid != 0 && !pid_running(pid) {
             return Err(CoreError::LoggerGone { pid, why: "the process is dead".into() });
         }
         Ok(())

@@ -164,18 +164,6 @@ impl From<CoreError> for LogError {
     }
 }
 
-/// Whether process `pid` exists and is not a zombie (read from /proc; no signal is sent).
-pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the parenthesized command name, which may hold spaces.
-        Ok(stat) => match stat.rsplit_once(')') {
-            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
-            None => true,
-        },
-        Err(_) => false,
-    }
-}
-
 /// Reads an optional environment variable and parses it; a bad value is an error.
 pub(crate) fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, CoreError>
 where
@@ -202,15 +190,4 @@ pub fn segment_base(job_id: &str, node: u32) -> String {
         std::env::temp_dir()
     };
     dir.join(format!("reverb-{job_id}-node{node}-log")).to_string_lossy().into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn liveness_from_proc() {
-        assert!(process_alive(std::process::id()));
-        assert!(!process_alive(u32::MAX - 1));
-    }
 }

@@ -401,7 +401,10 @@ impl NodeSegment {
         let me = u64::from(pid) + 1;
         let mut current = owner.load(Ordering::Acquire);
         loop {
-            if current != 0 && current != me && super::process_alive((current - 1) as u32) {
+            if current != 0
+                && current != me
+                && reverb_transport::shm::liveness::pid_running((current - 1) as u32)
+            {
                 return Err(CoreError::Config(format!(
                     "payload lane {lane} of {} is held by live pid {}",
                     self.path.display(),
@@ -419,7 +422,7 @@ impl NodeSegment {
     pub fn lane_claimed(&self, lane: u64) -> bool {
         self.lane_word(lane, LANE_OWNER)
             .map(|owner| owner.load(Ordering::Acquire))
-            .is_ok_and(|o| o != 0 && super::process_alive((o - 1) as u32))
+            .is_ok_and(|o| o != 0 && reverb_transport::shm::liveness::pid_running((o - 1) as u32))
     }
 
     pub fn release_lane(&self, lane: u64, pid: u32) {
