@@ -250,6 +250,7 @@ impl LoggedEndpoint {
                 determinant,
                 payload_logged: self.logs_payload_with(arrived.sender),
             };
+            // Built field by field, not by `protocol_io`: `msg` borrows `self.ready`.
             let mut io = LogIo {
                 provider: &mut *self.provider,
                 log: self.rings.log.as_mut(),
