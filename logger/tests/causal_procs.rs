@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(30);
 const TAG: u64 = 11;
 
 fn causal_config() -> LogConfig {
-    LogConfig { mode: LogMode::Causal, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() }
+    LogConfig { mode: LogMode::CAUSAL, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() }
 }
 
 /// Stand-in for the node logger core: drains the queue, keeps what it took, acknowledges.

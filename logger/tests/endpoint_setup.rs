@@ -57,7 +57,7 @@ fn ping(me: u32, provider: &mut dyn Provider, payload: &[u8]) -> Option<Vec<u8>>
 fn a_failed_setup_hands_back_a_provider_that_still_works() {
     // Team as the unit without teams: refused by every rank before any collective.
     let config =
-        LogConfig { mode: LogMode::Causal, unit: LogUnit::Team, teams: None, ..LogConfig::default() };
+        LogConfig { mode: LogMode::CAUSAL, unit: LogUnit::Team, teams: None, ..LogConfig::default() };
     let received = on_ranks("setupfail", 2, |mut boot, provider| {
         let me = boot.job().rank;
         let SetupFailed { error, mut provider } =
@@ -71,9 +71,7 @@ fn a_failed_setup_hands_back_a_provider_that_still_works() {
 
 #[test]
 fn a_successful_setup_keeps_the_provider_for_every_protocol() {
-    for mode in
-        [LogMode::None, LogMode::PessimisticReceiverBased, LogMode::PessimisticSenderBased, LogMode::Causal]
-    {
+    for mode in [LogMode::NONE, LogMode::PESSIMISTIC_RB, LogMode::PESSIMISTIC_SB, LogMode::CAUSAL] {
         let config = LogConfig { mode, unit: LogUnit::Rank, ..LogConfig::default() };
         let ranks = on_ranks(&format!("setupok-{mode}"), 2, |mut boot, provider| {
             let me = boot.job().rank;

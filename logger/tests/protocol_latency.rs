@@ -35,7 +35,7 @@ const BW_WINDOW: usize = 16;
 const BW_WARMUP: usize = 2;
 const BW_WINDOWS: usize = 8;
 const MODES: [LogMode; 4] =
-    [LogMode::None, LogMode::PessimisticReceiverBased, LogMode::PessimisticSenderBased, LogMode::Causal];
+    [LogMode::NONE, LogMode::PESSIMISTIC_RB, LogMode::PESSIMISTIC_SB, LogMode::CAUSAL];
 const SOURCES: [&str; 2] = ["named", "any-source"];
 
 fn source_of(name: &str, peer: u32) -> Source {
@@ -165,7 +165,7 @@ fn logged_ping_pong_latency() {
         for (m, &mode) in MODES.iter().enumerate() {
             tag += 1;
             // Receiver-based logging puts a whole 16 MiB window in the ring between trims.
-            let ring_capacity = if mode == LogMode::PessimisticReceiverBased { 40 << 20 } else { 1 << 20 };
+            let ring_capacity = if mode == LogMode::PESSIMISTIC_RB { 40 << 20 } else { 1 << 20 };
             let config = LogConfig { mode, provider_tag: tag, ring_capacity, ..LogConfig::default() };
             let Some(p) = provider.take() else { panic!("provider lost") };
             let mut endpoint = LoggedEndpoint::new(p, &mut boot, config).expect("endpoint");
@@ -173,7 +173,7 @@ fn logged_ping_pong_latency() {
                 latency[m][s].push(median(ping_pong(&mut endpoint, source_of(name, peer))));
                 bandwidth[m][s].push(median(stream(&mut endpoint, source_of(name, peer))));
             }
-            if mode == LogMode::Causal && latency[m][0].len() == BLOCKS {
+            if mode == LogMode::CAUSAL && latency[m][0].len() == BLOCKS {
                 let s = endpoint.stats();
                 println!(
                     "stats REVERB_LOG=causal (last block): {} determinants in {} writes, {:.3} piggybacked/message, {} acknowledged",

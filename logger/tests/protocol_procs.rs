@@ -481,7 +481,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         s.determinant_bytes_logged
     );
 
-    if mode == LogMode::PessimisticReceiverBased {
+    if mode == LogMode::PESSIMISTIC_RB {
         let buddy = endpoint.buddy().expect("buddy");
         assert_ne!(buddy / RANKS_PER_NODE, job.rank / RANKS_PER_NODE, "buddy on the same node");
         let s = endpoint.stats();
@@ -505,7 +505,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert!(report.ring_bytes_freed > 0);
         assert_eq!((report.send_log_bytes_freed, endpoint.stats().send_log_bytes), (kept, 0));
         check_rings_trimmed(&mut endpoint, &mut boot);
-    } else if mode == LogMode::PessimisticSenderBased {
+    } else if mode == LogMode::PESSIMISTIC_SB {
         let buddy = endpoint.buddy().expect("buddy");
         assert_ne!(buddy / RANKS_PER_NODE, job.rank / RANKS_PER_NODE, "buddy on the same node");
         let s = endpoint.stats();
@@ -532,7 +532,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert_eq!(report.ring_bytes_freed > 0, s.determinants_generated > 0);
         assert_eq!(endpoint.stats().send_log_bytes, 0);
         check_rings_trimmed(&mut endpoint, &mut boot);
-    } else if mode == LogMode::Causal {
+    } else if mode == LogMode::CAUSAL {
         check_causal(&mut endpoint, &mut boot, &plan, &receptions);
     } else {
         assert!(endpoint.buddy().is_none() && endpoint.hosted_rings().is_empty());
@@ -544,31 +544,27 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
 
 #[test]
 fn random_traffic_without_logging() {
-    protocol_job("random_traffic_without_logging", LogMode::None, LogUnit::Rank);
+    protocol_job("random_traffic_without_logging", LogMode::NONE, LogUnit::Rank);
 }
 
 #[test]
 fn random_traffic_pessimistic_receiver_based() {
-    protocol_job(
-        "random_traffic_pessimistic_receiver_based",
-        LogMode::PessimisticReceiverBased,
-        LogUnit::Rank,
-    );
+    protocol_job("random_traffic_pessimistic_receiver_based", LogMode::PESSIMISTIC_RB, LogUnit::Rank);
 }
 
 #[test]
 fn random_traffic_pessimistic_sender_based() {
-    protocol_job("random_traffic_pessimistic_sender_based", LogMode::PessimisticSenderBased, LogUnit::Rank);
+    protocol_job("random_traffic_pessimistic_sender_based", LogMode::PESSIMISTIC_SB, LogUnit::Rank);
 }
 
 #[test]
 fn random_traffic_causal_rank_unit() {
-    protocol_job("random_traffic_causal_rank_unit", LogMode::Causal, LogUnit::Rank);
+    protocol_job("random_traffic_causal_rank_unit", LogMode::CAUSAL, LogUnit::Rank);
 }
 
 #[test]
 fn random_traffic_causal_node_unit() {
-    protocol_job("random_traffic_causal_node_unit", LogMode::Causal, LogUnit::Node);
+    protocol_job("random_traffic_causal_node_unit", LogMode::CAUSAL, LogUnit::Node);
 }
 
 fn on_same_node(a: Rank, b: Rank) -> bool {
@@ -876,11 +872,8 @@ fn sender_log_full_is_back_pressure() {
         return;
     };
     let limit = FITS * LoggedSend::charged_bytes(PAYLOAD);
-    let config = LogConfig {
-        mode: LogMode::PessimisticSenderBased,
-        send_log_limit: limit as usize,
-        ..LogConfig::default()
-    };
+    let config =
+        LogConfig { mode: LogMode::PESSIMISTIC_SB, send_log_limit: limit as usize, ..LogConfig::default() };
     let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
     if job.rank == 0 {
         for i in 0..FITS {
@@ -973,22 +966,18 @@ fn large_stream_job(test: &str, mode: LogMode, large: usize) {
 #[test]
 fn large_messages_stream_intact_without_logging() {
     // 80 MiB in flight: more than the frame pool registers.
-    large_stream_job("large_messages_stream_intact_without_logging", LogMode::None, 80);
+    large_stream_job("large_messages_stream_intact_without_logging", LogMode::NONE, 80);
 }
 
 #[test]
 fn large_messages_stream_intact_causal() {
-    large_stream_job("large_messages_stream_intact_causal", LogMode::Causal, 80);
+    large_stream_job("large_messages_stream_intact_causal", LogMode::CAUSAL, 80);
 }
 
 #[test]
 fn large_messages_stream_intact_pessimistic_receiver_based() {
     // Every frame is written into the buddy's ring before delivery: fewer, so they fit it.
-    large_stream_job(
-        "large_messages_stream_intact_pessimistic_receiver_based",
-        LogMode::PessimisticReceiverBased,
-        8,
-    );
+    large_stream_job("large_messages_stream_intact_pessimistic_receiver_based", LogMode::PESSIMISTIC_RB, 8);
 }
 
 /// Pessimistic logging on a single node is refused: the log would die with its node.
@@ -999,7 +988,7 @@ fn pessimistic_logging_needs_two_nodes() {
         common::run_job_ok(test, &common::Job { ranks_per_node: 2, ..common::Job::new(2) });
         return;
     };
-    let config = LogConfig { mode: LogMode::PessimisticReceiverBased, ..LogConfig::default() };
+    let config = LogConfig { mode: LogMode::PESSIMISTIC_RB, ..LogConfig::default() };
     match LoggedEndpoint::new(provider, &mut boot, config) {
         Err(LogError::Unsupported(msg)) => assert!(msg.contains("two nodes"), "{msg}"),
         other => panic!("expected Unsupported, got {other:?}"),

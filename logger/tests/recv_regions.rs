@@ -65,7 +65,7 @@ fn large_messages_reuse_receive_regions() {
         return;
     };
     let on_shm = provider.kind() == ProviderKind::Shm;
-    let config = LogConfig { mode: LogMode::None, max_message: 2 * MIB, ..LogConfig::default() };
+    let config = LogConfig { mode: LogMode::NONE, max_message: 2 * MIB, ..LogConfig::default() };
     let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
     let files_at_start = own_shm_files();
     for round in 0..ROUNDS {
@@ -172,18 +172,18 @@ fn held_deliveries_job(test: &str, mode: LogMode) {
 
 #[test]
 fn held_large_deliveries_stay_intact_without_logging() {
-    held_deliveries_job("held_large_deliveries_stay_intact_without_logging", LogMode::None);
+    held_deliveries_job("held_large_deliveries_stay_intact_without_logging", LogMode::NONE);
 }
 
 #[test]
 fn held_large_deliveries_stay_intact_causal() {
-    held_deliveries_job("held_large_deliveries_stay_intact_causal", LogMode::Causal);
+    held_deliveries_job("held_large_deliveries_stay_intact_causal", LogMode::CAUSAL);
 }
 
 #[test]
 fn held_large_deliveries_stay_intact_pessimistic_receiver_based() {
     held_deliveries_job(
         "held_large_deliveries_stay_intact_pessimistic_receiver_based",
-        LogMode::PessimisticReceiverBased,
+        LogMode::PESSIMISTIC_RB,
     );
 }

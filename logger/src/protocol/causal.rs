@@ -21,9 +21,13 @@ use crate::logring;
 use crate::sendlog::SendLog;
 use crate::stats::LogStats;
 
+impl LogMode {
+    /// Simple causal logging.
+    pub const CAUSAL: LogMode = LogMode::named("causal");
+}
+
 pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
-    mode: LogMode::Causal,
-    name: "causal",
+    mode: LogMode::CAUSAL,
     uses_buddy_log: true,
     sender_logs_payloads: true,
     new: |setup: &ProtocolSetup<'_>| Box::new(Causal::new(setup)),
@@ -298,7 +302,7 @@ mod tests {
     use crate::protocol::LogConfig;
 
     fn causal(det_log_limit: usize) -> Causal {
-        let config = LogConfig { det_log_limit, mode: LogMode::Causal, ..LogConfig::default() };
+        let config = LogConfig { det_log_limit, mode: LogMode::CAUSAL, ..LogConfig::default() };
         Causal::new(&ProtocolSetup { size: 4, config: &config })
     }
 

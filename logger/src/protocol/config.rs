@@ -14,18 +14,22 @@ use super::LOGGED_MESSAGE_TAG;
 use crate::error::{LogError, Result};
 use crate::team::Teams;
 
-/// Which logging protocol a job runs (`REVERB_LOG`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogMode {
-    None,
-    PessimisticReceiverBased,
-    PessimisticSenderBased,
-    Causal,
-}
+/// Which logging protocol a job runs (`REVERB_LOG`): the name of a registered protocol.
+/// Each protocol's file defines its constant (`LogMode::CAUSAL` in `causal.rs`, ...), and
+/// values are only made there or parsed from a registered name, so a new protocol needs no
+/// edit here.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogMode(&'static str);
 
 impl LogMode {
+    /// The mode named `name`; only protocol files call it, for their constant.
+    pub(super) const fn named(name: &'static str) -> Self {
+        LogMode(name)
+    }
+
+    /// Its `REVERB_LOG` value.
     pub fn as_str(self) -> &'static str {
-        registry::entry(self).map_or("unregistered", |e| e.name)
+        self.0
     }
 
     /// Every protocol is built; kept so callers can check a mode before a collective setup.
@@ -44,8 +48,14 @@ impl LogMode {
     pub fn from_env() -> Result<Self> {
         match Env::process().raw("REVERB_LOG")? {
             Some(v) => v.parse(),
-            None => Ok(LogMode::None),
+            None => Ok(LogMode::NONE),
         }
+    }
+}
+
+impl fmt::Debug for LogMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
 }
 
@@ -139,7 +149,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            mode: LogMode::None,
+            mode: LogMode::NONE,
             ring_capacity: 8 << 20,
             reorder_window: 4096,
             max_message: 4 << 20,
@@ -219,7 +229,7 @@ mod tests {
     use super::*;
 
     const ALL: [LogMode; 4] =
-        [LogMode::None, LogMode::PessimisticReceiverBased, LogMode::PessimisticSenderBased, LogMode::Causal];
+        [LogMode::NONE, LogMode::PESSIMISTIC_RB, LogMode::PESSIMISTIC_SB, LogMode::CAUSAL];
 
     #[test]
     fn modes_parse_and_print() {
@@ -233,10 +243,10 @@ mod tests {
         assert!(matches!("pessimistic".parse::<LogMode>(), Err(LogError::InvalidArgument(_))));
         assert!("".parse::<LogMode>().is_err());
         assert!(
-            LogMode::Causal.sender_logs_payloads()
-                && LogMode::PessimisticSenderBased.sender_logs_payloads()
-                && !LogMode::PessimisticReceiverBased.sender_logs_payloads()
-                && !LogMode::None.sender_logs_payloads()
+            LogMode::CAUSAL.sender_logs_payloads()
+                && LogMode::PESSIMISTIC_SB.sender_logs_payloads()
+                && !LogMode::PESSIMISTIC_RB.sender_logs_payloads()
+                && !LogMode::NONE.sender_logs_payloads()
         );
     }
 
@@ -253,7 +263,7 @@ mod tests {
         }
         assert!(matches!("host".parse::<LogUnit>(), Err(LogError::InvalidArgument(_))));
         assert_eq!(LogConfig::default().unit, LogUnit::Node);
-        assert_eq!(LogConfig::default().mode, LogMode::None);
+        assert_eq!(LogConfig::default().mode, LogMode::NONE);
     }
 
     #[test]

@@ -58,8 +58,8 @@
 //! writes the buddy rings, `recovery.rs` holds the replay primitives, `gc.rs` the checkpoint
 //! GC.
 //!
-//! Adding a protocol: a `LogMode` variant, one file implementing `LogProtocol` with its
-//! `ENTRY`, and one line in `registry::PROTOCOLS`.
+//! Adding a protocol: one file implementing `LogProtocol`, with its `LogMode` constant (its
+//! `REVERB_LOG` name) and its `ENTRY`, and one line in `registry::PROTOCOLS`.
 
 use reverb_transport::{Provider, Rank, Region, Tag};
 use std::sync::Arc;

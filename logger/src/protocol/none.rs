@@ -8,9 +8,13 @@ use crate::determinant::Determinant;
 use crate::error::Result;
 use crate::stats::LogStats;
 
+impl LogMode {
+    /// `none`: nothing is logged.
+    pub const NONE: LogMode = LogMode::named("none");
+}
+
 pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
-    mode: LogMode::None,
-    name: "none",
+    mode: LogMode::NONE,
     uses_buddy_log: false,
     sender_logs_payloads: false,
     new: |_: &ProtocolSetup<'_>| Box::new(NoLogging),

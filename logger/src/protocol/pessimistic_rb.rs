@@ -13,9 +13,13 @@ use crate::error::Result;
 use crate::sendlog::SendLog;
 use crate::stats::LogStats;
 
+impl LogMode {
+    /// Pessimistic receiver-based logging.
+    pub const PESSIMISTIC_RB: LogMode = LogMode::named("pessimistic-rb");
+}
+
 pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
-    mode: LogMode::PessimisticReceiverBased,
-    name: "pessimistic-rb",
+    mode: LogMode::PESSIMISTIC_RB,
     uses_buddy_log: true,
     sender_logs_payloads: false,
     new: |setup: &ProtocolSetup<'_>| Box::new(ReceiverBased::new(setup)),

@@ -16,9 +16,13 @@ use crate::error::Result;
 use crate::sendlog::SendLog;
 use crate::stats::LogStats;
 
+impl LogMode {
+    /// Pessimistic sender-based logging.
+    pub const PESSIMISTIC_SB: LogMode = LogMode::named("pessimistic-sb");
+}
+
 pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
-    mode: LogMode::PessimisticSenderBased,
-    name: "pessimistic-sb",
+    mode: LogMode::PESSIMISTIC_SB,
     uses_buddy_log: true,
     sender_logs_payloads: true,
     new: |setup: &ProtocolSetup<'_>| Box::new(SenderBased::new(setup)),

@@ -14,9 +14,8 @@ pub(crate) struct ProtocolSetup<'a> {
 
 /// One registered protocol.
 pub(crate) struct ProtocolEntry {
+    /// Its mode; `mode.as_str()` is its `REVERB_LOG` value.
     pub mode: LogMode,
-    /// Its `REVERB_LOG` value.
-    pub name: &'static str,
     /// Whether it logs at all: a buddy ring per rank (set up collectively in
     /// `LoggedEndpoint::new`) and the node logger core when one runs.
     pub uses_buddy_log: bool,
@@ -37,12 +36,12 @@ pub(crate) fn entry(mode: LogMode) -> Option<&'static ProtocolEntry> {
 
 /// The entry named `name` (a `REVERB_LOG` value).
 pub(crate) fn by_name(name: &str) -> Option<&'static ProtocolEntry> {
-    PROTOCOLS.iter().find(|e| e.name == name)
+    PROTOCOLS.iter().find(|e| e.mode.as_str() == name)
 }
 
 /// "a, b, c or d": the registered names, for error messages.
 pub(crate) fn names_for_humans() -> String {
-    let names: Vec<&str> = PROTOCOLS.iter().map(|e| e.name).collect();
+    let names: Vec<&str> = PROTOCOLS.iter().map(|e| e.mode.as_str()).collect();
     match names.split_last() {
         Some((last, [])) => (*last).to_string(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
@@ -57,18 +56,13 @@ mod tests {
 
     #[test]
     fn every_mode_has_one_entry_and_names_are_unique() {
-        for mode in [
-            LogMode::None,
-            LogMode::PessimisticReceiverBased,
-            LogMode::PessimisticSenderBased,
-            LogMode::Causal,
-        ] {
+        for mode in [LogMode::NONE, LogMode::PESSIMISTIC_RB, LogMode::PESSIMISTIC_SB, LogMode::CAUSAL] {
             assert_eq!(PROTOCOLS.iter().filter(|e| e.mode == mode).count(), 1, "{mode:?}");
-            let e = entry(mode).map(|e| e.name);
+            let e = entry(mode).map(|e| e.mode.as_str());
             assert_eq!(e.and_then(by_name).map(|e| e.mode), Some(mode));
         }
         for (i, a) in PROTOCOLS.iter().enumerate() {
-            assert!(PROTOCOLS[i + 1..].iter().all(|b| b.name != a.name), "{}", a.name);
+            assert!(PROTOCOLS[i + 1..].iter().all(|b| b.mode != a.mode), "{}", a.mode);
         }
         assert!(by_name("Causal").is_none(), "names are exact");
     }
@@ -76,10 +70,10 @@ mod tests {
     #[test]
     fn properties_follow_the_protocols() {
         let logs = |m| entry(m).map(|e| (e.uses_buddy_log, e.sender_logs_payloads));
-        assert_eq!(logs(LogMode::None), Some((false, false)));
-        assert_eq!(logs(LogMode::PessimisticReceiverBased), Some((true, false)));
-        assert_eq!(logs(LogMode::PessimisticSenderBased), Some((true, true)));
-        assert_eq!(logs(LogMode::Causal), Some((true, true)));
+        assert_eq!(logs(LogMode::NONE), Some((false, false)));
+        assert_eq!(logs(LogMode::PESSIMISTIC_RB), Some((true, false)));
+        assert_eq!(logs(LogMode::PESSIMISTIC_SB), Some((true, true)));
+        assert_eq!(logs(LogMode::CAUSAL), Some((true, true)));
     }
 
     #[test]
@@ -89,8 +83,8 @@ mod tests {
         for e in PROTOCOLS {
             let p = (e.new)(&setup);
             // Every logging protocol but `none` keeps the sender's copies for recovery.
-            assert_eq!(p.send_log().is_some(), e.uses_buddy_log, "{}", e.name);
-            assert_eq!(p.logs_frames(), e.mode == LogMode::PessimisticReceiverBased, "{}", e.name);
+            assert_eq!(p.send_log().is_some(), e.uses_buddy_log, "{}", e.mode);
+            assert_eq!(p.logs_frames(), e.mode == LogMode::PESSIMISTIC_RB, "{}", e.mode);
             assert!(p.check_receive(&LogStats::default()).is_ok());
         }
     }

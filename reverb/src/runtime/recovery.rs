@@ -26,7 +26,7 @@ pub(super) struct Replay {
 impl Runtime {
     pub(super) fn check_recoverable(log: &LogConfig, node_of: &[u32]) -> Result<()> {
         match log.mode {
-            LogMode::None => Err(RuntimeError::Unrecoverable(
+            LogMode::NONE => Err(RuntimeError::Unrecoverable(
                 "REVERB_LOG=none keeps no message log: the dead ranks' messages cannot be replayed".into(),
             )),
             _ if log.unit == LogUnit::Team => match &log.teams {
@@ -203,7 +203,7 @@ impl Runtime {
         let endpoint =
             self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
         let dets = endpoint.gather_determinants(&mut self.boot, failed)?;
-        if self.config.log.mode == LogMode::PessimisticReceiverBased {
+        if self.config.log.mode == LogMode::PESSIMISTIC_RB {
             // Receiver-based: the restarted rank's log is the frames its buddy's ring holds;
             // they go into its restored channels before the senders resend what is missing.
             let frames = endpoint.gather_frames(&mut self.boot, failed)?;
