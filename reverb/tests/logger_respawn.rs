@@ -393,7 +393,7 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
         assert!(t0.elapsed() < wait(), "no logger core for node 1 appeared");
         std::thread::sleep(Duration::from_millis(5));
     };
-    // Once it serves its node (its segment says ready), and the ranks have had a moment.
+    // Once it serves its node (its segment says ready).
     let ctl = format!("{base}.ctl");
     loop {
         let ready = reverb_logger::core::segment::NodeSegment::open(&ctl)
@@ -418,7 +418,6 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
         assert!(t0.elapsed() < wait(), "the app never logged a determinant on node 0");
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(100));
     // SAFETY: plain syscall on our grandchild's pid (the launcher has not reaped it: it is
     // running, or a zombie until the launcher sees it).
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);

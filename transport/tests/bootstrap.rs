@@ -125,6 +125,7 @@ fn client_retries_until_the_server_starts() {
         let mut b = TcpBootstrap::connect(job(0, 1), &r2, TOKEN, T).unwrap();
         b.allgather(b"x").unwrap()
     });
+    // The delay is the case under test: the server starts after the client began connecting.
     thread::sleep(Duration::from_millis(300));
     let _server = BootServer::start(&root, 1, TOKEN).unwrap();
     assert_eq!(client.join().unwrap(), vec![b"x".to_vec()]);
@@ -284,6 +285,8 @@ fn lost_rank_fails_pending_and_later_allgathers() {
             })
         })
         .collect();
+    // Lets ranks 0 and 1 enter the round first (the server shows no state to poll). Not a
+    // correctness wait: a loss before the round fails it the same way (next test).
     thread::sleep(Duration::from_millis(300));
     drop(dying); // no Bye: a crash
     for h in hs {
@@ -300,6 +303,8 @@ fn lost_rank_fails_allgathers_started_after_the_loss() {
     let server = quick_server(3);
     let root = server.local_addr().to_string();
     drop(raw_rank(server.local_addr(), 1, 3));
+    // Lets the server see the loss before the others connect (no state to poll). Not a
+    // correctness wait: a loss seen during the round fails it the same way (previous test).
     thread::sleep(Duration::from_millis(200));
     let hs: Vec<_> = [0u32, 2]
         .into_iter()
@@ -562,6 +567,8 @@ fn collectives_resume_once_the_lost_rank_rejoined() {
     });
     let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
     let dying = raw_rank(server.local_addr(), 2, 3);
+    // Lets rank 0 enter its round first (no server state to poll); rank 0 gets PeerDead
+    // either way, so the delay picks the path, not the outcome.
     thread::sleep(Duration::from_millis(200));
     drop(dying);
     server.mark_failed(2, 0, "killed by the test").unwrap();
