@@ -88,6 +88,10 @@ pub struct Respawn {
     /// The rank whose death failed the node, and how it died.
     pub rank: u32,
     pub signal: i32,
+    /// The node's logger core failed it, not a rank (`rank` is then the node's first rank).
+    pub by_logger: bool,
+    /// The node's logger core was started again with its ranks.
+    pub logger_restarted: bool,
     /// The ranks started again, at `incarnation`.
     pub ranks: Vec<u32>,
     pub incarnation: u32,

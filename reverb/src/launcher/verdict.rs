@@ -69,6 +69,8 @@ fn respawn_json(r: &Respawn) -> Value {
         "nodes": r.nodes,
         "rank": r.rank,
         "signal": r.signal,
+        "by_logger": r.by_logger,
+        "logger_restarted": r.logger_restarted,
         "ranks": r.ranks,
         "incarnation": r.incarnation,
         "at_s": r.at.as_secs_f64(),
