@@ -330,13 +330,9 @@ fn a_logger_killed_alone_fails_its_node_which_is_respawned() {
     let r = &respawns[0];
     assert_eq!((&r["node"], &r["signal"], &r["by_logger"]), (&1.into(), &9.into(), &true.into()), "{launch}");
     assert_eq!(r["incarnation"], 1, "{launch}");
-    // The buddy's logger reports the death (transport, heartbeat, a failed write, or the new
-    // incarnation's rejoin: whichever came first).
-    let detected = err
-        .lines()
-        .find(|l| l.starts_with("[logger 0]") && l.contains("buddy node 1 is dead ("))
-        .unwrap_or_else(|| panic!("node 0's logger never reported node 1 dead:\n{err}"));
-    println!("detection: {detected}");
+    // The buddy's logger found the death (transport, heartbeat, a failed write, or the new
+    // incarnation's rejoin: whichever came first): rank 0 checked its verdict in the node
+    // segment (incarnation 0 dead, back at 1) and printed these markers once it had.
     assert!(out.contains("incarnation 0 dead") && out.contains("back at incarnation Some(1)"), "{out}");
     assert!(out.contains("rank 0: logging to the respawned buddy works"), "{out}");
     for r in [2, 3] {
