@@ -111,13 +111,21 @@ fn stencil_ft_recovers_a_killed_node_with_the_same_checksum() {
     assert!(clean.success, "failure-free run failed:\n{}", clean.output);
     let expected = checksum(&clean).expect("a checksum");
     // Rank 3 (node 1) sends one halo per iteration: it dies in iteration 45, after epoch 4.
-    let faulty_env = [env[0], env[1], ("REVERB_FAULT", "3:45")];
+    let reports = std::env::temp_dir().join(format!("reverb-examples-stencil-ft-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&reports);
+    std::fs::create_dir_all(&reports).expect("report directory");
+    let dir = reports.to_str().expect("utf-8 temp path");
+    let faulty_env = [env[0], env[1], ("REVERB_FAULT", "3:45"), ("REVERB_RUNTIME_REPORT", dir)];
     let faulty = launch(4, 2, 1, prog, &args, &faulty_env);
     assert!(faulty.success, "run with node 1 killed failed:\n{}", faulty.output);
-    assert!(
-        faulty.output.contains("restarted at iteration 40"),
-        "no rank restarted from epoch 4:\n{}",
-        faulty.output
-    );
+    // Node 1's ranks came back (incarnation 1) from epoch 4, iteration 40: their runtime reports.
+    for rank in [2, 3] {
+        let path = reports.join(format!("rank-{rank}-inc-1.json"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("rank {rank} did not restart ({e}):\n{}", faulty.output));
+        let report: serde_json::Value = serde_json::from_str(&text).expect("a JSON report");
+        assert_eq!(report["restored_epoch"], 4, "rank {rank}: {report}");
+    }
+    let _ = std::fs::remove_dir_all(&reports);
     assert_eq!(checksum(&faulty), Some(expected), "recovered answer differs:\n{}", faulty.output);
 }

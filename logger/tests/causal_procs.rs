@@ -35,6 +35,7 @@ fn logger_core(path: std::path::PathBuf, stop: Arc<AtomicBool>) -> Vec<Determina
             if stop.load(Ordering::Acquire) {
                 return taken;
             }
+            // Idle back-off of a polling consumer (it ends on `stop`), not a synchronisation.
             std::thread::sleep(Duration::from_micros(50));
             continue;
         }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reverb_logger::core::segment::{NodeSegment, Status, BUDDY_DEAD};
+use reverb_logger::core::segment::{DeathCause, NodeSegment, Status, BUDDY_DEAD};
 use reverb_logger::core::{
     segment_base, segment_paths, CoreError, LoggerCore, LoggerCoreConfig, NodeLogClient, Ticket,
 };
@@ -444,10 +444,12 @@ fn a_killed_logger_is_reported_dead_and_waiters_get_errors() {
     // detected, so the ranks enqueue their doomed entries after it.
     std::fs::write(marker(&h.dump, "killed"), b"").unwrap();
     h.apps_ok();
+    // The survivor's verdict on node 0's logger (any cause: transport, heartbeat, a write).
+    let verdicts = survivor.verdicts();
     let mut killed_logger = h.loggers.remove(0);
     killed_logger.wait().unwrap();
     let outs = h.stop_loggers();
-    assert!(outs[0].contains("buddy node 0 is dead"), "{}", outs[0]);
+    assert!(verdicts.iter().any(|v| (v.node, v.incarnation) == (0, 0)), "{verdicts:?}\n{}", outs[0]);
 }
 
 /// `kill -SIG pid` through the kill(1) utility (no unsafe in tests).
@@ -511,9 +513,12 @@ fn a_frozen_logger_is_found_by_its_heartbeat() {
     assert!(detected < Duration::from_secs(5), "detection took {detected:?}");
     std::fs::write(marker(&h.dump, "detected"), b"").unwrap();
     h.apps_ok();
+    // Frozen, not dead: only its silent heartbeat can tell.
+    let verdicts = survivor.verdicts();
     let mut frozen_logger = h.loggers.remove(0);
     frozen_logger.kill().unwrap();
     frozen_logger.wait().unwrap();
     let outs = h.stop_loggers();
-    assert!(outs[0].contains("buddy node 0 is dead (heartbeat silent"), "{}", outs[0]);
+    let verdict = verdicts.iter().find(|v| v.node == 0);
+    assert_eq!(verdict.map(|v| v.cause), Some(DeathCause::Heartbeat), "{verdicts:?}\n{}", outs[0]);
 }

@@ -128,6 +128,7 @@ fn run_traffic(endpoint: &mut LoggedEndpoint, plan: &[Vec<Vec<Message>>], seed: 
                 endpoint.send(m.dest, m.tag, &m.payload).expect("send");
             }
             next += burst;
+            // Random gaps are part of the traffic under test: they vary the interleavings.
             std::thread::sleep(Duration::from_micros(rng.gen_range(0..300)));
         }
         let mut ops: Vec<(Source, TagMatch)> =

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use reverb::launcher::{launch, launch_report, LaunchOptions, LaunchSpec};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{Bootstrap, JobInfo};
+use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 
@@ -56,6 +57,34 @@ fn reverb(args: &[&str], bound: Duration) -> Out {
     };
     let took = t0.elapsed();
     Out { code: status.code(), stdout: ho.join().unwrap(), stderr: he.join().unwrap(), took }
+}
+
+/// Runs `reverb run --report-json FILE RUN_ARGS`; returns the output and the launch report.
+fn reverb_run(test: &str, run_args: &[&str], bound: Duration) -> (Out, Value) {
+    let path = std::env::temp_dir().join(format!("reverb-launcher-{}-{test}.json", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let path_arg = path.to_str().expect("utf-8 temp path");
+    let mut args = vec!["run", "--report-json", path_arg];
+    args.extend_from_slice(run_args);
+    let out = reverb(&args, bound);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no launch report {}: {e}\n{}", path.display(), out.stderr));
+    let _ = std::fs::remove_file(&path);
+    let report: Value = serde_json::from_str(&text).expect("the launch report is JSON");
+    assert_eq!(report["code"].as_i64(), out.code.map(i64::from), "{text}");
+    (out, report)
+}
+
+/// The report's `stop` for a rank that failed: (kind, rank, node, incarnation, exit code, signal).
+fn rank_failed(rank: u32, node: u32, incarnation: u32, exit_code: Option<i32>, signal: Option<i32>) -> Value {
+    json!({
+        "kind": "rank_failed",
+        "rank": rank,
+        "node": node,
+        "incarnation": incarnation,
+        "exit_code": exit_code,
+        "signal": signal,
+    })
 }
 
 fn alive(pid: u32) -> bool {
@@ -116,10 +145,11 @@ fn no_prefix_passes_output_through() {
 #[test]
 fn a_failing_rank_fails_the_job_and_kills_the_others() {
     let script = r#"if [ "$REVERB_RANK" = 2 ]; then sleep 0.5; exit 3; fi; echo "pid $$"; exec sleep 30"#;
-    let o = reverb(&["run", "-n", "4", "--", "sh", "-c", script], Duration::from_secs(20));
+    let (o, report) = reverb_run("failing", &["-n", "4", "--", "sh", "-c", script], Duration::from_secs(20));
     assert_eq!(o.code, Some(3), "{}", o.stderr);
     assert!(o.took < Duration::from_secs(10), "took {:?}", o.took);
-    assert!(o.stderr.contains("rank 2") && o.stderr.contains("exited with status 3"), "{}", o.stderr);
+    assert_eq!(report["stop"], rank_failed(2, 0, 0, Some(3), None), "{}", o.stderr);
+    assert_eq!(report["killed_ranks"], 3);
     let pids = pids(&o.stdout);
     assert_eq!(pids.len(), 3, "{}", o.stdout);
     for p in pids {
@@ -130,20 +160,22 @@ fn a_failing_rank_fails_the_job_and_kills_the_others() {
 #[test]
 fn a_rank_killed_by_a_signal_is_reported() {
     let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; exec sleep 30"#;
-    let o = reverb(&["run", "-n", "3", "--", "sh", "-c", script], Duration::from_secs(20));
+    let (o, report) = reverb_run("signal", &["-n", "3", "--", "sh", "-c", script], Duration::from_secs(20));
     assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
-    assert!(o.stderr.contains("rank 1") && o.stderr.contains("signal 9 (SIGKILL)"), "{}", o.stderr);
+    assert_eq!(report["stop"], rank_failed(1, 0, 0, None, Some(9)), "{}", o.stderr);
     assert!(o.took < Duration::from_secs(10));
 }
 
 #[test]
 fn timeout_kills_everything() {
-    let o = reverb(
-        &["run", "-n", "2", "--timeout", "1", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"],
+    let (o, report) = reverb_run(
+        "timeout",
+        &["-n", "2", "--timeout", "1", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"],
         Duration::from_secs(20),
     );
     assert_eq!(o.code, Some(124), "{}", o.stderr);
-    assert!(o.stderr.contains("timeout"), "{}", o.stderr);
+    assert_eq!(report["stop"]["kind"], "timeout", "{}", o.stderr);
+    assert_eq!(report["killed_ranks"], 2);
     assert!(o.took >= Duration::from_secs(1) && o.took < Duration::from_secs(8), "took {:?}", o.took);
     for p in pids(&o.stdout) {
         assert!(!alive(p), "rank pid {p} survived");
@@ -192,6 +224,7 @@ fn sigterm_is_forwarded_to_the_ranks() {
 fn missing_program_is_an_error() {
     let o = reverb(&["run", "-n", "2", "--", "/nonexistent/prog"], Duration::from_secs(20));
     assert_ne!(o.code, Some(0));
+    // A clear error names what failed: the spawn of rank 0.
     assert!(o.stderr.contains("spawning rank 0"), "{}", o.stderr);
 }
 
@@ -249,35 +282,42 @@ if [ "$REVERB_INCARNATION" = 0 ]; then
   if [ "$REVERB_RANK" = 3 ]; then exec sleep 30; fi
 fi
 sleep 1; echo "done $REVERB_RANK $REVERB_INCARNATION""#;
-    let o = reverb(
-        &["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "1", "--", "sh", "-c", script],
+    let (o, report) = reverb_run(
+        "respawn",
+        &["-n", "4", "--ranks-per-node", "2", "--respawn", "1", "--", "sh", "-c", script],
         Duration::from_secs(30),
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert_eq!(report["stop"], Value::Null);
     let done: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] done ")).collect();
     let want: BTreeSet<&str> = ["[0] done 0 0", "[1] done 1 0", "[2] done 2 1", "[3] done 3 1"].into();
     assert_eq!(done, want, "{}", o.stdout);
     let starts = |r: u32| o.stdout.lines().filter(|l| l.starts_with(&format!("[{r}] start "))).count();
     assert_eq!((starts(0), starts(1), starts(2), starts(3)), (1, 1, 2, 2), "{}", o.stdout);
-    assert!(
-        o.stderr.contains("rank 2 (node 1")
-            && o.stderr
-                .contains("killed by signal 9 (SIGKILL); respawning node 1 (ranks 2-3) at incarnation 1"),
-        "{}",
-        o.stderr
+    // Rank 2's SIGKILL failed node 1; both its ranks came back at incarnation 1.
+    let respawns = report["respawns"].as_array().expect("respawns");
+    assert_eq!(respawns.len(), 1, "{report}");
+    let r = &respawns[0];
+    assert_eq!(
+        (&r["node"], &r["nodes"], &r["rank"], &r["signal"]),
+        (&json!(1), &json!([1]), &json!(2), &json!(9))
     );
-    assert!(o.stderr.contains("node 1 respawned: ranks [2, 3] at incarnation 1"), "{}", o.stderr);
-    // Timestamped: wall clock and time since launch.
-    let line = o.stderr.lines().find(|l| l.contains("respawning node 1")).unwrap();
-    assert!(line.contains("Z (+") && line.contains(" s): "), "{line}");
+    assert_eq!((&r["ranks"], &r["incarnation"]), (&json!([2, 3]), &json!(1)));
+    let at = r["at_s"].as_f64().expect("at_s");
+    assert!(at > 0.2 && at < 30.0, "respawned at +{at} s");
 }
 
 #[test]
 fn respawn_zero_keeps_fail_fast() {
     let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; echo "pid $$"; exec sleep 30"#;
-    let o = reverb(&["run", "-n", "2", "--respawn", "0", "--", "sh", "-c", script], Duration::from_secs(20));
+    let (o, report) = reverb_run(
+        "respawn0",
+        &["-n", "2", "--respawn", "0", "--", "sh", "-c", script],
+        Duration::from_secs(20),
+    );
     assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
-    assert!(!o.stderr.contains("respawning"), "{}", o.stderr);
+    assert_eq!(report["respawns"], json!([]), "{}", o.stderr);
+    assert_eq!(report["stop"], rank_failed(1, 0, 0, None, Some(9)));
     assert!(o.took < Duration::from_secs(10));
     for p in pids(&o.stdout) {
         assert!(!alive(p), "rank pid {p} survived");
@@ -287,18 +327,18 @@ fn respawn_zero_keeps_fail_fast() {
 #[test]
 fn a_rank_failing_twice_exhausts_respawn_and_fails_the_job() {
     let script = r#"if [ "$REVERB_RANK" = 1 ]; then kill -9 $$; fi; echo "pid $$"; exec sleep 30"#;
-    let o = reverb(
-        &["run", "-n", "2", "--ranks-per-node", "1", "--respawn", "1", "--", "sh", "-c", script],
+    let (o, report) = reverb_run(
+        "twice",
+        &["-n", "2", "--ranks-per-node", "1", "--respawn", "1", "--", "sh", "-c", script],
         Duration::from_secs(20),
     );
     assert_eq!(o.code, Some(128 + 9), "{}", o.stderr);
-    assert!(o.stderr.contains("respawning node 1 (ranks 1-1) at incarnation 1"), "{}", o.stderr);
-    assert!(
-        o.stderr.contains("rank 1 (node 1") && o.stderr.contains("incarnation 1) was killed by signal 9"),
-        "{}",
-        o.stderr
-    );
-    assert!(o.stderr.contains("no respawn left (1 of --respawn 1 used)"), "{}", o.stderr);
+    // One respawn of node 1 (rank 1), then its incarnation 1 dies too, with none left.
+    let respawns = report["respawns"].as_array().expect("respawns");
+    assert_eq!(respawns.len(), 1, "{report}");
+    assert_eq!((&respawns[0]["ranks"], &respawns[0]["incarnation"]), (&json!([1]), &json!(1)));
+    assert_eq!(report["stop"], rank_failed(1, 1, 1, None, Some(9)), "{}", o.stderr);
+    assert_eq!(report["respawn_limit"], 1);
     assert!(o.took < Duration::from_secs(10), "took {:?}", o.took);
     for p in pids(&o.stdout) {
         assert!(!alive(p), "rank pid {p} survived");
@@ -308,10 +348,14 @@ fn a_rank_failing_twice_exhausts_respawn_and_fails_the_job() {
 #[test]
 fn a_nonzero_exit_fails_the_job_even_with_respawn() {
     let script = r#"if [ "$REVERB_RANK" = 1 ]; then exit 4; fi; exec sleep 30"#;
-    let o = reverb(&["run", "-n", "2", "--respawn", "3", "--", "sh", "-c", script], Duration::from_secs(20));
+    let (o, report) = reverb_run(
+        "nonzero",
+        &["-n", "2", "--respawn", "3", "--", "sh", "-c", script],
+        Duration::from_secs(20),
+    );
     assert_eq!(o.code, Some(4), "{}", o.stderr);
-    assert!(!o.stderr.contains("respawning"), "{}", o.stderr);
-    assert!(o.stderr.contains("exited with status 4"), "{}", o.stderr);
+    assert_eq!(report["respawns"], json!([]), "{}", o.stderr);
+    assert_eq!(report["stop"], rank_failed(1, 0, 0, Some(4), None));
 }
 
 /// A respawned rank presenting a stale incarnation to the launcher's bootstrap server is
@@ -374,13 +418,17 @@ fn two_nodes_failing_at_once_are_both_respawned() {
   exec sleep 30
 fi
 echo "done $REVERB_RANK $REVERB_INCARNATION""#;
-    let o = reverb(
-        &["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "2", "--", "sh", "-c", script],
+    let (o, report) = reverb_run(
+        "twonodes",
+        &["-n", "4", "--ranks-per-node", "2", "--respawn", "2", "--", "sh", "-c", script],
         Duration::from_secs(30),
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let done: BTreeSet<&str> = o.stdout.lines().filter(|l| l.contains("] done ")).collect();
     let want: BTreeSet<&str> = ["[0] done 0 1", "[1] done 1 1", "[2] done 2 1", "[3] done 3 1"].into();
     assert_eq!(done, want, "{}\n{}", o.stdout, o.stderr);
-    assert!(o.stderr.contains("2 node respawn(s)"), "{}", o.stderr);
+    let mut nodes: Vec<u64> =
+        report["respawns"].as_array().expect("respawns").iter().filter_map(|r| r["node"].as_u64()).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, vec![0, 1], "{report}");
 }

@@ -54,17 +54,12 @@ fn team_killed_matches_failure_free(name: &str, app: &str, app_args: &[&str], mo
     // One respawn allowed: the team's two nodes must count as one.
     let faulty = job(&format!("{name}-killed"), app, app_args, &faulty_env, 1);
     assert!(faulty.success, "run with a team killed failed:\n{}", faulty.output);
-    assert!(
-        faulty.output.contains("with its team 0 (nodes [0, 1], ranks [0, 1, 2, 3])"),
-        "the launcher did not fail the whole team:\n{}",
-        faulty.output
-    );
-    assert_eq!(faulty.output.matches("respawning node").count(), 1, "one respawn:\n{}", faulty.output);
-    assert!(
-        faulty.output.contains("nodes [0, 1] respawned: ranks [0, 1, 2, 3] at incarnation 1"),
-        "{}",
-        faulty.output
-    );
+    // The launcher failed the whole team, in one respawn.
+    let respawns = &faulty.launch["respawns"];
+    assert_eq!(respawns.as_array().map(Vec::len), Some(1), "one respawn: {}", faulty.launch);
+    assert_eq!(respawns[0]["nodes"], serde_json::json!([0, 1]), "{}", faulty.launch);
+    assert_eq!(respawns[0]["ranks"], serde_json::json!([0, 1, 2, 3]), "{}", faulty.launch);
+    assert_eq!(respawns[0]["incarnation"], 1, "{}", faulty.launch);
     assert_eq!(ranks_at(&faulty.dir, 1), [0, 1, 2, 3], "team 0 restarted:\n{}", faulty.output);
     assert_eq!(ranks_at(&faulty.dir, 0), [4, 5, 6, 7], "team 1 never restarted:\n{}", faulty.output);
     // Survivors recovered once and did not roll back: they finished as incarnation 0.
@@ -161,11 +156,8 @@ fn uneven_teams_big_team_killed_matches_failure_free() {
     faulty_env.push(("REVERB_FAULT", "5:71"));
     let faulty = job("uneven-killed", "stencil", STENCIL, &faulty_env, 1);
     assert!(faulty.success, "{}", faulty.output);
-    assert!(
-        faulty.output.contains("nodes [1, 2, 3] respawned: ranks [2, 3, 4, 5, 6, 7]"),
-        "{}",
-        faulty.output
-    );
+    assert_eq!(faulty.respawned_nodes(), vec![vec![1, 2, 3]], "{}", faulty.launch);
+    assert_eq!(faulty.launch["respawns"][0]["ranks"], serde_json::json!([2, 3, 4, 5, 6, 7]));
     assert_eq!(ranks_at(&faulty.dir, 1), [2, 3, 4, 5, 6, 7], "{}", faulty.output);
     assert_eq!(ranks_at(&faulty.dir, 0), [0, 1], "{}", faulty.output);
     assert!(clean.checksum.is_some(), "no checksum:\n{}", clean.output);

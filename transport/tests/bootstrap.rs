@@ -26,6 +26,11 @@ fn job(rank: u32, size: u32) -> JobInfo {
     }
 }
 
+/// `e` is the server's refusal, and its reason names what was wrong (`why`, a key word).
+fn assert_refused(e: &TransportError, why: &str) {
+    assert!(matches!(e, TransportError::Bootstrap(m) if m.contains("refused") && m.contains(why)), "{e}");
+}
+
 fn quick_server(size: u32) -> BootServer {
     let opts = ServerOptions {
         hello_timeout: Duration::from_millis(500),
@@ -125,6 +130,7 @@ fn client_retries_until_the_server_starts() {
         let mut b = TcpBootstrap::connect(job(0, 1), &r2, TOKEN, T).unwrap();
         b.allgather(b"x").unwrap()
     });
+    // The delay is the case under test: the server starts after the client began connecting.
     thread::sleep(Duration::from_millis(300));
     let _server = BootServer::start(&root, 1, TOKEN).unwrap();
     assert_eq!(client.join().unwrap(), vec![b"x".to_vec()]);
@@ -172,7 +178,7 @@ fn wrong_token_is_refused_and_the_job_completes() {
     let e = TcpBootstrap::connect(job(0, 4), &addr.to_string(), "not-the-token", T)
         .err()
         .expect("wrong token must be refused");
-    assert!(e.to_string().contains("wrong job token"), "{e}");
+    assert_refused(&e, "token");
     run_job(addr, 4, 2);
 }
 
@@ -199,7 +205,7 @@ fn duplicate_rank_is_refused() {
     let root = server.local_addr().to_string();
     let mut b0 = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).unwrap();
     let e = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).err().expect("duplicate refused");
-    assert!(e.to_string().contains("duplicate rank 0"), "{e}");
+    assert_refused(&e, "duplicate");
     let r1 = root.clone();
     let h = thread::spawn(move || {
         let mut b1 = TcpBootstrap::connect(job(1, 2), &r1, TOKEN, T).unwrap();
@@ -253,7 +259,7 @@ fn malformed_connections_are_refused_without_disturbing_the_job() {
     // And the server still serves a fresh job of the right size? No: ranks already left.
     // A late valid rank is refused because its slot is done.
     let e = TcpBootstrap::connect(job(1, 2), &addr.to_string(), TOKEN, T).err().unwrap();
-    assert!(e.to_string().contains("already left"), "{e}");
+    assert_refused(&e, "already left");
 }
 
 /// Joins as `rank` with a raw socket so the test can drop it without a Bye.
@@ -284,12 +290,13 @@ fn lost_rank_fails_pending_and_later_allgathers() {
             })
         })
         .collect();
+    // Lets ranks 0 and 1 enter the round first (the server shows no state to poll). Not a
+    // correctness wait: a loss before the round fails it the same way (next test).
     thread::sleep(Duration::from_millis(300));
     drop(dying); // no Bye: a crash
     for h in hs {
         let (e, again, took) = h.join().unwrap();
         assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
-        assert!(e.to_string().contains("rank 2"), "{e}");
         assert!(matches!(again, TransportError::PeerDead(2)), "{again}");
         assert!(took < T, "took {took:?}");
     }
@@ -300,6 +307,8 @@ fn lost_rank_fails_allgathers_started_after_the_loss() {
     let server = quick_server(3);
     let root = server.local_addr().to_string();
     drop(raw_rank(server.local_addr(), 1, 3));
+    // Lets the server see the loss before the others connect (no state to poll). Not a
+    // correctness wait: a loss seen during the round fails it the same way (previous test).
     thread::sleep(Duration::from_millis(200));
     let hs: Vec<_> = [0u32, 2]
         .into_iter()
@@ -325,7 +334,9 @@ fn allgather_times_out_when_a_rank_never_comes() {
             .unwrap();
     let t0 = Instant::now();
     let e = b.allgather(b"x").unwrap_err();
-    assert!(e.to_string().contains("timed out"), "{e}");
+    // The TCP bootstrap reports its timeouts as `Bootstrap` errors (not `Timeout`): the
+    // variant and the key words, then.
+    assert!(matches!(&e, TransportError::Bootstrap(m) if m.contains("timed out")), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(3));
 }
 
@@ -335,7 +346,8 @@ fn connect_from_env_needs_a_job() {
         return; // running inside a launcher; nothing to check
     }
     let e = TcpBootstrap::connect_from_env().err().expect("no job env");
-    assert!(e.to_string().contains("no job environment"), "{e}");
+    // The error names the variables to set.
+    assert!(matches!(&e, TransportError::Config(m) if m.contains("REVERB_RANK")), "{e}");
 }
 
 // ---- env parser ----
@@ -518,9 +530,9 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
 
     // Stale (equal) incarnation and wrong token are refused with a clear reason.
     let e = TcpBootstrap::connect(job_at(2, 3, 0), &root, TOKEN, T).err().unwrap();
-    assert!(e.to_string().contains("stale incarnation 0"), "{e}");
+    assert_refused(&e, "stale incarnation");
     let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, "wrong", T).err().unwrap();
-    assert!(e.to_string().contains("wrong job token"), "{e}");
+    assert_refused(&e, "token");
 
     let mut r2 = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).unwrap();
     let seen = r2.lookup().unwrap();
@@ -544,7 +556,7 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
     assert!(t0.elapsed() < Duration::from_secs(3));
     // The new incarnation is live: the same incarnation again is a duplicate.
     let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).err().unwrap();
-    assert!(e.to_string().contains("duplicate rank 2"), "{e}");
+    assert_refused(&e, "duplicate");
     assert_eq!(r0.lookup().unwrap()[2].address.as_deref(), Some(&b"addr-2-new"[..]));
 }
 
@@ -562,6 +574,8 @@ fn collectives_resume_once_the_lost_rank_rejoined() {
     });
     let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
     let dying = raw_rank(server.local_addr(), 2, 3);
+    // Lets rank 0 enter its round first (no server state to poll); rank 0 gets PeerDead
+    // either way, so the delay picks the path, not the outcome.
     thread::sleep(Duration::from_millis(200));
     drop(dying);
     server.mark_failed(2, 0, "killed by the test").unwrap();
@@ -601,7 +615,7 @@ fn a_higher_incarnation_supersedes_a_connection_not_yet_seen_dead() {
     assert_eq!((r.rank, r.incarnation, r.address), (1, 1, b"new".to_vec()));
     // The old incarnation cannot come back.
     let e = TcpBootstrap::connect(job(1, 2), &root, TOKEN, T).err().unwrap();
-    assert!(e.to_string().contains("duplicate rank 1"), "{e}");
+    assert_refused(&e, "duplicate");
 }
 
 /// Joins as `rank` of `size` over a raw socket (no Bye on drop).

@@ -136,6 +136,10 @@ fn tagged_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &
             // Registered path (zero-copy rendezvous above the threshold).
             region.write(0, &data).unwrap();
             let b = p.send_region(1, tag + 10_000, &region, 0, size).unwrap();
+            if i % 2 == 1 {
+                // Both sends are posted before rank 1 posts its receives (see there).
+                boot.barrier().unwrap();
+            }
             for op in [a, b] {
                 match p.wait_op(op, WAIT).unwrap().into_result().unwrap().kind {
                     CompletionKind::Send { dest: 1, len, .. } => assert_eq!(len, size),
@@ -143,9 +147,10 @@ fn tagged_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &
                 }
             }
         } else {
-            // Even sizes: receive posted first; odd: message arrives unexpected first.
+            // Even sizes: receive posted first; odd: message arrives unexpected first (rank 0
+            // posted both sends before this barrier).
             if i % 2 == 1 {
-                std::thread::sleep(Duration::from_millis(20));
+                boot.barrier().unwrap();
             }
             let into = p.alloc_region(size, Access::LOCAL).unwrap();
             let r1 = p
@@ -467,6 +472,8 @@ fn event_wait_sleeps_and_wakes() {
         assert_eq!(data, b"wake");
     } else {
         boot.barrier().unwrap();
+        // The delay is the case under test: rank 0 is asleep in its event wait when the
+        // message comes, and must be woken by it.
         std::thread::sleep(Duration::from_millis(200));
         let op = p.send(0, 5, b"wake").unwrap();
         p.wait_op(op, WAIT).unwrap();
@@ -554,9 +561,10 @@ fn verbs_remote_access_error_fails_only_that_endpoint() {
         assert_eq!(data, b"done");
         assert_eq!(target.to_vec(0, 16).unwrap(), vec![0x11; 16]);
     }
+    // Rank 0 is done with every write it tried.
+    boot.barrier().unwrap();
     if job.rank == 1 {
         // The refused write never touched our memory.
-        std::thread::sleep(Duration::from_millis(500));
         assert_eq!(target.to_vec(0, 4096).unwrap(), vec![0xAB; 4096], "target memory was touched");
     }
 }
@@ -897,7 +905,9 @@ fn a_posted_receive_gets_the_last_message_of_a_peer_found_dead_body(
     let op = p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 24 }).unwrap();
     p.progress().unwrap(); // nothing yet: rank 1 sends only after the barrier
     boot.barrier().unwrap();
-    // Long enough for rank 1 to send and close, and for a liveness check to fall due.
+    // Long enough for rank 1 to send and close, and for a liveness check to fall due: the
+    // case under test is one progress call that finds both the message and the death, so rank
+    // 0 must not progress meanwhile (a bounded wait on the death would take the message first).
     std::thread::sleep(Duration::from_millis(600));
     p.block(Duration::from_millis(1)).unwrap();
     let c = p.wait_op(op, WAIT).unwrap().into_result().expect("the last message, not PeerDead");

@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// Do not prefix output lines with `[rank] `.
     #[arg(long)]
     pub no_prefix: bool,
+    /// Also write how the job ended as JSON to FILE: exit code, why it stopped (which rank,
+    /// its exit status or signal; timeout; signal), the respawns taken.
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -56,6 +60,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         timeout,
         prefix_output: !args.no_prefix,
     };
-    launch_report(&spec, &LaunchOptions { verbose, respawn: args.respawn, logger: args.logger })
-        .map(|r| r.code)
+    let opts =
+        LaunchOptions { verbose, respawn: args.respawn, logger: args.logger, report_json: args.report_json };
+    launch_report(&spec, &opts).map(|r| r.code)
 }

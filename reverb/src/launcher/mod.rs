@@ -24,7 +24,8 @@
 //! Files by job: [`args`] (`reverb run`'s command line), `spawn` (ranks started, pinned,
 //! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `teams` (the
 //! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
-//! launch from start to exit code), `signals` (SIGINT/SIGTERM), `os` (the system calls on children).
+//! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
+//! (SIGINT/SIGTERM), `os` (the system calls on children).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +39,7 @@ mod report;
 mod signals;
 mod spawn;
 mod teams;
+mod verdict;
 mod watch;
 
 pub use args::{run, RunArgs};
@@ -72,6 +74,8 @@ pub struct LaunchOptions {
     pub respawn: u32,
     /// Logger cores, one per node (off: none).
     pub logger: reverb_logger::core::Placement,
+    /// Also write how the launch ended as JSON to this file (`--report-json`).
+    pub report_json: Option<PathBuf>,
 }
 
 /// One node (or team) respawn.
@@ -84,6 +88,10 @@ pub struct Respawn {
     /// The rank whose death failed the node, and how it died.
     pub rank: u32,
     pub signal: i32,
+    /// The node's logger core failed it, not a rank (`rank` is then the node's first rank).
+    pub by_logger: bool,
+    /// The node's logger core was started again with its ranks.
+    pub logger_restarted: bool,
     /// The ranks started again, at `incarnation`.
     pub ranks: Vec<u32>,
     pub incarnation: u32,

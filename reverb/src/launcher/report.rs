@@ -14,6 +14,7 @@ use super::spawn::{
     join_handles, join_pumps, kill_all, random_hex, reap, spawn_rank, JobCtx, RankProc, RankStatus,
 };
 use super::teams::teams_of_nodes;
+use super::verdict::Verdict;
 use super::watch::{Stop, Watch};
 use super::{LaunchOptions, LaunchReport, LaunchSpec, Respawn};
 
@@ -55,7 +56,20 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         l.finish(stop.is_none());
     }
 
-    let code = exit_code(stop, &procs, &respawns, respawn_failed.as_ref(), opts.respawn);
+    let code = exit_code(stop.as_ref(), &procs, &respawns, respawn_failed.as_ref(), opts.respawn);
+    if let Some(path) = &opts.report_json {
+        let verdict = Verdict {
+            code,
+            stop: stop.as_ref(),
+            procs: &procs,
+            respawns: &respawns,
+            respawn_failed: respawn_failed.as_ref(),
+            respawn_limit: opts.respawn,
+        };
+        let text = serde_json::to_string_pretty(&verdict.to_json())?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("writing the launch report {}", path.display()))?;
+    }
     if opts.verbose {
         for p in &procs {
             eprintln!(
@@ -90,7 +104,7 @@ fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
 /// The job's exit code, with the reason printed: 0 when no stop; a failed rank's own code
 /// (or 128 + its signal); 124 on timeout; 128 + a signal received.
 fn exit_code(
-    stop: Option<Stop>,
+    stop: Option<&Stop>,
     procs: &[RankProc],
     respawns: &[Respawn],
     respawn_failed: Option<&anyhow::Error>,
@@ -102,7 +116,7 @@ fn exit_code(
     match stop {
         None => 0,
         Some(Stop::RankFailed(i)) => {
-            let p = &procs[i];
+            let p = &procs[*i];
             let others = if killed > 0 { format!("; killed {killed} other rank(s)") } else { String::new() };
             let why = match (respawn_failed, p.status) {
                 (Some(e), _) => format!("; respawn failed: {e:#}"),
@@ -127,15 +141,15 @@ fn exit_code(
                 (None, None) => "; its node cannot log any more".into(),
             };
             eprintln!("reverb run: {what}{why}{others}");
-            logger_failed_code(status)
+            logger_failed_code(*status)
         }
         Some(Stop::Timeout(t)) => {
             eprintln!("reverb run: timeout after {:.1} s; killed {killed} rank(s)", t.as_secs_f64());
             124
         }
         Some(Stop::Signal(s)) => {
-            eprintln!("reverb run: received {}; killed {killed} rank(s)", signal_name(s));
-            128 + s
+            eprintln!("reverb run: received {}; killed {killed} rank(s)", signal_name(*s));
+            128 + *s
         }
     }
 }

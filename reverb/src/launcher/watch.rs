@@ -221,7 +221,8 @@ impl<'a> Watch<'a> {
             }
             let left = self.respawn_limit - self.respawns.len() as u32 - 1;
             match self.respawn_node(&failure, left) {
-                Ok(r) => {
+                Ok(mut r) => {
+                    r.by_logger = rank_index.is_none();
                     // A team mate's death in this pass is the same failure: one respawn.
                     respawned_nodes.extend_from_slice(&r.nodes);
                     self.respawns.push(r);
@@ -285,6 +286,8 @@ impl<'a> Watch<'a> {
             nodes,
             rank: failure.rank,
             signal: failure.signal,
+            by_logger: false,
+            logger_restarted: ctx.loggers.is_some(),
             ranks,
             incarnation: next,
             at: self.start.elapsed(),

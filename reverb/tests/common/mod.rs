@@ -1,5 +1,6 @@
 //! What the runtime's end-to-end tests share: one `reverb run --respawn` job of `reverb app`
-//! (8 ranks in 4 nodes of 2) with its output, checksum and rank-report directory.
+//! (8 ranks in 4 nodes of 2) with its output, checksum, launch report and rank-report
+//! directory.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,7 +9,29 @@ pub struct Outcome {
     pub success: bool,
     pub checksum: Option<String>,
     pub output: String,
+    /// `reverb run --report-json`: the exit code, why the job stopped, the respawns.
+    pub launch: serde_json::Value,
     pub dir: PathBuf,
+}
+
+impl Outcome {
+    /// The nodes respawned, in order (with teams, every node of each respawned team).
+    pub fn respawned_nodes(&self) -> Vec<Vec<u64>> {
+        let respawns = self.launch["respawns"].as_array().cloned().unwrap_or_default();
+        respawns
+            .iter()
+            .map(|r| r["nodes"].as_array().into_iter().flatten().filter_map(|n| n.as_u64()).collect())
+            .collect()
+    }
+
+    /// Asserts that the job stopped on a rank's own verdict (a non-zero exit, as an error
+    /// reported by the runtime ends it), not on a signal, a timeout or the launcher.
+    #[allow(dead_code)] // not every suite has a failing case
+    pub fn assert_failed_by_a_rank(&self) {
+        let stop = &self.launch["stop"];
+        assert_eq!(stop["kind"], "rank_failed", "{}\n{}", self.launch, self.output);
+        assert!(stop["exit_code"].as_i64().is_some_and(|c| c != 0), "{}\n{}", self.launch, self.output);
+    }
 }
 
 /// Runs `app` under `reverb run`; the `REVERB_*` settings a test does not pass are cleared so
@@ -27,6 +50,7 @@ pub fn job(
     let exe = env!("CARGO_BIN_EXE_reverb");
     let mut cmd = Command::new(exe);
     cmd.args(["run", "-n", "8", "--ranks-per-node", "2", "--respawn", &respawn.to_string()])
+        .args(["--report-json".as_ref(), dir.join("launch.json").as_os_str()])
         .args(["--timeout", "180", "--", exe, "app", app])
         .args(app_args)
         .env("REVERB_RUNTIME_REPORT", &dir);
@@ -50,5 +74,9 @@ pub fn job(
     let out = cmd.output().expect("reverb run");
     let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let checksum = std::fs::read_to_string(dir.join("checksum")).ok().map(|s| s.trim().to_string());
-    Outcome { success: out.status.success(), checksum, output, dir }
+    // A launch that could not start (bad settings refused by the launcher) writes no report.
+    let launch = std::fs::read_to_string(dir.join("launch.json"))
+        .map(|text| serde_json::from_str(&text).expect("the launch report is JSON"))
+        .unwrap_or(serde_json::Value::Null);
+    Outcome { success: out.status.success(), checksum, output, launch, dir }
 }

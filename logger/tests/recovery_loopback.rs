@@ -1,0 +1,183 @@
+//! Recovery logic of each logging protocol on the loopback provider (3 ranks as threads, one
+//! per node, `LogUnit::Rank`), milliseconds per protocol: rank 1 takes messages from ranks 2
+//! then 0, by wildcard and named receives, and answers rank 0; then it restarts in place. Its
+//! determinants, gathered from the survivors, are exactly its wildcard deliveries; its logged
+//! payloads come back (pessimistic-rb: the frames its buddy's ring holds; pessimistic-sb and
+//! causal: resent from the senders' logs), deliberately in the opposite order (rank 0's
+//! first), and the re-execution still delivers the original sequence. Its re-executed answer
+//! reaches rank 0 as a dropped duplicate. The SIGKILL versions are in `protocol_procs.rs`.
+
+use std::time::{Duration, Instant};
+
+use reverb_logger::{Delivery, Determinant, LogConfig, LogMode, LogUnit, LoggedEndpoint};
+use reverb_transport::loopback::InProcBootstrap;
+use reverb_transport::{Bootstrap, Provider, ProviderKind, Rank, Source, Tag, TagMatch, TransportConfig};
+
+const WAIT: Duration = Duration::from_secs(10);
+const VICTIM: Rank = 1;
+/// Messages each sender sends the victim.
+const SENT: u64 = 3;
+const ANSWER_TAG: Tag = 99;
+
+/// Runs `body` on each rank of a `size`-rank loopback job, one thread each; a rank that
+/// panicked fails the others' collectives within `WAIT`.
+fn on_ranks(job: &str, size: u32, body: impl Fn(InProcBootstrap, Box<dyn Provider>) + Sync) {
+    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let body = &body;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = InProcBootstrap::with_timeout(job, size, WAIT)
+            .into_iter()
+            .map(|mut boot| {
+                let config = config.clone();
+                scope.spawn(move || {
+                    let provider = reverb_transport::open(&config, &mut boot).expect("open loopback");
+                    body(boot, provider)
+                })
+            })
+            .collect();
+        let panicked = handles.into_iter().filter_map(|h| h.join().err()).count();
+        assert_eq!(panicked, 0, "{job}: a rank panicked");
+    });
+}
+
+fn payload(sender: Rank, i: u64) -> Vec<u8> {
+    format!("from {sender} message {i}").into_bytes()
+}
+
+/// The victim's program: rank 2's messages by wildcard receives, then rank 0's by one named
+/// and two wildcard receives, then an answer to rank 0. Re-executed as is after the restart.
+fn victim_program(endpoint: &mut LoggedEndpoint, boot: &mut dyn Bootstrap) -> Vec<Delivery> {
+    let mut got = Vec::new();
+    boot.barrier().expect("rank 2 sent");
+    for _ in 0..SENT {
+        got.push(endpoint.recv(Source::Any, TagMatch::any(), WAIT).expect("wildcard from 2"));
+    }
+    boot.barrier().expect("rank 0 sent");
+    // Named source and tag: a deterministic receive, which logs no determinant.
+    got.push(endpoint.recv(Source::Rank(0), TagMatch::exact(0), WAIT).expect("named from 0"));
+    for _ in 1..SENT {
+        got.push(endpoint.recv(Source::Any, TagMatch::any(), WAIT).expect("wildcard from 0"));
+    }
+    endpoint.send(0, ANSWER_TAG, b"answer").expect("answer");
+    got
+}
+
+/// The senders' side of the first run: rank 2 sends, then rank 0; rank 0 takes the answer.
+fn sender_program(endpoint: &mut LoggedEndpoint, boot: &mut dyn Bootstrap, me: Rank) {
+    for phase_sender in [2, 0] {
+        if me == phase_sender {
+            for i in 0..SENT {
+                endpoint.send(VICTIM, i, &payload(me, i)).expect("send");
+            }
+            endpoint.wait_sends(WAIT).expect("sends out");
+        }
+        boot.barrier().expect("phase");
+    }
+    if me == 0 {
+        let answer = endpoint.recv(Source::Rank(VICTIM), TagMatch::exact(ANSWER_TAG), WAIT).expect("answer");
+        assert_eq!(answer.payload, b"answer");
+    }
+}
+
+fn check_first_run(got: &[Delivery]) {
+    let order: Vec<(Rank, u64, &[u8])> =
+        got.iter().map(|d| (d.source, d.ssn, d.payload.as_slice())).collect();
+    let p = |s, i| payload(s, i);
+    let (a, b, c, d, e, f) = (p(2, 0), p(2, 1), p(2, 2), p(0, 0), p(0, 1), p(0, 2));
+    let expected: Vec<(Rank, u64, &[u8])> =
+        vec![(2, 1, &a), (2, 2, &b), (2, 3, &c), (0, 1, &d), (0, 2, &e), (0, 3, &f)];
+    assert_eq!(order, expected);
+    let rsns: Vec<u64> = got.iter().map(|d| d.rsn).collect();
+    assert_eq!(rsns, (1..=6).collect::<Vec<_>>());
+    // Only the wildcard receives (all but the named 4th) carry a determinant.
+    let with_det: Vec<u64> = got.iter().filter(|d| d.determinant.is_some()).map(|d| d.rsn).collect();
+    assert_eq!(with_det, vec![1, 2, 3, 5, 6]);
+}
+
+/// The survivors hand the victim's payloads back in the order opposite to the first run.
+fn resend_reversed(endpoint: &mut LoggedEndpoint, boot: &mut dyn Bootstrap, me: Rank, from_ring: bool) {
+    for phase_sender in [0, 2] {
+        if me == phase_sender {
+            // pessimistic-rb: the ring gave the victim every delivered message; nothing is
+            // missing. The others resend all of theirs.
+            let (from, expected) = if from_ring { (SENT + 1, 0) } else { (1, SENT as usize) };
+            assert_eq!(endpoint.resend_from(VICTIM, from).expect("resend"), expected, "rank {me}");
+            endpoint.wait_sends(WAIT).expect("resent");
+        }
+        boot.barrier().expect("resend phase");
+    }
+}
+
+/// Polls until rank 0 has dropped the victim's re-executed answer as a duplicate.
+fn await_duplicate(endpoint: &mut LoggedEndpoint) {
+    let start = Instant::now();
+    while endpoint.stats().duplicates_dropped < 1 {
+        assert!(start.elapsed() < WAIT, "re-executed answer not dropped: {:?}", endpoint.stats());
+        endpoint.progress().expect("progress");
+    }
+    assert_eq!(endpoint.stats().duplicates_dropped, 1);
+}
+
+fn restart_and_replay(mode: LogMode) {
+    let config = LogConfig { mode, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() };
+    let from_ring = mode == LogMode::PessimisticReceiverBased;
+    on_ranks(&format!("recovery-{mode}"), 3, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        let first = if me == VICTIM {
+            let got = victim_program(&mut endpoint, &mut boot);
+            check_first_run(&got);
+            got
+        } else {
+            sender_program(&mut endpoint, &mut boot, me);
+            Vec::new()
+        };
+        endpoint.flush_log().expect("flush");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        boot.barrier().expect("quiet");
+        let dets = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+        let frames = endpoint.gather_frames(&mut boot, &[VICTIM]).expect("gather frames");
+        if me != VICTIM {
+            assert!(frames.is_empty(), "{mode}: a survivor gets no frames");
+            boot.barrier().expect("restarted");
+            resend_reversed(&mut endpoint, &mut boot, me, from_ring);
+            if me == 0 {
+                await_duplicate(&mut endpoint);
+            }
+        } else {
+            let logged: Vec<Determinant> = first.iter().filter_map(|d| d.determinant).collect();
+            assert_eq!(dets, logged, "{mode}: determinants gathered from the survivors");
+            endpoint.restart_in_place(1).expect("restart");
+            if from_ring {
+                assert_eq!(frames.len(), 2 * SENT as usize, "the ring holds every delivery");
+                assert_eq!(endpoint.replay_frames(frames, &[]).expect("replay frames"), 2 * SENT as usize);
+                assert_eq!((endpoint.held_through(0), endpoint.held_through(2)), (SENT, SENT));
+            } else {
+                assert!(frames.is_empty(), "{mode} logs no frames");
+            }
+            endpoint.begin_replay(&dets).expect("begin replay");
+            assert!(endpoint.replaying());
+            boot.barrier().expect("restarted");
+            let again = victim_program(&mut endpoint, &mut boot);
+            assert!(!endpoint.replaying());
+            assert_eq!(again, first, "{mode}: the replay delivers the logged sequence");
+        }
+        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.finish(&mut boot).expect("finish");
+    });
+}
+
+#[test]
+fn pessimistic_receiver_based_replays_the_ring_in_logged_order() {
+    restart_and_replay(LogMode::PessimisticReceiverBased);
+}
+
+#[test]
+fn pessimistic_sender_based_replays_resent_payloads_in_logged_order() {
+    restart_and_replay(LogMode::PessimisticSenderBased);
+}
+
+#[test]
+fn causal_replays_resent_payloads_in_logged_order() {
+    restart_and_replay(LogMode::Causal);
+}
