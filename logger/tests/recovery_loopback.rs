@@ -120,7 +120,7 @@ fn await_duplicate(endpoint: &mut LoggedEndpoint) {
 
 fn restart_and_replay(mode: LogMode) {
     let config = LogConfig { mode, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() };
-    let from_ring = mode == LogMode::PessimisticReceiverBased;
+    let from_ring = mode == LogMode::PESSIMISTIC_RB;
     on_ranks(&format!("recovery-{mode}"), 3, |mut boot, provider| {
         let me = boot.job().rank;
         let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
@@ -169,15 +169,15 @@ fn restart_and_replay(mode: LogMode) {
 
 #[test]
 fn pessimistic_receiver_based_replays_the_ring_in_logged_order() {
-    restart_and_replay(LogMode::PessimisticReceiverBased);
+    restart_and_replay(LogMode::PESSIMISTIC_RB);
 }
 
 #[test]
 fn pessimistic_sender_based_replays_resent_payloads_in_logged_order() {
-    restart_and_replay(LogMode::PessimisticSenderBased);
+    restart_and_replay(LogMode::PESSIMISTIC_SB);
 }
 
 #[test]
 fn causal_replays_resent_payloads_in_logged_order() {
-    restart_and_replay(LogMode::Causal);
+    restart_and_replay(LogMode::CAUSAL);
 }
