@@ -4,7 +4,8 @@
 //! The handlers are signal-hook's, registered once at the first launch and kept: signal-hook
 //! cannot put back the handler it replaced, so when no launch runs its handler performs the
 //! default action itself. A handler the host program installed before the first launch is
-//! chained by signal-hook (it still runs) instead of being replaced during launches.
+//! chained by signal-hook instead of replaced: it runs first, during launches too, and outside
+//! launches the default action follows it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
