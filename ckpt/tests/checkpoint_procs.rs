@@ -77,8 +77,8 @@ fn check_restored(
 }
 
 fn die() -> ! {
-    // SAFETY: kill(2) on our own pid; SIGKILL ends the process at once, as a node failure would.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // SIGKILL to our own pid ends the process at once, as a node failure would.
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     unreachable!("SIGKILL returned")
 }
 

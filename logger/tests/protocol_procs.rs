@@ -1043,8 +1043,8 @@ fn fail_victims_and_rejoin(
 ) {
     if !survivor {
         if me == victims[0] {
-            // SAFETY (test): SIGKILL to ourselves, the node failure under test.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SIGKILL to ourselves, the node failure under test.
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
         std::thread::sleep(WAIT);
         panic!("rank {me} outlived its node");

@@ -202,10 +202,11 @@ fn sigterm_is_forwarded_to_the_ranks() {
         let l = rx.recv_timeout(Duration::from_secs(10)).expect("ranks did not start");
         seen.extend(pids(&l));
     }
-    // SAFETY (test): signals our own child.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
+    // Our own child, not reaped yet.
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    );
     let t0 = Instant::now();
     let st = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -374,8 +375,8 @@ fn rank_entry_stale_rejoin() {
         // After the barrier every rank's publish is in place at the server.
         b.barrier().unwrap();
         if job.rank == 1 {
-            // SAFETY (test): SIGKILL to ourselves, the failure under test.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SIGKILL to ourselves, the failure under test.
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
         let r = b.wait_rejoin(1, Duration::from_secs(20)).expect("rank 1 rejoins");
         assert_eq!((r.rank, r.incarnation, r.address), (1, 1, b"addr 1".to_vec()));

@@ -195,8 +195,9 @@ fn rank_role(test: &str) {
             let pid = client.status(Status::LoggerPid) as libc::pid_t;
             assert!(pid > 0, "no logger pid in the segment");
             println!("rank 2: SIGKILL to node 1's logger core (pid {pid})");
-            // SAFETY: plain syscall on a pid read from our own node's segment.
-            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            // A pid read from our own node's segment.
+            let target = rustix::process::Pid::from_raw(pid).expect("a positive pid");
+            rustix::process::kill_process(target, rustix::process::Signal::KILL).expect("SIGKILL");
             std::thread::sleep(wait());
             panic!("rank 2 was not killed with its node within {:?}", wait());
         }
@@ -442,9 +443,10 @@ fn a_logger_killed_mid_run_fails_its_node_and_the_app_keeps_its_checksum() {
         assert!(t0.elapsed() < wait(), "the app never logged a determinant on node 0");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // SAFETY: plain syscall on our grandchild's pid (the launcher has not reaped it: it is
-    // running, or a zombie until the launcher sees it).
-    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+    // Our grandchild's pid (the launcher has not reaped it: it is running, or a zombie until
+    // the launcher sees it).
+    let target = rustix::process::Pid::from_raw(pid as i32).expect("a positive pid");
+    rustix::process::kill_process(target, rustix::process::Signal::KILL).expect("SIGKILL");
     let status = loop {
         if let Some(st) = job.try_wait().unwrap() {
             break st;

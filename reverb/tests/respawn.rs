@@ -186,8 +186,9 @@ fn respawn_rank_entry() {
                 for r in survivors {
                     send(p.as_mut(), r, TAG_DYING, &t);
                 }
-                // SAFETY (test): SIGKILL to ourselves, the failure under test.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                // SIGKILL to ourselves, the failure under test.
+                let _ =
+                    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
             }
             std::thread::sleep(WAIT);
             panic!("rank {me}: still alive {WAIT:?} after its node failed");

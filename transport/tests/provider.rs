@@ -428,8 +428,8 @@ fn sigkilled_peer_fails_pending_ops_within_bound() {
     if job.rank == 1 {
         // Accept the first part of the transfer, then die without warning.
         let (_, _, _) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(1), 64);
-        // SAFETY: plain libc call; the process ends here.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        // SIGKILL to ourselves; the process ends here.
+        let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::thread::sleep(Duration::from_secs(60));
         return;
     }
@@ -514,8 +514,8 @@ fn segments_removed_on_exit_and_after_crash() {
     let _r = p.alloc_region(1 << 20, Access::REMOTE_RW).unwrap();
     boot.barrier().unwrap();
     if job.rank == 1 {
-        // SAFETY: plain libc call; the process ends here.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        // SIGKILL to ourselves; the process ends here.
+        let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
     let _ = OpId(0);
 }
@@ -681,8 +681,8 @@ fn node_failure_job(test: &str, failures: u32) {
     if job.node == 1 && job.incarnation > 0 && job.incarnation < last {
         // A respawn that fails again before anyone talked to it.
         if me == 2 {
-            // SAFETY (test): SIGKILL to ourselves, the node failure under test.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SIGKILL to ourselves, the node failure under test.
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
         std::thread::sleep(WAIT);
         panic!("rank {me} outlived its node");
@@ -699,8 +699,9 @@ fn node_failure_job(test: &str, failures: u32) {
         let killed_at = Instant::now();
         if job.node == 1 {
             if me == 2 {
-                // SAFETY (test): SIGKILL to ourselves, the node failure under test.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                // SIGKILL to ourselves, the node failure under test.
+                let _ =
+                    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
             }
             std::thread::sleep(WAIT);
             panic!("rank {me} outlived its node");
@@ -793,8 +794,8 @@ fn reconnect_drops_the_dead_incarnations_work() {
             p.send(0, 5, b"old").unwrap();
             p.send(0, 6, b"sync").unwrap();
             boot.barrier().unwrap();
-            // SAFETY (test): SIGKILL to ourselves, the failure under test.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SIGKILL to ourselves, the failure under test.
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
             std::thread::sleep(WAIT);
             panic!("rank 1 outlived its SIGKILL");
         }

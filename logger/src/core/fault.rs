@@ -59,8 +59,8 @@ fn die_once_ranks_attached(segment: &super::segment::NodeSegment, bound: std::ti
     tracing::info!(
         "reverb logger-core: fault injection: SIGKILL to this logger core in its start-up exchange"
     );
-    // SAFETY: kill(2) on our own pid; SIGKILL is the failure being injected.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // SIGKILL to our own pid: the failure being injected.
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     std::thread::sleep(std::time::Duration::from_secs(60));
     std::process::abort();
 }

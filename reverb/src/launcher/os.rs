@@ -3,18 +3,20 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use rustix::process::{getpid, getppid, kill_process, kill_process_group, Pid, Signal};
+use rustix::thread::{sched_setaffinity, CpuSet};
+
 /// Makes the child die with the launcher: SIGKILL on parent death, and at once if the parent
 /// is already gone by the time it runs.
 pub(super) fn die_with_launcher(cmd: &mut Command) {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-    // functions (prctl, getppid, raise).
+    let parent = getpid();
+    // SAFETY: the closure runs between fork and exec and makes only raw system calls
+    // (prctl, getppid, getpid, kill) through rustix: no allocation, no locks.
     unsafe {
         cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
+            let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+            if getppid() != Some(parent) {
+                let _ = kill_process(getpid(), Signal::KILL);
             }
             Ok(())
         });
@@ -24,24 +26,19 @@ pub(super) fn die_with_launcher(cmd: &mut Command) {
 /// SIGKILLs process group `pgid`. The caller guarantees the group leader is its unreaped
 /// child, so the pgid cannot have been reused.
 pub(super) fn kill_group(pgid: libc::pid_t) {
-    // SAFETY: plain syscall on a group the caller owns (see above).
-    unsafe {
-        libc::killpg(pgid, libc::SIGKILL);
+    // Pid 0 would be our own group: never a child's.
+    if let Some(pgid) = Pid::from_raw(pgid.max(0)) {
+        let _ = kill_process_group(pgid, Signal::KILL);
     }
 }
 
 /// Pins thread `tid` to `cpu` (below CPU_SETSIZE: it comes from the host's cpu list).
 pub(super) fn pin_thread(tid: libc::pid_t, cpu: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET indexes inside it;
-    // sched_setaffinity only reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+    if tid < 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("thread id {tid}")));
     }
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    // Tid 0 (no Pid) is the calling thread, as for sched_setaffinity(2).
+    sched_setaffinity(Pid::from_raw(tid), &set).map_err(std::io::Error::from)
 }

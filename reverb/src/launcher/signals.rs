@@ -1,58 +1,62 @@
-//! SIGINT/SIGTERM while a launch runs: recorded (the launch loop stops the job), and the
-//! previous handlers restored when the last concurrent launch ends.
+//! SIGINT/SIGTERM while a launch runs: recorded (the launch loop stops the job); outside
+//! launches they keep their default action (terminate).
+//!
+//! The handlers are signal-hook's, registered once at the first launch and kept: signal-hook
+//! cannot put back the handler it replaced, so when no launch runs its handler performs the
+//! default action itself. A handler the host program installed before the first launch is
+//! chained by signal-hook instead of replaced: it runs first, during launches too, and outside
+//! launches the default action follows it.
 
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::flag;
 
 /// Last SIGINT/SIGTERM received while a launch was running (0: none).
-pub(super) static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+static SIGNALLED: LazyLock<Arc<AtomicUsize>> = LazyLock::new(|| Arc::new(AtomicUsize::new(0)));
+/// No launch runs: a signal takes its default action.
+static IDLE: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(true)));
+/// Registered once per process (signal-hook's handlers stay installed).
+static REGISTERED: OnceLock<()> = OnceLock::new();
+/// Launches running now: the first clears `IDLE`, the last sets it again.
+static ACTIVE: Mutex<usize> = Mutex::new(0);
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    SIGNALLED.store(sig, Ordering::SeqCst);
+/// Takes the signal recorded since the last call (0: none).
+pub(super) fn take_signal() -> i32 {
+    SIGNALLED.swap(0, Ordering::SeqCst) as i32
 }
 
-/// Handlers are process-wide: installed by the first concurrent launch, restored by the last.
-static HANDLERS: Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = Mutex::new((0, Vec::new()));
+fn register() {
+    for sig in [SIGINT, SIGTERM] {
+        // Registration fails only for forbidden signals; these two are not. Without a
+        // handler the signal keeps its default action, which is no worse than before.
+        let _ = flag::register_conditional_default(sig, Arc::clone(&IDLE));
+        let _ = flag::register_usize(sig, Arc::clone(&SIGNALLED), sig as usize);
+    }
+}
 
 pub(super) struct SignalGuard;
 
 impl SignalGuard {
     pub(super) fn install() -> SignalGuard {
-        let mut g = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
-        if g.0 == 0 {
+        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if *active == 0 {
             SIGNALLED.store(0, Ordering::SeqCst);
-            for sig in [libc::SIGINT, libc::SIGTERM] {
-                // SAFETY: sigaction with a zeroed struct plus a handler that only stores an
-                // atomic; the old action is saved to be restored.
-                unsafe {
-                    let mut new: libc::sigaction = std::mem::zeroed();
-                    new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-                    new.sa_flags = libc::SA_RESTART;
-                    libc::sigemptyset(&mut new.sa_mask);
-                    let mut old: libc::sigaction = std::mem::zeroed();
-                    if libc::sigaction(sig, &new, &mut old) == 0 {
-                        g.1.push((sig, old));
-                    }
-                }
-            }
+            REGISTERED.get_or_init(register);
+            IDLE.store(false, Ordering::SeqCst);
         }
-        g.0 += 1;
+        *active += 1;
         SignalGuard
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
-        let mut g = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
-        g.0 -= 1;
-        if g.0 == 0 {
-            for (sig, old) in g.1.drain(..) {
-                // SAFETY: restores the action saved by `install`.
-                unsafe {
-                    libc::sigaction(sig, &old, std::ptr::null_mut());
-                }
-            }
+        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        *active -= 1;
+        if *active == 0 {
+            IDLE.store(true, Ordering::SeqCst);
         }
     }
 }

@@ -4,14 +4,13 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::BootServer;
 
-use super::signals::{signal_name, SIGNALLED};
+use super::signals::{signal_name, take_signal};
 use super::spawn::{kill_all, reap, spawn_rank, JobCtx, RankProc, RankStatus};
 use super::teams::failure_unit_nodes;
 use super::Respawn;
@@ -106,7 +105,7 @@ impl<'a> Watch<'a> {
                 break;
             }
             if self.stop.is_none() {
-                let sig = SIGNALLED.swap(0, Ordering::SeqCst);
+                let sig = take_signal();
                 if sig != 0 {
                     self.stop = Some(Stop::Signal(sig));
                 } else if let Some(t) = self.ctx.spec.timeout.filter(|t| self.start.elapsed() >= *t) {

@@ -4,30 +4,19 @@
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+use rustix::thread::futex;
+
 /// Sleeps while `*word == expected`, at most `timeout`. Spurious returns are fine: callers loop.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    let ts = futex::Timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
     };
-    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; FUTEX_WAIT only
-    // reads it and the timespec lives on our stack. Errors (EAGAIN, ETIMEDOUT, EINTR) are
-    // all "return and re-check".
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
+    // Errors (EAGAIN, ETIMEDOUT, EINTR) are all "return and re-check".
+    let _ = futex::wait(word, futex::Flags::empty(), expected, Some(&ts));
 }
 
 /// Wakes every process sleeping on `word`.
 pub fn wake_all(word: &AtomicU32) {
-    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access it beyond its address.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-    }
+    let _ = futex::wake(word, futex::Flags::empty(), i32::MAX as u32);
 }

@@ -3,13 +3,18 @@
 //! once; `kill(pid, 0)` is the fallback. [`pid_exists`] counts a zombie as existing (its pid is
 //! still taken); [`pid_running`] does not (it has exited, whoever reaps it).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{pidfd_open, test_kill_process, Pid, PidfdFlags};
 
 /// Whether process `pid` exists (a zombie counts; so does one owned by another user).
 pub fn pid_exists(pid: u32) -> bool {
-    // SAFETY: signal 0 performs only the existence and permission check.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // Pid 0 and pids past i32::MAX name process groups to kill(2), never one process.
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return false };
+    // Signal 0: only the existence and permission check.
+    matches!(test_kill_process(pid), Ok(()) | Err(Errno::PERM))
 }
 
 /// Whether process `pid` exists and has not exited: a zombie (exited, not reaped yet) is not
@@ -34,14 +39,10 @@ pub struct ProcessWatch {
 impl ProcessWatch {
     /// Starts watching `pid` (through a pidfd when the kernel has them).
     pub fn new(pid: u32) -> ProcessWatch {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        let pidfd = if fd >= 0 {
-            // SAFETY: the syscall returned a fresh fd that nothing else owns.
-            Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-        } else {
-            None
-        };
+        let pidfd = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
         ProcessWatch { pid, pidfd }
     }
 
@@ -49,10 +50,11 @@ impl ProcessWatch {
     pub fn alive(&self) -> bool {
         match &self.pidfd {
             Some(fd) => {
-                let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd on our stack, zero timeout.
-                let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
-                !(rc > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+                let mut pfd = [PollFd::new(fd, PollFlags::IN)];
+                // Zero timeout: a readable pidfd means the process has exited.
+                let ready = poll(&mut pfd, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }));
+                let exited = PollFlags::IN | PollFlags::HUP | PollFlags::ERR;
+                !(ready.is_ok_and(|n| n > 0) && pfd[0].revents().intersects(exited))
             }
             None => pid_exists(self.pid),
         }

@@ -1,0 +1,113 @@
+//! [`Session`]: one rank's provider, bootstrap, registered regions and the peer's descriptors.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::{Access, Bootstrap, Provider, Rank, Region, RemoteRegion, TransportConfig};
+
+use super::completions::Events;
+use super::{Role, WaitStyle, CTRL_DEPTH};
+
+/// One rank's benchmark resources: the provider, the bootstrap, two registered regions and the
+/// peer's descriptors of its two regions.
+pub struct Session {
+    pub(super) provider: Box<dyn Provider>,
+    pub(super) boot: Box<dyn Bootstrap>,
+    pub(super) role: Role,
+    pub(super) peer: Rank,
+    /// Source of puts and sends, and the region the peer's gets read.
+    pub(super) src: Region,
+    /// Target of the peer's puts and sends, and of this rank's gets.
+    pub(super) dst: Region,
+    pub(super) peer_src: RemoteRegion,
+    pub(super) peer_dst: RemoteRegion,
+    pub(super) capacity: usize,
+    pub(super) wait: WaitStyle,
+    pub(super) timeout: Duration,
+    pub(super) ev: Events,
+}
+
+impl Session {
+    /// Connects to the job's bootstrap, opens the provider and exchanges region descriptors.
+    pub fn join(
+        config: &TransportConfig,
+        capacity: usize,
+        wait: WaitStyle,
+        timeout: Duration,
+    ) -> Result<Session> {
+        let boot = TcpBootstrap::connect_from_env().context("connecting to the job's bootstrap")?;
+        let mut boot: Box<dyn Bootstrap> = Box::new(boot);
+        let job = boot.job().clone();
+        let mut provider = reverb_transport::open(config, boot.as_mut())
+            .with_context(|| format!("opening the {} provider", config.provider))?;
+        let capacity = capacity.max(1);
+        let src =
+            provider.alloc_region(capacity, Access::REMOTE_READ).context("registering the source region")?;
+        let dst =
+            provider.alloc_region(capacity, Access::REMOTE_RW).context("registering the target region")?;
+        let mut mine = Vec::with_capacity(2 * RemoteRegion::WIRE_LEN);
+        mine.extend_from_slice(&src.remote().to_bytes());
+        mine.extend_from_slice(&dst.remote().to_bytes());
+        let all = boot.allgather(&mine).context("exchanging region descriptors")?;
+        let peer = if job.rank == 0 { 1 } else { 0 };
+        let theirs = all
+            .get(peer as usize)
+            .filter(|d| d.len() == 2 * RemoteRegion::WIRE_LEN)
+            .ok_or_else(|| anyhow!("rank {peer} sent no valid region descriptors"))?;
+        let peer_src = RemoteRegion::from_bytes(&theirs[..RemoteRegion::WIRE_LEN])?;
+        let peer_dst = RemoteRegion::from_bytes(&theirs[RemoteRegion::WIRE_LEN..])?;
+        let role = if job.rank == 0 { Role::Initiator } else { Role::Responder };
+        let mut session = Session {
+            provider,
+            boot,
+            role,
+            peer,
+            src,
+            dst,
+            peer_src,
+            peer_dst,
+            capacity,
+            wait,
+            timeout,
+            ev: Events::default(),
+        };
+        for _ in 0..CTRL_DEPTH {
+            session.post_ctrl_recv()?;
+        }
+        // Control receives are posted on both sides before anyone sends one.
+        session.boot.barrier().context("bootstrap barrier after setup")?;
+        Ok(session)
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn provider(&self) -> &dyn Provider {
+        self.provider.as_ref()
+    }
+
+    /// The provider and the bootstrap, for tests that layer a library on them (bench ckpt).
+    pub fn parts(&mut self) -> (&mut dyn Provider, &mut dyn Bootstrap) {
+        (self.provider.as_mut(), self.boot.as_mut())
+    }
+
+    /// Registered bytes per region (the largest message size).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Ends the session in step with the peer, so neither side tears down early.
+    pub fn finish(mut self) -> Result<()> {
+        self.boot.barrier().context("final bootstrap barrier")?;
+        Ok(())
+    }
+
+    pub(super) fn check_size(&self, size: usize) -> Result<()> {
+        if size == 0 || size > self.capacity {
+            bail!("message size {size} is outside 1..={}", self.capacity);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,360 @@
+//! The coordinator thread: owns the rank slots and the allgather round, and does every write
+//! to admitted connections.
+
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+
+use crossbeam::channel::{self, Receiver};
+
+use super::server::{log_line, Event, Shared};
+use super::TICK;
+use crate::bootstrap::wire::{self, Frame};
+use crate::bootstrap::PeerAddress;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SlotStatus {
+    /// Never connected yet.
+    Waiting,
+    Live,
+    /// Said Bye.
+    Left,
+    /// Lost without Bye; carries the reason.
+    Failed(String),
+}
+
+struct Conn {
+    id: u64,
+    peer: SocketAddr,
+    writer: TcpStream,
+}
+
+struct RankSlot {
+    incarnation: u32,
+    status: SlotStatus,
+    conn: Option<Conn>,
+    /// The provider address this incarnation published; None until then and after a failure.
+    address: Option<Vec<u8>>,
+    /// Admitted after a failure: its Publish is announced to the other ranks.
+    rejoined: bool,
+}
+
+pub(super) struct Coordinator {
+    shared: Arc<Shared>,
+    slots: Vec<RankSlot>,
+    round: u64,
+    parts: Vec<Option<Vec<u8>>>,
+    have: u32,
+    /// Why collectives cannot proceed (rank, reason); set by a failure.
+    failure: Option<(Option<u32>, String)>,
+}
+
+impl Coordinator {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        let n = shared.size as usize;
+        Coordinator {
+            slots: (0..n)
+                .map(|_| RankSlot {
+                    incarnation: 0,
+                    status: SlotStatus::Waiting,
+                    conn: None,
+                    address: None,
+                    rejoined: false,
+                })
+                .collect(),
+            parts: vec![None; n],
+            shared,
+            round: 0,
+            have: 0,
+            failure: None,
+        }
+    }
+
+    pub(super) fn run(mut self, rx: Receiver<Event>) {
+        while !self.shared.stopping() {
+            match rx.recv_timeout(TICK) {
+                Ok(ev) => self.handle(ev),
+                Err(channel::RecvTimeoutError::Timeout) => {}
+                Err(channel::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        for s in &mut self.slots {
+            if let Some(c) = s.conn.take() {
+                let _ = c.writer.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Join { conn, rank, incarnation, peer, writer, verdict } => {
+                let v = self.admit(conn, rank, incarnation, peer, writer);
+                let _ = verdict.send(v);
+            }
+            Event::Contribute { conn, rank, round, data } => self.contribute(conn, rank, round, data),
+            Event::Left { conn, rank, clean, reason } => self.left(conn, rank, clean, reason),
+            Event::Publish { conn, rank, address } => self.publish(conn, rank, address),
+            Event::Lookup { conn, rank } => self.lookup(conn, rank),
+            Event::MarkFailed { rank, incarnation, reason, verdict } => {
+                self.mark_failed(rank, incarnation, reason);
+                let _ = verdict.send(Ok(()));
+            }
+        }
+    }
+
+    fn set_presence(&self, joined: bool, left: bool) {
+        let mut g = match self.shared.presence.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if joined {
+            g.0 += 1;
+            g.1 += 1;
+        }
+        if left {
+            g.0 = g.0.saturating_sub(1);
+        }
+        self.shared.presence_cv.notify_all();
+    }
+
+    /// Admission policy: a never-connected slot at its incarnation; a failed slot (or a live
+    /// one whose process the launcher replaced) only at a higher incarnation.
+    fn admit(
+        &mut self,
+        id: u64,
+        rank: u32,
+        incarnation: u32,
+        peer: SocketAddr,
+        mut writer: TcpStream,
+    ) -> std::result::Result<(), String> {
+        let slot = &self.slots[rank as usize];
+        let current = slot.incarnation;
+        let rejoin = match &slot.status {
+            SlotStatus::Waiting if incarnation >= current => false,
+            SlotStatus::Live if incarnation > current => {
+                // The old process is gone but its connection is not closed yet.
+                let old = slot.conn.as_ref().map(|c| c.id).unwrap_or_default();
+                self.left(old, rank, false, format!("superseded by incarnation {incarnation}"));
+                true
+            }
+            SlotStatus::Live => {
+                let from = slot.conn.as_ref().map(|c| c.peer.to_string()).unwrap_or_default();
+                return Err(format!(
+                    "duplicate rank {rank}: incarnation {current} already connected from {from} \
+                     (a rejoin needs a higher incarnation than {current}, got {incarnation})"
+                ));
+            }
+            SlotStatus::Left => return Err(format!("rank {rank} has already left the job")),
+            SlotStatus::Failed(_) if incarnation > current => true,
+            SlotStatus::Waiting | SlotStatus::Failed(_) => {
+                return Err(format!(
+                    "stale incarnation {incarnation} for rank {rank}: the slot is at incarnation \
+                     {current}; a rejoin needs a higher one"
+                ))
+            }
+        };
+        let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
+            .map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
+        if rejoin {
+            log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
+        }
+        let slot = &mut self.slots[rank as usize];
+        slot.incarnation = incarnation;
+        slot.status = SlotStatus::Live;
+        slot.conn = Some(Conn { id, peer, writer });
+        slot.address = None;
+        slot.rejoined = rejoin;
+        self.set_presence(true, false);
+        // Collectives resume once no rank is missing: rounds did not advance while one was.
+        let lost_rank = matches!(self.failure, Some((Some(_), _)));
+        if rejoin && lost_rank && !self.slots.iter().any(|s| matches!(s.status, SlotStatus::Failed(_))) {
+            log_line(format_args!(
+                "every failed rank has rejoined: collectives resume at round {}",
+                self.round
+            ));
+            self.failure = None;
+        }
+        Ok(())
+    }
+
+    /// Stores a rank's address; a rejoined rank's is announced to every other live rank.
+    fn publish(&mut self, conn: u64, rank: u32, address: Vec<u8>) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        let slot = &mut self.slots[rank as usize];
+        let (incarnation, announce) = (slot.incarnation, slot.rejoined);
+        slot.address = Some(address.clone());
+        if !announce {
+            return;
+        }
+        let frame = match wire::encode(&Frame::Rejoined { rank, incarnation, address }) {
+            Ok(f) => f,
+            Err(e) => {
+                self.left(conn, rank, false, format!("unannounceable address: {e}"));
+                return;
+            }
+        };
+        for r in 0..self.shared.size {
+            if r != rank && self.slots[r as usize].status == SlotStatus::Live {
+                self.send_to(r, &frame);
+            }
+        }
+    }
+
+    fn lookup(&mut self, conn: u64, rank: u32) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        let entries = (0..self.shared.size)
+            .map(|r| {
+                let s = &self.slots[r as usize];
+                let live = s.status == SlotStatus::Live;
+                PeerAddress {
+                    rank: r,
+                    incarnation: s.incarnation,
+                    address: s.address.clone().filter(|_| live),
+                }
+            })
+            .collect();
+        match wire::encode(&Frame::Addresses { entries }) {
+            Ok(frame) => {
+                self.send_to(rank, &frame);
+            }
+            Err(e) => self.left(conn, rank, false, format!("lookup: {e}")),
+        }
+    }
+
+    fn mark_failed(&mut self, rank: u32, incarnation: u32, reason: String) {
+        let Some(slot) = self.slots.get(rank as usize) else { return };
+        if slot.incarnation > incarnation {
+            return;
+        }
+        match slot.conn.as_ref().map(|c| c.id) {
+            Some(id) => self.left(id, rank, false, reason),
+            None => {
+                let slot = &mut self.slots[rank as usize];
+                slot.status = SlotStatus::Failed(reason.clone());
+                slot.address = None;
+                if self.failure.is_none() {
+                    self.failure = Some((Some(rank), format!("rank {rank} lost: {reason}")));
+                }
+                self.abort_pending();
+            }
+        }
+    }
+
+    fn is_current(&self, conn: u64, rank: u32) -> bool {
+        self.slots.get(rank as usize).and_then(|s| s.conn.as_ref()).is_some_and(|c| c.id == conn)
+    }
+
+    /// Writes `bytes` to a rank; a failed write marks the rank lost.
+    fn send_to(&mut self, rank: u32, bytes: &[u8]) -> bool {
+        let Some(c) = self.slots[rank as usize].conn.as_mut() else {
+            return false;
+        };
+        match std::io::Write::write_all(&mut c.writer, bytes) {
+            Ok(()) => true,
+            Err(e) => {
+                let (id, reason) = (c.id, format!("write failed: {e}"));
+                self.left(id, rank, false, reason);
+                false
+            }
+        }
+    }
+
+    fn abort_frame(&self) -> Vec<u8> {
+        let (rank, reason) = self.failure.clone().unwrap_or((None, "job aborted".into()));
+        wire::encode(&Frame::Abort { rank, reason }).unwrap_or_default()
+    }
+
+    /// Fails every rank waiting in the current round with the job's failure.
+    fn abort_pending(&mut self) {
+        let frame = self.abort_frame();
+        let waiting: Vec<u32> = (0..self.shared.size).filter(|&r| self.parts[r as usize].is_some()).collect();
+        for p in self.parts.iter_mut() {
+            *p = None;
+        }
+        self.have = 0;
+        for r in waiting {
+            self.send_to(r, &frame);
+        }
+    }
+
+    fn contribute(&mut self, conn: u64, rank: u32, round: u64, data: Vec<u8>) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        if self.failure.is_some() {
+            let frame = self.abort_frame();
+            self.send_to(rank, &frame);
+            return;
+        }
+        if round != self.round || self.parts[rank as usize].is_some() {
+            let why = format!(
+                "protocol error: contribution to round {round} while the job is at round {}",
+                self.round
+            );
+            self.left(conn, rank, false, why);
+            return;
+        }
+        self.parts[rank as usize] = Some(data);
+        self.have += 1;
+        // A rank that already left can never contribute: the round is dead.
+        if let Some(gone) = self.slots.iter().position(|s| s.status == SlotStatus::Left) {
+            self.failure = Some((Some(gone as u32), format!("rank {gone} has left the job")));
+            self.abort_pending();
+            return;
+        }
+        if self.have < self.shared.size {
+            return;
+        }
+        let parts: Vec<Vec<u8>> = self.parts.iter_mut().map(|p| p.take().unwrap_or_default()).collect();
+        self.have = 0;
+        let round = self.round;
+        self.round += 1;
+        match wire::encode(&Frame::Gathered { round, parts }) {
+            Ok(bytes) => {
+                for r in 0..self.shared.size {
+                    self.send_to(r, &bytes);
+                }
+            }
+            Err(e) => {
+                self.failure = Some((None, format!("allgather round {round}: {e}")));
+                let frame = self.abort_frame();
+                for r in 0..self.shared.size {
+                    self.send_to(r, &frame);
+                }
+            }
+        }
+    }
+
+    fn left(&mut self, conn: u64, rank: u32, clean: bool, reason: String) {
+        if !self.is_current(conn, rank) {
+            return;
+        }
+        let peer = self.slots[rank as usize].conn.take().map(|c| {
+            let _ = c.writer.shutdown(Shutdown::Both);
+            c.peer
+        });
+        self.set_presence(false, true);
+        let slot = &mut self.slots[rank as usize];
+        if clean {
+            slot.status = SlotStatus::Left;
+            if self.have > 0 && self.failure.is_none() {
+                self.failure = Some((Some(rank), format!("rank {rank} has left the job")));
+                self.abort_pending();
+            }
+            return;
+        }
+        if let Some(p) = peer {
+            log_line(format_args!("rank {rank} ({p}) lost: {reason}"));
+        }
+        slot.status = SlotStatus::Failed(reason.clone());
+        slot.address = None;
+        if self.failure.is_none() {
+            self.failure = Some((Some(rank), format!("rank {rank} lost: {reason}")));
+        }
+        self.abort_pending();
+    }
+}

@@ -1,0 +1,29 @@
+//! Token-guarded TCP rendezvous: a [`BootServer`] and the [`TcpBootstrap`] client.
+//!
+//! Threads of the server: one accept loop, one reader per connection, one coordinator that
+//! owns all job state (rank slots and the current allgather round) and does every write to
+//! admitted connections. Readers only parse frames and send events to the coordinator, so the
+//! state has a single owner and admission (duplicate checks) is race-free.
+//!
+//! A rank slot keeps its incarnation, status and published provider address. A failed slot
+//! (lost connection, or [`BootServer::mark_failed`] from the launcher) is re-admitted at a
+//! higher incarnation; once the respawned rank publishes its address, every other live rank
+//! gets an unsolicited `Rejoined` frame, which [`TcpBootstrap`] queues for `poll_rejoins`.
+//! A loss aborts the current allgather round without advancing it; once no slot is failed,
+//! collectives resume at that round (the Welcome tells a respawned rank which).
+//!
+//! Modules: `server` ([`BootServer`], the accept loop), `conn` (a connection's handshake and
+//! reader), `coordinator` (the job state), `client` ([`TcpBootstrap`]).
+
+mod client;
+mod conn;
+mod coordinator;
+mod server;
+
+use std::time::Duration;
+
+pub use client::TcpBootstrap;
+pub use server::{BootServer, ServerOptions};
+
+/// Granularity at which blocked threads notice deadlines and shutdown.
+const TICK: Duration = Duration::from_millis(50);

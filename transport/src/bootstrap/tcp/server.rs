@@ -1,0 +1,252 @@
+//! The server's front: [`BootServer`], its shared state, the events its threads send the
+//! coordinator, and the accept loop.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Sender};
+
+use super::conn::serve_conn;
+use super::coordinator::Coordinator;
+use super::TICK;
+use crate::bootstrap::wire;
+use crate::error::{IoContext, Result, TransportError};
+
+/// Limits of a [`BootServer`]; the defaults (10 s hello, 30 s I/O, 256 pending) suit jobs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// A new connection must present its Hello within this.
+    pub hello_timeout: Duration,
+    /// Bound on every write, and on receiving a frame once it has started.
+    pub io_timeout: Duration,
+    /// Connections still in their handshake beyond this are dropped at once.
+    pub max_pending: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            hello_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(30),
+            max_pending: 256,
+        }
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) stop: AtomicBool,
+    pub(super) token: Vec<u8>,
+    pub(super) size: u32,
+    pub(super) opts: ServerOptions,
+    pub(super) pending: AtomicUsize,
+    pub(super) next_conn: AtomicU64,
+    /// (ranks connected now, ranks that ever connected); for a graceful shutdown.
+    pub(super) presence: Mutex<(u32, u32)>,
+    pub(super) presence_cv: Condvar,
+}
+
+impl Shared {
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) fn log_line(msg: std::fmt::Arguments<'_>) {
+    tracing::info!("reverb boot server: {msg}");
+}
+
+/// The rendezvous server; runs in background threads and stops on drop.
+pub struct BootServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    events: Sender<Event>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+pub(super) enum Event {
+    Join {
+        conn: u64,
+        rank: u32,
+        incarnation: u32,
+        peer: SocketAddr,
+        writer: TcpStream,
+        verdict: Sender<std::result::Result<(), String>>,
+    },
+    Contribute {
+        conn: u64,
+        rank: u32,
+        round: u64,
+        data: Vec<u8>,
+    },
+    Left {
+        conn: u64,
+        rank: u32,
+        clean: bool,
+        reason: String,
+    },
+    Publish {
+        conn: u64,
+        rank: u32,
+        address: Vec<u8>,
+    },
+    Lookup {
+        conn: u64,
+        rank: u32,
+    },
+    /// From the launcher: `rank` at `incarnation` is gone (its node failed).
+    MarkFailed {
+        rank: u32,
+        incarnation: u32,
+        reason: String,
+        verdict: Sender<std::result::Result<(), String>>,
+    },
+}
+
+impl BootServer {
+    /// Binds `bind` (e.g. `127.0.0.1:0`) and serves a job of `size` ranks guarded by `token`.
+    pub fn start(bind: &str, size: u32, token: &str) -> Result<BootServer> {
+        BootServer::start_with(bind, size, token, ServerOptions::default())
+    }
+
+    /// [`BootServer::start`] with explicit limits. [`TransportError::Config`] for a job size of 0
+    /// or a token that is empty or longer than `wire::MAX_TOKEN`; [`TransportError::Io`] if the
+    /// address cannot be bound or the server threads cannot start.
+    pub fn start_with(bind: &str, size: u32, token: &str, opts: ServerOptions) -> Result<BootServer> {
+        if size == 0 {
+            return Err(TransportError::Config("boot server: job size 0".into()));
+        }
+        if token.is_empty() || token.len() > wire::MAX_TOKEN {
+            return Err(TransportError::Config(format!(
+                "boot server: the job token must be 1..={} bytes",
+                wire::MAX_TOKEN
+            )));
+        }
+        let listener = TcpListener::bind(bind).context(|| format!("boot server: bind {bind}"))?;
+        let addr = listener.local_addr().context(|| "boot server: local_addr".into())?;
+        listener.set_nonblocking(true).context(|| "boot server: set_nonblocking".into())?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            token: token.as_bytes().to_vec(),
+            size,
+            opts,
+            pending: AtomicUsize::new(0),
+            next_conn: AtomicU64::new(1),
+            presence: Mutex::new((0, 0)),
+            presence_cv: Condvar::new(),
+        });
+        let (tx, rx) = channel::unbounded();
+        let coord = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("reverb-boot-coord".into())
+                .spawn(move || Coordinator::new(shared).run(rx))
+                .context(|| "boot server: spawn".into())?
+        };
+        let events = tx.clone();
+        let accept = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("reverb-boot-accept".into())
+                .spawn(move || accept_loop(listener, shared, tx))
+                .context(|| "boot server: spawn".into())?
+        };
+        Ok(BootServer { addr, shared, events, threads: vec![accept, coord] })
+    }
+
+    /// The address the server listens on (the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Records that `rank` at `incarnation` failed (the launcher killed or lost it): its
+    /// connection, if still open, is dropped, its address is forgotten, and a rank presenting
+    /// a higher incarnation is admitted in its place. A report about an older incarnation than
+    /// the slot's is ignored. Returns once the server has applied it (bounded).
+    pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        if rank >= self.shared.size {
+            return Err(TransportError::InvalidRank(rank, self.shared.size));
+        }
+        let (vtx, vrx) = channel::bounded(1);
+        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
+        self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
+        match vrx.recv_timeout(self.shared.opts.io_timeout) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
+            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
+        }
+    }
+
+    /// Waits (at most `linger`) until every rank has connected and left, then stops. Rank 0
+    /// uses this so that it does not cut off peers still reading the last result.
+    pub fn shutdown_graceful(self, linger: Duration) {
+        let deadline = Instant::now() + linger;
+        let size = self.shared.size;
+        let mut g = match self.shared.presence.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        while !(g.0 == 0 && g.1 >= size) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = match self.shared.presence_cv.wait_timeout(g, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        drop(g);
+        // Drop stops the threads.
+    }
+}
+
+impl Drop for BootServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tx: Sender<Event>) {
+    let mut readers: Vec<JoinHandle<()>> = Vec::new();
+    while !shared.stopping() {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if shared.pending.load(Ordering::SeqCst) >= shared.opts.max_pending {
+                    log_line(format_args!("refused {peer}: too many connections in handshake"));
+                    continue;
+                }
+                shared.pending.fetch_add(1, Ordering::SeqCst);
+                let (shared2, tx2) = (shared.clone(), tx.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("reverb-boot-conn".into())
+                    .spawn(move || serve_conn(stream, peer, shared2, tx2));
+                match spawned {
+                    Ok(h) => readers.push(h),
+                    Err(e) => {
+                        shared.pending.fetch_sub(1, Ordering::SeqCst);
+                        log_line(format_args!("refused {peer}: cannot spawn a thread: {e}"));
+                    }
+                }
+                readers.retain(|h| !h.is_finished());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log_line(format_args!("accept: {e}"));
+                std::thread::sleep(TICK);
+            }
+        }
+    }
+    // Readers see `stop` within a tick.
+    for h in readers {
+        let _ = h.join();
+    }
+}
