@@ -3,8 +3,8 @@
 //! code of its own:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), reverb::runtime::RuntimeError> {
-//! use reverb::runtime::Runtime;
+//! # fn main() -> Result<(), reverb_runtime::RuntimeError> {
+//! use reverb_runtime::Runtime;
 //! let mut rt = Runtime::init()?;
 //! let mut state = rt.restore_or_else(|| vec![0u8; 64]);
 //! for _ in 0..10 {
@@ -101,6 +101,7 @@ mod error;
 pub mod fault;
 mod init;
 mod initboot;
+pub mod logger_core;
 mod messaging;
 mod recovery;
 mod report;
