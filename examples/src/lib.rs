@@ -3,7 +3,7 @@
 //! The programs themselves are in `src/bin/`; run them under the launcher, e.g.
 //! `reverb run -n 2 -- target/release/hello_ring`.
 
-use reverb::runtime::RuntimeError;
+use reverb_runtime::RuntimeError;
 use reverb_transport::TransportError;
 
 /// Why an example failed.

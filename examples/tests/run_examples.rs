@@ -10,8 +10,9 @@ use std::sync::{Mutex, OnceLock};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The `reverb` binary: `REVERB_BIN` if set, else the workspace's, built with the same
-/// profile and features as this test (a cargo test of another package only builds the
-/// library, so it is built here; cargo makes that a no-op when it is up to date).
+/// profile and features as this test (the examples link only `reverb-runtime` and
+/// `reverb-transport`; the launcher is the CLI package's binary, so it is built here; cargo
+/// makes that a no-op when it is up to date).
 fn reverb_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {

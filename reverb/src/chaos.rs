@@ -21,11 +21,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+// A fault variable left in the campaign's own environment would reach every trial.
+use reverb_runtime::fault::FAULT_VARS;
 use serde_json::{json, Value};
 
 use crate::job::{num, run_job, JobOutcome, JobSpec};
-// A fault variable left in the campaign's own environment would reach every trial.
-use crate::runtime::fault::FAULT_VARS;
 
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
@@ -861,10 +861,10 @@ mod tests {
         assert_eq!(gc, vec![("REVERB_FAULT_GC".to_string(), "2:3,7:3:late".to_string())]);
         // The runtime accepts what the campaign sets.
         for f in ["3:ckpt-slots", "3:log-rings", "6:log-rings:late"] {
-            assert!(f.parse::<crate::runtime::InitFault>().is_ok(), "{f}");
+            assert!(f.parse::<reverb_runtime::InitFault>().is_ok(), "{f}");
         }
         for f in ["2:3", "7:3:late"] {
-            assert!(f.parse::<crate::runtime::GcFault>().is_ok(), "{f}");
+            assert!(f.parse::<reverb_runtime::GcFault>().is_ok(), "{f}");
         }
     }
 

@@ -1,5 +1,6 @@
-//! The reverb top crate: launcher, benchmark engine, the fault-tolerant runtime, its apps,
-//! the demo and the fault-injection campaign.
+//! The `reverb` CLI crate: the launcher, the benchmark engine, the analytical models, the apps
+//! run by `reverb app`, the demo and the fault-injection campaign. The fault-tolerant runtime
+//! applications link is the `reverb-runtime` crate; the apps here are built on it.
 
 pub mod apps;
 pub mod bench;
@@ -10,5 +11,4 @@ pub mod job;
 pub mod launcher;
 pub mod logger_core;
 pub mod model;
-pub mod runtime;
 pub mod topo;

@@ -1,4 +1,4 @@
-//! A fault-tolerant 1-D heat stencil on `reverb::runtime::Runtime`.
+//! A fault-tolerant 1-D heat stencil on `reverb_runtime::Runtime`.
 //!
 //! Every rank owns `CELLS` cells of a rod whose left end is held at 100 and right end at 0;
 //! each iteration trades edge cells with the neighbours (tagged messages) and averages. The
@@ -15,8 +15,8 @@
 
 use std::process::ExitCode;
 
-use reverb::runtime::{Runtime, FIRST_USER_ENTRY};
 use reverb_examples::{arg_or, fnv1a, report, ExampleError, Result, FNV_SEED};
+use reverb_runtime::{Runtime, FIRST_USER_ENTRY};
 
 const CELLS: usize = 64;
 const TAG_TO_LEFT: u64 = 0x11;

@@ -4,9 +4,9 @@
 //! Each round ends with every worker told so, then a checkpoint.
 
 use anyhow::{bail, Result};
+use reverb_runtime::Runtime;
 
 use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
-use crate::runtime::Runtime;
 
 const TAG_REQUEST: u64 = 0x71;
 const TAG_TASK: u64 = 0x72;

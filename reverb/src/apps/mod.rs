@@ -8,9 +8,8 @@ mod ring;
 mod stencil;
 
 use anyhow::{Context, Result};
+use reverb_runtime::{Runtime, RuntimeError};
 use reverb_transport::config::env_path;
-
-use crate::runtime::{Runtime, RuntimeError};
 
 #[derive(clap::Args, Debug)]
 pub struct AppArgs {

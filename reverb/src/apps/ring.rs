@@ -2,14 +2,14 @@
 //! sends a slice of its block to every other rank; blocks mix what arrives. Named receives.
 
 use anyhow::{bail, Result};
+use reverb_runtime::Runtime;
 
 use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
-use crate::runtime::Runtime;
 
 const TAG_RING: u64 = 0x61;
 const TAG_ALL: u64 = 0x62;
 /// Protected separately (`Runtime::protect`): the hash of the last block that came round.
-const ENTRY_LAST_IN: u32 = crate::runtime::FIRST_USER_ENTRY;
+const ENTRY_LAST_IN: u32 = reverb_runtime::FIRST_USER_ENTRY;
 
 fn mix(block: &mut [u8], incoming: &[u8], salt: u64) {
     let mut h = fnv1a(FNV_SEED ^ salt, incoming);

@@ -2,9 +2,9 @@
 //! receive is named and the run is deterministic. The top edge is held at 100, the others at 0.
 
 use anyhow::{bail, Result};
+use reverb_runtime::Runtime;
 
 use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
-use crate::runtime::Runtime;
 
 const TAG_TO_UPPER: u64 = 0x51;
 const TAG_TO_LOWER: u64 = 0x52;

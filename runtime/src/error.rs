@@ -6,12 +6,16 @@ use reverb_transport::config::ConfigError;
 use reverb_transport::TransportError;
 use thiserror::Error;
 
+/// Why a runtime call failed.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
+    /// The transport failed (a dead peer is recovered first; this one was not).
     #[error("transport: {0}")]
     Transport(#[from] TransportError),
+    /// The message-logging layer failed.
     #[error("logger: {0}")]
     Log(#[from] LogError),
+    /// The checkpointer failed.
     #[error("checkpoint: {0}")]
     Ckpt(#[from] CkptError),
     /// A failure the job cannot survive; the text says what was lost.
@@ -26,14 +30,23 @@ pub enum RuntimeError {
     /// `REVERB_LOG_LEVEL` could not be applied.
     #[error(transparent)]
     Diagnostics(#[from] reverb_transport::diag::DiagError),
+    /// The application asked for something the runtime cannot do (e.g. a reserved id).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A wait outlived its bound with no failure to explain it.
     #[error("{what}: no progress after {after:?}")]
-    Timeout { what: String, after: std::time::Duration },
+    Timeout {
+        /// The wait that timed out.
+        what: String,
+        /// Its bound.
+        after: std::time::Duration,
+    },
     /// A `REVERB_FAULT*` variable is set in a build without fault injection.
     #[error("{var} is set, but this build has no fault injection; build with --features fault-injection")]
-    NoFaultInjection { var: &'static str },
+    NoFaultInjection {
+        /// The variable that is set.
+        var: &'static str,
+    },
 }
 
 impl RuntimeError {
@@ -68,4 +81,5 @@ impl RuntimeError {
     }
 }
 
+/// The runtime's result type.
 pub type Result<T> = std::result::Result<T, RuntimeError>;

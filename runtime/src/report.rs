@@ -8,47 +8,66 @@ use serde::Serialize;
 /// What one rank measured; written as JSON to `REVERB_RUNTIME_REPORT/rank-R-inc-I.json`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RuntimeReport {
+    /// The rank that measured it.
     pub rank: Rank,
+    /// Its incarnation: 0 for the first, one more per restart.
     pub incarnation: u32,
+    /// The logging protocol (`REVERB_LOG`).
     pub mode: String,
-    /// Unix ns when `init` began and ended (a restarted rank recovers inside it).
+    /// Unix ns when `init` began (a restarted rank recovers inside it).
     pub init_start_ns: u64,
+    /// Unix ns when `init` ended.
     pub init_end_ns: u64,
+    /// Unix ns when `finalize` had drained the log and this rank's sends.
     pub finalize_ns: u64,
     /// CPU time (all threads, user + system, spinning waits included) this process used from
     /// the end of `init` to `finalize`.
     pub compute_cpu_ms: f64,
+    /// Messages handed to the application.
     pub messages_delivered: u64,
+    /// Messages the application sent.
     pub messages_sent: u64,
-    /// Survivors: unix ns at which each failure was detected, and each recovery's duration.
+    /// Survivors: unix ns at which each failure was detected.
     pub detected_ns: Vec<u64>,
+    /// Survivors: each recovery's duration.
     pub recovery_ms: Vec<f64>,
-    /// Restarted ranks: the epoch restored (0: none, re-executed from the start) and where from.
+    /// Restarted ranks: the epoch restored (0: none, re-executed from the start).
     pub restored_epoch: u64,
+    /// Restarted ranks: where the restored image came from (own copy, buddy, Reed-Solomon,
+    /// or the initial state).
     pub restored_from: String,
-    /// Restarted ranks: the replay, from the end of `init` until the rank has re-executed as
-    /// far as the survivors had seen it (every determinant-ordered delivery made, every message
-    /// the survivors already had sent again): its deliveries and sends, and its duration.
+    /// Restarted ranks: the replay runs from the end of `init` until the rank has re-executed
+    /// as far as the survivors had seen it (every determinant-ordered delivery made, every
+    /// message the survivors already had sent again); the deliveries it made.
     pub replayed_deliveries: u64,
+    /// Restarted ranks: the sends the replay made.
     pub replayed_sends: u64,
+    /// Restarted ranks: the replay's duration.
     pub replay_ms: f64,
     /// Unix ns at which the replay ended.
     pub replay_end_ns: u64,
+    /// Checkpoints taken.
     pub checkpoints: u64,
+    /// Time spent in checkpoints; where it went: the four fields below.
     pub checkpoint_ms: f64,
-    /// Where `checkpoint_ms` went: levels 1-2 (copy, CRC32C, buddy puts), the checkpointer's
-    /// waits (level-1 reports to the encoders, the agreement round), Reed-Solomon encoding and
-    /// parity puts, and the logger's GC.
+    /// Of `checkpoint_ms`: levels 1-2 (copy, CRC32C, buddy puts).
     pub checkpoint_write_ms: f64,
+    /// Of `checkpoint_ms`: the checkpointer's waits (level-1 reports to the encoders, the
+    /// agreement round).
     pub checkpoint_agree_ms: f64,
+    /// Of `checkpoint_ms`: Reed-Solomon encoding and parity puts.
     pub checkpoint_parity_ms: f64,
+    /// Of `checkpoint_ms`: the logger's GC.
     pub checkpoint_gc_ms: f64,
+    /// Size of the last checkpoint image.
     pub checkpoint_image_bytes: u64,
     /// Checkpoint memory this rank registered (local, buddy and parity slots).
     pub checkpoint_memory_bytes: u64,
-    /// Largest sender-log and detLog sizes seen at a checkpoint (before its GC).
+    /// Largest sender-log size seen at a checkpoint (before its GC).
     pub send_log_peak_bytes: u64,
+    /// Largest detLog size seen at a checkpoint (before its GC).
     pub det_log_peak_bytes: u64,
+    /// Duplicate messages dropped (resent after a recovery, the rank already had them).
     pub duplicates_dropped: u64,
     /// Restarted ranks under pessimistic-rb: frames their buddy's ring gave back for the replay.
     pub ring_frames_replayed: u64,

@@ -118,6 +118,7 @@ impl FaultPlan {
 
 #[cfg(feature = "fault-injection")]
 impl FaultPlan {
+    /// Reads the `REVERB_FAULT*` variables; a malformed one is an error.
     pub fn from_env() -> Result<FaultPlan> {
         let env = Env::process();
         let list = |name: &str| env.non_empty(name);
@@ -230,7 +231,9 @@ fn parse_ckpt_fault(v: &str) -> Result<(Rank, Epoch, Stage)> {
 /// Fault injection at the log GC after a checkpoint (`REVERB_FAULT_GC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcFault {
+    /// The rank that acts.
     pub rank: Rank,
+    /// The checkpoint whose GC it acts at.
     pub epoch: Epoch,
     /// Join the GC late instead of dying.
     pub late: bool,
@@ -267,11 +270,14 @@ pub enum InitFaultAction {
 }
 
 #[cfg(feature = "fault-injection")]
-/// Fault injection inside [`Runtime::init`] (`REVERB_FAULT_INIT`).
+/// Fault injection inside [`Runtime::init`](super::Runtime::init) (`REVERB_FAULT_INIT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitFault {
+    /// The rank that acts.
     pub rank: Rank,
+    /// The collective it acts before.
     pub step: InitStep,
+    /// What it does there.
     pub action: InitFaultAction,
     /// In init's second attempt (after an early failure was recovered), not its first.
     pub retry: bool,

@@ -3,8 +3,8 @@
 //! code of its own:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), reverb::runtime::RuntimeError> {
-//! use reverb::runtime::Runtime;
+//! # fn main() -> Result<(), reverb_runtime::RuntimeError> {
+//! use reverb_runtime::Runtime;
 //! let mut rt = Runtime::init()?;
 //! let mut state = rt.restore_or_else(|| vec![0u8; 64]);
 //! for _ in 0..10 {
@@ -91,7 +91,13 @@
 //! `early`: a failure inside it, `initboot`: its framed collectives), `messaging` (send, receive), `detection` (finding
 //! failures), `recovery` (recovering them), `checkpoint` (checkpoints, the log GC,
 //! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`,
-//! `sigkill` (the fault hooks' one `unsafe` call).
+//! `sigkill` (the fault hooks' one `unsafe` call), [`logger_core`] (a node's logger-core
+//! process, as `reverb logger-core` runs it).
+//!
+//! Cargo features: `fault-injection` (the `REVERB_FAULT*` hooks; off by default, so a default
+//! build has no kill hooks), `verbs` (the verbs provider; needs rdma-core).
+
+#![warn(missing_docs)]
 
 mod checkpoint;
 mod config;
@@ -101,6 +107,7 @@ mod error;
 pub mod fault;
 mod init;
 mod initboot;
+pub mod logger_core;
 mod messaging;
 mod recovery;
 mod report;
@@ -130,8 +137,11 @@ pub const FIRST_USER_ENTRY: u32 = 16;
 /// A message handed to the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    /// The rank that sent it.
     pub source: Rank,
+    /// The tag it was sent under.
     pub tag: Tag,
+    /// Its bytes.
     pub payload: Vec<u8>,
 }
 
@@ -191,10 +201,12 @@ impl Runtime {
         Runtime::init_from(config)
     }
 
+    /// This rank's number in the job, `0..size()`.
     pub fn rank(&self) -> Rank {
         self.rank
     }
 
+    /// The number of ranks in the job.
     pub fn size(&self) -> u32 {
         self.size
     }
@@ -204,6 +216,7 @@ impl Runtime {
         self.report.incarnation > 0
     }
 
+    /// What this rank has measured so far (`finalize` returns and writes the final one).
     pub fn report(&self) -> &RuntimeReport {
         &self.report
     }

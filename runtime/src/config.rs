@@ -13,6 +13,7 @@ use super::fault::FaultPlan;
 /// Settings of the runtime, from `REVERB_*` variables or set directly.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
+    /// The logger's settings: protocol, failure unit, teams (`REVERB_LOG*`).
     pub log: LogConfig,
     /// `None`: no checkpoints (`REVERB_CKPT=off`); a restarted rank re-executes from the start.
     /// `REVERB_CKPT`: off, local, buddy, parity (Reed-Solomon only) or rs (buddy + Reed-Solomon).
@@ -36,6 +37,7 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// Reads every setting from the process's environment; a malformed value is an error.
     pub fn from_env() -> Result<Self> {
         let log = LogConfig::from_env()?;
         let env = Env::process();

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A default release build of the runtime library (what applications link) has no fault hooks:
+# none of the markers below is in the rlibs of reverb-runtime and the crates under it. The same
+# markers must all be found in a build with `--features fault-injection` (a debug one, cheaper),
+# so the check cannot pass because a marker went stale.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# crate|kind|pattern. kind: str (bytes in the rlib), sym (a defined symbol, demangled),
+# undef (an undefined symbol: a libc call).
+markers=(
+    "reverb_runtime|str|fault injection: "    # the runtime's hooks' log lines (runtime/src/fault.rs)
+    "reverb_runtime|undef|kill"               # kill(2): its only caller is runtime/src/sigkill.rs
+    "reverb_logger|str|fault injection: "     # the logger core's start-up self-kill
+    "reverb_ckpt|sym|set_fault_hook"          # the checkpointer's stage hook and damage calls
+    "reverb_transport|sym|::testkit::"        # the multi-process test kit
+)
+
+# The rlibs `cargo build -p reverb-runtime ARGS` produced, one per line.
+rlibs() {
+    cargo build -p reverb-runtime --message-format=json "$@" |
+        grep -oE '"[^"]*/libreverb_[a-z]+(-[0-9a-f]+)?\.rlib"' | tr -d '"' | sort -u
+}
+
+# Whether the rlib of crate $2 among the paths in $1 holds marker kind $3, pattern $4.
+has() {
+    local rlib
+    rlib=$(grep -E "/lib$2(-[0-9a-f]+)?\.rlib$" <<<"$1") || { echo "no $2 rlib built" >&2; exit 1; }
+    # nm's output is taken whole first: `nm | grep -q` can fail by SIGPIPE under pipefail.
+    case $3 in
+        str) grep -qaF -- "$4" "$rlib" ;;
+        sym) grep -qF -- "$4" <<<"$(nm -C --defined-only "$rlib" 2>/dev/null)" ;;
+        undef) grep -qw -- "$4" <<<"$(nm -u "$rlib" 2>/dev/null)" ;;
+    esac
+}
+
+check() {   # $1: the rlib list, $2: "absent" or "present"
+    local bad=0 m crate kind pattern found
+    for m in "${markers[@]}"; do
+        IFS='|' read -r crate kind pattern <<<"$m"
+        if has "$1" "$crate" "$kind" "$pattern"; then found=present; else found=absent; fi
+        if [[ $found != "$2" ]]; then
+            echo "no-fault-hooks: $crate: $kind '$pattern' is $found, expected $2" >&2
+            bad=1
+        fi
+    done
+    return $bad
+}
+
+check "$(rlibs --release)" absent
+check "$(rlibs --features fault-injection)" present
+echo "no-fault-hooks: a default release build of reverb-runtime has none of ${#markers[@]} hook markers"
