@@ -275,6 +275,8 @@ impl Ring<'_> {
         // consumer does not read it until the release store below; header and payload fit the
         // slot (the payload is at most max_payload, computed with the full header).
         unsafe {
+            // Through the codec, which folds to the same stores as field-by-field copies
+            // (measured: docs/benchmarks.md, "The shm slot header through the codec").
             if header.kind == kind::EAGER {
                 let compact = header.to_eager_slot();
                 std::ptr::copy_nonoverlapping(compact.as_ptr(), body, compact.len());
