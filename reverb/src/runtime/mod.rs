@@ -104,6 +104,7 @@ mod initboot;
 mod messaging;
 mod recovery;
 mod report;
+mod rounds;
 #[cfg(feature = "fault-injection")]
 mod sigkill;
 
