@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::codec::{Reader, Writer};
 use reverb_transport::config::parse_size;
 use reverb_transport::{
     Access, Bootstrap, CompletionKind, JobInfo, OpId, PeerState, Provider, ProviderKind, Rank, RecvBuffer,
@@ -304,16 +305,16 @@ impl Session {
         let dst =
             provider.alloc_region(capacity, Access::REMOTE_RW).context("registering the target region")?;
         let mut mine = Vec::with_capacity(2 * RemoteRegion::WIRE_LEN);
-        mine.extend_from_slice(&src.remote().to_bytes());
-        mine.extend_from_slice(&dst.remote().to_bytes());
+        let mut w = Writer::new(&mut mine);
+        src.remote().write(&mut w);
+        dst.remote().write(&mut w);
         let all = boot.allgather(&mine).context("exchanging region descriptors")?;
         let peer = if job.rank == 0 { 1 } else { 0 };
-        let theirs = all
-            .get(peer as usize)
-            .filter(|d| d.len() == 2 * RemoteRegion::WIRE_LEN)
-            .ok_or_else(|| anyhow!("rank {peer} sent no valid region descriptors"))?;
-        let peer_src = RemoteRegion::from_bytes(&theirs[..RemoteRegion::WIRE_LEN])?;
-        let peer_dst = RemoteRegion::from_bytes(&theirs[RemoteRegion::WIRE_LEN..])?;
+        let theirs =
+            all.get(peer as usize).ok_or_else(|| anyhow!("rank {peer} sent no region descriptors"))?;
+        let mut r = Reader::new(theirs, "bench region descriptors");
+        let (peer_src, peer_dst) = (RemoteRegion::read(&mut r)?, RemoteRegion::read(&mut r)?);
+        r.finish()?;
         let role = if job.rank == 0 { Role::Initiator } else { Role::Responder };
         let mut session = Session {
             provider,
@@ -888,9 +889,12 @@ impl Session {
         // placed when its completion is raised; its Imm notifications trail in bursts.)
         let arrival_peak = match ack.strip_prefix(b"ACK".as_slice()) {
             Some([]) => None,
-            Some(rest) => Some(f64::from_le_bytes(
-                rest.try_into().map_err(|_| anyhow!("protocol error: malformed ACK"))?,
-            )),
+            Some(rest) => {
+                let mut r = Reader::new(rest, "bench ACK");
+                let peak = f64::from_bits(r.u64("peak")?);
+                r.finish()?;
+                Some(peak)
+            }
             None => bail!("protocol error: expected ACK, got {:?}", String::from_utf8_lossy(&ack)),
         };
         self.check_events()?;
@@ -980,7 +984,7 @@ impl Session {
         self.expect_ctrl(b"FIN", self.timeout)?;
         let mut ack = b"ACK".to_vec();
         if op == Op::Send {
-            ack.extend_from_slice(&meter.peak.to_le_bytes());
+            Writer::new(&mut ack).u64(meter.peak.to_bits());
         }
         self.send_ctrl(&ack)
     }
