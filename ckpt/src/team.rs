@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use reverb_transport::codec::{CodecError, Fixed, Reader, Writer};
 use reverb_transport::{CompletionKind, OpId, PeerState, Provider, Rank, RecvBuffer, Source, Tag, TagMatch};
 
 use crate::error::CkptError;
@@ -21,13 +22,32 @@ fn tag(kind: u64, round: u8, epoch: Epoch) -> Tag {
     TAG_BASE | (kind << 40) | (u64::from(round) << 32) | (epoch & 0xffff_ffff)
 }
 
-/// A vote: the round's id, ok/failed, and a value the leader reduces by minimum.
+/// A vote: the round's id, ok/failed, and a value the leader reduces by minimum
+/// (`epoch u64 | ok u8 | 7 zero bytes | min u64`).
 fn message(epoch: Epoch, vote: Vote) -> [u8; MSG_LEN] {
-    let mut m = [0u8; MSG_LEN];
-    m[0..8].copy_from_slice(&epoch.to_le_bytes());
-    m[8] = u8::from(vote.ok);
-    m[16..24].copy_from_slice(&vote.min.to_le_bytes());
-    m
+    let mut m = Fixed::<MSG_LEN>::new();
+    Writer::new(&mut m).u64(epoch).u8(u8::from(vote.ok)).zeros(7).u64(vote.min);
+    m.into_array()
+}
+
+/// Decodes `message` output from untrusted bytes: the epoch, the ok flag and the minimum.
+fn decode_message(bytes: &[u8]) -> Result<(Epoch, u8, u64), CodecError> {
+    let mut r = Reader::new(bytes, "checkpoint vote");
+    let (epoch, ok) = (r.u64("epoch")?, r.u8("ok")?);
+    r.skip(7, "padding")?;
+    let min = r.u64("min")?;
+    r.finish()?;
+    Ok((epoch, ok, min))
+}
+
+/// A vote `from` a member for round `epoch`, or why it is not one.
+fn read_vote(bytes: &[u8], from: Rank, epoch: Epoch) -> Result<Vote, CkptError> {
+    let bad = |detail: String| CkptError::Protocol { during: "reading a checkpoint vote", detail };
+    match decode_message(bytes) {
+        Ok((e, ok, min)) if e == epoch && ok <= 1 => Ok(Vote { ok: ok == 1, min }),
+        Ok(_) => Err(bad(format!("rank {from} sent a vote for another epoch or a bad flag"))),
+        Err(e) => Err(bad(format!("rank {from}: {e}"))),
+    }
 }
 
 /// What a member reports and what the leader releases: all ok, and the minimum value.
@@ -112,17 +132,7 @@ fn recv_vote(
 ) -> Result<Vote, CkptError> {
     match wait_op_watching(provider, op, from, watched, timeout, "waiting for a checkpoint vote")? {
         CompletionKind::Recv { data: Some(data), .. } if data.len() == MSG_LEN => {
-            let mut e = [0u8; 8];
-            e.copy_from_slice(&data[0..8]);
-            if u64::from_le_bytes(e) != epoch || data[8] > 1 {
-                return Err(CkptError::Protocol {
-                    during: "reading a checkpoint vote",
-                    detail: format!("rank {from} sent a vote for another epoch or a bad flag"),
-                });
-            }
-            let mut min = [0u8; 8];
-            min.copy_from_slice(&data[16..24]);
-            Ok(Vote { ok: data[8] == 1, min: u64::from_le_bytes(min) })
+            read_vote(&data, from, epoch)
         }
         other => Err(CkptError::Protocol {
             during: "reading a checkpoint vote",
@@ -288,4 +298,35 @@ fn check_members(me: Rank, members: &[Rank]) -> Result<(), CkptError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn pinned_encoding() {
+        let m = message(0x0102, Vote { ok: true, min: 7 });
+        assert_eq!(m, [2, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(read_vote(&m, 1, 0x0102).unwrap(), Vote { ok: true, min: 7 });
+        assert!(read_vote(&m, 1, 0x0103).is_err(), "another epoch");
+        let mut flag = m;
+        flag[8] = 2;
+        assert!(read_vote(&flag, 1, 0x0102).is_err(), "a bad flag");
+        assert!(read_vote(&m[..MSG_LEN - 1], 1, 0x0102).is_err(), "short");
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..40), epoch: u64) {
+            let _ = read_vote(&bytes, 1, epoch);
+        }
+
+        #[test]
+        fn round_trips(epoch: u64, ok: bool, min: u64) {
+            let vote = Vote { ok, min };
+            prop_assert_eq!(read_vote(&message(epoch, vote), 1, epoch).unwrap(), vote);
+        }
+    }
 }

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use reverb_transport::codec::Writer;
 use reverb_transport::Rank;
 
 use crate::determinant::{Determinant, Rsn};
@@ -342,13 +343,15 @@ pub fn merge_determinants<'a>(copies: impl IntoIterator<Item = &'a Determinant>)
 /// `count u32 | count × Determinant`: the all-gather format of held determinants.
 pub(crate) fn encode_determinants(dets: &[Determinant]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + dets.len() * Determinant::WIRE_LEN);
-    out.extend_from_slice(&(dets.len() as u32).to_le_bytes());
+    let mut w = Writer::new(&mut out);
+    w.u32(dets.len() as u32);
     for d in dets {
-        out.extend_from_slice(&d.to_bytes());
+        w.raw(&d.to_bytes());
     }
     out
 }
 
+/// Decodes [`encode_determinants`] output from untrusted bytes (another rank's list).
 pub(crate) fn decode_determinants(bytes: &[u8]) -> Result<Vec<Determinant>> {
     const WHAT: &str = "determinant list";
     let mut r = Reader::new(bytes, WHAT);
@@ -369,6 +372,13 @@ mod tests {
         #[test]
         fn random_determinant_lists_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_determinants(&bytes);
+        }
+
+        #[test]
+        fn determinant_lists_round_trip(dets in prop::collection::vec(any::<(u32, u32, u64, u64)>(), 0..12)) {
+            let dets: Vec<Determinant> =
+                dets.into_iter().map(|(sender, receiver, ssn, rsn)| Determinant { sender, receiver, ssn, rsn }).collect();
+            prop_assert_eq!(decode_determinants(&encode_determinants(&dets)).unwrap(), dets);
         }
 
         /// Any arrival order of piggybacked copies leaves the detLog sorted and complete.

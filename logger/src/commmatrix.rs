@@ -4,10 +4,14 @@
 //! the byte matrix in the text format `ckpt::cluster::CommMatrix::parse` takes: N lines of N
 //! whitespace-separated byte counts, row = sender, `#` lines are comments.
 
+use reverb_transport::codec::Writer;
 use reverb_transport::Rank;
 
 use crate::error::{LogError, Result};
 use crate::wire::Reader;
+
+/// Bytes of one encoded cell: three `u64`s.
+const CELL_LEN: usize = 24;
 
 /// One (this rank → dest) cell.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,20 +60,21 @@ impl CommRow {
 
     /// `size u32 | size × (messages u64 | bytes u64 | library_bytes u64)`, for the gather.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = (self.cells.len() as u32).to_le_bytes().to_vec();
+        let mut out = Vec::with_capacity(4 + CELL_LEN * self.cells.len());
+        let mut w = Writer::new(&mut out);
+        w.u32(self.cells.len() as u32);
         for c in &self.cells {
-            for v in [c.messages, c.bytes, c.library_bytes] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+            w.u64(c.messages).u64(c.bytes).u64(c.library_bytes);
         }
         out
     }
 
+    /// Decodes [`CommRow::to_bytes`] output from untrusted bytes (another rank's row).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         const WHAT: &str = "communication row";
         let mut r = Reader::new(bytes, WHAT);
         let size = r.u32()? as usize;
-        if size.checked_mul(24) != Some(r.remaining()) {
+        if size.checked_mul(CELL_LEN) != Some(r.remaining()) {
             return Err(LogError::malformed(WHAT, format!("{size} cells in {} bytes", r.remaining())));
         }
         let cells = (0..size)
@@ -145,6 +150,22 @@ mod tests {
         fn random_rows_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
             let _ = CommRow::from_bytes(&bytes);
         }
+
+        #[test]
+        fn rows_round_trip(cells in prop::collection::vec(any::<(u64, u64, u64)>(), 0..12)) {
+            let cells = cells.into_iter().map(|(messages, bytes, library_bytes)| CommCell { messages, bytes, library_bytes });
+            let row = CommRow { cells: cells.collect() };
+            prop_assert_eq!(CommRow::from_bytes(&row.to_bytes()).unwrap(), row);
+        }
+    }
+
+    /// `size u32 | (messages, bytes, library_bytes) u64` per cell: ranks of one job agree.
+    #[test]
+    fn pinned_encoding() {
+        let mut row = CommRow::new(1);
+        row.record_app(0, 0x0102, 3).unwrap();
+        let want = [1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(row.to_bytes(), want);
     }
 
     #[test]

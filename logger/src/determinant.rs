@@ -1,7 +1,7 @@
 //! Determinants: the outcome of one non-deterministic reception, ⟨sender, receiver, ssn, rsn⟩
 //! (seed 000 §2.4). Replaying receptions in rsn order reproduces the execution.
 
-use reverb_transport::codec::{Fixed, Writer};
+use reverb_transport::codec::{self, Fixed, Writer};
 use reverb_transport::Rank;
 
 use crate::error::Result;
@@ -35,11 +35,11 @@ impl Determinant {
     /// fail (range checks are the receiver's).
     #[inline]
     pub fn from_wire(b: &[u8; Self::WIRE_LEN]) -> Self {
-        Determinant {
-            sender: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            receiver: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-            ssn: u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
-            rsn: u64::from_le_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]]),
+        let mut r = codec::Reader::new(b, "determinant");
+        match (r.u32("sender"), r.u32("receiver"), r.u64("ssn"), r.u64("rsn")) {
+            (Ok(sender), Ok(receiver), Ok(ssn), Ok(rsn)) => Determinant { sender, receiver, ssn, rsn },
+            // Unreachable: the array holds every field (the reads fold to plain loads).
+            _ => Determinant { sender: 0, receiver: 0, ssn: 0, rsn: 0 },
         }
     }
 

@@ -1,5 +1,6 @@
 //! Logger errors. Anything a peer, a file or a caller can get wrong surfaces here, never as a panic.
 
+use reverb_transport::codec::CodecError;
 use reverb_transport::config::ConfigError;
 use reverb_transport::TransportError;
 
@@ -10,6 +11,12 @@ pub enum LogError {
     /// Bytes from the wire or from a log image that do not parse.
     #[error("malformed {what}: {detail}")]
     Malformed { what: &'static str, detail: String },
+    /// Bytes that end early or run long (the codec's error, kept as the source).
+    #[error("malformed {source}")]
+    Decode {
+        #[from]
+        source: CodecError,
+    },
     #[error("unsupported {what} version {found} (this build speaks {expected})")]
     UnsupportedVersion { what: &'static str, found: u32, expected: u32 },
     /// The node determinant queue has no free entry: the caller must back off (or checkpoint).

@@ -1,16 +1,10 @@
 //! The logger's side of the one codec ([`reverb_transport::codec`]): a [`Reader`] whose reads
-//! fail with `LogError::Malformed` instead of panicking, and the record checksum.
+//! fail with `LogError::Decode` (the codec's error as the source) instead of panicking, and
+//! the record checksum.
 
-use reverb_transport::codec::{self, CodecError};
+use reverb_transport::codec;
 
-use crate::error::{LogError, Result};
-
-/// A short or overlong input is a malformed message of the format being decoded.
-impl From<CodecError> for LogError {
-    fn from(e: CodecError) -> Self {
-        LogError::malformed(e.what(), e.detail())
-    }
-}
+use crate::error::Result;
 
 /// [`codec::Reader`] for the logger's decoders, whose fields need no names in errors.
 pub(crate) struct Reader<'a> {

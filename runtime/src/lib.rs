@@ -111,6 +111,7 @@ pub mod logger_core;
 mod messaging;
 mod recovery;
 mod report;
+mod rounds;
 #[cfg(feature = "fault-injection")]
 mod sigkill;
 

@@ -12,6 +12,7 @@ use reverb_transport::{Bootstrap, PeerState, Rank};
 use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::report::unix_ns;
+use super::rounds::{round_b_held, round_b_loss, round_b_lost, round_b_ssn, RoundAEntry};
 use super::{Runtime, ENTRY_APP, ENTRY_ENDPOINT, FIRST_USER_ENTRY};
 
 #[derive(Debug)]
@@ -116,8 +117,7 @@ impl Runtime {
         let lost: Vec<String> = all
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.first() == Some(&1))
-            .map(|(r, b)| format!("rank {r}: {}", String::from_utf8_lossy(&b[1..])))
+            .filter_map(|(r, b)| round_b_loss(b).map(|what| format!("rank {r}: {what}")))
             .collect();
         if !lost.is_empty() {
             return Err(RuntimeError::Unrecoverable(lost.join("; ")));
@@ -131,34 +131,25 @@ impl Runtime {
 
     /// Round A: survivors' commit state; restarted ranks say so.
     fn recovery_round_a(&mut self, failed: &[Rank], restarted: bool) -> Result<RoundA> {
-        let mut mine = vec![u8::from(restarted)];
         let (committed, next_epoch) = self.ckpt.as_ref().map_or((None, 1), Checkpointer::commit_state);
-        mine.extend_from_slice(&committed.map_or(0, |(e, _)| e).to_le_bytes());
-        mine.push(committed.map_or(0, |(_, s)| s as u8));
-        mine.extend_from_slice(&next_epoch.to_le_bytes());
         // Survivors: does a failed rank's log miss what its restarted buddy held? (Restarted
         // ranks do not know the history; every rank decides from the survivors' flags.)
         let cut = !restarted && failed.iter().any(|r| self.logs_cut.contains(r));
-        mine.push(u8::from(cut));
-        let all = self.boot.allgather(&mine)?;
+        let committed = committed.map_or((0, 0), |(e, s)| (e, s as u8));
+        let all = self.boot.allgather(&RoundAEntry { restarted, committed, next_epoch, cut }.encode())?;
         let mut round = RoundA { flagged: Vec::new(), cut_seen_by: Vec::new(), epochs: Vec::new(), next: 1 };
         for (r, b) in all.iter().enumerate() {
-            if b.len() != 19 {
-                return Err(RuntimeError::InvalidArgument(format!(
-                    "recovery round A: {} bytes from rank {r}",
-                    b.len()
-                )));
-            }
-            if b[18] == 1 {
+            let entry = RoundAEntry::decode(b)
+                .map_err(|e| RuntimeError::InvalidArgument(format!("rank {r}: {e}")))?;
+            if entry.cut {
                 round.cut_seen_by.push(r as Rank);
             }
-            if b[0] == 1 {
+            if entry.restarted {
                 round.flagged.push(r as Rank);
                 continue;
             }
-            let e = u64::from_le_bytes(b[1..9].try_into().unwrap_or_default());
-            round.epochs.push((e, b[9] as usize));
-            round.next = round.next.max(u64::from_le_bytes(b[10..18].try_into().unwrap_or_default()));
+            round.epochs.push((entry.committed.0, entry.committed.1 as usize));
+            round.next = round.next.max(entry.next_epoch);
         }
         Ok(round)
     }
@@ -214,8 +205,7 @@ impl Runtime {
                 }
             }
         }
-        let mut round_b = Vec::new();
-        match &outcome {
+        let round_b = match &outcome {
             Ok(()) if restarted => {
                 let mine: Vec<_> = dets.iter().filter(|d| d.receiver == self.rank).copied().collect();
                 endpoint.begin_replay(&mine)?;
@@ -226,36 +216,31 @@ impl Runtime {
                     start_rsn: endpoint.last_rsn(),
                     start_sends: self.sends,
                 });
-                round_b.push(0);
                 // What the checkpoint covers, plus what the log replayed (rb): the senders
                 // resend from the next ssn.
-                for p in 0..self.size {
-                    round_b.extend_from_slice(&endpoint.held_through(p).to_le_bytes());
-                }
+                round_b_held((0..self.size).map(|p| endpoint.held_through(p)))
             }
             Ok(()) => {
                 // Survivors: how far each restarted rank had got, as seen from here.
-                round_b.push(0);
-                for p in 0..self.size {
-                    let seen = if failed.contains(&p) { endpoint.covered_from(p) } else { 0 };
-                    round_b.extend_from_slice(&seen.to_le_bytes());
-                }
+                round_b_held((0..self.size).map(|p| {
+                    if failed.contains(&p) {
+                        endpoint.covered_from(p)
+                    } else {
+                        0
+                    }
+                }))
             }
-            Err(lost) => {
-                round_b.push(1);
-                round_b.extend_from_slice(lost.as_bytes());
-            }
-        }
+            Err(lost) => round_b_lost(lost),
+        };
         Ok(round_b)
     }
 
     /// Restarted rank: from round B, the ssn each survivor had delivered from it (the replay
     /// ends when its re-execution has sent that far).
     fn replay_targets(&mut self, all: &[Vec<u8>], failed: &[Rank]) -> Result<()> {
-        let at = 1 + 8 * self.rank as usize;
         if let Some(replay) = self.replay.as_mut() {
             for (p, b) in all.iter().enumerate().filter(|(p, _)| !failed.contains(&(*p as Rank))) {
-                let seen = round_b_word(b, at).ok_or_else(|| {
+                let seen = round_b_ssn(b, self.rank).ok_or_else(|| {
                     RuntimeError::InvalidArgument(format!("recovery round B from rank {p}"))
                 })?;
                 replay.targets.push((p as Rank, seen));
@@ -267,11 +252,12 @@ impl Runtime {
     /// Survivor: resends its logged messages to each restarted rank from the first ssn that
     /// rank does not hold (round B).
     fn resend_to_restarted(&mut self, all: &[Vec<u8>], failed: &[Rank]) -> Result<()> {
-        let at = 1 + 8 * self.rank as usize;
         let endpoint =
             self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
         for &r in failed {
-            let covered = round_b_word(&all[r as usize], at)
+            let covered = all
+                .get(r as usize)
+                .and_then(|b| round_b_ssn(b, self.rank))
                 .ok_or_else(|| RuntimeError::InvalidArgument(format!("recovery round B from rank {r}")))?;
             if endpoint.logs_payload_with(r) {
                 drain_stale_failures(endpoint, failed)?;
@@ -359,11 +345,6 @@ struct RoundA {
     epochs: Vec<(Epoch, usize)>,
     /// The next epoch to write.
     next: Epoch,
-}
-
-/// The u64 at `at` of a round B contribution.
-fn round_b_word(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes)
 }
 
 /// Collects the completions of sends that failed while `recovered` ranks were dead (they

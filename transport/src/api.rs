@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use crate::codec::{CodecError, Fixed, Reader, Sink, Writer};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
@@ -157,30 +158,33 @@ impl RemoteRegion {
 
     /// Encodes the descriptor for sending to a peer (see [`RemoteRegion::WIRE_LEN`]).
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut out = [0u8; Self::WIRE_LEN];
-        out[0..4].copy_from_slice(&self.owner.to_le_bytes());
-        out[4..12].copy_from_slice(&self.addr.to_le_bytes());
-        out[12..20].copy_from_slice(&self.len.to_le_bytes());
-        out[20..28].copy_from_slice(&self.key.to_le_bytes());
-        out
+        let mut out = Fixed::<{ Self::WIRE_LEN }>::new();
+        self.write(&mut Writer::new(&mut out));
+        out.into_array()
     }
 
-    /// Decodes [`RemoteRegion::to_bytes`] output from untrusted bytes.
-    /// [`TransportError::Malformed`] unless `bytes` is exactly [`RemoteRegion::WIRE_LEN`] long. The
-    /// fields themselves are only checked when the descriptor is used.
+    /// Appends the descriptor to a larger message.
+    pub fn write<S: Sink + ?Sized>(&self, w: &mut Writer<'_, S>) {
+        w.u32(self.owner).u64(self.addr).u64(self.len).u64(self.key);
+    }
+
+    /// Decodes [`RemoteRegion::to_bytes`] output from untrusted bytes: an error unless `bytes`
+    /// is exactly [`RemoteRegion::WIRE_LEN`] long. The fields themselves are only checked when
+    /// the descriptor is used.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() != Self::WIRE_LEN {
-            return Err(TransportError::Malformed {
-                what: "remote region descriptor",
-                detail: format!("{} bytes, expected {}", bytes.len(), Self::WIRE_LEN),
-            });
-        }
-        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or([0; 8]));
+        let mut r = Reader::new(bytes, "remote region descriptor");
+        let region = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(region)
+    }
+
+    /// Reads a descriptor from the front of a larger message.
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, CodecError> {
         Ok(RemoteRegion {
-            owner: u32::from_le_bytes(bytes[0..4].try_into().unwrap_or([0; 4])),
-            addr: u64_at(4),
-            len: u64_at(12),
-            key: u64_at(20),
+            owner: r.u32("owner")?,
+            addr: r.u64("addr")?,
+            len: r.u64("len")?,
+            key: r.u64("key")?,
         })
     }
 

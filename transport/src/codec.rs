@@ -1,5 +1,7 @@
 //! The one little-endian codec of every wire and on-disk format (bootstrap frames, verbs
-//! addresses, envelopes, log ring records, checkpoint image headers).
+//! addresses, remote region descriptors, message slot headers, envelopes and piggybacked
+//! determinants, log ring records, logger hellos and start-up exchanges, endpoint snapshots,
+//! communication rows, checkpoint image headers).
 //!
 //! - [`Writer`] appends fields to a [`Sink`]: a `Vec<u8>` that grows, or a [`Fixed`] array for
 //!   fixed-size headers built on a hot path (its positions fold to constants once inlined).
@@ -8,7 +10,8 @@
 
 use thiserror::Error;
 
-/// Why bytes could not be decoded.
+/// Why bytes could not be decoded. The layers' errors keep it as their source
+/// (`TransportError::Decode`, and the logger's and logger core's `Decode`).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CodecError {
     /// The input ends before a field does.
@@ -49,13 +52,6 @@ impl CodecError {
             }
             CodecError::Trailing { count, .. } => format!("{count} trailing bytes"),
         }
-    }
-}
-
-/// A transport decoder's short or overlong input is a malformed message of its format.
-impl From<CodecError> for crate::error::TransportError {
-    fn from(e: CodecError) -> Self {
-        crate::error::TransportError::Malformed { what: e.what(), detail: e.detail() }
     }
 }
 

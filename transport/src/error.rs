@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::Rank;
+use crate::codec::CodecError;
 
 /// The transport's result type; the error defaults to [`TransportError`].
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;
@@ -74,6 +75,14 @@ pub enum TransportError {
         what: &'static str,
         /// What was wrong with it.
         detail: String,
+    },
+    /// Bytes from a peer, the rendezvous or a file that end early or run long (the codec's
+    /// error, kept as the source).
+    #[error("malformed {source}")]
+    Decode {
+        /// Which format, which field, how many bytes.
+        #[from]
+        source: CodecError,
     },
     /// The rendezvous failed (unreachable root, bad token, protocol error, lost rank).
     #[error("bootstrap: {0}")]

@@ -1,6 +1,8 @@
 //! The message header both providers put in front of every eager slot: tagged data, rendezvous
 //! control (RTS/FIN) and put-with-immediate notices. Always read from a peer, so every field is
-//! validated before use.
+//! validated before use. Encoded with the codec ([`crate::codec`]), little-endian.
+
+use crate::codec::{CodecError, Fixed, Reader, Writer};
 
 /// Message kinds.
 pub mod kind {
@@ -15,8 +17,7 @@ pub mod kind {
 }
 
 /// Header of every ring slot. Read from a peer, so every field is validated before use.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotHeader {
     /// One of [`kind`]; anything else is malformed.
     pub kind: u32,
@@ -38,10 +39,11 @@ pub struct SlotHeader {
     pub r_offset: u64,
 }
 
-/// Bytes of an encoded [`SlotHeader`] (64): two `u32`s, then seven `u64`s, little-endian.
-pub const SLOT_HEADER_LEN: usize = std::mem::size_of::<SlotHeader>();
-/// An eager header on a byte-stream wire: kind, reserved, tag.
+/// Bytes of an encoded [`SlotHeader`]: two `u32`s, then seven `u64`s, little-endian.
+pub const SLOT_HEADER_LEN: usize = 64;
+/// A compact eager header: kind, length (in a slot) or reserved (on a byte-stream wire), tag.
 pub const EAGER_WIRE_LEN: usize = 16;
+const WHAT: &str = "message header";
 
 /// FIN status codes: how the receiver's rendezvous read ended.
 pub mod fin {
@@ -87,17 +89,23 @@ impl SlotHeader {
     }
 
     /// Encodes all fields ([`SLOT_HEADER_LEN`] bytes, little-endian).
+    #[inline]
     pub fn to_bytes(&self) -> [u8; SLOT_HEADER_LEN] {
-        let mut out = [0u8; SLOT_HEADER_LEN];
-        out[0..4].copy_from_slice(&self.kind.to_le_bytes());
-        out[4..8].copy_from_slice(&self.imm.to_le_bytes());
-        for (i, v) in [self.tag, self.len, self.cookie, self.r_addr, self.r_len, self.r_key, self.r_offset]
-            .iter()
-            .enumerate()
-        {
-            out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
-        }
-        out
+        let mut out = Fixed::<SLOT_HEADER_LEN>::new();
+        let mut w = Writer::new(&mut out);
+        w.u32(self.kind).u32(self.imm).u64(self.tag).u64(self.len).u64(self.cookie);
+        w.u64(self.r_addr).u64(self.r_len).u64(self.r_key).u64(self.r_offset);
+        out.into_array()
+    }
+
+    /// Encodes an eager header in its compact form (`kind u32 | len u32 | tag u64`) for a
+    /// slot: the length saturates at `u32::MAX`, so an oversized claim stays oversized.
+    #[inline]
+    pub fn to_eager_slot(&self) -> [u8; EAGER_WIRE_LEN] {
+        let len = self.len.min(u64::from(u32::MAX)) as u32;
+        let mut out = Fixed::<EAGER_WIRE_LEN>::new();
+        Writer::new(&mut out).u32(self.kind).u32(len).u64(self.tag);
+        out.into_array()
     }
 
     /// Bytes this header takes on a message wire (see `encode_wire`).
@@ -109,13 +117,14 @@ impl SlotHeader {
         }
     }
 
-    /// Encodes for a byte-stream message (verbs SENDs): eager data needs only kind and tag, its
-    /// length is the message's, so it takes 16 bytes instead of 64. Returns the encoded bytes.
+    /// Encodes for a byte-stream message (verbs SENDs): eager data needs only kind and tag
+    /// (`kind u32 | 0 u32 | tag u64`), its length is the message's, so it takes 16 bytes
+    /// instead of 64. Returns the encoded bytes.
     pub fn encode_wire(&self, out: &mut [u8; SLOT_HEADER_LEN]) -> usize {
         if self.kind == kind::EAGER {
-            out[0..4].copy_from_slice(&self.kind.to_le_bytes());
-            out[4..8].fill(0);
-            out[8..16].copy_from_slice(&self.tag.to_le_bytes());
+            let mut eager = Fixed::<EAGER_WIRE_LEN>::new();
+            Writer::new(&mut eager).u32(self.kind).zeros(4).u64(self.tag);
+            out[..EAGER_WIRE_LEN].copy_from_slice(&eager.into_array());
             EAGER_WIRE_LEN
         } else {
             *out = self.to_bytes();
@@ -125,34 +134,57 @@ impl SlotHeader {
 
     /// Decodes `encode_wire` output from untrusted bytes: the header and the payload after it.
     pub fn decode_wire(bytes: &[u8]) -> Option<(SlotHeader, &[u8])> {
-        let kind = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
-        if kind == kind::EAGER {
-            let tag = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
-            let payload = &bytes[EAGER_WIRE_LEN..];
+        let mut r = Reader::new(bytes, WHAT);
+        if r.clone().u32("kind").ok()? == kind::EAGER {
+            r.skip(8, "kind and reserved").ok()?;
+            let tag = r.u64("tag").ok()?;
+            let payload = r.rest();
             return Some((SlotHeader::eager(tag, payload.len()), payload));
         }
-        Some((SlotHeader::from_bytes(bytes)?, &bytes[SLOT_HEADER_LEN..]))
+        let header = Self::read(&mut r).ok()?;
+        Some((header, r.rest()))
     }
 
-    /// Decodes a header from untrusted bytes; `None` when too short.
+    /// Decodes a full header from the front of untrusted bytes; `None` when too short.
     pub fn from_bytes(b: &[u8]) -> Option<SlotHeader> {
-        let b: &[u8; SLOT_HEADER_LEN] = b.get(..SLOT_HEADER_LEN)?.try_into().ok()?;
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(w)
-        };
-        Some(SlotHeader {
-            kind: u32_at(0),
-            imm: u32_at(4),
-            tag: u64_at(8),
-            len: u64_at(16),
-            cookie: u64_at(24),
-            r_addr: u64_at(32),
-            r_len: u64_at(40),
-            r_key: u64_at(48),
-            r_offset: u64_at(56),
+        Self::read(&mut Reader::new(b, WHAT)).ok()
+    }
+
+    /// Decodes a slot's compact eager header (`to_eager_slot`; its length is whatever the
+    /// peer wrote and must still be validated); `None` when the slot holds another kind,
+    /// whose full header [`SlotHeader::from_array`] decodes.
+    #[inline]
+    pub fn eager_from_slot(compact: &[u8; EAGER_WIRE_LEN]) -> Option<SlotHeader> {
+        let mut r = Reader::new(compact, WHAT);
+        // The reads cannot fail (the array holds every field); `ok()?` only type-checks.
+        if r.u32("kind").ok()? != kind::EAGER {
+            return None;
+        }
+        let len = r.u32("len").ok()?;
+        Some(SlotHeader::eager(r.u64("tag").ok()?, len as usize))
+    }
+
+    /// Decodes a full header; every bit pattern is one (its fields are validated on use).
+    #[inline]
+    pub fn from_array(b: &[u8; SLOT_HEADER_LEN]) -> SlotHeader {
+        // Cannot fail: the array holds every field.
+        Self::read(&mut Reader::new(b, WHAT)).unwrap_or_default()
+    }
+
+    /// Reads the full header (`kind u32 | imm u32 | tag | len | cookie | r_addr | r_len |
+    /// r_key | r_offset`, `u64`s).
+    #[inline]
+    fn read(r: &mut Reader<'_>) -> Result<SlotHeader, CodecError> {
+        Ok(SlotHeader {
+            kind: r.u32("kind")?,
+            imm: r.u32("imm")?,
+            tag: r.u64("tag")?,
+            len: r.u64("len")?,
+            cookie: r.u64("cookie")?,
+            r_addr: r.u64("r_addr")?,
+            r_len: r.u64("r_len")?,
+            r_key: r.u64("r_key")?,
+            r_offset: r.u64("r_offset")?,
         })
     }
 }
@@ -160,6 +192,88 @@ impl SlotHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn any_header() -> impl Strategy<Value = SlotHeader> {
+        (0u32..6, any::<u32>(), any::<[u64; 7]>()).prop_map(
+            |(kind, imm, [tag, len, cookie, r_addr, r_len, r_key, r_offset])| SlotHeader {
+                kind,
+                imm,
+                tag,
+                len,
+                cookie,
+                r_addr,
+                r_len,
+                r_key,
+                r_offset,
+            },
+        )
+    }
+
+    /// Both forms, written out by hand: a peer built from another commit must agree.
+    #[test]
+    fn pinned_encoding() {
+        let rts = SlotHeader {
+            kind: kind::RTS,
+            imm: 5,
+            tag: 0x0102,
+            len: 3,
+            cookie: 4,
+            r_addr: 6,
+            r_len: 7,
+            r_key: 8,
+            r_offset: 9,
+        };
+        let mut want = vec![2, 0, 0, 0, 5, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0];
+        for v in [3u8, 4, 6, 7, 8, 9] {
+            want.extend_from_slice(&[v, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        assert_eq!(rts.to_bytes(), want[..]);
+        let eager = SlotHeader::eager(0x0a0b, 0x0c0d);
+        assert_eq!(eager.to_eager_slot(), [1, 0, 0, 0, 0x0d, 0x0c, 0, 0, 0x0b, 0x0a, 0, 0, 0, 0, 0, 0]);
+        let mut wire = [0xff; SLOT_HEADER_LEN];
+        assert_eq!(eager.encode_wire(&mut wire), EAGER_WIRE_LEN);
+        assert_eq!(wire[..EAGER_WIRE_LEN], [1, 0, 0, 0, 0, 0, 0, 0, 0x0b, 0x0a, 0, 0, 0, 0, 0, 0]);
+        let huge = SlotHeader { len: u64::MAX, ..eager };
+        assert_eq!(huge.to_eager_slot()[4..8], [0xff; 4], "an oversized length stays oversized");
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..96)) {
+            let _ = SlotHeader::from_bytes(&bytes);
+            if let Some((h, payload)) = SlotHeader::decode_wire(&bytes) {
+                prop_assert_eq!(h.wire_len() + payload.len(), bytes.len());
+            }
+            let mut compact = [0u8; EAGER_WIRE_LEN];
+            let n = bytes.len().min(EAGER_WIRE_LEN);
+            compact[..n].copy_from_slice(&bytes[..n]);
+            let _ = SlotHeader::eager_from_slot(&compact);
+        }
+
+        #[test]
+        fn round_trips(h in any_header(), payload in prop::collection::vec(any::<u8>(), 0..24)) {
+            prop_assert_eq!(SlotHeader::from_array(&h.to_bytes()), h);
+            prop_assert_eq!(SlotHeader::from_bytes(&h.to_bytes()), Some(h));
+            let mut buf = [0u8; SLOT_HEADER_LEN];
+            let n = h.encode_wire(&mut buf);
+            let mut msg = buf[..n].to_vec();
+            msg.extend_from_slice(&payload);
+            let (back, rest) = SlotHeader::decode_wire(&msg).unwrap();
+            prop_assert_eq!(rest, &payload[..]);
+            if h.kind == kind::EAGER {
+                // Only kind and tag travel; the length is the payload's.
+                prop_assert_eq!(back, SlotHeader::eager(h.tag, payload.len()));
+                let slot = SlotHeader::eager(h.tag, h.len.min(u64::from(u32::MAX)) as usize);
+                prop_assert_eq!(SlotHeader::eager_from_slot(&h.to_eager_slot()), Some(slot));
+            } else {
+                prop_assert_eq!(back, h);
+                let mut compact = [0u8; EAGER_WIRE_LEN];
+                compact.copy_from_slice(&h.to_bytes()[..EAGER_WIRE_LEN]);
+                prop_assert!(SlotHeader::eager_from_slot(&compact).is_none());
+            }
+        }
+    }
 
     #[test]
     fn header_round_trips_and_rejects_short_input() {

@@ -61,6 +61,7 @@ pub use service::{LoggerCore, LoggerCoreConfig, LoggerSummary};
 
 use std::time::Duration;
 
+use reverb_transport::codec::CodecError;
 use reverb_transport::TransportError;
 
 use crate::error::LogError;
@@ -112,6 +113,9 @@ pub enum CoreError {
     Config(String),
     #[error("malformed {what}: {detail}")]
     Malformed { what: &'static str, detail: String },
+    /// Bytes that end early or run long (the codec's error, kept as the source).
+    #[error("malformed {0}")]
+    Decode(#[from] CodecError),
     /// Back-pressure: the rank's payload lane has no room until the logger makes frames durable.
     #[error("payload lane {lane} full: {needed} bytes needed, {free} free")]
     LaneFull { lane: u64, needed: u64, free: u64 },
@@ -158,6 +162,7 @@ impl From<CoreError> for LogError {
             CoreError::LoggerGone { pid, why } => LogError::LoggerGone { pid, why },
             CoreError::Io { context, source } => LogError::Io { context, source },
             CoreError::Malformed { what, detail } => LogError::Malformed { what, detail },
+            CoreError::Decode(source) => LogError::Decode { source },
             CoreError::Env(e) => LogError::Config(e),
             other @ CoreError::Config(_) => LogError::Unsupported(other.to_string()),
         }

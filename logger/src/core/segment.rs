@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapRaw;
+use reverb_transport::codec::{Fixed, Reader, Writer};
 
 use super::CoreError;
 
@@ -178,6 +179,19 @@ pub fn unix_ms(t: std::time::SystemTime) -> u64 {
 /// Bytes a frame of `len` data bytes takes in a lane.
 pub fn frame_size(len: usize) -> u64 {
     (FRAME_HEADER + len as u64).div_ceil(8) * 8
+}
+
+/// `len u32 | 4 zero bytes`: the header of a frame in a lane (`WRAP`: the lap ends here).
+fn frame_header(len: u32) -> [u8; FRAME_HEADER as usize] {
+    let mut h = Fixed::<{ FRAME_HEADER as usize }>::new();
+    Writer::new(&mut h).u32(len).zeros(4);
+    h.into_array()
+}
+
+/// The length a frame header announces (validated by the caller).
+fn frame_len(header: &[u8; FRAME_HEADER as usize]) -> u32 {
+    // Cannot fail: the array holds the field.
+    Reader::new(header, "payload frame header").u32("len").unwrap_or_default()
 }
 
 /// A mapped node segment; any number of processes may hold one.
@@ -495,15 +509,11 @@ impl NodeSegment {
         }
         let mut pos = head;
         if skip > 0 {
-            let mut marker = [0u8; 8];
-            marker[..4].copy_from_slice(&WRAP.to_le_bytes());
-            self.copy_in(lane, pos, &marker)?;
+            self.copy_in(lane, pos, &frame_header(WRAP))?;
             pos += skip;
         }
         let mut frame = Vec::with_capacity(size as usize);
-        frame.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&[0; 4]);
-        frame.extend_from_slice(data);
+        Writer::new(&mut frame).raw(&frame_header(data.len() as u32)).raw(data);
         frame.resize(size as usize, 0);
         self.copy_in(lane, pos, &frame)?;
         pos += size;
@@ -518,9 +528,9 @@ impl NodeSegment {
         let taken_word = self.lane_word(lane, LANE_TAKEN)?;
         let mut pos = taken_word.load(Ordering::Relaxed);
         while pos < head {
-            let mut header = [0u8; 8];
+            let mut header = [0u8; FRAME_HEADER as usize];
             self.copy_out(lane, pos, &mut header)?;
-            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            let len = frame_len(&header);
             if len == WRAP {
                 pos += self.lane_capacity - pos % self.lane_capacity;
                 taken_word.store(pos, Ordering::Release);
@@ -561,6 +571,7 @@ impl NodeSegment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn temp(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("reverb-seg-test-{}-{name}", std::process::id()))
@@ -674,5 +685,46 @@ mod tests {
         seg.claim_lane(0, parent).unwrap();
         assert!(seg.claim_lane(0, std::process::id()).is_err());
         std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn frame_header_is_pinned() {
+        assert_eq!(frame_header(0x0102), [2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(frame_header(WRAP), [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever a producer (or a stray write) left in a lane, the consumer reports it or
+        /// returns a frame inside the lane: never a panic, never a read past `head`.
+        #[test]
+        fn arbitrary_lane_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256), head in 0u64..600) {
+            let path = temp(&format!("garbage-{head}-{}", bytes.len()));
+            let seg = NodeSegment::create(&path, 1, 256).unwrap();
+            seg.copy_in(0, 0, &bytes).unwrap();
+            seg.lane_word(0, LANE_HEAD).unwrap().store(head, Ordering::Release);
+            let got = seg.peek_frame(0);
+            std::fs::remove_file(&path).ok();
+            if let Ok(Some((data, end))) = got {
+                prop_assert!(end <= head && data.len() <= seg.max_frame());
+            }
+        }
+
+        #[test]
+        fn frames_round_trip(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..80), 1..8)) {
+            let path = temp(&format!("frames-{}", frames.len()));
+            let seg = NodeSegment::create(&path, 1, 1024).unwrap();
+            for f in &frames {
+                seg.push_frame(0, f).unwrap();
+            }
+            let mut back = Vec::new();
+            while let Some((data, end)) = seg.peek_frame(0).unwrap() {
+                back.push(data);
+                seg.take_through(0, end).unwrap();
+            }
+            std::fs::remove_file(&path).ok();
+            prop_assert_eq!(back, frames);
+        }
     }
 }

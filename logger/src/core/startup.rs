@@ -2,6 +2,7 @@
 //! hosted rings), or hellos with every related logger for a respawned logger and when a
 //! logger was lost during the exchange.
 
+use reverb_transport::codec::{CodecError, Reader, Writer};
 use reverb_transport::{Rank, RemoteRegion, TransportError};
 
 use super::fault;
@@ -133,11 +134,14 @@ impl Session<'_> {
 
 /// Our contribution to the exchange (the layout `parse_contribution` reads).
 fn encode_contribution(heartbeat: &RemoteRegion, hosted: &[(Rank, RemoteRegion)]) -> Vec<u8> {
-    let mut mine = heartbeat.to_bytes().to_vec();
-    mine.extend_from_slice(&(hosted.len() as u32).to_le_bytes());
+    let mut mine =
+        Vec::with_capacity(RemoteRegion::WIRE_LEN + 4 + hosted.len() * (4 + RemoteRegion::WIRE_LEN));
+    let mut w = Writer::new(&mut mine);
+    heartbeat.write(&mut w);
+    w.u32(hosted.len() as u32);
     for (c, ring) in hosted {
-        mine.extend_from_slice(&c.to_le_bytes());
-        mine.extend_from_slice(&ring.to_bytes());
+        w.u32(*c);
+        ring.write(&mut w);
     }
     mine
 }
@@ -145,30 +149,24 @@ fn encode_contribution(heartbeat: &RemoteRegion, hosted: &[(Rank, RemoteRegion)]
 /// `heartbeat descriptor | u32 count | count × (u32 client node | ring descriptor)`.
 fn parse_contribution(bytes: &[u8]) -> Result<(RemoteRegion, Vec<(Rank, RemoteRegion)>), CoreError> {
     const WHAT: &str = "logger exchange";
-    let d = RemoteRegion::WIRE_LEN;
-    let bad = |detail: String| CoreError::Malformed { what: WHAT, detail };
-    if bytes.len() < d + 4 {
-        return Err(bad(format!("{} bytes", bytes.len())));
+    let mut r = Reader::new(bytes, WHAT);
+    let heartbeat = RemoteRegion::read(&mut r)?;
+    let count = r.u32("count")? as usize;
+    // Checked before allocating: the count is the peer's word.
+    if r.remaining() != count.saturating_mul(4 + RemoteRegion::WIRE_LEN) {
+        let detail = format!("{} bytes for {count} rings", r.remaining());
+        return Err(CoreError::Malformed { what: WHAT, detail });
     }
-    let heartbeat = RemoteRegion::from_bytes(&bytes[..d])?;
-    let count = u32::from_le_bytes([bytes[d], bytes[d + 1], bytes[d + 2], bytes[d + 3]]) as usize;
-    let entry = 4 + d;
-    if bytes.len() != d + 4 + count.saturating_mul(entry) {
-        return Err(bad(format!("{} bytes for {count} rings", bytes.len())));
-    }
-    let rings = bytes[d + 4..]
-        .chunks_exact(entry)
-        .map(|c| {
-            let node = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            Ok((node, RemoteRegion::from_bytes(&c[4..])?))
-        })
-        .collect::<Result<_, CoreError>>()?;
+    let rings = (0..count)
+        .map(|_| Ok((r.u32("client node")?, RemoteRegion::read(&mut r)?)))
+        .collect::<Result<_, CodecError>>()?;
     Ok((heartbeat, rings))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn region(key: u64) -> RemoteRegion {
         RemoteRegion { owner: 1, addr: 0x1000 * key, len: 4096, key }
@@ -182,6 +180,7 @@ mod tests {
             bytes.extend_from_slice(&node.to_le_bytes());
             bytes.extend_from_slice(&region(key).to_bytes());
         }
+        assert_eq!(encode_contribution(&region(1), &[(0, region(2)), (3, region(3))]), bytes, "pinned");
         let (hb, rings) = parse_contribution(&bytes).unwrap();
         assert_eq!(hb, region(1));
         assert_eq!(rings, vec![(0, region(2)), (3, region(3))]);
@@ -191,5 +190,31 @@ mod tests {
         let mut lying = bytes.clone();
         lying[RemoteRegion::WIRE_LEN] = 200; // claims 200 rings
         assert!(parse_contribution(&lying).is_err());
+    }
+
+    fn any_region() -> impl Strategy<Value = RemoteRegion> {
+        any::<(u32, u64, u64, u64)>().prop_map(|(owner, addr, len, key)| RemoteRegion {
+            owner,
+            addr,
+            len,
+            key,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..160), count in 0u32..4) {
+            let _ = parse_contribution(&bytes);
+            let mut framed = region(1).to_bytes().to_vec();
+            framed.extend_from_slice(&count.to_le_bytes());
+            framed.extend_from_slice(&bytes);
+            let _ = parse_contribution(&framed);
+        }
+
+        #[test]
+        fn round_trips(heartbeat in any_region(), hosted in prop::collection::vec((any::<u32>(), any_region()), 0..6)) {
+            let bytes = encode_contribution(&heartbeat, &hosted);
+            prop_assert_eq!(parse_contribution(&bytes).unwrap(), (heartbeat, hosted));
+        }
     }
 }

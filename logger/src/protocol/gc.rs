@@ -1,5 +1,6 @@
 //! Log GC at a coordinated checkpoint: what the checkpoint covers leaves the logs.
 
+use reverb_transport::codec::Writer;
 use reverb_transport::{Bootstrap, Rank};
 
 use super::LoggedEndpoint;
@@ -97,11 +98,7 @@ impl LoggedEndpoint {
                 *c = (*c).min(a.ssn - 1);
             }
         }
-        let mut mine = self.reception.last_rsn().to_le_bytes().to_vec();
-        for c in &covered {
-            mine.extend_from_slice(&c.to_le_bytes());
-        }
-        mine
+        encode_watermarks(self.reception.last_rsn(), &covered)
     }
 
     /// Frees this rank's ring at its buddy up to what is durable and waits until the host
@@ -134,9 +131,21 @@ impl LoggedEndpoint {
     }
 }
 
+/// `last_rsn u64 | size × covered ssn u64`, what `Watermarks::parse` reads.
+fn encode_watermarks(last_rsn: u64, covered: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 * (covered.len() + 1));
+    let mut w = Writer::new(&mut out);
+    w.u64(last_rsn);
+    for &c in covered {
+        w.u64(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn marks(last_rsn: u64, covered: &[u64]) -> Vec<u8> {
         let mut out = last_rsn.to_le_bytes().to_vec();
@@ -144,6 +153,22 @@ mod tests {
             out.extend_from_slice(&c.to_le_bytes());
         }
         out
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..96), size in 0u32..12, me in 0u32..12) {
+            let _ = Watermarks::parse(&bytes, 1, size, me);
+        }
+
+        #[test]
+        fn round_trips(last_rsn: u64, covered in prop::collection::vec(any::<u64>(), 1..10), me: prop::sample::Index) {
+            let bytes = encode_watermarks(last_rsn, &covered);
+            prop_assert_eq!(&bytes, &marks(last_rsn, &covered), "pinned");
+            let me = me.index(covered.len());
+            let m = Watermarks::parse(&bytes, 1, covered.len() as u32, me as Rank).unwrap();
+            prop_assert_eq!((m.last_rsn, m.consumed_from_me), (last_rsn, covered[me]));
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the senders' logs), a survivor's rejoin and an in-place restart. The recovery sequence is
 //! in the `protocol` module doc.
 
+use reverb_transport::codec::Writer;
 use reverb_transport::{Bootstrap, Rank};
 
 use super::rings::{encode_hosted, gather_node_ids, open_writer_at, HostedRing};
@@ -87,35 +88,22 @@ impl LoggedEndpoint {
     /// rings), and each failed (restarted) rank gets back the frames addressed to it, ready for
     /// `replay_frames`. Survivors get an empty list. Other modes log no frames: empty too.
     pub fn gather_frames(&self, boot: &mut dyn Bootstrap, failed: &[Rank]) -> Result<Vec<Vec<u8>>> {
-        const WHAT: &str = "gathered log frames";
         let mut mine = Vec::new();
         if !failed.contains(&self.rank) && self.protocol.logs_frames() {
             for &f in failed {
                 mine.extend(self.frames_held_for(f)?);
             }
         }
-        let mut bytes = (mine.len() as u32).to_le_bytes().to_vec();
-        for frame in &mine {
-            bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(frame);
-        }
-        let all = boot.allgather(&bytes)?;
+        let all = boot.allgather(&encode_frames(&mine))?;
         let mut frames = Vec::new();
         if !failed.contains(&self.rank) {
             return Ok(frames);
         }
         for contribution in &all {
-            let mut r = Reader::new(contribution, WHAT);
-            let count = r.u32()?;
-            for _ in 0..count {
-                let len = r.u32()? as usize;
-                let frame = r.take(len)?;
+            for frame in decode_frames(contribution)? {
                 if Envelope::decode(frame)?.0.receiver == self.rank {
                     frames.push(frame.to_vec());
                 }
-            }
-            if r.remaining() != 0 {
-                return Err(LogError::malformed(WHAT, format!("{} bytes left over", r.remaining())));
             }
         }
         Ok(frames)
@@ -260,5 +248,62 @@ impl LoggedEndpoint {
     /// Whether a replay is still under way.
     pub fn replaying(&self) -> bool {
         self.replay.as_ref().is_some_and(|p| self.reception.last_rsn() < p.last_rsn())
+    }
+}
+
+const FRAMES: &str = "gathered log frames";
+
+/// `count u32 | count × (len u32 | frame)`: a rank's contribution to `gather_frames`.
+fn encode_frames(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + frames.iter().map(|f| 4 + f.len()).sum::<usize>());
+    let mut w = Writer::new(&mut out);
+    w.u32(frames.len() as u32);
+    for frame in frames {
+        w.bytes32(frame);
+    }
+    out
+}
+
+/// Decodes `encode_frames` output from untrusted bytes (another rank's), borrowing the frames.
+fn decode_frames(bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut r = Reader::new(bytes, FRAMES);
+    let count = r.u32()?;
+    // Not preallocated: the count is the peer's word, each frame must still be there.
+    let mut frames = Vec::new();
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        frames.push(r.take(len)?);
+    }
+    if r.remaining() != 0 {
+        return Err(LogError::malformed(FRAMES, format!("{} bytes left over", r.remaining())));
+    }
+    Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn pinned_encoding() {
+        let frames = vec![b"ab".to_vec(), Vec::new()];
+        assert_eq!(encode_frames(&frames), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
+        assert!(decode_frames(&[1, 0, 0, 0, 9, 0, 0, 0, 1]).is_err(), "frame past the end");
+        assert!(decode_frames(&[0, 0, 0, 0, 0]).is_err(), "trailing byte");
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128)) {
+            let _ = decode_frames(&bytes);
+        }
+
+        #[test]
+        fn round_trips(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..6)) {
+            let bytes = encode_frames(&frames);
+            let back: Vec<Vec<u8>> = decode_frames(&bytes).unwrap().into_iter().map(<[u8]>::to_vec).collect();
+            prop_assert_eq!(back, frames);
+        }
     }
 }

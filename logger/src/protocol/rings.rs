@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use reverb_transport::bootstrap::allgather_past_final_barrier;
+use reverb_transport::codec::Writer;
 use reverb_transport::{Bootstrap, Provider, Rank, Region, RemoteRegion, TransportError};
 
 use super::config::LogConfig;
@@ -50,10 +51,17 @@ pub enum DeterminantSink {
 
 /// Encodes this rank's hosted rings for the all-gather: `count u32 | (client u32 | region)*`.
 pub(super) fn encode_hosted(hosted: &[HostedRing]) -> Vec<u8> {
-    let mut out = (hosted.len() as u32).to_le_bytes().to_vec();
-    for h in hosted {
-        out.extend_from_slice(&h.client.to_le_bytes());
-        out.extend_from_slice(&h.region.remote().to_bytes());
+    encode_remotes(hosted.iter().map(|h| (h.client, h.region.remote())))
+}
+
+/// `count u32 | (client u32 | region)*`, what `find_hosted` reads.
+fn encode_remotes(rings: impl ExactSizeIterator<Item = (Rank, RemoteRegion)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + rings.len() * (4 + RemoteRegion::WIRE_LEN));
+    let mut w = Writer::new(&mut out);
+    w.u32(rings.len() as u32);
+    for (client, remote) in rings {
+        w.u32(client);
+        remote.write(&mut w);
     }
     out
 }
@@ -250,6 +258,7 @@ pub(super) fn wait_queue_durable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn hosted_list_round_trips_and_rejects_garbage() {
@@ -259,6 +268,7 @@ mod tests {
             bytes.extend_from_slice(&client.to_le_bytes());
             bytes.extend_from_slice(&remote.to_bytes());
         }
+        assert_eq!(encode_remotes([(1, remote), (5, remote)].into_iter()), bytes, "pinned");
         assert_eq!(find_hosted(&bytes, 3, 5).ok(), Some(remote));
         assert!(find_hosted(&bytes, 4, 5).is_err(), "owner must be the host");
         assert!(find_hosted(&bytes, 3, 2).is_err());
@@ -266,5 +276,25 @@ mod tests {
             assert!(find_hosted(&bytes[..cut], 3, 5).is_err(), "cut {cut}");
         }
         assert!(find_hosted(&u32::MAX.to_le_bytes(), 3, 5).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..160), client in 0u32..4) {
+            let _ = find_hosted(&bytes, 3, client);
+        }
+
+        /// Every client's ring comes back from a list of distinct clients.
+        #[test]
+        fn round_trips(rings in prop::collection::btree_map(any::<u32>(), any::<(u64, u64, u64)>(), 0..6)) {
+            let rings: Vec<(Rank, RemoteRegion)> = rings
+                .into_iter()
+                .map(|(client, (addr, len, key))| (client, RemoteRegion { owner: 3, addr, len, key }))
+                .collect();
+            let bytes = encode_remotes(rings.iter().copied());
+            for (client, remote) in &rings {
+                prop_assert_eq!(find_hosted(&bytes, 3, *client).ok(), Some(*remote));
+            }
+        }
     }
 }

@@ -10,28 +10,63 @@ use crate::channel::{RecvChannel, SendSequencer};
 use crate::determinant::{ReceptionCounter, Ssn};
 use crate::error::{LogError, Result};
 use crate::wire::Reader;
+use reverb_transport::codec::Writer;
 use reverb_transport::Rank;
 
 const SNAPSHOT_VERSION: u32 = 1;
 const WHAT: &str = "endpoint snapshot";
+
+/// The decoded snapshot: per peer, the ssns sent to it and the ssns from it covered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Snapshot {
+    last_rsn: u64,
+    sent: Vec<Ssn>,
+    covered: Vec<Ssn>,
+}
+
+impl Snapshot {
+    /// The layout in the module's header; `sent` and `covered` are one job's size long.
+    fn encode(&self) -> Vec<u8> {
+        let size = self.covered.len();
+        let mut out = Vec::with_capacity(16 + size * 16);
+        let mut w = Writer::new(&mut out);
+        w.u32(SNAPSHOT_VERSION).u32(size as u32).u64(self.last_rsn);
+        for &ssn in self.sent.iter().chain(&self.covered) {
+            w.u64(ssn);
+        }
+        out
+    }
+
+    /// Decodes a snapshot taken in a job of `size` ranks from untrusted bytes (a file).
+    fn decode(bytes: &[u8], size: u32) -> Result<Self> {
+        let mut r = Reader::new(bytes, WHAT);
+        let version = r.u32()?;
+        if version != SNAPSHOT_VERSION {
+            return Err(LogError::malformed(WHAT, format!("version {version}, expected {SNAPSHOT_VERSION}")));
+        }
+        let taken = r.u32()?;
+        if taken != size {
+            return Err(LogError::malformed(WHAT, format!("taken in a job of {taken}, this one has {size}")));
+        }
+        if bytes.len() != 16 + size as usize * 16 {
+            return Err(LogError::malformed(WHAT, format!("{} bytes for {size} ranks", bytes.len())));
+        }
+        let last_rsn = r.u64()?;
+        let sent = (0..size).map(|_| r.u64()).collect::<Result<Vec<Ssn>>>()?;
+        let covered = (0..size).map(|_| r.u64()).collect::<Result<Vec<Ssn>>>()?;
+        Ok(Snapshot { last_rsn, sent, covered })
+    }
+}
 
 impl LoggedEndpoint {
     /// The per-channel state a checkpoint must hold: ssns sent, the reception counter and,
     /// per sender, the ssns this rank's state covers (messages released but still waiting
     /// for a receive are not covered: their senders keep them, and resend them).
     pub fn recovery_snapshot(&self) -> Vec<u8> {
-        let size = self.size as usize;
-        let mut out = Vec::with_capacity(16 + size * 16);
-        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-        out.extend_from_slice(&self.size.to_le_bytes());
-        out.extend_from_slice(&self.reception.last_rsn().to_le_bytes());
-        for ssn in self.sequencer.snapshot() {
-            out.extend_from_slice(&ssn.to_le_bytes());
-        }
-        for peer in 0..self.size {
-            out.extend_from_slice(&self.covered_from(peer).to_le_bytes());
-        }
-        out
+        let covered = (0..self.size).map(|peer| self.covered_from(peer)).collect();
+        let snapshot =
+            Snapshot { last_rsn: self.reception.last_rsn(), sent: self.sequencer.snapshot(), covered };
+        snapshot.encode()
     }
 
     /// The highest ssn from `peer` that this rank's state covers: released in order and
@@ -53,29 +88,9 @@ impl LoggedEndpoint {
     /// counter from `bytes` ([`LoggedEndpoint::recovery_snapshot`]). Follow with
     /// `begin_replay`; survivors resend from `covered_from(them) + 1`.
     pub fn restore_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
-        let mut r = Reader::new(bytes, WHAT);
-        let version = r.u32()?;
-        if version != SNAPSHOT_VERSION {
-            return Err(LogError::malformed(WHAT, format!("version {version}, expected {SNAPSHOT_VERSION}")));
-        }
-        let size = r.u32()?;
-        if size != self.size {
-            return Err(LogError::malformed(
-                WHAT,
-                format!("taken in a job of {size}, this one has {}", self.size),
-            ));
-        }
-        if bytes.len() != 16 + size as usize * 16 {
-            return Err(LogError::malformed(WHAT, format!("{} bytes for {size} ranks", bytes.len())));
-        }
-        let last_rsn = r.u64()?;
-        let sent = (0..size).map(|_| r.u64()).collect::<Result<Vec<Ssn>>>()?;
-        let mut channels = Vec::with_capacity(size as usize);
-        for _ in 0..size {
-            channels.push(r.u64()?);
-        }
+        let Snapshot { last_rsn, sent, covered } = Snapshot::decode(bytes, self.size)?;
         self.sequencer = SendSequencer::resume(sent);
-        for (peer, through) in channels.into_iter().enumerate() {
+        for (peer, through) in covered.into_iter().enumerate() {
             *self.channels.channel(peer as Rank)? =
                 RecvChannel::resume(peer as Rank, 0, through, self.config.reorder_window);
         }
@@ -84,5 +99,45 @@ impl LoggedEndpoint {
         self.released.clear();
         self.replay = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Version 1 bytes, written out by hand: a checkpoint outlives the build that wrote it.
+    #[test]
+    fn pinned_encoding() {
+        let s = Snapshot { last_rsn: 9, sent: vec![1, 2], covered: vec![3, 0x0102] };
+        let mut want = vec![1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0];
+        for v in [1u8, 2, 3] {
+            want.extend_from_slice(&[v, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        want.extend_from_slice(&[2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(s.encode(), want);
+        assert_eq!(Snapshot::decode(&want, 2).unwrap(), s);
+        assert!(Snapshot::decode(&want, 3).is_err(), "another job size");
+        for cut in 0..want.len() {
+            assert!(Snapshot::decode(&want[..cut], 2).is_err(), "cut {cut}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128), size in 0u32..8) {
+            let _ = Snapshot::decode(&bytes, size);
+            let mut framed = vec![1, 0, 0, 0, size as u8, 0, 0, 0];
+            framed.extend_from_slice(&bytes);
+            let _ = Snapshot::decode(&framed, size);
+        }
+
+        #[test]
+        fn round_trips(last_rsn: u64, pairs in prop::collection::vec(any::<(u64, u64)>(), 0..8)) {
+            let (sent, covered) = pairs.into_iter().unzip();
+            let s = Snapshot { last_rsn, sent, covered };
+            prop_assert_eq!(Snapshot::decode(&s.encode(), s.covered.len() as u32).unwrap(), s);
+        }
     }
 }

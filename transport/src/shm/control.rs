@@ -275,15 +275,14 @@ impl Ring<'_> {
         // consumer does not read it until the release store below; header and payload fit the
         // slot (the payload is at most max_payload, computed with the full header).
         unsafe {
+            // Through the codec, which folds to the same stores as field-by-field copies
+            // (measured: docs/benchmarks.md, "The shm slot header through the codec").
             if header.kind == kind::EAGER {
-                std::ptr::write_unaligned(body as *mut u32, header.kind);
-                // The header's length (equal to the payload's for our own sends), saturated, so
-                // the consumer's check sees what an injected or corrupt header claimed.
-                let len = header.len.min(u32::MAX as u64) as u32;
-                std::ptr::write_unaligned(body.add(4) as *mut u32, len);
-                std::ptr::write_unaligned(body.add(8) as *mut u64, header.tag);
+                let compact = header.to_eager_slot();
+                std::ptr::copy_nonoverlapping(compact.as_ptr(), body, compact.len());
             } else {
-                std::ptr::write_unaligned(body as *mut SlotHeader, *header);
+                let full = header.to_bytes();
+                std::ptr::copy_nonoverlapping(full.as_ptr(), body, full.len());
             }
             let at = body.add(payload_offset(header.kind));
             std::ptr::copy_nonoverlapping(payload.as_ptr(), at, payload.len());
@@ -298,13 +297,12 @@ impl Ring<'_> {
         // SAFETY: the caller saw `published(seq)`, so the producer finished this slot and will
         // not touch it until head moves past it; every read stays inside the slot.
         unsafe {
-            let kind = std::ptr::read_unaligned(body as *const u32);
-            if kind == kind::EAGER {
-                let len = std::ptr::read_unaligned(body.add(4) as *const u32);
-                let tag = std::ptr::read_unaligned(body.add(8) as *const u64);
-                SlotHeader::eager(tag, len as usize)
-            } else {
-                std::ptr::read_unaligned(body as *const SlotHeader)
+            let compact = std::ptr::read_unaligned(body as *const [u8; EAGER_WIRE_LEN]);
+            match SlotHeader::eager_from_slot(&compact) {
+                Some(eager) => eager,
+                None => {
+                    SlotHeader::from_array(&std::ptr::read_unaligned(body as *const [u8; SLOT_HEADER_LEN]))
+                }
             }
         }
     }

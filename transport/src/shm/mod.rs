@@ -12,6 +12,7 @@
 //!   its new incarnation and address. Rings are stamped with the producer's incarnation, so
 //!   nothing of the dead incarnation is ever read again (see `control`).
 
+mod address;
 mod control;
 mod futex;
 pub mod liveness;
@@ -34,6 +35,7 @@ use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
+use address::{decode_peer_info, encode_address};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
 use liveness::ProcessWatch;
 use segment::OwnedSegment;
@@ -141,29 +143,6 @@ pub struct ShmProvider {
 // SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
 // long as the provider; the provider is used from one thread at a time (&mut self).
 unsafe impl Send for ShmProvider {}
-
-/// A rank's shm address: `pid | size | ring_slots | slot_size | incarnation`, u32 LE each.
-const ADDRESS_LEN: usize = 20;
-
-fn encode_address(pid: u32, layout: Layout, incarnation: u32) -> Vec<u8> {
-    let mut info = Vec::with_capacity(ADDRESS_LEN);
-    for w in [pid, layout.size, layout.ring_slots, layout.slot_size, incarnation] {
-        info.extend_from_slice(&w.to_le_bytes());
-    }
-    info
-}
-
-/// Decodes a peer's address: (pid, layout, incarnation).
-fn decode_peer_info(bytes: &[u8], rank: Rank) -> Result<(u32, Layout, u32)> {
-    if bytes.len() != ADDRESS_LEN {
-        return Err(TransportError::Malformed {
-            what: "shm address",
-            detail: format!("rank {rank} sent {} bytes, expected {ADDRESS_LEN}", bytes.len()),
-        });
-    }
-    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    Ok((word(0), Layout { size: word(4), ring_slots: word(8), slot_size: word(12) }, word(16)))
-}
 
 /// Maps `rank`'s control segment named by `address` and checks it is that incarnation's.
 fn map_peer_segment(

@@ -3,7 +3,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
+use reverb_transport::codec::{Reader, Writer};
 use reverb_transport::{OpId, ProviderKind, Signal};
 
 use super::completions::Deadline;
@@ -103,9 +104,12 @@ impl Session {
         // placed when its completion is raised; its Imm notifications trail in bursts.)
         let arrival_peak = match ack.strip_prefix(b"ACK".as_slice()) {
             Some([]) => None,
-            Some(rest) => Some(f64::from_le_bytes(
-                rest.try_into().map_err(|_| anyhow!("protocol error: malformed ACK"))?,
-            )),
+            Some(rest) => {
+                let mut r = Reader::new(rest, "bench ACK");
+                let peak = f64::from_bits(r.u64("peak")?);
+                r.finish()?;
+                Some(peak)
+            }
             None => bail!("protocol error: expected ACK, got {:?}", String::from_utf8_lossy(&ack)),
         };
         self.check_events()?;
@@ -195,7 +199,7 @@ impl Session {
         self.expect_ctrl(b"FIN", self.timeout)?;
         let mut ack = b"ACK".to_vec();
         if op == Op::Send {
-            ack.extend_from_slice(&meter.peak.to_le_bytes());
+            Writer::new(&mut ack).u64(meter.peak.to_bits());
         }
         self.send_ctrl(&ack)
     }

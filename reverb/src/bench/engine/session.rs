@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::codec::{Reader, Writer};
 use reverb_transport::{Access, Bootstrap, Provider, Rank, Region, RemoteRegion, TransportConfig};
 
 use super::completions::Events;
@@ -47,16 +48,16 @@ impl Session {
         let dst =
             provider.alloc_region(capacity, Access::REMOTE_RW).context("registering the target region")?;
         let mut mine = Vec::with_capacity(2 * RemoteRegion::WIRE_LEN);
-        mine.extend_from_slice(&src.remote().to_bytes());
-        mine.extend_from_slice(&dst.remote().to_bytes());
+        let mut w = Writer::new(&mut mine);
+        src.remote().write(&mut w);
+        dst.remote().write(&mut w);
         let all = boot.allgather(&mine).context("exchanging region descriptors")?;
         let peer = if job.rank == 0 { 1 } else { 0 };
-        let theirs = all
-            .get(peer as usize)
-            .filter(|d| d.len() == 2 * RemoteRegion::WIRE_LEN)
-            .ok_or_else(|| anyhow!("rank {peer} sent no valid region descriptors"))?;
-        let peer_src = RemoteRegion::from_bytes(&theirs[..RemoteRegion::WIRE_LEN])?;
-        let peer_dst = RemoteRegion::from_bytes(&theirs[RemoteRegion::WIRE_LEN..])?;
+        let theirs =
+            all.get(peer as usize).ok_or_else(|| anyhow!("rank {peer} sent no region descriptors"))?;
+        let mut r = Reader::new(theirs, "bench region descriptors");
+        let (peer_src, peer_dst) = (RemoteRegion::read(&mut r)?, RemoteRegion::read(&mut r)?);
+        r.finish()?;
         let role = if job.rank == 0 { Role::Initiator } else { Role::Responder };
         let mut session = Session {
             provider,
