@@ -1,5 +1,6 @@
 //! Registering a rank's slots and exchanging their descriptors with the job (`new`, `rejoin`).
 
+use reverb_transport::codec::{CodecError, Reader, Writer};
 use reverb_transport::{Access, Bootstrap, Provider, Rank, Region, RemoteRegion};
 
 use super::parity_meta::ParityMeta;
@@ -18,29 +19,58 @@ pub(super) struct PeerRegions {
 
 const DESC_LEN: usize = 1 + 3 * RemoteRegion::WIRE_LEN + 16;
 
+/// A rank's slot descriptor for the all-gather: `flags | local | hosted | parity | slot_len |
+/// chunk_len` (an absent region is written as zeros; a flag bit says which are there).
+fn encode_descriptor(regions: [Option<RemoteRegion>; 3], slot_len: usize, chunk_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(DESC_LEN);
+    let mut w = Writer::new(&mut out);
+    w.u8(u8::from(regions[1].is_some()) | (u8::from(regions[2].is_some()) << 1));
+    for region in regions {
+        match region {
+            Some(r) => r.write(&mut w),
+            None => {
+                w.zeros(RemoteRegion::WIRE_LEN);
+            }
+        }
+    }
+    w.u64(slot_len as u64).u64(chunk_len as u64);
+    out
+}
+
+/// [`encode_descriptor`] of this rank's registered regions.
+fn own_descriptor(regions: [Option<&Region>; 3], config: &CkptConfig) -> Vec<u8> {
+    encode_descriptor(regions.map(|r| r.map(Region::remote)), config.slot_len, config.chunk_len)
+}
+
 impl PeerRegions {
-    /// Parses `rank`'s slot descriptor (`flags | local | hosted | parity | slot_len | chunk_len`)
-    /// from the all-gather; its sizes must match this rank's own descriptor `mine`.
+    /// Parses `rank`'s slot descriptor (see [`encode_descriptor`]) from the all-gather; its
+    /// sizes must match this rank's own descriptor `mine`.
     fn parse(rank: usize, blob: &[u8], mine: &[u8]) -> Result<PeerRegions, CkptError> {
-        if blob.len() != DESC_LEN || mine.len() != DESC_LEN || blob[DESC_LEN - 16..] != mine[DESC_LEN - 16..]
-        {
+        let malformed = |e: CodecError| {
+            CkptError::InvalidArgument(format!(
+                "rank {rank} sent a malformed checkpoint slot descriptor: {e}"
+            ))
+        };
+        let mut r = Reader::new(blob, "checkpoint slot descriptor");
+        let flags = r.u8("flags").map_err(malformed)?;
+        let local = RemoteRegion::read(&mut r).map_err(malformed)?;
+        let hosted = RemoteRegion::read(&mut r).map_err(malformed)?;
+        let parity = RemoteRegion::read(&mut r).map_err(malformed)?;
+        let sizes = r.array::<16>("slot and chunk lengths").map_err(malformed)?;
+        r.finish().map_err(malformed)?;
+        if mine.len() != DESC_LEN || sizes[..] != mine[DESC_LEN - 16..] {
             return Err(CkptError::InvalidArgument(format!(
-                "rank {rank} registered checkpoint slots of another size or chunk length (or sent a \
-                 malformed descriptor)"
+                "rank {rank} registered checkpoint slots of another size or chunk length"
             )));
         }
-        let desc = |i: usize| {
-            let at = 1 + i * RemoteRegion::WIRE_LEN;
-            RemoteRegion::from_bytes(&blob[at..at + RemoteRegion::WIRE_LEN])
-                .map_err(|e| CkptError::transport("reading a checkpoint slot descriptor", e))
-        };
         Ok(PeerRegions {
-            local: desc(0)?,
-            hosted: if blob[0] & 1 != 0 { Some(desc(1)?) } else { None },
-            parity: if blob[0] & 2 != 0 { Some(desc(2)?) } else { None },
+            local,
+            hosted: Some(hosted).filter(|_| flags & 1 != 0),
+            parity: Some(parity).filter(|_| flags & 2 != 0),
         })
     }
 }
+
 impl Checkpointer {
     /// Collective over the whole job: registers this rank's slots and exchanges descriptors.
     pub fn new(
@@ -132,13 +162,7 @@ impl Checkpointer {
             )?),
             _ => None,
         };
-        let mut mine = Vec::with_capacity(DESC_LEN);
-        mine.push(u8::from(hosted.is_some()) | (u8::from(parity.is_some()) << 1));
-        for region in [Some(&local), hosted.as_ref(), parity.as_ref()] {
-            mine.extend_from_slice(&region.map(Region::remote).map(|r| r.to_bytes()).unwrap_or([0; 28]));
-        }
-        mine.extend_from_slice(&(config.slot_len as u64).to_le_bytes());
-        mine.extend_from_slice(&(config.chunk_len as u64).to_le_bytes());
+        let mine = own_descriptor([Some(&local), hosted.as_ref(), parity.as_ref()], &config);
         let all =
             boot.allgather(&mine).map_err(|e| CkptError::transport("exchanging checkpoint slots", e))?;
         let mut peers = Vec::with_capacity(all.len());
@@ -171,13 +195,8 @@ impl Checkpointer {
     /// [`Checkpointer::new`]: exchanges slot descriptors again (this rank's regions are
     /// unchanged) and takes the restarted ranks' new ones. The copies this rank keeps stay.
     pub fn rejoin(&mut self, boot: &mut dyn Bootstrap) -> Result<(), CkptError> {
-        let mut mine = Vec::with_capacity(DESC_LEN);
-        mine.push(u8::from(self.hosted.is_some()) | (u8::from(self.parity.is_some()) << 1));
-        for region in [Some(&self.local), self.hosted.as_ref(), self.parity.as_ref()] {
-            mine.extend_from_slice(&region.map(Region::remote).map(|r| r.to_bytes()).unwrap_or([0; 28]));
-        }
-        mine.extend_from_slice(&(self.config.slot_len as u64).to_le_bytes());
-        mine.extend_from_slice(&(self.config.chunk_len as u64).to_le_bytes());
+        let mine =
+            own_descriptor([Some(&self.local), self.hosted.as_ref(), self.parity.as_ref()], &self.config);
         let all = boot
             .allgather(&mine)
             .map_err(|e| CkptError::transport("exchanging checkpoint slots again", e))?;
@@ -192,5 +211,64 @@ impl Checkpointer {
             self.peers[rank] = PeerRegions::parse(rank, blob, &mine)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn region(owner: Rank, key: u64) -> RemoteRegion {
+        RemoteRegion { owner, addr: 0x1000, len: 64, key }
+    }
+
+    #[test]
+    fn descriptor_bytes_are_pinned() {
+        let d = encode_descriptor([Some(region(2, 7)), None, Some(region(2, 9))], 256, 32);
+        assert_eq!(d.len(), DESC_LEN);
+        assert_eq!(d[0], 0b10, "parity flag only");
+        assert_eq!(&d[1..29], &region(2, 7).to_bytes());
+        assert_eq!(&d[29..57], &[0; 28]);
+        assert_eq!(&d[85..93], &256u64.to_le_bytes());
+        assert_eq!(&d[93..101], &32u64.to_le_bytes());
+    }
+
+    #[test]
+    fn other_sizes_and_malformed_descriptors_are_refused() {
+        let mine = encode_descriptor([Some(region(0, 1)), None, None], 256, 32);
+        let other = encode_descriptor([Some(region(1, 1)), None, None], 512, 32);
+        assert!(matches!(PeerRegions::parse(1, &other, &mine), Err(CkptError::InvalidArgument(_))));
+        for cut in [0, 1, DESC_LEN - 1] {
+            assert!(matches!(PeerRegions::parse(1, &mine[..cut], &mine), Err(CkptError::InvalidArgument(_))));
+        }
+    }
+
+    fn arb_region() -> impl Strategy<Value = RemoteRegion> {
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>())
+            .prop_map(|(owner, addr, len, key)| RemoteRegion { owner, addr, len, key })
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
+            let mine = encode_descriptor([Some(region(0, 1)), None, None], 256, 32);
+            let _ = PeerRegions::parse(3, &bytes, &mine);
+        }
+
+        #[test]
+        fn round_trips(
+            local in arb_region(),
+            hosted in proptest::option::of(arb_region()),
+            parity in proptest::option::of(arb_region()),
+            slot_len in any::<u32>(),
+            chunk_len in any::<u32>(),
+        ) {
+            let (slot_len, chunk_len) = (slot_len as usize, chunk_len as usize);
+            let blob = encode_descriptor([Some(local), hosted, parity], slot_len, chunk_len);
+            let mine = encode_descriptor([Some(region(0, 1)), None, None], slot_len, chunk_len);
+            let got = PeerRegions::parse(1, &blob, &mine).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!((got.local, got.hosted, got.parity), (local, hosted, parity));
+        }
     }
 }
