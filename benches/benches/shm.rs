@@ -46,7 +46,7 @@ fn run() -> Result<()> {
         pin_self(*core)?;
     }
     let mut config = TransportConfig::from_env().context("reading REVERB_* configuration")?;
-    config.provider = ProviderKind::Shm;
+    config.provider = ProviderKind::SHM;
     let capacity = SIZES.iter().copied().max().unwrap_or(1);
     let mut session = Session::join(&config, capacity, WaitStyle::BusyPoll, OP_TIMEOUT)?;
     match session.role() {

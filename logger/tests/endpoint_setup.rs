@@ -20,7 +20,7 @@ fn on_ranks<T: Send>(
     size: u32,
     body: impl Fn(InProcBootstrap, Box<dyn Provider>) -> T + Sync,
 ) -> Vec<T> {
-    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let config = TransportConfig { provider: ProviderKind::LOOPBACK, ..TransportConfig::default() };
     let body = &body;
     std::thread::scope(|scope| {
         let handles: Vec<_> = InProcBootstrap::job(job, size)

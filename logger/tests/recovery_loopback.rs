@@ -22,7 +22,7 @@ const ANSWER_TAG: Tag = 99;
 /// Runs `body` on each rank of a `size`-rank loopback job, one thread each; a rank that
 /// panicked fails the others' collectives within `WAIT`.
 fn on_ranks(job: &str, size: u32, body: impl Fn(InProcBootstrap, Box<dyn Provider>) + Sync) {
-    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let config = TransportConfig { provider: ProviderKind::LOOPBACK, ..TransportConfig::default() };
     let body = &body;
     std::thread::scope(|scope| {
         let handles: Vec<_> = InProcBootstrap::with_timeout(job, size, WAIT)

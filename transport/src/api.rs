@@ -1,4 +1,4 @@
-//! The transport API: one `Provider` trait that every provider (shm, verbs) implements, and the
+//! The transport API: one `Provider` trait that every provider (shm, verbs, loopback) implements, and the
 //! plain types it speaks. Layers above (logger, ckpt, runtime) use only this module.
 
 use std::collections::VecDeque;
@@ -16,46 +16,47 @@ pub type Rank = u32;
 /// A message tag. Matching uses `TagMatch` (tag + mask, as in UCX).
 pub type Tag = u64;
 
-/// Which provider to run. Chosen at run time by `REVERB_PROVIDER` or `--provider`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// Shared memory between the processes of one host (`/dev/shm` segments, futex wakeups).
-    Shm,
-    /// RDMA verbs (InfiniBand, RoCE); needs a build with the `verbs` feature.
-    Verbs,
-    /// Every rank a thread of one process (in-process jobs and tests only).
-    Loopback,
-}
+/// Which provider to run, chosen at run time by `REVERB_PROVIDER` or `--provider`: the name
+/// of a registered provider ([`ProviderKind::SHM`], [`ProviderKind::VERBS`],
+/// [`ProviderKind::LOOPBACK`]; the table is `providers.rs`). Values are the registered
+/// constants or parsed from a registered name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProviderKind(&'static str);
 
 impl ProviderKind {
+    /// The kind named `name`; only the registry calls it, for its constants.
+    pub(crate) const fn named(name: &'static str) -> Self {
+        ProviderKind(name)
+    }
+
     /// The name `REVERB_PROVIDER` and `--provider` accept (`shm`, `verbs`, `loopback`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Shm => "shm",
-            ProviderKind::Verbs => "verbs",
-            ProviderKind::Loopback => "loopback",
-        }
+        self.0
+    }
+}
+
+impl fmt::Debug for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
 }
 
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.0)
     }
 }
 
-/// Parses the names of [`ProviderKind::as_str`]; any other is a [`TransportError::Config`].
+/// Parses a registered provider's name; any other is a [`TransportError::Config`].
 impl FromStr for ProviderKind {
     type Err = TransportError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "shm" => Ok(ProviderKind::Shm),
-            "verbs" => Ok(ProviderKind::Verbs),
-            "loopback" => Ok(ProviderKind::Loopback),
-            other => Err(TransportError::Config(format!(
-                "unknown provider {other:?} (expected shm, verbs or loopback)"
-            ))),
-        }
+        crate::providers::by_name(s).ok_or_else(|| {
+            TransportError::Config(format!(
+                "unknown provider {s:?} (expected {})",
+                crate::providers::names_for_humans()
+            ))
+        })
     }
 }
 

@@ -47,6 +47,7 @@ pub mod error;
 pub mod loopback;
 pub mod msg;
 pub mod nodemap;
+mod providers;
 pub mod recovery;
 pub mod region;
 pub mod shm;
@@ -75,19 +76,11 @@ pub use region::Region;
 /// (incarnation > 0) rejoins the running job instead of taking part in a collective open;
 /// see [`recovery`].
 pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
-    let respawned = boot.job().incarnation > 0;
-    match config.provider {
-        ProviderKind::Shm if respawned => Ok(Box::new(shm::ShmProvider::rejoin(config.clone(), boot)?)),
-        ProviderKind::Shm => Ok(Box::new(shm::ShmProvider::open(config.clone(), boot)?)),
-        ProviderKind::Loopback => Ok(Box::new(loopback::LoopbackProvider::open(config.clone(), boot)?)),
-        #[cfg(feature = "verbs")]
-        ProviderKind::Verbs if respawned => Ok(Box::new(verbs::VerbsProvider::rejoin(config.clone(), boot)?)),
-        #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => Ok(Box::new(verbs::VerbsProvider::open(config.clone(), boot)?)),
-        #[cfg(not(feature = "verbs"))]
-        ProviderKind::Verbs => Err(TransportError::Unavailable(
-            "verbs",
-            "this build has no verbs support (build with --features verbs)".into(),
-        )),
+    let entry = providers::entry(config.provider)
+        .ok_or_else(|| TransportError::Config(format!("provider {} is not registered", config.provider)))?;
+    if boot.job().incarnation > 0 {
+        (entry.rejoin)(config, boot)
+    } else {
+        (entry.open)(config, boot)
     }
 }

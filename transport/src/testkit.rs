@@ -222,7 +222,7 @@ pub fn run_threads<F>(test: &str, ranks: u32, body: F)
 where
     F: Fn(&JobInfo, &mut dyn Bootstrap, &mut dyn Provider) + Sync,
 {
-    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let config = TransportConfig { provider: ProviderKind::LOOPBACK, ..TransportConfig::default() };
     let boots = InProcBootstrap::job(&job_id(test), ranks);
     let body = &body;
     let failed: Vec<u32> = std::thread::scope(|scope| {

@@ -13,7 +13,7 @@ use reverb_transport::{
 };
 
 fn open_ranks(job: &str, size: u32) -> Vec<(InProcBootstrap, Box<dyn Provider>)> {
-    let config = TransportConfig { provider: ProviderKind::Loopback, ..TransportConfig::default() };
+    let config = TransportConfig { provider: ProviderKind::LOOPBACK, ..TransportConfig::default() };
     let handles: Vec<_> = InProcBootstrap::job(job, size)
         .into_iter()
         .map(|mut boot| {

@@ -325,7 +325,7 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
             ("read-only target", rma(&ro, 0, 8), false, false),
         ];
         // shm and loopback check every descriptor against the owner's table at the initiator.
-        let at_initiator = p.kind() != ProviderKind::Verbs;
+        let at_initiator = p.kind() != ProviderKind::VERBS;
         for (what, (remote, off, len), check_get, everywhere) in cases {
             if !everywhere && !at_initiator {
                 continue;

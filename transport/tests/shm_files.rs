@@ -61,7 +61,7 @@ fn a_stale_file_is_swept_and_a_live_one_kept() {
 fn shm_provider_files_are_private() {
     let job = format!("hygprov{}", std::process::id());
     let mut boot = InProcBootstrap::job(&job, 1).pop().expect("one rank");
-    let config = TransportConfig { provider: ProviderKind::Shm, ..TransportConfig::default() };
+    let config = TransportConfig { provider: ProviderKind::SHM, ..TransportConfig::default() };
     let mut p = reverb_transport::open(&config, &mut boot).expect("open shm");
     let _region = p.alloc_region(4096, Access::REMOTE_RW).expect("alloc");
     let prefix = format!("reverb.{job}.");

@@ -51,7 +51,7 @@ pub struct TransportConfig {
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
-            provider: ProviderKind::Shm,
+            provider: ProviderKind::SHM,
             rndv_thresh: 8192,
             ring_slots: 64,
             wait_mode: WaitMode::Hybrid,
@@ -71,7 +71,9 @@ impl TransportConfig {
     pub fn from_vars(env: &Env<'_>) -> Result<Self> {
         let mut cfg = TransportConfig::default();
         let provider = env.with("REVERB_PROVIDER", |v| {
-            v.trim().parse::<ProviderKind>().map_err(|_| ValueError::expected("shm or verbs"))
+            v.trim()
+                .parse::<ProviderKind>()
+                .map_err(|_| ValueError::expected(crate::providers::names_for_humans()))
         })?;
         if let Some(p) = provider {
             cfg.provider = p;

@@ -262,7 +262,7 @@ impl LoopbackProvider {
 
 impl Provider for LoopbackProvider {
     fn kind(&self) -> ProviderKind {
-        ProviderKind::Loopback
+        ProviderKind::LOOPBACK
     }
 
     fn capabilities(&self) -> Capabilities {

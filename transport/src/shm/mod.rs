@@ -714,7 +714,7 @@ impl ShmProvider {
 
 impl Provider for ShmProvider {
     fn kind(&self) -> ProviderKind {
-        ProviderKind::Shm
+        ProviderKind::SHM
     }
 
     fn capabilities(&self) -> Capabilities {

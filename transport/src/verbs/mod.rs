@@ -1104,7 +1104,7 @@ impl VerbsProvider {
 
 impl Provider for VerbsProvider {
     fn kind(&self) -> ProviderKind {
-        ProviderKind::Verbs
+        ProviderKind::VERBS
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -46,7 +46,7 @@ pub(in crate::bench) fn launch_self(params: &Params) -> Result<()> {
     // Logged runs need two nodes: an intra-node message is not logged.
     let ranks_per_node = params.ranks_per_node.unwrap_or(match params.provider {
         _ if params.log.is_some() => 1,
-        Some(ProviderKind::Verbs) => 1,
+        Some(ProviderKind::VERBS) => 1,
         _ => 2,
     });
     if params.log.is_some() && ranks_per_node != 1 {
