@@ -58,9 +58,7 @@ pub mod tagmatch;
 #[cfg(feature = "fault-injection")]
 pub mod testkit;
 pub mod topo;
-// Documented with the codec work.
 #[cfg(feature = "verbs")]
-#[allow(missing_docs)]
 pub mod verbs;
 
 pub use api::{

@@ -70,9 +70,14 @@ pub struct VerbsOptions {
     /// `REVERB_VERBS_PID_WATCH=0` turns off the pidfd shortcut for peers on this kernel, so a
     /// dead peer is found only by RC retry exhaustion, as across real hosts.
     pub pid_watch: bool,
+    /// `REVERB_VERBS_PORT`: the HCA port (1).
     pub port: u8,
+    /// `REVERB_VERBS_GID_INDEX`: the GID table entry; unset picks the first RoCE v2 GID with an
+    /// IPv4 address on Ethernet ports (what rxe needs), else 0.
     pub gid_index: Option<i32>,
+    /// `REVERB_VERBS_TIMEOUT`: the RC local ACK timeout exponent (4.096 µs × 2^t; 14, at most 31).
     pub timeout: u8,
+    /// `REVERB_VERBS_RETRY`: RC transport retries before a peer counts as dead (6, at most 6).
     pub retry_count: u8,
 }
 
@@ -193,6 +198,8 @@ impl Peer {
     }
 }
 
+/// The RDMA verbs provider: one RC QP per peer, a SEND eager ring, RDMA-read rendezvous (see
+/// the module doc).
 pub struct VerbsProvider {
     config: TransportConfig,
     job: JobInfo,
