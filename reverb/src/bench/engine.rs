@@ -17,8 +17,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::config::parse_size;
 use reverb_transport::{
-    Access, Bootstrap, CompletionKind, JobInfo, OpId, PeerState, Provider, ProviderKind, Rank, RecvBuffer,
-    Region, RemoteRegion, Rma, Signal, Source, Tag, TagMatch, TransportConfig, TransportError, WaitMode,
+    Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, PeerState, Provider, ProviderKind, Rank,
+    RecvBuffer, Region, RemoteRegion, Rma, Signal, Source, Tag, TagMatch, TransportConfig, TransportError,
+    WaitMode,
 };
 
 use crate::launcher::LaunchSpec;
@@ -394,7 +395,7 @@ impl Session {
             WaitStyle::BusyPoll => self.provider.progress().context("polling completions")?,
             WaitStyle::Provider(_) => {
                 let slice = Duration::from_millis(10);
-                match self.provider.wait_until(slice, &mut |cq| !cq.is_empty()) {
+                match self.provider.wait_until(Owner::APP, slice, &mut |cq| !cq.is_empty()) {
                     Ok(()) | Err(TransportError::Timeout(_)) => {}
                     Err(e) => return Err(anyhow!(e).context("waiting for completions")),
                 }
