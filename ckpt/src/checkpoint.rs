@@ -22,7 +22,9 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_transport::{Access, Bootstrap, PeerState, Provider, Rank, Region, RemoteRegion, Rma, Signal};
+use reverb_transport::{
+    Access, Bootstrap, Owner, PeerState, Provider, Rank, Region, RemoteRegion, Rma, Signal,
+};
 
 use crate::error::CkptError;
 use crate::image::{self, Epoch, ImageHeader, ImageKind, ImageSink, ProtectSet, RestoredImage, HEADER_LEN};
@@ -83,6 +85,8 @@ struct SlotSink<'a> {
     base: usize,
     target: Option<(RemoteRegion, u64)>,
     provider: &'a mut dyn Provider,
+    /// The checkpointer's provider owner: its puts complete into its own queue.
+    owner: Owner,
     pending: std::collections::VecDeque<reverb_transport::OpId>,
     piece: usize,
     timeout: Duration,
@@ -131,7 +135,7 @@ impl ImageSink for SlotSink<'_> {
             };
             let op = self
                 .provider
-                .put(rma, Signal::Yes)
+                .put_for(self.owner, rma, Signal::Yes)
                 .map_err(|e| CkptError::transport("putting a buddy copy", e))?;
             self.pending.push_back(op);
             done += n;
@@ -292,6 +296,8 @@ impl ParityMeta {
 /// One rank's checkpoint state: its registered slots and the peers' descriptors.
 pub struct Checkpointer {
     me: Rank,
+    /// The provider owner of its copies' puts and gets (votes are `APP` traffic).
+    owner: Owner,
     config: CkptConfig,
     placement: Placement,
     team: Vec<Rank>,
@@ -441,8 +447,11 @@ impl Checkpointer {
         for (rank, blob) in all.iter().enumerate() {
             peers.push(PeerRegions::parse(rank, blob, &mine)?);
         }
+        let owner =
+            provider.open_owner().map_err(|e| CkptError::transport("opening a completion owner", e))?;
         Ok(Checkpointer {
             me,
+            owner,
             team,
             placement,
             local,
@@ -685,6 +694,7 @@ impl Checkpointer {
             base: local_base,
             target,
             provider,
+            owner: self.owner,
             pending: std::collections::VecDeque::new(),
             piece: self.config.transfer_len,
             timeout: self.config.timeout,
@@ -718,7 +728,7 @@ impl Checkpointer {
         len: usize,
     ) -> Result<(), CkptError> {
         transfer(
-            provider,
+            (provider, self.owner),
             dir,
             local,
             local_offset,
@@ -1273,7 +1283,7 @@ enum Dir {
 // One RMA (`Rma`'s five fields), its direction and its pacing (piece size, bound).
 #[allow(clippy::too_many_arguments)]
 fn transfer(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     dir: Dir,
     local: &Region,
     local_offset: usize,
@@ -1300,8 +1310,8 @@ fn transfer(
                 len: n,
             };
             let op = match dir {
-                Dir::Put => provider.put(rma, Signal::Yes),
-                Dir::Get => provider.get(rma, Signal::Yes),
+                Dir::Put => provider.put_for(owner, rma, Signal::Yes),
+                Dir::Get => provider.get_for(owner, rma, Signal::Yes),
             }
             .map_err(|e| CkptError::transport(during, e))?;
             pending.push_back(op);
