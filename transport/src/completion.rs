@@ -115,7 +115,8 @@ impl CompletionQueues {
 
     /// Queues `c` for its owner (the remote route for [`OpId::REMOTE`]); dropped if that owner
     /// is closed.
-    #[inline]
+    // Always inlined: a completion is ~100 bytes, built in place rather than copied in.
+    #[inline(always)]
     pub fn push(&mut self, c: Completion) {
         let owner = if c.op == OpId::REMOTE { self.remote } else { c.op.owner() };
         if let Some(Some(q)) = self.queues.get_mut(usize::from(owner.0)) {
@@ -124,6 +125,7 @@ impl CompletionQueues {
     }
 
     /// [`CompletionQueues::push`] of each.
+    #[inline]
     pub fn extend(&mut self, completions: impl IntoIterator<Item = Completion>) {
         for c in completions {
             self.push(c);
@@ -134,14 +136,13 @@ impl CompletionQueues {
     /// call) for a closed or unknown owner.
     #[inline]
     pub fn of(&mut self, owner: Owner) -> &mut VecDeque<Completion> {
-        let i = usize::from(owner.0);
-        if matches!(self.queues.get(i), Some(Some(_))) {
-            if let Some(Some(q)) = self.queues.get_mut(i) {
-                return q;
+        match self.queues.get_mut(usize::from(owner.0)) {
+            Some(Some(q)) => q,
+            _ => {
+                self.spare.clear();
+                &mut self.spare
             }
         }
-        self.spare.clear();
-        &mut self.spare
     }
 
     /// True when any owner has completions queued.

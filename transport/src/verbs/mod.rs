@@ -1132,10 +1132,13 @@ impl Provider for VerbsProvider {
         mr::register(&self.pd, self.job.rank, self.job.incarnation, len, access)
     }
 
+    // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
+    #[inline(always)]
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.rma(owner, "put", rma, Opcode::Write, CompletionKind::Put, signal)
     }
 
+    #[inline(always)]
     fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
         let (_, remote) = self.rma_args("put_imm", &rma)?;
         let dest = rma.remote.owner;
@@ -1159,10 +1162,12 @@ impl Provider for VerbsProvider {
         Ok(op)
     }
 
+    #[inline(always)]
     fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.rma(owner, "get", rma, Opcode::Read, CompletionKind::Get, signal)
     }
 
+    #[inline(always)]
     fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
         if data.len() <= self.config.rndv_thresh {
@@ -1175,6 +1180,7 @@ impl Provider for VerbsProvider {
         self.start_send(owner, dest, tag, &staging, 0, data.len())
     }
 
+    #[inline(always)]
     fn send_region_for(
         &mut self,
         owner: Owner,
@@ -1187,6 +1193,7 @@ impl Provider for VerbsProvider {
         self.start_send(owner, dest, tag, region, offset, len)
     }
 
+    #[inline(always)]
     fn post_recv_for(
         &mut self,
         owner: Owner,
