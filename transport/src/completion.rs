@@ -50,8 +50,10 @@ impl OpId {
 /// completion; the owner's queue is found from the id.
 #[derive(Debug)]
 pub struct CompletionQueues {
-    /// Indexed by owner; `None` once closed (its completions are dropped).
-    queues: Vec<Option<VecDeque<Completion>>>,
+    /// [`Owner::APP`]'s queue, a field of its own: applications pay no lookup.
+    app: VecDeque<Completion>,
+    /// Owner `n` (from 1) at index `n - 1`; `None` once closed (its completions are dropped).
+    others: Vec<Option<VecDeque<Completion>>>,
     /// Where target-side events ([`OpId::REMOTE`]) go.
     remote: Owner,
     next_seq: u64,
@@ -69,7 +71,8 @@ impl CompletionQueues {
     /// Just the [`Owner::APP`] queue, which also takes remote events.
     pub fn new() -> Self {
         CompletionQueues {
-            queues: vec![Some(VecDeque::new())],
+            app: VecDeque::new(),
+            others: Vec::new(),
             remote: Owner::APP,
             next_seq: 1,
             spare: VecDeque::new(),
@@ -79,24 +82,27 @@ impl CompletionQueues {
     /// A fresh owner with an empty queue. Numbers are not reused (an operation of a closed
     /// owner still in flight must not land in a new one's queue): `Config` after 65535 opens.
     pub fn open(&mut self) -> Result<Owner> {
-        let id = u16::try_from(self.queues.len())
+        let id = u16::try_from(self.others.len() + 1)
             .map_err(|_| TransportError::Config("all 65535 completion owners used".into()))?;
-        self.queues.push(Some(VecDeque::new()));
+        self.others.push(Some(VecDeque::new()));
         Ok(Owner(id))
     }
 
     /// Drops `owner`'s queued completions and every later one (its operations still in flight
     /// complete unseen). Remote events routed to it go back to [`Owner::APP`]. `APP` stays open.
     pub fn close(&mut self, owner: Owner) {
-        if owner == Owner::APP {
-            return;
-        }
-        if let Some(q) = self.queues.get_mut(usize::from(owner.0)) {
+        if let Some(q) = self.other(owner) {
             *q = None;
         }
         if self.remote == owner {
             self.remote = Owner::APP;
         }
+    }
+
+    /// The slot of an owner other than `APP`.
+    #[inline]
+    fn other(&mut self, owner: Owner) -> Option<&mut Option<VecDeque<Completion>>> {
+        usize::from(owner.0).checked_sub(1).and_then(|i| self.others.get_mut(i))
     }
 
     /// Sends target-side events ([`OpId::REMOTE`]: a peer's `put_imm`) to `owner`'s queue.
@@ -118,9 +124,25 @@ impl CompletionQueues {
     // Always inlined: a completion is ~100 bytes, built in place rather than copied in.
     #[inline(always)]
     pub fn push(&mut self, c: Completion) {
+        // `REMOTE` has owner bits 0 too: it takes this path unless it is routed elsewhere.
+        if c.op.owner() == Owner::APP && (c.op != OpId::REMOTE || self.remote == Owner::APP) {
+            self.app.push_back(c);
+        } else {
+            self.push_routed(c);
+        }
+    }
+
+    /// `push` for an owner other than `APP`, or a remote event routed away from it.
+    #[inline]
+    fn push_routed(&mut self, c: Completion) {
         let owner = if c.op == OpId::REMOTE { self.remote } else { c.op.owner() };
-        if let Some(Some(q)) = self.queues.get_mut(usize::from(owner.0)) {
-            q.push_back(c);
+        match owner {
+            Owner::APP => self.app.push_back(c),
+            _ => {
+                if let Some(Some(q)) = self.other(owner) {
+                    q.push_back(c);
+                }
+            }
         }
     }
 
@@ -136,7 +158,10 @@ impl CompletionQueues {
     /// call) for a closed or unknown owner.
     #[inline]
     pub fn of(&mut self, owner: Owner) -> &mut VecDeque<Completion> {
-        match self.queues.get_mut(usize::from(owner.0)) {
+        if owner == Owner::APP {
+            return &mut self.app;
+        }
+        match usize::from(owner.0).checked_sub(1).and_then(|i| self.others.get_mut(i)) {
             Some(Some(q)) => q,
             _ => {
                 self.spare.clear();
@@ -147,7 +172,7 @@ impl CompletionQueues {
 
     /// True when any owner has completions queued.
     pub fn any_queued(&self) -> bool {
-        self.queues.iter().flatten().any(|q| !q.is_empty())
+        !self.app.is_empty() || self.others.iter().flatten().any(|q| !q.is_empty())
     }
 }
 
