@@ -402,9 +402,10 @@ pub enum PeerState {
 ///   `send`, ... post for [`Owner::APP`]), and its completion goes to that owner's queue only
 ///   ([`Provider::completions_of`]); target-side events ([`CompletionKind::Imm`]) go to the
 ///   owner [`Provider::route_remote`] names (`APP` by default). A closed owner's completions
-///   are dropped. So components sharing a provider each open an owner and drain their own
-///   queue; `wait_op` and `wait_until` look at one owner's queue only.
-/// - **Progress.** Nothing moves unless the owner calls [`Provider::progress`] (directly or
+///   are dropped (its posted receives still take the messages they match). So components
+///   sharing a provider each open an owner and drain their own queue; `wait_op` and
+///   `wait_until` look at one owner's queue only.
+/// - **Progress.** Nothing moves unless the user calls [`Provider::progress`] (directly or
 ///   through `poll`/`wait`/`wait_op`): a rank that stops progressing stalls its peers'
 ///   rendezvous sends to it and its own backlog.
 /// - **Ordering.** Tagged messages from one sender are matched in the order they were sent
