@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use reverb_transport::{Access, OpId, Provider, Region, RemoteRegion, Rma, Signal, TransportError};
+use reverb_transport::{Access, OpId, Owner, Provider, Region, RemoteRegion, Rma, Signal, TransportError};
 
 use crate::determinant::Determinant;
 use crate::error::{LogError, Result};
@@ -199,6 +199,8 @@ struct PendingPut {
 /// the ring, so each record is put from the same offset it will occupy remotely.
 #[derive(Debug)]
 pub struct LogRingWriter {
+    /// The provider owner its puts complete to: the writer's queue holds nothing else.
+    owner: Owner,
     remote: RemoteRegion,
     mirror: Region,
     capacity: u64,
@@ -216,6 +218,8 @@ pub struct LogRingWriter {
 
 impl LogRingWriter {
     /// Starts writing an empty ring (as `create_ring` left it) at the buddy's `remote` region.
+    /// Opens a provider owner for its puts: hand the writer back with
+    /// [`LogRingWriter::close`] when dropping it with puts still in flight.
     pub fn new(provider: &mut dyn Provider, remote: RemoteRegion) -> Result<Self> {
         let capacity = remote.len.checked_sub(DATA_OFFSET as u64).filter(|c| *c > 0 && c % 8 == 0);
         let Some(capacity) = capacity else {
@@ -226,7 +230,9 @@ impl LogRingWriter {
         };
         let mirror = provider.alloc_region(remote.len as usize, Access::LOCAL)?;
         mirror.fill(0, mirror.len(), 0)?;
+        let owner = provider.open_owner()?;
         Ok(LogRingWriter {
+            owner,
             remote,
             mirror,
             capacity,
@@ -240,6 +246,12 @@ impl LogRingWriter {
             failed: None,
             det_scratch: Vec::new(),
         })
+    }
+
+    /// Drops the writer and closes its owner: completions of its puts still in flight (a
+    /// buddy that died, a ring replaced) are discarded by the provider.
+    pub fn close(self, provider: &mut dyn Provider) {
+        provider.close_owner(self.owner);
     }
 
     pub fn capacity(&self) -> u64 {
@@ -298,7 +310,7 @@ impl LogRingWriter {
             remote_offset: offset as u64,
             len,
         };
-        Ok(provider.put(rma, Signal::Yes)?)
+        Ok(provider.put_for(self.owner, rma, Signal::Yes)?)
     }
 
     /// Writes one record; returns its ticket: the position the durable watermark must reach
@@ -392,42 +404,29 @@ impl LogRingWriter {
         Ok(())
     }
 
-    fn is_ours(&self, op: OpId) -> bool {
-        op != OpId::REMOTE
-            && (self.pending.iter().any(|p| p.op == op)
-                || self.header_in_flight.is_some_and(|(h, _)| h == op))
-    }
-
-    /// Takes this ring's completions from the provider's queue (others stay queued), advances
-    /// the watermark and keeps the buddy's header current. Returns the watermark.
+    /// Takes this ring's completions (its owner's queue), advances the watermark and keeps the
+    /// buddy's header current. Returns the watermark.
     pub fn poll(&mut self, provider: &mut dyn Provider) -> Result<u64> {
         self.check_failed()?;
         provider.progress()?;
-        // Ours are taken in place (no list of them is built: this runs once per write batch).
         let (pending, header_in_flight) = (&mut self.pending, &mut self.header_in_flight);
         let mut failed: Option<TransportError> = None;
         let mut recorded: Option<RingHeader> = None;
-        provider.completions().retain(|c| {
-            if c.op == OpId::REMOTE {
-                return true;
-            }
+        for c in provider.completions_of(self.owner).drain(..) {
             let put = pending.iter_mut().find(|p| p.op == c.op);
             let header = header_in_flight.filter(|(h, _)| *h == c.op);
-            if put.is_none() && header.is_none() {
-                return true;
-            }
-            match (&c.status, put) {
+            match (c.status, put) {
                 (Err(e), _) => {
-                    failed.get_or_insert_with(|| e.clone());
+                    failed.get_or_insert(e);
                 }
                 (Ok(_), Some(p)) => p.done = true,
-                (Ok(_), None) => {
+                (Ok(_), None) if header.is_some() => {
                     recorded = header.map(|(_, h)| h);
                     *header_in_flight = None;
                 }
+                (Ok(_), None) => {}
             }
-            false
-        });
+        }
         if let Some(e) = failed {
             self.failed = Some(e.clone());
             return Err(LogError::WriteFailed(e));
@@ -458,7 +457,7 @@ impl LogRingWriter {
                 return Ok(());
             }
             let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            provider.wait_until(left, &mut |cq| cq.iter().any(|c| self.is_ours(c.op)))?;
+            provider.wait_until(self.owner, left, &mut |cq| !cq.is_empty())?;
         }
     }
 

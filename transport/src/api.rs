@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::codec::{CodecError, Fixed, Reader, Sink, Writer};
+use crate::completion::{CompletionQueues, Owner};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
@@ -199,12 +200,14 @@ impl RemoteRegion {
 }
 
 /// Identifies a posted operation in its completion. `OpId::REMOTE` marks target-side events.
+/// The high 16 bits name the operation's [`Owner`] ([`OpId::new`], [`OpId::owner`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpId(pub u64);
 
 impl OpId {
     /// The id of completions no local operation posted (the target side of `put_imm`).
-    /// Providers number their own operations from 1, so it never names one.
+    /// Providers number their own operations from 1 ([`CompletionQueues::next_op`]), so it
+    /// never names one.
     pub const REMOTE: OpId = OpId(0);
 }
 
@@ -400,7 +403,14 @@ pub enum PeerState {
 ///   keys, ranks) fail before anything moves. One that returns an [`OpId`] raises one
 ///   [`Completion`] with that id, successful or failed (an unsignaled RMA raises none unless it
 ///   fails). Ids are unique per provider and never [`OpId::REMOTE`].
-/// - **Progress.** Nothing moves unless the owner calls [`Provider::progress`] (directly or
+/// - **Routing.** Every post names an [`Owner`] (`put_for`, `send_for`, ...; the plain `put`,
+///   `send`, ... post for [`Owner::APP`]), and its completion goes to that owner's queue only
+///   ([`Provider::completions_of`]); target-side events ([`CompletionKind::Imm`]) go to the
+///   owner [`Provider::route_remote`] names (`APP` by default). A closed owner's completions
+///   are dropped (its posted receives still take the messages they match). So components
+///   sharing a provider each open an owner and drain their own queue; `wait_op` and
+///   `wait_until` look at one owner's queue only.
+/// - **Progress.** Nothing moves unless the user calls [`Provider::progress`] (directly or
 ///   through `poll`/`wait`/`wait_op`): a rank that stops progressing stalls its peers'
 ///   rendezvous sends to it and its own backlog.
 /// - **Ordering.** Tagged messages from one sender are matched in the order they were sent
@@ -455,33 +465,72 @@ pub trait Provider: Send {
     /// memory ([`TransportError::Io`]).
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region>;
 
-    /// RDMA write of `rma.len` bytes from the local region to the remote one. Bounds, key,
-    /// access and peer liveness are checked before any byte moves (`OutOfBounds`, `InvalidKey`,
-    /// `AccessDenied`, `PeerDead`); on verbs the NIC checks the remote side again and reports a
-    /// failure in the completion. With [`Capabilities::SYNC_RMA`] (shm, loopback) the data is in
-    /// place when the call returns; otherwise only when the completion is seen. To tell the
-    /// target that the data is there, use `put_imm`.
-    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
+    /// RDMA write of `rma.len` bytes from the local region to the remote one, for `owner`.
+    /// Bounds, key, access and peer liveness are checked before any byte moves (`OutOfBounds`,
+    /// `InvalidKey`, `AccessDenied`, `PeerDead`); on verbs the NIC checks the remote side again
+    /// and reports a failure in the completion. With [`Capabilities::SYNC_RMA`] (shm, loopback)
+    /// the data is in place when the call returns; otherwise only when the completion is seen.
+    /// To tell the target that the data is there, use `put_imm`.
+    fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
     /// RDMA write that also raises [`CompletionKind::Imm`] carrying `imm` at the target; the
     /// data is in place when the target sees it. Checked as `put`.
-    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId>;
+    fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId>;
     /// RDMA read of `rma.len` bytes from the remote region into the local one; checked as
     /// `put` (the remote region needs [`Access::REMOTE_READ`]). The local bytes are valid once
     /// the call returns with [`Capabilities::SYNC_RMA`], else once the completion is seen.
-    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
+    fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId>;
 
-    /// Tagged send from any buffer. `data` is copied before the call returns, so it may be
-    /// reused at once: up to `config().rndv_thresh` bytes go eagerly; above it shm and verbs
-    /// stage the bytes in a pooled registered region and use rendezvous (loopback sends every
-    /// slice eagerly). Completes with [`CompletionKind::Send`]: eager sends once the message is
-    /// handed to the peer, rendezvous sends once the receiver has read it. `InvalidRank` /
-    /// `PeerDead` for a bad or dead `dest`.
-    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId>;
+    /// Tagged send from any buffer, for `owner`. `data` is copied before the call returns, so
+    /// it may be reused at once: up to `config().rndv_thresh` bytes go eagerly; above it shm and
+    /// verbs stage the bytes in a pooled registered region and use rendezvous (loopback sends
+    /// every slice eagerly). Completes with [`CompletionKind::Send`]: eager sends once the
+    /// message is handed to the peer, rendezvous sends once the receiver has read it.
+    /// `InvalidRank` / `PeerDead` for a bad or dead `dest`.
+    fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId>;
     /// Tagged send from a registered region; above the threshold the peer reads it in place
     /// (rendezvous, zero copy), so the bytes must stay unchanged until the `Send` completion.
     /// Up to the threshold the bytes are copied at once, as in `send`. `OutOfBounds` if
     /// `[offset, offset + len)` does not fit `region`; `AccessDenied` for a rendezvous from a
     /// region without [`Access::REMOTE_READ`].
+    fn send_region_for(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId>;
+    /// Posts a tagged receive for `owner`; it completes with [`CompletionKind::Recv`] when a
+    /// message from `source` whose tag matches `tag` arrives (or already had). A message longer
+    /// than the buffer fails the receive with `Truncated` (the sender's completion still
+    /// succeeds). `InvalidRank` for a source outside the job, `OutOfBounds` for a region buffer
+    /// that does not fit, `PeerDead` if `source` names a dead rank with nothing left to deliver.
+    fn post_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId>;
+
+    /// [`Provider::put_for`] for [`Owner::APP`].
+    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.put_for(Owner::APP, rma, signal)
+    }
+    /// [`Provider::put_imm_for`] for [`Owner::APP`].
+    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+        self.put_imm_for(Owner::APP, rma, imm, signal)
+    }
+    /// [`Provider::get_for`] for [`Owner::APP`].
+    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.get_for(Owner::APP, rma, signal)
+    }
+    /// [`Provider::send_for`] for [`Owner::APP`].
+    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.send_for(Owner::APP, dest, tag, data)
+    }
+    /// [`Provider::send_region_for`] for [`Owner::APP`].
     fn send_region(
         &mut self,
         dest: Rank,
@@ -489,13 +538,13 @@ pub trait Provider: Send {
         region: &Region,
         offset: usize,
         len: usize,
-    ) -> Result<OpId>;
-    /// Posts a tagged receive; it completes with [`CompletionKind::Recv`] when a message from
-    /// `source` whose tag matches `tag` arrives (or already had). A message longer than the
-    /// buffer fails the receive with `Truncated` (the sender's completion still succeeds).
-    /// `InvalidRank` for a source outside the job, `OutOfBounds` for a region buffer that does
-    /// not fit, `PeerDead` if `source` names a dead rank with nothing left to deliver.
-    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId>;
+    ) -> Result<OpId> {
+        self.send_region_for(Owner::APP, dest, tag, region, offset, len)
+    }
+    /// [`Provider::post_recv_for`] for [`Owner::APP`].
+    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+        self.post_recv_for(Owner::APP, source, tag, buffer)
+    }
 
     /// Liveness of `peer` as last seen by `progress`/`block` (no probe is made); a rank outside
     /// the job is [`PeerState::Dead`].
@@ -523,13 +572,36 @@ pub trait Provider: Send {
     /// errors (`Io`) from polling its completion queue.
     fn progress(&mut self) -> Result<()>;
     /// Sleeps until an event may have arrived, at most `timeout`; may return early (spurious
-    /// wakeups are fine: callers loop on `progress`). Returns at once if completions are queued.
+    /// wakeups are fine: callers loop on `progress`). Returns at once if completions are queued
+    /// (for any owner).
     fn block(&mut self, timeout: Duration) -> Result<()>;
-    /// The provider's completion queue, filled by `progress` (and by posts that complete at
-    /// once). Callers may take entries out of it in any order.
-    fn completions(&mut self) -> &mut VecDeque<Completion>;
+    /// The provider's completion queues, one per owner, filled by `progress` (and by posts
+    /// that complete at once).
+    fn queues(&mut self) -> &mut CompletionQueues;
 
-    /// Busy-poll: progresses once and moves all completions to `out`.
+    /// A new owner with an empty queue, for a component that posts on this provider.
+    fn open_owner(&mut self) -> Result<Owner> {
+        self.queues().open()
+    }
+    /// Drops `owner`'s queued completions and every later one (a component that goes away
+    /// with operations still in flight).
+    fn close_owner(&mut self, owner: Owner) {
+        self.queues().close(owner)
+    }
+    /// Sends target-side events ([`CompletionKind::Imm`]) to `owner`'s queue.
+    fn route_remote(&mut self, owner: Owner) {
+        self.queues().route_remote(owner)
+    }
+    /// `owner`'s completion queue. Callers may take entries out of it in any order.
+    fn completions_of(&mut self, owner: Owner) -> &mut VecDeque<Completion> {
+        self.queues().of(owner)
+    }
+    /// The [`Owner::APP`] completion queue.
+    fn completions(&mut self) -> &mut VecDeque<Completion> {
+        self.queues().of(Owner::APP)
+    }
+
+    /// Busy-poll: progresses once and moves all [`Owner::APP`] completions to `out`.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         self.progress()?;
         let cq = self.completions();
@@ -538,25 +610,30 @@ pub trait Provider: Send {
         Ok(n)
     }
 
-    /// Waits up to `timeout` for at least one completion; `Err(Timeout)` if none came.
+    /// Waits up to `timeout` for at least one [`Owner::APP`] completion; `Err(Timeout)` if
+    /// none came.
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Duration) -> Result<usize> {
-        self.wait_until(timeout, &mut |cq| !cq.is_empty())?;
+        self.wait_until(Owner::APP, timeout, &mut |cq| !cq.is_empty())?;
         self.poll(out)
     }
 
     /// Waits up to `timeout` for the completion of `op`, leaving other completions queued.
+    /// Only `op`'s owner's queue is looked at.
     fn wait_op(&mut self, op: OpId, timeout: Duration) -> Result<Completion> {
-        self.wait_until(timeout, &mut |cq| cq.iter().any(|c| c.op == op))?;
-        let cq = self.completions();
+        let owner = op.owner();
+        self.wait_until(owner, timeout, &mut |cq| cq.iter().any(|c| c.op == op))?;
+        let cq = self.completions_of(owner);
         match cq.iter().position(|c| c.op == op) {
             Some(i) => cq.remove(i).ok_or(TransportError::Timeout(timeout)),
             None => Err(TransportError::Timeout(timeout)),
         }
     }
 
-    /// Progresses until `ready(cq)` holds, spinning or sleeping as `config().wait_mode` says.
+    /// Progresses until `ready` holds for `owner`'s queue, spinning or sleeping as
+    /// `config().wait_mode` says.
     fn wait_until(
         &mut self,
+        owner: Owner,
         timeout: Duration,
         ready: &mut dyn FnMut(&VecDeque<Completion>) -> bool,
     ) -> Result<()> {
@@ -564,7 +641,7 @@ pub trait Provider: Send {
         let (mode, spin) = (self.config().wait_mode, self.config().spin);
         loop {
             self.progress()?;
-            if ready(self.completions()) {
+            if ready(self.completions_of(owner)) {
                 return Ok(());
             }
             let elapsed = start.elapsed();

@@ -1,6 +1,7 @@
 //! reverb's transport layer.
 //!
 //! - [`api`]: the [`Provider`] trait and its types (regions, RMA, tagged messages, completions);
+//! - [`completion`]: completion routing: one queue per [`Owner`], found from the [`OpId`];
 //! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
 //! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
@@ -41,6 +42,7 @@
 pub mod api;
 pub mod bootstrap;
 pub mod codec;
+pub mod completion;
 pub mod config;
 pub mod diag;
 pub mod error;
@@ -66,6 +68,7 @@ pub use api::{
     RecvBuffer, RemoteRegion, Rma, Signal, Source, Tag, TagMatch,
 };
 pub use bootstrap::{Bootstrap, JobInfo};
+pub use completion::{CompletionQueues, Owner};
 pub use config::{TransportConfig, WaitMode};
 pub use error::{Result, TransportError};
 pub use region::Region;

@@ -3,9 +3,10 @@
 //! FIN, delivery into receive buffers, and what a dead peer fails. Providers own only the
 //! moving of bytes: ring slots or SENDs for eager data, a copy or an RDMA read for rendezvous.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag};
+use crate::completion::CompletionQueues;
 use crate::error::{Result, TransportError};
 use crate::msg::{fin, SlotHeader};
 use crate::region::Region;
@@ -114,15 +115,11 @@ pub fn fin_status<T>(r: &Result<T>) -> u32 {
 
 impl TaggedState {
     /// Eager data arrived: complete the oldest matching receive, or keep it for a later one.
-    pub fn on_eager(&mut self, source: Rank, tag: Tag, payload: &[u8], cq: &mut VecDeque<Completion>) {
+    pub fn on_eager(&mut self, source: Rank, tag: Tag, payload: &[u8], cq: &mut CompletionQueues) {
         match self.matcher.take_posted(source, tag) {
-            Some(recv) => cq.push_back(recv_completion(
-                recv.op,
-                source,
-                tag,
-                payload.len(),
-                deliver(&recv.buffer, payload),
-            )),
+            Some(recv) => {
+                cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
+            }
             None => self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() }),
         }
     }
@@ -140,11 +137,11 @@ impl TaggedState {
 
     /// The receiver finished reading a rendezvous send: complete it. A FIN that matches no
     /// send of ours to that peer is malformed.
-    pub fn on_fin(&mut self, source: Rank, header: &SlotHeader, cq: &mut VecDeque<Completion>) -> Result<()> {
+    pub fn on_fin(&mut self, source: Rank, header: &SlotHeader, cq: &mut CompletionQueues) -> Result<()> {
         match self.pending.remove(&header.cookie) {
             Some(p) if p.dest == source => {
                 let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
-                cq.push_back(match header.imm {
+                cq.push(match header.imm {
                     fin::OK | fin::TRUNCATED => Completion::ok(p.op, kind),
                     _ => Completion::failed(
                         p.op,
@@ -177,16 +174,16 @@ impl TaggedState {
         &mut self,
         recv: PostedRecv,
         dead: impl Fn(Rank) -> bool,
-        cq: &mut VecDeque<Completion>,
+        cq: &mut CompletionQueues,
     ) -> Result<Option<Fetch>> {
         match self.matcher.take_unexpected(recv.source, recv.tag) {
             Some(Unexpected::Eager { source, tag, data }) => {
                 let len = data.len();
-                cq.push_back(recv_completion(recv.op, source, tag, len, deliver_owned(&recv.buffer, data)));
+                cq.push(recv_completion(recv.op, source, tag, len, deliver_owned(&recv.buffer, data)));
                 Ok(None)
             }
             Some(Unexpected::Rts { source, header }) if dead(source) => {
-                cq.push_back(recv_completion(
+                cq.push(recv_completion(
                     recv.op,
                     source,
                     header.tag,
@@ -216,17 +213,17 @@ impl TaggedState {
 
     /// Fails the sends waiting on `rank` and the receives only `rank` could satisfy, each with
     /// `error`.
-    pub fn fail_peer(&mut self, rank: Rank, error: &TransportError, cq: &mut VecDeque<Completion>) {
+    pub fn fail_peer(&mut self, rank: Rank, error: &TransportError, cq: &mut CompletionQueues) {
         let cookies: Vec<u64> =
             self.pending.iter().filter(|(_, p)| p.dest == rank).map(|(c, _)| *c).collect();
         for cookie in cookies {
             if let Some(p) = self.pending.remove(&cookie) {
                 let kind = CompletionKind::Send { dest: p.dest, tag: p.tag, len: p.len };
-                cq.push_back(Completion::failed(p.op, kind, error.clone()));
+                cq.push(Completion::failed(p.op, kind, error.clone()));
             }
         }
         for recv in self.matcher.drain_posted_from(rank) {
-            cq.push_back(recv_completion(recv.op, rank, recv.tag.tag, 0, Err(error.clone())));
+            cq.push(recv_completion(recv.op, rank, recv.tag.tag, 0, Err(error.clone())));
         }
     }
 }

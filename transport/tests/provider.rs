@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{child, pattern, run_job, run_ok, run_threads, Job, WAIT};
 use reverb_transport::{
-    Access, Bootstrap, CompletionKind, JobInfo, OpId, Provider, ProviderKind, RecvBuffer, RemoteRegion, Rma,
-    Signal, Source, TagMatch, TransportError,
+    Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer,
+    RemoteRegion, Rma, Signal, Source, TagMatch, TransportError,
 };
 
 /// Sizes from 1 B to 8 MiB, dense around the default 8 KiB eager/rendezvous threshold.
@@ -916,4 +916,127 @@ fn a_posted_receive_gets_the_last_message_of_a_peer_found_dead_body(
         CompletionKind::Recv { source: 1, tag: 7, data: Some(data), .. } => assert_eq!(data, pattern(7, 24)),
         other => panic!("unexpected completion {other:?}"),
     }
+}
+
+// Completion routing: every op's completion goes to the owner it was posted for, and only there.
+
+#[test]
+fn completions_go_to_their_owners_queue_only() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("completions_go_to_their_owners_queue_only", 2, &[]);
+    };
+    completions_go_to_their_owners_queue_only_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_completions_go_to_their_owners_queue_only() {
+    run_threads(
+        "loopback_completions_go_to_their_owners_queue_only",
+        2,
+        completions_go_to_their_owners_queue_only_body,
+    );
+}
+
+/// Every completion queued for `owner` names it (no other owner's op, no remote event unless
+/// routed there).
+fn assert_only_owner(p: &mut dyn Provider, owner: Owner) {
+    for c in p.completions_of(owner).iter() {
+        assert!(c.op == OpId::REMOTE || c.op.owner() == owner, "{:?} in {owner:?}'s queue", c.op);
+    }
+}
+
+fn completions_go_to_their_owners_queue_only_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
+    let (a, b, imms) = (p.open_owner().unwrap(), p.open_owner().unwrap(), p.open_owner().unwrap());
+    assert!(a != b && a != Owner::APP && b != Owner::APP);
+    p.route_remote(imms);
+    let region = p.alloc_region(64, Access::REMOTE_RW).unwrap();
+    let peer_rank = 1 - job.rank;
+    let peer = exchange(boot, &region.remote())[peer_rank as usize];
+    // Routes are set on both sides before any immediate flies.
+    boot.barrier().unwrap();
+    let rma = Rma { local: &region, local_offset: 0, remote: &peer, remote_offset: 0, len: 8 };
+    let put_a = p.put_for(a, rma, Signal::Yes).unwrap();
+    let recv_b = p
+        .post_recv_for(b, Source::Rank(peer_rank), TagMatch::exact(21), RecvBuffer::Owned { capacity: 8 })
+        .unwrap();
+    let send_b = p.send_for(b, peer_rank, 21, b"routed").unwrap();
+    let imm_app = p.put_imm(rma, 40 + job.rank, Signal::Yes).unwrap();
+    assert_eq!((put_a.owner(), recv_b.owner(), imm_app.owner()), (a, b, Owner::APP));
+
+    p.wait_until(a, WAIT, &mut |cq| cq.iter().any(|c| c.op == put_a)).unwrap();
+    // `wait_op` of b's ops leaves a's completion where it is.
+    p.wait_op(send_b, WAIT).unwrap().into_result().unwrap();
+    let got = p.wait_op(recv_b, WAIT).unwrap().into_result().unwrap();
+    assert!(matches!(got.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"routed"));
+    assert!(p.completions_of(a).iter().any(|c| c.op == put_a), "a's put left its queue");
+    p.wait_op(imm_app, WAIT).unwrap().into_result().unwrap();
+    // The peer's immediate went to the routed owner, not to APP.
+    p.wait_until(imms, WAIT, &mut |cq| !cq.is_empty()).unwrap();
+    let imm = p.completions_of(imms).pop_front().unwrap();
+    assert_eq!(imm.op, OpId::REMOTE);
+    assert!(
+        matches!(imm.kind, CompletionKind::Imm { imm, source, .. } if imm == 40 + peer_rank && source == peer_rank)
+    );
+    for owner in [Owner::APP, a, b, imms] {
+        assert_only_owner(p, owner);
+    }
+    assert!(!p.completions().iter().any(|c| matches!(c.kind, CompletionKind::Imm { .. })));
+    assert_eq!(p.completions_of(a).len(), 1);
+    boot.barrier().unwrap();
+}
+
+#[test]
+fn a_closed_owners_completions_vanish() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("a_closed_owners_completions_vanish", 2, &[]);
+    };
+    a_closed_owners_completions_vanish_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_a_closed_owners_completions_vanish() {
+    run_threads("loopback_a_closed_owners_completions_vanish", 2, a_closed_owners_completions_vanish_body);
+}
+
+fn a_closed_owners_completions_vanish_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    let region = p.alloc_region(64, Access::REMOTE_RW).unwrap();
+    let peer = exchange(boot, &region.remote())[1 - job.rank as usize];
+    if job.rank == 0 {
+        let gone = p.open_owner().unwrap();
+        let rma = Rma { local: &region, local_offset: 0, remote: &peer, remote_offset: 0, len: 8 };
+        // One completion queued (or in flight) before the close, one receive completing after.
+        let put = p.put_for(gone, rma, Signal::Yes).unwrap();
+        let recv = p
+            .post_recv_for(gone, Source::Rank(1), TagMatch::exact(31), RecvBuffer::Owned { capacity: 8 })
+            .unwrap();
+        p.close_owner(gone);
+        boot.barrier().unwrap();
+        // Rank 1 sends 31 then 32: once 32 is here, 31 matched the closed owner's receive.
+        let (_, _, data) = recv_owned(p, Source::Rank(1), TagMatch::exact(32), 8);
+        assert_eq!(data, b"second");
+        let until = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < until {
+            p.progress().unwrap();
+        }
+        assert!(p.completions_of(gone).is_empty());
+        assert!(!p.completions().iter().any(|c| c.op == put || c.op == recv), "{:?}", p.completions());
+        // Its ops are gone for good: waiting for one times out instead of finding it elsewhere.
+        assert!(matches!(p.wait_op(put, Duration::from_millis(50)), Err(TransportError::Timeout(_))));
+        // Other owners are untouched by the close.
+        let op = p.send(1, 33, b"after").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    } else {
+        boot.barrier().unwrap();
+        for (tag, msg) in [(31u64, &b"first"[..]), (32, b"second")] {
+            let op = p.send(0, tag, msg).unwrap();
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+        let (_, _, data) = recv_owned(p, Source::Rank(0), TagMatch::exact(33), 8);
+        assert_eq!(data, b"after");
+    }
+    boot.barrier().unwrap();
 }

@@ -36,7 +36,7 @@ mod write;
 
 use std::time::Duration;
 
-use reverb_transport::{Access, Provider, Rank, Region};
+use reverb_transport::{Access, Owner, Provider, Rank, Region};
 
 use crate::error::CkptError;
 use crate::image::{self, Epoch, RestoredImage};
@@ -130,6 +130,8 @@ pub struct CheckpointStats {
 /// One rank's checkpoint state: its registered slots and the peers' descriptors.
 pub struct Checkpointer {
     me: Rank,
+    /// The provider owner of its copies' puts and gets (votes are `APP` traffic).
+    owner: Owner,
     config: CkptConfig,
     placement: Placement,
     team: Vec<Rank>,

@@ -169,8 +169,11 @@ impl Checkpointer {
         for (rank, blob) in all.iter().enumerate() {
             peers.push(PeerRegions::parse(rank, blob, &mine)?);
         }
+        let owner =
+            provider.open_owner().map_err(|e| CkptError::transport("opening a completion owner", e))?;
         Ok(Checkpointer {
             me,
+            owner,
             team,
             placement,
             local,

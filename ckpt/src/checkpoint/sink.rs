@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_transport::{Provider, Region, RemoteRegion, Rma, Signal};
+use reverb_transport::{Owner, Provider, Region, RemoteRegion, Rma, Signal};
 
 use super::transfer::WINDOW;
 use crate::error::CkptError;
@@ -17,6 +17,8 @@ pub(super) struct SlotSink<'a> {
     pub(super) base: usize,
     pub(super) target: Option<(RemoteRegion, u64)>,
     pub(super) provider: &'a mut dyn Provider,
+    /// The checkpointer's provider owner: its puts complete into its own queue.
+    pub(super) owner: Owner,
     pub(super) pending: std::collections::VecDeque<reverb_transport::OpId>,
     pub(super) piece: usize,
     pub(super) timeout: Duration,
@@ -65,7 +67,7 @@ impl ImageSink for SlotSink<'_> {
             };
             let op = self
                 .provider
-                .put(rma, Signal::Yes)
+                .put_for(self.owner, rma, Signal::Yes)
                 .map_err(|e| CkptError::transport("putting a buddy copy", e))?;
             self.pending.push_back(op);
             done += n;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use reverb_transport::{Provider, Region, RemoteRegion, Rma, Signal};
+use reverb_transport::{Owner, Provider, Region, RemoteRegion, Rma, Signal};
 
 use super::Checkpointer;
 use crate::error::CkptError;
@@ -26,7 +26,7 @@ impl Checkpointer {
         len: usize,
     ) -> Result<(), CkptError> {
         transfer(
-            provider,
+            (provider, self.owner),
             dir,
             local,
             local_offset,
@@ -48,7 +48,7 @@ pub(super) enum Dir {
 // One RMA (`Rma`'s five fields), its direction and its pacing (piece size, bound).
 #[allow(clippy::too_many_arguments)]
 fn transfer(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     dir: Dir,
     local: &Region,
     local_offset: usize,
@@ -75,8 +75,8 @@ fn transfer(
                 len: n,
             };
             let op = match dir {
-                Dir::Put => provider.put(rma, Signal::Yes),
-                Dir::Get => provider.get(rma, Signal::Yes),
+                Dir::Put => provider.put_for(owner, rma, Signal::Yes),
+                Dir::Get => provider.get_for(owner, rma, Signal::Yes),
             }
             .map_err(|e| CkptError::transport(during, e))?;
             pending.push_back(op);

@@ -111,6 +111,7 @@ impl Checkpointer {
             base: local_base,
             target,
             provider,
+            owner: self.owner,
             pending: std::collections::VecDeque::new(),
             piece: self.config.transfer_len,
             timeout: self.config.timeout,

@@ -71,7 +71,7 @@ impl Session<'_> {
         match self.log_step(consumer, batch, lanes) {
             Ok(m) => moved = m,
             Err(e) if path_error(&e) || self.provider.peer_state(self.target) == PeerState::Dead => {
-                self.path.writer = None;
+                self.path.drop_writer(self.provider);
                 let why = format!("log write failed: {e}");
                 self.report_dead(self.target, &why, DeathCause::WriteFailed);
                 if self.core.cfg.expect_rejoin && self.phase == Phase::Running {

@@ -56,6 +56,14 @@ impl LogPath {
         Ok(())
     }
 
+    /// Drops the writer (its buddy died or is replaced); its puts still in flight complete
+    /// unseen (its provider owner is closed).
+    pub(super) fn drop_writer(&mut self, provider: &mut dyn Provider) {
+        if let Some(writer) = self.writer.take() {
+            writer.close(provider);
+        }
+    }
+
     /// Points the log at the buddy's new ring and writes the kept records again, in order;
     /// entries still in flight follow their records. Returns the records written.
     pub(super) fn retarget(
@@ -84,6 +92,7 @@ impl LogPath {
             remap(&mut p.0)?;
         }
         self.durable = 0;
+        self.drop_writer(provider);
         self.writer = Some(writer);
         self.remote = Some(remote);
         Ok(self.shadow.len())

@@ -87,7 +87,7 @@ impl Session<'_> {
             }
             if let Some((why, cause)) = self.check_peer(node, now) {
                 if self.report_dead(node, &why, cause) && node == self.target {
-                    self.path.writer = None;
+                    self.path.drop_writer(self.provider);
                 }
             }
         }

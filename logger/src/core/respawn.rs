@@ -1,6 +1,7 @@
 //! Respawned loggers: the rendezvous polled for them, the hello traded with each related
-//! one, and the completions of our own sends and receives (heartbeats, hellos) taken from the
-//! provider's queue while the ring writer's stay for it.
+//! one, and the completions of our own sends and receives (heartbeats, hellos): the
+//! provider's [`reverb_transport::Owner::APP`] queue, since this loop is the provider's
+//! application (the ring writer's puts complete to the writer's own owner).
 
 use std::time::Instant;
 
@@ -13,28 +14,15 @@ use super::session::Session;
 use super::CoreError;
 
 impl Session<'_> {
-    /// Our completions: heartbeat puts, hellos sent and received. The ring writer's stay
-    /// queued for it (it may have posted since its poll); with no writer, what is left besides
-    /// ours is a dropped writer's (its buddy died) and goes. Returns whether a hello came.
+    /// Our completions: heartbeat puts, hellos sent and received (the whole `APP` queue; a
+    /// dropped ring writer's closed owner takes its late completions with it). Returns
+    /// whether a hello came.
     pub(super) fn take_completions(&mut self) -> Result<bool, CoreError> {
-        if self.provider.completions().is_empty() {
+        let cq = self.provider.completions();
+        if cq.is_empty() {
             return Ok(false);
         }
-        let finished: Vec<_> = if self.path.writer.is_none() {
-            self.provider.completions().drain(..).collect()
-        } else {
-            let (hb_ops, hellos) = (&self.hb_ops, &self.hellos);
-            let mut ours = Vec::new();
-            self.provider.completions().retain(|c| {
-                let mine =
-                    hb_ops.contains(&c.op) || hellos.sends.contains(&c.op) || Some(c.op) == hellos.recv;
-                if mine {
-                    ours.push(c.clone());
-                }
-                !mine
-            });
-            ours
-        };
+        let finished: Vec<_> = cq.drain(..).collect();
         let mut failed: Vec<TransportError> = Vec::new();
         let mut received: Vec<(Rank, Vec<u8>)> = Vec::new();
         let mut recv_done = false;
@@ -56,7 +44,7 @@ impl Session<'_> {
             if let TransportError::PeerDead(r) = e {
                 let why = "a write to it failed (PeerDead)";
                 if self.report_dead(r, why, DeathCause::Transport) && r == self.target {
-                    self.path.writer = None;
+                    self.path.drop_writer(self.provider);
                 }
             }
         }
@@ -104,7 +92,7 @@ impl Session<'_> {
             self.report_dead_in(node, &why, DeathCause::Rejoined, phase);
         }
         if node == self.target {
-            self.path.writer = None;
+            self.path.drop_writer(self.provider);
         }
         let offered = self.retire_hosted_ring(node)?;
         if let Some(w) = self.watched.iter_mut().find(|w| w.node == node) {

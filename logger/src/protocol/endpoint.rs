@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use reverb_transport::bootstrap::JobInfo;
-use reverb_transport::{Bootstrap, CompletionKind, OpId, Provider, Rank, TransportError};
+use reverb_transport::{Bootstrap, Completion, CompletionKind, OpId, Owner, Provider, Rank, TransportError};
 
 use super::delivery::Arrived;
 use super::registry::{self, ProtocolEntry, ProtocolSetup};
@@ -40,6 +40,10 @@ const RECV_POOL_BYTES: usize = 128 << 20;
 /// An endpoint whose messages carry envelopes and are logged per the job's [`LogMode`].
 pub struct LoggedEndpoint {
     pub(super) provider: Box<dyn Provider>,
+    /// The provider owner of the endpoint's sends and receives: its queue holds only theirs.
+    pub(super) owner: Owner,
+    /// The owner's queue, swapped out while its completions are handled (no allocation).
+    pub(super) taken: VecDeque<Completion>,
     pub(super) config: LogConfig,
     pub(super) rank: Rank,
     pub(super) size: u32,
@@ -127,7 +131,11 @@ impl LoggedEndpoint {
             Err(error) => return Err(SetupFailed { error, provider }),
         };
         let job = boot.job().clone();
-        let mut endpoint = Self::assemble(provider, &job, entry, rings, config);
+        let owner = match provider.open_owner() {
+            Ok(owner) => owner,
+            Err(e) => return Err(SetupFailed { error: e.into(), provider }),
+        };
+        let mut endpoint = Self::assemble((provider, owner), &job, entry, rings, config);
         match endpoint.finish_setup() {
             Ok(()) => Ok(endpoint),
             Err(error) => Err(SetupFailed { error, provider: endpoint.into_provider() }),
@@ -154,9 +162,10 @@ impl LoggedEndpoint {
         Ok((entry, rings))
     }
 
-    /// The endpoint around `provider` and the exchanged `rings`, before any receive is posted.
+    /// The endpoint around `provider` (posting for `owner`) and the exchanged `rings`, before
+    /// any receive is posted.
     fn assemble(
-        provider: Box<dyn Provider>,
+        (provider, owner): (Box<dyn Provider>, Owner),
         job: &JobInfo,
         entry: &ProtocolEntry,
         rings: BuddyRings,
@@ -191,6 +200,8 @@ impl LoggedEndpoint {
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,
             provider,
+            owner,
+            taken: VecDeque::new(),
             config,
         };
         endpoint.payload_logged = (0..endpoint.size).map(|p| endpoint.payload_logged_slow(p)).collect();
@@ -208,8 +219,13 @@ impl LoggedEndpoint {
         Ok(())
     }
 
-    /// Takes the endpoint apart for its provider (its regions and rings are dropped).
-    fn into_provider(self) -> Box<dyn Provider> {
+    /// Takes the endpoint apart for its provider (its regions and rings are dropped, its
+    /// owners closed: what it still has posted completes unseen).
+    fn into_provider(mut self) -> Box<dyn Provider> {
+        if let Some(log) = self.rings.log.take() {
+            log.writer.close(&mut *self.provider);
+        }
+        self.provider.close_owner(self.owner);
         self.provider
     }
 
@@ -425,9 +441,8 @@ impl LoggedEndpoint {
                 return Ok(());
             }
             let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            let ours = self.config.provider_tag;
-            self.provider.wait_until(left, &mut |cq| {
-                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { tag, .. } if tag == ours))
+            self.provider.wait_until(self.owner, left, &mut |cq| {
+                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { .. }))
             })?;
         }
     }
@@ -439,7 +454,7 @@ impl LoggedEndpoint {
         self.flush_log()?;
         self.wait_sends(self.config.durable_timeout)?;
         boot.barrier()?;
-        Ok(self.provider)
+        Ok(self.into_provider())
     }
 }
 

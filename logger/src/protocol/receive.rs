@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_transport::{CompletionKind, OpId, Rank, RecvBuffer, Source, Tag, TagMatch, TransportError};
+use reverb_transport::{CompletionKind, Rank, RecvBuffer, Source, TagMatch, TransportError};
 
 use super::delivery::{Arrived, DeliveredFrame, Delivery};
 use super::{IncomingMessage, LogIo, LoggedEndpoint};
@@ -33,11 +33,13 @@ impl LoggedEndpoint {
         let op = match self.recv_frames.acquire(&mut *self.provider, capacity)? {
             Some((slot, region)) => {
                 let buffer = RecvBuffer::Region { region, offset: 0, capacity };
-                let op = self.provider.post_recv(Source::Any, tag, buffer)?;
+                let op = self.provider.post_recv_for(self.owner, Source::Any, tag, buffer)?;
                 self.recv_frames.mark_posted(slot, op);
                 op
             }
-            None => self.provider.post_recv(Source::Any, tag, RecvBuffer::Owned { capacity })?,
+            None => {
+                self.provider.post_recv_for(self.owner, Source::Any, tag, RecvBuffer::Owned { capacity })?
+            }
         };
         self.posted.push(op);
         Ok(())
@@ -80,11 +82,9 @@ impl LoggedEndpoint {
             let left = timeout
                 .checked_sub(start.elapsed())
                 .ok_or_else(|| LogError::Transport(TransportError::Timeout(timeout)))?;
-            let posted = &self.posted;
-            // Kind first: the log writer's put completions wait in the queue until its next
-            // poll, and this runs on every spin; only receives can be in `posted`.
-            self.provider.wait_until(left, &mut |cq| {
-                cq.iter().any(|c| matches!(c.kind, CompletionKind::Recv { .. }) && posted.contains(&c.op))
+            // The endpoint's queue holds only its own sends and receives.
+            self.provider.wait_until(self.owner, left, &mut |cq| {
+                cq.iter().any(|c| matches!(c.kind, CompletionKind::Recv { .. }))
             })?;
         }
     }
@@ -125,32 +125,21 @@ impl LoggedEndpoint {
         Ok(self.ready.iter().position(|a| source.matches(a.sender) && tag.matches(a.tag)))
     }
 
-    /// Takes this endpoint's completions from the provider's queue; the log writer's stay.
+    /// Takes this endpoint's completions: its owner's queue, whole.
     pub(super) fn collect_completions(&mut self) -> Result<()> {
-        let posted = &self.posted;
-        let ours = self.config.provider_tag;
-        let mine: Vec<_> = {
-            let cq = self.provider.completions();
-            if !cq.iter().any(|c| is_endpoint_completion(posted, ours, c)) {
-                return Ok(());
-            }
-            // Moved out, not cloned: a receive completion owns the whole frame.
-            let mut mine = Vec::new();
-            let mut i = 0;
-            while i < cq.len() {
-                if is_endpoint_completion(posted, ours, &cq[i]) {
-                    mine.extend(cq.remove(i));
-                } else {
-                    i += 1;
-                }
-            }
-            mine
-        };
+        let cq = self.provider.completions_of(self.owner);
+        if cq.is_empty() {
+            return Ok(());
+        }
+        // Swapped with an empty queue, not drained into a new list: the receives posted below
+        // may complete at once into the owner's queue while these are handled.
+        let mut mine = std::mem::take(&mut self.taken);
+        std::mem::swap(cq, &mut mine);
         // A failed completion (a send to a peer that died) must not drop the ones behind it:
         // they are taken out of the queue already. The first failure is returned at the end.
         let mut failed = None;
         let mut received = None;
-        for mut c in mine {
+        for mut c in mine.drain(..) {
             match &mut c.kind {
                 CompletionKind::Recv { len, data, .. } => {
                     // A small frame leaves its pooled region before the next receive is posted,
@@ -192,6 +181,7 @@ impl LoggedEndpoint {
                 self.accept_frame(source, frame)?;
             }
         }
+        self.taken = mine;
         failed.map_or(Ok(()), |e| Err(e.into()))
     }
 
@@ -271,13 +261,5 @@ impl LoggedEndpoint {
         // The frame is handed over whole: the payload is read in place (`DeliveredFrame`).
         let Arrived { sender, ssn, tag, frame, payload_offset } = arrived;
         Ok(DeliveredFrame { source: sender, tag, ssn, rsn, determinant, frame, payload_offset })
-    }
-}
-
-fn is_endpoint_completion(posted: &[OpId], ours: Tag, c: &reverb_transport::Completion) -> bool {
-    match &c.kind {
-        CompletionKind::Recv { .. } => posted.contains(&c.op),
-        CompletionKind::Send { tag, .. } => *tag == ours,
-        _ => false,
     }
 }

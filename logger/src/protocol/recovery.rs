@@ -42,7 +42,7 @@ impl LoggedEndpoint {
         let mut none = Vec::new();
         for entry in &entries {
             self.encode_frame(dest, entry.ssn, entry.tag, &entry.payload, &mut none)?;
-            self.provider.send(dest, self.config.provider_tag, &self.send_buf)?;
+            self.provider.send_for(self.owner, dest, self.config.provider_tag, &self.send_buf)?;
             self.sends_in_flight += 1;
             self.comm.record_library(dest, self.send_buf.len() as u64)?;
             LogStats::bump(&self.stats.library_bytes_sent, self.send_buf.len() as u64);
@@ -200,7 +200,8 @@ impl LoggedEndpoint {
         let all = boot.allgather(&encode_hosted(&self.rings.hosted))?;
         let Some(log) = self.rings.log.as_mut() else { return Ok(()) };
         if restarted.contains(&log.buddy) {
-            log.writer = open_writer_at(&mut *self.provider, &all, log.buddy, self.rank)?;
+            let fresh = open_writer_at(&mut *self.provider, &all, log.buddy, self.rank)?;
+            std::mem::replace(&mut log.writer, fresh).close(&mut *self.provider);
             self.protocol.buddy_restarted();
             self.refresh_pending();
         }

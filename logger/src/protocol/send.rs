@@ -106,13 +106,13 @@ impl LoggedEndpoint {
         if let Some(i) = framed {
             if let Some(region) = self.frames.region(i) {
                 let len = self.send_buf.len() + payload.len();
-                let op = self.provider.send_region(dest, tag, region, 0, len)?;
+                let op = self.provider.send_region_for(self.owner, dest, tag, region, 0, len)?;
                 self.frames.mark_busy(i, op);
                 return Ok(());
             }
         }
         self.send_buf.extend_from_slice(payload);
-        self.provider.send(dest, tag, &self.send_buf)?;
+        self.provider.send_for(self.owner, dest, tag, &self.send_buf)?;
         Ok(())
     }
 

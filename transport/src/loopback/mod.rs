@@ -18,12 +18,12 @@ mod memory;
 
 pub use bootstrap::InProcBootstrap;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::completion::{CompletionQueues, Owner};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{kind, SlotHeader};
@@ -56,8 +56,8 @@ pub struct LoopbackProvider {
     me: Arc<Endpoint>,
     peers: Vec<Arc<Endpoint>>,
     dead: Vec<bool>,
-    next_op: u64,
-    cq: VecDeque<Completion>,
+    /// Completions, routed to their owners' queues; numbers operations too.
+    cq: CompletionQueues,
     tagged: TaggedState,
     malformed: ErrorQueue,
 }
@@ -93,17 +93,10 @@ impl LoopbackProvider {
             me,
             peers,
             dead,
-            next_op: 1,
-            cq: VecDeque::new(),
+            cq: CompletionQueues::new(),
             tagged: TaggedState::default(),
             malformed: ErrorQueue::default(),
         })
-    }
-
-    fn next_op(&mut self) -> OpId {
-        let id = OpId(self.next_op);
-        self.next_op += 1;
-        id
     }
 
     fn live_peer(&self, rank: Rank) -> Result<&Arc<Endpoint>> {
@@ -119,9 +112,11 @@ impl LoopbackProvider {
         Ok(())
     }
 
+    // Always inlined: the completion is then built in its queue's slot, not moved into it.
+    #[inline(always)]
     fn complete(&mut self, op: OpId, kind: CompletionKind, signal: Signal) {
         if signal == Signal::Yes {
-            self.cq.push_back(Completion::ok(op, kind));
+            self.cq.push(Completion::ok(op, kind));
         }
     }
 
@@ -172,11 +167,11 @@ impl LoopbackProvider {
         Ok(())
     }
 
-    fn send_eager(&mut self, dest: Rank, tag: Tag, data: Vec<u8>) -> Result<OpId> {
+    fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: Vec<u8>) -> Result<OpId> {
         let len = data.len();
         self.push(dest, SlotHeader::eager(tag, len), data)?;
-        let op = self.next_op();
-        self.cq.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+        let op = self.cq.next_op(owner);
+        self.cq.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
         Ok(op)
     }
 
@@ -192,7 +187,7 @@ impl LoopbackProvider {
         };
         // A dead sender needs no FIN; the receive's own result says what happened.
         let _ = self.push(source, SlotHeader::fin(&rts, tagged::fin_status(&result)), Vec::new());
-        self.cq.push_back(tagged::recv_completion(recv.op, source, rts.tag, len, result));
+        self.cq.push(tagged::recv_completion(recv.op, source, rts.tag, len, result));
     }
 
     fn read_remote(
@@ -226,7 +221,7 @@ impl LoopbackProvider {
                     self.malformed.push(e);
                 }
             }
-            kind::IMM => self.cq.push_back(Completion::ok(
+            kind::IMM => self.cq.push(Completion::ok(
                 OpId::REMOTE,
                 CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
             )),
@@ -306,36 +301,43 @@ impl Provider for LoopbackProvider {
         Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
     }
 
-    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+    // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
+    #[inline(always)]
+    fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.rma_copy("put", &rma, true)?;
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::Put, signal);
         Ok(op)
     }
 
-    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+    #[inline(always)]
+    fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
         self.rma_copy("put_imm", &rma, true)?;
         let header = SlotHeader { kind: kind::IMM, imm, len: rma.len as u64, ..Default::default() };
         self.push(rma.remote.owner, header, Vec::new())?;
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::PutImm, signal);
         Ok(op)
     }
 
-    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+    #[inline(always)]
+    fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.rma_copy("get", &rma, false)?;
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::Get, signal);
         Ok(op)
     }
 
-    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+    #[inline(always)]
+    fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
-        self.send_eager(dest, tag, data.to_vec())
+        self.send_eager(owner, dest, tag, data.to_vec())
     }
 
-    fn send_region(
+    #[inline(always)]
+    fn send_region_for(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
@@ -345,22 +347,29 @@ impl Provider for LoopbackProvider {
         self.live_peer(dest)?;
         region.check_bounds("send", offset, len)?;
         if len <= self.config.rndv_thresh {
-            return self.send_eager(dest, tag, region.to_vec(offset, len)?);
+            return self.send_eager(owner, dest, tag, region.to_vec(offset, len)?);
         }
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.push(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), Vec::new())?;
         self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
     }
 
-    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+    #[inline(always)]
+    fn post_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
         // What arrived already (a dead peer's last words included) is matched first.
         self.drain_inbox();
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         let dead = &self.dead;
         let is_dead = |r: Rank| dead[r as usize];
         if let Some(fetch) =
@@ -389,7 +398,7 @@ impl Provider for LoopbackProvider {
 
     fn block(&mut self, timeout: Duration) -> Result<()> {
         self.check_liveness();
-        if !self.cq.is_empty() {
+        if self.cq.any_queued() {
             return Ok(());
         }
         if self.config.wait_mode == WaitMode::Poll {
@@ -400,7 +409,7 @@ impl Provider for LoopbackProvider {
         Ok(())
     }
 
-    fn completions(&mut self) -> &mut VecDeque<Completion> {
+    fn queues(&mut self) -> &mut CompletionQueues {
         &mut self.cq
     }
 }

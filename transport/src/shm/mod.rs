@@ -30,6 +30,7 @@ use memmap2::MmapRaw;
 
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::completion::{CompletionQueues, Owner};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
@@ -126,8 +127,8 @@ pub struct ShmProvider {
     layout: Layout,
     own: ControlView,
     peers: Vec<Peer>,
-    next_op: u64,
-    cq: VecDeque<Completion>,
+    /// Completions, routed to their owners' queues; numbers operations too.
+    cq: CompletionQueues,
     tagged: TaggedState,
     maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
     /// The last region mapped through `maps`: (owner, key, base address).
@@ -295,8 +296,7 @@ impl ShmProvider {
             layout,
             own,
             peers,
-            next_op: 1,
-            cq: VecDeque::new(),
+            cq: CompletionQueues::new(),
             tagged: TaggedState::default(),
             maps: HashMap::default(),
             last_map: None,
@@ -341,12 +341,6 @@ impl ShmProvider {
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
         encode_address(self.pid, self.layout, self.job.incarnation)
-    }
-
-    fn next_op(&mut self) -> OpId {
-        let id = OpId(self.next_op);
-        self.next_op += 1;
-        id
     }
 
     fn live_peer(&self, rank: Rank) -> Result<&Peer> {
@@ -439,9 +433,11 @@ impl ShmProvider {
         unsafe { rma.local.as_ptr().add(rma.local_offset) }
     }
 
+    // Always inlined: the completion is then built in its queue's slot, not moved into it.
+    #[inline(always)]
     fn complete(&mut self, op: OpId, kind: CompletionKind, signal: Signal) {
         if signal == Signal::Yes {
-            self.cq.push_back(Completion::ok(op, kind));
+            self.cq.push(Completion::ok(op, kind));
         }
     }
 
@@ -527,7 +523,7 @@ impl ShmProvider {
         };
         // A dead sender needs no FIN; the receive's own result already says what happened.
         let _ = self.push_msg(source, SlotHeader::fin(&rts, tagged::fin_status(&result)), &[], None);
-        self.cq.push_back(tagged::recv_completion(recv.op, source, rts.tag, len, result));
+        self.cq.push(tagged::recv_completion(recv.op, source, rts.tag, len, result));
     }
 
     /// Copies `len` bytes of a peer's region into a receive buffer (rendezvous read).
@@ -576,7 +572,7 @@ impl ShmProvider {
                     self.malformed.push(e);
                 }
             }
-            kind::IMM => self.cq.push_back(Completion::ok(
+            kind::IMM => self.cq.push(Completion::ok(
                 OpId::REMOTE,
                 CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
             )),
@@ -660,7 +656,7 @@ impl ShmProvider {
         let dead = TransportError::PeerDead(rank);
         for q in peer.backlog.drain(..) {
             if let Some(c) = q.done {
-                self.cq.push_back(Completion::failed(c.op, c.kind, dead.clone()));
+                self.cq.push(Completion::failed(c.op, c.kind, dead.clone()));
             }
         }
         self.tagged.fail_peer(rank, &dead, &mut self.cq);
@@ -683,8 +679,8 @@ impl ShmProvider {
     }
 
     /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
-    fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
-        let op = self.next_op();
+    fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        let op = self.cq.next_op(owner);
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
         self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
         Ok(op)
@@ -692,6 +688,7 @@ impl ShmProvider {
 
     fn start_send(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
@@ -700,9 +697,9 @@ impl ShmProvider {
     ) -> Result<OpId> {
         region.check_bounds("send", offset, len)?;
         if len <= self.config.rndv_thresh {
-            return self.send_eager(dest, tag, &region.to_vec(offset, len)?);
+            return self.send_eager(owner, dest, tag, &region.to_vec(offset, len)?);
         }
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
@@ -775,39 +772,44 @@ impl Provider for ShmProvider {
         Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
     }
 
-    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+    // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
+    #[inline(always)]
+    fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         let dst = self.remote_ptr("put", &rma, Access::REMOTE_WRITE)?;
         // SAFETY: both ranges bounds-checked by remote_ptr.
         unsafe { control::copy_bytes(Self::local_ptr(&rma), dst, rma.len) };
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::Put, signal);
         Ok(op)
     }
 
-    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+    #[inline(always)]
+    fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
         let dst = self.remote_ptr("put_imm", &rma, Access::REMOTE_WRITE)?;
         // SAFETY: both ranges bounds-checked by remote_ptr.
         unsafe { control::copy_bytes(Self::local_ptr(&rma), dst, rma.len) };
         let header = SlotHeader { kind: kind::IMM, imm, len: rma.len as u64, ..Default::default() };
         self.push_msg(rma.remote.owner, header, &[], None)?;
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::PutImm, signal);
         Ok(op)
     }
 
-    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+    #[inline(always)]
+    fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         let src = self.remote_ptr("get", &rma, Access::REMOTE_READ)?;
         // SAFETY: both ranges bounds-checked by remote_ptr.
         unsafe { control::copy_bytes(src, Self::local_ptr(&rma), rma.len) };
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         self.complete(op, CompletionKind::Get, signal);
         Ok(op)
     }
 
-    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+    #[inline(always)]
+    fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
         if data.len() <= self.config.rndv_thresh {
-            return self.send_eager(dest, tag, data);
+            return self.send_eager(owner, dest, tag, data);
         }
         // Stage large unregistered data in a region the receiver can read; staging regions
         // are pooled (a fresh file per message cost ~100x the copy at 1 MiB).
@@ -816,11 +818,13 @@ impl Provider for ShmProvider {
         self.staging = staging_pool;
         let staging = staging?;
         staging.write(0, data)?;
-        self.start_send(dest, tag, &staging, 0, data.len())
+        self.start_send(owner, dest, tag, &staging, 0, data.len())
     }
 
-    fn send_region(
+    #[inline(always)]
+    fn send_region_for(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
@@ -828,10 +832,17 @@ impl Provider for ShmProvider {
         len: usize,
     ) -> Result<OpId> {
         self.live_peer(dest)?;
-        self.start_send(dest, tag, region, offset, len)
+        self.start_send(owner, dest, tag, region, offset, len)
     }
 
-    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+    #[inline(always)]
+    fn post_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
         if let Source::Rank(r) = source {
             // What a dead peer published before dying may still sit in its ring: take it in
@@ -840,7 +851,7 @@ impl Provider for ShmProvider {
                 self.drain_rings();
             }
         }
-        let op = self.next_op();
+        let op = self.cq.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
         if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
@@ -889,7 +900,7 @@ impl Provider for ShmProvider {
         if self.liveness_due() {
             self.check_liveness();
         }
-        if !self.cq.is_empty() {
+        if self.cq.any_queued() {
             return Ok(());
         }
         if self.config.wait_mode == WaitMode::Poll {
@@ -915,7 +926,7 @@ impl Provider for ShmProvider {
         Ok(())
     }
 
-    fn completions(&mut self) -> &mut VecDeque<Completion> {
+    fn queues(&mut self) -> &mut CompletionQueues {
         &mut self.cq
     }
 }

@@ -37,6 +37,7 @@ use ibverbs_sys as ffi;
 
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::completion::{CompletionQueues, Owner};
 use crate::config::{Env, TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
@@ -221,9 +222,9 @@ pub struct VerbsProvider {
     max_inline: u32,
     sq_depth: usize,
     max_msg: u64,
-    next_op: u64,
     wc: Vec<ffi::ibv_wc>,
-    completions: VecDeque<Completion>,
+    /// Completions, routed to their owners' queues; numbers operations too.
+    completions: CompletionQueues,
     tagged: TaggedState,
     last_liveness: Instant,
     progress_calls: u32,
@@ -409,9 +410,8 @@ impl VerbsProvider {
             max_inline,
             sq_depth,
             max_msg: port.max_msg_size as u64,
-            next_op: 1,
             wc: vec![Default::default(); 32],
-            completions: VecDeque::new(),
+            completions: CompletionQueues::new(),
             tagged: TaggedState::default(),
             last_liveness: Instant::now(),
             progress_calls: 0,
@@ -511,12 +511,6 @@ impl VerbsProvider {
         Ok(())
     }
 
-    fn next_op(&mut self) -> OpId {
-        let id = OpId(self.next_op);
-        self.next_op += 1;
-        id
-    }
-
     fn live_peer(&self, rank: Rank) -> Result<&Peer> {
         let peer = self.peers.get(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
         if peer.state == PeerState::Dead {
@@ -609,8 +603,8 @@ impl VerbsProvider {
     }
 
     /// An eager tagged send: one receive slot at the peer.
-    fn send_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
-        let op = self.next_op();
+    fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        let op = self.completions.next_op(owner);
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
         self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
         Ok(op)
@@ -630,13 +624,14 @@ impl VerbsProvider {
     /// completion, which comes with the SEND's.
     fn send_eager_zero_copy(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
         offset: usize,
         len: usize,
     ) -> Result<OpId> {
-        let op = self.next_op();
+        let op = self.completions.next_op(owner);
         let mut bytes = [0u8; SLOT_HEADER_LEN];
         let header_len = SlotHeader::eager(tag, len).encode_wire(&mut bytes);
         let slot = self.claim_tx_slot(dest);
@@ -767,7 +762,7 @@ impl VerbsProvider {
     }
 
     fn complete_recv(&mut self, op: OpId, source: Rank, tag: Tag, len: usize, r: Result<Option<Vec<u8>>>) {
-        self.completions.push_back(tagged::recv_completion(op, source, tag, len, r));
+        self.completions.push(tagged::recv_completion(op, source, tag, len, r));
     }
 
     fn send_fin(&mut self, dest: Rank, rts: &SlotHeader, status: u32) {
@@ -874,10 +869,10 @@ impl VerbsProvider {
         for item in backlog {
             match item {
                 Outgoing::WriteImm { op, .. } => {
-                    self.completions.push_back(Completion::failed(op, CompletionKind::PutImm, error.clone()))
+                    self.completions.push(Completion::failed(op, CompletionKind::PutImm, error.clone()))
                 }
                 Outgoing::Msg { done: Some(c), .. } => {
-                    self.completions.push_back(Completion::failed(c.op, c.kind, error.clone()))
+                    self.completions.push(Completion::failed(c.op, c.kind, error.clone()))
                 }
                 Outgoing::Msg { done: None, .. } => {}
             }
@@ -893,17 +888,13 @@ impl VerbsProvider {
 
     fn fail_wr(&mut self, info: WrInfo, peer: Rank, error: TransportError) {
         match info {
-            WrInfo::Rma { op, kind, .. } => self.completions.push_back(Completion::failed(op, kind, error)),
+            WrInfo::Rma { op, kind, .. } => self.completions.push(Completion::failed(op, kind, error)),
             WrInfo::RndvRead { recv, header, .. } => {
                 self.complete_recv(recv.op, peer, header.tag, header.len as usize, Err(error))
             }
             WrInfo::MsgZeroCopy { op, dest, tag, len, .. } => {
                 self.peers[peer as usize].tx_done += 1;
-                self.completions.push_back(Completion::failed(
-                    op,
-                    CompletionKind::Send { dest, tag, len },
-                    error,
-                ))
+                self.completions.push(Completion::failed(op, CompletionKind::Send { dest, tag, len }, error))
             }
             WrInfo::Msg { .. } | WrInfo::Credit | WrInfo::Probe => {}
         }
@@ -927,10 +918,10 @@ impl VerbsProvider {
                 WrInfo::Msg { bounce: true } => self.peers[peer as usize].tx_done += 1,
                 WrInfo::MsgZeroCopy { op, dest, tag, len, .. } => {
                     self.peers[peer as usize].tx_done += 1;
-                    self.completions.push_back(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+                    self.completions.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
                 }
                 WrInfo::Rma { op, kind, signal: Signal::Yes, .. } if this => {
-                    self.completions.push_back(Completion::ok(op, kind))
+                    self.completions.push(Completion::ok(op, kind))
                 }
                 WrInfo::RndvRead { recv, header, scratch } => {
                     let len = header.len as usize;
@@ -983,7 +974,7 @@ impl VerbsProvider {
                 self.peers[peer as usize].ready = true;
             } else if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
                 let imm = u32::from_be(c.imm_data().unwrap_or(0));
-                self.completions.push_back(Completion::ok(
+                self.completions.push(Completion::ok(
                     OpId::REMOTE,
                     CompletionKind::Imm { source: peer, imm, len: c.len() },
                 ));
@@ -1040,6 +1031,7 @@ impl VerbsProvider {
 
     fn start_send(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
@@ -1050,11 +1042,11 @@ impl VerbsProvider {
         self.live_peer(dest)?;
         if len <= self.config.rndv_thresh {
             if EAGER_WIRE_LEN + len > self.max_inline as usize && self.can_send_now(dest, true) {
-                return self.send_eager_zero_copy(dest, tag, region, offset, len);
+                return self.send_eager_zero_copy(owner, dest, tag, region, offset, len);
             }
-            return self.send_eager(dest, tag, &region.to_vec(offset, len)?);
+            return self.send_eager(owner, dest, tag, &region.to_vec(offset, len)?);
         }
-        let op = self.next_op();
+        let op = self.completions.next_op(owner);
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
@@ -1090,6 +1082,7 @@ impl VerbsProvider {
 
     fn rma(
         &mut self,
+        owner: Owner,
         name: &'static str,
         rma: Rma<'_>,
         opcode: Opcode,
@@ -1100,7 +1093,7 @@ impl VerbsProvider {
         let peer = rma.remote.owner;
         self.await_ready(peer)?;
         self.reserve_sq(peer)?;
-        let op = self.next_op();
+        let op = self.completions.next_op(owner);
         let inline = matches!(opcode, Opcode::Write) && rma.len <= self.max_inline as usize && rma.len > 0;
         let sges: &[Sge] = if rma.len == 0 { &[] } else { std::slice::from_ref(&sge) };
         let info = WrInfo::Rma { op, kind, signal, _local: rma.local.clone() };
@@ -1146,14 +1139,17 @@ impl Provider for VerbsProvider {
         mr::register(&self.pd, self.job.rank, self.job.incarnation, len, access)
     }
 
-    fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
-        self.rma("put", rma, Opcode::Write, CompletionKind::Put, signal)
+    // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
+    #[inline(always)]
+    fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma(owner, "put", rma, Opcode::Write, CompletionKind::Put, signal)
     }
 
-    fn put_imm(&mut self, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
+    #[inline(always)]
+    fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
         let (_, remote) = self.rma_args("put_imm", &rma)?;
         let dest = rma.remote.owner;
-        let op = self.next_op();
+        let op = self.completions.next_op(owner);
         let item = Outgoing::WriteImm {
             op,
             signal,
@@ -1173,36 +1169,47 @@ impl Provider for VerbsProvider {
         Ok(op)
     }
 
-    fn get(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
-        self.rma("get", rma, Opcode::Read, CompletionKind::Get, signal)
+    #[inline(always)]
+    fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.rma(owner, "get", rma, Opcode::Read, CompletionKind::Get, signal)
     }
 
-    fn send(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+    #[inline(always)]
+    fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
         if data.len() <= self.config.rndv_thresh {
-            return self.send_eager(dest, tag, data);
+            return self.send_eager(owner, dest, tag, data);
         }
         let (pd, rank, incarnation) = (&self.pd, self.job.rank, self.job.incarnation);
         let staging =
             self.staging.take(data.len(), |l| mr::register(pd, rank, incarnation, l, Access::REMOTE_READ))?;
         staging.write(0, data)?;
-        self.start_send(dest, tag, &staging, 0, data.len())
+        self.start_send(owner, dest, tag, &staging, 0, data.len())
     }
 
-    fn send_region(
+    #[inline(always)]
+    fn send_region_for(
         &mut self,
+        owner: Owner,
         dest: Rank,
         tag: Tag,
         region: &Region,
         offset: usize,
         len: usize,
     ) -> Result<OpId> {
-        self.start_send(dest, tag, region, offset, len)
+        self.start_send(owner, dest, tag, region, offset, len)
     }
 
-    fn post_recv(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+    #[inline(always)]
+    fn post_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
-        let op = self.next_op();
+        let op = self.completions.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
         if let Some(fetch) =
@@ -1297,7 +1304,7 @@ impl Provider for VerbsProvider {
         if self.last_liveness.elapsed() >= self.config.peer_timeout / 4 {
             self.check_liveness(true);
         }
-        if !self.completions.is_empty() {
+        if self.completions.any_queued() {
             return Ok(());
         }
         // Waiting on credits is not a CQ event at the sender: poll the credit words soon.
@@ -1311,7 +1318,7 @@ impl Provider for VerbsProvider {
         Ok(())
     }
 
-    fn completions(&mut self) -> &mut VecDeque<Completion> {
+    fn queues(&mut self) -> &mut CompletionQueues {
         &mut self.completions
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::{
-    CompletionKind, OpId, PeerState, RecvBuffer, Rma, Signal, Source, TagMatch, TransportError,
+    CompletionKind, OpId, Owner, PeerState, RecvBuffer, Rma, Signal, Source, TagMatch, TransportError,
 };
 
 use super::{Op, Session, WaitStyle, CTRL_CAPACITY, SPINS_PER_CHECK, TAG_CTRL, TAG_DATA};
@@ -72,7 +72,7 @@ impl Session {
             WaitStyle::BusyPoll => self.provider.progress().context("polling completions")?,
             WaitStyle::Provider(_) => {
                 let slice = Duration::from_millis(10);
-                match self.provider.wait_until(slice, &mut |cq| !cq.is_empty()) {
+                match self.provider.wait_until(Owner::APP, slice, &mut |cq| !cq.is_empty()) {
                     Ok(()) | Err(TransportError::Timeout(_)) => {}
                     Err(e) => return Err(anyhow!(e).context("waiting for completions")),
                 }
