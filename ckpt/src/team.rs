@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use reverb_transport::codec::{CodecError, Fixed, Reader, Writer};
-use reverb_transport::{CompletionKind, OpId, PeerState, Provider, Rank, RecvBuffer, Source, Tag, TagMatch};
+use reverb_transport::{
+    CompletionKind, OpId, Owner, PeerState, Provider, Rank, RecvBuffer, Source, Tag, TagMatch,
+};
 
 use crate::error::CkptError;
 use crate::image::Epoch;
@@ -111,14 +113,15 @@ fn wait_op_watching(
 }
 
 fn send_to(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     dest: Rank,
     tag: Tag,
     msg: &[u8],
     timeout: Duration,
 ) -> Result<(), CkptError> {
-    let op =
-        provider.send(dest, tag, msg).map_err(|e| CkptError::transport("sending a checkpoint vote", e))?;
+    let op = provider
+        .send_for(owner, dest, tag, msg)
+        .map_err(|e| CkptError::transport("sending a checkpoint vote", e))?;
     wait_op_from(provider, op, dest, timeout, "sending a checkpoint vote").map(|_| ())
 }
 
@@ -143,7 +146,7 @@ fn recv_vote(
 
 /// Posts a receive for each of `from`'s arrival message of `round` at `epoch`.
 fn post_arrivals(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     from: &[Rank],
     round: u8,
     epoch: Epoch,
@@ -152,7 +155,8 @@ fn post_arrivals(
     from.iter()
         .map(|&r| {
             let op = provider
-                .post_recv(
+                .post_recv_for(
+                    owner,
                     Source::Rank(r),
                     TagMatch::exact(tag(ARRIVE, round, epoch)),
                     RecvBuffer::Owned { capacity: MSG_LEN },
@@ -166,7 +170,7 @@ fn post_arrivals(
 /// Runs one agreement round among `members` (led by `members[0]`, containing `me`); returns whether every
 /// member reported `ok`. Dead or silent members count as failed.
 pub(crate) fn agree_round(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     members: &[Rank],
     round: u8,
     epoch: Epoch,
@@ -180,18 +184,20 @@ pub(crate) fn agree_round(
     let release_tag = tag(RELEASE, round, epoch);
     if me != leader {
         let op = provider
-            .post_recv(
+            .post_recv_for(
+                owner,
                 Source::Rank(leader),
                 TagMatch::exact(release_tag),
                 RecvBuffer::Owned { capacity: MSG_LEN },
             )
             .map_err(|e| CkptError::transport("posting a checkpoint vote receive", e))?;
-        send_to(provider, leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
+        send_to((provider, owner), leader, tag(ARRIVE, round, epoch), &message(epoch, vote), timeout)?;
         // Another member's death fails the round: the leader may be busy recovering from it.
         return recv_vote(provider, op, leader, members, epoch, timeout);
     }
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
-    let posted = post_arrivals(provider, &others, round, epoch, "posting a checkpoint vote receive")?;
+    let posted =
+        post_arrivals((provider, owner), &others, round, epoch, "posting a checkpoint vote receive")?;
     let deadline = Instant::now() + timeout;
     let mut verdict = vote;
     let mut alive = Vec::with_capacity(others.len());
@@ -208,7 +214,7 @@ pub(crate) fn agree_round(
     }
     for r in alive {
         // A member that died since its vote just misses the verdict.
-        let _ = send_to(provider, r, release_tag, &message(epoch, verdict), timeout);
+        let _ = send_to((provider, owner), r, release_tag, &message(epoch, verdict), timeout);
     }
     Ok(verdict)
 }
@@ -223,14 +229,14 @@ const WRITTEN_ROUND: u8 = 5;
 /// Tells `encoder` whether this rank's level-1 copy of `epoch` is written (`ok`), so it can
 /// gather the group's images without a job-wide barrier.
 pub(crate) fn report_written(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     encoder: Rank,
     epoch: Epoch,
     ok: bool,
     timeout: Duration,
 ) -> Result<(), CkptError> {
     send_to(
-        provider,
+        (provider, owner),
         encoder,
         tag(ARRIVE, WRITTEN_ROUND, epoch),
         &message(epoch, Vote { ok, min: 0 }),
@@ -241,14 +247,15 @@ pub(crate) fn report_written(
 /// The encoder's side of [`report_written`]: waits for every member but itself; returns whether
 /// all of them wrote. A dead or silent member fails the wait (it is bounded by `timeout`).
 pub(crate) fn gather_written(
-    provider: &mut dyn Provider,
+    (provider, owner): (&mut dyn Provider, Owner),
     members: &[Rank],
     epoch: Epoch,
     timeout: Duration,
 ) -> Result<bool, CkptError> {
     let me = provider.rank();
     let others: Vec<Rank> = members.iter().copied().filter(|&r| r != me).collect();
-    let posted = post_arrivals(provider, &others, WRITTEN_ROUND, epoch, "posting a level-1 report receive")?;
+    let posted =
+        post_arrivals((provider, owner), &others, WRITTEN_ROUND, epoch, "posting a level-1 report receive")?;
     let deadline = Instant::now() + timeout;
     let mut all_written = true;
     for (r, op) in posted {
@@ -271,7 +278,7 @@ pub fn agree(
     timeout: Duration,
 ) -> Result<bool, CkptError> {
     check_members(provider.rank(), members)?;
-    agree_round(provider, members, USER_ROUND, id, Vote { ok, min: 0 }, timeout).map(|v| v.ok)
+    agree_round((provider, Owner::APP), members, USER_ROUND, id, Vote { ok, min: 0 }, timeout).map(|v| v.ok)
 }
 
 /// Like [`agree`], and also returns the minimum of the members' `value`s; `None` when a
@@ -283,8 +290,20 @@ pub fn agree_min(
     value: u64,
     timeout: Duration,
 ) -> Result<Option<u64>, CkptError> {
+    agree_min_for((provider, Owner::APP), members, id, value, timeout)
+}
+
+/// [`agree_min`] with its messages completing to `owner` (the checkpointer's own queue).
+pub(crate) fn agree_min_for(
+    (provider, owner): (&mut dyn Provider, Owner),
+    members: &[Rank],
+    id: u64,
+    value: u64,
+    timeout: Duration,
+) -> Result<Option<u64>, CkptError> {
     check_members(provider.rank(), members)?;
-    let verdict = agree_round(provider, members, MIN_ROUND, id, Vote { ok: true, min: value }, timeout)?;
+    let vote = Vote { ok: true, min: value };
+    let verdict = agree_round((provider, owner), members, MIN_ROUND, id, vote, timeout)?;
     Ok(verdict.ok.then_some(verdict.min))
 }
 

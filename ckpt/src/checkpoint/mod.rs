@@ -130,7 +130,7 @@ pub struct CheckpointStats {
 /// One rank's checkpoint state: its registered slots and the peers' descriptors.
 pub struct Checkpointer {
     me: Rank,
-    /// The provider owner of its copies' puts and gets (votes are `APP` traffic).
+    /// The provider owner its copies' puts and gets and its votes complete to.
     owner: Owner,
     config: CkptConfig,
     placement: Placement,
@@ -234,7 +234,7 @@ impl Checkpointer {
         id: u64,
     ) -> Result<Epoch, CkptError> {
         let mine = self.committed_epoch().unwrap_or(0);
-        match team::agree_min(provider, members, id, mine, self.config.timeout)? {
+        match team::agree_min_for((provider, self.owner), members, id, mine, self.config.timeout)? {
             Some(0) => Err(CkptError::Unrecoverable {
                 rank: self.me,
                 epoch: 0,

@@ -49,8 +49,9 @@ impl Checkpointer {
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
         let vote = team::Vote { ok: written.is_ok() && encoded.is_ok(), min: 0 };
-        let verdict = team::agree_round(provider, &self.team, 2, epoch, vote, self.config.timeout)
-            .map_err(|e| not_committed(epoch, Some(e), ""))?;
+        let verdict =
+            team::agree_round((provider, self.owner), &self.team, 2, epoch, vote, self.config.timeout)
+                .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
         if !verdict.ok {
             let mine = written.err().or(encoded.err().flatten());
@@ -66,11 +67,12 @@ impl Checkpointer {
         let Some(group) = self.placement.group_of(self.me) else { return Ok(ok) };
         let Some(encoder) = group.encoder() else { return Ok(ok) };
         if encoder != self.me {
-            team::report_written(provider, encoder, epoch, ok, self.config.timeout)?;
+            team::report_written((provider, self.owner), encoder, epoch, ok, self.config.timeout)?;
             return Ok(ok);
         }
         // Gathered even when this rank failed, so no report is left unclaimed.
-        let others_wrote = team::gather_written(provider, &group.members, epoch, self.config.timeout)?;
+        let others_wrote =
+            team::gather_written((provider, self.owner), &group.members, epoch, self.config.timeout)?;
         Ok(ok && others_wrote)
     }
 
