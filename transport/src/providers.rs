@@ -72,11 +72,7 @@ pub(crate) fn by_name(name: &str) -> Option<ProviderKind> {
 /// "a, b or c": the registered names, for error messages.
 pub(crate) fn names_for_humans() -> String {
     let names: Vec<&str> = PROVIDERS.iter().map(|e| e.kind.as_str()).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_string(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
+    crate::config::or_list(&names)
 }
 
 #[cfg(test)]

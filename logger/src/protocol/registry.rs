@@ -42,11 +42,7 @@ pub(crate) fn by_name(name: &str) -> Option<&'static ProtocolEntry> {
 /// "a, b, c or d": the registered names, for error messages.
 pub(crate) fn names_for_humans() -> String {
     let names: Vec<&str> = PROTOCOLS.iter().map(|e| e.mode.as_str()).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_string(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
+    reverb_transport::config::or_list(&names)
 }
 
 #[cfg(test)]

@@ -12,5 +12,5 @@ pub mod registry;
 mod transport;
 
 pub use env::{env_get, env_os, env_path, Env};
-pub use parse::{parse_size, ConfigError, ValueError};
+pub use parse::{or_list, parse_size, ConfigError, ValueError};
 pub use transport::{TransportConfig, WaitMode};

@@ -194,6 +194,15 @@ pub fn parse_enum<T: Copy>(s: &str, choices: &[(&str, T)]) -> Result<T, ValueErr
     })
 }
 
+/// "a, b or c": `words` as a list for an error message ("" when empty).
+pub fn or_list(words: &[&str]) -> String {
+    match words.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// Parses a comma-separated list, each item with `item`.
 pub fn parse_list<T>(s: &str, item: impl Fn(&str) -> Result<T, ValueError>) -> Result<Vec<T>, ValueError> {
     s.split(',')
@@ -219,6 +228,13 @@ pub fn parse_int<T: std::str::FromStr>(s: &str) -> Result<T, ValueError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn or_lists_read_as_a_sentence() {
+        assert_eq!(or_list(&[]), "");
+        assert_eq!(or_list(&["shm"]), "shm");
+        assert_eq!(or_list(&["a", "b", "c"]), "a, b or c");
+    }
 
     #[test]
     fn sizes_are_powers_of_1024_in_any_case() {
