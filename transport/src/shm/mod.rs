@@ -134,6 +134,8 @@ pub struct ShmProvider {
     /// The last region mapped through `maps`: (owner, key, base address).
     last_map: Option<(Rank, u64, *mut u8)>,
     progress_calls: u32,
+    /// Messages in all peers' backlogs: progress skips the per-peer scan while it is 0.
+    backlogged: usize,
     last_liveness: Instant,
     /// Malformed slots seen during progress, reported one per `progress` call.
     malformed: ErrorQueue,
@@ -301,6 +303,7 @@ impl ShmProvider {
             maps: HashMap::default(),
             last_map: None,
             progress_calls: 0,
+            backlogged: 0,
             last_liveness: Instant::now(),
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
@@ -316,9 +319,12 @@ impl ShmProvider {
     }
 
     fn attach_view(&mut self, rank: Rank, incarnation: u32, pid: u32, view: ControlView) -> Result<()> {
-        let peer =
-            self.peers.get_mut(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        let peer = self
+            .peers
+            .get_mut(rank as usize)
+            .ok_or_else(|| TransportError::InvalidRank(rank, self.job.size))?;
         debug_assert_eq!(peer.state, PeerState::Dead);
+        debug_assert!(peer.backlog.is_empty(), "mark_dead fails a dead peer's backlog");
         *peer = Peer {
             pid,
             incarnation,
@@ -344,7 +350,8 @@ impl ShmProvider {
     }
 
     fn live_peer(&self, rank: Rank) -> Result<&Peer> {
-        let peer = self.peers.get(rank as usize).ok_or(TransportError::InvalidRank(rank, self.job.size))?;
+        let peer =
+            self.peers.get(rank as usize).ok_or_else(|| TransportError::InvalidRank(rank, self.job.size))?;
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(rank));
         }
@@ -453,8 +460,10 @@ impl ShmProvider {
         done: Option<Completion>,
     ) -> Result<()> {
         let slots = self.layout.ring_slots as u64;
-        let peer =
-            self.peers.get_mut(dest as usize).ok_or(TransportError::InvalidRank(dest, self.job.size))?;
+        let peer = self
+            .peers
+            .get_mut(dest as usize)
+            .ok_or_else(|| TransportError::InvalidRank(dest, self.job.size))?;
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
@@ -464,6 +473,7 @@ impl ShmProvider {
             self.cq.extend(done);
         } else {
             peer.backlog.push_back(Queued { header, payload: payload.to_vec(), done });
+            self.backlogged += 1;
         }
         Ok(())
     }
@@ -484,6 +494,12 @@ impl ShmProvider {
         let ring = peer.view.ring(me);
         ring.publish(epoch, peer.tx_tail, header, payload);
         peer.tx_tail += 1;
+        Self::wake(peer);
+    }
+
+    /// After a publish: wakes `peer` if it sleeps on its doorbell.
+    #[inline(always)]
+    fn wake(peer: &Peer) {
         // Dekker with a sleeper: our publish, then its waiters flag (see `block`). Ranks that
         // never sleep skip the fence.
         if peer.may_sleep {
@@ -496,6 +512,9 @@ impl ShmProvider {
     }
 
     fn flush_backlogs(&mut self) {
+        if self.backlogged == 0 {
+            return;
+        }
         let (me, epoch) = (self.job.rank, self.job.incarnation);
         let slots = self.layout.ring_slots as u64;
         for peer in self.peers.iter_mut().filter(|p| !p.backlog.is_empty()) {
@@ -504,6 +523,7 @@ impl ShmProvider {
                     break;
                 }
                 if let Some(q) = peer.backlog.pop_front() {
+                    self.backlogged -= 1;
                     Self::publish(peer, me, epoch, &q.header, &q.payload);
                     self.cq.extend(q.done);
                 }
@@ -654,6 +674,7 @@ impl ShmProvider {
         let Some(peer) = self.peers.get_mut(rank as usize) else { return };
         peer.state = PeerState::Dead;
         let dead = TransportError::PeerDead(rank);
+        self.backlogged -= peer.backlog.len();
         for q in peer.backlog.drain(..) {
             if let Some(c) = q.done {
                 self.cq.push(Completion::failed(c.op, c.kind, dead.clone()));
@@ -679,11 +700,37 @@ impl ShmProvider {
     }
 
     /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
+    #[inline(always)]
     fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         let op = self.cq.next_op(owner);
-        let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
-        self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
+        let kind = CompletionKind::Send { dest, tag, len: data.len() };
+        if self.try_publish_eager(dest, tag, data)? {
+            self.cq.push(Completion::ok(op, kind));
+        } else {
+            self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(Completion::ok(op, kind)))?;
+        }
         Ok(op)
+    }
+
+    /// The common case of an eager send, published in place: the peer is alive, our ring in
+    /// its segment has room and nothing of ours waits ahead. False (nothing done) otherwise.
+    #[inline(always)]
+    fn try_publish_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<bool> {
+        let slots = self.layout.ring_slots as u64;
+        let size = self.job.size;
+        let peer =
+            self.peers.get_mut(dest as usize).ok_or_else(|| TransportError::InvalidRank(dest, size))?;
+        if peer.state == PeerState::Dead {
+            return Err(TransportError::PeerDead(dest));
+        }
+        let (me, epoch) = (self.job.rank, self.job.incarnation);
+        if !peer.backlog.is_empty() || !Self::ring_has_room(peer, me, epoch, slots) {
+            return Ok(false);
+        }
+        peer.view.ring(me).publish_eager(epoch, peer.tx_tail, tag, data);
+        peer.tx_tail += 1;
+        Self::wake(peer);
+        Ok(true)
     }
 
     fn start_send(
@@ -697,7 +744,13 @@ impl ShmProvider {
     ) -> Result<OpId> {
         region.check_bounds("send", offset, len)?;
         if len <= self.config.rndv_thresh {
-            return self.send_eager(owner, dest, tag, &region.to_vec(offset, len)?);
+            // Straight from the region into the slot, no staging Vec.
+            // SAFETY: offset + len was checked against the region, which `region` keeps
+            // mapped; a send's buffer holds still until the send completes (the API's
+            // contract), and the bytes are copied (into the ring or the backlog) before this
+            // returns.
+            let data = unsafe { std::slice::from_raw_parts(region.as_ptr().add(offset), len) };
+            return self.send_eager(owner, dest, tag, data);
         }
         let op = self.cq.next_op(owner);
         if !region.access().allows(Access::REMOTE_READ) {
@@ -908,8 +961,7 @@ impl Provider for ShmProvider {
             std::thread::yield_now();
             return Ok(());
         }
-        let backlog = self.peers.iter().any(|p| !p.backlog.is_empty());
-        let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
+        let timeout = if self.backlogged > 0 { timeout.min(Duration::from_micros(200)) } else { timeout };
         let doorbell = self.own.doorbell();
         let seen = doorbell.load(Ordering::Acquire);
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
