@@ -312,6 +312,29 @@ impl Ring<'_> {
         self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
     }
 
+    /// Consumer: the tag and claimed length of published slot `seq` if it holds eager data
+    /// (the compact header: two word loads, no full decode); None for any other kind. The
+    /// length is whatever the peer wrote and must still be validated.
+    #[inline(always)]
+    pub fn eager(&self, seq: u64) -> Option<(u64, usize)> {
+        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
+        // SAFETY: the caller saw `published(seq)`, so the producer finished the slot; both
+        // words lie inside it and are 8-aligned (see `publish_eager`).
+        let (word, tag) = unsafe { ((body as *const u64).read(), (body.add(8) as *const u64).read()) };
+        let word = u64::from_le(word);
+        (word as u32 == kind::EAGER).then(|| (u64::from_le(tag), (word >> 32) as usize))
+    }
+
+    /// Consumer: the payload of published eager slot `seq`.
+    ///
+    /// # Safety
+    /// `seq` must be published and not yet released, and `len <= max_payload`.
+    #[inline(always)]
+    pub unsafe fn eager_payload(&self, seq: u64, len: usize) -> &[u8] {
+        // SAFETY: upheld by the caller as documented.
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_SEQ_LEN + EAGER_WIRE_LEN), len) }
+    }
+
     /// Consumer: copies the header of published slot `seq` (eager: rebuilt from the compact
     /// form, so `len` is whatever the peer wrote and must still be validated).
     pub fn read_header(&self, seq: u64) -> SlotHeader {
@@ -327,17 +350,6 @@ impl Ring<'_> {
                 }
             }
         }
-    }
-
-    /// Consumer: the payload bytes of published slot `seq` with header `header`, `len`
-    /// validated by the caller.
-    ///
-    /// # Safety
-    /// `seq` must be published and not yet released, and `len <= max_payload`.
-    pub unsafe fn payload(&self, seq: u64, header: &SlotHeader, len: usize) -> &[u8] {
-        let at = SLOT_SEQ_LEN + payload_offset(header.kind);
-        // SAFETY: upheld by the caller as documented.
-        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(at), len) }
     }
 }
 
@@ -430,8 +442,10 @@ mod tests {
         assert_eq!(ring.head_for(1), Some(0));
         ring.publish(1, 0, &h, b"new");
         assert!(ring.published(1, 0) && !ring.published(0, 0));
+        assert_eq!(ring.eager(0), Some((7, 3)));
+        assert_eq!(ring.read_header(0), h);
         // SAFETY: slot 0 is published and not released; 3 <= max_payload.
-        assert_eq!(unsafe { ring.payload(0, &ring.read_header(0), 3) }, b"new");
+        assert_eq!(unsafe { ring.eager_payload(0, 3) }, b"new");
         ring.release(1, 1);
         assert_eq!(ring.head_for(1), Some(1));
     }

@@ -511,10 +511,15 @@ impl ShmProvider {
         }
     }
 
+    /// Publishes what waits in the backlogs as ring space allows; free while none waits.
+    #[inline(always)]
     fn flush_backlogs(&mut self) {
-        if self.backlogged == 0 {
-            return;
+        if self.backlogged > 0 {
+            self.flush_backlogged();
         }
+    }
+
+    fn flush_backlogged(&mut self) {
         let (me, epoch) = (self.job.rank, self.job.incarnation);
         let slots = self.layout.ring_slots as u64;
         for peer in self.peers.iter_mut().filter(|p| !p.backlog.is_empty()) {
@@ -579,9 +584,9 @@ impl ShmProvider {
         }
     }
 
-    fn handle_slot(&mut self, source: Rank, header: SlotHeader, payload: &[u8]) {
+    /// A slot that is not eager data: rendezvous control or a put-with-immediate notice.
+    fn handle_control(&mut self, source: Rank, header: SlotHeader) {
         match header.kind {
-            kind::EAGER => self.tagged.on_eager(source, header.tag, payload, &mut self.cq),
             kind::RTS => {
                 if let Some(fetch) = self.tagged.on_rts(source, header) {
                     self.rndv_fetch(fetch);
@@ -604,42 +609,50 @@ impl ShmProvider {
     }
 
     fn drain_rings(&mut self) {
-        let max_payload = self.layout.max_payload();
-        let own = self.own.clone();
         for source in 0..self.peers.len() {
             // A dead peer's ring is still drained: what it published before dying is whole
             // (and a clean exit's last words must arrive). Its next incarnation writes only
             // after `reconnect` moved this ring to the new epoch.
-            if !self.peers[source].mapped {
-                continue;
-            }
-            let ring = own.ring(source as u32);
-            let (start, epoch) = (self.peers[source].rx_head, self.peers[source].incarnation);
-            let mut head = start;
-            while head - start < DRAIN_BATCH && ring.published(epoch, head) {
-                let header = ring.read_header(head);
-                let payload_len = if header.kind == kind::EAGER { header.len as usize } else { 0 };
-                if payload_len > max_payload {
-                    self.malformed.push(TransportError::Malformed {
-                        what: "message",
-                        detail: format!(
-                            "eager length {} from rank {source} exceeds {max_payload}",
-                            header.len
-                        ),
-                    });
-                } else {
-                    // SAFETY: slot `head` is published and not yet released; the length was
-                    // checked against the slot size.
-                    let payload = unsafe { ring.payload(head, &header, payload_len) };
-                    self.handle_slot(source as Rank, header, payload);
-                }
-                head += 1;
-            }
-            if head != start {
-                self.peers[source].rx_head = head;
-                ring.release(epoch, head);
+            let peer = &self.peers[source];
+            if peer.mapped && self.own.ring(source as u32).published(peer.incarnation, peer.rx_head) {
+                self.drain_ring(source);
             }
         }
+    }
+
+    /// Takes in up to `DRAIN_BATCH` published slots of `source`'s ring, then releases them
+    /// with one store. Eager data goes straight from the slot to the matching receive (or to
+    /// the unexpected queue); the ring is borrowed field by field, so an empty or busy poll
+    /// clones nothing.
+    fn drain_ring(&mut self, source: usize) {
+        let max_payload = self.layout.max_payload();
+        let (start, epoch) = (self.peers[source].rx_head, self.peers[source].incarnation);
+        let mut head = start;
+        while head - start < DRAIN_BATCH {
+            let ring = self.own.ring(source as u32);
+            if !ring.published(epoch, head) {
+                break;
+            }
+            match ring.eager(head) {
+                Some((tag, len)) if len <= max_payload => {
+                    // SAFETY: slot `head` is published and not yet released; `len` was checked
+                    // against the slot's payload room.
+                    let payload = unsafe { ring.eager_payload(head, len) };
+                    self.tagged.on_eager(source as Rank, tag, payload, &mut self.cq);
+                }
+                Some((_, len)) => self.malformed.push(TransportError::Malformed {
+                    what: "message",
+                    detail: format!("eager length {len} from rank {source} exceeds {max_payload}"),
+                }),
+                None => {
+                    let header = ring.read_header(head);
+                    self.handle_control(source as Rank, header);
+                }
+            }
+            head += 1;
+        }
+        self.peers[source].rx_head = head;
+        self.own.ring(source as u32).release(epoch, head);
     }
 
     /// Marks peers dead whose process exited or who closed, and fails what depended on them.
