@@ -450,6 +450,41 @@ mod tests {
         assert_eq!(ring.head_for(1), Some(1));
     }
 
+    /// Every length a slot may carry, at every alignment of source and destination, lands
+    /// whole and touches nothing around it.
+    #[test]
+    fn copy_small_copies_exactly_len_bytes() {
+        for len in 0..=130usize {
+            for (s_off, d_off) in [(0, 0), (1, 3), (7, 0), (0, 5)] {
+                let src: Vec<u8> = (0..len + 8).map(|i| (i * 7 + len) as u8 | 1).collect();
+                let mut dst = vec![0u8; len + 16];
+                // SAFETY: src has s_off + len bytes, dst has d_off + len; separate Vecs.
+                unsafe { copy_small(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), len) };
+                assert_eq!(&dst[d_off..d_off + len], &src[s_off..s_off + len], "len {len}");
+                assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0), "len {len}");
+            }
+        }
+    }
+
+    /// The in-place eager write is the codec's compact form, byte for byte: producers and
+    /// consumers built either way agree.
+    #[test]
+    fn publish_eager_writes_the_compact_header() {
+        let v = view(Layout::new(2, 4, 64));
+        let ring = v.ring(0);
+        ring.accept(0);
+        let payload: Vec<u8> = (1..=40).collect();
+        ring.publish_eager(0, 2, 0x0102_0304_0506_0708, &payload);
+        assert!(ring.published(0, 2));
+        let want = SlotHeader::eager(0x0102_0304_0506_0708, 40);
+        assert_eq!(ring.read_header(2), want);
+        assert_eq!(ring.eager(2), Some((want.tag, 40)));
+        // SAFETY: slot 2 is published and not released; 40 <= max_payload.
+        assert_eq!(unsafe { ring.eager_payload(2, 40) }, &payload[..]);
+        ring.publish(0, 3, &SlotHeader::fin(&want, 0), &[]);
+        assert_eq!(ring.eager(3), None, "a control slot is not eager data");
+    }
+
     #[test]
     fn header_carries_the_incarnation() {
         let v = view(Layout::new(2, 4, 64));

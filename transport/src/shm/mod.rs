@@ -1040,6 +1040,60 @@ mod tests {
         names
     }
 
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        (0..len as u64).map(|i| (i * 31 + seed * 7 + 1) as u8).collect()
+    }
+
+    fn self_job(job_id: &str) -> JobInfo {
+        JobInfo {
+            rank: 0,
+            size: 1,
+            node: 0,
+            local_rank: 0,
+            ranks_per_node: 1,
+            job_id: job_id.to_string(),
+            incarnation: 0,
+        }
+    }
+
+    /// Sends that find the ring full wait in the backlog, complete only once published, and
+    /// arrive in order with the in-place ones; region sends of every eager size arrive whole.
+    #[test]
+    fn a_full_ring_backlogs_in_order_and_drains() {
+        let config = TransportConfig { ring_slots: 4, ..TransportConfig::default() };
+        let (mut p, _) =
+            ShmProvider::create(config, self_job(&format!("h14bl{}", std::process::id()))).unwrap();
+        let max = p.layout.max_payload();
+        let src = p.alloc_region(max, Access::LOCAL).unwrap();
+        let sends: Vec<OpId> = (0..10usize)
+            .map(|i| {
+                let len = (i * 13) % (max + 1);
+                src.write(0, &pattern(i as u64, len)).unwrap();
+                p.send_region(0, i as u64, &src, 0, len).unwrap()
+            })
+            .collect();
+        assert_eq!(p.backlogged, 6, "4 slots in the ring, the rest wait");
+        let done: Vec<OpId> = p.completions().drain(..).map(|c| c.op).collect();
+        assert_eq!(done, sends[..4], "only published sends complete");
+        for i in 0..10u64 {
+            let recv =
+                p.post_recv(Source::Rank(0), TagMatch::any(), RecvBuffer::Owned { capacity: max }).unwrap();
+            let got = p.wait_op(recv, Duration::from_secs(10)).unwrap().into_result().unwrap();
+            let len = (i as usize * 13) % (max + 1);
+            match got.kind {
+                CompletionKind::Recv { tag, data: Some(d), .. } => {
+                    assert_eq!(tag, i, "per-source order");
+                    assert!(d == pattern(i, len), "message {i} differs");
+                }
+                other => panic!("unexpected completion {other:?}"),
+            }
+        }
+        assert_eq!(p.backlogged, 0);
+        for op in &sends[4..] {
+            assert!(p.wait_op(*op, Duration::from_secs(10)).unwrap().status.is_ok());
+        }
+    }
+
     /// Large slice sends and owned receives (a rank sending to itself) register no region
     /// per message: the /dev/shm files stay the same two (control segment, one pooled staging
     /// region) round after round, and every message arrives intact.
