@@ -319,10 +319,9 @@ impl ShmProvider {
     }
 
     fn attach_view(&mut self, rank: Rank, incarnation: u32, pid: u32, view: ControlView) -> Result<()> {
-        let peer = self
-            .peers
-            .get_mut(rank as usize)
-            .ok_or_else(|| TransportError::InvalidRank(rank, self.job.size))?;
+        let Some(peer) = self.peers.get_mut(rank as usize) else {
+            return Err(TransportError::InvalidRank(rank, self.job.size));
+        };
         debug_assert_eq!(peer.state, PeerState::Dead);
         debug_assert!(peer.backlog.is_empty(), "mark_dead fails a dead peer's backlog");
         *peer = Peer {
@@ -350,8 +349,10 @@ impl ShmProvider {
     }
 
     fn live_peer(&self, rank: Rank) -> Result<&Peer> {
-        let peer =
-            self.peers.get(rank as usize).ok_or_else(|| TransportError::InvalidRank(rank, self.job.size))?;
+        // `let else`, not `ok_or`: building the unused error costs a drop call per message.
+        let Some(peer) = self.peers.get(rank as usize) else {
+            return Err(TransportError::InvalidRank(rank, self.job.size));
+        };
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(rank));
         }
@@ -460,10 +461,10 @@ impl ShmProvider {
         done: Option<Completion>,
     ) -> Result<()> {
         let slots = self.layout.ring_slots as u64;
-        let peer = self
-            .peers
-            .get_mut(dest as usize)
-            .ok_or_else(|| TransportError::InvalidRank(dest, self.job.size))?;
+        // `let else`, not `ok_or`: building the unused error costs a drop call per message.
+        let Some(peer) = self.peers.get_mut(dest as usize) else {
+            return Err(TransportError::InvalidRank(dest, self.job.size));
+        };
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
@@ -731,8 +732,10 @@ impl ShmProvider {
     fn try_publish_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<bool> {
         let slots = self.layout.ring_slots as u64;
         let size = self.job.size;
-        let peer =
-            self.peers.get_mut(dest as usize).ok_or_else(|| TransportError::InvalidRank(dest, size))?;
+        // `let else`, not `ok_or`: building the unused error costs a drop call per message.
+        let Some(peer) = self.peers.get_mut(dest as usize) else {
+            return Err(TransportError::InvalidRank(dest, size));
+        };
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
