@@ -107,6 +107,9 @@ pub use crate::msg::{kind, SlotHeader};
 pub struct ControlView {
     base: *mut u8,
     pub layout: Layout,
+    /// `layout.ring_offset(0)` and the distance between rings, kept: `ring` is on every poll.
+    rings: usize,
+    stride: usize,
     _mapping: Arc<dyn Any + Send + Sync>,
 }
 
@@ -121,7 +124,13 @@ impl ControlView {
     /// `base` must point to at least `layout.total_len()` mapped bytes, page aligned, that stay
     /// mapped while `mapping` lives.
     pub unsafe fn new(base: *mut u8, layout: Layout, mapping: Arc<dyn Any + Send + Sync>) -> Self {
-        ControlView { base, layout, _mapping: mapping }
+        ControlView {
+            base,
+            layout,
+            rings: layout.ring_offset(0),
+            stride: layout.ring_stride(),
+            _mapping: mapping,
+        }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
@@ -212,7 +221,7 @@ impl ControlView {
     }
 
     pub fn ring(&self, source: u32) -> Ring<'_> {
-        let off = self.layout.ring_offset(source.min(self.layout.size - 1));
+        let off = self.rings + source.min(self.layout.size - 1) as usize * self.stride;
         Ring { view: self, off }
     }
 }
