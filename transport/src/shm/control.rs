@@ -302,36 +302,32 @@ impl Ring<'_> {
         self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
     }
 
-    /// Producer: [`Ring::publish`] of eager data, written directly: the compact header as
-    /// two words and the payload by inline moves, so a small message is one cache line of
-    /// plain stores and one release store, with no call into `memcpy`.
+    /// Producer: [`Ring::publish`] of eager data: the compact header (through the codec, which
+    /// folds to two stores) and the payload by inline moves, so a small message is one cache
+    /// line of plain stores and one release store, with no call into `memcpy`.
     #[inline(always)]
     pub fn publish_eager(&self, epoch: u32, seq: u64, tag: u64, payload: &[u8]) {
         debug_assert!(payload.len() <= self.view.layout.max_payload());
         let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        // The same bytes as `SlotHeader::to_eager_slot` (kind u32 | len u32 | tag u64, LE).
-        let word = u64::from(kind::EAGER) | (payload.len() as u64) << 32;
-        // SAFETY: as in `publish`: the slot is free and the header and payload fit it; the
-        // body is 8-aligned (64-byte slots, 8-byte seq word), the payload follows at +16.
+        let compact = SlotHeader::eager(tag, payload.len()).to_eager_slot();
+        // SAFETY: as in `publish`: the slot is free and the header and payload fit it.
         unsafe {
-            (body as *mut u64).write(word.to_le());
-            (body.add(8) as *mut u64).write(tag.to_le());
+            std::ptr::copy_nonoverlapping(compact.as_ptr(), body, EAGER_WIRE_LEN);
             copy_small(payload.as_ptr(), body.add(EAGER_WIRE_LEN), payload.len());
         }
         self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
     }
 
     /// Consumer: the tag and claimed length of published slot `seq` if it holds eager data
-    /// (the compact header: two word loads, no full decode); None for any other kind. The
-    /// length is whatever the peer wrote and must still be validated.
+    /// (only the 16-byte compact header is decoded); None for any other kind. The length is
+    /// whatever the peer wrote and must still be validated.
     #[inline(always)]
     pub fn eager(&self, seq: u64) -> Option<(u64, usize)> {
         let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        // SAFETY: the caller saw `published(seq)`, so the producer finished the slot; both
-        // words lie inside it and are 8-aligned (see `publish_eager`).
-        let (word, tag) = unsafe { ((body as *const u64).read(), (body.add(8) as *const u64).read()) };
-        let word = u64::from_le(word);
-        (word as u32 == kind::EAGER).then(|| (u64::from_le(tag), (word >> 32) as usize))
+        // SAFETY: the caller saw `published(seq)`, so the producer finished the slot; the
+        // compact header lies inside it.
+        let compact = unsafe { std::ptr::read_unaligned(body as *const [u8; EAGER_WIRE_LEN]) };
+        SlotHeader::eager_from_slot(&compact).map(|h| (h.tag, h.len as usize))
     }
 
     /// Consumer: the payload of published eager slot `seq`.
