@@ -1,5 +1,5 @@
-//! `reverb bench`: perftest-style latency and bandwidth tests over a provider, and memcpy as the
-//! physical reference.
+//! `reverb bench`: perftest-style latency and bandwidth tests over a provider, memcpy as the
+//! physical reference, and memory per process against job size ([`mem`]).
 //!
 //! One shared engine ([`engine`]: parameters, the two-rank job, registered resources, the
 //! measured loops, statistics, output) and thin mains per test ([`lat`], [`bw`], [`memcpy`]).
@@ -10,8 +10,10 @@ mod clock;
 pub mod engine;
 pub mod lat;
 pub mod logged;
+pub mod mem;
 pub mod memcpy;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -29,6 +31,8 @@ pub enum Test {
     Memcpy,
     /// Checkpoint throughput: buddy copy by one-sided writes, next to put bandwidth.
     Ckpt,
+    /// Memory per process against job size: N ranks, an all-to-all, RSS / PSS / shm mapped.
+    Mem,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -39,9 +43,13 @@ pub struct BenchArgs {
     /// Operation measured (lat, bw).
     #[arg(long, value_enum, default_value = "put")]
     pub op: Op,
-    /// Message sizes: a range of powers of two `2-8M`, or a list `8,4k,64k,1M`.
-    #[arg(long, default_value = "2-8M")]
-    pub sizes: String,
+    /// Message sizes: a range of powers of two `2-8M`, or a list `8,4k,64k,1M` (default:
+    /// 2-8M; mem: 8, one all-to-all pass per size).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// mem: job sizes in ranks (peers + 1), one job each.
+    #[arg(long, default_value = "17,65,257,1025")]
+    pub ranks: String,
     /// Measured iterations per size (default: scaled to the size).
     #[arg(long)]
     pub iters: Option<u64>,
@@ -73,9 +81,19 @@ pub struct BenchArgs {
     /// Bound of the whole self-launched job, in seconds.
     #[arg(long, default_value_t = 900)]
     pub job_timeout_s: u64,
-    /// One JSON object per size on stdout instead of the table.
-    #[arg(long)]
+    /// One JSON object per size on stdout instead of the table (mem: per job size and phase).
+    #[arg(long, conflicts_with = "csv")]
     pub json: bool,
+    /// mem: CSV (a header, then a line per job size and phase) instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+    /// mem: also plot per-process PSS and the node's total against peers to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// mem: run a job size even when its memory, projected from the smaller ones, exceeds 80 %
+    /// of MemAvailable.
+    #[arg(long)]
+    pub no_guard: bool,
     /// Per-size progress on stderr (default: when stderr is a terminal).
     #[arg(long)]
     pub progress: bool,
@@ -133,7 +151,7 @@ impl BenchArgs {
         use std::io::IsTerminal;
         Ok(Params {
             op: self.op,
-            sizes: engine::parse_sizes(&self.sizes)?,
+            sizes: engine::parse_sizes(self.sizes.as_deref().unwrap_or("2-8M"))?,
             iters: self.iters,
             warmup: self.warmup,
             window: self.window,
@@ -152,14 +170,47 @@ impl BenchArgs {
             recv: self.recv,
         })
     }
+
+    /// `reverb bench mem`'s parameters: by default 8 B messages, the provider's event wait
+    /// (a thousand ranks on a few cores must sleep, not spin).
+    pub fn mem_params(&self, verbose: bool) -> Result<mem::MemParams> {
+        if self.log.is_some() || !self.cores.is_empty() {
+            bail!("--log and --cores do not apply to bench mem");
+        }
+        let format = match (self.json, self.csv) {
+            (true, _) => mem::Format::Json,
+            (_, true) => mem::Format::Csv,
+            _ => mem::Format::Table,
+        };
+        use std::io::IsTerminal;
+        let params = mem::MemParams {
+            ranks: mem::parse_ranks(&self.ranks)?,
+            sizes: engine::parse_sizes(self.sizes.as_deref().unwrap_or("8"))?,
+            provider: self.provider,
+            wait: self.wait_mode.unwrap_or(WaitMode::Event),
+            ranks_per_node: self.ranks_per_node,
+            timeout: Duration::from_millis(self.timeout_ms.max(1)),
+            job_timeout: Duration::from_secs(self.job_timeout_s.max(1)),
+            format,
+            plot: self.plot.clone(),
+            progress: self.progress || std::io::stderr().is_terminal(),
+            verbose,
+            guard: !self.no_guard,
+        };
+        Ok(params)
+    }
 }
 
 pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
+    if args.test != Test::Mem && (args.csv || args.plot.is_some() || args.no_guard) {
+        bail!("--csv, --plot and --no-guard apply to bench mem");
+    }
     let params = args.params(verbose).context("reverb bench")?;
     match args.test {
         Test::Lat => lat::main(&params),
         Test::Bw => bw::main(&params),
         Test::Memcpy => memcpy::main(&params),
         Test::Ckpt => ckpt::main(&params),
+        Test::Mem => mem::main(&args.mem_params(verbose).context("reverb bench mem")?),
     }
 }

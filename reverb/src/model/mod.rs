@@ -84,13 +84,13 @@ pub fn print_out(text: &str) -> Result<()> {
     }
 }
 
-fn write_plot(path: &std::path::Path, plot: &svg::LinePlot) -> Result<()> {
+pub(crate) fn write_plot(path: &std::path::Path, plot: &svg::LinePlot) -> Result<()> {
     check_plot_path(path)?;
     std::fs::write(path, plot.render()).with_context(|| format!("writing plot {}", path.display()))
 }
 
 /// Refuse anything but .svg before any output is printed.
-fn check_plot_path(path: &std::path::Path) -> Result<()> {
+pub(crate) fn check_plot_path(path: &std::path::Path) -> Result<()> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("svg") => {}
         Some("png") => bail!(
