@@ -42,6 +42,8 @@ pub struct Row {
     pub pte: Spread,
     /// The largest sum of PSS over one node's ranks (all ranks: one node for shm).
     pub node_pss_kib: u64,
+    /// The largest sum of page tables over one node's ranks (kernel memory PSS leaves out).
+    pub node_pte_kib: u64,
     pub own_shm_size: Spread,
     pub own_shm_rss: Spread,
     pub peer_maps: Spread,
@@ -89,6 +91,7 @@ impl Row {
             f.push((format!("{name}_max"), json!(s.max)));
         }
         f.push(("node_pss_kib".into(), json!(self.node_pss_kib)));
+        f.push(("node_pte_kib".into(), json!(self.node_pte_kib)));
         f.push(("wall_s".into(), json!((self.wall_s * 1000.0).round() / 1000.0)));
         f
     }
@@ -112,9 +115,11 @@ pub fn aggregate(ranks: u32, reports: &[RankReport], wall_s: f64) -> Result<Vec<
         .map(|(i, phase)| {
             let mems: Vec<&Snapshot> = reports.iter().map(|r| &r.phases[i].mem).collect();
             let of = |f: fn(&Snapshot) -> u64| Spread::of(mems.iter().map(|m| f(m)).collect());
-            let mut per_node: BTreeMap<u32, u64> = BTreeMap::new();
+            let mut per_node: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
             for r in reports {
-                *per_node.entry(r.node).or_default() += r.phases[i].mem.pss_kib;
+                let sums = per_node.entry(r.node).or_default();
+                sums.0 += r.phases[i].mem.pss_kib;
+                sums.1 += r.phases[i].mem.pte_kib;
             }
             Row {
                 ranks,
@@ -125,7 +130,8 @@ pub fn aggregate(ranks: u32, reports: &[RankReport], wall_s: f64) -> Result<Vec<
                 rss: of(|m| m.rss_kib),
                 pss: of(|m| m.pss_kib),
                 pte: of(|m| m.pte_kib),
-                node_pss_kib: per_node.values().copied().max().unwrap_or(0),
+                node_pss_kib: per_node.values().map(|s| s.0).max().unwrap_or(0),
+                node_pte_kib: per_node.values().map(|s| s.1).max().unwrap_or(0),
                 own_shm_size: of(|m| m.own_shm.size_kib),
                 own_shm_rss: of(|m| m.own_shm.rss_kib),
                 peer_maps: of(|m| m.peer_shm.count),
@@ -146,7 +152,10 @@ pub enum Format {
     Csv,
 }
 
-pub const TABLE_HEADER: &str = " peers  ranks  phase         RSS med   RSS max   PSS med   PSS max  node PSS   PTE med  own shm  peer maps  peer shm  peer shm\n                               [MiB]     [MiB]     [MiB]     [MiB]     [MiB]     [MiB]  RSS[MiB]  (median)  virt[GiB]  RSS[MiB]";
+pub const TABLE_HEADER: &str = concat!(
+    " peers  ranks  phase         RSS med   RSS max   PSS med   PSS max  node PSS   PTE med  node PTE  own shm  peer maps  peer shm  peer shm\n",
+    "                               [MiB]     [MiB]     [MiB]     [MiB]     [MiB]     [MiB]     [MiB]  RSS[MiB]  (median)  virt[GiB]  RSS[MiB]"
+);
 
 pub fn print_header(format: Format, provider: &str) {
     match format {
@@ -198,7 +207,7 @@ fn mib(kib: u64) -> f64 {
 
 fn table_line(r: &Row) -> String {
     format!(
-        " {:>5}  {:>5}  {:<12} {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.1}  {:>8.2}  {:>7.2}  {:>9}  {:>9.1}  {:>8.2}",
+        " {:>5}  {:>5}  {:<12} {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.1}  {:>8.2}  {:>8.1}  {:>7.2}  {:>9}  {:>9.1}  {:>8.2}",
         r.ranks.saturating_sub(1),
         r.ranks,
         r.label(),
@@ -208,6 +217,7 @@ fn table_line(r: &Row) -> String {
         mib(r.pss.max),
         mib(r.node_pss_kib),
         mib(r.pte.median),
+        mib(r.node_pte_kib),
         mib(r.own_shm_rss.median),
         r.peer_maps.median,
         r.peer_shm_size.median as f64 / (1u64 << 20) as f64,
@@ -243,6 +253,7 @@ pub fn plot(provider: &str, rows: &[Row]) -> LinePlot {
     .log2_x()
     .log10_y();
     p.add(Series::new("node: sum of PSS", line(&|r| r.node_pss_kib)));
+    p.add(Series::new("node: page tables", line(&|r| r.node_pte_kib)));
     p.add(Series::new("process PSS, max", line(&|r| r.pss.max)));
     p.add(Series::new("process PSS, median", line(&|r| r.pss.median)));
     p.add(Series::new("process RSS, median", line(&|r| r.rss.median)));
