@@ -11,10 +11,16 @@ const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 
 /// Runs `reverb bench mem ARGS` on shm (bounded); returns (success, stdout, stderr).
 fn bench_mem(args: &[&str]) -> (bool, String, String) {
+    bench_mem_env(args, &[])
+}
+
+fn bench_mem_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut child = Command::new(BIN)
         .args(["bench", "mem"])
         .args(args)
         .env("REVERB_PROVIDER", "shm")
+        .env_remove("REVERB_BENCH_MEM_MUTE")
+        .envs(env.iter().copied())
         .env_remove("RUST_BACKTRACE")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -106,4 +112,16 @@ fn refuses_a_job_without_peers() {
     let (ok, _, err) = bench_mem(&["--ranks", "1"]);
     assert!(!ok);
     assert!(err.contains("at least 2 ranks"), "{err}");
+}
+
+#[test]
+fn a_rank_that_never_sends_fails_the_bench_within_its_bounds() {
+    let start = Instant::now();
+    let (ok, out, err) =
+        bench_mem_env(&["--ranks", "4", "--timeout-ms", "1000"], &[("REVERB_BENCH_MEM_MUTE", "2")]);
+    assert!(!ok, "the bench passed without rank 2's messages:\n{out}\n{err}");
+    assert!(err.contains("no completion within"), "the waiting ranks say why:\n{err}");
+    assert!(err.contains("the job of 4 ranks"), "the driver names the job:\n{err}");
+    // Bounded by the 1 s stall, not by the 900 s job timeout or the 60 s bootstrap.
+    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
 }

@@ -81,6 +81,18 @@ fn snapshot(boot: &mut dyn Bootstrap, rank: u32, name: &str, size: Option<usize>
     Ok(Phase { name: name.to_string(), size, mem })
 }
 
+/// Test hook (fault-injection builds): the rank named by `REVERB_BENCH_MEM_MUTE` posts its
+/// receives but sends nothing, so its peers' waits must time out and fail the bench.
+#[cfg(feature = "fault-injection")]
+fn muted(rank: u32) -> bool {
+    std::env::var("REVERB_BENCH_MEM_MUTE").is_ok_and(|v| v.trim().parse() == Ok(rank))
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn muted(_rank: u32) -> bool {
+    false
+}
+
 /// The byte every message from `rank` carries, so a receive from the wrong peer cannot pass.
 fn marker(rank: u32) -> u8 {
     (rank % 251) as u8 + 1
@@ -106,18 +118,27 @@ fn exchange(
     }
     boot.barrier().context("barrier between receives and sends")?;
     let payload = vec![marker(me); size];
-    for k in 1..n {
+    let sending = if muted(me) { 0 } else { n };
+    for k in 1..sending {
         let dest = (me + k) % n;
         provider.send(dest, tag, &payload).with_context(|| format!("sending to rank {dest}"))?;
     }
-    let (mut sends, mut recvs) = (n - 1, n - 1);
+    let (mut sends, mut recvs) = (sending.saturating_sub(1), n - 1);
+    let mut heard = vec![false; n as usize];
+    heard[me as usize] = true;
     let mut got = Vec::new();
     while sends + recvs > 0 {
         got.clear();
         match provider.wait(&mut got, stall) {
             Ok(_) => {}
             Err(TransportError::Timeout(_)) => {
-                bail!("no completion within {stall:?}: {recvs} receives and {sends} sends still pending")
+                let silent: Vec<String> =
+                    (0..n).filter(|&r| !heard[r as usize]).take(8).map(|r| r.to_string()).collect();
+                bail!(
+                    "no completion within {stall:?}: {recvs} receives (from ranks {}{}) and {sends} sends still pending",
+                    silent.join(", "),
+                    if recvs as usize > silent.len() { ", ..." } else { "" }
+                )
             }
             Err(e) => return Err(e).context("waiting for completions"),
         }
@@ -131,6 +152,9 @@ fn exchange(
                             "the message from rank {source} is not its {size} bytes of {:#04x}",
                             marker(source)
                         );
+                    }
+                    if let Some(h) = heard.get_mut(source as usize) {
+                        *h = true;
                     }
                     recvs = recvs.saturating_sub(1);
                 }
