@@ -105,14 +105,16 @@ pub fn main(params: &MemParams) -> Result<()> {
     let mut rows = Vec::new();
     let mut per_rank: Vec<(u32, f64)> = Vec::new();
     for &n in &params.ranks {
-        if let Some(why) = over_budget(&per_rank, n).filter(|_| params.guard) {
-            report::print_skipped(params.format, &provider, n, &why);
-            continue;
+        if params.guard {
+            calibrate(params, &mut per_rank, n)?;
+            if let Some(why) = over_budget(&per_rank, n) {
+                report::print_skipped(params.format, &provider, n, &why);
+                continue;
+            }
         }
         let job_rows = run_job(params, n).with_context(|| format!("the job of {n} ranks"))?;
         report::print_rows(params.format, &provider, &job_rows);
-        let worst = job_rows.iter().map(|r| (r.pss.max + r.pte.max) as f64 * 1024.0).fold(0.0, f64::max);
-        per_rank.push((n, worst));
+        per_rank.push((n, worst_bytes(&job_rows)));
         rows.extend(job_rows);
     }
     if let Some(path) = &params.plot {
@@ -140,6 +142,29 @@ fn over_budget(per_rank: &[(u32, f64)], n: u32) -> Option<String> {
             gib(available)
         )
     })
+}
+
+/// Small jobs, not printed, measured before a larger job that has no two jobs before it to
+/// be projected from.
+const CALIBRATION: [u32; 2] = [17, 65];
+
+fn calibrate(params: &MemParams, per_rank: &mut Vec<(u32, f64)>, n: u32) -> Result<()> {
+    if per_rank.len() >= 2 || n <= CALIBRATION[1] {
+        return Ok(());
+    }
+    for m in CALIBRATION {
+        if !per_rank.iter().any(|&(k, _)| k == m) {
+            let rows = run_job(params, m).with_context(|| format!("the calibration job of {m} ranks"))?;
+            per_rank.push((m, worst_bytes(&rows)));
+        }
+    }
+    per_rank.sort_by_key(|&(k, _)| k);
+    Ok(())
+}
+
+/// Bytes per rank of a job for the projection: PSS + page tables, the worst rank and phase.
+fn worst_bytes(rows: &[Row]) -> f64 {
+    rows.iter().map(|r| (r.pss.max + r.pte.max) as f64 * 1024.0).fold(0.0, f64::max)
 }
 
 /// Projected bytes of a job of `n` ranks from earlier jobs' (ranks, bytes per rank).
