@@ -94,6 +94,8 @@ pub use crate::msg::{kind, SlotHeader};
 pub struct ControlView {
     base: *mut u8,
     pub layout: Layout,
+    /// The FIFO's geometry, computed once: it is on every send and poll.
+    fifo: Fifo<'static>,
     _mapping: Arc<dyn Any + Send + Sync>,
 }
 
@@ -108,7 +110,13 @@ impl ControlView {
     /// `base` must point to at least `layout.total_len()` mapped bytes, page aligned, that stay
     /// mapped while `mapping` lives.
     pub unsafe fn new(base: *mut u8, layout: Layout, mapping: Arc<dyn Any + Send + Sync>) -> Self {
-        ControlView { base, layout, _mapping: mapping }
+        // SAFETY: the FIFO lies inside the mapping (total_len counts it), 64-aligned; the copy
+        // handed out by `fifo` borrows the view, which keeps the mapping alive. The geometry is
+        // the layout's, validated by the config (power-of-two slot count, 64-multiple slots).
+        let fifo = unsafe {
+            Fifo::new(base.add(layout.fifo_offset()), layout.fifo_slots, layout.slot_size as usize)
+        };
+        ControlView { base, layout, fifo, _mapping: mapping }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
@@ -218,16 +226,7 @@ impl ControlView {
     /// The receive FIFO.
     #[inline(always)]
     pub fn fifo(&self) -> Fifo<'_> {
-        // SAFETY: the FIFO lies inside the mapping (total_len counts it), 64-aligned, and the
-        // borrow of `self` keeps the mapping alive; the geometry is the layout's, validated by
-        // the config (power-of-two slot count, 64-multiple slots).
-        unsafe {
-            Fifo::new(
-                self.base.add(self.layout.fifo_offset()),
-                self.layout.fifo_slots,
-                self.layout.slot_size as usize,
-            )
-        }
+        self.fifo
     }
 }
 
