@@ -12,16 +12,17 @@
 //!
 //! - FREE(lap): producers may claim it for that lap. A zero-filled segment is all FREE(0).
 //! - CLAIMED(lap, owner): the owner claimed it by CAS from FREE and is writing the body. The
-//!   claim names its owner atomically, so the consumer always knows whom a stuck claim waits on.
-//! - PUBLISHED(lap, owner): the owner published it by CAS from CLAIMED (release).
-//! - SKIPPED(lap, owner): the consumer gave up on a claim that stayed unpublished too long and
-//!   moved on; the owner's publish CAS then fails, it frees the slot (it writes no more) and
-//!   sends again in a new slot. If the owner died, the consumer frees it instead.
+//!   claim names its owner in the same atomic step, so the consumer always knows whom an
+//!   unpublished claim waits on.
+//! - PUBLISHED(lap, owner): the owner published it with a release store (only the owner
+//!   changes its claim while it lives, so publishing needs no CAS).
 //!
 //! The consumer reads the seq word of the position it expects next (one cache line per poll)
-//! and, once done with a published slot, frees it for the next lap with one release store.
-//! A producer that finds the slot at its position still holding the previous lap sees the
-//! FIFO full and backs off (the caller's backlog); every loop here is bounded.
+//! and, once done with a published slot, frees it for the next lap with one release store. A
+//! claim whose owner is dead (a process killed between claim and publish) is freed by the
+//! consumer, which then reads on: a dead process writes nothing more. A producer that finds
+//! the slot at its position still holding the previous lap sees the FIFO full and backs off
+//! (the caller's backlog); every loop here is bounded.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -41,7 +42,6 @@ const OWNER_SHIFT: u32 = 32;
 const FREE: u64 = 0;
 const CLAIMED: u64 = 1;
 const PUBLISHED: u64 = 2;
-const SKIPPED: u64 = 3;
 /// Bits of an owner: the source rank above the low 8 bits of its incarnation.
 const OWNER_INC_BITS: u32 = 8;
 /// Ranks a FIFO can name as sources.
@@ -70,9 +70,8 @@ impl Owner {
     }
 }
 
-/// What the consumer finds at the position it expects next. A slot still holding the previous
-/// lap (skipped there, not yet freed by its owner), or a word no protocol step writes (a faulty
-/// peer), reads as Empty: never read, waited on.
+/// What the consumer finds at the position it expects next. A word no protocol step writes
+/// there (a faulty peer) reads as Empty: never read, waited on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     /// Nothing claimed there yet.
@@ -143,39 +142,33 @@ impl<'a> Fifo<'a> {
     pub fn claim(&self, owner: Owner) -> Option<u64> {
         let mut pos = self.head().load(Ordering::Relaxed);
         for _ in 0..CLAIM_TRIES {
-            let seq = self.seq(pos);
-            let seen = seq.load(Ordering::Acquire);
-            let free = self.free(pos);
-            if seen == free {
-                // Acquire: the consumer's reads of this slot's last lap happen before our writes.
-                if seq
-                    .compare_exchange(
-                        free,
-                        word(self.lap(pos), CLAIMED, owner),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
-                    // Move the hint along; whoever comes next helps if this loses.
-                    let _ = self.head().compare_exchange(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed);
+            let lap = self.lap(pos);
+            // Straight to the CAS, no load first: a load would fetch the line (last written by
+            // the consumer) shared and the CAS upgrade it, two transfers instead of one.
+            // Acquire: the consumer's reads of this slot's last lap happen before our writes.
+            let seen = match self.seq(pos).compare_exchange(
+                word(lap, FREE, Owner(0)),
+                word(lap, CLAIMED, owner),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    // Move the hint on with a plain store (no locked op on the fast path): it
+                    // may lag or step back a little when producers race; claims check the slot.
+                    self.head().store(pos + 1, Ordering::Relaxed);
                     return Some(pos);
                 }
-                continue;
-            }
-            let lap = seen & LAP_MASK;
-            if lap == self.lap(pos) {
-                // Taken in this lap: help the hint past it and try the next position.
-                let _ = self.head().compare_exchange(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed);
-                pos += 1;
-            } else if lap == self.lap(pos.wrapping_sub(self.mask + 1)) {
+                Err(seen) => seen,
+            };
+            let seen_lap = seen & LAP_MASK;
+            if seen_lap == lap.wrapping_sub(1) & LAP_MASK {
+                // The previous lap is still there: full.
                 return None;
-            } else {
-                // Consumed already (the slot is free for a later lap): a hint left behind by a
-                // producer that died between its claim and moving the hint. Move it on.
-                let _ = self.head().compare_exchange(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed);
-                pos = self.head().load(Ordering::Relaxed).max(pos + 1);
             }
+            // Taken in this lap, or consumed already (a hint left behind): move the hint past
+            // it (monotonic here, off the fast path) and try the next position.
+            let ahead = self.head().fetch_max(pos + 1, Ordering::Relaxed);
+            pos = if seen_lap == lap { pos + 1 } else { ahead.max(pos + 1) };
         }
         None
     }
@@ -223,35 +216,10 @@ impl<'a> Fifo<'a> {
         }
     }
 
-    /// Producer: publishes claimed position `pos` (release). False when the consumer skipped
-    /// the claim meanwhile: the slot is freed here (we write no more) and the message must be
-    /// sent again.
+    /// Producer: publishes claimed position `pos`: one release store after the body.
     #[inline(always)]
-    pub fn publish(&self, pos: u64, owner: Owner) -> bool {
-        let lap = self.lap(pos);
-        let seq = self.seq(pos);
-        let claimed = word(lap, CLAIMED, owner);
-        if seq
-            .compare_exchange(claimed, word(lap, PUBLISHED, owner), Ordering::Release, Ordering::Relaxed)
-            .is_ok()
-        {
-            return true;
-        }
-        self.release_skipped(pos, owner);
-        false
-    }
-
-    /// Producer of a skipped claim, or the consumer once that producer is dead: frees the slot
-    /// for the next lap. False (nothing done) when `pos` is not SKIPPED for `owner`.
-    pub fn release_skipped(&self, pos: u64, owner: Owner) -> bool {
-        let skipped = word(self.lap(pos), SKIPPED, owner);
-        let next = self.free(pos + self.mask + 1);
-        self.seq(pos).compare_exchange(skipped, next, Ordering::Release, Ordering::Relaxed).is_ok()
-    }
-
-    /// Consumer: whether `pos` is still SKIPPED for `owner` (not freed by it yet).
-    pub fn is_skipped(&self, pos: u64, owner: Owner) -> bool {
-        self.seq(pos).load(Ordering::Relaxed) == word(self.lap(pos), SKIPPED, owner)
+    pub fn publish(&self, pos: u64, owner: Owner) {
+        self.seq(pos).store(word(self.lap(pos), PUBLISHED, owner), Ordering::Release);
     }
 
     /// Consumer: what position `pos` holds.
@@ -275,15 +243,13 @@ impl<'a> Fifo<'a> {
         self.seq(pos).store(self.free(pos + self.mask + 1), Ordering::Release);
     }
 
-    /// Consumer: gives up on `owner`'s claim of `pos`. With `owner_dead` the slot is freed at
-    /// once (a dead process writes nothing more); else it is marked skipped and its owner frees
-    /// it when its publish fails. False when the owner published meanwhile.
-    pub fn skip_claim(&self, pos: u64, owner: Owner, owner_dead: bool) -> bool {
-        let lap = self.lap(pos);
-        let to = if owner_dead { self.free(pos + self.mask + 1) } else { word(lap, SKIPPED, owner) };
-        self.seq(pos)
-            .compare_exchange(word(lap, CLAIMED, owner), to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+    /// Consumer: frees `owner`'s unpublished claim of `pos` for the next lap, once the caller
+    /// knows the owner is dead (it writes nothing more). False when the slot holds anything
+    /// else by now.
+    pub fn free_dead_claim(&self, pos: u64, owner: Owner) -> bool {
+        let claimed = word(self.lap(pos), CLAIMED, owner);
+        let next = self.free(pos + self.mask + 1);
+        self.seq(pos).compare_exchange(claimed, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     fn incarnation_word(&self, pos: u64) -> &AtomicU32 {
@@ -372,7 +338,8 @@ mod tests {
     fn send(f: &Fifo<'_>, owner: Owner, inc: u32, tag: u64, payload: &[u8]) -> Option<u64> {
         let pos = f.claim(owner)?;
         f.write_eager(pos, inc, tag, payload);
-        f.publish(pos, owner).then_some(pos)
+        f.publish(pos, owner);
+        Some(pos)
     }
 
     /// Reads the next message, if published: (source, incarnation, tag, payload).
@@ -442,66 +409,61 @@ mod tests {
         let h = SlotHeader { kind: kind::IMM, imm: 9, len: 5, cookie: 11, ..Default::default() };
         let pos = f.claim(o).unwrap();
         f.write(pos, 1, &h, &[]);
-        assert!(f.publish(pos, o));
+        f.publish(pos, o);
         assert_eq!(f.eager(pos), None);
         assert_eq!(f.read_header(pos), h);
         let e = SlotHeader::eager(5, f.max_payload());
         let pos = f.claim(o).unwrap();
         f.write(pos, 1, &e, &vec![0xAB; f.max_payload()]);
-        assert!(f.publish(pos, o));
+        f.publish(pos, o);
         assert_eq!(f.read_header(pos), e);
         // SAFETY: published, not released, len = max_payload.
         assert!(unsafe { f.eager_payload(pos, f.max_payload()) }.iter().all(|&b| b == 0xAB));
     }
 
-    /// A producer that claimed a slot and never published (killed, or stalled) does not wedge
-    /// the consumer: skipped while alive, the slot is freed by the producer whose publish then
-    /// fails; freed at once when the owner is known dead. Claims behind it are delivered.
+    /// A claim not yet published holds the consumer at that position while its owner lives
+    /// (later claims are read in order once it publishes); a dead owner's claim is freed and
+    /// the consumer reads on, and the slot serves the next lap.
     #[test]
-    fn an_unpublished_claim_is_skipped_and_freed() {
+    fn an_unpublished_claim_waits_while_its_owner_lives_and_is_freed_once_it_died() {
         let mem = Mem::new(4, 64);
         let f = mem.fifo();
-        let (slow, other) = (Owner::new(1, 0), Owner::new(2, 0));
-        let stuck = f.claim(slow).unwrap();
-        f.write_eager(stuck, 0, 1, b"late");
+        let (slow, other, dead) = (Owner::new(1, 0), Owner::new(2, 0), Owner::new(3, 0));
+        let mut tail = 0;
+        // A live owner's claim: the consumer waits; nothing behind it is read first.
+        let pos = f.claim(slow).unwrap();
+        f.write_eager(pos, 0, 1, b"slow");
         assert_eq!(send(&f, other, 0, 2, b"x"), Some(1));
-        assert_eq!(f.peek(0), Slot::Claimed(slow));
-        // The consumer gives up on the live owner's claim and reads on.
-        assert!(f.skip_claim(0, slow, false));
-        assert!(f.is_skipped(0, slow));
-        let mut tail = 1;
+        assert_eq!(f.peek(tail), Slot::Claimed(slow));
+        assert!(recv(&f, &mut tail).is_none());
+        f.publish(pos, slow);
+        assert_eq!(recv(&f, &mut tail).map(|m| m.2), Some(1));
         assert_eq!(recv(&f, &mut tail).map(|m| m.2), Some(2));
-        // The slot is not reusable while the slow producer may still write it.
-        for _ in 0..2 {
-            assert!(send(&f, other, 0, 3, b"y").is_some());
-        }
-        assert_eq!(f.claim(other), None, "slot 0 of the next lap waits for its owner");
-        // The slow producer's publish fails; it frees the slot and sends again.
-        assert!(!f.publish(stuck, slow));
-        assert!(!f.is_skipped(0, slow));
-        for _ in 0..2 {
-            assert!(recv(&f, &mut tail).is_some());
-        }
-        assert_eq!(send(&f, slow, 0, 1, b"late"), Some(4));
-        assert_eq!(recv(&f, &mut tail).map(|m| (m.0, m.3)), Some((1, b"late".to_vec())));
-
-        // A dead owner's claim is freed at once; the next lap claims it normally.
-        let dead = Owner::new(3, 0);
+        // A claim left by a process that died before publishing: freed, then read past.
         let pos = f.claim(dead).unwrap();
-        assert_eq!(f.peek(tail), Slot::Claimed(dead));
-        assert!(f.skip_claim(pos, dead, true));
-        tail += 1;
-        assert_eq!(f.peek(tail), Slot::Empty);
-        for i in 0..4 {
-            assert!(send(&f, other, 0, 10 + i, b"z").is_some(), "message {i}");
+        f.write_eager(pos, 0, 99, b"half");
+        for i in 0..3 {
+            assert!(send(&f, other, 0, 10 + i, b"y").is_some(), "message {i}");
         }
-        for i in 0..4 {
+        assert_eq!(f.claim(other), None, "full: the dead claim still holds its slot");
+        assert_eq!(f.peek(tail), Slot::Claimed(dead));
+        assert!(!f.free_dead_claim(tail, other), "only the claim's own owner is freed");
+        assert!(f.free_dead_claim(tail, dead));
+        tail += 1;
+        for i in 0..3 {
             assert_eq!(recv(&f, &mut tail).map(|m| m.2), Some(10 + i));
         }
-        // Skipping races a publish: whoever changes the claim first wins, never both.
-        let pos = f.claim(slow).unwrap();
-        assert!(f.publish(pos, slow));
-        assert!(!f.skip_claim(pos, slow, false) && !f.skip_claim(pos, slow, true));
+        // The freed slot serves the next lap like any other.
+        for i in 0..4 {
+            assert!(send(&f, other, 0, 20 + i, b"z").is_some(), "message {i}");
+        }
+        for i in 0..4 {
+            assert_eq!(recv(&f, &mut tail).map(|m| m.2), Some(20 + i));
+        }
+        // A published claim is no longer freed as dead.
+        let pos = f.claim(dead).unwrap();
+        f.publish(pos, dead);
+        assert!(!f.free_dead_claim(pos, dead));
     }
 
     /// A producer that died between its claim and moving the head hint leaves the hint

@@ -144,10 +144,6 @@ pub struct ShmProvider {
     me: fifo::Owner,
     /// The next position of our FIFO to read.
     rx_tail: u64,
-    /// An unpublished claim the consumer waits on: (position, since when).
-    stuck: Option<(u64, Instant)>,
-    /// Claims skipped while their owner lived; freed by the owner, or here once it is dead.
-    skipped: Vec<(u64, fifo::Owner)>,
     /// Peers found dead whose last messages are being drained: their claims are not waited on.
     dying: Vec<Rank>,
 }
@@ -322,8 +318,6 @@ impl ShmProvider {
             staging: RegionPool::new(STAGING_POOL_BYTES),
             me,
             rx_tail: 0,
-            stuck: None,
-            skipped: Vec::new(),
             dying: Vec::new(),
         };
         Ok((provider, address))
@@ -516,9 +510,7 @@ impl ShmProvider {
         let fifo = peer.view.fifo();
         let Some(pos) = fifo.claim(me) else { return Ok(false) };
         fifo.write_eager(pos, epoch, tag, data);
-        if !fifo.publish(pos, me) {
-            return Ok(false);
-        }
+        fifo.publish(pos, me);
         Self::wake(peer);
         Ok(true)
     }

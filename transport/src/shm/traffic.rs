@@ -51,7 +51,7 @@ impl ShmProvider {
     }
 
     /// Claims a slot of `peer`'s FIFO, writes the message and publishes it. False (not sent)
-    /// when the peer does not accept us yet, its FIFO is full, or it skipped our claim.
+    /// when the peer does not accept us yet or its FIFO is full.
     pub(super) fn publish(
         peer: &mut Peer,
         rank: Rank,
@@ -66,9 +66,7 @@ impl ShmProvider {
         let fifo = peer.view.fifo();
         let Some(pos) = fifo.claim(me) else { return false };
         fifo.write(pos, epoch, header, payload);
-        if !fifo.publish(pos, me) {
-            return false;
-        }
+        fifo.publish(pos, me);
         Self::wake(peer);
         true
     }
@@ -101,7 +99,7 @@ impl ShmProvider {
             while peer.state != PeerState::Dead {
                 let Some(q) = peer.backlog.pop_front() else { break };
                 if !Self::publish(peer, rank, me, epoch, &q.header, &q.payload) {
-                    // Still no room (or our claim was skipped): first in line again.
+                    // Still no room: first in line again.
                     peer.backlog.push_front(q);
                     break;
                 }
@@ -196,7 +194,7 @@ impl ShmProvider {
                     self.own.fifo().release(tail);
                 }
                 Slot::Claimed(owner) => {
-                    if !self.give_up_claim(tail, owner) {
+                    if !self.free_dead_claim(tail, owner) {
                         break;
                     }
                 }
@@ -235,42 +233,21 @@ impl ShmProvider {
         }
     }
 
-    /// The claim at `pos` is not published yet: true when we gave up on it and may read on.
-    /// A dead (or older) owner's claim is freed at once; a live owner's is skipped once it has
-    /// stayed unpublished for the peer timeout (its publish then fails and it sends again).
-    fn give_up_claim(&mut self, pos: u64, owner: fifo::Owner) -> bool {
+    /// The claim at `pos` is not published yet: true when its owner is dead (or an older
+    /// incarnation than the one we accept, or no rank at all) and the slot was freed, so we may
+    /// read on. A live owner is writing: wait for it.
+    fn free_dead_claim(&mut self, pos: u64, owner: fifo::Owner) -> bool {
         let source = owner.source();
         let dead = self.dying.contains(&source)
             || self.peers.get(source as usize).is_none_or(|p| {
                 !p.mapped || p.state == PeerState::Dead || !owner.is_incarnation(p.incarnation)
             });
-        if dead {
-            self.stuck = None;
-            return self.own.fifo().skip_claim(pos, owner, true);
-        }
-        let now = Instant::now();
-        match self.stuck {
-            Some((at, since)) if at == pos && now.duration_since(since) >= self.config.peer_timeout => {}
-            Some((at, _)) if at == pos => return false,
-            _ => {
-                self.stuck = Some((pos, now));
-                return false;
-            }
-        }
-        self.stuck = None;
-        let skipped = self.own.fifo().skip_claim(pos, owner, false);
-        if skipped {
-            self.skipped.push((pos, owner));
-        }
-        skipped
+        dead && self.own.fifo().free_dead_claim(pos, owner)
     }
 
     /// Marks peers dead whose process exited or who closed, and fails what depended on them.
     pub(super) fn check_liveness(&mut self) {
         self.last_liveness = Instant::now();
-        // Skipped claims their (live) owners have freed since: forget them.
-        let fifo = self.own.fifo();
-        self.skipped.retain(|&(pos, owner)| fifo.is_skipped(pos, owner));
         let newly_dead: Vec<usize> = (0..self.peers.len())
             .filter(|&rank| {
                 let peer = &self.peers[rank];
@@ -311,15 +288,6 @@ impl ShmProvider {
             }
         }
         self.tagged.fail_peer(rank, &dead, &mut self.cq);
-        // Claims it left skipped in our FIFO: it writes no more, so free them for the next lap.
-        let fifo = self.own.fifo();
-        self.skipped.retain(|&(pos, owner)| {
-            let theirs = owner.source() == rank;
-            if theirs {
-                fifo.release_skipped(pos, owner);
-            }
-            !theirs
-        });
         self.maps.retain(|(owner, _), _| *owner != rank);
         self.last_map = None;
     }
