@@ -38,8 +38,11 @@ pub struct TransportConfig {
     /// `REVERB_RNDV_THRESH`: messages of at most this many bytes go eagerly; larger ones by
     /// rendezvous. Also the eager slot payload size.
     pub rndv_thresh: usize,
-    /// `REVERB_RING_SLOTS`: eager slots per ordered rank pair (power of two).
+    /// `REVERB_RING_SLOTS`: verbs eager slots per ordered rank pair (power of two).
     pub ring_slots: usize,
+    /// `REVERB_SHM_FIFO_SLOTS`: slots of each rank's shm receive FIFO, shared by all sources
+    /// (power of two); receive memory per rank is this times the slot size, whatever the job size.
+    pub shm_fifo_slots: usize,
     /// `REVERB_WAIT_MODE`: poll, event or hybrid (default).
     pub wait_mode: WaitMode,
     /// `REVERB_WAIT_SPIN_US`: spin time before sleeping in hybrid mode.
@@ -54,6 +57,7 @@ impl Default for TransportConfig {
             provider: ProviderKind::SHM,
             rndv_thresh: 8192,
             ring_slots: 64,
+            shm_fifo_slots: 256,
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
             peer_timeout: Duration::from_millis(500),
@@ -84,6 +88,9 @@ impl TransportConfig {
         if let Some(n) = env.int::<usize>("REVERB_RING_SLOTS")? {
             cfg.ring_slots = n;
         }
+        if let Some(n) = env.int::<usize>("REVERB_SHM_FIFO_SLOTS")? {
+            cfg.shm_fifo_slots = n;
+        }
         if let Some(m) = env.choice("REVERB_WAIT_MODE", WAIT_MODES)? {
             cfg.wait_mode = m;
         }
@@ -97,13 +104,20 @@ impl TransportConfig {
         Ok(cfg)
     }
 
-    /// Checks the limits: `ring_slots` a power of two in 2..=65536, `rndv_thresh` in 64..=1 MiB,
+    /// Checks the limits: `ring_slots` and `shm_fifo_slots` powers of two in 2..=65536, `rndv_thresh` in 64..=1 MiB,
     /// a nonzero `peer_timeout`. [`TransportError::Config`] naming the variable otherwise.
     pub fn validate(&self) -> Result<()> {
         if !self.ring_slots.is_power_of_two() || self.ring_slots < 2 || self.ring_slots > 1 << 16 {
             return Err(TransportError::Config(format!(
                 "REVERB_RING_SLOTS={} must be a power of two in 2..=65536",
                 self.ring_slots
+            )));
+        }
+        if !self.shm_fifo_slots.is_power_of_two() || self.shm_fifo_slots < 2 || self.shm_fifo_slots > 1 << 16
+        {
+            return Err(TransportError::Config(format!(
+                "REVERB_SHM_FIFO_SLOTS={} must be a power of two in 2..=65536",
+                self.shm_fifo_slots
             )));
         }
         if self.rndv_thresh < 64 || self.rndv_thresh > 1 << 20 {
@@ -124,6 +138,7 @@ impl fmt::Display for TransportConfig {
         writeln!(f, "REVERB_PROVIDER={}", self.provider)?;
         writeln!(f, "REVERB_RNDV_THRESH={}", self.rndv_thresh)?;
         writeln!(f, "REVERB_RING_SLOTS={}", self.ring_slots)?;
+        writeln!(f, "REVERB_SHM_FIFO_SLOTS={}", self.shm_fifo_slots)?;
         writeln!(f, "REVERB_WAIT_MODE={:?}", self.wait_mode)?;
         writeln!(f, "REVERB_WAIT_SPIN_US={}", self.spin.as_micros())?;
         write!(f, "REVERB_PEER_TIMEOUT_MS={}", self.peer_timeout.as_millis())
@@ -161,6 +176,8 @@ mod tests {
         assert_eq!(err, "REVERB_WAIT_MODE=\"sleepy\": expected one of poll, event, hybrid");
         assert!(read(&[("REVERB_RNDV_THRESH", "2m")]).is_err(), "above 1M");
         assert!(read(&[("REVERB_RING_SLOTS", "3")]).is_err(), "not a power of two");
+        assert!(read(&[("REVERB_SHM_FIFO_SLOTS", "96")]).is_err(), "not a power of two");
+        assert_eq!(read(&[("REVERB_SHM_FIFO_SLOTS", "1024")]).unwrap().shm_fifo_slots, 1024);
         assert!(read(&[("REVERB_PEER_TIMEOUT_MS", "0")]).is_err());
         assert!(read(&[("REVERB_PROVIDER", "tcp")]).is_err());
     }

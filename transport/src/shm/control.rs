@@ -2,31 +2,31 @@
 //! regions:
 //!
 //! ```text
-//! 0      header: magic, version, rank, size, pid, ring geometry, incarnation
+//! 0      header: magic, version, rank, size, pid, FIFO geometry, incarnation
 //! 64     doorbell (futex word, own cache line)      128  waiters (own cache line)
 //! 192    closed flag                                256  may-sleep flag
 //! 4096   registration table: TABLE_ENTRIES x {key, addr, len, access}
-//! ...    one inbound SPSC ring per source rank: head line, then slots of
-//!        {seq word, SlotHeader, payload}
+//! ...    accept words: one u32 per source rank (the incarnation it accepts, + 1; 0: none)
+//! ...    the receive FIFO: head line, then fifo_slots slots (see `fifo`)
 //! ```
 //!
-//! All shared words are atomics. A slot is published by storing its sequence number + 1 into
-//! its own seq word, after the body: the consumer polls the slot it expects next, one cache
-//! line, instead of a shared tail and then the slot.
+//! All shared words are atomics. Every source publishes into the one receive FIFO, so the
+//! segment's size grows by 4 bytes per peer only.
 //!
-//! Seq words and the ring head carry the producer's incarnation in their top bits (an epoch),
-//! so a respawned producer never aliases its dead predecessor: the consumer expects slots
-//! stamped with the incarnation it accepted, and the producer writes only once the head it
-//! reads carries its own incarnation (the consumer's "accept", stored at reconnect).
+//! Each message carries its sender's incarnation, so a respawned producer never aliases its
+//! dead predecessor: the consumer takes in only messages stamped with the incarnation it
+//! accepted for that source, and a producer writes only once the accept word carries its own
+//! incarnation (the consumer stores it at attach / reconnect).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::fifo::{Fifo, HEAD_LEN, SLOT_PREFIX_LEN};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 const HEADER_LEN: usize = 4096;
 const DOORBELL_OFF: usize = 64;
 const WAITERS_OFF: usize = 128;
@@ -34,59 +34,46 @@ const CLOSED_OFF: usize = 192;
 const MAY_SLEEP_OFF: usize = 256;
 pub const TABLE_ENTRIES: usize = 4096;
 const ENTRY_LEN: usize = 32;
-const RING_HEAD_LEN: usize = 64;
-/// The seq word in front of each slot's header.
-const SLOT_SEQ_LEN: usize = 8;
 pub use crate::msg::{EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 
 /// Marks a table entry that is being filled; its low 16 bits never name a valid index.
 pub const KEY_RESERVED: u64 = u64::MAX;
 pub const KEY_INDEX_MASK: u64 = 0xffff;
 
-/// Low bits of seq and head words: the count; the bits above: the producer's incarnation.
-const EPOCH_SHIFT: u32 = 40;
-const COUNT_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
-const EPOCH_MASK: u64 = (1 << (64 - EPOCH_SHIFT)) - 1;
-/// Largest incarnation a ring can carry; the all-ones epoch means "accepts no producer".
-pub const MAX_INCARNATION: u32 = EPOCH_MASK as u32 - 1;
-pub const NO_EPOCH: u32 = EPOCH_MASK as u32;
-
-/// A seq or head word: `count` stamped with `epoch`.
-fn stamp(epoch: u32, count: u64) -> u64 {
-    ((epoch as u64 & EPOCH_MASK) << EPOCH_SHIFT) | (count & COUNT_MASK)
-}
+/// Largest incarnation the accept words can carry (they hold incarnation + 1, 0 = none).
+pub const MAX_INCARNATION: u32 = u32::MAX - 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     pub size: u32,
-    pub ring_slots: u32,
+    pub fifo_slots: u32,
     pub slot_size: u32,
 }
 
 impl Layout {
-    pub fn new(size: u32, ring_slots: usize, payload: usize) -> Layout {
-        let slot = (SLOT_SEQ_LEN + SLOT_HEADER_LEN + payload).next_multiple_of(64);
-        Layout { size, ring_slots: ring_slots as u32, slot_size: slot as u32 }
+    pub fn new(size: u32, fifo_slots: usize, payload: usize) -> Layout {
+        let slot = (SLOT_PREFIX_LEN + SLOT_HEADER_LEN + payload).next_multiple_of(64);
+        Layout { size, fifo_slots: fifo_slots as u32, slot_size: slot as u32 }
     }
 
     pub fn max_payload(&self) -> usize {
-        self.slot_size as usize - SLOT_SEQ_LEN - SLOT_HEADER_LEN
+        self.slot_size as usize - SLOT_PREFIX_LEN - SLOT_HEADER_LEN
     }
 
     fn table_offset(&self) -> usize {
         HEADER_LEN
     }
 
-    fn ring_stride(&self) -> usize {
-        RING_HEAD_LEN + self.ring_slots as usize * self.slot_size as usize
+    fn accept_offset(&self) -> usize {
+        HEADER_LEN + TABLE_ENTRIES * ENTRY_LEN
     }
 
-    fn ring_offset(&self, source: u32) -> usize {
-        HEADER_LEN + TABLE_ENTRIES * ENTRY_LEN + source as usize * self.ring_stride()
+    fn fifo_offset(&self) -> usize {
+        (self.accept_offset() + self.size as usize * 4).next_multiple_of(64)
     }
 
     pub fn total_len(&self) -> usize {
-        self.ring_offset(self.size)
+        self.fifo_offset() + HEAD_LEN + self.fifo_slots as usize * self.slot_size as usize
     }
 }
 
@@ -107,9 +94,8 @@ pub use crate::msg::{kind, SlotHeader};
 pub struct ControlView {
     base: *mut u8,
     pub layout: Layout,
-    /// `layout.ring_offset(0)` and the distance between rings, kept: `ring` is on every poll.
-    rings: usize,
-    stride: usize,
+    /// The FIFO's geometry, computed once: it is on every send and poll.
+    fifo: Fifo<'static>,
     _mapping: Arc<dyn Any + Send + Sync>,
 }
 
@@ -124,13 +110,13 @@ impl ControlView {
     /// `base` must point to at least `layout.total_len()` mapped bytes, page aligned, that stay
     /// mapped while `mapping` lives.
     pub unsafe fn new(base: *mut u8, layout: Layout, mapping: Arc<dyn Any + Send + Sync>) -> Self {
-        ControlView {
-            base,
-            layout,
-            rings: layout.ring_offset(0),
-            stride: layout.ring_stride(),
-            _mapping: mapping,
-        }
+        // SAFETY: the FIFO lies inside the mapping (total_len counts it), 64-aligned; the copy
+        // handed out by `fifo` borrows the view, which keeps the mapping alive. The geometry is
+        // the layout's, validated by the config (power-of-two slot count, 64-multiple slots).
+        let fifo = unsafe {
+            Fifo::new(base.add(layout.fifo_offset()), layout.fifo_slots, layout.slot_size as usize)
+        };
+        ControlView { base, layout, fifo, _mapping: mapping }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
@@ -154,7 +140,7 @@ impl ControlView {
         self.u32_at(12).store(rank, Ordering::Relaxed);
         self.u32_at(16).store(self.layout.size, Ordering::Relaxed);
         self.u32_at(20).store(pid, Ordering::Relaxed);
-        self.u32_at(24).store(self.layout.ring_slots, Ordering::Relaxed);
+        self.u32_at(24).store(self.layout.fifo_slots, Ordering::Relaxed);
         self.u32_at(28).store(self.layout.slot_size, Ordering::Release);
     }
 
@@ -175,7 +161,7 @@ impl ControlView {
             self.u32_at(28).load(Ordering::Relaxed),
             self.u32_at(32).load(Ordering::Relaxed),
         );
-        let want = (rank, self.layout.size, pid, self.layout.ring_slots, self.layout.slot_size, incarnation);
+        let want = (rank, self.layout.size, pid, self.layout.fifo_slots, self.layout.slot_size, incarnation);
         if seen != want {
             return bad(format!("rank {rank}: header {seen:?}, expected {want:?}"));
         }
@@ -220,146 +206,32 @@ impl ControlView {
         })
     }
 
-    pub fn ring(&self, source: u32) -> Ring<'_> {
-        let off = self.rings + source.min(self.layout.size - 1) as usize * self.stride;
-        Ring { view: self, off }
-    }
-}
-
-/// A single-producer single-consumer ring: producer = the source rank, consumer = the owner.
-pub struct Ring<'a> {
-    view: &'a ControlView,
-    off: usize,
-}
-
-impl Ring<'_> {
-    fn head(&self) -> &AtomicU64 {
-        self.view.u64_at(self.off)
+    /// The word saying which incarnation of `source` may write into the FIFO (+ 1; 0: none).
+    fn accept_word(&self, source: u32) -> &AtomicU32 {
+        let source = source.min(self.layout.size - 1) as usize;
+        self.u32_at(self.layout.accept_offset() + source * 4)
     }
 
-    /// Consumer: lets the producer of incarnation `epoch` write, from slot 0. Slots stamped
-    /// with any other incarnation are never read again.
-    pub fn accept(&self, epoch: u32) {
-        self.head().store(stamp(epoch, 0), Ordering::Release);
+    /// Consumer: lets incarnation `incarnation` of `source` write (None: nobody). Messages
+    /// stamped with any other incarnation are dropped unread.
+    pub fn accept(&self, source: u32, incarnation: Option<u32>) {
+        self.accept_word(source).store(incarnation.map_or(0, |i| i + 1), Ordering::Release);
     }
 
-    /// Consumer: releases every slot before `head` to the producer of incarnation `epoch`.
-    pub fn release(&self, epoch: u32, head: u64) {
-        self.head().store(stamp(epoch, head), Ordering::Release);
+    /// Producer: whether the consumer accepts incarnation `incarnation` of `source`.
+    pub fn accepts(&self, source: u32, incarnation: u32) -> bool {
+        incarnation <= MAX_INCARNATION && self.accept_word(source).load(Ordering::Acquire) == incarnation + 1
     }
 
-    /// Producer of incarnation `epoch`: the consumer's head, or None while the consumer has
-    /// not accepted this incarnation.
-    pub fn head_for(&self, epoch: u32) -> Option<u64> {
-        let word = self.head().load(Ordering::Acquire);
-        (word >> EPOCH_SHIFT == epoch as u64 & EPOCH_MASK).then_some(word & COUNT_MASK)
-    }
-
-    fn slot_ptr(&self, seq: u64) -> *mut u8 {
-        let layout = &self.view.layout;
-        // Ring sizes are powers of two (checked by the config, equal across the job): a mask,
-        // not a division, on every poll.
-        debug_assert!(layout.ring_slots.is_power_of_two());
-        let idx = (seq & (layout.ring_slots as u64 - 1)) as usize;
-        // SAFETY: idx < ring_slots keeps the slot inside this ring, inside the mapping.
-        unsafe { self.view.base.add(self.off + RING_HEAD_LEN + idx * layout.slot_size as usize) }
-    }
-
-    fn slot_seq(&self, seq: u64) -> &AtomicU64 {
-        // SAFETY: the seq word is the first 8 bytes of a 64-byte-aligned slot inside the
-        // mapping, only ever accessed atomically.
-        unsafe { &*(self.slot_ptr(seq) as *const AtomicU64) }
-    }
-
-    /// Consumer: whether slot `seq` has been published by incarnation `epoch` (and not yet
-    /// reused).
-    pub fn published(&self, epoch: u32, seq: u64) -> bool {
-        self.slot_seq(seq).load(Ordering::Acquire) == stamp(epoch, seq + 1)
-    }
-
-    /// Producer: writes slot `seq` (which the caller knows is free) and publishes it. Eager
-    /// data gets the compact 16-byte header (kind, len, tag), so a small message and its seq
-    /// word share one cache line; control messages get the full header.
-    pub fn publish(&self, epoch: u32, seq: u64, header: &SlotHeader, payload: &[u8]) {
-        debug_assert!(payload.len() <= self.view.layout.max_payload());
-        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        // SAFETY: the slot is free (seq - head < ring_slots, checked by the caller), so the
-        // consumer does not read it until the release store below; header and payload fit the
-        // slot (the payload is at most max_payload, computed with the full header).
-        unsafe {
-            // Through the codec, which folds to the same stores as field-by-field copies
-            // (measured: docs/benchmarks.md, "The shm slot header through the codec").
-            if header.kind == kind::EAGER {
-                let compact = header.to_eager_slot();
-                std::ptr::copy_nonoverlapping(compact.as_ptr(), body, compact.len());
-            } else {
-                let full = header.to_bytes();
-                std::ptr::copy_nonoverlapping(full.as_ptr(), body, full.len());
-            }
-            let at = body.add(payload_offset(header.kind));
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), at, payload.len());
-        }
-        self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
-    }
-
-    /// Producer: [`Ring::publish`] of eager data: the compact header (through the codec, which
-    /// folds to two stores) and the payload by inline moves, so a small message is one cache
-    /// line of plain stores and one release store, with no call into `memcpy`.
+    /// The receive FIFO.
     #[inline(always)]
-    pub fn publish_eager(&self, epoch: u32, seq: u64, tag: u64, payload: &[u8]) {
-        debug_assert!(payload.len() <= self.view.layout.max_payload());
-        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        let compact = SlotHeader::eager(tag, payload.len()).to_eager_slot();
-        // SAFETY: as in `publish`: the slot is free and the header and payload fit it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(compact.as_ptr(), body, EAGER_WIRE_LEN);
-            copy_small(payload.as_ptr(), body.add(EAGER_WIRE_LEN), payload.len());
-        }
-        self.slot_seq(seq).store(stamp(epoch, seq + 1), Ordering::Release);
-    }
-
-    /// Consumer: the tag and claimed length of published slot `seq` if it holds eager data
-    /// (only the 16-byte compact header is decoded); None for any other kind. The length is
-    /// whatever the peer wrote and must still be validated.
-    #[inline(always)]
-    pub fn eager(&self, seq: u64) -> Option<(u64, usize)> {
-        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        // SAFETY: the caller saw `published(seq)`, so the producer finished the slot; the
-        // compact header lies inside it.
-        let compact = unsafe { std::ptr::read_unaligned(body as *const [u8; EAGER_WIRE_LEN]) };
-        SlotHeader::eager_from_slot(&compact).map(|h| (h.tag, h.len as usize))
-    }
-
-    /// Consumer: the payload of published eager slot `seq`.
-    ///
-    /// # Safety
-    /// `seq` must be published and not yet released, and `len <= max_payload`.
-    #[inline(always)]
-    pub unsafe fn eager_payload(&self, seq: u64, len: usize) -> &[u8] {
-        // SAFETY: upheld by the caller as documented.
-        unsafe { std::slice::from_raw_parts(self.slot_ptr(seq).add(SLOT_SEQ_LEN + EAGER_WIRE_LEN), len) }
-    }
-
-    /// Consumer: copies the header of published slot `seq` (eager: rebuilt from the compact
-    /// form, so `len` is whatever the peer wrote and must still be validated).
-    pub fn read_header(&self, seq: u64) -> SlotHeader {
-        let body = self.slot_ptr(seq).wrapping_add(SLOT_SEQ_LEN);
-        // SAFETY: the caller saw `published(seq)`, so the producer finished this slot and will
-        // not touch it until head moves past it; every read stays inside the slot.
-        unsafe {
-            let compact = std::ptr::read_unaligned(body as *const [u8; EAGER_WIRE_LEN]);
-            match SlotHeader::eager_from_slot(&compact) {
-                Some(eager) => eager,
-                None => {
-                    SlotHeader::from_array(&std::ptr::read_unaligned(body as *const [u8; SLOT_HEADER_LEN]))
-                }
-            }
-        }
+    pub fn fifo(&self) -> Fifo<'_> {
+        self.fifo
     }
 }
 
 /// Where the payload starts after the header of a message of `kind`.
-fn payload_offset(kind: u32) -> usize {
+pub fn payload_offset(kind: u32) -> usize {
     if kind == kind::EAGER {
         EAGER_WIRE_LEN
     } else {
@@ -427,32 +299,24 @@ mod tests {
     }
 
     #[test]
-    fn a_new_incarnation_never_reads_or_overwrites_the_old_ones_slots() {
-        let layout = Layout::new(2, 4, 64);
-        let v = view(layout);
-        let ring = v.ring(1);
-        ring.accept(NO_EPOCH);
-        assert_eq!(ring.head_for(0), None, "a closed ring accepts nobody");
-        ring.accept(0);
-        assert_eq!(ring.head_for(0), Some(0));
-        assert_eq!(ring.head_for(1), None, "incarnation 1 must wait for its own accept");
-        let h = SlotHeader::eager(7, 3);
-        ring.publish(0, 0, &h, b"old");
-        ring.publish(0, 1, &h, b"old");
-        assert!(ring.published(0, 0) && ring.published(0, 1));
-        // The consumer reconnects to incarnation 1: the old slots are not the new one's.
-        ring.accept(1);
-        assert!(!ring.published(1, 0) && !ring.published(1, 1));
-        assert_eq!(ring.head_for(0), None, "the dead incarnation is shut out");
-        assert_eq!(ring.head_for(1), Some(0));
-        ring.publish(1, 0, &h, b"new");
-        assert!(ring.published(1, 0) && !ring.published(0, 0));
-        assert_eq!(ring.eager(0), Some((7, 3)));
-        assert_eq!(ring.read_header(0), h);
-        // SAFETY: slot 0 is published and not released; 3 <= max_payload.
-        assert_eq!(unsafe { ring.eager_payload(0, 3) }, b"new");
-        ring.release(1, 1);
-        assert_eq!(ring.head_for(1), Some(1));
+    fn accept_words_name_one_incarnation_per_source() {
+        let v = view(Layout::new(3, 4, 64));
+        assert!(!v.accepts(1, 0), "a fresh segment accepts nobody");
+        v.accept(1, Some(0));
+        assert!(v.accepts(1, 0) && !v.accepts(1, 1) && !v.accepts(2, 0));
+        v.accept(1, Some(1));
+        assert!(!v.accepts(1, 0), "the dead incarnation is shut out");
+        assert!(v.accepts(1, 1));
+        v.accept(1, None);
+        assert!(!v.accepts(1, 1) && !v.accepts(1, u32::MAX));
+    }
+
+    /// The segment's size grows by 4 bytes per source, not by a ring per source.
+    #[test]
+    fn segment_size_does_not_grow_with_the_job() {
+        let small = Layout::new(2, 256, 8192).total_len();
+        let large = Layout::new(1024, 256, 8192).total_len();
+        assert!(large - small <= 1024 * 4 + 64, "{small} -> {large}");
     }
 
     /// Every length a slot may carry, at every alignment of source and destination, lands
@@ -469,25 +333,6 @@ mod tests {
                 assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0), "len {len}");
             }
         }
-    }
-
-    /// The in-place eager write is the codec's compact form, byte for byte: producers and
-    /// consumers built either way agree.
-    #[test]
-    fn publish_eager_writes_the_compact_header() {
-        let v = view(Layout::new(2, 4, 64));
-        let ring = v.ring(0);
-        ring.accept(0);
-        let payload: Vec<u8> = (1..=40).collect();
-        ring.publish_eager(0, 2, 0x0102_0304_0506_0708, &payload);
-        assert!(ring.published(0, 2));
-        let want = SlotHeader::eager(0x0102_0304_0506_0708, 40);
-        assert_eq!(ring.read_header(2), want);
-        assert_eq!(ring.eager(2), Some((want.tag, 40)));
-        // SAFETY: slot 2 is published and not released; 40 <= max_payload.
-        assert_eq!(unsafe { ring.eager_payload(2, 40) }, &payload[..]);
-        ring.publish(0, 3, &SlotHeader::fin(&want, 0), &[]);
-        assert_eq!(ring.eager(3), None, "a control slot is not eager data");
     }
 
     #[test]

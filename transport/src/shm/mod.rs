@@ -3,17 +3,19 @@
 //! - Registered regions are files in /dev/shm; a peer maps one when it first names it, and
 //!   validates key, bounds and access against the owner's registration table on every
 //!   operation, before any byte moves (the NIC's job in verbs).
-//! - Each rank owns a control segment with one inbound SPSC ring per source; tagged messages,
-//!   rendezvous control and put-with-immediate notifications travel there.
+//! - Each rank owns a control segment with one receive FIFO that every source publishes into
+//!   (multi-producer, single-consumer, fixed size: receive memory does not grow with the job);
+//!   tagged messages, rendezvous control and put-with-immediate notifications travel there.
 //! - Sleepers wait on a futex doorbell; producers ring it only when someone sleeps.
 //! - Peer death is seen through pidfds and reported on that endpoint within the peer timeout.
 //! - Recovery: a respawned rank opens with [`ShmProvider::rejoin`] (its own fresh segment,
 //!   survivors' addresses from the bootstrap's lookup); everyone else calls `reconnect` with
-//!   its new incarnation and address. Rings are stamped with the producer's incarnation, so
+//!   its new incarnation and address. Messages are stamped with the producer's incarnation, so
 //!   nothing of the dead incarnation is ever read again (see `control`).
 
 mod address;
 mod control;
+mod fifo;
 mod futex;
 pub mod liveness;
 mod segment;
@@ -39,10 +41,11 @@ use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::{decode_peer_info, encode_address};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
+use fifo::Slot;
 use liveness::ProcessWatch;
 use segment::OwnedSegment;
 
-/// Slots drained from one ring per progress call, so one busy sender cannot starve others.
+/// FIFO slots drained per progress call, so a progress call stays short.
 const DRAIN_BATCH: u64 = 64;
 /// Bytes of staging regions kept for reuse by slice sends above the rendezvous threshold.
 const STAGING_POOL_BYTES: usize = 64 << 20;
@@ -83,20 +86,15 @@ struct Peer {
     view: ControlView,
     watch: Option<ProcessWatch>,
     state: PeerState,
-    /// Producer side of our ring in the peer's segment.
-    tx_tail: u64,
-    tx_head_seen: u64,
-    /// The peer's ring head carried our incarnation once: it has accepted us.
+    /// The peer's accept word carried our incarnation once: we may write into its FIFO.
     tx_accepted: bool,
-    /// Consumer side of the peer's ring in our segment.
-    rx_head: u64,
     /// The peer may sleep on its doorbell (read once from its header at open).
     may_sleep: bool,
-    /// Messages that found the peer's ring full, in order, with the send they complete.
+    /// Messages that found the peer's FIFO full, in order, with the send they complete.
     backlog: VecDeque<Queued>,
 }
 
-/// A message waiting for ring space; `done` is the user send it completes once published.
+/// A message waiting for FIFO space; `done` is the user send it completes once published.
 struct Queued {
     header: SlotHeader,
     payload: Vec<u8>,
@@ -142,6 +140,12 @@ pub struct ShmProvider {
     malformed: ErrorQueue,
     /// Staging regions for large slice sends, reused once their FIN came back.
     staging: RegionPool,
+    /// How our claims in peers' FIFOs name us.
+    me: fifo::Owner,
+    /// The next position of our FIFO to read.
+    rx_tail: u64,
+    /// Peers found dead whose last messages are being drained: their claims are not waited on.
+    dying: Vec<Rank>,
 }
 
 // SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
@@ -159,8 +163,8 @@ fn map_peer_segment(
     let (pid, peer_layout, claimed) = decode_peer_info(address, rank)?;
     if peer_layout != layout {
         return Err(TransportError::Config(format!(
-            "rank {rank} uses ring geometry {peer_layout:?}, this rank {layout:?}: \
-             REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job"
+            "rank {rank} uses FIFO geometry {peer_layout:?}, this rank {layout:?}: \
+             REVERB_SHM_FIFO_SLOTS and REVERB_RNDV_THRESH must match across the job"
         )));
     }
     if claimed != incarnation {
@@ -249,7 +253,7 @@ impl ShmProvider {
         Ok(provider)
     }
 
-    /// This rank's segment, with every peer a Dead placeholder and every ring closed; and
+    /// This rank's segment, with every peer a Dead placeholder accepted by nobody; and
     /// the address to publish.
     fn create(config: TransportConfig, job: JobInfo) -> Result<(ShmProvider, Vec<u8>)> {
         config.validate()?;
@@ -257,10 +261,17 @@ impl ShmProvider {
             return Err(TransportError::InvalidRank(job.rank, job.size));
         }
         check_incarnation(job.incarnation)?;
+        if job.size > fifo::MAX_SOURCES {
+            return Err(TransportError::Config(format!(
+                "{} ranks exceed the shm provider's limit {}",
+                job.size,
+                fifo::MAX_SOURCES
+            )));
+        }
         segment::sweep_stale();
         let pid = std::process::id();
         let job_tag = segment::sanitize_job_id(&job.job_id);
-        let layout = Layout::new(job.size, config.ring_slots, config.rndv_thresh);
+        let layout = Layout::new(job.size, config.shm_fifo_slots, config.rndv_thresh);
         let own_seg =
             OwnedSegment::create(segment::segment_path(&job_tag, job.rank, pid, "ctl"), layout.total_len())?;
         let base = own_seg.map.as_ptr() as *mut u8;
@@ -268,9 +279,8 @@ impl ShmProvider {
         let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
         own.init_header(job.rank, pid, job.incarnation);
         own.may_sleep().store(u32::from(config.wait_mode != WaitMode::Poll), Ordering::Release);
-        for source in 0..job.size {
-            own.ring(source).accept(control::NO_EPOCH);
-        }
+        // The fresh segment is zero-filled: every accept word says "nobody", every FIFO slot
+        // is free for lap 0.
         let peers = (0..job.size)
             .map(|rank| Peer {
                 pid: if rank == job.rank { pid } else { 0 },
@@ -280,16 +290,14 @@ impl ShmProvider {
                 view: own.clone(),
                 watch: None,
                 state: if rank == job.rank { PeerState::Alive } else { PeerState::Dead },
-                tx_tail: 0,
-                tx_head_seen: 0,
                 tx_accepted: false,
-                rx_head: 0,
                 may_sleep: true,
                 backlog: VecDeque::new(),
             })
             .collect();
-        // Our own ring (self-sends) is always open.
-        own.ring(job.rank).accept(job.incarnation);
+        // Self-sends are always accepted.
+        own.accept(job.rank, Some(job.incarnation));
+        let me = fifo::Owner::new(job.rank, job.incarnation);
         let address = encode_address(pid, layout, job.incarnation);
         let provider = ShmProvider {
             config,
@@ -308,11 +316,14 @@ impl ShmProvider {
             last_liveness: Instant::now(),
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
+            me,
+            rx_tail: 0,
+            dying: Vec::new(),
         };
         Ok((provider, address))
     }
 
-    /// Maps `rank`'s segment at `incarnation` and opens our ring for it. The peer must be Dead
+    /// Maps `rank`'s segment at `incarnation` and accepts its messages. The peer must be Dead
     /// (never attached, or its previous incarnation failed).
     fn attach(&mut self, rank: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
         let (pid, view) = map_peer_segment(&self.job_tag, self.layout, rank, incarnation, address)?;
@@ -333,14 +344,11 @@ impl ShmProvider {
             view,
             watch: Some(ProcessWatch::new(pid)),
             state: PeerState::Alive,
-            tx_tail: 0,
-            tx_head_seen: 0,
             tx_accepted: false,
-            rx_head: 0,
             backlog: VecDeque::new(),
         };
-        // Last: from here the new incarnation may write into our ring.
-        self.own.ring(rank).accept(incarnation);
+        // Last: from here the new incarnation may write into our FIFO.
+        self.own.accept(rank, Some(incarnation));
         Ok(())
     }
 
@@ -442,7 +450,7 @@ impl ShmProvider {
         unsafe { rma.local.as_ptr().add(rma.local_offset) }
     }
 
-    /// Fault injection: publishes `header` and `payload` to `dest`'s ring unvalidated, as a
+    /// Fault injection: publishes `header` and `payload` to `dest`'s FIFO unvalidated, as a
     /// faulty or hostile peer could. For tests and chaos runs of the receiver's checks.
     #[doc(hidden)]
     pub fn inject_raw_message(&mut self, dest: Rank, header: SlotHeader, payload: &[u8]) -> Result<()> {
@@ -452,7 +460,25 @@ impl ShmProvider {
         self.push_msg(dest, header, payload, None)
     }
 
-    /// An eager tagged send: one ring slot; complete once it is in the peer's ring.
+    /// Fault injection: claims a slot of `dest`'s FIFO and half-writes an eager message into
+    /// it, but never publishes it, as a sender killed between claim and publish leaves it.
+    /// False when the FIFO had no free slot or `dest` does not accept us yet.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn claim_without_publishing(&mut self, dest: Rank) -> Result<bool> {
+        let (rank, me, epoch) = (self.job.rank, self.me, self.job.incarnation);
+        let peer =
+            self.peers.get_mut(dest as usize).ok_or(TransportError::InvalidRank(dest, self.job.size))?;
+        if !Self::accepted(peer, rank, epoch) {
+            return Ok(false);
+        }
+        let fifo = peer.view.fifo();
+        let Some(pos) = fifo.claim(me) else { return Ok(false) };
+        fifo.write_eager(pos, epoch, u64::MAX, b"never published");
+        Ok(true)
+    }
+
+    /// An eager tagged send: one FIFO slot; complete once it is published in the peer's FIFO.
     #[inline(always)]
     fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         let op = self.cq.next_op(owner);
@@ -465,11 +491,10 @@ impl ShmProvider {
         Ok(op)
     }
 
-    /// The common case of an eager send, published in place: the peer is alive, our ring in
-    /// its segment has room and nothing of ours waits ahead. False (nothing done) otherwise.
+    /// The common case of an eager send, published in place: the peer is alive and accepts
+    /// us, its FIFO has room and nothing of ours waits ahead. False (not sent) otherwise.
     #[inline(always)]
     fn try_publish_eager(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<bool> {
-        let slots = self.layout.ring_slots as u64;
         let size = self.job.size;
         // `let else`, not `ok_or`: building the unused error costs a drop call per message.
         let Some(peer) = self.peers.get_mut(dest as usize) else {
@@ -478,12 +503,14 @@ impl ShmProvider {
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
-        let (me, epoch) = (self.job.rank, self.job.incarnation);
-        if !peer.backlog.is_empty() || !Self::ring_has_room(peer, me, epoch, slots) {
+        let (me, epoch) = (self.me, self.job.incarnation);
+        if !peer.backlog.is_empty() || !Self::accepted(peer, self.job.rank, epoch) {
             return Ok(false);
         }
-        peer.view.ring(me).publish_eager(epoch, peer.tx_tail, tag, data);
-        peer.tx_tail += 1;
+        let fifo = peer.view.fifo();
+        let Some(pos) = fifo.claim(me) else { return Ok(false) };
+        fifo.write_eager(pos, epoch, tag, data);
+        fifo.publish(pos, me);
         Self::wake(peer);
         Ok(true)
     }
@@ -502,7 +529,7 @@ impl ShmProvider {
             // Straight from the region into the slot, no staging Vec.
             // SAFETY: offset + len was checked against the region, which `region` keeps
             // mapped; a send's buffer holds still until the send completes (the API's
-            // contract), and the bytes are copied (into the ring or the backlog) before this
+            // contract), and the bytes are copied (into the FIFO or the backlog) before this
             // returns.
             let data = unsafe { std::slice::from_raw_parts(region.as_ptr().add(offset), len) };
             return self.send_eager(owner, dest, tag, data);
@@ -653,10 +680,10 @@ impl Provider for ShmProvider {
     ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
         if let Source::Rank(r) = source {
-            // What a dead peer published before dying may still sit in its ring: take it in
+            // What a dead peer published before dying may still sit in the FIFO: take it in
             // before deciding that the receive can never match.
             if self.peers[r as usize].state == PeerState::Dead {
-                self.drain_rings();
+                self.drain_fifo();
             }
         }
         let op = self.cq.next_op(owner);
@@ -692,7 +719,7 @@ impl Provider for ShmProvider {
     }
 
     fn progress(&mut self) -> Result<()> {
-        self.drain_rings();
+        self.drain_fifo();
         self.flush_backlogs();
         self.progress_calls = self.progress_calls.wrapping_add(1);
         if self.progress_calls.is_multiple_of(256) && self.liveness_due() {
@@ -716,16 +743,20 @@ impl Provider for ShmProvider {
             std::thread::yield_now();
             return Ok(());
         }
-        let timeout = if self.backlogged > 0 { timeout.min(Duration::from_micros(200)) } else { timeout };
+        let mut timeout = if self.backlogged > 0 { timeout.min(Duration::from_micros(200)) } else { timeout };
         let doorbell = self.own.doorbell();
         let seen = doorbell.load(Ordering::Acquire);
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let pending = self
-            .peers
-            .iter()
-            .enumerate()
-            .any(|(s, p)| p.mapped && self.own.ring(s as u32).published(p.incarnation, p.rx_head));
+        let pending = match self.own.fifo().peek(self.rx_tail) {
+            Slot::Empty => false,
+            Slot::Published(_) => true,
+            Slot::Claimed(_) => {
+                // A producer is writing (or died writing): look again soon.
+                timeout = timeout.min(Duration::from_millis(1));
+                false
+            }
+        };
         if !pending {
             futex::wait(doorbell, seen, timeout);
         }
@@ -746,7 +777,7 @@ impl Drop for ShmProvider {
             && Instant::now() < deadline
         {
             self.flush_backlogs();
-            self.drain_rings();
+            self.drain_fifo();
             if self.liveness_due() {
                 self.check_liveness();
             }
@@ -798,11 +829,11 @@ mod tests {
         }
     }
 
-    /// Sends that find the ring full wait in the backlog, complete only once published, and
+    /// Sends that find the FIFO full wait in the backlog, complete only once published, and
     /// arrive in order with the in-place ones; region sends of every eager size arrive whole.
     #[test]
-    fn a_full_ring_backlogs_in_order_and_drains() {
-        let config = TransportConfig { ring_slots: 4, ..TransportConfig::default() };
+    fn a_full_fifo_backlogs_in_order_and_drains() {
+        let config = TransportConfig { shm_fifo_slots: 4, ..TransportConfig::default() };
         let (mut p, _) =
             ShmProvider::create(config, self_job(&format!("h14bl{}", std::process::id()))).unwrap();
         let max = p.layout.max_payload();
@@ -814,7 +845,7 @@ mod tests {
                 p.send_region(0, i as u64, &src, 0, len).unwrap()
             })
             .collect();
-        assert_eq!(p.backlogged, 6, "4 slots in the ring, the rest wait");
+        assert_eq!(p.backlogged, 6, "4 slots in the FIFO, the rest wait");
         let done: Vec<OpId> = p.completions().drain(..).map(|c| c.op).collect();
         assert_eq!(done, sends[..4], "only published sends complete");
         for i in 0..10u64 {

@@ -1,5 +1,5 @@
-//! The shm provider's message traffic: completing operations, publishing into peers' rings
-//! (with the backlog when a ring is full), draining this rank's rings, rendezvous reads, and
+//! The shm provider's message traffic: completing operations, publishing into peers' FIFOs
+//! (with the backlog when a FIFO is full), draining this rank's FIFO, rendezvous reads, and
 //! the liveness checks that find dead peers.
 
 use super::*;
@@ -13,9 +13,9 @@ impl ShmProvider {
         }
     }
 
-    /// Queues a message for `dest`: straight into its ring if there is room and nothing is
+    /// Queues a message for `dest`: straight into its FIFO if there is room and nothing is
     /// waiting ahead of it, else into the backlog (drained by `progress`). `done` is queued
-    /// when the message is in the peer's ring, not before: a sender that stops progressing
+    /// when the message is in the peer's FIFO, not before: a sender that stops progressing
     /// must not believe a backlogged message is on its way.
     pub(super) fn push_msg(
         &mut self,
@@ -24,7 +24,6 @@ impl ShmProvider {
         payload: &[u8],
         done: Option<Completion>,
     ) -> Result<()> {
-        let slots = self.layout.ring_slots as u64;
         // `let else`, not `ok_or`: building the unused error costs a drop call per message.
         let Some(peer) = self.peers.get_mut(dest as usize) else {
             return Err(TransportError::InvalidRank(dest, self.job.size));
@@ -32,9 +31,8 @@ impl ShmProvider {
         if peer.state == PeerState::Dead {
             return Err(TransportError::PeerDead(dest));
         }
-        let (me, epoch) = (self.job.rank, self.job.incarnation);
-        if peer.backlog.is_empty() && Self::ring_has_room(peer, me, epoch, slots) {
-            Self::publish(peer, me, epoch, &header, payload);
+        let (rank, me, epoch) = (self.job.rank, self.me, self.job.incarnation);
+        if peer.backlog.is_empty() && Self::publish(peer, rank, me, epoch, &header, payload) {
             self.cq.extend(done);
         } else {
             peer.backlog.push_back(Queued { header, payload: payload.to_vec(), done });
@@ -43,23 +41,34 @@ impl ShmProvider {
         Ok(())
     }
 
-    /// Whether our ring in `peer`'s segment has a free slot; re-reads the consumer's head only
-    /// when the cached one says full, or until the consumer has accepted our incarnation.
-    pub(super) fn ring_has_room(peer: &mut Peer, me: Rank, epoch: u32, slots: u64) -> bool {
-        if peer.tx_accepted && peer.tx_tail - peer.tx_head_seen < slots {
-            return true;
+    /// Whether `peer` accepts incarnation `epoch` of rank `rank` (cached once it did).
+    #[inline(always)]
+    pub(super) fn accepted(peer: &mut Peer, rank: Rank, epoch: u32) -> bool {
+        if !peer.tx_accepted {
+            peer.tx_accepted = peer.view.accepts(rank, epoch);
         }
-        let Some(head) = peer.view.ring(me).head_for(epoch) else { return false };
-        peer.tx_accepted = true;
-        peer.tx_head_seen = head.min(peer.tx_tail);
-        peer.tx_tail - peer.tx_head_seen < slots
+        peer.tx_accepted
     }
 
-    pub(super) fn publish(peer: &mut Peer, me: Rank, epoch: u32, header: &SlotHeader, payload: &[u8]) {
-        let ring = peer.view.ring(me);
-        ring.publish(epoch, peer.tx_tail, header, payload);
-        peer.tx_tail += 1;
+    /// Claims a slot of `peer`'s FIFO, writes the message and publishes it. False (not sent)
+    /// when the peer does not accept us yet or its FIFO is full.
+    pub(super) fn publish(
+        peer: &mut Peer,
+        rank: Rank,
+        me: fifo::Owner,
+        epoch: u32,
+        header: &SlotHeader,
+        payload: &[u8],
+    ) -> bool {
+        if !Self::accepted(peer, rank, epoch) {
+            return false;
+        }
+        let fifo = peer.view.fifo();
+        let Some(pos) = fifo.claim(me) else { return false };
+        fifo.write(pos, epoch, header, payload);
+        fifo.publish(pos, me);
         Self::wake(peer);
+        true
     }
 
     /// After a publish: wakes `peer` if it sleeps on its doorbell.
@@ -76,7 +85,7 @@ impl ShmProvider {
         }
     }
 
-    /// Publishes what waits in the backlogs as ring space allows; free while none waits.
+    /// Publishes what waits in the backlogs as FIFO space allows; free while none waits.
     #[inline(always)]
     pub(super) fn flush_backlogs(&mut self) {
         if self.backlogged > 0 {
@@ -85,18 +94,17 @@ impl ShmProvider {
     }
 
     pub(super) fn flush_backlogged(&mut self) {
-        let (me, epoch) = (self.job.rank, self.job.incarnation);
-        let slots = self.layout.ring_slots as u64;
+        let (rank, me, epoch) = (self.job.rank, self.me, self.job.incarnation);
         for peer in self.peers.iter_mut().filter(|p| !p.backlog.is_empty()) {
-            while !peer.backlog.is_empty() {
-                if peer.state == PeerState::Dead || !Self::ring_has_room(peer, me, epoch, slots) {
+            while peer.state != PeerState::Dead {
+                let Some(q) = peer.backlog.pop_front() else { break };
+                if !Self::publish(peer, rank, me, epoch, &q.header, &q.payload) {
+                    // Still no room: first in line again.
+                    peer.backlog.push_front(q);
                     break;
                 }
-                if let Some(q) = peer.backlog.pop_front() {
-                    self.backlogged -= 1;
-                    Self::publish(peer, me, epoch, &q.header, &q.payload);
-                    self.cq.extend(q.done);
-                }
+                self.backlogged -= 1;
+                self.cq.extend(q.done);
             }
         }
     }
@@ -173,51 +181,68 @@ impl ShmProvider {
         }
     }
 
-    pub(super) fn drain_rings(&mut self) {
-        for source in 0..self.peers.len() {
-            // A dead peer's ring is still drained: what it published before dying is whole
-            // (and a clean exit's last words must arrive). Its next incarnation writes only
-            // after `reconnect` moved this ring to the new epoch.
-            let peer = &self.peers[source];
-            if peer.mapped && self.own.ring(source as u32).published(peer.incarnation, peer.rx_head) {
-                self.drain_ring(source);
+    /// Takes in up to `DRAIN_BATCH` published messages of the FIFO, in order, freeing each
+    /// slot once read. Eager data goes straight from the slot to the matching receive (or to
+    /// the unexpected queue); an empty or busy poll reads one seq word.
+    pub(super) fn drain_fifo(&mut self) {
+        let start = self.rx_tail;
+        let mut tail = start;
+        while tail - start < DRAIN_BATCH {
+            match self.own.fifo().peek(tail) {
+                Slot::Published(owner) => {
+                    self.take(tail, owner.source());
+                    self.own.fifo().release(tail);
+                }
+                Slot::Claimed(owner) => {
+                    if !self.free_dead_claim(tail, owner) {
+                        break;
+                    }
+                }
+                Slot::Empty => break,
+            }
+            tail += 1;
+        }
+        self.rx_tail = tail;
+    }
+
+    /// Delivers published position `pos` from `source` if it carries the incarnation we
+    /// accepted for that source; a dead incarnation's (or forged) message is dropped unread.
+    #[inline(always)]
+    fn take(&mut self, pos: u64, source: Rank) {
+        let fifo = self.own.fifo();
+        let stamped = fifo.incarnation(pos);
+        if !self.peers.get(source as usize).is_some_and(|p| p.mapped && p.incarnation == stamped) {
+            return;
+        }
+        let max_payload = self.layout.max_payload();
+        match fifo.eager(pos) {
+            Some((tag, len)) if len <= max_payload => {
+                // SAFETY: position `pos` is published and not yet released; `len` was checked
+                // against the slot's payload room.
+                let payload = unsafe { fifo.eager_payload(pos, len) };
+                self.tagged.on_eager(source, tag, payload, &mut self.cq);
+            }
+            Some((_, len)) => self.malformed.push(TransportError::Malformed {
+                what: "message",
+                detail: format!("eager length {len} from rank {source} exceeds {max_payload}"),
+            }),
+            None => {
+                let header = fifo.read_header(pos);
+                self.handle_control(source, header);
             }
         }
     }
 
-    /// Takes in up to `DRAIN_BATCH` published slots of `source`'s ring, then releases them
-    /// with one store. Eager data goes straight from the slot to the matching receive (or to
-    /// the unexpected queue); the ring is borrowed field by field, so an empty or busy poll
-    /// clones nothing.
-    pub(super) fn drain_ring(&mut self, source: usize) {
-        let max_payload = self.layout.max_payload();
-        let (start, epoch) = (self.peers[source].rx_head, self.peers[source].incarnation);
-        let mut head = start;
-        while head - start < DRAIN_BATCH {
-            let ring = self.own.ring(source as u32);
-            if !ring.published(epoch, head) {
-                break;
-            }
-            match ring.eager(head) {
-                Some((tag, len)) if len <= max_payload => {
-                    // SAFETY: slot `head` is published and not yet released; `len` was checked
-                    // against the slot's payload room.
-                    let payload = unsafe { ring.eager_payload(head, len) };
-                    self.tagged.on_eager(source as Rank, tag, payload, &mut self.cq);
-                }
-                Some((_, len)) => self.malformed.push(TransportError::Malformed {
-                    what: "message",
-                    detail: format!("eager length {len} from rank {source} exceeds {max_payload}"),
-                }),
-                None => {
-                    let header = ring.read_header(head);
-                    self.handle_control(source as Rank, header);
-                }
-            }
-            head += 1;
-        }
-        self.peers[source].rx_head = head;
-        self.own.ring(source as u32).release(epoch, head);
+    /// The claim at `pos` is not published yet: true when its owner is dead (or an older
+    /// incarnation than the one we accept, or no rank at all) and the slot was freed, so we may
+    /// read on. A live owner is writing: wait for it.
+    fn free_dead_claim(&mut self, pos: u64, owner: fifo::Owner) -> bool {
+        let source = owner.source();
+        let dead = self.dying.contains(&source)
+            || self.peers.get(source as usize).is_none_or(|p| {
+                !p.mapped || p.state == PeerState::Dead || !owner.is_incarnation(p.incarnation)
+            });
+        dead && self.own.fifo().free_dead_claim(pos, owner)
     }
 
     /// Marks peers dead whose process exited or who closed, and fails what depended on them.
@@ -236,13 +261,17 @@ impl ShmProvider {
         }
         // What a peer published before it died (a clean exit's last words) may have landed
         // since the last drain: deliver it to the receives posted for it before failing them.
-        loop {
-            let before: Vec<u64> = newly_dead.iter().map(|&r| self.peers[r].rx_head).collect();
-            self.drain_rings();
-            if newly_dead.iter().zip(&before).all(|(&r, &head)| self.peers[r].rx_head == head) {
+        // Their unpublished claims are not waited on. Bounded: live senders may keep the FIFO
+        // busy, but what the dead published lies within one FIFO's length of the tail.
+        self.dying = newly_dead.iter().map(|&r| r as Rank).collect();
+        for _ in 0..self.layout.fifo_slots as u64 / DRAIN_BATCH + 2 {
+            let before = self.rx_tail;
+            self.drain_fifo();
+            if self.rx_tail == before {
                 break;
             }
         }
+        self.dying.clear();
         for rank in newly_dead {
             self.mark_dead(rank as Rank);
         }
