@@ -1,9 +1,15 @@
 //! Tag matching shared by providers (as libfabric's util layer): posted receives and
-//! unexpected arrivals, both kept in order so messages from one source are never overtaken.
+//! unexpected arrivals, both kept in order so messages from one source are never overtaken,
+//! and indexed by (source, tag) so the common match is a hash lookup, not a scan.
+
+mod keyed;
+#[cfg(test)]
+mod order_tests;
 
 use std::collections::VecDeque;
 
 use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
+use keyed::{Key, KeyedQueues, Seq};
 
 /// A receive the application posted and no message has matched yet.
 #[derive(Debug)]
@@ -26,60 +32,114 @@ pub trait Arrival {
     fn tag(&self) -> Tag;
 }
 
-/// Posted receives and unexpected arrivals of one provider, each in posting/arrival order.
+/// Posted receives and unexpected arrivals of one provider, matched as MPI does: a message
+/// takes the earliest posted receive that accepts it, a receive takes the earliest arrival it
+/// accepts, and messages from one sender are taken in the order they arrived.
+///
+/// The common case (a receive naming its source and the full tag, as the logger and MPI
+/// point-to-point post) is O(1) on both sides: receives and arrivals sit in FIFO queues keyed
+/// by (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues. Receives that take
+/// any source or mask tag bits wait in one list in posting order; a message compares the
+/// oldest receive of its key with the older wildcard receives by posting sequence number. A
+/// wildcard receive looks at the oldest arrival of each key (one per key, not per message).
 #[derive(Debug)]
 pub struct Matcher<A: Arrival> {
-    posted: VecDeque<PostedRecv>,
-    unexpected: VecDeque<A>,
+    /// Receives for one source and a full tag.
+    posted: KeyedQueues<PostedRecv>,
+    /// The other receives, in posting order.
+    posted_wild: VecDeque<(Seq, PostedRecv)>,
+    /// Arrivals, by their source and tag.
+    unexpected: KeyedQueues<A>,
+    next_post: Seq,
+    next_arrival: Seq,
 }
 
 impl<A: Arrival> Default for Matcher<A> {
     fn default() -> Self {
-        Matcher { posted: VecDeque::new(), unexpected: VecDeque::new() }
+        Matcher {
+            posted: KeyedQueues::default(),
+            posted_wild: VecDeque::new(),
+            unexpected: KeyedQueues::default(),
+            next_post: 0,
+            next_arrival: 0,
+        }
+    }
+}
+
+/// The queue key of a receive that accepts exactly one (source, tag); None for a wildcard.
+fn exact_key(source: Source, tag: TagMatch) -> Option<Key> {
+    match source {
+        Source::Rank(r) if tag.mask == Tag::MAX => Some((r, tag.tag)),
+        _ => None,
     }
 }
 
 impl<A: Arrival> Matcher<A> {
     /// The oldest posted receive that accepts a message from `source` with `tag`.
     pub fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
-        let i = self.posted.iter().position(|p| p.source.matches(source) && p.tag.matches(tag))?;
-        self.posted.remove(i)
+        let exact = self.posted.front_seq((source, tag));
+        // Only wildcard receives posted before the exact one can take the message from it.
+        let wild = self
+            .posted_wild
+            .iter()
+            .take_while(|(seq, _)| exact.is_none_or(|e| *seq < e))
+            .position(|(_, p)| p.source.matches(source) && p.tag.matches(tag));
+        match wild {
+            Some(i) => self.posted_wild.remove(i).map(|(_, p)| p),
+            None => self.posted.pop((source, tag)),
+        }
     }
 
     /// The oldest unexpected arrival that a new receive for (`source`, `tag`) accepts.
     pub fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<A> {
-        let i = self.unexpected.iter().position(|a| source.matches(a.source()) && tag.matches(a.tag()))?;
-        self.unexpected.remove(i)
+        let key = match exact_key(source, tag) {
+            Some(key) => key,
+            None => self.unexpected.oldest_key(|(r, t)| source.matches(r) && tag.matches(t))?,
+        };
+        self.unexpected.pop(key)
     }
 
     /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).
     pub fn push_posted(&mut self, recv: PostedRecv) {
-        self.posted.push_back(recv);
+        let seq = self.next_post;
+        self.next_post += 1;
+        match exact_key(recv.source, recv.tag) {
+            Some(key) => self.posted.push(key, seq, recv),
+            None => self.posted_wild.push_back((seq, recv)),
+        }
     }
 
     /// Keeps an arrival that matched no posted receive (call `take_posted` first).
     pub fn push_unexpected(&mut self, arrival: A) {
-        self.unexpected.push_back(arrival);
+        let seq = self.next_arrival;
+        self.next_arrival += 1;
+        self.unexpected.push((arrival.source(), arrival.tag()), seq, arrival);
     }
 
-    /// Removes the receives that can only be satisfied by `rank` (after it died).
+    /// Removes the receives that can only be satisfied by `rank` (after it died), in posting
+    /// order.
     pub fn drain_posted_from(&mut self, rank: Rank) -> Vec<PostedRecv> {
-        let (dead, keep): (VecDeque<_>, VecDeque<_>) =
-            self.posted.drain(..).partition(|p| p.source == Source::Rank(rank));
-        self.posted = keep;
-        dead.into()
+        let mut dead = self.posted.remove_keys(|(r, _)| r == rank);
+        let wild = std::mem::take(&mut self.posted_wild);
+        for (seq, p) in wild {
+            if p.source == Source::Rank(rank) {
+                dead.push((seq, p));
+            } else {
+                self.posted_wild.push_back((seq, p));
+            }
+        }
+        dead.sort_unstable_by_key(|(seq, _)| *seq);
+        dead.into_iter().map(|(_, p)| p).collect()
     }
 
     /// Drops the arrivals from `rank` no receive has claimed; returns how many.
     pub fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
-        let before = self.unexpected.len();
-        self.unexpected.retain(|a| a.source() != rank);
-        before - self.unexpected.len()
+        self.unexpected.remove_keys(|(r, _)| r == rank).len()
     }
 
     /// Receives waiting for a message.
     pub fn posted_len(&self) -> usize {
-        self.posted.len()
+        self.posted.len() + self.posted_wild.len()
     }
 
     /// Arrivals waiting for a receive.
