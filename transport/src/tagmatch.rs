@@ -77,6 +77,9 @@ fn exact_key(source: Source, tag: TagMatch) -> Option<Key> {
 impl<A: Arrival> Matcher<A> {
     /// The oldest posted receive that accepts a message from `source` with `tag`.
     pub fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
+        if self.posted_wild.is_empty() {
+            return self.posted.pop((source, tag));
+        }
         let exact = self.posted.front_seq((source, tag));
         // Only wildcard receives posted before the exact one can take the message from it.
         let wild = self

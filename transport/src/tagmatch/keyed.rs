@@ -2,6 +2,7 @@
 //! matcher finds the exact key's oldest entry in O(1) and the oldest of several keys by
 //! comparing queue fronts.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -59,15 +60,18 @@ impl<T> KeyedQueues<T> {
         self.queues.get(&key).and_then(|q| q.front()).map(|(seq, _)| *seq)
     }
 
-    /// Takes `key`'s oldest entry, removing the key when that empties its queue.
+    /// Takes `key`'s oldest entry, removing the key when that empties its queue (one hash).
     pub(super) fn pop(&mut self, key: Key) -> Option<T> {
         if self.len == 0 {
             return None;
         }
-        let queue = self.queues.get_mut(&key)?;
-        let (_, item) = queue.pop_front()?;
-        if queue.is_empty() {
-            self.retire(key);
+        let Entry::Occupied(mut entry) = self.queues.entry(key) else {
+            return None;
+        };
+        let (_, item) = entry.get_mut().pop_front()?;
+        if entry.get().is_empty() {
+            let queue = entry.remove();
+            self.keep_spare(queue);
         }
         self.len -= 1;
         Some(item)
@@ -99,13 +103,6 @@ impl<T> KeyedQueues<T> {
         }
         self.len -= out.len();
         out
-    }
-
-    /// Drops an emptied key, keeping its queue's buffer for the next new key.
-    fn retire(&mut self, key: Key) {
-        if let Some(queue) = self.queues.remove(&key) {
-            self.keep_spare(queue);
-        }
     }
 
     fn keep_spare(&mut self, queue: Queue<T>) {
