@@ -41,7 +41,7 @@ pub trait Arrival {
 /// by (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues. Receives that take
 /// any source or mask tag bits wait in one list in posting order; a message compares the
 /// oldest receive of its key with the older wildcard receives by posting sequence number. A
-/// wildcard receive looks at the oldest arrival of each key (one per key, not per message).
+/// wildcard receive walks the arrivals in arrival order and stops at the first it accepts.
 #[derive(Debug)]
 pub struct Matcher<A: Arrival> {
     /// Receives for one source and a full tag.

@@ -1,9 +1,10 @@
-//! FIFO queues keyed by (source, tag), each entry stamped with a sequence number, so the
-//! matcher finds the exact key's oldest entry in O(1) and the oldest of several keys by
-//! comparing queue fronts.
+//! FIFO queues keyed by (source, tag) over one slab of entries, as UCX keeps its unexpected
+//! tags: every entry is on its key's list (so the exact key's oldest entry is one hash away) and
+//! on one list of all entries in push order (so the oldest entry any wildcard accepts is found
+//! by walking from the oldest, stopping at the first it accepts, as the linear scan did).
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::api::{Rank, Tag};
@@ -14,22 +15,58 @@ pub(super) type Key = (Rank, Tag);
 /// Position in posting (or arrival) order; smaller is earlier.
 pub(super) type Seq = u64;
 
-type Queue<T> = VecDeque<(Seq, T)>;
+/// No slot: the end of a list.
+const NIL: usize = usize::MAX;
 
-/// Emptied queues kept for reuse, so a key that comes and goes allocates nothing.
-const SPARE_QUEUES: usize = 64;
+/// Keys whose lists emptied are kept (a key that comes and goes costs no map insert and
+/// removal) while there are at most this many of them, or as many as live keys. Small under
+/// test, so the random tests sweep often.
+pub(super) const EMPTY_KEYS_KEPT: usize = if cfg!(test) { 4 } else { 64 };
 
-/// Per-key FIFO queues. A key is removed when its queue empties, so keys never pile up.
+#[derive(Debug)]
+struct Slot<T> {
+    /// None while the slot is on the free list.
+    item: Option<T>,
+    key: Key,
+    seq: Seq,
+    /// The next entry of the same key, or (free) the next free slot.
+    next_in_key: usize,
+    /// Neighbours in push order.
+    older: usize,
+    newer: usize,
+}
+
+/// The first and last entry of one key (both NIL while the key is kept empty).
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    head: usize,
+    tail: usize,
+}
+
+/// Per-key FIFO queues plus one push-order list, over a slab reused through a free list: no
+/// allocation per entry once the slab and the map have grown to the peak.
 #[derive(Debug)]
 pub(super) struct KeyedQueues<T> {
-    queues: HashMap<Key, Queue<T>, BuildHasherDefault<KeyHasher>>,
-    spare: Vec<Queue<T>>,
+    slots: Vec<Slot<T>>,
+    free: usize,
+    oldest: usize,
+    newest: usize,
+    keys: HashMap<Key, Ends, BuildHasherDefault<KeyHasher>>,
+    empty_keys: usize,
     len: usize,
 }
 
 impl<T> Default for KeyedQueues<T> {
     fn default() -> Self {
-        KeyedQueues { queues: HashMap::default(), spare: Vec::new(), len: 0 }
+        KeyedQueues {
+            slots: Vec::new(),
+            free: NIL,
+            oldest: NIL,
+            newest: NIL,
+            keys: HashMap::default(),
+            empty_keys: 0,
+            len: 0,
+        }
     }
 }
 
@@ -39,16 +76,36 @@ impl<T> KeyedQueues<T> {
         self.len
     }
 
-    /// Keys with a queue (each holds at least one entry).
+    /// Keys in the map, the kept empty ones included.
     #[cfg(test)]
     pub(super) fn key_count(&self) -> usize {
-        self.queues.len()
+        self.keys.len()
     }
 
     /// Appends `item` (stamped `seq`, which must exceed every earlier stamp) to `key`'s queue.
     pub(super) fn push(&mut self, key: Key, seq: Seq, item: T) {
-        let spare = &mut self.spare;
-        self.queues.entry(key).or_insert_with(|| spare.pop().unwrap_or_default()).push_back((seq, item));
+        let slot = Slot { item: Some(item), key, seq, next_in_key: NIL, older: self.newest, newer: NIL };
+        let i = self.alloc(slot);
+        match self.newest {
+            NIL => self.oldest = i,
+            newest => self.slots[newest].newer = i,
+        }
+        self.newest = i;
+        let ends = match self.keys.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => {
+                self.empty_keys += 1; // counted as kept-empty until the line below fills it
+                v.insert(Ends { head: NIL, tail: NIL })
+            }
+        };
+        match ends.tail {
+            NIL => {
+                ends.head = i;
+                self.empty_keys -= 1;
+            }
+            tail => self.slots[tail].next_in_key = i,
+        }
+        ends.tail = i;
         self.len += 1;
     }
 
@@ -57,57 +114,98 @@ impl<T> KeyedQueues<T> {
         if self.len == 0 {
             return None; // skips the hash on the common idle path
         }
-        self.queues.get(&key).and_then(|q| q.front()).map(|(seq, _)| *seq)
+        let head = self.keys.get(&key)?.head;
+        self.slots.get(head).map(|s| s.seq)
     }
 
-    /// Takes `key`'s oldest entry, removing the key when that empties its queue (one hash).
+    /// Takes `key`'s oldest entry.
     pub(super) fn pop(&mut self, key: Key) -> Option<T> {
         if self.len == 0 {
             return None;
         }
-        let Entry::Occupied(mut entry) = self.queues.entry(key) else {
-            return None;
-        };
-        let (_, item) = entry.get_mut().pop_front()?;
-        if entry.get().is_empty() {
-            let queue = entry.remove();
-            self.keep_spare(queue);
+        let ends = self.keys.get_mut(&key)?;
+        let i = ends.head;
+        let next = self.slots.get(i)?.next_in_key;
+        ends.head = next;
+        if next == NIL {
+            ends.tail = NIL;
+            self.empty_keys += 1;
         }
-        self.len -= 1;
-        Some(item)
+        let item = self.release(i);
+        self.sweep_empty_keys();
+        item
     }
 
-    /// The key whose oldest entry is the oldest of all keys `accept` takes (a scan of the
-    /// keys, not of the entries: a queue's front is the oldest entry of its key).
+    /// The key of the oldest entry `accept` takes: a walk in push order, stopping at the first.
     pub(super) fn oldest_key(&self, accept: impl Fn(Key) -> bool) -> Option<Key> {
-        if self.len == 0 {
-            return None;
+        let mut i = self.oldest;
+        while let Some(slot) = self.slots.get(i) {
+            if accept(slot.key) {
+                return Some(slot.key);
+            }
+            i = slot.newer;
         }
-        self.queues
-            .iter()
-            .filter(|(key, _)| accept(**key))
-            .filter_map(|(key, q)| q.front().map(|(seq, _)| (*seq, *key)))
-            .min_by_key(|(seq, _)| *seq)
-            .map(|(_, key)| key)
+        None
     }
 
-    /// Removes every key `remove` takes; returns their entries with stamps, in no set order.
+    /// Removes every key `remove` takes; returns their entries with stamps, in push order.
     pub(super) fn remove_keys(&mut self, remove: impl Fn(Key) -> bool) -> Vec<(Seq, T)> {
-        let keys: Vec<Key> = self.queues.keys().copied().filter(|k| remove(*k)).collect();
         let mut out = Vec::new();
-        for key in keys {
-            if let Some(mut queue) = self.queues.remove(&key) {
-                out.extend(queue.drain(..));
-                self.keep_spare(queue);
+        let mut i = self.oldest;
+        while let Some(slot) = self.slots.get(i) {
+            let (next, seq) = (slot.newer, slot.seq);
+            if remove(slot.key) {
+                out.extend(self.release(i).map(|item| (seq, item)));
             }
+            i = next;
         }
-        self.len -= out.len();
+        self.keys.retain(|key, _| !remove(*key));
+        self.empty_keys = self.keys.values().filter(|e| e.head == NIL).count();
         out
     }
 
-    fn keep_spare(&mut self, queue: Queue<T>) {
-        if self.spare.len() < SPARE_QUEUES && queue.capacity() > 0 {
-            self.spare.push(queue);
+    /// Puts `slot` in a free slot, or a new one.
+    fn alloc(&mut self, slot: Slot<T>) -> usize {
+        match self.slots.get_mut(self.free) {
+            Some(free) => {
+                let i = self.free;
+                self.free = free.next_in_key;
+                *free = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Unlinks slot `i` from the push-order list (its key's list is the caller's) and frees it.
+    fn release(&mut self, i: usize) -> Option<T> {
+        let slot = self.slots.get_mut(i)?;
+        let (older, newer) = (slot.older, slot.newer);
+        let item = slot.item.take();
+        slot.next_in_key = self.free;
+        self.free = i;
+        match older {
+            NIL => self.oldest = newer,
+            o => self.slots[o].newer = newer,
+        }
+        match newer {
+            NIL => self.newest = older,
+            n => self.slots[n].older = older,
+        }
+        self.len -= 1;
+        item
+    }
+
+    /// Drops the kept empty keys once they outnumber both the bound and the live keys, so a
+    /// sweep's cost is paid for by the pops that emptied them.
+    fn sweep_empty_keys(&mut self) {
+        let live = self.keys.len() - self.empty_keys;
+        if self.empty_keys > EMPTY_KEYS_KEPT.max(live) {
+            self.keys.retain(|_, e| e.head != NIL);
+            self.empty_keys = 0;
         }
     }
 }
