@@ -2,6 +2,7 @@
 //! unexpected arrivals, both kept in order so messages from one source are never overtaken,
 //! and indexed by (source, tag) so the common match is a hash lookup, not a scan.
 
+mod indexed;
 mod keyed;
 #[cfg(test)]
 mod order_tests;

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use proptest::prelude::*;
 
-use super::keyed::EMPTY_KEYS_KEPT;
+use super::indexed::EMPTY_KEYS_KEPT;
 use super::{Arrival, Matcher, PostedRecv};
 use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
 
