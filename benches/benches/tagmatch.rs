@@ -1,0 +1,180 @@
+//! Tag matching alone: the transport's indexed `Matcher` ("indexed") against the linear scans it
+//! replaced ("linear", copied here), with 1, 64 and 1024 outstanding keys.
+//!
+//! One iteration is one message through both sides of the matcher:
+//! - `expected/exact`: n receives (one source, full tag) are posted; a message arrives for one of
+//!   them, chosen at random, and that receive is posted again (it misses the unexpected side).
+//! - `unexpected/exact`: n messages wait; a receive for one of them is posted, and the message
+//!   arrives again (it misses the posted side).
+//! - `expected/any-source` and `unexpected/any-source`: the same with `Source::Any` receives,
+//!   which both matchers scan (the indexed one scans its wildcard list, or one entry per key).
+//!
+//! Key k is (source k % 16, tag k). `cargo bench -p reverb-benches --bench tagmatch`.
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use reverb_transport::tagmatch::{Arrival, Matcher, PostedRecv};
+use reverb_transport::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
+
+const OUTSTANDING: [usize; 3] = [1, 64, 1024];
+/// Pre-drawn keys, so the random draw costs nothing inside the timing.
+const DRAWS: usize = 4096;
+
+struct Msg(Rank, Tag);
+
+impl Arrival for Msg {
+    fn source(&self) -> Rank {
+        self.0
+    }
+    fn tag(&self) -> Tag {
+        self.1
+    }
+}
+
+/// Both sides of a matcher, as `TaggedState` calls them.
+trait TagMatcher: Default {
+    fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv>;
+    fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg>;
+    fn push_posted(&mut self, recv: PostedRecv);
+    fn push_unexpected(&mut self, msg: Msg);
+}
+
+impl TagMatcher for Matcher<Msg> {
+    fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
+        Matcher::take_posted(self, source, tag)
+    }
+    fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg> {
+        Matcher::take_unexpected(self, source, tag)
+    }
+    fn push_posted(&mut self, recv: PostedRecv) {
+        Matcher::push_posted(self, recv)
+    }
+    fn push_unexpected(&mut self, msg: Msg) {
+        Matcher::push_unexpected(self, msg)
+    }
+}
+
+/// The matcher before the index: one list per side, scanned from the front.
+#[derive(Default)]
+struct Linear {
+    posted: VecDeque<PostedRecv>,
+    unexpected: VecDeque<Msg>,
+}
+
+impl TagMatcher for Linear {
+    fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
+        let i = self.posted.iter().position(|p| p.source.matches(source) && p.tag.matches(tag))?;
+        self.posted.remove(i)
+    }
+    fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg> {
+        let i = self.unexpected.iter().position(|a| source.matches(a.0) && tag.matches(a.1))?;
+        self.unexpected.remove(i)
+    }
+    fn push_posted(&mut self, recv: PostedRecv) {
+        self.posted.push_back(recv);
+    }
+    fn push_unexpected(&mut self, msg: Msg) {
+        self.unexpected.push_back(msg);
+    }
+}
+
+fn key(k: usize) -> (Rank, Tag) {
+    ((k % 16) as Rank, k as Tag)
+}
+
+fn source_of(k: usize, any: bool) -> Source {
+    if any {
+        Source::Any
+    } else {
+        Source::Rank(key(k).0)
+    }
+}
+
+fn recv(k: usize, any: bool) -> PostedRecv {
+    let buffer = RecvBuffer::Owned { capacity: 8 };
+    PostedRecv { op: OpId(k as u64), source: source_of(k, any), tag: TagMatch::exact(key(k).1), buffer }
+}
+
+fn draws(n: usize) -> Vec<usize> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..DRAWS)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        })
+        .collect()
+}
+
+/// A message for a posted receive, then the receive again.
+fn expected<M: TagMatcher>(any: bool) -> impl FnMut(&mut M, usize) {
+    move |m, k| {
+        let (source, tag) = key(k);
+        let hit = m.take_posted(source, tag).expect("a posted receive");
+        black_box(&hit);
+        let again = recv(k, any);
+        assert!(m.take_unexpected(again.source, again.tag).is_none());
+        m.push_posted(again);
+    }
+}
+
+/// A receive for a waiting message, then the message again.
+fn unexpected<M: TagMatcher>(any: bool) -> impl FnMut(&mut M, usize) {
+    move |m, k| {
+        let (source, tag) = key(k);
+        let hit = m.take_unexpected(source_of(k, any), TagMatch::exact(tag)).expect("a waiting message");
+        black_box(&hit);
+        assert!(m.take_posted(source, tag).is_none());
+        m.push_unexpected(Msg(source, tag));
+    }
+}
+
+/// Times `step` on a matcher that holds `n` posted receives (`expected`) or `n` waiting
+/// messages, one per key.
+fn run<M: TagMatcher>(c: &mut Criterion, name: &str, n: usize, any: bool, expected_side: bool) {
+    let mut m = M::default();
+    for k in 0..n {
+        if expected_side {
+            m.push_posted(recv(k, any));
+        } else {
+            m.push_unexpected(Msg(key(k).0, key(k).1));
+        }
+    }
+    let side = if expected_side { "expected" } else { "unexpected" };
+    let mut group =
+        c.benchmark_group(format!("tagmatch/{side}/{}", if any { "any-source" } else { "exact" }));
+    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    let keys = draws(n);
+    let mut i = 0;
+    let (mut hit_posted, mut hit_waiting) = (expected::<M>(any), unexpected::<M>(any));
+    group.bench_function(BenchmarkId::new(name, n), |b| {
+        b.iter(|| {
+            let k = keys[i % DRAWS];
+            i += 1;
+            if expected_side {
+                hit_posted(&mut m, k);
+            } else {
+                hit_waiting(&mut m, k);
+            }
+        })
+    });
+    group.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    for expected_side in [true, false] {
+        for any in [false, true] {
+            for n in OUTSTANDING {
+                run::<Linear>(c, "linear", n, any, expected_side);
+                run::<Matcher<Msg>>(c, "indexed", n, any, expected_side);
+            }
+        }
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
