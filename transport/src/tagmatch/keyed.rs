@@ -1,7 +1,8 @@
-//! FIFO queues keyed by (source, tag), each entry stamped with a sequence number. A side that
-//! holds a few entries keeps them in one list scanned from the front (nothing beats that for a
-//! handful, as in a ping-pong); past `FEW` they move to the indexed slab (`indexed.rs`), where
-//! the exact key's oldest entry is one hash away, until the side empties again.
+//! FIFO queues keyed by (source, tag), each entry stamped with a sequence number. A side starts
+//! with one list scanned from the front: nothing beats it while the entry sought sits near the
+//! front, as in a ping-pong or a window of receives for one key. Once a scan for a key has to
+//! pass `SCAN_LIMIT` entries the side moves to the indexed slab (`indexed.rs`), where a key's
+//! oldest entry is one hash away, and stays there until it empties.
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
@@ -15,11 +16,12 @@ pub(super) type Key = (Rank, Tag);
 /// Position in posting (or arrival) order; smaller is earlier.
 pub(super) type Seq = u64;
 
-/// Entries kept in the scanned list before the side switches to the index. Small under test,
-/// so the random tests cross it often.
-const FEW: usize = if cfg!(test) { 2 } else { 8 };
+/// The longest scan for a key before the side switches to the index: past the crossover of a
+/// short scan and a hash lookup plus slab upkeep (`benches/benches/tagmatch.rs`). Small under
+/// test, so the random tests cross it often.
+const SCAN_LIMIT: usize = if cfg!(test) { 2 } else { 16 };
 
-/// Per-key FIFO queues: `few` while the side is small, else `indexed` (never both in use).
+/// Per-key FIFO queues: the scanned list `few`, else `indexed` (never both in use).
 #[derive(Debug)]
 pub(super) struct KeyedQueues<T> {
     few: VecDeque<(Seq, Key, T)>,
@@ -46,14 +48,11 @@ impl<T> KeyedQueues<T> {
 
     /// Appends `item` (stamped `seq`, which must exceed every earlier stamp) to `key`'s queue.
     pub(super) fn push(&mut self, key: Key, seq: Seq, item: T) {
-        if self.indexed.len() == 0 && self.few.len() < FEW {
-            self.few.push_back((seq, key, item));
-            return;
-        }
-        for (seq, key, item) in self.few.drain(..) {
+        if self.indexed.len() > 0 {
             self.indexed.push(key, seq, item);
+        } else {
+            self.few.push_back((seq, key, item));
         }
-        self.indexed.push(key, seq, item);
     }
 
     /// The stamp of `key`'s oldest entry.
@@ -64,13 +63,19 @@ impl<T> KeyedQueues<T> {
         self.few.iter().find(|(_, k, _)| *k == key).map(|(seq, _, _)| *seq)
     }
 
-    /// Takes `key`'s oldest entry.
+    /// Takes `key`'s oldest entry; a long scan moves the side to the index.
     pub(super) fn pop(&mut self, key: Key) -> Option<T> {
         if self.indexed.len() > 0 {
             return self.indexed.pop(key);
         }
-        let i = self.few.iter().position(|(_, k, _)| *k == key)?;
-        self.few.remove(i).map(|(_, _, item)| item)
+        let found = self.few.iter().position(|(_, k, _)| *k == key);
+        let item = found.and_then(|i| self.few.remove(i)).map(|(_, _, item)| item);
+        if found.unwrap_or(self.few.len()) > SCAN_LIMIT {
+            for (seq, key, item) in self.few.drain(..) {
+                self.indexed.push(key, seq, item);
+            }
+        }
+        item
     }
 
     /// The key of the oldest entry `accept` takes.
