@@ -96,11 +96,10 @@ impl<A: Arrival> Matcher<A> {
 
     /// The oldest unexpected arrival that a new receive for (`source`, `tag`) accepts.
     pub fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<A> {
-        let key = match exact_key(source, tag) {
-            Some(key) => key,
-            None => self.unexpected.oldest_key(|(r, t)| source.matches(r) && tag.matches(t))?,
-        };
-        self.unexpected.pop(key)
+        match exact_key(source, tag) {
+            Some(key) => self.unexpected.pop(key),
+            None => self.unexpected.take_oldest(|(r, t)| source.matches(r) && tag.matches(t)),
+        }
     }
 
     /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).

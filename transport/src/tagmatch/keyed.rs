@@ -78,12 +78,14 @@ impl<T> KeyedQueues<T> {
         item
     }
 
-    /// The key of the oldest entry `accept` takes.
-    pub(super) fn oldest_key(&self, accept: impl Fn(Key) -> bool) -> Option<Key> {
+    /// Takes the oldest entry whose key `accept` takes (a wildcard: never moves the side).
+    pub(super) fn take_oldest(&mut self, accept: impl Fn(Key) -> bool) -> Option<T> {
         if self.indexed.len() > 0 {
-            return self.indexed.oldest_key(accept);
+            let key = self.indexed.oldest_key(accept)?;
+            return self.indexed.pop(key);
         }
-        self.few.iter().find(|(_, k, _)| accept(*k)).map(|(_, k, _)| *k)
+        let i = self.few.iter().position(|(_, k, _)| accept(*k))?;
+        self.few.remove(i).map(|(_, _, item)| item)
     }
 
     /// Removes every key `remove` takes; returns their entries with stamps, in push order.
