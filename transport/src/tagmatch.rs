@@ -39,7 +39,8 @@ pub trait Arrival {
 ///
 /// The common case (a receive naming its source and the full tag, as the logger and MPI
 /// point-to-point post) is O(1) on both sides: receives and arrivals sit in FIFO queues keyed
-/// by (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues. Receives that take
+/// by (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues (a side whose scans
+/// stay short keeps one scanned list instead; see `keyed`). Receives that take
 /// any source or mask tag bits wait in one list in posting order; a message compares the
 /// oldest receive of its key with the older wildcard receives by posting sequence number. A
 /// wildcard receive walks the arrivals in arrival order and stops at the first it accepts.
