@@ -1,16 +1,23 @@
 //! Tag matching shared by providers (as libfabric's util layer): posted receives and
-//! unexpected arrivals, both kept in order so messages from one source are never overtaken,
-//! and indexed by (source, tag) so the common match is a hash lookup, not a scan.
+//! unexpected arrivals, both kept in order so messages from one source are never overtaken:
+//! scanned while few are outstanding, indexed by (source, tag) once scans grow long.
 
 mod indexed;
-mod keyed;
+mod key;
 #[cfg(test)]
 mod order_tests;
-
-use std::collections::VecDeque;
+mod posted;
+mod unexpected;
 
 use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
-use keyed::{Key, KeyedQueues, Seq};
+use key::Key;
+use posted::Posted;
+use unexpected::Unexpected;
+
+/// The longest scan of a side's list before it moves to the index: past the crossover of a
+/// short scan and a hash lookup plus slab upkeep (`benches/benches/tagmatch.rs`). Small under
+/// test, so the random tests cross it often.
+const SCAN_LIMIT: usize = if cfg!(test) { 2 } else { 16 };
 
 /// A receive the application posted and no message has matched yet.
 #[derive(Debug)]
@@ -37,38 +44,29 @@ pub trait Arrival {
 /// takes the earliest posted receive that accepts it, a receive takes the earliest arrival it
 /// accepts, and messages from one sender are taken in the order they arrived.
 ///
-/// The common case (a receive naming its source and the full tag, as the logger and MPI
-/// point-to-point post) is O(1) on both sides: receives and arrivals sit in FIFO queues keyed
-/// by (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues (a side whose scans
-/// stay short keeps one scanned list instead; see `keyed`). Receives that take
-/// any source or mask tag bits wait in one list in posting order; a message compares the
-/// oldest receive of its key with the older wildcard receives by posting sequence number. A
-/// wildcard receive walks the arrivals in arrival order and stops at the first it accepts.
+/// Each side starts as one list scanned from the front: with a few entries outstanding (a
+/// ping-pong, a window of receives for one key) the entry sought is at or near the front and
+/// nothing is cheaper. A side whose scans pass `SCAN_LIMIT` entries moves to an index until it
+/// empties, where the common case (a receive naming its source and the full tag, as the logger
+/// and MPI point-to-point post) is O(1): receives and arrivals sit in FIFO queues keyed by
+/// (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues. There, receives that
+/// take any source or mask tag bits wait in one list in posting order, and a message compares
+/// the oldest receive of its key with the older wildcard receives by posting sequence number;
+/// a wildcard receive walks the arrivals in arrival order and stops at the first it accepts.
 #[derive(Debug)]
 pub struct Matcher<A: Arrival> {
-    /// Receives for one source and a full tag.
-    posted: KeyedQueues<PostedRecv>,
-    /// The other receives, in posting order.
-    posted_wild: VecDeque<(Seq, PostedRecv)>,
-    /// Arrivals, by their source and tag.
-    unexpected: KeyedQueues<A>,
-    next_post: Seq,
-    next_arrival: Seq,
+    posted: Posted,
+    unexpected: Unexpected<A>,
 }
 
 impl<A: Arrival> Default for Matcher<A> {
     fn default() -> Self {
-        Matcher {
-            posted: KeyedQueues::default(),
-            posted_wild: VecDeque::new(),
-            unexpected: KeyedQueues::default(),
-            next_post: 0,
-            next_arrival: 0,
-        }
+        Matcher { posted: Posted::default(), unexpected: Unexpected::default() }
     }
 }
 
 /// The queue key of a receive that accepts exactly one (source, tag); None for a wildcard.
+#[inline]
 fn exact_key(source: Source, tag: TagMatch) -> Option<Key> {
     match source {
         Source::Rank(r) if tag.mask == Tag::MAX => Some((r, tag.tag)),
@@ -78,72 +76,43 @@ fn exact_key(source: Source, tag: TagMatch) -> Option<Key> {
 
 impl<A: Arrival> Matcher<A> {
     /// The oldest posted receive that accepts a message from `source` with `tag`.
+    #[inline]
     pub fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
-        if self.posted_wild.is_empty() {
-            return self.posted.pop((source, tag));
-        }
-        let exact = self.posted.front_seq((source, tag));
-        // Only wildcard receives posted before the exact one can take the message from it.
-        let wild = self
-            .posted_wild
-            .iter()
-            .take_while(|(seq, _)| exact.is_none_or(|e| *seq < e))
-            .position(|(_, p)| p.source.matches(source) && p.tag.matches(tag));
-        match wild {
-            Some(i) => self.posted_wild.remove(i).map(|(_, p)| p),
-            None => self.posted.pop((source, tag)),
-        }
+        self.posted.take(source, tag)
     }
 
     /// The oldest unexpected arrival that a new receive for (`source`, `tag`) accepts.
+    #[inline]
     pub fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<A> {
-        match exact_key(source, tag) {
-            Some(key) => self.unexpected.pop(key),
-            None => self.unexpected.take_oldest(|(r, t)| source.matches(r) && tag.matches(t)),
-        }
+        self.unexpected.take(source, tag)
     }
 
     /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).
+    #[inline]
     pub fn push_posted(&mut self, recv: PostedRecv) {
-        let seq = self.next_post;
-        self.next_post += 1;
-        match exact_key(recv.source, recv.tag) {
-            Some(key) => self.posted.push(key, seq, recv),
-            None => self.posted_wild.push_back((seq, recv)),
-        }
+        self.posted.push(recv)
     }
 
     /// Keeps an arrival that matched no posted receive (call `take_posted` first).
+    #[inline]
     pub fn push_unexpected(&mut self, arrival: A) {
-        let seq = self.next_arrival;
-        self.next_arrival += 1;
-        self.unexpected.push((arrival.source(), arrival.tag()), seq, arrival);
+        self.unexpected.push(arrival)
     }
 
     /// Removes the receives that can only be satisfied by `rank` (after it died), in posting
     /// order.
     pub fn drain_posted_from(&mut self, rank: Rank) -> Vec<PostedRecv> {
-        let mut dead = self.posted.remove_keys(|(r, _)| r == rank);
-        let wild = std::mem::take(&mut self.posted_wild);
-        for (seq, p) in wild {
-            if p.source == Source::Rank(rank) {
-                dead.push((seq, p));
-            } else {
-                self.posted_wild.push_back((seq, p));
-            }
-        }
-        dead.sort_unstable_by_key(|(seq, _)| *seq);
-        dead.into_iter().map(|(_, p)| p).collect()
+        self.posted.drain_from(rank)
     }
 
     /// Drops the arrivals from `rank` no receive has claimed; returns how many.
     pub fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
-        self.unexpected.remove_keys(|(r, _)| r == rank).len()
+        self.unexpected.drop_from(rank)
     }
 
     /// Receives waiting for a message.
     pub fn posted_len(&self) -> usize {
-        self.posted.len() + self.posted_wild.len()
+        self.posted.len()
     }
 
     /// Arrivals waiting for a receive.

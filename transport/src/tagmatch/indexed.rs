@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use super::keyed::{Key, KeyHasher, Seq};
+use super::key::{Key, KeyHasher, Seq};
 
 /// No slot: the end of a list.
 const NIL: usize = usize::MAX;

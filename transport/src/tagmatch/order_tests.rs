@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::indexed::EMPTY_KEYS_KEPT;
-use super::{Arrival, Matcher, PostedRecv};
+use super::{Arrival, Matcher, PostedRecv, SCAN_LIMIT};
 use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
 
 /// A message: sender, tag and an id to tell equal-looking messages apart.
@@ -234,4 +234,32 @@ fn dead_sources_lose_their_receives_and_arrivals_in_order() {
     arrive(&mut m, Msg(6, 1, 2));
     assert_eq!(m.drop_unexpected_from(5), 2);
     assert_eq!(m.unexpected_len(), 1);
+}
+
+#[test]
+fn a_long_scan_moves_a_side_to_the_index_until_it_empties() {
+    let mut m = Matcher::default();
+    let n = SCAN_LIMIT as u64 + 2;
+    for k in 0..n {
+        post(&mut m, k, Source::Rank(1), TagMatch::exact(k));
+    }
+    assert!(!m.posted.is_indexed(), "a few receives stay one scanned list");
+    assert_eq!(arrive(&mut m, Msg(1, n - 1, 0)), Some(n - 1));
+    assert!(m.posted.is_indexed(), "a scan past the limit moves the side");
+    for k in 0..n - 1 {
+        assert_eq!(arrive(&mut m, Msg(1, k, k)), Some(k));
+    }
+    assert!(!m.posted.is_indexed(), "an emptied side scans again");
+
+    for k in 0..=n {
+        arrive(&mut m, Msg(2, k, k));
+    }
+    assert_eq!(post(&mut m, 100, Source::Any, TagMatch::exact(n)), Some(Msg(2, n, n)));
+    assert!(!m.unexpected.is_indexed(), "a wildcard's scan does not move the side");
+    assert_eq!(post(&mut m, 101, Source::Rank(2), TagMatch::exact(n - 1)), Some(Msg(2, n - 1, n - 1)));
+    assert!(m.unexpected.is_indexed(), "a long scan for one key does");
+    for k in 0..n - 1 {
+        assert_eq!(post(&mut m, 102 + k, Source::Any, TagMatch::any()), Some(Msg(2, k, k)));
+    }
+    assert!(!m.unexpected.is_indexed(), "an emptied side scans again");
 }
