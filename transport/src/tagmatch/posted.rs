@@ -39,8 +39,9 @@ impl Posted {
     /// Takes the oldest receive that accepts a message from `source` with `tag`.
     #[inline]
     pub(super) fn take(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
-        if self.indexed {
-            return self.take_indexed(source, tag);
+        if self.scan.is_empty() {
+            // Nothing posted, or the side is on the index (a non-empty scan list is the mode).
+            return if self.indexed { self.take_indexed(source, tag) } else { None };
         }
         let found = self.scan.iter().position(|p| p.source.matches(source) && p.tag.matches(tag));
         match found {

@@ -47,8 +47,9 @@ impl<A: Arrival> Unexpected<A> {
     /// Takes the oldest arrival a receive for (`source`, `tag`) accepts.
     #[inline]
     pub(super) fn take(&mut self, source: Source, tag: TagMatch) -> Option<A> {
-        if self.indexed.len() > 0 {
-            return self.take_indexed(source, tag);
+        if self.scan.is_empty() {
+            // Nothing waits, or the side is on the index (a non-empty scan list is the mode).
+            return if self.indexed.len() > 0 { self.take_indexed(source, tag) } else { None };
         }
         let found = self.scan.iter().position(|a| source.matches(a.source()) && tag.matches(a.tag()));
         match found {
