@@ -1,5 +1,6 @@
-//! Tag matching alone: the transport's indexed `Matcher` ("indexed") against the linear scans it
-//! replaced ("linear", copied here), with 1, 64 and 1024 outstanding keys.
+//! Tag matching alone: the transport's `Matcher` ("indexed": scanned lists, indexed once scans
+//! pass 16 entries) against the linear scans it replaced ("linear", copied here), with 1, 64
+//! and 1024 outstanding keys.
 //!
 //! One iteration is one message through both sides of the matcher:
 //! - `expected/exact`: n receives (one source, full tag) are posted; a message arrives for one of
@@ -9,13 +10,14 @@
 //! - `expected/any-source` and `unexpected/any-source`: the same with `Source::Any` receives,
 //!   which both matchers scan (the indexed one scans its wildcard list, or one entry per key).
 //!
-//! Key k is (source k % 16, tag k). `cargo bench -p reverb-benches --bench tagmatch`.
+//! Key k is (source k % 16, tag k). `cargo bench -p reverb-benches --bench tagmatch`; for
+//! instruction counts of one case, see `iterations_only`.
 
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use reverb_transport::tagmatch::{Arrival, Matcher, PostedRecv};
 use reverb_transport::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
 
@@ -133,9 +135,8 @@ fn unexpected<M: TagMatcher>(any: bool) -> impl FnMut(&mut M, usize) {
     }
 }
 
-/// Times `step` on a matcher that holds `n` posted receives (`expected`) or `n` waiting
-/// messages, one per key.
-fn run<M: TagMatcher>(c: &mut Criterion, name: &str, n: usize, any: bool, expected_side: bool) {
+/// A matcher holding `n` posted receives (`expected_side`) or `n` waiting messages, one per key.
+fn filled<M: TagMatcher>(n: usize, any: bool, expected_side: bool) -> M {
     let mut m = M::default();
     for k in 0..n {
         if expected_side {
@@ -144,24 +145,48 @@ fn run<M: TagMatcher>(c: &mut Criterion, name: &str, n: usize, any: bool, expect
             m.push_unexpected(Msg(key(k).0, key(k).1));
         }
     }
-    let side = if expected_side { "expected" } else { "unexpected" };
-    let mut group =
-        c.benchmark_group(format!("tagmatch/{side}/{}", if any { "any-source" } else { "exact" }));
-    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    m
+}
+
+/// One iteration per call: the next drawn key through both sides of `m`.
+fn stepper<M: TagMatcher>(n: usize, any: bool, expected_side: bool) -> impl FnMut(&mut M) {
     let keys = draws(n);
     let mut i = 0;
     let (mut hit_posted, mut hit_waiting) = (expected::<M>(any), unexpected::<M>(any));
-    group.bench_function(BenchmarkId::new(name, n), |b| {
-        b.iter(|| {
-            let k = keys[i % DRAWS];
-            i += 1;
-            if expected_side {
-                hit_posted(&mut m, k);
-            } else {
-                hit_waiting(&mut m, k);
-            }
-        })
-    });
+    move |m| {
+        let k = keys[i % DRAWS];
+        i += 1;
+        if expected_side {
+            hit_posted(m, k);
+        } else {
+            hit_waiting(m, k);
+        }
+    }
+}
+
+fn side_name(expected_side: bool) -> &'static str {
+    if expected_side {
+        "expected"
+    } else {
+        "unexpected"
+    }
+}
+
+fn kind_name(any: bool) -> &'static str {
+    if any {
+        "any-source"
+    } else {
+        "exact"
+    }
+}
+
+/// Times one iteration on a matcher that holds `n` posted receives or waiting messages.
+fn run<M: TagMatcher>(c: &mut Criterion, name: &str, n: usize, any: bool, expected_side: bool) {
+    let mut m = filled::<M>(n, any, expected_side);
+    let mut step = stepper::<M>(n, any, expected_side);
+    let mut group = c.benchmark_group(format!("tagmatch/{}/{}", side_name(expected_side), kind_name(any)));
+    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    group.bench_function(BenchmarkId::new(name, n), |b| b.iter(|| step(&mut m)));
     group.finish();
 }
 
@@ -177,4 +202,45 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `iters` iterations of one case, untimed.
+fn iterate<M: TagMatcher>(n: usize, any: bool, expected_side: bool, iters: u64) {
+    let mut m = filled::<M>(n, any, expected_side);
+    let mut step = stepper::<M>(n, any, expected_side);
+    for _ in 0..iters {
+        step(&mut m);
+    }
+    black_box(&mut m);
+}
+
+/// `TAGMATCH_ITERS=N TAGMATCH_CASE=expected/exact/indexed/64`: N iterations of one case (named
+/// as criterion names it) and nothing else, for instruction counts (`valgrind --tool=callgrind`
+/// at two N; the difference over the difference in N is the cost of one iteration).
+fn iterations_only() -> bool {
+    let Some(iters) = std::env::var("TAGMATCH_ITERS").ok().and_then(|v| v.parse::<u64>().ok()) else {
+        return false;
+    };
+    let case = std::env::var("TAGMATCH_CASE").unwrap_or_else(|_| "expected/exact/indexed/1".into());
+    let parsed = match case.split('/').collect::<Vec<_>>()[..] {
+        [side, kind, name, n] => {
+            n.parse::<usize>().ok().map(|n| (side == "expected", kind == "any-source", name, n))
+        }
+        _ => None,
+    };
+    match parsed {
+        Some((expected_side, any, "linear", n)) => iterate::<Linear>(n, any, expected_side, iters),
+        Some((expected_side, any, "indexed", n)) => iterate::<Matcher<Msg>>(n, any, expected_side, iters),
+        _ => {
+            eprintln!("TAGMATCH_CASE={case}: not side/kind/linear|indexed/outstanding");
+            std::process::exit(2);
+        }
+    }
+    true
+}
+
+fn main() {
+    if !iterations_only() {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
+}
