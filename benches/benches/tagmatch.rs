@@ -36,7 +36,8 @@ impl Arrival for Msg {
     }
 }
 
-/// Both sides of a matcher, as `TaggedState` calls them.
+/// Both sides of a matcher, as `TaggedState` calls them (inlined into the loop for both
+/// matchers, as into `TaggedState`'s paths).
 trait TagMatcher: Default {
     fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv>;
     fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg>;
@@ -45,15 +46,19 @@ trait TagMatcher: Default {
 }
 
 impl TagMatcher for Matcher<Msg> {
+    #[inline(always)]
     fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
         Matcher::take_posted(self, source, tag)
     }
+    #[inline(always)]
     fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg> {
         Matcher::take_unexpected(self, source, tag)
     }
+    #[inline(always)]
     fn push_posted(&mut self, recv: PostedRecv) {
         Matcher::push_posted(self, recv)
     }
+    #[inline(always)]
     fn push_unexpected(&mut self, msg: Msg) {
         Matcher::push_unexpected(self, msg)
     }
@@ -67,17 +72,21 @@ struct Linear {
 }
 
 impl TagMatcher for Linear {
+    #[inline(always)]
     fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
         let i = self.posted.iter().position(|p| p.source.matches(source) && p.tag.matches(tag))?;
         self.posted.remove(i)
     }
+    #[inline(always)]
     fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<Msg> {
         let i = self.unexpected.iter().position(|a| source.matches(a.0) && tag.matches(a.1))?;
         self.unexpected.remove(i)
     }
+    #[inline(always)]
     fn push_posted(&mut self, recv: PostedRecv) {
         self.posted.push_back(recv);
     }
+    #[inline(always)]
     fn push_unexpected(&mut self, msg: Msg) {
         self.unexpected.push_back(msg);
     }
