@@ -1,9 +1,23 @@
 //! Tag matching shared by providers (as libfabric's util layer): posted receives and
-//! unexpected arrivals, both kept in order so messages from one source are never overtaken.
+//! unexpected arrivals, both kept in order so messages from one source are never overtaken:
+//! scanned while few are outstanding, indexed by (source, tag) once scans grow long.
 
-use std::collections::VecDeque;
+mod indexed;
+mod key;
+#[cfg(test)]
+mod order_tests;
+mod posted;
+mod unexpected;
 
 use crate::api::{OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
+use key::Key;
+use posted::Posted;
+use unexpected::Unexpected;
+
+/// The longest scan of a side's list before it moves to the index: past the crossover of a
+/// short scan and a hash lookup plus slab upkeep (`benches/benches/tagmatch.rs`). Small under
+/// test, so the random tests cross it often.
+const SCAN_LIMIT: usize = if cfg!(test) { 2 } else { 16 };
 
 /// A receive the application posted and no message has matched yet.
 #[derive(Debug)]
@@ -26,55 +40,74 @@ pub trait Arrival {
     fn tag(&self) -> Tag;
 }
 
-/// Posted receives and unexpected arrivals of one provider, each in posting/arrival order.
+/// Posted receives and unexpected arrivals of one provider, matched as MPI does: a message
+/// takes the earliest posted receive that accepts it, a receive takes the earliest arrival it
+/// accepts, and messages from one sender are taken in the order they arrived.
+///
+/// Each side starts as one list scanned from the front: with a few entries outstanding (a
+/// ping-pong, a window of receives for one key) the entry sought is at or near the front and
+/// nothing is cheaper. A side whose scans pass `SCAN_LIMIT` entries moves to an index until it
+/// empties, where the common case (a receive naming its source and the full tag, as the logger
+/// and MPI point-to-point post) is O(1): receives and arrivals sit in FIFO queues keyed by
+/// (source, tag), as in UCX's tag-matching hash and MPICH's ch4 queues. There, receives that
+/// take any source or mask tag bits wait in one list in posting order, and a message compares
+/// the oldest receive of its key with the older wildcard receives by posting sequence number;
+/// a wildcard receive walks the arrivals in arrival order and stops at the first it accepts.
 #[derive(Debug)]
 pub struct Matcher<A: Arrival> {
-    posted: VecDeque<PostedRecv>,
-    unexpected: VecDeque<A>,
+    posted: Posted,
+    unexpected: Unexpected<A>,
 }
 
 impl<A: Arrival> Default for Matcher<A> {
     fn default() -> Self {
-        Matcher { posted: VecDeque::new(), unexpected: VecDeque::new() }
+        Matcher { posted: Posted::default(), unexpected: Unexpected::default() }
+    }
+}
+
+/// The queue key of a receive that accepts exactly one (source, tag); None for a wildcard.
+#[inline]
+fn exact_key(source: Source, tag: TagMatch) -> Option<Key> {
+    match source {
+        Source::Rank(r) if tag.mask == Tag::MAX => Some((r, tag.tag)),
+        _ => None,
     }
 }
 
 impl<A: Arrival> Matcher<A> {
     /// The oldest posted receive that accepts a message from `source` with `tag`.
+    #[inline]
     pub fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {
-        let i = self.posted.iter().position(|p| p.source.matches(source) && p.tag.matches(tag))?;
-        self.posted.remove(i)
+        self.posted.take(source, tag)
     }
 
     /// The oldest unexpected arrival that a new receive for (`source`, `tag`) accepts.
+    #[inline]
     pub fn take_unexpected(&mut self, source: Source, tag: TagMatch) -> Option<A> {
-        let i = self.unexpected.iter().position(|a| source.matches(a.source()) && tag.matches(a.tag()))?;
-        self.unexpected.remove(i)
+        self.unexpected.take(source, tag)
     }
 
     /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).
+    #[inline]
     pub fn push_posted(&mut self, recv: PostedRecv) {
-        self.posted.push_back(recv);
+        self.posted.push(recv)
     }
 
     /// Keeps an arrival that matched no posted receive (call `take_posted` first).
+    #[inline]
     pub fn push_unexpected(&mut self, arrival: A) {
-        self.unexpected.push_back(arrival);
+        self.unexpected.push(arrival)
     }
 
-    /// Removes the receives that can only be satisfied by `rank` (after it died).
+    /// Removes the receives that can only be satisfied by `rank` (after it died), in posting
+    /// order.
     pub fn drain_posted_from(&mut self, rank: Rank) -> Vec<PostedRecv> {
-        let (dead, keep): (VecDeque<_>, VecDeque<_>) =
-            self.posted.drain(..).partition(|p| p.source == Source::Rank(rank));
-        self.posted = keep;
-        dead.into()
+        self.posted.drain_from(rank)
     }
 
     /// Drops the arrivals from `rank` no receive has claimed; returns how many.
     pub fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
-        let before = self.unexpected.len();
-        self.unexpected.retain(|a| a.source() != rank);
-        before - self.unexpected.len()
+        self.unexpected.drop_from(rank)
     }
 
     /// Receives waiting for a message.

@@ -11,8 +11,8 @@ use reverb_transport::{Rank, TransportError};
 
 use super::registry::{ProtocolEntry, ProtocolSetup};
 use super::{
-    sender_copies, DeterminantSink, GcReport, IncomingMessage, LogIo, LogMode, LogProtocol, OutgoingMessage,
-    Pending,
+    sender_copies, Background, DeterminantSink, GcReport, IncomingMessage, LogIo, LogMode, LogProtocol,
+    OutgoingMessage, Pending,
 };
 use crate::causal::CausalState;
 use crate::determinant::{Determinant, Rsn};
@@ -191,11 +191,19 @@ impl LogProtocol for Causal {
         Ok(self.pending())
     }
 
+    /// An unforced `background` acts only on a full batch (`write_pending`, `retire_durable`):
+    /// until one is due, sends skip the call.
     fn pending(&self) -> Pending {
-        Pending {
-            background: self.state.unstable_len() > 0,
-            receive_check: self.state.det_log_len() >= self.det_log_limit,
-        }
+        let background = if self.state.unstable_len() == 0 {
+            Background::Idle
+        } else if self.state.unwritten_len() >= DET_WRITE_BATCH
+            || self.state.written_unstable() >= DET_WRITE_BATCH
+        {
+            Background::Due
+        } else {
+            Background::Held
+        };
+        Pending { background, receive_check: self.state.det_log_len() >= self.det_log_limit }
     }
 
     fn check_receive(&self, stats: &LogStats) -> Result<()> {
@@ -339,6 +347,22 @@ mod tests {
         held.clear();
         c.held_determinants(2, &mut held);
         assert!(held.is_empty(), "a restart forgets the detLog");
+    }
+
+    #[test]
+    fn sends_skip_the_background_call_until_a_batch_is_due() {
+        let mut c = causal(16);
+        assert_eq!(c.pending().background, Background::Idle);
+        for rsn in 1..DET_WRITE_BATCH as Rsn {
+            c.state.add(det(1, 0, rsn));
+        }
+        assert_eq!(c.pending().background, Background::Held, "piggybacked, not written yet");
+        c.state.add(det(1, 0, DET_WRITE_BATCH as Rsn));
+        assert_eq!(c.pending().background, Background::Due, "a full batch is written now");
+        c.state.mark_written(DET_WRITE_BATCH, 1);
+        assert_eq!(c.pending().background, Background::Due, "and its durability polled");
+        c.state.mark_stable(1);
+        assert_eq!(c.pending().background, Background::Idle);
     }
 
     #[test]

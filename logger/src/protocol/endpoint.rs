@@ -13,7 +13,7 @@ use reverb_transport::{Bootstrap, Completion, CompletionKind, OpId, Owner, Provi
 use super::delivery::Arrived;
 use super::registry::{self, ProtocolEntry, ProtocolSetup};
 use super::rings::{BuddyRings, HostedRing};
-use super::{DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit, Pending};
+use super::{Background, DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit, Pending};
 use crate::causal::ReplayPlan;
 use crate::channel::{RecvChannels, SendSequencer};
 use crate::commmatrix::{CommMatrix, CommRow};
@@ -244,11 +244,12 @@ impl LoggedEndpoint {
         (&mut *self.protocol, io)
     }
 
-    /// Log writes off the delivery path (`LogProtocol::background`), while the protocol has
-    /// any pending: the common case costs one comparison.
+    /// Log writes off the delivery path (`LogProtocol::background`), when the protocol has
+    /// work due (forced: any state to work on): the common case costs one comparison.
     #[inline]
     pub(super) fn background(&mut self, force: bool) -> Result<()> {
-        if !self.pending.background {
+        let due = if force { Background::Held } else { Background::Due };
+        if self.pending.background < due {
             return Ok(());
         }
         self.background_now(force)

@@ -150,23 +150,36 @@ pub(crate) struct IncomingMessage<'a> {
 /// there. The hooks that change it return it; the endpoint asks `pending` after the others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Pending {
-    /// Work for [`LogProtocol::background`] (causal: own determinants not yet stable; they
-    /// are also what `prepare_send` piggybacks).
-    pub background: bool,
+    /// What [`LogProtocol::background`] has to work on.
+    pub background: Background,
     /// Receives must ask [`LogProtocol::check_receive`] first (causal: the detLog is full).
     pub receive_check: bool,
+}
+
+/// What [`LogProtocol::background`] has to work on, in increasing order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Background {
+    /// Nothing.
+    #[default]
+    Idle,
+    /// State a forced call works on, which `prepare_send` must see on every send (causal: own
+    /// determinants not yet stable, to piggyback and to write), but nothing an unforced call
+    /// would do yet: the per-send call is skipped.
+    Held,
+    /// Work an unforced call does now (causal: a write batch or a durability poll is due).
+    Due,
 }
 
 /// One logging protocol: the hooks where protocols differ. The endpoint calls them at fixed
 /// points of its paths; a protocol that has nothing to do at a point keeps the default.
 /// Per message the sender calls `log_send`, and `prepare_send` when the payload is logged or
-/// background work is pending; the receiver calls `log_delivery`.
+/// determinants are unstable; the receiver calls `log_delivery`.
 pub(crate) trait LogProtocol: Send {
     // --- send path ---
 
     /// Before the message takes an ssn: refuse it on back-pressure (a full send log), and put
     /// the determinants it carries to `dest` in `piggyback` (empty on entry). Called only when
-    /// the payload is logged or background work is pending (`Pending`).
+    /// the payload is logged or determinants are unstable (`Pending`).
     fn prepare_send(
         &mut self,
         dest: Rank,
@@ -181,7 +194,8 @@ pub(crate) trait LogProtocol: Send {
 
     /// Log writes off the delivery path, after every send and on every receive-loop round;
     /// `force` asks for pending writes to go now (idle receives, `progress`, flushes). Called
-    /// only while the last answer was `Pending`; returns whether work is left.
+    /// only while the last answer's `background` was `Due` (forced: not `Idle`); returns what
+    /// is left.
     fn background(&mut self, _io: &mut LogIo<'_>, _force: bool) -> Result<Pending> {
         Ok(Pending::default())
     }

@@ -5,7 +5,7 @@
 
 use reverb_transport::{Rank, Tag};
 
-use super::{LoggedEndpoint, OutgoingMessage};
+use super::{Background, LoggedEndpoint, OutgoingMessage};
 use crate::determinant::{Determinant, Ssn};
 use crate::envelope::Envelope;
 use crate::error::{LogError, Result};
@@ -30,9 +30,8 @@ impl LoggedEndpoint {
         let mut piggyback = std::mem::take(&mut self.piggyback);
         piggyback.clear();
         // Room first, so a full send log refuses the message before it takes an ssn. With no
-        // payload to log and no background work (so no determinant to piggyback) there is
-        // nothing to prepare.
-        if payload_logged || self.pending.background {
+        // payload to log and no unstable determinant to piggyback there is nothing to prepare.
+        if payload_logged || self.pending.background != Background::Idle {
             let prepared =
                 self.protocol.prepare_send(dest, payload.len(), payload_logged, &mut piggyback, &self.stats);
             if let Err(e) = prepared {
