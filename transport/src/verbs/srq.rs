@@ -16,6 +16,9 @@ const LIST_MAX: usize = 64;
 
 pub struct SharedReceiveQueue {
     pub(crate) raw: *mut ffi::ibv_srq,
+    /// The linked list of one post and its SGEs, kept to reuse their allocation.
+    wrs: Vec<ffi::ibv_recv_wr>,
+    sges: Vec<ffi::ibv_sge>,
     _pd: Arc<ProtectionDomain>,
 }
 
@@ -37,37 +40,42 @@ impl SharedReceiveQueue {
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(SharedReceiveQueue { raw, _pd: pd.clone() })
+        let (wrs, sges) = (Vec::with_capacity(LIST_MAX), Vec::with_capacity(LIST_MAX));
+        Ok(SharedReceiveQueue { raw, wrs, sges, _pd: pd.clone() })
     }
 
     /// Posts one receive per `(wr_id, sge)`, linked in chunks of [`LIST_MAX`].
     pub fn post(&mut self, recvs: &[(u64, Sge)]) -> Result<()> {
         for chunk in recvs.chunks(LIST_MAX) {
-            let mut sges = [ffi::ibv_sge::default(); LIST_MAX];
-            let mut wrs = [ffi::ibv_recv_wr {
-                wr_id: 0,
-                next: std::ptr::null_mut(),
-                sg_list: std::ptr::null_mut(),
-                num_sge: 1,
-            }; LIST_MAX];
-            for (i, (wr_id, s)) in chunk.iter().enumerate() {
-                sges[i] = ffi::ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
-                wrs[i].wr_id = *wr_id;
+            // Only the entries used are built: most refills are one or two receives.
+            self.sges.clear();
+            self.sges.extend(chunk.iter().map(|(_, s)| ffi::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            }));
+            self.wrs.clear();
+            let sge_base = self.sges.as_mut_ptr();
+            for (i, (wr_id, _)) in chunk.iter().enumerate() {
+                // SAFETY: i < chunk.len() == sges.len(): inside the vector, which is not
+                // touched again until the post below returns.
+                let sg_list = unsafe { sge_base.add(i) };
+                self.wrs.push(ffi::ibv_recv_wr {
+                    wr_id: *wr_id,
+                    next: std::ptr::null_mut(),
+                    sg_list,
+                    num_sge: 1,
+                });
             }
-            let (base, sge_base) = (wrs.as_mut_ptr(), sges.as_mut_ptr());
-            for i in 0..chunk.len() {
-                // SAFETY: i < chunk.len() <= LIST_MAX: every pointer stays inside its array.
-                unsafe {
-                    (*base.add(i)).sg_list = sge_base.add(i);
-                    if i + 1 < chunk.len() {
-                        (*base.add(i)).next = base.add(i + 1);
-                    }
-                }
+            let base = self.wrs.as_mut_ptr();
+            for i in 1..chunk.len() {
+                // SAFETY: i < chunk.len() == wrs.len(): both pointers stay inside the vector.
+                unsafe { (*base.add(i - 1)).next = base.add(i) };
             }
             let mut bad = std::ptr::null_mut();
             // SAFETY: post_srq_recv is static inline in verbs.h, so it is reached through the
-            // context's op table; the SRQ is valid; the list and its SGEs live on our stack for
-            // the call and name registered memory the provider keeps alive.
+            // context's op table; the SRQ is valid; the list and its SGEs live in our vectors
+            // for the call and name registered memory the provider keeps alive.
             let rc = unsafe {
                 let ctx = (*self.raw).context;
                 let post = (*ctx)
