@@ -29,11 +29,14 @@ impl VerbsProvider {
         let posted = self.srq.post(&self.refill);
         self.refill.clear();
         posted?;
-        for peer in std::mem::take(&mut self.refill_peers) {
+        // By index, keeping the vector's allocation: this runs on every receive.
+        for i in 0..self.refill_peers.len() {
+            let peer = self.refill_peers[i];
             let p = &mut self.peers[peer as usize];
             p.rx_consumed += std::mem::take(&mut p.rx_unposted);
             self.return_credits(peer)?;
         }
+        self.refill_peers.clear();
         Ok(())
     }
 
