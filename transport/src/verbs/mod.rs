@@ -1,7 +1,7 @@
 //! The verbs provider: RC queue pairs on a real RDMA device (InfiniBand, RoCE, soft-RoCE).
 //!
 //! - One RC QP per peer (a loopback QP for self), connected through the bootstrap.
-//! - Eager messages are SENDs into one shared receive queue (SRQ, [`srq`]) that every QP takes
+//! - Eager messages are SENDs into one shared receive queue (SRQ, `srq.rs`) that every QP takes
 //!   its receives from: `REVERB_VERBS_SRQ_DEPTH` slots, so eager receive memory does not grow
 //!   with the job. Slots a poll consumed are reposted as one list at its end.
 //! - Credits stay, as each peer's share of the SRQ: `depth / ranks` slots (at most
