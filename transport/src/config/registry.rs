@@ -162,6 +162,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_VERBS_GID_INDEX", "", Verbs, User, "int", "GID table index (unset: RoCE v2 with an IPv4 address, or 0 on InfiniBand)"),
     var("REVERB_VERBS_TIMEOUT", "14", Verbs, User, "int", "RC local ACK timeout exponent (4.096 us * 2^n), at most 31"),
     var("REVERB_VERBS_RETRY", "6", Verbs, User, "int", "RC retry count, at most 6 so a dead peer is always reported"),
+    var("REVERB_VERBS_SRQ_DEPTH", "512", Verbs, User, "int", "eager receive slots in the shared receive queue, split evenly between peers (at most REVERB_RING_SLOTS, at least 1 each); must match across the job"),
     var("REVERB_VERBS_PID_WATCH", "1", Verbs, User, "bool", "0: no pidfd shortcut for same-kernel peers; death found by RC retries only"),
     // bootstrap (job discovery and rendezvous)
     var("REVERB_RANK", "", Bootstrap, Set, "int", "this process's rank (with REVERB_SIZE; else Slurm, Open MPI or PMI variables)"),

@@ -5,15 +5,44 @@
 use super::*;
 
 impl VerbsProvider {
-    pub(super) fn repost_recv(&mut self, peer: Rank, slot: u64) -> Result<()> {
-        let addr = self.rx_ring.as_ptr() as u64
-            + ((peer as u64 * self.slots + slot) as usize * self.slot_size) as u64;
-        let wr_id = RECV_FLAG | self.wr_id(peer, slot);
-        let lkey = self.rx_ring.local_key();
-        let slot_size = self.slot_size as u32;
-        self.peers[peer as usize].qp.post_recv(wr_id, Sge { addr, len: slot_size, lkey })?;
-        self.peers[peer as usize].rx_consumed += 1;
-        self.return_credits(peer)
+    /// Queues SRQ `slot` for the refill list; `from`: the peer whose message it held, which
+    /// gets the credit back once the slot is posted again.
+    pub(super) fn queue_refill(&mut self, slot: u64, from: Option<Rank>) {
+        let addr = self.rx_ring.as_ptr() as u64 + slot * self.slot_size as u64;
+        let sge = Sge { addr, len: self.slot_size as u32, lkey: self.rx_ring.local_key() };
+        self.refill.push((RECV_FLAG | slot, sge));
+        if let Some(peer) = from {
+            let p = &mut self.peers[peer as usize];
+            if p.rx_unposted == 0 {
+                self.refill_peers.push(peer);
+            }
+            p.rx_unposted += 1;
+        }
+    }
+
+    /// Reposts the slots this poll consumed (one list), then credits the peers that used them:
+    /// a credit never names a slot that is not posted again.
+    pub(super) fn refill_srq(&mut self) -> Result<()> {
+        if self.refill.is_empty() {
+            return Ok(());
+        }
+        let posted = self.srq.post(&self.refill);
+        self.refill.clear();
+        posted?;
+        // By index, keeping the vector's allocation: this runs on every receive.
+        for i in 0..self.refill_peers.len() {
+            let peer = self.refill_peers[i];
+            let p = &mut self.peers[peer as usize];
+            p.rx_consumed += std::mem::take(&mut p.rx_unposted);
+            self.return_credits(peer)?;
+        }
+        self.refill_peers.clear();
+        Ok(())
+    }
+
+    /// The peer whose QP a receive completion came through.
+    fn rank_of_qpn(&self, qpn: u32) -> Option<Rank> {
+        self.qpn_rank.binary_search_by_key(&qpn, |&(q, _)| q).ok().map(|i| self.qpn_rank[i].1)
     }
 
     pub(super) fn complete_recv(
@@ -214,51 +243,58 @@ impl VerbsProvider {
         };
         for c in &wc[..n] {
             let id = c.wr_id();
+            if id & RECV_FLAG != 0 {
+                self.on_recv_completion(c);
+                continue;
+            }
             let peer = ((id >> PEER_SHIFT) & PEER_MASK) as Rank;
             let Some(p) = self.peers.get(peer as usize) else { continue };
             if (id >> GEN_SHIFT) & GEN_MASK != p.generation {
                 continue; // a connection that reconnect replaced: already failed
             }
             let status = c.error().map_or(ffi::ibv_wc_status::IBV_WC_SUCCESS, |(s, _)| s);
-            if id & RECV_FLAG == 0 {
-                self.on_send_completion(peer, id & SEQ_MASK, status);
-                continue;
-            }
-            if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
-                if status != ffi::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
-                    self.fail_peer(peer, status_error(peer, status));
-                }
-                continue;
-            }
-            let slot = id & SEQ_MASK;
-            if c.len() == 0 && c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV {
-                // A hello: the peer reconnected to us, we may post to it now.
-                self.peers[peer as usize].ready = true;
-            } else if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
-                let imm = u32::from_be(c.imm_data().unwrap_or(0));
-                self.completions.push(Completion::ok(
-                    OpId::REMOTE,
-                    CompletionKind::Imm { source: peer, imm, len: c.len() },
-                ));
-            } else {
-                let off = (peer as u64 * self.slots + slot) as usize * self.slot_size;
-                let len = c.len().min(self.slot_size);
-                let ring = self.rx_ring.clone();
-                // SAFETY: the slot's receive WR has completed and is reposted only below, so the
-                // device does not write these bytes while we parse them. `handle_message` never
-                // polls the CQ again (a rendezvous read that finds the send queue full is
-                // deferred to `progress`), so no nested poll reposts this slot.
-                match unsafe { ring.slice(off, len) } {
-                    Ok(bytes) => self.handle_message(peer, bytes),
-                    Err(e) => self.malformed.push(e),
-                }
-            }
-            if let Err(e) = self.repost_recv(peer, slot) {
-                self.fail_peer(peer, e);
-            }
+            self.on_send_completion(peer, id & SEQ_MASK, status);
         }
         self.wc = wc;
+        self.refill_srq()?;
         Ok(n)
+    }
+
+    /// A receive from the SRQ: whatever its status, the slot is consumed and goes back on the
+    /// refill list. Flushes (a QP reset by `reconnect`) carry nothing.
+    fn on_recv_completion(&mut self, c: &ffi::ibv_wc) {
+        let slot = c.wr_id() & SEQ_MASK;
+        let Some(peer) = self.rank_of_qpn(c.qp_num) else {
+            return self.queue_refill(slot, None);
+        };
+        if let Some((status, _)) = c.error() {
+            self.queue_refill(slot, None);
+            if status != ffi::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                self.fail_peer(peer, status_error(peer, status));
+            }
+            return;
+        }
+        if c.len() == 0 && c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV {
+            // A hello: the peer reconnected to us, we may post to it now.
+            self.peers[peer as usize].ready = true;
+        } else if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+            let imm = u32::from_be(c.imm_data().unwrap_or(0));
+            self.completions
+                .push(Completion::ok(OpId::REMOTE, CompletionKind::Imm { source: peer, imm, len: c.len() }));
+        } else {
+            let off = slot as usize * self.slot_size;
+            let len = c.len().min(self.slot_size);
+            let ring = self.rx_ring.clone();
+            // SAFETY: the slot's receive WR has completed and is reposted only by the refill at
+            // the end of this poll, so the device does not write these bytes while we parse
+            // them. `handle_message` never polls the CQ again (a rendezvous read that finds the
+            // send queue full is deferred to `progress`), so no nested poll reposts this slot.
+            match unsafe { ring.slice(off, len) } {
+                Ok(bytes) => self.handle_message(peer, bytes),
+                Err(e) => self.malformed.push(e),
+            }
+        }
+        self.queue_refill(slot, Some(peer));
     }
 
     pub(super) fn check_liveness(&mut self, probe: bool) {

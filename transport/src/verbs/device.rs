@@ -28,6 +28,17 @@ impl PortInfo {
     }
 }
 
+/// The device limits queue sizing needs (`ibv_query_device`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_qp_wr: u32,
+    pub max_rd_atomic: u8,
+    pub max_cqe: u32,
+    /// SRQs the device can create: 0 means it has none.
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+}
+
 /// An open device context. Dropped last: PDs, CQs and QPs hold an `Arc` to it.
 pub struct Context {
     pub(crate) raw: *mut ffi::ibv_context,
@@ -118,19 +129,21 @@ impl Context {
         })
     }
 
-    /// Limits for QP sizing: (max_qp_wr, max_qp_rd_atom, max_cqe).
-    pub fn limits(&self) -> Result<(u32, u8, u32)> {
+    /// Limits for queue sizing.
+    pub fn limits(&self) -> Result<Limits> {
         let mut attr = ffi::ibv_device_attr::default();
         // SAFETY: attr lives on our stack; the context is open.
         let rc = unsafe { ffi::ibv_query_device(self.raw, &mut attr) };
         if rc != 0 {
             return Err(unavailable(format!("ibv_query_device({}): errno {rc}", self.name)));
         }
-        Ok((
-            attr.max_qp_wr.max(1) as u32,
-            attr.max_qp_rd_atom.clamp(1, 255) as u8,
-            attr.max_cqe.max(1) as u32,
-        ))
+        Ok(Limits {
+            max_qp_wr: attr.max_qp_wr.max(1) as u32,
+            max_rd_atomic: attr.max_qp_rd_atom.clamp(1, 255) as u8,
+            max_cqe: attr.max_cqe.max(1) as u32,
+            max_srq: attr.max_srq.max(0) as u32,
+            max_srq_wr: attr.max_srq_wr.max(0) as u32,
+        })
     }
 
     pub fn gid(&self, port: u8, index: i32) -> Result<[u8; 16]> {

@@ -1,9 +1,24 @@
 //! The verbs provider: RC queue pairs on a real RDMA device (InfiniBand, RoCE, soft-RoCE).
 //!
 //! - One RC QP per peer (a loopback QP for self), connected through the bootstrap.
-//! - Eager messages are SENDs into a per-peer ring of pre-posted receive slots at the
-//!   receiver; the sender spends one credit per slot, and the receiver returns credits by an
-//!   8-byte RDMA write of its cumulative consumed count into the sender's credit word.
+//! - Eager messages are SENDs into one shared receive queue (SRQ, `srq.rs`) that every QP takes
+//!   its receives from: `REVERB_VERBS_SRQ_DEPTH` slots, so eager receive memory does not grow
+//!   with the job. Slots a poll consumed are reposted as one list at its end.
+//! - Credits stay, as each peer's share of the SRQ: `depth / ranks` slots (at most
+//!   `REVERB_RING_SLOTS`, at least one, so a job larger than the depth posts one slot per
+//!   peer). The sender spends one credit per message; the receiver returns credits by an 8-byte
+//!   RDMA write of its cumulative consumed count into the sender's credit word, only after the
+//!   slots are reposted. So the messages any peers may have in flight never exceed the posted
+//!   slots: no sender can overrun the SRQ, and receiver-not-ready never happens. Why not lean
+//!   on RNR retry instead (UCX's way): with a bounded `rnr_retry` (6; 7 is "forever"), a slow
+//!   but live receiver would exhaust it and be reported dead; unbounded, a wait would be
+//!   unbounded. Credits keep every wait bounded and lose nothing (a sender without credit
+//!   queues the message, and a dead peer fails what it queued). Returns ride along with the
+//!   next message to that peer from a quarter of its share on (one post list, one doorbell),
+//!   and go alone from half.
+//! - Sends are signaled selectively (`send::post_list`): only where the owner needs the
+//!   completion, at the last free TX bounce slot, or every `sq_depth / 4` WRs; unsignaled WRs
+//!   retire with the next signaled completion of their QP, each still completing once.
 //! - `put_imm` is a native RDMA write-with-immediate. It also consumes a receive slot (and a
 //!   credit); completions tell the two apart by opcode, so the full 32-bit immediate is the
 //!   user's.
@@ -18,7 +33,7 @@
 //! each survivor's QP for it and publishes its own; it sends nothing to a survivor until that
 //! survivor's hello (a zero-length SEND) arrives. A survivor's `reconnect` fails everything of
 //! the old incarnation, takes its QP for that rank through ERROR to RESET (same QPN), connects
-//! it to the new incarnation's QP, posts fresh receive slots and sends the hello. Work-request
+//! it to the new incarnation's QP (its SRQ share is posted already) and sends the hello. Work-request
 //! ids carry a per-peer generation, so completions of the old connection are dropped, and
 //! region keys carry the owner's incarnation, so the old incarnation's descriptors are refused.
 
@@ -30,6 +45,7 @@ mod mr;
 mod pd;
 mod qp;
 mod send;
+mod srq;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -52,8 +68,10 @@ use cq::CompletionQueue;
 use device::Context;
 use pd::ProtectionDomain;
 use qp::{Opcode, PathParams, QpAddress, QueuePair, Sge};
+use srq::SharedReceiveQueue;
 
-// wr_id: bit 63 receive, bits 56..63 connection generation, 40..56 peer, 0..40 sequence/slot.
+// Send wr_id: bits 56..63 connection generation, 40..56 peer, 0..40 sequence. Receive wr_id:
+// bit 63, and the SRQ slot in bits 0..40 (the peer comes from the completion's QP number).
 const RECV_FLAG: u64 = 1 << 63;
 const GEN_SHIFT: u32 = 56;
 const GEN_MASK: u64 = 0x7f;
@@ -82,6 +100,9 @@ pub struct VerbsOptions {
     pub timeout: u8,
     /// `REVERB_VERBS_RETRY`: RC transport retries before a peer counts as dead (6, at most 6).
     pub retry_count: u8,
+    /// `REVERB_VERBS_SRQ_DEPTH`: eager receive slots in the shared receive queue (512), split
+    /// evenly between the peers as credits (at most `REVERB_RING_SLOTS` each, at least one).
+    pub srq_depth: u32,
 }
 
 impl VerbsOptions {
@@ -98,6 +119,7 @@ impl VerbsOptions {
             // 7 means "retry forever" to rxe (as rnr_retry 7 does in the spec): stay below it
             // so a dead peer is always reported.
             retry_count: env.int::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(6).min(6),
+            srq_depth: env.int::<u32>("REVERB_VERBS_SRQ_DEPTH")?.unwrap_or(512).max(1),
         })
     }
 }
@@ -164,13 +186,17 @@ struct Peer {
     /// Send queue in posting order: (sequence, what).
     sq: VecDeque<(u64, WrInfo)>,
     next_seq: u64,
+    /// Work requests posted unsignaled since the last signaled one.
+    unsignaled: u32,
     /// Receive slots of the peer we have used (sends + write-imms).
     sent: u64,
     /// TX bounce slots used and released.
     tx_used: u64,
     tx_done: u64,
-    /// Receive slots of ours the peer filled and we processed; what we last told it.
+    /// Receive slots of ours the peer filled, processed and reposted; what we last told it.
     rx_consumed: u64,
+    /// Processed slots of this peer's waiting to be reposted with the poll's refill list.
+    rx_unposted: u64,
     rx_credit_sent: u64,
     backlog: VecDeque<Outgoing>,
     last_probe: Instant,
@@ -190,10 +216,12 @@ impl Peer {
             watch: None,
             sq: VecDeque::new(),
             next_seq: 0,
+            unsignaled: 0,
             sent: 0,
             tx_used: 0,
             tx_done: 0,
             rx_consumed: 0,
+            rx_unposted: 0,
             rx_credit_sent: 0,
             backlog: VecDeque::new(),
             last_probe: Instant::now(),
@@ -206,9 +234,15 @@ impl Peer {
 pub struct VerbsProvider {
     config: TransportConfig,
     job: JobInfo,
-    // Field order is drop order: QPs (in peers) before the CQ, MRs before the PD.
+    // Field order is drop order: QPs (in peers) before the SRQ and the CQ, MRs before the PD.
     peers: Vec<Peer>,
+    srq: SharedReceiveQueue,
     cq: CompletionQueue,
+    /// (QP number, peer) sorted by QP number: routes receive completions of the shared queue.
+    qpn_rank: Vec<(u32, Rank)>,
+    /// SRQ receives to repost at the end of this poll, as one list.
+    refill: Vec<(u64, Sge)>,
+    refill_peers: Vec<Rank>,
     rx_ring: Region,
     tx_ring: Region,
     credit_words: Region,
@@ -219,6 +253,7 @@ pub struct VerbsProvider {
     scratch: RegionPool,
     pd: Arc<ProtectionDomain>,
     _ctx: Arc<Context>,
+    /// Credits per peer: its share of the SRQ, and its TX bounce slots.
     slots: u64,
     slot_size: usize,
     max_inline: u32,
@@ -248,6 +283,24 @@ pub struct VerbsProvider {
 // SAFETY: all verbs objects are owned by the provider and used through &mut self, one thread at
 // a time; the raw pointers they hold stay valid while the provider lives.
 unsafe impl Send for VerbsProvider {}
+
+/// Credits per peer: an even share of `srq_depth` receive slots, at most `ring_slots` and at
+/// least one (a job larger than the SRQ depth gets one slot per peer), within the device's SRQ
+/// limits. Every rank computes the same value (the address check enforces it).
+fn credits_per_peer(limits: &device::Limits, srq_depth: u32, ring_slots: u64, size: u32) -> Result<u64> {
+    if limits.max_srq == 0 {
+        return Err(TransportError::Unavailable("verbs", "the device has no shared receive queues".into()));
+    }
+    let share = (srq_depth as u64 / size as u64).clamp(1, ring_slots);
+    let fit = limits.max_srq_wr as u64 / size as u64;
+    if fit == 0 {
+        return Err(TransportError::Config(format!(
+            "{size} ranks need {size} shared receive slots, the device allows {}",
+            limits.max_srq_wr
+        )));
+    }
+    Ok(share.min(fit))
+}
 
 fn boot_id() -> u64 {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
@@ -349,27 +402,38 @@ impl VerbsProvider {
         let port = ctx.query_port(opts.port)?;
         let gid_index = ctx.pick_gid_index(opts.port, &port, opts.gid_index)?;
         let gid = ctx.gid(opts.port, gid_index)?;
-        let (max_qp_wr, max_rd_atomic, max_cqe) = ctx.limits()?;
+        let limits = ctx.limits()?;
         let pd = ProtectionDomain::new(&ctx)?;
 
-        let slots = config.ring_slots as u64;
+        let slots = credits_per_peer(&limits, opts.srq_depth, config.ring_slots as u64, size)?;
+        let rx_slots = slots * size as u64;
         let slot_size = (SLOT_HEADER_LEN + config.rndv_thresh).next_multiple_of(64);
-        let sq_depth = (2 * slots as u32 + 64).min(max_qp_wr) as usize;
-        let rq_depth = (slots as u32).min(max_qp_wr);
-        let cq_entries = (size * (sq_depth as u32 + rq_depth)).min(max_cqe);
+        let sq_depth = (2 * slots as u32 + 64).min(limits.max_qp_wr) as usize;
+        let cq_entries = (size * sq_depth as u32 + rx_slots as u32).min(limits.max_cqe);
         let events = config.wait_mode != WaitMode::Poll;
         let cq = CompletionQueue::new(&ctx, cq_entries, events)?;
-        let ring_len = size as usize * slots as usize * slot_size;
+        let ring_len = rx_slots as usize * slot_size;
         let inc = job.incarnation;
         let rx_ring = mr::register(&pd, job.rank, inc, ring_len, Access::LOCAL)?;
         let tx_ring = mr::register(&pd, job.rank, inc, ring_len, Access::LOCAL)?;
         let credit_words = mr::register(&pd, job.rank, inc, 8 * size as usize, Access::REMOTE_WRITE)?;
         let credit_src = mr::register(&pd, job.rank, inc, 8 * size as usize, Access::LOCAL)?;
+        let mut srq = SharedReceiveQueue::new(&pd, rx_slots as u32)?;
+        // Every slot is posted before any QP exists, so before any peer may send.
+        let (ring, lkey) = (rx_ring.as_ptr() as u64, rx_ring.local_key());
+        let recvs: Vec<(u64, Sge)> = (0..rx_slots)
+            .map(|slot| {
+                (RECV_FLAG | slot, Sge { addr: ring + slot * slot_size as u64, len: slot_size as u32, lkey })
+            })
+            .collect();
+        srq.post(&recvs)?;
 
         let mut qps = Vec::with_capacity(size as usize);
         for _ in 0..size {
-            qps.push(QueuePair::new(&pd, &cq, sq_depth as u32, rq_depth, 256)?);
+            qps.push(QueuePair::new(&pd, &cq, &srq, sq_depth as u32, 256)?);
         }
+        let mut qpn_rank: Vec<(u32, Rank)> = qps.iter().zip(0..).map(|(q, r)| (q.qpn(), r)).collect();
+        qpn_rank.sort_unstable();
         let max_inline = qps.iter().map(|q| q.max_inline).min().unwrap_or(0);
         let psns: Vec<u32> = (0..size).map(|_| rand::random::<u32>() & 0xff_ffff).collect();
         let me = RankAddress {
@@ -391,7 +455,7 @@ impl VerbsProvider {
             gid_index: gid_index as u8,
             mtu: port.active_mtu,
             use_grh: port.is_ethernet(),
-            max_rd_atomic: max_rd_atomic.min(16),
+            max_rd_atomic: limits.max_rd_atomic.min(16),
             timeout: opts.timeout,
             retry_count: opts.retry_count,
         };
@@ -400,7 +464,11 @@ impl VerbsProvider {
             config,
             job,
             peers,
+            srq,
             cq,
+            qpn_rank,
+            refill: Vec::with_capacity(64),
+            refill_peers: Vec::new(),
             rx_ring,
             tx_ring,
             credit_words,
@@ -440,7 +508,8 @@ impl VerbsProvider {
         if peer.slots as u64 != self.slots || peer.slot_size as usize != self.slot_size {
             return Err(TransportError::Config(format!(
                 "rank {rank} uses {} slots of {} bytes, this rank {} of {}: \
-                 REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match across the job",
+                 REVERB_VERBS_SRQ_DEPTH, REVERB_RING_SLOTS and REVERB_RNDV_THRESH must match \
+                 across the job",
                 peer.slots, peer.slot_size, self.slots, self.slot_size
             )));
         }
@@ -448,11 +517,10 @@ impl VerbsProvider {
     }
 
     /// Connects our QP for `rank` to `peer`'s QP for us (from RESET; a used QP is reset
-    /// first, so its QPN stays the one we published), posts every receive slot and starts the
-    /// connection's counters from zero. The caller has failed everything of an earlier
+    /// first, so its QPN stays the one we published) and starts the connection's counters from
+    /// zero (its share of the SRQ is posted already). The caller has failed everything of an earlier
     /// connection. `ready`: we may post at once (the peer's QP is connected already).
     fn attach(&mut self, rank: Rank, peer: &RankAddress, ready: bool) -> Result<()> {
-        let (slots, slot_size) = (self.slots, self.slot_size);
         let (qpn, psn) = peer.qps[self.job.rank as usize];
         let remote =
             QpAddress { qpn, psn, lid: peer.lid, gid: peer.gid, gid_index: peer.gid_index, mtu: peer.mtu };
@@ -460,8 +528,6 @@ impl VerbsProvider {
         self.credit_words.write(8 * rank as usize, &0u64.to_le_bytes())?;
         let same_kernel = self.pid_watch && peer.boot == self.boot && rank != self.job.rank;
         let (path, local_psn) = (self.path, self.psns[rank as usize]);
-        let lkey = self.rx_ring.local_key();
-        let ring = self.rx_ring.as_ptr() as u64;
         let p = &mut self.peers[rank as usize];
         if p.connected {
             p.qp.reset()?;
@@ -469,12 +535,6 @@ impl VerbsProvider {
         p.generation = (p.generation + 1) & GEN_MASK;
         p.connected = true;
         p.qp.connect(&path, local_psn, &remote)?;
-        // Every receive slot is posted before the peer may send.
-        for slot in 0..slots {
-            let addr = ring + ((rank as u64 * slots + slot) as usize * slot_size) as u64;
-            let wr_id = RECV_FLAG | (p.generation << GEN_SHIFT) | ((rank as u64) << PEER_SHIFT) | slot;
-            p.qp.post_recv(wr_id, Sge { addr, len: slot_size as u32, lkey })?;
-        }
         p.state = PeerState::Alive;
         p.incarnation = peer.incarnation;
         p.ready = ready;
@@ -483,15 +543,12 @@ impl VerbsProvider {
         p.sent = 0;
         p.tx_used = 0;
         p.tx_done = 0;
+        p.unsignaled = 0;
         p.rx_consumed = 0;
+        p.rx_unposted = 0;
         p.rx_credit_sent = 0;
         p.last_probe = Instant::now();
         Ok(())
-    }
-
-    /// A wr_id for `peer`'s current connection.
-    fn wr_id(&self, peer: Rank, seq: u64) -> u64 {
-        (self.peers[peer as usize].generation << GEN_SHIFT) | ((peer as u64) << PEER_SHIFT) | (seq & SEQ_MASK)
     }
 
     /// Waits (bounded) until a respawned rank may post to `peer` (its hello arrived).
@@ -769,6 +826,12 @@ impl Drop for VerbsProvider {
                         .any(|(_, i)| !matches!(i, WrInfo::Credit | WrInfo::Rma { signal: Signal::No, .. })))
         };
         while self.peers.iter().any(busy) && Instant::now() < deadline {
+            // Unsignaled sends retire only behind a signaled WR.
+            for peer in 0..self.peers.len() as Rank {
+                if self.flush_unsignaled(peer).is_err() {
+                    break;
+                }
+            }
             if self.progress().is_err() {
                 break;
             }

@@ -7,6 +7,7 @@ use ibverbs_sys as ffi;
 
 use super::cq::CompletionQueue;
 use super::pd::ProtectionDomain;
+use super::srq::SharedReceiveQueue;
 use crate::error::{Result, TransportError};
 
 /// What a peer needs to connect to one of our QPs, exchanged through the bootstrap.
@@ -34,6 +35,7 @@ pub struct PathParams {
     pub retry_count: u8,
 }
 
+#[derive(Debug, Clone, Copy)]
 pub enum Opcode {
     Send,
     Write,
@@ -71,13 +73,14 @@ fn modify(qp: *mut ffi::ibv_qp, attr: &mut ffi::ibv_qp_attr, mask: u32, what: &s
 }
 
 impl QueuePair {
-    /// Creates an RC QP on `cq`. Asks for `inline` bytes of inline data and falls back to
-    /// less if the device refuses, so the limit is the device's, not an assumption.
+    /// Creates an RC QP on `cq` that takes its receives from `srq`. Asks for `inline` bytes of
+    /// inline data and falls back to less if the device refuses, so the limit is the device's,
+    /// not an assumption.
     pub fn new(
         pd: &Arc<ProtectionDomain>,
         cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
         send_depth: u32,
-        recv_depth: u32,
         inline: u32,
     ) -> Result<Self> {
         let mut last_err = None;
@@ -86,10 +89,10 @@ impl QueuePair {
                 qp_context: std::ptr::null_mut(),
                 send_cq: cq.raw,
                 recv_cq: cq.raw,
-                srq: std::ptr::null_mut(),
+                srq: srq.raw,
                 cap: ffi::ibv_qp_cap {
                     max_send_wr: send_depth,
-                    max_recv_wr: recv_depth,
+                    max_recv_wr: 0,
                     max_send_sge: 2,
                     max_recv_sge: 1,
                     max_inline_data: want_inline,
@@ -106,7 +109,7 @@ impl QueuePair {
             last_err = Some(std::io::Error::last_os_error());
         }
         Err(TransportError::io(
-            format!("ibv_create_qp(send {send_depth}, recv {recv_depth})"),
+            format!("ibv_create_qp(send {send_depth}, shared receive queue)"),
             last_err.unwrap_or_else(|| std::io::Error::other("unknown")),
         ))
     }
@@ -206,88 +209,88 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Posts one send-queue work request. With `inline`, the bytes are copied at post time,
-    /// so the SGEs may point at any memory.
-    pub fn post_send(
-        &mut self,
-        wr_id: u64,
-        op: Opcode,
-        sges: &[Sge],
-        remote: Option<(u64, u32)>,
-        signaled: bool,
-        inline: bool,
-    ) -> Result<()> {
-        let mut list: [ffi::ibv_sge; 2] = Default::default();
-        if sges.len() > list.len() {
-            return Err(TransportError::Config(format!("{} SGEs, at most {}", sges.len(), list.len())));
+    /// Posts `wrs` as one linked list: one call (one doorbell) for all of them. With
+    /// `inline`, a WR's bytes are copied at post time, so its SGEs may point at any memory.
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        const MAX: usize = 2;
+        if wrs.is_empty() || wrs.len() > MAX || wrs.iter().any(|w| w.sges.len() > 2) {
+            return Err(TransportError::Config(format!(
+                "{} WRs in one post, at most {MAX} of 2 SGEs",
+                wrs.len()
+            )));
         }
-        for (dst, s) in list.iter_mut().zip(sges) {
-            *dst = ffi::ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
-        }
-        let mut wr = ffi::ibv_send_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: list.as_mut_ptr(),
-            num_sge: sges.len() as i32,
-            ..Default::default()
-        };
-        let mut flags = 0;
-        if signaled {
-            flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        if inline {
-            flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        wr.send_flags = flags;
-        wr.opcode = match op {
-            Opcode::Send => ffi::ibv_wr_opcode::IBV_WR_SEND,
-            Opcode::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            Opcode::WriteImm(imm) => {
-                wr.__bindgen_anon_1.imm_data = imm.to_be();
-                ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+        let mut lists: [[ffi::ibv_sge; 2]; MAX] = Default::default();
+        let mut raw: [ffi::ibv_send_wr; MAX] = [Default::default(); MAX];
+        for (i, w) in wrs.iter().enumerate() {
+            for (dst, s) in lists[i].iter_mut().zip(w.sges) {
+                *dst = ffi::ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
             }
-            Opcode::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
-        };
-        if let Some((addr, rkey)) = remote {
-            wr.wr.rdma.remote_addr = addr;
-            wr.wr.rdma.rkey = rkey;
+            fill(&mut raw[i], w);
+        }
+        let (base, sge_base) = (raw.as_mut_ptr(), lists.as_mut_ptr());
+        for i in 0..wrs.len() {
+            // SAFETY: i < wrs.len() <= MAX: every pointer stays inside its array.
+            unsafe {
+                (*base.add(i)).sg_list = (*sge_base.add(i)).as_mut_ptr();
+                if i + 1 < wrs.len() {
+                    (*base.add(i)).next = base.add(i + 1);
+                }
+            }
         }
         let mut bad = std::ptr::null_mut();
         // SAFETY: post_send is static inline in verbs.h, so it is reached through the context's
-        // op table; the QP is valid; wr and its SGE list live on our stack for the call (inline
-        // data is copied during it, other SGEs name registered memory kept alive by the caller).
+        // op table; the QP is valid; the WRs and their SGE lists live on our stack for the call
+        // (inline data is copied during it, other SGEs name registered memory kept alive by the
+        // caller).
         let rc = unsafe {
             let ctx = (*self.raw).context;
             let post = (*ctx)
                 .ops
                 .post_send
                 .ok_or_else(|| TransportError::Unavailable("verbs", "no post_send op".into()))?;
-            post(self.raw, &mut wr, &mut bad)
+            post(self.raw, base, &mut bad)
         };
         if rc != 0 {
             return Err(TransportError::io("ibv_post_send", std::io::Error::from_raw_os_error(rc)));
         }
         Ok(())
     }
+}
 
-    /// Posts one receive buffer.
-    pub fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
-        let mut list = ffi::ibv_sge { addr: sge.addr, length: sge.len, lkey: sge.lkey };
-        let mut wr = ffi::ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list: &mut list, num_sge: 1 };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: as for post_send; the buffer is registered memory the provider keeps alive.
-        let rc = unsafe {
-            let ctx = (*self.raw).context;
-            let post = (*ctx)
-                .ops
-                .post_recv
-                .ok_or_else(|| TransportError::Unavailable("verbs", "no post_recv op".into()))?;
-            post(self.raw, &mut wr, &mut bad)
-        };
-        if rc != 0 {
-            return Err(TransportError::io("ibv_post_recv", std::io::Error::from_raw_os_error(rc)));
+/// One send-queue work request for [`QueuePair::post_send`].
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub op: Opcode,
+    pub sges: &'a [Sge],
+    pub remote: Option<(u64, u32)>,
+    pub signaled: bool,
+    pub inline: bool,
+}
+
+/// Everything of `wr` but its SGE list and link.
+fn fill(wr: &mut ffi::ibv_send_wr, w: &SendWr<'_>) {
+    wr.wr_id = w.wr_id;
+    wr.num_sge = w.sges.len() as i32;
+    let mut flags = 0;
+    if w.signaled {
+        flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+    }
+    if w.inline {
+        flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+    wr.send_flags = flags;
+    wr.opcode = match w.op {
+        Opcode::Send => ffi::ibv_wr_opcode::IBV_WR_SEND,
+        Opcode::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+        Opcode::WriteImm(imm) => {
+            wr.__bindgen_anon_1.imm_data = imm.to_be();
+            ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
         }
-        Ok(())
+        Opcode::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+    };
+    if let Some((addr, rkey)) = w.remote {
+        wr.wr.rdma.remote_addr = addr;
+        wr.wr.rdma.rkey = rkey;
     }
 }
 

@@ -2,10 +2,19 @@
 //! eager sends (inline, zero-copy or bounced), the backlog, credit returns, and RMA posts.
 
 use super::*;
+use qp::SendWr;
+
+/// A send-queue WR before posting: what it is for and what it does.
+pub(super) struct Wr<'a> {
+    pub(super) info: WrInfo,
+    pub(super) op: Opcode,
+    pub(super) sges: &'a [Sge],
+    pub(super) remote: Option<(u64, u32)>,
+    pub(super) inline: bool,
+}
 
 impl VerbsProvider {
-    /// Posts a send-queue WR to `peer`, recording what it was for. Signals when the caller
-    /// needs the completion, and every quarter queue so slots are reclaimed.
+    /// Posts a send-queue WR to `peer`, recording what it was for.
     pub(super) fn post(
         &mut self,
         peer: Rank,
@@ -15,16 +24,60 @@ impl VerbsProvider {
         remote: Option<(u64, u32)>,
         inline: bool,
     ) -> Result<()> {
-        let depth = self.sq_depth;
-        let wr_id = self.wr_id(peer, self.peers[peer as usize].next_seq);
+        self.post_list(peer, [Wr { info, op, sges, remote, inline }])
+    }
+
+    /// Posts `wrs` to `peer` in one call (one doorbell), recording what each was for.
+    /// Selective signalling: a WR is signaled only when its owner needs the completion (a
+    /// signaled RMA, a zero-copy send, a rendezvous read, a probe), when it takes the peer's
+    /// last free TX bounce slot, or when `sq_depth / 4` WRs in a row went unsignaled; an
+    /// unsignaled WR is retired by the next signaled completion (`on_send_completion`), and a
+    /// failed one completes anyway (errors are always reported).
+    pub(super) fn post_list<const N: usize>(&mut self, peer: Rank, wrs: [Wr<'_>; N]) -> Result<()> {
+        let every = (self.sq_depth / 4).max(1) as u32;
+        let slots = self.slots;
         let p = &mut self.peers[peer as usize];
-        let wants = !matches!(info, WrInfo::Rma { signal: Signal::No, .. } | WrInfo::Credit);
-        let signaled = wants || p.sq.len() % (depth / 4).max(1) == (depth / 4).max(1) - 1;
-        let seq = p.next_seq;
-        p.qp.post_send(wr_id, op, sges, remote, signaled, inline)?;
-        p.next_seq += 1;
-        p.sq.push_back((seq & SEQ_MASK, info));
+        let mut unsignaled = p.unsignaled;
+        let mut signaled = [false; N];
+        for (flag, w) in signaled.iter_mut().zip(&wrs) {
+            let wants = match w.info {
+                WrInfo::Rma { signal, .. } => signal == Signal::Yes,
+                WrInfo::Msg { bounce } => bounce && p.tx_used - p.tx_done >= slots,
+                WrInfo::Credit => false,
+                WrInfo::MsgZeroCopy { .. } | WrInfo::RndvRead { .. } | WrInfo::Probe => true,
+            };
+            *flag = wants || unsignaled + 1 >= every;
+            unsignaled = if *flag { 0 } else { unsignaled + 1 };
+        }
+        let (generation, first) = (p.generation, p.next_seq);
+        let id = |i: usize| {
+            (generation << GEN_SHIFT) | ((peer as u64) << PEER_SHIFT) | ((first + i as u64) & SEQ_MASK)
+        };
+        let raw: [SendWr<'_>; N] = std::array::from_fn(|i| SendWr {
+            wr_id: id(i),
+            op: wrs[i].op,
+            sges: wrs[i].sges,
+            remote: wrs[i].remote,
+            signaled: signaled[i],
+            inline: wrs[i].inline,
+        });
+        p.qp.post_send(&raw)?;
+        p.unsignaled = unsignaled;
+        p.next_seq += N as u64;
+        for (i, w) in wrs.into_iter().enumerate() {
+            p.sq.push_back(((first + i as u64) & SEQ_MASK, w.info));
+        }
         Ok(())
+    }
+
+    /// Retires `peer`'s unsignaled WRs: a signaled zero-byte write behind them (closing).
+    pub(super) fn flush_unsignaled(&mut self, peer: Rank) -> Result<()> {
+        let p = &self.peers[peer as usize];
+        if p.unsignaled == 0 || p.state == PeerState::Dead || !p.ready || p.sq.len() + 2 >= self.sq_depth {
+            return Ok(());
+        }
+        let target = p.credit_target;
+        self.post(peer, WrInfo::Probe, Opcode::Write, &[], Some(target), false)
     }
 
     /// Waits (bounded) until `peer`'s send queue has room.
@@ -151,7 +204,22 @@ impl VerbsProvider {
             sges[0] = Sge { addr, len: total as u32, lkey: self.tx_ring.local_key() };
             1
         };
-        self.post(dest, WrInfo::Msg { bounce: !inline }, Opcode::Send, &sges[..count], None, inline)?;
+        let msg = Wr {
+            info: WrInfo::Msg { bounce: !inline },
+            op: Opcode::Send,
+            sges: &sges[..count],
+            remote: None,
+            inline,
+        };
+        // Credits this peer is owed ride along in the same post (one doorbell).
+        let p = &self.peers[dest as usize];
+        if p.rx_consumed - p.rx_credit_sent >= (self.slots / 4).max(1) {
+            let (credit_sge, credit) = self.credit_wr(dest)?;
+            self.post_list(dest, [Wr { sges: std::slice::from_ref(&credit_sge), ..credit }, msg])?;
+            self.peers[dest as usize].rx_credit_sent = self.peers[dest as usize].rx_consumed;
+        } else {
+            self.post_list(dest, [msg])?;
+        }
         self.peers[dest as usize].sent += 1;
         Ok(())
     }
@@ -167,7 +235,8 @@ impl VerbsProvider {
         };
         let sges: &[Sge] = if len == 0 { &[] } else { std::slice::from_ref(&sge) };
         let info = WrInfo::Rma { op, kind: CompletionKind::PutImm, signal, _local: local.clone() };
-        self.post(dest, info, Opcode::WriteImm(imm), sges, Some(remote), false)?;
+        let inline = len > 0 && len <= self.max_inline as usize;
+        self.post(dest, info, Opcode::WriteImm(imm), sges, Some(remote), inline)?;
         self.peers[dest as usize].sent += 1;
         Ok(())
     }
@@ -205,28 +274,38 @@ impl VerbsProvider {
         Ok(())
     }
 
-    /// Returns receive credits to `peer` once a quarter of its slots are free again.
+    /// Returns receive credits to `peer` on their own once half of its share is free again
+    /// (from a quarter on, they ride along with the next message to it: `send_msg_now`).
     pub(super) fn return_credits(&mut self, peer: Rank) -> Result<()> {
         let p = &self.peers[peer as usize];
         let due = p.rx_consumed - p.rx_credit_sent;
-        if due < (self.slots / 4).max(1) || p.state == PeerState::Dead || !p.ready {
+        if due < (self.slots / 2).max(1) || p.state == PeerState::Dead || !p.ready {
             return Ok(());
         }
         if p.sq.len() + 2 >= self.sq_depth {
             self.credits_deferred = true; // retried by the next progress
             return Ok(());
         }
-        let value = p.rx_consumed;
+        let (sge, credit) = self.credit_wr(peer)?;
+        self.post_list(peer, [Wr { sges: std::slice::from_ref(&sge), ..credit }])?;
+        self.peers[peer as usize].rx_credit_sent = self.peers[peer as usize].rx_consumed;
+        Ok(())
+    }
+
+    /// The credit return for `peer` (its cumulative consumed count, an 8-byte RDMA write into
+    /// its credit word for us): the SGE, and the WR with an empty SGE list to point at it.
+    /// Inline where the device allows, so the source word may change at once.
+    pub(super) fn credit_wr(&mut self, peer: Rank) -> Result<(Sge, Wr<'static>)> {
+        let value = self.peers[peer as usize].rx_consumed;
         self.credit_src.write(8 * peer as usize, &value.to_le_bytes())?;
         let sge = Sge {
             addr: self.credit_src.as_ptr() as u64 + 8 * peer as u64,
             len: 8,
             lkey: self.credit_src.local_key(),
         };
-        let target = p.credit_target;
-        self.post(peer, WrInfo::Credit, Opcode::Write, &[sge], Some(target), false)?;
-        self.peers[peer as usize].rx_credit_sent = value;
-        Ok(())
+        let remote = Some(self.peers[peer as usize].credit_target);
+        let inline = self.max_inline >= 8;
+        Ok((sge, Wr { info: WrInfo::Credit, op: Opcode::Write, sges: &[], remote, inline }))
     }
 
     pub(super) fn start_send(
