@@ -98,8 +98,7 @@ fn survivors(victims: &[Rank]) -> Vec<Rank> {
 
 /// Launches the test as the job; `victims` must die by SIGKILL, every other rank pass.
 fn run_parent(test: &str, victims: &[Rank]) {
-    let mut job = common::Job { ranks_per_node: RANKS_PER_NODE, ..common::Job::new(RANKS) };
-    job.timeout *= common::time_scale();
+    let job = common::Job { ranks_per_node: RANKS_PER_NODE, ..common::Job::new(RANKS) };
     for exit in common::run_job(test, &job) {
         if victims.contains(&exit.rank) {
             assert_eq!(

@@ -36,7 +36,10 @@ use reverb_transport::{Bootstrap, Rank, Source, Tag, TagMatch};
 const RANKS: u32 = 4;
 const RANKS_PER_NODE: u32 = 2;
 const PHASES: u64 = 8;
-const WAIT: Duration = Duration::from_secs(30);
+/// The bound of one wait, times `REVERB_TEST_TIME_SCALE` (the rxe VM's suite sets it).
+fn wait() -> Duration {
+    common::scaled(Duration::from_secs(30))
+}
 const SEED_VAR: &str = "REVERB_TEST_SEED";
 
 /// Receive classes: the schedule gives each message one, so receives never steal each
@@ -138,7 +141,7 @@ fn run_traffic(endpoint: &mut LoggedEndpoint, plan: &[Vec<Vec<Message>>], seed: 
             if rng.gen_bool(0.2) {
                 std::thread::sleep(Duration::from_micros(rng.gen_range(0..200)));
             }
-            let delivery = endpoint.recv(source, tag, WAIT).expect("recv");
+            let delivery = endpoint.recv(source, tag, wait()).expect("recv");
             receptions.push(Reception { source, tag, delivery });
         }
     }
@@ -434,7 +437,7 @@ fn resend_everything(endpoint: &mut LoggedEndpoint, plan: &[Vec<Vec<Message>>]) 
     let expected = (to_me + to_me_tail) as u64;
     let start = std::time::Instant::now();
     while endpoint.stats().duplicates_dropped < expected {
-        assert!(start.elapsed() < WAIT, "rank {me}: {:?} of {expected} duplicates", endpoint.stats());
+        assert!(start.elapsed() < wait(), "rank {me}: {:?} of {expected} duplicates", endpoint.stats());
         endpoint.progress().expect("progress");
     }
     assert_eq!(endpoint.stats().duplicates_dropped, expected);
@@ -489,7 +492,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
         assert!(s.payload_bytes_logged > 0);
         endpoint.flush_log().expect("flush log");
-        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.wait_sends(wait()).expect("sends out");
         let all = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
         assert_eq!(clients.len(), 1, "pair map on 2 nodes: one client each");
@@ -518,7 +521,7 @@ fn protocol_job(test: &str, mode: LogMode, unit: LogUnit) {
         assert_eq!(s.determinants_logged, s.determinants_generated);
         assert_eq!(s.determinant_bytes_logged, s.determinants_generated * Determinant::WIRE_LEN as u64);
         endpoint.flush_log().expect("flush log");
-        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.wait_sends(wait()).expect("sends out");
         let all_receptions = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         let send_logs = boot.allgather(&encode_send_log(&endpoint)).expect("allgather send logs");
         let clients: Vec<Rank> = endpoint.hosted_rings().iter().map(|h| h.client).collect();
@@ -733,7 +736,7 @@ fn replay_job_with(test: &str, unit: LogUnit, victims: &[Rank], teams: Option<&s
     let receptions = run_traffic(&mut endpoint, &plan, seed);
     check_deliveries(job.rank, &plan, &receptions);
     endpoint.flush_log().expect("flush");
-    endpoint.wait_sends(WAIT).expect("sends out");
+    endpoint.wait_sends(wait()).expect("sends out");
     boot.barrier().expect("quiet");
     let dets = endpoint.gather_determinants(&mut boot, victims).expect("gather determinants");
     let count =
@@ -765,7 +768,7 @@ fn replay_job_with(test: &str, unit: LogUnit, victims: &[Rank], teams: Option<&s
         }
         let start = std::time::Instant::now();
         while endpoint.stats().duplicates_dropped < expected {
-            assert!(start.elapsed() < WAIT, "rank {}: {:?}", job.rank, endpoint.stats());
+            assert!(start.elapsed() < wait(), "rank {}: {:?}", job.rank, endpoint.stats());
             endpoint.progress().expect("progress");
         }
         let s = endpoint.stats();
@@ -832,7 +835,7 @@ fn team_counts_job(test: &str) {
     }
     for peer in (0..RANKS).filter(|&p| p != me) {
         for i in 0..TEAM_MESSAGES {
-            let d = endpoint.recv(Source::Rank(peer), TagMatch::exact(5), WAIT).expect("recv");
+            let d = endpoint.recv(Source::Rank(peer), TagMatch::exact(5), wait()).expect("recv");
             assert_eq!(d.payload, vec![i as u8; 24]);
         }
     }
@@ -897,7 +900,7 @@ fn sender_log_full_is_back_pressure() {
         endpoint.send(1, 3, &[0xee; PAYLOAD]).expect("send after trim");
     } else {
         for ssn in 1..=FITS + 1 {
-            let d = endpoint.recv(Source::Rank(0), TagMatch::exact(3), WAIT).expect("recv");
+            let d = endpoint.recv(Source::Rank(0), TagMatch::exact(3), wait()).expect("recv");
             assert_eq!(d.ssn, ssn, "no gap in the channel");
             let byte = if ssn <= FITS { ssn as u8 - 1 } else { 0xee };
             assert_eq!(d.payload, vec![byte; PAYLOAD]);
@@ -931,7 +934,7 @@ fn large_stream_job(test: &str, mode: LogMode, large: usize) {
                 endpoint.send(1, 9, &payload(round, i)).expect("send");
             }
             boot.barrier().expect("all posted");
-            endpoint.recv(Source::Rank(1), TagMatch::exact(10), WAIT).expect("round done");
+            endpoint.recv(Source::Rank(1), TagMatch::exact(10), wait()).expect("round done");
             // Sender-kept payloads read back intact; the trim frees the frame buffers the
             // log held for round 2.
             if let Some(log) = endpoint.send_log() {
@@ -950,7 +953,7 @@ fn large_stream_job(test: &str, mode: LogMode, large: usize) {
         } else {
             boot.barrier().expect("all posted");
             for i in 0..count {
-                let d = endpoint.recv(Source::Rank(0), TagMatch::exact(9), WAIT).expect("recv");
+                let d = endpoint.recv(Source::Rank(0), TagMatch::exact(9), wait()).expect("recv");
                 ssn += 1;
                 assert_eq!(d.ssn, ssn, "round {round} message {i} out of order");
                 assert!(d.payload == payload(round, i), "round {round} message {i}: payload differs");
@@ -1023,7 +1026,7 @@ fn run_node_kill_job(test: &str, mode: &str, victims: &[Rank]) {
 fn await_duplicates_dropped(me: Rank, endpoint: &mut LoggedEndpoint, expected: u64, delivered: u64) {
     let start = std::time::Instant::now();
     while endpoint.stats().duplicates_dropped < expected {
-        assert!(start.elapsed() < WAIT, "rank {me}: {:?}", endpoint.stats());
+        assert!(start.elapsed() < wait(), "rank {me}: {:?}", endpoint.stats());
         endpoint.progress().expect("progress");
     }
     let s = endpoint.stats();
@@ -1046,17 +1049,17 @@ fn fail_victims_and_rejoin(
             // SIGKILL to ourselves, the node failure under test.
             let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
-        std::thread::sleep(WAIT);
+        std::thread::sleep(wait());
         panic!("rank {me} outlived its node");
     }
     let start = std::time::Instant::now();
     while victims.iter().any(|&v| endpoint.provider().peer_state(v) != reverb_transport::PeerState::Dead) {
         endpoint.provider().progress().expect("progress");
         endpoint.provider().block(Duration::from_millis(5)).expect("block");
-        assert!(start.elapsed() < WAIT, "the victims' death not seen");
+        assert!(start.elapsed() < wait(), "the victims' death not seen");
     }
     for &v in victims {
-        let inc = reverb_transport::recovery::await_rejoin(endpoint.provider(), boot, v, Some(0), WAIT)
+        let inc = reverb_transport::recovery::await_rejoin(endpoint.provider(), boot, v, Some(0), wait())
             .expect("rejoin");
         assert_eq!(inc, 1);
     }
@@ -1098,7 +1101,7 @@ fn causal_killed_node_replays_after_respawn() {
         let receptions = run_traffic(&mut endpoint, &plan, seed);
         check_deliveries(me, &plan, &receptions);
         endpoint.flush_log().expect("flush");
-        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.wait_sends(wait()).expect("sends out");
         // Everyone keeps everyone's deliveries: the survivors judge the replay.
         let originals = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         boot.barrier().expect("quiet before the failure");
@@ -1127,7 +1130,7 @@ fn causal_killed_node_replays_after_respawn() {
         // The node mate restarted too: this provider may have found its dead incarnation.
         for mate in VICTIMS.into_iter().filter(|&v| v != me) {
             let inc =
-                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), WAIT)
+                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), wait())
                     .expect("mate rejoined");
             assert_eq!(inc, 1);
         }
@@ -1191,7 +1194,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
         let receptions = run_traffic(&mut endpoint, &plan, seed);
         check_deliveries(me, &plan, &receptions);
         endpoint.flush_log().expect("flush");
-        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.wait_sends(wait()).expect("sends out");
         let originals = boot.allgather(&encode_receptions(&receptions)).expect("allgather");
         if survivor {
             for v in VICTIMS {
@@ -1199,7 +1202,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
                     endpoint.send(v, IN_FLIGHT_TAG, &in_flight_payload(me, v, i)).expect("in-flight send");
                 }
             }
-            endpoint.wait_sends(WAIT).expect("in-flight sends out");
+            endpoint.wait_sends(wait()).expect("in-flight sends out");
         }
         boot.barrier().expect("quiet before the failure");
         fail_victims_and_rejoin(me, survivor, &VICTIMS, &mut endpoint, &mut boot, &originals);
@@ -1233,7 +1236,7 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
         let mut provider = provider;
         for mate in VICTIMS.into_iter().filter(|&v| v != me) {
             let inc =
-                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), WAIT)
+                reverb_transport::recovery::await_rejoin(provider.as_mut(), &mut boot, mate, Some(0), wait())
                     .expect("mate rejoined");
             assert_eq!(inc, 1);
         }
@@ -1267,8 +1270,9 @@ fn rb_killed_node_replays_ring_and_gets_in_flight_messages() {
         }
         for s in SURVIVORS {
             for i in 0..IN_FLIGHT {
-                let d =
-                    endpoint.recv(Source::Rank(s), TagMatch::exact(IN_FLIGHT_TAG), WAIT).expect("in flight");
+                let d = endpoint
+                    .recv(Source::Rank(s), TagMatch::exact(IN_FLIGHT_TAG), wait())
+                    .expect("in flight");
                 assert_eq!((d.ssn, &d.payload), (count(s, me) as u64 + i + 1, &in_flight_payload(s, me, i)));
             }
         }

@@ -10,21 +10,11 @@ use std::time::{Duration, Instant};
 use reverb_logger::core::segment::Status;
 use reverb_logger::core::{NodeLogClient, Ticket};
 use reverb_logger::Determinant;
+use reverb_transport::testkit::time_scale;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Scale for the time bounds given to `reverb` (job timeout, bench waits):
-/// `REVERB_TEST_TIME_SCALE` (a whole number, default 1), set by the verbs suite because the
-/// emulated rxe VM runs everything several times slower. Bad values fall back to 1.
-fn time_scale() -> u32 {
-    std::env::var("REVERB_TEST_TIME_SCALE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&s| s > 0)
-        .unwrap_or(1)
-}
 
 fn rank() -> u32 {
     std::env::var("REVERB_RANK").ok().and_then(|v| v.parse().ok()).expect("REVERB_RANK")

@@ -17,19 +17,10 @@ use std::time::{Duration, Instant};
 use reverb_logger::core::segment::{Status, STATE_READY};
 use reverb_logger::core::NodeLogClient;
 use reverb_logger::Determinant;
+use reverb_transport::testkit::time_scale;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
-/// Scale for every time bound here: `REVERB_TEST_TIME_SCALE` (a whole number, default 1), set
-/// by the verbs suite because the emulated rxe VM runs everything several times slower. Bad
-/// values fall back to 1.
-fn time_scale() -> u32 {
-    std::env::var("REVERB_TEST_TIME_SCALE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&s| s > 0)
-        .unwrap_or(1)
-}
 
 /// Every wait of a rank is bounded by this (the machine may be heavily loaded).
 fn wait() -> Duration {

@@ -17,6 +17,21 @@ const CHILD_VAR: &str = "REVERB_TEST_CHILD";
 /// The bound of one wait inside a test.
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// Scale for the tests' time bounds: `REVERB_TEST_TIME_SCALE` (a whole number, default 1), set
+/// where everything runs slower (the emulated rxe VM). Bad values fall back to 1: test code.
+pub fn time_scale() -> u32 {
+    std::env::var("REVERB_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(1)
+}
+
+/// `bound` times [`time_scale`].
+pub fn scaled(bound: Duration) -> Duration {
+    bound * time_scale()
+}
+
 /// How to launch a multi-process test.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -27,7 +42,8 @@ pub struct Job {
     pub env: Vec<(String, String)>,
     /// The test is `#[ignore]`d, so the ranks must run ignored tests.
     pub ignored: bool,
-    /// The whole job is killed (and the test fails) after this.
+    /// The whole job is killed (and the test fails) after this (already scaled by
+    /// [`time_scale`] in [`Job::new`]).
     pub timeout: Duration,
     /// Node respawns allowed, as `reverb run --respawn`: a rank killed by a signal fails its
     /// node; the node's other ranks are SIGKILLed, the boot server is told, and the node's
@@ -43,7 +59,7 @@ impl Job {
             ranks_per_node: 1,
             env: Vec::new(),
             ignored: false,
-            timeout: Duration::from_secs(120),
+            timeout: scaled(Duration::from_secs(120)),
             respawn: 0,
         }
     }
