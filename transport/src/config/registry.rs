@@ -150,7 +150,7 @@ pub static VARS: &[Var] = &[
     // transport
     var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs|loopback", "provider to open (also --provider); loopback runs ranks as threads of one process"),
     var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
-    var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: eager slots per ordered rank pair, a power of two in 2..=65536; must match across the job"),
+    var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: the most eager credits (shared-receive-queue slots) one peer may hold, a power of two in 2..=65536; must match across the job"),
     var("REVERB_SHM_FIFO_SLOTS", "256", Transport, User, "int", "shm: slots of each rank's receive FIFO (shared by all sources), a power of two in 2..=65536; must match across the job"),
     var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
