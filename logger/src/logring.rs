@@ -417,7 +417,7 @@ impl LogRingWriter {
             let header = header_in_flight.filter(|(h, _)| *h == c.op);
             match (c.status, put) {
                 (Err(e), _) => {
-                    failed.get_or_insert(e);
+                    failed.get_or_insert(*e);
                 }
                 (Ok(_), Some(p)) => p.done = true,
                 (Ok(_), None) if header.is_some() => {

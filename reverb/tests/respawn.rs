@@ -226,7 +226,7 @@ fn survivor(
     let detect_ms = ms_since(killed_at);
     for op in [never_recv, never_send] {
         let c = p.wait_op(op, WAIT).unwrap();
-        assert!(matches!(c.status, Err(TransportError::PeerDead(3))), "{:?}", c.status);
+        assert!(matches!(c.error(), Some(TransportError::PeerDead(3))), "{:?}", c.status);
     }
     assert!(matches!(p.send(2, 5, b"x"), Err(TransportError::PeerDead(2))));
     let old = before[2];

@@ -358,8 +358,9 @@ pub struct Completion {
     /// What completed, with its details.
     pub kind: CompletionKind,
     /// `Ok` if the operation succeeded, else why it failed (e.g. [`TransportError::PeerDead`],
-    /// [`TransportError::Truncated`]).
-    pub status: std::result::Result<(), TransportError>,
+    /// [`TransportError::Truncated`]). Boxed: the error is rare and large, and a completion
+    /// that fits one cache line moves without a `memcpy` call on every message.
+    pub status: std::result::Result<(), Box<TransportError>>,
 }
 
 impl Completion {
@@ -370,14 +371,19 @@ impl Completion {
 
     /// A failed completion carrying `error`.
     pub fn failed(op: OpId, kind: CompletionKind, error: TransportError) -> Self {
-        Completion { op, kind, status: Err(error) }
+        Completion { op, kind, status: Err(Box::new(error)) }
+    }
+
+    /// Why the operation failed, if it did.
+    pub fn error(&self) -> Option<&TransportError> {
+        self.status.as_ref().err().map(|e| &**e)
     }
 
     /// The completion if it succeeded, else its error.
     pub fn into_result(self) -> Result<Completion> {
         match self.status {
             Ok(()) => Ok(self),
-            Err(e) => Err(e),
+            Err(e) => Err(*e),
         }
     }
 }

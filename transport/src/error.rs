@@ -120,6 +120,13 @@ pub enum TransportError {
     },
 }
 
+/// A failed completion's boxed status, unboxed: lets `completion.status?` work.
+impl From<Box<TransportError>> for TransportError {
+    fn from(e: Box<TransportError>) -> Self {
+        *e
+    }
+}
+
 impl TransportError {
     /// Wraps an I/O error with what was being done (the `Io` variant keeps it as its source).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {

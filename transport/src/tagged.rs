@@ -86,9 +86,10 @@ pub fn recv_completion(
     len: usize,
     r: Result<Option<Vec<u8>>>,
 ) -> Completion {
-    let status = r.as_ref().map(|_| ()).map_err(Clone::clone);
-    let data = r.ok().flatten();
-    Completion { op, kind: CompletionKind::Recv { source, tag, len, data }, status }
+    match r {
+        Ok(data) => Completion::ok(op, CompletionKind::Recv { source, tag, len, data }),
+        Err(e) => Completion::failed(op, CompletionKind::Recv { source, tag, len, data: None }, e),
+    }
 }
 
 /// Checks a receive before it is posted: a source inside the job, a buffer inside its region.

@@ -31,7 +31,7 @@ impl Session<'_> {
                 self.hb_ops.retain(|&op| op != c.op);
                 self.hellos.sends.retain(|&op| op != c.op);
                 if let Err(e) = c.status {
-                    failed.push(e);
+                    failed.push(*e);
                 }
             } else if Some(c.op) == self.hellos.recv {
                 recv_done = true;
