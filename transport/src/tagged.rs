@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag};
 use crate::completion::CompletionQueues;
 use crate::error::{Result, TransportError};
-use crate::msg::{fin, SlotHeader};
+use crate::msg::{fin, kind, SlotHeader};
 use crate::region::Region;
 use crate::tagmatch::{Arrival, Matcher, PostedRecv};
 
@@ -122,6 +122,30 @@ impl TaggedState {
                 cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
             }
             None => self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() }),
+        }
+    }
+
+    /// A control message arrived (rendezvous announcement or finish, or a put-with-immediate
+    /// notice carried as a message): a rendezvous to fetch, or nothing; any other kind is
+    /// malformed.
+    pub fn on_control(
+        &mut self,
+        source: Rank,
+        header: SlotHeader,
+        cq: &mut CompletionQueues,
+    ) -> Result<Option<Fetch>> {
+        match header.kind {
+            kind::RTS => Ok(self.on_rts(source, header)),
+            kind::FIN => self.on_fin(source, &header, cq).map(|()| None),
+            kind::IMM => {
+                let kind = CompletionKind::Imm { source, imm: header.imm, len: header.len as usize };
+                cq.push(Completion::ok(OpId::REMOTE, kind));
+                Ok(None)
+            }
+            other => Err(TransportError::Malformed {
+                what: "message",
+                detail: format!("unknown kind {other} from rank {source}"),
+            }),
         }
     }
 

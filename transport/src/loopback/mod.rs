@@ -211,24 +211,11 @@ impl LoopbackProvider {
         let Message { source, header, payload } = m;
         match header.kind {
             kind::EAGER => self.tagged.on_eager(source, header.tag, &payload, &mut self.cq),
-            kind::RTS => {
-                if let Some(fetch) = self.tagged.on_rts(source, header) {
-                    self.rndv_fetch(fetch);
-                }
-            }
-            kind::FIN => {
-                if let Err(e) = self.tagged.on_fin(source, &header, &mut self.cq) {
-                    self.malformed.push(e);
-                }
-            }
-            kind::IMM => self.cq.push(Completion::ok(
-                OpId::REMOTE,
-                CompletionKind::Imm { source, imm: header.imm, len: header.len as usize },
-            )),
-            other => self.malformed.push(TransportError::Malformed {
-                what: "message",
-                detail: format!("unknown kind {other} from rank {source}"),
-            }),
+            _ => match self.tagged.on_control(source, header, &mut self.cq) {
+                Ok(Some(fetch)) => self.rndv_fetch(fetch),
+                Ok(None) => {}
+                Err(e) => self.malformed.push(e),
+            },
         }
     }
 

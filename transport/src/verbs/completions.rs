@@ -127,20 +127,16 @@ impl VerbsProvider {
         };
         match header.kind {
             kind::EAGER => self.tagged.on_eager(source, header.tag, payload, &mut self.completions),
-            kind::RTS => {
-                if let Some(fetch) = self.tagged.on_rts(source, header) {
-                    self.rndv_fetch(fetch);
-                }
-            }
-            kind::FIN => {
-                if let Err(e) = self.tagged.on_fin(source, &header, &mut self.completions) {
-                    self.malformed.push(e);
-                }
-            }
-            other => self.malformed.push(TransportError::Malformed {
+            // A put-with-immediate arrives as the RDMA immediate itself, never as a message.
+            kind::IMM => self.malformed.push(TransportError::Malformed {
                 what: "message",
-                detail: format!("kind {other} with {} payload bytes from rank {source}", payload.len()),
+                detail: format!("put-with-immediate notice as a message from rank {source}"),
             }),
+            _ => match self.tagged.on_control(source, header, &mut self.completions) {
+                Ok(Some(fetch)) => self.rndv_fetch(fetch),
+                Ok(None) => {}
+                Err(e) => self.malformed.push(e),
+            },
         }
     }
 
