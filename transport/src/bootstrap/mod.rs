@@ -4,15 +4,18 @@
 //!
 //! - [`env`](mod@env): [`JobInfo::from_env`] (launcher, Slurm, Open MPI, PMI) and [`BootParams`];
 //! - [`wire`]: the framed, versioned protocol;
-//! - [`tcp`]: [`BootServer`] and the [`TcpBootstrap`] client.
+//! - [`tcp`]: [`BootServer`] and the [`TcpBootstrap`] client;
+//! - [`host`]: which ranks share a host ([`HostMap`], one allgather of [`HostId`]s).
 
 pub mod env;
+pub mod host;
 pub mod tcp;
 // Documented with the codec work.
 #[allow(missing_docs)]
 pub mod wire;
 
 pub use env::{vars, BootParams};
+pub use host::{HostId, HostMap};
 pub use tcp::{BootServer, ServerOptions, TcpBootstrap};
 
 use std::time::Duration;

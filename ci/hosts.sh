@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Simulated hosts on this machine, for jobs that span hosts without RDMA (issue 15): each host
+# is a network + mount + UTS namespace with its own hostname, its own /dev/shm (a private
+# tmpfs) and one address on a bridge that joins the hosts. Nothing leaves the machine: the
+# bridge lives in its own namespace and has no uplink.
+#
+#   ci/hosts.sh up NAME...          make the hosts (10.77.0.10, .11, ... in the order named)
+#   ci/hosts.sh exec NAME -- CMD... run CMD inside host NAME (its net, mount and UTS namespaces)
+#   ci/hosts.sh addr NAME           print NAME's address
+#   ci/hosts.sh kill NAME           take host NAME down: SIGKILL everything in it, drop its wire
+#   ci/hosts.sh down                remove every host and the bridge (idempotent)
+#
+# Needs root (namespaces, veth). State lives in $REVERB_HOSTS_DIR (default /run/reverb-hosts):
+# one directory per host with the pid of the process holding its namespaces open, so `exec`
+# enters the same /dev/shm every time (a fresh `unshare` per command would not).
+set -euo pipefail
+
+DIR=${REVERB_HOSTS_DIR:-/run/reverb-hosts}
+SWITCH=rvb-switch
+SUBNET=10.77.0
+FIRST_HOST=10
+
+die() { echo "ci/hosts.sh: $*" >&2; exit 1; }
+netns_of() { echo "rvb-$1"; }
+holder_of() { cat "$DIR/$1/holder" 2>/dev/null || die "no host '$1' (ci/hosts.sh up $1)"; }
+
+check_name() {
+    [[ $1 =~ ^[a-z][a-z0-9-]{0,10}$ ]] || die "host name '$1': 1-11 of [a-z0-9-], starting with a letter"
+}
+
+switch_up() {
+    ip netns list | grep -qx "$SWITCH\( .*\)\?" && return
+    ip netns add "$SWITCH"
+    ip -n "$SWITCH" link add br0 type bridge
+    ip -n "$SWITCH" link set br0 up
+}
+
+# The host's namespaces stay open as long as this holder lives: a shell with the host's
+# hostname and a private tmpfs on /dev/shm, sleeping.
+start_holder() {
+    local name=$1 ns
+    ns=$(netns_of "$name")
+    ip netns exec "$ns" unshare --mount --uts --propagation private -- bash -c '
+        hostname "$1"
+        mount -t tmpfs -o mode=1777,size=2g tmpfs /dev/shm
+        echo $$ > "$2/holder.tmp" && mv "$2/holder.tmp" "$2/holder"
+        exec sleep infinity' holder "$name" "$DIR/$name" </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 100); do
+        [[ -s $DIR/$name/holder ]] && return
+        sleep 0.05
+    done
+    die "host $name: namespace holder did not start"
+}
+
+host_up() {
+    local name=$1 index=$2 ns addr
+    check_name "$name"
+    ns=$(netns_of "$name")
+    addr="$SUBNET.$((FIRST_HOST + index))"
+    [[ -d $DIR/$name ]] && die "host $name exists (ci/hosts.sh down first)"
+    mkdir -p "$DIR/$name"
+    echo "$addr" >"$DIR/$name/addr"
+    ip netns add "$ns"
+    ip link add "v-$name" type veth peer name "s-$name"
+    ip link set "v-$name" netns "$ns"
+    ip link set "s-$name" netns "$SWITCH"
+    ip -n "$SWITCH" link set "s-$name" master br0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set "v-$name" name eth0
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    start_holder "$name"
+}
+
+cmd_up() {
+    (($# > 0)) || die "up: name at least one host"
+    mkdir -p "$DIR"
+    switch_up
+    local existing index
+    existing=$(find "$DIR" -mindepth 1 -maxdepth 1 -type d | wc -l)
+    index=$existing
+    for name in "$@"; do
+        host_up "$name" "$index"
+        index=$((index + 1))
+    done
+}
+
+cmd_exec() {
+    local name=$1
+    shift
+    [[ ${1:-} == -- ]] && shift
+    (($# > 0)) || die "exec: no command"
+    exec nsenter -t "$(holder_of "$name")" -n -m -u -- "$@"
+}
+
+cmd_kill() {
+    local name=$1 ns
+    ns=$(netns_of "$name")
+    # Every process in the host's network namespace, the holder last: a host lost at once.
+    local pids
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -n $pids ]] && kill -9 $pids 2>/dev/null || true
+    ip -n "$SWITCH" link del "s-$name" 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "${DIR:?}/$name"
+}
+
+cmd_down() {
+    if [[ -d $DIR ]]; then
+        for d in "$DIR"/*/; do
+            [[ -d $d ]] && cmd_kill "$(basename "$d")"
+        done
+    fi
+    ip netns del "$SWITCH" 2>/dev/null || true
+    rm -rf "$DIR"
+}
+
+case ${1:-} in
+    up) shift; cmd_up "$@" ;;
+    exec) shift; cmd_exec "$@" ;;
+    addr) cat "$DIR/${2:?addr NAME}/addr" 2>/dev/null || die "no host '${2}'" ;;
+    kill) cmd_kill "${2:?kill NAME}" ;;
+    down) cmd_down ;;
+    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+esac
