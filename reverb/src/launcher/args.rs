@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{launch_report, LaunchOptions, LaunchSpec};
+use reverb_transport::bootstrap::vars;
+use reverb_transport::config::env_get;
+
+use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -29,6 +32,15 @@ pub struct RunArgs {
     /// its exit status or signal; timeout; signal), the respawns taken.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Run only ranks A-B (whole nodes) of the job; launchers on other hosts run the rest.
+    /// The job's rendezvous, id and token come from REVERB_ROOT, REVERB_JOB_ID and
+    /// REVERB_JOB_TOKEN, the same for every launcher of the job.
+    #[arg(long, value_name = "A-B", value_parser = parse_rank_range)]
+    pub local_ranks: Option<std::ops::Range<u32>>,
+    /// With --local-ranks: this launcher hosts the job's rendezvous at REVERB_ROOT (exactly
+    /// one launcher of the job does).
+    #[arg(long, requires = "local_ranks")]
+    pub serve_root: bool,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -60,7 +72,44 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         timeout,
         prefix_output: !args.no_prefix,
     };
-    let opts =
-        LaunchOptions { verbose, respawn: args.respawn, logger: args.logger, report_json: args.report_json };
+    let part = match args.local_ranks {
+        Some(local) => Some(job_part(local, args.serve_root)?),
+        None => None,
+    };
+    let opts = LaunchOptions {
+        verbose,
+        respawn: args.respawn,
+        logger: args.logger,
+        report_json: args.report_json,
+        part,
+    };
     launch_report(&spec, &opts).map(|r| r.code)
+}
+
+/// `A-B` (inclusive) or a single rank `A`, as a range.
+fn parse_rank_range(s: &str) -> std::result::Result<std::ops::Range<u32>, String> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let parse = |x: &str| x.trim().parse::<u32>().map_err(|e| format!("'{x}': {e}"));
+    let (a, b) = (parse(a)?, parse(b)?);
+    if b < a || b == u32::MAX {
+        return Err(format!("'{s}': want A-B with A <= B"));
+    }
+    Ok(a..b + 1)
+}
+
+/// The shared job identity of a multi-launcher job, from the environment every launcher of the
+/// job is given.
+fn job_part(local: std::ops::Range<u32>, serve: bool) -> Result<JobPart> {
+    let need = |name: &str| -> Result<String> {
+        env_get(name)?.filter(|v| !v.is_empty()).with_context(|| {
+            format!("--local-ranks: {name} must be set, the same for every launcher of the job")
+        })
+    };
+    Ok(JobPart {
+        local,
+        root: need(vars::ROOT)?,
+        serve,
+        job_id: need(vars::JOB_ID)?,
+        token: need(vars::JOB_TOKEN)?,
+    })
 }

@@ -21,12 +21,19 @@
 //! core killed by a signal fails its node the same way (under `--respawn`); without respawn,
 //! or when it exits by itself while its ranks run, the job fails naming it.
 //!
+//! With a [`JobPart`] (`reverb run --local-ranks A-B --root HOST:PORT`) the launcher runs only
+//! some whole nodes of a job that other launchers, on other hosts, run the rest of; one of
+//! them hosts the rendezvous (`--serve-root`), the others' ranks connect to it. Each launcher
+//! respawns its own nodes; a rank killed on another host is seen by the rendezvous when its
+//! connection drops, and its respawned incarnation supersedes it.
+//!
 //! Files by job: [`args`] (`reverb run`'s command line), `spawn` (ranks started, pinned,
 //! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `teams` (the
 //! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
 //! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
 //! (SIGINT/SIGTERM), `os` (the system calls on children).
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -76,6 +83,22 @@ pub struct LaunchOptions {
     pub logger: reverb_logger::core::Placement,
     /// Also write how the launch ended as JSON to this file (`--report-json`).
     pub report_json: Option<PathBuf>,
+    /// Run only part of the job (other launchers run the rest); `None`: all of it.
+    pub part: Option<JobPart>,
+}
+
+/// The part of a job one launcher runs when several launchers (one per host) run it together.
+#[derive(Debug, Clone)]
+pub struct JobPart {
+    /// The ranks this launcher starts: whole nodes.
+    pub local: Range<u32>,
+    /// The job's rendezvous, `host:port`.
+    pub root: String,
+    /// This launcher hosts the rendezvous at `root` (exactly one launcher of the job does).
+    pub serve: bool,
+    /// The job's id and token, the same for every launcher of the job.
+    pub job_id: String,
+    pub token: String,
 }
 
 /// One node (or team) respawn.

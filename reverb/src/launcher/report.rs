@@ -16,7 +16,11 @@ use super::spawn::{
 use super::teams::teams_of_nodes;
 use super::verdict::Verdict;
 use super::watch::{Stop, Watch};
-use super::{LaunchOptions, LaunchReport, LaunchSpec, Respawn};
+use super::{JobPart, LaunchOptions, LaunchReport, LaunchSpec, Respawn};
+
+/// How long a launcher hosting the rendezvous for other launchers waits, once its own ranks are
+/// done, for the other hosts' ranks to leave (they may still be reading the last collective).
+const SERVE_LINGER: Duration = Duration::from_secs(60);
 
 /// Runs the job with `opts`; reports its exit code and the respawns it took.
 pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchReport> {
@@ -26,17 +30,32 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     if spec.ranks_per_node == 0 {
         bail!("ranks per node must be at least 1");
     }
-    let token = random_hex(32);
-    let job_id = format!("rv{}", random_hex(6));
-    let server =
-        BootServer::start("127.0.0.1:0", spec.ranks, &token).context("starting the bootstrap server")?;
+    let part = opts.part.as_ref();
     let team_of_node = teams_of_nodes(spec, opts)?;
+    if let Some(p) = part {
+        check_part(spec, opts, p, team_of_node.is_some())?;
+    }
+    let token = part.map_or_else(|| random_hex(32), |p| p.token.clone());
+    let job_id = part.map_or_else(|| format!("rv{}", random_hex(6)), |p| p.job_id.clone());
+    let server = match part {
+        None => Some(BootServer::start("127.0.0.1:0", spec.ranks, &token)),
+        Some(p) if p.serve => Some(BootServer::start(&p.root, spec.ranks, &token)),
+        Some(_) => None,
+    }
+    .transpose()
+    .context("starting the bootstrap server")?;
+    let root = match (part, &server) {
+        (Some(p), _) => p.root.clone(),
+        (None, Some(s)) => s.local_addr().to_string(),
+        (None, None) => bail!("no bootstrap server for a whole job"),
+    };
     let loggers = LoggerCores::start(spec, opts.logger, &job_id, opts.verbose, opts.respawn)?;
     let ctx = JobCtx {
         team_of_node,
         spec,
         ranks_per_node: spec.ranks_per_node.min(spec.ranks),
-        root: server.local_addr().to_string(),
+        local: part.map_or(0..spec.ranks, |p| p.local.clone()),
+        root,
         token,
         job_id,
         verbose: opts.verbose,
@@ -46,12 +65,16 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     let start = Instant::now();
     let procs = spawn_all(&ctx)?;
 
-    let mut watch = Watch::new(&ctx, &server, opts.respawn, start, procs);
+    let mut watch = Watch::new(&ctx, server.as_ref(), opts.respawn, start, procs);
     watch.run();
     let Watch { mut procs, stop, respawns, old_pumps, respawn_failed, .. } = watch;
     join_pumps(&mut procs);
     join_handles(old_pumps);
-    drop(server);
+    match server {
+        // Other hosts' ranks may still be reading the last collective.
+        Some(s) if part.is_some() && stop.is_none() => s.shutdown_graceful(SERVE_LINGER),
+        s => drop(s),
+    }
     if let Some(l) = loggers {
         l.finish(stop.is_none());
     }
@@ -84,10 +107,34 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     Ok(LaunchReport { code, respawns })
 }
 
-/// Spawns every rank at incarnation 0; on a failure, kills those already started.
+/// A part of a job: whole nodes inside the job, and none of what needs the whole job in one
+/// launcher (logger cores pair nodes across hosts, teams fail nodes together).
+fn check_part(spec: &LaunchSpec, opts: &LaunchOptions, part: &JobPart, teams: bool) -> Result<()> {
+    let rpn = spec.ranks_per_node.min(spec.ranks);
+    let local = &part.local;
+    if local.is_empty() || local.end > spec.ranks {
+        bail!("local ranks {}-{} are not inside the job's 0-{}", local.start, local.end - 1, spec.ranks - 1);
+    }
+    if !local.start.is_multiple_of(rpn) || (!local.end.is_multiple_of(rpn) && local.end != spec.ranks) {
+        bail!(
+            "local ranks {}-{} are not whole nodes of {rpn} rank(s): a node runs under one launcher",
+            local.start,
+            local.end - 1
+        );
+    }
+    if opts.logger != reverb_logger::core::Placement::Off {
+        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
+    }
+    if teams {
+        bail!("teams under --respawn need the whole job in one launcher (not yet across hosts)");
+    }
+    Ok(())
+}
+
+/// Spawns this launcher's ranks at incarnation 0; on a failure, kills those already started.
 fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
-    let mut procs: Vec<RankProc> = Vec::with_capacity(ctx.spec.ranks as usize);
-    for rank in 0..ctx.spec.ranks {
+    let mut procs: Vec<RankProc> = Vec::with_capacity(ctx.local.len());
+    for rank in ctx.local.clone() {
         match spawn_rank(ctx, rank, 0) {
             Ok(p) => procs.push(p),
             Err(e) => {

@@ -59,7 +59,8 @@ fn dead_reason(rank: u32, signal: i32) -> String {
 /// A running launch: its ranks and what happened to them so far.
 pub(super) struct Watch<'a> {
     ctx: &'a JobCtx<'a>,
-    server: &'a BootServer,
+    /// The rendezvous, when this launcher hosts it (a part of a job may not).
+    server: Option<&'a BootServer>,
     /// Node respawns allowed in the job.
     respawn_limit: u32,
     start: Instant,
@@ -75,7 +76,7 @@ pub(super) struct Watch<'a> {
 impl<'a> Watch<'a> {
     pub(super) fn new(
         ctx: &'a JobCtx<'a>,
-        server: &'a BootServer,
+        server: Option<&'a BootServer>,
         respawn_limit: u32,
         start: Instant,
         procs: Vec<RankProc>,
@@ -246,7 +247,7 @@ impl<'a> Watch<'a> {
             .iter()
             .flat_map(|&n| node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks))
             .collect();
-        let next = members.iter().map(|&r| self.procs[r as usize].incarnation).max().unwrap_or(0) + 1;
+        let next = members.iter().map(|&r| self.proc(r).incarnation).max().unwrap_or(0) + 1;
         eprintln!(
             "reverb run: {} (+{:.3} s): {}; respawning {}{} at incarnation {next} \
              ({left} respawn(s) left after this one)",
@@ -266,7 +267,8 @@ impl<'a> Watch<'a> {
         }
         let mut ranks = Vec::new();
         for &r in &members {
-            let p = &mut self.procs[r as usize];
+            let first = ctx.local.start;
+            let p = &mut self.procs[(r - first) as usize];
             if p.status == RankStatus::Exited(0) {
                 continue;
             }
@@ -313,22 +315,33 @@ impl<'a> Watch<'a> {
         let ctx = self.ctx;
         let node = failure.node;
         for &r in members {
-            self.procs[r as usize].kill();
+            self.procs[(r - ctx.local.start) as usize].kill();
         }
         for &n in nodes {
             let range = node_ranks(n * ctx.ranks_per_node, ctx.ranks_per_node, ctx.spec.ranks);
-            reap(&mut self.procs[range.start as usize..range.end as usize], Duration::from_secs(5));
+            let local = (range.start - ctx.local.start) as usize..(range.end - ctx.local.start) as usize;
+            reap(&mut self.procs[local], Duration::from_secs(5));
         }
         let reason = format!("node {node} failed: {}", failure.reason);
         for &r in members {
-            let p = &self.procs[r as usize];
+            let p = self.proc(r);
             if p.status == RankStatus::Running {
                 bail!("rank {r} did not die within 5 s of SIGKILL; cannot respawn node {node}");
             }
-            self.server
-                .mark_failed(r, p.incarnation, &reason)
-                .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
+            // A rendezvous on another host sees the connection drop; the respawned
+            // incarnation supersedes the old one there.
+            if let Some(server) = self.server {
+                server
+                    .mark_failed(r, p.incarnation, &reason)
+                    .with_context(|| format!("telling the bootstrap server that rank {r} failed"))?;
+            }
         }
         Ok(())
+    }
+
+    /// This launcher's process of `rank` (one of its own: nodes fail whole, and a part of a
+    /// job is whole nodes).
+    fn proc(&self, rank: u32) -> &RankProc {
+        &self.procs[(rank - self.ctx.local.start) as usize]
     }
 }
