@@ -9,6 +9,11 @@
 #
 # Usage:
 #   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... -- CMD ARGS...
+#   --nic listen|connect:PORT --addr A.B.C.D/24 [--hostname NAME]
+#                                    # a virtio NIC wired to another VM through a QEMU
+#                                    # socket netdev on the host's 127.0.0.1:PORT (one VM
+#                                    # listens, the other connects), with an rxe device on
+#                                    # it (rxe_nic); see ci/two-vm.sh
 #   bash ci/rxe-vm.sh [--netns] --smoke
 #   bash ci/rxe-vm.sh --build        # only (re)build the cached kernel + initramfs
 #   --kernel 6.1|6.12|auto           # guest kernel series (default $REVERB_VM_KERNEL or 6.1)
@@ -29,12 +34,15 @@ CACHE=${RXE_VM_CACHE:-$REPO/ci/cache}
 VMDIR=$HERE/vm
 
 KSERIES=${REVERB_VM_KERNEL:-6.1}
-NETNS=0 TIMEOUT=1200 MEM=2048 SMP=2 SMOKE=0 BUILD_ONLY=0
+NETNS=0 TIMEOUT=1200 MEM=2048 SMP=2 SMOKE=0 BUILD_ONLY=0 NIC= NIC_ADDR= VM_HOSTNAME=rxevm
 RW=()
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --netns) NETNS=1 ;;
+        --nic) NIC=$2; shift ;;
+        --addr) NIC_ADDR=$2; shift ;;
+        --hostname) VM_HOSTNAME=$2; shift ;;
         --kernel) KSERIES=$2; shift ;;
         --timeout) TIMEOUT=$2; shift ;;
         --mem) MEM=$2; shift ;;
@@ -79,7 +87,7 @@ ensure_packages() {
 # ci/cache/initramfs.cpio). The exact version is fixed when the cache is first built.
 # The uncompressed ELF vmlinux (PVH entry note) boots directly: under TCG this skips
 # several seconds of in-guest xz decompression.
-MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad ib_uverbs dummy veth"
+MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad ib_uverbs dummy veth virtio_net"
 meta_package() {   # series -> the meta package whose Depends names the image package
     case "$1" in
         6.1) echo linux-image-amd64 ;;
@@ -157,6 +165,7 @@ build_kernel() {
     mkdir -p "$KDIR"
     mv "$tmp/kernel" "$tmp/modules" "$KDIR/"
     echo "$kver" >"$KDIR/version"
+    echo "$MODS" >"$KDIR/mods"
     rm -rf "$tmp"
 }
 
@@ -180,7 +189,9 @@ build_initramfs() {
 ensure_images() {
     mkdir -p "$CACHE"
     select_kernel
-    [ -s "$KDIR/kernel" ] && [ -s "$KDIR/modules/order" ] || { build_kernel; rm -f "$INITRD"; }
+    # Rebuilt when missing or when the module list changed (a cache from before virtio_net).
+    [ -s "$KDIR/kernel" ] && [ -s "$KDIR/modules/order" ] && [ "$(cat "$KDIR/mods" 2>/dev/null)" = "$MODS" ] ||
+        { build_kernel; rm -f "$INITRD"; }
     # Rebuild the initramfs when missing or when ci/vm/init changed.
     if [ ! -s "$INITRD" ] || ! sha256sum -c --status "$STAMP" 2>/dev/null; then
         build_initramfs
@@ -210,7 +221,10 @@ CWD=$(pwd)
     i=0
     for d in "${RW[@]}"; do echo "rw rw$i $d"; i=$((i + 1)); done
 } >"$RUNDIR/config"
-echo "NETNS=$NETNS" >"$RUNDIR/opts"
+{
+    echo "NETNS=$NETNS"
+    printf 'NIC_ADDR=%q\nVM_HOSTNAME=%q\n' "$NIC_ADDR" "$VM_HOSTNAME"
+} >"$RUNDIR/opts"
 export -p >"$RUNDIR/env.sh"
 {
     echo '. "$RXE_VM_RUN/env.sh" 2>/dev/null'
@@ -229,6 +243,17 @@ QEMU=(qemu-system-x86_64
     -append "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off tsc=reliable no_timer_check"
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
     -virtfs "local,path=$RUNDIR,mount_tag=vmrun,security_model=none,multidevs=remap")
+if [ -n "$NIC" ]; then
+    case "$NIC" in
+        listen:[0-9]*|connect:[0-9]*) ;;
+        *) log "--nic wants listen:PORT or connect:PORT, not '$NIC'"; exit 125 ;;
+    esac
+    [[ $NIC_ADDR =~ ^10\.[0-9]+\.[0-9]+\.([0-9]+)/[0-9]+$ ]] ||
+        { log "--nic needs --addr 10.x.y.z/NN (a private address), not '$NIC_ADDR'"; exit 125; }
+    # The MAC's last byte is the address's: two VMs on one wire never share one.
+    mac=$(printf '52:54:00:7e:00:%02x' "${BASH_REMATCH[1]}")
+    QEMU+=(-netdev "socket,id=wire,${NIC%%:*}=127.0.0.1:${NIC#*:}" -device "virtio-net-pci,netdev=wire,mac=$mac")
+fi
 i=0
 for d in "${RW[@]}"; do
     QEMU+=(-virtfs "local,path=$d,mount_tag=rw$i,security_model=none,multidevs=remap")

@@ -25,8 +25,9 @@ struct Case {
     any_source: bool,
 }
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 6] = [
     Case { name: "none", mode: LogMode::NONE, any_source: false },
+    Case { name: "none-any", mode: LogMode::NONE, any_source: true },
     Case { name: "causal-named", mode: LogMode::CAUSAL, any_source: false },
     Case { name: "causal-any", mode: LogMode::CAUSAL, any_source: true },
     Case { name: "pessimistic-sb-any", mode: LogMode::PESSIMISTIC_SB, any_source: true },

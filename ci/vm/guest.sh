@@ -12,14 +12,16 @@
 #             rxe_h1 on veth_h1 10.78.0.2/24; traffic between them crosses the veth.
 # Exported to the command: RXE_VM=1, RXE_LO_DEV/RXE_LO_GID, RXE_CM_DEV/RXE_CM_ADDR/
 # RXE_CM_GID and with --netns RXE_NETNS=1, RXE_H{0,1}_DEV/_ADDR/_GID (GID = sgid index).
+#   --nic:    rxe_nic on the virtio NIC (eth0) wired to another VM, with --addr; exported
+#             as RXE_NIC_DEV/_ADDR/_GID.
 RUNDIR=$1
-NETNS=0
+NETNS=0 NIC_ADDR= VM_HOSTNAME=rxevm
 . "$RUNDIR/opts"
 
 setup_err=0
 run() { "$@" || { echo "rxe-vm setup: failed: $*" >&2; setup_err=1; }; }
 
-hostname rxevm 2>/dev/null
+hostname "$VM_HOSTNAME" 2>/dev/null
 run ip link set lo up
 run rdma link add rxe0 type rxe netdev lo
 ip link show dummy0 >/dev/null 2>&1 || run ip link add dummy0 type dummy  # dummy.ko makes dummy0 itself
@@ -39,6 +41,11 @@ done
 if [ "$NETNS" = 1 ]; then
     . "$(dirname "$0")/netns.sh"
 fi
+if [ -n "$NIC_ADDR" ]; then
+    run ip addr add "$NIC_ADDR" dev eth0
+    run ip link set eth0 up
+    run rdma link add rxe_nic type rxe netdev eth0
+fi
 
 # Index of the RoCE v2 GID that carries an IPv4 address (::ffff:a.b.c.d), for -x / sgid_index.
 v2_ipv4_gid() {
@@ -56,6 +63,7 @@ v2_ipv4_gid() {
 export RXE_VM=1 RXE_VM_RUN="$RUNDIR"
 export RXE_LO_DEV=rxe0 RXE_LO_GID=$(v2_ipv4_gid rxe0)
 export RXE_CM_DEV=rxe1 RXE_CM_ADDR=10.77.0.1 RXE_CM_GID=$(v2_ipv4_gid rxe1)
+[ -n "$NIC_ADDR" ] && export RXE_NIC_DEV=rxe_nic RXE_NIC_ADDR=${NIC_ADDR%/*} RXE_NIC_GID=$(v2_ipv4_gid rxe_nic)
 [ "$NETNS" = 1 ] && export RXE_H0_GID=$(v2_ipv4_gid rxe_h0) RXE_H1_GID=$(v2_ipv4_gid rxe_h1)
 [ "$setup_err" = 0 ] || echo "rxe-vm setup: some steps failed, running the command anyway" >&2
 
