@@ -32,4 +32,7 @@ cargo bench -p reverb-benches --no-run
 step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
 bash ci/verbs-suite.sh
 
+step "two soft-RoCE hosts (two QEMU VMs on one emulated wire): bench and a respawn across them"
+bash ci/two-vm-suite.sh
+
 step "ok"

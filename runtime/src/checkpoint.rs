@@ -76,10 +76,15 @@ impl Runtime {
     pub(super) fn finalize_now(mut self) -> Result<RuntimeReport> {
         loop {
             let timeout = self.config.recv_timeout;
-            let endpoint = self.endpoint()?;
+            // The field, not `self.endpoint()`: the barrier below borrows `self.boot` too.
+            let endpoint = self
+                .endpoint
+                .as_mut()
+                .ok_or_else(|| RuntimeError::InvalidArgument("the runtime was finalized".into()))?;
             let drained = endpoint.flush_log().and_then(|()| endpoint.wait_sends(timeout));
             let settled = match drained {
-                Ok(()) => match final_barrier(&mut self.boot) {
+                // Peers still finishing (a replay) may need this rank's progress.
+                Ok(()) => match endpoint.progressing(&mut self.boot, |b| final_barrier(b)) {
                     Ok(true) => Ok(()),
                     // Others were in a recovery's first collective: join the recovery.
                     Ok(false) => Err(LogError::from(TransportError::Bootstrap(

@@ -454,8 +454,34 @@ impl LoggedEndpoint {
     pub fn finish(mut self, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
         self.flush_log()?;
         self.wait_sends(self.config.durable_timeout)?;
-        boot.barrier()?;
+        self.progressing(boot, |b| b.barrier())?;
         Ok(self.into_provider())
+    }
+
+    /// Runs a bootstrap collective (`collective`, on a helper thread) while this endpoint
+    /// keeps progressing. A rank blocked in the rendezvous serves nobody, but peers may still
+    /// need it: one finishing a replay writes its log into the ring this rank hosts, and on
+    /// verbs its eager sends and write-with-immediates spend receive credits that come back
+    /// only when this rank polls. Progress errors are left to the collective's outcome (a
+    /// dead peer fails it too).
+    pub fn progressing<T: Send>(
+        &mut self,
+        boot: &mut dyn Bootstrap,
+        collective: impl FnOnce(&mut dyn Bootstrap) -> T + Send,
+    ) -> T {
+        std::thread::scope(|scope| {
+            let worker = scope.spawn(move || collective(boot));
+            while !worker.is_finished() {
+                let _ = self.progress();
+                // Between polls the collective's socket wakes its own thread; the poll rate
+                // bounds how long a peer waits for a credit, not the collective.
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            match worker.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
 }
 
