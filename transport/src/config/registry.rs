@@ -232,7 +232,8 @@ pub static VARS: &[Var] = &[
     var("REVERB_RESPAWN_TEST_OUT", "", Test, T, "path", "marks a respawn test rank and names its result directory"),
     var("REVERB_STALE_TEST", "", Test, T, "bool", "runs the stale-incarnation rejoin test's rank body"),
     // CI and comparison scripts
-    var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh: use this reverb binary instead of building one"),
+    var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
+    var("REVERB_HOSTS_DIR", "/run/reverb-hosts", Ci, Tooling, "path", "ci/hosts.sh: where the simulated hosts' state (namespace holders, addresses) lives"),
     var("REVERB_VM_KERNEL", "6.1", Ci, Tooling, "6.1|6.12|auto", "ci/rxe-vm.sh: guest kernel series"),
 ];
 
