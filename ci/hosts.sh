@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Simulated hosts on this machine, for jobs that span hosts without RDMA (issue 15): each host
-# is a network + mount + UTS namespace with its own hostname, its own /dev/shm (a private
-# tmpfs) and one address on a bridge that joins the hosts. Nothing leaves the machine: the
-# bridge lives in its own namespace and has no uplink.
+# Simulated hosts on this machine, for jobs that span hosts without RDMA: each host is a
+# network + mount + UTS namespace with its own hostname, its own /dev/shm (a private tmpfs),
+# one address on a bridge that joins the hosts, and an /etc/hosts that names every simulated
+# host (so `reverb run --hosts ha:2,hb:2` with REVERB_RSH="bash ci/hosts.sh exec" resolves
+# them). Nothing leaves the machine: the bridge lives in its own namespace and has no uplink.
 #
 #   ci/hosts.sh up NAME...          make the hosts (10.77.0.10, .11, ... in the order named)
 #   ci/hosts.sh exec NAME -- CMD... run CMD inside host NAME (its net, mount and UTS namespaces)
@@ -43,6 +44,7 @@ start_holder() {
     ip netns exec "$ns" unshare --mount --uts --propagation private -- bash -c '
         hostname "$1"
         mount -t tmpfs -o mode=1777,size=2g tmpfs /dev/shm
+        mount --bind "$2/../etc-hosts" /etc/hosts
         echo $$ > "$2/holder.tmp" && mv "$2/holder.tmp" "$2/holder"
         exec sleep infinity' holder "$name" "$DIR/$name" </dev/null >/dev/null 2>&1 &
     for _ in $(seq 100); do
@@ -60,6 +62,8 @@ host_up() {
     [[ -d $DIR/$name ]] && die "host $name exists (ci/hosts.sh down first)"
     mkdir -p "$DIR/$name"
     echo "$addr" >"$DIR/$name/addr"
+    # Appended in place: every host's bind mount of the file sees the new line.
+    echo "$addr $name" >>"$DIR/etc-hosts"
     ip netns add "$ns"
     ip link add "v-$name" type veth peer name "s-$name"
     ip link set "v-$name" netns "$ns"
@@ -75,6 +79,7 @@ host_up() {
 cmd_up() {
     (($# > 0)) || die "up: name at least one host"
     mkdir -p "$DIR"
+    [[ -f $DIR/etc-hosts ]] || printf '127.0.0.1 localhost\n::1 localhost\n' >"$DIR/etc-hosts"
     switch_up
     local existing index
     existing=$(find "$DIR" -mindepth 1 -maxdepth 1 -type d | wc -l)

@@ -41,6 +41,11 @@ pub struct RunArgs {
     /// one launcher of the job does).
     #[arg(long, requires = "local_ranks")]
     pub serve_root: bool,
+    /// Run the job across hosts, `a:4,b:4` (ranks per host, in rank order): one launcher per
+    /// host started through REVERB_RSH (default ssh), the first hosting the rendezvous. The
+    /// reverb binary and PROG must be at the same paths on every host.
+    #[arg(long, value_name = "HOST:N,...", value_parser = super::hosts::parse_hosts, conflicts_with = "local_ranks")]
+    pub hosts: Option<super::hosts::HostList>,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -60,6 +65,9 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
                 .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))?,
         ),
     };
+    if let Some(hosts) = &args.hosts {
+        return run_across(&args, &hosts.0, verbose);
+    }
     let Some((program, rest)) = args.command.split_first() else {
         bail!("reverb run: no program given");
     };
@@ -84,6 +92,36 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         part,
     };
     launch_report(&spec, &opts).map(|r| r.code)
+}
+
+/// `reverb run --hosts`: the options every host's launcher takes, checked here.
+fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) -> Result<i32> {
+    let total: u32 = hosts.iter().map(|h| h.ranks).sum();
+    if total != args.ranks {
+        bail!("--hosts names {total} rank(s), -n {}", args.ranks);
+    }
+    if args.report_json.is_some() {
+        bail!("--report-json is per launcher: not yet with --hosts");
+    }
+    if args.logger != reverb_logger::core::Placement::Off {
+        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
+    }
+    // One node per host unless told otherwise.
+    let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
+    let mut run_options = vec!["--respawn".to_string(), args.respawn.to_string()];
+    if let Some(t) = args.timeout {
+        run_options.extend(["--timeout".to_string(), t.to_string()]);
+    }
+    if args.no_prefix {
+        run_options.push("--no-prefix".into());
+    }
+    super::hosts::launch_across(&super::hosts::AcrossHosts {
+        hosts,
+        ranks_per_node,
+        run_options,
+        command: &args.command,
+        verbose,
+    })
 }
 
 /// `A-B` (inclusive) or a single rank `A`, as a range.

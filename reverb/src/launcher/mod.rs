@@ -40,6 +40,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 pub mod args;
+pub mod hosts;
 pub mod logger_cores;
 mod os;
 mod report;

@@ -202,6 +202,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_LOGGER_ATTACH_TIMEOUT_S", "30", LoggerCore, User, "s", "how long a rank waits for its node's logger segment to appear"),
     var("REVERB_LOGGER_RESPAWN", "0", LoggerCore, Set, "int", "nonzero: failed nodes are respawned, so a dead related logger is awaited back"),
     var("REVERB_LOGGER_REJOIN_TIMEOUT_S", "30", LoggerCore, User, "s", "how long a dead related logger is awaited back (and a respawned one awaits hellos)"),
+    var("REVERB_RSH", "ssh", Launcher, User, "command", "reverb run --hosts: how a host's launcher is started (`REVERB_RSH HOST reverb run ...`), as Open MPI's plm_rsh_agent"),
     var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),
     var("REVERB_LOGGER_FAULT_STARTUP", "", LoggerCore, Fault, "int", "the logger core of this node SIGKILLs itself in the start-up exchange (first incarnation)"),
     // runtime and checkpoints

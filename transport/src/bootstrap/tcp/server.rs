@@ -180,7 +180,8 @@ impl BootServer {
     }
 
     /// Waits (at most `linger`) until every rank has connected and left, then stops. Rank 0
-    /// uses this so that it does not cut off peers still reading the last result.
+    /// uses this so that it does not cut off peers still reading the last result. A job
+    /// whose ranks never connected (a program that does not use the rendezvous) does not wait.
     pub fn shutdown_graceful(self, linger: Duration) {
         let deadline = Instant::now() + linger;
         let size = self.shared.size;
@@ -188,7 +189,7 @@ impl BootServer {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        while !(g.0 == 0 && g.1 >= size) {
+        while !(g.0 == 0 && (g.1 >= size || g.1 == 0)) {
             let now = Instant::now();
             if now >= deadline {
                 break;
