@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Jobs across simulated hosts without RDMA (ci/hosts.sh: network + mount + UTS namespaces with
+# their own hostnames and /dev/shm), launched by `reverb run --hosts` through
+# REVERB_RSH="bash ci/hosts.sh exec":
+#   1. placement: 4 ranks as ha:2,hb:2 run where they were put;
+#   2. `reverb bench lat|bw` between the two hosts over TCP;
+#   3. the stencil, 4 ranks (a node per host), TCP between the hosts: failure-free, and with rank
+#      3 SIGKILLed on hb and respawned there, both with the checksum of a one-host shm run.
+# Needs root (namespaces). Removes its hosts on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "== hosts-suite: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+cargo build -p reverb --features fault-injection
+bin=$PWD/target/debug/reverb
+out=$PWD/target/hosts-suite
+rm -rf "$out"
+mkdir -p "$out"
+bash ci/hosts.sh down
+trap 'bash ci/hosts.sh down' EXIT
+bash ci/hosts.sh up ha hb
+export REVERB_RSH="bash $PWD/ci/hosts.sh exec"
+
+say "placement"
+placed=$("$bin" run -n 4 --hosts ha:2,hb:2 --timeout 60 -- /bin/hostname | sort | tr '\n' ' ')
+[ "$placed" = "[0] ha [1] ha [2] hb [3] hb " ] || fail "ranks ran on: $placed"
+
+say "bench between the hosts (tcp)"
+for op in send put; do
+    REVERB_PROVIDER=tcp "$bin" run -n 2 --hosts ha:1,hb:1 --timeout 120 --no-prefix -- \
+        "$bin" bench lat --op $op --sizes 8,65536 --iters 500 | tee "$out/lat-$op.txt"
+    grep -q "provider: tcp" "$out/lat-$op.txt" || fail "bench lat --op $op did not run on tcp"
+done
+REVERB_PROVIDER=tcp "$bin" run -n 2 --hosts ha:1,hb:1 --timeout 120 --no-prefix -- \
+    "$bin" bench bw --op put --sizes 1M --iters 200 | tee "$out/bw-put.txt"
+
+stencil() { # name provider [hosts] [fault]
+    local dir=$out/$1
+    mkdir -p "$dir"
+    local where=(--ranks-per-node 2)
+    [ -n "${3:-}" ] && where+=(--hosts "$3")
+    env REVERB_PROVIDER="$2" REVERB_RUNTIME_REPORT="$dir" REVERB_LOG=causal REVERB_LOG_UNIT=node \
+        REVERB_CKPT=buddy ${4:+REVERB_FAULT=$4} \
+        "$bin" run -n 4 "${where[@]}" --respawn 1 --timeout 300 -- \
+        "$bin" app stencil --iters 400 --size 64 --ckpt-every 100 >"$dir/job.log" 2>&1 ||
+        { tail -n 30 "$dir/job.log" >&2; fail "stencil $1"; }
+    cat "$dir/checksum"
+}
+say "stencil: one host (shm), two hosts (tcp), two hosts with rank 3 killed on hb"
+one=$(stencil one-host shm)
+two=$(stencil two-hosts tcp ha:2,hb:2)
+killed=$(stencil killed tcp ha:2,hb:2 3:401)
+grep -q "node 1 respawned" "$out/killed/job.log" || fail "hb's launcher did not respawn node 1"
+say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
+[ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"
+say "ok"
