@@ -557,6 +557,11 @@ impl Provider for TcpProvider {
             return Ok(());
         }
         self.sleep_in_poll(timeout);
+        // A peer's close is only seen by reading: take in what woke us (its last messages
+        // first), so that `peer_state` is current after a block as on the other providers.
+        for rank in 0..self.job.size {
+            self.pump(rank);
+        }
         Ok(())
     }
 
