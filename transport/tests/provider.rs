@@ -108,23 +108,7 @@ fn rma_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut
             p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         }
     }
-    // The last get is served by rank 1's progress on tcp: it waits for rank 0 to be done.
-    end_of_rma(job, p, 0);
     boot.barrier().unwrap();
-}
-
-/// Rank `initiator` tells the other rank of a two-rank job that its one-sided operations
-/// ended; the other waits for that, making progress, before the job's next collective: on
-/// tcp a target serves puts and gets only while it progresses (a bootstrap collective does
-/// not).
-fn end_of_rma(job: &JobInfo, p: &mut dyn Provider, initiator: u32) {
-    const TAG: u64 = 0xe0d;
-    if job.rank == initiator {
-        let op = p.send(1 - initiator, TAG, b"rma done").unwrap();
-        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
-    } else {
-        recv_owned(p, Source::Rank(initiator), TagMatch::exact(TAG), 16);
-    }
 }
 
 /// The error of an RMA the provider refuses: the post's (shm and loopback check everything
@@ -405,7 +389,6 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
         p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         assert_eq!(local.to_vec(0, 4096).unwrap(), vec![0xCD; 4096]);
     }
-    end_of_rma(job, p, 0);
     boot.barrier().unwrap();
     if job.rank == 1 {
         assert_eq!(target.to_vec(0, 4096).unwrap(), vec![0xAB; 4096], "target memory was touched");

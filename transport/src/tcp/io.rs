@@ -11,13 +11,13 @@ use rustix::event::{PollFd, PollFlags};
 use crate::api::Rank;
 use crate::error::{Result, TransportError};
 use crate::tcp::conn::{Read1, Rx, Tx, CHUNK};
-use crate::tcp::{Link, TcpProvider, TX_QUEUE_BYTES};
+use crate::tcp::core::{Core, Link, TX_QUEUE_BYTES};
 
 /// Bytes read from one connection per `progress` call, so one busy peer cannot starve the
 /// others.
 const READ_BUDGET: usize = 4 << 20;
 
-impl TcpProvider {
+impl Core {
     /// Writes what waits for `rank`, then reads and handles what it sent. A closed or broken
     /// connection fails the peer (after everything it sent before has been handled).
     pub(super) fn pump(&mut self, rank: Rank) {
@@ -47,7 +47,7 @@ impl TcpProvider {
 
     /// Handles every whole frame buffered from `rank`; false when the stream broke (a frame
     /// length beyond any frame's), which fails the peer.
-    fn handle_buffered(&mut self, rank: Rank) -> bool {
+    pub(super) fn handle_buffered(&mut self, rank: Rank) -> bool {
         let mut rx = std::mem::replace(&mut self.peers[rank as usize].rx, Rx::new(0));
         loop {
             match rx.next_frame() {
@@ -64,8 +64,16 @@ impl TcpProvider {
         true
     }
 
+    /// The helper thread's work: what `progress` does, less the error report (the next
+    /// `progress` of the application gives it).
+    pub(super) fn serve_peers(&mut self) {
+        for rank in 0..self.job.size {
+            self.pump(rank);
+        }
+    }
+
     /// Frames this rank sent itself go straight to its receive path.
-    fn pump_itself(&mut self, rank: Rank) {
+    pub(super) fn pump_itself(&mut self, rank: Rank) {
         let peer = &mut self.peers[rank as usize];
         if peer.tx.is_empty() {
             return;
@@ -80,7 +88,7 @@ impl TcpProvider {
         }
     }
 
-    fn lost(&mut self, rank: Rank, e: io::Error) {
+    pub(super) fn lost(&mut self, rank: Rank, e: io::Error) {
         tracing::debug!("tcp: connection to rank {rank} lost: {e}");
         self.mark_dead(rank);
     }

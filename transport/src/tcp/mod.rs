@@ -39,67 +39,78 @@
 //!   (keepalive counts in whole seconds: an idle link is declared dead after at most about
 //!   one second plus the peer timeout).
 
+//! - **Progress.** One-sided operations are served by the target's `progress`; so that a
+//!   target busy elsewhere (computing, or in a bootstrap collective, as the runtime is during
+//!   a recovery) still serves them, a helper thread progresses the provider whenever the
+//!   application has not for [`SERVE_AFTER`]. Both work on one state behind a lock; what the
+//!   helper completes waits in a staging queue until the application's next call.
+
 mod conn;
 mod connect;
+mod core;
 mod iface;
 mod io;
 mod serve;
 mod table;
 mod wire;
 
-use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use self::core::Core;
 use crate::api::*;
-use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::bootstrap::Bootstrap;
 use crate::completion::{CompletionQueues, Owner};
 use crate::config::TransportConfig;
-use crate::error::{ErrorQueue, Result, TransportError};
-use crate::region::{Region, RegionPool};
-use crate::tagged::{self, TaggedState};
-use crate::tagmatch::PostedRecv;
-use conn::{Rx, Tx};
-use connect::Handshake;
-use serve::Pending;
-use table::Table;
-use wire::{Address, Hello};
+use crate::error::{Result, TransportError};
+use crate::region::Region;
 
-/// Copied bytes that may wait in one connection's send queue.
-pub const TX_QUEUE_BYTES: usize = 4 << 20;
-/// Bytes of staging regions kept for reuse by slice sends above the rendezvous threshold.
-const STAGING_POOL_BYTES: usize = 64 << 20;
-/// Bound on connecting to a peer, and on the open's wait for the lower ranks' connections.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a reconnect waits for the lower rank's connection before calling it dead: that
-/// rank connects when it reconnects in turn, at its next `apply_rejoins` or `await_rejoin`.
-const AWAIT_CONNECT: Duration = Duration::from_secs(60);
+pub use self::core::TX_QUEUE_BYTES;
 
-/// How a peer is reached.
-enum Link {
-    /// Gone (or never connected): operations towards it fail with `PeerDead`.
-    Dead,
-    /// Reconnected, waiting since then for the lower rank's connection; sends queue.
-    Awaiting(Instant),
-    Up(TcpStream),
-    /// This rank itself: frames go from the send queue straight to the receive path.
-    Itself,
+/// How long the application may leave the provider alone before the helper thread serves
+/// peers' one-sided operations in its place.
+pub const SERVE_AFTER: Duration = Duration::from_millis(2);
+/// How often the helper thread looks.
+const HELPER_TICK: Duration = Duration::from_millis(1);
+
+/// What the application's handle and the helper thread share.
+struct Shared {
+    core: Mutex<Core>,
+    /// Microseconds since `epoch` at the application's last call.
+    last_call: AtomicU64,
+    epoch: Instant,
+    stop: AtomicBool,
 }
 
-struct Peer {
-    /// The incarnation connected to (or awaited, or last heard of).
-    incarnation: u32,
-    /// An incarnation was ever connected or awaited (`peer_incarnation` is Some).
-    known: bool,
-    link: Link,
-    tx: Tx,
-    rx: Rx,
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic under the lock (a bug) leaves no half-done wire state that matters more
+        // than the panic itself; the provider stays usable for reporting it.
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
 }
 
-impl Peer {
-    fn alive(&self) -> bool {
-        !matches!(self.link, Link::Dead)
+/// The helper thread: progresses the provider while the application does not.
+fn serve(shared: Arc<Shared>) {
+    while !shared.stop.load(Ordering::Acquire) {
+        std::thread::sleep(HELPER_TICK);
+        let idle = shared.now_us().saturating_sub(shared.last_call.load(Ordering::Relaxed));
+        if idle < SERVE_AFTER.as_micros() as u64 {
+            continue;
+        }
+        let mut core = match shared.core.try_lock() {
+            Ok(core) => core,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => continue,
+        };
+        core.serve_peers();
     }
 }
 
@@ -107,55 +118,22 @@ impl Peer {
 /// [`TcpProvider::open`], or [`TcpProvider::rejoin`] after a respawn.
 pub struct TcpProvider {
     config: TransportConfig,
-    job: JobInfo,
-    listener: TcpListener,
-    /// What a connecting peer must present: proves it learnt our address from the bootstrap.
-    key: u64,
-    address: Vec<u8>,
-    table: Arc<Table>,
-    peers: Vec<Peer>,
+    rank: Rank,
+    size: u32,
+    /// The application's completion queues. The core works on them during a call (they are
+    /// swapped in); between calls it holds the staging queues the helper thread fills.
     cq: CompletionQueues,
-    tagged: TaggedState,
-    /// Reads and puts this rank started, by cookie, until their data or acknowledgement.
-    pending: HashMap<u64, Pending>,
-    next_cookie: u64,
-    /// Accepted connections whose hello has not fully arrived.
-    handshakes: Vec<Handshake>,
-    /// Connections from incarnations this rank has not reconnected to yet.
-    stash: Vec<(Hello, TcpStream)>,
-    malformed: ErrorQueue,
-    staging: RegionPool,
-    progress_calls: u32,
-    max_body: usize,
+    /// Owners opened besides [`Owner::APP`], in both queue sets.
+    owners: Vec<Owner>,
+    shared: Arc<Shared>,
+    helper: Option<JoinHandle<()>>,
 }
 
 impl TcpProvider {
     /// Listens, exchanges addresses through `boot` (a collective) and connects every pair.
     /// Publishes the address too, for ranks that rejoin later.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<TcpProvider> {
-        let mut p = TcpProvider::create(config, boot)?;
-        let all = boot.allgather(&p.address)?;
-        if all.len() != p.job.size as usize {
-            return Err(TransportError::Bootstrap(format!(
-                "allgather returned {} entries for {} ranks",
-                all.len(),
-                p.job.size
-            )));
-        }
-        let me = p.job.rank;
-        for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1) {
-            let address = Address::decode(bytes, rank as Rank)?;
-            p.dial(rank as Rank, &address)?;
-        }
-        for (rank, bytes) in all.iter().enumerate().take(me as usize) {
-            let address = Address::decode(bytes, rank as Rank)?;
-            let peer = &mut p.peers[rank];
-            (peer.incarnation, peer.known, peer.link) =
-                (address.incarnation, true, Link::Awaiting(Instant::now()));
-        }
-        p.await_lower_ranks()?;
-        boot.publish(&p.address)?;
-        Ok(p)
+        Self::start(config.clone(), Core::open(config, boot)?)
     }
 
     /// Opens a respawned rank (incarnation > 0) without a collective: connects to the higher
@@ -163,236 +141,57 @@ impl TcpProvider {
     /// lower ones (they connect when they reconnect to this incarnation), and publishes its
     /// own address. Ranks without an address yet stay `Dead` until `reconnect`.
     pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<TcpProvider> {
-        let mut p = TcpProvider::create(config, boot)?;
-        let me = p.job.rank;
-        for entry in boot.lookup()? {
-            if entry.rank == me || entry.rank >= p.job.size {
-                continue;
-            }
-            p.peers[entry.rank as usize].incarnation = entry.incarnation;
-            let Some(bytes) = entry.address else { continue };
-            let address = Address::decode(&bytes, entry.rank)?;
-            if entry.rank > me {
-                match p.dial(entry.rank, &address) {
-                    // Died since it published: its next incarnation will be announced.
-                    Err(TransportError::PeerDead(_)) => {}
-                    other => other?,
-                }
-            } else {
-                let peer = &mut p.peers[entry.rank as usize];
-                (peer.known, peer.link) = (true, Link::Awaiting(Instant::now()));
-            }
-        }
-        boot.publish(&p.address)?;
-        Ok(p)
+        Self::start(config.clone(), Core::rejoin(config, boot)?)
     }
 
-    /// The listener and this rank's state, every peer Dead and unknown.
-    fn create(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<TcpProvider> {
-        config.validate()?;
-        let job = boot.job().clone();
-        if job.rank >= job.size {
-            return Err(TransportError::InvalidRank(job.rank, job.size));
-        }
-        let listener = connect::listen(connect::listen_ip(&config, boot)?)?;
-        let socket = listener.local_addr().map_err(|e| TransportError::io("tcp: listener address", e))?;
-        let key = rand::random::<u64>() | 1;
-        let address = Address { incarnation: job.incarnation, key, socket }.encode();
-        let max_body = wire::MAX_FIXED + config.rndv_thresh.max(conn::CHUNK);
-        let peers = (0..job.size)
-            .map(|rank| Peer {
-                incarnation: if rank == job.rank { job.incarnation } else { 0 },
-                known: rank == job.rank,
-                link: if rank == job.rank { Link::Itself } else { Link::Dead },
-                tx: Tx::default(),
-                rx: Rx::new(max_body),
-            })
-            .collect();
+    fn start(config: TransportConfig, core: Core) -> Result<TcpProvider> {
+        let (rank, size) = (core.job.rank, core.job.size);
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            last_call: AtomicU64::new(0),
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+        });
+        let helper = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("reverb-tcp-{rank}"))
+                .spawn(move || serve(shared))
+                .map_err(|e| TransportError::io("tcp: start the helper thread", e))?
+        };
         Ok(TcpProvider {
             config,
-            job,
-            listener,
-            key,
-            address,
-            table: Arc::new(Table::default()),
-            peers,
+            rank,
+            size,
             cq: CompletionQueues::new(),
-            tagged: TaggedState::default(),
-            pending: HashMap::new(),
-            next_cookie: 1,
-            handshakes: Vec::new(),
-            stash: Vec::new(),
-            malformed: ErrorQueue::default(),
-            staging: RegionPool::new(STAGING_POOL_BYTES),
-            progress_calls: 0,
-            max_body,
+            owners: Vec::new(),
+            shared,
+            helper: Some(helper),
         })
     }
 
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
-        self.address.clone()
+        self.shared.lock().address()
     }
 
-    fn hello(&self) -> Hello {
-        Hello { rank: self.job.rank, incarnation: self.job.incarnation, key: 0 }
-    }
-
-    /// Connects to higher rank `rank` at `address`; `PeerDead` if nobody listens there.
-    fn dial(&mut self, rank: Rank, address: &Address) -> Result<()> {
-        let hello = Hello { key: address.key, ..self.hello() };
-        let stream = connect::dial(address.socket, rank, &hello, &self.config, CONNECT_TIMEOUT)?;
-        let peer = &mut self.peers[rank as usize];
-        (peer.incarnation, peer.known, peer.link) = (address.incarnation, true, Link::Up(stream));
-        Ok(())
-    }
-
-    /// The open's wait for every lower rank's connection.
-    fn await_lower_ranks(&mut self) -> Result<()> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
-        while self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_))) {
-            self.poll_accepts();
-            if Instant::now() > deadline {
-                let missing: Vec<usize> = (0..self.peers.len())
-                    .filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_)))
-                    .collect();
-                return Err(TransportError::Bootstrap(format!(
-                    "tcp: ranks {missing:?} did not connect within {CONNECT_TIMEOUT:?}"
-                )));
-            }
-            self.sleep_in_poll(Duration::from_millis(10));
-        }
-        Ok(())
-    }
-
-    /// Accepts waiting connections and routes those whose hello is in: to the peer awaiting
-    /// that incarnation, or to the stash when it is newer than the one this rank knows.
-    fn poll_accepts(&mut self) {
-        if let Err(e) = Handshake::accept_all(&self.listener, &mut self.handshakes) {
-            tracing::debug!("tcp: {e}");
-        }
-        let mut i = 0;
-        while i < self.handshakes.len() {
-            match self.handshakes[i].poll(self.key) {
-                Ok(None) => i += 1,
-                Ok(Some(hello)) => {
-                    let h = self.handshakes.swap_remove(i);
-                    if let Err(e) = self.route_hello(hello, h) {
-                        tracing::debug!("tcp: dropped a connection: {e}");
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!("tcp: dropped a connection: {e}");
-                    self.handshakes.swap_remove(i);
-                }
+    /// Runs `f` on the core with the application's queues swapped in, after moving into them
+    /// what the helper thread completed since the last call.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Core) -> T) -> T {
+        let shared = Arc::clone(&self.shared);
+        let mut core = shared.lock();
+        std::mem::swap(&mut core.cq, &mut self.cq);
+        for owner in std::iter::once(Owner::APP).chain(self.owners.iter().copied()) {
+            let staged = self.cq.of(owner);
+            if !staged.is_empty() {
+                let mut moved = std::mem::take(staged);
+                core.cq.of(owner).append(&mut moved);
             }
         }
-    }
-
-    fn route_hello(&mut self, hello: Hello, h: Handshake) -> Result<()> {
-        let rank = hello.rank;
-        if rank >= self.job.size || rank >= self.job.rank {
-            return Err(TransportError::Malformed {
-                what: "tcp hello",
-                detail: format!("rank {rank} may not connect to rank {}", self.job.rank),
-            });
-        }
-        let stream = h.into_stream(self.config.peer_timeout)?;
-        let peer = &mut self.peers[rank as usize];
-        match peer.link {
-            Link::Awaiting(_) if hello.incarnation == peer.incarnation => peer.link = Link::Up(stream),
-            _ if hello.incarnation > peer.incarnation || !peer.known => {
-                self.stash.retain(|(s, _)| s.rank != rank || s.incarnation > hello.incarnation);
-                self.stash.push((hello, stream));
-            }
-            _ => {
-                return Err(TransportError::StaleIncarnation {
-                    rank,
-                    incarnation: hello.incarnation,
-                    current: peer.incarnation,
-                })
-            }
-        }
-        Ok(())
-    }
-
-    fn live(&self, rank: Rank) -> Result<()> {
-        let Some(peer) = self.peers.get(rank as usize) else {
-            return Err(TransportError::InvalidRank(rank, self.job.size));
-        };
-        if !peer.alive() {
-            return Err(TransportError::PeerDead(rank));
-        }
-        Ok(())
-    }
-
-    /// Fails everything outstanding with `rank` and forgets its connection.
-    fn mark_dead(&mut self, rank: Rank) {
-        let Some(peer) = self.peers.get_mut(rank as usize) else { return };
-        if !peer.alive() {
-            return;
-        }
-        peer.link = Link::Dead;
-        peer.tx = Tx::default();
-        peer.rx = Rx::new(self.max_body);
-        let dead = TransportError::PeerDead(rank);
-        self.tagged.fail_peer(rank, &dead, &mut self.cq);
-        self.fail_pending(rank, &dead);
-    }
-
-    /// Fails the awaited connections that did not come within their bound.
-    fn expire_awaits(&mut self) {
-        let late: Vec<Rank> = (0..self.job.size)
-            .filter(
-                |&r| matches!(self.peers[r as usize].link, Link::Awaiting(t) if t.elapsed() > AWAIT_CONNECT),
-            )
-            .collect();
-        for rank in late {
-            self.mark_dead(rank);
-        }
-    }
-
-    fn start_rndv(
-        &mut self,
-        owner: Owner,
-        dest: Rank,
-        tag: Tag,
-        region: &Region,
-        offset: usize,
-        len: usize,
-    ) -> Result<OpId> {
-        if !region.access().allows(Access::REMOTE_READ) {
-            return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
-        }
-        self.make_room(dest)?;
-        let op = self.cq.next_op(owner);
-        let rts = crate::msg::SlotHeader::rts(tag, len, op.0, &region.remote(), offset);
-        self.peers[dest as usize].tx.push(|out| wire::msg(out, &rts, &[]));
-        self.tagged.add_pending(op, dest, tag, len, region);
-        self.kick(dest);
-        Ok(op)
-    }
-
-    fn send_eager(
-        &mut self,
-        owner: Owner,
-        dest: Rank,
-        tag: Tag,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<OpId> {
-        self.make_room(dest)?;
-        let header = crate::msg::SlotHeader::eager(tag, len);
-        self.peers[dest as usize].tx.push(|out| {
-            wire::msg_start(out, &header, len);
-            let start = out.len();
-            out.resize(start + len, 0);
-            fill(&mut out[start..]);
-        });
-        self.kick(dest);
-        let op = self.cq.next_op(owner);
-        self.cq.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
-        Ok(op)
+        let out = f(&mut core);
+        std::mem::swap(&mut core.cq, &mut self.cq);
+        shared.last_call.store(shared.now_us(), Ordering::Relaxed);
+        out
     }
 }
 
@@ -411,11 +210,11 @@ impl Provider for TcpProvider {
     }
 
     fn rank(&self) -> Rank {
-        self.job.rank
+        self.rank
     }
 
     fn size(&self) -> u32 {
-        self.job.size
+        self.size
     }
 
     fn config(&self) -> &TransportConfig {
@@ -423,35 +222,23 @@ impl Provider for TcpProvider {
     }
 
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
-        if len == 0 {
-            return Err(TransportError::Config("cannot register an empty region".into()));
-        }
-        Ok(self.table.register(self.job.rank, len, access))
+        self.with(|c| c.alloc_region(len, access))
     }
 
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
-        self.post_put(owner, "put", &rma, None, signal)
+        self.with(|c| c.put_for(owner, rma, signal))
     }
 
     fn put_imm_for(&mut self, owner: Owner, rma: Rma<'_>, imm: u32, signal: Signal) -> Result<OpId> {
-        self.post_put(owner, "put_imm", &rma, Some(imm), signal)
+        self.with(|c| c.put_imm_for(owner, rma, imm, signal))
     }
 
     fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
-        self.post_get(owner, &rma, signal)
+        self.with(|c| c.get_for(owner, rma, signal))
     }
 
     fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
-        self.live(dest)?;
-        if data.len() <= self.config.rndv_thresh {
-            return self.send_eager(owner, dest, tag, data.len(), |out| out.copy_from_slice(data));
-        }
-        let mut pool = std::mem::replace(&mut self.staging, RegionPool::new(0));
-        let staging = pool.take(data.len(), |len| self.alloc_region(len, Access::REMOTE_READ));
-        self.staging = pool;
-        let staging = staging?;
-        staging.write(0, data)?;
-        self.start_rndv(owner, dest, tag, &staging, 0, data.len())
+        self.with(|c| c.send_for(owner, dest, tag, data))
     }
 
     fn send_region_for(
@@ -463,13 +250,7 @@ impl Provider for TcpProvider {
         offset: usize,
         len: usize,
     ) -> Result<OpId> {
-        self.live(dest)?;
-        region.check_bounds("send", offset, len)?;
-        if len <= self.config.rndv_thresh {
-            // Cannot fail: the range was checked above.
-            return self.send_eager(owner, dest, tag, len, |out| drop(region.read(offset, out)));
-        }
-        self.start_rndv(owner, dest, tag, region, offset, len)
+        self.with(|c| c.send_region_for(owner, dest, tag, region, offset, len))
     }
 
     fn post_recv_for(
@@ -479,99 +260,71 @@ impl Provider for TcpProvider {
         tag: TagMatch,
         buffer: RecvBuffer,
     ) -> Result<OpId> {
-        tagged::check_recv(source, &buffer, self.job.size)?;
-        let op = self.cq.next_op(owner);
-        let peers = &self.peers;
-        let dead = |r: Rank| !peers[r as usize].alive();
-        if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
-            self.rndv_fetch(fetch);
-        }
-        Ok(op)
+        self.with(|c| c.post_recv_for(owner, source, tag, buffer))
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {
-        match self.peers.get(peer as usize) {
-            Some(p) if p.alive() => PeerState::Alive,
-            _ => PeerState::Dead,
-        }
+        self.shared.lock().peer_state(peer)
     }
 
     fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
-        self.peers.get(peer as usize).filter(|p| p.known).map(|p| p.incarnation)
+        self.shared.lock().peer_incarnation(peer)
     }
 
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
-        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.known));
-        crate::recovery::check_reconnect(self.job.rank, self.job.size, peer, incarnation, current)?;
-        let address = Address::decode(address, peer)?;
-        if address.incarnation != incarnation {
-            return Err(TransportError::Malformed {
-                what: "tcp address",
-                detail: format!(
-                    "rank {peer}: address of incarnation {}, expected {incarnation}",
-                    address.incarnation
-                ),
-            });
-        }
-        // The old incarnation is gone even if its close was not seen yet.
-        self.mark_dead(peer);
-        self.tagged.purge_unexpected_from(peer);
-        if self.job.rank < peer {
-            return self.dial(peer, &address);
-        }
-        self.poll_accepts();
-        let p = &mut self.peers[peer as usize];
-        (p.incarnation, p.known, p.link) = (incarnation, true, Link::Awaiting(Instant::now()));
-        if let Some(i) = self.stash.iter().position(|(h, _)| h.rank == peer && h.incarnation == incarnation) {
-            let (_, stream) = self.stash.swap_remove(i);
-            self.peers[peer as usize].link = Link::Up(stream);
-        }
-        self.stash.retain(|(h, _)| h.rank != peer || h.incarnation > incarnation);
-        Ok(())
+        self.with(|c| c.reconnect(peer, incarnation, address))
     }
 
     fn progress(&mut self) -> Result<()> {
-        self.progress_calls = self.progress_calls.wrapping_add(1);
-        let awaiting = self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_)));
-        if awaiting || !self.handshakes.is_empty() || self.progress_calls.is_multiple_of(64) {
-            self.poll_accepts();
-            if awaiting {
-                self.expire_awaits();
-            }
-        }
-        for rank in 0..self.job.size {
-            self.pump(rank);
-        }
-        match self.malformed.next_error() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.with(Core::progress)
     }
 
     fn block(&mut self, timeout: Duration) -> Result<()> {
         if self.cq.any_queued() {
             return Ok(());
         }
-        if self.config.wait_mode == crate::config::WaitMode::Poll {
-            std::thread::yield_now();
-            return Ok(());
-        }
-        self.sleep_in_poll(timeout);
-        // A peer's close is only seen by reading: take in what woke us (its last messages
-        // first), so that `peer_state` is current after a block as on the other providers.
-        for rank in 0..self.job.size {
-            self.pump(rank);
-        }
-        Ok(())
+        self.with(|c| c.block(timeout))
     }
 
     fn queues(&mut self) -> &mut CompletionQueues {
         &mut self.cq
     }
+
+    fn open_owner(&mut self) -> Result<Owner> {
+        // Opened in both queue sets, in step, so an owner has the same number in each.
+        let staged = self.shared.lock().cq.open()?;
+        let owner = self.cq.open()?;
+        if owner != staged {
+            return Err(TransportError::Config(format!(
+                "tcp: owner {owner:?} opened as {staged:?} in staging"
+            )));
+        }
+        self.owners.push(owner);
+        Ok(owner)
+    }
+
+    fn close_owner(&mut self, owner: Owner) {
+        self.shared.lock().cq.close(owner);
+        self.cq.close(owner);
+        self.owners.retain(|&o| o != owner);
+    }
+
+    fn route_remote(&mut self, owner: Owner) {
+        self.shared.lock().cq.route_remote(owner);
+        self.cq.route_remote(owner);
+    }
+
+    fn completions_of(&mut self, owner: Owner) -> &mut VecDeque<Completion> {
+        self.cq.of(owner)
+    }
 }
 
 impl Drop for TcpProvider {
     fn drop(&mut self) {
-        self.close_all();
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(helper) = self.helper.take() {
+            // Bounded: the helper looks at the flag every tick.
+            let _ = helper.join();
+        }
     }
 }

@@ -10,9 +10,9 @@ use crate::region::Region;
 use crate::tagged::{self, Fetch};
 use crate::tagmatch::PostedRecv;
 use crate::tcp::conn::CHUNK;
+use crate::tcp::core::Core;
 use crate::tcp::table::{self, Refusal};
 use crate::tcp::wire::{self, flag, status, Frame, Target};
-use crate::tcp::TcpProvider;
 
 /// Where a read's answer lands.
 pub(super) enum Dest {
@@ -22,7 +22,7 @@ pub(super) enum Dest {
 
 impl Dest {
     /// Copies a chunk at `at`; false when it does not fit `len` (a peer's error).
-    fn write(&mut self, at: u64, bytes: &[u8], len: usize) -> bool {
+    pub(super) fn write(&mut self, at: u64, bytes: &[u8], len: usize) -> bool {
         let fits = at.checked_add(bytes.len() as u64).is_some_and(|end| end <= len as u64);
         fits && match self {
             Dest::Region(region, offset) => region.write(*offset + at as usize, bytes).is_ok(),
@@ -66,14 +66,14 @@ pub(super) enum Pending {
 }
 
 impl Pending {
-    fn peer(&self) -> Rank {
+    pub(super) fn peer(&self) -> Rank {
         match self {
             Pending::Put { peer, .. } | Pending::Get { peer, .. } | Pending::Rndv { peer, .. } => *peer,
         }
     }
 
     /// Its failed completion, with `error`.
-    fn failed(self, error: TransportError) -> Option<Completion> {
+    pub(super) fn failed(self, error: TransportError) -> Option<Completion> {
         match self {
             Pending::Put { op, imm, .. } => {
                 let kind = if imm { CompletionKind::PutImm } else { CompletionKind::Put };
@@ -92,14 +92,14 @@ fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len.max(1)).step_by(CHUNK).map(move |at| (at, (len - at.min(len)).min(CHUNK)))
 }
 
-impl TcpProvider {
-    fn cookie(&mut self) -> u64 {
+impl Core {
+    pub(super) fn cookie(&mut self) -> u64 {
         self.next_cookie += 1;
         self.next_cookie
     }
 
     /// Checks an RMA's local range and descriptor bounds (the target checks the rest).
-    fn check_rma(&self, op: &'static str, rma: &Rma<'_>) -> Result<()> {
+    pub(super) fn check_rma(&self, op: &'static str, rma: &Rma<'_>) -> Result<()> {
         rma.local.check_bounds(op, rma.local_offset, rma.len)?;
         rma.remote.check_bounds(op, rma.remote_offset, rma.len as u64)?;
         self.live(rma.remote.owner)
@@ -201,7 +201,7 @@ impl TcpProvider {
         self.kick(source);
     }
 
-    fn send_control(&mut self, dest: Rank, header: &SlotHeader) {
+    pub(super) fn send_control(&mut self, dest: Rank, header: &SlotHeader) {
         if let Some(peer) = self.peers.get_mut(dest as usize).filter(|p| p.alive()) {
             peer.tx.push(|out| wire::msg(out, header, &[]));
         }
@@ -252,7 +252,15 @@ impl TcpProvider {
         }
     }
 
-    fn serve_put(&mut self, source: Rank, t: &Target, at: u64, imm: u32, flags: u32, bytes: &[u8]) {
+    pub(super) fn serve_put(
+        &mut self,
+        source: Rank,
+        t: &Target,
+        at: u64,
+        imm: u32,
+        flags: u32,
+        bytes: &[u8],
+    ) {
         let done = self.table.check(t, Access::REMOTE_WRITE).and_then(|memory| {
             let fits = at.checked_add(bytes.len() as u64).is_some_and(|end| end <= t.len);
             match fits && table::write(&memory, t.offset + at, bytes) {
@@ -274,7 +282,7 @@ impl TcpProvider {
         }
     }
 
-    fn serve_get(&mut self, source: Rank, t: &Target) {
+    pub(super) fn serve_get(&mut self, source: Rank, t: &Target) {
         let checked = self.table.check(t, Access::REMOTE_READ);
         let Some(peer) = self.peers.get_mut(source as usize) else { return };
         match checked {
@@ -286,7 +294,7 @@ impl TcpProvider {
         }
     }
 
-    fn on_data(&mut self, source: Rank, cookie: u64, at: u64, bytes: &[u8]) -> Result<()> {
+    pub(super) fn on_data(&mut self, source: Rank, cookie: u64, at: u64, bytes: &[u8]) -> Result<()> {
         let (dest, got, len) = match self.pending.get_mut(&cookie) {
             Some(Pending::Get { peer, dest, got, len, .. }) if *peer == source => (dest, got, *len),
             Some(Pending::Rndv { peer, dest, got, rts, .. }) if *peer == source => {
@@ -321,7 +329,7 @@ impl TcpProvider {
         Ok(())
     }
 
-    fn on_ack(&mut self, source: Rank, cookie: u64, code: u32, limit: u64) -> Result<()> {
+    pub(super) fn on_ack(&mut self, source: Rank, cookie: u64, code: u32, limit: u64) -> Result<()> {
         let pending = match self.pending.remove(&cookie) {
             Some(p) if p.peer() == source => p,
             other => {

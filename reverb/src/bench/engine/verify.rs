@@ -1,7 +1,7 @@
 //! The first pass per size: one patterned message, every byte checked at the receiver.
 
 use anyhow::{bail, Context, Result};
-use reverb_transport::{ProviderKind, Signal};
+use reverb_transport::Signal;
 
 use super::{pattern, Op, Role, Session};
 
@@ -63,15 +63,6 @@ impl Session {
                 }
                 Op::Put => checks = true,
                 Op::Get => {}
-            }
-        }
-        // tcp serves puts and gets in the target's progress, which a bootstrap barrier does
-        // not make: the acting side says when its operation completed.
-        if self.provider().kind() == ProviderKind::TCP && matches!(op, Op::Put | Op::Get) {
-            if acting {
-                self.send_ctrl(b"RMA DONE")?;
-            } else {
-                self.expect_ctrl(b"RMA DONE", bound)?;
             }
         }
         // Orders the data movement before the check (a put raises nothing at the target).
