@@ -651,6 +651,70 @@ fn malformed_ring_messages_are_reported_not_fatal() {
     boot.barrier().unwrap();
 }
 
+/// What a faulty or hostile peer could write into a tcp connection: frames of unknown kinds,
+/// or answering nothing this rank asked for, are reported one per `progress` and skipped (the
+/// good message behind them arrives); a length beyond any frame's breaks the stream, so that
+/// peer is reported and failed, and the job's bootstrap still works.
+#[test]
+fn malformed_tcp_frames_are_reported_not_fatal() {
+    if !common::only_on("tcp", "writes raw bytes into a tcp provider connection") {
+        return;
+    }
+    if !common::is_child() {
+        return run_ok("malformed_tcp_frames_are_reported_not_fatal", 2, &[]);
+    }
+    use reverb_transport::msg::{kind, SlotHeader};
+    use reverb_transport::tcp::TcpProvider;
+    use reverb_transport::{bootstrap::TcpBootstrap, PeerState, TransportConfig};
+    let mut boot = TcpBootstrap::connect_from_env().expect("bootstrap");
+    let config = TransportConfig::from_env().expect("config");
+    let mut p = TcpProvider::open(config, &mut boot).expect("open");
+    let frame = |body: &[u8]| [&(body.len() as u32).to_le_bytes()[..], body].concat();
+    let fin = SlotHeader { kind: kind::FIN, cookie: 0xdead, ..Default::default() }.to_bytes();
+    let bad = [
+        frame(&[99, 0]),                                  // unknown frame kind
+        frame(&[&[1u8][..], &fin].concat()),              // a FIN for no send
+        frame(&[&[5u8][..], &[0u8; 20]].concat()),        // an acknowledgement of nothing
+        frame(&[&[4u8][..], &[7u8; 16], b"xy"].concat()), // data for no read
+        frame(&[6, 1, 2]),                                // a short hello mid-stream
+    ];
+    let t0 = Instant::now();
+    if boot.job().rank == 1 {
+        for b in &bad {
+            p.inject_raw_bytes(0, b).unwrap();
+        }
+        let op = p.send(0, 7, b"still fine").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        p.inject_raw_bytes(0, &u32::MAX.to_le_bytes()).unwrap();
+        while p.peer_state(0) != PeerState::Dead {
+            let _ = p.progress();
+            p.block(Duration::from_millis(5)).unwrap();
+            assert!(t0.elapsed() < WAIT, "rank 0 never dropped the broken connection");
+        }
+    } else {
+        let op =
+            p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 64 }).unwrap();
+        let mut errors = 0;
+        while p.peer_state(1) == PeerState::Alive {
+            match p.progress() {
+                Err(TransportError::Malformed { .. } | TransportError::Decode { .. }) => errors += 1,
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(()) => {}
+            }
+            assert!(t0.elapsed() < WAIT, "the broken stream was not noticed");
+        }
+        while let Err(e) = p.progress() {
+            assert!(matches!(e, TransportError::Malformed { .. } | TransportError::Decode { .. }), "{e}");
+            errors += 1;
+        }
+        assert_eq!(errors, bad.len() + 1, "each bad frame and the broken stream, once each");
+        let c = p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        assert!(matches!(c.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"still fine"));
+        assert!(matches!(p.send(1, 8, b"x"), Err(TransportError::PeerDead(1))));
+    }
+    boot.barrier().unwrap();
+}
+
 /// A sender SIGKILLed between claiming a slot of rank 0's receive FIFO and publishing it does
 /// not wedge the FIFO: once rank 0 sees it dead the claim is freed, and another sender's stream
 /// (many FIFO laps through 8 slots) arrives whole and in order.

@@ -200,6 +200,15 @@ impl Core {
         Ok(())
     }
 
+    /// See [`super::TcpProvider::inject_raw_bytes`].
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn inject_raw_bytes(&mut self, dest: Rank, bytes: &[u8]) -> Result<()> {
+        self.live(dest)?;
+        self.peers[dest as usize].tx.push(|out| out.extend_from_slice(bytes));
+        self.kick(dest);
+        Ok(())
+    }
+
     /// The open's wait for every lower rank's connection.
     pub(super) fn await_lower_ranks(&mut self) -> Result<()> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;

@@ -175,6 +175,14 @@ impl TcpProvider {
         self.shared.lock().address()
     }
 
+    /// Fault injection: writes `bytes` into the connection to `dest` as they are (frames, or
+    /// anything else), as a faulty or hostile peer could. For tests of the receiver's checks.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn inject_raw_bytes(&mut self, dest: Rank, bytes: &[u8]) -> Result<()> {
+        self.with(|c| c.inject_raw_bytes(dest, bytes))
+    }
+
     /// Runs `f` on the core with the application's queues swapped in, after moving into them
     /// what the helper thread completed since the last call.
     fn with<T>(&mut self, f: impl FnOnce(&mut Core) -> T) -> T {
