@@ -80,10 +80,11 @@ impl Core {
         }
         let bytes = peer.tx.take_all();
         let mut at = 0;
-        while let Some(len) =
-            bytes.get(at..at + 4).map(|p| u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize)
-        {
-            self.on_frame(rank, &bytes[at + 4..at + 4 + len]);
+        while let Some(p) = bytes.get(at..at + 4) {
+            let len = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
+            // Only injected garbage can run past the end: drop it.
+            let Some(body) = bytes.get(at + 4..at + 4 + len) else { break };
+            self.on_frame(rank, body);
             at += 4 + len;
         }
     }

@@ -336,3 +336,63 @@ impl Drop for TcpProvider {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loopback::InProcBootstrap;
+
+    fn one_rank(job: &str) -> TcpProvider {
+        let mut boots = InProcBootstrap::job(job, 1);
+        TcpProvider::open(TransportConfig::default(), &mut boots[0]).expect("open")
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    /// A rank's messages and one-sided operations to itself never touch a socket, and go
+    /// through the same frames, checks and rendezvous as a peer's.
+    #[test]
+    fn a_rank_talks_to_itself_eager_rendezvous_and_rma() {
+        let mut p = one_rank("tcp-self");
+        let wait = Duration::from_secs(10);
+        for len in [0, 8, 8192, 8193, 1 << 20] {
+            let data = pattern(len);
+            let recv = p.post_recv(Source::Rank(0), TagMatch::exact(len as u64), RecvBuffer::Owned { capacity: len }).unwrap();
+            let send = p.send(0, len as u64, &data).unwrap();
+            let got = p.wait_op(recv, wait).unwrap().into_result().unwrap();
+            assert!(matches!(got.kind, CompletionKind::Recv { data: Some(ref d), .. } if *d == data), "{len} bytes");
+            p.wait_op(send, wait).unwrap().into_result().unwrap();
+        }
+        let region = p.alloc_region(1 << 20, Access::REMOTE_RW).unwrap();
+        let remote = region.remote();
+        region.write(0, &pattern(4096)).unwrap();
+        let rma = Rma { local: &region, local_offset: 0, remote: &remote, remote_offset: 600_000, len: 4096 };
+        let put = p.put(rma, Signal::Yes).unwrap();
+        p.wait_op(put, wait).unwrap().into_result().unwrap();
+        assert_eq!(region.to_vec(600_000, 4096).unwrap(), pattern(4096));
+        let wrong = RemoteRegion { key: remote.key ^ 1, ..remote };
+        let bad = p.get(Rma { remote: &wrong, ..rma }, Signal::Yes).unwrap();
+        let err = p.wait_op(bad, wait).unwrap().into_result().unwrap_err();
+        assert!(matches!(err, TransportError::InvalidKey { .. }), "{err}");
+        let past = p.put(Rma { remote_offset: (1 << 20) - 8, ..rma }, Signal::Yes);
+        assert!(matches!(past, Err(TransportError::OutOfBounds { .. })), "the descriptor's bound, at the post");
+    }
+
+    /// What the helper thread completes while the application is away waits in staging and
+    /// reaches the owner's queue at the next call.
+    #[test]
+    fn the_helper_serves_while_the_application_is_away() {
+        let mut p = one_rank("tcp-helper");
+        let owner = p.open_owner().unwrap();
+        let recv = p.post_recv_for(owner, Source::Rank(0), TagMatch::exact(1), RecvBuffer::Owned { capacity: 8 }).unwrap();
+        p.send(0, 1, b"later").unwrap();
+        std::thread::sleep(SERVE_AFTER * 10);
+        assert!(p.completions_of(owner).is_empty(), "staged until the next call");
+        let staged = p.shared.lock().cq.of(owner).iter().any(|c| c.op == recv);
+        assert!(staged, "the helper thread delivered the message");
+        p.progress().unwrap();
+        assert!(p.completions_of(owner).iter().any(|c| c.op == recv));
+    }
+}
