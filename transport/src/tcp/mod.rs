@@ -359,10 +359,15 @@ mod tests {
         let wait = Duration::from_secs(10);
         for len in [0, 8, 8192, 8193, 1 << 20] {
             let data = pattern(len);
-            let recv = p.post_recv(Source::Rank(0), TagMatch::exact(len as u64), RecvBuffer::Owned { capacity: len }).unwrap();
+            let recv = p
+                .post_recv(Source::Rank(0), TagMatch::exact(len as u64), RecvBuffer::Owned { capacity: len })
+                .unwrap();
             let send = p.send(0, len as u64, &data).unwrap();
             let got = p.wait_op(recv, wait).unwrap().into_result().unwrap();
-            assert!(matches!(got.kind, CompletionKind::Recv { data: Some(ref d), .. } if *d == data), "{len} bytes");
+            assert!(
+                matches!(got.kind, CompletionKind::Recv { data: Some(ref d), .. } if *d == data),
+                "{len} bytes"
+            );
             p.wait_op(send, wait).unwrap().into_result().unwrap();
         }
         let region = p.alloc_region(1 << 20, Access::REMOTE_RW).unwrap();
@@ -377,7 +382,10 @@ mod tests {
         let err = p.wait_op(bad, wait).unwrap().into_result().unwrap_err();
         assert!(matches!(err, TransportError::InvalidKey { .. }), "{err}");
         let past = p.put(Rma { remote_offset: (1 << 20) - 8, ..rma }, Signal::Yes);
-        assert!(matches!(past, Err(TransportError::OutOfBounds { .. })), "the descriptor's bound, at the post");
+        assert!(
+            matches!(past, Err(TransportError::OutOfBounds { .. })),
+            "the descriptor's bound, at the post"
+        );
     }
 
     /// What the helper thread completes while the application is away waits in staging and
@@ -386,7 +394,9 @@ mod tests {
     fn the_helper_serves_while_the_application_is_away() {
         let mut p = one_rank("tcp-helper");
         let owner = p.open_owner().unwrap();
-        let recv = p.post_recv_for(owner, Source::Rank(0), TagMatch::exact(1), RecvBuffer::Owned { capacity: 8 }).unwrap();
+        let recv = p
+            .post_recv_for(owner, Source::Rank(0), TagMatch::exact(1), RecvBuffer::Owned { capacity: 8 })
+            .unwrap();
         p.send(0, 1, b"later").unwrap();
         std::thread::sleep(SERVE_AFTER * 10);
         assert!(p.completions_of(owner).is_empty(), "staged until the next call");
