@@ -461,6 +461,9 @@ fn sigkilled_peer_fails_pending_ops_within_bound() {
     if job.rank == 1 {
         // Accept the first part of the transfer, then die without warning.
         let (_, _, _) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(1), 64);
+        // Rank 0 posts the operations under test right after "start": let them be posted before
+        // the death (tcp sees a peer's exit at once, and a post to a dead peer fails itself).
+        std::thread::sleep(Duration::from_millis(200));
         // SIGKILL to ourselves; the process ends here.
         let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::thread::sleep(Duration::from_secs(60));
