@@ -398,10 +398,12 @@ mod tests {
             .post_recv_for(owner, Source::Rank(0), TagMatch::exact(1), RecvBuffer::Owned { capacity: 8 })
             .unwrap();
         p.send(0, 1, b"later").unwrap();
-        std::thread::sleep(SERVE_AFTER * 10);
+        let start = Instant::now();
+        while !p.shared.lock().cq.of(owner).iter().any(|c| c.op == recv) {
+            assert!(start.elapsed() < Duration::from_secs(10), "the helper thread never delivered it");
+            std::thread::sleep(SERVE_AFTER);
+        }
         assert!(p.completions_of(owner).is_empty(), "staged until the next call");
-        let staged = p.shared.lock().cq.of(owner).iter().any(|c| c.op == recv);
-        assert!(staged, "the helper thread delivered the message");
         p.progress().unwrap();
         assert!(p.completions_of(owner).iter().any(|c| c.op == recv));
     }
