@@ -364,7 +364,7 @@ impl Core {
         if len == 0 {
             return Err(TransportError::Config("cannot register an empty region".into()));
         }
-        Ok(self.table.register(self.job.rank, len, access))
+        Ok(self.table.register(self.job.rank, self.job.incarnation, len, access))
     }
 
     pub(super) fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {

@@ -102,7 +102,13 @@ impl Core {
     pub(super) fn check_rma(&self, op: &'static str, rma: &Rma<'_>) -> Result<()> {
         rma.local.check_bounds(op, rma.local_offset, rma.len)?;
         rma.remote.check_bounds(op, rma.remote_offset, rma.len as u64)?;
-        self.live(rma.remote.owner)
+        self.live(rma.remote.owner)?;
+        // A descriptor of the owner's previous incarnation never leaves this rank.
+        let connected = self.peers[rma.remote.owner as usize].incarnation;
+        if table::incarnation_of(rma.remote.key) != connected as u16 {
+            return Err(TransportError::InvalidKey { op, owner: rma.remote.owner, key: rma.remote.key });
+        }
+        Ok(())
     }
 
     pub(super) fn post_put(

@@ -12,6 +12,16 @@ use crate::loopback::memory::Memory;
 use crate::region::Region;
 use crate::tcp::wire::{status, Target};
 
+/// Random bits of a key, under the owner's incarnation (its low 16 bits).
+const KEY_RANDOM_BITS: u32 = 48;
+const KEY_RANDOM: u64 = (1 << KEY_RANDOM_BITS) - 1;
+
+/// The owner incarnation a key was issued by (its low 16 bits): an initiator refuses, at the
+/// post, a descriptor of an incarnation it is no longer connected to.
+pub(crate) fn incarnation_of(key: u64) -> u16 {
+    (key >> KEY_RANDOM_BITS) as u16
+}
+
 #[derive(Clone)]
 struct Registered {
     memory: Arc<Memory>,
@@ -84,13 +94,21 @@ impl Table {
         self.regions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a zeroed block of `len` (> 0) bytes for `owner` and returns its region.
-    pub(crate) fn register(self: &Arc<Self>, owner: u32, len: usize, access: Access) -> Region {
+    /// Registers a zeroed block of `len` (> 0) bytes for `owner` at `incarnation` and returns
+    /// its region. The key's top bits carry the incarnation ([`incarnation_of`]).
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        owner: u32,
+        incarnation: u32,
+        len: usize,
+        access: Access,
+    ) -> Region {
         let memory = Memory::zeroed(len);
         let key = loop {
-            let key = rand::random::<u64>();
+            let key =
+                (rand::random::<u64>() & KEY_RANDOM) | (u64::from(incarnation as u16) << KEY_RANDOM_BITS);
             let mut regions = self.lock();
-            if key != 0 && !regions.contains_key(&key) {
+            if key & KEY_RANDOM != 0 && !regions.contains_key(&key) {
                 regions.insert(key, Registered { memory: Arc::clone(&memory), access });
                 break key;
             }
@@ -155,7 +173,8 @@ mod tests {
     #[test]
     fn checks_key_address_bounds_and_access_and_forgets_dropped_regions() {
         let table = Arc::new(Table::default());
-        let r = table.register(0, 4096, Access::REMOTE_READ);
+        let r = table.register(0, 3, 4096, Access::REMOTE_READ);
+        assert_eq!(incarnation_of(r.remote().key), 3);
         let remote = r.remote();
         let t = Target { cookie: 1, key: remote.key, addr: remote.addr, offset: 4000, len: 96 };
         assert!(table.check(&t, Access::REMOTE_READ).is_ok());
