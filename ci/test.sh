@@ -26,6 +26,10 @@ bash ci/no-fault-hooks.sh
 step "tests"
 cargo test --workspace
 
+step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=tcp)"
+REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
+REVERB_PROVIDER=tcp cargo test -p reverb --test demo
+
 step "criterion benches build"
 cargo bench -p reverb-benches --no-run
 

@@ -3,6 +3,7 @@
 //! - [`api`]: the [`Provider`] trait and its types (regions, RMA, tagged messages, completions);
 //! - [`completion`]: completion routing: one queue per [`Owner`], found from the [`OpId`];
 //! - [`shm`]: the multi-process shared-memory provider (default, and the intra-node path);
+//! - [`tcp`]: sockets between hosts, RMA emulated by messages (the fallback without RDMA);
 //! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
 //! - [`codec`]: the little-endian reader/writer of every wire and on-disk format;
@@ -55,6 +56,7 @@ pub mod region;
 pub mod shm;
 pub mod tagged;
 pub mod tagmatch;
+pub mod tcp;
 /// The multi-process test harness: test-only, so only in builds with the fault hooks (every
 /// crate's tests turn them on through a self dev-dependency).
 #[cfg(feature = "fault-injection")]

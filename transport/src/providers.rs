@@ -8,13 +8,15 @@ use crate::config::TransportConfig;
 use crate::error::Result;
 #[cfg(not(feature = "verbs"))]
 use crate::error::TransportError;
-use crate::{loopback, shm};
+use crate::{loopback, shm, tcp};
 
 impl ProviderKind {
     /// Shared memory between the processes of one host (`/dev/shm` segments, futex wakeups).
     pub const SHM: ProviderKind = ProviderKind::named("shm");
     /// RDMA verbs (InfiniBand, RoCE); needs a build with the `verbs` feature.
     pub const VERBS: ProviderKind = ProviderKind::named("verbs");
+    /// TCP sockets between any two hosts (RMA emulated by messages the target serves).
+    pub const TCP: ProviderKind = ProviderKind::named("tcp");
     /// Every rank a thread of one process (in-process jobs and tests only).
     pub const LOOPBACK: ProviderKind = ProviderKind::named("loopback");
 }
@@ -43,6 +45,11 @@ pub(crate) static PROVIDERS: &[ProviderEntry] = &[
     // Named without the feature, so that asking for it says what is missing.
     #[cfg(not(feature = "verbs"))]
     ProviderEntry { kind: ProviderKind::VERBS, open: verbs_not_built, rejoin: verbs_not_built },
+    ProviderEntry {
+        kind: ProviderKind::TCP,
+        open: |c, b| Ok(Box::new(tcp::TcpProvider::open(c.clone(), b)?)),
+        rejoin: |c, b| Ok(Box::new(tcp::TcpProvider::rejoin(c.clone(), b)?)),
+    },
     ProviderEntry {
         kind: ProviderKind::LOOPBACK,
         // Loopback jobs live in one process: there is no respawned rank to rejoin.
@@ -86,7 +93,7 @@ mod tests {
             assert_eq!(by_name(e.kind.as_str()), Some(e.kind));
             assert_eq!(e.kind.as_str().parse::<ProviderKind>().ok(), Some(e.kind));
         }
-        assert_eq!(names_for_humans(), "shm, verbs or loopback");
+        assert_eq!(names_for_humans(), "shm, verbs, tcp or loopback");
         assert!("Shm".parse::<ProviderKind>().is_err(), "names are exact");
     }
 }

@@ -111,6 +111,19 @@ fn rma_every_size_verified_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut
     boot.barrier().unwrap();
 }
 
+/// The error of an RMA the provider refuses: the post's (shm and loopback check everything
+/// at the initiator; every provider what the descriptor alone shows), or the operation's
+/// failed completion (tcp: the target checks its registration table and answers).
+fn refusal(p: &mut dyn Provider, posted: Result<OpId, TransportError>, what: &str) -> TransportError {
+    match posted {
+        Err(e) => e,
+        Ok(op) => match p.wait_op(op, WAIT).expect("completion").into_result() {
+            Ok(c) => panic!("{what}: {c:?} succeeded"),
+            Err(e) => e,
+        },
+    }
+}
+
 #[test]
 fn tagged_every_size_verified() {
     let Some((job, mut boot, mut p)) = child() else {
@@ -340,14 +353,16 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
             ("deregistered", rma(&g, 0, 8), true, false),
             ("read-only target", rma(&ro, 0, 8), false, false),
         ];
-        // shm and loopback check every descriptor against the owner's table at the initiator.
-        let at_initiator = p.kind() != ProviderKind::VERBS;
+        // shm and loopback check every descriptor against the owner's table at the initiator,
+        // tcp at the target (the error comes back in the completion).
+        let checked = p.kind() != ProviderKind::VERBS;
         for (what, (remote, off, len), check_get, everywhere) in cases {
-            if !everywhere && !at_initiator {
+            if !everywhere && !checked {
                 continue;
             }
             let op = Rma { local: &local, local_offset: 0, remote: &remote, remote_offset: off, len };
-            let err = p.put(op, Signal::Yes).expect_err(what);
+            let posted = p.put(op, Signal::Yes);
+            let err = refusal(p, posted, what);
             assert!(
                 matches!(
                     err,
@@ -358,9 +373,11 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
                 ),
                 "{what}: {err}"
             );
-            assert!(p.put_imm(op, 1, Signal::Yes).is_err(), "{what} (put_imm)");
+            let posted = p.put_imm(op, 1, Signal::Yes);
+            refusal(p, posted, &format!("{what} (put_imm)"));
             if check_get {
-                assert!(p.get(op, Signal::Yes).is_err(), "{what} (get)");
+                let posted = p.get(op, Signal::Yes);
+                refusal(p, posted, &format!("{what} (get)"));
             }
         }
         // Local bounds are checked too.
@@ -444,6 +461,9 @@ fn sigkilled_peer_fails_pending_ops_within_bound() {
     if job.rank == 1 {
         // Accept the first part of the transfer, then die without warning.
         let (_, _, _) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(1), 64);
+        // Rank 0 posts the operations under test right after "start": let them be posted before
+        // the death (tcp sees a peer's exit at once, and a post to a dead peer fails itself).
+        std::thread::sleep(Duration::from_millis(200));
         // SIGKILL to ourselves; the process ends here.
         let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::thread::sleep(Duration::from_secs(60));
@@ -630,6 +650,70 @@ fn malformed_ring_messages_are_reported_not_fatal() {
         assert_eq!(errors, bad.len(), "each malformed slot is reported once");
         let c = p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         assert!(matches!(c.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"still fine"));
+    }
+    boot.barrier().unwrap();
+}
+
+/// What a faulty or hostile peer could write into a tcp connection: frames of unknown kinds,
+/// or answering nothing this rank asked for, are reported one per `progress` and skipped (the
+/// good message behind them arrives); a length beyond any frame's breaks the stream, so that
+/// peer is reported and failed, and the job's bootstrap still works.
+#[test]
+fn malformed_tcp_frames_are_reported_not_fatal() {
+    if !common::only_on("tcp", "writes raw bytes into a tcp provider connection") {
+        return;
+    }
+    if !common::is_child() {
+        return run_ok("malformed_tcp_frames_are_reported_not_fatal", 2, &[]);
+    }
+    use reverb_transport::msg::{kind, SlotHeader};
+    use reverb_transport::tcp::TcpProvider;
+    use reverb_transport::{bootstrap::TcpBootstrap, PeerState, TransportConfig};
+    let mut boot = TcpBootstrap::connect_from_env().expect("bootstrap");
+    let config = TransportConfig::from_env().expect("config");
+    let mut p = TcpProvider::open(config, &mut boot).expect("open");
+    let frame = |body: &[u8]| [&(body.len() as u32).to_le_bytes()[..], body].concat();
+    let fin = SlotHeader { kind: kind::FIN, cookie: 0xdead, ..Default::default() }.to_bytes();
+    let bad = [
+        frame(&[99, 0]),                                  // unknown frame kind
+        frame(&[&[1u8][..], &fin].concat()),              // a FIN for no send
+        frame(&[&[5u8][..], &[0u8; 20]].concat()),        // an acknowledgement of nothing
+        frame(&[&[4u8][..], &[7u8; 16], b"xy"].concat()), // data for no read
+        frame(&[6, 1, 2]),                                // a short hello mid-stream
+    ];
+    let t0 = Instant::now();
+    if boot.job().rank == 1 {
+        for b in &bad {
+            p.inject_raw_bytes(0, b).unwrap();
+        }
+        let op = p.send(0, 7, b"still fine").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        p.inject_raw_bytes(0, &u32::MAX.to_le_bytes()).unwrap();
+        while p.peer_state(0) != PeerState::Dead {
+            let _ = p.progress();
+            p.block(Duration::from_millis(5)).unwrap();
+            assert!(t0.elapsed() < WAIT, "rank 0 never dropped the broken connection");
+        }
+    } else {
+        let op =
+            p.post_recv(Source::Rank(1), TagMatch::exact(7), RecvBuffer::Owned { capacity: 64 }).unwrap();
+        let mut errors = 0;
+        while p.peer_state(1) == PeerState::Alive {
+            match p.progress() {
+                Err(TransportError::Malformed { .. } | TransportError::Decode { .. }) => errors += 1,
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(()) => {}
+            }
+            assert!(t0.elapsed() < WAIT, "the broken stream was not noticed");
+        }
+        while let Err(e) = p.progress() {
+            assert!(matches!(e, TransportError::Malformed { .. } | TransportError::Decode { .. }), "{e}");
+            errors += 1;
+        }
+        assert_eq!(errors, bad.len() + 1, "each bad frame and the broken stream, once each");
+        let c = p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        assert!(matches!(c.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"still fine"));
+        assert!(matches!(p.send(1, 8, b"x"), Err(TransportError::PeerDead(1))));
     }
     boot.barrier().unwrap();
 }

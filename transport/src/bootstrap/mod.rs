@@ -18,6 +18,7 @@ pub use env::{vars, BootParams};
 pub use host::{HostId, HostMap};
 pub use tcp::{BootServer, ServerOptions, TcpBootstrap};
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::api::Rank;
@@ -122,6 +123,12 @@ pub fn allgather_past_final_barrier(boot: &mut dyn Bootstrap, data: &[u8]) -> Re
 pub trait Bootstrap: Send {
     /// This process's place in the job.
     fn job(&self) -> &JobInfo;
+    /// The local IP address this rank reaches the rendezvous from: the interface the other
+    /// ranks can reach it on, where the tcp provider listens by default. None without a
+    /// network connection (in-process bootstraps).
+    fn local_ip(&self) -> Option<IpAddr> {
+        None
+    }
     /// Every rank contributes `data`; all receive every contribution, indexed by rank.
     fn allgather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Returns once every rank has entered the barrier (an `allgather` of nothing).

@@ -148,7 +148,7 @@ use Layer::*;
 #[rustfmt::skip]
 pub static VARS: &[Var] = &[
     // transport
-    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs|loopback", "provider to open (also --provider); loopback runs ranks as threads of one process"),
+    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs|tcp|loopback", "provider to open (also --provider); loopback runs ranks as threads of one process"),
     var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
     var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: the most eager credits (shared-receive-queue slots) one peer may hold, a power of two in 2..=65536; must match across the job"),
     var("REVERB_SHM_FIFO_SLOTS", "256", Transport, User, "int", "shm: slots of each rank's receive FIFO (shared by all sources), a power of two in 2..=65536; must match across the job"),
@@ -156,6 +156,8 @@ pub static VARS: &[Var] = &[
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
     var("REVERB_PEER_TIMEOUT_MS", "500", Transport, User, "ms", "a dead peer is reported within this bound (> 0)"),
     var("REVERB_LOG_LEVEL", "info", Transport, User, "filter", "diagnostics on stderr: error|warn|info|debug|trace, or per module (reverb_logger=debug,info)"),
+    var("REVERB_TCP_ADDR", "the bootstrap connection's local address", Transport, User, "text", "tcp provider: the IP address it listens on (overrides REVERB_TCP_IFACE)"),
+    var("REVERB_TCP_IFACE", "", Transport, User, "text", "tcp provider: listen on this network interface's IPv4 address (e.g. eth0)"),
     // verbs provider
     var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
     var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),

@@ -1,6 +1,7 @@
 //! The transport's settings ([`TransportConfig`]) and their `REVERB_*` variables.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -49,6 +50,11 @@ pub struct TransportConfig {
     pub spin: Duration,
     /// `REVERB_PEER_TIMEOUT_MS`: a dead peer is reported within this bound.
     pub peer_timeout: Duration,
+    /// `REVERB_TCP_ADDR`: the address the tcp provider listens on (unset: `tcp_iface`'s, else
+    /// the local address of the bootstrap connection).
+    pub tcp_addr: Option<IpAddr>,
+    /// `REVERB_TCP_IFACE`: the network interface whose IPv4 address the tcp provider listens on.
+    pub tcp_iface: Option<String>,
 }
 
 impl Default for TransportConfig {
@@ -61,6 +67,8 @@ impl Default for TransportConfig {
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
             peer_timeout: Duration::from_millis(500),
+            tcp_addr: None,
+            tcp_iface: None,
         }
     }
 }
@@ -100,6 +108,10 @@ impl TransportConfig {
         if let Some(t) = env.duration("REVERB_PEER_TIMEOUT_MS")? {
             cfg.peer_timeout = t;
         }
+        cfg.tcp_addr = env.with("REVERB_TCP_ADDR", |v| {
+            v.trim().parse::<IpAddr>().map_err(|_| ValueError::expected("an IPv4 or IPv6 address"))
+        })?;
+        cfg.tcp_iface = env.with("REVERB_TCP_IFACE", |v| Ok(v.trim().to_string()))?.filter(|v| !v.is_empty());
         cfg.validate()?;
         Ok(cfg)
     }
@@ -141,7 +153,14 @@ impl fmt::Display for TransportConfig {
         writeln!(f, "REVERB_SHM_FIFO_SLOTS={}", self.shm_fifo_slots)?;
         writeln!(f, "REVERB_WAIT_MODE={:?}", self.wait_mode)?;
         writeln!(f, "REVERB_WAIT_SPIN_US={}", self.spin.as_micros())?;
-        write!(f, "REVERB_PEER_TIMEOUT_MS={}", self.peer_timeout.as_millis())
+        write!(f, "REVERB_PEER_TIMEOUT_MS={}", self.peer_timeout.as_millis())?;
+        if let Some(a) = self.tcp_addr {
+            write!(f, "\nREVERB_TCP_ADDR={a}")?;
+        }
+        if let Some(i) = &self.tcp_iface {
+            write!(f, "\nREVERB_TCP_IFACE={i}")?;
+        }
+        Ok(())
     }
 }
 
@@ -179,6 +198,10 @@ mod tests {
         assert!(read(&[("REVERB_SHM_FIFO_SLOTS", "96")]).is_err(), "not a power of two");
         assert_eq!(read(&[("REVERB_SHM_FIFO_SLOTS", "1024")]).unwrap().shm_fifo_slots, 1024);
         assert!(read(&[("REVERB_PEER_TIMEOUT_MS", "0")]).is_err());
-        assert!(read(&[("REVERB_PROVIDER", "tcp")]).is_err());
+        assert!(read(&[("REVERB_PROVIDER", "tcpx")]).is_err());
+        assert!(read(&[("REVERB_TCP_ADDR", "10.0.0")]).is_err());
+        let tcp = read(&[("REVERB_TCP_ADDR", "127.0.0.2"), ("REVERB_TCP_IFACE", "lo")]).unwrap();
+        assert_eq!(tcp.tcp_addr, Some(IpAddr::from([127, 0, 0, 2])));
+        assert_eq!(tcp.tcp_iface.as_deref(), Some("lo"));
     }
 }

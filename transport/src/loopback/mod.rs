@@ -14,7 +14,7 @@
 
 mod bootstrap;
 mod fabric;
-mod memory;
+pub(crate) mod memory;
 
 pub use bootstrap::InProcBootstrap;
 

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use reverb_transport::{
-    CompletionKind, OpId, Owner, PeerState, RecvBuffer, Rma, Signal, Source, TagMatch, TransportError,
+    CompletionKind, OpId, Owner, PeerState, ProviderKind, RecvBuffer, Rma, Signal, Source, TagMatch,
+    TransportError,
 };
 
 use super::{Op, Session, WaitStyle, CTRL_CAPACITY, SPINS_PER_CHECK, TAG_CTRL, TAG_DATA};
@@ -146,9 +147,14 @@ impl Session {
     pub(super) fn spin_byte(&mut self, offset: usize, marker: u8) -> Result<()> {
         let mut deadline = Deadline::new(self.timeout);
         let mut spins = 0u32;
+        // tcp emulates puts with messages that the target's progress writes in place.
+        let serve = self.provider.kind() == ProviderKind::TCP;
         loop {
             if self.dst.load_volatile(offset)? == marker {
                 return Ok(());
+            }
+            if serve {
+                self.provider.progress().context("serving puts")?;
             }
             spins = spins.wrapping_add(1);
             if spins & (SPINS_PER_CHECK - 1) == 0 {

@@ -268,6 +268,10 @@ impl Bootstrap for TcpBootstrap {
         &self.job
     }
 
+    fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.stream.local_addr().ok().map(|a| a.ip())
+    }
+
     fn publish(&mut self, address: &[u8]) -> Result<()> {
         self.send_frame(&Frame::Publish { address: address.to_vec() })
     }

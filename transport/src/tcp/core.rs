@@ -1,0 +1,517 @@
+//! The tcp provider's state and its operations (see the module doc of [`super`]).
+
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::conn::{self, Rx, Tx};
+use super::connect::{self, Handshake};
+use super::serve::Pending;
+use super::table::Table;
+use super::wire::{self, Address, Hello};
+use crate::api::*;
+use crate::bootstrap::{Bootstrap, JobInfo};
+use crate::completion::{CompletionQueues, Owner};
+use crate::config::TransportConfig;
+use crate::error::{ErrorQueue, Result, TransportError};
+use crate::region::{Region, RegionPool};
+use crate::tagged::{self, TaggedState};
+use crate::tagmatch::PostedRecv;
+
+/// Copied bytes that may wait in one connection's send queue.
+pub const TX_QUEUE_BYTES: usize = 4 << 20;
+/// Bytes of staging regions kept for reuse by slice sends above the rendezvous threshold.
+const STAGING_POOL_BYTES: usize = 64 << 20;
+/// Bound on connecting to a peer, and on the open's wait for the lower ranks' connections.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a reconnect waits for the lower rank's connection before calling it dead: that
+/// rank connects when it reconnects in turn, at its next `apply_rejoins` or `await_rejoin`.
+const AWAIT_CONNECT: Duration = Duration::from_secs(60);
+
+/// How a peer is reached.
+pub(super) enum Link {
+    /// Gone (or never connected): operations towards it fail with `PeerDead`.
+    Dead,
+    /// Reconnected, waiting since then for the lower rank's connection; sends queue.
+    Awaiting(Instant),
+    Up(TcpStream),
+    /// This rank itself: frames go from the send queue straight to the receive path.
+    Itself,
+}
+
+pub(super) struct Peer {
+    /// The incarnation connected to (or awaited, or last heard of).
+    pub(super) incarnation: u32,
+    /// An incarnation was ever connected or awaited (`peer_incarnation` is Some).
+    pub(super) known: bool,
+    pub(super) link: Link,
+    pub(super) tx: Tx,
+    pub(super) rx: Rx,
+}
+
+impl Peer {
+    pub(super) fn alive(&self) -> bool {
+        !matches!(self.link, Link::Dead)
+    }
+}
+
+/// The state of one rank's tcp provider, behind [`super::TcpProvider`]'s lock: the
+/// application's calls and the serving thread both work on it.
+pub(super) struct Core {
+    pub(super) config: TransportConfig,
+    pub(super) job: JobInfo,
+    pub(super) listener: TcpListener,
+    /// What a connecting peer must present: proves it learnt our address from the bootstrap.
+    pub(super) key: u64,
+    pub(super) address: Vec<u8>,
+    pub(super) table: Arc<Table>,
+    pub(super) peers: Vec<Peer>,
+    pub(super) cq: CompletionQueues,
+    pub(super) tagged: TaggedState,
+    /// Reads and puts this rank started, by cookie, until their data or acknowledgement.
+    pub(super) pending: HashMap<u64, Pending>,
+    pub(super) next_cookie: u64,
+    /// Accepted connections whose hello has not fully arrived.
+    pub(super) handshakes: Vec<Handshake>,
+    /// Connections from incarnations this rank has not reconnected to yet.
+    pub(super) stash: Vec<(Hello, TcpStream)>,
+    pub(super) malformed: ErrorQueue,
+    pub(super) staging: RegionPool,
+    pub(super) progress_calls: u32,
+    pub(super) max_body: usize,
+}
+
+impl Core {
+    /// Listens, exchanges addresses through `boot` (a collective) and connects every pair.
+    /// Publishes the address too, for ranks that rejoin later.
+    pub(super) fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
+        let mut p = Core::create(config, boot)?;
+        let all = boot.allgather(&p.address)?;
+        if all.len() != p.job.size as usize {
+            return Err(TransportError::Bootstrap(format!(
+                "allgather returned {} entries for {} ranks",
+                all.len(),
+                p.job.size
+            )));
+        }
+        let me = p.job.rank;
+        for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1) {
+            let address = Address::decode(bytes, rank as Rank)?;
+            p.dial(rank as Rank, &address)?;
+        }
+        for (rank, bytes) in all.iter().enumerate().take(me as usize) {
+            let address = Address::decode(bytes, rank as Rank)?;
+            let peer = &mut p.peers[rank];
+            (peer.incarnation, peer.known, peer.link) =
+                (address.incarnation, true, Link::Awaiting(Instant::now()));
+        }
+        p.await_lower_ranks()?;
+        boot.publish(&p.address)?;
+        Ok(p)
+    }
+
+    /// Opens a respawned rank (incarnation > 0) without a collective: connects to the higher
+    /// ranks that have an address at the rendezvous now (`Bootstrap::lookup`), awaits the
+    /// lower ones (they connect when they reconnect to this incarnation), and publishes its
+    /// own address. Ranks without an address yet stay `Dead` until `reconnect`.
+    pub(super) fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
+        let mut p = Core::create(config, boot)?;
+        let me = p.job.rank;
+        for entry in boot.lookup()? {
+            if entry.rank == me || entry.rank >= p.job.size {
+                continue;
+            }
+            p.peers[entry.rank as usize].incarnation = entry.incarnation;
+            let Some(bytes) = entry.address else { continue };
+            let address = Address::decode(&bytes, entry.rank)?;
+            if entry.rank > me {
+                match p.dial(entry.rank, &address) {
+                    // Died since it published: its next incarnation will be announced.
+                    Err(TransportError::PeerDead(_)) => {}
+                    other => other?,
+                }
+            } else {
+                let peer = &mut p.peers[entry.rank as usize];
+                (peer.known, peer.link) = (true, Link::Awaiting(Instant::now()));
+            }
+        }
+        boot.publish(&p.address)?;
+        Ok(p)
+    }
+
+    /// The listener and this rank's state, every peer Dead and unknown.
+    pub(super) fn create(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
+        config.validate()?;
+        let job = boot.job().clone();
+        if job.rank >= job.size {
+            return Err(TransportError::InvalidRank(job.rank, job.size));
+        }
+        let listener = connect::listen(connect::listen_ip(&config, boot)?)?;
+        let socket = listener.local_addr().map_err(|e| TransportError::io("tcp: listener address", e))?;
+        let key = rand::random::<u64>() | 1;
+        let address = Address { incarnation: job.incarnation, key, socket }.encode();
+        let max_body = wire::MAX_FIXED + config.rndv_thresh.max(conn::CHUNK);
+        let peers = (0..job.size)
+            .map(|rank| Peer {
+                incarnation: if rank == job.rank { job.incarnation } else { 0 },
+                known: rank == job.rank,
+                link: if rank == job.rank { Link::Itself } else { Link::Dead },
+                tx: Tx::default(),
+                rx: Rx::new(max_body),
+            })
+            .collect();
+        Ok(Core {
+            config,
+            job,
+            listener,
+            key,
+            address,
+            table: Arc::new(Table::default()),
+            peers,
+            cq: CompletionQueues::new(),
+            tagged: TaggedState::default(),
+            pending: HashMap::new(),
+            next_cookie: 1,
+            handshakes: Vec::new(),
+            stash: Vec::new(),
+            malformed: ErrorQueue::default(),
+            staging: RegionPool::new(STAGING_POOL_BYTES),
+            progress_calls: 0,
+            max_body,
+        })
+    }
+
+    /// This rank's address, as published to the rendezvous.
+    pub(super) fn address(&self) -> Vec<u8> {
+        self.address.clone()
+    }
+
+    pub(super) fn hello(&self) -> Hello {
+        Hello { rank: self.job.rank, incarnation: self.job.incarnation, key: 0 }
+    }
+
+    /// Connects to higher rank `rank` at `address`; `PeerDead` if nobody listens there.
+    pub(super) fn dial(&mut self, rank: Rank, address: &Address) -> Result<()> {
+        let hello = Hello { key: address.key, ..self.hello() };
+        let stream = connect::dial(address.socket, rank, &hello, &self.config, CONNECT_TIMEOUT)?;
+        let peer = &mut self.peers[rank as usize];
+        (peer.incarnation, peer.known, peer.link) = (address.incarnation, true, Link::Up(stream));
+        Ok(())
+    }
+
+    /// See [`super::TcpProvider::inject_raw_bytes`].
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn inject_raw_bytes(&mut self, dest: Rank, bytes: &[u8]) -> Result<()> {
+        self.live(dest)?;
+        self.peers[dest as usize].tx.push(|out| out.extend_from_slice(bytes));
+        self.kick(dest);
+        Ok(())
+    }
+
+    /// The open's wait for every lower rank's connection.
+    pub(super) fn await_lower_ranks(&mut self) -> Result<()> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        while self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_))) {
+            self.poll_accepts();
+            if Instant::now() > deadline {
+                let missing: Vec<usize> = (0..self.peers.len())
+                    .filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_)))
+                    .collect();
+                return Err(TransportError::Bootstrap(format!(
+                    "tcp: ranks {missing:?} did not connect within {CONNECT_TIMEOUT:?}"
+                )));
+            }
+            self.sleep_in_poll(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Accepts waiting connections and routes those whose hello is in: to the peer awaiting
+    /// that incarnation, or to the stash when it is newer than the one this rank knows.
+    pub(super) fn poll_accepts(&mut self) {
+        if let Err(e) = Handshake::accept_all(&self.listener, &mut self.handshakes) {
+            tracing::debug!("tcp: {e}");
+        }
+        let mut i = 0;
+        while i < self.handshakes.len() {
+            match self.handshakes[i].poll(self.key) {
+                Ok(None) => i += 1,
+                Ok(Some(hello)) => {
+                    let h = self.handshakes.swap_remove(i);
+                    if let Err(e) = self.route_hello(hello, h) {
+                        tracing::debug!("tcp: dropped a connection: {e}");
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("tcp: dropped a connection: {e}");
+                    self.handshakes.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    pub(super) fn route_hello(&mut self, hello: Hello, h: Handshake) -> Result<()> {
+        let rank = hello.rank;
+        if rank >= self.job.size || rank >= self.job.rank {
+            return Err(TransportError::Malformed {
+                what: "tcp hello",
+                detail: format!("rank {rank} may not connect to rank {}", self.job.rank),
+            });
+        }
+        let stream = h.into_stream(self.config.peer_timeout)?;
+        let peer = &mut self.peers[rank as usize];
+        match peer.link {
+            Link::Awaiting(_) if hello.incarnation == peer.incarnation => peer.link = Link::Up(stream),
+            _ if hello.incarnation > peer.incarnation || !peer.known => {
+                self.stash.retain(|(s, _)| s.rank != rank || s.incarnation > hello.incarnation);
+                self.stash.push((hello, stream));
+            }
+            _ => {
+                return Err(TransportError::StaleIncarnation {
+                    rank,
+                    incarnation: hello.incarnation,
+                    current: peer.incarnation,
+                })
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn live(&self, rank: Rank) -> Result<()> {
+        let Some(peer) = self.peers.get(rank as usize) else {
+            return Err(TransportError::InvalidRank(rank, self.job.size));
+        };
+        if !peer.alive() {
+            return Err(TransportError::PeerDead(rank));
+        }
+        Ok(())
+    }
+
+    /// Fails everything outstanding with `rank` and forgets its connection.
+    pub(super) fn mark_dead(&mut self, rank: Rank) {
+        let Some(peer) = self.peers.get_mut(rank as usize) else { return };
+        if !peer.alive() {
+            return;
+        }
+        peer.link = Link::Dead;
+        peer.tx = Tx::default();
+        peer.rx = Rx::new(self.max_body);
+        let dead = TransportError::PeerDead(rank);
+        self.tagged.fail_peer(rank, &dead, &mut self.cq);
+        self.fail_pending(rank, &dead);
+    }
+
+    /// Fails the awaited connections that did not come within their bound.
+    pub(super) fn expire_awaits(&mut self) {
+        let late: Vec<Rank> = (0..self.job.size)
+            .filter(
+                |&r| matches!(self.peers[r as usize].link, Link::Awaiting(t) if t.elapsed() > AWAIT_CONNECT),
+            )
+            .collect();
+        for rank in late {
+            self.mark_dead(rank);
+        }
+    }
+
+    pub(super) fn start_rndv(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        if !region.access().allows(Access::REMOTE_READ) {
+            return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
+        }
+        self.make_room(dest)?;
+        let op = self.cq.next_op(owner);
+        let rts = crate::msg::SlotHeader::rts(tag, len, op.0, &region.remote(), offset);
+        self.peers[dest as usize].tx.push(|out| wire::msg(out, &rts, &[]));
+        self.tagged.add_pending(op, dest, tag, len, region);
+        self.kick(dest);
+        Ok(op)
+    }
+
+    pub(super) fn send_eager(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<OpId> {
+        self.make_room(dest)?;
+        let header = crate::msg::SlotHeader::eager(tag, len);
+        self.peers[dest as usize].tx.push(|out| {
+            wire::msg_start(out, &header, len);
+            let start = out.len();
+            out.resize(start + len, 0);
+            fill(&mut out[start..]);
+        });
+        self.kick(dest);
+        let op = self.cq.next_op(owner);
+        self.cq.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+        Ok(op)
+    }
+}
+
+/// The provider's operations, called under the lock (see [`super::TcpProvider`]).
+impl Core {
+    pub(super) fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
+        if len == 0 {
+            return Err(TransportError::Config("cannot register an empty region".into()));
+        }
+        Ok(self.table.register(self.job.rank, self.job.incarnation, len, access))
+    }
+
+    pub(super) fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.post_put(owner, "put", &rma, None, signal)
+    }
+
+    pub(super) fn put_imm_for(
+        &mut self,
+        owner: Owner,
+        rma: Rma<'_>,
+        imm: u32,
+        signal: Signal,
+    ) -> Result<OpId> {
+        self.post_put(owner, "put_imm", &rma, Some(imm), signal)
+    }
+
+    pub(super) fn get_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
+        self.post_get(owner, &rma, signal)
+    }
+
+    pub(super) fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.live(dest)?;
+        if data.len() <= self.config.rndv_thresh {
+            return self.send_eager(owner, dest, tag, data.len(), |out| out.copy_from_slice(data));
+        }
+        let mut pool = std::mem::replace(&mut self.staging, RegionPool::new(0));
+        let staging = pool.take(data.len(), |len| self.alloc_region(len, Access::REMOTE_READ));
+        self.staging = pool;
+        let staging = staging?;
+        staging.write(0, data)?;
+        self.start_rndv(owner, dest, tag, &staging, 0, data.len())
+    }
+
+    pub(super) fn send_region_for(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<OpId> {
+        self.live(dest)?;
+        region.check_bounds("send", offset, len)?;
+        if len <= self.config.rndv_thresh {
+            // Cannot fail: the range was checked above.
+            return self.send_eager(owner, dest, tag, len, |out| drop(region.read(offset, out)));
+        }
+        self.start_rndv(owner, dest, tag, region, offset, len)
+    }
+
+    pub(super) fn post_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
+        tagged::check_recv(source, &buffer, self.job.size)?;
+        let op = self.cq.next_op(owner);
+        let peers = &self.peers;
+        let dead = |r: Rank| !peers[r as usize].alive();
+        if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
+            self.rndv_fetch(fetch);
+        }
+        Ok(op)
+    }
+
+    pub(super) fn peer_state(&self, peer: Rank) -> PeerState {
+        match self.peers.get(peer as usize) {
+            Some(p) if p.alive() => PeerState::Alive,
+            _ => PeerState::Dead,
+        }
+    }
+
+    pub(super) fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
+        self.peers.get(peer as usize).filter(|p| p.known).map(|p| p.incarnation)
+    }
+
+    pub(super) fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
+        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.known));
+        crate::recovery::check_reconnect(self.job.rank, self.job.size, peer, incarnation, current)?;
+        let address = Address::decode(address, peer)?;
+        if address.incarnation != incarnation {
+            return Err(TransportError::Malformed {
+                what: "tcp address",
+                detail: format!(
+                    "rank {peer}: address of incarnation {}, expected {incarnation}",
+                    address.incarnation
+                ),
+            });
+        }
+        // The old incarnation is gone even if its close was not seen yet.
+        self.mark_dead(peer);
+        self.tagged.purge_unexpected_from(peer);
+        if self.job.rank < peer {
+            return self.dial(peer, &address);
+        }
+        self.poll_accepts();
+        let p = &mut self.peers[peer as usize];
+        (p.incarnation, p.known, p.link) = (incarnation, true, Link::Awaiting(Instant::now()));
+        if let Some(i) = self.stash.iter().position(|(h, _)| h.rank == peer && h.incarnation == incarnation) {
+            let (_, stream) = self.stash.swap_remove(i);
+            self.peers[peer as usize].link = Link::Up(stream);
+        }
+        self.stash.retain(|(h, _)| h.rank != peer || h.incarnation > incarnation);
+        Ok(())
+    }
+
+    pub(super) fn progress(&mut self) -> Result<()> {
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        let awaiting = self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_)));
+        if awaiting || !self.handshakes.is_empty() || self.progress_calls.is_multiple_of(64) {
+            self.poll_accepts();
+            if awaiting {
+                self.expire_awaits();
+            }
+        }
+        for rank in 0..self.job.size {
+            self.pump(rank);
+        }
+        match self.malformed.next_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn block(&mut self, timeout: Duration) -> Result<()> {
+        if self.cq.any_queued() {
+            return Ok(());
+        }
+        if self.config.wait_mode == crate::config::WaitMode::Poll {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        self.sleep_in_poll(timeout);
+        // A peer's close is only seen by reading: take in what woke us (its last messages
+        // first), so that `peer_state` is current after a block as on the other providers.
+        for rank in 0..self.job.size {
+            self.pump(rank);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.close_all();
+    }
+}
