@@ -30,6 +30,9 @@ step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
 REVERB_PROVIDER=tcp cargo test -p reverb --test demo
 
+step "jobs across simulated hosts (namespaces): placement, bench and a respawn over tcp"
+bash ci/hosts-suite.sh
+
 step "criterion benches build"
 cargo bench -p reverb-benches --no-run
 
