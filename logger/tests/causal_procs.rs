@@ -168,7 +168,11 @@ fn unstable_bound_pushes_back_until_checkpoint() {
     }
     let report = endpoint.checkpoint_taken(&mut boot).expect("checkpoint");
     if job.rank == 1 {
-        assert_eq!(report.unstable_dropped, MAX_UNSTABLE as u64);
+        // Some of the bound's determinants may have been written already, their puts not yet
+        // acknowledged (tcp acknowledges a put when the target applied it): those become
+        // stable before the checkpoint instead of being dropped by it.
+        let dropped = report.unstable_dropped;
+        assert!(dropped > 0 && dropped <= MAX_UNSTABLE as u64, "{dropped} unstable dropped");
         assert!(report.ring_bytes_freed > 0);
         assert_eq!(endpoint.unstable_determinants(), 0);
         while received.len() < MESSAGES as usize {
