@@ -701,12 +701,16 @@ impl Provider for VerbsProvider {
         let op = self.completions.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
-        if let Some(fetch) =
-            self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.completions)?
-        {
+        let (recv, thresh) = (PostedRecv { op, source, tag, buffer }, self.config.rndv_thresh);
+        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.completions, thresh)? {
             self.rndv_fetch(fetch);
         }
+        self.send_adverts();
         Ok(op)
+    }
+
+    fn rndv_stats(&self) -> crate::advert::RndvStats {
+        self.tagged.rndv_stats()
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {
