@@ -422,3 +422,6 @@ impl Adverts {
         self.stats
     }
 }
+
+#[cfg(test)]
+mod order_tests;
