@@ -163,18 +163,13 @@ impl Adverts {
         self.sent.get(dest as usize).copied().unwrap_or(0)
     }
 
-    /// Counts a tagged arrival from `source`; returns its number.
+    /// Counts a tagged arrival from `source` (its number is the count before; `after_arrival`
+    /// reads it back, so the eager path keeps no value alive across the match).
     #[inline(always)]
-    pub fn count_arrival(&mut self, source: Rank) -> u64 {
+    pub fn count_arrival(&mut self, source: Rank) {
         match self.arrived.get_mut(source as usize) {
-            Some(n) => {
-                *n += 1;
-                *n - 1
-            }
-            None => {
-                *slot(&mut self.arrived, source) = 1;
-                0
-            }
+            Some(n) => *n += 1,
+            None => *slot(&mut self.arrived, source) = 1,
         }
     }
 
@@ -297,17 +292,18 @@ impl Adverts {
         self.stats.adverts_sent += 1;
     }
 
-    /// Receiver: arrival `seq` from `source` took the posted receive `taken` (None: none, it
-    /// waits as unexpected); `direct` if by DIRECT_FIN. Keeps the chain and the eligible
-    /// receives up to date, and advertises again where a message could not be told apart.
+    /// Receiver: the arrival from `source` just counted took the posted receive `taken` (None:
+    /// none, it waits as unexpected); `direct` if by DIRECT_FIN. Keeps the chain and the
+    /// eligible receives up to date, and advertises again where a message could not be told
+    /// apart.
     pub fn after_arrival<A: Arrival>(
         &mut self,
         source: Rank,
-        seq: u64,
         taken: Option<OpId>,
         direct: bool,
         matcher: &Matcher<A>,
     ) {
+        let seq = self.arrived.get(source as usize).map_or(0, |n| n.wrapping_sub(1));
         let Some(p) = self.peers.get_mut(source as usize) else { return };
         if let Some(op) = taken {
             if let Some(i) = p.eligible.iter().position(|e| *e == op) {
@@ -366,7 +362,8 @@ impl Adverts {
         h: &SlotHeader,
         matcher: &mut Matcher<impl Arrival>,
     ) -> Result<PostedRecv, String> {
-        let seq = self.count_arrival(source);
+        self.count_arrival(source);
+        let seq = self.arrived.get(source as usize).map_or(0, |n| n - 1);
         let front = self.peers.get(source as usize).and_then(|p| p.chain.front().copied());
         let recv = match front {
             Some(a) if a.seq == seq && h.r_len == seq && a.op.0 == h.cookie => {
@@ -383,9 +380,9 @@ impl Adverts {
         match &recv {
             Ok(r) => {
                 self.stats.direct_recvs += 1;
-                self.after_arrival(source, seq, Some(r.op), true, matcher);
+                self.after_arrival(source, Some(r.op), true, matcher);
             }
-            Err(_) => self.after_arrival(source, seq, None, false, matcher),
+            Err(_) => self.after_arrival(source, None, false, matcher),
         }
         recv
     }

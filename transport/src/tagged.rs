@@ -120,18 +120,18 @@ pub fn fin_status<T>(r: &Result<T>) -> u32 {
 impl TaggedState {
     /// Eager data arrived: complete the oldest matching receive, or keep it for a later one.
     pub fn on_eager(&mut self, source: Rank, tag: Tag, payload: &[u8], cq: &mut CompletionQueues) {
-        let seq = self.adv.count_arrival(source);
+        self.adv.count_arrival(source);
         match self.matcher.take_posted(source, tag) {
             Some(recv) => {
                 if self.adv.watching() {
-                    self.adv.after_arrival(source, seq, Some(recv.op), false, &self.matcher);
+                    self.adv.after_arrival(source, Some(recv.op), false, &self.matcher);
                 }
                 cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
             }
             None => {
                 self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() });
                 if self.adv.watching() {
-                    self.adv.after_arrival(source, seq, None, false, &self.matcher);
+                    self.adv.after_arrival(source, None, false, &self.matcher);
                 }
             }
         }
@@ -178,13 +178,13 @@ impl TaggedState {
 
     /// A rendezvous announcement arrived: the receive to fetch into, or None if it waits.
     pub fn on_rts(&mut self, source: Rank, rts: SlotHeader) -> Option<Fetch> {
-        let seq = self.adv.count_arrival(source);
+        self.adv.count_arrival(source);
         let recv = self.matcher.take_posted(source, rts.tag);
         if recv.is_none() {
             self.matcher.push_unexpected(Unexpected::Rts { source, header: rts });
         }
         if self.adv.watching() {
-            self.adv.after_arrival(source, seq, recv.as_ref().map(|r| r.op), false, &self.matcher);
+            self.adv.after_arrival(source, recv.as_ref().map(|r| r.op), false, &self.matcher);
         }
         recv.map(|recv| Fetch { recv, source, rts })
     }
@@ -287,7 +287,10 @@ impl TaggedState {
                         return Err(TransportError::PeerDead(r));
                     }
                 }
-                self.adv.on_post(&recv, &self.matcher, rndv_thresh);
+                // Only a buffer above the threshold may be advertised: the 8 B path pays a compare.
+                if recv.buffer.capacity() > rndv_thresh {
+                    self.adv.on_post(&recv, &self.matcher, rndv_thresh);
+                }
                 self.matcher.push_posted(recv);
                 Ok(None)
             }
