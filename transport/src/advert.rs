@@ -95,6 +95,9 @@ struct PeerAdverts {
     /// Sender: 1 + the number of the last message that matched a valid advert, and its epoch.
     matched_next: u64,
     matched_epoch: u32,
+    /// Sender: (number, tag) of rendezvous-sized messages sent without an advert in hand, so
+    /// that adverts arriving after them still tell whether the chain holds.
+    unmatched: VecDeque<(u64, Tag)>,
     /// Receiver: the advertised receives, numbered consecutively from the next arrival.
     chain: VecDeque<Advertised>,
     /// Receiver: the epoch of `chain`.
@@ -116,6 +119,26 @@ pub struct Adverts {
     /// Adverts to send, in order, with their destination.
     outbox: VecDeque<(Rank, SlotHeader)>,
     stats: RndvStats,
+}
+
+/// Tags of rendezvous sends kept per peer for adverts still on their way (a window of sends
+/// far larger than any advert's delay).
+const UNMATCHED_KEPT: usize = 1024;
+
+impl PeerAdverts {
+    /// Sender: message `seq`, tagged `tag`, meets its advert (`chained`, accepting `accepts`).
+    /// True when the advert holds and the message takes its receive; the chain then holds
+    /// for the next message.
+    fn take_advert(&mut self, seq: u64, chained: bool, accepts: TagMatch, tag: Tag) -> bool {
+        let epoch = self.held_epoch.unwrap_or(0);
+        let valid = !chained || (self.matched_next == seq && self.matched_epoch == epoch);
+        if !valid || !accepts.matches(tag) {
+            return false;
+        }
+        self.matched_next = seq + 1;
+        self.matched_epoch = epoch;
+        true
+    }
 }
 
 /// Whether some tag is accepted by both.
@@ -182,21 +205,22 @@ impl Adverts {
     /// The advertised buffer message `seq` (`len` bytes tagged `tag`) to `dest` may be
     /// written into, if the sender holds a valid advert for it that fits.
     pub fn direct_for(&mut self, dest: Rank, seq: u64, tag: Tag, len: usize) -> Option<Direct> {
-        let p = self.peers.get_mut(dest as usize)?;
+        let p = slot(&mut self.peers, dest);
         while p.held.front().is_some_and(|h| h.seq < seq) {
             p.held.pop_front();
         }
-        let h = p.held.front().filter(|h| h.seq == seq).copied()?;
+        let Some(h) = p.held.front().filter(|h| h.seq == seq).copied() else {
+            // Its advert may still come: remember the tag to judge the chain by then.
+            if p.unmatched.len() >= UNMATCHED_KEPT {
+                p.unmatched.pop_front();
+            }
+            p.unmatched.push_back((seq, tag));
+            return None;
+        };
         p.held.pop_front();
-        let epoch = p.held_epoch.unwrap_or(0);
-        let valid = !h.chained || (p.matched_next == seq && p.matched_epoch == epoch);
-        if !valid || !h.tag.matches(tag) {
+        if !p.take_advert(seq, h.chained, h.tag, tag) {
             return None;
         }
-        // The message takes the advertised receive whichever way it goes: the next advert of
-        // the chain holds.
-        p.matched_next = seq + 1;
-        p.matched_epoch = epoch;
         if len as u64 > h.capacity {
             return None;
         }
@@ -214,10 +238,20 @@ impl Adverts {
             p.held_epoch = Some(epoch);
         }
         let seq = h.r_len;
-        if seq < sent {
-            return; // that message went already
-        }
         let tag = if h.imm & advert_flags::ANY_TAG != 0 { TagMatch::any() } else { TagMatch::exact(h.tag) };
+        let chained = h.imm & advert_flags::CHAINED != 0;
+        if seq < sent {
+            // That message went already; whether it took this receive still tells whether the
+            // next advert of the chain holds.
+            while p.unmatched.front().is_some_and(|(s, _)| *s < seq) {
+                p.unmatched.pop_front();
+            }
+            if let Some((_, sent_tag)) = p.unmatched.front().filter(|(s, _)| *s == seq).copied() {
+                p.unmatched.pop_front();
+                p.take_advert(seq, chained, tag, sent_tag);
+            }
+            return;
+        }
         let remote = RemoteRegion {
             owner: source,
             addr: h.r_addr,
@@ -225,7 +259,11 @@ impl Adverts {
             key: h.r_key,
         };
         let direct = Direct { seq, recv: h.cookie, remote, offset: h.r_offset };
-        let held = Held { seq, tag, chained: h.imm & advert_flags::CHAINED != 0, capacity: h.len, direct };
+        let held = Held { seq, tag, chained, capacity: h.len, direct };
+        if p.held.back().is_none_or(|x| x.seq < seq) {
+            p.held.push_back(held); // the common case: the chain grows at its end
+            return;
+        }
         match p.held.iter_mut().find(|x| x.seq == seq) {
             // The same receive again, anchored: it no longer depends on the one before.
             Some(x) if x.direct.recv == held.direct.recv => x.chained &= held.chained,
@@ -283,7 +321,7 @@ impl Adverts {
     }
 
     /// Re-sends the chain's front advert on its own (not chained): the sender could not tell
-    /// that the message before took its receive.
+    /// that the message before took its receive (an eager one: their tags are not kept).
     fn anchor(&mut self, source: Rank) {
         let Some(p) = self.peers.get_mut(source as usize) else { return };
         let Some(front) = p.chain.front() else { return };
@@ -293,20 +331,24 @@ impl Adverts {
     }
 
     /// Receiver: the arrival from `source` just counted took the posted receive `taken` (None:
-    /// none, it waits as unexpected); `direct` if by DIRECT_FIN. Keeps the chain and the
-    /// eligible receives up to date, and advertises again where a message could not be told
-    /// apart.
+    /// none, it waits as unexpected); `eager` if it came eagerly (the sender keeps no record of
+    /// those). Keeps the chain and the eligible receives up to date, and advertises again where
+    /// the sender could not tell that the chain holds.
     pub fn after_arrival<A: Arrival>(
         &mut self,
         source: Rank,
         taken: Option<OpId>,
-        direct: bool,
+        eager: bool,
         matcher: &Matcher<A>,
     ) {
         let seq = self.arrived.get(source as usize).map_or(0, |n| n.wrapping_sub(1));
         let Some(p) = self.peers.get_mut(source as usize) else { return };
         if let Some(op) = taken {
-            if let Some(i) = p.eligible.iter().position(|e| *e == op) {
+            // Receives for one source are mostly taken in posting order: the front first.
+            if p.eligible.front() == Some(&op) {
+                p.eligible.pop_front();
+                self.eligible -= 1;
+            } else if let Some(i) = p.eligible.iter().position(|e| *e == op) {
                 p.eligible.remove(i);
                 self.eligible -= 1;
             }
@@ -315,7 +357,7 @@ impl Adverts {
             Some(front) if front.seq == seq && taken == Some(front.op) => {
                 if p.chain.is_empty() {
                     self.rebuild(source, seq + 1, matcher);
-                } else if !direct {
+                } else if eager {
                     self.anchor(source);
                 }
             }
@@ -380,7 +422,7 @@ impl Adverts {
         match &recv {
             Ok(r) => {
                 self.stats.direct_recvs += 1;
-                self.after_arrival(source, Some(r.op), true, matcher);
+                self.after_arrival(source, Some(r.op), false, matcher);
             }
             Err(_) => self.after_arrival(source, None, false, matcher),
         }

@@ -124,14 +124,14 @@ impl TaggedState {
         match self.matcher.take_posted(source, tag) {
             Some(recv) => {
                 if self.adv.watching() {
-                    self.adv.after_arrival(source, Some(recv.op), false, &self.matcher);
+                    self.adv.after_arrival(source, Some(recv.op), true, &self.matcher);
                 }
                 cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
             }
             None => {
                 self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() });
                 if self.adv.watching() {
-                    self.adv.after_arrival(source, None, false, &self.matcher);
+                    self.adv.after_arrival(source, None, true, &self.matcher);
                 }
             }
         }

@@ -24,6 +24,8 @@
 //!   user's.
 //! - Rendezvous: RTS carries the sender's {addr, rkey}; the receiver RDMA-reads straight into
 //!   the posted buffer and answers FIN.
+//!   When the receiver advertised the posted buffer first ([`crate::advert`]), the sender
+//!   RDMA-writes into it and posts the DIRECT_FIN notification behind the write in one list.
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
 //!
