@@ -104,6 +104,8 @@ struct PeerAdverts {
     epoch: u32,
     /// Receiver: posted receives for this peer that could be advertised, oldest first.
     eligible: VecDeque<OpId>,
+    /// Receiver: `Adverts::posts` right after the chain's last receive was posted.
+    mark: u64,
 }
 
 /// The advert bookkeeping of one provider (see the module doc).
@@ -116,6 +118,9 @@ pub struct Adverts {
     peers: Vec<PeerAdverts>,
     /// Eligible posted receives across peers: while 0, arrivals skip all advert work.
     eligible: usize,
+    /// Receives posted (kept, not matched at once) so far: a chain's `mark` tells whether any
+    /// was posted since its last advert.
+    posts: u64,
     /// Adverts to send, in order, with their destination.
     outbox: VecDeque<(Rank, SlotHeader)>,
     stats: RndvStats,
@@ -194,6 +199,12 @@ impl Adverts {
             Some(n) => *n += 1,
             None => *slot(&mut self.arrived, source) = 1,
         }
+    }
+
+    /// Counts a receive kept as posted (after `on_post`).
+    #[inline(always)]
+    pub fn count_post(&mut self) {
+        self.posts += 1;
     }
 
     /// Whether any posted receive could be advertised (arrivals skip the bookkeeping if not).
@@ -286,11 +297,18 @@ impl Adverts {
         let p = slot(&mut self.peers, s);
         p.eligible.push_back(recv.op);
         self.eligible += 1;
-        let in_chain = p.chain.iter().filter(|a| overlaps(a.tag, recv.tag)).count();
-        let posted = matcher.count_posted(|q| q.source.matches(s) && overlaps(q.tag, recv.tag));
-        if in_chain == posted {
+        // Behind a chain whose last receive takes the same tags, with nothing posted since, no
+        // other receive can come first: the common stream of receives, without a scan.
+        let same = p.chain.back().is_some_and(|b| b.tag == recv.tag) && p.mark == self.posts;
+        let may = same || {
+            let in_chain = p.chain.iter().filter(|a| overlaps(a.tag, recv.tag)).count();
+            in_chain == matcher.count_posted(|q| q.source.matches(s) && overlaps(q.tag, recv.tag))
+        };
+        if may {
             let seq = p.chain.back().map_or(arrived, |a| a.seq + 1);
             self.advertise(s, recv, seq);
+            // The receive is counted as posted right after this.
+            slot(&mut self.peers, s).mark = self.posts + 1;
         }
     }
 
@@ -377,6 +395,11 @@ impl Adverts {
         let Some(p) = self.peers.get(source as usize) else { return };
         if p.eligible.is_empty() {
             return;
+        }
+        // Receives posted after the last one advertised here may be skipped ones: the next
+        // post scans.
+        if let Some(p) = self.peers.get_mut(source as usize) {
+            p.mark = u64::MAX;
         }
         let mut blocked: Vec<TagMatch> = Vec::new();
         let mut seq = next;

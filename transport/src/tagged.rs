@@ -291,6 +291,7 @@ impl TaggedState {
                 if recv.buffer.capacity() > rndv_thresh {
                     self.adv.on_post(&recv, &self.matcher, rndv_thresh);
                 }
+                self.adv.count_post();
                 self.matcher.push_posted(recv);
                 Ok(None)
             }
