@@ -467,7 +467,7 @@ impl Adverts {
     /// sides count from zero again.
     pub fn forget(&mut self, rank: Rank) {
         if let Some(p) = self.peers.get_mut(rank as usize) {
-            self.eligible -= p.eligible.len();
+            self.eligible = self.eligible.saturating_sub(p.eligible.len());
             *p = PeerAdverts::default();
         }
         if let Some(n) = self.sent.get_mut(rank as usize) {
