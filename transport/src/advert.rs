@@ -373,7 +373,7 @@ impl Adverts {
         }
         match p.chain.pop_front() {
             Some(front) if front.seq == seq && taken == Some(front.op) => {
-                if p.chain.is_empty() {
+                if p.chain.is_empty() && !p.eligible.is_empty() {
                     self.rebuild(source, seq + 1, matcher);
                 } else if eager {
                     self.anchor(source);
@@ -385,7 +385,8 @@ impl Adverts {
                 p.epoch = (p.epoch + 1) & (u32::MAX >> 2);
                 self.rebuild(source, seq + 1, matcher);
             }
-            None => self.rebuild(source, seq + 1, matcher),
+            None if !p.eligible.is_empty() => self.rebuild(source, seq + 1, matcher),
+            None => {}
         }
     }
 

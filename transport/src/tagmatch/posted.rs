@@ -127,7 +127,12 @@ impl Posted {
         let accepts = |p: &PostedRecv| p.source.matches(source) && p.tag.matches(tag);
         if !self.indexed {
             let i = self.scan.iter().position(accepts)?;
-            return if pred(&self.scan[i]) { self.scan.remove(i) } else { None };
+            return match i {
+                _ if !pred(&self.scan[i]) => None,
+                // The front is where an advertised receive sits; `remove` would shift-copy.
+                0 => self.scan.pop_front(),
+                _ => self.scan.remove(i),
+            };
         }
         let key = (source, tag);
         let exact = self.exact.front_seq(key);
