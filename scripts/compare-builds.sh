@@ -2,11 +2,14 @@
 # Two builds of reverb side by side: the same benchmarks from an OLD and a NEW `reverb` binary,
 # interleaved (every case from both binaries once per round, the order of the two alternating
 # between rounds), N rounds. Prints per case the median of the rounds for each build and the
-# ratio NEW/OLD (latency: below 1 is faster; bandwidth: above 1 is faster).
+# ratio NEW/OLD (latency: below 1 is faster; bandwidth: above 1 is faster), then the best round
+# of each build and their ratio.
 # Used to show that a refactor costs nothing: shm put and tagged latency (8 B) and bandwidth
 # (1 MiB), and the message-logging layer at 8 B (none, causal with named and any-source receives).
 #
 #   scripts/compare-builds.sh OLD_REVERB NEW_REVERB [rounds]     (default 7 rounds)
+#   COMPARE_CASES='send-lat-16K|lat --op send --sizes 16K' scripts/compare-builds.sh ...
+#     runs other cases instead (one `label|bench arguments` per line)
 #   e.g. git worktree add /tmp/old HEAD~5 && (cd /tmp/old && cargo build --release -p reverb)
 #        scripts/compare-builds.sh /tmp/old/target/release/reverb target/release/reverb 9
 set -euo pipefail
@@ -28,6 +31,10 @@ CASES=(
     "log-causal-lat-8|lat --op send --sizes 8 --log causal"
     "log-causal-any-lat-8|lat --op send --sizes 8 --log causal --recv any"
 )
+
+if [[ -n ${COMPARE_CASES:-} ]]; then
+    mapfile -t CASES <<<"$COMPARE_CASES"
+fi
 
 run_case() { # label binary-name binary args...
     local label=$1 name=$2 bin=$3
@@ -55,11 +62,16 @@ import json, statistics, sys
 out, cases = sys.argv[1], [c.split("|")[0] for c in sys.argv[2:]]
 def metric(label, name):
     rows = [json.loads(l) for l in open(f"{out}/{label}.{name}.json") if l.strip()]
-    key = "t_typical_us" if rows[0]["test"] == "lat" else "bw_avg_mib_s"
-    return key, statistics.median(r[key] for r in rows), len(rows)
-print(f"{'case':<22} {'metric':<14} {'old':>12} {'new':>12} {'new/old':>8}  rounds")
+    lat = rows[0]["test"] == "lat"
+    key = "t_typical_us" if lat else "bw_avg_mib_s"
+    values = [r[key] for r in rows]
+    best = min(values) if lat else max(values)
+    return key, statistics.median(values), best, len(rows)
+print(f"{'case':<22} {'metric':<14} {'old':>12} {'new':>12} {'new/old':>8}  rounds"
+      f"  {'best old':>12} {'best new':>12} {'new/old':>8}")
 for label in cases:
-    key, old, n = metric(label, "old")
-    _, new, _ = metric(label, "new")
-    print(f"{label:<22} {key:<14} {old:>12.3f} {new:>12.3f} {new / old:>8.3f}  {n}")
+    key, old, old_best, n = metric(label, "old")
+    _, new, new_best, _ = metric(label, "new")
+    print(f"{label:<22} {key:<14} {old:>12.3f} {new:>12.3f} {new / old:>8.3f}  {n:>6}"
+          f"  {old_best:>12.3f} {new_best:>12.3f} {new_best / old_best:>8.3f}")
 EOF

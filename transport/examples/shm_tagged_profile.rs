@@ -8,7 +8,10 @@
 //! valgrind --tool=callgrind target/release/examples/shm_tagged_profile 8 11000
 //! ```
 //!
-//! (instructions of the second - the first) / 10000 = instructions per message.
+//! (instructions of the second - the first) / 10000 = instructions per message. Sizes above the
+//! rendezvous threshold profile the advertised path (the receiver's buffer written by the
+//! sender), or with a third argument `late` the RTS path (the send goes before the advert is
+//! taken in).
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +37,8 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
     let iters: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    // `late`: send before the receive's advert is taken in (the rendezvous path proper).
+    let advertised = args.next().as_deref() != Some("late");
     let job = JobInfo {
         rank: 0,
         size: 1,
@@ -44,12 +49,21 @@ fn main() -> Result<()> {
         incarnation: 0,
     };
     let mut p = ShmProvider::open(TransportConfig::default(), &mut Alone(job))?;
-    let src = p.alloc_region(size.max(1), Access::LOCAL)?;
-    let dst = p.alloc_region(size.max(1), Access::LOCAL)?;
+    // Above the rendezvous threshold the receiver's buffer may be written and the sender's
+    // read: the rendezvous (or advertised) path is what gets profiled.
+    let large = size > TransportConfig::default().rndv_thresh;
+    let (src_access, dst_access) =
+        if large { (Access::REMOTE_READ, Access::REMOTE_WRITE) } else { (Access::LOCAL, Access::LOCAL) };
+    let src = p.alloc_region(size.max(1), src_access)?;
+    let dst = p.alloc_region(size.max(1), dst_access)?;
     let start = Instant::now();
     for _ in 0..iters {
         let buffer = RecvBuffer::Region { region: dst.clone(), offset: 0, capacity: size };
         p.post_recv(Source::Rank(0), TagMatch::exact(1), buffer)?;
+        if large && advertised {
+            // Take in the receive's advert before sending, as a ping-pong peer has.
+            p.progress()?;
+        }
         p.send_region(0, 1, &src, 0, size)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut done = 0;
@@ -66,6 +80,6 @@ fn main() -> Result<()> {
         }
     }
     let per = start.elapsed().as_secs_f64() * 1e9 / iters as f64;
-    println!("{size} B: {iters} self send/recv pairs, {per:.1} ns each");
+    println!("{size} B: {iters} self send/recv pairs, {per:.1} ns each; {:?}", p.rndv_stats());
     Ok(())
 }

@@ -552,6 +552,13 @@ pub trait Provider: Send {
         self.post_recv_for(Owner::APP, source, tag, buffer)
     }
 
+    /// Counters of the receiver-advertised rendezvous ([`crate::advert`]): adverts sent,
+    /// sends written straight into an advertised buffer, receives completed that way. Zeros
+    /// for a provider that keeps none.
+    fn rndv_stats(&self) -> crate::advert::RndvStats {
+        crate::advert::RndvStats::default()
+    }
+
     /// Liveness of `peer` as last seen by `progress`/`block` (no probe is made); a rank outside
     /// the job is [`PeerState::Dead`].
     fn peer_state(&self, peer: Rank) -> PeerState;

@@ -14,6 +14,11 @@ pub mod kind {
     pub const FIN: u32 = 3;
     /// Target-side notice of a `put_imm` (the data was written before it).
     pub const IMM: u32 = 4;
+    /// Receiver to sender: "your message number `r_len` lands in this registered buffer"
+    /// (see [`crate::advert`]).
+    pub const ADVERT: u32 = 5;
+    /// Sender to receiver: message number `r_len` was written into the advertised buffer.
+    pub const DIRECT_FIN: u32 = 6;
 }
 
 /// Header of every ring slot. Read from a peer, so every field is validated before use.
@@ -21,21 +26,22 @@ pub mod kind {
 pub struct SlotHeader {
     /// One of [`kind`]; anything else is malformed.
     pub kind: u32,
-    /// Immediate for IMM; status for FIN (0 = ok).
+    /// Immediate for IMM; status for FIN (0 = ok); [`advert_flags`] for ADVERT.
     pub imm: u32,
-    /// The message tag (EAGER, RTS; echoed in FIN).
+    /// The message tag (EAGER, RTS, DIRECT_FIN; echoed in FIN); the tag an ADVERT accepts.
     pub tag: u64,
-    /// Eager payload length, or the full message / put length.
+    /// Eager payload length, or the full message / put length; an ADVERT's buffer capacity.
     pub len: u64,
-    /// Sender's operation cookie, echoed in FIN.
+    /// Sender's operation cookie, echoed in FIN; the receive id in ADVERT and DIRECT_FIN.
     pub cookie: u64,
-    /// RTS: where the receiver reads the message from.
+    /// RTS: where the receiver reads the message from; ADVERT: the receiver's region base.
     pub r_addr: u64,
-    /// RTS: length of the sender's region.
+    /// RTS: length of the sender's region; ADVERT, DIRECT_FIN: the message sequence number.
     pub r_len: u64,
-    /// RTS: remote key of the sender's region.
+    /// RTS: remote key of the sender's region; ADVERT: the receiver's region key.
     pub r_key: u64,
-    /// RTS: offset of the message in the sender's region.
+    /// RTS: offset of the message in the sender's region; ADVERT: the buffer's offset in the
+    /// receiver's region.
     pub r_offset: u64,
 }
 
@@ -53,6 +59,15 @@ pub mod fin {
     pub const READ_FAILED: u32 = 1;
     /// The message did not fit the receive buffer; the receive fails, the send does not.
     pub const TRUNCATED: u32 = 2;
+}
+
+/// ADVERT flags (in `imm`).
+pub mod advert_flags {
+    /// The receive accepts any tag (else only `tag`).
+    pub const ANY_TAG: u32 = 1;
+    /// Valid only if the sender's previous message to this receiver matched the advert for
+    /// it (a receive posted behind other advertised ones: see [`crate::advert`]).
+    pub const CHAINED: u32 = 2;
 }
 
 impl SlotHeader {

@@ -1,10 +1,12 @@
 //! The tagged-message protocol state every provider shares (libfabric keeps the same in its
 //! util layer): posted receives and unexpected arrivals, rendezvous sends waiting for their
-//! FIN, delivery into receive buffers, and what a dead peer fails. Providers own only the
-//! moving of bytes: ring slots or SENDs for eager data, a copy or an RDMA read for rendezvous.
+//! FIN, receiver adverts ([`crate::advert`]), delivery into receive buffers, and what a dead
+//! peer fails. Providers own only the moving of bytes: ring slots or SENDs for eager data, a
+//! copy or an RDMA read for rendezvous, a copy or an RDMA write into an advertised buffer.
 
 use std::collections::HashMap;
 
+use crate::advert::{Adverts, Direct, RndvStats};
 use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag};
 use crate::completion::CompletionQueues;
 use crate::error::{Result, TransportError};
@@ -56,6 +58,7 @@ pub struct Fetch {
 pub struct TaggedState {
     matcher: Matcher<Unexpected>,
     pending: HashMap<u64, PendingSend>,
+    adv: Adverts,
 }
 
 /// Copies a message into a receive buffer; returns the data for `Owned` buffers.
@@ -117,11 +120,20 @@ pub fn fin_status<T>(r: &Result<T>) -> u32 {
 impl TaggedState {
     /// Eager data arrived: complete the oldest matching receive, or keep it for a later one.
     pub fn on_eager(&mut self, source: Rank, tag: Tag, payload: &[u8], cq: &mut CompletionQueues) {
+        self.adv.count_arrival(source);
         match self.matcher.take_posted(source, tag) {
             Some(recv) => {
+                if self.adv.watching() {
+                    self.adv.after_arrival(source, Some(recv.op), true, &self.matcher);
+                }
                 cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
             }
-            None => self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() }),
+            None => {
+                self.matcher.push_unexpected(Unexpected::Eager { source, tag, data: payload.to_vec() });
+                if self.adv.watching() {
+                    self.adv.after_arrival(source, None, true, &self.matcher);
+                }
+            }
         }
     }
 
@@ -142,6 +154,21 @@ impl TaggedState {
                 cq.push(Completion::ok(OpId::REMOTE, kind));
                 Ok(None)
             }
+            kind::ADVERT => {
+                self.adv.on_advert(source, &header);
+                Ok(None)
+            }
+            kind::DIRECT_FIN => match self.adv.on_direct_fin(source, &header, &mut self.matcher) {
+                Ok(recv) => {
+                    let len = header.len as usize;
+                    cq.push(recv_completion(recv.op, source, header.tag, len, Ok(None)));
+                    Ok(None)
+                }
+                Err(detail) => Err(TransportError::Malformed {
+                    what: "message",
+                    detail: format!("DIRECT_FIN from rank {source}: {detail}"),
+                }),
+            },
             other => Err(TransportError::Malformed {
                 what: "message",
                 detail: format!("unknown kind {other} from rank {source}"),
@@ -151,13 +178,15 @@ impl TaggedState {
 
     /// A rendezvous announcement arrived: the receive to fetch into, or None if it waits.
     pub fn on_rts(&mut self, source: Rank, rts: SlotHeader) -> Option<Fetch> {
-        match self.matcher.take_posted(source, rts.tag) {
-            Some(recv) => Some(Fetch { recv, source, rts }),
-            None => {
-                self.matcher.push_unexpected(Unexpected::Rts { source, header: rts });
-                None
-            }
+        self.adv.count_arrival(source);
+        let recv = self.matcher.take_posted(source, rts.tag);
+        if recv.is_none() {
+            self.matcher.push_unexpected(Unexpected::Rts { source, header: rts });
         }
+        if self.adv.watching() {
+            self.adv.after_arrival(source, recv.as_ref().map(|r| r.op), false, &self.matcher);
+        }
+        recv.map(|recv| Fetch { recv, source, rts })
     }
 
     /// The receiver finished reading a rendezvous send: complete it. A FIN that matches no
@@ -193,13 +222,47 @@ impl TaggedState {
         self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
     }
 
-    /// A new receive: matched against what already arrived, else kept. Returns a rendezvous to
-    /// fetch when it matched one. `dead` says which peers are gone.
+    /// Counts a tagged message (eager or rendezvous) to `dest`; returns its sequence number.
+    #[inline(always)]
+    pub fn count_send(&mut self, dest: Rank) -> u64 {
+        self.adv.count_send(dest)
+    }
+
+    /// The number the next tagged message to `dest` will have; `count_send` takes it once
+    /// the message is on its way.
+    pub fn next_send(&self, dest: Rank) -> u64 {
+        self.adv.next_send(dest)
+    }
+
+    /// The advertised buffer that message `seq` (`len` bytes tagged `tag`) to `dest` may be
+    /// written into, if any; the provider writes it, then sends [`Direct::fin`].
+    pub fn direct_for(&mut self, dest: Rank, seq: u64, tag: Tag, len: usize) -> Option<Direct> {
+        self.adv.direct_for(dest, seq, tag, len)
+    }
+
+    /// The next advert the provider must send (to the rank given), if any.
+    #[inline(always)]
+    pub fn pop_advert(&mut self) -> Option<(Rank, SlotHeader)> {
+        if !self.adv.has_outgoing() {
+            return None;
+        }
+        self.adv.pop_outgoing()
+    }
+
+    /// The advertised path's counters.
+    pub fn rndv_stats(&self) -> RndvStats {
+        self.adv.stats()
+    }
+
+    /// A new receive: matched against what already arrived, else kept (and advertised to its
+    /// source when it may be: a registered buffer larger than `rndv_thresh`). Returns a
+    /// rendezvous to fetch when it matched one. `dead` says which peers are gone.
     pub fn post(
         &mut self,
         recv: PostedRecv,
         dead: impl Fn(Rank) -> bool,
         cq: &mut CompletionQueues,
+        rndv_thresh: usize,
     ) -> Result<Option<Fetch>> {
         match self.matcher.take_unexpected(recv.source, recv.tag) {
             Some(Unexpected::Eager { source, tag, data }) => {
@@ -224,6 +287,11 @@ impl TaggedState {
                         return Err(TransportError::PeerDead(r));
                     }
                 }
+                // Only a buffer above the threshold may be advertised: the 8 B path pays a compare.
+                if recv.buffer.capacity() > rndv_thresh {
+                    self.adv.on_post(&recv, &self.matcher, rndv_thresh);
+                }
+                self.adv.count_post();
                 self.matcher.push_posted(recv);
                 Ok(None)
             }
@@ -233,6 +301,7 @@ impl TaggedState {
     /// Forgets what `rank`'s previous incarnation sent that no receive claimed (it must never be
     /// taken for the new incarnation's); returns how many arrivals were dropped.
     pub fn purge_unexpected_from(&mut self, rank: Rank) -> usize {
+        self.adv.forget(rank);
         self.matcher.drop_unexpected_from(rank)
     }
 
@@ -250,5 +319,6 @@ impl TaggedState {
         for recv in self.matcher.drain_posted_from(rank) {
             cq.push(recv_completion(recv.op, rank, recv.tag.tag, 0, Err(error.clone())));
         }
+        self.adv.forget(rank);
     }
 }

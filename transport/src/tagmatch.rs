@@ -87,6 +87,27 @@ impl<A: Arrival> Matcher<A> {
         self.unexpected.take(source, tag)
     }
 
+    /// The oldest posted receive that accepts a message from `source` with `tag`, if `pred`
+    /// accepts it; else nothing is taken.
+    pub fn take_posted_if(
+        &mut self,
+        source: Rank,
+        tag: Tag,
+        pred: impl FnOnce(&PostedRecv) -> bool,
+    ) -> Option<PostedRecv> {
+        self.posted.take_if(source, tag, pred)
+    }
+
+    /// How many posted receives `f` accepts.
+    pub fn count_posted(&self, f: impl Fn(&PostedRecv) -> bool) -> usize {
+        self.posted.count(f)
+    }
+
+    /// The posted receives, oldest first.
+    pub fn posted_in_order(&self) -> Vec<&PostedRecv> {
+        self.posted.in_order()
+    }
+
     /// Keeps a receive that matched nothing that had arrived (call `take_unexpected` first).
     #[inline]
     pub fn push_posted(&mut self, recv: PostedRecv) {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{child, pattern, run_job, run_ok, run_threads, Job, WAIT};
 use reverb_transport::{
-    Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer,
+    Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer, Region,
     RemoteRegion, Rma, Signal, Source, TagMatch, TransportError,
 };
 
@@ -626,6 +626,8 @@ fn malformed_ring_messages_are_reported_not_fatal() {
         SlotHeader { kind: kind::FIN, cookie: 0xdead, ..Default::default() },
         SlotHeader { kind: kind::EAGER, len: u64::MAX, ..Default::default() },
         SlotHeader { kind: kind::EAGER, len: 1 << 40, ..Default::default() },
+        // A notice of a write into a buffer never advertised.
+        SlotHeader { kind: kind::DIRECT_FIN, cookie: 0xbeef, len: 1 << 20, r_len: 3, ..Default::default() },
     ];
     if rank == 1 {
         for h in bad {
@@ -1195,6 +1197,290 @@ fn a_closed_owners_completions_vanish_body(job: &JobInfo, boot: &mut dyn Bootstr
         }
         let (_, _, data) = recv_owned(p, Source::Rank(0), TagMatch::exact(33), 8);
         assert_eq!(data, b"after");
+    }
+    boot.barrier().unwrap();
+}
+
+// ----- receiver-advertised rendezvous ---------------------------------------------------------
+
+/// A receive from `source` into `capacity` bytes at `offset` of `into`.
+fn post_into(
+    p: &mut dyn Provider,
+    source: Source,
+    tag: u64,
+    into: &Region,
+    offset: usize,
+    capacity: usize,
+) -> OpId {
+    let buffer = RecvBuffer::Region { region: into.clone(), offset, capacity };
+    p.post_recv(source, TagMatch::exact(tag), buffer).expect("post_recv")
+}
+
+/// Rank 1 has posted its receives (their adverts went out before this message, in order):
+/// rank 1 says so, rank 0 waits to hear it, so its next sends find the adverts.
+fn posted_now(job: &JobInfo, p: &mut dyn Provider, tag: u64) {
+    if job.rank == 1 {
+        let op = p.send(0, tag, b"posted").expect("send");
+        p.wait_op(op, WAIT).expect("send completion").into_result().expect("send ok");
+    } else {
+        recv_owned(p, Source::Rank(1), TagMatch::exact(tag), 8);
+    }
+}
+
+/// Waits for receive `op` and checks it brought `len` bytes tagged `tag` from rank 0.
+fn expect_recv(p: &mut dyn Provider, op: OpId, tag: u64, len: usize) {
+    let c = p.wait_op(op, WAIT).expect("recv completion").into_result().expect("recv ok");
+    match c.kind {
+        CompletionKind::Recv { source, tag: t, len: n, .. } => assert_eq!((source, t, n), (0, tag, len)),
+        other => panic!("unexpected completion {other:?}"),
+    }
+}
+
+fn expect_send(p: &mut dyn Provider, op: OpId, len: usize) {
+    match p.wait_op(op, WAIT).expect("send completion").into_result().expect("send ok").kind {
+        CompletionKind::Send { dest: 1, len: n, .. } => assert_eq!(n, len),
+        other => panic!("unexpected completion {other:?}"),
+    }
+}
+
+/// Receives posted before the message is sent, into registered buffers peers may write: the
+/// payload is written straight into them (one write plus a notification), from a registered
+/// region and from a slice alike, at 16 KiB, 1 MiB and 8 MiB.
+#[test]
+fn advertised_receives_get_the_bytes_by_one_write() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("advertised_receives_get_the_bytes_by_one_write", 2, &[]);
+    };
+    advertised_receives_get_the_bytes_by_one_write_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_advertised_receives_get_the_bytes_by_one_write() {
+    run_threads(
+        "loopback_advertised_receives_get_the_bytes_by_one_write",
+        2,
+        advertised_receives_get_the_bytes_by_one_write_body,
+    );
+}
+
+fn advertised_receives_get_the_bytes_by_one_write_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
+    for (i, size) in [16usize << 10, 1 << 20, 8 << 20].into_iter().enumerate() {
+        let (tag, data) = (100 + 2 * i as u64, pattern(50 + i as u64, size));
+        let before = p.rndv_stats();
+        if job.rank == 1 {
+            let into = p.alloc_region(2 * size, Access::REMOTE_WRITE).expect("alloc");
+            let a = post_into(p, Source::Rank(0), tag, &into, 0, size);
+            let b = post_into(p, Source::Rank(0), tag + 1, &into, size, size);
+            posted_now(job, p, 900 + i as u64);
+            expect_recv(p, a, tag, size);
+            expect_recv(p, b, tag + 1, size);
+            assert!(into.to_vec(0, size).unwrap() == data, "registered send of {size} bytes");
+            assert!(into.to_vec(size, size).unwrap() == data, "slice send of {size} bytes");
+            let after = p.rndv_stats();
+            assert_eq!(after.direct_recvs - before.direct_recvs, 2, "{size} bytes: {after:?}");
+            assert_eq!(after.adverts_sent - before.adverts_sent, 2, "{size} bytes: {after:?}");
+        } else {
+            let src = p.alloc_region(size, Access::REMOTE_READ).expect("alloc");
+            src.write(0, &data).unwrap();
+            posted_now(job, p, 900 + i as u64);
+            let a = p.send_region(1, tag, &src, 0, size).expect("send_region");
+            let b = p.send(1, tag + 1, &data).expect("send");
+            expect_send(p, a, size);
+            expect_send(p, b, size);
+            let after = p.rndv_stats();
+            assert_eq!(after.direct_sends - before.direct_sends, 2, "{size} bytes: {after:?}");
+        }
+        boot.barrier().unwrap();
+    }
+}
+
+/// The races and misses of the advertised path, each of which must end as the plain path would:
+/// a rendezvous already on its way when the receive is posted, a wildcard receive posted after
+/// (or before) an advertised one, a message whose tag the advert does not take, a buffer too
+/// small (the receive fails truncated, the send succeeds). Only the messages that can go
+/// straight in do.
+#[test]
+fn advertised_receives_race_like_plain_ones() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("advertised_receives_race_like_plain_ones", 2, &[]);
+    };
+    advertised_receives_race_like_plain_ones_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_advertised_receives_race_like_plain_ones() {
+    run_threads(
+        "loopback_advertised_receives_race_like_plain_ones",
+        2,
+        advertised_receives_race_like_plain_ones_body,
+    );
+}
+
+fn advertised_receives_race_like_plain_ones_body(
+    job: &JobInfo,
+    boot: &mut dyn Bootstrap,
+    p: &mut dyn Provider,
+) {
+    const SIZE: usize = 64 << 10;
+    let msg = |i: u64| pattern(200 + i, SIZE);
+    let before = p.rndv_stats();
+    let into = p.alloc_region(8 * SIZE, Access::REMOTE_WRITE).expect("alloc");
+    let owned = |p: &mut dyn Provider, source: Source, tag: TagMatch| {
+        p.post_recv(source, tag, RecvBuffer::Owned { capacity: SIZE }).expect("post_recv")
+    };
+    let owned_data =
+        |p: &mut dyn Provider, op: OpId| match p.wait_op(op, WAIT).unwrap().into_result().unwrap().kind {
+            CompletionKind::Recv { source: 0, tag, data: Some(d), .. } => (tag, d),
+            other => panic!("unexpected completion {other:?}"),
+        };
+    if job.rank == 0 {
+        // 1. A rendezvous on its way before the receive exists.
+        let a = p.send(1, 200, &msg(0)).unwrap();
+        boot.barrier().unwrap();
+        expect_send(p, a, SIZE);
+        posted_now(job, p, 901);
+        let sends: Vec<OpId> = [(201, 1), (202, 2), (203, 3), (203, 4), (204, 5)]
+            .into_iter()
+            .map(|(tag, i)| p.send(1, tag, &msg(i)).unwrap())
+            .collect();
+        for op in sends {
+            expect_send(p, op, SIZE);
+        }
+        // 3. A tag the advert does not take, then the one it does.
+        posted_now(job, p, 902);
+        let a = p.send(1, 211, &msg(11)).unwrap();
+        expect_send(p, a, SIZE);
+        posted_now(job, p, 903);
+        let b = p.send(1, 210, &msg(10)).unwrap();
+        expect_send(p, b, SIZE);
+        // 4. Too big for the advertised buffer.
+        posted_now(job, p, 904);
+        let a = p.send(1, 220, &pattern(220, 2 * SIZE)).unwrap();
+        expect_send(p, a, 2 * SIZE);
+        let after = p.rndv_stats();
+        // The first receive of step 2 and the re-advertised one of step 3.
+        assert_eq!(after.direct_sends - before.direct_sends, 2, "{after:?}");
+    } else {
+        // 1. Posted after the RTS arrived (shm and verbs may advertise it before they read the
+        // RTS: the advert is then stale and dropped by the sender).
+        boot.barrier().unwrap();
+        let r = post_into(p, Source::Rank(0), 200, &into, 0, SIZE);
+        expect_recv(p, r, 200, SIZE);
+        assert!(into.to_vec(0, SIZE).unwrap() == msg(0), "rendezvous already on its way");
+        // 2. Advertised, then a wildcard after it; a wildcard before an exact receive keeps it
+        // from being advertised, and the first message takes the wildcard.
+        let r = post_into(p, Source::Rank(0), 201, &into, SIZE, SIZE);
+        let w_after = owned(p, Source::Any, TagMatch::any());
+        let w_before = owned(p, Source::Any, TagMatch::exact(203));
+        let r_behind = post_into(p, Source::Rank(0), 203, &into, 2 * SIZE, SIZE);
+        let r_last = post_into(p, Source::Rank(0), 204, &into, 3 * SIZE, SIZE);
+        posted_now(job, p, 901);
+        expect_recv(p, r, 201, SIZE);
+        assert!(into.to_vec(SIZE, SIZE).unwrap() == msg(1), "advertised receive");
+        assert!(owned_data(p, w_after) == (202, msg(2)), "wildcard posted after");
+        assert!(owned_data(p, w_before) == (203, msg(3)), "wildcard posted before");
+        expect_recv(p, r_behind, 203, SIZE);
+        assert!(into.to_vec(2 * SIZE, SIZE).unwrap() == msg(4), "receive behind a wildcard");
+        expect_recv(p, r_last, 204, SIZE);
+        assert!(into.to_vec(3 * SIZE, SIZE).unwrap() == msg(5), "receive behind a wildcard");
+        // 3. The message before the advertised one has another tag.
+        let r = post_into(p, Source::Rank(0), 210, &into, 4 * SIZE, SIZE);
+        let other = owned(p, Source::Rank(0), TagMatch::exact(211));
+        posted_now(job, p, 902);
+        assert!(owned_data(p, other) == (211, msg(11)), "the other tag");
+        posted_now(job, p, 903);
+        expect_recv(p, r, 210, SIZE);
+        assert!(into.to_vec(4 * SIZE, SIZE).unwrap() == msg(10), "re-advertised after a miss");
+        // 4. Capacity too small: the receive fails truncated, the buffer beyond stays untouched.
+        into.fill(5 * SIZE, 3 * SIZE, 0xee).unwrap();
+        let r = post_into(p, Source::Rank(0), 220, &into, 5 * SIZE, SIZE);
+        posted_now(job, p, 904);
+        let c = p.wait_op(r, WAIT).expect("recv completion");
+        assert!(matches!(c.error(), Some(TransportError::Truncated { .. })), "{:?}", c.status);
+        assert!(into.to_vec(6 * SIZE, 2 * SIZE).unwrap().iter().all(|&b| b == 0xee), "wrote past the buffer");
+        let after = p.rndv_stats();
+        assert_eq!(after.direct_recvs - before.direct_recvs, 2, "{after:?}");
+    }
+    boot.barrier().unwrap();
+}
+
+/// Many receives posted in a loop, then as many messages back to back: every one goes straight
+/// into its buffer (each advert holds once the message before took its receive). Then a
+/// stream that re-posts each receive as it completes keeps order and bytes.
+#[test]
+fn streaming_into_preposted_receives() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("streaming_into_preposted_receives", 2, &[]);
+    };
+    streaming_into_preposted_receives_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_streaming_into_preposted_receives() {
+    run_threads("loopback_streaming_into_preposted_receives", 2, streaming_into_preposted_receives_body);
+}
+
+fn streaming_into_preposted_receives_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    const SIZE: usize = 32 << 10;
+    const N: usize = 32;
+    const STREAM: usize = 400;
+    let before = p.rndv_stats();
+    if job.rank == 0 {
+        let src = p.alloc_region(N * SIZE, Access::REMOTE_READ).expect("alloc");
+        for i in 0..N {
+            src.write(i * SIZE, &pattern(300 + i as u64, SIZE)).unwrap();
+        }
+        posted_now(job, p, 905);
+        let sends: Vec<OpId> = (0..N).map(|i| p.send_region(1, 300, &src, i * SIZE, SIZE).unwrap()).collect();
+        for op in sends {
+            expect_send(p, op, SIZE);
+        }
+        let after = p.rndv_stats();
+        assert_eq!(after.direct_sends - before.direct_sends, N as u64, "{after:?}");
+        boot.barrier().unwrap();
+        // The stream: a window of sends in flight, whatever path each takes.
+        let mut inflight = std::collections::VecDeque::new();
+        for i in 0..STREAM {
+            inflight.push_back(p.send(1, 301, &pattern(1000 + i as u64, SIZE)).unwrap());
+            if inflight.len() == N {
+                let op = inflight.pop_front().unwrap();
+                expect_send(p, op, SIZE);
+            }
+        }
+        for op in inflight {
+            expect_send(p, op, SIZE);
+        }
+        eprintln!("stream: {:?}", p.rndv_stats());
+    } else {
+        let into = p.alloc_region(N * SIZE, Access::REMOTE_RW).expect("alloc");
+        let recvs: Vec<OpId> =
+            (0..N).map(|i| post_into(p, Source::Rank(0), 300, &into, i * SIZE, SIZE)).collect();
+        posted_now(job, p, 905);
+        for (i, op) in recvs.into_iter().enumerate() {
+            expect_recv(p, op, 300, SIZE);
+            assert!(into.to_vec(i * SIZE, SIZE).unwrap() == pattern(300 + i as u64, SIZE), "message {i}");
+        }
+        let after = p.rndv_stats();
+        assert_eq!(after.direct_recvs - before.direct_recvs, N as u64, "{after:?}");
+        boot.barrier().unwrap();
+        let mut posted: std::collections::VecDeque<(usize, OpId)> =
+            (0..N).map(|k| (k, post_into(p, Source::Rank(0), 301, &into, k * SIZE, SIZE))).collect();
+        for i in 0..STREAM {
+            let (k, op) = posted.pop_front().unwrap();
+            expect_recv(p, op, 301, SIZE);
+            assert!(
+                into.to_vec(k * SIZE, SIZE).unwrap() == pattern(1000 + i as u64, SIZE),
+                "stream message {i}"
+            );
+            if i + N < STREAM {
+                posted.push_back((k, post_into(p, Source::Rank(0), 301, &into, k * SIZE, SIZE)));
+            }
+        }
+        eprintln!("stream: {:?}", p.rndv_stats());
     }
     boot.barrier().unwrap();
 }

@@ -21,6 +21,7 @@ pub use bootstrap::InProcBootstrap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::advert::{Direct, RndvStats};
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::completion::{CompletionQueues, Owner};
@@ -170,9 +171,50 @@ impl LoopbackProvider {
     fn send_eager(&mut self, owner: Owner, dest: Rank, tag: Tag, data: Vec<u8>) -> Result<OpId> {
         let len = data.len();
         self.push(dest, SlotHeader::eager(tag, len), data)?;
+        self.tagged.count_send(dest);
         let op = self.cq.next_op(owner);
         self.cq.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
         Ok(op)
+    }
+
+    /// A message above the threshold into the buffer the receiver advertised for it, if it did:
+    /// the copy, then the DIRECT_FIN. None (nothing moved) without a usable advert.
+    fn try_direct(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
+        let seq = self.tagged.next_send(dest);
+        let Some(d) = self.tagged.direct_for(dest, seq, tag, data.len()) else { return Ok(None) };
+        self.send_direct(owner, dest, tag, data, &d)
+    }
+
+    fn send_direct(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        d: &Direct,
+    ) -> Result<Option<OpId>> {
+        let len = data.len();
+        // Checked as a put against the receiver's table; an advert that fails the checks is
+        // not used (the message goes the usual way).
+        let Ok(memory) = self.remote_memory("direct write", &d.remote, d.offset, len, Access::REMOTE_WRITE)
+        else {
+            return Ok(None);
+        };
+        // SAFETY: offset + len was checked against the owner's table and the advertised
+        // buffer; `data` holds len bytes; `memory` stays alive for the copy.
+        unsafe { memory.write_from(d.offset as usize, data.as_ptr(), len) };
+        self.push(dest, d.fin(tag, len), Vec::new())?;
+        self.tagged.count_send(dest);
+        let op = self.cq.next_op(owner);
+        self.cq.push(Completion::ok(op, CompletionKind::Send { dest, tag, len }));
+        Ok(Some(op))
+    }
+
+    /// Sends the adverts the tagged layer queued (a dead peer needs none).
+    fn send_adverts(&mut self) {
+        while let Some((dest, header)) = self.tagged.pop_advert() {
+            let _ = self.push(dest, header, Vec::new());
+        }
     }
 
     /// Receiver side of rendezvous: copy the sender's region, then tell it (FIN).
@@ -223,6 +265,7 @@ impl LoopbackProvider {
         for m in self.me.take_all() {
             self.handle(m);
         }
+        self.send_adverts();
     }
 
     /// Marks peers whose provider was dropped dead, after taking in what they sent first.
@@ -318,6 +361,11 @@ impl Provider for LoopbackProvider {
     #[inline(always)]
     fn send_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.live_peer(dest)?;
+        if data.len() > self.config.rndv_thresh {
+            if let Some(op) = self.try_direct(owner, dest, tag, data)? {
+                return Ok(op);
+            }
+        }
         self.send_eager(owner, dest, tag, data.to_vec())
     }
 
@@ -339,8 +387,15 @@ impl Provider for LoopbackProvider {
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
+        // SAFETY: offset + len was checked against the region, which `region` keeps alive;
+        // a send's buffer holds still until the send completes (the API's contract).
+        let data = unsafe { std::slice::from_raw_parts(region.as_ptr().add(offset), len) };
+        if let Some(op) = self.try_direct(owner, dest, tag, data)? {
+            return Ok(op);
+        }
         let op = self.cq.next_op(owner);
         self.push(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), Vec::new())?;
+        self.tagged.count_send(dest);
         self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
     }
@@ -359,12 +414,16 @@ impl Provider for LoopbackProvider {
         let op = self.cq.next_op(owner);
         let dead = &self.dead;
         let is_dead = |r: Rank| dead[r as usize];
-        if let Some(fetch) =
-            self.tagged.post(PostedRecv { op, source, tag, buffer }, is_dead, &mut self.cq)?
-        {
+        let recv = PostedRecv { op, source, tag, buffer };
+        if let Some(fetch) = self.tagged.post(recv, is_dead, &mut self.cq, self.config.rndv_thresh)? {
             self.rndv_fetch(fetch);
         }
+        self.send_adverts();
         Ok(op)
+    }
+
+    fn rndv_stats(&self) -> RndvStats {
+        self.tagged.rndv_stats()
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapRaw;
 
+use crate::advert::{Direct, RndvStats};
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
 use crate::completion::{CompletionQueues, Owner};
@@ -488,6 +489,7 @@ impl ShmProvider {
         } else {
             self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(Completion::ok(op, kind)))?;
         }
+        self.tagged.count_send(dest);
         Ok(op)
     }
 
@@ -534,13 +536,52 @@ impl ShmProvider {
             let data = unsafe { std::slice::from_raw_parts(region.as_ptr().add(offset), len) };
             return self.send_eager(owner, dest, tag, data);
         }
-        let op = self.cq.next_op(owner);
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
+        // SAFETY: as above (offset + len checked, the region stays mapped and unchanged).
+        let data = unsafe { std::slice::from_raw_parts(region.as_ptr().add(offset), len) };
+        if let Some(op) = self.try_direct(owner, dest, tag, data)? {
+            return Ok(op);
+        }
+        let op = self.cq.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
+        self.tagged.count_send(dest);
         self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
+    }
+
+    /// A message above the threshold into the buffer the receiver advertised for it, if it did:
+    /// the copy through the mapping puts use, then the DIRECT_FIN. None (nothing moved)
+    /// without a usable advert.
+    fn try_direct(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
+        let seq = self.tagged.next_send(dest);
+        let Some(d) = self.tagged.direct_for(dest, seq, tag, data.len()) else { return Ok(None) };
+        self.send_direct(owner, dest, tag, data, &d)
+    }
+
+    fn send_direct(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        d: &Direct,
+    ) -> Result<Option<OpId>> {
+        let len = data.len();
+        // Checked as a put against the receiver's table (key, bounds, write access) and the
+        // advertised buffer's end; an advert that fails is not used.
+        let Ok(dst) = self.remote_range("direct write", &d.remote, d.offset, len, Access::REMOTE_WRITE)
+        else {
+            return Ok(None);
+        };
+        // SAFETY: remote_range checked offset + len against the mapping; `data` holds len bytes.
+        unsafe { control::copy_bytes(data.as_ptr(), dst, len) };
+        let op = self.cq.next_op(owner);
+        let done = Completion::ok(op, CompletionKind::Send { dest, tag, len });
+        self.push_msg(dest, d.fin(tag, len), &[], Some(done))?;
+        self.tagged.count_send(dest);
+        Ok(Some(op))
     }
 }
 
@@ -646,6 +687,9 @@ impl Provider for ShmProvider {
         if data.len() <= self.config.rndv_thresh {
             return self.send_eager(owner, dest, tag, data);
         }
+        if let Some(op) = self.try_direct(owner, dest, tag, data)? {
+            return Ok(op);
+        }
         // Stage large unregistered data in a region the receiver can read; staging regions
         // are pooled (a fresh file per message cost ~100x the copy at 1 MiB).
         let mut staging_pool = std::mem::replace(&mut self.staging, RegionPool::new(0));
@@ -689,10 +733,16 @@ impl Provider for ShmProvider {
         let op = self.cq.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
-        if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
+        let recv = PostedRecv { op, source, tag, buffer };
+        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, self.config.rndv_thresh)? {
             self.rndv_fetch(fetch);
         }
+        self.send_adverts();
         Ok(op)
+    }
+
+    fn rndv_stats(&self) -> RndvStats {
+        self.tagged.rndv_stats()
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {

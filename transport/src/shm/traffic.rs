@@ -188,6 +188,15 @@ impl ShmProvider {
             tail += 1;
         }
         self.rx_tail = tail;
+        self.send_adverts();
+    }
+
+    /// Sends the adverts the tagged layer queued (a dead peer needs none); free while none is.
+    #[inline(always)]
+    pub(super) fn send_adverts(&mut self) {
+        while let Some((dest, header)) = self.tagged.pop_advert() {
+            let _ = self.push_msg(dest, header, &[], None);
+        }
     }
 
     /// Delivers published position `pos` from `source` if it carries the incarnation we

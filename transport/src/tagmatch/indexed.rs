@@ -112,6 +112,25 @@ impl<T> Indexed<T> {
         self.slots.get(head).map(|s| s.seq)
     }
 
+    /// `key`'s oldest entry, left in place.
+    pub(super) fn front(&self, key: Key) -> Option<&T> {
+        if self.len == 0 {
+            return None;
+        }
+        let head = self.keys.get(&key)?.head;
+        self.slots.get(head)?.item.as_ref()
+    }
+
+    /// Every entry with its stamp, in push order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (Seq, &T)> {
+        let mut i = self.oldest;
+        std::iter::from_fn(move || {
+            let slot = self.slots.get(i)?;
+            i = slot.newer;
+            Some((slot.seq, slot.item.as_ref()?))
+        })
+    }
+
     /// Takes `key`'s oldest entry.
     pub(super) fn pop(&mut self, key: Key) -> Option<T> {
         if self.len == 0 {

@@ -100,6 +100,62 @@ impl Posted {
         dead.into_iter().map(|(_, p)| p).collect()
     }
 
+    /// How many receives `f` accepts.
+    pub(super) fn count(&self, f: impl Fn(&PostedRecv) -> bool) -> usize {
+        let exact = self.exact.iter().filter(|(_, p)| f(p)).count();
+        self.scan.iter().filter(|p| f(p)).count() + exact + self.wild.iter().filter(|(_, p)| f(p)).count()
+    }
+
+    /// Every receive, in posting order.
+    pub(super) fn in_order(&self) -> Vec<&PostedRecv> {
+        if !self.indexed {
+            return self.scan.iter().collect();
+        }
+        let mut all: Vec<(Seq, &PostedRecv)> =
+            self.exact.iter().chain(self.wild.iter().map(|(seq, p)| (*seq, p))).collect();
+        all.sort_unstable_by_key(|(seq, _)| *seq);
+        all.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// `take`, but only if `pred` accepts the receive it would take (else nothing moves).
+    pub(super) fn take_if(
+        &mut self,
+        source: Rank,
+        tag: Tag,
+        pred: impl FnOnce(&PostedRecv) -> bool,
+    ) -> Option<PostedRecv> {
+        let accepts = |p: &PostedRecv| p.source.matches(source) && p.tag.matches(tag);
+        if !self.indexed {
+            let i = self.scan.iter().position(accepts)?;
+            return match i {
+                _ if !pred(&self.scan[i]) => None,
+                // The front is where an advertised receive sits; `remove` would shift-copy.
+                0 => self.scan.pop_front(),
+                _ => self.scan.remove(i),
+            };
+        }
+        let key = (source, tag);
+        let exact = self.exact.front_seq(key);
+        let wild = self
+            .wild
+            .iter()
+            .take_while(|(seq, _)| exact.is_none_or(|e| *seq < e))
+            .position(|(_, p)| accepts(p));
+        let chosen = match wild {
+            Some(i) => self.wild.get(i).map(|(_, p)| p),
+            None => self.exact.front(key),
+        };
+        if !chosen.is_some_and(pred) {
+            return None;
+        }
+        let recv = match wild {
+            Some(i) => self.wild.remove(i).map(|(_, p)| p),
+            None => self.exact.pop(key),
+        };
+        self.leave_index_if_empty();
+        recv
+    }
+
     /// `take` on the index: the oldest exact receive for the key, unless a wildcard posted
     /// before it accepts the message.
     fn take_indexed(&mut self, source: Rank, tag: Tag) -> Option<PostedRecv> {

@@ -253,6 +253,7 @@ impl VerbsProvider {
         }
         self.wc = wc;
         self.refill_srq()?;
+        self.send_adverts();
         Ok(n)
     }
 

@@ -24,6 +24,8 @@
 //!   user's.
 //! - Rendezvous: RTS carries the sender's {addr, rkey}; the receiver RDMA-reads straight into
 //!   the posted buffer and answers FIN.
+//!   When the receiver advertised the posted buffer first ([`crate::advert`]), the sender
+//!   RDMA-writes into it and posts the DIRECT_FIN notification behind the write in one list.
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
 //!
@@ -701,12 +703,16 @@ impl Provider for VerbsProvider {
         let op = self.completions.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
-        if let Some(fetch) =
-            self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.completions)?
-        {
+        let (recv, thresh) = (PostedRecv { op, source, tag, buffer }, self.config.rndv_thresh);
+        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.completions, thresh)? {
             self.rndv_fetch(fetch);
         }
+        self.send_adverts();
         Ok(op)
+    }
+
+    fn rndv_stats(&self) -> crate::advert::RndvStats {
+        self.tagged.rndv_stats()
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {

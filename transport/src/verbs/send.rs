@@ -133,6 +133,7 @@ impl VerbsProvider {
         let op = self.completions.next_op(owner);
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
         self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
+        self.tagged.count_send(dest);
         Ok(op)
     }
 
@@ -173,6 +174,7 @@ impl VerbsProvider {
         let info = WrInfo::MsgZeroCopy { op, dest, tag, len, _region: region.clone() };
         self.post(dest, info, Opcode::Send, &sges[..if len == 0 { 1 } else { 2 }], None, false)?;
         self.peers[dest as usize].sent += 1;
+        self.tagged.count_send(dest);
         Ok(op)
     }
 
@@ -325,13 +327,88 @@ impl VerbsProvider {
             }
             return self.send_eager(owner, dest, tag, &region.to_vec(offset, len)?);
         }
-        let op = self.completions.next_op(owner);
         if !region.access().allows(Access::REMOTE_READ) {
             return Err(TransportError::AccessDenied { op: "rendezvous send", needed: "remote read" });
         }
+        if let Some(op) = self.try_direct(owner, dest, tag, region, offset, len)? {
+            return Ok(op);
+        }
+        let op = self.completions.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
+        self.tagged.count_send(dest);
         self.tagged.add_pending(op, dest, tag, len, region);
         Ok(op)
+    }
+
+    /// A message above the threshold into the buffer the receiver advertised for it: an RDMA
+    /// WRITE and the DIRECT_FIN in one post list (RC executes them in order, so the data is
+    /// placed before the receiver sees the notification); the send completes with the WRITE.
+    /// None (nothing posted) without a usable advert, or without room to post both now.
+    fn try_direct(
+        &mut self,
+        owner: Owner,
+        dest: Rank,
+        tag: Tag,
+        region: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<OpId>> {
+        let seq = self.tagged.next_send(dest);
+        let Some(d) = self.tagged.direct_for(dest, seq, tag, len) else { return Ok(None) };
+        let fin_inline = SLOT_HEADER_LEN <= self.max_inline as usize;
+        let p = &self.peers[dest as usize];
+        // The key's high half names the owner's incarnation, as for puts.
+        let stale_key = (d.remote.key >> 32) as u32 != p.incarnation;
+        if stale_key || len as u64 > self.max_msg || p.sq.len() + 3 >= self.sq_depth {
+            return Ok(None);
+        }
+        if !self.can_send_now(dest, !fin_inline) {
+            return Ok(None);
+        }
+        let op = self.completions.next_op(owner);
+        let mut bytes = [0u8; SLOT_HEADER_LEN];
+        let header_len = d.fin(tag, len).encode_wire(&mut bytes) as u32;
+        let fin_sge = if fin_inline {
+            // Copied at post time: the SGE may point at the stack.
+            Sge { addr: bytes.as_ptr() as u64, len: header_len, lkey: 0 }
+        } else {
+            let slot = self.claim_tx_slot(dest);
+            self.tx_ring.write(slot, &bytes[..header_len as usize])?;
+            Sge {
+                addr: self.tx_ring.as_ptr() as u64 + slot as u64,
+                len: header_len,
+                lkey: self.tx_ring.local_key(),
+            }
+        };
+        let data =
+            Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() };
+        let kind = CompletionKind::Send { dest, tag, len };
+        let write = Wr {
+            info: WrInfo::Rma { op, kind, signal: Signal::Yes, _local: region.clone() },
+            op: Opcode::Write,
+            sges: std::slice::from_ref(&data),
+            remote: Some((d.remote.addr.wrapping_add(d.offset), d.remote.key as u32)),
+            inline: false,
+        };
+        let fin = Wr {
+            info: WrInfo::Msg { bounce: !fin_inline },
+            op: Opcode::Send,
+            sges: std::slice::from_ref(&fin_sge),
+            remote: None,
+            inline: fin_inline,
+        };
+        self.post_list(dest, [write, fin])?;
+        self.peers[dest as usize].sent += 1;
+        self.tagged.count_send(dest);
+        Ok(Some(op))
+    }
+
+    /// Sends the adverts the tagged layer queued (a dead peer needs none).
+    #[inline(always)]
+    pub(super) fn send_adverts(&mut self) {
+        while let Some((dest, header)) = self.tagged.pop_advert() {
+            let _ = self.push_msg(dest, header, &[], None);
+        }
     }
 
     /// Checks an RMA at the initiator and returns (local SGE, remote address, rkey).
