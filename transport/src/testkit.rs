@@ -277,6 +277,16 @@ pub fn provider_name() -> String {
 }
 
 /// Skips (saying why) a test that only means something on `provider`.
+/// Whether the current provider is `provider`, in which case it says the test was skipped and why.
+pub fn skipped_on(provider: &str, why: &str) -> bool {
+    if provider_name() != provider {
+        return false;
+    }
+    eprintln!("skipped on {provider}: {why}");
+    true
+}
+
+/// Whether the current provider is `provider`; otherwise says the test was skipped and why.
 pub fn only_on(provider: &str, why: &str) -> bool {
     if provider_name() == provider {
         return true;

@@ -415,7 +415,7 @@ impl Provider for LoopbackProvider {
         let dead = &self.dead;
         let is_dead = |r: Rank| dead[r as usize];
         let recv = PostedRecv { op, source, tag, buffer };
-        if let Some(fetch) = self.tagged.post(recv, is_dead, &mut self.cq, self.config.rndv_thresh)? {
+        if let Some(fetch) = self.tagged.post(recv, is_dead, &mut self.cq, self.config.advert_thresh(true))? {
             self.rndv_fetch(fetch);
         }
         self.send_adverts();

@@ -734,7 +734,7 @@ impl Provider for ShmProvider {
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
         let recv = PostedRecv { op, source, tag, buffer };
-        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, self.config.rndv_thresh)? {
+        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, self.config.advert_thresh(false))? {
             self.rndv_fetch(fetch);
         }
         self.send_adverts();

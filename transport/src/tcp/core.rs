@@ -427,7 +427,9 @@ impl Core {
         let op = self.cq.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| !peers[r as usize].alive();
-        if let Some(fetch) = self.tagged.post(PostedRecv { op, source, tag, buffer }, dead, &mut self.cq)? {
+        // Never advertised: tcp has no direct writes into a peer's buffer (usize::MAX).
+        let recv = PostedRecv { op, source, tag, buffer };
+        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, usize::MAX)? {
             self.rndv_fetch(fetch);
         }
         Ok(op)

@@ -703,7 +703,7 @@ impl Provider for VerbsProvider {
         let op = self.completions.next_op(owner);
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
-        let (recv, thresh) = (PostedRecv { op, source, tag, buffer }, self.config.rndv_thresh);
+        let (recv, thresh) = (PostedRecv { op, source, tag, buffer }, self.config.advert_thresh(true));
         if let Some(fetch) = self.tagged.post(recv, dead, &mut self.completions, thresh)? {
             self.rndv_fetch(fetch);
         }
