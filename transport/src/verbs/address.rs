@@ -63,6 +63,9 @@ impl RankAddress {
             what: "verbs address",
             detail: format!("rank {rank}: {detail}"),
         };
+        if b.len() < ADDR_HEADER_LEN {
+            return Err(bad(format!("{} bytes, at least {ADDR_HEADER_LEN} expected", b.len())));
+        }
         let mut r = Reader::new(b, "verbs address");
         let (magic, version, count) = (r.u32("magic")?, r.u32("version")?, r.u32("qp count")?);
         if magic != ADDR_MAGIC || version != ADDR_VERSION || (count != size && count != 0) {

@@ -150,6 +150,7 @@ impl VerbsProvider {
         let sq: Vec<WrInfo> = p.sq.drain(..).map(|(_, info)| info).collect();
         let backlog: Vec<Outgoing> = p.backlog.drain(..).collect();
         self.backlogged -= backlog.len();
+        p.backlog_rma = 0;
         for info in sq {
             self.fail_wr(info, peer, error.clone());
         }

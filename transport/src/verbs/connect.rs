@@ -92,6 +92,21 @@ impl VerbsProvider {
         Ok(())
     }
 
+    /// With `REVERB_VERBS_CONNECT=all` (our QP for `rank` made at open, its address listing its
+    /// QP for us): connects to that QP now, and says so. `ready`: the peer's QP is connected to
+    /// ours already, post at once.
+    pub(super) fn connect_listed(&mut self, rank: Rank, peer: &RankAddress, ready: bool) -> Result<bool> {
+        let listed = peer.qps.get(self.job.rank as usize);
+        let Some(&(qpn, psn)) = listed.filter(|_| self.peers[rank as usize].qp.is_some()) else {
+            return Ok(false);
+        };
+        self.link_up(rank, qpn, psn)?;
+        if ready {
+            self.mark_ready(rank);
+        }
+        Ok(true)
+    }
+
     /// An op waits for `rank`'s connection: start it (or, on a link another request made,
     /// ask for the reply that makes it ready) and keep retrying from `progress`.
     pub(super) fn connect_start(&mut self, rank: Rank) {
@@ -100,7 +115,7 @@ impl VerbsProvider {
             return;
         }
         if let Err(e) = self.link_init(rank) {
-            return self.fail_peer(rank, e);
+            return self.connect_failed(rank, e);
         }
         let now = Instant::now();
         let p = &mut self.peers[rank as usize];
@@ -136,6 +151,11 @@ impl VerbsProvider {
             };
             if now.duration_since(since) > self.connect_timeout {
                 self.connecting.swap_remove(i);
+                tracing::warn!(
+                    "verbs rank {}: rank {rank} answered no connection request in {:?}: dead",
+                    self.job.rank,
+                    self.connect_timeout
+                );
                 self.fail_peer(rank, TransportError::PeerDead(rank));
                 continue;
             }
@@ -164,8 +184,14 @@ impl VerbsProvider {
             echo_generation: request.map_or(0, |m| m.generation),
         };
         if let Err(e) = self.wireup.send(&self.pd, &self.path, rank, &route, &msg) {
-            self.fail_peer(rank, e);
+            self.connect_failed(rank, e);
         }
+    }
+
+    /// Connecting to `rank` failed locally (a verbs call): it is unreachable.
+    fn connect_failed(&mut self, rank: Rank, e: TransportError) {
+        tracing::warn!("verbs rank {}: connecting to rank {rank} failed: {e}", self.job.rank);
+        self.fail_peer(rank, e);
     }
 
     /// A completion of the wireup QP (from `poll_cq`).
@@ -195,7 +221,7 @@ impl VerbsProvider {
             Kind::Reply => self.on_reply(rank, &m),
         };
         if let Err(e) = handled {
-            self.fail_peer(rank, e);
+            self.connect_failed(rank, e);
         }
     }
 

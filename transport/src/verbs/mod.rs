@@ -1,6 +1,14 @@
 //! The verbs provider: RC queue pairs on a real RDMA device (InfiniBand, RoCE, soft-RoCE).
 //!
-//! - One RC QP per peer (a loopback QP for self), connected through the bootstrap.
+//! - One RC QP per peer. `REVERB_VERBS_CONNECT=all` (the default) makes and connects them all
+//!   at open (each rank's QP list rides in its address). With `ondemand`, a rank makes a
+//!   peer's QP on first traffic to it (`connect.rs`): the op queues, and the QPs are connected
+//!   through the wireup channel (a UD QP per rank, `wireup.rs`), as UCX's wireup does; the
+//!   address is then O(1) (wireup QP, GID/LID, SRQ geometry, credit word, pid, incarnation),
+//!   and rxe's per-QP state grows with the peers a rank talks to, not with the job. The peer
+//!   answers from its progress, so the target of a first put or get must call it (as with
+//!   UCX): why it is not the default, the loggers write one-sided into buddies that may be
+//!   waiting elsewhere. The loopback QP is made at open.
 //! - Eager messages are SENDs into one shared receive queue (SRQ, `srq.rs`) that every QP takes
 //!   its receives from: `REVERB_VERBS_SRQ_DEPTH` slots, so eager receive memory does not grow
 //!   with the job. Slots a poll consumed are reposted as one list at its end.
@@ -27,15 +35,18 @@
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
 //!
-//! Reconnecting to a respawned peer (see [`crate::recovery`]): a rank's QPN for each peer never
-//! changes while the rank lives, so the address it published at open stays valid. A respawned
-//! rank ([`VerbsProvider::rejoin`]) looks up the survivors' addresses, connects a fresh QP to
-//! each survivor's QP for it and publishes its own; it sends nothing to a survivor until that
-//! survivor's hello (a zero-length SEND) arrives. A survivor's `reconnect` fails everything of
-//! the old incarnation, takes its QP for that rank through ERROR to RESET (same QPN), connects
-//! it to the new incarnation's QP (its SRQ share is posted already) and sends the hello. Work-request
-//! ids carry a per-peer generation, so completions of the old connection are dropped, and
-//! region keys carry the owner's incarnation, so the old incarnation's descriptors are refused.
+//! Reconnecting to a respawned peer (see [`crate::recovery`]): a respawned rank
+//! ([`VerbsProvider::rejoin`]) takes the survivors' addresses and publishes its own. A
+//! survivor's `reconnect` fails everything of the old incarnation, takes its QP for that rank
+//! (if any) through ERROR to RESET and holds the new address; the next traffic either way
+//! connects to the new incarnation. Wireup messages name both incarnations, so a request from a
+//! rank whose rejoin a survivor has not applied yet goes unanswered (the requester retries), and
+//! old ones are ignored. With `REVERB_VERBS_CONNECT=all` the addresses list QPs, so as before:
+//! the respawned rank connects to each survivor's QP for it at once and posts after that
+//! survivor's hello (a zero-length SEND), which the survivor sends once `reconnect` connected
+//! its QP to the new incarnation's. Work-request ids carry a per-peer generation, so completions of the
+//! old connection are dropped, and region keys carry the owner's incarnation, so the old
+//! incarnation's descriptors are refused.
 
 mod address;
 mod completions;
@@ -108,8 +119,10 @@ pub struct VerbsOptions {
     /// `REVERB_VERBS_SRQ_DEPTH`: eager receive slots in the shared receive queue (512), split
     /// evenly between the peers as credits (at most `REVERB_RING_SLOTS` each, at least one).
     pub srq_depth: u32,
-    /// `REVERB_VERBS_CONNECT=all`: connect every peer at open instead of on first traffic
-    /// (`ondemand`, the default).
+    /// `REVERB_VERBS_CONNECT`: `all` (the default) connects every peer at open; `ondemand`
+    /// makes a peer's QP on first traffic to it. Not on demand by default: the first op
+    /// towards a peer then needs that peer's progress, and the loggers' one-sided writes into
+    /// a buddy that waits elsewhere (a bootstrap barrier, a long compute) would stall.
     pub connect_all: bool,
     /// `REVERB_VERBS_CONNECT_TIMEOUT_MS`: how long a connection request may go unanswered
     /// before the peer counts as dead (10 s, at least the peer timeout). The peer answers from
@@ -134,7 +147,7 @@ impl VerbsOptions {
             srq_depth: env.int::<u32>("REVERB_VERBS_SRQ_DEPTH")?.unwrap_or(512).max(1),
             connect_all: env
                 .choice("REVERB_VERBS_CONNECT", &[("ondemand", false), ("all", true)])?
-                .unwrap_or(false),
+                .unwrap_or(true),
             connect_timeout: env
                 .positive_duration("REVERB_VERBS_CONNECT_TIMEOUT_MS")?
                 .unwrap_or(Duration::from_secs(10)),
@@ -240,6 +253,8 @@ struct Peer {
     rx_unposted: u64,
     rx_credit_sent: u64,
     backlog: VecDeque<Outgoing>,
+    /// Puts and gets in `backlog`: later ones queue behind them.
+    backlog_rma: usize,
     last_probe: Instant,
 }
 
@@ -271,6 +286,7 @@ impl Peer {
             rx_unposted: 0,
             rx_credit_sent: 0,
             backlog: VecDeque::new(),
+            backlog_rma: 0,
             last_probe: Instant::now(),
         }
     }
@@ -407,10 +423,7 @@ impl VerbsProvider {
                 )));
             }
             provider.attach(rank, &peer)?;
-            if let Some(&(qpn, psn)) = peer.qps.get(provider.job.rank as usize) {
-                provider.link_up(rank, qpn, psn)?;
-                provider.peers[rank as usize].ready = true;
-            }
+            provider.connect_listed(rank, &peer, true)?;
         }
         boot.publish(&me.encode())?;
         // Nobody sends until every rank has its peers' addresses (and, connecting all, its QPs
@@ -445,6 +458,9 @@ impl VerbsProvider {
                     });
                 }
                 provider.attach(entry.rank, &peer)?;
+                // Connecting all: to the survivor's QP for us; we post once its hello (sent
+                // when it reconnects to us) arrives.
+                provider.connect_listed(entry.rank, &peer, false)?;
             }
         }
         boot.publish(&me.encode())?;
@@ -811,10 +827,25 @@ impl Provider for VerbsProvider {
             self.peers[peer as usize].state = PeerState::Dead;
             return Err(e);
         }
-        // The flush of the old connection (dropped by generation) must not fill the CQ. The
-        // next traffic either way connects to the new incarnation.
+        // The flush of the old connection (dropped by generation) must not fill the CQ. On
+        // demand, the next traffic either way connects to the new incarnation.
         while self.poll_cq()? == self.wc.len() {}
-        Ok(())
+        // Connecting all: to its QP for us now, and the hello, before which it posts nothing.
+        let hello = match self.connect_listed(peer, &address, true) {
+            Ok(false) => return Ok(()),
+            Ok(true) => self.post(peer, WrInfo::Msg { bounce: false }, Opcode::Send, &[], None, false),
+            Err(e) => Err(e),
+        };
+        match hello {
+            Ok(()) => {
+                self.peers[peer as usize].sent += 1; // it takes one of its receive slots
+                Ok(())
+            }
+            Err(e) => {
+                self.fail_peer(peer, e.clone());
+                Err(e)
+            }
+        }
     }
 
     fn progress(&mut self) -> Result<()> {

@@ -106,7 +106,9 @@ impl VerbsProvider {
     /// connecting (`connect.rs`).
     pub(super) fn enqueue(&mut self, dest: Rank, item: Outgoing) {
         self.backlogged += 1;
-        self.peers[dest as usize].backlog.push_back(item);
+        let p = &mut self.peers[dest as usize];
+        p.backlog_rma += matches!(item, Outgoing::Rma { .. }) as usize;
+        p.backlog.push_back(item);
         if !self.peers[dest as usize].ready {
             self.connect_start(dest);
         }
@@ -274,7 +276,10 @@ impl VerbsProvider {
                         self.send_msg_now(dest, &header, &payload, inline)?;
                         self.completions.extend(done);
                     }
-                    rma @ Outgoing::Rma { .. } => self.rma_now(dest, rma)?,
+                    rma @ Outgoing::Rma { .. } => {
+                        self.peers[dest as usize].backlog_rma -= 1;
+                        self.rma_now(dest, rma)?
+                    }
                     other => self.write_imm_now(dest, other)?,
                 }
             }
@@ -380,7 +385,7 @@ impl VerbsProvider {
         let peer = rma.remote.owner;
         // Behind puts and gets that waited for the connection, in order.
         let p = &self.peers[peer as usize];
-        let ready = p.ready && !p.backlog.iter().any(|o| matches!(o, Outgoing::Rma { .. }));
+        let ready = p.ready && p.backlog_rma == 0;
         if ready {
             self.reserve_sq(peer)?;
         }
