@@ -74,6 +74,17 @@ impl VerbsProvider {
 
     /// → Up: our QP for `rank` connected to its QP `qpn` (whose send PSN is `psn`).
     pub(super) fn link_up(&mut self, rank: Rank, qpn: u32, psn: u32) -> Result<()> {
+        // Connected already by a request that came first (a respawned rank's, while the
+        // survivor's `reconnect` polled): the same pair, nothing to do.
+        if let Link::Up { remote_qpn } = self.peers[rank as usize].link {
+            if remote_qpn == qpn {
+                return Ok(());
+            }
+            return Err(TransportError::Remote(
+                rank,
+                format!("asked to connect to its QP {qpn}, connected to {remote_qpn}"),
+            ));
+        }
         self.link_init(rank)?;
         let path = self.path;
         let p = &mut self.peers[rank as usize];
