@@ -778,9 +778,11 @@ fn node_failure_job(test: &str, failures: u32) {
     if job.incarnation == 0 {
         let all = exchange(&mut boot, &region.remote());
         let next = (me + 1) % 4;
-        p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
+        let op = p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
         let (_, _, got) = recv_owned(p.as_mut(), Source::Rank((me + 3) % 4), TagMatch::exact(1), 100);
         assert_eq!(got, pattern(u64::from((me + 3) % 4), 100));
+        // Posted before the barrier (verbs on demand: it may wait for the connection).
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         boot.barrier().unwrap();
         // Rank 2 SIGKILLs itself right after this barrier: the clock for the timings below.
         let killed_at = Instant::now();
