@@ -5,7 +5,9 @@
 # dead peers are found by RC retry exhaustion as between real hosts. Event-driven completions:
 # two busy-polling ranks starve each other on the VM's 2 emulated CPUs.
 # Suites: the provider's own tests (transport/tests/provider.rs; fan_in.rs: many senders into
-# one receiver through a small shared receive queue, and a sender dying in it), the launcher's node respawn
+# one receiver through a small shared receive queue, and a sender dying in it; connect.rs: on-demand
+# connections: QPs only for peers with traffic, simultaneous first sends, a first put/get, a peer
+# dead before it connected), the launcher's node respawn
 # (reverb/tests/respawn.rs), the logger's multi-process tests (remote log ring, LoggedEndpoint
 # protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
 # SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
@@ -33,6 +35,7 @@ test_bin() {
 suites=(
     "provider:$(test_bin -p reverb-transport --features verbs --test provider)"
     "fan-in:$(test_bin -p reverb-transport --features verbs --test fan_in)"
+    "connect:$(test_bin -p reverb-transport --features verbs --test connect)"
     "respawn:$(test_bin -p reverb --features verbs --test respawn)"
     "logring:$(test_bin -p reverb-logger --features verbs --test logring_shm)"
     "causal:$(test_bin -p reverb-logger --features verbs --test causal_procs)"

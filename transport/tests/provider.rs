@@ -388,6 +388,11 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
         let op = p.get(op, Signal::Yes).unwrap();
         p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         assert_eq!(local.to_vec(0, 4096).unwrap(), vec![0xCD; 4096]);
+        let op = p.send(1, 99, b"done").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    } else {
+        // Progress until rank 0 is done (verbs connects on demand: its first op needs us).
+        recv_owned(p, Source::Rank(0), TagMatch::exact(99), 8);
     }
     boot.barrier().unwrap();
     if job.rank == 1 {
@@ -596,6 +601,14 @@ fn verbs_remote_access_error_fails_only_that_endpoint() {
         let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(0), TagMatch::exact(7), 8);
         assert_eq!(data, b"done");
         assert_eq!(target.to_vec(0, 16).unwrap(), vec![0x11; 16]);
+        let op = p.send(1, 8, b"done").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    }
+    if job.rank == 1 {
+        // Progress (verbs connects on demand: rank 0's first write needs our answer) until
+        // rank 0 is done, as rank 2 tells.
+        let (_, _, data) = recv_owned(p.as_mut(), Source::Rank(2), TagMatch::exact(8), 8);
+        assert_eq!(data, b"done");
     }
     // Rank 0 is done with every write it tried.
     boot.barrier().unwrap();
@@ -851,9 +864,11 @@ fn node_failure_job(test: &str, failures: u32) {
     if job.incarnation == 0 {
         let all = exchange(&mut boot, &region.remote());
         let next = (me + 1) % 4;
-        p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
+        let op = p.send(next, 1, &pattern(u64::from(me), 100)).unwrap();
         let (_, _, got) = recv_owned(p.as_mut(), Source::Rank((me + 3) % 4), TagMatch::exact(1), 100);
         assert_eq!(got, pattern(u64::from((me + 3) % 4), 100));
+        // Posted before the barrier (verbs on demand: it may wait for the connection).
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
         boot.barrier().unwrap();
         // Rank 2 SIGKILLs itself right after this barrier: the clock for the timings below.
         let killed_at = Instant::now();
@@ -951,8 +966,10 @@ fn reconnect_drops_the_dead_incarnations_work() {
     use reverb_transport::recovery::await_rejoin;
     if job.rank == 1 {
         if job.incarnation == 0 {
-            p.send(0, 5, b"old").unwrap();
-            p.send(0, 6, b"sync").unwrap();
+            // Posted (verbs: connected on demand) before the barrier.
+            for op in [p.send(0, 5, b"old").unwrap(), p.send(0, 6, b"sync").unwrap()] {
+                p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+            }
             boot.barrier().unwrap();
             // SIGKILL to ourselves, the failure under test.
             let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);

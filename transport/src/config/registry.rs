@@ -167,6 +167,8 @@ pub static VARS: &[Var] = &[
     var("REVERB_VERBS_RETRY", "6", Verbs, User, "int", "RC retry count, at most 6 so a dead peer is always reported"),
     var("REVERB_VERBS_SRQ_DEPTH", "512", Verbs, User, "int", "eager receive slots in the shared receive queue, split evenly between peers (at most REVERB_RING_SLOTS, at least 1 each); must match across the job"),
     var("REVERB_VERBS_PID_WATCH", "1", Verbs, User, "bool", "0: no pidfd shortcut for same-kernel peers; death found by RC retries only"),
+    var("REVERB_VERBS_CONNECT", "all", Verbs, User, "all|ondemand", "all: every peer connected at open; ondemand: a peer's RC QP is made on first traffic to it (wireup over UD), so the target of a first put/get must call progress; must match across the job"),
+    var("REVERB_VERBS_CONNECT_TIMEOUT_MS", "10000", Verbs, User, "ms", "a peer that answers no connection request this long is dead (it answers from its progress; at least REVERB_PEER_TIMEOUT_MS)"),
     // bootstrap (job discovery and rendezvous)
     var("REVERB_RANK", "", Bootstrap, Set, "int", "this process's rank (with REVERB_SIZE; else Slurm, Open MPI or PMI variables)"),
     var("REVERB_SIZE", "", Bootstrap, Set, "int", "number of ranks in the job"),

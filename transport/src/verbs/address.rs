@@ -3,21 +3,25 @@
 //! ```text
 //! 0:  magic "VBVR" u32 | version u32 | qp count u32 | lid u16 | gid_index u8 | mtu u8
 //! 16: gid [16] | slots u32 | slot_size u32 | credit_addr u64 | credit_rkey u32 | pid u32
-//! 56: boot u64 | incarnation u32 | zero padding to 80
+//! 56: boot u64 | incarnation u32 | wireup qpn u32 | wireup qkey u32 | zero padding to 80
 //! 80: per peer: qpn u32 | psn u32
 //! ```
+//!
+//! The per-peer list is empty with on-demand connections (the default: O(1) bytes per rank,
+//! the RC QPs are made through the wireup channel on first traffic) and has one entry per rank
+//! with `REVERB_VERBS_CONNECT=all`, where every QP is connected at open.
 
 use crate::api::Rank;
 use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 const ADDR_MAGIC: u32 = 0x5256_4256; // "VBVR" on the wire
-const ADDR_VERSION: u32 = 2;
+const ADDR_VERSION: u32 = 3;
 const ADDR_HEADER_LEN: usize = 80;
 /// Bytes of the fields before the padding.
-const ADDR_FIELDS_LEN: usize = 68;
+const ADDR_FIELDS_LEN: usize = 76;
 
-/// This rank's connection data for every peer.
+/// This rank's connection data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct RankAddress {
     pub(super) lid: u16,
@@ -31,7 +35,10 @@ pub(super) struct RankAddress {
     pub(super) pid: u32,
     pub(super) boot: u64,
     pub(super) incarnation: u32,
-    /// Per peer: (qpn, psn) of the QP we created for it.
+    /// The wireup channel: our UD QP and its qkey.
+    pub(super) ud_qpn: u32,
+    pub(super) ud_qkey: u32,
+    /// Per peer: (qpn, psn) of the QP we created for it; empty with on-demand connections.
     pub(super) qps: Vec<(u32, u32)>,
 }
 
@@ -42,7 +49,7 @@ impl RankAddress {
         w.u32(ADDR_MAGIC).u32(ADDR_VERSION).u32(self.qps.len() as u32);
         w.u16(self.lid).u8(self.gid_index).u8(self.mtu).raw(&self.gid);
         w.u32(self.slots).u32(self.slot_size).u64(self.credit_addr).u32(self.credit_rkey);
-        w.u32(self.pid).u64(self.boot).u32(self.incarnation);
+        w.u32(self.pid).u64(self.boot).u32(self.incarnation).u32(self.ud_qpn).u32(self.ud_qkey);
         w.zeros(ADDR_HEADER_LEN - ADDR_FIELDS_LEN);
         for &(qpn, psn) in &self.qps {
             w.u32(qpn).u32(psn);
@@ -50,20 +57,23 @@ impl RankAddress {
         b
     }
 
-    /// Decodes `rank`'s address in a job of `size` ranks.
+    /// Decodes `rank`'s address in a job of `size` ranks: a QP list of none or `size` entries.
     pub(super) fn decode(b: &[u8], rank: Rank, size: u32) -> Result<RankAddress> {
         let bad = |detail: String| TransportError::Malformed {
             what: "verbs address",
             detail: format!("rank {rank}: {detail}"),
         };
-        let expected = ADDR_HEADER_LEN + 8 * size as usize;
-        if b.len() != expected {
-            return Err(bad(format!("{} bytes, expected {expected}", b.len())));
+        if b.len() < ADDR_HEADER_LEN {
+            return Err(bad(format!("{} bytes, at least {ADDR_HEADER_LEN} expected", b.len())));
         }
         let mut r = Reader::new(b, "verbs address");
         let (magic, version, count) = (r.u32("magic")?, r.u32("version")?, r.u32("qp count")?);
-        if magic != ADDR_MAGIC || version != ADDR_VERSION || count != size {
+        if magic != ADDR_MAGIC || version != ADDR_VERSION || (count != size && count != 0) {
             return Err(bad("bad magic, version or job size".into()));
+        }
+        let expected = ADDR_HEADER_LEN + 8 * count as usize;
+        if b.len() != expected {
+            return Err(bad(format!("{} bytes, expected {expected}", b.len())));
         }
         let mut address = RankAddress {
             lid: r.u16("lid")?,
@@ -77,10 +87,12 @@ impl RankAddress {
             pid: r.u32("pid")?,
             boot: r.u64("boot")?,
             incarnation: r.u32("incarnation")?,
-            qps: Vec::with_capacity(size as usize),
+            ud_qpn: r.u32("wireup qpn")?,
+            ud_qkey: r.u32("wireup qkey")?,
+            qps: Vec::with_capacity(count as usize),
         };
         r.skip(ADDR_HEADER_LEN - ADDR_FIELDS_LEN, "padding")?;
-        for _ in 0..size {
+        for _ in 0..count {
             address.qps.push((r.u32("qpn")?, r.u32("psn")?));
         }
         r.finish()?;
@@ -106,24 +118,32 @@ mod tests {
             pid: 4242,
             boot: 9,
             incarnation: 1,
+            ud_qpn: 0x33,
+            ud_qkey: 0x4455,
             qps,
         }
     }
 
-    /// Version 2 bytes, written out by hand: old and new ranks must agree.
+    /// Version 3 bytes, written out by hand: old and new ranks must agree.
     #[test]
     fn pinned_encoding() {
         let b = sample(vec![(0x10, 0x20), (0x30, 0x40)]).encode();
-        let mut want = b"VBVR\x02\0\0\0\x02\0\0\0\x02\x01\x03\x05".to_vec();
+        let mut want = b"VBVR\x03\0\0\0\x02\0\0\0\x02\x01\x03\x05".to_vec();
         want.extend_from_slice(&[0xfe; 16]);
         want.extend_from_slice(&[64, 0, 0, 0, 0, 0x20, 0, 0]);
         want.extend_from_slice(&[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xcd, 0xab, 0, 0]);
         want.extend_from_slice(&[0x92, 0x10, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
+        want.extend_from_slice(&[0x33, 0, 0, 0, 0x55, 0x44, 0, 0]);
         want.resize(ADDR_HEADER_LEN, 0);
         want.extend_from_slice(&[0x10, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0, 0x40, 0, 0, 0]);
         assert_eq!(b, want);
         assert_eq!(RankAddress::decode(&want, 1, 2).unwrap(), sample(vec![(0x10, 0x20), (0x30, 0x40)]));
         assert!(RankAddress::decode(&want, 1, 3).is_err());
+        // On demand: no QP list, the same header for any job size.
+        let short = sample(vec![]).encode();
+        assert_eq!(short.len(), ADDR_HEADER_LEN);
+        assert_eq!(&short[..8], b"VBVR\x03\0\0\0");
+        assert_eq!(RankAddress::decode(&short, 1, 1000).unwrap(), sample(vec![]));
     }
 
     proptest! {
@@ -132,7 +152,7 @@ mod tests {
             let _ = RankAddress::decode(&bytes, 0, size);
             let mut framed = bytes.clone();
             framed.resize(ADDR_HEADER_LEN + 8 * size as usize, 0);
-            framed[..12].copy_from_slice(&[0x56, 0x42, 0x56, 0x52, 2, 0, 0, 0, size as u8, 0, 0, 0]);
+            framed[..12].copy_from_slice(&[0x56, 0x42, 0x56, 0x52, 3, 0, 0, 0, size as u8, 0, 0, 0]);
             let _ = RankAddress::decode(&framed, 0, size);
         }
 

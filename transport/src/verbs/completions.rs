@@ -150,6 +150,7 @@ impl VerbsProvider {
         let sq: Vec<WrInfo> = p.sq.drain(..).map(|(_, info)| info).collect();
         let backlog: Vec<Outgoing> = p.backlog.drain(..).collect();
         self.backlogged -= backlog.len();
+        p.backlog_rma = 0;
         for info in sq {
             self.fail_wr(info, peer, error.clone());
         }
@@ -157,6 +158,9 @@ impl VerbsProvider {
             match item {
                 Outgoing::WriteImm { op, .. } => {
                     self.completions.push(Completion::failed(op, CompletionKind::PutImm, error.clone()))
+                }
+                Outgoing::Rma { op, kind, .. } => {
+                    self.completions.push(Completion::failed(op, kind, error.clone()))
                 }
                 Outgoing::Msg { done: Some(c), .. } => {
                     self.completions.push(Completion::failed(c.op, c.kind, error.clone()))
@@ -238,6 +242,10 @@ impl VerbsProvider {
             }
         };
         for c in &wc[..n] {
+            if c.qp_num == self.wireup_qpn {
+                self.on_wireup_completion(c);
+                continue;
+            }
             let id = c.wr_id();
             if id & RECV_FLAG != 0 {
                 self.on_recv_completion(c);
@@ -272,8 +280,8 @@ impl VerbsProvider {
             return;
         }
         if c.len() == 0 && c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV {
-            // A hello: the peer reconnected to us, we may post to it now.
-            self.peers[peer as usize].ready = true;
+            // A hello: the peer's QP is connected to ours, we may post to it now.
+            self.mark_ready(peer);
         } else if c.opcode() == ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
             let imm = u32::from_be(c.imm_data().unwrap_or(0));
             self.completions

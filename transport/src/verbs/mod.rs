@@ -1,6 +1,14 @@
 //! The verbs provider: RC queue pairs on a real RDMA device (InfiniBand, RoCE, soft-RoCE).
 //!
-//! - One RC QP per peer (a loopback QP for self), connected through the bootstrap.
+//! - One RC QP per peer. `REVERB_VERBS_CONNECT=all` (the default) makes and connects them all
+//!   at open (each rank's QP list rides in its address). With `ondemand`, a rank makes a
+//!   peer's QP on first traffic to it (`connect.rs`): the op queues, and the QPs are connected
+//!   through the wireup channel (a UD QP per rank, `wireup.rs`), as UCX's wireup does; the
+//!   address is then O(1) (wireup QP, GID/LID, SRQ geometry, credit word, pid, incarnation),
+//!   and rxe's per-QP state grows with the peers a rank talks to, not with the job. The peer
+//!   answers from its progress, so the target of a first put or get must call it (as with
+//!   UCX): why it is not the default, the loggers write one-sided into buddies that may be
+//!   waiting elsewhere. The loopback QP is made at open.
 //! - Eager messages are SENDs into one shared receive queue (SRQ, `srq.rs`) that every QP takes
 //!   its receives from: `REVERB_VERBS_SRQ_DEPTH` slots, so eager receive memory does not grow
 //!   with the job. Slots a poll consumed are reposted as one list at its end.
@@ -29,18 +37,22 @@
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
 //!
-//! Reconnecting to a respawned peer (see [`crate::recovery`]): a rank's QPN for each peer never
-//! changes while the rank lives, so the address it published at open stays valid. A respawned
-//! rank ([`VerbsProvider::rejoin`]) looks up the survivors' addresses, connects a fresh QP to
-//! each survivor's QP for it and publishes its own; it sends nothing to a survivor until that
-//! survivor's hello (a zero-length SEND) arrives. A survivor's `reconnect` fails everything of
-//! the old incarnation, takes its QP for that rank through ERROR to RESET (same QPN), connects
-//! it to the new incarnation's QP (its SRQ share is posted already) and sends the hello. Work-request
-//! ids carry a per-peer generation, so completions of the old connection are dropped, and
-//! region keys carry the owner's incarnation, so the old incarnation's descriptors are refused.
+//! Reconnecting to a respawned peer (see [`crate::recovery`]): a respawned rank
+//! ([`VerbsProvider::rejoin`]) takes the survivors' addresses and publishes its own. A
+//! survivor's `reconnect` fails everything of the old incarnation, takes its QP for that rank
+//! (if any) through ERROR to RESET and holds the new address; the next traffic either way
+//! connects to the new incarnation. Wireup messages name both incarnations, so a request from a
+//! rank whose rejoin a survivor has not applied yet goes unanswered (the requester retries), and
+//! old ones are ignored. With `REVERB_VERBS_CONNECT=all` the addresses list QPs, so as before:
+//! the respawned rank connects to each survivor's QP for it at once and posts after that
+//! survivor's hello (a zero-length SEND), which the survivor sends once `reconnect` connected
+//! its QP to the new incarnation's. Work-request ids carry a per-peer generation, so completions of the
+//! old connection are dropped, and region keys carry the owner's incarnation, so the old
+//! incarnation's descriptors are refused.
 
 mod address;
 mod completions;
+mod connect;
 mod cq;
 mod device;
 mod mr;
@@ -48,6 +60,8 @@ mod pd;
 mod qp;
 mod send;
 mod srq;
+mod ud;
+mod wireup;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -66,11 +80,13 @@ use crate::shm::liveness::{self, ProcessWatch};
 use crate::tagged::{self, Fetch, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::RankAddress;
+use connect::Link;
 use cq::CompletionQueue;
 use device::Context;
 use pd::ProtectionDomain;
 use qp::{Opcode, PathParams, QpAddress, QueuePair, Sge};
 use srq::SharedReceiveQueue;
+use wireup::{Route, Wireup};
 
 // Send wr_id: bits 56..63 connection generation, 40..56 peer, 0..40 sequence. Receive wr_id:
 // bit 63, and the SRQ slot in bits 0..40 (the peer comes from the completion's QP number).
@@ -105,6 +121,15 @@ pub struct VerbsOptions {
     /// `REVERB_VERBS_SRQ_DEPTH`: eager receive slots in the shared receive queue (512), split
     /// evenly between the peers as credits (at most `REVERB_RING_SLOTS` each, at least one).
     pub srq_depth: u32,
+    /// `REVERB_VERBS_CONNECT`: `all` (the default) connects every peer at open; `ondemand`
+    /// makes a peer's QP on first traffic to it. Not on demand by default: the first op
+    /// towards a peer then needs that peer's progress, and the loggers' one-sided writes into
+    /// a buddy that waits elsewhere (a bootstrap barrier, a long compute) would stall.
+    pub connect_all: bool,
+    /// `REVERB_VERBS_CONNECT_TIMEOUT_MS`: how long a connection request may go unanswered
+    /// before the peer counts as dead (10 s, at least the peer timeout). The peer answers from
+    /// its progress, so this bounds how long a live rank may go without calling it.
+    pub connect_timeout: Duration,
 }
 
 impl VerbsOptions {
@@ -122,6 +147,12 @@ impl VerbsOptions {
             // so a dead peer is always reported.
             retry_count: env.int::<u8>("REVERB_VERBS_RETRY")?.unwrap_or(6).min(6),
             srq_depth: env.int::<u32>("REVERB_VERBS_SRQ_DEPTH")?.unwrap_or(512).max(1),
+            connect_all: env
+                .choice("REVERB_VERBS_CONNECT", &[("ondemand", false), ("all", true)])?
+                .unwrap_or(true),
+            connect_timeout: env
+                .positive_duration("REVERB_VERBS_CONNECT_TIMEOUT_MS")?
+                .unwrap_or(Duration::from_secs(10)),
         })
     }
 }
@@ -169,17 +200,40 @@ enum Outgoing {
         len: usize,
         imm: u32,
     },
+    /// A put or get waiting for its peer's connection.
+    Rma {
+        op: OpId,
+        kind: CompletionKind,
+        signal: Signal,
+        opcode: Opcode,
+        local: Region,
+        local_offset: usize,
+        remote: (u64, u32),
+        len: usize,
+    },
 }
 
 struct Peer {
-    qp: QueuePair,
+    /// Our RC QP for this peer: made on first traffic (or at open with `connect_all`), then
+    /// kept for the provider's life (a reconnect resets it).
+    qp: Option<QueuePair>,
+    /// Our send PSN on that QP (fixed at its creation).
+    psn: u32,
+    link: Link,
     state: PeerState,
-    /// The incarnation connected to (or, never connected, the latest one known).
+    /// The incarnation whose address we hold (or, without one, the latest one known).
     incarnation: u32,
-    /// Ever connected: the QP has left RESET.
-    connected: bool,
-    /// May we post to it: false on a respawned rank until the peer's hello arrives.
+    /// We hold that incarnation's address: it is reachable.
+    attached: bool,
+    /// Its wireup QP and path, from the address.
+    route: Option<Route>,
+    /// May we post to it: its QP is connected to ours (see `connect.rs`).
     ready: bool,
+    /// Since when an op waits for this connection; the next request is due at `next_request`,
+    /// `retry` after the last one.
+    connect_since: Option<Instant>,
+    next_request: Instant,
+    retry: Duration,
     /// Connection generation, in every wr_id of this peer (mod 128).
     generation: u64,
     /// Where our credit returns for this peer land: its credit word for us.
@@ -201,18 +255,26 @@ struct Peer {
     rx_unposted: u64,
     rx_credit_sent: u64,
     backlog: VecDeque<Outgoing>,
+    /// Puts and gets in `backlog`: later ones queue behind them.
+    backlog_rma: usize,
     last_probe: Instant,
 }
 
 impl Peer {
-    /// A peer not connected yet: `Dead`, its QP in RESET, nothing queued or counted.
-    fn unconnected(qp: QueuePair) -> Peer {
+    /// A peer without an address yet: `Dead`, no QP, nothing queued or counted.
+    fn unattached() -> Peer {
         Peer {
-            qp,
+            qp: None,
+            psn: 0,
+            link: Link::Idle,
             state: PeerState::Dead,
             incarnation: 0,
-            connected: false,
+            attached: false,
+            route: None,
             ready: false,
+            connect_since: None,
+            next_request: Instant::now(),
+            retry: Duration::ZERO,
             generation: 0,
             credit_target: (0, 0),
             watch: None,
@@ -226,21 +288,30 @@ impl Peer {
             rx_unposted: 0,
             rx_credit_sent: 0,
             backlog: VecDeque::new(),
+            backlog_rma: 0,
             last_probe: Instant::now(),
         }
     }
 }
 
-/// The RDMA verbs provider: one RC QP per peer, a SEND eager ring, RDMA-read rendezvous (see
-/// the module doc).
+/// The RDMA verbs provider: an RC QP per peer it talks to, a SEND eager ring, RDMA-read
+/// rendezvous (see the module doc).
 pub struct VerbsProvider {
     config: TransportConfig,
     job: JobInfo,
-    // Field order is drop order: QPs (in peers) before the SRQ and the CQ, MRs before the PD.
+    // Field order is drop order: QPs (in peers, wireup) before the SRQ and the CQ, MRs before
+    // the PD.
     peers: Vec<Peer>,
+    wireup: Wireup,
     srq: SharedReceiveQueue,
     cq: CompletionQueue,
-    /// (QP number, peer) sorted by QP number: routes receive completions of the shared queue.
+    /// The wireup QP's number: its completions share the CQ.
+    wireup_qpn: u32,
+    /// Peers with an op waiting for their connection (retries and timeouts, `connect.rs`).
+    connecting: Vec<Rank>,
+    connect_timeout: Duration,
+    /// (QP number, peer) sorted by QP number: routes receive completions of the shared queue;
+    /// a QP is added when it is made.
     qpn_rank: Vec<(u32, Rank)>,
     /// SRQ receives to repost at the end of this poll, as one list.
     refill: Vec<(u64, Sge)>,
@@ -275,9 +346,8 @@ pub struct VerbsProvider {
     /// Rendezvous reads that found their peer's send queue full; posted by the next
     /// `progress` (never by a nested CQ poll from inside `poll_cq`).
     deferred_fetches: VecDeque<Fetch>,
-    /// What reconnecting needs: path parameters, our PSN per peer (published), pidfd policy.
+    /// What connecting needs: path parameters, pidfd policy.
     path: PathParams,
-    psns: Vec<u32>,
     pid_watch: bool,
     boot: u64,
 }
@@ -327,7 +397,8 @@ fn status_error(peer: Rank, status: ffi::ibv_wc_status::Type) -> TransportError 
 
 impl VerbsProvider {
     /// Opens the provider for a fresh job: every rank takes part (allgather, barrier). Also
-    /// publishes this rank's address, for ranks that rejoin later.
+    /// publishes this rank's address, for ranks that rejoin later. Peers' QPs are made on first
+    /// traffic, or here with `REVERB_VERBS_CONNECT=all`.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
         let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
         let size = provider.job.size;
@@ -338,25 +409,37 @@ impl VerbsProvider {
                 all.len()
             )));
         }
+        let my_qps = me.qps.len();
         for (rank, bytes) in all.iter().enumerate() {
             let rank = rank as Rank;
             if rank == provider.job.rank {
                 continue;
             }
             let peer = provider.decode_peer(bytes, rank)?;
-            provider.attach(rank, &peer, true)?;
+            if peer.qps.len() != my_qps {
+                return Err(TransportError::Config(format!(
+                    "rank {rank} connects {} at open, this rank {}: REVERB_VERBS_CONNECT must match \
+                     across the job",
+                    if peer.qps.is_empty() { "on demand" } else { "all peers" },
+                    if my_qps == 0 { "on demand" } else { "all peers" },
+                )));
+            }
+            provider.attach(rank, &peer)?;
+            provider.connect_listed(rank, &peer, true)?;
         }
         boot.publish(&me.encode())?;
-        // Nobody sends until every rank has connected and posted its receives.
+        // Nobody sends until every rank has its peers' addresses (and, connecting all, its QPs
+        // connected).
         boot.barrier()?;
         Ok(provider)
     }
 
-    /// Opens a respawned rank (incarnation > 0) without a collective: connects to every rank
-    /// that has an address at the rendezvous now (`Bootstrap::lookup`), then publishes its own
-    /// address, which announces it to the others. Each peer stays unready (messages queue) until
-    /// its hello arrives, sent once it reconnected to us; ranks without an address yet (a
-    /// node-mate still starting) stay `Dead` until `reconnect` is called with their `Rejoin`.
+    /// Opens a respawned rank (incarnation > 0) without a collective: takes the address of
+    /// every rank that has one at the rendezvous now (`Bootstrap::lookup`), then publishes its
+    /// own, which announces it to the others. Connections are made on first traffic, either
+    /// way; a survivor answers our requests once it has applied our rejoin (`reconnect`), so
+    /// until then what we send it waits. Ranks without an address yet (a node-mate still
+    /// starting) stay `Dead` until `reconnect` is called with their `Rejoin`.
     pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
         let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
         let (my_rank, size) = (provider.job.rank, provider.job.size);
@@ -376,18 +459,22 @@ impl VerbsProvider {
                         ),
                     });
                 }
-                provider.attach(entry.rank, &peer, false)?;
+                provider.attach(entry.rank, &peer)?;
+                // Connecting all: to the survivor's QP for us; we post once its hello (sent
+                // when it reconnects to us) arrives.
+                provider.connect_listed(entry.rank, &peer, false)?;
             }
         }
-        // Last: survivors connect to our QPs once announced, and those are ready now.
         boot.publish(&me.encode())?;
         Ok(provider)
     }
 
-    /// This rank's device, queues and rings, its loopback QP connected and every other peer
-    /// `Dead` with a QP in RESET; and the address to exchange.
+    /// This rank's device, queues, rings and wireup channel, its loopback QP connected and every
+    /// other peer `Dead` without an address (with `connect_all`, with a QP in RESET); and the
+    /// address to exchange.
     fn create(config: TransportConfig, job: JobInfo) -> Result<(VerbsProvider, RankAddress)> {
         config.validate()?;
+        let peer_timeout = config.peer_timeout;
         let opts = VerbsOptions::from_env()?;
         let size = job.size;
         if size > MAX_RANKS || job.rank >= size {
@@ -411,7 +498,8 @@ impl VerbsProvider {
         let rx_slots = slots * size as u64;
         let slot_size = (SLOT_HEADER_LEN + config.rndv_thresh).next_multiple_of(64);
         let sq_depth = (2 * slots as u32 + 64).min(limits.max_qp_wr) as usize;
-        let cq_entries = (size * sq_depth as u32 + rx_slots as u32).min(limits.max_cqe);
+        let wireup_entries = 2 * wireup::DEPTH;
+        let cq_entries = (size * sq_depth as u32 + rx_slots as u32 + wireup_entries).min(limits.max_cqe);
         let events = config.wait_mode != WaitMode::Poll;
         let cq = CompletionQueue::new(&ctx, cq_entries, events)?;
         let ring_len = rx_slots as usize * slot_size;
@@ -430,14 +518,7 @@ impl VerbsProvider {
             .collect();
         srq.post(&recvs)?;
 
-        let mut qps = Vec::with_capacity(size as usize);
-        for _ in 0..size {
-            qps.push(QueuePair::new(&pd, &cq, &srq, sq_depth as u32, 256)?);
-        }
-        let mut qpn_rank: Vec<(u32, Rank)> = qps.iter().zip(0..).map(|(q, r)| (q.qpn(), r)).collect();
-        qpn_rank.sort_unstable();
-        let max_inline = qps.iter().map(|q| q.max_inline).min().unwrap_or(0);
-        let psns: Vec<u32> = (0..size).map(|_| rand::random::<u32>() & 0xff_ffff).collect();
+        let wireup = Wireup::new(&pd, &cq, opts.port, (job.rank, inc, size))?;
         let me = RankAddress {
             lid: port.lid,
             gid,
@@ -450,7 +531,9 @@ impl VerbsProvider {
             pid: std::process::id(),
             boot: boot_id(),
             incarnation: inc,
-            qps: qps.iter().zip(&psns).map(|(q, p)| (q.qpn(), *p)).collect(),
+            ud_qpn: wireup.qpn(),
+            ud_qkey: wireup::QKEY,
+            qps: Vec::new(),
         };
         let path = PathParams {
             port: opts.port,
@@ -461,14 +544,17 @@ impl VerbsProvider {
             timeout: opts.timeout,
             retry_count: opts.retry_count,
         };
-        let peers = qps.into_iter().map(Peer::unconnected).collect();
         let mut provider = VerbsProvider {
             config,
             job,
-            peers,
+            peers: (0..size).map(|_| Peer::unattached()).collect(),
+            wireup_qpn: wireup.qpn(),
+            wireup,
             srq,
             cq,
-            qpn_rank,
+            connecting: Vec::new(),
+            connect_timeout: opts.connect_timeout.max(peer_timeout),
+            qpn_rank: Vec::new(),
             refill: Vec::with_capacity(64),
             refill_peers: Vec::new(),
             rx_ring,
@@ -479,7 +565,7 @@ impl VerbsProvider {
             _ctx: ctx,
             slots,
             slot_size,
-            max_inline,
+            max_inline: qp::INLINE_WANTED,
             sq_depth,
             max_msg: port.max_msg_size as u64,
             wc: vec![Default::default(); 32],
@@ -494,13 +580,23 @@ impl VerbsProvider {
             credits_deferred: false,
             deferred_fetches: VecDeque::new(),
             path,
-            psns,
             pid_watch: opts.pid_watch,
             boot: me.boot,
         };
         let rank = provider.job.rank;
-        let own = RankAddress::decode(&me.encode(), rank, size)?;
-        provider.attach(rank, &own, true)?;
+        let mut me = me;
+        // QPs made now, with our PSN for each in the address: every peer's with `connect_all`.
+        let made: Vec<Rank> = if opts.connect_all { (0..size).collect() } else { vec![rank] };
+        for &r in &made {
+            provider.make_qp(r)?;
+        }
+        if opts.connect_all {
+            me.qps = provider.peers.iter().flat_map(|p| p.qp.as_ref().map(|q| (q.qpn(), p.psn))).collect();
+        }
+        provider.attach(rank, &me)?;
+        let (qpn, psn) = provider.own_qp().ok_or(TransportError::InvalidRank(rank, size))?;
+        provider.link_up(rank, qpn, psn)?;
+        provider.peers[rank as usize].ready = true;
         Ok((provider, me))
     }
 
@@ -518,28 +614,35 @@ impl VerbsProvider {
         Ok(peer)
     }
 
-    /// Connects our QP for `rank` to `peer`'s QP for us (from RESET; a used QP is reset
-    /// first, so its QPN stays the one we published) and starts the connection's counters from
-    /// zero (its share of the SRQ is posted already). The caller has failed everything of an earlier
-    /// connection. `ready`: we may post at once (the peer's QP is connected already).
-    fn attach(&mut self, rank: Rank, peer: &RankAddress, ready: bool) -> Result<()> {
-        let (qpn, psn) = peer.qps[self.job.rank as usize];
-        let remote =
-            QpAddress { qpn, psn, lid: peer.lid, gid: peer.gid, gid_index: peer.gid_index, mtu: peer.mtu };
+    /// Takes `peer`, `rank`'s address: the rank is reachable (`Alive`), with its counters from
+    /// zero (its share of the SRQ is posted already) and no connection yet; a QP of an earlier
+    /// connection is reset (same QPN) for the next one. The caller has failed everything of an
+    /// earlier connection.
+    fn attach(&mut self, rank: Rank, peer: &RankAddress) -> Result<()> {
         // Credits count from zero on the new connection; nobody writes this word until then.
         self.credit_words.write(8 * rank as usize, &0u64.to_le_bytes())?;
         let same_kernel = self.pid_watch && peer.boot == self.boot && rank != self.job.rank;
-        let (path, local_psn) = (self.path, self.psns[rank as usize]);
+        self.wireup.forget(rank);
         let p = &mut self.peers[rank as usize];
-        if p.connected {
-            p.qp.reset()?;
+        if p.link != Link::Idle {
+            if let Some(qp) = &p.qp {
+                qp.reset()?;
+            }
+            p.link = Link::Idle;
         }
-        p.generation = (p.generation + 1) & GEN_MASK;
-        p.connected = true;
-        p.qp.connect(&path, local_psn, &remote)?;
+        p.attached = true;
         p.state = PeerState::Alive;
         p.incarnation = peer.incarnation;
-        p.ready = ready;
+        p.ready = false;
+        p.connect_since = None;
+        p.route = Some(Route {
+            gid: peer.gid,
+            lid: peer.lid,
+            gid_index: peer.gid_index,
+            mtu: peer.mtu,
+            qpn: peer.ud_qpn,
+            qkey: peer.ud_qkey,
+        });
         p.credit_target = (peer.credit_addr + 8 * self.job.rank as u64, peer.credit_rkey);
         p.watch = same_kernel.then(|| ProcessWatch::new(peer.pid));
         p.sent = 0;
@@ -550,25 +653,6 @@ impl VerbsProvider {
         p.rx_unposted = 0;
         p.rx_credit_sent = 0;
         p.last_probe = Instant::now();
-        Ok(())
-    }
-
-    /// Waits (bounded) until a respawned rank may post to `peer` (its hello arrived).
-    fn await_ready(&mut self, peer: Rank) -> Result<()> {
-        let start = Instant::now();
-        while !self.live_peer(peer)?.ready {
-            if start.elapsed() > self.config.peer_timeout * 4 {
-                return Err(TransportError::Timeout(self.config.peer_timeout * 4));
-            }
-            // The hello is a receive completion: sleep on the CQ rather than spin.
-            self.cq.arm()?;
-            if self.poll_cq()? == 0 {
-                self.cq.wait_event(Duration::from_millis(10))?;
-            }
-            if self.last_liveness.elapsed() >= self.config.peer_timeout / 4 {
-                self.check_liveness(false);
-            }
-        }
         Ok(())
     }
 
@@ -654,8 +738,7 @@ impl Provider for VerbsProvider {
         if self.can_send_now(dest, false) {
             self.write_imm_now(dest, item)?;
         } else {
-            self.backlogged += 1;
-            self.peers[dest as usize].backlog.push_back(item);
+            self.enqueue(dest, item);
         }
         Ok(op)
     }
@@ -720,11 +803,11 @@ impl Provider for VerbsProvider {
     }
 
     fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
-        self.peers.get(peer as usize).filter(|p| p.connected).map(|p| p.incarnation)
+        self.peers.get(peer as usize).filter(|p| p.attached).map(|p| p.incarnation)
     }
 
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
-        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.connected));
+        let current = self.peers.get(peer as usize).map(|p| (p.incarnation, p.attached));
         crate::recovery::check_reconnect(self.job.rank, self.job.size, peer, incarnation, current)?;
         // Validate the new address before touching the old connection.
         let address = self.decode_peer(address, peer)?;
@@ -745,19 +828,23 @@ impl Provider for VerbsProvider {
         self.fail_peer(peer, TransportError::PeerDead(peer));
         // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
         self.tagged.purge_unexpected_from(peer);
-        let attached = self.attach(peer, &address, true);
+        let attached = self.attach(peer, &address);
         if let Err(e) = attached {
             self.peers[peer as usize].state = PeerState::Dead;
             return Err(e);
         }
-        // The flush of the old connection (dropped by generation) must not fill the CQ.
+        // The flush of the old connection (dropped by generation) must not fill the CQ. On
+        // demand, the next traffic either way connects to the new incarnation.
         while self.poll_cq()? == self.wc.len() {}
-        // The hello: the new incarnation posts nothing to us before it (its QP is connected
-        // already: it published after connecting). It takes one of its receive slots.
-        let hello = self.post(peer, WrInfo::Msg { bounce: false }, Opcode::Send, &[], None, false);
+        // Connecting all: to its QP for us now, and the hello, before which it posts nothing.
+        let hello = match self.connect_listed(peer, &address, true) {
+            Ok(false) => return Ok(()),
+            Ok(true) => self.post(peer, WrInfo::Msg { bounce: false }, Opcode::Send, &[], None, false),
+            Err(e) => Err(e),
+        };
         match hello {
             Ok(()) => {
-                self.peers[peer as usize].sent += 1;
+                self.peers[peer as usize].sent += 1; // it takes one of its receive slots
                 Ok(())
             }
             Err(e) => {
@@ -769,6 +856,9 @@ impl Provider for VerbsProvider {
 
     fn progress(&mut self) -> Result<()> {
         while self.poll_cq()? == self.wc.len() {}
+        if !self.connecting.is_empty() {
+            self.wireup_tick();
+        }
         if self.backlogged > 0 {
             self.flush_backlogs()?;
         }
@@ -802,8 +892,9 @@ impl Provider for VerbsProvider {
         if self.completions.any_queued() {
             return Ok(());
         }
-        // Waiting on credits is not a CQ event at the sender: poll the credit words soon.
-        let backlog = self.backlogged > 0 || !self.deferred_fetches.is_empty();
+        // Waiting on credits is not a CQ event at the sender: poll the credit words soon (and
+        // retry connection requests in time).
+        let backlog = self.backlogged > 0 || !self.deferred_fetches.is_empty() || !self.connecting.is_empty();
         let timeout = if backlog { timeout.min(Duration::from_micros(200)) } else { timeout };
         self.cq.arm()?;
         if self.poll_cq()? > 0 {
@@ -820,12 +911,15 @@ impl Provider for VerbsProvider {
 
 impl Drop for VerbsProvider {
     fn drop(&mut self) {
-        // Destroying a QP drops what it has not sent: post the backlog and wait (bounded) for
-        // the signaled work requests still in flight.
-        let deadline = Instant::now() + self.config.peer_timeout;
+        // Destroying a QP drops what it has not sent: post the backlog (connecting first where
+        // it waits for a connection) and wait (bounded) for the signaled work requests still in
+        // flight.
+        let connecting =
+            self.peers.iter().any(|p| p.state == PeerState::Alive && !p.ready && !p.backlog.is_empty());
+        let bound = if connecting { self.connect_timeout } else { self.config.peer_timeout };
+        let deadline = Instant::now() + bound;
         let busy = |p: &Peer| {
             p.state == PeerState::Alive
-                && p.ready
                 && (!p.backlog.is_empty()
                     || p.sq
                         .iter()

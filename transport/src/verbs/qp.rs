@@ -1,5 +1,5 @@
-//! RC queue pairs: creation, the INIT → RTR → RTS handshake from exchanged addresses, and
-//! posting work requests. Addressing works on InfiniBand (LID) and RoCE v2 (GRH with GID).
+//! RC queue pairs: creation, the INIT → RTR → RTS handshake (from exchanged addresses, or in
+//! two steps for on-demand connections), and posting work requests. Addressing works on InfiniBand (LID) and RoCE v2 (GRH with GID).
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use super::pd::ProtectionDomain;
 use super::srq::SharedReceiveQueue;
 use crate::error::{Result, TransportError};
 
-/// What a peer needs to connect to one of our QPs, exchanged through the bootstrap.
+/// What a peer needs to connect to one of our QPs (from its address and the wireup exchange).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAddress {
     pub qpn: u32,
@@ -50,6 +50,9 @@ pub struct Sge {
     pub len: u32,
     pub lkey: u32,
 }
+
+/// Inline bytes asked of every QP (a device may grant less: `QueuePair::max_inline`).
+pub const INLINE_WANTED: u32 = 256;
 
 pub struct QueuePair {
     raw: *mut ffi::ibv_qp,
@@ -119,8 +122,8 @@ impl QueuePair {
         unsafe { (*self.raw).qp_num }
     }
 
-    /// Moves the QP through INIT, RTR and RTS towards `remote`.
-    pub fn connect(&self, local: &PathParams, local_psn: u32, remote: &QpAddress) -> Result<()> {
+    /// RESET → INIT: where a QP waits until its peer's QPN is known.
+    pub fn init(&self, local: &PathParams) -> Result<()> {
         use ffi::ibv_qp_attr_mask as m;
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
@@ -136,8 +139,12 @@ impl QueuePair {
             &mut attr,
             (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0,
             "INIT",
-        )?;
+        )
+    }
 
+    /// INIT → RTR → RTS towards `remote`.
+    pub fn connect_from_init(&self, local: &PathParams, local_psn: u32, remote: &QpAddress) -> Result<()> {
+        use ffi::ibv_qp_attr_mask as m;
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
             path_mtu: local.mtu.min(remote.mtu) as ffi::ibv_mtu,

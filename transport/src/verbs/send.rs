@@ -61,7 +61,7 @@ impl VerbsProvider {
             signaled: signaled[i],
             inline: wrs[i].inline,
         });
-        p.qp.post_send(&raw)?;
+        p.qp.as_mut().ok_or(TransportError::PeerDead(peer))?.post_send(&raw)?;
         p.unsignaled = unsignaled;
         p.next_seq += N as u64;
         for (i, w) in wrs.into_iter().enumerate() {
@@ -102,6 +102,18 @@ impl VerbsProvider {
             && (!needs_bounce || p.tx_used - p.tx_done < self.slots)
     }
 
+    /// Queues `item` for `dest` behind what waits already; a peer not connected yet starts
+    /// connecting (`connect.rs`).
+    pub(super) fn enqueue(&mut self, dest: Rank, item: Outgoing) {
+        self.backlogged += 1;
+        let p = &mut self.peers[dest as usize];
+        p.backlog_rma += matches!(item, Outgoing::Rma { .. }) as usize;
+        p.backlog.push_back(item);
+        if !self.peers[dest as usize].ready {
+            self.connect_start(dest);
+        }
+    }
+
     /// Sends an eager message (data or control) now, or queues it behind earlier ones.
     /// `done` is reported once the message is posted, never while it waits in the backlog.
     pub(super) fn push_msg(
@@ -115,12 +127,7 @@ impl VerbsProvider {
         let total = header.wire_len() + payload.len();
         let inline = total <= self.max_inline as usize;
         if !self.can_send_now(dest, !inline) {
-            self.backlogged += 1;
-            self.peers[dest as usize].backlog.push_back(Outgoing::Msg {
-                header,
-                payload: payload.to_vec(),
-                done,
-            });
+            self.enqueue(dest, Outgoing::Msg { header, payload: payload.to_vec(), done });
             return Ok(());
         }
         self.send_msg_now(dest, &header, payload, inline)?;
@@ -249,14 +256,16 @@ impl VerbsProvider {
                 if self.peers[dest as usize].state == PeerState::Dead || !self.peers[dest as usize].ready {
                     break;
                 }
-                let inline = match front {
+                // (inline, takes a receive slot at the peer)
+                let (inline, slot) = match front {
                     Outgoing::Msg { header, payload, .. } => {
-                        header.wire_len() + payload.len() <= self.max_inline as usize
+                        (header.wire_len() + payload.len() <= self.max_inline as usize, true)
                     }
-                    Outgoing::WriteImm { .. } => true,
+                    Outgoing::WriteImm { .. } => (true, true),
+                    Outgoing::Rma { .. } => (true, false),
                 };
                 let p = &self.peers[dest as usize];
-                let room = self.has_credit(dest)
+                let room = (!slot || self.has_credit(dest))
                     && p.sq.len() + 2 < self.sq_depth
                     && (inline || p.tx_used - p.tx_done < self.slots);
                 if !room {
@@ -268,6 +277,10 @@ impl VerbsProvider {
                     Outgoing::Msg { header, payload, done } => {
                         self.send_msg_now(dest, &header, &payload, inline)?;
                         self.completions.extend(done);
+                    }
+                    rma @ Outgoing::Rma { .. } => {
+                        self.peers[dest as usize].backlog_rma -= 1;
+                        self.rma_now(dest, rma)?
                     }
                     other => self.write_imm_now(dest, other)?,
                 }
@@ -445,15 +458,38 @@ impl VerbsProvider {
         kind: CompletionKind,
         signal: Signal,
     ) -> Result<OpId> {
-        let (sge, remote) = self.rma_args(name, &rma)?;
+        let (_, remote) = self.rma_args(name, &rma)?;
         let peer = rma.remote.owner;
-        self.await_ready(peer)?;
-        self.reserve_sq(peer)?;
+        // Behind puts and gets that waited for the connection, in order.
+        let p = &self.peers[peer as usize];
+        let ready = p.ready && p.backlog_rma == 0;
+        if ready {
+            self.reserve_sq(peer)?;
+        }
         let op = self.completions.next_op(owner);
-        let inline = matches!(opcode, Opcode::Write) && rma.len <= self.max_inline as usize && rma.len > 0;
-        let sges: &[Sge] = if rma.len == 0 { &[] } else { std::slice::from_ref(&sge) };
-        let info = WrInfo::Rma { op, kind, signal, _local: rma.local.clone() };
-        self.post(peer, info, opcode, sges, Some(remote), inline)?;
+        let (local, local_offset, len) = (rma.local.clone(), rma.local_offset, rma.len);
+        let item = Outgoing::Rma { op, kind, signal, opcode, local, local_offset, remote, len };
+        if ready {
+            self.rma_now(peer, item)?;
+        } else {
+            self.enqueue(peer, item);
+        }
         Ok(op)
+    }
+
+    /// Posts a put or get (`Outgoing::Rma`) to `peer`, whose send queue has room.
+    pub(super) fn rma_now(&mut self, peer: Rank, o: Outgoing) -> Result<()> {
+        let Outgoing::Rma { op, kind, signal, opcode, local, local_offset, remote, len } = o else {
+            return Ok(());
+        };
+        let sge = Sge {
+            addr: local.as_ptr() as u64 + local_offset as u64,
+            len: len as u32,
+            lkey: local.local_key(),
+        };
+        let inline = matches!(opcode, Opcode::Write) && len <= self.max_inline as usize && len > 0;
+        let sges: &[Sge] = if len == 0 { &[] } else { std::slice::from_ref(&sge) };
+        let info = WrInfo::Rma { op, kind, signal, _local: local };
+        self.post(peer, info, opcode, sges, Some(remote), inline)
     }
 }
