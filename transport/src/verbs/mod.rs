@@ -374,11 +374,6 @@ fn credits_per_peer(limits: &device::Limits, srq_depth: u32, ring_slots: u64, si
     Ok(share.min(fit))
 }
 
-fn boot_id() -> u64 {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
-
 fn status_error(peer: Rank, status: ffi::ibv_wc_status::Type) -> TransportError {
     use ffi::ibv_wc_status as s;
     match status {
@@ -529,7 +524,7 @@ impl VerbsProvider {
             credit_addr: credit_words.remote().addr,
             credit_rkey: credit_words.remote().key as u32,
             pid: std::process::id(),
-            boot: boot_id(),
+            boot: crate::bootstrap::host::boot_id(),
             incarnation: inc,
             ud_qpn: wireup.qpn(),
             ud_qkey: wireup::QKEY,
