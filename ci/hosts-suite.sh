@@ -29,8 +29,12 @@ placed=$("$bin" run -n 4 --hosts ha:2,hb:2 --timeout 60 -- /bin/hostname | sort 
 say "bench between the hosts (tcp)"
 for op in send put; do
     REVERB_PROVIDER=tcp "$bin" run -n 2 --hosts ha:1,hb:1 --timeout 120 --no-prefix -- \
-        "$bin" bench lat --op $op --sizes 8,65536 --iters 500 | tee "$out/lat-$op.txt"
+        "$bin" bench lat --op $op --sizes 8,65536 --iters 500 --verbose 2>"$out/lat-$op.err" |
+        tee "$out/lat-$op.txt"
     grep -q "provider: tcp" "$out/lat-$op.txt" || fail "bench lat --op $op did not run on tcp"
+    # The host identity tells the namespaces apart (own hostname and /dev/shm).
+    grep -q "rank 0 on host ha, rank 1 on host hb (2 hosts); provider tcp" "$out/lat-$op.err" ||
+        fail "bench --verbose did not see two hosts: $(grep 'reverb bench:' "$out/lat-$op.err")"
 done
 REVERB_PROVIDER=tcp "$bin" run -n 2 --hosts ha:1,hb:1 --timeout 120 --no-prefix -- \
     "$bin" bench bw --op put --sizes 1M --iters 200 | tee "$out/bw-put.txt"

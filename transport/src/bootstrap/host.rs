@@ -154,6 +154,23 @@ mod tests {
     }
 
     #[test]
+    fn ranks_of_one_process_gather_one_host() {
+        let boots = crate::loopback::InProcBootstrap::job("host-map-test", 3);
+        let maps: Vec<HostMap> = std::thread::scope(|scope| {
+            let handles: Vec<_> = boots
+                .into_iter()
+                .map(|mut b| scope.spawn(move || HostMap::gather(&mut b).expect("gather")))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+        });
+        for map in &maps {
+            assert_eq!(map.hosts(), 1);
+            assert_eq!(map.host_mates(1), [0, 1, 2]);
+            assert_eq!(map.host(0), Some(&HostId::local()));
+        }
+    }
+
+    #[test]
     fn ranks_group_by_every_part_of_the_identity() {
         let map = HostMap::from_ids(vec![
             id("a", 1, 7),

@@ -36,6 +36,12 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
         eprintln!("{config}");
     }
     let mut session = Session::join(&config, params.max_size(), params.wait, params.timeout)?;
+    if params.verbose {
+        let hosts = session.describe_hosts()?;
+        if job.rank == 0 {
+            eprintln!("reverb bench: {hosts}");
+        }
+    }
     body(&mut session)?;
     session.finish()
 }

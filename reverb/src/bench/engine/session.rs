@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::bootstrap::{HostMap, TcpBootstrap};
 use reverb_transport::codec::{Reader, Writer};
 use reverb_transport::{Access, Bootstrap, Provider, Rank, Region, RemoteRegion, TransportConfig};
 
@@ -30,6 +30,21 @@ pub struct Session {
 }
 
 impl Session {
+    /// Collective: where the two ranks run and which provider carries them, as one line
+    /// ("rank 0 on host a, rank 1 on host b (2 hosts); provider tcp"). For `--verbose`.
+    pub fn describe_hosts(&mut self) -> Result<String> {
+        let hosts = HostMap::gather(self.boot.as_mut()).context("exchanging host identities")?;
+        let name = |r: Rank| hosts.host_of(r).and_then(|h| hosts.host(h)).map_or("?", |h| h.name.as_str());
+        Ok(format!(
+            "rank 0 on host {}, rank 1 on host {} ({} host{}); provider {} for the peer",
+            name(0),
+            name(1),
+            hosts.hosts(),
+            if hosts.hosts() == 1 { "" } else { "s" },
+            self.provider.kind()
+        ))
+    }
+
     /// Connects to the job's bootstrap, opens the provider and exchanges region descriptors.
     pub fn join(
         config: &TransportConfig,
