@@ -7,7 +7,8 @@
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
-    rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils)
+    rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils
+    iproute2 python3)
 for arg in "$@"; do
     case "$arg" in
         --compare) packages+=(ucx-utils jq) ;;

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "== hosts-suite: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run the test command as root)"
 
 cargo build -p reverb --features fault-injection
 bin=$PWD/target/debug/reverb

@@ -228,15 +228,11 @@ impl TaggedState {
         self.adv.count_send(dest)
     }
 
-    /// The number the next tagged message to `dest` will have; `count_send` takes it once
-    /// the message is on its way.
-    pub fn next_send(&self, dest: Rank) -> u64 {
-        self.adv.next_send(dest)
-    }
-
-    /// The advertised buffer that message `seq` (`len` bytes tagged `tag`) to `dest` may be
-    /// written into, if any; the provider writes it, then sends [`Direct::fin`].
-    pub fn direct_for(&mut self, dest: Rank, seq: u64, tag: Tag, len: usize) -> Option<Direct> {
+    /// The advertised buffer that the next tagged message to `dest` (`len` bytes tagged `tag`)
+    /// may be written into, if any; the provider writes it, then sends [`Direct::fin`]
+    /// (`count_send` takes the message's number once it is on its way).
+    pub fn direct_for(&mut self, dest: Rank, tag: Tag, len: usize) -> Option<Direct> {
+        let seq = self.adv.next_send(dest);
         self.adv.direct_for(dest, seq, tag, len)
     }
 

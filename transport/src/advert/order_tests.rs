@@ -185,13 +185,12 @@ impl World {
         let id = self.next_id;
         self.next_id += 1;
         let st = &mut self.states[from as usize];
-        let seq = st.next_send(RECEIVER);
         if len <= THRESH {
             st.count_send(RECEIVER);
             self.push(from, RECEIVER, id, SlotHeader::eager(tag, len), id.to_le_bytes().to_vec());
             return Ok(());
         }
-        let header = match st.direct_for(RECEIVER, seq, tag, len) {
+        let header = match st.direct_for(RECEIVER, tag, len) {
             Some(d) => {
                 prop_assert!(d.offset + len as u64 <= d.remote.len, "a direct write past the buffer");
                 self.direct_into.insert(id, d.recv);

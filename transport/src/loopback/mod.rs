@@ -180,8 +180,7 @@ impl LoopbackProvider {
     /// A message above the threshold into the buffer the receiver advertised for it, if it did:
     /// the copy, then the DIRECT_FIN. None (nothing moved) without a usable advert.
     fn try_direct(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
-        let seq = self.tagged.next_send(dest);
-        let Some(d) = self.tagged.direct_for(dest, seq, tag, data.len()) else { return Ok(None) };
+        let Some(d) = self.tagged.direct_for(dest, tag, data.len()) else { return Ok(None) };
         self.send_direct(owner, dest, tag, data, &d)
     }
 

@@ -555,8 +555,7 @@ impl ShmProvider {
     /// the copy through the mapping puts use, then the DIRECT_FIN. None (nothing moved)
     /// without a usable advert.
     fn try_direct(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
-        let seq = self.tagged.next_send(dest);
-        let Some(d) = self.tagged.direct_for(dest, seq, tag, data.len()) else { return Ok(None) };
+        let Some(d) = self.tagged.direct_for(dest, tag, data.len()) else { return Ok(None) };
         self.send_direct(owner, dest, tag, data, &d)
     }
 

@@ -63,7 +63,9 @@ pub struct QueuePair {
 // SAFETY: the provider owns its QPs and posts from one thread at a time (&mut self).
 unsafe impl Send for QueuePair {}
 
-fn modify(qp: *mut ffi::ibv_qp, attr: &mut ffi::ibv_qp_attr, mask: u32, what: &str) -> Result<()> {
+/// `ibv_modify_qp` with its errno as an error naming the transition (`what`); shared with the
+/// UD wireup QP (`ud.rs`).
+pub(super) fn modify(qp: *mut ffi::ibv_qp, attr: &mut ffi::ibv_qp_attr, mask: u32, what: &str) -> Result<()> {
     // SAFETY: qp is valid; attr lives on the caller's stack for the call.
     let rc = unsafe { ffi::ibv_modify_qp(qp, attr, mask as i32) };
     if rc != 0 {

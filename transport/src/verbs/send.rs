@@ -366,8 +366,7 @@ impl VerbsProvider {
         offset: usize,
         len: usize,
     ) -> Result<Option<OpId>> {
-        let seq = self.tagged.next_send(dest);
-        let Some(d) = self.tagged.direct_for(dest, seq, tag, len) else { return Ok(None) };
+        let Some(d) = self.tagged.direct_for(dest, tag, len) else { return Ok(None) };
         let fin_inline = SLOT_HEADER_LEN <= self.max_inline as usize;
         let p = &self.peers[dest as usize];
         // The key's high half names the owner's incarnation, as for puts.

@@ -7,7 +7,7 @@ use ibverbs_sys as ffi;
 
 use super::cq::CompletionQueue;
 use super::pd::ProtectionDomain;
-use super::qp::Sge;
+use super::qp::{modify, Sge};
 use crate::error::{Result, TransportError};
 
 /// Bytes a UD receive buffer reserves in front of the payload for the GRH (present or not).
@@ -20,18 +20,6 @@ pub struct UdQueuePair {
 
 // SAFETY: the provider owns the QP and posts from one thread at a time (&mut self).
 unsafe impl Send for UdQueuePair {}
-
-fn modify(qp: *mut ffi::ibv_qp, attr: &mut ffi::ibv_qp_attr, mask: u32, what: &str) -> Result<()> {
-    // SAFETY: qp is valid; attr lives on the caller's stack for the call.
-    let rc = unsafe { ffi::ibv_modify_qp(qp, attr, mask as i32) };
-    if rc != 0 {
-        return Err(TransportError::io(
-            format!("ibv_modify_qp(UD {what})"),
-            std::io::Error::from_raw_os_error(rc),
-        ));
-    }
-    Ok(())
-}
 
 impl UdQueuePair {
     /// Creates a UD QP on `cq` with its own receive queue of `depth` and a send queue of
@@ -81,12 +69,12 @@ impl UdQueuePair {
             ..Default::default()
         };
         let mask = m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY;
-        modify(self.raw, &mut attr, mask.0, "INIT")?;
+        modify(self.raw, &mut attr, mask.0, "UD INIT")?;
         let mut attr = ffi::ibv_qp_attr { qp_state: ffi::ibv_qp_state::IBV_QPS_RTR, ..Default::default() };
-        modify(self.raw, &mut attr, m::IBV_QP_STATE.0, "RTR")?;
+        modify(self.raw, &mut attr, m::IBV_QP_STATE.0, "UD RTR")?;
         let mut attr =
             ffi::ibv_qp_attr { qp_state: ffi::ibv_qp_state::IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
-        modify(self.raw, &mut attr, (m::IBV_QP_STATE | m::IBV_QP_SQ_PSN).0, "RTS")
+        modify(self.raw, &mut attr, (m::IBV_QP_STATE | m::IBV_QP_SQ_PSN).0, "UD RTS")
     }
 
     pub fn qpn(&self) -> u32 {
