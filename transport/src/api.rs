@@ -559,6 +559,12 @@ pub trait Provider: Send {
         crate::advert::RndvStats::default()
     }
 
+    /// The provider that carries traffic with `peer`: itself, except for the `auto`
+    /// provider, which names the sub-provider it chose for that peer.
+    fn provider_for(&self, _peer: Rank) -> ProviderKind {
+        self.kind()
+    }
+
     /// Liveness of `peer` as last seen by `progress`/`block` (no probe is made); a rank outside
     /// the job is [`PeerState::Dead`].
     fn peer_state(&self, peer: Rank) -> PeerState;

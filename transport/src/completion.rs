@@ -79,6 +79,12 @@ impl CompletionQueues {
         }
     }
 
+    /// Queues that number operations from `first` on: providers sharing one job-wide id
+    /// space (the `auto` provider's sub-providers) each take a disjoint range.
+    pub fn numbered_from(first: u64) -> Self {
+        CompletionQueues { next_seq: first.max(1), ..Self::new() }
+    }
+
     /// A fresh owner with an empty queue. Numbers are not reused (an operation of a closed
     /// owner still in flight must not land in a new one's queue): `Config` after 65535 opens.
     pub fn open(&mut self) -> Result<Owner> {
@@ -173,6 +179,22 @@ impl CompletionQueues {
     /// True when any owner has completions queued.
     pub fn any_queued(&self) -> bool {
         !self.app.is_empty() || self.others.iter().flatten().any(|q| !q.is_empty())
+    }
+
+    /// Moves every queued completion into the same owner's queue of `into` (already routed:
+    /// remote events stay where this side's route put them); dropped where `into` closed it.
+    #[inline]
+    pub fn move_into(&mut self, into: &mut CompletionQueues) {
+        if !self.app.is_empty() {
+            into.app.append(&mut self.app);
+        }
+        for (i, q) in self.others.iter_mut().enumerate() {
+            let Some(q) = q.as_mut().filter(|q| !q.is_empty()) else { continue };
+            match into.others.get_mut(i) {
+                Some(Some(dest)) => dest.append(q),
+                _ => q.clear(),
+            }
+        }
     }
 }
 

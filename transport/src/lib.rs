@@ -42,6 +42,7 @@
 
 pub mod advert;
 pub mod api;
+pub mod auto;
 pub mod bootstrap;
 pub mod codec;
 pub mod completion;
@@ -55,6 +56,7 @@ mod providers;
 pub mod recovery;
 pub mod region;
 pub mod shm;
+mod subcore;
 pub mod tagged;
 pub mod tagmatch;
 pub mod tcp;

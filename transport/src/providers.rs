@@ -8,7 +8,7 @@ use crate::config::TransportConfig;
 use crate::error::Result;
 #[cfg(not(feature = "verbs"))]
 use crate::error::TransportError;
-use crate::{loopback, shm, tcp};
+use crate::{auto, loopback, shm, tcp};
 
 impl ProviderKind {
     /// Shared memory between the processes of one host (`/dev/shm` segments, futex wakeups).
@@ -17,6 +17,8 @@ impl ProviderKind {
     pub const VERBS: ProviderKind = ProviderKind::named("verbs");
     /// TCP sockets between any two hosts (RMA emulated by messages the target serves).
     pub const TCP: ProviderKind = ProviderKind::named("tcp");
+    /// Per peer: shm for peers on this host, the network (tcp) for the others.
+    pub const AUTO: ProviderKind = ProviderKind::named("auto");
     /// Every rank a thread of one process (in-process jobs and tests only).
     pub const LOOPBACK: ProviderKind = ProviderKind::named("loopback");
 }
@@ -31,6 +33,11 @@ pub(crate) struct ProviderEntry {
 
 /// Every provider, in the order `REVERB_PROVIDER`'s help names them.
 pub(crate) static PROVIDERS: &[ProviderEntry] = &[
+    ProviderEntry {
+        kind: ProviderKind::AUTO,
+        open: |c, b| Ok(Box::new(auto::AutoProvider::open(c.clone(), b)?)),
+        rejoin: |c, b| Ok(Box::new(auto::AutoProvider::rejoin(c.clone(), b)?)),
+    },
     ProviderEntry {
         kind: ProviderKind::SHM,
         open: |c, b| Ok(Box::new(shm::ShmProvider::open(c.clone(), b)?)),
@@ -93,7 +100,7 @@ mod tests {
             assert_eq!(by_name(e.kind.as_str()), Some(e.kind));
             assert_eq!(e.kind.as_str().parse::<ProviderKind>().ok(), Some(e.kind));
         }
-        assert_eq!(names_for_humans(), "shm, verbs, tcp or loopback");
+        assert_eq!(names_for_humans(), "auto, shm, verbs, tcp or loopback");
         assert!("Shm".parse::<ProviderKind>().is_err(), "names are exact");
     }
 }

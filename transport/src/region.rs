@@ -61,6 +61,15 @@ impl Region {
         Region { inner: Arc::new(RegionInner { ptr, len, access, remote, local_key, _backing: backing }) }
     }
 
+    /// The same memory and descriptor, with `extra` kept alive (and dropped) alongside: a
+    /// second provider's registration of this region.
+    pub(crate) fn with_backing(&self, extra: Box<dyn Any + Send + Sync>) -> Region {
+        let inner = &self.inner;
+        let backing: Box<dyn Any + Send + Sync> = Box::new((self.clone(), extra));
+        // SAFETY: the clone of `self` inside `backing` keeps ptr..ptr+len valid.
+        unsafe { Region::new(inner.ptr, inner.len, inner.access, inner.remote, inner.local_key, backing) }
+    }
+
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn local_key(&self) -> u32 {
         self.inner.local_key

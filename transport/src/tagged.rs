@@ -14,6 +14,9 @@ use crate::msg::{fin, kind, SlotHeader};
 use crate::region::Region;
 use crate::tagmatch::{Arrival, Matcher, PostedRecv};
 
+mod home;
+pub use home::{lock as lock_shared, TaggedHome, TaggedRef};
+
 /// An arrival no receive has claimed yet.
 enum Unexpected {
     Eager { source: Rank, tag: Tag, data: Vec<u8> },

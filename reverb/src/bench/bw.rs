@@ -14,7 +14,7 @@ pub fn main(params: &Params) -> Result<()> {
         let out = Output {
             json: params.json,
             progress: params.progress,
-            provider: session.provider().kind().to_string(),
+            provider: session.provider_label(),
             op: params.op,
         };
         let waiting = match params.wait {

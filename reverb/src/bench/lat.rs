@@ -14,7 +14,7 @@ pub fn main(params: &Params) -> Result<()> {
         let out = Output {
             json: params.json,
             progress: params.progress,
-            provider: session.provider().kind().to_string(),
+            provider: session.provider_label(),
             op: params.op,
         };
         // A get is a round trip by itself: report its full time, as perftest's ib_read_lat.

@@ -31,7 +31,20 @@ pub struct HostId {
 impl HostId {
     /// This process's host.
     pub fn local() -> HostId {
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Self::named(None)
+    }
+
+    /// This process's host under the configured name (`REVERB_HOST_NAME`,
+    /// [`crate::TransportConfig::host_name`]) where one is set, else the UTS host name.
+    pub fn configured(config: &crate::TransportConfig) -> HostId {
+        Self::named(config.host_name.as_deref())
+    }
+
+    fn named(configured: Option<&str>) -> HostId {
+        let name = match configured {
+            Some(name) => name.to_string(),
+            None => std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default(),
+        };
         let shm_dev = std::fs::metadata("/dev/shm").map(|m| m.dev()).unwrap_or(0);
         HostId { name: name.trim().chars().take(MAX_NAME).collect(), boot: boot_id(), shm_dev }
     }
@@ -80,9 +93,9 @@ pub struct HostMap {
 }
 
 impl HostMap {
-    /// Exchanges this rank's [`HostId::local`] with every rank (one allgather: a collective).
-    pub fn gather(boot: &mut dyn Bootstrap) -> Result<HostMap> {
-        let all = boot.allgather(&HostId::local().encode())?;
+    /// Exchanges this rank's identity `me` with every rank (one allgather: a collective).
+    pub fn gather(boot: &mut dyn Bootstrap, me: &HostId) -> Result<HostMap> {
+        let all = boot.allgather(&me.encode())?;
         let ids = all.iter().map(|b| HostId::decode(b)).collect::<Result<Vec<_>>>()?;
         Ok(HostMap::from_ids(ids))
     }
@@ -159,7 +172,7 @@ mod tests {
         let maps: Vec<HostMap> = std::thread::scope(|scope| {
             let handles: Vec<_> = boots
                 .into_iter()
-                .map(|mut b| scope.spawn(move || HostMap::gather(&mut b).expect("gather")))
+                .map(|mut b| scope.spawn(move || HostMap::gather(&mut b, &HostId::local()).expect("gather")))
                 .collect();
             handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
         });

@@ -73,6 +73,10 @@ pub struct TransportConfig {
     pub tcp_iface: Option<String>,
     /// `REVERB_RNDV_ADVERT`: auto (default), on or off.
     pub rndv_advert: AdvertMode,
+    /// `REVERB_HOST_NAME`: this rank's host name for the per-peer choice (unset: the UTS
+    /// host name). What a resource manager calls the node, or distinct names to simulate
+    /// hosts on one machine.
+    pub host_name: Option<String>,
 }
 
 impl Default for TransportConfig {
@@ -88,6 +92,7 @@ impl Default for TransportConfig {
             tcp_addr: None,
             tcp_iface: None,
             rndv_advert: AdvertMode::Auto,
+            host_name: None,
         }
     }
 }
@@ -130,6 +135,7 @@ impl TransportConfig {
         if let Some(m) = env.choice("REVERB_RNDV_ADVERT", ADVERT_MODES)? {
             cfg.rndv_advert = m;
         }
+        cfg.host_name = env.with("REVERB_HOST_NAME", |v| Ok(v.trim().to_string()))?.filter(|v| !v.is_empty());
         cfg.tcp_addr = env.with("REVERB_TCP_ADDR", |v| {
             v.trim().parse::<IpAddr>().map_err(|_| ValueError::expected("an IPv4 or IPv6 address"))
         })?;
@@ -191,6 +197,9 @@ impl fmt::Display for TransportConfig {
         }
         if let Some(i) = &self.tcp_iface {
             write!(f, "\nREVERB_TCP_IFACE={i}")?;
+        }
+        if let Some(h) = &self.host_name {
+            write!(f, "\nREVERB_HOST_NAME={h}")?;
         }
         Ok(())
     }

@@ -3,11 +3,16 @@
 
 use std::sync::Arc;
 
+use crate::region::Region;
+
 /// One registered block. Shared (`Arc`) between the owner's `Region` and its registration
 /// table entry, so a peer's copy in progress keeps it alive even if the owner drops it.
 pub(crate) struct Memory {
     ptr: *mut u8,
     len: usize,
+    /// Memory registered elsewhere first (the `auto` provider's shm segments, registered with
+    /// tcp too): kept mapped by this handle, never freed here. None for a heap block.
+    borrowed: Option<Region>,
 }
 
 // SAFETY: the block is owned by this value and freed only in `Drop`; every access goes through
@@ -21,7 +26,12 @@ impl Memory {
     pub(crate) fn zeroed(len: usize) -> Arc<Memory> {
         let block: Box<[u8]> = vec![0u8; len].into_boxed_slice();
         let ptr = Box::into_raw(block) as *mut u8;
-        Arc::new(Memory { ptr, len })
+        Arc::new(Memory { ptr, len, borrowed: None })
+    }
+
+    /// The memory of `region`, which this handle keeps alive.
+    pub(crate) fn of_region(region: &Region) -> Arc<Memory> {
+        Arc::new(Memory { ptr: region.as_ptr(), len: region.len(), borrowed: Some(region.clone()) })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -55,8 +65,11 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a boxed slice in `zeroed`, and
-        // this is the only place that frees it.
+        if self.borrowed.is_some() {
+            return; // the region's own backing frees it
+        }
+        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a boxed slice in `zeroed` (not
+        // borrowed, checked above), and this is the only place that frees it.
         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
     }
 }

@@ -38,7 +38,8 @@ use crate::completion::{CompletionQueues, Owner};
 use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
-use crate::tagged::{self, Fetch, TaggedState};
+use crate::subcore::SubCore;
+use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::{decode_peer_info, encode_address};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
@@ -129,7 +130,7 @@ pub struct ShmProvider {
     peers: Vec<Peer>,
     /// Completions, routed to their owners' queues; numbers operations too.
     cq: CompletionQueues,
-    tagged: TaggedState,
+    tagged: TaggedHome,
     maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
     /// The last region mapped through `maps`: (owner, key, base address).
     last_map: Option<(Rank, u64, *mut u8)>,
@@ -205,7 +206,13 @@ impl ShmProvider {
     /// Creates this rank's control segment, exchanges addresses through `boot` and maps every
     /// peer's segment. Publishes the address too, for ranks that rejoin later.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<ShmProvider> {
-        let (mut provider, address) = ShmProvider::create(config, boot.job().clone())?;
+        Self::open_sub(config, boot, SubCore::default())
+    }
+
+    /// [`ShmProvider::open`] sharing `core` with other sub-providers. Ranks whose address
+    /// `boot` gives as empty are reached another way: they stay `Dead` here.
+    pub(crate) fn open_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<ShmProvider> {
+        let (mut provider, address) = ShmProvider::create(config, boot.job().clone(), core)?;
         let all = boot.allgather(&address)?;
         let job = provider.job.clone();
         if all.len() != job.size as usize {
@@ -217,7 +224,7 @@ impl ShmProvider {
         }
         for (rank, bytes) in all.iter().enumerate() {
             let rank = rank as Rank;
-            if rank == job.rank {
+            if rank == job.rank || bytes.is_empty() {
                 continue;
             }
             let (_, _, incarnation) = decode_peer_info(bytes, rank)?;
@@ -237,7 +244,12 @@ impl ShmProvider {
     /// publishes its own. Ranks without an address yet (a node-mate still starting) stay
     /// `Dead` until `reconnect` is called with their `Rejoin`.
     pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<ShmProvider> {
-        let (mut provider, address) = ShmProvider::create(config, boot.job().clone())?;
+        Self::rejoin_sub(config, boot, SubCore::default())
+    }
+
+    /// [`ShmProvider::rejoin`] sharing `core` with other sub-providers.
+    pub(crate) fn rejoin_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<ShmProvider> {
+        let (mut provider, address) = ShmProvider::create(config, boot.job().clone(), core)?;
         let me = provider.job.rank;
         for entry in boot.lookup()? {
             if entry.rank == me || entry.rank >= provider.job.size {
@@ -256,7 +268,7 @@ impl ShmProvider {
 
     /// This rank's segment, with every peer a Dead placeholder accepted by nobody; and
     /// the address to publish.
-    fn create(config: TransportConfig, job: JobInfo) -> Result<(ShmProvider, Vec<u8>)> {
+    fn create(config: TransportConfig, job: JobInfo, core: SubCore) -> Result<(ShmProvider, Vec<u8>)> {
         config.validate()?;
         if job.rank >= job.size {
             return Err(TransportError::InvalidRank(job.rank, job.size));
@@ -308,8 +320,8 @@ impl ShmProvider {
             layout,
             own,
             peers,
-            cq: CompletionQueues::new(),
-            tagged: TaggedState::default(),
+            cq: core.queues(),
+            tagged: core.tagged,
             maps: HashMap::default(),
             last_map: None,
             progress_calls: 0,
@@ -489,7 +501,7 @@ impl ShmProvider {
         } else {
             self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(Completion::ok(op, kind)))?;
         }
-        self.tagged.count_send(dest);
+        self.tagged.get().count_send(dest);
         Ok(op)
     }
 
@@ -546,8 +558,8 @@ impl ShmProvider {
         }
         let op = self.cq.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
-        self.tagged.count_send(dest);
-        self.tagged.add_pending(op, dest, tag, len, region);
+        self.tagged.get().count_send(dest);
+        self.tagged.get().add_pending(op, dest, tag, len, region);
         Ok(op)
     }
 
@@ -555,7 +567,7 @@ impl ShmProvider {
     /// the copy through the mapping puts use, then the DIRECT_FIN. None (nothing moved)
     /// without a usable advert.
     fn try_direct(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
-        let Some(d) = self.tagged.direct_for(dest, tag, data.len()) else { return Ok(None) };
+        let Some(d) = self.tagged.get().direct_for(dest, tag, data.len()) else { return Ok(None) };
         self.send_direct(owner, dest, tag, data, &d)
     }
 
@@ -579,7 +591,7 @@ impl ShmProvider {
         let op = self.cq.next_op(owner);
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len });
         self.push_msg(dest, d.fin(tag, len), &[], Some(done))?;
-        self.tagged.count_send(dest);
+        self.tagged.get().count_send(dest);
         Ok(Some(op))
     }
 }
@@ -618,9 +630,12 @@ impl Provider for ShmProvider {
         let index = self.own.claim_entry().ok_or_else(|| {
             TransportError::Config(format!("registration table full ({} regions)", control::TABLE_ENTRIES))
         })?;
+        // Incarnation (16) | random (32) | table index (16): the tcp provider reads the
+        // incarnation from the same bits when `auto` registers this region with it too.
+        let incarnation = u64::from(self.job.incarnation as u16) << 48;
         let key = loop {
-            let k = (rand::random::<u64>() << 16) | index as u64;
-            if k != KEY_RESERVED && k >> 16 != 0 {
+            let k = incarnation | ((rand::random::<u64>() & 0xffff_ffff) << 16) | index as u64;
+            if k != KEY_RESERVED && (k >> 16) & 0xffff_ffff != 0 {
                 break k;
             }
         };
@@ -733,7 +748,8 @@ impl Provider for ShmProvider {
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
         let recv = PostedRecv { op, source, tag, buffer };
-        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, self.config.advert_thresh(false))? {
+        let matched = self.tagged.get().post(recv, dead, &mut self.cq, self.config.advert_thresh(false))?;
+        if let Some(fetch) = matched {
             self.rndv_fetch(fetch);
         }
         self.send_adverts();
@@ -741,7 +757,7 @@ impl Provider for ShmProvider {
     }
 
     fn rndv_stats(&self) -> RndvStats {
-        self.tagged.rndv_stats()
+        self.tagged.with(TaggedState::rndv_stats)
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {
@@ -763,7 +779,7 @@ impl Provider for ShmProvider {
             self.mark_dead(peer);
         }
         // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
-        self.tagged.purge_unexpected_from(peer);
+        self.tagged.get().purge_unexpected_from(peer);
         self.attach_view(peer, incarnation, pid, view)
     }
 
@@ -884,7 +900,7 @@ mod tests {
     fn a_full_fifo_backlogs_in_order_and_drains() {
         let config = TransportConfig { shm_fifo_slots: 4, ..TransportConfig::default() };
         let (mut p, _) =
-            ShmProvider::create(config, self_job(&format!("h14bl{}", std::process::id()))).unwrap();
+            ShmProvider::create(config, self_job(&format!("h14bl{}", std::process::id())), SubCore::default()).unwrap();
         let max = p.layout.max_payload();
         let src = p.alloc_region(max, Access::LOCAL).unwrap();
         let sends: Vec<OpId> = (0..10usize)
@@ -931,7 +947,7 @@ mod tests {
             job_id: job_id.clone(),
             incarnation: 0,
         };
-        let (mut p, _) = ShmProvider::create(TransportConfig::default(), job).unwrap();
+        let (mut p, _) = ShmProvider::create(TransportConfig::default(), job, SubCore::default()).unwrap();
         let tag_of = segment::sanitize_job_id(&job_id);
         let timeout = Duration::from_secs(30);
         let mut files_after_first = None;

@@ -110,7 +110,7 @@ impl ShmProvider {
     }
 
     /// Receiver side of rendezvous: read the sender's buffer in place, then tell it (FIN).
-    pub(super) fn rndv_fetch(&mut self, f: Fetch) {
+    pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
@@ -159,7 +159,8 @@ impl ShmProvider {
 
     /// A slot that is not eager data: rendezvous control or a put-with-immediate notice.
     pub(super) fn handle_control(&mut self, source: Rank, header: SlotHeader) {
-        match self.tagged.on_control(source, header, &mut self.cq) {
+        let control = self.tagged.get().on_control(source, header, &mut self.cq);
+        match control {
             Ok(Some(fetch)) => self.rndv_fetch(fetch),
             Ok(None) => {}
             Err(e) => self.malformed.push(e),
@@ -194,7 +195,8 @@ impl ShmProvider {
     /// Sends the adverts the tagged layer queued (a dead peer needs none); free while none is.
     #[inline(always)]
     pub(super) fn send_adverts(&mut self) {
-        while let Some((dest, header)) = self.tagged.pop_advert() {
+        loop {
+            let Some((dest, header)) = self.tagged.get().pop_advert() else { break };
             let _ = self.push_msg(dest, header, &[], None);
         }
     }
@@ -214,7 +216,7 @@ impl ShmProvider {
                 // SAFETY: position `pos` is published and not yet released; `len` was checked
                 // against the slot's payload room.
                 let payload = unsafe { fifo.eager_payload(pos, len) };
-                self.tagged.on_eager(source, tag, payload, &mut self.cq);
+                self.tagged.get().on_eager(source, tag, payload, &mut self.cq);
             }
             Some((_, len)) => self.malformed.push(TransportError::Malformed {
                 what: "message",
@@ -281,7 +283,7 @@ impl ShmProvider {
                 self.cq.push(Completion::failed(c.op, c.kind, dead.clone()));
             }
         }
-        self.tagged.fail_peer(rank, &dead, &mut self.cq);
+        self.tagged.get().fail_peer(rank, &dead, &mut self.cq);
         self.maps.retain(|(owner, _), _| *owner != rank);
         self.last_map = None;
     }

@@ -16,7 +16,8 @@ use crate::completion::{CompletionQueues, Owner};
 use crate::config::TransportConfig;
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
-use crate::tagged::{self, TaggedState};
+use crate::subcore::SubCore;
+use crate::tagged::{self, TaggedHome};
 use crate::tagmatch::PostedRecv;
 
 /// Copied bytes that may wait in one connection's send queue.
@@ -68,7 +69,7 @@ pub(super) struct Core {
     pub(super) table: Arc<Table>,
     pub(super) peers: Vec<Peer>,
     pub(super) cq: CompletionQueues,
-    pub(super) tagged: TaggedState,
+    pub(super) tagged: TaggedHome,
     /// Reads and puts this rank started, by cookie, until their data or acknowledgement.
     pub(super) pending: HashMap<u64, Pending>,
     pub(super) next_cookie: u64,
@@ -85,8 +86,10 @@ pub(super) struct Core {
 impl Core {
     /// Listens, exchanges addresses through `boot` (a collective) and connects every pair.
     /// Publishes the address too, for ranks that rejoin later.
-    pub(super) fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
-        let mut p = Core::create(config, boot)?;
+    /// Ranks whose address `boot` gives as empty are reached another way (the `auto`
+    /// provider's shm): they stay `Dead` here.
+    pub(super) fn open(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<Core> {
+        let mut p = Core::create(config, boot, core)?;
         let all = boot.allgather(&p.address)?;
         if all.len() != p.job.size as usize {
             return Err(TransportError::Bootstrap(format!(
@@ -96,11 +99,11 @@ impl Core {
             )));
         }
         let me = p.job.rank;
-        for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1) {
+        for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1).filter(|(_, b)| !b.is_empty()) {
             let address = Address::decode(bytes, rank as Rank)?;
             p.dial(rank as Rank, &address)?;
         }
-        for (rank, bytes) in all.iter().enumerate().take(me as usize) {
+        for (rank, bytes) in all.iter().enumerate().take(me as usize).filter(|(_, b)| !b.is_empty()) {
             let address = Address::decode(bytes, rank as Rank)?;
             let peer = &mut p.peers[rank];
             (peer.incarnation, peer.known, peer.link) =
@@ -115,8 +118,8 @@ impl Core {
     /// ranks that have an address at the rendezvous now (`Bootstrap::lookup`), awaits the
     /// lower ones (they connect when they reconnect to this incarnation), and publishes its
     /// own address. Ranks without an address yet stay `Dead` until `reconnect`.
-    pub(super) fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
-        let mut p = Core::create(config, boot)?;
+    pub(super) fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<Core> {
+        let mut p = Core::create(config, boot, core)?;
         let me = p.job.rank;
         for entry in boot.lookup()? {
             if entry.rank == me || entry.rank >= p.job.size {
@@ -141,7 +144,7 @@ impl Core {
     }
 
     /// The listener and this rank's state, every peer Dead and unknown.
-    pub(super) fn create(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Core> {
+    pub(super) fn create(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<Core> {
         config.validate()?;
         let job = boot.job().clone();
         if job.rank >= job.size {
@@ -169,8 +172,8 @@ impl Core {
             address,
             table: Arc::new(Table::default()),
             peers,
-            cq: CompletionQueues::new(),
-            tagged: TaggedState::default(),
+            cq: core.queues(),
+            tagged: core.tagged,
             pending: HashMap::new(),
             next_cookie: 1,
             handshakes: Vec::new(),
@@ -298,7 +301,7 @@ impl Core {
         peer.tx = Tx::default();
         peer.rx = Rx::new(self.max_body);
         let dead = TransportError::PeerDead(rank);
-        self.tagged.fail_peer(rank, &dead, &mut self.cq);
+        self.tagged.get().fail_peer(rank, &dead, &mut self.cq);
         self.fail_pending(rank, &dead);
     }
 
@@ -330,7 +333,7 @@ impl Core {
         let op = self.cq.next_op(owner);
         let rts = crate::msg::SlotHeader::rts(tag, len, op.0, &region.remote(), offset);
         self.peers[dest as usize].tx.push(|out| wire::msg(out, &rts, &[]));
-        self.tagged.add_pending(op, dest, tag, len, region);
+        self.tagged.get().add_pending(op, dest, tag, len, region);
         self.kick(dest);
         Ok(op)
     }
@@ -429,7 +432,8 @@ impl Core {
         let dead = |r: Rank| !peers[r as usize].alive();
         // Never advertised: tcp has no direct writes into a peer's buffer (usize::MAX).
         let recv = PostedRecv { op, source, tag, buffer };
-        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.cq, usize::MAX)? {
+        let matched = self.tagged.get().post(recv, dead, &mut self.cq, usize::MAX)?;
+        if let Some(fetch) = matched {
             self.rndv_fetch(fetch);
         }
         Ok(op)
@@ -461,7 +465,7 @@ impl Core {
         }
         // The old incarnation is gone even if its close was not seen yet.
         self.mark_dead(peer);
-        self.tagged.purge_unexpected_from(peer);
+        self.tagged.get().purge_unexpected_from(peer);
         if self.job.rank < peer {
             return self.dial(peer, &address);
         }

@@ -67,6 +67,7 @@ use crate::completion::{CompletionQueues, Owner};
 use crate::config::TransportConfig;
 use crate::error::{Result, TransportError};
 use crate::region::Region;
+use crate::subcore::SubCore;
 
 pub use self::core::TX_QUEUE_BYTES;
 
@@ -133,7 +134,14 @@ impl TcpProvider {
     /// Listens, exchanges addresses through `boot` (a collective) and connects every pair.
     /// Publishes the address too, for ranks that rejoin later.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<TcpProvider> {
-        Self::start(config.clone(), Core::open(config, boot)?)
+        Self::open_sub(config, boot, SubCore::default())
+    }
+
+    /// [`TcpProvider::open`] sharing `core` with other sub-providers; ranks whose address
+    /// `boot` gives as empty stay `Dead` here.
+    pub(crate) fn open_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<TcpProvider> {
+        let first_op = core.first_op;
+        Self::start(config.clone(), Core::open(config, boot, core)?, first_op)
     }
 
     /// Opens a respawned rank (incarnation > 0) without a collective: connects to the higher
@@ -141,10 +149,16 @@ impl TcpProvider {
     /// lower ones (they connect when they reconnect to this incarnation), and publishes its
     /// own address. Ranks without an address yet stay `Dead` until `reconnect`.
     pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<TcpProvider> {
-        Self::start(config.clone(), Core::rejoin(config, boot)?)
+        Self::rejoin_sub(config, boot, SubCore::default())
     }
 
-    fn start(config: TransportConfig, core: Core) -> Result<TcpProvider> {
+    /// [`TcpProvider::rejoin`] sharing `core` with other sub-providers.
+    pub(crate) fn rejoin_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<TcpProvider> {
+        let first_op = core.first_op;
+        Self::start(config.clone(), Core::rejoin(config, boot, core)?, first_op)
+    }
+
+    fn start(config: TransportConfig, core: Core, first_op: u64) -> Result<TcpProvider> {
         let (rank, size) = (core.job.rank, core.job.size);
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
@@ -163,7 +177,7 @@ impl TcpProvider {
             config,
             rank,
             size,
-            cq: CompletionQueues::new(),
+            cq: CompletionQueues::numbered_from(first_op),
             owners: Vec::new(),
             shared,
             helper: Some(helper),
@@ -173,6 +187,18 @@ impl TcpProvider {
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
         self.shared.lock().address()
+    }
+
+    /// Registers `region` (another provider's, e.g. shm's under `auto`) for peers' one-sided
+    /// operations too, under its own key; dropping the returned value deregisters it.
+    pub(crate) fn register_region(&mut self, region: &Region) -> Result<Box<dyn std::any::Any + Send + Sync>> {
+        self.with(|c| c.table.register_region(region))
+    }
+
+    /// Fetches a rendezvous that another sub-provider's matcher paired with a receive (the
+    /// `auto` provider posts receives itself).
+    pub(crate) fn rndv_fetch(&mut self, fetch: crate::tagged::Fetch) {
+        self.with(|c| c.rndv_fetch(fetch))
     }
 
     /// Fault injection: writes `bytes` into the connection to `dest` as they are (frames, or

@@ -184,7 +184,7 @@ impl Core {
 
     /// A receive matched a rendezvous: read the sender's region (or refuse a message too
     /// long for the buffer, which the sender still completes).
-    pub(super) fn rndv_fetch(&mut self, f: Fetch) {
+    pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
         let capacity = recv.buffer.capacity();
         if rts.len > capacity as u64 {
@@ -229,17 +229,17 @@ impl Core {
     pub(super) fn on_frame(&mut self, source: Rank, body: &[u8]) {
         let result = match wire::decode(body) {
             Ok(Frame::Msg { header, payload }) if header.kind == kind::EAGER => {
-                self.tagged.on_eager(source, header.tag, payload, &mut self.cq);
+                self.tagged.get().on_eager(source, header.tag, payload, &mut self.cq);
                 Ok(())
             }
-            Ok(Frame::Msg { header, .. }) => match self.tagged.on_control(source, header, &mut self.cq) {
-                Ok(Some(fetch)) => {
-                    self.rndv_fetch(fetch);
-                    Ok(())
-                }
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            },
+            Ok(Frame::Msg { header, .. }) => {
+                let control = self.tagged.get().on_control(source, header, &mut self.cq);
+                control.map(|fetch| {
+                    if let Some(fetch) = fetch {
+                        self.rndv_fetch(fetch);
+                    }
+                })
+            }
             Ok(Frame::Put { target, at, imm, flags, bytes }) => {
                 self.serve_put(source, &target, at, imm, flags, bytes);
                 Ok(())

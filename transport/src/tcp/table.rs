@@ -3,6 +3,7 @@
 //! address, bounds, access) before a byte moves, as the NIC does for verbs. The only `unsafe`
 //! of the provider lives here.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -118,6 +119,20 @@ impl Table {
         let backing = Registration { table: Arc::downgrade(self), key, _memory: memory };
         // SAFETY: ptr..ptr+len is the block `backing` keeps alive.
         unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) }
+    }
+
+    /// Registers the memory of `region` (allocated and registered by another provider) under
+    /// its own key, which must carry the owner's incarnation as [`register`](Self::register)'s
+    /// do; returns what keeps the entry: dropping it deregisters.
+    pub(crate) fn register_region(self: &Arc<Self>, region: &Region) -> Result<Box<dyn Any + Send + Sync>, TransportError> {
+        let key = region.remote().key;
+        let memory = Memory::of_region(region);
+        let mut regions = self.lock();
+        if key & KEY_RANDOM == 0 || regions.contains_key(&key) {
+            return Err(TransportError::Config(format!("tcp: key {key:#x} cannot be registered twice")));
+        }
+        regions.insert(key, Registered { memory: Arc::clone(&memory), access: region.access() });
+        Ok(Box::new(Registration { table: Arc::downgrade(self), key, _memory: memory }))
     }
 
     /// The registered memory `t` names, if its key, address, range and access all check out

@@ -148,7 +148,7 @@ impl Session {
         let mut deadline = Deadline::new(self.timeout);
         let mut spins = 0u32;
         // tcp emulates puts with messages that the target's progress writes in place.
-        let serve = self.provider.kind() == ProviderKind::TCP;
+        let serve = self.provider.provider_for(self.peer) == ProviderKind::TCP;
         loop {
             if self.dst.load_volatile(offset)? == marker {
                 return Ok(());

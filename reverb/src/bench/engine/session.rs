@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use reverb_transport::bootstrap::host::HostId;
 use reverb_transport::bootstrap::{HostMap, TcpBootstrap};
 use reverb_transport::codec::{Reader, Writer};
 use reverb_transport::{Access, Bootstrap, Provider, Rank, Region, RemoteRegion, TransportConfig};
@@ -33,7 +34,7 @@ impl Session {
     /// Collective: where the two ranks run and which provider carries them, as one line
     /// ("rank 0 on host a, rank 1 on host b (2 hosts); provider tcp"). For `--verbose`.
     pub fn describe_hosts(&mut self) -> Result<String> {
-        let hosts = HostMap::gather(self.boot.as_mut()).context("exchanging host identities")?;
+        let hosts = HostMap::gather(self.boot.as_mut(), &HostId::configured(self.provider.config())).context("exchanging host identities")?;
         let name = |r: Rank| hosts.host_of(r).and_then(|h| hosts.host(h)).map_or("?", |h| h.name.as_str());
         Ok(format!(
             "rank 0 on host {}, rank 1 on host {} ({} host{}); provider {} for the peer",
@@ -41,7 +42,7 @@ impl Session {
             name(1),
             hosts.hosts(),
             if hosts.hosts() == 1 { "" } else { "s" },
-            self.provider.kind()
+            self.provider.provider_for(self.peer)
         ))
     }
 
@@ -98,6 +99,16 @@ impl Session {
 
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// The provider's name, and for `auto` the one it chose for the peer ("auto (shm)").
+    pub fn provider_label(&self) -> String {
+        let (kind, carrier) = (self.provider.kind(), self.provider.provider_for(self.peer));
+        if kind == carrier {
+            kind.to_string()
+        } else {
+            format!("{kind} ({carrier})")
+        }
     }
 
     pub fn provider(&self) -> &dyn Provider {
