@@ -283,6 +283,13 @@ pub fn provider_name() -> String {
     std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into())
 }
 
+/// Whether ranks `a` and `b` of a `ranks`-rank job run on different simulated hosts
+/// (`REVERB_TEST_HOSTS`); false without them. The same answer in the test and in its ranks.
+pub fn on_different_hosts(a: u32, b: u32, ranks: u32) -> bool {
+    let hosts = hosts::names_from_env().len();
+    hosts > 1 && hosts::block(a, ranks, hosts) != hosts::block(b, ranks, hosts)
+}
+
 /// Skips (saying why) a test that only means something on `provider`.
 /// Whether the current provider is `provider`, in which case it says the test was skipped and why.
 pub fn skipped_on(provider: &str, why: &str) -> bool {

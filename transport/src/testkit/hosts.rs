@@ -24,12 +24,11 @@ impl Placement {
     /// `REVERB_TEST_HOSTS`, checked: the hosts script exists and this process runs inside the
     /// first host. Test code: a misuse panics with what to do.
     pub(super) fn from_env() -> Placement {
-        let Ok(list) = std::env::var(HOSTS_VAR) else { return Placement::Local };
-        let names: Vec<String> =
-            list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect();
+        let names = names_from_env();
         if names.is_empty() {
             return Placement::Local;
         }
+        let list = names.join(",");
         // The repository's script, found from where this crate was built (the test's cwd is
         // the crate's directory under cargo, anything when the binary is run by hand).
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/hosts.sh");
@@ -74,10 +73,7 @@ impl Placement {
     pub(super) fn host_of(&self, rank: u32, ranks: u32) -> Option<&str> {
         match self {
             Placement::Local => None,
-            Placement::Hosts { names, .. } => {
-                let index = rank as usize * names.len() / ranks.max(1) as usize;
-                Some(names[index].as_str())
-            }
+            Placement::Hosts { names, .. } => Some(names[block(rank, ranks, names.len())].as_str()),
         }
     }
 
@@ -119,6 +115,17 @@ impl Placement {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// The simulated hosts named by `REVERB_TEST_HOSTS`; none where it is unset or empty.
+pub(super) fn names_from_env() -> Vec<String> {
+    let list = std::env::var(HOSTS_VAR).unwrap_or_default();
+    list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
+}
+
+/// The index of the host that rank `rank` of `ranks` runs on, of `hosts` hosts: contiguous blocks.
+pub(super) fn block(rank: u32, ranks: u32, hosts: usize) -> usize {
+    rank as usize * hosts / ranks.max(1) as usize
 }
 
 #[cfg(test)]
