@@ -3,9 +3,10 @@
 # simulated hosts (ci/hosts.sh: network + mount + UTS namespaces, each with its own hostname,
 # /dev/shm and address): the tests run inside host ha with REVERB_TEST_HOSTS=ha,hb, so the
 # testkit puts each job's ranks on ha and hb in blocks (3 ranks: ha, ha, hb), some pairs on one
-# host and some across. The provider is a parameter:
+# host and some across. The provider and the hosts are parameters:
 #
-#   PROVIDER=tcp bash ci/hosts-conformance.sh      (the default provider: tcp)
+#   PROVIDER=tcp bash ci/hosts-conformance.sh      (the defaults: PROVIDER=tcp, HOSTS="ha hb")
+#   PROVIDER=tcp HOSTS="ha hb hc" bash ci/hosts-conformance.sh
 #
 # A test that cannot mean anything on the provider or across hosts passes saying why it was
 # skipped; the summary lists those. The in-process loopback_* cases are left out (no hosts).
@@ -16,6 +17,9 @@ say() { echo "== hosts-conformance: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run it as root)"
 provider=${PROVIDER:-tcp}
+read -r -a hosts <<<"${HOSTS:-ha hb}"
+[ ${#hosts[@]} -gt 0 ] || fail "HOSTS names no host"
+list=$(IFS=,; echo "${hosts[*]}")
 case $provider in
     shm | loopback) fail "PROVIDER=$provider cannot connect ranks on different hosts (use tcp or auto)" ;;
 esac
@@ -38,18 +42,18 @@ rm -rf "$out"
 mkdir -p "$out"
 bash ci/hosts.sh down
 trap 'bash ci/hosts.sh down' EXIT
-bash ci/hosts.sh up ha hb
+bash ci/hosts.sh up "${hosts[@]}"
 
 failed=()
 summary=()
 while read -r name bin; do
-    say "$name on $provider, ranks on hosts ha and hb"
+    say "$name on $provider, ranks on hosts $list"
     log=$out/$name.log
     # From the crate's directory, as cargo runs tests; one test at a time, so each skip line
     # follows its test's name. Each job is bounded by the testkit; the whole run by timeout.
     rc=0
-    (cd transport && REVERB_TEST_HOSTS=ha,hb REVERB_PROVIDER=$provider timeout --signal=KILL 900 \
-        bash ../ci/hosts.sh exec ha -- "$bin" --test-threads=1 --nocapture --skip loopback_) >"$log" 2>&1 || rc=$?
+    (cd transport && REVERB_TEST_HOSTS=$list REVERB_PROVIDER=$provider timeout --signal=KILL 900 \
+        bash ../ci/hosts.sh exec "${hosts[0]}" -- "$bin" --test-threads=1 --nocapture --skip loopback_) >"$log" 2>&1 || rc=$?
     result=$(grep '^test result:' "$log" | tail -n 1)
     skips=$(grep -E '^test [a-z0-9_]+ \.\.\. skipped' "$log" | sed -E 's/^test ([a-z0-9_]+) \.\.\. /  \1: /' || true)
     summary+=("$name: ${result:-no result (exit $rc)}" "${skips:-  (nothing skipped)}")
@@ -59,7 +63,7 @@ while read -r name bin; do
     fi
 done <<<"$bins"
 
-say "summary (provider $provider, hosts ha and hb; logs in $out)"
+say "summary (provider $provider, hosts $list; logs in $out)"
 printf '%s\n' "${summary[@]}" >&2
 [ ${#failed[@]} = 0 ] || fail "${failed[*]} (see $out)"
 say "ok"
