@@ -4,8 +4,10 @@
 
 #![doc(hidden)]
 
+mod hosts;
+
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{BootServer, TcpBootstrap};
@@ -111,19 +113,22 @@ pub fn job_id(test: &str) -> String {
 }
 
 /// Runs `test` as `job.ranks` processes and returns how each ended; kills all on timeout.
+/// With `REVERB_TEST_HOSTS` set the ranks run on those simulated hosts (`testkit/hosts.rs`).
 pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
     let ranks = job.ranks;
     let per_node = job.ranks_per_node.max(1);
     let token = format!("token-{}-{test}", std::process::id());
-    let server = BootServer::start("127.0.0.1:0", ranks, &token).expect("boot server");
-    let root = server.local_addr().to_string();
+    let placement = hosts::Placement::from_env();
+    let server = BootServer::start(placement.boot_bind(), ranks, &token).expect("boot server");
+    let root = placement.root(server.local_addr());
     let exe = std::env::current_exe().expect("current exe");
     let mut args = vec![test, "--exact", "--nocapture", "--test-threads=1"];
     if job.ignored {
         args.push("--ignored");
     }
     let spawn = |rank: u32, incarnation: u32| -> Child {
-        Command::new(&exe)
+        let child = placement
+            .command(&exe, rank, ranks)
             .args(&args)
             .env(CHILD_VAR, "1")
             .env("REVERB_RANK", rank.to_string())
@@ -140,7 +145,9 @@ pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn rank")
+            .expect("spawn rank");
+        placement.spawned(&child, &exe);
+        child
     };
     let mut children: Vec<Child> = (0..ranks).map(|rank| spawn(rank, 0)).collect();
     let mut incarnations = vec![0u32; ranks as usize];
@@ -274,6 +281,13 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// The provider a suite runs on (`REVERB_PROVIDER`, default shm).
 pub fn provider_name() -> String {
     std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into())
+}
+
+/// Whether ranks `a` and `b` of a `ranks`-rank job run on different simulated hosts
+/// (`REVERB_TEST_HOSTS`); false without them. The same answer in the test and in its ranks.
+pub fn on_different_hosts(a: u32, b: u32, ranks: u32) -> bool {
+    let hosts = hosts::names_from_env().len();
+    hosts > 1 && hosts::block(a, ranks, hosts) != hosts::block(b, ranks, hosts)
 }
 
 /// Skips (saying why) a test that only means something on `provider`.

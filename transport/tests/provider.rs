@@ -8,6 +8,9 @@
 //! (`loopback_*`: the same body, ranks as threads of this process). The cases that SIGKILL or
 //! respawn ranks, inspect /dev/shm files or inject raw ring slots stay shm/verbs-only: a
 //! loopback rank is a thread, which cannot be killed alone or respawned, and has no files.
+//!
+//! With `REVERB_TEST_HOSTS` the ranks run on simulated hosts (`ci/hosts-conformance.sh`); the
+//! advert cases, whose two ranks `auto` links by tcp there, say why they are skipped.
 
 mod common;
 
@@ -1224,9 +1227,15 @@ fn a_closed_owners_completions_vanish_body(job: &JobInfo, boot: &mut dyn Bootstr
 /// already): these tests turn adverts on so the path is tested on every provider that has it.
 const ADVERTS_ON: &[(&str, &str)] = &[("REVERB_RNDV_ADVERT", "on")];
 
-/// tcp has no direct writes: its receives are never advertised.
+/// tcp has no direct writes: its receives are never advertised. Neither are auto's between
+/// ranks 0 and 1 (the two ranks of these tests) on different simulated hosts: tcp links them.
 fn no_adverts_here() -> bool {
     common::skipped_on("tcp", "tcp has no direct writes into a peer's buffer, so no adverts")
+        || (common::on_different_hosts(0, 1, 2)
+            && common::skipped_on(
+                "auto",
+                "ranks 0 and 1 are on different simulated hosts, linked by tcp: no adverts",
+            ))
 }
 
 /// A receive from `source` into `capacity` bytes at `offset` of `into`.

@@ -233,6 +233,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_TEST_TIME_SCALE", "1", Test, T, "int", "multiplies the multi-process tests' time bounds (slow VMs)"),
     var("REVERB_TEST_CHILD", "", Test, T, "text", "marks a re-executed testkit child process"),
     var("REVERB_TEST_ROLE", "", Test, T, "text", "role of a re-executed test binary (rank, logger, ...)"),
+    var("REVERB_TEST_HOSTS", "", Test, T, "list", "simulated hosts (ci/hosts.sh) to run a test job's ranks on, in blocks; the test runs in the first"),
     var("REVERB_TEST_SEED", "1592590340", Test, T, "int", "seed of the logger protocol tests' random schedules (default 0x5eed0004)"),
     var("REVERB_DETQ_ROLE", "", Test, T, "text", "role of a determinant-queue test process"),
     var("REVERB_DETQ_PATH", "", Test, T, "path", "shared queue path of the determinant-queue test"),
