@@ -5,7 +5,7 @@
 # testkit puts each job's ranks on ha and hb in blocks (3 ranks: ha, ha, hb), some pairs on one
 # host and some across. The provider and the hosts are parameters:
 #
-#   PROVIDER=tcp bash ci/hosts-conformance.sh      (the defaults: PROVIDER=tcp, HOSTS="ha hb")
+#   PROVIDER=auto bash ci/hosts-conformance.sh     (the defaults: PROVIDER=auto, HOSTS="ha hb")
 #   PROVIDER=tcp HOSTS="ha hb hc" bash ci/hosts-conformance.sh
 #
 # A test that cannot mean anything on the provider or across hosts passes saying why it was
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 say() { echo "== hosts-conformance: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run it as root)"
-provider=${PROVIDER:-tcp}
+provider=${PROVIDER:-auto}
 read -r -a hosts <<<"${HOSTS:-ha hb}"
 [ ${#hosts[@]} -gt 0 ] || fail "HOSTS names no host"
 list=$(IFS=,; echo "${hosts[*]}")

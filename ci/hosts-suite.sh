@@ -4,8 +4,11 @@
 # REVERB_RSH="bash ci/hosts.sh exec":
 #   1. placement: 4 ranks as ha:2,hb:2 run where they were put;
 #   2. `reverb bench lat|bw` between the two hosts over TCP;
-#   3. the stencil, 4 ranks (a node per host), TCP between the hosts: failure-free, and with rank
-#      3 SIGKILLed on hb and respawned there, both with the checksum of a one-host shm run.
+#   3. the auto provider (the default) in a 4-rank job, 2 ranks per host: bench latency of a pair
+#      on one host (shm) and of a pair across the hosts (tcp);
+#   4. the stencil, 4 ranks (a node per host), auto (shm inside a host, TCP between the hosts):
+#      failure-free, and with rank 3 SIGKILLed on hb and respawned there, both with the checksum
+#      of a one-host shm run.
 # Needs root (namespaces). Removes its hosts on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +43,17 @@ done
 REVERB_PROVIDER=tcp "$bin" run -n 2 --hosts ha:1,hb:1 --timeout 120 --no-prefix -- \
     "$bin" bench bw --op put --sizes 1M --iters 200 | tee "$out/bw-put.txt"
 
+say "auto, 4 ranks on two hosts: a pair inside a host (shm) and a pair across (tcp)"
+for pair in 0,1 0,2; do
+    REVERB_PROVIDER=auto "$bin" run -n 4 --hosts ha:2,hb:2 --timeout 120 --no-prefix -- \
+        "$bin" bench lat --op send --sizes 8,65536 --iters 500 --pair $pair --verbose \
+        2>"$out/auto-$pair.err" | tee "$out/auto-$pair.txt"
+done
+grep -q "provider: auto (shm)   ranks: 0 <-> 1" "$out/auto-0,1.txt" || fail "auto did not pick shm inside host ha"
+grep -q "provider: auto (tcp)   ranks: 0 <-> 2" "$out/auto-0,2.txt" || fail "auto did not pick tcp between ha and hb"
+grep -q "rank 0 on host ha, rank 2 on host hb (2 hosts); provider tcp" "$out/auto-0,2.err" ||
+    fail "bench --verbose: $(grep 'reverb bench:' "$out/auto-0,2.err")"
+
 stencil() { # name provider [hosts] [fault]
     local dir=$out/$1
     mkdir -p "$dir"
@@ -52,10 +66,10 @@ stencil() { # name provider [hosts] [fault]
         { tail -n 30 "$dir/job.log" >&2; fail "stencil $1"; }
     cat "$dir/checksum"
 }
-say "stencil: one host (shm), two hosts (tcp), two hosts with rank 3 killed on hb"
+say "stencil: one host (shm), two hosts (auto: shm inside, tcp between), the same with rank 3 killed on hb"
 one=$(stencil one-host shm)
-two=$(stencil two-hosts tcp ha:2,hb:2)
-killed=$(stencil killed tcp ha:2,hb:2 3:401)
+two=$(stencil two-hosts auto ha:2,hb:2)
+killed=$(stencil killed auto ha:2,hb:2 3:401)
 grep -q "node 1 respawned" "$out/killed/job.log" || fail "hb's launcher did not respawn node 1"
 say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
 [ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"

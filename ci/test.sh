@@ -30,8 +30,15 @@ step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
 REVERB_PROVIDER=tcp cargo test -p reverb --test demo
 
-step "jobs across simulated hosts (namespaces): placement, bench and a respawn over tcp"
+step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
+REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test -p reverb-transport --test provider --test fan_in
+
+step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn on auto"
 bash ci/hosts-suite.sh
+
+step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
+PROVIDER=tcp bash ci/hosts-conformance.sh
+PROVIDER=auto bash ci/hosts-conformance.sh
 
 step "criterion benches build"
 cargo bench -p reverb-benches --no-run

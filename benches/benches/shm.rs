@@ -48,7 +48,7 @@ fn run() -> Result<()> {
     let mut config = TransportConfig::from_env().context("reading REVERB_* configuration")?;
     config.provider = ProviderKind::SHM;
     let capacity = SIZES.iter().copied().max().unwrap_or(1);
-    let mut session = Session::join(&config, capacity, WaitStyle::BusyPoll, OP_TIMEOUT)?;
+    let mut session = Session::join(&config, capacity, WaitStyle::BusyPoll, OP_TIMEOUT, (0, 1))?;
     match session.role() {
         Role::Initiator => {
             let outcome = measure(&mut session);

@@ -28,7 +28,7 @@ fn json_lists_every_variable_with_its_current_value() {
     assert_eq!(find("REVERB_LOG")["current"], "causal");
     assert_eq!(find("REVERB_LOG")["valid"], true);
     assert_eq!(find("REVERB_DETECT_MS")["valid"], false);
-    assert_eq!(find("REVERB_PROVIDER")["default"], "shm");
+    assert_eq!(find("REVERB_PROVIDER")["default"], "auto");
 }
 
 /// The text form is for people and shells: a `NAME=value` line per variable, and a bad value

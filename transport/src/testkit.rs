@@ -278,22 +278,31 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The provider a suite runs on (`REVERB_PROVIDER`, default shm).
+/// The provider a suite runs on (`REVERB_PROVIDER`, default auto).
 pub fn provider_name() -> String {
-    std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".into())
+    std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "auto".into())
+}
+
+/// The provider that carries the suite's traffic: `auto` on one host is shm (it opens
+/// nothing else), so shm's own tests run there too.
+pub fn carrier_name() -> String {
+    match provider_name().as_str() {
+        "auto" if hosts::count_from_env() <= 1 => "shm".into(),
+        other => other.into(),
+    }
 }
 
 /// Whether ranks `a` and `b` of a `ranks`-rank job run on different simulated hosts
-/// (`REVERB_TEST_HOSTS`); false without them. The same answer in the test and in its ranks.
+/// (`REVERB_TEST_HOSTS`) or host names (`REVERB_TEST_HOST_NAMES`); false without them. The same answer in the test and in its ranks.
 pub fn on_different_hosts(a: u32, b: u32, ranks: u32) -> bool {
-    let hosts = hosts::names_from_env().len();
+    let hosts = hosts::count_from_env();
     hosts > 1 && hosts::block(a, ranks, hosts) != hosts::block(b, ranks, hosts)
 }
 
 /// Skips (saying why) a test that only means something on `provider`.
 /// Whether the current provider is `provider`, in which case it says the test was skipped and why.
 pub fn skipped_on(provider: &str, why: &str) -> bool {
-    if provider_name() != provider {
+    if provider_name() != provider && carrier_name() != provider {
         return false;
     }
     eprintln!("skipped on {provider}: {why}");
@@ -302,7 +311,7 @@ pub fn skipped_on(provider: &str, why: &str) -> bool {
 
 /// Whether the current provider is `provider`; otherwise says the test was skipped and why.
 pub fn only_on(provider: &str, why: &str) -> bool {
-    if provider_name() == provider {
+    if provider_name() == provider || carrier_name() == provider {
         return true;
     }
     eprintln!("skipped: {why} (needs the {provider} provider, running {})", provider_name());

@@ -28,8 +28,8 @@ pub fn main(params: &Params) -> Result<()> {
         };
         let notes = [
             format!(
-                "provider: {}   ranks: 0 -> 1   window: {}   {signaling}   completions: {waiting}",
-                out.provider, params.window
+                "provider: {}   ranks: {} -> {}   window: {}   {signaling}   completions: {waiting}",
+                out.provider, params.pair.0, params.pair.1, params.window
             ),
             "includes the final FIN/ACK sync; data verified on a first pass per size".to_string(),
             "MiB/s = 2^20 bytes/s (as perftest, ucx_perftest); peak = best 1/20 of the run".to_string(),

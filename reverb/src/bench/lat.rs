@@ -31,8 +31,10 @@ pub fn main(params: &Params) -> Result<()> {
         };
         let notes = [
             format!(
-                "provider: {}   ranks: 0 <-> 1   completions: {waiting}{}",
+                "provider: {}   ranks: {} <-> {}   completions: {waiting}{}",
                 out.provider,
+                params.pair.0,
+                params.pair.1,
                 if params.op == Op::Put { " (arrival: memory spin)" } else { "" }
             ),
             format!("{what}; data verified on a first pass per size"),

@@ -75,6 +75,10 @@ pub struct BenchArgs {
     /// Ranks per simulated node of the self-launched job (default: 2 for shm, 1 for verbs).
     #[arg(long)]
     pub ranks_per_node: Option<u32>,
+    /// In a launched job of more than two ranks: the two that measure (`--pair 0,2`); the
+    /// others open the provider with them and stand by. Default 0,1.
+    #[arg(long, value_delimiter = ',')]
+    pub pair: Vec<u32>,
     /// Bound of any single wait, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -139,6 +143,11 @@ impl BenchArgs {
         if self.cores.len() == 1 || self.cores.len() > 2 {
             bail!("--cores takes two cores: one for rank 0, one for rank 1");
         }
+        let pair = match self.pair.as_slice() {
+            [] => (0, 1),
+            &[a, b] if a != b => (a, b),
+            _ => bail!("--pair takes two different ranks (--pair 0,2)"),
+        };
         if self.log.is_some() && self.op != Op::Send {
             bail!("--log measures --op send (the logging layer has no one-sided operations)");
         }
@@ -165,6 +174,7 @@ impl BenchArgs {
             ranks_per_node: self.ranks_per_node,
             job_timeout: Duration::from_secs(self.job_timeout_s.max(1)),
             cores: self.cores.clone(),
+            pair,
             log: self.log,
             logger: self.logger,
             recv: self.recv,

@@ -130,8 +130,13 @@ impl AutoProvider {
             None => SubCore::default(),
         };
         let (shm_core, net_core) = (core(SHM_FIRST_OP), core(NET_FIRST_OP));
-        let mut view =
-            SubView { inner: boot, part: Part::Shm, carries: local.clone(), host: host.clone(), published: None };
+        let mut view = SubView {
+            inner: boot,
+            part: Part::Shm,
+            carries: local.clone(),
+            host: host.clone(),
+            published: None,
+        };
         let shm = match rejoin {
             false => ShmProvider::open_sub(config.clone(), &mut view, shm_core)?,
             true => ShmProvider::rejoin_sub(config.clone(), &mut view, shm_core)?,
@@ -146,7 +151,10 @@ impl AutoProvider {
                     false => TcpProvider::open_sub(config.clone(), &mut view, net_core)?,
                     true => TcpProvider::rejoin_sub(config.clone(), &mut view, net_core)?,
                 };
-                (Some(Net { tcp, tagged, cq: CompletionQueues::new() }), view.published.take().unwrap_or_default())
+                (
+                    Some(Net { tcp, tagged, cq: CompletionQueues::new() }),
+                    view.published.take().unwrap_or_default(),
+                )
             }
         };
         let address = Address { host: host.clone(), shm: shm_address, net: net_address }.encode();
@@ -169,7 +177,13 @@ impl AutoProvider {
 
     /// A receive posted to the shared matcher; a rendezvous it pairs with at once is fetched
     /// by the sub-provider that carried it.
-    fn post_shared(&mut self, owner: Owner, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+    fn post_shared(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.size)?;
         // Liveness is read before the matcher is locked (tcp's takes its own lock).
         let named_dead = matches!(source, Source::Rank(r) if self.peer_state(r) == PeerState::Dead);
@@ -215,7 +229,9 @@ impl Provider for AutoProvider {
     fn capabilities(&self) -> Capabilities {
         match &self.net {
             // What both wires can do (tcp's RMA is not synchronous).
-            Some(net) => Capabilities(self.shm.capabilities().0 & net.tcp.capabilities().0) | Capabilities::INTER_NODE,
+            Some(net) => {
+                Capabilities(self.shm.capabilities().0 & net.tcp.capabilities().0) | Capabilities::INTER_NODE
+            }
             None => self.shm.capabilities(),
         }
     }
@@ -358,7 +374,9 @@ impl Provider for AutoProvider {
         let owner = net.cq.open()?;
         for (name, sub) in [("shm", self.shm.open_owner()?), ("tcp", net.tcp.open_owner()?)] {
             if sub != owner {
-                return Err(TransportError::Config(format!("auto: owner {owner:?} opened as {sub:?} in {name}")));
+                return Err(TransportError::Config(format!(
+                    "auto: owner {owner:?} opened as {sub:?} in {name}"
+                )));
             }
         }
         Ok(owner)

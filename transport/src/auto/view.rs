@@ -64,14 +64,15 @@ impl Bootstrap for SubView<'_> {
     fn lookup(&mut self) -> Result<Vec<PeerAddress>> {
         let mut entries = self.inner.lookup()?;
         for entry in &mut entries {
-            entry.address = entry.address.take().and_then(|bytes| match Address::decode(&bytes, entry.rank) {
-                Ok(a) if self.carries_host(&a.host) => Some(a.part(self.part).to_vec()),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!("auto: rank {}'s published address: {e}", entry.rank);
-                    None
-                }
-            });
+            entry.address =
+                entry.address.take().and_then(|bytes| match Address::decode(&bytes, entry.rank) {
+                    Ok(a) if self.carries_host(&a.host) => Some(a.part(self.part).to_vec()),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::warn!("auto: rank {}'s published address: {e}", entry.rank);
+                        None
+                    }
+                });
         }
         Ok(entries)
     }

@@ -148,7 +148,7 @@ use Layer::*;
 #[rustfmt::skip]
 pub static VARS: &[Var] = &[
     // transport
-    var("REVERB_PROVIDER", "shm", Transport, User, "shm|verbs|tcp|loopback", "provider to open (also --provider); loopback runs ranks as threads of one process"),
+    var("REVERB_PROVIDER", "auto", Transport, User, "auto|shm|verbs|tcp|loopback", "provider to open (also --provider): auto = shm for peers on this host, tcp for the others; loopback runs ranks as threads of one process"),
     var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
     var("REVERB_RNDV_ADVERT", "auto", Transport, User, "auto|on|off", "advertise posted receives to their senders (one direct write instead of RTS + read + FIN); auto: verbs and loopback, not shm (its rendezvous is one copy already) nor tcp"),
     var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: the most eager credits (shared-receive-queue slots) one peer may hold, a power of two in 2..=65536; must match across the job"),
@@ -234,6 +234,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_TEST_CHILD", "", Test, T, "text", "marks a re-executed testkit child process"),
     var("REVERB_TEST_ROLE", "", Test, T, "text", "role of a re-executed test binary (rank, logger, ...)"),
     var("REVERB_TEST_HOSTS", "", Test, T, "list", "simulated hosts (ci/hosts.sh) to run a test job's ranks on, in blocks; the test runs in the first"),
+    var("REVERB_TEST_HOST_NAMES", "", Test, T, "list", "host names (REVERB_HOST_NAME) to give a test job's ranks, in blocks: hosts for the auto provider on one machine"),
     var("REVERB_TEST_SEED", "1592590340", Test, T, "int", "seed of the logger protocol tests' random schedules (default 0x5eed0004)"),
     var("REVERB_DETQ_ROLE", "", Test, T, "text", "role of a determinant-queue test process"),
     var("REVERB_DETQ_PATH", "", Test, T, "path", "shared queue path of the determinant-queue test"),
@@ -261,7 +262,7 @@ mod tests {
             assert!(v.name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
             assert!(!v.meaning.is_empty() && !v.meaning.contains('\n'), "{}", v.name);
         }
-        assert_eq!(lookup("REVERB_PROVIDER").map(|v| v.default), Some("shm"));
+        assert_eq!(lookup("REVERB_PROVIDER").map(|v| v.default), Some("auto"));
         for v in VARS.iter().filter(|v| !v.default.is_empty() && !v.default.contains(' ')) {
             assert_eq!(v.check(v.default), Ok(()), "{}: the default does not fit the form", v.name);
         }

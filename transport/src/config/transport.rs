@@ -82,7 +82,7 @@ pub struct TransportConfig {
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
-            provider: ProviderKind::SHM,
+            provider: ProviderKind::AUTO,
             rndv_thresh: 8192,
             ring_slots: 64,
             shm_fifo_slots: 256,

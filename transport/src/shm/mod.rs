@@ -211,7 +211,11 @@ impl ShmProvider {
 
     /// [`ShmProvider::open`] sharing `core` with other sub-providers. Ranks whose address
     /// `boot` gives as empty are reached another way: they stay `Dead` here.
-    pub(crate) fn open_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<ShmProvider> {
+    pub(crate) fn open_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<ShmProvider> {
         let (mut provider, address) = ShmProvider::create(config, boot.job().clone(), core)?;
         let all = boot.allgather(&address)?;
         let job = provider.job.clone();
@@ -248,7 +252,11 @@ impl ShmProvider {
     }
 
     /// [`ShmProvider::rejoin`] sharing `core` with other sub-providers.
-    pub(crate) fn rejoin_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<ShmProvider> {
+    pub(crate) fn rejoin_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<ShmProvider> {
         let (mut provider, address) = ShmProvider::create(config, boot.job().clone(), core)?;
         let me = provider.job.rank;
         for entry in boot.lookup()? {
@@ -899,8 +907,12 @@ mod tests {
     #[test]
     fn a_full_fifo_backlogs_in_order_and_drains() {
         let config = TransportConfig { shm_fifo_slots: 4, ..TransportConfig::default() };
-        let (mut p, _) =
-            ShmProvider::create(config, self_job(&format!("h14bl{}", std::process::id())), SubCore::default()).unwrap();
+        let (mut p, _) = ShmProvider::create(
+            config,
+            self_job(&format!("h14bl{}", std::process::id())),
+            SubCore::default(),
+        )
+        .unwrap();
         let max = p.layout.max_payload();
         let src = p.alloc_region(max, Access::LOCAL).unwrap();
         let sends: Vec<OpId> = (0..10usize)

@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::TaggedState;
 
 /// A provider's tagged state: owned, or shared with the other sub-providers of a job.
+// Owned state stays inline: a box would add a pointer chase to every tagged operation of a
+// provider opened alone (the hot path); one per provider, so the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum TaggedHome {
     /// A provider opened alone.
     Own(TaggedState),

@@ -139,7 +139,11 @@ impl TcpProvider {
 
     /// [`TcpProvider::open`] sharing `core` with other sub-providers; ranks whose address
     /// `boot` gives as empty stay `Dead` here.
-    pub(crate) fn open_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<TcpProvider> {
+    pub(crate) fn open_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<TcpProvider> {
         let first_op = core.first_op;
         Self::start(config.clone(), Core::open(config, boot, core)?, first_op)
     }
@@ -153,7 +157,11 @@ impl TcpProvider {
     }
 
     /// [`TcpProvider::rejoin`] sharing `core` with other sub-providers.
-    pub(crate) fn rejoin_sub(config: TransportConfig, boot: &mut dyn Bootstrap, core: SubCore) -> Result<TcpProvider> {
+    pub(crate) fn rejoin_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<TcpProvider> {
         let first_op = core.first_op;
         Self::start(config.clone(), Core::rejoin(config, boot, core)?, first_op)
     }
@@ -191,7 +199,10 @@ impl TcpProvider {
 
     /// Registers `region` (another provider's, e.g. shm's under `auto`) for peers' one-sided
     /// operations too, under its own key; dropping the returned value deregisters it.
-    pub(crate) fn register_region(&mut self, region: &Region) -> Result<Box<dyn std::any::Any + Send + Sync>> {
+    pub(crate) fn register_region(
+        &mut self,
+        region: &Region,
+    ) -> Result<Box<dyn std::any::Any + Send + Sync>> {
         self.with(|c| c.table.register_region(region))
     }
 

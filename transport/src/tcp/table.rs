@@ -124,7 +124,10 @@ impl Table {
     /// Registers the memory of `region` (allocated and registered by another provider) under
     /// its own key, which must carry the owner's incarnation as [`register`](Self::register)'s
     /// do; returns what keeps the entry: dropping it deregisters.
-    pub(crate) fn register_region(self: &Arc<Self>, region: &Region) -> Result<Box<dyn Any + Send + Sync>, TransportError> {
+    pub(crate) fn register_region(
+        self: &Arc<Self>,
+        region: &Region,
+    ) -> Result<Box<dyn Any + Send + Sync>, TransportError> {
         let key = region.remote().key;
         let memory = Memory::of_region(region);
         let mut regions = self.lock();

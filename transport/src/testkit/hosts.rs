@@ -10,6 +10,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const HOSTS_VAR: &str = "REVERB_TEST_HOSTS";
+const NAMES_VAR: &str = "REVERB_TEST_HOST_NAMES";
 
 /// Where the ranks of a job start.
 #[derive(Debug)]
@@ -18,6 +19,10 @@ pub(super) enum Placement {
     Local,
     /// Ranks in blocks over simulated hosts, started through `ci/hosts.sh exec`.
     Hosts { names: Vec<String>, script: PathBuf },
+    /// Ranks in blocks over host names only (`REVERB_TEST_HOST_NAMES`, given to each rank as
+    /// `REVERB_HOST_NAME`): one machine, one `/dev/shm`, but the `auto` provider takes the
+    /// names as hosts (tcp between them). No root needed.
+    Named { names: Vec<String> },
 }
 
 impl Placement {
@@ -26,7 +31,8 @@ impl Placement {
     pub(super) fn from_env() -> Placement {
         let names = names_from_env();
         if names.is_empty() {
-            return Placement::Local;
+            let names = list_from(NAMES_VAR);
+            return if names.is_empty() { Placement::Local } else { Placement::Named { names } };
         }
         let list = names.join(",");
         // The repository's script, found from where this crate was built (the test's cwd is
@@ -47,7 +53,7 @@ impl Placement {
     /// The address the boot server binds: one the other hosts can reach where there are any.
     pub(super) fn boot_bind(&self) -> &'static str {
         match self {
-            Placement::Local => "127.0.0.1:0",
+            Placement::Local | Placement::Named { .. } => "127.0.0.1:0",
             Placement::Hosts { .. } => "0.0.0.0:0",
         }
     }
@@ -55,7 +61,7 @@ impl Placement {
     /// The root address the ranks connect to, given where the boot server listens.
     pub(super) fn root(&self, server: std::net::SocketAddr) -> String {
         match self {
-            Placement::Local => server.to_string(),
+            Placement::Local | Placement::Named { .. } => server.to_string(),
             Placement::Hosts { names, script } => {
                 let out = Command::new("bash")
                     .arg(script)
@@ -73,7 +79,9 @@ impl Placement {
     pub(super) fn host_of(&self, rank: u32, ranks: u32) -> Option<&str> {
         match self {
             Placement::Local => None,
-            Placement::Hosts { names, .. } => Some(names[block(rank, ranks, names.len())].as_str()),
+            Placement::Hosts { names, .. } | Placement::Named { names } => {
+                Some(names[block(rank, ranks, names.len())].as_str())
+            }
         }
     }
 
@@ -88,6 +96,11 @@ impl Placement {
                 cmd.arg(script).args(["exec", host, "--"]).arg(exe);
                 cmd
             }
+            (Placement::Named { .. }, Some(host)) => {
+                let mut cmd = Command::new(exe);
+                cmd.env("REVERB_HOST_NAME", host);
+                cmd
+            }
             _ => Command::new(exe),
         }
     }
@@ -95,7 +108,7 @@ impl Placement {
     /// After a spawn: on hosts, waits (bounded) until the started process is `exe` itself, so
     /// that killing it kills the rank, not a launcher in front of it.
     pub(super) fn spawned(&self, child: &Child, exe: &Path) {
-        if matches!(self, Placement::Local) {
+        if !matches!(self, Placement::Hosts { .. }) {
             return;
         }
         let want = std::fs::metadata(exe).map(|m| (m.dev(), m.ino())).expect("test binary");
@@ -119,7 +132,16 @@ impl Placement {
 
 /// The simulated hosts named by `REVERB_TEST_HOSTS`; none where it is unset or empty.
 pub(super) fn names_from_env() -> Vec<String> {
-    let list = std::env::var(HOSTS_VAR).unwrap_or_default();
+    list_from(HOSTS_VAR)
+}
+
+/// How many hosts a test job's ranks are spread over: simulated hosts or host names.
+pub(super) fn count_from_env() -> usize {
+    names_from_env().len().max(list_from(NAMES_VAR).len())
+}
+
+fn list_from(var: &str) -> Vec<String> {
+    let list = std::env::var(var).unwrap_or_default();
     list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
 }
 

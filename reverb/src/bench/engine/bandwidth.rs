@@ -143,7 +143,8 @@ impl Session {
         // meanwhile. A spinning target would take a CPU from the initiator and, on soft-RoCE,
         // from the kernel moving the data. The FIN waits at most one nap (1 ms) longer, which
         // is noise for verbs runs but not for shm's millisecond-long runs: shm keeps spinning.
-        let idle = matches!(op, Op::Put | Op::Get) && self.provider.provider_for(self.peer) == ProviderKind::VERBS;
+        let idle =
+            matches!(op, Op::Put | Op::Get) && self.provider.provider_for(self.peer) == ProviderKind::VERBS;
         loop {
             if idle {
                 self.pump_as(WaitStyle::BusyPoll)?;

@@ -15,8 +15,8 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
     let Some(job) = job else {
         return launch_self(params);
     };
-    if job.size != 2 {
-        bail!("reverb bench runs on exactly 2 ranks; this job has {}", job.size);
+    if job.size < 2 {
+        bail!("reverb bench needs 2 ranks (a pair of a larger job with --pair); this job has {}", job.size);
     }
     if let Some(&core) = params.cores.get(job.rank as usize) {
         pin_self(core)?;
@@ -35,12 +35,16 @@ pub fn run_in_job(params: &Params, body: impl FnOnce(&mut Session) -> Result<()>
     if params.verbose && job.rank == 0 {
         eprintln!("{config}");
     }
-    let mut session = Session::join(&config, params.max_size(), params.wait, params.timeout)?;
+    let pair = params.pair;
+    let mut session = Session::join(&config, params.max_size(), params.wait, params.timeout, pair)?;
     if params.verbose {
         let hosts = session.describe_hosts()?;
-        if job.rank == 0 {
+        if job.rank == pair.0 {
             eprintln!("reverb bench: {hosts}");
         }
+    }
+    if job.rank != pair.0 && job.rank != pair.1 {
+        return session.stand_by();
     }
     body(&mut session)?;
     session.finish()

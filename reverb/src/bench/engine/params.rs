@@ -70,6 +70,8 @@ pub struct Params {
     pub job_timeout: Duration,
     /// Core of rank 0 and of rank 1 (`--cores 0,1`); empty: not pinned.
     pub cores: Vec<usize>,
+    /// `--pair A,B`: the ranks that measure (A initiates); others stand by.
+    pub pair: (u32, u32),
     /// `--log P`: measure send through a `LoggedEndpoint` under protocol P (see `logged`).
     pub log: Option<reverb_logger::LogMode>,
     /// `--logger PLACEMENT`: node logger cores for the `--log` job.

@@ -30,16 +30,24 @@ pub struct Session {
     pub(super) ev: Events,
 }
 
+/// What the pair contributes to its last barrier, so ranks standing by know it is the last.
+const FINISHED: &[u8] = b"reverb-bench:finished";
+
 impl Session {
     /// Collective: where the two ranks run and which provider carries them, as one line
     /// ("rank 0 on host a, rank 1 on host b (2 hosts); provider tcp"). For `--verbose`.
     pub fn describe_hosts(&mut self) -> Result<String> {
-        let hosts = HostMap::gather(self.boot.as_mut(), &HostId::configured(self.provider.config())).context("exchanging host identities")?;
+        let hosts = HostMap::gather(self.boot.as_mut(), &HostId::configured(self.provider.config()))
+            .context("exchanging host identities")?;
         let name = |r: Rank| hosts.host_of(r).and_then(|h| hosts.host(h)).map_or("?", |h| h.name.as_str());
+        let (a, b) = match self.role {
+            Role::Initiator => (self.provider.rank(), self.peer),
+            Role::Responder => (self.peer, self.provider.rank()),
+        };
         Ok(format!(
-            "rank 0 on host {}, rank 1 on host {} ({} host{}); provider {} for the peer",
-            name(0),
-            name(1),
+            "rank {a} on host {}, rank {b} on host {} ({} host{}); provider {} for the peer",
+            name(a),
+            name(b),
             hosts.hosts(),
             if hosts.hosts() == 1 { "" } else { "s" },
             self.provider.provider_for(self.peer)
@@ -52,6 +60,7 @@ impl Session {
         capacity: usize,
         wait: WaitStyle,
         timeout: Duration,
+        pair: (Rank, Rank),
     ) -> Result<Session> {
         let boot = TcpBootstrap::connect_from_env().context("connecting to the job's bootstrap")?;
         let mut boot: Box<dyn Bootstrap> = Box::new(boot);
@@ -68,13 +77,17 @@ impl Session {
         src.remote().write(&mut w);
         dst.remote().write(&mut w);
         let all = boot.allgather(&mine).context("exchanging region descriptors")?;
-        let peer = if job.rank == 0 { 1 } else { 0 };
+        if pair.0.max(pair.1) >= job.size {
+            bail!("--pair {},{}: this job has {} ranks", pair.0, pair.1, job.size);
+        }
+        // A rank outside the pair stands by (see `stand_by`); its "peer" is never used.
+        let peer = if job.rank == pair.0 { pair.1 } else { pair.0 };
         let theirs =
             all.get(peer as usize).ok_or_else(|| anyhow!("rank {peer} sent no region descriptors"))?;
         let mut r = Reader::new(theirs, "bench region descriptors");
         let (peer_src, peer_dst) = (RemoteRegion::read(&mut r)?, RemoteRegion::read(&mut r)?);
         r.finish()?;
-        let role = if job.rank == 0 { Role::Initiator } else { Role::Responder };
+        let role = if job.rank == pair.0 { Role::Initiator } else { Role::Responder };
         let mut session = Session {
             provider,
             boot,
@@ -127,8 +140,19 @@ impl Session {
 
     /// Ends the session in step with the peer, so neither side tears down early.
     pub fn finish(mut self) -> Result<()> {
-        self.boot.barrier().context("final bootstrap barrier")?;
+        self.boot.allgather(FINISHED).context("final bootstrap barrier")?;
         Ok(())
+    }
+
+    /// A rank outside the measuring pair: joins the pair's barriers (bootstrap collectives
+    /// span the job) until their last one, keeping its provider open for them meanwhile.
+    pub fn stand_by(mut self) -> Result<()> {
+        loop {
+            let all = self.boot.allgather(&[]).context("standing by in the pair's barriers")?;
+            if all.iter().any(|c| c == FINISHED) {
+                return Ok(());
+            }
+        }
     }
 
     pub(super) fn check_size(&self, size: usize) -> Result<()> {

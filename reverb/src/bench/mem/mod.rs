@@ -84,7 +84,7 @@ pub fn main(params: &MemParams) -> Result<()> {
     let largest = params.ranks.iter().copied().max().unwrap_or(2);
     let nofile = host::raise_limits(largest)?;
     let provider = params.provider.map_or_else(
-        || std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "shm".to_string()),
+        || std::env::var("REVERB_PROVIDER").unwrap_or_else(|_| "auto".to_string()),
         |k| k.to_string(),
     );
     if params.format == Format::Table {
