@@ -35,8 +35,8 @@ pub(crate) struct ProviderEntry {
 pub(crate) static PROVIDERS: &[ProviderEntry] = &[
     ProviderEntry {
         kind: ProviderKind::AUTO,
-        open: |c, b| Ok(Box::new(auto::AutoProvider::open(c.clone(), b)?)),
-        rejoin: |c, b| Ok(Box::new(auto::AutoProvider::rejoin(c.clone(), b)?)),
+        open: |c, b| auto::open(c.clone(), b),
+        rejoin: |c, b| auto::rejoin(c.clone(), b),
     },
     ProviderEntry {
         kind: ProviderKind::SHM,

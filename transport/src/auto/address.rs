@@ -7,6 +7,9 @@ use crate::bootstrap::host::HostId;
 use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
+/// What an `auto` address starts with: no other provider's address can (shm's starts with
+/// a pid, below this; tcp's with an incarnation, which would have to be this large).
+const MAGIC: [u8; 4] = *b"rvba";
 /// Wire version of the address.
 const VERSION: u8 = 1;
 
@@ -26,8 +29,14 @@ pub(crate) struct Address {
 }
 
 impl Address {
+    /// Whether `bytes` is an `auto` address (a job that spans hosts publishes these; a
+    /// one-host job's ranks publish plain shm addresses).
+    pub fn is_auto(bytes: &[u8]) -> bool {
+        bytes.starts_with(&MAGIC)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = MAGIC.to_vec();
         Writer::new(&mut out).u8(VERSION).bytes32(&self.host.encode()).bytes32(&self.shm).bytes32(&self.net);
         out
     }
@@ -35,6 +44,9 @@ impl Address {
     /// Decodes `rank`'s address from untrusted bytes.
     pub fn decode(bytes: &[u8], rank: Rank) -> Result<Address> {
         let malformed = |detail: String| TransportError::Malformed { what: "auto address", detail };
+        let Some(bytes) = bytes.strip_prefix(&MAGIC) else {
+            return Err(malformed(format!("rank {rank}: not an auto address")));
+        };
         let mut r = Reader::new(bytes, "auto address");
         let version = r.u8("version")?;
         if version != VERSION {
@@ -64,9 +76,12 @@ mod tests {
         let host = HostId { name: "ha".into(), boot: 7, shm_dev: 9 };
         let a = Address { host, shm: vec![1, 2, 3], net: Vec::new() };
         assert_eq!(Address::decode(&a.encode(), 0).unwrap(), a);
-        let mut bad = a.encode();
-        bad[0] = 9;
-        assert!(matches!(Address::decode(&bad, 0), Err(TransportError::Malformed { .. })));
+        assert!(Address::is_auto(&a.encode()));
+        for at in [0, 4] {
+            let mut bad = a.encode();
+            bad[at] = 9;
+            assert!(matches!(Address::decode(&bad, 0), Err(TransportError::Malformed { .. })), "byte {at}");
+        }
         let cut = a.encode();
         assert!(Address::decode(&cut[..cut.len() - 1], 0).is_err());
     }

@@ -11,8 +11,9 @@
 //! - **One registration.** A region is allocated by shm (a `/dev/shm` segment) and registered
 //!   with tcp over the same memory under the same key, so a host-mate writes it through the
 //!   mapping and a remote peer through tcp, each checked against its own table.
-//! - **One host, no cost.** When every rank shares this host, only shm is opened and every
-//!   call goes straight to it (own matcher, own queues): `auto` equals `shm` there.
+//! - **One host, no cost.** When every rank shares this host, [`open`] returns the shm
+//!   provider itself (and a respawned rank of such a job rejoins on shm): `auto` is `shm`
+//!   there, to the instruction.
 //! - **Addresses** carry the host identity and each sub-provider's part ([`address`]), so a
 //!   respawned rank learns its peers' hosts from the rendezvous, and `reconnect` routes a
 //!   rank that came back on another host to the right sub-provider.
@@ -51,85 +52,80 @@ const BLOCK_SLICE: Duration = Duration::from_micros(500);
 /// Runs `$call` on the sub-provider that carries `$rank`'s traffic, bound to `$p`.
 macro_rules! via {
     ($self:ident, $rank:expr, |$p:ident| $call:expr) => {{
-        let rank: Rank = $rank;
-        let local = $self.is_local(rank);
-        match $self.net.as_mut() {
-            Some(net) if !local => {
-                let $p = &mut net.tcp;
-                $call
-            }
-            _ => {
-                let $p = &mut $self.shm;
-                $call
-            }
+        if $self.is_local($rank) {
+            let $p = &mut $self.shm;
+            $call
+        } else {
+            let $p = &mut $self.tcp;
+            $call
         }
     }};
 }
 
-/// The network side: the sub-provider and the matcher it shares with shm.
-struct Net {
-    tcp: TcpProvider,
-    tagged: Arc<Mutex<TaggedState>>,
-    /// This provider's own queues: receives complete here (sub-providers' completions are
-    /// moved in).
-    cq: CompletionQueues,
+/// Opens the provider of a job: the shm provider itself when every rank shares this host (one
+/// allgather of host identities says so), an [`AutoProvider`] otherwise.
+pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
+    let hosts = HostMap::gather(boot, &HostId::configured(&config))?;
+    if hosts.hosts() <= 1 {
+        return Ok(Box::new(ShmProvider::open(config, boot)?));
+    }
+    let me = boot.job().rank;
+    let local = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
+    Ok(Box::new(AutoProvider::build(config, boot, local, false)?))
 }
 
-/// The `auto` [`Provider`] of one rank (see the module doc).
+/// Opens a respawned rank without a collective. Its peers' hosts come from the addresses they
+/// published: none in `auto`'s form means a one-host job, which runs on plain shm. A rank
+/// without an address yet counts as local until `reconnect` says where it is.
+pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
+    let host = HostId::configured(&config);
+    let mut local = vec![true; boot.job().size as usize];
+    let mut spans_hosts = false;
+    for entry in boot.lookup()? {
+        let Some(bytes) = entry.address.filter(|b| Address::is_auto(b)) else { continue };
+        spans_hosts = true;
+        let Some(slot) = local.get_mut(entry.rank as usize) else { continue };
+        match Address::decode(&bytes, entry.rank) {
+            Ok(a) => *slot = a.host == host,
+            Err(e) => tracing::warn!("auto: rank {}'s published address: {e}", entry.rank),
+        }
+    }
+    if !spans_hosts {
+        return Ok(Box::new(ShmProvider::rejoin(config, boot)?));
+    }
+    Ok(Box::new(AutoProvider::build(config, boot, local, true)?))
+}
+
+/// The `auto` [`Provider`] of one rank of a job that spans hosts (see the module doc).
 pub struct AutoProvider {
     config: TransportConfig,
     rank: Rank,
     size: u32,
     host: HostId,
     shm: ShmProvider,
-    /// None when every rank is on this host.
-    net: Option<Net>,
+    tcp: TcpProvider,
+    /// The matcher both sub-providers share.
+    tagged: Arc<Mutex<TaggedState>>,
+    /// This provider's queues: receives complete here, the sub-providers' completions are
+    /// moved in.
+    cq: CompletionQueues,
     /// Whether each rank is on this host (carried by shm).
     local: Vec<bool>,
 }
 
 impl AutoProvider {
-    /// Exchanges host identities (a collective), then opens shm for this host's ranks and, if
-    /// any rank is elsewhere, tcp for the others. Publishes the combined address.
-    pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<AutoProvider> {
-        let hosts = HostMap::gather(boot, &HostId::configured(&config))?;
-        let me = boot.job().rank;
-        let local = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
-        Self::build(config, boot, local, hosts.hosts() > 1, false)
-    }
-
-    /// Opens a respawned rank without a collective: its peers' hosts come from the addresses
-    /// they published (a rank without one yet counts as local until `reconnect` says where).
-    pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<AutoProvider> {
-        let host = HostId::configured(&config);
-        let mut local = vec![true; boot.job().size as usize];
-        for entry in boot.lookup()? {
-            let Some(bytes) = entry.address else { continue };
-            let Some(slot) = local.get_mut(entry.rank as usize) else { continue };
-            match Address::decode(&bytes, entry.rank) {
-                Ok(a) => *slot = a.host == host,
-                Err(e) => tracing::warn!("auto: rank {}'s published address: {e}", entry.rank),
-            }
-        }
-        let spans_hosts = local.iter().any(|l| !l);
-        Self::build(config, boot, local, spans_hosts, true)
-    }
-
+    /// Opens shm for this host's ranks and tcp for the others, each through a view of `boot`
+    /// that shows it only its own ranks, and publishes the combined address.
     fn build(
         config: TransportConfig,
         boot: &mut dyn Bootstrap,
         local: Vec<bool>,
-        spans_hosts: bool,
         rejoin: bool,
     ) -> Result<AutoProvider> {
         let job = boot.job().clone();
         let host = HostId::configured(&config);
-        let tagged = spans_hosts.then(TaggedHome::shared);
-        let core = |first_op| match &tagged {
-            Some(t) => SubCore { tagged: TaggedHome::Shared(Arc::clone(t)), first_op },
-            None => SubCore::default(),
-        };
-        let (shm_core, net_core) = (core(SHM_FIRST_OP), core(NET_FIRST_OP));
+        let tagged = TaggedHome::shared();
+        let share = |first_op| SubCore { tagged: TaggedHome::Shared(Arc::clone(&tagged)), first_op };
         let mut view = SubView {
             inner: boot,
             part: Part::Shm,
@@ -138,28 +134,20 @@ impl AutoProvider {
             published: None,
         };
         let shm = match rejoin {
-            false => ShmProvider::open_sub(config.clone(), &mut view, shm_core)?,
-            true => ShmProvider::rejoin_sub(config.clone(), &mut view, shm_core)?,
+            false => ShmProvider::open_sub(config.clone(), &mut view, share(SHM_FIRST_OP))?,
+            true => ShmProvider::rejoin_sub(config.clone(), &mut view, share(SHM_FIRST_OP))?,
         };
         let shm_address = view.published.take().unwrap_or_default();
-        let (net, net_address) = match tagged {
-            None => (None, Vec::new()),
-            Some(tagged) => {
-                view.part = Part::Net;
-                view.carries = local.iter().map(|l| !l).collect();
-                let tcp = match rejoin {
-                    false => TcpProvider::open_sub(config.clone(), &mut view, net_core)?,
-                    true => TcpProvider::rejoin_sub(config.clone(), &mut view, net_core)?,
-                };
-                (
-                    Some(Net { tcp, tagged, cq: CompletionQueues::new() }),
-                    view.published.take().unwrap_or_default(),
-                )
-            }
+        view.part = Part::Net;
+        view.carries = local.iter().map(|l| !l).collect();
+        let tcp = match rejoin {
+            false => TcpProvider::open_sub(config.clone(), &mut view, share(NET_FIRST_OP))?,
+            true => TcpProvider::rejoin_sub(config.clone(), &mut view, share(NET_FIRST_OP))?,
         };
-        let address = Address { host: host.clone(), shm: shm_address, net: net_address }.encode();
-        boot.publish(&address)?;
-        Ok(AutoProvider { config, rank: job.rank, size: job.size, host, shm, net, local })
+        let net_address = view.published.take().unwrap_or_default();
+        boot.publish(&Address { host: host.clone(), shm: shm_address, net: net_address }.encode())?;
+        let cq = CompletionQueues::new();
+        Ok(AutoProvider { config, rank: job.rank, size: job.size, host, shm, tcp, tagged, cq, local })
     }
 
     /// Whether `rank` is on this host (ranks outside the job count as local: shm refuses
@@ -170,47 +158,14 @@ impl AutoProvider {
     }
 
     /// Moves the sub-providers' completions into this provider's queues.
-    fn gather_completions(net: &mut Net, shm: &mut ShmProvider) {
-        shm.queues().move_into(&mut net.cq);
-        net.tcp.queues().move_into(&mut net.cq);
-    }
-
-    /// A receive posted to the shared matcher; a rendezvous it pairs with at once is fetched
-    /// by the sub-provider that carried it.
-    fn post_shared(
-        &mut self,
-        owner: Owner,
-        source: Source,
-        tag: TagMatch,
-        buffer: RecvBuffer,
-    ) -> Result<OpId> {
-        tagged::check_recv(source, &buffer, self.size)?;
-        // Liveness is read before the matcher is locked (tcp's takes its own lock).
-        let named_dead = matches!(source, Source::Rank(r) if self.peer_state(r) == PeerState::Dead);
-        let Some(net) = self.net.as_mut() else { return self.shm.post_recv_for(owner, source, tag, buffer) };
-        let (shm, local) = (&self.shm, &self.local);
-        let dead = |r: Rank| match source {
-            Source::Rank(named) if named == r => named_dead,
-            // A network peer's death shows in the fetch's own result.
-            _ => local.get(r as usize).copied().unwrap_or(false) && shm.peer_state(r) == PeerState::Dead,
-        };
-        let op = net.cq.next_op(owner);
-        let recv = PostedRecv { op, source, tag, buffer };
-        // Never advertised: direct writes are per wire, not wired through `auto` yet.
-        let matched = tagged::lock_shared(&net.tagged).post(recv, dead, &mut net.cq, usize::MAX)?;
-        if let Some(fetch) = matched {
-            via!(self, fetch.source, |p| p.rndv_fetch(fetch));
-        }
-        Ok(op)
+    fn gather_completions(&mut self) {
+        self.shm.queues().move_into(&mut self.cq);
+        self.tcp.queues().move_into(&mut self.cq);
     }
 
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
-        Address { host: self.host.clone(), shm: self.shm.address(), net: self.net_address() }.encode()
-    }
-
-    fn net_address(&self) -> Vec<u8> {
-        self.net.as_ref().map(|n| n.tcp.address()).unwrap_or_default()
+        Address { host: self.host.clone(), shm: self.shm.address(), net: self.tcp.address() }.encode()
     }
 }
 
@@ -220,20 +175,16 @@ impl Provider for AutoProvider {
     }
 
     fn provider_for(&self, peer: Rank) -> ProviderKind {
-        match &self.net {
-            Some(net) if !self.is_local(peer) => net.tcp.kind(),
-            _ => self.shm.kind(),
+        if self.is_local(peer) {
+            self.shm.kind()
+        } else {
+            self.tcp.kind()
         }
     }
 
+    /// What both wires can do (tcp's RMA is not synchronous), between hosts.
     fn capabilities(&self) -> Capabilities {
-        match &self.net {
-            // What both wires can do (tcp's RMA is not synchronous).
-            Some(net) => {
-                Capabilities(self.shm.capabilities().0 & net.tcp.capabilities().0) | Capabilities::INTER_NODE
-            }
-            None => self.shm.capabilities(),
-        }
+        Capabilities(self.shm.capabilities().0 & self.tcp.capabilities().0) | Capabilities::INTER_NODE
     }
 
     fn rank(&self) -> Rank {
@@ -250,10 +201,7 @@ impl Provider for AutoProvider {
 
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
         let region = self.shm.alloc_region(len, access)?;
-        match self.net.as_mut() {
-            Some(net) => Ok(region.with_backing(net.tcp.register_region(&region)?)),
-            None => Ok(region),
-        }
+        Ok(region.with_backing(self.tcp.register_region(&region)?))
     }
 
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
@@ -284,6 +232,8 @@ impl Provider for AutoProvider {
         via!(self, dest, |p| p.send_region_for(owner, dest, tag, region, offset, len))
     }
 
+    /// Posted to the shared matcher; a rendezvous it pairs with at once is fetched by the
+    /// sub-provider that carried the announcement.
     fn post_recv_for(
         &mut self,
         owner: Owner,
@@ -291,30 +241,42 @@ impl Provider for AutoProvider {
         tag: TagMatch,
         buffer: RecvBuffer,
     ) -> Result<OpId> {
-        match self.net {
-            Some(_) => self.post_shared(owner, source, tag, buffer),
-            None => self.shm.post_recv_for(owner, source, tag, buffer),
+        tagged::check_recv(source, &buffer, self.size)?;
+        // Liveness is read before the matcher is locked (tcp's takes its own lock first).
+        let named_dead = matches!(source, Source::Rank(r) if self.peer_state(r) == PeerState::Dead);
+        let (shm, local) = (&self.shm, &self.local);
+        let dead = |r: Rank| match source {
+            Source::Rank(named) if named == r => named_dead,
+            // A network peer's death shows in the fetch's own result.
+            _ => local.get(r as usize).copied().unwrap_or(false) && shm.peer_state(r) == PeerState::Dead,
+        };
+        let op = self.cq.next_op(owner);
+        let recv = PostedRecv { op, source, tag, buffer };
+        // Never advertised: direct writes into a buffer are per wire, not wired through auto.
+        let matched = tagged::lock_shared(&self.tagged).post(recv, dead, &mut self.cq, usize::MAX)?;
+        if let Some(fetch) = matched {
+            via!(self, fetch.source, |p| p.rndv_fetch(fetch));
         }
+        Ok(op)
     }
 
     fn rndv_stats(&self) -> crate::advert::RndvStats {
-        match &self.net {
-            Some(net) => tagged::lock_shared(&net.tagged).rndv_stats(),
-            None => self.shm.rndv_stats(),
-        }
+        tagged::lock_shared(&self.tagged).rndv_stats()
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {
-        match &self.net {
-            Some(net) if !self.is_local(peer) => net.tcp.peer_state(peer),
-            _ => self.shm.peer_state(peer),
+        if self.is_local(peer) {
+            self.shm.peer_state(peer)
+        } else {
+            self.tcp.peer_state(peer)
         }
     }
 
     fn peer_incarnation(&self, peer: Rank) -> Option<u32> {
-        match &self.net {
-            Some(net) if !self.is_local(peer) => net.tcp.peer_incarnation(peer),
-            _ => self.shm.peer_incarnation(peer),
+        if self.is_local(peer) {
+            self.shm.peer_incarnation(peer)
+        } else {
+            self.tcp.peer_incarnation(peer)
         }
     }
 
@@ -323,12 +285,6 @@ impl Provider for AutoProvider {
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
         let address = Address::decode(address, peer)?;
         let local = address.host == self.host;
-        if !local && self.net.is_none() {
-            return Err(TransportError::Unsupported(format!(
-                "rank {peer} came back on host {}, but this job was opened on one host",
-                address.host.name
-            )));
-        }
         let Some(slot) = self.local.get_mut(peer as usize) else {
             return Err(TransportError::InvalidRank(peer, self.size));
         };
@@ -338,41 +294,33 @@ impl Provider for AutoProvider {
     }
 
     fn progress(&mut self) -> Result<()> {
-        let Some(net) = self.net.as_mut() else { return self.shm.progress() };
-        // Both wires move every call; the first error is reported, the other kept for later.
+        // Both wires move every call; the first error is reported, the other's next time.
         let shm = self.shm.progress();
-        let tcp = net.tcp.progress();
+        let tcp = self.tcp.progress();
         shm.and(tcp)
     }
 
     fn block(&mut self, timeout: Duration) -> Result<()> {
-        let Some(net) = self.net.as_mut() else { return self.shm.block(timeout) };
-        Self::gather_completions(net, &mut self.shm);
-        if net.cq.any_queued() {
+        self.gather_completions();
+        if self.cq.any_queued() {
             return Ok(());
         }
         // Neither wire can wake the other's sleep: short turns on each, within `timeout`.
         let start = Instant::now();
         self.shm.block(timeout.min(BLOCK_SLICE))?;
         let left = timeout.saturating_sub(start.elapsed());
-        net.tcp.block(left.min(BLOCK_SLICE))
+        self.tcp.block(left.min(BLOCK_SLICE))
     }
 
     fn queues(&mut self) -> &mut CompletionQueues {
-        match self.net.as_mut() {
-            Some(net) => {
-                Self::gather_completions(net, &mut self.shm);
-                &mut net.cq
-            }
-            None => self.shm.queues(),
-        }
+        self.gather_completions();
+        &mut self.cq
     }
 
     fn open_owner(&mut self) -> Result<Owner> {
-        let Some(net) = self.net.as_mut() else { return self.shm.open_owner() };
         // Opened in every queue set, in step, so an owner has one number everywhere.
-        let owner = net.cq.open()?;
-        for (name, sub) in [("shm", self.shm.open_owner()?), ("tcp", net.tcp.open_owner()?)] {
+        let owner = self.cq.open()?;
+        for (name, sub) in [("shm", self.shm.open_owner()?), ("tcp", self.tcp.open_owner()?)] {
             if sub != owner {
                 return Err(TransportError::Config(format!(
                     "auto: owner {owner:?} opened as {sub:?} in {name}"
@@ -384,18 +332,14 @@ impl Provider for AutoProvider {
 
     fn close_owner(&mut self, owner: Owner) {
         self.shm.close_owner(owner);
-        if let Some(net) = self.net.as_mut() {
-            net.tcp.close_owner(owner);
-            net.cq.close(owner);
-        }
+        self.tcp.close_owner(owner);
+        self.cq.close(owner);
     }
 
     fn route_remote(&mut self, owner: Owner) {
         self.shm.route_remote(owner);
-        if let Some(net) = self.net.as_mut() {
-            net.tcp.route_remote(owner);
-            net.cq.route_remote(owner);
-        }
+        self.tcp.route_remote(owner);
+        self.cq.route_remote(owner);
     }
 
     fn completions_of(&mut self, owner: Owner) -> &mut VecDeque<Completion> {
