@@ -61,13 +61,20 @@ impl Region {
         Region { inner: Arc::new(RegionInner { ptr, len, access, remote, local_key, _backing: backing }) }
     }
 
-    /// The same memory and descriptor, with `extra` kept alive (and dropped) alongside: a
-    /// second provider's registration of this region.
-    pub(crate) fn with_backing(&self, extra: Box<dyn Any + Send + Sync>) -> Region {
+    /// The same memory, registered with a second provider too: `extra` is that registration
+    /// (dropped first, while the memory is still mapped), `local_key` its local key, `key` the
+    /// descriptor's key both providers accept.
+    pub(crate) fn also_registered(
+        &self,
+        extra: Box<dyn Any + Send + Sync>,
+        local_key: u32,
+        key: u64,
+    ) -> Region {
         let inner = &self.inner;
-        let backing: Box<dyn Any + Send + Sync> = Box::new((self.clone(), extra));
+        let remote = RemoteRegion { key, ..inner.remote };
+        let backing: Box<dyn Any + Send + Sync> = Box::new((extra, self.clone()));
         // SAFETY: the clone of `self` inside `backing` keeps ptr..ptr+len valid.
-        unsafe { Region::new(inner.ptr, inner.len, inner.access, inner.remote, inner.local_key, backing) }
+        unsafe { Region::new(inner.ptr, inner.len, inner.access, remote, local_key, backing) }
     }
 
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]

@@ -2,7 +2,7 @@
 //! sub-provider's own address (empty where it has none). A respawned rank reads its peers'
 //! hosts from these, and `reconnect` hands each sub-provider its part.
 
-use crate::api::Rank;
+use crate::api::{ProviderKind, Rank};
 use crate::bootstrap::host::HostId;
 use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
@@ -25,6 +25,8 @@ pub(crate) enum Part {
 pub(crate) struct Address {
     pub host: HostId,
     pub shm: Vec<u8>,
+    /// The provider the job uses between hosts (a rejoining rank opens the same).
+    pub net_kind: ProviderKind,
     pub net: Vec<u8>,
 }
 
@@ -37,7 +39,12 @@ impl Address {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
-        Writer::new(&mut out).u8(VERSION).bytes32(&self.host.encode()).bytes32(&self.shm).bytes32(&self.net);
+        Writer::new(&mut out)
+            .u8(VERSION)
+            .bytes32(&self.host.encode())
+            .bytes32(&self.shm)
+            .bytes32(self.net_kind.as_str().as_bytes())
+            .bytes32(&self.net);
         out
     }
 
@@ -54,9 +61,14 @@ impl Address {
         }
         let host = HostId::decode(r.bytes32("host")?)?;
         let shm = r.bytes32("shm address")?.to_vec();
+        let kind = r.bytes32("network provider")?;
+        let net_kind = std::str::from_utf8(kind)
+            .ok()
+            .and_then(crate::providers::by_name)
+            .ok_or_else(|| malformed(format!("rank {rank}: unknown network provider {kind:?}")))?;
         let net = r.bytes32("network address")?.to_vec();
         r.finish()?;
-        Ok(Address { host, shm, net })
+        Ok(Address { host, shm, net_kind, net })
     }
 
     pub fn part(&self, part: Part) -> &[u8] {
@@ -74,7 +86,7 @@ mod tests {
     #[test]
     fn round_trips_and_refuses_garbage() {
         let host = HostId { name: "ha".into(), boot: 7, shm_dev: 9 };
-        let a = Address { host, shm: vec![1, 2, 3], net: Vec::new() };
+        let a = Address { host, shm: vec![1, 2, 3], net_kind: ProviderKind::TCP, net: vec![4] };
         assert_eq!(Address::decode(&a.encode(), 0).unwrap(), a);
         assert!(Address::is_auto(&a.encode()));
         for at in [0, 4] {

@@ -1,6 +1,6 @@
 //! The `auto` provider: a transport per peer, as UCX and libfabric choose one. Peers on this
 //! rank's host (same kernel, same `/dev/shm`, same host name: [`HostMap`]) go through shared
-//! memory; the others through the network (tcp). One [`Provider`] to the layers above.
+//! memory; the others through the network (verbs or tcp). One [`Provider`] to the layers above.
 //!
 //! - **One matcher.** The sub-providers share one tagged state ([`crate::subcore`]): a
 //!   receive is posted here, matched against arrivals from every wire in one order (MPI's
@@ -9,8 +9,12 @@
 //!   so completions move from the sub-providers' queues to this one's untranslated (lazily,
 //!   whenever the queues are looked at).
 //! - **One registration.** A region is allocated by shm (a `/dev/shm` segment) and registered
-//!   with tcp over the same memory under the same key, so a host-mate writes it through the
-//!   mapping and a remote peer through tcp, each checked against its own table.
+//!   with the network provider over the same memory under one key (keys share one layout:
+//!   incarnation, shm's table index, then verbs' rkey or random bits), so a host-mate writes it
+//!   through the mapping and a remote peer through the NIC or tcp, each checked against its
+//!   own registration.
+//! - **Between hosts** verbs where every rank has a usable RDMA device, else tcp
+//!   (`REVERB_AUTO_NET` forces one; [`net`]).
 //! - **One host, no cost.** When every rank shares this host, [`open`] returns the shm
 //!   provider itself (and a respawned rank of such a job rejoins on shm): `auto` is `shm`
 //!   there, to the instruction.
@@ -18,10 +22,9 @@
 //!   respawned rank learns its peers' hosts from the rendezvous, and `reconnect` routes a
 //!   rank that came back on another host to the right sub-provider.
 //!
-//! Verbs between hosts under `auto` is not wired yet: `REVERB_PROVIDER=verbs` forces it for
-//! every peer.
 
 mod address;
+mod net;
 mod view;
 
 use std::collections::VecDeque;
@@ -29,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::address::{Address, Part};
+use self::net::NetProvider;
 use self::view::SubView;
 use crate::api::*;
 use crate::bootstrap::host::{HostId, HostMap};
@@ -41,7 +45,6 @@ use crate::shm::ShmProvider;
 use crate::subcore::SubCore;
 use crate::tagged::{self, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
-use crate::tcp::TcpProvider;
 
 /// Operation numbers of each part of the job-wide space (2^44 operations each).
 const SHM_FIRST_OP: u64 = 1 << 44;
@@ -56,7 +59,7 @@ macro_rules! via {
             let $p = &mut $self.shm;
             $call
         } else {
-            let $p = &mut $self.tcp;
+            let $p = &mut *$self.net;
             $call
         }
     }};
@@ -69,9 +72,11 @@ pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn
     if hosts.hosts() <= 1 {
         return Ok(Box::new(ShmProvider::open(config, boot)?));
     }
+    let flags = boot.allgather(&[u8::from(net::verbs_usable(&config))])?;
+    let kind = net::choose(&config, flags.iter().all(|f| f[..] == [1]))?;
     let me = boot.job().rank;
     let local = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
-    Ok(Box::new(AutoProvider::build(config, boot, local, false)?))
+    Ok(Box::new(AutoProvider::build(config, boot, local, kind, false)?))
 }
 
 /// Opens a respawned rank without a collective. Its peers' hosts come from the addresses they
@@ -80,20 +85,22 @@ pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn
 pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
     let host = HostId::configured(&config);
     let mut local = vec![true; boot.job().size as usize];
-    let mut spans_hosts = false;
+    let mut net_kind = None;
     for entry in boot.lookup()? {
         let Some(bytes) = entry.address.filter(|b| Address::is_auto(b)) else { continue };
-        spans_hosts = true;
         let Some(slot) = local.get_mut(entry.rank as usize) else { continue };
         match Address::decode(&bytes, entry.rank) {
-            Ok(a) => *slot = a.host == host,
+            Ok(a) => {
+                *slot = a.host == host;
+                net_kind = Some(a.net_kind);
+            }
             Err(e) => tracing::warn!("auto: rank {}'s published address: {e}", entry.rank),
         }
     }
-    if !spans_hosts {
-        return Ok(Box::new(ShmProvider::rejoin(config, boot)?));
+    match net_kind {
+        None => Ok(Box::new(ShmProvider::rejoin(config, boot)?)),
+        Some(kind) => Ok(Box::new(AutoProvider::build(config, boot, local, kind, true)?)),
     }
-    Ok(Box::new(AutoProvider::build(config, boot, local, true)?))
 }
 
 /// The `auto` [`Provider`] of one rank of a job that spans hosts (see the module doc).
@@ -103,7 +110,8 @@ pub struct AutoProvider {
     size: u32,
     host: HostId,
     shm: ShmProvider,
-    tcp: TcpProvider,
+    /// Carries the ranks on other hosts (verbs or tcp).
+    net: Box<dyn NetProvider>,
     /// The matcher both sub-providers share.
     tagged: Arc<Mutex<TaggedState>>,
     /// This provider's queues: receives complete here, the sub-providers' completions are
@@ -114,12 +122,13 @@ pub struct AutoProvider {
 }
 
 impl AutoProvider {
-    /// Opens shm for this host's ranks and tcp for the others, each through a view of `boot`
+    /// Opens shm for this host's ranks and the network provider for the others, each through a view of `boot`
     /// that shows it only its own ranks, and publishes the combined address.
     fn build(
         config: TransportConfig,
         boot: &mut dyn Bootstrap,
         local: Vec<bool>,
+        net_kind: ProviderKind,
         rejoin: bool,
     ) -> Result<AutoProvider> {
         let job = boot.job().clone();
@@ -140,14 +149,11 @@ impl AutoProvider {
         let shm_address = view.published.take().unwrap_or_default();
         view.part = Part::Net;
         view.carries = local.iter().map(|l| !l).collect();
-        let tcp = match rejoin {
-            false => TcpProvider::open_sub(config.clone(), &mut view, share(NET_FIRST_OP))?,
-            true => TcpProvider::rejoin_sub(config.clone(), &mut view, share(NET_FIRST_OP))?,
-        };
+        let net = net::open(net_kind, config.clone(), &mut view, share(NET_FIRST_OP), rejoin)?;
         let net_address = view.published.take().unwrap_or_default();
-        boot.publish(&Address { host: host.clone(), shm: shm_address, net: net_address }.encode())?;
+        boot.publish(&Address { host: host.clone(), shm: shm_address, net_kind, net: net_address }.encode())?;
         let cq = CompletionQueues::new();
-        Ok(AutoProvider { config, rank: job.rank, size: job.size, host, shm, tcp, tagged, cq, local })
+        Ok(AutoProvider { config, rank: job.rank, size: job.size, host, shm, net, tagged, cq, local })
     }
 
     /// Whether `rank` is on this host (ranks outside the job count as local: shm refuses
@@ -160,12 +166,14 @@ impl AutoProvider {
     /// Moves the sub-providers' completions into this provider's queues.
     fn gather_completions(&mut self) {
         self.shm.queues().move_into(&mut self.cq);
-        self.tcp.queues().move_into(&mut self.cq);
+        self.net.queues().move_into(&mut self.cq);
     }
 
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
-        Address { host: self.host.clone(), shm: self.shm.address(), net: self.tcp.address() }.encode()
+        let net_kind = self.net.kind();
+        Address { host: self.host.clone(), shm: self.shm.address(), net_kind, net: self.net.net_address() }
+            .encode()
     }
 }
 
@@ -178,13 +186,13 @@ impl Provider for AutoProvider {
         if self.is_local(peer) {
             self.shm.kind()
         } else {
-            self.tcp.kind()
+            self.net.kind()
         }
     }
 
-    /// What both wires can do (tcp's RMA is not synchronous), between hosts.
+    /// What both wires can do (RMA through the network is not synchronous), between hosts.
     fn capabilities(&self) -> Capabilities {
-        Capabilities(self.shm.capabilities().0 & self.tcp.capabilities().0) | Capabilities::INTER_NODE
+        Capabilities(self.shm.capabilities().0 & self.net.capabilities().0) | Capabilities::INTER_NODE
     }
 
     fn rank(&self) -> Rank {
@@ -201,7 +209,12 @@ impl Provider for AutoProvider {
 
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
         let region = self.shm.alloc_region(len, access)?;
-        Ok(region.with_backing(self.tcp.register_region(&region)?))
+        let reg = self.net.register(&region)?;
+        let key = match reg.key_low {
+            Some(low) => self.shm.rekey(&region, low)?,
+            None => region.remote().key,
+        };
+        Ok(region.also_registered(reg.backing, reg.local_key, key))
     }
 
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
@@ -255,7 +268,11 @@ impl Provider for AutoProvider {
         // Never advertised: direct writes into a buffer are per wire, not wired through auto.
         let matched = tagged::lock_shared(&self.tagged).post(recv, dead, &mut self.cq, usize::MAX)?;
         if let Some(fetch) = matched {
-            via!(self, fetch.source, |p| p.rndv_fetch(fetch));
+            if self.is_local(fetch.source) {
+                self.shm.rndv_fetch(fetch);
+            } else {
+                self.net.fetch(fetch);
+            }
         }
         Ok(op)
     }
@@ -268,7 +285,7 @@ impl Provider for AutoProvider {
         if self.is_local(peer) {
             self.shm.peer_state(peer)
         } else {
-            self.tcp.peer_state(peer)
+            self.net.peer_state(peer)
         }
     }
 
@@ -276,7 +293,7 @@ impl Provider for AutoProvider {
         if self.is_local(peer) {
             self.shm.peer_incarnation(peer)
         } else {
-            self.tcp.peer_incarnation(peer)
+            self.net.peer_incarnation(peer)
         }
     }
 
@@ -296,8 +313,8 @@ impl Provider for AutoProvider {
     fn progress(&mut self) -> Result<()> {
         // Both wires move every call; the first error is reported, the other's next time.
         let shm = self.shm.progress();
-        let tcp = self.tcp.progress();
-        shm.and(tcp)
+        let net = self.net.progress();
+        shm.and(net)
     }
 
     fn block(&mut self, timeout: Duration) -> Result<()> {
@@ -309,7 +326,7 @@ impl Provider for AutoProvider {
         let start = Instant::now();
         self.shm.block(timeout.min(BLOCK_SLICE))?;
         let left = timeout.saturating_sub(start.elapsed());
-        self.tcp.block(left.min(BLOCK_SLICE))
+        self.net.block(left.min(BLOCK_SLICE))
     }
 
     fn queues(&mut self) -> &mut CompletionQueues {
@@ -320,7 +337,7 @@ impl Provider for AutoProvider {
     fn open_owner(&mut self) -> Result<Owner> {
         // Opened in every queue set, in step, so an owner has one number everywhere.
         let owner = self.cq.open()?;
-        for (name, sub) in [("shm", self.shm.open_owner()?), ("tcp", self.tcp.open_owner()?)] {
+        for (name, sub) in [("shm", self.shm.open_owner()?), ("network", self.net.open_owner()?)] {
             if sub != owner {
                 return Err(TransportError::Config(format!(
                     "auto: owner {owner:?} opened as {sub:?} in {name}"
@@ -332,13 +349,13 @@ impl Provider for AutoProvider {
 
     fn close_owner(&mut self, owner: Owner) {
         self.shm.close_owner(owner);
-        self.tcp.close_owner(owner);
+        self.net.close_owner(owner);
         self.cq.close(owner);
     }
 
     fn route_remote(&mut self, owner: Owner) {
         self.shm.route_remote(owner);
-        self.tcp.route_remote(owner);
+        self.net.route_remote(owner);
         self.cq.route_remote(owner);
     }
 

@@ -13,4 +13,4 @@ mod transport;
 
 pub use env::{env_get, env_os, env_path, Env};
 pub use parse::{or_list, parse_size, ConfigError, ValueError};
-pub use transport::{AdvertMode, TransportConfig, WaitMode};
+pub use transport::{AdvertMode, AutoNet, TransportConfig, WaitMode};

@@ -158,6 +158,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_PEER_TIMEOUT_MS", "500", Transport, User, "ms", "a dead peer is reported within this bound (> 0)"),
     var("REVERB_LOG_LEVEL", "info", Transport, User, "filter", "diagnostics on stderr: error|warn|info|debug|trace, or per module (reverb_logger=debug,info)"),
     var("REVERB_TCP_ADDR", "the bootstrap connection's local address", Transport, User, "text", "tcp provider: the IP address it listens on (overrides REVERB_TCP_IFACE)"),
+    var("REVERB_AUTO_NET", "any", Transport, User, "any|tcp|verbs", "what the auto provider uses between hosts: any = verbs where every rank has a usable RDMA device, else tcp"),
     var("REVERB_HOST_NAME", "the UTS host name", Transport, User, "text", "this rank's host name for the auto provider's per-peer choice (a resource manager's node name; distinct names simulate hosts)"),
     var("REVERB_TCP_IFACE", "", Transport, User, "text", "tcp provider: listen on this network interface's IPv4 address (e.g. eth0)"),
     // verbs provider

@@ -37,6 +37,20 @@ pub enum AdvertMode {
     Off,
 }
 
+/// What the `auto` provider uses between hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoNet {
+    /// Verbs when every rank has a usable RDMA device (and the build has verbs), else tcp.
+    Any,
+    /// Always tcp.
+    Tcp,
+    /// Always verbs (an error where it cannot open).
+    Verbs,
+}
+
+const AUTO_NETS: &[(&str, AutoNet)] =
+    &[("any", AutoNet::Any), ("tcp", AutoNet::Tcp), ("verbs", AutoNet::Verbs)];
+
 const ADVERT_MODES: &[(&str, AdvertMode)] =
     &[("auto", AdvertMode::Auto), ("on", AdvertMode::On), ("off", AdvertMode::Off)];
 
@@ -73,6 +87,8 @@ pub struct TransportConfig {
     pub tcp_iface: Option<String>,
     /// `REVERB_RNDV_ADVERT`: auto (default), on or off.
     pub rndv_advert: AdvertMode,
+    /// `REVERB_AUTO_NET`: what `auto` uses between hosts (any: verbs where usable, else tcp).
+    pub auto_net: AutoNet,
     /// `REVERB_HOST_NAME`: this rank's host name for the per-peer choice (unset: the UTS
     /// host name). What a resource manager calls the node, or distinct names to simulate
     /// hosts on one machine.
@@ -93,6 +109,7 @@ impl Default for TransportConfig {
             tcp_iface: None,
             rndv_advert: AdvertMode::Auto,
             host_name: None,
+            auto_net: AutoNet::Any,
         }
     }
 }
@@ -131,6 +148,9 @@ impl TransportConfig {
         }
         if let Some(t) = env.duration("REVERB_PEER_TIMEOUT_MS")? {
             cfg.peer_timeout = t;
+        }
+        if let Some(n) = env.choice("REVERB_AUTO_NET", AUTO_NETS)? {
+            cfg.auto_net = n;
         }
         if let Some(m) = env.choice("REVERB_RNDV_ADVERT", ADVERT_MODES)? {
             cfg.rndv_advert = m;
@@ -191,6 +211,7 @@ impl fmt::Display for TransportConfig {
         writeln!(f, "REVERB_WAIT_MODE={:?}", self.wait_mode)?;
         writeln!(f, "REVERB_WAIT_SPIN_US={}", self.spin.as_micros())?;
         writeln!(f, "REVERB_RNDV_ADVERT={:?}", self.rndv_advert)?;
+        writeln!(f, "REVERB_AUTO_NET={:?}", self.auto_net)?;
         write!(f, "REVERB_PEER_TIMEOUT_MS={}", self.peer_timeout.as_millis())?;
         if let Some(a) = self.tcp_addr {
             write!(f, "\nREVERB_TCP_ADDR={a}")?;

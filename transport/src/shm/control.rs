@@ -36,9 +36,22 @@ pub const TABLE_ENTRIES: usize = 4096;
 const ENTRY_LEN: usize = 32;
 pub use crate::msg::{EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 
-/// Marks a table entry that is being filled; its low 16 bits never name a valid index.
+/// Marks a table entry that is being filled; its index bits never name a valid index.
 pub const KEY_RESERVED: u64 = u64::MAX;
-pub const KEY_INDEX_MASK: u64 = 0xffff;
+
+/// The table index a region key names. Keys share one layout across providers, so a
+/// descriptor works whichever provider carries the peer (the `auto` provider registers a
+/// region with shm and a network provider under one key): incarnation (bits 48..63), this
+/// table's index (32..47), then 32 bits of the network provider's key (a verbs rkey) or random.
+#[inline(always)]
+pub fn key_index(key: u64) -> usize {
+    ((key >> 32) & 0xffff) as usize
+}
+
+/// A key for table entry `index` of `incarnation`, with `low` in its low 32 bits.
+pub fn make_key(incarnation: u32, index: usize, low: u32) -> u64 {
+    (u64::from(incarnation as u16) << 48) | ((index as u64 & 0xffff) << 32) | u64::from(low)
+}
 
 /// Largest incarnation the accept words can carry (they hold incarnation + 1, 0 = none).
 pub const MAX_INCARNATION: u32 = u32::MAX - 1;

@@ -42,7 +42,7 @@ use crate::subcore::SubCore;
 use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::{decode_peer_info, encode_address};
-use control::{kind, ControlView, Layout, SlotHeader, KEY_INDEX_MASK, KEY_RESERVED};
+use control::{kind, ControlView, Layout, SlotHeader, KEY_RESERVED};
 use fifo::Slot;
 use liveness::ProcessWatch;
 use segment::OwnedSegment;
@@ -373,6 +373,21 @@ impl ShmProvider {
         Ok(())
     }
 
+    /// Gives `region` (allocated here, not yet shown to any peer) the key `low` in its low 32
+    /// bits: what the `auto` provider does once a network provider has registered the same
+    /// memory under its own key (a verbs rkey). Returns the new key.
+    pub(crate) fn rekey(&mut self, region: &Region, low: u32) -> Result<u64> {
+        let old = region.remote().key;
+        let index = control::key_index(old);
+        let key = (old & !0xffff_ffff) | u64::from(low);
+        let entry = self.own.entry(index).filter(|e| e.key.load(Ordering::Acquire) == old);
+        let Some(entry) = entry.filter(|_| low != 0 && key != KEY_RESERVED) else {
+            return Err(TransportError::InvalidKey { op: "rekey", owner: self.job.rank, key: old });
+        };
+        entry.key.store(key, Ordering::Release);
+        Ok(key)
+    }
+
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
         encode_address(self.pid, self.layout, self.job.incarnation)
@@ -409,7 +424,7 @@ impl ShmProvider {
         let owner = remote.owner;
         let invalid = TransportError::InvalidKey { op, owner, key: remote.key };
         let peer = self.live_peer(owner)?;
-        let index = (remote.key & KEY_INDEX_MASK) as usize;
+        let index = control::key_index(remote.key);
         let entry = match peer.view.entry(index) {
             Some(e) if remote.key != 0 && remote.key != KEY_RESERVED => e,
             _ => return Err(invalid),
@@ -638,12 +653,10 @@ impl Provider for ShmProvider {
         let index = self.own.claim_entry().ok_or_else(|| {
             TransportError::Config(format!("registration table full ({} regions)", control::TABLE_ENTRIES))
         })?;
-        // Incarnation (16) | random (32) | table index (16): the tcp provider reads the
-        // incarnation from the same bits when `auto` registers this region with it too.
-        let incarnation = u64::from(self.job.incarnation as u16) << 48;
+        // Random low bits until `auto` puts a network provider's key there (`rekey`).
         let key = loop {
-            let k = incarnation | ((rand::random::<u64>() & 0xffff_ffff) << 16) | index as u64;
-            if k != KEY_RESERVED && (k >> 16) & 0xffff_ffff != 0 {
+            let k = control::make_key(self.job.incarnation, index, rand::random::<u32>());
+            if k != KEY_RESERVED && k as u32 != 0 {
                 break k;
             }
         };
