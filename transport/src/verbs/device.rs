@@ -196,7 +196,11 @@ impl Drop for Context {
 /// `auto` provider to choose verbs between hosts.
 #[allow(dead_code)] // for `auto`
 pub(crate) fn usable() -> bool {
-    let Ok(opts) = super::VerbsOptions::from_env() else { return false };
+    super::VerbsOptions::from_env().is_ok_and(|opts| usable_with(&opts))
+}
+
+/// [`usable`] with these options.
+pub(super) fn usable_with(opts: &super::VerbsOptions) -> bool {
     let check = |name: Option<&str>| -> Result<()> {
         let ctx = Context::open(name)?;
         let port = ctx.query_port(opts.port)?;

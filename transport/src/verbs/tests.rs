@@ -55,6 +55,13 @@ impl Bootstrap for Partial<'_> {
     }
 }
 
+/// Runs `test` (a path in this crate) as a job of `ranks` with `env`; the job id may not hold
+/// the path's colons.
+fn run_job(test: &str, ranks: u32, env: (&str, &str)) {
+    let id = testkit::job_id(test).replace("::", ".");
+    testkit::run_job_ok(test, &Job::new(ranks).env(&[env, ("REVERB_JOB_ID", &id)]));
+}
+
 /// In a rank process: the job's bootstrap; None in the test's parent.
 fn child_boot() -> Option<TcpBootstrap> {
     testkit::is_child().then(|| TcpBootstrap::connect_from_env().expect("bootstrap"))
@@ -93,7 +100,7 @@ fn rma<'a>(local: &'a Region, remote: &'a RemoteRegion, len: usize) -> Rma<'a> {
 /// 1's likewise; a descriptor of another incarnation is refused before posting.
 fn register_region_job(test: &str, env: (&str, &str)) {
     let Some(mut boot) = child_boot() else {
-        testkit::run_job_ok(test, &Job::new(2).env(&[env]));
+        run_job(test, 2, env);
         return;
     };
     let config = TransportConfig::from_env().expect("config");
@@ -104,7 +111,12 @@ fn register_region_job(test: &str, env: (&str, &str)) {
     let region = registered(&mut p, &memory, 0x1234);
     region.write(0, &testkit::pattern(rank as u64, LEN)).expect("fill");
     let all = exchange(&mut boot, &region.remote());
-    if rank == 0 {
+    // Rank 1 waits in a receive (its progress answers on-demand connection requests) until
+    // rank 0 is done.
+    if rank == 1 {
+        assert_eq!(recv(&mut p, 0, 9), b"done");
+        assert_eq!(memory.to_vec(0, LEN).expect("read"), testkit::pattern(7, LEN), "rank 0's put");
+    } else {
         let source = testkit::pattern(7, LEN);
         region.write(0, &source).expect("fill");
         let op = p.put(rma(&region, &all[1], LEN), Signal::Yes).expect("put");
@@ -117,10 +129,8 @@ fn register_region_job(test: &str, env: (&str, &str)) {
             Err(TransportError::InvalidKey { .. }) => {}
             other => panic!("a descriptor of another incarnation: {other:?}"),
         }
-    }
-    boot.barrier().expect("barrier");
-    if rank == 1 {
-        assert_eq!(memory.to_vec(0, LEN).expect("read"), testkit::pattern(7, LEN), "rank 0's put");
+        let op = p.send(1, 9, b"done").expect("send");
+        p.wait_op(op, WAIT).expect("send completion").into_result().expect("send ok");
     }
     boot.barrier().expect("barrier");
 }
@@ -144,7 +154,7 @@ fn register_region_takes_peer_rma_on_demand() {
 /// reconnects with the real addresses (a rank that moved hosts) and 0 and 2 exchange messages.
 fn empty_addresses_job(test: &str, env: (&str, &str)) {
     let Some(mut tcp) = child_boot() else {
-        testkit::run_job_ok(test, &Job::new(3).env(&[env]));
+        run_job(test, 3, env);
         return;
     };
     let rank = tcp.job().rank;
@@ -212,4 +222,18 @@ fn empty_addresses_stay_dead_until_reconnect_on_demand() {
     if on_verbs() {
         empty_addresses_job("verbs::tests::empty_addresses_stay_dead_until_reconnect_on_demand", ON_DEMAND);
     }
+}
+
+#[test]
+fn usable_when_the_device_opens() {
+    if !on_verbs() {
+        return;
+    }
+    let opts = VerbsOptions::from_env().expect("options");
+    assert!(device::usable_with(&opts), "the suite's device {:?}", opts.devices);
+    assert!(super::usable());
+    let missing = VerbsOptions { devices: vec!["no_such_device".into()], ..opts.clone() };
+    assert!(!device::usable_with(&missing));
+    let no_port = VerbsOptions { port: 9, ..opts };
+    assert!(!device::usable_with(&no_port));
 }
