@@ -36,6 +36,11 @@
 //!   RDMA-writes into it and posts the DIRECT_FIN notification behind the write in one list.
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
+//! - As a sub-provider of `auto` (`VerbsProvider::open_sub`): the tagged state and the
+//!   operation numbering are shared (`SubCore`); ranks with an empty address are carried by
+//!   another sub-provider and stay `Dead` here, never connected, until a `reconnect` gives
+//!   them a real one. Memory another provider allocated is registered here too
+//!   (`register_region`); region keys follow the layout in `mr.rs`, shared by every provider.
 //!
 //! Reconnecting to a respawned peer (see [`crate::recovery`]): a respawned rank
 //! ([`VerbsProvider::rejoin`]) takes the survivors' addresses and publishes its own. A
