@@ -68,8 +68,9 @@ impl VerbsProvider {
         let _ = self.push_msg(dest, fin, &[], None);
     }
 
-    /// Receiver side of rendezvous: RDMA-read the sender's buffer into the posted one.
-    pub(super) fn rndv_fetch(&mut self, f: Fetch) {
+    /// Receiver side of rendezvous: RDMA-read the sender's buffer into the posted one. Also
+    /// for a rendezvous that another sub-provider's matcher paired (`auto` posts receives).
+    pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let fail = |this: &mut Self, recv: PostedRecv, e: TransportError, status: u32| {
@@ -80,8 +81,8 @@ impl VerbsProvider {
             let e = TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 };
             return fail(self, recv, e, fin::TRUNCATED);
         }
-        let key_incarnation = (rts.r_key >> 32) as u32;
-        if rts.len > self.max_msg || key_incarnation != self.peers[source as usize].incarnation {
+        let key_current = mr::key_of_incarnation(rts.r_key, self.peers[source as usize].incarnation);
+        if rts.len > self.max_msg || !key_current {
             let e = TransportError::Malformed {
                 what: "rendezvous",
                 detail: format!("length {} or key {:#x} invalid", rts.len, rts.r_key),
@@ -110,7 +111,7 @@ impl VerbsProvider {
         };
         let sge =
             Sge { addr: region.as_ptr() as u64 + offset as u64, len: len as u32, lkey: region.local_key() };
-        let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), rts.r_key as u32)); // the rkey
+        let remote = Some((rts.r_addr.wrapping_add(rts.r_offset), mr::rkey_of(rts.r_key)));
         let info = WrInfo::RndvRead { recv, header: rts, scratch };
         if let Err(e) = self.post(source, info, Opcode::Read, &[sge], remote, false) {
             self.fail_peer(source, e);
@@ -126,17 +127,20 @@ impl VerbsProvider {
             return;
         };
         match header.kind {
-            kind::EAGER => self.tagged.on_eager(source, header.tag, payload, &mut self.completions),
+            kind::EAGER => self.tagged.get().on_eager(source, header.tag, payload, &mut self.completions),
             // A put-with-immediate arrives as the RDMA immediate itself, never as a message.
             kind::IMM => self.malformed.push(TransportError::Malformed {
                 what: "message",
                 detail: format!("put-with-immediate notice as a message from rank {source}"),
             }),
-            _ => match self.tagged.on_control(source, header, &mut self.completions) {
-                Ok(Some(fetch)) => self.rndv_fetch(fetch),
-                Ok(None) => {}
-                Err(e) => self.malformed.push(e),
-            },
+            _ => {
+                let control = self.tagged.get().on_control(source, header, &mut self.completions);
+                match control {
+                    Ok(Some(fetch)) => self.rndv_fetch(fetch),
+                    Ok(None) => {}
+                    Err(e) => self.malformed.push(e),
+                }
+            }
         }
     }
 
@@ -168,7 +172,7 @@ impl VerbsProvider {
                 Outgoing::Msg { done: None, .. } => {}
             }
         }
-        self.tagged.fail_peer(peer, &error, &mut self.completions);
+        self.tagged.get().fail_peer(peer, &error, &mut self.completions);
         let (failed, kept): (VecDeque<Fetch>, VecDeque<Fetch>) =
             std::mem::take(&mut self.deferred_fetches).into_iter().partition(|f| f.source == peer);
         self.deferred_fetches = kept;

@@ -189,3 +189,30 @@ impl Drop for Context {
         unsafe { ffi::ibv_close_device(self.raw) };
     }
 }
+
+/// Whether the verbs provider can run here: the configured devices (`REVERB_VERBS_DEVICE`,
+/// every entry, as any node may use any; else the first device) open, with the configured
+/// port active and a GID to use. Cheap: opens and closes contexts, makes no queues; for the
+/// `auto` provider to choose verbs between hosts.
+#[allow(dead_code)] // for `auto`
+pub(crate) fn usable() -> bool {
+    super::VerbsOptions::from_env().is_ok_and(|opts| usable_with(&opts))
+}
+
+/// [`usable`] with these options.
+pub(super) fn usable_with(opts: &super::VerbsOptions) -> bool {
+    let check = |name: Option<&str>| -> Result<()> {
+        let ctx = Context::open(name)?;
+        let port = ctx.query_port(opts.port)?;
+        ctx.pick_gid_index(opts.port, &port, opts.gid_index)?;
+        Ok(())
+    };
+    let result = match opts.devices.is_empty() {
+        true => check(None),
+        false => opts.devices.iter().try_for_each(|d| check(Some(d))),
+    };
+    if let Err(e) = &result {
+        tracing::debug!("verbs not usable: {e}");
+    }
+    result.is_ok()
+}

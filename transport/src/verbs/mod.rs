@@ -36,6 +36,11 @@
 //!   RDMA-writes into it and posts the DIRECT_FIN notification behind the write in one list.
 //! - A QP error, a remote access error or retry exhaustion fails that endpoint and every
 //!   operation pending on it. Peers on the same kernel are also watched by pidfd.
+//! - As a sub-provider of `auto` (`VerbsProvider::open_sub`): the tagged state and the
+//!   operation numbering are shared (`SubCore`); ranks with an empty address are carried by
+//!   another sub-provider and stay `Dead` here, never connected, until a `reconnect` gives
+//!   them a real one. Memory another provider allocated is registered here too
+//!   (`register_region`); region keys follow the layout in `mr.rs`, shared by every provider.
 //!
 //! Reconnecting to a respawned peer (see [`crate::recovery`]): a respawned rank
 //! ([`VerbsProvider::rejoin`]) takes the survivors' addresses and publishes its own. A
@@ -60,6 +65,8 @@ mod pd;
 mod qp;
 mod send;
 mod srq;
+#[cfg(test)]
+mod tests;
 mod ud;
 mod wireup;
 
@@ -77,7 +84,8 @@ use crate::error::{ErrorQueue, Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader, EAGER_WIRE_LEN, SLOT_HEADER_LEN};
 use crate::region::{Region, RegionPool};
 use crate::shm::liveness::{self, ProcessWatch};
-use crate::tagged::{self, Fetch, TaggedState};
+use crate::subcore::SubCore;
+use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::RankAddress;
 use connect::Link;
@@ -87,6 +95,10 @@ use pd::ProtectionDomain;
 use qp::{Opcode, PathParams, QpAddress, QueuePair, Sge};
 use srq::SharedReceiveQueue;
 use wireup::{Route, Wireup};
+
+// For `auto`, which opens verbs between hosts when a device is usable.
+#[allow(unused_imports)]
+pub(crate) use device::usable;
 
 // Send wr_id: bits 56..63 connection generation, 40..56 peer, 0..40 sequence. Receive wr_id:
 // bit 63, and the SRQ slot in bits 0..40 (the peer comes from the completion's QP number).
@@ -335,7 +347,7 @@ pub struct VerbsProvider {
     wc: Vec<ffi::ibv_wc>,
     /// Completions, routed to their owners' queues; numbers operations too.
     completions: CompletionQueues,
-    tagged: TaggedState,
+    tagged: TaggedHome,
     last_liveness: Instant,
     progress_calls: u32,
     malformed: ErrorQueue,
@@ -395,7 +407,18 @@ impl VerbsProvider {
     /// publishes this rank's address, for ranks that rejoin later. Peers' QPs are made on first
     /// traffic, or here with `REVERB_VERBS_CONNECT=all`.
     pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
-        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
+        Self::open_sub(config, boot, SubCore::default())
+    }
+
+    /// [`VerbsProvider::open`] sharing `core` with other sub-providers. Ranks whose address
+    /// `boot` gives as empty are reached another way: they stay `Dead` here, never connected
+    /// (with `REVERB_VERBS_CONNECT=all` our QP for them stays in RESET) until `reconnect`.
+    pub(crate) fn open_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<VerbsProvider> {
+        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone(), core)?;
         let size = provider.job.size;
         let all = boot.allgather(&me.encode())?;
         if all.len() != size as usize {
@@ -407,7 +430,7 @@ impl VerbsProvider {
         let my_qps = me.qps.len();
         for (rank, bytes) in all.iter().enumerate() {
             let rank = rank as Rank;
-            if rank == provider.job.rank {
+            if rank == provider.job.rank || bytes.is_empty() {
                 continue;
             }
             let peer = provider.decode_peer(bytes, rank)?;
@@ -436,14 +459,24 @@ impl VerbsProvider {
     /// until then what we send it waits. Ranks without an address yet (a node-mate still
     /// starting) stay `Dead` until `reconnect` is called with their `Rejoin`.
     pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<VerbsProvider> {
-        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone())?;
+        Self::rejoin_sub(config, boot, SubCore::default())
+    }
+
+    /// [`VerbsProvider::rejoin`] sharing `core` with other sub-providers; ranks that `boot`
+    /// lists without an address stay `Dead` here.
+    pub(crate) fn rejoin_sub(
+        config: TransportConfig,
+        boot: &mut dyn Bootstrap,
+        core: SubCore,
+    ) -> Result<VerbsProvider> {
+        let (mut provider, me) = VerbsProvider::create(config, boot.job().clone(), core)?;
         let (my_rank, size) = (provider.job.rank, provider.job.size);
         for entry in boot.lookup()? {
             if entry.rank == my_rank || entry.rank >= size {
                 continue;
             }
             provider.peers[entry.rank as usize].incarnation = entry.incarnation;
-            if let Some(bytes) = entry.address {
+            if let Some(bytes) = entry.address.filter(|b| !b.is_empty()) {
                 let peer = provider.decode_peer(&bytes, entry.rank)?;
                 if peer.incarnation != entry.incarnation {
                     return Err(TransportError::Malformed {
@@ -464,10 +497,22 @@ impl VerbsProvider {
         Ok(provider)
     }
 
+    /// Registers `region` (another provider's memory, e.g. shm's under `auto`) with this
+    /// provider's device too: the registration (dropping it deregisters; it keeps `region`
+    /// alive), the lkey and the rkey. A descriptor for it carries the rkey in its key's low
+    /// 32 bits under this rank's incarnation (see `mr.rs`).
+    #[allow(dead_code)] // for `auto`
+    pub(crate) fn register_region(
+        &mut self,
+        region: &Region,
+    ) -> Result<(Box<dyn std::any::Any + Send + Sync>, u32, u32)> {
+        mr::register_existing(&self.pd, region)
+    }
+
     /// This rank's device, queues, rings and wireup channel, its loopback QP connected and every
     /// other peer `Dead` without an address (with `connect_all`, with a QP in RESET); and the
     /// address to exchange.
-    fn create(config: TransportConfig, job: JobInfo) -> Result<(VerbsProvider, RankAddress)> {
+    fn create(config: TransportConfig, job: JobInfo, core: SubCore) -> Result<(VerbsProvider, RankAddress)> {
         config.validate()?;
         let peer_timeout = config.peer_timeout;
         let opts = VerbsOptions::from_env()?;
@@ -522,7 +567,7 @@ impl VerbsProvider {
             slots: slots as u32,
             slot_size: slot_size as u32,
             credit_addr: credit_words.remote().addr,
-            credit_rkey: credit_words.remote().key as u32,
+            credit_rkey: mr::rkey_of(credit_words.remote().key),
             pid: std::process::id(),
             boot: crate::bootstrap::host::boot_id(),
             incarnation: inc,
@@ -564,8 +609,8 @@ impl VerbsProvider {
             sq_depth,
             max_msg: port.max_msg_size as u64,
             wc: vec![Default::default(); 32],
-            completions: CompletionQueues::new(),
-            tagged: TaggedState::default(),
+            completions: core.queues(),
+            tagged: core.tagged,
             last_liveness: Instant::now(),
             progress_calls: 0,
             malformed: ErrorQueue::default(),
@@ -782,7 +827,8 @@ impl Provider for VerbsProvider {
         let peers = &self.peers;
         let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
         let (recv, thresh) = (PostedRecv { op, source, tag, buffer }, self.config.advert_thresh(true));
-        if let Some(fetch) = self.tagged.post(recv, dead, &mut self.completions, thresh)? {
+        let matched = self.tagged.get().post(recv, dead, &mut self.completions, thresh)?;
+        if let Some(fetch) = matched {
             self.rndv_fetch(fetch);
         }
         self.send_adverts();
@@ -790,7 +836,7 @@ impl Provider for VerbsProvider {
     }
 
     fn rndv_stats(&self) -> crate::advert::RndvStats {
-        self.tagged.rndv_stats()
+        self.tagged.with(TaggedState::rndv_stats)
     }
 
     fn peer_state(&self, peer: Rank) -> PeerState {
@@ -822,7 +868,7 @@ impl Provider for VerbsProvider {
         while self.poll_cq()? == self.wc.len() {}
         self.fail_peer(peer, TransportError::PeerDead(peer));
         // Arrivals of the old incarnation that no receive claimed must not look like the new one's.
-        self.tagged.purge_unexpected_from(peer);
+        self.tagged.get().purge_unexpected_from(peer);
         let attached = self.attach(peer, &address);
         if let Err(e) = attached {
             self.peers[peer as usize].state = PeerState::Dead;

@@ -1,5 +1,6 @@
 //! Memory regions: page-aligned anonymous memory registered with the least access it needs.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use ibverbs_sys as ffi;
@@ -10,24 +11,76 @@ use crate::api::{Access, Rank, RemoteRegion};
 use crate::error::{IoContext, Result, TransportError};
 use crate::region::Region;
 
-/// Keeps the memory and its registration; deregisters before unmapping.
-struct MrBacking {
+/// The key layout every provider shares, so one descriptor works whichever provider carries
+/// the peer: bits 48..63 the owner's incarnation (its low 16 bits), 32..47 free for another
+/// provider's use (shm's table index under `auto`; 0 from verbs alone), 0..31 the rkey.
+const KEY_INCARNATION_SHIFT: u32 = 48;
+
+/// A descriptor key for `rkey`, issued by an owner at `incarnation`.
+pub(super) fn key(incarnation: u32, rkey: u32) -> u64 {
+    (u64::from(incarnation as u16) << KEY_INCARNATION_SHIFT) | u64::from(rkey)
+}
+
+/// The rkey a descriptor key carries.
+pub(super) fn rkey_of(key: u64) -> u32 {
+    key as u32
+}
+
+/// Whether `key` was issued by the owner's `incarnation` (compared on its low 16 bits): an
+/// initiator refuses, before posting, the descriptors of an incarnation it no longer talks to
+/// (rkeys of two processes may collide).
+pub(super) fn key_of_incarnation(key: u64, incarnation: u32) -> bool {
+    (key >> KEY_INCARNATION_SHIFT) as u16 == incarnation as u16
+}
+
+/// A memory registration; deregisters on drop.
+struct Mr {
     mr: *mut ffi::ibv_mr,
     _pd: Arc<ProtectionDomain>,
-    _memory: MmapMut,
 }
 
 // SAFETY: the MR pointer is only used by ibv_dereg_mr in Drop; verbs objects are thread-safe.
-unsafe impl Send for MrBacking {}
+unsafe impl Send for Mr {}
 // SAFETY: as above.
-unsafe impl Sync for MrBacking {}
+unsafe impl Sync for Mr {}
 
-impl Drop for MrBacking {
+impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: registered by `register` below and deregistered exactly once, before the
-        // memory is unmapped (fields drop after this body).
+        // SAFETY: registered by `Mr::new` and deregistered exactly once.
         unsafe { ffi::ibv_dereg_mr(self.mr) };
     }
+}
+
+impl Mr {
+    /// Registers `ptr..ptr+len` in `pd`; returns the registration, its lkey and its rkey.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped while the returned registration lives.
+    unsafe fn new(
+        pd: &Arc<ProtectionDomain>,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<(Mr, u32, u32)> {
+        // SAFETY: the caller keeps the memory mapped for the registration's life.
+        let mr =
+            unsafe { ffi::ibv_reg_mr(pd.raw, ptr as *mut libc::c_void, len, access_flags(access) as i32) };
+        if mr.is_null() {
+            return Err(TransportError::io(
+                format!("ibv_reg_mr({len} bytes)"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: ibv_reg_mr returned a valid MR.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Ok((Mr { mr, _pd: pd.clone() }, lkey, rkey))
+    }
+}
+
+/// Keeps the memory and its registration; deregisters before unmapping (fields drop in order).
+struct MrBacking {
+    _mr: Mr,
+    _memory: MmapMut,
 }
 
 fn access_flags(access: Access) -> u32 {
@@ -42,9 +95,8 @@ fn access_flags(access: Access) -> u32 {
     flags
 }
 
-/// Allocates `len` bytes and registers them in `pd`. The descriptor's key is the rkey with
-/// the owner's incarnation in the high 32 bits, so a peer can refuse a dead incarnation's
-/// descriptors before posting (rkeys of two processes may collide).
+/// Allocates `len` bytes and registers them in `pd`, under a [`key`] of the owner's
+/// incarnation.
 pub fn register(
     pd: &Arc<ProtectionDomain>,
     owner: Rank,
@@ -60,20 +112,26 @@ pub fn register(
     // Children forked later must not share registered pages (verbs fork safety).
     // SAFETY: ptr..ptr+len is our fresh anonymous mapping.
     unsafe { libc::madvise(ptr as *mut libc::c_void, len, libc::MADV_DONTFORK) };
-    // SAFETY: the memory is mapped and outlives the MR (both live in MrBacking).
-    let mr = unsafe { ffi::ibv_reg_mr(pd.raw, ptr as *mut libc::c_void, len, access_flags(access) as i32) };
-    if mr.is_null() {
-        return Err(TransportError::io(format!("ibv_reg_mr({len} bytes)"), std::io::Error::last_os_error()));
-    }
-    // SAFETY: ibv_reg_mr returned a valid MR.
-    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-    let remote = RemoteRegion {
-        owner,
-        addr: ptr as u64,
-        len: len as u64,
-        key: (u64::from(incarnation) << 32) | u64::from(rkey),
-    };
-    let backing = MrBacking { mr, _pd: pd.clone(), _memory: memory };
+    // SAFETY: the memory is mapped and outlives the MR (both live in MrBacking, MR first).
+    let (mr, lkey, rkey) = unsafe { Mr::new(pd, ptr, len, access)? };
+    let remote = RemoteRegion { owner, addr: ptr as u64, len: len as u64, key: key(incarnation, rkey) };
+    let backing = MrBacking { _mr: mr, _memory: memory };
     // SAFETY: ptr..ptr+len stays mapped while the backing lives inside the Region.
     Ok(unsafe { Region::new(ptr, len, access, remote, lkey, Box::new(backing)) })
+}
+
+/// Registers the memory of `region`, which another provider allocated, with `region`'s
+/// access: the registration (it keeps `region` alive and deregisters on drop), its lkey and
+/// its rkey.
+pub fn register_existing(
+    pd: &Arc<ProtectionDomain>,
+    region: &Region,
+) -> Result<(Box<dyn Any + Send + Sync>, u32, u32)> {
+    if region.is_empty() {
+        return Err(TransportError::Config("cannot register an empty region".into()));
+    }
+    // SAFETY: the clone of `region` kept next to the MR (dropped after it) keeps the memory
+    // mapped.
+    let (mr, lkey, rkey) = unsafe { Mr::new(pd, region.as_ptr(), region.len(), region.access())? };
+    Ok((Box::new((mr, region.clone())), lkey, rkey))
 }

@@ -140,7 +140,7 @@ impl VerbsProvider {
         let op = self.completions.next_op(owner);
         let done = Completion::ok(op, CompletionKind::Send { dest, tag, len: data.len() });
         self.push_msg(dest, SlotHeader::eager(tag, data.len()), data, Some(done))?;
-        self.tagged.count_send(dest);
+        self.tagged.get().count_send(dest);
         Ok(op)
     }
 
@@ -181,7 +181,7 @@ impl VerbsProvider {
         let info = WrInfo::MsgZeroCopy { op, dest, tag, len, _region: region.clone() };
         self.post(dest, info, Opcode::Send, &sges[..if len == 0 { 1 } else { 2 }], None, false)?;
         self.peers[dest as usize].sent += 1;
-        self.tagged.count_send(dest);
+        self.tagged.get().count_send(dest);
         Ok(op)
     }
 
@@ -348,8 +348,8 @@ impl VerbsProvider {
         }
         let op = self.completions.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
-        self.tagged.count_send(dest);
-        self.tagged.add_pending(op, dest, tag, len, region);
+        self.tagged.get().count_send(dest);
+        self.tagged.get().add_pending(op, dest, tag, len, region);
         Ok(op)
     }
 
@@ -366,11 +366,11 @@ impl VerbsProvider {
         offset: usize,
         len: usize,
     ) -> Result<Option<OpId>> {
-        let Some(d) = self.tagged.direct_for(dest, tag, len) else { return Ok(None) };
+        let Some(d) = self.tagged.get().direct_for(dest, tag, len) else { return Ok(None) };
         let fin_inline = SLOT_HEADER_LEN <= self.max_inline as usize;
         let p = &self.peers[dest as usize];
-        // The key's high half names the owner's incarnation, as for puts.
-        let stale_key = (d.remote.key >> 32) as u32 != p.incarnation;
+        // The key names the owner's incarnation, as for puts.
+        let stale_key = !mr::key_of_incarnation(d.remote.key, p.incarnation);
         if stale_key || len as u64 > self.max_msg || p.sq.len() + 3 >= self.sq_depth {
             return Ok(None);
         }
@@ -399,7 +399,7 @@ impl VerbsProvider {
             info: WrInfo::Rma { op, kind, signal: Signal::Yes, _local: region.clone() },
             op: Opcode::Write,
             sges: std::slice::from_ref(&data),
-            remote: Some((d.remote.addr.wrapping_add(d.offset), d.remote.key as u32)),
+            remote: Some((d.remote.addr.wrapping_add(d.offset), mr::rkey_of(d.remote.key))),
             inline: false,
         };
         let fin = Wr {
@@ -411,14 +411,16 @@ impl VerbsProvider {
         };
         self.post_list(dest, [write, fin])?;
         self.peers[dest as usize].sent += 1;
-        self.tagged.count_send(dest);
+        self.tagged.get().count_send(dest);
         Ok(Some(op))
     }
 
     /// Sends the adverts the tagged layer queued (a dead peer needs none).
     #[inline(always)]
     pub(super) fn send_adverts(&mut self) {
-        while let Some((dest, header)) = self.tagged.pop_advert() {
+        loop {
+            let next = self.tagged.get().pop_advert();
+            let Some((dest, header)) = next else { return };
             let _ = self.push_msg(dest, header, &[], None);
         }
     }
@@ -428,8 +430,8 @@ impl VerbsProvider {
         rma.local.check_bounds(op, rma.local_offset, rma.len)?;
         rma.remote.check_bounds(op, rma.remote_offset, rma.len as u64)?;
         let owner = self.live_peer(rma.remote.owner)?;
-        // The key's high half names the owner's incarnation: a dead one's descriptors are refused.
-        if (rma.remote.key >> 32) as u32 != owner.incarnation {
+        // The key names the owner's incarnation: a dead one's descriptors are refused.
+        if !mr::key_of_incarnation(rma.remote.key, owner.incarnation) {
             return Err(TransportError::InvalidKey { op, owner: rma.remote.owner, key: rma.remote.key });
         }
         if rma.len as u64 > self.max_msg {
@@ -445,7 +447,7 @@ impl VerbsProvider {
             len: rma.len as u32,
             lkey: rma.local.local_key(),
         };
-        Ok((sge, (rma.remote.addr + rma.remote_offset, rma.remote.key as u32)))
+        Ok((sge, (rma.remote.addr + rma.remote_offset, mr::rkey_of(rma.remote.key))))
     }
 
     pub(super) fn rma(
