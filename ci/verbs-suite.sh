@@ -7,7 +7,8 @@
 # Suites: the provider's own tests (transport/tests/provider.rs; fan_in.rs: many senders into
 # one receiver through a small shared receive queue, and a sender dying in it; connect.rs: on-demand
 # connections: QPs only for peers with traffic, simultaneous first sends, a first put/get, a peer
-# dead before it connected), the launcher's node respawn
+# dead before it connected; verbs-unit: the provider's own unit tests, e.g. registering memory
+# another provider allocated, ranks reached another way staying Dead), the launcher's node respawn
 # (reverb/tests/respawn.rs), the logger's multi-process tests (remote log ring, LoggedEndpoint
 # protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
 # SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
@@ -26,9 +27,10 @@ cd "$(dirname "$0")/.."
 # The test executable cargo builds for `cargo test $@ --no-run` (not a [[bin]] it also builds,
 # e.g. the `reverb` binary a test runs).
 test_bin() {
-    local bin
+    local bin kind='"kind":["test"]'
+    [[ " $* " == *" --lib "* ]] && kind='"kind":["lib"]'
     bin=$(cargo test "$@" --no-run --message-format=json \
-        | grep -F '"kind":["test"]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+        | grep -F "$kind" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
     [[ -x "$bin" ]] || { echo "ci/verbs-suite.sh: test binary of '$*' not found" >&2; exit 1; }
     echo "$bin"
 }
@@ -36,6 +38,7 @@ suites=(
     "provider:$(test_bin -p reverb-transport --features verbs --test provider)"
     "fan-in:$(test_bin -p reverb-transport --features verbs --test fan_in)"
     "connect:$(test_bin -p reverb-transport --features verbs --test connect)"
+    "verbs-unit:$(test_bin -p reverb-transport --features verbs --lib):verbs::tests"
     "respawn:$(test_bin -p reverb --features verbs --test respawn)"
     "logring:$(test_bin -p reverb-logger --features verbs --test logring_shm)"
     "causal:$(test_bin -p reverb-logger --features verbs --test causal_procs)"

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Runs in both VMs of ci/two-vm.sh at once (TWO_VM_INDEX 0 or 1): reverb across two soft-RoCE
-# hosts. 1. `reverb bench lat --op put` and `--op send`, rank 0 on vm0 and rank 1 on vm1.
+# hosts, on the default provider, auto, which must pick verbs between the VMs and shm inside one.
+# 1. `reverb bench lat --op put` and `--op send`, rank 0 on vm0 and rank 1 on vm1: auto (verbs).
 # 2. The stencil, 4 ranks as 2 nodes (one per VM), each VM's node under its own `reverb run
-# --local-ranks` (vm0's hosts the rendezvous), failure-free. 3. The same with rank 3 (on vm1)
-# SIGKILLed mid-run: vm1's launcher respawns its node, which restores from the buddy checkpoint
-# on vm0 and replays; vm0 checks the checksum equals step 2's.
+# --local-ranks` (vm0's hosts the rendezvous), failure-free: shm between the two ranks of a VM,
+# verbs between the VMs. 3. The same with rank 3 (on vm1) SIGKILLed mid-run: vm1's launcher
+# respawns its node, which restores from the buddy checkpoint on vm0 and replays; vm0 checks
+# the checksum equals step 2's.
 # Needs REVERB_BIN (a reverb built with verbs and fault-injection) and TWO_VM_OUT (a directory
 # both VMs can write, under the repo's target/).
 set -euo pipefail
 : "${REVERB_BIN:?}" "${TWO_VM_OUT:?}" "${TWO_VM_INDEX:?}"
 me=$TWO_VM_INDEX
 root_host=10.79.0.1
-export REVERB_PROVIDER=verbs REVERB_VERBS_DEVICE=${RXE_NIC_DEV:-rxe_nic} REVERB_WAIT_MODE=event
+export REVERB_PROVIDER=auto REVERB_AUTO_NET=verbs REVERB_VERBS_DEVICE=${RXE_NIC_DEV:-rxe_nic} REVERB_WAIT_MODE=event
 export REVERB_VERBS_PID_WATCH=0 REVERB_JOB_TOKEN=two-vm-token REVERB_BOOT_TIMEOUT_S=120
 # The emulated wire between two TCG guests on a 2-core host has round trips of 25 ms and
 # stalls of half a second (host scheduling): the default bounds (500 ms, RC ACK timeout
@@ -23,7 +25,12 @@ bench() { # op port
     say "bench lat --op $1 (rank $me of 2)"
     REVERB_RANK=$me REVERB_SIZE=2 REVERB_NODE=$me REVERB_LOCAL_RANK=0 REVERB_RANKS_PER_NODE=1 \
         REVERB_ROOT=$root_host:$2 REVERB_JOB_ID=two-vm-bench-$1 \
-        "$REVERB_BIN" bench lat --op "$1" --sizes 8,4096,65536 --iters 200 --warmup 20 --wait-mode event
+        "$REVERB_BIN" bench lat --op "$1" --sizes 8,4096,65536 --iters 200 --warmup 20 --wait-mode event \
+        | tee "$TWO_VM_OUT/bench-$1-vm$me.txt"
+    if [ "$me" = 0 ]; then
+        grep -q "provider: auto (verbs)" "$TWO_VM_OUT/bench-$1-vm$me.txt" ||
+            { say "FAILED: auto did not pick verbs between the VMs"; exit 1; }
+    fi
 }
 
 stencil() { # name port [extra env...]

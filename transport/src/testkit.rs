@@ -107,9 +107,10 @@ pub fn child() -> Option<(JobInfo, TcpBootstrap, Box<dyn Provider>)> {
     Some((boot.job().clone(), boot, provider))
 }
 
-/// The job id a test's ranks use (it names their shared-memory segments).
+/// The job id a test's ranks use (it names their shared-memory segments); a module path's
+/// colons become dots (the bootstrap refuses colons).
 pub fn job_id(test: &str) -> String {
-    format!("t{}{}", std::process::id(), test.replace('_', ""))
+    format!("t{}{}", std::process::id(), test.replace('_', "").replace("::", "."))
 }
 
 /// Runs `test` as `job.ranks` processes and returns how each ended; kills all on timeout.

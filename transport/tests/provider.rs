@@ -358,7 +358,7 @@ fn rma_errors_leave_target_untouched_body(job: &JobInfo, boot: &mut dyn Bootstra
         ];
         // shm and loopback check every descriptor against the owner's table at the initiator,
         // tcp at the target (the error comes back in the completion).
-        let checked = p.kind() != ProviderKind::VERBS;
+        let checked = p.provider_for(1 - job.rank) != ProviderKind::VERBS;
         for (what, (remote, off, len), check_get, everywhere) in cases {
             if !everywhere && !checked {
                 continue;

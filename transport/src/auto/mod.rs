@@ -2,7 +2,7 @@
 //! rank's host (same kernel, same `/dev/shm`, same host name: [`HostMap`]) go through shared
 //! memory; the others through the network (verbs or tcp). One [`Provider`] to the layers above.
 //!
-//! - **One matcher.** The sub-providers share one tagged state ([`crate::subcore`]): a
+//! - **One matcher.** The sub-providers share one tagged state (`subcore.rs`): a
 //!   receive is posted here, matched against arrivals from every wire in one order (MPI's
 //!   rules hold for wildcard receives), and a rendezvous it pairs with is fetched by the
 //!   sub-provider that carried the announcement. Operation numbers come from disjoint ranges,
@@ -14,11 +14,11 @@
 //!   through the mapping and a remote peer through the NIC or tcp, each checked against its
 //!   own registration.
 //! - **Between hosts** verbs where every rank has a usable RDMA device, else tcp
-//!   (`REVERB_AUTO_NET` forces one; [`net`]).
+//!   (`REVERB_AUTO_NET` forces one; `net.rs`).
 //! - **One host, no cost.** When every rank shares this host, [`open`] returns the shm
 //!   provider itself (and a respawned rank of such a job rejoins on shm): `auto` is `shm`
 //!   there, to the instruction.
-//! - **Addresses** carry the host identity and each sub-provider's part ([`address`]), so a
+//! - **Addresses** carry the host identity and each sub-provider's part (`address.rs`), so a
 //!   respawned rank learns its peers' hosts from the rendezvous, and `reconnect` routes a
 //!   rank that came back on another host to the right sub-provider.
 //!
@@ -168,13 +168,6 @@ impl AutoProvider {
         self.shm.queues().move_into(&mut self.cq);
         self.net.queues().move_into(&mut self.cq);
     }
-
-    /// This rank's address, as published to the rendezvous.
-    pub fn address(&self) -> Vec<u8> {
-        let net_kind = self.net.kind();
-        Address { host: self.host.clone(), shm: self.shm.address(), net_kind, net: self.net.net_address() }
-            .encode()
-    }
 }
 
 impl Provider for AutoProvider {
@@ -210,9 +203,11 @@ impl Provider for AutoProvider {
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
         let region = self.shm.alloc_region(len, access)?;
         let reg = self.net.register(&region)?;
+        // A region no peer may access needs no network key (a NIC may give it rkey 0).
+        let remote = access.allows(Access::REMOTE_READ) || access.allows(Access::REMOTE_WRITE);
         let key = match reg.key_low {
-            Some(low) => self.shm.rekey(&region, low)?,
-            None => region.remote().key,
+            Some(low) if remote => self.shm.rekey(&region, low)?,
+            _ => region.remote().key,
         };
         Ok(region.also_registered(reg.backing, reg.local_key, key))
     }

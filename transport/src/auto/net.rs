@@ -30,8 +30,6 @@ pub(crate) trait NetProvider: Provider {
     fn fetch(&mut self, fetch: Fetch);
     /// Registers memory that shm allocated (and keyed) for peers on other hosts.
     fn register(&mut self, region: &Region) -> Result<Registration>;
-    /// This rank's address, as the provider publishes it.
-    fn net_address(&self) -> Vec<u8>;
 }
 
 impl NetProvider for TcpProvider {
@@ -41,10 +39,6 @@ impl NetProvider for TcpProvider {
 
     fn register(&mut self, region: &Region) -> Result<Registration> {
         Ok(Registration { backing: self.register_region(region)?, local_key: 0, key_low: None })
-    }
-
-    fn net_address(&self) -> Vec<u8> {
-        self.address()
     }
 }
 
@@ -128,9 +122,5 @@ impl NetProvider for crate::verbs::VerbsProvider {
     fn register(&mut self, region: &Region) -> Result<Registration> {
         let (backing, local_key, rkey) = self.register_region(region)?;
         Ok(Registration { backing, local_key, key_low: Some(rkey) })
-    }
-
-    fn net_address(&self) -> Vec<u8> {
-        self.address()
     }
 }

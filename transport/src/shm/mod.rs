@@ -105,13 +105,21 @@ struct Queued {
 
 /// Keeps a registered region's file mapped and its table entry claimed; clears both on drop.
 struct RegionBacking {
-    _segment: OwnedSegment,
+    segment: OwnedSegment,
     table: ControlView,
     index: usize,
 }
 
+/// The file name part of a region's segment: what the key's top half holds (incarnation, table
+/// index), which `rekey` leaves alone, so peers find the file from any key the region had.
+fn region_file(key: u64) -> String {
+    format!("r{:08x}", key >> 32)
+}
+
 impl Drop for RegionBacking {
     fn drop(&mut self) {
+        // The name goes before the index is freed: a region taking the index next reuses it.
+        self.segment.unlink();
         if let Some(entry) = self.table.entry(self.index) {
             entry.key.store(0, Ordering::Release);
         }
@@ -465,8 +473,7 @@ impl ShmProvider {
                     Some(m) if m.writable || !writable => m,
                     _ => {
                         let pid = peer.pid;
-                        let path =
-                            segment::segment_path(&self.job_tag, owner, pid, &format!("{:016x}", remote.key));
+                        let path = segment::segment_path(&self.job_tag, owner, pid, &region_file(remote.key));
                         let map = segment::map_peer(&path, region_len as usize, writable)?;
                         self.maps.insert((owner, remote.key), RemoteMap { map, writable });
                         &self.maps[&(owner, remote.key)]
@@ -660,7 +667,7 @@ impl Provider for ShmProvider {
                 break k;
             }
         };
-        let path = segment::segment_path(&self.job_tag, self.job.rank, self.pid, &format!("{key:016x}"));
+        let path = segment::segment_path(&self.job_tag, self.job.rank, self.pid, &region_file(key));
         let segment = match OwnedSegment::create(path, len) {
             Ok(s) => s,
             Err(e) => {
@@ -678,7 +685,7 @@ impl Provider for ShmProvider {
             entry.access.store(access.0 as u32, Ordering::Relaxed);
             entry.key.store(key, Ordering::Release);
         }
-        let backing = RegionBacking { _segment: segment, table: self.own.clone(), index };
+        let backing = RegionBacking { segment, table: self.own.clone(), index };
         // SAFETY: ptr..ptr+len is the segment's mapping, which `backing` keeps alive.
         Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
     }

@@ -105,9 +105,18 @@ impl OwnedSegment {
     }
 }
 
+impl OwnedSegment {
+    /// Removes the file's name now (the mapping stays); dropping removes it otherwise.
+    pub fn unlink(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(std::mem::take(&mut self.path));
+        }
+    }
+}
+
 impl Drop for OwnedSegment {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.unlink();
     }
 }
 

@@ -194,7 +194,6 @@ impl Drop for Context {
 /// every entry, as any node may use any; else the first device) open, with the configured
 /// port active and a GID to use. Cheap: opens and closes contexts, makes no queues; for the
 /// `auto` provider to choose verbs between hosts.
-#[allow(dead_code)] // for `auto`
 pub(crate) fn usable() -> bool {
     super::VerbsOptions::from_env().is_ok_and(|opts| usable_with(&opts))
 }

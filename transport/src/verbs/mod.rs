@@ -97,7 +97,6 @@ use srq::SharedReceiveQueue;
 use wireup::{Route, Wireup};
 
 // For `auto`, which opens verbs between hosts when a device is usable.
-#[allow(unused_imports)]
 pub(crate) use device::usable;
 
 // Send wr_id: bits 56..63 connection generation, 40..56 peer, 0..40 sequence. Receive wr_id:
@@ -501,7 +500,6 @@ impl VerbsProvider {
     /// provider's device too: the registration (dropping it deregisters; it keeps `region`
     /// alive), the lkey and the rkey. A descriptor for it carries the rkey in its key's low
     /// 32 bits under this rank's incarnation (see `mr.rs`).
-    #[allow(dead_code)] // for `auto`
     pub(crate) fn register_region(
         &mut self,
         region: &Region,

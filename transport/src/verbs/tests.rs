@@ -55,11 +55,9 @@ impl Bootstrap for Partial<'_> {
     }
 }
 
-/// Runs `test` (a path in this crate) as a job of `ranks` with `env`; the job id may not hold
-/// the path's colons.
+/// Runs `test` (a path in this crate) as a job of `ranks` with `env`.
 fn run_job(test: &str, ranks: u32, env: (&str, &str)) {
-    let id = testkit::job_id(test).replace("::", ".");
-    testkit::run_job_ok(test, &Job::new(ranks).env(&[env, ("REVERB_JOB_ID", &id)]));
+    testkit::run_job_ok(test, &Job::new(ranks).env(&[env]));
 }
 
 /// In a rank process: the job's bootstrap; None in the test's parent.
