@@ -14,11 +14,21 @@
 # Needs root (namespaces, veth). State lives in $REVERB_HOSTS_DIR (default /run/reverb-hosts):
 # one directory per host with the pid of the process holding its namespaces open, so `exec`
 # enters the same /dev/shm every time (a fresh `unshare` per command would not).
+#
+# Several sets of hosts can live side by side (a suite and ci/slurm.sh, say): give each its own
+# REVERB_HOSTS_DIR. The bridge namespace is named after that directory (rvb-switch for the
+# default one), so one set's `down` leaves the others' wires alone. Host names are machine-wide
+# (netns rvb-NAME, veth v-NAME): sets must use different names. REVERB_HOSTS_NET picks the
+# first three octets of the addresses (default 10.77.0).
 set -euo pipefail
 
 DIR=${REVERB_HOSTS_DIR:-/run/reverb-hosts}
-SWITCH=rvb-switch
-SUBNET=10.77.0
+if [[ $DIR == /run/reverb-hosts ]]; then
+    SWITCH=rvb-switch
+else
+    SWITCH=rvb-sw-$(printf '%s' "$DIR" | cksum | cut -d' ' -f1)
+fi
+SUBNET=${REVERB_HOSTS_NET:-10.77.0}
 FIRST_HOST=10
 
 die() { echo "ci/hosts.sh: $*" >&2; exit 1; }
@@ -60,6 +70,8 @@ host_up() {
     ns=$(netns_of "$name")
     addr="$SUBNET.$((FIRST_HOST + index))"
     [[ -d $DIR/$name ]] && die "host $name exists (ci/hosts.sh down first)"
+    ip netns list | grep -qx "$ns\( .*\)\?" &&
+        die "host $name: netns $ns exists (another set of hosts uses the name; pick another)"
     mkdir -p "$DIR/$name"
     echo "$addr" >"$DIR/$name/addr"
     # Appended in place: every host's bind mount of the file sees the new line.
@@ -126,5 +138,5 @@ case ${1:-} in
     addr) cat "$DIR/${2:?addr NAME}/addr" 2>/dev/null || die "no host '${2}'" ;;
     kill) cmd_kill "${2:?kill NAME}" ;;
     down) cmd_down ;;
-    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac
