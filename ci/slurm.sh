@@ -236,7 +236,8 @@ case ${1:-} in
         [[ ${1:-} == -- ]] && shift
         (($# > 0)) || die "run: no command"
         [[ -f $CONF ]] || die "no cluster in $SDIR (ci/slurm.sh up first)"
-        in_host "$host" "$@"
+        # exec: signals for the client (a timeout's, say) reach it, not a shell in between.
+        exec bash "$HERE/hosts.sh" exec "$host" -- env SLURM_CONF="$CONF" "$@"
         ;;
     logs) print_logs ;;
     down) cmd_down ;;
