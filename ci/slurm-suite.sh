@@ -8,7 +8,8 @@
 #      REVERB_ROOT=sa:PORT; the auto provider benches a pair across the hosts (tcp);
 #   4. a task SIGKILLed from outside: srun --kill-on-bad-exit ends non-zero within 15 s;
 #   5. host sb lost (ci/hosts.sh kill): srun reports the node failure and ends within 40 s,
-#      and sinfo shows sb down.
+#      and sinfo shows sb down;
+#   6. sb comes back (ci/slurm.sh restart) and runs tasks again.
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
@@ -99,6 +100,11 @@ cat "$out/lost.err" >&2
 grep -q "Node failure on sb" "$out/lost.err" || fail "srun did not report sb's failure"
 slurm 10 sinfo -h -N -o '%N %t' | grep -q '^sb down' || fail "sinfo: $(slurm 10 sinfo -h -N -o '%N %t')"
 say "srun ended ${took}s after sb was lost"
+
+say "sb comes back (same address, a fresh slurmd) and takes tasks again"
+bash ci/slurm.sh restart sb
+placed=$(slurm 30 srun -N 2 --ntasks-per-node=1 hostname | sort | tr '\n' ' ')
+[ "$placed" = "sa sb " ] || fail "tasks ran on: $placed after sb came back"
 
 bash ci/slurm.sh down
 say "ok in $((SECONDS - start))s (after the build)"

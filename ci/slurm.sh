@@ -6,6 +6,8 @@
 #   ci/slurm.sh up HOST...          bring up the hosts (or use those already up) and the daemons;
 #                                   returns once sinfo shows every HOST idle
 #   ci/slurm.sh run HOST -- CMD...  run a client command (srun, sbatch, sinfo...) inside HOST
+#   ci/slurm.sh restart HOST        a host lost (ci/hosts.sh kill HOST) or a slurmd stopped comes
+#                                   back: the host (same address) and its slurmd, until idle
 #   ci/slurm.sh logs                print the tail of every daemon's log
 #   ci/slurm.sh down                stop every daemon `up` started and remove its files;
 #                                   removes the hosts `up` brought up, no others (idempotent)
@@ -26,6 +28,7 @@ CPUS=${REVERB_SLURM_CPUS:-4}
 TIMEOUT=${REVERB_SLURM_TIMEOUT:-30}
 CONF=$SDIR/etc/slurm.conf
 HOSTS_DIR=${REVERB_HOSTS_DIR:-/run/reverb-hosts}
+CLEAN_ON_FAIL=0 # `up` removes what it started when it fails
 
 say() { echo "ci/slurm.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -59,10 +62,10 @@ print_logs() {
 fail() {
     say "FAILED: $*"
     print_logs
-    if [[ ${REVERB_SLURM_KEEP:-} == 1 ]]; then
-        say "left as it is in $SDIR (REVERB_SLURM_KEEP=1); ci/slurm.sh down removes it"
-    else
+    if [[ $CLEAN_ON_FAIL == 1 && ${REVERB_SLURM_KEEP:-} != 1 ]]; then
         cmd_down
+    elif [[ $CLEAN_ON_FAIL == 1 ]]; then
+        say "left as it is in $SDIR (REVERB_SLURM_KEEP=1); ci/slurm.sh down removes it"
     fi
     exit 1
 }
@@ -74,7 +77,7 @@ bring_hosts_up() { # HOST...
         host_is_up "$host" || [[ " ${new[*]} " == *" $host "* ]] || new+=("$host")
     done
     ((${#new[@]})) || return 0
-    printf '%s\n' "${new[@]}" >"$SDIR/our-hosts"
+    printf '%s\n' "${new[@]}" >>"$SDIR/our-hosts"
     hosts up "${new[@]}" || fail "ci/hosts.sh up ${new[*]} failed"
 }
 
@@ -153,11 +156,21 @@ start_daemon() { # NAME HOST CMD...
     echo $! >"$SDIR/pids/$name"
 }
 
-nodes_idle() { # HOST...: every HOST is idle in sinfo
+nodes_idle() { # HOST...: every HOST is idle in sinfo; fails the script if a daemon exited
     local states node
+    daemons_alive
     states=$(in_host "$CTL" timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
     for node in "$@"; do
         grep -qx "$node idle" <<<"$states" || return 1
+    done
+}
+
+# A daemon that exited will not come back: say so now rather than at the timeout.
+daemons_alive() {
+    local f
+    for f in "$SDIR"/pids/*; do
+        [[ $f == *.pidfile ]] && continue
+        [[ -d /proc/$(cat "$f") ]] || fail "$(basename "$f") exited (its log is below)"
     done
 }
 
@@ -167,8 +180,10 @@ cmd_up() {
     for tool in munged slurmctld slurmd sinfo; do
         command -v "$tool" >/dev/null || die "$tool not found (bash ci/deps.sh)"
     done
+    [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "REVERB_SLURM_CPUS=$CPUS: expected a positive number"
     [[ -e $SDIR ]] && die "$SDIR exists: a cluster is up (ci/slurm.sh down first)"
     mkdir -p "$SDIR/log" "$SDIR/pids"
+    CLEAN_ON_FAIL=1
     bring_hosts_up "$CTL" "$@"
     write_conf "$@"
     munge_up
@@ -179,6 +194,17 @@ cmd_up() {
     done
     wait_for "$TIMEOUT" "every node idle in sinfo" nodes_idle "$@"
     say "up in ${SECONDS}s: slurmctld in $CTL, a slurmd in each of $*"
+}
+
+cmd_restart() { # HOST
+    local host=$1
+    [[ -f $CONF ]] || die "no cluster in $SDIR (ci/slurm.sh up first)"
+    grep -q "^NodeName=$host " "$CONF" || die "restart: $host is not a node of this cluster"
+    bring_hosts_up "$host"
+    [[ -f $SDIR/pids/slurmd-$host ]] && stop_pid "slurmd-$host" "$(cat "$SDIR/pids/slurmd-$host")"
+    start_daemon "slurmd-$host" "$host" slurmd -D -f "$CONF" -N "$host"
+    wait_for "$TIMEOUT" "$host idle in sinfo" nodes_idle "$host"
+    say "$host is back"
 }
 
 stop_pid() { # NAME PID: TERM, then KILL after 5 s; only if PID still runs that program
@@ -239,7 +265,8 @@ case ${1:-} in
         # exec: signals for the client (a timeout's, say) reach it, not a shell in between.
         exec bash "$HERE/hosts.sh" exec "$host" -- env SLURM_CONF="$CONF" "$@"
         ;;
+    restart) cmd_restart "${2:?restart HOST}" ;;
     logs) print_logs ;;
     down) cmd_down ;;
-    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
 esac
