@@ -6,10 +6,12 @@
 #      inside its host (its own /dev/shm);
 #   3. a reverb job under srun: 4 ranks, 2 per host, rank 0 hosting the rendezvous at
 #      REVERB_ROOT=sa:PORT; the auto provider benches a pair across the hosts (tcp);
-#   4. a task SIGKILLed from outside: srun --kill-on-bad-exit ends non-zero within 15 s;
-#   5. host sb lost (ci/hosts.sh kill): srun reports the node failure and ends within 40 s,
+#   4. the stencil under srun (causal logs, buddy checkpoints across the hosts), with the
+#      checksum of a one-host run;
+#   5. a task SIGKILLed from outside: srun --kill-on-bad-exit ends non-zero within 15 s;
+#   6. host sb lost (ci/hosts.sh kill): srun reports the node failure and ends within 40 s,
 #      and sinfo shows sb down;
-#   6. sb comes back (ci/slurm.sh restart) and runs tasks again.
+#   7. sb comes back (ci/slurm.sh restart) and runs tasks again.
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
@@ -62,6 +64,23 @@ cat "$out/bench.txt"
 grep -q "provider: auto (tcp)   ranks: 0 <-> 2" "$out/bench.txt" || fail "auto did not pick tcp between sa and sb"
 grep -q "rank 0 on host sa, rank 2 on host sb (2 hosts); provider tcp" "$out/bench.err" ||
     fail "bench --verbose: $(grep 'reverb bench:' "$out/bench.err")"
+
+say "the stencil under srun (auto, causal logs, buddy checkpoints across the hosts) against one host"
+stencil() { # NAME LAUNCH...: the stencil's checksum, launched by LAUNCH
+    local name=$1
+    shift
+    mkdir -p "$out/$name"
+    env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$out/$name" REVERB_LOG=causal \
+        REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_BOOT_TIMEOUT_S=30 "$@" \
+        "$bin" app stencil --iters 400 --size 64 --ckpt-every 100 >"$out/$name.log" 2>&1 ||
+        { tail -n 20 "$out/$name.log" >&2; fail "stencil $name"; }
+    cat "$out/$name/checksum"
+}
+one=$(stencil one-host "$bin" run -n 4 --ranks-per-node 2 --timeout 120 --)
+two=$(REVERB_ROOT=sa:7412 REVERB_JOB_TOKEN=slurm-suite-stencil stencil srun \
+    timeout 120 bash ci/slurm.sh run sctl -- srun -N 2 --ntasks-per-node=2)
+say "checksums: one host $one, under srun on two hosts $two"
+[ "$one" = "$two" ] || fail "checksums differ"
 
 say "a task SIGKILLed: srun --kill-on-bad-exit ends non-zero"
 rm -f "$out"/task-*
