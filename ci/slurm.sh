@@ -17,8 +17,8 @@
 #   REVERB_SLURM_DIR      config, state, logs and pids (default /run/reverb-slurm)
 #   REVERB_SLURM_CTL      the controller host (default sctl; may be one of the HOSTs)
 #   REVERB_SLURM_CPUS     CPUs each node offers (default 4, whatever the machine has)
-#   REVERB_SLURM_TIMEOUT  seconds `up` waits for the nodes (default 30)
-#   REVERB_SLURM_KEEP=1   a failed `up` leaves what it started, for a look
+#   REVERB_SLURM_TIMEOUT  seconds `up` and `restart` wait for the nodes (default 30)
+# A failed `up` prints the daemons' logs and removes what it started.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -62,11 +62,7 @@ print_logs() {
 fail() {
     say "FAILED: $*"
     print_logs
-    if [[ $CLEAN_ON_FAIL == 1 && ${REVERB_SLURM_KEEP:-} != 1 ]]; then
-        cmd_down
-    elif [[ $CLEAN_ON_FAIL == 1 ]]; then
-        say "left as it is in $SDIR (REVERB_SLURM_KEEP=1); ci/slurm.sh down removes it"
-    fi
+    [[ $CLEAN_ON_FAIL == 1 ]] && cmd_down
     exit 1
 }
 
