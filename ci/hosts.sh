@@ -120,7 +120,9 @@ cmd_exec() {
     shift
     [[ ${1:-} == -- ]] && shift
     (($# > 0)) || die "exec: no command"
-    exec nsenter -t "$(holder_of "$name")" -n -m -u -- "$@"
+    local holder
+    holder=$(holder_of "$name") || exit 1
+    exec nsenter -t "$holder" -n -m -u -- "$@"
 }
 
 cmd_kill() {

@@ -16,7 +16,7 @@
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-say() { echo "== slurm-suite: $*" >&2; }
+say() { echo "== slurm-suite [${SECONDS}s]: $*" >&2; }
 fail() {
     say "FAILED: $*"
     bash ci/slurm.sh logs || true
@@ -101,13 +101,13 @@ cat "$out/killed.err" >&2
 grep -q "sb: task 1: Killed" "$out/killed.err" || fail "srun did not report task 1 killed on sb"
 
 say "host sb lost under a running srun"
-slurm 90 srun -N 2 --ntasks-per-node=1 sleep 120 2>"$out/lost.err" &
+rm -f "$out"/up-*
+slurm 90 srun -N 2 --ntasks-per-node=1 bash -c 'touch "$0/up-$SLURM_PROCID"; exec sleep 120' "$out" \
+    2>"$out/lost.err" &
 srun_pid=$!
-# Both tasks running before the host goes.
-for _ in $(seq 100); do
-    [ "$(slurm 5 squeue -h -s -o %N 2>/dev/null)" = "sa,sb" ] && break
-    sleep 0.1
-done
+# Both tasks running before the host goes (a host lost while srun launches is another story).
+for _ in $(seq 100); do [ -e "$out/up-0" ] && [ -e "$out/up-1" ] && break; sleep 0.1; done
+[ -e "$out/up-0" ] && [ -e "$out/up-1" ] || fail "the tasks did not start within 10 s"
 bash ci/hosts.sh kill sb
 lost_at=$SECONDS
 rc=0
@@ -122,8 +122,10 @@ say "srun ended ${took}s after sb was lost"
 
 say "sb comes back (same address, a fresh slurmd) and takes tasks again"
 bash ci/slurm.sh restart sb
+say "sb is idle again"
 placed=$(slurm 30 srun -N 2 --ntasks-per-node=1 hostname | sort | tr '\n' ' ')
 [ "$placed" = "sa sb " ] || fail "tasks ran on: $placed after sb came back"
 
+say "down"
 bash ci/slurm.sh down
 say "ok in $((SECONDS - start))s (after the build)"

@@ -143,12 +143,14 @@ EOF
     echo "CgroupPlugin=cgroup/v1" >"$SDIR/etc/cgroup.conf"
 }
 
-# A daemon inside a host, in the foreground so that its pid is ours to record: `hosts exec`
-# execs nsenter, which execs env, which execs the daemon.
+# A daemon inside a host, in the foreground so that its pid is ours to record: the background
+# job is one simple command (bash execs it in the forked child), hosts.sh execs nsenter, which
+# execs env, which execs the daemon.
 start_daemon() { # NAME HOST CMD...
     local name=$1 host=$2
     shift 2
-    in_host "$host" "$@" </dev/null >>"$SDIR/log/$name.out" 2>&1 &
+    bash "$HERE/hosts.sh" exec "$host" -- env SLURM_CONF="$CONF" "$@" \
+        </dev/null >>"$SDIR/log/$name.out" 2>&1 &
     echo $! >"$SDIR/pids/$name"
 }
 
@@ -197,30 +199,71 @@ cmd_restart() { # HOST
     [[ -f $CONF ]] || die "no cluster in $SDIR (ci/slurm.sh up first)"
     grep -q "^NodeName=$host " "$CONF" || die "restart: $host is not a node of this cluster"
     bring_hosts_up "$host"
-    [[ -f $SDIR/pids/slurmd-$host ]] && stop_pid "slurmd-$host" "$(cat "$SDIR/pids/slurmd-$host")"
+    stop_daemons "$SDIR/pids/slurmd-$host"
     start_daemon "slurmd-$host" "$host" slurmd -D -f "$CONF" -N "$host"
     wait_for "$TIMEOUT" "$host idle in sinfo" nodes_idle "$host"
     say "$host is back"
 }
 
-stop_pid() { # NAME PID: TERM, then KILL after 5 s; only if PID still runs that program
-    local name=$1 pid=$2 comm
-    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 0
-    [[ $comm == "${name%%-*}" ]] || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
+# TERM to every recorded daemon still running its program (a pid may have been reused), then
+# KILL to those left after 5 s. Together: each takes a second or two to stop.
+stop_daemons() { # PID-FILE... (named after the program: slurmd-sa, slurmctld, munged)
+    local f name pid live=()
+    for f in "$@"; do
+        name=$(basename "$f")
+        [[ -f $f && $name != *.pidfile ]] || continue
+        pid=$(cat "$f")
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "${name%%-*}" ]] || continue
+        kill -TERM "$pid" 2>/dev/null && live+=("$pid")
+    done
     for _ in $(seq 50); do
-        [[ -d /proc/$pid ]] || return 0
+        any_alive "${live[@]}" || return 0
         sleep 0.1
     done
-    kill -KILL "$pid" 2>/dev/null || true
+    kill -KILL "${live[@]}" 2>/dev/null || true
 }
 
-# Job steps' slurmstepd outlive their slurmd: kill those in our nodes' network namespaces.
+any_alive() { # PID...
+    local pid
+    for pid in "$@"; do
+        [[ -d /proc/$pid ]] && return 0
+    done
+    return 1
+}
+
+# Jobs still running are cancelled while slurmctld is there to do it (bounded: 10 s).
+cancel_jobs() {
+    local ctl_pid jobs
+    ctl_pid=$(cat "$SDIR/pids/slurmctld" 2>/dev/null) || return 0
+    [[ $(cat "/proc/$ctl_pid/comm" 2>/dev/null) == slurmctld ]] || return 0
+    for _ in $(seq 50); do
+        jobs=$(in_host "$CTL" timeout 5 squeue -h -o %i 2>/dev/null) || return 0
+        [[ -z $jobs ]] && return 0
+        # shellcheck disable=SC2086 # one job id a word
+        in_host "$CTL" timeout 5 scancel $jobs 2>/dev/null || true
+        sleep 0.2
+    done
+    say "down: jobs still there after 10 s: $jobs"
+}
+
+tree_of() { # PID: PID's descendants, deepest first, then PID
+    local child
+    for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+        tree_of "$child"
+    done
+    echo "$1"
+}
+
+# A step whose slurmd is gone (or a host that was lost) can leave a slurmstepd and its tasks:
+# those in our nodes' network namespaces go.
 stop_stepds() {
     local node pid
     for node in $(sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF" 2>/dev/null); do
         for pid in $(ip netns pids "rvb-$node" 2>/dev/null); do
-            [[ $(cat "/proc/$pid/comm" 2>/dev/null) == slurmstepd ]] && kill -KILL "$pid" 2>/dev/null
+            if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == slurmstepd ]]; then
+                # shellcheck disable=SC2046 # one pid a word
+                kill -KILL $(tree_of "$pid") 2>/dev/null
+            fi
         done
     done
     return 0
@@ -240,10 +283,8 @@ hosts_down() {
 
 cmd_down() {
     [[ -d $SDIR ]] || return 0
-    local f
-    for f in "$SDIR"/pids/slurmd-* "$SDIR"/pids/slurmctld "$SDIR"/pids/munged; do
-        [[ -f $f && $f != *.pidfile ]] && stop_pid "$(basename "$f")" "$(cat "$f")"
-    done
+    cancel_jobs
+    stop_daemons "$SDIR"/pids/slurmd-* "$SDIR"/pids/slurmctld "$SDIR"/pids/munged
     stop_stepds
     hosts_down
     rm -rf "$SDIR"
