@@ -13,7 +13,8 @@
 #                                   removes the hosts `up` brought up, no others (idempotent)
 #
 # Needs root and the packages of ci/deps.sh. Environment:
-#   REVERB_HOSTS_DIR, REVERB_HOSTS_NET  the set of hosts (see ci/hosts.sh)
+#   REVERB_HOSTS_DIR, REVERB_HOSTS_NET  the set of hosts (see ci/hosts.sh); `up` records them
+#                         and the controller, so later commands need only REVERB_SLURM_DIR
 #   REVERB_SLURM_DIR      config, state, logs and pids (default /run/reverb-slurm)
 #   REVERB_SLURM_CTL      the controller host (default sctl; may be one of the HOSTs)
 #   REVERB_SLURM_CPUS     CPUs each node offers (default 4, whatever the machine has)
@@ -27,6 +28,11 @@ CTL=${REVERB_SLURM_CTL:-sctl}
 CPUS=${REVERB_SLURM_CPUS:-4}
 TIMEOUT=${REVERB_SLURM_TIMEOUT:-30}
 CONF=$SDIR/etc/slurm.conf
+# A cluster that is up remembers its hosts and controller: later commands need only its dir.
+if [[ -f $SDIR/where ]]; then
+    read -r REVERB_HOSTS_DIR REVERB_HOSTS_NET CTL <"$SDIR/where"
+    export REVERB_HOSTS_DIR REVERB_HOSTS_NET
+fi
 HOSTS_DIR=${REVERB_HOSTS_DIR:-/run/reverb-hosts}
 CLEAN_ON_FAIL=0 # `up` removes what it started when it fails
 
@@ -181,6 +187,7 @@ cmd_up() {
     [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "REVERB_SLURM_CPUS=$CPUS: expected a positive number"
     [[ -e $SDIR ]] && die "$SDIR exists: a cluster is up (ci/slurm.sh down first)"
     mkdir -p "$SDIR/log" "$SDIR/pids"
+    echo "$HOSTS_DIR ${REVERB_HOSTS_NET:-10.77.0} $CTL" >"$SDIR/where"
     CLEAN_ON_FAIL=1
     bring_hosts_up "$CTL" "$@"
     write_conf "$@"
@@ -305,5 +312,5 @@ case ${1:-} in
     restart) cmd_restart "${2:?restart HOST}" ;;
     logs) print_logs ;;
     down) cmd_down ;;
-    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac
