@@ -160,9 +160,9 @@ start_daemon() { # NAME HOST CMD...
     echo $! >"$SDIR/pids/$name"
 }
 
-nodes_idle() { # HOST...: every HOST is idle in sinfo; fails the script if a daemon exited
+nodes_idle() { # HOST...: every HOST is idle in sinfo; fails the script if a daemon it needs exited
     local states node
-    daemons_alive
+    daemons_alive munged slurmctld "${@/#/slurmd-}"
     states=$(in_host "$CTL" timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
     for node in "$@"; do
         grep -qx "$node idle" <<<"$states" || return 1
@@ -170,11 +170,10 @@ nodes_idle() { # HOST...: every HOST is idle in sinfo; fails the script if a dae
 }
 
 # A daemon that exited will not come back: say so now rather than at the timeout.
-daemons_alive() {
-    local f
-    for f in "$SDIR"/pids/*; do
-        [[ $f == *.pidfile ]] && continue
-        [[ -d /proc/$(cat "$f") ]] || fail "$(basename "$f") exited (its log is below)"
+daemons_alive() { # NAME... (munged, slurmctld, slurmd-HOST)
+    local name
+    for name in "$@"; do
+        [[ -d /proc/$(cat "$SDIR/pids/$name") ]] || fail "$name exited (its log is below)"
     done
 }
 
