@@ -22,7 +22,8 @@ fail() {
     bash ci/slurm.sh logs || true
     exit 1
 }
-[ "$(id -u)" = 0 ] || fail "needs root to make namespaces and run Slurm's daemons (run the test command as root)"
+[ "$(id -u)" = 0 ] ||
+    fail "needs root to make namespaces and run Slurm's daemons (run the test command as root)"
 
 export REVERB_HOSTS_DIR=/run/reverb-hosts-slurm REVERB_HOSTS_NET=10.78.0
 export REVERB_SLURM_DIR=/run/reverb-slurm-suite REVERB_SLURM_CTL=sctl
@@ -45,9 +46,11 @@ placed=$(slurm 30 srun -N 2 --ntasks-per-node=2 hostname | sort | tr '\n' ' ')
 [ "$placed" = "sa sa sb sb " ] || fail "tasks ran on: $placed"
 
 say "Slurm's environment, and each task inside its host"
-slurm 30 srun -N 2 --ntasks-per-node=2 bash -c 'env | grep ^SLURM_ | sort >"$0/env-$SLURM_PROCID"' "$out"
+slurm 30 srun -N 2 --ntasks-per-node=2 \
+    bash -c 'env | grep ^SLURM_ | sort >"$0/env-$SLURM_PROCID"' "$out"
 for rank in 0 1 2 3; do
-    want="SLURM_LOCALID=$((rank % 2)) SLURM_NODEID=$((rank / 2)) SLURM_NODELIST=sa,sb SLURM_NTASKS=4 SLURM_PROCID=$rank"
+    want="SLURM_LOCALID=$((rank % 2)) SLURM_NODEID=$((rank / 2)) SLURM_NODELIST=sa,sb"
+    want+=" SLURM_NTASKS=4 SLURM_PROCID=$rank"
     got=$(grep -E '^SLURM_(LOCALID|NODEID|NODELIST|NTASKS|PROCID)=' "$out/env-$rank" | tr '\n' ' ')
     [ "$got" = "$want " ] || fail "task $rank's environment: $got (wanted $want)"
 done
@@ -59,9 +62,11 @@ say "reverb under srun: 4 ranks on 2 hosts, the rendezvous at sa (rank 0), auto:
 REVERB_ROOT=sa:7411 REVERB_JOB_TOKEN=slurm-suite REVERB_PROVIDER=auto REVERB_BOOT_TIMEOUT_S=30 \
     slurm 120 srun -N 2 --ntasks-per-node=2 \
     "$bin" bench lat --op send --sizes 8,65536 --iters 500 --pair 0,2 --verbose \
-    >"$out/bench.txt" 2>"$out/bench.err" || { tail -n 20 "$out/bench.err" >&2; fail "reverb bench under srun"; }
+    >"$out/bench.txt" 2>"$out/bench.err" ||
+    { tail -n 20 "$out/bench.err" >&2; fail "reverb bench under srun"; }
 cat "$out/bench.txt"
-grep -q "provider: auto (tcp)   ranks: 0 <-> 2" "$out/bench.txt" || fail "auto did not pick tcp between sa and sb"
+grep -q "provider: auto (tcp)   ranks: 0 <-> 2" "$out/bench.txt" ||
+    fail "auto did not pick tcp between sa and sb"
 grep -q "rank 0 on host sa, rank 2 on host sb (2 hosts); provider tcp" "$out/bench.err" ||
     fail "bench --verbose: $(grep 'reverb bench:' "$out/bench.err")"
 
@@ -82,42 +87,45 @@ two=$(REVERB_ROOT=sa:7412 REVERB_JOB_TOKEN=slurm-suite-stencil stencil srun \
 say "checksums: one host $one, under srun on two hosts $two"
 [ "$one" = "$two" ] || fail "checksums differ"
 
+# srun in the background ($srun_pid), its tasks sleeping once they have written their pids to
+# $out/task-RANK; returns when all have.
+sleepers() { # TASKS ERR-FILE SRUN-OPTION...
+    local tasks=$1 err=$2 rank
+    shift 2
+    rm -f "$out"/task-*
+    slurm 90 srun "$@" bash -c 'echo $$ >"$0/task-$SLURM_PROCID.tmp"
+        mv "$0/task-$SLURM_PROCID.tmp" "$0/task-$SLURM_PROCID"; exec sleep 120' "$out" 2>"$err" &
+    srun_pid=$!
+    for rank in $(seq 0 $((tasks - 1))); do
+        for _ in $(seq 100); do [ -s "$out/task-$rank" ] && break; sleep 0.1; done
+        [ -s "$out/task-$rank" ] || fail "task $rank did not start within 10 s"
+    done
+}
+
+# srun ends non-zero (not by the suite's timeout) within LIMIT seconds; sets $took.
+srun_ends() { # WHAT LIMIT ERR-FILE
+    local at=$SECONDS rc=0
+    wait "$srun_pid" || rc=$?
+    took=$((SECONDS - at))
+    cat "$3" >&2
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "srun exited $rc after $1"; fi
+    ((took <= $2)) || fail "srun took ${took}s to end after $1"
+}
+
 say "a task SIGKILLed: srun --kill-on-bad-exit ends non-zero"
-rm -f "$out"/task-*
-slurm 60 srun -N 2 --ntasks-per-node=1 --kill-on-bad-exit=1 \
-    bash -c 'echo $$ >"$0/task-$SLURM_PROCID.tmp" && mv "$0/task-$SLURM_PROCID.tmp" "$0/task-$SLURM_PROCID"; exec sleep 60' "$out" \
-    2>"$out/killed.err" &
-srun_pid=$!
-for _ in $(seq 100); do [ -s "$out/task-1" ] && break; sleep 0.1; done
-[ -s "$out/task-1" ] || fail "task 1 did not start within 10 s"
+sleepers 2 "$out/killed.err" -N 2 --ntasks-per-node=1 --kill-on-bad-exit=1
 kill -KILL "$(cat "$out/task-1")"
-killed_at=$SECONDS
-rc=0
-wait "$srun_pid" || rc=$?
-took=$((SECONDS - killed_at))
-cat "$out/killed.err" >&2
-[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "srun exited $rc after a task was SIGKILLed"
-((took <= 15)) || fail "srun took ${took}s to end after a task was SIGKILLed"
+srun_ends "task 1 was SIGKILLed" 15 "$out/killed.err"
 grep -q "sb: task 1: Killed" "$out/killed.err" || fail "srun did not report task 1 killed on sb"
 
+# Both tasks run before the host goes: a host lost while srun launches fails the launch instead.
 say "host sb lost under a running srun"
-rm -f "$out"/up-*
-slurm 90 srun -N 2 --ntasks-per-node=1 bash -c 'touch "$0/up-$SLURM_PROCID"; exec sleep 120' "$out" \
-    2>"$out/lost.err" &
-srun_pid=$!
-# Both tasks running before the host goes (a host lost while srun launches is another story).
-for _ in $(seq 100); do [ -e "$out/up-0" ] && [ -e "$out/up-1" ] && break; sleep 0.1; done
-[ -e "$out/up-0" ] && [ -e "$out/up-1" ] || fail "the tasks did not start within 10 s"
+sleepers 2 "$out/lost.err" -N 2 --ntasks-per-node=1
 bash ci/hosts.sh kill sb
-lost_at=$SECONDS
-rc=0
-wait "$srun_pid" || rc=$?
-took=$((SECONDS - lost_at))
-cat "$out/lost.err" >&2
-[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "srun exited $rc after host sb was lost"
-((took <= 40)) || fail "srun took ${took}s to end after host sb was lost"
+srun_ends "host sb was lost" 40 "$out/lost.err"
 grep -q "Node failure on sb" "$out/lost.err" || fail "srun did not report sb's failure"
-slurm 10 sinfo -h -N -o '%N %t' | grep -q '^sb down' || fail "sinfo: $(slurm 10 sinfo -h -N -o '%N %t')"
+states=$(slurm 10 sinfo -h -N -o '%N %t')
+grep -q '^sb down' <<<"$states" || fail "sinfo after sb was lost: $states"
 say "srun ended ${took}s after sb was lost"
 
 say "sb comes back (same address, a fresh slurmd) and takes tasks again"
