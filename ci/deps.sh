@@ -3,12 +3,14 @@
 # missing. `--compare` adds what scripts/compare-shm.sh needs (ucx_perftest, jq).
 # The verbs feature builds rdma-core's headers from ibverbs-sys (cmake, clang, libnl) and links
 # Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
-# the Reed-Solomon bench its ISA-L column (the build skips it when absent).
+# the Reed-Solomon bench its ISA-L column (the build skips it when absent). slurmctld, slurmd,
+# slurm-client and munge are Debian's Slurm, which ci/slurm.sh runs on simulated hosts with its
+# own throwaway config (no service of theirs needs to run).
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
     rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils
-    iproute2 python3)
+    iproute2 python3 slurmctld slurmd slurm-client munge)
 for arg in "$@"; do
     case "$arg" in
         --compare) packages+=(ucx-utils jq) ;;

@@ -5,7 +5,8 @@
 # host (so `reverb run --hosts ha:2,hb:2` with REVERB_RSH="bash ci/hosts.sh exec" resolves
 # them). Nothing leaves the machine: the bridge lives in its own namespace and has no uplink.
 #
-#   ci/hosts.sh up NAME...          make the hosts (10.77.0.10, .11, ... in the order named)
+#   ci/hosts.sh up NAME...          make the hosts (10.77.0.10, .11, ... in the order named; a
+#                                   host killed and made again gets its address back)
 #   ci/hosts.sh exec NAME -- CMD... run CMD inside host NAME (its net, mount and UTS namespaces)
 #   ci/hosts.sh addr NAME           print NAME's address
 #   ci/hosts.sh kill NAME           take host NAME down: SIGKILL everything in it, drop its wire
@@ -14,11 +15,21 @@
 # Needs root (namespaces, veth). State lives in $REVERB_HOSTS_DIR (default /run/reverb-hosts):
 # one directory per host with the pid of the process holding its namespaces open, so `exec`
 # enters the same /dev/shm every time (a fresh `unshare` per command would not).
+#
+# Several sets of hosts can live side by side (a suite and ci/slurm.sh, say): give each its own
+# REVERB_HOSTS_DIR. The bridge namespace is named after that directory (rvb-switch for the
+# default one), so one set's `down` leaves the others' wires alone. Host names are machine-wide
+# (netns rvb-NAME, veth v-NAME): sets must use different names. REVERB_HOSTS_NET picks the
+# first three octets of the addresses (default 10.77.0).
 set -euo pipefail
 
 DIR=${REVERB_HOSTS_DIR:-/run/reverb-hosts}
-SWITCH=rvb-switch
-SUBNET=10.77.0
+if [[ $DIR == /run/reverb-hosts ]]; then
+    SWITCH=rvb-switch
+else
+    SWITCH=rvb-sw-$(printf '%s' "$DIR" | cksum | cut -d' ' -f1)
+fi
+SUBNET=${REVERB_HOSTS_NET:-10.77.0}
 FIRST_HOST=10
 
 die() { echo "ci/hosts.sh: $*" >&2; exit 1; }
@@ -54,16 +65,34 @@ start_holder() {
     die "host $name: namespace holder did not start"
 }
 
+# The address NAME had before in this set (a host killed and brought up again keeps it), else
+# the lowest one no host of the set ever had.
+addr_for() {
+    local name=$1 addr i
+    addr=$(awk -v n="$name" '$2 == n { print $1; exit }' "$DIR/etc-hosts")
+    if [[ -n $addr ]]; then
+        echo "$addr"
+        return
+    fi
+    for ((i = FIRST_HOST; i < 255; i++)); do
+        grep -q "^$SUBNET\.$i " "$DIR/etc-hosts" || { echo "$SUBNET.$i"; return; }
+    done
+    die "host $name: no address left in $SUBNET.0/24"
+}
+
 host_up() {
-    local name=$1 index=$2 ns addr
+    local name=$1 ns addr
     check_name "$name"
     ns=$(netns_of "$name")
-    addr="$SUBNET.$((FIRST_HOST + index))"
     [[ -d $DIR/$name ]] && die "host $name exists (ci/hosts.sh down first)"
+    ip netns list | grep -qx "$ns\( .*\)\?" &&
+        die "host $name: netns $ns exists (another set of hosts uses the name; pick another)"
+    addr=$(addr_for "$name")
     mkdir -p "$DIR/$name"
     echo "$addr" >"$DIR/$name/addr"
-    # Appended in place: every host's bind mount of the file sees the new line.
-    echo "$addr $name" >>"$DIR/etc-hosts"
+    # Appended in place: every host's bind mount of the file sees the new line. A killed host's
+    # line stays, so its name still resolves to the address it gets back.
+    grep -q "^$addr $name\$" "$DIR/etc-hosts" || echo "$addr $name" >>"$DIR/etc-hosts"
     ip netns add "$ns"
     ip link add "v-$name" type veth peer name "s-$name"
     ip link set "v-$name" netns "$ns"
@@ -81,12 +110,8 @@ cmd_up() {
     mkdir -p "$DIR"
     [[ -f $DIR/etc-hosts ]] || printf '127.0.0.1 localhost\n::1 localhost\n' >"$DIR/etc-hosts"
     switch_up
-    local existing index
-    existing=$(find "$DIR" -mindepth 1 -maxdepth 1 -type d | wc -l)
-    index=$existing
     for name in "$@"; do
-        host_up "$name" "$index"
-        index=$((index + 1))
+        host_up "$name"
     done
 }
 
@@ -95,7 +120,9 @@ cmd_exec() {
     shift
     [[ ${1:-} == -- ]] && shift
     (($# > 0)) || die "exec: no command"
-    exec nsenter -t "$(holder_of "$name")" -n -m -u -- "$@"
+    local holder
+    holder=$(holder_of "$name") || exit 1
+    exec nsenter -t "$holder" -n -m -u -- "$@"
 }
 
 cmd_kill() {
@@ -126,5 +153,5 @@ case ${1:-} in
     addr) cat "$DIR/${2:?addr NAME}/addr" 2>/dev/null || die "no host '${2}'" ;;
     kill) cmd_kill "${2:?kill NAME}" ;;
     down) cmd_down ;;
-    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

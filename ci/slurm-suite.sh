@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Real Slurm on simulated hosts (ci/slurm.sh): slurmctld in host sctl, a slurmd in each of sa and
+# sb, srun from sctl.
+#   1. placement: `srun -N 2 --ntasks-per-node=2 hostname` runs twice on each host;
+#   2. Slurm's environment (SLURM_PROCID, _NTASKS, _NODELIST, _NODEID, _LOCALID), and each task
+#      inside its host (its own /dev/shm);
+#   3. a reverb job under srun: 4 ranks, 2 per host, rank 0 hosting the rendezvous at
+#      REVERB_ROOT=sa:PORT; the auto provider benches a pair across the hosts (tcp);
+#   4. the stencil under srun (causal logs, buddy checkpoints across the hosts), with the
+#      checksum of a one-host run;
+#   5. a task SIGKILLed from outside: srun --kill-on-bad-exit ends non-zero within 15 s;
+#   6. host sb lost (ci/hosts.sh kill): srun reports the node failure and ends within 40 s,
+#      and sinfo shows sb down;
+#   7. sb comes back (ci/slurm.sh restart) and runs tasks again.
+# Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
+# cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "== slurm-suite [${SECONDS}s]: $*" >&2; }
+fail() {
+    say "FAILED: $*"
+    bash ci/slurm.sh logs || true
+    exit 1
+}
+[ "$(id -u)" = 0 ] ||
+    fail "needs root to make namespaces and run Slurm's daemons (run the test command as root)"
+
+export REVERB_HOSTS_DIR=/run/reverb-hosts-slurm REVERB_HOSTS_NET=10.78.0
+export REVERB_SLURM_DIR=/run/reverb-slurm-suite REVERB_SLURM_CTL=sctl
+target=${CARGO_TARGET_DIR:-$PWD/target}
+bin=$target/debug/reverb
+out=$target/slurm-suite
+cargo build -p reverb --features fault-injection
+rm -rf "$out"
+mkdir -p "$out"
+
+start=$SECONDS
+bash ci/slurm.sh down
+bash ci/hosts.sh down
+trap 'bash ci/slurm.sh down; bash ci/hosts.sh down' EXIT
+bash ci/slurm.sh up sa sb
+slurm() { timeout "$1" bash ci/slurm.sh run sctl -- "${@:2}"; }
+
+say "placement: srun -N 2 --ntasks-per-node=2 hostname"
+placed=$(slurm 30 srun -N 2 --ntasks-per-node=2 hostname | sort | tr '\n' ' ')
+[ "$placed" = "sa sa sb sb " ] || fail "tasks ran on: $placed"
+
+say "Slurm's environment, and each task inside its host"
+slurm 30 srun -N 2 --ntasks-per-node=2 \
+    bash -c 'env | grep ^SLURM_ | sort >"$0/env-$SLURM_PROCID"' "$out"
+for rank in 0 1 2 3; do
+    want="SLURM_LOCALID=$((rank % 2)) SLURM_NODEID=$((rank / 2)) SLURM_NODELIST=sa,sb"
+    want+=" SLURM_NTASKS=4 SLURM_PROCID=$rank"
+    got=$(grep -E '^SLURM_(LOCALID|NODEID|NODELIST|NTASKS|PROCID)=' "$out/env-$rank" | tr '\n' ' ')
+    [ "$got" = "$want " ] || fail "task $rank's environment: $got (wanted $want)"
+done
+shm=$(slurm 30 srun -N 2 --ntasks-per-node=1 bash -c \
+    'touch /dev/shm/slurm-suite-$SLURM_PROCID; ls /dev/shm | grep -c slurm-suite-; rm /dev/shm/slurm-suite-*')
+[ "$shm" = "$(printf '1\n1')" ] || fail "tasks on two hosts share /dev/shm (each saw $shm file(s))"
+
+say "reverb under srun: 4 ranks on 2 hosts, the rendezvous at sa (rank 0), auto: a pair across the hosts"
+REVERB_ROOT=sa:7411 REVERB_JOB_TOKEN=slurm-suite REVERB_PROVIDER=auto REVERB_BOOT_TIMEOUT_S=30 \
+    slurm 120 srun -N 2 --ntasks-per-node=2 \
+    "$bin" bench lat --op send --sizes 8,65536 --iters 500 --pair 0,2 --verbose \
+    >"$out/bench.txt" 2>"$out/bench.err" ||
+    { tail -n 20 "$out/bench.err" >&2; fail "reverb bench under srun"; }
+cat "$out/bench.txt"
+grep -q "provider: auto (tcp)   ranks: 0 <-> 2" "$out/bench.txt" ||
+    fail "auto did not pick tcp between sa and sb"
+grep -q "rank 0 on host sa, rank 2 on host sb (2 hosts); provider tcp" "$out/bench.err" ||
+    fail "bench --verbose: $(grep 'reverb bench:' "$out/bench.err")"
+
+say "the stencil under srun (auto, causal logs, buddy checkpoints across the hosts) against one host"
+stencil() { # NAME LAUNCH...: the stencil's checksum, launched by LAUNCH
+    local name=$1
+    shift
+    mkdir -p "$out/$name"
+    env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$out/$name" REVERB_LOG=causal \
+        REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_BOOT_TIMEOUT_S=30 "$@" \
+        "$bin" app stencil --iters 400 --size 64 --ckpt-every 100 >"$out/$name.log" 2>&1 ||
+        { tail -n 20 "$out/$name.log" >&2; fail "stencil $name"; }
+    cat "$out/$name/checksum"
+}
+one=$(stencil one-host "$bin" run -n 4 --ranks-per-node 2 --timeout 120 --)
+two=$(REVERB_ROOT=sa:7412 REVERB_JOB_TOKEN=slurm-suite-stencil stencil srun \
+    timeout 120 bash ci/slurm.sh run sctl -- srun -N 2 --ntasks-per-node=2)
+say "checksums: one host $one, under srun on two hosts $two"
+[ "$one" = "$two" ] || fail "checksums differ"
+
+# srun in the background ($srun_pid), its tasks sleeping once they have written their pids to
+# $out/task-RANK; returns when all have.
+sleepers() { # TASKS ERR-FILE SRUN-OPTION...
+    local tasks=$1 err=$2 rank
+    shift 2
+    rm -f "$out"/task-*
+    slurm 90 srun "$@" bash -c 'echo $$ >"$0/task-$SLURM_PROCID.tmp"
+        mv "$0/task-$SLURM_PROCID.tmp" "$0/task-$SLURM_PROCID"; exec sleep 120' "$out" 2>"$err" &
+    srun_pid=$!
+    for rank in $(seq 0 $((tasks - 1))); do
+        for _ in $(seq 100); do [ -s "$out/task-$rank" ] && break; sleep 0.1; done
+        [ -s "$out/task-$rank" ] || fail "task $rank did not start within 10 s"
+    done
+}
+
+# srun ends non-zero (not by the suite's timeout) within LIMIT seconds; sets $took.
+srun_ends() { # WHAT LIMIT ERR-FILE
+    local at=$SECONDS rc=0
+    wait "$srun_pid" || rc=$?
+    took=$((SECONDS - at))
+    cat "$3" >&2
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "srun exited $rc after $1"; fi
+    ((took <= $2)) || fail "srun took ${took}s to end after $1"
+}
+
+say "a task SIGKILLed: srun --kill-on-bad-exit ends non-zero"
+sleepers 2 "$out/killed.err" -N 2 --ntasks-per-node=1 --kill-on-bad-exit=1
+kill -KILL "$(cat "$out/task-1")"
+srun_ends "task 1 was SIGKILLed" 15 "$out/killed.err"
+grep -q "sb: task 1: Killed" "$out/killed.err" || fail "srun did not report task 1 killed on sb"
+
+# Both tasks run before the host goes: a host lost while srun launches fails the launch instead.
+say "host sb lost under a running srun"
+sleepers 2 "$out/lost.err" -N 2 --ntasks-per-node=1
+bash ci/hosts.sh kill sb
+srun_ends "host sb was lost" 40 "$out/lost.err"
+grep -q "Node failure on sb" "$out/lost.err" || fail "srun did not report sb's failure"
+states=$(slurm 10 sinfo -h -N -o '%N %t')
+grep -q '^sb down' <<<"$states" || fail "sinfo after sb was lost: $states"
+say "srun ended ${took}s after sb was lost"
+
+say "sb comes back (same address, a fresh slurmd) and takes tasks again"
+bash ci/slurm.sh restart sb
+say "sb is idle again"
+placed=$(slurm 30 srun -N 2 --ntasks-per-node=1 hostname | sort | tr '\n' ' ')
+[ "$placed" = "sa sb " ] || fail "tasks ran on: $placed after sb came back"
+
+say "down"
+bash ci/slurm.sh down
+say "ok in $((SECONDS - start))s (after the build)"
