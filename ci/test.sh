@@ -40,6 +40,9 @@ step "the conformance suite with ranks on two simulated hosts, on tcp and on aut
 PROVIDER=tcp bash ci/hosts-conformance.sh
 PROVIDER=auto bash ci/hosts-conformance.sh
 
+step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return"
+bash ci/slurm-suite.sh
+
 step "criterion benches build"
 cargo bench -p reverb-benches --no-run
 

@@ -48,6 +48,12 @@ suites=(
     "logger-core:$(test_bin -p reverb --features verbs --test logger_core):launcher_runs_logger_cores protocols_log_through"
     "logger-respawn:$(test_bin -p reverb --features verbs --test logger_respawn):a_logger_killed_alone a_logger_killed_without stencil"
 )
+# The auto provider with verbs between hosts: ranks placed on two host names (shm inside one).
+auto_suites=(
+    "auto:$(test_bin -p reverb-transport --features verbs --test auto)"
+    "auto-provider:$(test_bin -p reverb-transport --features verbs --test provider)"
+    "auto-fan-in:$(test_bin -p reverb-transport --features verbs --test fan_in)"
+)
 
 # TCG runs everything several times slower: the tests scale their time bounds by this.
 export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_TEST_TIME_SCALE=3
@@ -77,3 +83,7 @@ REVERB_VERBS_DEVICE=rxe0 bash ci/rxe-vm.sh --timeout 1200 -- bash -c "$guest_run
 echo "== verbs suites, two hosts (rxe_h0 <-veth-> rxe_h1)" >&2
 REVERB_VERBS_DEVICE=rxe_h0,rxe_h1 REVERB_VERBS_PID_WATCH=0 \
     bash ci/rxe-vm.sh --netns --timeout 1200 -- bash -c "$guest_runner" runner "${suites[@]}"
+
+echo "== auto: shm inside a host name, verbs between two (rxe0)" >&2
+REVERB_PROVIDER=auto REVERB_AUTO_NET=verbs REVERB_TEST_HOST_NAMES=sa,sb REVERB_VERBS_DEVICE=rxe0 \
+    bash ci/rxe-vm.sh --timeout 900 -- bash -c "$guest_runner" runner "${auto_suites[@]}"

@@ -244,6 +244,11 @@ pub static VARS: &[Var] = &[
     // CI and comparison scripts
     var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
     var("REVERB_HOSTS_DIR", "/run/reverb-hosts", Ci, Tooling, "path", "ci/hosts.sh: where the simulated hosts' state (namespace holders, addresses) lives"),
+    var("REVERB_HOSTS_NET", "10.77.0", Ci, Tooling, "text", "ci/hosts.sh: the first three octets of the simulated hosts' addresses"),
+    var("REVERB_SLURM_DIR", "/run/reverb-slurm", Ci, Tooling, "path", "ci/slurm.sh: the throwaway Slurm cluster's config, state, logs and pids"),
+    var("REVERB_SLURM_CTL", "sctl", Ci, Tooling, "text", "ci/slurm.sh: the simulated host slurmctld runs in"),
+    var("REVERB_SLURM_CPUS", "4", Ci, Tooling, "int", "ci/slurm.sh: CPUs each Slurm node offers, whatever the machine has"),
+    var("REVERB_SLURM_TIMEOUT", "30", Ci, Tooling, "int", "ci/slurm.sh: seconds up and restart wait for the nodes to be idle"),
     var("REVERB_VM_KERNEL", "6.1", Ci, Tooling, "6.1|6.12|auto", "ci/rxe-vm.sh: guest kernel series"),
 ];
 
