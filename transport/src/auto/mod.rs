@@ -308,7 +308,7 @@ impl Provider for AutoProvider {
     fn progress(&mut self) -> Result<()> {
         // Both wires move every call; the first error is reported, the other's next time.
         let shm = self.shm.progress();
-        let net = self.net.progress();
+        let net = self.net.progress_beside();
         shm.and(net)
     }
 

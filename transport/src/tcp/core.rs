@@ -9,6 +9,7 @@ use super::conn::{self, Rx, Tx};
 use super::connect::{self, Handshake};
 use super::serve::Pending;
 use super::table::Table;
+use super::watch::Watch;
 use super::wire::{self, Address, Hello};
 use crate::api::*;
 use crate::bootstrap::{Bootstrap, JobInfo};
@@ -63,6 +64,8 @@ pub(super) struct Core {
     pub(super) config: TransportConfig,
     pub(super) job: JobInfo,
     pub(super) listener: TcpListener,
+    /// What the helper thread waits on, for [`super::TcpProvider::progress_when_ready`].
+    pub(super) watch: Arc<Watch>,
     /// What a connecting peer must present: proves it learnt our address from the bootstrap.
     pub(super) key: u64,
     pub(super) address: Vec<u8>,
@@ -80,6 +83,8 @@ pub(super) struct Core {
     pub(super) malformed: ErrorQueue,
     pub(super) staging: RegionPool,
     pub(super) progress_calls: u32,
+    /// Bytes read from every connection so far (tells a progress that found traffic).
+    pub(super) bytes_read: u64,
     pub(super) max_body: usize,
 }
 
@@ -151,6 +156,8 @@ impl Core {
             return Err(TransportError::InvalidRank(job.rank, job.size));
         }
         let listener = connect::listen(connect::listen_ip(&config, boot)?)?;
+        let watch = Arc::new(Watch::new()?);
+        watch.add(&listener);
         let socket = listener.local_addr().map_err(|e| TransportError::io("tcp: listener address", e))?;
         let key = rand::random::<u64>() | 1;
         let address = Address { incarnation: job.incarnation, key, socket }.encode();
@@ -168,6 +175,7 @@ impl Core {
             config,
             job,
             listener,
+            watch,
             key,
             address,
             table: Arc::new(Table::default()),
@@ -181,6 +189,7 @@ impl Core {
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
             progress_calls: 0,
+            bytes_read: 0,
             max_body,
         })
     }
@@ -199,6 +208,7 @@ impl Core {
         let hello = Hello { key: address.key, ..self.hello() };
         let stream = connect::dial(address.socket, rank, &hello, &self.config, CONNECT_TIMEOUT)?;
         let peer = &mut self.peers[rank as usize];
+        self.watch.add(&stream);
         (peer.incarnation, peer.known, peer.link) = (address.incarnation, true, Link::Up(stream));
         Ok(())
     }
@@ -265,7 +275,10 @@ impl Core {
         let stream = h.into_stream(self.config.peer_timeout)?;
         let peer = &mut self.peers[rank as usize];
         match peer.link {
-            Link::Awaiting(_) if hello.incarnation == peer.incarnation => peer.link = Link::Up(stream),
+            Link::Awaiting(_) if hello.incarnation == peer.incarnation => {
+                self.watch.add(&stream);
+                peer.link = Link::Up(stream);
+            }
             _ if hello.incarnation > peer.incarnation || !peer.known => {
                 self.stash.retain(|(s, _)| s.rank != rank || s.incarnation > hello.incarnation);
                 self.stash.push((hello, stream));
@@ -474,6 +487,7 @@ impl Core {
         (p.incarnation, p.known, p.link) = (incarnation, true, Link::Awaiting(Instant::now()));
         if let Some(i) = self.stash.iter().position(|(h, _)| h.rank == peer && h.incarnation == incarnation) {
             let (_, stream) = self.stash.swap_remove(i);
+            self.watch.add(&stream);
             self.peers[peer as usize].link = Link::Up(stream);
         }
         self.stash.retain(|(h, _)| h.rank != peer || h.incarnation > incarnation);

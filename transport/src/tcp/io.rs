@@ -34,7 +34,10 @@ impl Core {
             match peer.rx.read(stream) {
                 Ok(Read1::Idle) => break,
                 Ok(Read1::Eof) => return self.lost(rank, io::ErrorKind::UnexpectedEof.into()),
-                Ok(Read1::Bytes(n)) => read += n,
+                Ok(Read1::Bytes(n)) => {
+                    read += n;
+                    self.bytes_read += n as u64;
+                }
                 Err(e) => return self.lost(rank, e),
             }
             if !self.handle_buffered(rank) || read >= READ_BUDGET {

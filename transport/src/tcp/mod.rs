@@ -52,6 +52,7 @@ mod iface;
 mod io;
 mod serve;
 mod table;
+mod watch;
 mod wire;
 
 use std::collections::VecDeque;
@@ -80,6 +81,8 @@ const HELPER_TICK: Duration = Duration::from_millis(1);
 /// What the application's handle and the helper thread share.
 struct Shared {
     core: Mutex<Core>,
+    /// The sockets' readiness, which the helper thread waits on between ticks.
+    watch: Arc<watch::Watch>,
     /// Microseconds since `epoch` at the application's last call.
     last_call: AtomicU64,
     epoch: Instant,
@@ -101,7 +104,7 @@ impl Shared {
 /// The helper thread: progresses the provider while the application does not.
 fn serve(shared: Arc<Shared>) {
     while !shared.stop.load(Ordering::Acquire) {
-        std::thread::sleep(HELPER_TICK);
+        shared.watch.wait(HELPER_TICK);
         let idle = shared.now_us().saturating_sub(shared.last_call.load(Ordering::Relaxed));
         if idle < SERVE_AFTER.as_micros() as u64 {
             continue;
@@ -128,6 +131,10 @@ pub struct TcpProvider {
     owners: Vec<Owner>,
     shared: Arc<Shared>,
     helper: Option<JoinHandle<()>>,
+    /// Calls of `progress_when_ready`, for its periodic full progress.
+    lazy_calls: u32,
+    /// The `lazy_calls` count when a progress last read bytes.
+    last_traffic: u32,
 }
 
 impl TcpProvider {
@@ -168,8 +175,10 @@ impl TcpProvider {
 
     fn start(config: TransportConfig, core: Core, first_op: u64) -> Result<TcpProvider> {
         let (rank, size) = (core.job.rank, core.job.size);
+        let watch = Arc::clone(&core.watch);
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
+            watch,
             last_call: AtomicU64::new(0),
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
@@ -189,6 +198,8 @@ impl TcpProvider {
             owners: Vec::new(),
             shared,
             helper: Some(helper),
+            lazy_calls: 0,
+            last_traffic: 0,
         })
     }
 
@@ -210,6 +221,28 @@ impl TcpProvider {
     /// `auto` provider posts receives itself).
     pub(crate) fn rndv_fetch(&mut self, fetch: crate::tagged::Fetch) {
         self.with(|c| c.rndv_fetch(fetch))
+    }
+
+    /// `progress` when it may find something: the sockets showed an edge since the last look
+    /// (the helper thread watches them), or every [`watch::FULL_EVERY`]-th call. What `auto`
+    /// calls on each of its progresses, so that shm traffic beside it pays no system calls.
+    /// While traffic flows (a progress read bytes within the last [`watch::HOT_CALLS`]
+    /// calls) it progresses every time: a ping-pong must not wait for the helper thread's wakeup.
+    pub(crate) fn progress_when_ready(&mut self) -> Result<()> {
+        self.lazy_calls = self.lazy_calls.wrapping_add(1);
+        let hot = self.lazy_calls.wrapping_sub(self.last_traffic) < watch::HOT_CALLS;
+        self.shared.watch.arm(!hot);
+        if !(hot || self.shared.watch.take() || self.lazy_calls.is_multiple_of(watch::FULL_EVERY)) {
+            return Ok(());
+        }
+        let (result, read) = self.with(|c| {
+            let before = c.bytes_read;
+            (c.progress(), c.bytes_read != before)
+        });
+        if read {
+            self.last_traffic = self.lazy_calls;
+        }
+        result
     }
 
     /// Fault injection: writes `bytes` into the connection to `dest` as they are (frames, or
