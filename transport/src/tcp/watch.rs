@@ -38,7 +38,8 @@ impl Watch {
 
     /// Watches `fd` (a connection or the listener) until it is closed.
     pub fn add(&self, fd: impl AsFd) {
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::RDHUP | epoll::EventFlags::ET;
+        let flags =
+            epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::RDHUP | epoll::EventFlags::ET;
         if let Err(e) = epoll::add(&self.epoll, fd, epoll::EventData::new_u64(0), flags) {
             // Unwatched, a socket is still read by every FULL_EVERY-th progress.
             tracing::debug!("tcp: epoll_ctl add: {e}");
