@@ -21,7 +21,6 @@
 //! - **Addresses** carry the host identity and each sub-provider's part (`address.rs`), so a
 //!   respawned rank learns its peers' hosts from the rendezvous, and `reconnect` routes a
 //!   rank that came back on another host to the right sub-provider.
-//!
 
 mod address;
 mod net;
@@ -122,8 +121,8 @@ pub struct AutoProvider {
 }
 
 impl AutoProvider {
-    /// Opens shm for this host's ranks and the network provider for the others, each through a view of `boot`
-    /// that shows it only its own ranks, and publishes the combined address.
+    /// Opens shm for this host's ranks and the network provider for the others, each through
+    /// a view of `boot` that shows it only its own ranks, and publishes the combined address.
     fn build(
         config: TransportConfig,
         boot: &mut dyn Bootstrap,
