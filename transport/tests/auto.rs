@@ -64,29 +64,23 @@ fn auto_picks_a_provider_per_peer_and_moves_everything_through_one_queue() {
         .map(|b| RemoteRegion::read(&mut Reader::new(b, "descriptor")).expect("descriptor"))
         .collect();
     let local = p.alloc_region(SLOT, Access::LOCAL).expect("local");
+    // The slot `writer` owns in `remote`, to or from the local buffer.
+    let slot = |remote, writer: Rank| Rma {
+        local: &local,
+        local_offset: 0,
+        remote,
+        remote_offset: (writer as usize * SLOT) as u64,
+        len: SLOT,
+    };
     for (owner, remote) in remotes.iter().enumerate() {
         local.write(0, &pattern(u64::from(me) * 10 + owner as u64, SLOT)).expect("fill");
-        let rma = Rma {
-            local: &local,
-            local_offset: 0,
-            remote,
-            remote_offset: (me as usize * SLOT) as u64,
-            len: SLOT,
-        };
-        let op = p.put(rma, Signal::Yes).expect("put");
+        let op = p.put(slot(remote, me), Signal::Yes).expect("put");
         p.wait_op(op, WAIT).expect("put completion").into_result().expect("put ok");
     }
     boot.barrier().expect("barrier");
     for (owner, remote) in remotes.iter().enumerate() {
         for writer in 0..RANKS {
-            let rma = Rma {
-                local: &local,
-                local_offset: 0,
-                remote,
-                remote_offset: (writer as usize * SLOT) as u64,
-                len: SLOT,
-            };
-            let op = p.get(rma, Signal::Yes).expect("get");
+            let op = p.get(slot(remote, writer), Signal::Yes).expect("get");
             p.wait_op(op, WAIT).expect("get completion").into_result().expect("get ok");
             let want = pattern(u64::from(writer) * 10 + owner as u64, SLOT);
             assert!(
