@@ -2,7 +2,7 @@
 # Jobs across simulated hosts without RDMA (ci/hosts.sh: network + mount + UTS namespaces with
 # their own hostnames and /dev/shm), launched by `reverb run --hosts` through
 # REVERB_RSH="bash ci/hosts.sh exec":
-#   1. placement: 4 ranks as ha:2,hb:2 run where they were put;
+#   1. placement: 4 ranks as ha:2,hb:2 run where they were put, and as a host file says;
 #   2. `reverb bench lat|bw` between the two hosts over TCP;
 #   3. the auto provider (the default) in a 4-rank job, 2 ranks per host: bench latency of a pair
 #      on one host (shm) and of a pair across the hosts (tcp);
@@ -29,6 +29,9 @@ export REVERB_RSH="bash $PWD/ci/hosts.sh exec"
 say "placement"
 placed=$("$bin" run -n 4 --hosts ha:2,hb:2 --timeout 60 -- /bin/hostname | sort | tr '\n' ' ')
 [ "$placed" = "[0] ha [1] ha [2] hb [3] hb " ] || fail "ranks ran on: $placed"
+printf '# Open MPI style\nhb slots=1\nha:3\n' >"$out/hostfile"
+placed=$("$bin" run -n 4 --hostfile "$out/hostfile" --ranks-per-node 1 --timeout 60 -- /bin/hostname | sort | tr '\n' ' ')
+[ "$placed" = "[0] hb [1] ha [2] ha [3] ha " ] || fail "ranks of the host file ran on: $placed"
 
 say "bench between the hosts (tcp)"
 for op in send put; do

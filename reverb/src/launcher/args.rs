@@ -46,6 +46,9 @@ pub struct RunArgs {
     /// reverb binary and PROG must be at the same paths on every host.
     #[arg(long, value_name = "HOST:N,...", value_parser = super::hosts::parse_hosts, conflicts_with = "local_ranks")]
     pub hosts: Option<super::hosts::HostList>,
+    /// `--hosts` from a file, as Open MPI's: a host per line, `NAME slots=N` (or `NAME:N`).
+    #[arg(long, value_name = "FILE", value_parser = super::hosts::parse_hostfile, conflicts_with_all = ["local_ranks", "hosts"])]
+    pub hostfile: Option<super::hosts::HostList>,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -65,7 +68,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
                 .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))?,
         ),
     };
-    if let Some(hosts) = &args.hosts {
+    if let Some(hosts) = args.hosts.as_ref().or(args.hostfile.as_ref()) {
         return run_across(&args, &hosts.0, verbose);
     }
     let Some((program, rest)) = args.command.split_first() else {

@@ -53,6 +53,31 @@ pub fn parse_hosts(s: &str) -> std::result::Result<HostList, String> {
     Ok(HostList(hosts))
 }
 
+/// A host file, as Open MPI's `--hostfile`: one host per line, `NAME slots=N` (or `NAME:N`,
+/// or `NAME` for one rank), `#` starting a comment; the hosts in rank order.
+pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut items = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let item = match (words.next(), words.next()) {
+            (None, _) => name.to_string(),
+            (Some(slots), None) => match slots.strip_prefix("slots=") {
+                Some(n) => format!("{name}:{n}"),
+                None => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
+            },
+            _ => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
+        };
+        items.push(item);
+    }
+    parse_hosts(&items.join(",")).map_err(|e| format!("{path}: {e}"))
+}
+
 /// What every host's launcher is told besides its ranks.
 pub struct AcrossHosts<'a> {
     pub hosts: &'a [HostSlots],
@@ -216,5 +241,24 @@ mod tests {
         for bad in ["", "a:0", "a:x", "a;rm:2", "-o:1", "a:1,a:2", "$(x):1"] {
             assert!(parse_hosts(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn host_files_take_open_mpi_slots_and_comments() {
+        let dir = std::env::temp_dir().join(format!("reverb-hostfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("hosts");
+        std::fs::write(&file, "# the job\na slots=4\n\nb:2   # two\nc\n").unwrap();
+        let h = parse_hostfile(file.to_str().unwrap()).expect("valid file").0;
+        assert_eq!(
+            h.iter().map(|h| (h.name.as_str(), h.ranks)).collect::<Vec<_>>(),
+            [("a", 4), ("b", 2), ("c", 1)]
+        );
+        for bad in ["a slots=x\n", "a cpus=2\n", "a slots=2 extra\n", "# nothing\n"] {
+            std::fs::write(&file, bad).unwrap();
+            assert!(parse_hostfile(file.to_str().unwrap()).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_hostfile(dir.join("missing").to_str().unwrap()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
