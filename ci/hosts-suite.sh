@@ -8,7 +8,9 @@
 #      on one host (shm) and of a pair across the hosts (tcp);
 #   4. the stencil, 4 ranks (a node per host), auto (shm inside a host, TCP between the hosts):
 #      failure-free, and with rank 3 SIGKILLed on hb and respawned there, both with the checksum
-#      of a one-host shm run.
+#      of a one-host shm run;
+#   5. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
+#      ranks restart on the spare host and the job ends with the failure-free checksum.
 # Needs root (namespaces). Removes its hosts on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,4 +78,30 @@ killed=$(stencil killed auto ha:2,hb:2 3:401)
 grep -q "node 1 respawned" "$out/killed/job.log" || fail "hb's launcher did not respawn node 1"
 say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
 [ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"
+
+# A whole host lost: 8 ranks on four hosts (a node of 2 each), a fifth idle as a spare. hc is
+# taken down mid-run (everything in it SIGKILLed, its wire removed); its ranks start again on
+# the spare, restore from buddy copies on the other hosts and replay.
+long_stencil() { # name [run options...]
+    local dir=$out/$1
+    shift
+    mkdir -p "$dir"
+    env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" REVERB_LOG=causal REVERB_LOG_UNIT=node \
+        REVERB_CKPT=buddy "$bin" run -n 8 --ranks-per-node 2 --respawn 1 --timeout 300 "$@" -- \
+        "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 ||
+        { tail -n 30 "$dir/job.log" >&2; fail "stencil $(basename "$dir")"; }
+    cat "$dir/checksum"
+}
+say "a host lost: 8 ranks on ha..hd, spare he; hc taken down mid-run"
+bash ci/hosts.sh up hc hd he
+reference=$(long_stencil eight-one-host)
+( sleep 4; bash ci/hosts.sh kill hc ) &
+killer=$!
+lost=$(long_stencil host-lost --hosts ha:2,hb:2,hc:2,hd:2 --spares he)
+wait "$killer"
+grep -q "host hc lost" "$out/host-lost/job.log" ||
+    fail "the job ended before hc was taken down, or the loss went unseen (raise --iters?)"
+grep -q "start again on spare he" "$out/host-lost/job.log" || fail "hc's ranks did not move to the spare"
+say "checksums: one host $reference, hc lost and its ranks on the spare $lost"
+[ "$reference" = "$lost" ] || fail "checksums differ"
 say "ok"

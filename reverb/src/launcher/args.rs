@@ -41,6 +41,14 @@ pub struct RunArgs {
     /// one launcher of the job does).
     #[arg(long, requires = "local_ranks")]
     pub serve_root: bool,
+    /// With --local-ranks: the incarnation the ranks start at (a launcher taking over the
+    /// ranks of a lost host starts them above any incarnation they had).
+    #[arg(long, requires = "local_ranks", default_value_t = 0)]
+    pub first_incarnation: u32,
+    /// With --hosts or --hostfile: idle hosts that take over the ranks of a host that is lost
+    /// (its launcher killed, or its remote shell cut off), at most one loss each.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub spares: Vec<String>,
     /// Run the job across hosts, `a:4,b:4` (ranks per host, in rank order): one launcher per
     /// host started through REVERB_RSH (default ssh), the first hosting the rendezvous. The
     /// reverb binary and PROG must be at the same paths on every host.
@@ -71,6 +79,9 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
     if let Some(hosts) = args.hosts.as_ref().or(args.hostfile.as_ref()) {
         return run_across(&args, &hosts.0, verbose);
     }
+    if !args.spares.is_empty() {
+        bail!("--spares needs --hosts or --hostfile");
+    }
     let Some((program, rest)) = args.command.split_first() else {
         bail!("reverb run: no program given");
     };
@@ -84,7 +95,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         prefix_output: !args.no_prefix,
     };
     let part = match args.local_ranks {
-        Some(local) => Some(job_part(local, args.serve_root)?),
+        Some(local) => Some(job_part(local, args.serve_root, args.first_incarnation)?),
         None => None,
     };
     let opts = LaunchOptions {
@@ -118,8 +129,16 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
     if args.no_prefix {
         run_options.push("--no-prefix".into());
     }
+    for spare in &args.spares {
+        super::hosts::parse_hosts(spare).map_err(|e| anyhow::anyhow!("--spares: {e}"))?;
+        if hosts.iter().any(|h| h.name == *spare) {
+            bail!("--spares: {spare} also runs ranks");
+        }
+    }
     super::hosts::launch_across(&super::hosts::AcrossHosts {
         hosts,
+        spares: &args.spares,
+        respawn: args.respawn,
         ranks_per_node,
         run_options,
         command: &args.command,
@@ -140,7 +159,7 @@ fn parse_rank_range(s: &str) -> std::result::Result<std::ops::Range<u32>, String
 
 /// The shared job identity of a multi-launcher job, from the environment every launcher of the
 /// job is given.
-fn job_part(local: std::ops::Range<u32>, serve: bool) -> Result<JobPart> {
+fn job_part(local: std::ops::Range<u32>, serve: bool, first_incarnation: u32) -> Result<JobPart> {
     let need = |name: &str| -> Result<String> {
         env_get(name)?.filter(|v| !v.is_empty()).with_context(|| {
             format!("--local-ranks: {name} must be set, the same for every launcher of the job")
@@ -152,5 +171,6 @@ fn job_part(local: std::ops::Range<u32>, serve: bool) -> Result<JobPart> {
         serve,
         job_id: need(vars::JOB_ID)?,
         token: need(vars::JOB_TOKEN)?,
+        first_incarnation,
     })
 }

@@ -4,8 +4,12 @@
 //! for the namespace hosts of the tests), the first host's hosting the rendezvous at
 //! `FIRST_HOST:PORT`. The job's identity and every `REVERB_*` setting of this process go on the
 //! remote command line (`env K=V ...`), since a remote shell does not carry the environment.
-//! Each host's launcher respawns its own nodes; this one waits for all of them and stops the
-//! others when one fails.
+//! Each host's launcher respawns its own nodes; this one waits for all of them. A host that is
+//! lost (its launcher killed with everything on it, or its remote shell cut off) has its ranks
+//! started again on a spare host (`--spares`) at a higher incarnation: they rejoin the job,
+//! restore from the buddy copies other hosts hold and replay, and survivors reconnect to them
+//! there. Any other failure, a loss with no spare left, or the loss of the host serving the
+//! rendezvous stops the others.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -81,6 +85,10 @@ pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
 /// What every host's launcher is told besides its ranks.
 pub struct AcrossHosts<'a> {
     pub hosts: &'a [HostSlots],
+    /// Idle hosts that take over the ranks of a lost one (`--spares`).
+    pub spares: &'a [String],
+    /// `--respawn`: each host's launcher restarts its own nodes at most this often.
+    pub respawn: u32,
     pub ranks_per_node: u32,
     /// `reverb run` options passed on unchanged (`--respawn`, `--timeout`, ...).
     pub run_options: Vec<String>,
@@ -89,22 +97,77 @@ pub struct AcrossHosts<'a> {
     pub verbose: bool,
 }
 
+/// One host's launcher and the ranks it runs.
+struct HostRun {
+    name: String,
+    ranks: std::ops::Range<u32>,
+    /// It hosts the rendezvous: the job cannot outlive it.
+    serves: bool,
+    child: Child,
+}
+
+/// How to start a host's launcher: the remote shell, this binary, the job's identity.
+struct Starter<'a> {
+    job: &'a AcrossHosts<'a>,
+    rsh: Vec<String>,
+    exe: std::path::PathBuf,
+    identity: [(String, String); 3],
+    total: u32,
+}
+
+impl Starter<'_> {
+    /// Starts `host`'s launcher for `ranks`, their first incarnation `first_incarnation`.
+    fn start(
+        &self,
+        host: &str,
+        ranks: std::ops::Range<u32>,
+        serves: bool,
+        first_incarnation: u32,
+    ) -> Result<HostRun> {
+        let job = self.job;
+        let mut cmd = Command::new(&self.rsh[0]);
+        cmd.args(&self.rsh[1..]).arg(host).arg("env");
+        cmd.args(forwarded_env(&self.identity).iter().map(|(k, v)| format!("{k}={v}")));
+        cmd.arg(&self.exe).args(["run", "-n", &self.total.to_string()]);
+        cmd.args(["--ranks-per-node", &job.ranks_per_node.to_string()]);
+        cmd.args(["--local-ranks", &format!("{}-{}", ranks.start, ranks.end - 1)]);
+        if serves {
+            cmd.arg("--serve-root");
+        }
+        if first_incarnation > 0 {
+            cmd.args(["--first-incarnation", &first_incarnation.to_string()]);
+        }
+        cmd.args(&job.run_options).arg("--").args(job.command);
+        if job.verbose {
+            eprintln!("reverb run: host {host} (ranks {}-{}): {cmd:?}", ranks.start, ranks.end - 1);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
+        let child = cmd.spawn().with_context(|| format!("starting the launcher of host {host}"))?;
+        Ok(HostRun { name: host.to_string(), ranks, serves, child })
+    }
+}
+
 /// Starts one launcher per host and waits for them all; the job's exit code.
 pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     let total: u32 = job.hosts.iter().map(|h| h.ranks).sum();
-    let rsh = remote_shell()?;
-    let exe = std::env::current_exe().context("finding the reverb executable")?;
     // A port in the dynamic range, the same on every launcher: the first host binds it.
     let port = 20_000 + u16::from_le_bytes([rand::random(), rand::random()]) % 40_000;
-    let identity = [
-        (vars::ROOT.to_string(), format!("{}:{port}", job.hosts[0].name)),
-        (vars::JOB_ID.to_string(), format!("rv{}", random_hex(6))),
-        (vars::JOB_TOKEN.to_string(), random_hex(32)),
-    ];
+    let starter = Starter {
+        job,
+        rsh: remote_shell()?,
+        exe: std::env::current_exe().context("finding the reverb executable")?,
+        identity: [
+            (vars::ROOT.to_string(), format!("{}:{port}", job.hosts[0].name)),
+            (vars::JOB_ID.to_string(), format!("rv{}", random_hex(6))),
+            (vars::JOB_TOKEN.to_string(), random_hex(32)),
+        ],
+        total,
+    };
     let mut first = 0;
-    let mut children = Vec::with_capacity(job.hosts.len());
+    let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len());
     for (i, host) in job.hosts.iter().enumerate() {
         if host.ranks % job.ranks_per_node != 0 {
+            stop_all(&mut runs);
             bail!(
                 "host {} runs {} rank(s), not whole nodes of {} (--ranks-per-node)",
                 host.name,
@@ -112,31 +175,23 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
                 job.ranks_per_node
             );
         }
-        let mut cmd = Command::new(&rsh[0]);
-        cmd.args(&rsh[1..]).arg(&host.name).arg("env");
-        cmd.args(forwarded_env(&identity).iter().map(|(k, v)| format!("{k}={v}")));
-        cmd.arg(&exe).args(["run", "-n", &total.to_string()]);
-        cmd.args(["--ranks-per-node", &job.ranks_per_node.to_string()]);
-        cmd.args(["--local-ranks", &format!("{first}-{}", first + host.ranks - 1)]);
-        if i == 0 {
-            cmd.arg("--serve-root");
-        }
-        cmd.args(&job.run_options).arg("--").args(job.command);
-        if job.verbose {
-            eprintln!("reverb run: host {} (ranks {first}-{}): {cmd:?}", host.name, first + host.ranks - 1);
-        }
-        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        let child = cmd.spawn().with_context(|| format!("starting the launcher of host {}", host.name));
-        match child {
-            Ok(c) => children.push((host.name.clone(), c)),
+        match starter.start(&host.name, first..first + host.ranks, i == 0, 0) {
+            Ok(run) => runs.push(run),
             Err(e) => {
-                stop_all(&mut children);
+                stop_all(&mut runs);
                 return Err(e);
             }
         }
         first += host.ranks;
     }
-    Ok(wait_all(children))
+    Ok(supervise(&starter, runs))
+}
+
+/// Whether a launcher's end means its host is lost (killed with everything on it, or the
+/// remote shell's connection cut: ssh exits 255), not that its job failed.
+fn host_lost(status: ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().is_some() || status.code() == Some(255)
 }
 
 /// `REVERB_RSH` split into words (`ssh` when unset).
@@ -167,37 +222,64 @@ fn forwarded_env(identity: &[(String, String)]) -> Vec<(String, String)> {
     env
 }
 
-/// Waits for every host's launcher; the first failure stops the others. Returns the job's
-/// exit code: 0, or the first failing launcher's.
-fn wait_all(mut children: Vec<(String, Child)>) -> i32 {
+/// Waits for every host's launcher. A lost host's ranks start again on a spare (at an
+/// incarnation above any they had: survivors reconnect to them there); any other failure, or a
+/// loss with no spare left or of the host serving the rendezvous, stops the others. Returns
+/// the job's exit code: 0, or the first failing launcher's.
+fn supervise(starter: &Starter<'_>, mut runs: Vec<HostRun>) -> i32 {
+    let mut spares = starter.job.spares.iter();
+    let mut takeovers = 0u32;
     let mut code = 0;
     let mut stopping_since: Option<Instant> = None;
-    while !children.is_empty() {
+    while !runs.is_empty() {
         let mut i = 0;
-        while i < children.len() {
-            match children[i].1.try_wait() {
-                Ok(Some(status)) => {
-                    let (name, _) = children.remove(i);
-                    let c = exit_code(status);
-                    if c != 0 && code == 0 {
-                        eprintln!(
-                            "reverb run: host {name}'s launcher failed ({status}); stopping the others"
-                        );
-                        code = c;
-                        stopping_since = Some(Instant::now());
-                        terminate(&mut children);
+        while i < runs.len() {
+            let status = match runs[i].child.try_wait() {
+                Ok(Some(status)) => status,
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("reverb run: waiting for host {}'s launcher: {e}", runs[i].name);
+                    i += 1;
+                    continue;
+                }
+            };
+            let run = runs.remove(i);
+            let c = exit_code(status);
+            if c == 0 || code != 0 {
+                continue;
+            }
+            if host_lost(status) && !run.serves {
+                if let Some(spare) = spares.next() {
+                    takeovers += 1;
+                    // Above every incarnation the lost launcher can have reached.
+                    let incarnation = takeovers.saturating_mul(starter.job.respawn.saturating_add(1));
+                    eprintln!(
+                        "reverb run: host {} lost ({status}); ranks {}-{} start again on spare {spare} \
+                         at incarnation {incarnation}",
+                        run.name,
+                        run.ranks.start,
+                        run.ranks.end - 1
+                    );
+                    match starter.start(spare, run.ranks.clone(), false, incarnation) {
+                        Ok(new) => {
+                            runs.push(new);
+                            continue;
+                        }
+                        Err(e) => eprintln!("reverb run: spare {spare}: {e:#}"),
                     }
                 }
-                Ok(None) => i += 1,
-                Err(e) => {
-                    eprintln!("reverb run: waiting for host {}'s launcher: {e}", children[i].0);
-                    i += 1;
-                }
             }
+            eprintln!("reverb run: host {}'s launcher failed ({status}); stopping the others", run.name);
+            code = c;
+            stopping_since = Some(Instant::now());
+            terminate(&mut runs);
         }
         // Launchers stop their ranks on SIGTERM; one that does not is killed.
         if stopping_since.is_some_and(|t| t.elapsed() > Duration::from_secs(15)) {
-            stop_all(&mut children);
+            stop_all(&mut runs);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -210,8 +292,8 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// SIGTERM to every launcher still running (each then stops its ranks).
-fn terminate(children: &mut [(String, Child)]) {
-    for (_, child) in children.iter() {
+fn terminate(runs: &mut [HostRun]) {
+    for child in runs.iter().map(|r| &r.child) {
         if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
@@ -219,12 +301,12 @@ fn terminate(children: &mut [(String, Child)]) {
 }
 
 /// SIGKILL and reap every launcher still running.
-fn stop_all(children: &mut Vec<(String, Child)>) {
-    for (_, child) in children.iter_mut() {
-        let _ = child.kill();
-        let _ = child.wait();
+fn stop_all(runs: &mut Vec<HostRun>) {
+    for run in runs.iter_mut() {
+        let _ = run.child.kill();
+        let _ = run.child.wait();
     }
-    children.clear();
+    runs.clear();
 }
 
 #[cfg(test)]

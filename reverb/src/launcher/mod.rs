@@ -100,6 +100,8 @@ pub struct JobPart {
     /// The job's id and token, the same for every launcher of the job.
     pub job_id: String,
     pub token: String,
+    /// The incarnation its ranks start at: above 0 when they take over from a lost host.
+    pub first_incarnation: u32,
 }
 
 /// One node (or team) respawn.

@@ -55,6 +55,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         spec,
         ranks_per_node: spec.ranks_per_node.min(spec.ranks),
         local: part.map_or(0..spec.ranks, |p| p.local.clone()),
+        first_incarnation: part.map_or(0, |p| p.first_incarnation),
         root,
         token,
         job_id,
@@ -131,11 +132,12 @@ fn check_part(spec: &LaunchSpec, opts: &LaunchOptions, part: &JobPart, teams: bo
     Ok(())
 }
 
-/// Spawns this launcher's ranks at incarnation 0; on a failure, kills those already started.
+/// Spawns this launcher's ranks at their first incarnation (0, or above it for ranks taking
+/// over from a lost host); on a failure, kills those already started.
 fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
     let mut procs: Vec<RankProc> = Vec::with_capacity(ctx.local.len());
     for rank in ctx.local.clone() {
-        match spawn_rank(ctx, rank, 0) {
+        match spawn_rank(ctx, rank, ctx.first_incarnation) {
             Ok(p) => procs.push(p),
             Err(e) => {
                 kill_all(&mut procs);

@@ -79,6 +79,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) ranks_per_node: u32,
     /// The ranks this launcher runs (all of them, or its part of the job).
     pub(super) local: std::ops::Range<u32>,
+    /// The incarnation they start at.
+    pub(super) first_incarnation: u32,
     pub(super) root: String,
     pub(super) token: String,
     pub(super) job_id: String,
