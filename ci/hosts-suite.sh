@@ -10,7 +10,9 @@
 #      failure-free, and with rank 3 SIGKILLed on hb and respawned there, both with the checksum
 #      of a one-host shm run;
 #   5. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
-#      ranks restart on the spare host and the job ends with the failure-free checksum.
+#      ranks restart on the spare host and the job ends with the failure-free checksum;
+#   6. two hosts lost together, each holding the other's message logs: the job stops with an
+#      unrecoverable-failure report within its bound and prints no answer.
 # Needs root (namespaces). Removes its hosts on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,4 +106,26 @@ grep -q "host hc lost" "$out/host-lost/job.log" ||
 grep -q "start again on spare he" "$out/host-lost/job.log" || fail "hc's ranks did not move to the spare"
 say "checksums: one host $reference, hc lost and its ranks on the spare $lost"
 [ "$reference" = "$lost" ] || fail "checksums differ"
+
+# hc and hd lost together: each holds the other's message logs, so the job cannot be
+# recovered; it must stop saying so, within its bound, and print no answer.
+say "two hosts lost together (each the other's log buddy): unrecoverable, reported"
+bash ci/hosts.sh down
+bash ci/hosts.sh up ha hb hc hd he hf
+dir=$out/buddies-lost
+mkdir -p "$dir"
+( sleep 4; bash ci/hosts.sh kill hc & bash ci/hosts.sh kill hd; wait ) &
+killer=$!
+start=$SECONDS
+if env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" REVERB_LOG=causal REVERB_LOG_UNIT=node \
+    REVERB_CKPT=buddy "$bin" run -n 8 --ranks-per-node 2 --respawn 1 --timeout 120 \
+    --hosts ha:2,hb:2,hc:2,hd:2 --spares he,hf -- \
+    "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1; then
+    fail "the job finished though two hosts holding each other's logs were lost"
+fi
+wait "$killer"
+grep -q "unrecoverable failure: message logs lost with their buddies" "$dir/job.log" ||
+    { tail -n 20 "$dir/job.log" >&2; fail "no unrecoverable-failure report"; }
+[ ! -s "$dir/checksum" ] || fail "an answer was written: $(cat "$dir/checksum")"
+say "unrecoverable, reported after $((SECONDS - start)) s"
 say "ok"
