@@ -9,9 +9,10 @@
 #   4. the stencil, 4 ranks (a node per host), auto (shm inside a host, TCP between the hosts):
 #      failure-free, and with rank 3 SIGKILLed on hb and respawned there, both with the checksum
 #      of a one-host shm run;
-#   5. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
+#   5. `reverb demo --hosts` on four hosts (auto);
+#   6. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
 #      ranks restart on the spare host and the job ends with the failure-free checksum;
-#   6. two hosts lost together, each holding the other's message logs: the job stops with an
+#   7. two hosts lost together, each holding the other's message logs: the job stops with an
 #      unrecoverable-failure report within its bound and prints no answer.
 # Needs root (namespaces). Removes its hosts on exit.
 set -euo pipefail
@@ -94,8 +95,13 @@ long_stencil() { # name [run options...]
         { tail -n 30 "$dir/job.log" >&2; fail "stencil $(basename "$dir")"; }
     cat "$dir/checksum"
 }
-say "a host lost: 8 ranks on ha..hd, spare he; hc taken down mid-run"
 bash ci/hosts.sh up hc hd he
+say "reverb demo across four hosts (auto): failure-free, causal + checkpoints, node 1 killed on hb"
+"$bin" demo --provider auto --hosts ha:2,hb:2,hc:2,hd:2 --iters 300 --size 128 --repeat 1 \
+    >"$out/demo.txt" 2>"$out/demo.err" || { tail -n 20 "$out/demo.err" >&2; fail "demo across hosts"; }
+grep -q "checksums identical:  *yes" "$out/demo.txt" || fail "demo across hosts: checksums differ"
+
+say "a host lost: 8 ranks on ha..hd, spare he; hc taken down mid-run"
 reference=$(long_stencil eight-one-host)
 ( sleep 4; bash ci/hosts.sh kill hc ) &
 killer=$!

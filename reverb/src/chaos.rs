@@ -417,6 +417,7 @@ impl Baselines {
             app: app.to_string(),
             app_args: app_args(app),
             env: vec![("REVERB_LOG".into(), "causal".into()), ("REVERB_CKPT".into(), "rs".into())],
+            hosts: None,
         };
         let out = run_job(&spec, &self.dir.join(format!("baseline-{app}")), Duration::from_secs(30))?;
         if !out.success() {
@@ -479,6 +480,7 @@ fn run_trial(
         app: plan.app.to_string(),
         app_args: app_args(plan.app),
         env,
+        hosts: None,
     };
     let out = run_job(&spec, &dir.join(format!("trial-{trial}")), Duration::from_secs(30))?;
     let (outcome, fired, why) = classify(&plan, &base, &out);

@@ -41,6 +41,11 @@ pub struct DemoArgs {
     /// Keep the work directory (job logs and rank reports).
     #[arg(long)]
     pub keep: bool,
+    /// Run across hosts, `a:2,b:2,...` (as `reverb run --hosts`; started over REVERB_RSH, the
+    /// work directory on a file system every host sees): the node killed is on the second host
+    /// and its launcher respawns it there.
+    #[arg(long, value_name = "HOST:N,...")]
+    pub hosts: Option<String>,
 }
 
 /// The rank whose node the demo kills: a middle rank of the stencil, on node 1.
@@ -81,6 +86,7 @@ fn run_job(
             args.ckpt_every.to_string(),
         ],
         env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        hosts: args.hosts.clone(),
     };
     let out = launch(&spec, &dir.join(name), Duration::from_secs(30))?;
     if !out.success() {
@@ -184,6 +190,9 @@ pub fn main(args: DemoArgs) -> Result<i32> {
             args.ranks,
             args.ranks_per_node
         );
+    }
+    if args.hosts.is_some() && args.provider == "shm" {
+        bail!("--hosts: shared memory does not reach other hosts; use --provider auto (or tcp, verbs)");
     }
     if !(0.05..=0.95).contains(&args.kill_at) || args.iters < 4 {
         bail!("--kill-at {} must lie in 0.05..0.95 and --iters {} be at least 4", args.kill_at, args.iters);

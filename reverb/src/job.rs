@@ -22,6 +22,9 @@ pub struct JobSpec {
     pub app_args: Vec<String>,
     /// Extra environment (`REVERB_LOG`, `REVERB_FAULT`, ...); `REVERB_FAULT*` are cleared first.
     pub env: Vec<(String, String)>,
+    /// `reverb run --hosts` (`a:2,b:2`): the ranks on those hosts, started there over
+    /// `REVERB_RSH`; None: all here.
+    pub hosts: Option<String>,
 }
 
 /// What a job left behind.
@@ -91,7 +94,9 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
     let mut cmd = Command::new(&exe);
     cmd.arg("run")
         .args(["-n", &spec.ranks.to_string(), "--ranks-per-node", &spec.ranks_per_node.to_string()])
-        .args(["--respawn", &spec.respawn.to_string(), "--timeout", &spec.timeout_s.to_string(), "--"])
+        .args(["--respawn", &spec.respawn.to_string(), "--timeout", &spec.timeout_s.to_string()])
+        .args(spec.hosts.iter().flat_map(|h| ["--hosts", h.as_str()]))
+        .arg("--")
         .arg(&exe)
         .args(["app", &spec.app])
         .args(&spec.app_args)
