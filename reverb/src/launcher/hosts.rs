@@ -12,6 +12,8 @@
 //! rendezvous stops the others.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -97,6 +99,11 @@ pub struct AcrossHosts<'a> {
     pub verbose: bool,
 }
 
+/// The line a host's launcher prints last when its ranks all finished.
+pub fn part_done(ranks: &std::ops::Range<u32>) -> String {
+    format!("reverb run: ranks {}-{} done", ranks.start, ranks.end - 1)
+}
+
 /// One host's launcher and the ranks it runs.
 struct HostRun {
     name: String,
@@ -104,6 +111,23 @@ struct HostRun {
     /// It hosts the rendezvous: the job cannot outlive it.
     serves: bool,
     child: Child,
+    /// Set when it printed [`part_done`] (its standard error is passed through a thread that
+    /// watches for it).
+    done: Arc<AtomicBool>,
+    /// That thread; it ends with the stream.
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HostRun {
+    /// Whether it said its ranks finished, once its output is read to the end (bounded: a
+    /// process it left behind may hold the stream open).
+    fn said_done(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.reader.as_ref().is_some_and(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.done.load(Ordering::Acquire)
+    }
 }
 
 /// How to start a host's launcher: the remote shell, this binary, the job's identity.
@@ -141,9 +165,12 @@ impl Starter<'_> {
         if job.verbose {
             eprintln!("reverb run: host {host} (ranks {}-{}): {cmd:?}", ranks.start, ranks.end - 1);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        let child = cmd.spawn().with_context(|| format!("starting the launcher of host {host}"))?;
-        Ok(HostRun { name: host.to_string(), ranks, serves, child })
+        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().with_context(|| format!("starting the launcher of host {host}"))?;
+        let done = Arc::new(AtomicBool::new(false));
+        let reader =
+            child.stderr.take().map(|stderr| pass_through(stderr, part_done(&ranks), Arc::clone(&done)));
+        Ok(HostRun { name: host.to_string(), ranks, serves, child, done, reader })
     }
 }
 
@@ -187,11 +214,32 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     Ok(supervise(&starter, runs))
 }
 
-/// Whether a launcher's end means its host is lost (killed with everything on it, or the
-/// remote shell's connection cut: ssh exits 255), not that its job failed.
-fn host_lost(status: ExitStatus) -> bool {
+/// Copies a host launcher's standard error to ours, line by line, and raises `done` when it
+/// says its part finished. Ends with the stream.
+fn pass_through(
+    stderr: std::process::ChildStderr,
+    marker: String,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line == marker {
+                done.store(true, Ordering::Release);
+            }
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    })
+}
+
+/// Whether a launcher's end means its host is lost, not that its job failed: it did not say
+/// its ranks finished, and it was killed (with everything on its host), its remote shell's
+/// connection was cut (ssh exits 255), or the shell claims success without it (srun exits 0
+/// when its node fails).
+fn host_lost(status: ExitStatus, done: bool) -> bool {
     use std::os::unix::process::ExitStatusExt;
-    status.signal().is_some() || status.code() == Some(255)
+    !done && (status.signal().is_some() || matches!(status.code(), Some(255) | Some(0)))
 }
 
 /// `REVERB_RSH` split into words (`ssh` when unset).
@@ -246,12 +294,14 @@ fn supervise(starter: &Starter<'_>, mut runs: Vec<HostRun>) -> i32 {
                     continue;
                 }
             };
-            let run = runs.remove(i);
-            let c = exit_code(status);
-            if c == 0 || code != 0 {
+            let mut run = runs.remove(i);
+            let done = run.said_done();
+            let lost = host_lost(status, done);
+            let c = if lost && status.success() { 1 } else { exit_code(status) };
+            if (c == 0 && done) || code != 0 {
                 continue;
             }
-            if host_lost(status) && !run.serves {
+            if lost && !run.serves {
                 if let Some(spare) = spares.next() {
                     takeovers += 1;
                     // Above every incarnation the lost launcher can have reached.
