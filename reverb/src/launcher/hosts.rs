@@ -322,7 +322,12 @@ fn supervise(starter: &Starter<'_>, mut runs: Vec<HostRun>) -> i32 {
                     }
                 }
             }
-            eprintln!("reverb run: host {}'s launcher failed ({status}); stopping the others", run.name);
+            let what = match (lost, run.serves) {
+                (true, true) => format!("host {} lost, and it served the rendezvous", run.name),
+                (true, false) => format!("host {} lost, and no spare host is left", run.name),
+                _ => format!("host {}'s launcher failed", run.name),
+            };
+            eprintln!("reverb run: {what} ({status}); stopping the others");
             code = c;
             stopping_since = Some(Instant::now());
             terminate(&mut runs);
