@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crossbeam::channel::{self, Receiver};
 
-use super::server::{log_line, Event, Shared};
+use super::server::{count_round, count_sent, log_line, Event, Shared};
 use super::TICK;
 use crate::bootstrap::wire::{self, Frame};
 use crate::bootstrap::PeerAddress;
@@ -155,6 +155,7 @@ impl Coordinator {
         let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
             .map_err(|e| e.to_string())?;
         std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
+        count_sent(welcome.len());
         if rejoin {
             log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
         }
@@ -254,7 +255,10 @@ impl Coordinator {
             return false;
         };
         match std::io::Write::write_all(&mut c.writer, bytes) {
-            Ok(()) => true,
+            Ok(()) => {
+                count_sent(bytes.len());
+                true
+            }
             Err(e) => {
                 let (id, reason) = (c.id, format!("write failed: {e}"));
                 self.left(id, rank, false, reason);
@@ -315,9 +319,13 @@ impl Coordinator {
         self.round += 1;
         match wire::encode(&Frame::Gathered { round, parts }) {
             Ok(bytes) => {
+                let mut sent = 0u64;
                 for r in 0..self.shared.size {
-                    self.send_to(r, &bytes);
+                    if self.send_to(r, &bytes) {
+                        sent += bytes.len() as u64;
+                    }
                 }
+                count_round(sent);
             }
             Err(e) => {
                 self.failure = Some((None, format!("allgather round {round}: {e}")));
@@ -358,3 +366,4 @@ impl Coordinator {
         self.abort_pending();
     }
 }
+
