@@ -4,7 +4,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::server::BootServer;
-use super::TICK;
+use super::{IDLE_TICK, TICK};
 use crate::bootstrap::env::BootParams;
 use crate::bootstrap::wire::{self, Frame, Read1, Wait};
 use crate::bootstrap::{Bootstrap, JobInfo, PeerAddress, Rejoin};
@@ -158,6 +158,9 @@ impl TcpBootstrap {
     /// Reads one frame, waiting for its first byte until `deadline`; rejoin announcements
     /// are queued, not returned.
     fn read_one(&mut self, deadline: Instant) -> Result<Option<Read1>> {
+        // Idle waits tick slowly (a deadline is overshot by at most IDLE_TICK); a nearer one sets the tick.
+        let tick = deadline.saturating_duration_since(Instant::now()).clamp(TICK, IDLE_TICK);
+        self.stream.set_read_timeout(Some(tick)).context(|| "bootstrap: set_read_timeout".into())?;
         let never = || false;
         let wait = Wait { idle_deadline: Some(deadline), frame_timeout: self.timeout, cancel: &never };
         match wire::read_frame(&mut self.stream, wire::MAX_FRAME, &wait)? {
