@@ -4,6 +4,7 @@
 //! One shared engine ([`engine`]: parameters, the two-rank job, registered resources, the
 //! measured loops, statistics, output) and thin mains per test ([`lat`], [`bw`], [`memcpy`]).
 
+pub mod boot;
 pub mod bw;
 pub mod ckpt;
 mod clock;
@@ -33,6 +34,8 @@ pub enum Test {
     Ckpt,
     /// Memory per process against job size: N ranks, an all-to-all, RSS / PSS / shm mapped.
     Mem,
+    /// Bootstrap time and controller memory against job size (`--hosts` simulates hosts).
+    Boot,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -47,9 +50,13 @@ pub struct BenchArgs {
     /// 2-8M; mem: 8, one all-to-all pass per size).
     #[arg(long)]
     pub sizes: Option<String>,
-    /// mem: job sizes in ranks (peers + 1), one job each.
-    #[arg(long, default_value = "17,65,257,1025")]
-    pub ranks: String,
+    /// mem, boot: job sizes in ranks, one job each (default: mem 17,65,257,1025 = peers + 1;
+    /// boot 8,64,256,1024).
+    #[arg(long)]
+    pub ranks: Option<String>,
+    /// boot: simulated hosts (distinct host names, ranks in blocks): auto takes tcp between them.
+    #[arg(long, default_value_t = 1)]
+    pub hosts: u32,
     /// Measured iterations per size (default: scaled to the size).
     #[arg(long)]
     pub iters: Option<u64>,
@@ -194,7 +201,7 @@ impl BenchArgs {
         };
         use std::io::IsTerminal;
         let params = mem::MemParams {
-            ranks: mem::parse_ranks(&self.ranks)?,
+            ranks: mem::parse_ranks(self.ranks.as_deref().unwrap_or("17,65,257,1025"))?,
             sizes: engine::parse_sizes(self.sizes.as_deref().unwrap_or("8"))?,
             provider: self.provider,
             wait: self.wait_mode.unwrap_or(WaitMode::Event),
@@ -209,11 +216,36 @@ impl BenchArgs {
         };
         Ok(params)
     }
+
+    /// `reverb bench boot`'s parameters: the provider's event wait, as `bench mem`.
+    pub fn boot_params(&self, verbose: bool) -> Result<boot::BootParams> {
+        if self.log.is_some() || !self.cores.is_empty() || self.csv || self.plot.is_some() {
+            bail!("--log, --cores, --csv and --plot do not apply to bench boot");
+        }
+        let mut ranks = mem::parse_ranks(self.ranks.as_deref().unwrap_or("8,64,256,1024"))?;
+        // Smallest first: the memory guard projects from the jobs before.
+        ranks.sort_unstable();
+        use std::io::IsTerminal;
+        Ok(boot::BootParams {
+            ranks,
+            hosts: self.hosts,
+            provider: self.provider,
+            wait: self.wait_mode.unwrap_or(WaitMode::Event),
+            job_timeout: Duration::from_secs(self.job_timeout_s.max(1)),
+            json: self.json,
+            progress: self.progress || std::io::stderr().is_terminal(),
+            verbose,
+            guard: !self.no_guard,
+        })
+    }
 }
 
 pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
-    if args.test != Test::Mem && (args.csv || args.plot.is_some() || args.no_guard) {
-        bail!("--csv, --plot and --no-guard apply to bench mem");
+    if args.test != Test::Mem && (args.csv || args.plot.is_some()) {
+        bail!("--csv and --plot apply to bench mem");
+    }
+    if !matches!(args.test, Test::Mem | Test::Boot) && args.no_guard {
+        bail!("--no-guard applies to bench mem and boot");
     }
     let params = args.params(verbose).context("reverb bench")?;
     match args.test {
@@ -222,5 +254,6 @@ pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
         Test::Memcpy => memcpy::main(&params),
         Test::Ckpt => ckpt::main(&params),
         Test::Mem => mem::main(&args.mem_params(verbose).context("reverb bench mem")?),
+        Test::Boot => boot::main(&args.boot_params(verbose).context("reverb bench boot")?),
     }
 }

@@ -16,7 +16,7 @@ pub mod wire;
 
 pub use env::{vars, BootParams};
 pub use host::{HostId, HostMap};
-pub use tcp::{BootServer, ServerOptions, TcpBootstrap};
+pub use tcp::{traffic, BootServer, ServerOptions, TcpBootstrap, Traffic};
 
 use std::net::IpAddr;
 use std::time::Duration;

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Version 2 added the recovery frames (Publish, Lookup, Addresses, Rejoined); a version-1
-//! peer is refused with "unsupported version" rather than misreading them.
+//! peer is refused with "unsupported version" rather than misreading them. Version 3 added
+//! Uniform (a round whose contributions are all equal, a barrier's: O(1) bytes, not O(n)).
 //!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
@@ -20,7 +21,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -44,7 +45,8 @@ const K_PUBLISH: u8 = 8;
 const K_LOOKUP: u8 = 9;
 const K_ADDRESSES: u8 = 10;
 const K_REJOINED: u8 = 11;
-const K_LAST: u8 = K_REJOINED;
+const K_UNIFORM: u8 = 12;
+const K_LAST: u8 = K_UNIFORM;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
@@ -73,6 +75,9 @@ pub enum Frame {
     /// Unsolicited, to every other live rank: `rank` rejoined at `incarnation` and published
     /// `address`: `rank u32 | incarnation u32 | address: bytes`.
     Rejoined { rank: u32, incarnation: u32, address: Vec<u8> },
+    /// Result of a round in which all `count` ranks contributed the same `part` (a barrier):
+    /// `round u64 | count u32 | part: bytes`.
+    Uniform { round: u64, count: u32, part: Vec<u8> },
 }
 
 impl Frame {
@@ -89,6 +94,7 @@ impl Frame {
             Frame::Lookup => "Lookup",
             Frame::Addresses { .. } => "Addresses",
             Frame::Rejoined { .. } => "Rejoined",
+            Frame::Uniform { .. } => "Uniform",
         }
     }
 }
@@ -120,6 +126,9 @@ fn check_limits(frame: &Frame) -> Result<()> {
     match frame {
         Frame::Hello { token, .. } if token.len() > MAX_TOKEN => {
             Err(malformed(format!("token of {} bytes (max {MAX_TOKEN})", token.len())))
+        }
+        Frame::Uniform { part, .. } if part.len() > MAX_FRAME - 16 => {
+            Err(malformed(format!("uniform result of {} bytes exceeds the limit", part.len())))
         }
         Frame::Contribute { data, .. } if data.len() > MAX_FRAME - 12 => {
             Err(malformed(format!("contribution of {} bytes exceeds the limit", data.len())))
@@ -192,6 +201,10 @@ fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
         Frame::Rejoined { rank, incarnation, address } => {
             w.u32(*rank).u32(*incarnation).bytes32(address);
             K_REJOINED
+        }
+        Frame::Uniform { round, count, part } => {
+            w.u64(*round).u32(*count).bytes32(part);
+            K_UNIFORM
         }
     }
 }
@@ -326,6 +339,11 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
             let rank = r.u32("rank")?;
             let incarnation = r.u32("incarnation")?;
             Frame::Rejoined { rank, incarnation, address: address(r)? }
+        }
+        K_UNIFORM => {
+            let round = r.u64("round")?;
+            let count = r.u32("count")?;
+            Frame::Uniform { round, count, part: r.bytes32("part")?.to_vec() }
         }
         other => return Err(malformed(format!("unknown kind {other}"))),
     };
@@ -464,6 +482,7 @@ mod tests {
             Frame::Refused { reason: "no".into() },
             Frame::Contribute { round: 7, data: vec![1, 2, 3] },
             Frame::Gathered { round: 7, parts: vec![vec![], vec![9]] },
+            Frame::Uniform { round: 8, count: 1024, part: vec![] },
             Frame::Abort { rank: Some(2), reason: "gone".into() },
             Frame::Abort { rank: None, reason: String::new() },
             Frame::Bye,
@@ -485,15 +504,15 @@ mod tests {
         }
     }
 
-    /// The bytes of version 2, written out by hand: old and new peers must agree on them.
+    /// The bytes of version 3, written out by hand: old and new peers must agree on them.
     #[test]
     fn pinned_encodings() {
         let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
-        let mut want = b"RVBT\x02\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        let mut want = b"RVBT\x03\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
         want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(encode(&hello).unwrap(), want);
         let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
-        let want = b"RVBT\x02\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        let want = b"RVBT\x03\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
         assert_eq!(encode(&abort).unwrap(), want);
         let table = Frame::Addresses {
             entries: vec![
@@ -501,13 +520,16 @@ mod tests {
                 PeerAddress { rank: 5, incarnation: 0, address: None },
             ],
         };
-        let mut want = b"RVBT\x02\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
+        let mut want = b"RVBT\x03\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
         want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode(&table).unwrap(), want);
         let welcome = Frame::Welcome { size: 2, round: 0x0102 };
-        let want = b"RVBT\x02\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        let want = b"RVBT\x03\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
         assert_eq!(encode(&welcome).unwrap(), want);
+        let uniform = Frame::Uniform { round: 1, count: 3, part: vec![7] };
+        let want = b"RVBT\x03\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
+        assert_eq!(encode(&uniform).unwrap(), want);
     }
 
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -525,6 +547,11 @@ mod tests {
             (any::<u64>(), bytes()).prop_map(|(round, data)| Frame::Contribute { round, data }),
             (any::<u64>(), prop::collection::vec(bytes(), 0..4))
                 .prop_map(|(round, parts)| Frame::Gathered { round, parts }),
+            (any::<u64>(), any::<u32>(), bytes()).prop_map(|(round, count, part)| Frame::Uniform {
+                round,
+                count,
+                part
+            }),
             (prop::option::of(any::<u32>()), ".{0,12}")
                 .prop_map(|(rank, reason)| Frame::Abort { rank, reason }),
             Just(Frame::Bye),

@@ -226,6 +226,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_FAULT_GC", "", Runtime, Fault, "list", "RANK:EPOCH[:late],..: SIGKILL at the log GC after checkpoint EPOCH"),
     // benchmarks and build
     var("REVERB_BENCH_CORES", "", Bench, User, "list", "criterion shm bench: cpus to pin its two ranks to, e.g. 2,3"),
+    var("REVERB_BENCH_BOOT_DIR", "", Bench, Set, "path", "set by reverb bench boot for its ranks: the directory each writes its bootstrap timestamps to"),
     var("REVERB_BENCH_MEM_DIR", "", Bench, Set, "path", "set by reverb bench mem for its ranks: the directory each writes its memory report to"),
     var("REVERB_BENCH_MEM_MUTE", "", Bench, Fault, "int", "reverb bench mem (fault-injection builds): this rank posts its receives but never sends"),
     var("REVERB_NO_ISAL", "", Build, Tooling, "bool", "1: the rs bench's build script skips ISA-L as if it were missing"),

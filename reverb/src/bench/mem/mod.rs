@@ -8,7 +8,7 @@
 //! Files: `stat` (reading /proc/self), `rank` (a rank's run), `report` (reduction, table,
 //! JSON, CSV, plot), `host` (descriptor and process limits, /dev/shm).
 
-mod host;
+pub(in crate::bench) mod host;
 mod rank;
 mod report;
 mod stat;

@@ -4,7 +4,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::server::BootServer;
-use super::TICK;
+use super::{IDLE_TICK, TICK};
 use crate::bootstrap::env::BootParams;
 use crate::bootstrap::wire::{self, Frame, Read1, Wait};
 use crate::bootstrap::{Bootstrap, JobInfo, PeerAddress, Rejoin};
@@ -158,6 +158,9 @@ impl TcpBootstrap {
     /// Reads one frame, waiting for its first byte until `deadline`; rejoin announcements
     /// are queued, not returned.
     fn read_one(&mut self, deadline: Instant) -> Result<Option<Read1>> {
+        // Idle waits tick slowly (a deadline is overshot by at most IDLE_TICK); a nearer one sets the tick.
+        let tick = deadline.saturating_duration_since(Instant::now()).clamp(TICK, IDLE_TICK);
+        self.stream.set_read_timeout(Some(tick)).context(|| "bootstrap: set_read_timeout".into())?;
         let never = || false;
         let wait = Wait { idle_deadline: Some(deadline), frame_timeout: self.timeout, cancel: &never };
         match wire::read_frame(&mut self.stream, wire::MAX_FRAME, &wait)? {
@@ -206,7 +209,9 @@ impl TcpBootstrap {
     fn drain_waiting(&mut self) -> Result<()> {
         while self.readable()? {
             match self.read_one(Instant::now() + self.timeout)? {
-                None | Some(Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. })) => {}
+                None
+                | Some(Read1::Frame(Frame::Gathered { .. } | Frame::Uniform { .. } | Frame::Abort { .. })) => {
+                }
                 Some(Read1::Eof) => return Err(self.lost_server("connection closed")),
                 Some(Read1::Frame(f)) => {
                     return Err(TransportError::Malformed {
@@ -217,6 +222,22 @@ impl TcpBootstrap {
             }
         }
         Ok(())
+    }
+
+    /// A uniform result as one part per rank; bounded like a Gathered frame's parts.
+    fn expand(&self, count: u32, part: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+        let total = (count as usize).saturating_mul(4 + part.len());
+        if count != self.job.size || total > wire::MAX_FRAME {
+            return Err(TransportError::Malformed {
+                what: "allgather result",
+                detail: format!(
+                    "uniform result of {count} parts of {} bytes for {} ranks",
+                    part.len(),
+                    self.job.size
+                ),
+            });
+        }
+        Ok(vec![part; count as usize])
     }
 
     fn gather_once(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -246,6 +267,11 @@ impl TcpBootstrap {
                         detail: format!("{} parts for {} ranks", parts.len(), self.job.size),
                     });
                 }
+                self.round += 1;
+                Ok(parts)
+            }
+            Read1::Frame(Frame::Uniform { round: r, count, part }) if r == round => {
+                let parts = self.expand(count, part)?;
                 self.round += 1;
                 Ok(parts)
             }
@@ -303,7 +329,7 @@ impl Bootstrap for TcpBootstrap {
                     return Ok(entries);
                 }
                 // Replies to a collective abandoned earlier.
-                Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. }) => {}
+                Read1::Frame(Frame::Gathered { .. } | Frame::Uniform { .. } | Frame::Abort { .. }) => {}
                 Read1::Frame(f) => {
                     return Err(TransportError::Malformed {
                         what: "lookup reply",
@@ -335,7 +361,9 @@ impl Bootstrap for TcpBootstrap {
             // Sleep on the socket until something arrives (or a tick passes).
             match self.read_one(deadline) {
                 Ok(None) => {}
-                Ok(Some(Read1::Frame(Frame::Gathered { .. } | Frame::Abort { .. }))) => {}
+                Ok(Some(Read1::Frame(
+                    Frame::Gathered { .. } | Frame::Uniform { .. } | Frame::Abort { .. },
+                ))) => {}
                 Ok(Some(Read1::Eof)) => return Err(self.lost_server("connection closed")),
                 Ok(Some(Read1::Frame(f))) => {
                     return Err(TransportError::Malformed {

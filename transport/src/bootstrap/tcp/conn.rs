@@ -9,7 +9,7 @@ use std::time::Instant;
 use crossbeam::channel::{self, Sender};
 
 use super::server::{log_line, Event, Shared};
-use super::TICK;
+use super::{IDLE_TICK, TICK};
 use crate::bootstrap::wire::{self, Frame, Read1, Wait};
 use crate::error::TransportError;
 
@@ -30,6 +30,10 @@ pub(super) fn serve_conn(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
             return;
         }
     };
+    // Admitted: the coordinator shuts this socket when it stops or drops the rank.
+    if let Err(e) = stream.set_read_timeout(Some(IDLE_TICK)) {
+        log_line(format_args!("rank {rank} ({peer}): set_read_timeout: {e}"));
+    }
     let cancel = || shared.stopping();
     let wait = Wait { idle_deadline: None, frame_timeout: shared.opts.io_timeout, cancel: &cancel };
     loop {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crossbeam::channel::{self, Receiver};
 
-use super::server::{log_line, Event, Shared};
+use super::server::{count_round, count_sent, log_line, Event, Shared};
 use super::TICK;
 use crate::bootstrap::wire::{self, Frame};
 use crate::bootstrap::PeerAddress;
@@ -155,6 +155,7 @@ impl Coordinator {
         let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
             .map_err(|e| e.to_string())?;
         std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
+        count_sent(welcome.len());
         if rejoin {
             log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
         }
@@ -254,7 +255,10 @@ impl Coordinator {
             return false;
         };
         match std::io::Write::write_all(&mut c.writer, bytes) {
-            Ok(()) => true,
+            Ok(()) => {
+                count_sent(bytes.len());
+                true
+            }
             Err(e) => {
                 let (id, reason) = (c.id, format!("write failed: {e}"));
                 self.left(id, rank, false, reason);
@@ -313,11 +317,15 @@ impl Coordinator {
         self.have = 0;
         let round = self.round;
         self.round += 1;
-        match wire::encode(&Frame::Gathered { round, parts }) {
+        match wire::encode(&result_frame(round, parts)) {
             Ok(bytes) => {
+                let mut sent = 0u64;
                 for r in 0..self.shared.size {
-                    self.send_to(r, &bytes);
+                    if self.send_to(r, &bytes) {
+                        sent += bytes.len() as u64;
+                    }
                 }
+                count_round(sent);
             }
             Err(e) => {
                 self.failure = Some((None, format!("allgather round {round}: {e}")));
@@ -356,5 +364,45 @@ impl Coordinator {
             self.failure = Some((Some(rank), format!("rank {rank} lost: {reason}")));
         }
         self.abort_pending();
+    }
+}
+
+/// A round's result: `Uniform` when every rank contributed the same bytes (a barrier, the
+/// final barrier's mark), so the server writes O(n) bytes for it instead of O(n^2).
+fn result_frame(round: u64, mut parts: Vec<Vec<u8>>) -> Frame {
+    // One too large as a Gathered frame stays one, and fails to encode as before.
+    let gathered_len: usize = 12 + parts.iter().map(|p| 4 + p.len()).sum::<usize>();
+    let uniform = gathered_len <= wire::MAX_FRAME && parts.windows(2).all(|w| w[0] == w[1]);
+    match parts.pop() {
+        Some(part) if uniform => Frame::Uniform { round, count: parts.len() as u32 + 1, part },
+        Some(last) => {
+            parts.push(last);
+            Frame::Gathered { round, parts }
+        }
+        None => Frame::Gathered { round, parts },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_contributions_make_a_uniform_result() {
+        let f = result_frame(4, vec![vec![]; 3]);
+        assert_eq!(f, Frame::Uniform { round: 4, count: 3, part: vec![] });
+        let f = result_frame(5, vec![b"mark".to_vec(); 2]);
+        assert_eq!(f, Frame::Uniform { round: 5, count: 2, part: b"mark".to_vec() });
+        let f = result_frame(6, vec![vec![1], vec![2]]);
+        assert_eq!(f, Frame::Gathered { round: 6, parts: vec![vec![1], vec![2]] });
+        assert_eq!(result_frame(7, vec![]), Frame::Gathered { round: 7, parts: vec![] });
+    }
+
+    #[test]
+    fn a_result_too_large_to_gather_stays_gathered() {
+        let big = vec![0u8; wire::MAX_FRAME / 2];
+        let f = result_frame(1, vec![big.clone(), big]);
+        assert!(matches!(f, Frame::Gathered { .. }));
+        assert!(wire::encode(&f).is_err());
     }
 }

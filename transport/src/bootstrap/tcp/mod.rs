@@ -23,7 +23,13 @@ mod server;
 use std::time::Duration;
 
 pub use client::TcpBootstrap;
-pub use server::{BootServer, ServerOptions};
+pub use server::{traffic, BootServer, ServerOptions, Traffic};
 
 /// Granularity at which blocked threads notice deadlines and shutdown.
 const TICK: Duration = Duration::from_millis(50);
+
+/// Read timeout of a connection idle between frames (a rank waiting for the slowest one, the
+/// server's reader of an admitted rank): shutdown wakes those at once (the coordinator shuts
+/// the socket), so only deadlines need the tick, and a thousand idle sockets ticking at
+/// [`TICK`] would wake 20 000 threads a second on the cores the ranks start on.
+const IDLE_TICK: Duration = Duration::from_millis(500);

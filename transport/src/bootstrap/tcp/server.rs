@@ -54,6 +54,47 @@ impl Shared {
     }
 }
 
+/// What every [`BootServer`] of this process has sent so far (see [`traffic`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Collective rounds completed (allgathers and barriers).
+    pub rounds: u64,
+    /// Bytes written to ranks as collective results.
+    pub round_bytes: u64,
+    /// The most bytes one round wrote (over all its ranks).
+    pub max_round_bytes: u64,
+    /// Bytes written to ranks in all (Welcome, results, lookups, aborts).
+    pub bytes: u64,
+}
+
+static ROUNDS: AtomicU64 = AtomicU64::new(0);
+static ROUND_BYTES: AtomicU64 = AtomicU64::new(0);
+static MAX_ROUND_BYTES: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Totals over every boot server this process has run; for benchmarks (`reverb bench boot`),
+/// which take the difference around a job.
+pub fn traffic() -> Traffic {
+    Traffic {
+        rounds: ROUNDS.load(Ordering::Relaxed),
+        round_bytes: ROUND_BYTES.load(Ordering::Relaxed),
+        max_round_bytes: MAX_ROUND_BYTES.load(Ordering::Relaxed),
+        bytes: BYTES.load(Ordering::Relaxed),
+    }
+}
+
+/// Counts `n` bytes written to a rank.
+pub(super) fn count_sent(n: usize) {
+    BYTES.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Counts a completed round that wrote `n` bytes in all.
+pub(super) fn count_round(n: u64) {
+    ROUNDS.fetch_add(1, Ordering::Relaxed);
+    ROUND_BYTES.fetch_add(n, Ordering::Relaxed);
+    MAX_ROUND_BYTES.fetch_max(n, Ordering::Relaxed);
+}
+
 pub(super) fn log_line(msg: std::fmt::Arguments<'_>) {
     tracing::info!("reverb boot server: {msg}");
 }
