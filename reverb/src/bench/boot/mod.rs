@@ -113,7 +113,7 @@ fn run_job(params: &BootParams, n: u32) -> Result<Row> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let result = launch(params, n, &dir).and_then(|job| {
-        let ranks = read_reports(&dir, n)?;
+        let ranks: Vec<RankTimes> = mem::read_reports(&dir, n)?;
         report::reduce(n, params.hosts, &ranks, &job)
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -179,27 +179,6 @@ fn peak_rss_kib() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Every rank's report; an error naming the ranks that wrote none.
-fn read_reports(dir: &Path, n: u32) -> Result<Vec<RankTimes>> {
-    let mut reports = Vec::with_capacity(n as usize);
-    let mut missing = Vec::new();
-    for rank in 0..n {
-        let path = dir.join(format!("rank-{rank}.json"));
-        match std::fs::read_to_string(&path) {
-            Ok(text) => reports.push(
-                serde_json::from_str::<RankTimes>(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?,
-            ),
-            Err(_) => missing.push(rank),
-        }
-    }
-    if !missing.is_empty() {
-        let shown: Vec<String> = missing.iter().take(10).map(u32::to_string).collect();
-        bail!("{} of {n} ranks wrote no report (ranks {}...)", missing.len(), shown.join(", "));
-    }
-    Ok(reports)
 }
 
 #[cfg(test)]

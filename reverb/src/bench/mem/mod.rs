@@ -222,16 +222,16 @@ fn launch(params: &MemParams, n: u32, dir: &Path) -> Result<Duration> {
     Ok(start.elapsed())
 }
 
-/// Every rank's report; an error naming the ranks that wrote none.
-fn read_reports(dir: &Path, n: u32) -> Result<Vec<RankReport>> {
+/// Every rank's JSON report (`rank-R.json` in `dir`); an error naming the ranks that wrote
+/// none. Shared with `bench boot`.
+pub(in crate::bench) fn read_reports<T: serde::de::DeserializeOwned>(dir: &Path, n: u32) -> Result<Vec<T>> {
     let mut reports = Vec::with_capacity(n as usize);
     let mut missing = Vec::new();
     for rank in 0..n {
         let path = dir.join(format!("rank-{rank}.json"));
         match std::fs::read_to_string(&path) {
             Ok(text) => reports.push(
-                serde_json::from_str::<RankReport>(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?,
+                serde_json::from_str::<T>(&text).with_context(|| format!("parsing {}", path.display()))?,
             ),
             Err(_) => missing.push(rank),
         }
