@@ -18,6 +18,7 @@ mod control;
 mod fifo;
 mod futex;
 pub mod liveness;
+mod regions;
 mod segment;
 mod traffic;
 
@@ -101,29 +102,6 @@ struct Queued {
     header: SlotHeader,
     payload: Vec<u8>,
     done: Option<Completion>,
-}
-
-/// Keeps a registered region's file mapped and its table entry claimed; clears both on drop.
-struct RegionBacking {
-    segment: OwnedSegment,
-    table: ControlView,
-    index: usize,
-}
-
-/// The file name part of a region's segment: what the key's top half holds (incarnation, table
-/// index), which `rekey` leaves alone, so peers find the file from any key the region had.
-fn region_file(key: u64) -> String {
-    format!("r{:08x}", key >> 32)
-}
-
-impl Drop for RegionBacking {
-    fn drop(&mut self) {
-        // The name goes before the index is freed: a region taking the index next reuses it.
-        self.segment.unlink();
-        if let Some(entry) = self.table.entry(self.index) {
-            entry.key.store(0, Ordering::Release);
-        }
-    }
 }
 
 /// The shared-memory [`Provider`] of one rank (see the module doc); open it with
@@ -381,21 +359,6 @@ impl ShmProvider {
         Ok(())
     }
 
-    /// Gives `region` (allocated here, not yet shown to any peer) the key `low` in its low 32
-    /// bits: what the `auto` provider does once a network provider has registered the same
-    /// memory under its own key (a verbs rkey). Returns the new key.
-    pub(crate) fn rekey(&mut self, region: &Region, low: u32) -> Result<u64> {
-        let old = region.remote().key;
-        let index = control::key_index(old);
-        let key = (old & !0xffff_ffff) | u64::from(low);
-        let entry = self.own.entry(index).filter(|e| e.key.load(Ordering::Acquire) == old);
-        let Some(entry) = entry.filter(|_| low != 0 && key != KEY_RESERVED) else {
-            return Err(TransportError::InvalidKey { op: "rekey", owner: self.job.rank, key: old });
-        };
-        entry.key.store(key, Ordering::Release);
-        Ok(key)
-    }
-
     /// This rank's address, as published to the rendezvous.
     pub fn address(&self) -> Vec<u8> {
         encode_address(self.pid, self.layout, self.job.incarnation)
@@ -473,7 +436,12 @@ impl ShmProvider {
                     Some(m) if m.writable || !writable => m,
                     _ => {
                         let pid = peer.pid;
-                        let path = segment::segment_path(&self.job_tag, owner, pid, &region_file(remote.key));
+                        let path = segment::segment_path(
+                            &self.job_tag,
+                            owner,
+                            pid,
+                            &regions::region_file(remote.key),
+                        );
                         let map = segment::map_peer(&path, region_len as usize, writable)?;
                         self.maps.insert((owner, remote.key), RemoteMap { map, writable });
                         &self.maps[&(owner, remote.key)]
@@ -654,40 +622,7 @@ impl Provider for ShmProvider {
     }
 
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region> {
-        if len == 0 {
-            return Err(TransportError::Config("cannot register an empty region".into()));
-        }
-        let index = self.own.claim_entry().ok_or_else(|| {
-            TransportError::Config(format!("registration table full ({} regions)", control::TABLE_ENTRIES))
-        })?;
-        // Random low bits until `auto` puts a network provider's key there (`rekey`).
-        let key = loop {
-            let k = control::make_key(self.job.incarnation, index, rand::random::<u32>());
-            if k != KEY_RESERVED && k as u32 != 0 {
-                break k;
-            }
-        };
-        let path = segment::segment_path(&self.job_tag, self.job.rank, self.pid, &region_file(key));
-        let segment = match OwnedSegment::create(path, len) {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(entry) = self.own.entry(index) {
-                    entry.key.store(0, Ordering::Release);
-                }
-                return Err(e);
-            }
-        };
-        let ptr = segment.map.as_ptr() as *mut u8;
-        let remote = RemoteRegion { owner: self.job.rank, addr: ptr as u64, len: len as u64, key };
-        if let Some(entry) = self.own.entry(index) {
-            entry.addr.store(remote.addr, Ordering::Relaxed);
-            entry.len.store(remote.len, Ordering::Relaxed);
-            entry.access.store(access.0 as u32, Ordering::Relaxed);
-            entry.key.store(key, Ordering::Release);
-        }
-        let backing = RegionBacking { segment, table: self.own.clone(), index };
-        // SAFETY: ptr..ptr+len is the segment's mapping, which `backing` keeps alive.
-        Ok(unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) })
+        self.register_segment(len, access)
     }
 
     // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
