@@ -17,6 +17,9 @@ struct Cli {
 enum Command {
     /// Launch N local ranks grouped into simulated nodes.
     Run(reverb::launcher::RunArgs),
+    /// A host's agent: runs its ranks for the job's controller (one per host; started by
+    /// `reverb run --hosts`, or by `srun -N H --ntasks-per-node=1 reverb agent -- PROG`).
+    Agent(reverb::launcher::AgentArgs),
     /// Print the cores and NUMA domains hwloc found.
     Topo(reverb::topo::TopoArgs),
     /// perftest-style latency and bandwidth benchmarks.
@@ -45,6 +48,7 @@ fn main() -> Result<()> {
     reverb_transport::diag::init_stderr().context("diagnostics (REVERB_LOG_LEVEL)")?;
     match cli.command {
         Command::Run(args) => std::process::exit(reverb::launcher::run(args, cli.verbose)?),
+        Command::Agent(args) => std::process::exit(reverb::launcher::agent(args, cli.verbose)?),
         Command::Topo(args) => reverb::topo::topo(args),
         Command::Bench(args) => reverb::bench::main(args, cli.verbose),
         Command::Model(args) => reverb::model::model(args),

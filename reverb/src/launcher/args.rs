@@ -105,14 +105,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         report_json: args.report_json,
         part,
     };
-    let local = opts.part.as_ref().map(|p| p.local.clone());
-    let code = launch_report(&spec, &opts)?.code;
-    if let (Some(local), 0) = (local, code) {
-        // What `reverb run --hosts` waits for: a remote shell's exit status alone cannot tell
-        // a finished part from a lost host (srun exits 0 when its node fails).
-        eprintln!("{}", super::hosts::part_done(&local));
-    }
-    Ok(code)
+    Ok(launch_report(&spec, &opts)?.code)
 }
 
 /// `reverb run --hosts`: the options every host's launcher takes, checked here.
@@ -145,7 +138,6 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
     super::hosts::launch_across(&super::hosts::AcrossHosts {
         hosts,
         spares: &args.spares,
-        respawn: args.respawn,
         ranks_per_node,
         run_options,
         command: &args.command,

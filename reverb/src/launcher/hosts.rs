@@ -1,15 +1,12 @@
-//! `reverb run --hosts a:4,b:4`: a job across hosts, one launcher per host. Each host's
-//! launcher is this same binary run as `reverb run --local-ranks A-B` through the remote shell
-//! `REVERB_RSH HOST ...` (`ssh` by default, as Open MPI's `plm_rsh_agent`; `ci/hosts.sh exec`
-//! for the namespace hosts of the tests), the first host's hosting the rendezvous at
-//! `FIRST_HOST:PORT`. The job's identity and every `REVERB_*` setting of this process go on the
-//! remote command line (`env K=V ...`), since a remote shell does not carry the environment.
-//! Each host's launcher respawns its own nodes; this one waits for all of them. A host that is
-//! lost (its launcher killed with everything on it, or its remote shell cut off) has its ranks
-//! started again on a spare host (`--spares`) at a higher incarnation: they rejoin the job,
-//! restore from the buddy copies other hosts hold and replay, and survivors reconnect to them
-//! there. Any other failure, a loss with no spare left, or the loss of the host serving the
-//! rendezvous stops the others.
+//! `reverb run --hosts a:4,b:4 --spares c`: a job across hosts, one agent per host (and per
+//! spare). Each is this same binary run as `reverb agent --host NAME ...` through the remote
+//! shell `REVERB_RSH HOST ...` (`ssh` by default, as Open MPI's `plm_rsh_agent`; `ci/hosts.sh
+//! exec` for the namespace hosts of the tests); the first host's hosts the rendezvous at
+//! `FIRST_HOST:PORT` and the job's controller. The job's identity and every `REVERB_*` setting
+//! of this process go on the remote command line (`env K=V ...`), since a remote shell does not
+//! carry the environment. The controller decides recoveries (see `agent`): this process only
+//! starts the agents and waits for the first host's, whose exit code is the job's; the others
+//! are then given a moment to end and stopped. The loss of the first host ends the job.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,34 +81,30 @@ pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
     parse_hosts(&items.join(",")).map_err(|e| format!("{path}: {e}"))
 }
 
-/// What every host's launcher is told besides its ranks.
+/// What every host's agent is told.
 pub struct AcrossHosts<'a> {
     pub hosts: &'a [HostSlots],
     /// Idle hosts that take over the ranks of a lost one (`--spares`).
     pub spares: &'a [String],
-    /// `--respawn`: each host's launcher restarts its own nodes at most this often.
-    pub respawn: u32,
     pub ranks_per_node: u32,
-    /// `reverb run` options passed on unchanged (`--respawn`, `--timeout`, ...).
+    /// Options every agent takes as `reverb run` does (`--respawn`, `--timeout`, ...).
     pub run_options: Vec<String>,
     /// The program and its arguments.
     pub command: &'a [String],
     pub verbose: bool,
 }
 
-/// The line a host's launcher prints last when its ranks all finished.
-pub fn part_done(ranks: &std::ops::Range<u32>) -> String {
-    format!("reverb run: ranks {}-{} done", ranks.start, ranks.end - 1)
-}
+/// How the first host's agent's last line starts: the job ended (any other end of that agent
+/// is a lost host).
+pub const JOB_ENDED: &str = "reverb agent: job ended";
 
-/// One host's launcher and the ranks it runs.
+/// One host's agent.
 struct HostRun {
     name: String,
-    ranks: std::ops::Range<u32>,
-    /// It hosts the rendezvous: the job cannot outlive it.
+    /// It hosts the rendezvous and the controller: the job ends with it.
     serves: bool,
     child: Child,
-    /// Set when it printed [`part_done`] (its standard error is passed through a thread that
+    /// Set when it printed [`JOB_ENDED`] (its standard error is passed through a thread that
     /// watches for it).
     done: Arc<AtomicBool>,
     /// That thread; it ends with the stream.
@@ -119,7 +112,7 @@ struct HostRun {
 }
 
 impl HostRun {
-    /// Whether it said its ranks finished, once its output is read to the end (bounded: a
+    /// Whether it said the job ended, once its output is read to the end (bounded: a
     /// process it left behind may hold the stream open).
     fn said_done(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -130,54 +123,46 @@ impl HostRun {
     }
 }
 
-/// How to start a host's launcher: the remote shell, this binary, the job's identity.
+/// How to start a host's agent: the remote shell, this binary, the job's identity.
 struct Starter<'a> {
     job: &'a AcrossHosts<'a>,
     rsh: Vec<String>,
     exe: std::path::PathBuf,
     identity: [(String, String); 3],
-    total: u32,
 }
 
 impl Starter<'_> {
-    /// Starts `host`'s launcher for `ranks`, their first incarnation `first_incarnation`.
-    fn start(
-        &self,
-        host: &str,
-        ranks: std::ops::Range<u32>,
-        serves: bool,
-        first_incarnation: u32,
-    ) -> Result<HostRun> {
+    /// Starts `host`'s agent (a host of the job or a spare).
+    fn start(&self, host: &str, serves: bool) -> Result<HostRun> {
         let job = self.job;
         let mut cmd = Command::new(&self.rsh[0]);
         cmd.args(&self.rsh[1..]).arg(host).arg("env");
         cmd.args(forwarded_env(&self.identity).iter().map(|(k, v)| format!("{k}={v}")));
-        cmd.arg(&self.exe).args(["run", "-n", &self.total.to_string()]);
+        cmd.arg(&self.exe).args(["agent", "--host", host, "--hosts", &host_list(job.hosts)]);
+        if !job.spares.is_empty() {
+            cmd.args(["--spares", &job.spares.join(",")]);
+        }
         cmd.args(["--ranks-per-node", &job.ranks_per_node.to_string()]);
-        cmd.args(["--local-ranks", &format!("{}-{}", ranks.start, ranks.end - 1)]);
-        if serves {
-            cmd.arg("--serve-root");
-        }
-        if first_incarnation > 0 {
-            cmd.args(["--first-incarnation", &first_incarnation.to_string()]);
-        }
         cmd.args(&job.run_options).arg("--").args(job.command);
         if job.verbose {
-            eprintln!("reverb run: host {host} (ranks {}-{}): {cmd:?}", ranks.start, ranks.end - 1);
+            eprintln!("reverb run: host {host}: {cmd:?}");
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().with_context(|| format!("starting the launcher of host {host}"))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting the agent of host {host}"))?;
         let done = Arc::new(AtomicBool::new(false));
-        let reader =
-            child.stderr.take().map(|stderr| pass_through(stderr, part_done(&ranks), Arc::clone(&done)));
-        Ok(HostRun { name: host.to_string(), ranks, serves, child, done, reader })
+        let reader = child.stderr.take().map(|stderr| pass_through(stderr, Arc::clone(&done)));
+        Ok(HostRun { name: host.to_string(), serves, child, done, reader })
     }
 }
 
-/// Starts one launcher per host and waits for them all; the job's exit code.
+/// `a:2,b:2`, as `--hosts` takes it.
+fn host_list(hosts: &[HostSlots]) -> String {
+    hosts.iter().map(|h| format!("{}:{}", h.name, h.ranks)).collect::<Vec<_>>().join(",")
+}
+
+/// Starts one agent per host and spare and waits for them; the job's exit code.
 pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
-    let total: u32 = job.hosts.iter().map(|h| h.ranks).sum();
-    // A port in the dynamic range, the same on every launcher: the first host binds it.
+    // A port in the dynamic range, the same on every agent: the first host binds it.
     let port = 20_000 + u16::from_le_bytes([rand::random(), rand::random()]) % 40_000;
     let starter = Starter {
         job,
@@ -188,44 +173,37 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
             (vars::JOB_ID.to_string(), format!("rv{}", random_hex(6))),
             (vars::JOB_TOKEN.to_string(), random_hex(32)),
         ],
-        total,
     };
-    let mut first = 0;
-    let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len());
-    for (i, host) in job.hosts.iter().enumerate() {
-        if host.ranks % job.ranks_per_node != 0 {
-            stop_all(&mut runs);
-            bail!(
-                "host {} runs {} rank(s), not whole nodes of {} (--ranks-per-node)",
-                host.name,
-                host.ranks,
-                job.ranks_per_node
-            );
-        }
-        match starter.start(&host.name, first..first + host.ranks, i == 0, 0) {
+    if let Some(host) = job.hosts.iter().find(|h| h.ranks % job.ranks_per_node != 0) {
+        bail!(
+            "host {} runs {} rank(s), not whole nodes of {} (--ranks-per-node)",
+            host.name,
+            host.ranks,
+            job.ranks_per_node
+        );
+    }
+    let names = job.hosts.iter().map(|h| h.name.as_str()).chain(job.spares.iter().map(String::as_str));
+    let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len() + job.spares.len());
+    for (i, host) in names.enumerate() {
+        match starter.start(host, i == 0) {
             Ok(run) => runs.push(run),
             Err(e) => {
                 stop_all(&mut runs);
                 return Err(e);
             }
         }
-        first += host.ranks;
     }
-    Ok(supervise(&starter, runs))
+    Ok(supervise(runs))
 }
 
-/// Copies a host launcher's standard error to ours, line by line, and raises `done` when it
-/// says its part finished. Ends with the stream.
-fn pass_through(
-    stderr: std::process::ChildStderr,
-    marker: String,
-    done: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+/// Copies an agent's standard error to ours, line by line, and raises `done` when it says the
+/// job ended (the controller's last line). Ends with the stream.
+fn pass_through(stderr: std::process::ChildStderr, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         use std::io::{BufRead, Write};
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if line == marker {
+            if line.starts_with(JOB_ENDED) {
                 done.store(true, Ordering::Release);
             }
             let _ = writeln!(std::io::stderr(), "{line}");
@@ -233,10 +211,10 @@ fn pass_through(
     })
 }
 
-/// Whether a launcher's end means its host is lost, not that its job failed: it did not say
-/// its ranks finished, and it was killed (with everything on its host), its remote shell's
-/// connection was cut (ssh exits 255), or the shell claims success without it (srun exits 0
-/// when its node fails).
+/// Whether the first host's agent ending means its host is lost, not that the job ended: it
+/// did not say the job ended, and it was killed (with everything on its host), its remote
+/// shell's connection was cut (ssh exits 255), or the shell claims success without it (srun
+/// exits 0 when its node fails).
 fn host_lost(status: ExitStatus, done: bool) -> bool {
     use std::os::unix::process::ExitStatusExt;
     !done && (status.signal().is_some() || matches!(status.code(), Some(255) | Some(0)))
@@ -270,14 +248,14 @@ fn forwarded_env(identity: &[(String, String)]) -> Vec<(String, String)> {
     env
 }
 
-/// Waits for every host's launcher. A lost host's ranks start again on a spare (at an
-/// incarnation above any they had: survivors reconnect to them there); any other failure, or a
-/// loss with no spare left or of the host serving the rendezvous, stops the others. Returns
-/// the job's exit code: 0, or the first failing launcher's.
-fn supervise(starter: &Starter<'_>, mut runs: Vec<HostRun>) -> i32 {
-    let mut spares = starter.job.spares.iter();
-    let mut takeovers = 0u32;
-    let mut code = 0;
+/// How long the other agents have to end once the first host's has: they were told the job
+/// ended (or see the controller gone within the agent timeout).
+const OTHERS_LINGER: Duration = Duration::from_secs(30);
+
+/// Waits for the first host's agent (the controller), then for the others (bounded; the rest
+/// are stopped). Returns the job's exit code: the controller's, or 1 if its host was lost.
+fn supervise(mut runs: Vec<HostRun>) -> i32 {
+    let mut code = None;
     let mut stopping_since: Option<Instant> = None;
     while !runs.is_empty() {
         let mut i = 0;
@@ -289,56 +267,36 @@ fn supervise(starter: &Starter<'_>, mut runs: Vec<HostRun>) -> i32 {
                     continue;
                 }
                 Err(e) => {
-                    eprintln!("reverb run: waiting for host {}'s launcher: {e}", runs[i].name);
+                    eprintln!("reverb run: waiting for host {}'s agent: {e}", runs[i].name);
                     i += 1;
                     continue;
                 }
             };
             let mut run = runs.remove(i);
-            let done = run.said_done();
-            let lost = host_lost(status, done);
-            let c = if lost && status.success() { 1 } else { exit_code(status) };
-            if (c == 0 && done) || code != 0 {
+            if !run.serves {
                 continue;
             }
-            if lost && !run.serves {
-                if let Some(spare) = spares.next() {
-                    takeovers += 1;
-                    // Above every incarnation the lost launcher can have reached.
-                    let incarnation = takeovers.saturating_mul(starter.job.respawn.saturating_add(1));
-                    eprintln!(
-                        "reverb run: host {} lost ({status}); ranks {}-{} start again on spare {spare} \
-                         at incarnation {incarnation}",
-                        run.name,
-                        run.ranks.start,
-                        run.ranks.end - 1
-                    );
-                    match starter.start(spare, run.ranks.clone(), false, incarnation) {
-                        Ok(new) => {
-                            runs.push(new);
-                            continue;
-                        }
-                        Err(e) => eprintln!("reverb run: spare {spare}: {e:#}"),
-                    }
-                }
-            }
-            let what = match (lost, run.serves) {
-                (true, true) => format!("host {} lost, and it served the rendezvous", run.name),
-                (true, false) => format!("host {} lost, and no spare host is left", run.name),
-                _ => format!("host {}'s launcher failed", run.name),
-            };
-            eprintln!("reverb run: {what} ({status}); stopping the others");
-            code = c;
+            let done = run.said_done();
+            code = Some(if host_lost(status, done) {
+                eprintln!(
+                    "reverb run: host {} lost ({status}), and it served the rendezvous; stopping the others",
+                    run.name
+                );
+                terminate(&mut runs);
+                1
+            } else {
+                exit_code(status)
+            });
             stopping_since = Some(Instant::now());
-            terminate(&mut runs);
         }
-        // Launchers stop their ranks on SIGTERM; one that does not is killed.
-        if stopping_since.is_some_and(|t| t.elapsed() > Duration::from_secs(15)) {
-            stop_all(&mut runs);
+        match stopping_since.map(|t| t.elapsed()) {
+            Some(t) if t > OTHERS_LINGER * 2 => stop_all(&mut runs),
+            Some(t) if t > OTHERS_LINGER => terminate(&mut runs),
+            _ => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    code
+    code.unwrap_or(1)
 }
 
 fn exit_code(status: ExitStatus) -> i32 {

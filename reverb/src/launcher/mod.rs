@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+mod agent;
 pub mod args;
 pub mod hosts;
 pub mod logger_cores;
@@ -50,6 +51,7 @@ mod teams;
 mod verdict;
 mod watch;
 
+pub use agent::{agent, AgentArgs};
 pub use args::{run, RunArgs};
 pub use report::launch_report;
 

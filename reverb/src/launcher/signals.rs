@@ -22,9 +22,22 @@ static REGISTERED: OnceLock<()> = OnceLock::new();
 /// Launches running now: the first clears `IDLE`, the last sets it again.
 static ACTIVE: Mutex<usize> = Mutex::new(0);
 
-/// Takes the signal recorded since the last call (0: none).
+/// Set by [`request_stop`]; unlike a signal it is not cleared when a launch starts, so a stop
+/// asked for just before the launch is not lost.
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Takes the signal recorded since the last call (0: none); a requested stop reads as SIGTERM.
 pub(super) fn take_signal() -> i32 {
+    if STOP_REQUESTED.swap(false, Ordering::SeqCst) {
+        return SIGTERM;
+    }
     SIGNALLED.swap(0, Ordering::SeqCst) as i32
+}
+
+/// Stops the running (or the next) launch as SIGTERM would: an agent whose job ended or whose
+/// controller was lost stops its ranks this way.
+pub(super) fn request_stop() {
+    STOP_REQUESTED.store(true, Ordering::SeqCst);
 }
 
 fn register() {

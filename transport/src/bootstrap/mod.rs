@@ -16,7 +16,9 @@ pub mod wire;
 
 pub use env::{vars, BootParams};
 pub use host::{HostId, HostMap};
-pub use tcp::{traffic, BootServer, ServerOptions, TcpBootstrap, Traffic};
+pub use tcp::{
+    traffic, AgentConn, AgentIntro, BootServer, FailureReporter, ServerOptions, TcpBootstrap, Traffic,
+};
 
 use std::net::IpAddr;
 use std::time::Duration;

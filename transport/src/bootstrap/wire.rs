@@ -8,6 +8,8 @@
 //! Version 2 added the recovery frames (Publish, Lookup, Addresses, Rejoined); a version-1
 //! peer is refused with "unsupported version" rather than misreading them. Version 3 added
 //! Uniform (a round whose contributions are all equal, a barrier's: O(1) bytes, not O(n)).
+//! Version 4 added the agent frames (AgentHello, Heartbeat, PartDone, TakeOver, JobEnd): a
+//! per-host agent's control connection to the job's controller, on the rendezvous port.
 //!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
@@ -21,7 +23,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -46,7 +48,14 @@ const K_LOOKUP: u8 = 9;
 const K_ADDRESSES: u8 = 10;
 const K_REJOINED: u8 = 11;
 const K_UNIFORM: u8 = 12;
-const K_LAST: u8 = K_UNIFORM;
+const K_AGENT_HELLO: u8 = 13;
+const K_HEARTBEAT: u8 = 14;
+const K_PART_DONE: u8 = 15;
+const K_TAKE_OVER: u8 = 16;
+const K_JOB_END: u8 = 17;
+const K_LAST: u8 = K_JOB_END;
+/// Longest host name an AgentHello may carry.
+pub const MAX_HOST: usize = 255;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
@@ -78,6 +87,29 @@ pub enum Frame {
     /// Result of a round in which all `count` ranks contributed the same `part` (a barrier):
     /// `round u64 | count u32 | part: bytes`.
     Uniform { round: u64, count: u32, part: Vec<u8> },
+    /// First frame of an agent's control connection: `token: bytes | size u32 | host: str |
+    /// first u32 | count u32 | first_incarnation u32 | respawn u32`. The agent runs ranks
+    /// `first..first+count` from `first_incarnation`, respawning its nodes at most `respawn`
+    /// times; `count` 0 is a spare agent, idle until told to take over.
+    AgentHello {
+        token: Vec<u8>,
+        size: u32,
+        host: String,
+        first: u32,
+        count: u32,
+        first_incarnation: u32,
+        respawn: u32,
+    },
+    /// Either side of an agent connection: still alive (empty payload).
+    Heartbeat,
+    /// Agent to controller: its ranks ended, the launch's exit code: `code i32`.
+    PartDone { code: i32 },
+    /// Controller to a spare agent: run ranks `first..first+count` from `incarnation`:
+    /// `first u32 | count u32 | incarnation u32`.
+    TakeOver { first: u32, count: u32, incarnation: u32 },
+    /// Controller to agents: the job ended with `code` (non-zero: stop your ranks):
+    /// `code i32 | reason: str`.
+    JobEnd { code: i32, reason: String },
 }
 
 impl Frame {
@@ -95,6 +127,11 @@ impl Frame {
             Frame::Addresses { .. } => "Addresses",
             Frame::Rejoined { .. } => "Rejoined",
             Frame::Uniform { .. } => "Uniform",
+            Frame::AgentHello { .. } => "AgentHello",
+            Frame::Heartbeat => "Heartbeat",
+            Frame::PartDone { .. } => "PartDone",
+            Frame::TakeOver { .. } => "TakeOver",
+            Frame::JobEnd { .. } => "JobEnd",
         }
     }
 }
@@ -124,8 +161,11 @@ fn check_address(address: &[u8]) -> Result<()> {
 /// Checks the limits a frame must respect before any byte of it is written.
 fn check_limits(frame: &Frame) -> Result<()> {
     match frame {
-        Frame::Hello { token, .. } if token.len() > MAX_TOKEN => {
+        Frame::Hello { token, .. } | Frame::AgentHello { token, .. } if token.len() > MAX_TOKEN => {
             Err(malformed(format!("token of {} bytes (max {MAX_TOKEN})", token.len())))
+        }
+        Frame::AgentHello { host, .. } if host.len() > MAX_HOST => {
+            Err(malformed(format!("host name of {} bytes (max {MAX_HOST})", host.len())))
         }
         Frame::Uniform { part, .. } if part.len() > MAX_FRAME - 16 => {
             Err(malformed(format!("uniform result of {} bytes exceeds the limit", part.len())))
@@ -206,6 +246,24 @@ fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
             w.u64(*round).u32(*count).bytes32(part);
             K_UNIFORM
         }
+        Frame::AgentHello { token, size, host, first, count, first_incarnation, respawn } => {
+            w.bytes32(token).u32(*size).bytes32(host.as_bytes());
+            w.u32(*first).u32(*count).u32(*first_incarnation).u32(*respawn);
+            K_AGENT_HELLO
+        }
+        Frame::Heartbeat => K_HEARTBEAT,
+        Frame::PartDone { code } => {
+            w.u32(*code as u32);
+            K_PART_DONE
+        }
+        Frame::TakeOver { first, count, incarnation } => {
+            w.u32(*first).u32(*count).u32(*incarnation);
+            K_TAKE_OVER
+        }
+        Frame::JobEnd { code, reason } => {
+            w.u32(*code as u32).bytes32(clip(reason).as_bytes());
+            K_JOB_END
+        }
     }
 }
 
@@ -282,6 +340,27 @@ fn decode_hello(r: &mut Reader<'_>) -> Result<Frame> {
     })
 }
 
+fn decode_agent_hello(r: &mut Reader<'_>) -> Result<Frame> {
+    let token = r.bytes32("token")?;
+    if token.len() > MAX_TOKEN {
+        return Err(malformed("token too long"));
+    }
+    let size = r.u32("size")?;
+    let host = string(r, "host")?;
+    if host.len() > MAX_HOST {
+        return Err(malformed("host name too long"));
+    }
+    Ok(Frame::AgentHello {
+        token: token.to_vec(),
+        size,
+        host,
+        first: r.u32("first")?,
+        count: r.u32("count")?,
+        first_incarnation: r.u32("first_incarnation")?,
+        respawn: r.u32("respawn")?,
+    })
+}
+
 fn decode_abort(r: &mut Reader<'_>) -> Result<Frame> {
     let has = r.u8("has_rank")?;
     let rank = r.u32("rank")?;
@@ -344,6 +423,18 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
             let round = r.u64("round")?;
             let count = r.u32("count")?;
             Frame::Uniform { round, count, part: r.bytes32("part")?.to_vec() }
+        }
+        K_AGENT_HELLO => decode_agent_hello(r)?,
+        K_HEARTBEAT => Frame::Heartbeat,
+        K_PART_DONE => Frame::PartDone { code: r.u32("code")? as i32 },
+        K_TAKE_OVER => {
+            let first = r.u32("first")?;
+            let count = r.u32("count")?;
+            Frame::TakeOver { first, count, incarnation: r.u32("incarnation")? }
+        }
+        K_JOB_END => {
+            let code = r.u32("code")? as i32;
+            Frame::JobEnd { code, reason: string(r, "reason")? }
         }
         other => return Err(malformed(format!("unknown kind {other}"))),
     };
@@ -495,6 +586,19 @@ mod tests {
                 ],
             },
             Frame::Rejoined { rank: 1, incarnation: 4, address: vec![9; 20] },
+            Frame::AgentHello {
+                token: b"tok".to_vec(),
+                size: 8,
+                host: "hc".into(),
+                first: 4,
+                count: 2,
+                first_incarnation: 3,
+                respawn: 1,
+            },
+            Frame::Heartbeat,
+            Frame::PartDone { code: -9 },
+            Frame::TakeOver { first: 4, count: 2, incarnation: 5 },
+            Frame::JobEnd { code: 1, reason: "host hc lost".into() },
         ];
         for f in frames {
             let b = encode(&f).unwrap();
@@ -504,15 +608,15 @@ mod tests {
         }
     }
 
-    /// The bytes of version 3, written out by hand: old and new peers must agree on them.
+    /// The bytes of version 4, written out by hand: old and new peers must agree on them.
     #[test]
     fn pinned_encodings() {
         let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
-        let mut want = b"RVBT\x03\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        let mut want = b"RVBT\x04\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
         want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(encode(&hello).unwrap(), want);
         let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
-        let want = b"RVBT\x03\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        let want = b"RVBT\x04\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
         assert_eq!(encode(&abort).unwrap(), want);
         let table = Frame::Addresses {
             entries: vec![
@@ -520,16 +624,19 @@ mod tests {
                 PeerAddress { rank: 5, incarnation: 0, address: None },
             ],
         };
-        let mut want = b"RVBT\x03\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
+        let mut want = b"RVBT\x04\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
         want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode(&table).unwrap(), want);
         let welcome = Frame::Welcome { size: 2, round: 0x0102 };
-        let want = b"RVBT\x03\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        let want = b"RVBT\x04\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
         assert_eq!(encode(&welcome).unwrap(), want);
         let uniform = Frame::Uniform { round: 1, count: 3, part: vec![7] };
-        let want = b"RVBT\x03\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
+        let want = b"RVBT\x04\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
         assert_eq!(encode(&uniform).unwrap(), want);
+        let take = Frame::TakeOver { first: 4, count: 2, incarnation: 5 };
+        let want = b"RVBT\x04\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
+        assert_eq!(encode(&take).unwrap(), want);
     }
 
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -563,12 +670,27 @@ mod tests {
                 incarnation,
                 address
             }),
+            (bytes(), any::<u32>(), "[a-z]{0,8}", any::<[u32; 4]>()).prop_map(|(token, size, host, n)| {
+                Frame::AgentHello {
+                    token,
+                    size,
+                    host,
+                    first: n[0],
+                    count: n[1],
+                    first_incarnation: n[2],
+                    respawn: n[3],
+                }
+            }),
+            Just(Frame::Heartbeat),
+            any::<i32>().prop_map(|code| Frame::PartDone { code }),
+            any::<[u32; 3]>().prop_map(|n| Frame::TakeOver { first: n[0], count: n[1], incarnation: n[2] }),
+            (any::<i32>(), ".{0,12}").prop_map(|(code, reason)| Frame::JobEnd { code, reason }),
         ]
     }
 
     proptest! {
         #[test]
-        fn arbitrary_bytes_never_panic(kind in 0u8..16, payload in prop::collection::vec(any::<u8>(), 0..128)) {
+        fn arbitrary_bytes_never_panic(kind in 0u8..20, payload in prop::collection::vec(any::<u8>(), 0..128)) {
             let _ = decode_payload(kind, &payload);
             let mut framed = MAGIC.to_vec();
             framed.extend_from_slice(&VERSION.to_le_bytes());

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crossbeam::channel::{self, Sender};
 
-use super::server::{log_line, Event, Shared};
+use super::server::{log_line, AgentConn, AgentIntro, Event, Shared};
 use super::{IDLE_TICK, TICK};
 use crate::bootstrap::wire::{self, Frame, Read1, Wait};
 use crate::error::TransportError;
@@ -18,7 +18,9 @@ pub(super) fn serve_conn(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
     let admitted = handshake(&mut stream, peer, &shared, &tx);
     shared.pending.fetch_sub(1, Ordering::SeqCst);
     let (conn, rank) = match admitted {
-        Ok(x) => x,
+        // The controller owns the agent's connection now.
+        Ok(Admitted::Agent) => return,
+        Ok(Admitted::Rank(conn, rank)) => (conn, rank),
         Err(reason) => {
             if !shared.stopping() {
                 log_line(format_args!("refused {peer}: {reason}"));
@@ -76,13 +78,22 @@ pub(super) fn serve_conn(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// Reads and checks the Hello; on success the coordinator has admitted (and welcomed) it.
+/// Who a handshake admitted.
+enum Admitted {
+    /// A rank, welcomed by the coordinator: its connection id and rank.
+    Rank(u64, u32),
+    /// A per-host agent, handed to the controller.
+    Agent,
+}
+
+/// Reads and checks the Hello; on success the coordinator has admitted (and welcomed) it, or
+/// (an agent's hello) the controller has its connection.
 fn handshake(
     stream: &mut TcpStream,
     peer: SocketAddr,
     shared: &Shared,
     tx: &Sender<Event>,
-) -> std::result::Result<(u64, u32), String> {
+) -> std::result::Result<Admitted, String> {
     let setup = stream
         .set_nonblocking(false)
         .and_then(|_| stream.set_read_timeout(Some(TICK)))
@@ -103,6 +114,9 @@ fn handshake(
         }
         Err(e) => return Err(format!("bad Hello: {e}")),
     };
+    if let Frame::AgentHello { .. } = hello {
+        return hand_to_controller(stream, peer, shared, hello).map(|()| Admitted::Agent);
+    }
     let Frame::Hello { token, rank, size, incarnation } = hello else {
         return Err(format!("expected Hello, got {}", hello.kind_name()));
     };
@@ -121,8 +135,36 @@ fn handshake(
     tx.send(Event::Join { conn, rank, incarnation, peer, writer, verdict: vtx })
         .map_err(|_| "server stopping".to_string())?;
     match vrx.recv_timeout(shared.opts.io_timeout) {
-        Ok(Ok(())) => Ok((conn, rank)),
+        Ok(Ok(())) => Ok(Admitted::Rank(conn, rank)),
         Ok(Err(reason)) => Err(reason),
         Err(_) => Err("server did not answer the admission".into()),
     }
+}
+
+/// Checks an agent's hello and gives its connection to the job's controller.
+fn hand_to_controller(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    hello: Frame,
+) -> std::result::Result<(), String> {
+    let Frame::AgentHello { token, size, host, first, count, first_incarnation, respawn } = hello else {
+        return Err(format!("expected AgentHello, got {}", hello.kind_name()));
+    };
+    if !wire::ct_eq(&token, &shared.token) {
+        return Err(format!("wrong job token (agent of host {host})"));
+    }
+    if size != shared.size {
+        return Err(format!("wrong job size {size} (the job has {})", shared.size));
+    }
+    let end = first.checked_add(count).filter(|&e| e <= shared.size);
+    let Some(end) = end else {
+        return Err(format!("agent of host {host}: ranks {first}+{count} outside the job's {}", shared.size));
+    };
+    if !shared.agents_wanted.load(Ordering::SeqCst) {
+        return Err("this rendezvous has no job controller for agents".into());
+    }
+    let stream = stream.try_clone().map_err(|e| format!("socket clone: {e}"))?;
+    let intro = AgentIntro { host, ranks: first..end, first_incarnation, respawn };
+    shared.agents.send(AgentConn { peer, stream, intro }).map_err(|_| "server stopping".to_string())
 }

@@ -23,7 +23,7 @@ mod server;
 use std::time::Duration;
 
 pub use client::TcpBootstrap;
-pub use server::{traffic, BootServer, ServerOptions, Traffic};
+pub use server::{traffic, AgentConn, AgentIntro, BootServer, FailureReporter, ServerOptions, Traffic};
 
 /// Granularity at which blocked threads notice deadlines and shutdown.
 const TICK: Duration = Duration::from_millis(50);

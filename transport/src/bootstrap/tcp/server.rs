@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Sender};
+use crossbeam::channel::{self, Receiver, Sender};
 
 use super::conn::serve_conn;
 use super::coordinator::Coordinator;
@@ -46,6 +46,9 @@ pub(super) struct Shared {
     /// (ranks connected now, ranks that ever connected); for a graceful shutdown.
     pub(super) presence: Mutex<(u32, u32)>,
     pub(super) presence_cv: Condvar,
+    /// Agent connections go here once a controller asked for them (else they are refused).
+    pub(super) agents: Sender<AgentConn>,
+    pub(super) agents_wanted: AtomicBool,
 }
 
 impl Shared {
@@ -104,7 +107,58 @@ pub struct BootServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     events: Sender<Event>,
+    agents: Receiver<AgentConn>,
     threads: Vec<JoinHandle<()>>,
+}
+
+/// What a per-host agent said of itself in its `AgentHello` (token and job size checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentIntro {
+    /// The host it runs on, as it names itself.
+    pub host: String,
+    /// Its ranks, `first..first+count`; empty for a spare.
+    pub ranks: std::ops::Range<u32>,
+    /// The incarnation its ranks start at.
+    pub first_incarnation: u32,
+    /// Node respawns it may take by itself: its ranks reach at most `first_incarnation + respawn`.
+    pub respawn: u32,
+}
+
+/// A per-host agent's control connection, authenticated, handed over whole to the job's
+/// controller (see [`BootServer::agent_connections`]); the server reads nothing more from it.
+#[derive(Debug)]
+pub struct AgentConn {
+    /// Where it connected from.
+    pub peer: SocketAddr,
+    /// The connection, after the hello: heartbeats and control frames from here on.
+    pub stream: TcpStream,
+    /// What it said of itself.
+    pub intro: AgentIntro,
+}
+
+/// Reports ranks failed to a running [`BootServer`], from any thread (see
+/// [`BootServer::mark_failed`]).
+#[derive(Clone)]
+pub struct FailureReporter {
+    shared: Arc<Shared>,
+    events: Sender<Event>,
+}
+
+impl FailureReporter {
+    /// As [`BootServer::mark_failed`].
+    pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        if rank >= self.shared.size {
+            return Err(TransportError::InvalidRank(rank, self.shared.size));
+        }
+        let (vtx, vrx) = channel::bounded(1);
+        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
+        self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
+        match vrx.recv_timeout(self.shared.opts.io_timeout) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
+            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
+        }
+    }
 }
 
 pub(super) enum Event {
@@ -168,6 +222,7 @@ impl BootServer {
         let listener = TcpListener::bind(bind).context(|| format!("boot server: bind {bind}"))?;
         let addr = listener.local_addr().context(|| "boot server: local_addr".into())?;
         listener.set_nonblocking(true).context(|| "boot server: set_nonblocking".into())?;
+        let (agents_tx, agents) = channel::unbounded();
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             token: token.as_bytes().to_vec(),
@@ -177,6 +232,8 @@ impl BootServer {
             next_conn: AtomicU64::new(1),
             presence: Mutex::new((0, 0)),
             presence_cv: Condvar::new(),
+            agents: agents_tx,
+            agents_wanted: AtomicBool::new(false),
         });
         let (tx, rx) = channel::unbounded();
         let coord = {
@@ -194,7 +251,7 @@ impl BootServer {
                 .spawn(move || accept_loop(listener, shared, tx))
                 .context(|| "boot server: spawn".into())?
         };
-        Ok(BootServer { addr, shared, events, threads: vec![accept, coord] })
+        Ok(BootServer { addr, shared, events, agents, threads: vec![accept, coord] })
     }
 
     /// The address the server listens on (the real port when bound to port 0).
@@ -207,17 +264,19 @@ impl BootServer {
     /// a higher incarnation is admitted in its place. A report about an older incarnation than
     /// the slot's is ignored. Returns once the server has applied it (bounded).
     pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
-        if rank >= self.shared.size {
-            return Err(TransportError::InvalidRank(rank, self.shared.size));
-        }
-        let (vtx, vrx) = channel::bounded(1);
-        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
-        self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
-        match vrx.recv_timeout(self.shared.opts.io_timeout) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
-            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
-        }
+        self.failure_reporter().mark_failed(rank, incarnation, reason)
+    }
+
+    /// A handle that marks ranks failed from another thread (a job's controller).
+    pub fn failure_reporter(&self) -> FailureReporter {
+        FailureReporter { shared: self.shared.clone(), events: self.events.clone() }
+    }
+
+    /// Per-host agents' control connections (an `AgentHello` with the job's token and size),
+    /// from now on: the caller is the job's controller. Until this is called they are refused.
+    pub fn agent_connections(&self) -> Receiver<AgentConn> {
+        self.shared.agents_wanted.store(true, Ordering::SeqCst);
+        self.agents.clone()
     }
 
     /// Waits (at most `linger`) until every rank has connected and left, then stops. Rank 0
