@@ -2,8 +2,8 @@
 //! rendezvous (`--serve-root`), the other's ranks connect to it; a rank SIGKILLed under the
 //! launcher that does not host the rendezvous is respawned by its own launcher, and the
 //! stencil's checksum equals a one-launcher failure-free run. Real processes throughout; the
-//! two "hosts" share this machine here (ci/two-vm.sh runs the same over two VMs and rxe). And
-//! `reverb run --hosts`, which starts those launchers through a remote shell (`REVERB_RSH`).
+//! two "hosts" share this machine here (ci/two-vm.sh runs the same over two VMs and rxe).
+//! `reverb run --hosts` (agents and their controller) is tested in `agents.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -156,75 +156,4 @@ fn a_part_must_be_whole_nodes_and_name_its_job() {
         .expect("reverb run");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("not inside the job"), "{err}");
-}
-
-/// A remote shell for tests: drops the host name and runs the command here.
-fn local_rsh(dir: &Path) -> PathBuf {
-    let path = dir.join("rsh");
-    std::fs::write(&path, "#!/bin/sh\nshift\nexec \"$@\"\n").expect("rsh script");
-    let mut perms = std::fs::metadata(&path).expect("rsh").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&path, perms).expect("chmod rsh");
-    path
-}
-
-#[test]
-fn reverb_run_hosts_starts_one_launcher_per_host_through_the_remote_shell() {
-    let dir = work_dir("hosts");
-    let rsh = local_rsh(&dir);
-    let whole = work_dir("hosts-whole");
-    let small = ["app", "stencil", "--iters", "400", "--size", "64", "--ckpt-every", "100"];
-    let run = |out: &Path, hosts: Option<&str>, fault: Option<&str>| {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["run", "-n", "4", "--ranks-per-node", "2", "--respawn", "1", "--timeout", "120"]);
-        if let Some(h) = hosts {
-            cmd.args(["--hosts", h]);
-        }
-        cmd.arg("--").arg(BIN).args(small);
-        cmd.env("REVERB_RSH", &rsh)
-            .env("REVERB_RUNTIME_REPORT", out)
-            .env("REVERB_PROVIDER", "shm")
-            .env("REVERB_LOG", "causal")
-            .env("REVERB_LOG_UNIT", "node")
-            .env("REVERB_CKPT", "buddy")
-            .env_remove("REVERB_FAULT");
-        if let Some(f) = fault {
-            cmd.env("REVERB_FAULT", f);
-        }
-        let out = cmd.output().expect("reverb run");
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-    };
-    let (code, err) = run(&whole, None, None);
-    assert_eq!(code, Some(0), "{err}");
-    let expected = checksum(&whole);
-    // Rank 3 (on the second "host") kills itself mid-run; that host's launcher respawns it.
-    let across = work_dir("hosts-across");
-    let (code, err) = run(&across, Some("localhost:2,127.0.0.1:2"), Some("3:401"));
-    assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("node 1 respawned"), "{err}");
-    assert_eq!(checksum(&across), expected, "{err}");
-}
-
-#[test]
-fn reverb_run_hosts_stops_every_host_when_one_fails() {
-    let dir = work_dir("hosts-fail");
-    let rsh = local_rsh(&dir);
-    let t0 = Instant::now();
-    // Rank 1 fails at once; rank 0, on the other host, would sleep for a minute.
-    let out = Command::new(BIN)
-        .args(["run", "-n", "2", "--hosts", "a:1,b:1", "--", "/bin/sh", "-c"])
-        .arg("[ \"$REVERB_RANK\" = 1 ] && exit 3; exec sleep 60")
-        .env("REVERB_RSH", &rsh)
-        .output()
-        .expect("reverb run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("host b's launcher failed"), "{err}");
-    assert!(t0.elapsed() < Duration::from_secs(30), "the other host was not stopped: {err}");
-    let bad = Command::new(BIN)
-        .args(["run", "-n", "3", "--hosts", "a:1,b:1", "--", "true"])
-        .env("REVERB_RSH", &rsh)
-        .output()
-        .expect("reverb run");
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("--hosts names 2 rank(s), -n 3"));
 }

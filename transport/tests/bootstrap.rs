@@ -743,3 +743,53 @@ fn a_final_barrier_meeting_a_recovery_collective_joins_the_recovery() {
         h.join().unwrap();
     }
 }
+
+fn agent_hello(token: &str, size: u32, first: u32, count: u32) -> Vec<u8> {
+    let hello = Frame::AgentHello {
+        token: token.as_bytes().to_vec(),
+        size,
+        host: "hb".into(),
+        first,
+        count,
+        first_incarnation: 0,
+        respawn: 1,
+    };
+    wire::encode(&hello).unwrap()
+}
+
+#[test]
+fn agents_reach_the_controller_only_with_the_job_token_and_once_one_listens() {
+    let server = quick_server(4);
+    let addr = server.local_addr();
+    // No controller has asked for agents yet.
+    let mut s = raw(addr);
+    s.write_all(&agent_hello(TOKEN, 4, 2, 2)).unwrap();
+    let why = refusal(s).expect("refused");
+    assert!(why.contains("no job controller"), "{why}");
+    let agents = server.agent_connections();
+    for (hello, want) in [
+        (agent_hello("wrong", 4, 2, 2), "wrong job token"),
+        (agent_hello(TOKEN, 5, 2, 2), "wrong job size"),
+        (agent_hello(TOKEN, 4, 3, 2), "outside the job"),
+    ] {
+        let mut s = raw(addr);
+        s.write_all(&hello).unwrap();
+        let why = refusal(s).expect("refused");
+        assert!(why.contains(want), "{why}");
+    }
+    assert!(agents.try_recv().is_err(), "a refused agent was handed over");
+    let mut s = raw(addr);
+    s.write_all(&agent_hello(TOKEN, 4, 2, 2)).unwrap();
+    let conn = agents.recv_timeout(Duration::from_secs(5)).expect("the agent handed over");
+    assert_eq!(conn.intro.host, "hb");
+    assert_eq!(conn.intro.ranks, 2..4);
+    assert_eq!(conn.intro.respawn, 1);
+    // The controller owns the connection: what it writes reaches the agent.
+    let mut to_agent = conn.stream;
+    to_agent.write_all(&wire::encode(&Frame::Heartbeat).unwrap()).unwrap();
+    let mut buf = [0u8; wire::HEADER_LEN];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(wire::decode(&buf).unwrap().0, Frame::Heartbeat);
+    // Ranks still join and gather as before.
+    run_job(addr, 4, 2);
+}

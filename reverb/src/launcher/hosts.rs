@@ -248,9 +248,9 @@ fn forwarded_env(identity: &[(String, String)]) -> Vec<(String, String)> {
     env
 }
 
-/// How long the other agents have to end once the first host's has: they were told the job
-/// ended (or see the controller gone within the agent timeout).
-const OTHERS_LINGER: Duration = Duration::from_secs(30);
+/// How long the other agents have to end once the first host's has ended the job well (they
+/// were told; a failed job's are stopped at once).
+const OTHERS_LINGER: Duration = Duration::from_secs(15);
 
 /// Waits for the first host's agent (the controller), then for the others (bounded; the rest
 /// are stopped). Returns the job's exit code: the controller's, or 1 if its host was lost.
@@ -277,16 +277,19 @@ fn supervise(mut runs: Vec<HostRun>) -> i32 {
                 continue;
             }
             let done = run.said_done();
-            code = Some(if host_lost(status, done) {
+            let c = if host_lost(status, done) {
                 eprintln!(
                     "reverb run: host {} lost ({status}), and it served the rendezvous; stopping the others",
                     run.name
                 );
-                terminate(&mut runs);
                 1
             } else {
                 exit_code(status)
-            });
+            };
+            if c != 0 {
+                terminate(&mut runs);
+            }
+            code = Some(c);
             stopping_since = Some(Instant::now());
         }
         match stopping_since.map(|t| t.elapsed()) {

@@ -1,0 +1,153 @@
+//! `reverb run --hosts` and its per-host agents, with "hosts" that are loopback addresses of
+//! this machine (localhost, 127.0.0.2, ...) and a remote shell that runs the agent here: the
+//! first host's agent hosts the rendezvous and the controller, the others heartbeat to it. A
+//! host's agent SIGKILLed (`REVERB_FAULT_AGENT`; its ranks die with it) is a lost host: its
+//! ranks start again on the spare and the stencil's checksum equals a failure-free run's. With
+//! no spare, or with the controller's host lost, the job stops with a report within its bound.
+//! Real processes throughout (ci/hosts-suite.sh runs the same on namespace hosts).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_reverb");
+/// Long enough (a few seconds) for an agent to be killed mid-run.
+const APP: [&str; 8] = ["app", "stencil", "--iters", "4000", "--size", "64", "--ckpt-every", "250"];
+const HOSTS: &str = "localhost:2,127.0.0.2:2,127.0.0.3:2";
+
+fn work_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("reverb-agents-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("work dir");
+    dir
+}
+
+/// A remote shell for tests: drops the host name and runs the command here.
+fn local_rsh(dir: &Path) -> PathBuf {
+    let path = dir.join("rsh");
+    std::fs::write(&path, "#!/bin/sh\nshift\nexec \"$@\"\n").expect("rsh script");
+    let mut perms = std::fs::metadata(&path).expect("rsh").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).expect("chmod rsh");
+    path
+}
+
+fn checksum(out: &Path) -> String {
+    std::fs::read_to_string(out.join("checksum")).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// `reverb run -n 6 --ranks-per-node 2 --respawn 1 [--hosts ...] -- reverb APP`, causal logs
+/// and buddy checkpoints on shm; (exit code, stderr, wall time).
+fn stencil(out: &Path, hosts: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "-n", "6", "--ranks-per-node", "2", "--respawn", "1", "--timeout", "120"]);
+    cmd.args(hosts).arg("--").arg(BIN).args(APP);
+    cmd.env("REVERB_RSH", local_rsh(out))
+        .env("REVERB_RUNTIME_REPORT", out)
+        .env("REVERB_PROVIDER", "shm")
+        .env("REVERB_LOG", "causal")
+        .env("REVERB_LOG_UNIT", "node")
+        .env("REVERB_CKPT", "buddy")
+        .env("REVERB_AGENT_HEARTBEAT_MS", "200")
+        .env("REVERB_AGENT_TIMEOUT_S", "2")
+        .env_remove("REVERB_FAULT")
+        .env_remove("REVERB_FAULT_AGENT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let t0 = Instant::now();
+    let out = cmd.output().expect("reverb run");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text, t0.elapsed())
+}
+
+fn failure_free() -> String {
+    let dir = work_dir("reference");
+    let (code, err, _) = stencil(&dir, &[], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    checksum(&dir)
+}
+
+#[test]
+fn a_host_whose_agent_dies_moves_to_the_spare_with_the_failure_free_answer() {
+    let expected = failure_free();
+    let dir = work_dir("spare");
+    let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
+    let (code, err, _) = stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", "127.0.0.3@1200")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("host 127.0.0.3 lost"), "{err}");
+    assert!(err.contains("ranks 4-5 start again on spare 127.0.0.4 at incarnation 2"), "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn a_failure_free_job_across_hosts_leaves_its_spare_idle() {
+    let expected = failure_free();
+    let dir = work_dir("free");
+    let (code, err, _) = stencil(&dir, &["--hosts", HOSTS, "--spares", "127.0.0.4"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("job ended (code 0): every host's ranks are done"), "{err}");
+    assert!(!err.contains("lost"), "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn a_lost_host_with_no_spare_stops_the_job_with_a_report() {
+    let dir = work_dir("no-spare");
+    let (code, err, took) = stencil(&dir, &["--hosts", HOSTS], &[("REVERB_FAULT_AGENT", "127.0.0.2@1000")]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("host 127.0.0.2 lost, and no spare host is left"), "{err}");
+    assert!(checksum(&dir).is_empty(), "an answer was written: {err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}: {err}");
+}
+
+#[test]
+fn losing_the_controllers_host_stops_every_host() {
+    let dir = work_dir("controller");
+    let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
+    let (code, err, took) = stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", "localhost@1000")]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("host localhost lost"), "{err}");
+    assert!(err.contains("and it served the rendezvous"), "{err}");
+    assert!(checksum(&dir).is_empty(), "an answer was written: {err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}: {err}");
+}
+
+#[test]
+fn a_failing_host_stops_the_others() {
+    let dir = work_dir("fail");
+    let t0 = Instant::now();
+    // Rank 1 fails at once; rank 0, on the other host, would sleep for a minute.
+    let out = Command::new(BIN)
+        .args(["run", "-n", "2", "--hosts", "localhost:1,127.0.0.2:1", "--", "/bin/sh", "-c"])
+        .arg("[ \"$REVERB_RANK\" = 1 ] && exit 3; exec sleep 60")
+        .env("REVERB_RSH", local_rsh(&dir))
+        .output()
+        .expect("reverb run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("host 127.0.0.2's ranks 1-1 ended with code 3"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "the other host was not stopped: {err}");
+    let bad = Command::new(BIN)
+        .args(["run", "-n", "3", "--hosts", "a:1,b:1", "--", "true"])
+        .env("REVERB_RSH", local_rsh(&dir))
+        .output()
+        .expect("reverb run");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--hosts names 2 rank(s), -n 3"));
+}
+
+#[test]
+fn an_agent_outside_the_job_is_refused() {
+    let dir = work_dir("stranger");
+    let out = Command::new(BIN)
+        .args(["agent", "--host", "elsewhere", "--hosts", "localhost:1", "--", "true"])
+        .env("REVERB_ROOT", "127.0.0.1:1")
+        .env("REVERB_JOB_ID", "x")
+        .env("REVERB_JOB_TOKEN", "y")
+        .current_dir(&dir)
+        .output()
+        .expect("reverb agent");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("host 'elsewhere' is neither in the job's hosts nor a spare"), "{err}");
+}
