@@ -13,7 +13,8 @@
 #      and sinfo shows sb down;
 #   7. sb comes back (ci/slurm.sh restart) and runs tasks again;
 #   8. `reverb run --hosts` with srun as its remote shell on four hosts and a spare: host sc
-#      lost mid-run, its ranks restart on the spare, the checksum is the failure-free run's.
+#      lost mid-run, its ranks restart on the spare, the checksum is the failure-free run's;
+#   9. the same as one srun step of agents (`srun -N 5 reverb agent --spares 1`).
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
@@ -139,10 +140,11 @@ placed=$(slurm 30 srun -N 2 --ntasks-per-node=1 hostname | sort | tr '\n' ' ')
 say "down"
 bash ci/slurm.sh down
 
-# reverb run --hosts with srun as its remote shell: each host's launcher is a Slurm job step on
-# its node, run from the controller host. Host sc is lost mid-run: srun exits 0 on a node
-# failure, so the front launcher goes by the launcher's last line ("ranks A-B done"), not the
-# exit status, and restarts sc's ranks on the spare se.
+# reverb run --hosts with srun as its remote shell: each host's agent is a Slurm job step on
+# its node, run from the Slurm controller's host. Host sc is lost mid-run: the job's controller
+# (sa's agent) sees sc's agent gone and restarts its ranks on the spare se's agent. srun exits
+# 0 on a node failure, so the front goes by sa's agent's last line ("job ended"), not srun's
+# exit status, to tell the job's end from sa's loss.
 say "a host lost under Slurm: 8 ranks on sa..sd (srun per host), spare se; sc taken down mid-run"
 bash ci/slurm.sh up sa sb sc sd se
 spare_stencil() { # NAME [--spares HOST]
@@ -165,5 +167,27 @@ grep -q "host sc lost" "$out/spare-lost/job.log" ||
 grep -q "start again on spare se" "$out/spare-lost/job.log" || fail "sc's ranks did not move to se"
 say "checksums: failure-free $free, sc lost and its ranks on se $lost"
 [ "$free" = "$lost" ] || fail "checksums differ"
+
+# The same job as one Slurm step: `srun -N 5 --ntasks-per-node=1 -c 2 reverb agent --spares 1`
+# puts an agent on each node, 2 ranks each (the task's CPUs), the last node a spare, the
+# controller on sa. --no-kill keeps the step alive when a node fails. sc is taken down mid-run:
+# the controller sees its agent gone and hands its ranks to the agent on se.
+say "a host lost under one srun step of agents: srun -N 5 reverb agent --spares 1; sc taken down"
+dir=$out/agents-lost
+mkdir -p "$dir"
+( sleep 5; bash ci/hosts.sh kill sc ) &
+killer=$!
+timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" \
+    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_JOB_TOKEN=slurm-suite-agents \
+    srun -N 5 --ntasks-per-node=1 -c 2 --no-kill \
+    "$bin" agent --spares 1 --ranks-per-node 2 --respawn 1 --timeout 200 -- \
+    "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 || true
+wait "$killer"
+grep -q "host sc lost" "$dir/job.log" || { tail -n 30 "$dir/job.log" >&2; fail "sc's loss went unseen"; }
+grep -q "ranks 4-5 start again on spare se" "$dir/job.log" || fail "sc's ranks did not move to se"
+grep -q "job ended (code 0)" "$dir/job.log" || { tail -n 30 "$dir/job.log" >&2; fail "the job did not end well"; }
+agents=$(cat "$dir/checksum")
+say "checksums: failure-free $free, sc lost under srun's agents $agents"
+[ "$free" = "$agents" ] || fail "checksums differ"
 bash ci/slurm.sh down
 say "ok in $((SECONDS - start))s (after the build)"

@@ -103,12 +103,16 @@ impl Controller {
 #[derive(Debug, Clone, PartialEq)]
 enum Holder {
     /// At the start, until its agent connects.
-    Awaited { since: Instant },
+    Awaited {
+        since: Instant,
+    },
     Agent(u64),
     /// This process.
     Own,
     /// Its host was lost; no spare has taken it yet.
-    Orphan { since: Instant },
+    Orphan {
+        since: Instant,
+    },
     Done,
 }
 
@@ -146,7 +150,12 @@ fn say(msg: std::fmt::Arguments<'_>) {
 }
 
 impl State {
-    fn new(plan: ControlPlan, reporter: FailureReporter, events: Sender<Event>, stop_own: Box<dyn Fn() + Send>) -> State {
+    fn new(
+        plan: ControlPlan,
+        reporter: FailureReporter,
+        events: Sender<Event>,
+        stop_own: Box<dyn Fn() + Send>,
+    ) -> State {
         let now = Instant::now();
         let parts = plan
             .parts
@@ -224,7 +233,10 @@ impl State {
         spawn_reader(stream, self.timing, stop.clone(), move |heard| match heard {
             Heard::Frame(Frame::Heartbeat) => true,
             Heard::Frame(f) => events.send(Event::Frame(id, f)).is_ok(),
-            Heard::Gone(why) => events.send(Event::Gone(id, why)).is_ok() && false,
+            Heard::Gone(why) => {
+                let _ = events.send(Event::Gone(id, why));
+                false
+            }
         });
         let agent = Agent { intro, writer, stop };
         if agent.intro.ranks.is_empty() {
@@ -234,7 +246,8 @@ impl State {
             return;
         }
         let ranks = agent.intro.ranks.clone();
-        let slot = self.parts.iter_mut().find(|p| p.ranks == ranks && matches!(p.holder, Holder::Awaited { .. }));
+        let slot =
+            self.parts.iter_mut().find(|p| p.ranks == ranks && matches!(p.holder, Holder::Awaited { .. }));
         match slot {
             Some(p) => {
                 p.holder = Holder::Agent(id);
@@ -243,7 +256,12 @@ impl State {
             }
             None => {
                 // Fenced: a part's ranks run under one agent only (a lost one cannot come back).
-                let reason = format!("ranks {}-{} are not awaited from host {}", ranks.start, ranks.end - 1, agent.intro.host);
+                let reason = format!(
+                    "ranks {}-{} are not awaited from host {}",
+                    ranks.start,
+                    ranks.end - 1,
+                    agent.intro.host
+                );
                 say(format_args!("{reason}: refused"));
                 let _ = agent.writer.send(&Frame::JobEnd { code: 1, reason });
                 agent.writer.close();
@@ -260,7 +278,12 @@ impl State {
                     self.finish_if_all_done();
                 } else {
                     let p = &self.parts[i];
-                    let why = format!("host {}'s ranks {}-{} ended with code {code}", p.host, p.ranks.start, p.ranks.end - 1);
+                    let why = format!(
+                        "host {}'s ranks {}-{} ended with code {code}",
+                        p.host,
+                        p.ranks.start,
+                        p.ranks.end - 1
+                    );
                     self.end(code, why);
                 }
             }
@@ -315,7 +338,8 @@ impl State {
             let Some(spare) = self.agents.get(&id) else { continue };
             let p = &mut self.parts[i];
             let incarnation = p.ceiling.saturating_add(1);
-            let order = Frame::TakeOver { first: p.ranks.start, count: p.ranks.end - p.ranks.start, incarnation };
+            let order =
+                Frame::TakeOver { first: p.ranks.start, count: p.ranks.end - p.ranks.start, incarnation };
             if let Err(e) = spare.writer.send(&order) {
                 say(format_args!("spare host {}: {e}", spare.intro.host));
                 continue;
@@ -340,7 +364,12 @@ impl State {
             self.finish_if_all_done();
         } else {
             let p = &self.parts[i];
-            let why = format!("host {}'s ranks {}-{} ended with code {code}", p.host, p.ranks.start, p.ranks.end - 1);
+            let why = format!(
+                "host {}'s ranks {}-{} ended with code {code}",
+                p.host,
+                p.ranks.start,
+                p.ranks.end - 1
+            );
             self.end(code, why);
         }
     }
@@ -355,7 +384,11 @@ impl State {
             let p = &self.parts[i];
             match p.holder {
                 Holder::Awaited { since } if now - since > self.start_within => {
-                    let why = format!("host {}'s agent did not connect within {:.0} s", p.host, self.start_within.as_secs_f64());
+                    let why = format!(
+                        "host {}'s agent did not connect within {:.0} s",
+                        p.host,
+                        self.start_within.as_secs_f64()
+                    );
                     self.parts[i].holder = Holder::Orphan { since: now };
                     say(format_args!("{why}; its ranks wait for a spare host"));
                     self.place_orphans();

@@ -20,7 +20,8 @@ pub(super) fn arm(me: &str) -> Result<()> {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(ms));
                 eprintln!("reverb agent: REVERB_FAULT_AGENT: the agent of host {host} SIGKILLs itself");
-                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+                let _ =
+                    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
             });
         }
     }

@@ -141,7 +141,14 @@ pub fn agent(args: AgentArgs, verbose: bool) -> Result<i32> {
 }
 
 fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'a> {
-    Hello { token: &job.token, size: job.total(), host: &job.me, ranks, first_incarnation, respawn: job.respawn }
+    Hello {
+        token: &job.token,
+        size: job.total(),
+        host: &job.me,
+        ranks,
+        first_incarnation,
+        respawn: job.respawn,
+    }
 }
 
 /// The first host: the rendezvous, the controller, and its own ranks.
@@ -264,7 +271,9 @@ fn job_of(args: AgentArgs) -> Result<Job> {
             };
             let need = |name: &str| -> Result<String> {
                 env_get(name)?.filter(|v| !v.is_empty()).with_context(|| {
-                    format!("{name} must be set, the same for every agent of the job (reverb run --hosts does)")
+                    format!(
+                        "{name} must be set, the same for every agent of the job (reverb run --hosts does)"
+                    )
                 })
             };
             (hosts.0, args.spares, me, need(vars::ROOT)?, need(vars::JOB_ID)?, need(vars::JOB_TOKEN)?)
@@ -273,7 +282,11 @@ fn job_of(args: AgentArgs) -> Result<Job> {
     };
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
     if let Some(h) = hosts.iter().find(|h| h.ranks % ranks_per_node != 0) {
-        bail!("host {} runs {} rank(s), not whole nodes of {ranks_per_node} (--ranks-per-node)", h.name, h.ranks);
+        bail!(
+            "host {} runs {} rank(s), not whole nodes of {ranks_per_node} (--ranks-per-node)",
+            h.name,
+            h.ranks
+        );
     }
     Ok(Job {
         hosts,
@@ -309,7 +322,8 @@ fn from_slurm(args: &AgentArgs) -> Result<JobShape> {
         (None, None) => bail!("--ranks-per-host: Slurm did not say how many CPUs this task has"),
     };
     let working = view.hosts.len() - spare_count;
-    let hosts = view.hosts[..working].iter().map(|h| HostSlots { name: h.clone(), ranks: per_host }).collect();
+    let hosts =
+        view.hosts[..working].iter().map(|h| HostSlots { name: h.clone(), ranks: per_host }).collect();
     let spares = view.hosts[working..].to_vec();
     let me = args.host.clone().unwrap_or_else(|| view.hosts[view.node].clone());
     let root = match env_get(vars::ROOT)?.filter(|v| !v.is_empty()) {

@@ -49,7 +49,10 @@ impl SlurmView {
 
     /// A port for the rendezvous that every agent of the step derives alike.
     pub(crate) fn port(&self) -> u16 {
-        let h = self.step.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let h = self
+            .step
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         20_000 + (h % 40_000) as u16
     }
 }
