@@ -22,8 +22,9 @@ fail() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run the test command as root)"
 
 cargo build -p reverb --features fault-injection
-bin=$PWD/target/debug/reverb
-out=$PWD/target/hosts-suite
+target=${CARGO_TARGET_DIR:-$PWD/target}
+bin=$target/debug/reverb
+out=$target/hosts-suite
 rm -rf "$out"
 mkdir -p "$out"
 bash ci/hosts.sh down
