@@ -173,6 +173,7 @@ say "checksums: failure-free $free, sc lost and its ranks on se $lost"
 # controller on sa. --no-kill keeps the step alive when a node fails. sc is taken down mid-run:
 # the controller sees its agent gone and hands its ranks to the agent on se.
 say "a host lost under one srun step of agents: srun -N 5 reverb agent --spares 1; sc taken down"
+bash ci/slurm.sh restart sc
 dir=$out/agents-lost
 mkdir -p "$dir"
 ( sleep 5; bash ci/hosts.sh kill sc ) &

@@ -225,19 +225,21 @@ impl Core {
     /// The open's wait for every lower rank's connection.
     pub(super) fn await_lower_ranks(&mut self) -> Result<()> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        while self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_))) {
+        loop {
             self.poll_accepts();
+            // Checked after the accepts: the last one may land just at the deadline.
+            let missing: Vec<usize> =
+                (0..self.peers.len()).filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_))).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
             if Instant::now() > deadline {
-                let missing: Vec<usize> = (0..self.peers.len())
-                    .filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_)))
-                    .collect();
                 return Err(TransportError::Bootstrap(format!(
                     "tcp: ranks {missing:?} did not connect within {CONNECT_TIMEOUT:?}"
                 )));
             }
             self.sleep_in_poll(Duration::from_millis(10));
         }
-        Ok(())
     }
 
     /// Accepts waiting connections and routes those whose hello is in: to the peer awaiting

@@ -308,7 +308,7 @@ type JobShape = (Vec<HostSlots>, Vec<String>, String, String, String, String);
 
 /// Hosts from Slurm's node list, the last `--spares N` of them spares.
 fn from_slurm(args: &AgentArgs) -> Result<JobShape> {
-    let view = slurm::SlurmView::from_env()?;
+    let view = slurm::SlurmView::from_env(&reverb_transport::config::Env::process())?;
     let spare_count = match args.spares.as_slice() {
         [] => 0,
         [n] => n.parse::<usize>().with_context(|| format!("--spares {n}: under Slurm, a count of nodes"))?,

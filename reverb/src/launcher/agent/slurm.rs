@@ -4,7 +4,7 @@
 //! controller.
 
 use anyhow::{bail, Context, Result};
-use reverb_transport::config::env_get;
+use reverb_transport::config::Env;
 
 /// What Slurm tells an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,32 +18,35 @@ pub(crate) struct SlurmView {
     pub cpus: Option<u32>,
 }
 
-fn need(name: &str) -> Result<String> {
-    env_get(name)?.filter(|v| !v.is_empty()).with_context(|| {
+/// A Slurm variable (not ours: read as a foreign name).
+fn slurm_var(env: &Env<'_>, name: &str) -> Option<String> {
+    env.foreign(name).filter(|v| !v.is_empty())
+}
+
+fn need(env: &Env<'_>, name: &str) -> Result<String> {
+    slurm_var(env, name).with_context(|| {
         format!("{name} is not set: run `reverb agent` under srun, or through `reverb run --hosts`")
     })
 }
 
 impl SlurmView {
     /// Reads Slurm's environment.
-    pub(crate) fn from_env() -> Result<SlurmView> {
-        let list = match env_get("SLURM_STEP_NODELIST")?.filter(|v| !v.is_empty()) {
+    pub(crate) fn from_env(env: &Env<'_>) -> Result<SlurmView> {
+        let list = match slurm_var(env, "SLURM_STEP_NODELIST") {
             Some(l) => l,
-            None => need("SLURM_JOB_NODELIST")?,
+            None => need(env, "SLURM_JOB_NODELIST")?,
         };
         let hosts = expand_nodelist(&list).map_err(|e| anyhow::anyhow!("Slurm node list '{list}': {e}"))?;
-        let node: usize = need("SLURM_NODEID")?.parse().context("SLURM_NODEID")?;
+        let node: usize = need(env, "SLURM_NODEID")?.parse().context("SLURM_NODEID")?;
         if node >= hosts.len() {
             bail!("SLURM_NODEID {node} is outside the node list '{list}'");
         }
-        let step = format!("{}.{}", need("SLURM_JOB_ID")?, env_get("SLURM_STEP_ID")?.unwrap_or_default());
-        let cpu = |name: &str| -> Result<Option<u32>> {
-            Ok(env_get(name)?.and_then(|v| v.split(['(', ',']).next().and_then(|n| n.trim().parse().ok())))
+        let step =
+            format!("{}.{}", need(env, "SLURM_JOB_ID")?, slurm_var(env, "SLURM_STEP_ID").unwrap_or_default());
+        let cpu = |name: &str| -> Option<u32> {
+            slurm_var(env, name).and_then(|v| v.split(['(', ',']).next().and_then(|n| n.trim().parse().ok()))
         };
-        let cpus = match cpu("SLURM_CPUS_PER_TASK")? {
-            Some(c) => Some(c),
-            None => cpu("SLURM_CPUS_ON_NODE")?,
-        };
+        let cpus = cpu("SLURM_CPUS_PER_TASK").or_else(|| cpu("SLURM_CPUS_ON_NODE"));
         Ok(SlurmView { hosts, node, step, cpus })
     }
 
@@ -113,6 +116,27 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> std::result::Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_reads_its_node_and_the_step_from_slurm() {
+        let vars = [
+            ("SLURM_JOB_NODELIST", "sa,sb,sc"),
+            ("SLURM_STEP_NODELIST", "n[1-2],sc"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_CPUS_ON_NODE", "4"),
+            ("SLURM_CPUS_PER_TASK", "2"),
+        ];
+        let get = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        let view = SlurmView::from_env(&Env::from_lookup(&get)).unwrap();
+        assert_eq!(view.hosts, ["n1", "n2", "sc"]);
+        assert_eq!((view.node, view.step.as_str(), view.cpus), (1, "42.0", Some(2)));
+        assert!((20_000..60_000).contains(&view.port()));
+        let none = |_: &str| None;
+        let err = SlurmView::from_env(&Env::from_lookup(&none)).unwrap_err().to_string();
+        assert!(err.contains("SLURM_JOB_NODELIST is not set"), "{err}");
+    }
 
     #[test]
     fn node_lists_expand_as_scontrol_show_hostnames() {
