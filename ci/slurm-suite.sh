@@ -14,7 +14,9 @@
 #   7. sb comes back (ci/slurm.sh restart) and runs tasks again;
 #   8. `reverb run --hosts` with srun as its remote shell on four hosts and a spare: host sc
 #      lost mid-run, its ranks restart on the spare, the checksum is the failure-free run's;
-#   9. the same as one srun step of agents (`srun -N 5 reverb agent --spares 1`).
+#   9. the same as one srun step of agents (`salloc -N 5 reverb run --slurm --spares 1`, which
+#      runs `srun -N 5 --ntasks-per-node=1 -c 2 --no-kill reverb agent --spares 1`), and that
+#      srun step by hand, failure-free.
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
@@ -168,27 +170,41 @@ grep -q "start again on spare se" "$out/spare-lost/job.log" || fail "sc's ranks 
 say "checksums: failure-free $free, sc lost and its ranks on se $lost"
 [ "$free" = "$lost" ] || fail "checksums differ"
 
-# The same job as one Slurm step: `srun -N 5 --ntasks-per-node=1 -c 2 reverb agent --spares 1`
-# puts an agent on each node, 2 ranks each (the task's CPUs), the last node a spare, the
-# controller on sa. --no-kill keeps the step alive when a node fails. sc is taken down mid-run:
-# the controller sees its agent gone and hands its ranks to the agent on se.
-say "a host lost under one srun step of agents: srun -N 5 reverb agent --spares 1; sc taken down"
+# The same job as one Slurm step of agents, one per node: `reverb run --slurm --spares 1` inside
+# an allocation (salloc -N 5) runs `srun -N 5 --ntasks-per-node=1 -c 2 --no-kill reverb agent
+# --spares 1`: 2 ranks per node, the last node a spare, the controller on sa. sc is taken down
+# mid-run: the controller sees its agent gone and hands its ranks to the agent on se.
+say "a host lost under one srun step of agents (salloc -N 5 reverb run --slurm --spares 1); sc taken down"
 bash ci/slurm.sh restart sc
 dir=$out/agents-lost
 mkdir -p "$dir"
 ( sleep 5; bash ci/hosts.sh kill sc ) &
 killer=$!
+code=0
 timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" \
-    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_JOB_TOKEN=slurm-suite-agents \
-    srun -N 5 --ntasks-per-node=1 -c 2 --no-kill \
-    "$bin" agent --spares 1 --ranks-per-node 2 --respawn 1 --timeout 200 -- \
-    "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 || true
+    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy salloc -N 5 \
+    "$bin" run -n 8 --slurm --spares 1 --ranks-per-node 2 --respawn 1 --timeout 200 -- \
+    "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 || code=$?
 wait "$killer"
 grep -q "host sc lost" "$dir/job.log" || { tail -n 30 "$dir/job.log" >&2; fail "sc's loss went unseen"; }
 grep -q "ranks 4-5 start again on spare se" "$dir/job.log" || fail "sc's ranks did not move to se"
-grep -q "job ended (code 0)" "$dir/job.log" || { tail -n 30 "$dir/job.log" >&2; fail "the job did not end well"; }
+[ "$code" = 0 ] || { tail -n 30 "$dir/job.log" >&2; fail "reverb run --slurm exited $code"; }
 agents=$(cat "$dir/checksum")
 say "checksums: failure-free $free, sc lost under srun's agents $agents"
 [ "$free" = "$agents" ] || fail "checksums differ"
+
+# The agents' step as the issue writes it, srun run by hand: failure-free, same answer.
+say "srun -N 4 --ntasks-per-node=1 -c 2 reverb agent -- the stencil, failure-free"
+bash ci/slurm.sh restart sc
+dir=$out/agents-srun
+mkdir -p "$dir"
+timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" \
+    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_JOB_TOKEN=slurm-suite-agents \
+    srun -N 4 --ntasks-per-node=1 -c 2 --no-kill \
+    "$bin" agent --ranks-per-node 2 --respawn 1 --timeout 200 -- \
+    "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 ||
+    { tail -n 30 "$dir/job.log" >&2; fail "srun reverb agent"; }
+grep -q "job ended (code 0)" "$dir/job.log" || fail "the agents' job did not end well"
+[ "$free" = "$(cat "$dir/checksum")" ] || fail "checksums differ: $(cat "$dir/checksum")"
 bash ci/slurm.sh down
 say "ok in $((SECONDS - start))s (after the build)"

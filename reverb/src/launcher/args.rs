@@ -46,9 +46,14 @@ pub struct RunArgs {
     #[arg(long, requires = "local_ranks", default_value_t = 0)]
     pub first_incarnation: u32,
     /// With --hosts or --hostfile: idle hosts that take over the ranks of a host that is lost
-    /// (its launcher killed, or its remote shell cut off), at most one loss each.
-    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    /// (its agent gone or silent), at most one loss each. With --slurm: how many of the
+    /// allocation's nodes idle as spares.
+    #[arg(long, value_name = "HOST,...|N", value_delimiter = ',')]
     pub spares: Vec<String>,
+    /// Inside a Slurm allocation: the job as one srun step of agents, one per node, the ranks
+    /// spread evenly (the last `--spares N` nodes idle as spares).
+    #[arg(long, conflicts_with_all = ["local_ranks", "hosts", "hostfile"])]
+    pub slurm: bool,
     /// Run the job across hosts, `a:4,b:4` (ranks per host, in rank order): one launcher per
     /// host started through REVERB_RSH (default ssh), the first hosting the rendezvous. The
     /// reverb binary and PROG must be at the same paths on every host.
@@ -79,8 +84,11 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
     if let Some(hosts) = args.hosts.as_ref().or(args.hostfile.as_ref()) {
         return run_across(&args, &hosts.0, verbose);
     }
+    if args.slurm {
+        return run_slurm(&args, verbose);
+    }
     if !args.spares.is_empty() {
-        bail!("--spares needs --hosts or --hostfile");
+        bail!("--spares needs --hosts, --hostfile or --slurm");
     }
     let Some((program, rest)) = args.command.split_first() else {
         bail!("reverb run: no program given");
@@ -114,21 +122,10 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
     if total != args.ranks {
         bail!("--hosts names {total} rank(s), -n {}", args.ranks);
     }
-    if args.report_json.is_some() {
-        bail!("--report-json is per launcher: not yet with --hosts");
-    }
-    if args.logger != reverb_logger::core::Placement::Off {
-        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
-    }
+    check_across(args)?;
     // One node per host unless told otherwise.
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
-    let mut run_options = vec!["--respawn".to_string(), args.respawn.to_string()];
-    if let Some(t) = args.timeout {
-        run_options.extend(["--timeout".to_string(), t.to_string()]);
-    }
-    if args.no_prefix {
-        run_options.push("--no-prefix".into());
-    }
+    let run_options = agent_options(args);
     for spare in &args.spares {
         super::hosts::parse_hosts(spare).map_err(|e| anyhow::anyhow!("--spares: {e}"))?;
         if hosts.iter().any(|h| h.name == *spare) {
@@ -143,6 +140,50 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
         command: &args.command,
         verbose,
     })
+}
+
+/// `reverb run --slurm`: one srun step of agents.
+fn run_slurm(args: &RunArgs, verbose: bool) -> Result<i32> {
+    check_across(args)?;
+    let spares = match args.spares.as_slice() {
+        [] => 0,
+        [n] => n.parse().with_context(|| format!("--spares {n}: with --slurm, a count of nodes"))?,
+        _ => bail!("--spares: with --slurm, a count of nodes"),
+    };
+    let mut run_options = agent_options(args);
+    if let Some(r) = args.ranks_per_node {
+        run_options.extend(["--ranks-per-node".to_string(), r.to_string()]);
+    }
+    super::slurm_step::launch(&super::slurm_step::SlurmStep {
+        ranks: args.ranks,
+        spares,
+        run_options,
+        command: &args.command,
+        verbose,
+    })
+}
+
+/// What a job across hosts cannot have yet.
+fn check_across(args: &RunArgs) -> Result<()> {
+    if args.report_json.is_some() {
+        bail!("--report-json is per launcher: not yet across hosts");
+    }
+    if args.logger != reverb_logger::core::Placement::Off {
+        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
+    }
+    Ok(())
+}
+
+/// The `reverb run` options every agent takes.
+fn agent_options(args: &RunArgs) -> Vec<String> {
+    let mut options = vec!["--respawn".to_string(), args.respawn.to_string()];
+    if let Some(t) = args.timeout {
+        options.extend(["--timeout".to_string(), t.to_string()]);
+    }
+    if args.no_prefix {
+        options.push("--no-prefix".into());
+    }
+    options
 }
 
 /// `A-B` (inclusive) or a single rank `A`, as a range.

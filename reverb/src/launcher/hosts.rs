@@ -9,8 +9,7 @@
 //! are then given a moment to end and stopped. The loss of the first host ends the job.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -104,9 +103,9 @@ struct HostRun {
     /// It hosts the rendezvous and the controller: the job ends with it.
     serves: bool,
     child: Child,
-    /// Set when it printed [`JOB_ENDED`] (its standard error is passed through a thread that
-    /// watches for it).
-    done: Arc<AtomicBool>,
+    /// The job's code once it printed [`JOB_ENDED`] (its standard error is passed through a
+    /// thread that watches for it).
+    ended: JobEndSeen,
     /// That thread; it ends with the stream.
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -115,11 +114,7 @@ impl HostRun {
     /// Whether it said the job ended, once its output is read to the end (bounded: a
     /// process it left behind may hold the stream open).
     fn said_done(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.reader.as_ref().is_some_and(|r| !r.is_finished()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.done.load(Ordering::Acquire)
+        self.ended.wait_read(&mut self.reader).is_some()
     }
 }
 
@@ -149,9 +144,9 @@ impl Starter<'_> {
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| format!("starting the agent of host {host}"))?;
-        let done = Arc::new(AtomicBool::new(false));
-        let reader = child.stderr.take().map(|stderr| pass_through(stderr, Arc::clone(&done)));
-        Ok(HostRun { name: host.to_string(), serves, child, done, reader })
+        let ended = JobEndSeen::default();
+        let reader = child.stderr.take().map(|stderr| pass_through(stderr, ended.clone()));
+        Ok(HostRun { name: host.to_string(), serves, child, ended, reader })
     }
 }
 
@@ -196,16 +191,44 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     Ok(supervise(runs))
 }
 
-/// Copies an agent's standard error to ours, line by line, and raises `done` when it says the
-/// job ended (the controller's last line). Ends with the stream.
-fn pass_through(stderr: std::process::ChildStderr, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+/// The job's exit code as the controller's last line gives it (`... job ended (code N): ...`),
+/// once seen.
+#[derive(Clone, Default)]
+pub(super) struct JobEndSeen(Arc<Mutex<Option<i32>>>);
+
+impl JobEndSeen {
+    fn note(&self, line: &str) {
+        let code = line.strip_prefix(JOB_ENDED).and_then(|rest| {
+            let n = rest.trim_start().strip_prefix("(code ")?.split(')').next()?;
+            n.parse::<i32>().ok()
+        });
+        if let Some(c) = code {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        }
+    }
+
+    /// The code, once `reader` (the thread copying the stream) has read it to the end (bounded:
+    /// a process left behind may hold the stream open).
+    pub(super) fn wait_read(&self, reader: &mut Option<std::thread::JoinHandle<()>>) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while reader.as_ref().is_some_and(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Copies an agent's standard error to ours, line by line, noting the job's end when the
+/// controller's last line says it. Ends with the stream.
+pub(super) fn pass_through(
+    stderr: std::process::ChildStderr,
+    ended: JobEndSeen,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         use std::io::{BufRead, Write};
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if line.starts_with(JOB_ENDED) {
-                done.store(true, Ordering::Release);
-            }
+            ended.note(&line);
             let _ = writeln!(std::io::stderr(), "{line}");
         }
     })

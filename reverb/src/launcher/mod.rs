@@ -46,6 +46,7 @@ pub mod logger_cores;
 mod os;
 mod report;
 mod signals;
+mod slurm_step;
 mod spawn;
 mod teams;
 mod verdict;

@@ -1,0 +1,72 @@
+//! `reverb run -n N --slurm [--spares S] -- PROG`, inside a Slurm allocation (salloc, sbatch):
+//! the job as one `srun` step of agents, one per node of the allocation
+//! (`srun -N NODES --ntasks-per-node=1 -c R --no-kill reverb agent --spares S ...`), the last S
+//! nodes idle as spares and N ranks spread evenly over the others, R per node. The job's token
+//! is made here and reaches the agents through srun's environment. The job's exit code is the
+//! controller's (its last line), not srun's: srun reports a lost node's task as failed even
+//! when the job recovered.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use reverb_transport::bootstrap::vars;
+use reverb_transport::config::{env_get, Env};
+
+use super::hosts::{pass_through, JobEndSeen};
+use super::spawn::random_hex;
+
+/// What `reverb run --slurm` was asked for.
+pub struct SlurmStep<'a> {
+    pub ranks: u32,
+    /// Nodes idle as spares (`--spares N`).
+    pub spares: u32,
+    /// Options every agent takes as `reverb run` does (`--respawn`, `--timeout`, ...).
+    pub run_options: Vec<String>,
+    pub command: &'a [String],
+    pub verbose: bool,
+}
+
+/// Runs the step and waits for it; the job's exit code.
+pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
+    let env = Env::process();
+    let nodes: u32 = env
+        .foreign("SLURM_JOB_NUM_NODES")
+        .or_else(|| env.foreign("SLURM_NNODES"))
+        .context("--slurm: run inside a Slurm allocation (salloc or sbatch): SLURM_JOB_NUM_NODES is not set")?
+        .parse()
+        .context("--slurm: SLURM_JOB_NUM_NODES")?;
+    if step.spares >= nodes {
+        bail!("--spares {}: the allocation has {nodes} node(s)", step.spares);
+    }
+    let working = nodes - step.spares;
+    if !step.ranks.is_multiple_of(working) {
+        bail!(
+            "-n {}: not an even share for {working} node(s) (the allocation's {nodes} less {} spare(s))",
+            step.ranks,
+            step.spares
+        );
+    }
+    let per_host = step.ranks / working;
+    let token = env_get(vars::JOB_TOKEN)?.filter(|t| !t.is_empty()).unwrap_or_else(|| random_hex(32));
+    let exe = std::env::current_exe().context("finding the reverb executable")?;
+    let mut cmd = Command::new("srun");
+    cmd.args(["-N", &nodes.to_string(), "--ntasks-per-node=1", "-c", &per_host.to_string(), "--no-kill"]);
+    cmd.arg(&exe).args(["agent", "--ranks-per-host", &per_host.to_string()]);
+    cmd.args(["--spares", &step.spares.to_string()]);
+    cmd.args(&step.run_options).arg("--").args(step.command);
+    cmd.env(vars::JOB_TOKEN, token).env(vars::JOB_ID, format!("rv{}", random_hex(6)));
+    if step.verbose {
+        eprintln!("reverb run: {cmd:?}");
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().context("starting srun (is Slurm's srun on PATH?)")?;
+    let ended = JobEndSeen::default();
+    let mut reader = child.stderr.take().map(|stderr| pass_through(stderr, ended.clone()));
+    let status = child.wait().context("waiting for srun")?;
+    Ok(ended.wait_read(&mut reader).unwrap_or_else(|| {
+        eprintln!(
+            "reverb run: the srun step ended ({status}) without the job's end: its first node was lost"
+        );
+        1
+    }))
+}
