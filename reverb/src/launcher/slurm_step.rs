@@ -1,7 +1,8 @@
 //! `reverb run -n N --slurm [--spares S] -- PROG`, inside a Slurm allocation (salloc, sbatch):
 //! the job as one `srun` step of agents, one per node of the allocation
-//! (`srun -N NODES --ntasks-per-node=1 -c R --no-kill reverb agent --spares S ...`), the last S
-//! nodes idle as spares and N ranks spread evenly over the others, R per node. The job's token
+//! (`srun -N NODES --ntasks-per-node=1 --no-kill reverb agent --ranks-per-host R --spares S ...`),
+//! the last S nodes idle as spares and N ranks spread evenly over the others, R per node; each
+//! agent gets the CPUs the allocation gives a task (`salloc -N 5 -c 2`, or `--exclusive`). The job's token
 //! is made here and reaches the agents through srun's environment. The job's exit code is the
 //! controller's (its last line), not srun's: srun reports a lost node's task as failed even
 //! when the job recovered.
@@ -50,7 +51,7 @@ pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
     let token = env_get(vars::JOB_TOKEN)?.filter(|t| !t.is_empty()).unwrap_or_else(|| random_hex(32));
     let exe = std::env::current_exe().context("finding the reverb executable")?;
     let mut cmd = Command::new("srun");
-    cmd.args(["-N", &nodes.to_string(), "--ntasks-per-node=1", "-c", &per_host.to_string(), "--no-kill"]);
+    cmd.args(["-N", &nodes.to_string(), "--ntasks-per-node=1", "--no-kill"]);
     cmd.arg(&exe).args(["agent", "--ranks-per-host", &per_host.to_string()]);
     cmd.args(["--spares", &step.spares.to_string()]);
     cmd.args(&step.run_options).arg("--").args(step.command);
@@ -65,7 +66,8 @@ pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
     let status = child.wait().context("waiting for srun")?;
     Ok(ended.wait_read(&mut reader).unwrap_or_else(|| {
         eprintln!(
-            "reverb run: the srun step ended ({status}) without the job's end: its first node was lost"
+            "reverb run: the srun step ended ({status}) without the job's end: srun could not start it, \
+             or its first node was lost"
         );
         1
     }))
