@@ -151,3 +151,77 @@ fn an_agent_outside_the_job_is_refused() {
     assert!(!out.status.success());
     assert!(err.contains("host 'elsewhere' is neither in the job's hosts nor a spare"), "{err}");
 }
+
+/// `reverb agent --host NAME ...` with the job's identity in the environment, as a user (or a
+/// resource manager) starts it on each host; stdout+stderr to `out/NAME.log`.
+fn agent(out: &Path, root: &str, name: &str, extra: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    let log = std::fs::File::create(out.join(format!("{name}.log"))).expect("log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["agent", "--host", name, "--hosts", "localhost:2,127.0.0.2:2", "--ranks-per-node", "2"]);
+    cmd.args(["--respawn", "1", "--timeout", "120"]).args(extra).arg("--").arg(BIN).args(APP);
+    cmd.env("REVERB_ROOT", root)
+        .env("REVERB_JOB_ID", "agents-comeback")
+        .env("REVERB_JOB_TOKEN", "comeback-token")
+        .env("REVERB_RUNTIME_REPORT", out)
+        .env("REVERB_PROVIDER", "shm")
+        .env("REVERB_LOG", "causal")
+        .env("REVERB_LOG_UNIT", "node")
+        .env("REVERB_CKPT", "buddy")
+        .env("REVERB_AGENT_HEARTBEAT_MS", "200")
+        .env("REVERB_AGENT_TIMEOUT_S", "8")
+        .env_remove("REVERB_FAULT")
+        .env_remove("REVERB_FAULT_AGENT")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("reverb agent")
+}
+
+fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> Option<i32> {
+    let until = Instant::now() + bound;
+    while Instant::now() < until {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return Some(st.code().unwrap_or(-1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
+    let dir = work_dir("comeback");
+    let reference = work_dir("comeback-reference");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "-n", "4", "--ranks-per-node", "2", "--timeout", "120", "--"]).arg(BIN).args(APP);
+    let out = cmd
+        .env("REVERB_RUNTIME_REPORT", &reference)
+        .env("REVERB_PROVIDER", "shm")
+        .env("REVERB_LOG", "causal")
+        .env("REVERB_LOG_UNIT", "node")
+        .env("REVERB_CKPT", "buddy")
+        .env_remove("REVERB_FAULT")
+        .output()
+        .expect("reverb run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let root = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("localhost:{}", l.local_addr().expect("addr").port())
+    };
+    let mut first = agent(&dir, &root, "localhost", &[], &[]);
+    let mut second = agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", "127.0.0.2@1000")]);
+    assert_eq!(wait_bounded(&mut second, Duration::from_secs(30)), Some(-1), "the agent was not killed");
+    // The host comes back: its agent joins as a spare and is given its old ranks anew.
+    let mut back = agent(&dir, &root, "127.0.0.2", &["--spare"], &[]);
+    let code = wait_bounded(&mut first, Duration::from_secs(150));
+    let log = std::fs::read_to_string(dir.join("localhost.log")).unwrap_or_default();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(wait_bounded(&mut back, Duration::from_secs(30)), Some(0));
+    assert!(log.contains("ranks 2-3 start again on spare 127.0.0.2"), "{log}");
+    assert_eq!(checksum(&dir), checksum(&reference), "{log}");
+}

@@ -52,6 +52,10 @@ pub struct AgentArgs {
     /// last nodes of the list).
     #[arg(long, value_name = "HOST,...|N", value_delimiter = ',')]
     pub spares: Vec<String>,
+    /// Join as a spare whatever this host's name (a host come back after it was lost: it may
+    /// take a lost host's ranks, never its old ones again).
+    #[arg(long)]
+    pub spare: bool,
     /// Under Slurm: ranks per host (default: the CPUs Slurm gave the task).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub ranks_per_host: Option<u32>,
@@ -76,6 +80,8 @@ pub struct AgentArgs {
 struct Job {
     hosts: Vec<HostSlots>,
     spares: Vec<String>,
+    /// `--spare`: a spare whatever its name.
+    spare: bool,
     me: String,
     root: String,
     job_id: String,
@@ -113,6 +119,9 @@ impl Job {
     }
 
     fn role(&self) -> Result<Role> {
+        if self.spare {
+            return Ok(Role::Spare);
+        }
         if let Some(i) = self.hosts.iter().position(|h| h.name == self.me) {
             let (_, ranks) = self.parts().swap_remove(i);
             return Ok(if i == 0 { Role::Serve } else { Role::Run(ranks) });
@@ -291,6 +300,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
     Ok(Job {
         hosts,
         spares,
+        spare: args.spare,
         me,
         root,
         job_id,
