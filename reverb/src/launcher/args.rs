@@ -117,12 +117,11 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
     if args.report_json.is_some() {
         bail!("--report-json is per launcher: not yet with --hosts");
     }
-    if args.logger != reverb_logger::core::Placement::Off {
-        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
-    }
     // One node per host unless told otherwise.
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
     let mut run_options = vec!["--respawn".to_string(), args.respawn.to_string()];
+    // Each host's agent starts its own nodes' logger cores.
+    run_options.extend(["--logger".to_string(), args.logger.to_string()]);
     if let Some(t) = args.timeout {
         run_options.extend(["--timeout".to_string(), t.to_string()]);
     }

@@ -33,6 +33,7 @@ use self::channel::Timing;
 use self::controller::{ControlPlan, Controller};
 use self::link::{Hello, Link, Order};
 use super::hosts::{parse_hosts, HostList, HostSlots};
+use super::logger_cores;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 
 /// How long the other hosts' agents have to reach the controller at the start.
@@ -61,6 +62,9 @@ pub struct AgentArgs {
     /// Node respawns each agent may take by itself (as `reverb run --respawn`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub respawn: u32,
+    /// Logger cores, one per node, placed on each host's cpus (as `reverb run --logger`).
+    #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
+    pub logger: reverb_logger::core::Placement,
     /// Bound on this host's ranks, in seconds (as `reverb run --timeout`).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
@@ -82,6 +86,7 @@ struct Job {
     token: String,
     ranks_per_node: u32,
     respawn: u32,
+    logger: reverb_logger::core::Placement,
     timeout: Option<Duration>,
     prefix: bool,
     command: Vec<String>,
@@ -153,11 +158,16 @@ fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'
 
 /// The first host: the rendezvous, the controller, and its own ranks.
 fn serve(job: &Job, verbose: bool) -> Result<i32> {
+    // Before the ranks' rendezvous: agents reaching that before the controller takes them are
+    // refused.
+    let loggers = loggers_server(job)?;
     let server = BootServer::start(&job.root, job.total(), &job.token)
         .with_context(|| format!("starting the job's rendezvous at {}", job.root))?;
     let plan = ControlPlan {
         parts: job.parts(),
         own: 0,
+        ranks_per_node: job.ranks_per_node,
+        loggers: loggers.as_ref().map(BootServer::failure_reporter),
         respawn: job.respawn,
         timing: job.timing,
         start_within: START_WITHIN,
@@ -170,10 +180,24 @@ fn serve(job: &Job, verbose: bool) -> Result<i32> {
     let end = controller.wait_end(bound);
     // The other hosts' ranks may still be reading the last collective.
     server.shutdown_graceful(Duration::from_secs(10));
+    if let Some(l) = loggers {
+        l.shutdown_graceful(Duration::from_secs(10));
+    }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
     eprintln!("{} (code {}): {}", super::hosts::JOB_ENDED, end.code, end.reason);
     Ok(end.code)
+}
+
+/// With logger cores: the whole job's loggers' rendezvous (one slot per node), next to the
+/// ranks' one, for every host's loggers.
+fn loggers_server(job: &Job) -> Result<Option<BootServer>> {
+    if job.logger == reverb_logger::core::Placement::Off {
+        return Ok(None);
+    }
+    let nodes = job.total().div_ceil(job.ranks_per_node);
+    let root = logger_cores::loggers_root(&job.root)?;
+    logger_cores::serve_loggers(&root, nodes, &logger_cores::loggers_token(&job.token)).map(Some)
 }
 
 /// A spare: idle until the controller gives it a lost host's ranks, or the job ends.
@@ -240,7 +264,13 @@ fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool)
         token: job.token.clone(),
         first_incarnation,
     };
-    let opts = LaunchOptions { verbose, respawn: job.respawn, part: Some(part), ..LaunchOptions::default() };
+    let opts = LaunchOptions {
+        verbose,
+        respawn: job.respawn,
+        logger: job.logger,
+        part: Some(part),
+        ..LaunchOptions::default()
+    };
     match launch_report(&spec, &opts) {
         Ok(r) => r.code,
         Err(e) => {
@@ -297,6 +327,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         token,
         ranks_per_node,
         respawn: args.respawn,
+        logger: args.logger,
         timeout,
         prefix: !args.no_prefix,
         command: args.command,
