@@ -6,7 +6,8 @@
 //! drops it before its ranks are done is a lost host (the controller moves its ranks to a
 //! spare agent), and an agent that loses its controller stops its ranks. A rank's parent is its
 //! agent (the kernel kills the ranks when the agent dies), so a host's ranks never outlive
-//! their agent.
+//! their agent. With `--logger` each agent also starts its own nodes' logger cores; the first
+//! host's agent serves the whole job's loggers' rendezvous too (see `logger_cores`).
 //!
 //! Files: `channel` (frames and heartbeats on a control connection), `link` (the agent's end),
 //! `controller` (the controller's decisions), `slurm` (the job's shape from Slurm's
