@@ -9,6 +9,9 @@
 #   4. the stencil, 4 ranks (a node per host), auto (shm inside a host, TCP between the hosts):
 #      failure-free, and with rank 3 SIGKILLed on hb and respawned there, both with the checksum
 #      of a one-host shm run;
+#      the same with logger cores (`--logger shared-unpinned`, each host's agent starting its own
+#      nodes' loggers): a one-host run's checksum, also with rank 3 and node 1's logger respawned
+#      on hb;
 #   5. `reverb demo --hosts` on four hosts (auto);
 #   6. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
 #      ranks restart on the spare host and the job ends with the failure-free checksum;
@@ -68,6 +71,7 @@ stencil() { # name provider [hosts] [fault]
     mkdir -p "$dir"
     local where=(--ranks-per-node 2)
     [ -n "${3:-}" ] && where+=(--hosts "$3")
+    [ -n "${LOGGER:-}" ] && where+=(--logger "$LOGGER")
     env REVERB_PROVIDER="$2" REVERB_RUNTIME_REPORT="$dir" REVERB_LOG=causal REVERB_LOG_UNIT=node \
         REVERB_CKPT=buddy ${4:+REVERB_FAULT=$4} \
         "$bin" run -n 4 "${where[@]}" --respawn 1 --timeout 300 -- \
@@ -82,6 +86,15 @@ killed=$(stencil killed auto ha:2,hb:2 3:401)
 grep -q "node 1 respawned" "$out/killed/job.log" || fail "hb's launcher did not respawn node 1"
 say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
 [ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"
+
+say "stencil with logger cores: one host, two hosts (each agent its nodes' loggers), rank 3 killed on hb"
+logged_one=$(LOGGER=shared-unpinned stencil logged-one-host shm)
+logged_two=$(LOGGER=shared-unpinned stencil logged-two-hosts auto ha:2,hb:2)
+logged_killed=$(LOGGER=shared-unpinned stencil logged-killed auto ha:2,hb:2 3:401)
+grep -q "node 1: logger core started again at incarnation 1" "$out/logged-killed/job.log" ||
+    fail "hb's agent did not restart node 1's logger core"
+say "checksums with logger cores: one host $logged_one, two hosts $logged_two, with a kill $logged_killed"
+[ "$logged_one" = "$logged_two" ] && [ "$logged_one" = "$logged_killed" ] || fail "checksums with logger cores differ"
 
 # A whole host lost: 8 ranks on four hosts (a node of 2 each), a fifth idle as a spare. hc is
 # taken down mid-run (everything in it SIGKILLed, its wire removed); its ranks start again on

@@ -5,9 +5,15 @@
 //! ranks start again on the spare and the stencil's checksum equals a failure-free run's. With
 //! no spare, or with the controller's host lost, the job stops with a report within its bound.
 //! Real processes throughout (ci/hosts-suite.sh runs the same on namespace hosts).
+//!
+//! With logger cores (`--logger shared-unpinned`) each host's agent starts its own nodes'
+//! loggers, which meet at the first host's loggers' rendezvous: the answer equals a
+//! one-launcher run's, also with a rank killed on another host (its node and logger respawned
+//! there) and with a host lost (the spare starts its loggers at the taken-over incarnation).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
@@ -87,7 +93,7 @@ fn a_failure_free_job_across_hosts_leaves_its_spare_idle() {
     let (code, err, _) = stencil(&dir, &["--hosts", HOSTS, "--spares", "127.0.0.4"], &[]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("job ended (code 0): every host's ranks are done"), "{err}");
-    assert!(!err.contains("lost"), "{err}");
+    assert!(!err.contains("start again on spare"), "{err}");
     assert_eq!(checksum(&dir), expected, "{err}");
 }
 
@@ -224,4 +230,67 @@ fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
     assert_eq!(wait_bounded(&mut back, Duration::from_secs(30)), Some(0));
     assert!(log.contains("ranks 2-3 start again on spare 127.0.0.2"), "{log}");
     assert_eq!(checksum(&dir), checksum(&reference), "{log}");
+}
+
+const LOGGED: [&str; 2] = ["--logger", "shared-unpinned"];
+
+/// As `stencil`, with logger cores; the loggers' death bounds are generous (a loaded machine
+/// must not fake a death: the deaths under test are seen by the launchers first).
+fn logged(out: &Path, hosts: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
+    let args: Vec<&str> = LOGGED.iter().chain(hosts).copied().collect();
+    let mut all = vec![("REVERB_HEARTBEAT_MS", "5000"), ("REVERB_LOGGER_STALL_MS", "20000")];
+    all.extend_from_slice(env);
+    stencil(out, &args, &all)
+}
+
+/// A one-launcher run's answer with logger cores (computed once for every test here).
+fn logged_one_launcher() -> &'static str {
+    static ANSWER: OnceLock<String> = OnceLock::new();
+    ANSWER.get_or_init(|| {
+        let dir = work_dir("logged-reference");
+        let (code, err, _) = logged(&dir, &[], &[]);
+        assert_eq!(code, Some(0), "{err}");
+        let sum = checksum(&dir);
+        assert!(!sum.is_empty(), "no checksum: {err}");
+        sum
+    })
+}
+
+#[test]
+fn logger_cores_across_hosts_give_the_one_launcher_answer() {
+    let expected = logged_one_launcher();
+    let dir = work_dir("logged-free");
+    let (code, err, _) = logged(&dir, &["--hosts", HOSTS, "--spares", "127.0.0.4"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("job ended (code 0): every host's ranks are done"), "{err}");
+    // Each host's agent placed its own node's logger over its own ranks.
+    let plans = err.matches("logger cores: shared-unpinned: 1 logger core(s) and 2 rank(s)").count();
+    assert_eq!(plans, 3, "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn a_rank_killed_on_another_host_respawns_its_node_and_logger_there() {
+    let expected = logged_one_launcher();
+    let dir = work_dir("logged-rank");
+    let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
+    // Rank 3: node 1, on 127.0.0.2.
+    let (code, err, _) = logged(&dir, &hosts, &[("REVERB_FAULT", "3:1500")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("node 1: logger core started again at incarnation 1"), "{err}");
+    assert!(err.contains("[logger 1] reverb logger-core node 1: incarnation 1 rejoined"), "{err}");
+    assert!(!err.contains("start again on spare"), "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn a_lost_host_moves_to_the_spare_with_its_logger_cores() {
+    let expected = logged_one_launcher();
+    let dir = work_dir("logged-host");
+    let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
+    let (code, err, _) = logged(&dir, &hosts, &[("REVERB_FAULT_AGENT", "127.0.0.3@1200")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("ranks 4-5 start again on spare 127.0.0.4 at incarnation 2"), "{err}");
+    assert!(err.contains("[logger 2] reverb logger-core node 2: incarnation 2 rejoined"), "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
 }

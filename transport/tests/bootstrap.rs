@@ -793,3 +793,14 @@ fn agents_reach_the_controller_only_with_the_job_token_and_once_one_listens() {
     // Ranks still join and gather as before.
     run_job(addr, 4, 2);
 }
+
+#[test]
+fn a_server_for_a_controller_queues_agents_that_come_before_it_asks() {
+    let opts = ServerOptions { agents: true, ..ServerOptions::default() };
+    let server = BootServer::start_with("127.0.0.1:0", 4, TOKEN, opts).unwrap();
+    let mut s = raw(server.local_addr());
+    s.write_all(&agent_hello(TOKEN, 4, 0, 2)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let conn = server.agent_connections().recv_timeout(Duration::from_secs(5)).expect("queued");
+    assert_eq!(conn.intro.ranks, 0..2);
+}

@@ -168,15 +168,14 @@ fn check_across(args: &RunArgs) -> Result<()> {
     if args.report_json.is_some() {
         bail!("--report-json is per launcher: not yet across hosts");
     }
-    if args.logger != reverb_logger::core::Placement::Off {
-        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
-    }
     Ok(())
 }
 
 /// The `reverb run` options every agent takes.
 fn agent_options(args: &RunArgs) -> Vec<String> {
     let mut options = vec!["--respawn".to_string(), args.respawn.to_string()];
+    // Each host's agent starts its own nodes' logger cores.
+    options.extend(["--logger".to_string(), args.logger.to_string()]);
     if let Some(t) = args.timeout {
         options.extend(["--timeout".to_string(), t.to_string()]);
     }

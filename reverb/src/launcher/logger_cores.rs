@@ -4,6 +4,13 @@
 //! logger; loggers stop (stdin closed) after the ranks finish, or are killed with the job.
 //! A failed node's logger is restarted at the next incarnation (`LoggerCores::respawn`): it
 //! rejoins the loggers' job, whose rendezvous was told its slot failed.
+//!
+//! A part of a job across hosts (a [`super::JobPart`], under `reverb agent`) starts only its
+//! own nodes' loggers, placed on its host's cpus, at the part's first incarnation (a spare
+//! taking over a lost host's nodes starts theirs above any the lost host reached). They join
+//! the whole job's loggers' rendezvous, which the first host serves at the job root's host and
+//! next port ([`loggers_root`]) with a token derived from the job's ([`loggers_token`]); the
+//! job's controller marks a lost host's logger slots failed there.
 
 use std::cell::RefCell;
 use std::io::Write as _;
@@ -20,7 +27,7 @@ use reverb_transport::bootstrap::{vars, BootServer};
 
 use super::signals::signal_name;
 use super::spawn::random_hex;
-use super::LaunchSpec;
+use super::{JobPart, LaunchOptions, LaunchSpec};
 
 /// How long loggers get to drain, flush and exit after the ranks finished.
 const STOP_BOUND: Duration = Duration::from_secs(30);
@@ -81,9 +88,15 @@ pub struct LoggerEnd {
 }
 
 pub struct LoggerCores {
+    /// Indexed by local rank and local node (a part's first node is its index 0).
     plan: PlacementPlan,
     ranks_per_node: u32,
+    /// This launch's nodes: `first_node..first_node + local_nodes`.
+    first_node: u32,
+    local_nodes: u32,
     job_id: String,
+    /// The loggers' rendezvous (ours, or the one the job's first host serves).
+    root: String,
     token: String,
     exe: PathBuf,
     nodes: u32,
@@ -94,19 +107,18 @@ pub struct LoggerCores {
     /// context) and still respawns loggers.
     procs: RefCell<Vec<LoggerProc>>,
     pumps: RefCell<Vec<JoinHandle<()>>>,
-    server: BootServer,
+    /// The loggers' rendezvous when this launch hosts it; a part not serving the job has none.
+    server: Option<BootServer>,
+    /// It hosts the rendezvous for other launchers' loggers too: it lingers for them at the end.
+    serves_part: bool,
 }
 
 impl LoggerCores {
-    /// Starts the node loggers, or nothing for `Placement::Off`. With `respawn` > 0 they
-    /// await a dead buddy's next incarnation instead of giving it up.
-    pub fn start(
-        spec: &LaunchSpec,
-        placement: Placement,
-        job_id: &str,
-        verbose: bool,
-        respawn: u32,
-    ) -> Result<Option<Self>> {
+    /// Starts this launch's node loggers (a part's: its own nodes, placed on its host's cpus,
+    /// at the part's first incarnation), or nothing for `Placement::Off`. With `respawn` > 0
+    /// they await a dead buddy's next incarnation instead of giving it up.
+    pub fn start(spec: &LaunchSpec, opts: &LaunchOptions, job_id: &str) -> Result<Option<Self>> {
+        let placement = opts.logger;
         if placement == Placement::Off {
             return Ok(None);
         }
@@ -115,15 +127,17 @@ impl LoggerCores {
         if nodes < 2 {
             bail!("--logger {placement}: logger cores write each node's log to another node, and this job has one node (use --ranks-per-node)");
         }
+        let part = opts.part.as_ref();
+        let (local, first_incarnation) =
+            part.map_or((0..spec.ranks, 0), |p| (p.local.clone(), p.first_incarnation));
         let cpus = reverb_transport::topo::Topology::discover()
             .map(|t| t.cpus())
             .or_else(|_| core_ids())
             .context("finding the cpus to place logger cores on")?;
-        let plan = placement::plan(placement, &cpus, spec.ranks, rpn)?;
+        // A part plans over its own ranks only: the cpus are its host's.
+        let plan = placement::plan(placement, &cpus, local.end - local.start, rpn)?;
         eprintln!("reverb run: logger cores: {}", plan.note);
-        let token = random_hex(32);
-        let server = BootServer::start("127.0.0.1:0", nodes, &token)
-            .context("starting the loggers' bootstrap server")?;
+        let (root, token, server) = rendezvous(part, nodes)?;
         let exe = match reverb_transport::config::env_path("REVERB_LOGGER_EXE")? {
             Some(p) => p,
             None => std::env::current_exe().context("locating the reverb binary for logger-core")?,
@@ -131,19 +145,26 @@ impl LoggerCores {
         let cores = LoggerCores {
             plan,
             ranks_per_node: rpn,
+            first_node: local.start / rpn,
+            local_nodes: (local.end - local.start).div_ceil(rpn),
             job_id: job_id.to_string(),
+            root,
             token,
             exe,
             nodes,
-            verbose,
-            respawn,
+            verbose: opts.verbose,
+            respawn: opts.respawn,
             env: spec.env.clone(),
             procs: RefCell::new(Vec::new()),
             pumps: RefCell::new(Vec::new()),
+            serves_part: part.is_some_and(|p| p.serve),
             server,
         };
-        for node in 0..nodes {
-            match cores.spawn(node, 0) {
+        for node in cores.local_node_ids() {
+            // A node taken over from a lost host: its old logger left files behind if that
+            // host shares this one's file system.
+            remove_node_files(&segment_base(job_id, node));
+            match cores.spawn(node, first_incarnation) {
                 Ok(p) => cores.procs.borrow_mut().push(p),
                 Err(e) => {
                     cores.kill();
@@ -152,6 +173,10 @@ impl LoggerCores {
             }
         }
         Ok(Some(cores))
+    }
+
+    fn local_node_ids(&self) -> std::ops::Range<u32> {
+        self.first_node..self.first_node + self.local_nodes
     }
 
     fn spawn(&self, node: u32, incarnation: u32) -> Result<LoggerProc> {
@@ -164,7 +189,7 @@ impl LoggerCores {
             (vars::RANKS_PER_NODE, "1".into()),
             (vars::JOB_ID, format!("{}-lg", self.job_id)),
             (vars::INCARNATION, incarnation.to_string()),
-            (vars::ROOT, self.server.local_addr().to_string()),
+            (vars::ROOT, self.root.clone()),
             (vars::JOB_TOKEN, self.token.clone()),
             (vars::BOOT_SERVER, "external".into()),
             (logvars::SEGMENT, segment_base(&self.job_id, node)),
@@ -173,7 +198,8 @@ impl LoggerCores {
             (logvars::STOP_ON_EOF, "1".into()),
             (logvars::RESPAWN, self.respawn.to_string()),
         ];
-        if let Some(cpu) = self.plan.logger_cpu.get(node as usize).copied().flatten() {
+        let local = (node - self.first_node) as usize;
+        if let Some(cpu) = self.plan.logger_cpu.get(local).copied().flatten() {
             env.push((logvars::CPU, cpu.to_string()));
         }
         let mut cmd = Command::new(&self.exe);
@@ -207,14 +233,14 @@ impl LoggerCores {
     /// exit while ranks still run is reported too: its ranks lost their logger).
     pub fn poll_ended(&self) -> Vec<LoggerEnd> {
         let mut ended = Vec::new();
-        for (node, p) in self.procs.borrow_mut().iter_mut().enumerate() {
+        for (node, p) in self.local_node_ids().zip(self.procs.borrow_mut().iter_mut()) {
             if p.ended.is_some() {
                 continue;
             }
             if let Ok(Some(st)) = p.child.try_wait() {
                 p.ended = Some(st);
                 if !p.kill_sent {
-                    ended.push(LoggerEnd { node: node as u32, status: st, what: p.describe(node as u32) });
+                    ended.push(LoggerEnd { node, status: st, what: p.describe(node) });
                 }
             }
         }
@@ -222,24 +248,32 @@ impl LoggerCores {
     }
 
     /// A node failed: SIGKILLs its logger (if still running), tells the loggers'
-    /// rendezvous its slot failed, clears its segment files and starts the logger again
-    /// at the next incarnation (before the node's ranks, which wait for the segment).
-    /// Returns the new incarnation.
+    /// rendezvous its slot failed when this launch hosts it (otherwise the new incarnation
+    /// supersedes the old slot there, whose connection dropped), clears its segment files and
+    /// starts the logger again at the next incarnation (before the node's ranks, which wait
+    /// for the segment). Returns the new incarnation.
     pub fn respawn(&self, node: u32, reason: &str) -> Result<u32> {
+        let index = node
+            .checked_sub(self.first_node)
+            .filter(|i| *i < self.local_nodes)
+            .with_context(|| format!("no logger core for node {node} in this launch"))?
+            as usize;
         let mut procs = self.procs.borrow_mut();
-        let p = procs.get_mut(node as usize).with_context(|| format!("no logger core for node {node}"))?;
+        let p = procs.get_mut(index).with_context(|| format!("no logger core for node {node}"))?;
         if !p.kill_and_reap(Duration::from_secs(5)) {
             bail!("the logger core of node {node} (pid {}) did not die within 5 s of SIGKILL", p.pid);
         }
         let incarnation = p.incarnation;
-        self.server
-            .mark_failed(node, incarnation, reason)
-            .with_context(|| format!("telling the loggers' rendezvous that node {node}'s logger failed"))?;
+        if let Some(server) = &self.server {
+            server.mark_failed(node, incarnation, reason).with_context(|| {
+                format!("telling the loggers' rendezvous that node {node}'s logger failed")
+            })?;
+        }
         remove_node_files(&segment_base(&self.job_id, node));
         drop(procs);
         let fresh = self.spawn(node, incarnation + 1)?;
         let mut procs = self.procs.borrow_mut();
-        procs[node as usize] = fresh;
+        procs[index] = fresh;
         Ok(incarnation + 1)
     }
 
@@ -253,14 +287,14 @@ impl LoggerCores {
     }
 
     fn remove_segments(&self) {
-        for node in 0..self.nodes {
+        for node in self.local_node_ids() {
             remove_node_files(&segment_base(&self.job_id, node));
         }
     }
 
     /// After the ranks: a clean job lets loggers drain and exit (bounded), a failed one
     /// kills them. Returns false if a logger failed or had to be killed.
-    pub fn finish(self, clean: bool) -> bool {
+    pub fn finish(mut self, clean: bool) -> bool {
         if !clean {
             self.kill();
             return true;
@@ -274,7 +308,7 @@ impl LoggerCores {
                 }
             }
             let deadline = Instant::now() + STOP_BOUND;
-            for (node, p) in procs.iter_mut().enumerate() {
+            for (node, p) in self.local_node_ids().zip(procs.iter_mut()) {
                 loop {
                     let status = match p.ended {
                         Some(st) => Ok(Some(st)),
@@ -304,6 +338,10 @@ impl LoggerCores {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.remove_segments();
+        if let Some(server) = self.server.take().filter(|_| self.serves_part) {
+            // Other hosts' loggers may still be stopping.
+            server.shutdown_graceful(STOP_BOUND);
+        }
         ok
     }
 }
@@ -350,9 +388,9 @@ pub fn rank_env(cores: Option<&LoggerCores>, rank: u32) -> Vec<(String, String)>
 
 /// Pins a spawned rank (every thread it has so far; later ones inherit) per the plan.
 pub fn pin_rank(cores: Option<&LoggerCores>, rank: u32, pid: u32) {
-    let Some(cpu) = cores.and_then(|c| c.plan.rank_cpu.get(rank as usize).copied().flatten()) else {
-        return;
-    };
+    let local = |c: &LoggerCores| rank.checked_sub(c.first_node * c.ranks_per_node);
+    let cpu = cores.and_then(|c| c.plan.rank_cpu.get(local(c)? as usize).copied().flatten());
+    let Some(cpu) = cpu else { return };
     let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_else(|_| vec![pid as i32]);
@@ -362,6 +400,42 @@ pub fn pin_rank(cores: Option<&LoggerCores>, rank: u32, pid: u32) {
             eprintln!("reverb run: pinning rank {rank} (tid {tid}) to cpu {cpu}: {e}");
         }
     }
+}
+
+/// The loggers' rendezvous of a job across launchers: the job's root host, the next port.
+pub fn loggers_root(root: &str) -> Result<String> {
+    let (host, port) =
+        root.rsplit_once(':').with_context(|| format!("the job's root '{root}' is not HOST:PORT"))?;
+    let port: u16 = port.parse().with_context(|| format!("the job's root '{root}': port"))?;
+    let next = port
+        .checked_add(1)
+        .filter(|_| port != 0)
+        .with_context(|| format!("the job's root '{root}': no port after it for the loggers' rendezvous"))?;
+    Ok(format!("{host}:{next}"))
+}
+
+/// The loggers' token, derived from the job's (a logger is not a rank of the job).
+pub fn loggers_token(job_token: &str) -> String {
+    format!("{job_token}-lg")
+}
+
+/// Where this launch's loggers meet, their token, and the rendezvous if this launch hosts it:
+/// its own (a whole job), or the job's loggers' rendezvous (a part; hosted by the serving one).
+fn rendezvous(part: Option<&JobPart>, nodes: u32) -> Result<(String, String, Option<BootServer>)> {
+    let Some(p) = part else {
+        let token = random_hex(32);
+        let server = serve_loggers("127.0.0.1:0", nodes, &token)?;
+        return Ok((server.local_addr().to_string(), token, Some(server)));
+    };
+    let (root, token) = (loggers_root(&p.root)?, loggers_token(&p.token));
+    let server = if p.serve { Some(serve_loggers(&root, nodes, &token)?) } else { None };
+    Ok((root, token, server))
+}
+
+/// Starts the loggers' rendezvous for `nodes` loggers at `bind`.
+pub fn serve_loggers(bind: &str, nodes: u32, token: &str) -> Result<BootServer> {
+    BootServer::start(bind, nodes, token)
+        .with_context(|| format!("starting the loggers' bootstrap server at {bind}"))
 }
 
 /// Copies a logger's output line by line, prefixed `[logger N] `.

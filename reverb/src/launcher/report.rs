@@ -33,7 +33,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     let part = opts.part.as_ref();
     let team_of_node = teams_of_nodes(spec, opts)?;
     if let Some(p) = part {
-        check_part(spec, opts, p, team_of_node.is_some())?;
+        check_part(spec, p, team_of_node.is_some())?;
     }
     let token = part.map_or_else(|| random_hex(32), |p| p.token.clone());
     let job_id = part.map_or_else(|| format!("rv{}", random_hex(6)), |p| p.job_id.clone());
@@ -49,7 +49,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         (None, Some(s)) => s.local_addr().to_string(),
         (None, None) => bail!("no bootstrap server for a whole job"),
     };
-    let loggers = LoggerCores::start(spec, opts.logger, &job_id, opts.verbose, opts.respawn)?;
+    let loggers = LoggerCores::start(spec, opts, &job_id)?;
     let ctx = JobCtx {
         team_of_node,
         spec,
@@ -108,9 +108,9 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     Ok(LaunchReport { code, respawns })
 }
 
-/// A part of a job: whole nodes inside the job, and none of what needs the whole job in one
-/// launcher (logger cores pair nodes across hosts, teams fail nodes together).
-fn check_part(spec: &LaunchSpec, opts: &LaunchOptions, part: &JobPart, teams: bool) -> Result<()> {
+/// A part of a job: whole nodes inside the job, and no teams (they fail nodes together, which
+/// needs the whole job in one launcher). Logger cores run per part (see `logger_cores`).
+fn check_part(spec: &LaunchSpec, part: &JobPart, teams: bool) -> Result<()> {
     let rpn = spec.ranks_per_node.min(spec.ranks);
     let local = &part.local;
     if local.is_empty() || local.end > spec.ranks {
@@ -122,9 +122,6 @@ fn check_part(spec: &LaunchSpec, opts: &LaunchOptions, part: &JobPart, teams: bo
             local.start,
             local.end - 1
         );
-    }
-    if opts.logger != reverb_logger::core::Placement::Off {
-        bail!("logger cores need the whole job in one launcher (not yet across hosts): --logger off");
     }
     if teams {
         bail!("teams under --respawn need the whole job in one launcher (not yet across hosts)");

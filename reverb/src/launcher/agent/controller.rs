@@ -26,6 +26,10 @@ pub(crate) struct ControlPlan {
     /// The part this process runs itself (its ranks' end comes through
     /// [`Controller::own_part_done`]).
     pub own: usize,
+    pub ranks_per_node: u32,
+    /// The loggers' rendezvous, with logger cores: a lost host's logger slots are marked
+    /// failed there too.
+    pub loggers: Option<FailureReporter>,
     pub respawn: u32,
     pub timing: Timing,
     /// How long the other hosts' agents have to connect at the start.
@@ -140,6 +144,8 @@ struct State {
     timing: Timing,
     start_within: Duration,
     reporter: FailureReporter,
+    loggers: Option<FailureReporter>,
+    ranks_per_node: u32,
     events: Sender<Event>,
     stop_own: Box<dyn Fn() + Send>,
     ended: Option<JobEnd>,
@@ -177,6 +183,8 @@ impl State {
             timing: plan.timing,
             start_within: plan.start_within,
             reporter,
+            loggers: plan.loggers,
+            ranks_per_node: plan.ranks_per_node.max(1),
             events,
             stop_own,
             ended: None,
@@ -321,6 +329,15 @@ impl State {
         for rank in p.ranks.clone() {
             if let Err(e) = self.reporter.mark_failed(rank, p.ceiling, &reason) {
                 say(format_args!("marking rank {rank} failed: {e}"));
+            }
+        }
+        // Its nodes' loggers died with it: the survivors' loggers await their next incarnation.
+        if let Some(loggers) = &self.loggers {
+            let rpn = self.ranks_per_node;
+            for node in p.ranks.start / rpn..p.ranks.end.div_ceil(rpn) {
+                if let Err(e) = loggers.mark_failed(node, p.ceiling, &reason) {
+                    say(format_args!("marking node {node}'s logger failed: {e}"));
+                }
             }
         }
         say(format_args!("{reason}; ranks {}-{} wait for a spare host", p.ranks.start, p.ranks.end - 1));

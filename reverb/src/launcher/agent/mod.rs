@@ -6,7 +6,8 @@
 //! drops it before its ranks are done is a lost host (the controller moves its ranks to a
 //! spare agent), and an agent that loses its controller stops its ranks. A rank's parent is its
 //! agent (the kernel kills the ranks when the agent dies), so a host's ranks never outlive
-//! their agent.
+//! their agent. With `--logger` each agent also starts its own nodes' logger cores; the first
+//! host's agent serves the whole job's loggers' rendezvous too (see `logger_cores`).
 //!
 //! Files: `channel` (frames and heartbeats on a control connection), `link` (the agent's end),
 //! `controller` (the controller's decisions), `slurm` (the job's shape from Slurm's
@@ -26,13 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use reverb_transport::bootstrap::{vars, BootServer};
+use reverb_transport::bootstrap::{vars, BootServer, ServerOptions};
 use reverb_transport::config::env_get;
 
 use self::channel::Timing;
 use self::controller::{ControlPlan, Controller};
 use self::link::{Hello, Link, Order};
 use super::hosts::{parse_hosts, HostList, HostSlots};
+use super::logger_cores;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 
 /// How long the other hosts' agents have to reach the controller at the start.
@@ -65,6 +67,9 @@ pub struct AgentArgs {
     /// Node respawns each agent may take by itself (as `reverb run --respawn`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub respawn: u32,
+    /// Logger cores, one per node, placed on each host's cpus (as `reverb run --logger`).
+    #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
+    pub logger: reverb_logger::core::Placement,
     /// Bound on this host's ranks, in seconds (as `reverb run --timeout`).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
@@ -88,6 +93,7 @@ struct Job {
     token: String,
     ranks_per_node: u32,
     respawn: u32,
+    logger: reverb_logger::core::Placement,
     timeout: Option<Duration>,
     prefix: bool,
     command: Vec<String>,
@@ -162,11 +168,16 @@ fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'
 
 /// The first host: the rendezvous, the controller, and its own ranks.
 fn serve(job: &Job, verbose: bool) -> Result<i32> {
-    let server = BootServer::start(&job.root, job.total(), &job.token)
+    let loggers = loggers_server(job)?;
+    // Agents that connect as soon as the port opens wait for the controller, not refused.
+    let opts = ServerOptions { agents: true, ..ServerOptions::default() };
+    let server = BootServer::start_with(&job.root, job.total(), &job.token, opts)
         .with_context(|| format!("starting the job's rendezvous at {}", job.root))?;
     let plan = ControlPlan {
         parts: job.parts(),
         own: 0,
+        ranks_per_node: job.ranks_per_node,
+        loggers: loggers.as_ref().map(BootServer::failure_reporter),
         respawn: job.respawn,
         timing: job.timing,
         start_within: START_WITHIN,
@@ -179,10 +190,24 @@ fn serve(job: &Job, verbose: bool) -> Result<i32> {
     let end = controller.wait_end(bound);
     // The other hosts' ranks may still be reading the last collective.
     server.shutdown_graceful(Duration::from_secs(10));
+    if let Some(l) = loggers {
+        l.shutdown_graceful(Duration::from_secs(10));
+    }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
     eprintln!("{} (code {}): {}", super::hosts::JOB_ENDED, end.code, end.reason);
     Ok(end.code)
+}
+
+/// With logger cores: the whole job's loggers' rendezvous (one slot per node), next to the
+/// ranks' one, for every host's loggers.
+fn loggers_server(job: &Job) -> Result<Option<BootServer>> {
+    if job.logger == reverb_logger::core::Placement::Off {
+        return Ok(None);
+    }
+    let nodes = job.total().div_ceil(job.ranks_per_node);
+    let root = logger_cores::loggers_root(&job.root)?;
+    logger_cores::serve_loggers(&root, nodes, &logger_cores::loggers_token(&job.token)).map(Some)
 }
 
 /// A spare: idle until the controller gives it a lost host's ranks, or the job ends.
@@ -249,7 +274,13 @@ fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool)
         token: job.token.clone(),
         first_incarnation,
     };
-    let opts = LaunchOptions { verbose, respawn: job.respawn, part: Some(part), ..LaunchOptions::default() };
+    let opts = LaunchOptions {
+        verbose,
+        respawn: job.respawn,
+        logger: job.logger,
+        part: Some(part),
+        ..LaunchOptions::default()
+    };
     match launch_report(&spec, &opts) {
         Ok(r) => r.code,
         Err(e) => {
@@ -307,6 +338,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         token,
         ranks_per_node,
         respawn: args.respawn,
+        logger: args.logger,
         timeout,
         prefix: !args.no_prefix,
         command: args.command,

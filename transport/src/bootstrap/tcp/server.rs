@@ -24,6 +24,10 @@ pub struct ServerOptions {
     pub io_timeout: Duration,
     /// Connections still in their handshake beyond this are dropped at once.
     pub max_pending: usize,
+    /// Agents' control connections are queued from the start for a controller that takes them
+    /// ([`BootServer::agent_connections`]), not refused until it asks: an agent that connects
+    /// as soon as the port opens is not turned away.
+    pub agents: bool,
 }
 
 impl Default for ServerOptions {
@@ -32,6 +36,7 @@ impl Default for ServerOptions {
             hello_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
             max_pending: 256,
+            agents: false,
         }
     }
 }
@@ -223,6 +228,7 @@ impl BootServer {
         let addr = listener.local_addr().context(|| "boot server: local_addr".into())?;
         listener.set_nonblocking(true).context(|| "boot server: set_nonblocking".into())?;
         let (agents_tx, agents) = channel::unbounded();
+        let agents_wanted = AtomicBool::new(opts.agents);
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             token: token.as_bytes().to_vec(),
@@ -233,7 +239,7 @@ impl BootServer {
             presence: Mutex::new((0, 0)),
             presence_cv: Condvar::new(),
             agents: agents_tx,
-            agents_wanted: AtomicBool::new(false),
+            agents_wanted,
         });
         let (tx, rx) = channel::unbounded();
         let coord = {
