@@ -157,14 +157,14 @@ fn host_list(hosts: &[HostSlots]) -> String {
 
 /// Starts one agent per host and spare and waits for them; the job's exit code.
 pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
-    // A port in the dynamic range, the same on every agent: the first host binds it.
-    let port = 20_000 + u16::from_le_bytes([rand::random(), rand::random()]) % 40_000;
-    let starter = Starter {
+    // Port 0: the first host's agent binds a free one and says which; the others are started
+    // with it.
+    let mut starter = Starter {
         job,
         rsh: remote_shell()?,
         exe: std::env::current_exe().context("finding the reverb executable")?,
         identity: [
-            (vars::ROOT.to_string(), format!("{}:{port}", job.hosts[0].name)),
+            (vars::ROOT.to_string(), format!("{}:0", job.hosts[0].name)),
             (vars::JOB_ID.to_string(), format!("rv{}", random_hex(6))),
             (vars::JOB_TOKEN.to_string(), random_hex(32)),
         ],
@@ -180,7 +180,13 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     let names = job.hosts.iter().map(|h| h.name.as_str()).chain(job.spares.iter().map(String::as_str));
     let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len() + job.spares.len());
     for (i, host) in names.enumerate() {
-        match starter.start(host, i == 0) {
+        let started = starter.start(host, i == 0).and_then(|mut run| {
+            if i == 0 {
+                starter.identity[0].1 = run.ended.wait_root(&mut run.child)?;
+            }
+            Ok(run)
+        });
+        match started {
             Ok(run) => runs.push(run),
             Err(e) => {
                 stop_all(&mut runs);
@@ -191,10 +197,10 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     Ok(supervise(runs))
 }
 
-/// The job's exit code as the controller's last line gives it (`... job ended (code N): ...`),
-/// once seen.
+/// What the controller's lines say: where its rendezvous listens (`reverb agent: rendezvous
+/// at HOST:PORT`) and the job's exit code (`... job ended (code N): ...`), once seen.
 #[derive(Clone, Default)]
-pub(super) struct JobEndSeen(Arc<Mutex<Option<i32>>>);
+pub(super) struct JobEndSeen(Arc<Mutex<(Option<i32>, Option<String>)>>);
 
 impl JobEndSeen {
     fn note(&self, line: &str) {
@@ -202,8 +208,30 @@ impl JobEndSeen {
             let n = rest.trim_start().strip_prefix("(code ")?.split(')').next()?;
             n.parse::<i32>().ok()
         });
-        if let Some(c) = code {
-            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        let root = line.strip_prefix(super::agent::RENDEZVOUS_AT).map(|r| r.trim().to_string());
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if code.is_some() {
+            g.0 = code;
+        }
+        if root.is_some() {
+            g.1 = root;
+        }
+    }
+
+    /// Waits (bounded) for the controller to say where its rendezvous listens.
+    fn wait_root(&self, child: &mut Child) -> Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(root) = self.0.lock().unwrap_or_else(|p| p.into_inner()).1.clone() {
+                return Ok(root);
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("the first host's agent ended ({status}) before its rendezvous listened");
+            }
+            if Instant::now() > deadline {
+                bail!("the first host's agent did not open its rendezvous within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -214,7 +242,7 @@ impl JobEndSeen {
         while reader.as_ref().is_some_and(|r| !r.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 }
 

@@ -280,19 +280,8 @@ impl State {
     fn heard(&mut self, id: u64, frame: Frame) {
         match frame {
             Frame::PartDone { code } => {
-                let Some(i) = self.part_of(id) else { return };
-                if code == 0 {
-                    self.parts[i].holder = Holder::Done;
-                    self.finish_if_all_done();
-                } else {
-                    let p = &self.parts[i];
-                    let why = format!(
-                        "host {}'s ranks {}-{} ended with code {code}",
-                        p.host,
-                        p.ranks.start,
-                        p.ranks.end - 1
-                    );
-                    self.end(code, why);
+                if let Some(i) = self.part_of(id) {
+                    self.part_ended(i, code);
                 }
             }
             other => {
@@ -375,20 +364,22 @@ impl State {
     }
 
     fn own_done(&mut self, code: i32) {
-        let Some(i) = self.parts.iter().position(|p| p.holder == Holder::Own) else { return };
+        if let Some(i) = self.parts.iter().position(|p| p.holder == Holder::Own) {
+            self.part_ended(i, code);
+        }
+    }
+
+    /// Part `i`'s ranks ended with `code`: done, or the job fails.
+    fn part_ended(&mut self, i: usize, code: i32) {
         if code == 0 {
             self.parts[i].holder = Holder::Done;
             self.finish_if_all_done();
-        } else {
-            let p = &self.parts[i];
-            let why = format!(
-                "host {}'s ranks {}-{} ended with code {code}",
-                p.host,
-                p.ranks.start,
-                p.ranks.end - 1
-            );
-            self.end(code, why);
+            return;
         }
+        let p = &self.parts[i];
+        let why =
+            format!("host {}'s ranks {}-{} ended with code {code}", p.host, p.ranks.start, p.ranks.end - 1);
+        self.end(code, why);
     }
 
     /// Parts awaited too long at the start, or orphaned with no spare in time, end the job.
@@ -431,6 +422,14 @@ impl State {
         if self.ended.is_some() {
             return;
         }
+        // A failure while a lost host's ranks still wait for a spare comes of that loss.
+        let orphan = self.parts.iter().find(|p| matches!(p.holder, Holder::Orphan { .. }));
+        let reason = match orphan {
+            Some(p) if code != 0 && !reason.contains("no spare host is left") => {
+                format!("host {} lost, and no spare host is left ({reason})", p.host)
+            }
+            _ => reason,
+        };
         if code != 0 {
             say(format_args!("{reason}; stopping the job"));
             if self.parts.iter().any(|p| p.holder == Holder::Own) {

@@ -141,11 +141,11 @@ impl Job {
 
 /// `reverb agent`: returns this host's exit code (the job's, on the first host).
 pub fn agent(args: AgentArgs, verbose: bool) -> Result<i32> {
-    let job = job_of(args)?;
+    let mut job = job_of(args)?;
     #[cfg(feature = "fault-injection")]
     fault::arm(&job.me)?;
     match job.role()? {
-        Role::Serve => serve(&job, verbose),
+        Role::Serve => serve(&mut job, verbose),
         Role::Run(ranks) => {
             let hello = hello(&job, ranks.clone(), 0);
             let link = Link::connect(&job.root, &hello, job.timing, START_WITHIN)?;
@@ -166,13 +166,20 @@ fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'
     }
 }
 
+/// How the first host's agent announces where its rendezvous listens (`HOST:PORT`), for
+/// `reverb run --hosts`, which gave it port 0 and starts the other agents once it knows.
+pub const RENDEZVOUS_AT: &str = "reverb agent: rendezvous at ";
+
 /// The first host: the rendezvous, the controller, and its own ranks.
-fn serve(job: &Job, verbose: bool) -> Result<i32> {
-    let loggers = loggers_server(job)?;
-    // Agents that connect as soon as the port opens wait for the controller, not refused.
-    let opts = ServerOptions { agents: true, ..ServerOptions::default() };
-    let server = BootServer::start_with(&job.root, job.total(), &job.token, opts)
-        .with_context(|| format!("starting the job's rendezvous at {}", job.root))?;
+fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
+    let (server, loggers) = bind_rendezvous(job)?;
+    let port = server.local_addr().port();
+    job.root = match job.root.rsplit_once(':') {
+        Some((host, _)) => format!("{host}:{port}"),
+        None => bail!("the job's root '{}' is not HOST:PORT", job.root),
+    };
+    eprintln!("{RENDEZVOUS_AT}{}", job.root);
+    let job = &*job;
     let plan = ControlPlan {
         parts: job.parts(),
         own: 0,
@@ -199,15 +206,29 @@ fn serve(job: &Job, verbose: bool) -> Result<i32> {
     Ok(end.code)
 }
 
-/// With logger cores: the whole job's loggers' rendezvous (one slot per node), next to the
-/// ranks' one, for every host's loggers.
-fn loggers_server(job: &Job) -> Result<Option<BootServer>> {
-    if job.logger == reverb_logger::core::Placement::Off {
-        return Ok(None);
+/// The job's rendezvous at its root and, with logger cores, the loggers' one at the next port
+/// (one slot per node, for every host's loggers). Port 0 picks a free pair.
+fn bind_rendezvous(job: &Job) -> Result<(BootServer, Option<BootServer>)> {
+    // Agents that connect as soon as the port opens wait for the controller, not refused.
+    let opts = ServerOptions { agents: true, ..ServerOptions::default() };
+    let any_port = job.root.ends_with(":0");
+    for _ in 0..20 {
+        let server = BootServer::start_with(&job.root, job.total(), &job.token, opts.clone())
+            .with_context(|| format!("starting the job's rendezvous at {}", job.root))?;
+        if job.logger == reverb_logger::core::Placement::Off {
+            return Ok((server, None));
+        }
+        let nodes = job.total().div_ceil(job.ranks_per_node);
+        let (host, _) = job.root.rsplit_once(':').unwrap_or((&job.root, ""));
+        let root = logger_cores::loggers_root(&format!("{host}:{}", server.local_addr().port()))?;
+        match logger_cores::serve_loggers(&root, nodes, &logger_cores::loggers_token(&job.token)) {
+            Ok(loggers) => return Ok((server, Some(loggers))),
+            // The next port is taken: another free one.
+            Err(_) if any_port => continue,
+            Err(e) => return Err(e),
+        }
     }
-    let nodes = job.total().div_ceil(job.ranks_per_node);
-    let root = logger_cores::loggers_root(&job.root)?;
-    logger_cores::serve_loggers(&root, nodes, &logger_cores::loggers_token(&job.token)).map(Some)
+    bail!("no two free ports in a row for the job's rendezvous and its loggers' at {}", job.root)
 }
 
 /// A spare: idle until the controller gives it a lost host's ranks, or the job ends.
