@@ -1,8 +1,9 @@
 //! `reverb run --hosts a:4,b:4 --spares c`: a job across hosts, one agent per host (and per
 //! spare). Each is this same binary run as `reverb agent --host NAME ...` through the remote
 //! shell `REVERB_RSH HOST ...` (`ssh` by default, as Open MPI's `plm_rsh_agent`; `ci/hosts.sh
-//! exec` for the namespace hosts of the tests); the first host's hosts the rendezvous at
-//! `FIRST_HOST:PORT` and the job's controller. The job's identity and every `REVERB_*` setting
+//! exec` for the namespace hosts of the tests); the first host's hosts the rendezvous and the
+//! job's controller at a free port it announces (`reverb agent: rendezvous at HOST:PORT`), and
+//! the others are started once it has. The job's identity and every `REVERB_*` setting
 //! of this process go on the remote command line (`env K=V ...`), since a remote shell does not
 //! carry the environment. The controller decides recoveries (see `agent`): this process only
 //! starts the agents and waits for the first host's, whose exit code is the job's; the others
