@@ -31,7 +31,7 @@ pub(super) fn expected_unrecoverable(plan: &Plan) -> Option<&'static str> {
         (_, Fault::None) => None,
         ("none", _) => Some("logging off"),
         (_, Fault::TwoNodes { .. }) => Some("two nodes at once"),
-        _ => None,
+        (_, fault) => super::hosts::expected_unrecoverable(fault),
     }
 }
 
@@ -42,8 +42,10 @@ fn clear_report(log: &str) -> bool {
 
 pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outcome, bool, String) {
     let log = out.log();
-    let fired =
-        out.kill_ns.is_some() || log.contains("respawning node") || log.contains("killed by signal 9");
+    let fired = out.kill_ns.is_some()
+        || log.contains("respawning node")
+        || log.contains("killed by signal 9")
+        || super::hosts::fired(&plan.fault, &log);
     let Some(status) = out.status else {
         return (
             Outcome::Hang,

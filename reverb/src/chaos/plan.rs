@@ -7,6 +7,8 @@ pub(super) const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimisti
 const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-flipped"];
 /// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
 const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
+/// The variable that has the lead agent of a host kill itself (`HOST@MS`).
+pub(super) const AGENT_FAULT_VAR: &str = "REVERB_FAULT_AGENT";
 /// Fault kinds, cycled through by trial number.
 pub const FAULT_KINDS: [&str; 8] =
     ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
@@ -67,6 +69,30 @@ pub enum Fault {
         epoch: u64,
         late: Option<u32>,
     },
+    /// A whole host lost AT_MS into the job: everything on it killed, its wire removed.
+    Host {
+        host: String,
+        at_ms: u64,
+    },
+    /// A host's wire cut AT_MS into the job; its processes keep running, unreachable.
+    NetCut {
+        host: String,
+        at_ms: u64,
+    },
+    /// A host's agent killed alone, AT_MS after it started its ranks (`REVERB_FAULT_AGENT`).
+    Agent {
+        host: String,
+        at_ms: u64,
+    },
+    /// Host FIRST lost AT_MS into the job, then SECOND lost AFTER_MS once FIRST's ranks start
+    /// again on a spare (during their recovery); `buddies`: one holds the other's logs.
+    HostInRecovery {
+        first: String,
+        at_ms: u64,
+        second: String,
+        after_ms: u64,
+        buddies: bool,
+    },
 }
 
 impl Fault {
@@ -80,6 +106,10 @@ impl Fault {
             Fault::TwoNodes { .. } => "two-nodes",
             Fault::Init { .. } => "init",
             Fault::Gc { .. } => "gc",
+            Fault::Host { .. } => "host",
+            Fault::NetCut { .. } => "net-cut",
+            Fault::Agent { .. } => "agent",
+            Fault::HostInRecovery { .. } => "host-in-recovery",
         }
     }
 
@@ -108,6 +138,9 @@ impl Fault {
                 let late = late.map_or(String::new(), |l| format!(",{l}:{epoch}:late"));
                 vec![("REVERB_FAULT_GC".to_string(), format!("{rank}:{epoch}{late}"))]
             }
+            Fault::Agent { host, at_ms } => vec![(AGENT_FAULT_VAR.to_string(), format!("{host}@{at_ms}"))],
+            // Injected from outside the job (`--host-kill-cmd`, `--net-cut-cmd`).
+            Fault::Host { .. } | Fault::NetCut { .. } | Fault::HostInRecovery { .. } => Vec::new(),
         }
     }
 
@@ -120,6 +153,17 @@ impl Fault {
     }
 
     pub(super) fn describe(&self) -> String {
+        match self {
+            Fault::Host { host, at_ms } => return format!("host ({host} lost at {at_ms} ms)"),
+            Fault::NetCut { host, at_ms } => return format!("net-cut ({host} cut at {at_ms} ms)"),
+            Fault::HostInRecovery { first, at_ms, second, after_ms, buddies } => {
+                let buddies = if *buddies { ", log buddies" } else { "" };
+                return format!(
+                    "host-in-recovery ({first} lost at {at_ms} ms, {second} {after_ms} ms after the takeover{buddies})"
+                );
+            }
+            _ => {}
+        }
         match self.env().first() {
             Some((k, v)) => format!("{} ({k}={v})", self.kind()),
             None => "none".into(),
@@ -159,6 +203,8 @@ pub struct Baseline {
     pub checksum: String,
     pub sends: Vec<u64>,
     pub checkpoints: u64,
+    /// The job's wall time, start to end (ms).
+    pub wall_ms: u64,
 }
 
 /// One trial's plan.
@@ -240,7 +286,7 @@ pub(super) mod tests {
     use super::*;
 
     pub(in crate::chaos) fn base() -> Baseline {
-        Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4 }
+        Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4, wall_ms: 3000 }
     }
 
     #[test]
@@ -288,6 +334,7 @@ pub(super) mod tests {
                     }
                 }
                 Fault::None => {}
+                host => panic!("trial {trial}: a host fault on one host: {host:?}"),
             }
         }
     }

@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::classify::Outcome;
+use super::hosts::HOST_FAULT_KINDS;
 use super::plan::FAULT_KINDS;
 use super::TrialResult;
 
@@ -18,10 +19,11 @@ struct KindCounts {
 }
 
 impl KindCounts {
-    /// Per kind, in [`FAULT_KINDS`] order; kinds without trials are left out.
+    /// Per kind, in [`FAULT_KINDS`] then [`HOST_FAULT_KINDS`] order; kinds without trials are left out.
     fn of(results: &[TrialResult]) -> Vec<KindCounts> {
         FAULT_KINDS
             .iter()
+            .chain(&HOST_FAULT_KINDS)
             .map(|&kind| {
                 let mine: Vec<&TrialResult> =
                     results.iter().filter(|r| r.plan.fault.kind() == kind).collect();
@@ -95,7 +97,7 @@ impl Summary {
     }
 
     /// The `--json` report.
-    pub(super) fn json(&self, seed: u64, results: &[TrialResult]) -> Value {
+    pub(super) fn json(&self, seed: u64, rerun: &str, results: &[TrialResult]) -> Value {
         let (min, median, p90, max) = self.recovery_spread();
         json!({
             "seed": seed,
@@ -123,13 +125,13 @@ impl Summary {
                 "protocol": r.plan.protocol,
                 "fault": r.plan.fault.describe(),
                 "why": r.why,
-                "rerun": format!("reverb chaos --seed {seed} --trial {}", r.plan.trial),
+                "rerun": format!("reverb chaos --seed {seed} --trial {}{rerun}", r.plan.trial),
             })).collect::<Vec<_>>(),
         })
     }
 
     /// The human report.
-    pub(super) fn print(&self, seed: u64, results: &[TrialResult]) {
+    pub(super) fn print(&self, seed: u64, rerun: &str, results: &[TrialResult]) {
         println!("reverb chaos report (seed {seed}, {:.0} s)", self.wall_s);
         println!("  trials                           {}", results.len());
         println!("  survived                         {}", self.survived);
@@ -143,15 +145,17 @@ impl Summary {
             "  recovery time (ms, {} recoveries) min {min:.0} / median {median:.0} / p90 {p90:.0} / max {max:.0}",
             self.recovery_ms.len(),
         );
+        // The host kinds have longer names.
+        let width = self.by_kind.iter().map(|k| k.kind.len()).max().unwrap_or(0).max(11);
         for k in &self.by_kind {
             println!(
-                "  fault {:<11} {:>4} trials, {:>4} survived, {:>4} reported unrecoverable, {:>4} failed ({} fired)",
+                "  fault {:<width$} {:>4} trials, {:>4} survived, {:>4} reported unrecoverable, {:>4} failed ({} fired)",
                 k.kind, k.trials, k.survived, k.unrecoverable, k.failed, k.fired
             );
         }
         for r in results.iter().filter(|r| !r.passed()) {
             println!(
-                "  {} trial {}: {} {} {}: {}  (re-run: reverb chaos --seed {seed} --trial {})",
+                "  {} trial {}: {} {} {}: {}  (re-run: reverb chaos --seed {seed} --trial {}{rerun})",
                 r.outcome.name(),
                 r.plan.trial,
                 r.plan.app,

@@ -9,6 +9,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::classify::{classify, Outcome};
+use super::hosts::HostSet;
+use super::inject::{host_app_args, host_env};
 use super::plan::{app_args, pick_app, plan, Baseline, RANKS, RANKS_PER_NODE};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{num, run_job, JobOutcome, JobSpec};
@@ -21,24 +23,41 @@ pub(super) struct Baselines {
     pub(super) cache: Mutex<HashMap<&'static str, Baseline>>,
     /// One failure-free run at a time per app.
     pub(super) computing: Mutex<()>,
+    /// With `--hosts`: the baselines run there, as the trials do.
+    pub(super) hosts: Option<HostSet>,
 }
 
 impl Baselines {
-    fn get(&self, app: &'static str) -> Result<Baseline> {
+    pub(super) fn get(&self, app: &'static str) -> Result<Baseline> {
         let _one = self.computing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(app) {
             return Ok(b.clone());
         }
-        let spec = JobSpec {
-            provider: self.args_provider.clone(),
-            ranks: RANKS,
-            ranks_per_node: RANKS_PER_NODE,
-            respawn: 0,
-            timeout_s: self.timeout,
-            app: app.to_string(),
-            app_args: app_args(app),
-            env: vec![("REVERB_LOG".into(), "causal".into()), ("REVERB_CKPT".into(), "rs".into())],
-            hosts: None,
+        let spec = match &self.hosts {
+            None => JobSpec {
+                provider: self.args_provider.clone(),
+                ranks: RANKS,
+                ranks_per_node: RANKS_PER_NODE,
+                respawn: 0,
+                timeout_s: self.timeout,
+                app: app.to_string(),
+                app_args: app_args(app),
+                env: vec![("REVERB_LOG".into(), "causal".into()), ("REVERB_CKPT".into(), "rs".into())],
+                hosts: None,
+                spares: Vec::new(),
+            },
+            Some(set) => JobSpec {
+                provider: self.args_provider.clone(),
+                ranks: set.ranks(),
+                ranks_per_node: RANKS_PER_NODE,
+                respawn: 0,
+                timeout_s: self.timeout,
+                app: app.to_string(),
+                app_args: host_app_args(app),
+                env: host_env("causal"),
+                hosts: Some(set.hosts_arg()),
+                spares: Vec::new(),
+            },
         };
         let out = run_job(&spec, &self.dir.join(format!("baseline-{app}")), Duration::from_secs(30))?;
         if !out.success() {
@@ -50,7 +69,7 @@ impl Baselines {
         }
         let checksum =
             out.checksum.clone().with_context(|| format!("{app}: the failure-free run wrote no checksum"))?;
-        let mut sends = vec![0u64; RANKS as usize];
+        let mut sends = vec![0u64; spec.ranks as usize];
         let mut checkpoints = u64::MAX;
         for r in &out.reports {
             if let Some(s) = sends.get_mut(num(r, "rank") as usize) {
@@ -59,8 +78,13 @@ impl Baselines {
             checkpoints = checkpoints.min(num(r, "checkpoints") as u64);
         }
         let checkpoints = if out.reports.is_empty() { 0 } else { checkpoints };
-        eprintln!("reverb chaos: failure-free {app}: checksum {checksum}, sends per rank {sends:?}, {checkpoints} checkpoints");
-        let b = Baseline { checksum, sends, checkpoints };
+        let wall_ms = out.wall.as_millis() as u64;
+        eprintln!(
+            "reverb chaos: failure-free {app}: checksum {checksum}, sends per rank {sends:?}, \
+             {checkpoints} checkpoints, {:.1} s",
+            out.wall.as_secs_f64()
+        );
+        let b = Baseline { checksum, sends, checkpoints, wall_ms };
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(app, b.clone());
         Ok(b)
     }
@@ -93,7 +117,7 @@ pub(super) fn run_trial(
     ];
     env.extend(plan.fault.env());
     let spec = JobSpec {
-        provider: args.provider.clone(),
+        provider: args.provider_or("shm"),
         ranks: RANKS,
         ranks_per_node: RANKS_PER_NODE,
         respawn: plan.fault.respawns(),
@@ -102,6 +126,7 @@ pub(super) fn run_trial(
         app_args: app_args(plan.app),
         env,
         hosts: None,
+        spares: Vec::new(),
     };
     let out = run_job(&spec, &dir.join(format!("trial-{trial}")), Duration::from_secs(30))?;
     let (outcome, fired, why) = classify(&plan, &base, &out);
