@@ -136,12 +136,16 @@ pub(super) fn expected_unrecoverable(fault: &Fault) -> Option<&'static str> {
 }
 
 /// Whether the fault took effect, from the job's log: the launcher saw the host lost, or
-/// (for the agent) a line names the agent of the host.
+/// (for the agent) a line names the agent of the host (`reverb agent: REVERB_FAULT_AGENT: the
+/// agent of host HOST SIGKILLs itself`).
 pub(super) fn fired(fault: &Fault, log: &str) -> bool {
     match fault {
         Fault::Host { host, .. } | Fault::NetCut { host, .. } => log.contains(&format!("host {host} lost")),
         Fault::HostInRecovery { first, .. } => log.contains(&format!("host {first} lost")),
-        Fault::Agent { host, .. } => log.lines().any(|l| l.contains("agent") && l.contains(host.as_str())),
+        Fault::Agent { host, .. } => {
+            let host = format!("host {host}");
+            log.lines().any(|l| l.contains("agent") && l.contains(&host))
+        }
         _ => false,
     }
 }
@@ -234,6 +238,8 @@ mod tests {
         assert!(Fault::Host { host: "hc".into(), at_ms: 9 }.env().is_empty());
         assert!(fired(&Fault::Host { host: "hc".into(), at_ms: 9 }, "reverb run: host hc lost (signal: 9)"));
         assert!(!fired(&Fault::Host { host: "hc".into(), at_ms: 9 }, "reverb run: host hd lost"));
+        let killed = "reverb agent: REVERB_FAULT_AGENT: the agent of host hc SIGKILLs itself";
+        assert!(fired(&agent, killed) && !fired(&agent, "reverb agent: host hd up"));
         let two = Fault::HostInRecovery {
             first: "hb".into(),
             at_ms: 1,
