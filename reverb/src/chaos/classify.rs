@@ -75,7 +75,7 @@ pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outco
     } else {
         why.to_string()
     };
-    match expected_unrecoverable(plan) {
+    match expected_unrecoverable(plan).or_else(|| super::hosts::unrecoverable_by_log(&plan.fault, &log)) {
         Some(case) if fired && clear_report(&log) => {
             (Outcome::ReportedUnrecoverable, fired, format!("{case}: {why}"))
         }
