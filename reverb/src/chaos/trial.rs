@@ -59,7 +59,24 @@ impl Baselines {
                 spares: Vec::new(),
             },
         };
-        let out = run_job(&spec, &self.dir.join(format!("baseline-{app}")), Duration::from_secs(30))?;
+        let mut b = self.measure(app, &spec, "baseline")?;
+        if self.hosts.is_some() {
+            // Across hosts the fault times come from the wall time: a second run, the faster
+            // counting, keeps a load spike at the campaign's start from pushing faults past
+            // the end of every later run.
+            let again = self.measure(app, &spec, "baseline-2")?;
+            if again.checksum != b.checksum {
+                bail!("{app}: failure-free runs disagree ({} vs {})", b.checksum, again.checksum);
+            }
+            b.wall_ms = b.wall_ms.min(again.wall_ms);
+        }
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(app, b.clone());
+        Ok(b)
+    }
+
+    /// One failure-free run of `spec` in the work directory's `NAME-APP`.
+    fn measure(&self, app: &str, spec: &JobSpec, name: &str) -> Result<Baseline> {
+        let out = run_job(spec, &self.dir.join(format!("{name}-{app}")), Duration::from_secs(30))?;
         if !out.success() {
             bail!(
                 "{app}: the failure-free run failed; last lines of {}:\n{}",
@@ -84,9 +101,7 @@ impl Baselines {
              {checkpoints} checkpoints, {:.1} s",
             out.wall.as_secs_f64()
         );
-        let b = Baseline { checksum, sends, checkpoints, wall_ms };
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(app, b.clone());
-        Ok(b)
+        Ok(Baseline { checksum, sends, checkpoints, wall_ms })
     }
 }
 
