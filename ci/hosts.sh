@@ -10,6 +10,9 @@
 #   ci/hosts.sh exec NAME -- CMD... run CMD inside host NAME (its net, mount and UTS namespaces)
 #   ci/hosts.sh addr NAME           print NAME's address
 #   ci/hosts.sh kill NAME           take host NAME down: SIGKILL everything in it, drop its wire
+#   ci/hosts.sh cut NAME            cut host NAME's wire (its link on the bridge down); its
+#                                   processes keep running, unreachable
+#   ci/hosts.sh uncut NAME          join host NAME's wire again
 #   ci/hosts.sh down                remove every host and the bridge (idempotent)
 #
 # Needs root (namespaces, veth). State lives in $REVERB_HOSTS_DIR (default /run/reverb-hosts):
@@ -137,6 +140,14 @@ cmd_kill() {
     rm -rf "${DIR:?}/$name"
 }
 
+# The bridge's end of the host's veth: down, the host sees no carrier and nothing gets through
+# either way; the host itself cannot undo it.
+cmd_cut() {
+    local name=$1
+    holder_of "$name" >/dev/null || exit 1
+    ip -n "$SWITCH" link set "s-$name" "$2"
+}
+
 cmd_down() {
     if [[ -d $DIR ]]; then
         for d in "$DIR"/*/; do
@@ -152,6 +163,8 @@ case ${1:-} in
     exec) shift; cmd_exec "$@" ;;
     addr) cat "$DIR/${2:?addr NAME}/addr" 2>/dev/null || die "no host '${2}'" ;;
     kill) cmd_kill "${2:?kill NAME}" ;;
+    cut) cmd_cut "${2:?cut NAME}" down ;;
+    uncut) cmd_cut "${2:?uncut NAME}" up ;;
     down) cmd_down ;;
-    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,26p' "$0" >&2; exit 2 ;;
 esac

@@ -25,6 +25,8 @@ pub struct JobSpec {
     /// `reverb run --hosts` (`a:2,b:2`): the ranks on those hosts, started there over
     /// `REVERB_RSH`; None: all here.
     pub hosts: Option<String>,
+    /// `reverb run --spares` (with `hosts`): idle hosts that take over a lost host's ranks.
+    pub spares: Vec<String>,
 }
 
 /// What a job left behind.
@@ -96,6 +98,11 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .args(["-n", &spec.ranks.to_string(), "--ranks-per-node", &spec.ranks_per_node.to_string()])
         .args(["--respawn", &spec.respawn.to_string(), "--timeout", &spec.timeout_s.to_string()])
         .args(spec.hosts.iter().flat_map(|h| ["--hosts", h.as_str()]))
+        .args(if spec.spares.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--spares".to_string(), spec.spares.join(",")]
+        })
         .arg("--")
         .arg(&exe)
         .args(["app", &spec.app])
@@ -106,6 +113,7 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .env_remove("REVERB_FAULT_CKPT")
         .env_remove("REVERB_FAULT_INIT")
         .env_remove("REVERB_FAULT_GC")
+        .env_remove("REVERB_FAULT_AGENT")
         .env_remove("REVERB_LOGGER_FAULT_STARTUP")
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("job log")?)

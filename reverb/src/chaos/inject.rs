@@ -1,0 +1,228 @@
+//! One trial across hosts: the job, its host fault injected from outside while it runs (the
+//! host-kill or net-cut command after a delay, a second kill once the launcher says the first
+//! host's ranks start again on a spare), and the hosts made anew afterwards.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::classify::{classify, Outcome};
+use super::hosts::{host_plan, HostSet};
+use super::plan::{pick_app, Fault, RANKS_PER_NODE};
+use super::trial::{recovery_of, Baselines};
+use super::{ChaosArgs, TrialResult};
+use crate::job::{run_job, JobSpec};
+
+/// The line of `reverb run --hosts` when a lost host's ranks start again on a spare.
+const TAKEOVER: &str = "start again on spare";
+/// Bound on one host command (`ci/hosts.sh kill|up|cut` take well under a second).
+const COMMAND_BOUND: Duration = Duration::from_secs(30);
+
+/// Longer runs than on one host: a few seconds each, so a host lost lands mid-run.
+pub(super) fn host_app_args(app: &str) -> Vec<String> {
+    let a: &[&str] = match app {
+        "stencil" => &["--iters", "4000", "--size", "64", "--ckpt-every", "400"],
+        "master-worker" => &["--iters", "150", "--size", "20000", "--ckpt-every", "25"],
+        _ => &["--iters", "1500", "--size", "256", "--ckpt-every", "150"],
+    };
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// A job across hosts that may lose one: logs per node, checkpoints on buddies.
+pub(super) fn host_env(protocol: &str) -> Vec<(String, String)> {
+    [
+        ("REVERB_LOG", protocol),
+        ("REVERB_LOG_UNIT", "node"),
+        ("REVERB_CKPT", "buddy"),
+        // Unsurvivable cases end within this bound instead of the 30 s default.
+        ("REVERB_REJOIN_TIMEOUT_MS", "15000"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The commands that take a host down, make it again and cut its wire; each gets the host's
+/// name appended.
+pub(super) struct HostCommands {
+    kill: Vec<String>,
+    up: Vec<String>,
+    cut: Vec<String>,
+}
+
+impl HostCommands {
+    pub(super) fn new(args: &ChaosArgs) -> Result<HostCommands> {
+        let words = |opt: &str, cmd: &str| -> Result<Vec<String>> {
+            let w: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+            if w.is_empty() {
+                bail!("{opt} is empty");
+            }
+            Ok(w)
+        };
+        Ok(HostCommands {
+            kill: words("--host-kill-cmd", &args.host_kill_cmd)?,
+            up: words("--host-up-cmd", &args.host_up_cmd)?,
+            cut: words("--net-cut-cmd", &args.net_cut_cmd)?,
+        })
+    }
+
+    /// Runs `cmd HOST`, bounded.
+    fn run(cmd: &[String], host: &str) -> Result<()> {
+        let line = format!("{} {host}", cmd.join(" "));
+        let mut child = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .arg(host)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting `{line}`"))?;
+        let until = Instant::now() + COMMAND_BOUND;
+        loop {
+            if let Some(status) = child.try_wait().with_context(|| format!("waiting for `{line}`"))? {
+                if !status.success() {
+                    bail!("`{line}` failed ({status})");
+                }
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                // Best effort: it is reported either way.
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("`{line}` still running after {} s", COMMAND_BOUND.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Takes `host` down if it is up (killing an absent host is harmless) and makes it again:
+    /// whatever a trial left there dies, and the next trial finds it fresh.
+    fn renew(&self, host: &str) -> Result<()> {
+        Self::run(&self.kill, host)?;
+        Self::run(&self.up, host)
+    }
+}
+
+/// Sleeps until `at` (true) or until the job ended (false).
+fn wait_until(done: &AtomicBool, at: Instant) -> bool {
+    loop {
+        if done.load(Ordering::Acquire) {
+            return false;
+        }
+        if Instant::now() >= at {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until the job's log says a lost host's ranks start again on a spare (true) or the
+/// job ended (false).
+fn wait_for_takeover(done: &AtomicBool, log: &Path) -> bool {
+    while !done.load(Ordering::Acquire) {
+        if std::fs::read_to_string(log).is_ok_and(|l| l.contains(TAKEOVER)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Injects `fault` into the job started at `started` (until `done`), recording in `touched`
+/// every host it took down or cut.
+fn inject(
+    fault: &Fault,
+    cmds: &HostCommands,
+    log: &Path,
+    done: &AtomicBool,
+    started: Instant,
+    touched: &mut Vec<String>,
+) -> Result<()> {
+    let at = |ms: u64| started + Duration::from_millis(ms);
+    match fault {
+        Fault::Host { host, at_ms } | Fault::NetCut { host, at_ms } if wait_until(done, at(*at_ms)) => {
+            touched.push(host.clone());
+            let cmd = if matches!(fault, Fault::Host { .. }) { &cmds.kill } else { &cmds.cut };
+            HostCommands::run(cmd, host)?;
+        }
+        Fault::HostInRecovery { first, at_ms, second, after_ms, .. } => {
+            if !wait_until(done, at(*at_ms)) {
+                return Ok(());
+            }
+            touched.push(first.clone());
+            HostCommands::run(&cmds.kill, first)?;
+            if wait_for_takeover(done, log)
+                && wait_until(done, Instant::now() + Duration::from_millis(*after_ms))
+            {
+                touched.push(second.clone());
+                HostCommands::run(&cmds.kill, second)?;
+            }
+        }
+        // The agent kills itself (`REVERB_FAULT_AGENT`); the others are not host faults.
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Runs trial `trial` across the hosts of `set`.
+pub(super) fn run_host_trial(
+    args: &ChaosArgs,
+    seed: u64,
+    trial: u64,
+    baselines: &Baselines,
+    set: &HostSet,
+    dir: &Path,
+) -> Result<TrialResult> {
+    let cmds = HostCommands::new(args)?;
+    let base = baselines.get(pick_app(seed, trial))?;
+    let plan = host_plan(seed, trial, set, base.wall_ms);
+    let mut env = host_env(plan.protocol);
+    env.extend(plan.fault.env());
+    let net_cut = matches!(plan.fault, Fault::NetCut { .. });
+    let spec = JobSpec {
+        provider: args.provider_or("auto"),
+        ranks: set.ranks(),
+        ranks_per_node: RANKS_PER_NODE,
+        respawn: plan.fault.respawns(),
+        timeout_s: if net_cut { args.net_cut_timeout } else { args.timeout },
+        app: plan.app.to_string(),
+        app_args: host_app_args(plan.app),
+        env,
+        hosts: Some(set.hosts_arg()),
+        spares: set.spares.clone(),
+    };
+    let out_dir = dir.join(format!("trial-{trial}"));
+    let done = AtomicBool::new(false);
+    let (out, injected) = std::thread::scope(|s| {
+        let injector = s.spawn(|| {
+            let mut touched = Vec::new();
+            let log = out_dir.join("job.log");
+            let r = inject(&plan.fault, &cmds, &log, &done, Instant::now(), &mut touched);
+            (touched, r)
+        });
+        let out = run_job(&spec, &out_dir, Duration::from_secs(30));
+        done.store(true, Ordering::Release);
+        (out, injector.join())
+    });
+    let (touched, injected) = injected.map_err(|_| anyhow!("trial {trial}: the fault injector panicked"))?;
+    let out = out?;
+    let (outcome, fired, why) = classify(&plan, &base, &out);
+    let fired = fired || (net_cut && !touched.is_empty());
+    // Every host the fault touched, every spare (ranks may have moved there) and, after a
+    // hang or a failure, every host: made anew, so nothing left over reaches the next trial.
+    let clean = matches!(outcome, Outcome::Survived | Outcome::ReportedUnrecoverable);
+    let mut renew: Vec<&String> = touched.iter().chain(&set.spares).collect();
+    if !clean {
+        renew.extend(set.hosts.iter().map(|(h, _)| h));
+    }
+    renew.sort();
+    renew.dedup();
+    for host in renew {
+        cmds.renew(host).with_context(|| format!("trial {trial}: bringing host {host} back"))?;
+    }
+    injected.with_context(|| format!("trial {trial}: injecting {}", plan.fault.describe()))?;
+    let recovery_ms = if outcome == Outcome::Survived { recovery_of(&out) } else { None };
+    Ok(TrialResult { plan, outcome, fired, recovery_ms, wall_s: out.wall.as_secs_f64(), why, dir: out.dir })
+}

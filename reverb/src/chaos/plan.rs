@@ -1,0 +1,375 @@
+//! A trial's plan: its app, protocol and fault, drawn from (seed, trial) alone.
+
+pub(super) const RANKS: u32 = 8;
+pub(super) const RANKS_PER_NODE: u32 = 2;
+pub(super) const APPS: [&str; 3] = ["stencil", "master-worker", "ring"];
+pub(super) const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimistic-rb", "none"];
+const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-flipped"];
+/// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
+const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
+/// The variable that has the lead agent of a host kill itself (`HOST@MS`).
+pub(super) const AGENT_FAULT_VAR: &str = "REVERB_FAULT_AGENT";
+/// Fault kinds, cycled through by trial number.
+pub const FAULT_KINDS: [&str; 8] =
+    ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
+
+/// Small sizes: a trial takes a second or two.
+pub(super) fn app_args(app: &str) -> Vec<String> {
+    let a: &[&str] = match app {
+        "stencil" => &["--iters", "60", "--size", "64", "--ckpt-every", "10"],
+        "master-worker" => &["--iters", "12", "--size", "2000", "--ckpt-every", "3"],
+        _ => &["--iters", "40", "--size", "256", "--ckpt-every", "8"],
+    };
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// The fault a trial injects.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    None,
+    /// A rank dies after its SENDS-th send; the launcher takes its node down.
+    Rank {
+        rank: u32,
+        sends: u64,
+    },
+    /// Both ranks of a node, each at a random point of its own; the first death takes the node.
+    Node {
+        node: u32,
+        sends: [u64; 2],
+    },
+    /// A rank dies inside checkpoint EPOCH at STAGE.
+    Checkpoint {
+        rank: u32,
+        epoch: u64,
+        stage: &'static str,
+    },
+    /// A rank dies, then its restarted incarnation dies again after `replay_sends` sends.
+    Replay {
+        rank: u32,
+        sends: u64,
+        replay_sends: u64,
+    },
+    /// Ranks on two different nodes die at the same point.
+    TwoNodes {
+        ranks: [u32; 2],
+        sends: u64,
+    },
+    /// A rank dies inside `Runtime::init`, just before STEP's collective; with `late`, a rank
+    /// of another node joins that collective only once the dead node is back (it misses
+    /// the abort and must join the recovery from the resumed round).
+    Init {
+        rank: u32,
+        step: &'static str,
+        late: Option<u32>,
+    },
+    /// A rank dies at the log GC after checkpoint EPOCH committed; with `late`, a rank of
+    /// another node joins that GC only once the dead node is back.
+    Gc {
+        rank: u32,
+        epoch: u64,
+        late: Option<u32>,
+    },
+    /// A whole host lost AT_MS into the job: everything on it killed, its wire removed.
+    Host {
+        host: String,
+        at_ms: u64,
+    },
+    /// A host's wire cut AT_MS into the job; its processes keep running, unreachable.
+    NetCut {
+        host: String,
+        at_ms: u64,
+    },
+    /// A host's agent killed alone, AT_MS after it started its ranks (`REVERB_FAULT_AGENT`).
+    Agent {
+        host: String,
+        at_ms: u64,
+    },
+    /// Host FIRST lost AT_MS into the job, then SECOND lost AFTER_MS once FIRST's ranks start
+    /// again on a spare (during their recovery); `buddies`: one holds the other's logs.
+    HostInRecovery {
+        first: String,
+        at_ms: u64,
+        second: String,
+        after_ms: u64,
+        buddies: bool,
+    },
+}
+
+impl Fault {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Rank { .. } => "rank",
+            Fault::Node { .. } => "node",
+            Fault::Checkpoint { .. } => "checkpoint",
+            Fault::Replay { .. } => "replay",
+            Fault::TwoNodes { .. } => "two-nodes",
+            Fault::Init { .. } => "init",
+            Fault::Gc { .. } => "gc",
+            Fault::Host { .. } => "host",
+            Fault::NetCut { .. } => "net-cut",
+            Fault::Agent { .. } => "agent",
+            Fault::HostInRecovery { .. } => "host-in-recovery",
+        }
+    }
+
+    /// The environment that injects it.
+    pub(super) fn env(&self) -> Vec<(String, String)> {
+        let fault = |v: String| vec![("REVERB_FAULT".to_string(), v)];
+        match self {
+            Fault::None => Vec::new(),
+            Fault::Rank { rank, sends } => fault(format!("{rank}:{sends}")),
+            Fault::Node { node, sends } => {
+                let r = node * RANKS_PER_NODE;
+                fault(format!("{r}:{},{}:{}", sends[0], r + 1, sends[1]))
+            }
+            Fault::Checkpoint { rank, epoch, stage } => {
+                vec![("REVERB_FAULT_CKPT".to_string(), format!("{rank}:{epoch}:{stage}"))]
+            }
+            Fault::Replay { rank, sends, replay_sends } => {
+                fault(format!("{rank}:{sends},{rank}:{replay_sends}@1"))
+            }
+            Fault::TwoNodes { ranks, sends } => fault(format!("{}:{sends},{}:{sends}", ranks[0], ranks[1])),
+            Fault::Init { rank, step, late } => {
+                let late = late.map_or(String::new(), |l| format!(",{l}:{step}:late"));
+                vec![("REVERB_FAULT_INIT".to_string(), format!("{rank}:{step}{late}"))]
+            }
+            Fault::Gc { rank, epoch, late } => {
+                let late = late.map_or(String::new(), |l| format!(",{l}:{epoch}:late"));
+                vec![("REVERB_FAULT_GC".to_string(), format!("{rank}:{epoch}{late}"))]
+            }
+            Fault::Agent { host, at_ms } => vec![(AGENT_FAULT_VAR.to_string(), format!("{host}@{at_ms}"))],
+            // Injected from outside the job (`--host-kill-cmd`, `--net-cut-cmd`).
+            Fault::Host { .. } | Fault::NetCut { .. } | Fault::HostInRecovery { .. } => Vec::new(),
+        }
+    }
+
+    pub(super) fn respawns(&self) -> u32 {
+        match self {
+            Fault::None => 0,
+            Fault::Replay { .. } | Fault::TwoNodes { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Fault::Host { host, at_ms } => return format!("host ({host} lost at {at_ms} ms)"),
+            Fault::NetCut { host, at_ms } => return format!("net-cut ({host} cut at {at_ms} ms)"),
+            Fault::HostInRecovery { first, at_ms, second, after_ms, buddies } => {
+                let buddies = if *buddies { ", log buddies" } else { "" };
+                return format!(
+                    "host-in-recovery ({first} lost at {at_ms} ms, {second} {after_ms} ms after the takeover{buddies})"
+                );
+            }
+            _ => {}
+        }
+        match self.env().first() {
+            Some((k, v)) => format!("{} ({k}={v})", self.kind()),
+            None => "none".into(),
+        }
+    }
+}
+
+/// splitmix64: a trial's plan depends only on (seed, trial), so one trial re-runs alone.
+pub(super) struct Rng(u64);
+
+impl Rng {
+    pub(super) fn new(seed: u64, trial: u64) -> Rng {
+        let mut r = Rng(seed ^ trial.wrapping_mul(0xA076_1D64_78BD_642F));
+        r.next();
+        r
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n` > 0).
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// Uniform in `lo..=hi`.
+    pub(super) fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo) + 1)
+    }
+}
+
+/// What the failure-free run of an app says: its checksum, each rank's sends and checkpoints.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    pub checksum: String,
+    pub sends: Vec<u64>,
+    pub checkpoints: u64,
+    /// The job's wall time, start to end (ms).
+    pub wall_ms: u64,
+}
+
+/// One trial's plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub trial: u64,
+    pub app: &'static str,
+    pub protocol: &'static str,
+    pub fault: Fault,
+}
+
+/// The app of trial `trial` (needed before its baseline).
+pub(super) fn pick_app(seed: u64, trial: u64) -> &'static str {
+    APPS[Rng::new(seed, trial).below(APPS.len() as u64) as usize]
+}
+
+/// One time in three, a rank on another node than `rank` (a survivor that joins late).
+fn late_survivor(rng: &mut Rng, rank: u32) -> Option<u32> {
+    let nodes = RANKS / RANKS_PER_NODE;
+    (rng.below(3) == 0).then(|| {
+        let node = (rank / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
+        node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32
+    })
+}
+
+/// The plan of trial `trial`. Fault kinds are cycled through by trial number (so a short
+/// campaign covers each), everything else is random.
+pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
+    let mut rng = Rng::new(seed, trial);
+    let app = APPS[rng.below(APPS.len() as u64) as usize];
+    let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
+    let nodes = RANKS / RANKS_PER_NODE;
+    let sends_of = |r: u32| base.sends.get(r as usize).copied().unwrap_or(1).max(1);
+    let fault = match (trial + seed) % FAULT_KINDS.len() as u64 {
+        0 => Fault::None,
+        1 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            Fault::Rank { rank, sends: rng.between(1, sends_of(rank)) }
+        }
+        2 => {
+            let node = rng.below(u64::from(nodes)) as u32;
+            let r = node * RANKS_PER_NODE;
+            Fault::Node { node, sends: [rng.between(1, sends_of(r)), rng.between(1, sends_of(r + 1))] }
+        }
+        3 if base.checkpoints > 0 => Fault::Checkpoint {
+            rank: rng.below(u64::from(RANKS)) as u32,
+            epoch: rng.between(1, base.checkpoints),
+            stage: CKPT_STAGES[rng.below(CKPT_STAGES.len() as u64) as usize],
+        },
+        3 | 4 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            Fault::Replay { rank, sends: rng.between(1, sends_of(rank)), replay_sends: rng.between(1, 6) }
+        }
+        6 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            let step = INIT_STEPS[rng.below(INIT_STEPS.len() as u64) as usize];
+            let late = late_survivor(&mut rng, rank);
+            Fault::Init { rank, step, late }
+        }
+        7 if base.checkpoints > 0 => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            let epoch = rng.between(1, base.checkpoints);
+            let late = late_survivor(&mut rng, rank);
+            Fault::Gc { rank, epoch, late }
+        }
+        _ => {
+            let a = rng.below(u64::from(RANKS)) as u32;
+            let other_node = (a / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
+            let b = other_node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32;
+            let most = sends_of(a).min(sends_of(b));
+            Fault::TwoNodes { ranks: [a, b], sends: rng.between(1, most) }
+        }
+    };
+    Plan { trial, app, protocol, fault }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    pub(in crate::chaos) fn base() -> Baseline {
+        Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4, wall_ms: 3000 }
+    }
+
+    #[test]
+    fn a_trial_plan_depends_only_on_seed_and_trial() {
+        for trial in 0..50 {
+            let (a, b) = (plan(9, trial, &base()), plan(9, trial, &base()));
+            assert_eq!((a.app, a.protocol, &a.fault), (b.app, b.protocol, &b.fault));
+            assert_eq!(a.app, pick_app(9, trial));
+        }
+    }
+
+    #[test]
+    fn eight_consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..18).map(|t| plan(3, t, &base()).fault.kind()).collect();
+        for k in FAULT_KINDS {
+            assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn faults_stay_within_the_run_and_two_nodes_are_two_nodes() {
+        for trial in 0..600 {
+            match plan(1, trial, &base()).fault {
+                Fault::Rank { rank, sends } | Fault::Replay { rank, sends, .. } => {
+                    assert!(rank < RANKS && (1..=100).contains(&sends));
+                }
+                Fault::Checkpoint { rank, epoch, .. } => assert!(rank < RANKS && (1..=4).contains(&epoch)),
+                Fault::TwoNodes { ranks, sends } => {
+                    assert_ne!(ranks[0] / RANKS_PER_NODE, ranks[1] / RANKS_PER_NODE);
+                    assert!(ranks.iter().all(|&r| r < RANKS) && (1..=100).contains(&sends));
+                }
+                Fault::Node { node, .. } => assert!(node < RANKS / RANKS_PER_NODE),
+                Fault::Init { rank, step, late } => {
+                    assert!(rank < RANKS && INIT_STEPS.contains(&step));
+                    if let Some(late) = late {
+                        assert!(late < RANKS);
+                        assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
+                    }
+                }
+                Fault::Gc { rank, epoch, late } => {
+                    assert!(rank < RANKS && (1..=4).contains(&epoch));
+                    if let Some(late) = late {
+                        assert!(late < RANKS);
+                        assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
+                    }
+                }
+                Fault::None => {}
+                host => panic!("trial {trial}: a host fault on one host: {host:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fault_environment_uses_the_runtime_syntax() {
+        assert_eq!(Fault::Node { node: 1, sends: [3, 4] }.env()[0].1, "2:3,3:4");
+        assert_eq!(Fault::Replay { rank: 5, sends: 9, replay_sends: 2 }.env()[0].1, "5:9,5:2@1");
+        let ckpt = Fault::Checkpoint { rank: 3, epoch: 2, stage: "buddy-flipped" }.env();
+        assert_eq!(ckpt[0], ("REVERB_FAULT_CKPT".to_string(), "3:2:buddy-flipped".to_string()));
+        let init = Fault::Init { rank: 3, step: "ckpt-slots", late: None }.env();
+        assert_eq!(init, vec![("REVERB_FAULT_INIT".to_string(), "3:ckpt-slots".to_string())]);
+        let late = Fault::Init { rank: 3, step: "log-rings", late: Some(6) }.env();
+        assert_eq!(late[0].1, "3:log-rings,6:log-rings:late");
+        let gc = Fault::Gc { rank: 2, epoch: 3, late: Some(7) }.env();
+        assert_eq!(gc, vec![("REVERB_FAULT_GC".to_string(), "2:3,7:3:late".to_string())]);
+        // The runtime accepts what the campaign sets.
+        for f in ["3:ckpt-slots", "3:log-rings", "6:log-rings:late"] {
+            assert!(f.parse::<reverb_runtime::InitFault>().is_ok(), "{f}");
+        }
+        for f in ["2:3", "7:3:late"] {
+            assert!(f.parse::<reverb_runtime::GcFault>().is_ok(), "{f}");
+        }
+    }
+
+    #[test]
+    fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
+        let inits: Vec<Fault> =
+            (0..800).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
+        assert_eq!(inits.len(), 100, "one trial in eight");
+        let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
+        assert!((15..=55).contains(&late), "{late} of 100 with a late survivor");
+        for step in INIT_STEPS {
+            assert!(inits.iter().any(|f| matches!(f, Fault::Init { step: s, .. } if *s == step)), "{step}");
+        }
+        assert_eq!(inits[0].respawns(), 1);
+    }
+}
