@@ -33,14 +33,17 @@ REVERB_PROVIDER=tcp cargo test -p reverb --test demo
 step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
 REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test -p reverb-transport --test provider --test fan_in
 
-step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn on auto"
+step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn, logger cores, a host lost (agents, spare)"
 bash ci/hosts-suite.sh
+
+step "a short fault campaign across simulated hosts: a host lost, its wire cut, its agent killed, a host lost during a recovery"
+bash ci/chaos-hosts.sh
 
 step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
 PROVIDER=tcp bash ci/hosts-conformance.sh
 PROVIDER=auto bash ci/hosts-conformance.sh
 
-step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return"
+step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
 bash ci/slurm-suite.sh
 
 step "criterion benches build"
