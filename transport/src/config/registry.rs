@@ -248,7 +248,7 @@ pub static VARS: &[Var] = &[
     // CI and comparison scripts
     var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
     var("REVERB_CHAOS_TRIALS", "8", Ci, Tooling, "int", "ci/chaos-hosts.sh: trials of the campaign across hosts"),
-    var("REVERB_CHAOS_SEED", "random", Ci, Tooling, "int", "ci/chaos-hosts.sh: the campaign's seed (printed either way)"),
+    var("REVERB_CHAOS_SEED", "", Ci, Tooling, "int", "ci/chaos-hosts.sh: the campaign's seed (unset: random; printed either way)"),
     var("REVERB_CHAOS_KINDS", "host,net-cut,agent,host-in-recovery", Ci, Tooling, "list", "ci/chaos-hosts.sh: the host fault kinds to cycle through"),
     var("REVERB_HOSTS_DIR", "/run/reverb-hosts", Ci, Tooling, "path", "ci/hosts.sh: where the simulated hosts' state (namespace holders, addresses) lives"),
     var("REVERB_HOSTS_NET", "10.77.0", Ci, Tooling, "text", "ci/hosts.sh: the first three octets of the simulated hosts' addresses"),
