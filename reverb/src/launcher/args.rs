@@ -72,15 +72,7 @@ pub struct RunArgs {
 
 /// `reverb run`: returns the job's exit code (0 when every rank exited 0).
 pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
-    let timeout = match args.timeout {
-        None => None,
-        Some(s) => Some(
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))?,
-        ),
-    };
+    let timeout = parse_timeout(args.timeout)?;
     if let Some(hosts) = args.hosts.as_ref().or(args.hostfile.as_ref()) {
         return run_across(&args, &hosts.0, verbose);
     }
@@ -183,6 +175,17 @@ fn agent_options(args: &RunArgs) -> Vec<String> {
         options.push("--no-prefix".into());
     }
     options
+}
+
+/// `--timeout SECS` as a duration (a positive number of seconds).
+pub(super) fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>> {
+    secs.map(|s| {
+        Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))
+    })
+    .transpose()
 }
 
 /// `A-B` (inclusive) or a single rank `A`, as a range.

@@ -314,15 +314,7 @@ fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool)
 /// The job from the command line and the environment (`reverb run --hosts` sets REVERB_ROOT,
 /// REVERB_JOB_ID and REVERB_JOB_TOKEN), or else from Slurm's.
 fn job_of(args: AgentArgs) -> Result<Job> {
-    let timeout = match args.timeout {
-        None => None,
-        Some(s) => Some(
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))?,
-        ),
-    };
+    let timeout = super::args::parse_timeout(args.timeout)?;
     let timing = Timing::from_env()?;
     let (hosts, spares, me, root, job_id, token) = match args.hosts {
         Some(hosts) => {
