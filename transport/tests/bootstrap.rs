@@ -804,3 +804,32 @@ fn a_server_for_a_controller_queues_agents_that_come_before_it_asks() {
     let conn = server.agent_connections().recv_timeout(Duration::from_secs(5)).expect("queued");
     assert_eq!(conn.intro.ranks, 0..2);
 }
+
+#[test]
+fn a_rank_that_stops_reading_stalls_no_one_else() {
+    // The I/O bound is long: the old server, writing to the stalled rank itself, would have
+    // stopped every round and every mark_failed for that long.
+    let opts = ServerOptions { io_timeout: Duration::from_secs(60), ..ServerOptions::default() };
+    let server = BootServer::start_with("127.0.0.1:0", 2, TOKEN, opts).unwrap();
+    let root = server.local_addr().to_string();
+    let mut r0 = TcpBootstrap::connect(job(0, 2), &root, TOKEN, T).unwrap();
+    // Rank 1 contributes to every round but never reads: its results pile up unread, far
+    // beyond what the sockets' buffers hold.
+    let mut stalled = raw(server.local_addr());
+    stalled.write_all(&hello(TOKEN, 1, 2)).unwrap();
+    let part = vec![7u8; 4 << 20];
+    let t0 = Instant::now();
+    for round in 0..8u64 {
+        let c = wire::encode(&Frame::Contribute { round, data: part.clone() }).unwrap();
+        stalled.write_all(&c).unwrap();
+        let all = r0.allgather(&part).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1], part);
+    }
+    let t1 = Instant::now();
+    server.mark_failed(1, 0, "stopped reading").unwrap();
+    assert!(t1.elapsed() < Duration::from_secs(5), "mark_failed took {:?}", t1.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(30), "8 rounds took {:?}", t0.elapsed());
+    // Its loss is the job's failure now.
+    assert!(matches!(r0.allgather(b"x").unwrap_err(), TransportError::PeerDead(1)));
+}

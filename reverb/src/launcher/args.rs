@@ -131,6 +131,7 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
         run_options,
         command: &args.command,
         verbose,
+        timeout: parse_timeout(args.timeout)?,
     })
 }
 

@@ -92,6 +92,9 @@ pub struct AcrossHosts<'a> {
     /// The program and its arguments.
     pub command: &'a [String],
     pub verbose: bool,
+    /// The job's `--timeout`: the front stops every host if the job outlives it by far
+    /// ([`super::agent::front_bound`]).
+    pub timeout: Option<Duration>,
 }
 
 /// How the first host's agent's last line starts: the job ended (any other end of that agent
@@ -195,7 +198,11 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
             }
         }
     }
-    Ok(supervise(runs))
+    let deadline = match job.timeout {
+        Some(t) => Some(Instant::now() + super::agent::front_bound(t)?),
+        None => None,
+    };
+    Ok(supervise(runs, deadline))
 }
 
 /// What the controller's lines say: where its rendezvous listens (`reverb agent: rendezvous
@@ -305,11 +312,20 @@ fn forwarded_env(identity: &[(String, String)]) -> Vec<(String, String)> {
 const OTHERS_LINGER: Duration = Duration::from_secs(15);
 
 /// Waits for the first host's agent (the controller), then for the others (bounded; the rest
-/// are stopped). Returns the job's exit code: the controller's, or 1 if its host was lost.
-fn supervise(mut runs: Vec<HostRun>) -> i32 {
+/// are stopped). Returns the job's exit code: the controller's, 1 if its host was lost, 124 if
+/// the job outlived `deadline`.
+fn supervise(mut runs: Vec<HostRun>, deadline: Option<Instant>) -> i32 {
     let mut code = None;
     let mut stopping_since: Option<Instant> = None;
     while !runs.is_empty() {
+        if code.is_none() && deadline.is_some_and(|d| Instant::now() > d) {
+            eprintln!(
+                "reverb run: the job outlived its --timeout and the controller's grace; stopping every host"
+            );
+            terminate(&mut runs);
+            code = Some(124);
+            stopping_since = Some(Instant::now());
+        }
         let mut i = 0;
         while i < runs.len() {
             let status = match runs[i].child.try_wait() {
@@ -325,7 +341,7 @@ fn supervise(mut runs: Vec<HostRun>) -> i32 {
                 }
             };
             let mut run = runs.remove(i);
-            if !run.serves {
+            if !run.serves || code.is_some() {
                 continue;
             }
             let done = run.said_done();

@@ -315,8 +315,9 @@ impl State {
         let p = &mut self.parts[i];
         p.holder = Holder::Orphan { since: Instant::now() };
         let reason = format!("host {} lost ({why})", agent.intro.host);
+        // Not waiting for the rendezvous to apply them: the controller's heartbeats keep time.
         for rank in p.ranks.clone() {
-            if let Err(e) = self.reporter.mark_failed(rank, p.ceiling, &reason) {
+            if let Err(e) = self.reporter.report_failed(rank, p.ceiling, &reason) {
                 say(format_args!("marking rank {rank} failed: {e}"));
             }
         }
@@ -324,7 +325,7 @@ impl State {
         if let Some(loggers) = &self.loggers {
             let rpn = self.ranks_per_node;
             for node in p.ranks.start / rpn..p.ranks.end.div_ceil(rpn) {
-                if let Err(e) = loggers.mark_failed(node, p.ceiling, &reason) {
+                if let Err(e) = loggers.report_failed(node, p.ceiling, &reason) {
                     say(format_args!("marking node {node}'s logger failed: {e}"));
                 }
             }

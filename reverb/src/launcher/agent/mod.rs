@@ -196,14 +196,25 @@ fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
     let bound = job.timeout.map(|t| t + job.timing.timeout * 2);
     let end = controller.wait_end(bound);
     // The other hosts' ranks may still be reading the last collective.
-    server.shutdown_graceful(Duration::from_secs(10));
+    server.shutdown_graceful(LINGER);
     if let Some(l) = loggers {
-        l.shutdown_graceful(Duration::from_secs(10));
+        l.shutdown_graceful(LINGER);
     }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
     eprintln!("{} (code {}): {}", super::hosts::JOB_ENDED, end.code, end.reason);
     Ok(end.code)
+}
+
+/// How long the rendezvous (and the loggers') waits for the ranks to leave once the job ended.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// How long `reverb run --hosts` lets a job with `--timeout` run before it stops every host
+/// itself: the controller's bound (the timeout and twice the agent timeout), its rendezvous'
+/// lingers, and as much again, so that a controller that never ends the job is not waited for.
+pub(crate) fn front_bound(timeout: Duration) -> Result<Duration> {
+    let timing = Timing::from_env()?;
+    Ok(timeout + timing.timeout * 4 + LINGER * 4)
 }
 
 /// The job's rendezvous at its root and, with logger cores, the loggers' one at the next port

@@ -1,12 +1,14 @@
-//! The coordinator thread: owns the rank slots and the allgather round, and does every write
-//! to admitted connections.
+//! The coordinator thread: owns the rank slots and the allgather round, and queues every
+//! write to admitted connections (each connection's [`Outbox`] writes them).
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver};
+use crossbeam::channel::{self, Receiver, Sender};
 
-use super::server::{count_round, count_sent, log_line, Event, Shared};
+use super::outbox::{Bytes, Outbox};
+use super::server::{count_round, log_line, Event, Shared};
 use super::TICK;
 use crate::bootstrap::wire::{self, Frame};
 use crate::bootstrap::PeerAddress;
@@ -25,8 +27,14 @@ enum SlotStatus {
 struct Conn {
     id: u64,
     peer: SocketAddr,
-    writer: TcpStream,
+    /// Kept to shut the connection down (which also wakes its reader and writer).
+    socket: TcpStream,
+    outbox: Outbox,
 }
+
+/// How long a stopping server gives the connections' writers to flush what is queued (the
+/// last results, which ranks are still reading).
+const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
 
 struct RankSlot {
     incarnation: u32,
@@ -40,6 +48,8 @@ struct RankSlot {
 
 pub(super) struct Coordinator {
     shared: Arc<Shared>,
+    /// For the connections' writers, which report a failed write as the rank lost.
+    events: Sender<Event>,
     slots: Vec<RankSlot>,
     round: u64,
     parts: Vec<Option<Vec<u8>>>,
@@ -49,7 +59,7 @@ pub(super) struct Coordinator {
 }
 
 impl Coordinator {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, events: Sender<Event>) -> Self {
         let n = shared.size as usize;
         Coordinator {
             slots: (0..n)
@@ -63,6 +73,7 @@ impl Coordinator {
                 .collect(),
             parts: vec![None; n],
             shared,
+            events,
             round: 0,
             have: 0,
             failure: None,
@@ -77,10 +88,11 @@ impl Coordinator {
                 Err(channel::RecvTimeoutError::Disconnected) => break,
             }
         }
-        for s in &mut self.slots {
-            if let Some(c) = s.conn.take() {
-                let _ = c.writer.shutdown(Shutdown::Both);
-            }
+        let conns: Vec<Conn> = self.slots.iter_mut().filter_map(|s| s.conn.take()).collect();
+        let deadline = Instant::now() + FLUSH_ON_STOP;
+        for c in conns {
+            c.outbox.drain(deadline);
+            let _ = c.socket.shutdown(Shutdown::Both);
         }
     }
 
@@ -124,7 +136,7 @@ impl Coordinator {
         rank: u32,
         incarnation: u32,
         peer: SocketAddr,
-        mut writer: TcpStream,
+        writer: TcpStream,
     ) -> std::result::Result<(), String> {
         let slot = &self.slots[rank as usize];
         let current = slot.incarnation;
@@ -154,15 +166,17 @@ impl Coordinator {
         };
         let welcome = wire::encode(&Frame::Welcome { size: self.shared.size, round: self.round })
             .map_err(|e| e.to_string())?;
-        std::io::Write::write_all(&mut writer, &welcome).map_err(|e| format!("writing Welcome: {e}"))?;
-        count_sent(welcome.len());
+        let socket = writer.try_clone().map_err(|e| format!("socket clone: {e}"))?;
+        let outbox = Outbox::start(writer, id, rank, self.events.clone())
+            .map_err(|e| format!("starting its writer: {e}"))?;
+        outbox.post(welcome.into()).map_err(|e| format!("writing Welcome: {e}"))?;
         if rejoin {
             log_line(format_args!("rank {rank} rejoined at incarnation {incarnation} from {peer}"));
         }
         let slot = &mut self.slots[rank as usize];
         slot.incarnation = incarnation;
         slot.status = SlotStatus::Live;
-        slot.conn = Some(Conn { id, peer, writer });
+        slot.conn = Some(Conn { id, peer, socket, outbox });
         slot.address = None;
         slot.rejoined = rejoin;
         self.set_presence(true, false);
@@ -189,8 +203,8 @@ impl Coordinator {
         if !announce {
             return;
         }
-        let frame = match wire::encode(&Frame::Rejoined { rank, incarnation, address }) {
-            Ok(f) => f,
+        let frame: Bytes = match wire::encode(&Frame::Rejoined { rank, incarnation, address }) {
+            Ok(f) => f.into(),
             Err(e) => {
                 self.left(conn, rank, false, format!("unannounceable address: {e}"));
                 return;
@@ -220,7 +234,7 @@ impl Coordinator {
             .collect();
         match wire::encode(&Frame::Addresses { entries }) {
             Ok(frame) => {
-                self.send_to(rank, &frame);
+                self.send_to(rank, &frame.into());
             }
             Err(e) => self.left(conn, rank, false, format!("lookup: {e}")),
         }
@@ -249,27 +263,24 @@ impl Coordinator {
         self.slots.get(rank as usize).and_then(|s| s.conn.as_ref()).is_some_and(|c| c.id == conn)
     }
 
-    /// Writes `bytes` to a rank; a failed write marks the rank lost.
-    fn send_to(&mut self, rank: u32, bytes: &[u8]) -> bool {
-        let Some(c) = self.slots[rank as usize].conn.as_mut() else {
+    /// Queues `bytes` for a rank; a connection that cannot take it marks the rank lost.
+    fn send_to(&mut self, rank: u32, bytes: &Bytes) -> bool {
+        let Some(c) = self.slots[rank as usize].conn.as_ref() else {
             return false;
         };
-        match std::io::Write::write_all(&mut c.writer, bytes) {
-            Ok(()) => {
-                count_sent(bytes.len());
-                true
-            }
-            Err(e) => {
-                let (id, reason) = (c.id, format!("write failed: {e}"));
+        match c.outbox.post(bytes.clone()) {
+            Ok(()) => true,
+            Err(reason) => {
+                let id = c.id;
                 self.left(id, rank, false, reason);
                 false
             }
         }
     }
 
-    fn abort_frame(&self) -> Vec<u8> {
+    fn abort_frame(&self) -> Bytes {
         let (rank, reason) = self.failure.clone().unwrap_or((None, "job aborted".into()));
-        wire::encode(&Frame::Abort { rank, reason }).unwrap_or_default()
+        wire::encode(&Frame::Abort { rank, reason }).unwrap_or_default().into()
     }
 
     /// Fails every rank waiting in the current round with the job's failure.
@@ -319,6 +330,7 @@ impl Coordinator {
         self.round += 1;
         match wire::encode(&result_frame(round, parts)) {
             Ok(bytes) => {
+                let bytes: Bytes = bytes.into();
                 let mut sent = 0u64;
                 for r in 0..self.shared.size {
                     if self.send_to(r, &bytes) {
@@ -341,8 +353,9 @@ impl Coordinator {
         if !self.is_current(conn, rank) {
             return;
         }
+        // Dropping its outbox ends its writer (the shut socket fails any write in progress).
         let peer = self.slots[rank as usize].conn.take().map(|c| {
-            let _ = c.writer.shutdown(Shutdown::Both);
+            let _ = c.socket.shutdown(Shutdown::Both);
             c.peer
         });
         self.set_presence(false, true);

@@ -1,9 +1,11 @@
 //! Token-guarded TCP rendezvous: a [`BootServer`] and the [`TcpBootstrap`] client.
 //!
-//! Threads of the server: one accept loop, one reader per connection, one coordinator that
-//! owns all job state (rank slots and the current allgather round) and does every write to
-//! admitted connections. Readers only parse frames and send events to the coordinator, so the
-//! state has a single owner and admission (duplicate checks) is race-free.
+//! Threads of the server: one accept loop, one reader and one writer per connection, one
+//! coordinator that owns all job state (rank slots and the current allgather round) and
+//! queues every write to admitted connections. Readers only parse frames and send events to
+//! the coordinator, so the state has a single owner and admission (duplicate checks) is
+//! race-free; writers drain per-connection queues, so a rank that stops reading stalls no one
+//! (a full queue or a write past the I/O bound marks it lost).
 //!
 //! A rank slot keeps its incarnation, status and published provider address. A failed slot
 //! (lost connection, or [`BootServer::mark_failed`] from the launcher) is re-admitted at a
@@ -13,11 +15,13 @@
 //! collectives resume at that round (the Welcome tells a respawned rank which).
 //!
 //! Modules: `server` ([`BootServer`], the accept loop), `conn` (a connection's handshake and
-//! reader), `coordinator` (the job state), `client` ([`TcpBootstrap`]).
+//! reader), `outbox` (a connection's writer), `coordinator` (the job state), `client`
+//! ([`TcpBootstrap`]).
 
 mod client;
 mod conn;
 mod coordinator;
+mod outbox;
 mod server;
 
 use std::time::Duration;

@@ -152,17 +152,35 @@ pub struct FailureReporter {
 impl FailureReporter {
     /// As [`BootServer::mark_failed`].
     pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        let vrx = self.post_failed(rank, incarnation, reason)?;
+        match vrx.recv_timeout(self.shared.opts.io_timeout) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
+            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
+        }
+    }
+
+    /// As [`FailureReporter::mark_failed`] without waiting for the server to apply it: for a
+    /// caller that must keep its own pace (the controller's heartbeats). Reports from one
+    /// thread are applied in order, and before any connection that arrives after them.
+    pub fn report_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        self.post_failed(rank, incarnation, reason).map(drop)
+    }
+
+    /// Queues the report; the receiver gets the server's verdict once applied.
+    fn post_failed(
+        &self,
+        rank: u32,
+        incarnation: u32,
+        reason: &str,
+    ) -> Result<Receiver<std::result::Result<(), String>>> {
         if rank >= self.shared.size {
             return Err(TransportError::InvalidRank(rank, self.shared.size));
         }
         let (vtx, vrx) = channel::bounded(1);
         let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
         self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
-        match vrx.recv_timeout(self.shared.opts.io_timeout) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
-            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
-        }
+        Ok(vrx)
     }
 }
 
@@ -243,10 +261,10 @@ impl BootServer {
         });
         let (tx, rx) = channel::unbounded();
         let coord = {
-            let shared = shared.clone();
+            let (shared, events) = (shared.clone(), tx.clone());
             std::thread::Builder::new()
                 .name("reverb-boot-coord".into())
-                .spawn(move || Coordinator::new(shared).run(rx))
+                .spawn(move || Coordinator::new(shared, events).run(rx))
                 .context(|| "boot server: spawn".into())?
         };
         let events = tx.clone();
