@@ -87,14 +87,14 @@ impl EarlyRecovery {
     }
 }
 
-/// Ranks the rendezvous shows failed since the job started: lost (no address) or at an
-/// incarnation above 0. Only for incarnation 0 inside init, after the transport's open
-/// (every live rank has published its address by then).
+/// Ranks the rendezvous shows failed since the job started: lost, or at an incarnation above
+/// 0. Only for incarnation 0 inside init. A live rank that has not published yet (still in
+/// the transport's open, which a failure may have slowed) is no failure.
 fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> {
     Ok(boot
         .lookup()?
         .iter()
-        .filter(|a| a.rank != me && (a.address.is_none() || a.incarnation > 0))
+        .filter(|a| a.rank != me && (a.lost || a.incarnation > 0))
         .map(|a| a.rank)
         .collect())
 }

@@ -217,7 +217,12 @@ mod tests {
         let table = incarnations
             .iter()
             .enumerate()
-            .map(|(r, &i)| PeerAddress { rank: r as Rank, incarnation: i, address: Some(vec![1]) })
+            .map(|(r, &i)| PeerAddress {
+                rank: r as Rank,
+                incarnation: i,
+                address: Some(vec![1]),
+                lost: false,
+            })
             .collect();
         Script { job, rounds: rounds.into(), sent: Vec::new(), table }
     }

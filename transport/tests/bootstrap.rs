@@ -519,7 +519,10 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
         thread::sleep(Duration::from_millis(10));
         before = r0.lookup().unwrap();
     }
-    assert_eq!(before[2], PeerAddress { rank: 2, incarnation: 0, address: Some(b"old-2".to_vec()) });
+    assert_eq!(
+        before[2],
+        PeerAddress { rank: 2, incarnation: 0, address: Some(b"old-2".to_vec()), lost: false }
+    );
     // The first incarnation is no rejoin: nothing is announced.
     assert!(r0.poll_rejoins().unwrap().is_empty());
 
@@ -527,6 +530,8 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
     server.mark_failed(2, 0, "killed by the test").unwrap();
     let after = r1.lookup().unwrap();
     assert_eq!(after[2].address, None, "a failed rank's address is forgotten");
+    assert!(after[2].lost, "a failed rank shows lost, not merely unpublished");
+    assert!(!after[0].lost && !after[1].lost);
 
     // Stale (equal) incarnation and wrong token are refused with a clear reason.
     let e = TcpBootstrap::connect(job_at(2, 3, 0), &root, TOKEN, T).err().unwrap();
@@ -536,9 +541,15 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
 
     let mut r2 = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).unwrap();
     let seen = r2.lookup().unwrap();
-    assert_eq!(seen[0], PeerAddress { rank: 0, incarnation: 0, address: Some(b"addr-0".to_vec()) });
-    assert_eq!(seen[1], PeerAddress { rank: 1, incarnation: 0, address: Some(b"addr-1".to_vec()) });
-    assert_eq!(seen[2], PeerAddress { rank: 2, incarnation: 1, address: None });
+    assert_eq!(
+        seen[0],
+        PeerAddress { rank: 0, incarnation: 0, address: Some(b"addr-0".to_vec()), lost: false }
+    );
+    assert_eq!(
+        seen[1],
+        PeerAddress { rank: 1, incarnation: 0, address: Some(b"addr-1".to_vec()), lost: false }
+    );
+    assert_eq!(seen[2], PeerAddress { rank: 2, incarnation: 1, address: None, lost: false });
     r2.publish(b"addr-2-new").unwrap();
 
     let want = Rejoin { rank: 2, incarnation: 1, address: b"addr-2-new".to_vec() };
@@ -660,7 +671,10 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
             Frame::Addresses {
                 entries: v
                     .into_iter()
-                    .map(|(rank, incarnation, address)| PeerAddress { rank, incarnation, address })
+                    .map(|(rank, incarnation, address)| {
+                        let lost = address.is_none() && rank % 2 == 1;
+                        PeerAddress { rank, incarnation, address, lost }
+                    })
                     .collect(),
             }
         }),

@@ -66,6 +66,9 @@ pub struct PeerAddress {
     pub incarnation: u32,
     /// None while that incarnation has not published (not started yet, or failed).
     pub address: Option<Vec<u8>>,
+    /// The rendezvous saw that incarnation fail (its connection dropped, or the launcher
+    /// marked it failed): not merely a rank that has not published yet.
+    pub lost: bool,
 }
 
 /// A respawned rank rejoined the job at `incarnation` and published `address`.

@@ -10,6 +10,7 @@
 //! Uniform (a round whose contributions are all equal, a barrier's: O(1) bytes, not O(n)).
 //! Version 4 added the agent frames (AgentHello, Heartbeat, PartDone, TakeOver, JobEnd): a
 //! per-host agent's control connection to the job's controller, on the rendezvous port.
+//! Version 5 tells a lost rank from one that has not published yet in Addresses.
 //!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
@@ -23,7 +24,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -233,7 +234,15 @@ fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
         Frame::Addresses { entries } => {
             w.u32(entries.len() as u32);
             for e in entries {
-                w.u32(e.rank).u32(e.incarnation).u8(e.address.is_some() as u8);
+                // 0: no address yet, 1: an address, 2: lost.
+                let state = if e.address.is_some() {
+                    1
+                } else if e.lost {
+                    2
+                } else {
+                    0
+                };
+                w.u32(e.rank).u32(e.incarnation).u8(state);
                 w.bytes32(e.address.as_deref().unwrap_or(&[]));
             }
             K_ADDRESSES
@@ -378,14 +387,15 @@ fn decode_addresses(r: &mut Reader<'_>) -> Result<Frame> {
     for _ in 0..count {
         let rank = r.u32("rank")?;
         let incarnation = r.u32("incarnation")?;
-        let has = r.u8("has_address")?;
+        let has = r.u8("address state")?;
         let addr = address(r)?;
-        let address = match has {
-            0 if addr.is_empty() => None,
-            1 => Some(addr),
-            x => return Err(malformed(format!("bad has_address {x} (address of {} bytes)", addr.len()))),
+        let (address, lost) = match has {
+            0 if addr.is_empty() => (None, false),
+            1 => (Some(addr), false),
+            2 if addr.is_empty() => (None, true),
+            x => return Err(malformed(format!("bad address state {x} (address of {} bytes)", addr.len()))),
         };
-        entries.push(PeerAddress { rank, incarnation, address });
+        entries.push(PeerAddress { rank, incarnation, address, lost });
     }
     Ok(Frame::Addresses { entries })
 }
@@ -581,8 +591,8 @@ mod tests {
             Frame::Lookup,
             Frame::Addresses {
                 entries: vec![
-                    PeerAddress { rank: 0, incarnation: 0, address: Some(vec![7; 20]) },
-                    PeerAddress { rank: 1, incarnation: 3, address: None },
+                    PeerAddress { rank: 0, incarnation: 0, address: Some(vec![7; 20]), lost: false },
+                    PeerAddress { rank: 1, incarnation: 3, address: None, lost: true },
                 ],
             },
             Frame::Rejoined { rank: 1, incarnation: 4, address: vec![9; 20] },
@@ -612,30 +622,30 @@ mod tests {
     #[test]
     fn pinned_encodings() {
         let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
-        let mut want = b"RVBT\x04\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        let mut want = b"RVBT\x05\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
         want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(encode(&hello).unwrap(), want);
         let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
-        let want = b"RVBT\x04\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        let want = b"RVBT\x05\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
         assert_eq!(encode(&abort).unwrap(), want);
         let table = Frame::Addresses {
             entries: vec![
-                PeerAddress { rank: 1, incarnation: 2, address: Some(vec![0xaa]) },
-                PeerAddress { rank: 5, incarnation: 0, address: None },
+                PeerAddress { rank: 1, incarnation: 2, address: Some(vec![0xaa]), lost: false },
+                PeerAddress { rank: 5, incarnation: 0, address: None, lost: false },
             ],
         };
-        let mut want = b"RVBT\x04\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
+        let mut want = b"RVBT\x05\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
         want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode(&table).unwrap(), want);
         let welcome = Frame::Welcome { size: 2, round: 0x0102 };
-        let want = b"RVBT\x04\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        let want = b"RVBT\x05\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
         assert_eq!(encode(&welcome).unwrap(), want);
         let uniform = Frame::Uniform { round: 1, count: 3, part: vec![7] };
-        let want = b"RVBT\x04\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
+        let want = b"RVBT\x05\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
         assert_eq!(encode(&uniform).unwrap(), want);
         let take = Frame::TakeOver { first: 4, count: 2, incarnation: 5 };
-        let want = b"RVBT\x04\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
+        let want = b"RVBT\x05\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
         assert_eq!(encode(&take).unwrap(), want);
     }
 
@@ -644,8 +654,12 @@ mod tests {
     }
 
     fn frame() -> impl Strategy<Value = Frame> {
-        let peer = (any::<u32>(), any::<u32>(), prop::option::of(bytes()))
-            .prop_map(|(rank, incarnation, address)| PeerAddress { rank, incarnation, address });
+        let peer = (any::<u32>(), any::<u32>(), prop::option::of(bytes()), any::<bool>()).prop_map(
+            |(rank, incarnation, address, lost)| {
+                let lost = lost && address.is_none();
+                PeerAddress { rank, incarnation, address, lost }
+            },
+        );
         prop_oneof![
             (bytes(), any::<u32>(), any::<u32>(), any::<u32>())
                 .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),

@@ -31,6 +31,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// rank connects when it reconnects in turn, at its next `apply_rejoins` or `await_rejoin`.
 const AWAIT_CONNECT: Duration = Duration::from_secs(60);
 
+/// How often the open, still awaiting lower ranks, asks the rendezvous whether one was lost.
+const LOST_LOOKUP_EVERY: Duration = Duration::from_millis(500);
+
 /// How a peer is reached.
 pub(super) enum Link {
     /// Gone (or never connected): operations towards it fail with `PeerDead`.
@@ -106,7 +109,12 @@ impl Core {
         let me = p.job.rank;
         for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1).filter(|(_, b)| !b.is_empty()) {
             let address = Address::decode(bytes, rank as Rank)?;
-            p.dial(rank as Rank, &address)?;
+            match p.dial(rank as Rank, &address) {
+                // Died since the allgather: the open goes on without it, as after any failure
+                // (the runtime's recovery reconnects to its next incarnation).
+                Err(TransportError::PeerDead(_)) => p.lost_in_open(rank as Rank, address.incarnation),
+                other => other?,
+            }
         }
         for (rank, bytes) in all.iter().enumerate().take(me as usize).filter(|(_, b)| !b.is_empty()) {
             let address = Address::decode(bytes, rank as Rank)?;
@@ -114,7 +122,7 @@ impl Core {
             (peer.incarnation, peer.known, peer.link) =
                 (address.incarnation, true, Link::Awaiting(Instant::now()));
         }
-        p.await_lower_ranks()?;
+        p.await_lower_ranks(boot)?;
         boot.publish(&p.address)?;
         Ok(p)
     }
@@ -222,9 +230,22 @@ impl Core {
         Ok(())
     }
 
-    /// The open's wait for every lower rank's connection.
-    pub(super) fn await_lower_ranks(&mut self) -> Result<()> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
+    /// A peer found dead during the open: `Dead` at the incarnation it had.
+    fn lost_in_open(&mut self, rank: Rank, incarnation: u32) {
+        tracing::info!(
+            "tcp: rank {}: rank {rank} died while the transport opened; going on without it",
+            self.job.rank
+        );
+        let peer = &mut self.peers[rank as usize];
+        (peer.incarnation, peer.known, peer.link) = (incarnation, true, Link::Dead);
+    }
+
+    /// The open's wait for every lower rank's connection. A lower rank the rendezvous shows
+    /// lost meanwhile is left `Dead` rather than awaited to the bound.
+    pub(super) fn await_lower_ranks(&mut self, boot: &mut dyn Bootstrap) -> Result<()> {
+        let start = Instant::now();
+        let deadline = start + CONNECT_TIMEOUT;
+        let mut next_lookup = start + LOST_LOOKUP_EVERY;
         loop {
             self.poll_accepts();
             // Checked after the accepts: the last one may land just at the deadline.
@@ -232,6 +253,25 @@ impl Core {
                 (0..self.peers.len()).filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_))).collect();
             if missing.is_empty() {
                 return Ok(());
+            }
+            if Instant::now() >= next_lookup {
+                next_lookup = Instant::now() + LOST_LOOKUP_EVERY;
+                let table = match boot.lookup() {
+                    Ok(table) => table,
+                    // A rendezvous that keeps no table: wait to the bound.
+                    Err(TransportError::Unsupported(_)) => {
+                        next_lookup = deadline;
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                };
+                for entry in table.into_iter().filter(|e| missing.contains(&(e.rank as usize))) {
+                    let incarnation = self.peers[entry.rank as usize].incarnation;
+                    if entry.lost || entry.incarnation > incarnation {
+                        self.lost_in_open(entry.rank, incarnation);
+                    }
+                }
+                continue;
             }
             if Instant::now() > deadline {
                 return Err(TransportError::Bootstrap(format!(

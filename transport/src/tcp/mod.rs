@@ -458,6 +458,76 @@ mod tests {
         );
     }
 
+    /// Joins a job of `size` over raw frames as `rank`, contributes a tcp address nobody
+    /// listens at to the open's allgather, and dies (no Bye): a rank lost between the
+    /// allgather and its connections.
+    fn rank_lost_in_open(root: std::net::SocketAddr, rank: u32, size: u32) -> std::thread::JoinHandle<()> {
+        use crate::bootstrap::wire::{self as boot_wire, Frame, Read1, Wait};
+        std::thread::spawn(move || {
+            let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            let address = wire::Address { incarnation: 0, key: 7, socket: closed }.encode();
+            let mut s = std::net::TcpStream::connect(root).unwrap();
+            let hello = Frame::Hello { token: b"tok".to_vec(), rank, size, incarnation: 0 };
+            let contribute = Frame::Contribute { round: 0, data: address };
+            for f in [hello, contribute] {
+                std::io::Write::write_all(&mut s, &boot_wire::encode(&f).unwrap()).unwrap();
+            }
+            let cancel = || false;
+            let wait = Wait { idle_deadline: None, frame_timeout: Duration::from_secs(10), cancel: &cancel };
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // Welcome, then the round's result: the others have the address now.
+            for _ in 0..2 {
+                assert!(matches!(
+                    boot_wire::read_frame(&mut s, boot_wire::MAX_FRAME, &wait),
+                    Ok(Read1::Frame(_))
+                ));
+            }
+        })
+    }
+
+    /// A rank that dies between the open's allgather and its connections neither fails nor
+    /// stalls the others' open: higher ranks find its port closed, lower ones see it lost at
+    /// the rendezvous; it is left `Dead` for the runtime's recovery.
+    #[test]
+    fn the_open_goes_on_without_ranks_lost_during_it() {
+        use crate::bootstrap::{BootServer, TcpBootstrap};
+        let server = BootServer::start("127.0.0.1:0", 4, "tok").unwrap();
+        let root = server.local_addr();
+        let fakes = [rank_lost_in_open(root, 0, 4), rank_lost_in_open(root, 3, 4)];
+        let real: Vec<_> = [1u32, 2]
+            .into_iter()
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let job = crate::JobInfo {
+                        rank,
+                        size: 4,
+                        node: rank,
+                        local_rank: 0,
+                        ranks_per_node: 1,
+                        job_id: "tcp-lost-in-open".into(),
+                        incarnation: 0,
+                    };
+                    let mut boot =
+                        TcpBootstrap::connect(job, &root.to_string(), "tok", Duration::from_secs(10))
+                            .unwrap();
+                    let start = Instant::now();
+                    let p = TcpProvider::open(TransportConfig::default(), &mut boot).expect("open");
+                    (start.elapsed(), [0, 1, 2, 3].map(|r| p.peer_state(r)))
+                })
+            })
+            .collect();
+        for f in fakes {
+            f.join().unwrap();
+        }
+        for (i, h) in real.into_iter().enumerate() {
+            let (took, states) = h.join().unwrap();
+            assert!(took < Duration::from_secs(20), "rank {}: the open took {took:?}", i + 1);
+            assert_eq!(states[0], PeerState::Dead, "rank {}: {states:?}", i + 1);
+            assert_eq!(states[3], PeerState::Dead, "rank {}: {states:?}", i + 1);
+            assert_eq!(states[2 - i], PeerState::Alive, "rank {}: {states:?}", i + 1);
+        }
+    }
+
     /// What the helper thread completes while the application is away waits in staging and
     /// reaches the owner's queue at the next call.
     #[test]

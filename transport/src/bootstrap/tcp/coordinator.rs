@@ -229,6 +229,7 @@ impl Coordinator {
                     rank: r,
                     incarnation: s.incarnation,
                     address: s.address.clone().filter(|_| live),
+                    lost: matches!(s.status, SlotStatus::Failed(_)),
                 }
             })
             .collect();
