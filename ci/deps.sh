@@ -6,11 +6,12 @@
 # the Reed-Solomon bench its ISA-L column (the build skips it when absent). slurmctld, slurmd,
 # slurm-client and munge are Debian's Slurm, which ci/slurm.sh runs on simulated hosts with its
 # own throwaway config (no service of theirs needs to run). openmpi-bin's mpirun is tested as a
-# plain launcher (reverb/tests/mpirun.rs).
+# plain launcher (reverb/tests/mpirun.rs). gcc compiles the C ABI's examples and tests
+# (ci/capi.sh).
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
-    rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils
+    rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils gcc
     iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin)
 for arg in "$@"; do
     case "$arg" in

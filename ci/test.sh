@@ -26,6 +26,9 @@ bash ci/no-fault-hooks.sh
 step "tests"
 cargo test --workspace
 
+step "the C ABI from C: libreverb installed with pkg-config, the C examples and error paths on shm and tcp, the C stencil surviving a killed node"
+bash ci/capi.sh
+
 step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
 REVERB_PROVIDER=tcp cargo test -p reverb --test demo

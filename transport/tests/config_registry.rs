@@ -52,6 +52,11 @@ fn used_names() -> Vec<(String, PathBuf)> {
         if file.ends_with("config/registry.rs") || file.ends_with("tests/config_registry.rs") {
             continue;
         }
+        // The C ABI's source defines C constants (REVERB_OK, REVERB_ERR_*), not variables: it
+        // reads none of its own (the runtime and transport do).
+        if file.strip_prefix(repo_root()).is_ok_and(|f| f.starts_with("capi/src")) {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(&file) else { continue };
         let shown = file.strip_prefix(repo_root()).unwrap_or(&file).to_path_buf();
         used.extend(names_in(&text).map(|n| (n, shown.clone())));

@@ -93,7 +93,7 @@ pub struct AcrossHosts<'a> {
     pub command: &'a [String],
     pub verbose: bool,
     /// The job's `--timeout`: the front stops every host if the job outlives it by far
-    /// ([`super::agent::front_bound`]).
+    /// (`agent::front_bound`).
     pub timeout: Option<Duration>,
 }
 

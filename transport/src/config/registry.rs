@@ -243,6 +243,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_TEST_SEED", "1592590340", Test, T, "int", "seed of the logger protocol tests' random schedules (default 0x5eed0004)"),
     var("REVERB_DETQ_ROLE", "", Test, T, "text", "role of a determinant-queue test process"),
     var("REVERB_DETQ_PATH", "", Test, T, "path", "shared queue path of the determinant-queue test"),
+    var("REVERB_BLESS", "", Test, T, "flag", "capi's header test rewrites include/reverb.h from the source instead of comparing"),
     var("REVERB_RESPAWN_TEST_OUT", "", Test, T, "path", "marks a respawn test rank and names its result directory"),
     var("REVERB_STALE_TEST", "", Test, T, "bool", "runs the stale-incarnation rejoin test's rank body"),
     // CI and comparison scripts
