@@ -120,7 +120,7 @@ use std::time::Instant;
 use reverb_ckpt::{Checkpointer, Epoch};
 use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
-use reverb_transport::{Rank, Source, Tag};
+use reverb_transport::{Rank, Source, Tag, TagMatch};
 
 pub use config::RuntimeConfig;
 pub use error::{Result, RuntimeError};
@@ -217,6 +217,11 @@ impl Runtime {
         self.report.incarnation > 0
     }
 
+    /// The settings this rank runs with (read from the environment at init).
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
     /// What this rank has measured so far (`finalize` returns and writes the final one).
     pub fn report(&self) -> &RuntimeReport {
         &self.report
@@ -260,12 +265,29 @@ impl Runtime {
 
     /// Receives the next message from `source` under `tag`.
     pub fn recv_from(&mut self, source: Rank, tag: Tag) -> Result<Message> {
-        self.recv(Source::Rank(source), tag)
+        self.recv(Source::Rank(source), TagMatch::exact(tag))
     }
 
     /// Receives the next message under `tag` from any rank (logged by a determinant).
     pub fn recv_any(&mut self, tag: Tag) -> Result<Message> {
-        self.recv(Source::Any, tag)
+        self.recv(Source::Any, TagMatch::exact(tag))
+    }
+
+    /// Receives the next message from `source` whose tag matches `tag` on its mask's bits (an
+    /// MPI layer's context and wildcard tags); a wildcard is logged by a determinant.
+    pub fn recv_matching(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
+        self.recv(source, tag)
+    }
+
+    /// [`Runtime::recv_matching`] without waiting: the message if it has arrived, else None.
+    pub fn try_recv(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        self.try_recv_now(source, tag)
+    }
+
+    /// The message [`Runtime::try_recv`] would take now, left in place: (source, tag, length).
+    /// During a replay a wildcard names the logged message.
+    pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        self.probe_now(source, tag)
     }
 
     /// Coordinated checkpoint of `state` and the endpoint's channel state, then the logger's

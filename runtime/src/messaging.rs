@@ -31,11 +31,46 @@ impl Runtime {
         Ok(())
     }
 
-    pub(super) fn recv(&mut self, source: Source, tag: Tag) -> Result<Message> {
+    /// A receive that does not wait: the matching message if it has arrived, else None (a
+    /// failure found meanwhile is recovered first, as in `recv`).
+    pub(super) fn try_recv_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        let got = self.endpoint()?.recv(source, tag, std::time::Duration::ZERO);
+        match got {
+            Ok(d) => {
+                self.note_replay()?;
+                Ok(Some(Message { source: d.source, tag: d.tag, payload: d.payload }))
+            }
+            Err(LogError::Transport(TransportError::Timeout(_))) => {
+                self.check_failures()?;
+                Ok(None)
+            }
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(None),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// What `try_recv_now` would take, left in place: (source, tag, length).
+    pub(super) fn probe_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        match self.endpoint()?.probe(source, tag) {
+            Ok(Some(found)) => Ok(Some(found)),
+            Ok(None) => {
+                self.check_failures()?;
+                Ok(None)
+            }
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(None),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    pub(super) fn recv(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
         let mut start = Instant::now();
         loop {
             let slice = self.config.detect_interval;
-            let got = self.endpoint()?.recv(source, TagMatch::exact(tag), slice);
+            let got = self.endpoint()?.recv(source, tag, slice);
             match got {
                 Ok(d) => {
                     self.note_replay()?;
@@ -46,7 +81,7 @@ impl Runtime {
                         start = Instant::now();
                     } else if start.elapsed() > self.config.recv_timeout {
                         return Err(RuntimeError::Timeout {
-                            what: format!("rank {} receiving {source:?} tag {tag:#x}", self.rank),
+                            what: format!("rank {} receiving {source:?} tag {:#x}", self.rank, tag.tag),
                             after: self.config.recv_timeout,
                         });
                     }

@@ -89,6 +89,21 @@ impl LoggedEndpoint {
         }
     }
 
+    /// The message a receive from `source` under `tag` would take now, without taking it:
+    /// (sender, tag, payload length), or None if none has arrived. During a replay a wildcard
+    /// names the message its determinant names, as a receive would take.
+    pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, u64, usize)>> {
+        self.provider.progress()?;
+        self.collect_completions()?;
+        let kind = ReceiveKind::classify(source, tag);
+        let Some(i) = self.find_ready(source, tag, kind)? else {
+            self.background(false)?;
+            return Ok(None);
+        };
+        let a = &self.ready[i];
+        Ok(Some((a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset)))
+    }
+
     /// The ready message this receive takes, if it has arrived: the one the replay plan names
     /// for this rsn, else the oldest matching one.
     fn find_ready(&mut self, source: Source, tag: TagMatch, kind: ReceiveKind) -> Result<Option<usize>> {

@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// allocation's nodes idle as spares.
     #[arg(long, value_name = "HOST,...|N", value_delimiter = ',')]
     pub spares: Vec<String>,
+    /// The program is an MPI program linked against MPICH's libmpich.so.12 (Debian's
+    /// mpicc.mpich): its ranks load reverb's MPI library instead (REVERB_MPI_LIB, or
+    /// libmpich.so beside this executable).
+    #[arg(long, conflicts_with_all = ["hosts", "hostfile", "slurm"])]
+    pub mpi: bool,
     /// Inside a Slurm allocation: the job as one srun step of agents, one per node, the ranks
     /// spread evenly (the last `--spares N` nodes idle as spares).
     #[arg(long, conflicts_with_all = ["local_ranks", "hosts", "hostfile"])]
@@ -90,7 +95,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         ranks_per_node: args.ranks_per_node.unwrap_or(args.ranks),
         program: PathBuf::from(program),
         args: rest.to_vec(),
-        env: Vec::new(),
+        env: if args.mpi { super::mpi::environment()? } else { Vec::new() },
         timeout,
         prefix_output: !args.no_prefix,
     };

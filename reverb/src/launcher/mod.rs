@@ -43,6 +43,7 @@ mod agent;
 pub mod args;
 pub mod hosts;
 pub mod logger_cores;
+mod mpi;
 mod os;
 mod report;
 mod signals;

@@ -1,0 +1,701 @@
+//! Collectives over the runtime's logged point-to-point messages, on each communicator's
+//! collective context (apart from its point-to-point traffic). Every algorithm has a fixed
+//! shape (dissemination barrier, binomial broadcast and reduction, linear gathers and
+//! all-to-all), so a reduction adds in the same order every run: a recovered run's answer is
+//! bit-identical.
+
+use std::ffi::{c_int, c_void};
+
+use reverb_transport::{Source, TagMatch};
+
+use crate::abi::*;
+use crate::datatype::{offset, Datatype};
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::op::{self, Op};
+use crate::state::{call, State};
+use crate::tags;
+
+/// The part of a communicator a collective needs, copied out of the state.
+struct Group {
+    context: u32,
+    ranks: Vec<u32>,
+    me: usize,
+}
+
+impl Group {
+    fn of(s: &State, comm: c_int) -> MpiResult<Group> {
+        let c = s.comm(comm)?;
+        Ok(Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize })
+    }
+
+    fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn tag(&self) -> u64 {
+        tags::tag(self.context, tags::COLL, 0)
+    }
+
+    fn send(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
+        Ok(s.rt.send(self.ranks[to], self.tag(), bytes)?)
+    }
+
+    fn recv(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
+        let m = s.rt.recv_matching(Source::Rank(self.ranks[from]), TagMatch::exact(self.tag()))?;
+        Ok(m.payload)
+    }
+
+    fn check_root(&self, root: c_int) -> MpiResult<usize> {
+        usize::try_from(root).ok().filter(|&r| r < self.size()).ok_or_else(|| {
+            MpiError::new(MPI_ERR_ROOT, format!("root {root} outside a communicator of {}", self.size()))
+        })
+    }
+}
+
+fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
+    let n = g.size();
+    let mut k = 1;
+    while k < n {
+        g.send(s, (g.me + k) % n, &[])?;
+        g.recv(s, (g.me + n - k) % n)?;
+        k <<= 1;
+    }
+    Ok(())
+}
+
+/// Binomial broadcast of `data` from `root`; every rank returns the root's bytes.
+fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) -> MpiResult<Vec<u8>> {
+    let n = g.size();
+    let vr = (g.me + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            data = g.recv(s, (vr - mask + root) % n)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < n {
+            g.send(s, (vr + mask + root) % n, &data)?;
+        }
+        mask >>= 1;
+    }
+    Ok(data)
+}
+
+/// What a reduction combines.
+struct Reduction<'a> {
+    op: Op,
+    dt: &'a Datatype,
+    dt_handle: c_int,
+    count: usize,
+}
+
+/// Binomial reduction to `root`: Some(result) there. Ranks are combined in rank order (lower
+/// ranks' partial results on the left), so a non-commutative operation is reduced to rank 0
+/// first and then handed to the root.
+fn reduce(
+    s: &mut State,
+    g: &Group,
+    root: usize,
+    mine: Vec<u8>,
+    r: &Reduction<'_>,
+) -> MpiResult<Option<Vec<u8>>> {
+    let n = g.size();
+    let tree_root = if r.op.commutative() { root } else { 0 };
+    let vr = (g.me + n - tree_root) % n;
+    let mut acc = mine;
+    let mut mask = 1;
+    let mut holder = true;
+    while mask < n {
+        if vr & mask == 0 {
+            let src = vr | mask;
+            if src < n {
+                let mut theirs = g.recv(s, (src + tree_root) % n)?;
+                op::apply(r.op, r.dt, r.dt_handle, r.count, &acc, &mut theirs)?;
+                acc = theirs;
+            }
+        } else {
+            g.send(s, ((vr & !mask) + tree_root) % n, &acc)?;
+            holder = false;
+            break;
+        }
+        mask <<= 1;
+    }
+    if tree_root == root {
+        return Ok(holder.then_some(acc));
+    }
+    if g.me == tree_root {
+        g.send(s, root, &acc)?;
+    }
+    if g.me == root {
+        return Ok(Some(g.recv(s, tree_root)?));
+    }
+    Ok(None)
+}
+
+/// Every rank's bytes at `root`, in rank order.
+fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiResult<Option<Vec<Vec<u8>>>> {
+    if g.me != root {
+        g.send(s, root, mine)?;
+        return Ok(None);
+    }
+    let mut all = Vec::with_capacity(g.size());
+    for r in 0..g.size() {
+        all.push(if r == root { mine.to_vec() } else { g.recv(s, r)? });
+    }
+    Ok(Some(all))
+}
+
+fn frame(parts: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in parts {
+        out.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+fn unframe(bytes: &[u8], n: usize) -> MpiResult<Vec<Vec<u8>>> {
+    let bad = || MpiError::new(MPI_ERR_INTERN, "a malformed allgather result");
+    let mut parts = Vec::with_capacity(n);
+    let mut at = 0;
+    for _ in 0..n {
+        let len: [u8; 8] = bytes.get(at..at + 8).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
+        let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad())?;
+        at += 8;
+        parts.push(bytes.get(at..at + len).ok_or_else(bad)?.to_vec());
+        at += len;
+    }
+    Ok(parts)
+}
+
+fn allgather(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    let framed = gather(s, g, 0, mine)?.map(|all| frame(&all)).unwrap_or_default();
+    let framed = bcast(s, g, 0, framed)?;
+    unframe(&framed, g.size())
+}
+
+/// Every member's `mine`, in rank order (for communicator creation).
+pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    let g = Group::of(s, comm)?;
+    allgather(s, &g, mine)
+}
+
+fn count_of(count: c_int) -> MpiResult<usize> {
+    usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
+}
+
+fn in_place(p: *const c_void) -> bool {
+    p as usize == crate::ffi::IN_PLACE
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
+    call("MPI_Barrier", comm, |s| {
+        let g = Group::of(s, comm)?;
+        barrier(s, &g)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Bcast(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Bcast", comm, |s| {
+        let g = Group::of(s, comm)?;
+        let root = g.check_root(root)?;
+        let (count, dt) = (count_of(count)?, s.datatype(datatype)?);
+        let data = if g.me == root { dt.pack(buf, count)?.into_owned() } else { Vec::new() };
+        let data = bcast(s, &g, root, data)?;
+        if g.me != root {
+            dt.unpack(&data, buf, count)?;
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    root: Option<c_int>,
+    comm: c_int,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let root_rank = match root {
+        Some(r) => g.check_root(r)?,
+        None => 0,
+    };
+    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
+    let mine = dt.pack(source, n)?.into_owned();
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
+    let result = reduce(s, &g, root_rank, mine, &r)?;
+    let result = match root {
+        Some(_) => result,
+        // Allreduce: the same bytes everywhere.
+        None => Some(bcast(s, &g, 0, result.unwrap_or_default())?),
+    };
+    if let Some(bytes) = result {
+        dt.unpack(&bytes, recvbuf, n)?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, Some(root), comm))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allreduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, None, comm))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+) -> c_int {
+    call("MPI_Reduce_local", MPI_COMM_WORLD, |s| {
+        let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+        let input = dt.pack(inbuf, n)?.into_owned();
+        let mut acc = dt.pack(inoutbuf, n)?.into_owned();
+        op::apply(op, &dt, datatype, n, &input, &mut acc)?;
+        dt.unpack(&acc, inoutbuf, n)
+    })
+}
+
+/// The layout of one rank's piece in a gather's or scatter's buffer.
+struct Pieces {
+    counts: Vec<usize>,
+    /// Displacements in elements of the type.
+    displs: Vec<isize>,
+}
+
+impl Pieces {
+    fn uniform(n: usize, count: usize) -> Pieces {
+        Pieces { counts: vec![count; n], displs: (0..n).map(|i| (i * count) as isize).collect() }
+    }
+
+    fn varying(n: usize, counts: *const c_int, displs: *const c_int) -> MpiResult<Pieces> {
+        let counts =
+            ffi::array(counts, n, "counts")?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
+        let displs = ffi::array(displs, n, "displs")?.iter().map(|&d| d as isize).collect();
+        Ok(Pieces { counts, displs })
+    }
+
+    fn at(&self, base: *const c_void, dt: &Datatype, i: usize) -> *const c_void {
+        offset(base, self.displs[i] * dt.extent)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
+    recvtype: c_int,
+    root: Option<c_int>,
+    comm: c_int,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let root_rank = match root {
+        Some(r) => g.check_root(r)?,
+        None => 0,
+    };
+    let layout = pieces(g.size())?;
+    let rt = s.datatype(recvtype)?;
+    let mine = if in_place(sendbuf) {
+        rt.pack(layout.at(recvbuf, &rt, g.me), layout.counts[g.me])?.into_owned()
+    } else {
+        s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned()
+    };
+    let all = match root {
+        Some(_) => gather(s, &g, root_rank, &mine)?,
+        None => Some(allgather(s, &g, &mine)?),
+    };
+    let Some(all) = all else { return Ok(()) };
+    for (i, bytes) in all.iter().enumerate() {
+        rt.unpack(bytes, layout.at(recvbuf, &rt, i).cast_mut(), layout.counts[i])?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Gather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Gather", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount).unwrap_or(0)));
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Gatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Gatherv", comm, |s| {
+        let at_root = s.comm(comm)?.me as c_int == root;
+        let pieces =
+            |n| if at_root { Pieces::varying(n, recvcounts, displs) } else { Ok(Pieces::uniform(n, 0)) };
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Allgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allgather", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Allgatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allgatherv", comm, |s| {
+        let pieces = |n| Pieces::varying(n, recvcounts, displs);
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatter_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let root = g.check_root(root)?;
+    let mine = if g.me == root {
+        let layout = pieces(g.size())?;
+        let st = s.datatype(sendtype)?;
+        let mut own = Vec::new();
+        for r in 0..g.size() {
+            let bytes = st.pack(layout.at(sendbuf, &st, r), layout.counts[r])?;
+            if r == root {
+                own = bytes.into_owned();
+            } else {
+                g.send(s, r, &bytes)?;
+            }
+        }
+        // MPI_IN_PLACE at the root: its piece stays where it is.
+        if in_place(recvbuf) {
+            return Ok(());
+        }
+        own
+    } else {
+        g.recv(s, root)?
+    };
+    s.datatype(recvtype)?.unpack(&mine, recvbuf, count_of(recvcount)?)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scatter", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
+        scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Scatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scatterv", comm, |s| {
+        let pieces = |n| Pieces::varying(n, sendcounts, displs);
+        scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoall_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    send: impl FnOnce(usize) -> MpiResult<Pieces>,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recv: impl FnOnce(usize) -> MpiResult<Pieces>,
+    recvtype: c_int,
+    comm: c_int,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let n = g.size();
+    let (rt, rl) = (s.datatype(recvtype)?, recv(n)?);
+    let (st, sl, src) = if in_place(sendbuf) {
+        (rt.clone(), Pieces { counts: rl.counts.clone(), displs: rl.displs.clone() }, recvbuf.cast_const())
+    } else {
+        (s.datatype(sendtype)?, send(n)?, sendbuf)
+    };
+    // Every piece is taken before any is written: MPI_IN_PLACE reads and writes one buffer.
+    let own = st.pack(sl.at(src, &st, g.me), sl.counts[g.me])?.into_owned();
+    for step in 1..n {
+        let to = (g.me + step) % n;
+        let bytes = st.pack(sl.at(src, &st, to), sl.counts[to])?.into_owned();
+        g.send(s, to, &bytes)?;
+    }
+    rt.unpack(&own, rl.at(recvbuf, &rt, g.me).cast_mut(), rl.counts[g.me])?;
+    for step in 1..n {
+        let from = (g.me + n - step) % n;
+        let bytes = g.recv(s, from)?;
+        rt.unpack(&bytes, rl.at(recvbuf, &rt, from).cast_mut(), rl.counts[from])?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Alltoall", comm, |s| {
+        let send = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
+        let recv = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
+        alltoall_call(s, sendbuf, send, sendtype, recvbuf, recv, recvtype, comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Alltoallv", comm, |s| {
+        let send = |n| Pieces::varying(n, sendcounts, sdispls);
+        let recv = |n| Pieces::varying(n, recvcounts, rdispls);
+        alltoall_call(s, sendbuf, send, sendtype, recvbuf, recv, recvtype, comm)
+    })
+}
+
+/// Inclusive (or exclusive) prefix reduction along the ranks, in rank order.
+#[allow(clippy::too_many_arguments)]
+fn scan_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+    exclusive: bool,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
+    let mine = dt.pack(source, n)?.into_owned();
+    let before = if g.me > 0 { Some(g.recv(s, g.me - 1)?) } else { None };
+    let through_me = match &before {
+        Some(prefix) => {
+            let mut acc = mine.clone();
+            op::apply(op, &dt, datatype, n, prefix, &mut acc)?;
+            acc
+        }
+        None => mine,
+    };
+    if g.me + 1 < g.size() {
+        g.send(s, g.me + 1, &through_me)?;
+    }
+    match (exclusive, before) {
+        (false, _) => dt.unpack(&through_me, recvbuf, n),
+        (true, Some(prefix)) => dt.unpack(&prefix, recvbuf, n),
+        // Rank 0's exclusive result is undefined: its buffer is left alone.
+        (true, None) => Ok(()),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Scan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, false))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Exscan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Exscan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, true))
+}
+
+/// Reduce to rank 0 over all the counts, then scatter each rank its block.
+fn reduce_scatter_call(
+    s: &mut State,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: Vec<usize>,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let total: usize = counts.iter().sum();
+    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
+    let mine = dt.pack(source, total)?.into_owned();
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: total };
+    let result = reduce(s, &g, 0, mine, &r)?;
+    let piece = if g.me == 0 {
+        let all = result.unwrap_or_default();
+        let mut at = 0;
+        let mut own = Vec::new();
+        for (rank, &c) in counts.iter().enumerate() {
+            let bytes = all.get(at..at + dt.bytes_for(c)).unwrap_or_default();
+            at += dt.bytes_for(c);
+            if rank == 0 {
+                own = bytes.to_vec();
+            } else {
+                g.send(s, rank, bytes)?;
+            }
+        }
+        own
+    } else {
+        g.recv(s, 0)?
+    };
+    dt.unpack(&piece, recvbuf, counts[g.me])
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce_scatter_block", comm, |s| {
+        let n = s.comm(comm)?.size() as usize;
+        let counts = vec![count_of(recvcount)?; n];
+        reduce_scatter_call(s, sendbuf, recvbuf, counts, datatype, op, comm)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce_scatter", comm, |s| {
+        let n = s.comm(comm)?.size() as usize;
+        let counts = ffi::array(recvcounts, n, "recvcounts")?
+            .iter()
+            .map(|&c| count_of(c))
+            .collect::<MpiResult<_>>()?;
+        reduce_scatter_call(s, sendbuf, recvbuf, counts, datatype, op, comm)
+    })
+}

@@ -1,0 +1,205 @@
+//! Communicators: a group of world ranks, this rank's place in it, a context id that keeps
+//! its messages apart, an error handler and a name; MPI's calls on them.
+
+use std::ffi::{c_char, c_int};
+
+use crate::abi::*;
+use crate::coll;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::state::{call, State};
+use crate::tags;
+
+#[derive(Debug, Clone)]
+pub struct Comm {
+    pub context: u32,
+    /// The world rank of each member, in this communicator's rank order.
+    pub ranks: Vec<u32>,
+    /// This rank's number in it.
+    pub me: u32,
+    pub errhandler: c_int,
+    pub name: String,
+}
+
+impl Comm {
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    /// The world rank of member `r`; MPI_ERR_RANK outside `0..size`.
+    pub fn world_of(&self, r: c_int) -> MpiResult<u32> {
+        usize::try_from(r).ok().and_then(|i| self.ranks.get(i).copied()).ok_or_else(|| {
+            MpiError::new(MPI_ERR_RANK, format!("rank {r} outside a communicator of {}", self.size()))
+        })
+    }
+
+    /// The member number of world rank `w`, if it is one.
+    pub fn rank_of_world(&self, w: u32) -> Option<c_int> {
+        self.ranks.iter().position(|&x| x == w).map(|i| i as c_int)
+    }
+}
+
+impl State {
+    /// A context id no communicator of `parent`'s members uses yet: the largest next id among
+    /// them (a collective on `parent`).
+    pub fn new_context(&mut self, parent: c_int) -> MpiResult<u32> {
+        let mine = self.next_context;
+        let all = coll::allgather_bytes(self, parent, &mine.to_le_bytes())?;
+        let agreed = all
+            .iter()
+            .map(|b| b.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes))
+            .max()
+            .unwrap_or(mine);
+        if agreed >= tags::MAX_CONTEXT {
+            return Err(MpiError::new(MPI_ERR_INTERN, "out of communicator context ids"));
+        }
+        self.next_context = agreed + 1;
+        Ok(agreed)
+    }
+
+    fn derive(&mut self, parent: c_int, ranks: Vec<u32>, context: u32) -> c_int {
+        let world_me = self.rt.rank();
+        let errhandler = self.comms.get(parent).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
+        let me = ranks.iter().position(|&w| w == world_me).unwrap_or(0) as u32;
+        self.comms.insert(Comm { context, ranks, me, errhandler, name: String::new() })
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
+    call("MPI_Comm_rank", comm, |s| ffi::out(rank, s.comm(comm)?.me as c_int, "rank"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
+    call("MPI_Comm_size", comm, |s| ffi::out(size, s.comm(comm)?.size() as c_int, "size"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
+    call("MPI_Comm_dup", comm, |s| {
+        let ranks = s.comm(comm)?.ranks.clone();
+        let context = s.new_context(comm)?;
+        let h = s.derive(comm, ranks, context);
+        ffi::out(newcomm, h, "newcomm")
+    })
+}
+
+/// Members with the same color form one communicator, ordered by (key, parent rank);
+/// `MPI_UNDEFINED` gets `MPI_COMM_NULL`.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
+    call("MPI_Comm_split", comm, |s| {
+        let mut mine = color.to_le_bytes().to_vec();
+        mine.extend_from_slice(&key.to_le_bytes());
+        let all = coll::allgather_bytes(s, comm, &mine)?;
+        let context = s.new_context(comm)?;
+        if color == MPI_UNDEFINED {
+            return ffi::out(newcomm, MPI_COMM_NULL, "newcomm");
+        }
+        let parent = s.comm(comm)?;
+        let word = |b: &[u8], at: usize| {
+            b.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, c_int::from_le_bytes)
+        };
+        let mut members: Vec<(c_int, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| word(b, 0) == color)
+            .map(|(r, b)| (word(b, 4), r))
+            .collect();
+        members.sort();
+        let ranks = members.iter().map(|&(_, r)| parent.ranks[r]).collect();
+        let h = s.derive(comm, ranks, context);
+        ffi::out(newcomm, h, "newcomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
+    let h = ffi::read(comm, "comm").unwrap_or(MPI_COMM_NULL);
+    call("MPI_Comm_free", h, |s| {
+        if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
+            return Err(MpiError::new(MPI_ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"));
+        }
+        s.comms
+            .remove(h)
+            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, format!("invalid communicator {h:#x}")))?;
+        ffi::out(comm, MPI_COMM_NULL, "comm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) -> c_int {
+    call("MPI_Comm_compare", a, |s| {
+        let (x, y) = (s.comm(a)?, s.comm(b)?);
+        let r = if a == b {
+            MPI_IDENT
+        } else if x.ranks == y.ranks {
+            MPI_CONGRUENT
+        } else {
+            let (mut p, mut q) = (x.ranks.clone(), y.ranks.clone());
+            p.sort_unstable();
+            q.sort_unstable();
+            if p == q {
+                MPI_SIMILAR
+            } else {
+                MPI_UNEQUAL
+            }
+        };
+        ffi::out(result, r, "result")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
+    call("MPI_Comm_set_errhandler", comm, |s| {
+        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("error handler {errhandler:#x}: reverb supports the predefined ones"),
+            ));
+        }
+        s.comm_mut(comm)?.errhandler = errhandler;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
+    MPI_Comm_set_errhandler(comm, errhandler)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
+    call("MPI_Comm_get_errhandler", comm, |s| ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_free(errhandler: *mut c_int) -> c_int {
+    call("MPI_Errhandler_free", MPI_COMM_WORLD, |_| ffi::out(errhandler, MPI_ERRHANDLER_NULL, "errhandler"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
+    call("MPI_Comm_set_name", comm, |s| {
+        let name = ffi::string_in(name)?;
+        s.comm_mut(comm)?.name = name;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: *mut c_int) -> c_int {
+    call("MPI_Comm_get_name", comm, |s| {
+        let n = ffi::string_out(name, MPI_MAX_OBJECT_NAME as usize, &s.comm(comm)?.name)?;
+        ffi::out(len, n, "resultlen")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
+    call("MPI_Comm_test_inter", comm, |s| {
+        s.comm(comm)?;
+        ffi::out(flag, 0, "flag")
+    })
+}

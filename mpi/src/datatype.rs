@@ -1,0 +1,248 @@
+//! Datatypes: the predefined ones (sizes from MPICH's handle encoding), and derived ones as a
+//! list of byte runs per element; packing a buffer into message bytes and back.
+
+use std::borrow::Cow;
+use std::ffi::{c_int, c_void};
+
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+
+/// What one element holds, for reductions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+    /// C `bool` (logical operations only).
+    Bool,
+    /// A value and an `int` index, for MINLOC/MAXLOC: the value's kind, the index's offset.
+    Pair(PairValue, usize),
+    /// Bytes with no arithmetic (MPI_BYTE, MPI_PACKED, long double, complex, mixed structs).
+    Opaque,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairValue {
+    F32,
+    F64,
+    I64,
+    I32,
+    I16,
+}
+
+impl Elem {
+    /// Bytes of one element of this kind.
+    pub fn size(self) -> usize {
+        match self {
+            Elem::I8 | Elem::U8 | Elem::Bool | Elem::Opaque => 1,
+            Elem::I16 | Elem::U16 => 2,
+            Elem::I32 | Elem::U32 | Elem::F32 => 4,
+            Elem::I64 | Elem::U64 | Elem::F64 => 8,
+            Elem::Pair(_, index_at) => index_at + 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Datatype {
+    /// Bytes of data in one element.
+    pub size: usize,
+    pub lb: isize,
+    pub extent: isize,
+    /// The data of one element: (offset from its start, length) runs, in order.
+    pub blocks: Vec<(isize, usize)>,
+    /// The kind of every basic element in it, when all are one kind.
+    pub elem: Elem,
+    pub committed: bool,
+}
+
+fn elem_of(h: c_int) -> Elem {
+    match h {
+        MPI_CHAR | MPI_SIGNED_CHAR | MPI_INT8_T | MPI_INTEGER1 => Elem::I8,
+        MPI_UNSIGNED_CHAR | MPI_UINT8_T => Elem::U8,
+        MPI_SHORT | MPI_INT16_T | MPI_INTEGER2 => Elem::I16,
+        MPI_UNSIGNED_SHORT | MPI_UINT16_T => Elem::U16,
+        MPI_INT | MPI_INT32_T | MPI_INTEGER | MPI_INTEGER4 | MPI_WCHAR | MPI_LOGICAL => Elem::I32,
+        MPI_UNSIGNED | MPI_UINT32_T => Elem::U32,
+        MPI_LONG | MPI_LONG_LONG_INT | MPI_INT64_T | MPI_INTEGER8 | MPI_AINT | MPI_OFFSET | MPI_COUNT => {
+            Elem::I64
+        }
+        MPI_UNSIGNED_LONG | MPI_UNSIGNED_LONG_LONG | MPI_UINT64_T => Elem::U64,
+        MPI_FLOAT | MPI_REAL | MPI_REAL4 => Elem::F32,
+        MPI_DOUBLE | MPI_DOUBLE_PRECISION | MPI_REAL8 => Elem::F64,
+        MPI_C_BOOL | MPI_CXX_BOOL => Elem::Bool,
+        MPI_2INT | MPI_2INTEGER => Elem::Pair(PairValue::I32, 4),
+        MPI_2REAL => Elem::Pair(PairValue::F32, 4),
+        _ => Elem::Opaque,
+    }
+}
+
+impl Datatype {
+    fn contiguous_bytes(size: usize, elem: Elem) -> Datatype {
+        Datatype { size, lb: 0, extent: size as isize, blocks: vec![(0, size)], elem, committed: true }
+    }
+
+    /// A predefined datatype named by its handle.
+    pub fn builtin(h: c_int) -> Option<Datatype> {
+        // The value-index pairs are not contiguous in C: (value, padding?, int).
+        let pair = |value: PairValue, value_size: usize, index_at: usize, extent: usize| Datatype {
+            size: value_size + 4,
+            lb: 0,
+            extent: extent as isize,
+            blocks: if index_at == value_size {
+                vec![(0, value_size + 4)]
+            } else {
+                vec![(0, value_size), (index_at as isize, 4)]
+            },
+            elem: Elem::Pair(value, index_at),
+            committed: true,
+        };
+        match h {
+            MPI_FLOAT_INT => return Some(pair(PairValue::F32, 4, 4, 8)),
+            MPI_DOUBLE_INT => return Some(pair(PairValue::F64, 8, 8, 16)),
+            MPI_LONG_INT => return Some(pair(PairValue::I64, 8, 8, 16)),
+            MPI_SHORT_INT => return Some(pair(PairValue::I16, 2, 4, 8)),
+            MPI_DATATYPE_NULL => return None,
+            _ => {}
+        }
+        if (h as u32) & 0xff00_0000 != 0x4c00_0000 {
+            return None;
+        }
+        // MPICH's predefined handles carry their size in bits 8..16.
+        let size = ((h as u32 >> 8) & 0xff) as usize;
+        let elem = elem_of(h);
+        let elem = if elem.size() == size { elem } else { Elem::Opaque };
+        Some(Datatype::contiguous_bytes(size, elem))
+    }
+
+    /// One contiguous run of `size` bytes at offset 0 with extent `size`.
+    pub fn is_contiguous(&self) -> bool {
+        self.extent == self.size as isize
+            && self.blocks.len() <= 1
+            && self.blocks.first().is_none_or(|b| b.0 == 0)
+    }
+
+    /// `count` elements of this type, laid out one extent apart.
+    pub fn repeated(&self, count: usize, stride: isize) -> Vec<(isize, usize)> {
+        let mut out: Vec<(isize, usize)> = Vec::with_capacity(self.blocks.len() * count);
+        for i in 0..count as isize {
+            for &(off, len) in &self.blocks {
+                let at = i * stride + off;
+                match out.last_mut() {
+                    Some(last) if last.0 + last.1 as isize == at => last.1 += len,
+                    _ => out.push((at, len)),
+                }
+            }
+        }
+        out
+    }
+
+    /// Bytes `count` elements carry.
+    pub fn bytes_for(&self, count: usize) -> usize {
+        self.size * count
+    }
+
+    /// The bytes of `count` elements at `buf`: borrowed when contiguous.
+    pub fn pack<'a>(&self, buf: *const c_void, count: usize) -> MpiResult<Cow<'a, [u8]>> {
+        let total = self.bytes_for(count);
+        if self.is_contiguous() {
+            return Ok(Cow::Borrowed(ffi::bytes(buf, total)?));
+        }
+        let mut out = Vec::with_capacity(total);
+        for (off, len) in self.repeated(count, self.extent) {
+            out.extend_from_slice(ffi::bytes(offset(buf, off), len)?);
+        }
+        Ok(Cow::Owned(out))
+    }
+
+    /// Writes `data` (at most `count` elements' bytes) into `buf`.
+    pub fn unpack(&self, data: &[u8], buf: *mut c_void, count: usize) -> MpiResult<()> {
+        if self.is_contiguous() {
+            let n = data.len().min(self.bytes_for(count));
+            ffi::bytes_mut(buf, n)?.copy_from_slice(&data[..n]);
+            return Ok(());
+        }
+        let mut at = 0;
+        for (off, len) in self.repeated(count, self.extent) {
+            if at >= data.len() {
+                break;
+            }
+            let n = len.min(data.len() - at);
+            ffi::bytes_mut(offset(buf, off).cast_mut(), n)?.copy_from_slice(&data[at..at + n]);
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+/// `buf` moved by `off` bytes (the address arithmetic of a datatype's layout; no access).
+pub fn offset(buf: *const c_void, off: isize) -> *const c_void {
+    buf.cast::<u8>().wrapping_offset(off).cast()
+}
+
+fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) -> Datatype {
+    let size = blocks.iter().map(|b| b.1).sum();
+    Datatype { size, lb, extent, blocks, elem, committed: false }
+}
+
+/// `count` copies of `old`, one extent apart.
+pub fn contiguous(count: usize, old: &Datatype) -> Datatype {
+    derived(old.repeated(count, old.extent), old.lb, old.extent * count as isize, old.elem)
+}
+
+/// `count` blocks of `blocklen` elements, block starts `stride` bytes apart.
+pub fn hvector(count: usize, blocklen: usize, stride: isize, old: &Datatype) -> Datatype {
+    let block = old.repeated(blocklen, old.extent);
+    let mut blocks = Vec::new();
+    for i in 0..count as isize {
+        blocks.extend(block.iter().map(|&(o, l)| (o + i * stride, l)));
+    }
+    let extent = if count == 0 { 0 } else { (count as isize - 1) * stride + blocklen as isize * old.extent };
+    derived(blocks, old.lb, extent, old.elem)
+}
+
+/// Blocks of `lens[i]` elements at byte displacements `displs[i]`.
+pub fn hindexed(lens: &[c_int], displs: &[isize], old: &Datatype) -> MpiResult<Datatype> {
+    let mut blocks = Vec::new();
+    let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+    for (&n, &d) in lens.iter().zip(displs) {
+        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        blocks.extend(old.repeated(n, old.extent).into_iter().map(|(o, l)| (o + d, l)));
+        lo = lo.min(d + old.lb);
+        hi = hi.max(d + n as isize * old.extent);
+    }
+    if blocks.is_empty() {
+        (lo, hi) = (0, 0);
+    }
+    Ok(derived(blocks, lo, hi - lo, old.elem))
+}
+
+/// A struct: blocks of `lens[i]` elements of `types[i]` at byte displacements `displs[i]`.
+pub fn structure(lens: &[c_int], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype> {
+    let mut blocks = Vec::new();
+    let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+    let mut elem = None;
+    for ((&n, &d), t) in lens.iter().zip(displs).zip(types) {
+        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        blocks.extend(t.repeated(n, t.extent).into_iter().map(|(o, l)| (o + d, l)));
+        lo = lo.min(d + t.lb);
+        hi = hi.max(d + t.lb + n as isize * t.extent);
+        elem = match elem {
+            None => Some(t.elem),
+            Some(e) if e == t.elem => Some(e),
+            Some(_) => Some(Elem::Opaque),
+        };
+    }
+    if blocks.is_empty() {
+        (lo, hi) = (0, 0);
+    }
+    Ok(derived(blocks, lo, hi - lo, elem.unwrap_or(Elem::Opaque)))
+}

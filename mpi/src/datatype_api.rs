@@ -1,0 +1,204 @@
+//! MPI's datatype calls over `datatype.rs`.
+
+use std::ffi::{c_int, c_long};
+
+use crate::abi::*;
+use crate::datatype::{self, Datatype};
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::state::{call, State};
+
+fn count_of(n: c_int) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {n}")))
+}
+
+fn new_type(function: &str, out: *mut c_int, make: impl FnOnce(&mut State) -> MpiResult<Datatype>) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
+        let t = make(s)?;
+        let h = s.types.insert(t);
+        ffi::out(out, h, "newtype")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_size(datatype: c_int, size: *mut c_int) -> c_int {
+    call("MPI_Type_size", MPI_COMM_WORLD, |s| {
+        let n = s.datatype(datatype)?.size;
+        ffi::out(size, c_int::try_from(n).unwrap_or(MPI_UNDEFINED), "size")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_get_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
+    call("MPI_Type_get_extent", MPI_COMM_WORLD, |s| {
+        let t = s.datatype(datatype)?;
+        ffi::out(lb, t.lb as c_long, "lb")?;
+        ffi::out(extent, t.extent as c_long, "extent")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_get_true_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
+    call("MPI_Type_get_true_extent", MPI_COMM_WORLD, |s| {
+        let t = s.datatype(datatype)?;
+        let lo = t.blocks.iter().map(|b| b.0).min().unwrap_or(0);
+        let hi = t.blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+        ffi::out(lb, lo as c_long, "true_lb")?;
+        ffi::out(extent, (hi - lo) as c_long, "true_extent")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_extent(datatype: c_int, extent: *mut c_long) -> c_int {
+    call("MPI_Type_extent", MPI_COMM_WORLD, |s| {
+        ffi::out(extent, s.datatype(datatype)?.extent as c_long, "extent")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: *mut c_int) -> c_int {
+    new_type("MPI_Type_contiguous", newtype, |s| {
+        Ok(datatype::contiguous(count_of(count)?, &s.datatype(old)?))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_vector(
+    count: c_int,
+    blocklen: c_int,
+    stride: c_int,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_vector", newtype, |s| {
+        let t = s.datatype(old)?;
+        Ok(datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize * t.extent, &t))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_hvector(
+    count: c_int,
+    blocklen: c_int,
+    stride: c_long,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_hvector", newtype, |s| {
+        Ok(datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize, &s.datatype(old)?))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_hvector(
+    count: c_int,
+    blocklen: c_int,
+    stride: c_long,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    MPI_Type_create_hvector(count, blocklen, stride, old, newtype)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_indexed(
+    count: c_int,
+    lens: *const c_int,
+    displs: *const c_int,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_indexed", newtype, |s| {
+        let n = count_of(count)?;
+        let t = s.datatype(old)?;
+        let displs: Vec<isize> =
+            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize * t.extent).collect();
+        datatype::hindexed(ffi::array(lens, n, "blocklengths")?, &displs, &t)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_hindexed(
+    count: c_int,
+    lens: *const c_int,
+    displs: *const c_long,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_hindexed", newtype, |s| {
+        let n = count_of(count)?;
+        let displs: Vec<isize> =
+            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
+        datatype::hindexed(ffi::array(lens, n, "blocklengths")?, &displs, &s.datatype(old)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_struct(
+    count: c_int,
+    lens: *const c_int,
+    displs: *const c_long,
+    types: *const c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_struct", newtype, |s| {
+        let n = count_of(count)?;
+        let displs: Vec<isize> =
+            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
+        let types =
+            ffi::array(types, n, "types")?.iter().map(|&t| s.datatype(t)).collect::<MpiResult<Vec<_>>>()?;
+        datatype::structure(ffi::array(lens, n, "blocklengths")?, &displs, &types)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_struct(
+    count: c_int,
+    lens: *const c_int,
+    displs: *const c_long,
+    types: *const c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    MPI_Type_create_struct(count, lens, displs, types, newtype)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_resized(
+    old: c_int,
+    lb: c_long,
+    extent: c_long,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_resized", newtype, |s| {
+        let mut t = s.datatype(old)?;
+        (t.lb, t.extent, t.committed) = (lb as isize, extent as isize, false);
+        Ok(t)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_dup(old: c_int, newtype: *mut c_int) -> c_int {
+    new_type("MPI_Type_dup", newtype, |s| s.datatype(old))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_commit(datatype: *mut c_int) -> c_int {
+    call("MPI_Type_commit", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(datatype, "datatype")?;
+        if let Some(t) = s.types.get_mut(h) {
+            t.committed = true;
+        }
+        s.datatype(h).map(drop)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
+    call("MPI_Type_free", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(datatype, "datatype")?;
+        s.types
+            .remove(h)
+            .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("{h:#x} is not a derived datatype")))?;
+        ffi::out(datatype, MPI_DATATYPE_NULL, "datatype")
+    })
+}

@@ -1,0 +1,116 @@
+//! MPI errors: a class (mpi.h's `MPI_ERR_*`) and a message; what a communicator's error
+//! handler does with them; and the stop for a call outside what reverb implements.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int};
+
+use crate::abi::*;
+use crate::ffi;
+
+/// A failed MPI call: its class and what went wrong.
+#[derive(Debug, Clone)]
+pub struct MpiError {
+    pub class: c_int,
+    pub message: String,
+}
+
+impl MpiError {
+    pub fn new(class: c_int, message: impl Into<String>) -> MpiError {
+        MpiError { class, message: message.into() }
+    }
+}
+
+impl From<reverb_runtime::RuntimeError> for MpiError {
+    fn from(e: reverb_runtime::RuntimeError) -> MpiError {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let more = s.to_string();
+            if !text.contains(&more) {
+                text.push_str(": ");
+                text.push_str(&more);
+            }
+            source = s.source();
+        }
+        MpiError::new(MPI_ERR_OTHER, text)
+    }
+}
+
+pub type MpiResult<T> = Result<T, MpiError>;
+
+thread_local! {
+    /// The last error's message per class, for `MPI_Error_string`.
+    static LAST: RefCell<Vec<(c_int, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The name and meaning of an error class.
+fn class_text(class: c_int) -> &'static str {
+    match class {
+        MPI_SUCCESS => "MPI_SUCCESS: no error",
+        MPI_ERR_BUFFER => "MPI_ERR_BUFFER: invalid buffer pointer",
+        MPI_ERR_COUNT => "MPI_ERR_COUNT: invalid count argument",
+        MPI_ERR_TYPE => "MPI_ERR_TYPE: invalid datatype",
+        MPI_ERR_TAG => "MPI_ERR_TAG: invalid tag",
+        MPI_ERR_COMM => "MPI_ERR_COMM: invalid communicator",
+        MPI_ERR_RANK => "MPI_ERR_RANK: invalid rank",
+        MPI_ERR_ROOT => "MPI_ERR_ROOT: invalid root",
+        MPI_ERR_GROUP => "MPI_ERR_GROUP: invalid group",
+        MPI_ERR_OP => "MPI_ERR_OP: invalid reduction operation",
+        MPI_ERR_ARG => "MPI_ERR_ARG: invalid argument",
+        MPI_ERR_TRUNCATE => "MPI_ERR_TRUNCATE: message truncated on receive",
+        MPI_ERR_REQUEST => "MPI_ERR_REQUEST: invalid request",
+        MPI_ERR_IN_STATUS => "MPI_ERR_IN_STATUS: error code is in status",
+        MPI_ERR_PENDING => "MPI_ERR_PENDING: pending request",
+        MPI_ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION: not supported by reverb",
+        MPI_ERR_INTERN => "MPI_ERR_INTERN: internal error",
+        _ => "MPI_ERR_OTHER: other error",
+    }
+}
+
+/// What the error handler of the communicator a call was made on does with `e`: return its
+/// class (`MPI_ERRORS_RETURN`), or print it and stop the job (the default, fatal).
+pub fn handle(errhandler: c_int, function: &str, e: MpiError) -> c_int {
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        l.retain(|(c, _)| *c != e.class);
+        l.push((e.class, format!("{function}: {}", e.message)));
+    });
+    if errhandler == MPI_ERRORS_RETURN {
+        return e.class;
+    }
+    eprintln!("reverb MPI: {function}: {} ({})", e.message, class_text(e.class));
+    std::process::exit(1)
+}
+
+/// Stops the job: `function` is outside what reverb implements. Every MPI function of mpi.h
+/// that this library does not define is a stub calling this.
+pub fn unsupported(function: &str) -> ! {
+    eprintln!(
+        "reverb MPI: {function} is not supported by reverb (docs/mpi.md lists what is); stopping the job"
+    );
+    std::process::exit(1)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: *mut c_int) -> c_int {
+    let detail = LAST.with(|l| l.borrow().iter().find(|(c, _)| *c == code).map(|(_, m)| m.clone()));
+    let text = match detail {
+        Some(d) => format!("{}: {d}", class_text(code)),
+        None => class_text(code).to_string(),
+    };
+    match ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text)
+        .and_then(|n| ffi::out(len, n, "resultlen"))
+    {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.class,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Error_class(code: c_int, class: *mut c_int) -> c_int {
+    // Codes are classes here.
+    match ffi::out(class, code, "errorclass") {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.class,
+    }
+}

@@ -1,0 +1,99 @@
+//! The only place C pointers become Rust references or are written through (every `unsafe`
+//! of the library): each helper checks for null and states what MPI's API promises.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::abi::MPI_ERR_ARG;
+use crate::errors::MpiError;
+
+/// The special pointer values of mpi.h (`MPI_STATUS_IGNORE`, `MPI_IN_PLACE`).
+pub const STATUS_IGNORE: usize = 1;
+pub const IN_PLACE: usize = usize::MAX;
+
+/// Stores `value` through an out-argument.
+pub fn out<T>(p: *mut T, value: T, what: &str) -> Result<(), MpiError> {
+    if p.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null and, per the MPI standard, pointing at writable memory for one `T`.
+    unsafe { p.write(value) };
+    Ok(())
+}
+
+/// Reads an in-argument passed by pointer.
+pub fn read<T: Copy>(p: *const T, what: &str) -> Result<T, MpiError> {
+    if p.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null and pointing at an initialized `T` (MPI's contract for in-arguments).
+    Ok(unsafe { p.read() })
+}
+
+/// `len` bytes at `p` (anything for 0 bytes).
+pub fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], MpiError> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(MpiError::new(crate::abi::MPI_ERR_BUFFER, format!("a NULL buffer of {len} bytes")));
+    }
+    // SAFETY: MPI's contract: the buffer holds `len` readable bytes until the call (or the
+    // request) completes.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// `len` writable bytes at `p`.
+pub fn bytes_mut<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], MpiError> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(MpiError::new(crate::abi::MPI_ERR_BUFFER, format!("a NULL buffer of {len} bytes")));
+    }
+    // SAFETY: MPI's contract: the buffer holds `len` writable bytes, untouched by the program,
+    // until the call (or the request) completes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+}
+
+/// `n` elements of an array argument (`MPI_Waitall`'s requests, `MPI_Gatherv`'s counts).
+pub fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], MpiError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes `n` initialized elements (MPI's contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// `n` writable elements of an array argument.
+pub fn array_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [T], MpiError> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes `n` initialized, writable elements (MPI's contract).
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// Copies `text` into a caller's string buffer of `max` bytes (NUL-terminated, cut to fit)
+/// and returns the length written without the NUL.
+pub fn string_out(p: *mut c_char, max: usize, text: &str) -> Result<c_int, MpiError> {
+    let n = text.len().min(max.saturating_sub(1));
+    let dest = bytes_mut(p.cast(), n + 1)?;
+    dest[..n].copy_from_slice(&text.as_bytes()[..n]);
+    dest[n] = 0;
+    Ok(n as c_int)
+}
+
+/// A C string argument, lossily as UTF-8.
+pub fn string_in(p: *const c_char) -> Result<String, MpiError> {
+    if p.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "a NULL string"));
+    }
+    // SAFETY: a non-null C string argument is NUL-terminated (MPI's contract).
+    Ok(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}

@@ -1,0 +1,77 @@
+//! reverb's extension for fault-tolerant MPI programs, in FTI's shape (declared in
+//! `mpix_reverb.h`): protect memory, checkpoint it, and after a restart restore it. Messages
+//! are logged without any call: under `reverb run --mpi --respawn N` with a logging protocol,
+//! only the failed node's ranks roll back.
+
+use std::ffi::{c_int, c_long, c_void};
+
+use reverb_runtime::FIRST_USER_ENTRY;
+
+use crate::abi::*;
+use crate::errors::MpiError;
+use crate::ffi;
+use crate::state::call;
+
+/// Protects `bytes` at `ptr` for every later checkpoint; the n-th call's region is restored
+/// by the n-th call after a restart (call it in the same order).
+#[no_mangle]
+pub extern "C" fn MPIX_Reverb_protect(ptr: *mut c_void, bytes: c_long) -> c_int {
+    call("MPIX_Reverb_protect", MPI_COMM_WORLD, |s| {
+        let len = usize::try_from(bytes).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("{bytes} bytes")))?;
+        ffi::bytes(ptr, len)?;
+        let id = s.protected.len() as u32;
+        s.protected.insert(id, (ptr as usize, len));
+        Ok(())
+    })
+}
+
+/// A coordinated checkpoint of the protected memory over MPI_COMM_WORLD (collective). Take it
+/// where every message sent to this rank so far has been received.
+#[no_mangle]
+pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
+    call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
+        let regions: Vec<(u32, usize, usize)> = s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
+        for (id, p, n) in regions {
+            let data = ffi::bytes(p as *const c_void, n)?;
+            s.rt.protect(id + FIRST_USER_ENTRY, data)?;
+        }
+        s.rt.checkpoint(&[])?;
+        Ok(())
+    })
+}
+
+/// After a restart, writes the last checkpoint's copy back into the protected memory and
+/// sets `*restored` to 1; 0 on a first run (or before the first checkpoint), memory untouched.
+#[no_mangle]
+pub extern "C" fn MPIX_Reverb_restore(restored: *mut c_int) -> c_int {
+    call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
+        let mut fresh = false;
+        s.rt.restore_or_else(|| {
+            fresh = true;
+            Vec::new()
+        });
+        if !fresh {
+            let regions: Vec<(u32, usize, usize)> =
+                s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
+            for (id, p, n) in regions {
+                let copy = s.rt.restored(id + FIRST_USER_ENTRY).ok_or_else(|| {
+                    MpiError::new(MPI_ERR_OTHER, format!("protected region {id} is not in the checkpoint"))
+                })?;
+                if copy.len() != n {
+                    return Err(MpiError::new(
+                        MPI_ERR_OTHER,
+                        format!("protected region {id}: {n} bytes now, {} checkpointed", copy.len()),
+                    ));
+                }
+                ffi::bytes_mut(p as *mut c_void, n)?.copy_from_slice(&copy);
+            }
+        }
+        ffi::out(restored, c_int::from(!fresh), "restored")
+    })
+}
+
+/// 1 if this process is a restarted incarnation of its rank.
+#[no_mangle]
+pub extern "C" fn MPIX_Reverb_restarted(flag: *mut c_int) -> c_int {
+    call("MPIX_Reverb_restarted", MPI_COMM_WORLD, |s| ffi::out(flag, c_int::from(s.rt.restarted()), "flag"))
+}

@@ -1,0 +1,228 @@
+//! Start and end: MPI_Init joins the job through reverb's runtime (as `reverb run --mpi` set
+//! it up), MPI_Finalize leaves it; the environment queries.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::{c_char, c_double, c_int, c_void};
+use std::sync::atomic::Ordering;
+
+use reverb_runtime::Runtime;
+
+use crate::abi::*;
+use crate::comm::Comm;
+use crate::errors::{self, MpiError};
+use crate::ffi;
+use crate::p2p::TAG_UB;
+use crate::state::{self, call, Handles, State, FINALIZED, INITIALIZED};
+
+/// Context ids of the predefined communicators; created ones start after them.
+const WORLD_CONTEXT: u32 = 1;
+const SELF_CONTEXT: u32 = 2;
+const FIRST_CONTEXT: u32 = 3;
+
+fn init() -> c_int {
+    if INITIALIZED.load(Ordering::SeqCst) {
+        return errors::handle(
+            MPI_ERRORS_ARE_FATAL,
+            "MPI_Init",
+            MpiError::new(MPI_ERR_OTHER, "MPI is already initialized"),
+        );
+    }
+    let rt = match Runtime::init() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let e = MpiError::from(e);
+            let hint = "; MPI programs run under `reverb run --mpi -n N -- ./program`";
+            return errors::handle(
+                MPI_ERRORS_ARE_FATAL,
+                "MPI_Init",
+                MpiError::new(e.class, e.message + hint),
+            );
+        }
+    };
+    let (me, size) = (rt.rank(), rt.size());
+    let mut comms = Handles::new(state::COMM_BASE);
+    let comm = |context, ranks: Vec<u32>, me, name: &str| Comm {
+        context,
+        ranks,
+        me,
+        errhandler: MPI_ERRORS_ARE_FATAL,
+        name: name.into(),
+    };
+    comms.insert_at(MPI_COMM_WORLD, comm(WORLD_CONTEXT, (0..size).collect(), me, "MPI_COMM_WORLD"));
+    comms.insert_at(MPI_COMM_SELF, comm(SELF_CONTEXT, vec![me], 0, "MPI_COMM_SELF"));
+    state::install(State {
+        rt,
+        comms,
+        types: Handles::new(state::TYPE_BASE),
+        ops: Handles::new(state::OP_BASE),
+        requests: Handles::new(state::REQUEST_BASE),
+        pending_recvs: VecDeque::new(),
+        next_context: FIRST_CONTEXT,
+        attached: None,
+        protected: BTreeMap::new(),
+    });
+    INITIALIZED.store(true, Ordering::SeqCst);
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    init()
+}
+
+/// reverb provides MPI_THREAD_FUNNELED: only the thread that initialized MPI calls it.
+#[no_mangle]
+pub extern "C" fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let rc = init();
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let level = required.min(MPI_THREAD_FUNNELED);
+    call("MPI_Init_thread", MPI_COMM_WORLD, |_| ffi::out(provided, level, "provided"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    call("MPI_Query_thread", MPI_COMM_WORLD, |_| ffi::out(provided, MPI_THREAD_FUNNELED, "provided"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    // The state lives with the thread that initialized MPI: any other finds none.
+    let rc = call("MPI_Is_thread_main", MPI_COMM_WORLD, |_| ffi::out(flag, 1, "flag"));
+    if rc != MPI_SUCCESS {
+        return match ffi::out(flag, 0, "flag") {
+            Ok(()) => MPI_SUCCESS,
+            Err(e) => e.class,
+        };
+    }
+    rc
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    let rc = call("MPI_Finalize", MPI_COMM_WORLD, |s| {
+        // Everything sent is matched or abandoned by now; the runtime's collective shutdown.
+        s.progress()?;
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let Some(state) = state::take() else { return MPI_SUCCESS };
+    FINALIZED.store(true, Ordering::SeqCst);
+    match state.rt.finalize() {
+        Ok(_) => MPI_SUCCESS,
+        Err(e) => errors::handle(MPI_ERRORS_ARE_FATAL, "MPI_Finalize", e.into()),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    match ffi::out(flag, c_int::from(INITIALIZED.load(Ordering::SeqCst)), "flag") {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.class,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    match ffi::out(flag, c_int::from(FINALIZED.load(Ordering::SeqCst)), "flag") {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => e.class,
+    }
+}
+
+/// Stops the whole job: this rank exits with `errorcode`, and the launcher stops the others.
+#[no_mangle]
+pub extern "C" fn MPI_Abort(_comm: c_int, errorcode: c_int) -> c_int {
+    eprintln!("reverb MPI: MPI_Abort called with error code {errorcode}; stopping the job");
+    std::process::exit(if errorcode == 0 { 1 } else { errorcode })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> c_double {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> c_double {
+    1e-9
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: *mut c_int) -> c_int {
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    let r = ffi::string_out(name, MPI_MAX_PROCESSOR_NAME as usize, &host)
+        .and_then(|n| ffi::out(len, n, "resultlen"));
+    r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    let r = ffi::out(version, MPI_VERSION, "version")
+        .and_then(|()| ffi::out(subversion, MPI_SUBVERSION, "subversion"));
+    r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_library_version(version: *mut c_char, len: *mut c_int) -> c_int {
+    let text = format!(
+        "reverb MPI {} (MPICH 4.0 ABI) on reverb's fault-tolerant runtime",
+        env!("CARGO_PKG_VERSION")
+    );
+    let r = ffi::string_out(version, MPI_MAX_LIBRARY_VERSION_STRING as usize, &text)
+        .and_then(|n| ffi::out(len, n, "resultlen"));
+    r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
+}
+
+/// Values of the predefined attributes; `MPI_Comm_get_attr` hands out pointers to them.
+static TAG_UB_VALUE: c_int = TAG_UB;
+static NO_HOST: c_int = MPI_PROC_NULL;
+static ANY_IO: c_int = MPI_ANY_SOURCE;
+static NOT_GLOBAL: c_int = 0;
+static APPNUM: c_int = 0;
+static LAST_CODE: c_int = MPI_ERR_LASTCODE;
+static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_attr(
+    comm: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_get_attr", comm, |s| {
+        let size = s.comm(MPI_COMM_WORLD)?.size() as c_int;
+        let found: Option<*const c_int> = match keyval {
+            MPI_TAG_UB => Some(&TAG_UB_VALUE),
+            MPI_HOST => Some(&NO_HOST),
+            MPI_IO => Some(&ANY_IO),
+            MPI_WTIME_IS_GLOBAL => Some(&NOT_GLOBAL),
+            MPI_UNIVERSE_SIZE => Some(UNIVERSE.get_or_init(|| size)),
+            MPI_APPNUM => Some(&APPNUM),
+            MPI_LASTUSEDCODE => Some(&LAST_CODE),
+            _ => None,
+        };
+        s.comm(comm)?;
+        match found {
+            // `value` is a `void **` in C: it receives the pointer.
+            Some(p) => {
+                ffi::out(value.cast::<*const c_int>(), p, "attribute_val")?;
+                ffi::out(flag, 1, "flag")
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_get(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    MPI_Comm_get_attr(comm, keyval, value, flag)
+}

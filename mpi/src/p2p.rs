@@ -1,0 +1,264 @@
+//! Point-to-point: sends go out at once through the runtime (which logs them); receives are
+//! requests matched in the order they were posted, each against the runtime's arrived
+//! messages, so MPI's non-overtaking order holds per (source, tag, communicator).
+
+use std::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
+
+use reverb_transport::{Source, TagMatch};
+
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::request::{PendingRecv, PendingSync, Request, Status};
+use crate::state::State;
+use crate::tags;
+
+/// Largest tag (MPI_TAG_UB): tags are the low 31 bits of the runtime's.
+pub const TAG_UB: c_int = i32::MAX;
+
+fn count_of(count: c_int) -> MpiResult<usize> {
+    usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
+}
+
+fn check_send_tag(tag: c_int) -> MpiResult<()> {
+    if tag < 0 {
+        return Err(MpiError::new(MPI_ERR_TAG, format!("tag {tag} (a send's tag is 0..=MPI_TAG_UB)")));
+    }
+    Ok(())
+}
+
+fn check_recv_tag(tag: c_int) -> MpiResult<()> {
+    if tag < 0 && tag != MPI_ANY_TAG {
+        return Err(MpiError::new(MPI_ERR_TAG, format!("tag {tag}")));
+    }
+    Ok(())
+}
+
+/// What a send names.
+pub struct SendArgs {
+    pub buf: *const c_void,
+    pub count: c_int,
+    pub datatype: c_int,
+    pub dest: c_int,
+    pub tag: c_int,
+    pub comm: c_int,
+}
+
+impl State {
+    /// Sends now; a synchronous send's request waits for the receiver's acknowledgement.
+    pub fn start_send(&mut self, a: &SendArgs, sync: bool) -> MpiResult<Request> {
+        check_send_tag(a.tag)?;
+        let count = count_of(a.count)?;
+        let dt = self.datatype(a.datatype)?;
+        let comm = self.comm(a.comm)?;
+        if a.dest == MPI_PROC_NULL {
+            return Ok(Request::Done(Status::proc_null()));
+        }
+        let (dest, context) = (comm.world_of(a.dest)?, comm.context);
+        let bytes = dt.pack(a.buf, count)?;
+        let flags = if sync { tags::SYNC } else { 0 };
+        self.rt.send(dest, tags::tag(context, flags, a.tag), &bytes)?;
+        if sync {
+            return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, a.tag) }));
+        }
+        Ok(Request::Done(Status::empty()))
+    }
+
+    /// Posts a receive; its request is matched by `progress`.
+    pub fn post_recv(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+    ) -> MpiResult<c_int> {
+        check_recv_tag(tag)?;
+        let count = count_of(count)?;
+        let datatype = self.datatype(datatype)?;
+        let c = self.comm(comm)?;
+        if source == MPI_PROC_NULL {
+            return Ok(self.requests.insert(Request::Done(Status::proc_null())));
+        }
+        let from = match source {
+            MPI_ANY_SOURCE => Source::Any,
+            r => Source::Rank(c.world_of(r)?),
+        };
+        let pending =
+            PendingRecv { comm, source: from, tag: tags::p2p_match(c.context, tag), buf, count, datatype };
+        let h = self.requests.insert(Request::Recv(pending));
+        self.pending_recvs.push_back(h);
+        Ok(h)
+    }
+
+    /// Matches what can be matched now: posted receives in order, then synchronous sends'
+    /// acknowledgements. True if anything completed.
+    pub fn progress(&mut self) -> MpiResult<bool> {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.pending_recvs.len() {
+            let h = self.pending_recvs[i];
+            let Some(Request::Recv(p)) = self.requests.get(h) else {
+                self.pending_recvs.remove(i);
+                continue;
+            };
+            let (source, tag) = (p.source, p.tag);
+            match self.rt.try_recv(source, tag)? {
+                Some(msg) => {
+                    self.pending_recvs.remove(i);
+                    let status = self.deliver(h, msg)?;
+                    if let Some(r) = self.requests.get_mut(h) {
+                        *r = Request::Done(status);
+                    }
+                    any = true;
+                }
+                None => i += 1,
+            }
+        }
+        let syncs: Vec<(c_int, u32, u64)> = self
+            .requests
+            .items
+            .iter()
+            .filter_map(|(&h, r)| match r {
+                Request::SyncSend(p) => Some((h, p.dest, p.ack)),
+                _ => None,
+            })
+            .collect();
+        for (h, dest, ack) in syncs {
+            if self.rt.try_recv(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
+                if let Some(r) = self.requests.get_mut(h) {
+                    *r = Request::Done(Status::empty());
+                }
+                any = true;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Puts a matched message into receive `h`'s buffer; its status. Acknowledges a
+    /// synchronous send.
+    fn deliver(&mut self, h: c_int, msg: reverb_runtime::Message) -> MpiResult<Status> {
+        let Some(Request::Recv(p)) = self.requests.get(h) else {
+            return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
+        };
+        let comm = self.comm(p.comm)?;
+        let (mpi_tag, flags) = tags::split(msg.tag);
+        let capacity = p.datatype.bytes_for(p.count);
+        let fits = msg.payload.len() <= capacity;
+        let kept = msg.payload.len().min(capacity);
+        p.datatype.unpack(&msg.payload[..kept], p.buf, p.count)?;
+        let status = Status {
+            source: comm.rank_of_world(msg.source).unwrap_or(MPI_ANY_SOURCE),
+            tag: mpi_tag,
+            bytes: kept,
+            error: if fits { MPI_SUCCESS } else { MPI_ERR_TRUNCATE },
+            cancelled: false,
+        };
+        if flags & tags::SYNC != 0 {
+            let ack = tags::tag(comm.context, tags::ACK, mpi_tag);
+            self.rt.send(msg.source, ack, &[])?;
+        }
+        Ok(status)
+    }
+
+    /// Waits (bounded) until `done(self)` holds, progressing; the bound counts from the last
+    /// progress made.
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&mut State) -> MpiResult<bool>,
+    ) -> MpiResult<()> {
+        let bound = self.rt.config().recv_timeout;
+        let mut last = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if done(self)? {
+                return Ok(());
+            }
+            if self.progress()? {
+                last = Instant::now();
+                idle = 0;
+                continue;
+            }
+            if last.elapsed() > bound {
+                return Err(MpiError::new(
+                    MPI_ERR_OTHER,
+                    format!("{what}: nothing arrived within {bound:?}"),
+                ));
+            }
+            idle += 1;
+            // Other ranks may share the cores: give them way, and sleep once long idle.
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// The status of request `h` once complete (it is freed).
+    pub fn wait_request(&mut self, h: c_int) -> MpiResult<Status> {
+        if h == MPI_REQUEST_NULL {
+            return Ok(Status::empty());
+        }
+        if self.requests.get(h).is_none() {
+            return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}")));
+        }
+        // Alone and first in line: the runtime's own blocking receive (no polling).
+        if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
+            if let Some(Request::Recv(p)) = self.requests.get(h) {
+                let msg = self.rt.recv_matching(p.source, p.tag)?;
+                self.pending_recvs.pop_front();
+                let status = self.deliver(h, msg)?;
+                self.requests.remove(h);
+                return Ok(status);
+            }
+        }
+        self.wait_until("MPI_Wait", |s| Ok(s.requests.get(h).and_then(Request::done).is_some()))?;
+        let status = self.requests.remove(h).and_then(|r| r.done()).unwrap_or_else(Status::empty);
+        Ok(status)
+    }
+
+    /// Completes request `h` if it can now: Some(status) (freed), or None.
+    pub fn test_request(&mut self, h: c_int) -> MpiResult<Option<Status>> {
+        if h == MPI_REQUEST_NULL {
+            return Ok(Some(Status::empty()));
+        }
+        if self.requests.get(h).is_none() {
+            return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}")));
+        }
+        if self.requests.get(h).and_then(Request::done).is_none() {
+            self.progress()?;
+        }
+        match self.requests.get(h).and_then(Request::done) {
+            Some(status) => {
+                self.requests.remove(h);
+                Ok(Some(status))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The message a receive would match now: (source rank in `comm`, tag, bytes).
+    pub fn probe_now(&mut self, source: c_int, tag: c_int, comm: c_int) -> MpiResult<Option<Status>> {
+        check_recv_tag(tag)?;
+        let c = self.comm(comm)?;
+        if source == MPI_PROC_NULL {
+            return Ok(Some(Status::proc_null()));
+        }
+        let from = match source {
+            MPI_ANY_SOURCE => Source::Any,
+            r => Source::Rank(c.world_of(r)?),
+        };
+        let (context, ranks) = (c.context, c.ranks.clone());
+        let found = self.rt.probe(from, tags::p2p_match(context, tag))?;
+        Ok(found.map(|(src, t, len)| Status {
+            source: ranks.iter().position(|&w| w == src).map_or(MPI_ANY_SOURCE, |i| i as c_int),
+            tag: tags::split(t).0,
+            bytes: len,
+            error: MPI_SUCCESS,
+            cancelled: false,
+        }))
+    }
+}

@@ -1,0 +1,597 @@
+//! MPI's point-to-point calls, over `p2p.rs`.
+
+use std::ffi::{c_int, c_void};
+
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::p2p::SendArgs;
+use crate::request::{write_status, write_status_at, CStatus, Request, Status};
+use crate::state::{call, State};
+
+fn send(function: &str, sync: bool, a: SendArgs) -> c_int {
+    call(function, a.comm, |s| {
+        let r = s.start_send(&a, sync)?;
+        if let Request::SyncSend(_) = r {
+            let h = s.requests.insert(r);
+            s.wait_request(h)?;
+        }
+        Ok(())
+    })
+}
+
+fn isend(function: &str, sync: bool, a: SendArgs, request: *mut c_int) -> c_int {
+    call(function, a.comm, |s| {
+        let r = s.start_send(&a, sync)?;
+        let h = s.requests.insert(r);
+        ffi::out(request, h, "request")
+    })
+}
+
+// Ready and buffered sends are standard sends: the runtime takes the bytes at once.
+
+#[no_mangle]
+pub extern "C" fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Send", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Isend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ssend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Ssend", true, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Issend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Issend", true, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Rsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Rsend", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Irsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Irsend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Bsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Bsend", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ibsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Ibsend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Recv", comm, |s| {
+        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        let st = s.wait_request(h)?;
+        write_status(status, st)?;
+        truncation(st)
+    })
+}
+
+fn truncation(st: Status) -> MpiResult<()> {
+    if st.error == MPI_ERR_TRUNCATE {
+        return Err(MpiError::new(MPI_ERR_TRUNCATE, "the message is longer than the receive buffer"));
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    call("MPI_Irecv", comm, |s| {
+        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        ffi::out(request, h, "request")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Sendrecv", comm, |s| {
+        let h = s.post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)?;
+        let a = SendArgs { buf: sendbuf, count: sendcount, datatype: sendtype, dest, tag: sendtag, comm };
+        s.start_send(&a, false)?;
+        let st = s.wait_request(h)?;
+        write_status(status, st)?;
+        truncation(st)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Sendrecv_replace", comm, |s| {
+        // The send takes its bytes before the receive is matched into the same buffer.
+        let a = SendArgs { buf, count, datatype, dest, tag: sendtag, comm };
+        s.start_send(&a, false)?;
+        let h = s.post_recv(buf, count, datatype, source, recvtag, comm)?;
+        let st = s.wait_request(h)?;
+        write_status(status, st)?;
+        truncation(st)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut CStatus) -> c_int {
+    call("MPI_Wait", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(request, "request")?;
+        let st = s.wait_request(h)?;
+        ffi::out(request, MPI_REQUEST_NULL, "request")?;
+        write_status(status, st)?;
+        truncation(st)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut CStatus) -> c_int {
+    call("MPI_Test", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(request, "request")?;
+        match s.test_request(h)? {
+            Some(st) => {
+                ffi::out(request, MPI_REQUEST_NULL, "request")?;
+                ffi::out(flag, 1, "flag")?;
+                write_status(status, st)?;
+                truncation(st)
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+/// Completes every request it can of `reqs`; how many completed now.
+fn complete_ready(
+    s: &mut State,
+    reqs: &mut [c_int],
+    statuses: *mut CStatus,
+    done: &mut [bool],
+) -> MpiResult<usize> {
+    let mut n = 0;
+    for (i, h) in reqs.iter_mut().enumerate() {
+        if done[i] {
+            continue;
+        }
+        if let Some(st) = s.test_request(*h)? {
+            if *h != MPI_REQUEST_NULL {
+                *h = MPI_REQUEST_NULL;
+            }
+            write_status_at(statuses, i, st)?;
+            done[i] = true;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut CStatus) -> c_int {
+    call("MPI_Waitall", MPI_COMM_WORLD, |s| {
+        let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
+        let reqs = ffi::array_mut(requests, n, "requests")?;
+        let mut done = vec![false; n];
+        let mut errors = Vec::new();
+        s.wait_until("MPI_Waitall", |s| {
+            for (i, h) in reqs.iter_mut().enumerate() {
+                if done[i] {
+                    continue;
+                }
+                if let Some(st) = s.test_request(*h)? {
+                    *h = MPI_REQUEST_NULL;
+                    write_status_at(statuses, i, st)?;
+                    done[i] = true;
+                    if st.error != MPI_SUCCESS {
+                        errors.push(st.error);
+                    }
+                }
+            }
+            Ok(done.iter().all(|&d| d))
+        })?;
+        if !errors.is_empty() {
+            return Err(MpiError::new(MPI_ERR_IN_STATUS, "a request failed (see its status)"));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testall(
+    count: c_int,
+    requests: *mut c_int,
+    flag: *mut c_int,
+    statuses: *mut CStatus,
+) -> c_int {
+    call("MPI_Testall", MPI_COMM_WORLD, |s| {
+        let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
+        let reqs = ffi::array_mut(requests, n, "requests")?;
+        s.progress()?;
+        // All or nothing: requests are completed only when every one is.
+        let all = reqs
+            .iter()
+            .all(|&h| h == MPI_REQUEST_NULL || s.requests.get(h).and_then(Request::done).is_some());
+        if all {
+            let mut done = vec![false; n];
+            complete_ready(s, reqs, statuses, &mut done)?;
+        }
+        ffi::out(flag, c_int::from(all), "flag")
+    })
+}
+
+/// The first active request of `reqs` complete now: (index, status), or None; `all_null` is
+/// set when no request is active.
+fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult<Option<(usize, Status)>> {
+    *all_null = reqs.iter().all(|&h| h == MPI_REQUEST_NULL);
+    if *all_null {
+        return Ok(None);
+    }
+    s.progress()?;
+    for (i, h) in reqs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL {
+            continue;
+        }
+        if let Some(st) = s.test_request(*h)? {
+            *h = MPI_REQUEST_NULL;
+            return Ok(Some((i, st)));
+        }
+    }
+    Ok(None)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitany(
+    count: c_int,
+    requests: *mut c_int,
+    index: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Waitany", MPI_COMM_WORLD, |s| {
+        let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
+        let reqs = ffi::array_mut(requests, n, "requests")?;
+        let mut found = None;
+        let mut all_null = false;
+        s.wait_until("MPI_Waitany", |s| {
+            found = any_done(s, reqs, &mut all_null)?;
+            Ok(found.is_some() || all_null)
+        })?;
+        match found {
+            Some((i, st)) => {
+                ffi::out(index, i as c_int, "index")?;
+                write_status(status, st)?;
+                truncation(st)
+            }
+            None => {
+                ffi::out(index, MPI_UNDEFINED, "index")?;
+                write_status(status, Status::empty())
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testany(
+    count: c_int,
+    requests: *mut c_int,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Testany", MPI_COMM_WORLD, |s| {
+        let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
+        let reqs = ffi::array_mut(requests, n, "requests")?;
+        let mut all_null = false;
+        match any_done(s, reqs, &mut all_null)? {
+            Some((i, st)) => {
+                ffi::out(index, i as c_int, "index")?;
+                ffi::out(flag, 1, "flag")?;
+                write_status(status, st)
+            }
+            None => {
+                ffi::out(index, MPI_UNDEFINED, "index")?;
+                ffi::out(flag, c_int::from(all_null), "flag")?;
+                if all_null {
+                    write_status(status, Status::empty())?;
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+fn some(
+    function: &str,
+    wait: bool,
+    incount: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut CStatus,
+) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
+        let n =
+            usize::try_from(incount).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {incount}")))?;
+        let reqs = ffi::array_mut(requests, n, "requests")?;
+        if reqs.iter().all(|&h| h == MPI_REQUEST_NULL) {
+            return ffi::out(outcount, MPI_UNDEFINED, "outcount");
+        }
+        let mut got: Vec<(usize, Status)> = Vec::new();
+        let mut collect = |s: &mut State| -> MpiResult<bool> {
+            s.progress()?;
+            for (i, h) in reqs.iter_mut().enumerate() {
+                if *h == MPI_REQUEST_NULL {
+                    continue;
+                }
+                if let Some(st) = s.test_request(*h)? {
+                    *h = MPI_REQUEST_NULL;
+                    got.push((i, st));
+                }
+            }
+            Ok(!got.is_empty())
+        };
+        if wait {
+            s.wait_until(function, &mut collect)?;
+        } else {
+            collect(s)?;
+        }
+        let idx = ffi::array_mut(indices, got.len(), "indices")?;
+        for (k, (i, st)) in got.iter().enumerate() {
+            idx[k] = *i as c_int;
+            write_status_at(statuses, k, *st)?;
+        }
+        ffi::out(outcount, got.len() as c_int, "outcount")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut CStatus,
+) -> c_int {
+    some("MPI_Waitsome", true, incount, requests, outcount, indices, statuses)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testsome(
+    incount: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut CStatus,
+) -> c_int {
+    some("MPI_Testsome", false, incount, requests, outcount, indices, statuses)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) -> c_int {
+    call("MPI_Probe", comm, |s| {
+        let mut found = None;
+        s.wait_until("MPI_Probe", |s| {
+            found = s.probe_now(source, tag, comm)?;
+            Ok(found.is_some())
+        })?;
+        write_status(status, found.unwrap_or_else(Status::empty))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    flag: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Iprobe", comm, |s| {
+        s.progress()?;
+        match s.probe_now(source, tag, comm)? {
+            Some(st) => {
+                ffi::out(flag, 1, "flag")?;
+                write_status(status, st)
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+/// Cancels a receive not yet matched (its status says so); a send cannot be cancelled once
+/// the runtime took it, and completes as usual.
+#[no_mangle]
+pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
+    call("MPI_Cancel", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(request, "request")?;
+        if let Some(Request::Recv(_)) = s.requests.get(h) {
+            s.pending_recvs.retain(|&p| p != h);
+            let st = Status { cancelled: true, ..Status::empty() };
+            if let Some(r) = s.requests.get_mut(h) {
+                *r = Request::Done(st);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) -> c_int {
+    call("MPI_Test_cancelled", MPI_COMM_WORLD, |_| {
+        let st = ffi::read(status, "status")?;
+        ffi::out(flag, st.count_hi_and_cancelled & 1, "flag")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
+    call("MPI_Request_free", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(request, "request")?;
+        s.pending_recvs.retain(|&p| p != h);
+        s.requests.remove(h);
+        ffi::out(request, MPI_REQUEST_NULL, "request")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut CStatus) -> c_int {
+    call("MPI_Request_get_status", MPI_COMM_WORLD, |s| {
+        if request == MPI_REQUEST_NULL {
+            ffi::out(flag, 1, "flag")?;
+            return write_status(status, Status::empty());
+        }
+        s.progress()?;
+        match s.requests.get(request).and_then(Request::done) {
+            Some(st) => {
+                ffi::out(flag, 1, "flag")?;
+                write_status(status, st)
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+fn elements(status: *const CStatus, datatype: c_int, count: *mut c_int, function: &str) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
+        let st = ffi::read(status, "status")?;
+        let size = s.datatype(datatype)?.size;
+        let bytes = st.bytes();
+        let n = match size {
+            0 => 0,
+            _ if bytes % size != 0 => MPI_UNDEFINED,
+            _ => c_int::try_from(bytes / size).unwrap_or(MPI_UNDEFINED),
+        };
+        ffi::out(count, n, "count")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_count(status: *const CStatus, datatype: c_int, count: *mut c_int) -> c_int {
+    elements(status, datatype, count, "MPI_Get_count")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements(status: *const CStatus, datatype: c_int, count: *mut c_int) -> c_int {
+    elements(status, datatype, count, "MPI_Get_elements")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    call("MPI_Buffer_attach", MPI_COMM_WORLD, |s| {
+        s.attached = Some((buffer as usize, size));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: *mut c_int) -> c_int {
+    call("MPI_Buffer_detach", MPI_COMM_WORLD, |s| {
+        let (addr, n) = s.attached.take().unwrap_or((0, 0));
+        // `buffer` is a `void **` in C.
+        ffi::out(buffer.cast::<usize>(), addr, "buffer")?;
+        ffi::out(size, n, "size")
+    })
+}

@@ -1,0 +1,114 @@
+//! Requests and statuses: what a nonblocking call returns, what completes it, and how its
+//! status reaches the program's `MPI_Status`.
+
+use std::ffi::{c_int, c_void};
+
+use reverb_transport::{Source, TagMatch};
+
+use crate::abi::*;
+use crate::datatype::Datatype;
+use crate::errors::MpiResult;
+use crate::ffi;
+
+/// MPI's view of a completed operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub source: c_int,
+    pub tag: c_int,
+    pub bytes: usize,
+    pub error: c_int,
+    pub cancelled: bool,
+}
+
+impl Status {
+    /// A send's, or one with nothing to say (MPI_PROC_NULL: any source, any tag, no bytes).
+    pub fn empty() -> Status {
+        Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, bytes: 0, error: MPI_SUCCESS, cancelled: false }
+    }
+
+    pub fn proc_null() -> Status {
+        Status { source: MPI_PROC_NULL, ..Status::empty() }
+    }
+}
+
+/// mpi.h's `MPI_Status`: count in bytes split in two, the high part shifted past the
+/// cancelled bit.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CStatus {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+}
+
+impl From<Status> for CStatus {
+    fn from(s: Status) -> CStatus {
+        let bytes = s.bytes as u64;
+        CStatus {
+            count_lo: bytes as u32 as c_int,
+            count_hi_and_cancelled: (((bytes >> 32) << 1) as c_int) | c_int::from(s.cancelled),
+            source: s.source,
+            tag: s.tag,
+            error: s.error,
+        }
+    }
+}
+
+impl CStatus {
+    pub fn bytes(&self) -> usize {
+        (self.count_lo as u32 as usize) | (((self.count_hi_and_cancelled as u32 >> 1) as usize) << 32)
+    }
+}
+
+/// Writes `status` unless the program passed `MPI_STATUS_IGNORE`.
+pub fn write_status(p: *mut CStatus, status: Status) -> MpiResult<()> {
+    if p.is_null() || p as usize == ffi::STATUS_IGNORE {
+        return Ok(());
+    }
+    ffi::out(p, status.into(), "status")
+}
+
+/// Writes entry `i` of a status array unless it is `MPI_STATUSES_IGNORE`.
+pub fn write_status_at(p: *mut CStatus, i: usize, status: Status) -> MpiResult<()> {
+    if p.is_null() || p as usize == ffi::STATUS_IGNORE {
+        return Ok(());
+    }
+    write_status(p.wrapping_add(i), status)
+}
+
+/// A receive posted and not yet matched.
+#[derive(Debug)]
+pub struct PendingRecv {
+    pub comm: c_int,
+    pub source: Source,
+    pub tag: TagMatch,
+    pub buf: *mut c_void,
+    pub count: usize,
+    pub datatype: Datatype,
+}
+
+/// A synchronous send waiting for the receiver's acknowledgement.
+#[derive(Debug)]
+pub struct PendingSync {
+    pub dest: u32,
+    pub ack: u64,
+}
+
+#[derive(Debug)]
+pub enum Request {
+    /// Complete; its status waits for MPI_Wait / MPI_Test.
+    Done(Status),
+    Recv(PendingRecv),
+    SyncSend(PendingSync),
+}
+
+impl Request {
+    pub fn done(&self) -> Option<Status> {
+        match self {
+            Request::Done(s) => Some(*s),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The library's state (one per process, held by the thread that initialized MPI: reverb
+//! provides `MPI_THREAD_FUNNELED`), the handle tables, and `call`, the frame of every MPI
+//! function: state in, errors through the communicator's error handler out.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use reverb_runtime::Runtime;
+
+use crate::abi::*;
+use crate::comm::Comm;
+use crate::datatype::Datatype;
+use crate::errors::{self, MpiError, MpiResult};
+use crate::op::UserOp;
+use crate::request::Request;
+
+/// Set by MPI_Init, never cleared (MPI_Initialized stays true after MPI_Finalize).
+pub static INITIALIZED: AtomicBool = AtomicBool::new(false);
+pub static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Objects named by integer handles, numbered from a kind's base.
+pub struct Handles<T> {
+    base: i32,
+    next: i32,
+    pub items: BTreeMap<c_int, T>,
+}
+
+impl<T> Handles<T> {
+    pub fn new(base: u32) -> Handles<T> {
+        Handles { base: base as i32, next: 0, items: BTreeMap::new() }
+    }
+
+    pub fn insert(&mut self, item: T) -> c_int {
+        let h = self.base.wrapping_add(self.next);
+        self.next += 1;
+        self.items.insert(h, item);
+        h
+    }
+
+    pub fn insert_at(&mut self, handle: c_int, item: T) {
+        self.items.insert(handle, item);
+    }
+
+    pub fn get(&self, h: c_int) -> Option<&T> {
+        self.items.get(&h)
+    }
+
+    pub fn get_mut(&mut self, h: c_int) -> Option<&mut T> {
+        self.items.get_mut(&h)
+    }
+
+    pub fn remove(&mut self, h: c_int) -> Option<T> {
+        self.items.remove(&h)
+    }
+}
+
+/// Handle bases of objects the program creates (kinds beyond mpi.h's predefined ones).
+pub const COMM_BASE: u32 = 0xc400_0000;
+pub const TYPE_BASE: u32 = 0xcc00_0000;
+pub const OP_BASE: u32 = 0xd800_0000;
+pub const REQUEST_BASE: u32 = 0xec00_0000;
+
+pub struct State {
+    pub rt: Runtime,
+    pub comms: Handles<Comm>,
+    pub types: Handles<Datatype>,
+    pub ops: Handles<UserOp>,
+    pub requests: Handles<Request>,
+    /// Receive requests not yet matched, in the order posted (MPI's matching order).
+    pub pending_recvs: VecDeque<c_int>,
+    /// The next context id this rank may give a new communicator (agreed collectively).
+    pub next_context: u32,
+    /// MPI_Buffer_attach's buffer (sends are buffered by the runtime; kept for detach).
+    pub attached: Option<(usize, c_int)>,
+    /// MPIX_Reverb_protect's regions by id: (address, bytes), copied at each checkpoint.
+    pub protected: BTreeMap<u32, (usize, usize)>,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+
+pub fn install(state: State) {
+    STATE.with(|s| *s.borrow_mut() = Some(state));
+}
+
+pub fn take() -> Option<State> {
+    STATE.with(|s| s.borrow_mut().take())
+}
+
+fn not_ready() -> MpiError {
+    let why = if FINALIZED.load(Ordering::SeqCst) {
+        "MPI was finalized"
+    } else if INITIALIZED.load(Ordering::SeqCst) {
+        "called from a thread other than the one that initialized MPI (reverb provides MPI_THREAD_FUNNELED)"
+    } else {
+        "MPI is not initialized (MPI_Init first)"
+    };
+    MpiError::new(MPI_ERR_OTHER, why)
+}
+
+/// Runs `body` on the state; its error goes to the error handler of `comm` (or of
+/// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
+pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
+    let (result, errhandler) = STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(state) = s.as_mut() else { return (Err(not_ready()), MPI_ERRORS_ARE_FATAL) };
+        let result = body(state);
+        let errhandler = state
+            .comms
+            .get(comm)
+            .or_else(|| state.comms.get(MPI_COMM_WORLD))
+            .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
+        (result, errhandler)
+    });
+    match result {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => errors::handle(errhandler, function, e),
+    }
+}
+
+impl State {
+    pub fn comm(&self, h: c_int) -> MpiResult<&Comm> {
+        self.comms.get(h).ok_or_else(|| MpiError::new(MPI_ERR_COMM, format!("invalid communicator {h:#x}")))
+    }
+
+    pub fn comm_mut(&mut self, h: c_int) -> MpiResult<&mut Comm> {
+        self.comms
+            .get_mut(h)
+            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, format!("invalid communicator {h:#x}")))
+    }
+
+    pub fn datatype(&self, h: c_int) -> MpiResult<Datatype> {
+        if let Some(t) = self.types.get(h) {
+            return Ok(t.clone());
+        }
+        Datatype::builtin(h).ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
+    }
+}
