@@ -96,6 +96,9 @@ impl State {
     /// acknowledgements. True if anything completed.
     pub fn progress(&mut self) -> MpiResult<bool> {
         let mut any = false;
+        // One poll, then every posted receive in order against the same arrivals: the first
+        // one posted gets the first matching message.
+        self.rt.poll()?;
         let mut i = 0;
         while i < self.pending_recvs.len() {
             let h = self.pending_recvs[i];
@@ -104,7 +107,7 @@ impl State {
                 continue;
             };
             let (source, tag) = (p.source, p.tag);
-            match self.rt.try_recv(source, tag)? {
+            match self.rt.take_collected(source, tag)? {
                 Some(msg) => {
                     self.pending_recvs.remove(i);
                     let status = self.deliver(h, msg)?;
@@ -126,7 +129,7 @@ impl State {
             })
             .collect();
         for (h, dest, ack) in syncs {
-            if self.rt.try_recv(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
+            if self.rt.take_collected(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
                 if let Some(r) = self.requests.get_mut(h) {
                     *r = Request::Done(Status::empty());
                 }

@@ -284,6 +284,19 @@ impl Runtime {
         self.try_recv_now(source, tag)
     }
 
+    /// Progresses the transport and collects what arrived, delivering nothing (failures found
+    /// are recovered). With [`Runtime::take_collected`]: a layer that matches several posted
+    /// receives in order (MPI) polls once, then tries them in a row against the same arrivals.
+    pub fn poll(&mut self) -> Result<()> {
+        self.poll_now()
+    }
+
+    /// [`Runtime::try_recv`] of a message collected already (by [`Runtime::poll`] or a
+    /// receive), without progressing the transport.
+    pub fn take_collected(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        self.take_collected_now(source, tag)
+    }
+
     /// The message [`Runtime::try_recv`] would take now, left in place: (source, tag, length).
     /// During a replay a wildcard names the logged message.
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {

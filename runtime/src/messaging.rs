@@ -51,6 +51,28 @@ impl Runtime {
         }
     }
 
+    /// Progresses and collects arrivals (recovering a failure found), delivering nothing.
+    pub(super) fn poll_now(&mut self) -> Result<()> {
+        match self.endpoint()?.poll() {
+            Ok(()) => Ok(self.check_failures().map(drop)?),
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(()),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// A receive of what `poll_now` (or an earlier receive) collected; no progress.
+    pub(super) fn take_collected_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        match self.endpoint()?.recv_collected(source, tag)? {
+            Some(d) => {
+                self.note_replay()?;
+                Ok(Some(Message { source: d.source, tag: d.tag, payload: d.payload }))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// What `try_recv_now` would take, left in place: (source, tag, length).
     pub(super) fn probe_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
         match self.endpoint()?.probe(source, tag) {

@@ -78,6 +78,9 @@ pub use config::{TransportConfig, WaitMode};
 pub use error::{Result, TransportError};
 pub use region::Region;
 
+/// How long a respawned rank waits for ranks still in the job's first open to publish.
+const INITIAL_OPENS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Opens the provider named by `config.provider` for this job. A respawned rank
 /// (incarnation > 0) rejoins the running job instead of taking part in a collective open;
 /// see [`recovery`].
@@ -85,6 +88,7 @@ pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dy
     let entry = providers::entry(config.provider)
         .ok_or_else(|| TransportError::Config(format!("provider {} is not registered", config.provider)))?;
     if boot.job().incarnation > 0 {
+        recovery::await_initial_opens(boot, INITIAL_OPENS_WAIT)?;
         (entry.rejoin)(config, boot)
     } else {
         (entry.open)(config, boot)

@@ -96,6 +96,30 @@ pub fn apply_rejoins(provider: &mut dyn Provider, boot: &mut dyn Bootstrap) -> R
     Ok(done)
 }
 
+/// Waits at most `timeout` until no first-incarnation rank is still inside the job's first
+/// open: live at the rendezvous, at incarnation 0, with no address published yet. A rank
+/// respawned meanwhile would find no address for such a rank and take it for dead, though it
+/// publishes as soon as its open ends. Past the bound it returns anyway (those ranks are then
+/// treated as a rejoin would: connected when they announce themselves).
+pub fn await_initial_opens(boot: &mut dyn Bootstrap, timeout: Duration) -> Result<()> {
+    let me = boot.job().rank;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let table = match boot.lookup() {
+            Ok(t) => t,
+            // A rendezvous that keeps no table: nothing to wait for.
+            Err(TransportError::Unsupported(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let opening =
+            table.iter().any(|a| a.rank != me && a.incarnation == 0 && a.address.is_none() && !a.lost);
+        if !opening || Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits at most `timeout` until `rank` has rejoined at an incarnation newer than `after`
 /// (None: any), reconnects to it and returns its incarnation. Returns at once if the provider
 /// is connected to such an incarnation already.

@@ -89,6 +89,28 @@ impl LoggedEndpoint {
         }
     }
 
+    /// Progresses the provider and collects what arrived, delivering nothing: receives tried
+    /// after it with `recv_collected` all see the same arrivals.
+    pub fn poll(&mut self) -> Result<()> {
+        self.provider.progress()?;
+        self.collect_completions()?;
+        self.background(false)
+    }
+
+    /// `recv` of a message collected already (by `poll` or an earlier receive), without
+    /// progressing: a layer that matches several posted receives in their order (MPI) tries
+    /// them in a row against the same arrivals, so the first one posted gets the first message.
+    pub fn recv_collected(&mut self, source: Source, tag: TagMatch) -> Result<Option<Delivery>> {
+        if self.pending.receive_check {
+            self.protocol.check_receive(&self.stats)?;
+        }
+        let kind = ReceiveKind::classify(source, tag);
+        match self.find_ready(source, tag, kind)? {
+            Some(i) => self.deliver(i, kind).map(|d| Some(d.into_delivery())),
+            None => Ok(None),
+        }
+    }
+
     /// The message a receive from `source` under `tag` would take now, without taking it:
     /// (sender, tag, payload length), or None if none has arrived. During a replay a wildcard
     /// names the message its determinant names, as a receive would take.

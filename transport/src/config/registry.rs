@@ -234,6 +234,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_BENCH_MEM_DIR", "", Bench, Set, "path", "set by reverb bench mem for its ranks: the directory each writes its memory report to"),
     var("REVERB_BENCH_MEM_MUTE", "", Bench, Fault, "int", "reverb bench mem (fault-injection builds): this rank posts its receives but never sends"),
     var("REVERB_NO_ISAL", "", Build, Tooling, "bool", "1: the rs bench's build script skips ISA-L as if it were missing"),
+    var("REVERB_MPICH_INCLUDE", "/usr/include/x86_64-linux-gnu/mpich", Build, Tooling, "path", "reverb-mpi's build: the directory of MPICH's mpi.h and mpi_proto.h, whose ABI the library takes"),
     var("REVERB_ISAL_SKIP_REASON", "", Build, Tooling, "text", "set by benches/build.rs at compile time: why ISA-L is not used"),
     // tests
     var("REVERB_TEST_TIME_SCALE", "1", Test, T, "int", "multiplies the multi-process tests' time bounds (slow VMs)"),
