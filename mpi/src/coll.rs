@@ -6,12 +6,13 @@
 
 use std::ffi::{c_int, c_void};
 
-use reverb_transport::{Source, TagMatch};
+use reverb_transport::Source;
 
 use crate::abi::*;
 use crate::datatype::{offset, Datatype};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::frag;
 use crate::op::{self, Op};
 use crate::state::{call, State};
 use crate::tags;
@@ -38,12 +39,25 @@ impl Group {
     }
 
     fn send(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
-        Ok(s.rt.send(self.ranks[to], self.tag(), bytes)?)
+        frag::send(&mut s.rt, self.ranks[to], self.tag(), bytes)
     }
 
+    /// The next collective message from `from`. With point-to-point operations outstanding
+    /// it waits by progressing them too: a receive posted before the collective must still
+    /// match (and acknowledge a synchronous send) while this rank waits here.
     fn recv(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
-        let m = s.rt.recv_matching(Source::Rank(self.ranks[from]), TagMatch::exact(self.tag()))?;
-        Ok(m.payload)
+        let (source, tag) = (Source::Rank(self.ranks[from]), tags::coll_match(self.context));
+        let m = if s.p2p_outstanding() {
+            let mut got = None;
+            s.wait_until("a collective", |s| {
+                got = s.rt.take_collected(source, tag)?;
+                Ok(got.is_some())
+            })?;
+            got.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a collective message vanished"))?
+        } else {
+            s.rt.recv_matching(source, tag)?
+        };
+        Ok(frag::complete(&mut s.rt, m)?.payload)
     }
 
     fn check_root(&self, root: c_int) -> MpiResult<usize> {

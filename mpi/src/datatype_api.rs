@@ -1,6 +1,6 @@
 //! MPI's datatype calls over `datatype.rs`.
 
-use std::ffi::{c_int, c_long};
+use std::ffi::{c_int, c_long, c_void};
 
 use crate::abi::*;
 use crate::datatype::{self, Datatype};
@@ -201,4 +201,121 @@ pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
             .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("{h:#x} is not a derived datatype")))?;
         ffi::out(datatype, MPI_DATATYPE_NULL, "datatype")
     })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_address(location: *const c_void, address: *mut c_long) -> c_int {
+    call("MPI_Get_address", MPI_COMM_WORLD, |_| ffi::out(address, location as c_long, "address"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Address(location: *const c_void, address: *mut c_long) -> c_int {
+    MPI_Get_address(location, address)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_indexed_block(
+    count: c_int,
+    blocklen: c_int,
+    displs: *const c_int,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_indexed_block", newtype, |s| {
+        let n = count_of(count)?;
+        let t = s.datatype(old)?;
+        let displs: Vec<isize> =
+            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize * t.extent).collect();
+        datatype::hindexed(&vec![blocklen; n], &displs, &t)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_hindexed_block(
+    count: c_int,
+    blocklen: c_int,
+    displs: *const c_long,
+    old: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    new_type("MPI_Type_create_hindexed_block", newtype, |s| {
+        let n = count_of(count)?;
+        let displs: Vec<isize> =
+            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
+        datatype::hindexed(&vec![blocklen; n], &displs, &s.datatype(old)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Pack_size(incount: c_int, datatype: c_int, comm: c_int, size: *mut c_int) -> c_int {
+    call("MPI_Pack_size", comm, |s| {
+        let n = s.datatype(datatype)?.bytes_for(count_of(incount)?);
+        ffi::out(size, c_int::try_from(n).unwrap_or(c_int::MAX), "size")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: c_int,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Pack", comm, |s| {
+        let at = usize::try_from(ffi::read(position, "position")?).unwrap_or(usize::MAX);
+        let bytes = s.datatype(datatype)?.pack(inbuf, count_of(incount)?)?;
+        let room = usize::try_from(outsize).unwrap_or(0);
+        if at > room || bytes.len() > room - at {
+            return Err(MpiError::new(
+                MPI_ERR_TRUNCATE,
+                format!("{} bytes at {at} of a {room}-byte buffer", bytes.len()),
+            ));
+        }
+        ffi::bytes_mut(outbuf, room)?[at..at + bytes.len()].copy_from_slice(&bytes);
+        ffi::out(position, (at + bytes.len()) as c_int, "position")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Unpack", comm, |s| {
+        let at = usize::try_from(ffi::read(position, "position")?).unwrap_or(usize::MAX);
+        let dt = s.datatype(datatype)?;
+        let n = count_of(outcount)?;
+        let want = dt.bytes_for(n);
+        let have = usize::try_from(insize).unwrap_or(0);
+        if at > have || want > have - at {
+            return Err(MpiError::new(
+                MPI_ERR_TRUNCATE,
+                format!("{want} bytes at {at} of a {have}-byte buffer"),
+            ));
+        }
+        dt.unpack(&ffi::bytes(inbuf, have)?[at..at + want], outbuf, n)?;
+        ffi::out(position, (at + want) as c_int, "position")
+    })
+}
+
+fn size_wide(datatype: c_int, size: *mut c_long, function: &str) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| ffi::out(size, s.datatype(datatype)?.size as c_long, "size"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_size_c(datatype: c_int, size: *mut c_long) -> c_int {
+    size_wide(datatype, size, "MPI_Type_size_c")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Type_size_x(datatype: c_int, size: *mut c_long) -> c_int {
+    size_wide(datatype, size, "MPI_Type_size_x")
 }

@@ -97,3 +97,49 @@ pub fn string_in(p: *const c_char) -> Result<String, MpiError> {
     // SAFETY: a non-null C string argument is NUL-terminated (MPI's contract).
     Ok(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
+
+/// Calls a generalized request's free function with its state.
+pub fn grequest_free(f: crate::request::FreeFn, state: *mut c_void) -> c_int {
+    // SAFETY: the program's MPI_Grequest_free_function, called once with the state it gave.
+    unsafe { f(state) }
+}
+
+/// Calls a generalized request's query function, which fills `status`.
+pub fn grequest_query(
+    f: crate::request::QueryFn,
+    state: *mut c_void,
+    status: &mut crate::request::CStatus,
+) -> c_int {
+    // SAFETY: the program's MPI_Grequest_query_function, with its state and a valid status.
+    unsafe { f(state, status) }
+}
+
+/// Calls a generalized request's cancel function.
+pub fn grequest_cancel(f: crate::request::CancelFn, state: *mut c_void, complete: bool) -> c_int {
+    // SAFETY: the program's MPI_Grequest_cancel_function, with its state.
+    unsafe { f(state, c_int::from(complete)) }
+}
+
+/// Calls a program's reduction function: `inout[i] = input[i] op inout[i]` over `len`
+/// elements of `datatype`; both buffers hold that many elements.
+pub fn user_op(f: crate::op::UserFn, input: &mut [u8], inout: &mut [u8], len: c_int, datatype: c_int) {
+    let (mut len, mut datatype) = (len, datatype);
+    // SAFETY: the program's MPI_User_function, called as MPI specifies on buffers of `len`
+    // elements of `datatype`.
+    unsafe { f(input.as_mut_ptr().cast(), inout.as_mut_ptr().cast(), &mut len, &mut datatype) }
+}
+
+/// Writes a status's fields through `p` (non-null, not MPI_STATUS_IGNORE), MPI_ERROR only
+/// with `with_error`: field by field, so the one left alone is never read.
+pub fn status_out(p: *mut crate::request::CStatus, s: crate::request::CStatus, with_error: bool) {
+    // SAFETY: the caller checked `p` is a real status (MPI's contract: writable).
+    unsafe {
+        std::ptr::addr_of_mut!((*p).count_lo).write(s.count_lo);
+        std::ptr::addr_of_mut!((*p).count_hi_and_cancelled).write(s.count_hi_and_cancelled);
+        std::ptr::addr_of_mut!((*p).source).write(s.source);
+        std::ptr::addr_of_mut!((*p).tag).write(s.tag);
+        if with_error {
+            std::ptr::addr_of_mut!((*p).error).write(s.error);
+        }
+    }
+}

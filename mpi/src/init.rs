@@ -59,6 +59,7 @@ fn init() -> c_int {
         pending_recvs: VecDeque::new(),
         next_context: FIRST_CONTEXT,
         attached: None,
+        messages: Handles::new(state::MESSAGE_BASE),
         protected: BTreeMap::new(),
     });
     INITIALIZED.store(true, Ordering::SeqCst);

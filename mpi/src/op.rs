@@ -195,12 +195,8 @@ pub fn apply(
                 ));
             }
             let mut scratch = input.to_vec();
-            let mut len =
-                c_int::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, "count too large"))?;
-            let mut handle = dt_handle;
-            // SAFETY: the program's MPI_User_function, called as MPI specifies: `len`
-            // elements of `handle` at both pointers, which hold that many bytes.
-            unsafe { (u.f)(scratch.as_mut_ptr().cast(), inout.as_mut_ptr().cast(), &mut len, &mut handle) };
+            let len = c_int::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, "count too large"))?;
+            ffi::user_op(u.f, &mut scratch, inout, len, dt_handle);
             Ok(())
         }
     }

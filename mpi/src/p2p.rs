@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
+use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
+use crate::frag;
 use crate::request::{PendingRecv, PendingSync, Request, Status};
 use crate::state::State;
 use crate::tags;
@@ -16,7 +18,7 @@ use crate::tags;
 /// Largest tag (MPI_TAG_UB): tags are the low 31 bits of the runtime's.
 pub const TAG_UB: c_int = i32::MAX;
 
-fn count_of(count: c_int) -> MpiResult<usize> {
+fn count_of(count: i64) -> MpiResult<usize> {
     usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
 }
 
@@ -37,7 +39,8 @@ fn check_recv_tag(tag: c_int) -> MpiResult<()> {
 /// What a send names.
 pub struct SendArgs {
     pub buf: *const c_void,
-    pub count: c_int,
+    /// Elements (MPI_Count wide: the `_c` calls pass large counts).
+    pub count: i64,
     pub datatype: c_int,
     pub dest: c_int,
     pub tag: c_int,
@@ -47,9 +50,14 @@ pub struct SendArgs {
 impl State {
     /// Sends now; a synchronous send's request waits for the receiver's acknowledgement.
     pub fn start_send(&mut self, a: &SendArgs, sync: bool) -> MpiResult<Request> {
+        let dt = self.datatype(a.datatype)?;
+        self.start_send_typed(a, &dt, sync)
+    }
+
+    /// `start_send` with the datatype resolved already.
+    pub fn start_send_typed(&mut self, a: &SendArgs, dt: &Datatype, sync: bool) -> MpiResult<Request> {
         check_send_tag(a.tag)?;
         let count = count_of(a.count)?;
-        let dt = self.datatype(a.datatype)?;
         let comm = self.comm(a.comm)?;
         if a.dest == MPI_PROC_NULL {
             return Ok(Request::Done(Status::proc_null()));
@@ -57,7 +65,7 @@ impl State {
         let (dest, context) = (comm.world_of(a.dest)?, comm.context);
         let bytes = dt.pack(a.buf, count)?;
         let flags = if sync { tags::SYNC } else { 0 };
-        self.rt.send(dest, tags::tag(context, flags, a.tag), &bytes)?;
+        frag::send(&mut self.rt, dest, tags::tag(context, flags, a.tag), &bytes)?;
         if sync {
             return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, a.tag) }));
         }
@@ -68,15 +76,28 @@ impl State {
     pub fn post_recv(
         &mut self,
         buf: *mut c_void,
-        count: c_int,
+        count: i64,
         datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+    ) -> MpiResult<c_int> {
+        let datatype = self.datatype(datatype)?;
+        self.post_recv_typed(buf, count, datatype, source, tag, comm)
+    }
+
+    /// `post_recv` with the datatype resolved already.
+    pub fn post_recv_typed(
+        &mut self,
+        buf: *mut c_void,
+        count: i64,
+        datatype: Datatype,
         source: c_int,
         tag: c_int,
         comm: c_int,
     ) -> MpiResult<c_int> {
         check_recv_tag(tag)?;
         let count = count_of(count)?;
-        let datatype = self.datatype(datatype)?;
         let c = self.comm(comm)?;
         if source == MPI_PROC_NULL {
             return Ok(self.requests.insert(Request::Done(Status::proc_null())));
@@ -142,6 +163,7 @@ impl State {
     /// Puts a matched message into receive `h`'s buffer; its status. Acknowledges a
     /// synchronous send.
     fn deliver(&mut self, h: c_int, msg: reverb_runtime::Message) -> MpiResult<Status> {
+        let msg = frag::complete(&mut self.rt, msg)?;
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
@@ -163,6 +185,12 @@ impl State {
             self.rt.send(msg.source, ack, &[])?;
         }
         Ok(status)
+    }
+
+    /// Receives posted and not matched, or synchronous sends not acknowledged.
+    pub fn p2p_outstanding(&self) -> bool {
+        !self.pending_recvs.is_empty()
+            || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
     }
 
     /// Waits (bounded) until `done(self)` holds, progressing; the bound counts from the last
@@ -200,13 +228,33 @@ impl State {
         }
     }
 
-    /// The status of request `h` once complete (it is freed).
+    /// What the program's handle becomes once request `h` completed: MPI_REQUEST_NULL, or
+    /// `h` itself for a persistent request (inactive until started again).
+    pub fn after_completion(&self, h: c_int) -> c_int {
+        match self.requests.get(h) {
+            Some(Request::Persistent(_)) => h,
+            _ => MPI_REQUEST_NULL,
+        }
+    }
+
+    /// The status of request `h` once complete (it is freed; a persistent one goes inactive).
     pub fn wait_request(&mut self, h: c_int) -> MpiResult<Status> {
         if h == MPI_REQUEST_NULL {
             return Ok(Status::empty());
         }
-        if self.requests.get(h).is_none() {
-            return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}")));
+        match self.requests.get(h) {
+            None => return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}"))),
+            Some(Request::Persistent(p)) => {
+                let Some(inner) = p.active else { return Ok(Status::empty()) };
+                let st = self.wait_request(inner)?;
+                self.deactivate(h);
+                return Ok(st);
+            }
+            Some(Request::Generalized(_)) => {
+                self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
+                return self.finish_generalized(h);
+            }
+            _ => {}
         }
         // Alone and first in line: the runtime's own blocking receive (no polling).
         if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
@@ -223,13 +271,29 @@ impl State {
         Ok(status)
     }
 
-    /// Completes request `h` if it can now: Some(status) (freed), or None.
+    /// Completes request `h` if it can now: Some(status) (freed; a persistent one goes
+    /// inactive), or None.
     pub fn test_request(&mut self, h: c_int) -> MpiResult<Option<Status>> {
         if h == MPI_REQUEST_NULL {
             return Ok(Some(Status::empty()));
         }
-        if self.requests.get(h).is_none() {
-            return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}")));
+        match self.requests.get(h) {
+            None => return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}"))),
+            Some(Request::Persistent(p)) => {
+                let Some(inner) = p.active else { return Ok(Some(Status::empty())) };
+                let st = self.test_request(inner)?;
+                if st.is_some() {
+                    self.deactivate(h);
+                }
+                return Ok(st);
+            }
+            Some(Request::Generalized(_)) => {
+                if !self.generalized_complete(h) {
+                    return Ok(None);
+                }
+                return self.finish_generalized(h).map(Some);
+            }
+            _ => {}
         }
         if self.requests.get(h).and_then(Request::done).is_none() {
             self.progress()?;

@@ -1,6 +1,6 @@
 //! MPI's point-to-point calls, over `p2p.rs`.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_long, c_void};
 
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
@@ -39,7 +39,7 @@ pub extern "C" fn MPI_Send(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Send", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Send", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -52,7 +52,7 @@ pub extern "C" fn MPI_Isend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Isend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Isend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -64,7 +64,7 @@ pub extern "C" fn MPI_Ssend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Ssend", true, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Ssend", true, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -77,7 +77,7 @@ pub extern "C" fn MPI_Issend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Issend", true, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Issend", true, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -89,7 +89,7 @@ pub extern "C" fn MPI_Rsend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Rsend", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Rsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -102,7 +102,7 @@ pub extern "C" fn MPI_Irsend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Irsend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Irsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -114,7 +114,7 @@ pub extern "C" fn MPI_Bsend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Bsend", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Bsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -127,7 +127,7 @@ pub extern "C" fn MPI_Ibsend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Ibsend", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Ibsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -141,7 +141,7 @@ pub extern "C" fn MPI_Recv(
     status: *mut CStatus,
 ) -> c_int {
     call("MPI_Recv", comm, |s| {
-        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        let h = s.post_recv(buf, count.into(), datatype, source, tag, comm)?;
         let st = s.wait_request(h)?;
         write_status(status, st)?;
         truncation(st)
@@ -166,7 +166,7 @@ pub extern "C" fn MPI_Irecv(
     request: *mut c_int,
 ) -> c_int {
     call("MPI_Irecv", comm, |s| {
-        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        let h = s.post_recv(buf, count.into(), datatype, source, tag, comm)?;
         ffi::out(request, h, "request")
     })
 }
@@ -187,8 +187,9 @@ pub extern "C" fn MPI_Sendrecv(
     status: *mut CStatus,
 ) -> c_int {
     call("MPI_Sendrecv", comm, |s| {
-        let h = s.post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)?;
-        let a = SendArgs { buf: sendbuf, count: sendcount, datatype: sendtype, dest, tag: sendtag, comm };
+        let h = s.post_recv(recvbuf, recvcount.into(), recvtype, source, recvtag, comm)?;
+        let a =
+            SendArgs { buf: sendbuf, count: sendcount.into(), datatype: sendtype, dest, tag: sendtag, comm };
         s.start_send(&a, false)?;
         let st = s.wait_request(h)?;
         write_status(status, st)?;
@@ -210,9 +211,9 @@ pub extern "C" fn MPI_Sendrecv_replace(
 ) -> c_int {
     call("MPI_Sendrecv_replace", comm, |s| {
         // The send takes its bytes before the receive is matched into the same buffer.
-        let a = SendArgs { buf, count, datatype, dest, tag: sendtag, comm };
+        let a = SendArgs { buf, count: count.into(), datatype, dest, tag: sendtag, comm };
         s.start_send(&a, false)?;
-        let h = s.post_recv(buf, count, datatype, source, recvtag, comm)?;
+        let h = s.post_recv(buf, count.into(), datatype, source, recvtag, comm)?;
         let st = s.wait_request(h)?;
         write_status(status, st)?;
         truncation(st)
@@ -224,7 +225,7 @@ pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut CStatus) -> c_int {
     call("MPI_Wait", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         let st = s.wait_request(h)?;
-        ffi::out(request, MPI_REQUEST_NULL, "request")?;
+        ffi::out(request, s.after_completion(h), "request")?;
         write_status(status, st)?;
         truncation(st)
     })
@@ -236,7 +237,7 @@ pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut C
         let h = ffi::read(request, "request")?;
         match s.test_request(h)? {
             Some(st) => {
-                ffi::out(request, MPI_REQUEST_NULL, "request")?;
+                ffi::out(request, s.after_completion(h), "request")?;
                 ffi::out(flag, 1, "flag")?;
                 write_status(status, st)?;
                 truncation(st)
@@ -259,9 +260,7 @@ fn complete_ready(
             continue;
         }
         if let Some(st) = s.test_request(*h)? {
-            if *h != MPI_REQUEST_NULL {
-                *h = MPI_REQUEST_NULL;
-            }
+            *h = s.after_completion(*h);
             write_status_at(statuses, i, st)?;
             done[i] = true;
             n += 1;
@@ -283,7 +282,7 @@ pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut
                     continue;
                 }
                 if let Some(st) = s.test_request(*h)? {
-                    *h = MPI_REQUEST_NULL;
+                    *h = s.after_completion(*h);
                     write_status_at(statuses, i, st)?;
                     done[i] = true;
                     if st.error != MPI_SUCCESS {
@@ -336,7 +335,7 @@ fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult
             continue;
         }
         if let Some(st) = s.test_request(*h)? {
-            *h = MPI_REQUEST_NULL;
+            *h = s.after_completion(*h);
             return Ok(Some((i, st)));
         }
     }
@@ -427,7 +426,7 @@ fn some(
                     continue;
                 }
                 if let Some(st) = s.test_request(*h)? {
-                    *h = MPI_REQUEST_NULL;
+                    *h = s.after_completion(*h);
                     got.push((i, st));
                 }
             }
@@ -507,6 +506,15 @@ pub extern "C" fn MPI_Iprobe(
 pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
     call("MPI_Cancel", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
+        if let Some(Request::Generalized(g)) = s.requests.get(h) {
+            if let Some(cancel) = g.cancel {
+                let rc = ffi::grequest_cancel(cancel, g.extra_state, g.complete);
+                if rc != MPI_SUCCESS {
+                    return Err(MpiError::new(rc, "the generalized request's cancel function failed"));
+                }
+            }
+            return Ok(());
+        }
         if let Some(Request::Recv(_)) = s.requests.get(h) {
             s.pending_recvs.retain(|&p| p != h);
             let st = Status { cancelled: true, ..Status::empty() };
@@ -530,8 +538,20 @@ pub extern "C" fn MPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) -
 pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
     call("MPI_Request_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
-        s.pending_recvs.retain(|&p| p != h);
-        s.requests.remove(h);
+        match s.requests.remove(h) {
+            Some(Request::Persistent(p)) => {
+                if let Some(inner) = p.active {
+                    s.pending_recvs.retain(|&r| r != inner);
+                    s.requests.remove(inner);
+                }
+            }
+            Some(Request::Generalized(g)) => {
+                if let Some(free) = g.free {
+                    ffi::grequest_free(free, g.extra_state);
+                }
+            }
+            _ => s.pending_recvs.retain(|&p| p != h),
+        }
         ffi::out(request, MPI_REQUEST_NULL, "request")
     })
 }
@@ -544,10 +564,18 @@ pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, statu
             return write_status(status, Status::empty());
         }
         s.progress()?;
-        match s.requests.get(request).and_then(Request::done) {
+        let inner = match s.requests.get(request) {
+            Some(Request::Persistent(p)) => p.active.unwrap_or(MPI_REQUEST_NULL),
+            _ => request,
+        };
+        match s.requests.get(inner).and_then(Request::done) {
             Some(st) => {
                 ffi::out(flag, 1, "flag")?;
                 write_status(status, st)
+            }
+            None if s.complete_now(inner) => {
+                ffi::out(flag, 1, "flag")?;
+                write_status(status, Status::empty())
             }
             None => ffi::out(flag, 0, "flag"),
         }
@@ -594,4 +622,215 @@ pub extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: *mut c_int) -> c_
         ffi::out(buffer.cast::<usize>(), addr, "buffer")?;
         ffi::out(size, n, "size")
     })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    call("MPI_Isendrecv", comm, |s| {
+        // The send completes at once: the request is the receive's.
+        let h = s.post_recv(recvbuf, recvcount.into(), recvtype, source, recvtag, comm)?;
+        let a =
+            SendArgs { buf: sendbuf, count: sendcount.into(), datatype: sendtype, dest, tag: sendtag, comm };
+        s.start_send(&a, false)?;
+        ffi::out(request, h, "request")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    call("MPI_Isendrecv_replace", comm, |s| {
+        // The send takes its bytes before the receive can be matched into the same buffer.
+        let a = SendArgs { buf, count: count.into(), datatype, dest, tag: sendtag, comm };
+        s.start_send(&a, false)?;
+        let h = s.post_recv(buf, count.into(), datatype, source, recvtag, comm)?;
+        ffi::out(request, h, "request")
+    })
+}
+
+// The large-count (`_c`) forms: MPI_Count counts.
+
+#[no_mangle]
+pub extern "C" fn MPI_Send_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Send_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ssend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Ssend_c", true, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Rsend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Rsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Bsend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    send("MPI_Bsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Isend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Isend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Issend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Issend_c", true, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Irsend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Irsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ibsend_c(
+    buf: *const c_void,
+    count: c_long,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    isend("MPI_Ibsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Recv_c(
+    buf: *mut c_void,
+    count: c_long,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Recv_c", comm, |s| {
+        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        let st = s.wait_request(h)?;
+        write_status(status, st)?;
+        truncation(st)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Irecv_c(
+    buf: *mut c_void,
+    count: c_long,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    call("MPI_Irecv_c", comm, |s| {
+        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
+        ffi::out(request, h, "request")
+    })
+}
+
+fn elements_wide(status: *const CStatus, datatype: c_int, count: *mut c_long, function: &str) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
+        let st = ffi::read(status, "status")?;
+        let size = s.datatype(datatype)?.size;
+        let bytes = st.bytes();
+        let n = match size {
+            0 => 0,
+            _ if bytes % size != 0 => c_long::from(MPI_UNDEFINED),
+            _ => (bytes / size) as c_long,
+        };
+        ffi::out(count, n, "count")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_count_c(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+    elements_wide(status, datatype, count, "MPI_Get_count_c")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements_c(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+    elements_wide(status, datatype, count, "MPI_Get_elements_c")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements_x(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+    elements_wide(status, datatype, count, "MPI_Get_elements_x")
 }

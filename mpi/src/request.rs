@@ -62,20 +62,25 @@ impl CStatus {
     }
 }
 
-/// Writes `status` unless the program passed `MPI_STATUS_IGNORE`.
+/// Writes `status` unless the program passed `MPI_STATUS_IGNORE`. A single completion leaves
+/// the MPI_ERROR field as it was (MPI sets it only for the multiple-completion calls).
 pub fn write_status(p: *mut CStatus, status: Status) -> MpiResult<()> {
     if p.is_null() || p as usize == ffi::STATUS_IGNORE {
         return Ok(());
     }
-    ffi::out(p, status.into(), "status")
+    // An empty status (a null or inactive request's) is empty in MPI_ERROR too.
+    let empty = status == Status::empty() || status == Status::proc_null();
+    ffi::status_out(p, status.into(), empty);
+    Ok(())
 }
 
-/// Writes entry `i` of a status array unless it is `MPI_STATUSES_IGNORE`.
+/// Writes entry `i` of a status array, MPI_ERROR included, unless it is `MPI_STATUSES_IGNORE`.
 pub fn write_status_at(p: *mut CStatus, i: usize, status: Status) -> MpiResult<()> {
     if p.is_null() || p as usize == ffi::STATUS_IGNORE {
         return Ok(());
     }
-    write_status(p.wrapping_add(i), status)
+    ffi::status_out(p.wrapping_add(i), status.into(), true);
+    Ok(())
 }
 
 /// A receive posted and not yet matched.
@@ -96,12 +101,60 @@ pub struct PendingSync {
     pub ack: u64,
 }
 
+/// What a persistent request does each time it is started (its datatype kept: the program
+/// may free the handle meanwhile).
+#[derive(Debug, Clone)]
+pub enum PersistentOp {
+    Send {
+        buf: *const c_void,
+        count: c_int,
+        datatype: Datatype,
+        dest: c_int,
+        tag: c_int,
+        comm: c_int,
+        sync: bool,
+    },
+    Recv {
+        buf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+    },
+}
+
+/// A persistent request: its operation, and the request of the run started last (None while
+/// inactive).
+#[derive(Debug)]
+pub struct Persistent {
+    pub op: PersistentOp,
+    pub active: Option<c_int>,
+}
+
+/// `MPI_Grequest_query_function`, `_free_function`, `_cancel_function`.
+pub type QueryFn = unsafe extern "C" fn(*mut c_void, *mut CStatus) -> c_int;
+pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type CancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// A generalized request: the program completes it (MPI_Grequest_complete).
+#[derive(Debug)]
+pub struct Generalized {
+    pub query: Option<QueryFn>,
+    pub free: Option<FreeFn>,
+    pub cancel: Option<CancelFn>,
+    pub extra_state: *mut c_void,
+    pub complete: bool,
+}
+
 #[derive(Debug)]
 pub enum Request {
     /// Complete; its status waits for MPI_Wait / MPI_Test.
     Done(Status),
     Recv(PendingRecv),
     SyncSend(PendingSync),
+    Persistent(Persistent),
+    Generalized(Generalized),
 }
 
 impl Request {

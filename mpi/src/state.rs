@@ -61,6 +61,7 @@ pub const COMM_BASE: u32 = 0xc400_0000;
 pub const TYPE_BASE: u32 = 0xcc00_0000;
 pub const OP_BASE: u32 = 0xd800_0000;
 pub const REQUEST_BASE: u32 = 0xec00_0000;
+pub const MESSAGE_BASE: u32 = 0xf000_0000;
 
 pub struct State {
     pub rt: Runtime,
@@ -74,6 +75,8 @@ pub struct State {
     pub next_context: u32,
     /// MPI_Buffer_attach's buffer (sends are buffered by the runtime; kept for detach).
     pub attached: Option<(usize, c_int)>,
+    /// Messages taken by matched probes, until MPI_Mrecv.
+    pub messages: Handles<crate::mprobe::Taken>,
     /// MPIX_Reverb_protect's regions by id: (address, bytes), copied at each checkpoint.
     pub protected: BTreeMap<u32, (usize, usize)>,
 }
@@ -105,7 +108,10 @@ fn not_ready() -> MpiError {
 /// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
 pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
     let (result, errhandler) = STATE.with(|s| {
-        let mut s = s.borrow_mut();
+        let Ok(mut s) = s.try_borrow_mut() else {
+            let why = "called from a callback inside another MPI call (reverb supports only the status setters there)";
+            return (Err(MpiError::new(MPI_ERR_OTHER, why)), MPI_ERRORS_ARE_FATAL);
+        };
         let Some(state) = s.as_mut() else { return (Err(not_ready()), MPI_ERRORS_ARE_FATAL) };
         let result = body(state);
         let errhandler = state
@@ -119,6 +125,18 @@ pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiRes
         Ok(()) => MPI_SUCCESS,
         Err(e) => errors::handle(errhandler, function, e),
     }
+}
+
+/// A datatype from anywhere, a callback inside an MPI call included: the state's when it is
+/// free, else only the predefined ones.
+pub fn datatype_anywhere(h: c_int) -> MpiResult<Datatype> {
+    let derived = STATE.with(|s| match s.try_borrow() {
+        Ok(state) => state.as_ref().and_then(|st| st.types.get(h).cloned()),
+        Err(_) => None,
+    });
+    derived
+        .or_else(|| Datatype::builtin(h))
+        .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
 }
 
 impl State {

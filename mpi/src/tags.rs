@@ -15,23 +15,40 @@ pub const COLL: u32 = 1 << 31;
 pub const SYNC: u32 = 1 << 30;
 /// The acknowledgement of a synchronous send.
 pub const ACK: u32 = 1 << 29;
+/// The first piece of a message larger than the runtime's largest: its payload starts with
+/// the whole message's length.
+pub const BIG: u32 = 1 << 28;
+/// A later piece of such a message (matched only by the receive that took the first).
+pub const MORE: u32 = 1 << 27;
 /// Context ids fit below the flags.
-pub const MAX_CONTEXT: u32 = ACK - 1;
+pub const MAX_CONTEXT: u32 = MORE - 1;
 
 pub fn tag(context: u32, flags: u32, tag: c_int) -> u64 {
     (u64::from(context | flags) << 32) | u64::from(tag as u32)
 }
 
-/// A point-to-point receive on `context` for `tag` (or any tag); a synchronous send matches.
+/// A point-to-point receive on `context` for `tag` (or any tag); a synchronous send, and the
+/// first piece of a large message, match.
 pub fn p2p_match(context: u32, tag: c_int) -> TagMatch {
-    let hi_mask = u64::from(!SYNC) << 32;
+    let hi_mask = u64::from(!(SYNC | BIG)) << 32;
     let lo_mask = if tag == MPI_ANY_TAG { 0 } else { 0xffff_ffff };
     TagMatch { tag: self::tag(context, 0, if tag == MPI_ANY_TAG { 0 } else { tag }), mask: hi_mask | lo_mask }
 }
 
 /// The MPI tag and the flags of a runtime tag.
 pub fn split(t: u64) -> (c_int, u32) {
-    (t as u32 as c_int, (t >> 32) as u32 & (COLL | SYNC | ACK))
+    (t as u32 as c_int, (t >> 32) as u32 & (COLL | SYNC | ACK | BIG | MORE))
+}
+
+/// A collective receive on `context`: exactly its tag, or the first piece of a large one.
+pub fn coll_match(context: u32) -> TagMatch {
+    TagMatch { tag: tag(context, COLL, 0), mask: !(u64::from(BIG) << 32) }
+}
+
+/// The tag of a large message's later pieces: its own, with MORE for SYNC and BIG.
+pub fn continuation(t: u64) -> u64 {
+    let flags = ((t >> 32) as u32) & !(SYNC | BIG);
+    (u64::from(flags | MORE) << 32) | (t & 0xffff_ffff)
 }
 
 #[cfg(test)]
@@ -47,5 +64,10 @@ mod tests {
         assert!(!seven.matches(tag(5, 0, 8)) && !seven.matches(tag(6, 0, 7)));
         assert!(!any.matches(tag(5, COLL, 7)) && !any.matches(tag(5, ACK, 7)));
         assert_eq!(split(tag(5, SYNC, 7)), (7, SYNC));
+        assert!(seven.matches(tag(5, BIG | SYNC, 7)) && !seven.matches(tag(5, MORE, 7)));
+        assert_eq!(continuation(tag(5, BIG | SYNC, 7)), tag(5, MORE, 7));
+        let coll = coll_match(5);
+        assert!(coll.matches(tag(5, COLL, 0)) && coll.matches(tag(5, COLL | BIG, 0)));
+        assert!(!coll.matches(tag(5, COLL | MORE, 0)) && !coll.matches(tag(5, 0, 0)));
     }
 }

@@ -1,0 +1,52 @@
+//! Messages of any length over the runtime, whose messages have a largest size
+//! (REVERB_LOG_MAX_MESSAGE): a longer one goes as a first piece flagged BIG, carrying the
+//! whole length, and later pieces flagged MORE on the same channel, which only the receive
+//! that took the first piece takes (the runtime keeps each sender's order).
+
+use reverb_runtime::{Message, Runtime};
+use reverb_transport::{Rank, Source, TagMatch};
+
+use crate::abi::MPI_ERR_INTERN;
+use crate::errors::{MpiError, MpiResult};
+use crate::tags;
+
+/// Sends `bytes` to `dest` under `tag`, in pieces if it is larger than the runtime takes.
+pub fn send(rt: &mut Runtime, dest: Rank, tag: u64, bytes: &[u8]) -> MpiResult<()> {
+    let limit = rt.config().log.max_message;
+    if bytes.len() <= limit {
+        return Ok(rt.send(dest, tag, bytes)?);
+    }
+    let first_len = limit - 8;
+    let mut first = Vec::with_capacity(limit);
+    first.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    first.extend_from_slice(&bytes[..first_len]);
+    rt.send(dest, tag | (u64::from(tags::BIG) << 32), &first)?;
+    for piece in bytes[first_len..].chunks(limit) {
+        rt.send(dest, tags::continuation(tag), piece)?;
+    }
+    Ok(())
+}
+
+/// A matched message made whole: a BIG first piece is followed by its later pieces (waited
+/// for: the sender sent them right after it). The tag returned has no piece flags.
+pub fn complete(rt: &mut Runtime, mut msg: Message) -> MpiResult<Message> {
+    let (_, flags) = tags::split(msg.tag);
+    if flags & tags::BIG == 0 {
+        return Ok(msg);
+    }
+    let bad = || {
+        MpiError::new(MPI_ERR_INTERN, format!("a large message from rank {} without its length", msg.source))
+    };
+    let total: [u8; 8] = msg.payload.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
+    let total = usize::try_from(u64::from_le_bytes(total)).map_err(|_| bad())?;
+    let mut whole = Vec::with_capacity(total);
+    whole.extend_from_slice(&msg.payload[8..]);
+    let more = TagMatch::exact(tags::continuation(msg.tag));
+    while whole.len() < total {
+        let piece = rt.recv_matching(Source::Rank(msg.source), more)?;
+        whole.extend_from_slice(&piece.payload);
+    }
+    msg.payload = whole;
+    msg.tag &= !(u64::from(tags::BIG) << 32);
+    Ok(msg)
+}

@@ -1,0 +1,162 @@
+//! Matched probes (MPI_Mprobe, MPI_Improbe) and their receives (MPI_Mrecv, MPI_Imrecv): the
+//! probe takes the message (a logged receive, so a replay makes the same choice), and the
+//! receive only unpacks it.
+
+use std::ffi::{c_int, c_void};
+
+use reverb_runtime::Message;
+use reverb_transport::Source;
+
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::frag;
+use crate::request::{write_status, CStatus, Request, Status};
+use crate::state::{call, State};
+use crate::tags;
+
+/// A message taken by a matched probe: the bytes and where it came from, in its communicator.
+pub struct Taken {
+    pub msg: Message,
+    pub source: c_int,
+}
+
+impl State {
+    /// Takes the message a receive from `source` under `tag` would match, if one has arrived
+    /// (posted receives match first, in their order).
+    fn take_matching(&mut self, source: c_int, tag: c_int, comm: c_int) -> MpiResult<Option<c_int>> {
+        if source == MPI_PROC_NULL {
+            return Ok(Some(MPI_MESSAGE_NO_PROC));
+        }
+        self.progress()?;
+        let c = self.comm(comm)?;
+        let from = match source {
+            MPI_ANY_SOURCE => Source::Any,
+            r => Source::Rank(c.world_of(r)?),
+        };
+        let (context, ranks) = (c.context, c.ranks.clone());
+        let Some(msg) = self.rt.take_collected(from, tags::p2p_match(context, tag))? else { return Ok(None) };
+        let msg = frag::complete(&mut self.rt, msg)?;
+        let (mpi_tag, flags) = tags::split(msg.tag);
+        if flags & tags::SYNC != 0 {
+            self.rt.send(msg.source, tags::tag(context, tags::ACK, mpi_tag), &[])?;
+        }
+        let source = ranks.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int);
+        Ok(Some(self.messages.insert(Taken { msg, source })))
+    }
+
+    fn status_of(&self, message: c_int) -> Status {
+        match self.messages.get(message) {
+            Some(t) => Status {
+                source: t.source,
+                tag: tags::split(t.msg.tag).0,
+                bytes: t.msg.payload.len(),
+                error: MPI_SUCCESS,
+                cancelled: false,
+            },
+            None => Status::proc_null(),
+        }
+    }
+
+    /// Unpacks a taken message into `buf`; its status.
+    fn receive_taken(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        message: c_int,
+    ) -> MpiResult<Status> {
+        if message == MPI_MESSAGE_NO_PROC {
+            return Ok(Status::proc_null());
+        }
+        let status = self.status_of(message);
+        let taken = self
+            .messages
+            .remove(message)
+            .ok_or_else(|| MpiError::new(MPI_ERR_REQUEST, format!("invalid message {message:#x}")))?;
+        let count =
+            usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
+        let dt = self.datatype(datatype)?;
+        let capacity = dt.bytes_for(count);
+        let kept = taken.msg.payload.len().min(capacity);
+        dt.unpack(&taken.msg.payload[..kept], buf, count)?;
+        let error = if taken.msg.payload.len() > capacity { MPI_ERR_TRUNCATE } else { MPI_SUCCESS };
+        Ok(Status { bytes: kept, error, ..status })
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    message: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Mprobe", comm, |s| {
+        let mut found = None;
+        s.wait_until("MPI_Mprobe", |s| {
+            found = s.take_matching(source, tag, comm)?;
+            Ok(found.is_some())
+        })?;
+        let m = found.unwrap_or(MPI_MESSAGE_NO_PROC);
+        write_status(status, s.status_of(m))?;
+        ffi::out(message, m, "message")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    flag: *mut c_int,
+    message: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Improbe", comm, |s| match s.take_matching(source, tag, comm)? {
+        Some(m) => {
+            ffi::out(flag, 1, "flag")?;
+            write_status(status, s.status_of(m))?;
+            ffi::out(message, m, "message")
+        }
+        None => ffi::out(flag, 0, "flag"),
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    message: *mut c_int,
+    status: *mut CStatus,
+) -> c_int {
+    call("MPI_Mrecv", MPI_COMM_WORLD, |s| {
+        let m = ffi::read(message, "message")?;
+        let st = s.receive_taken(buf, count, datatype, m)?;
+        ffi::out(message, MPI_MESSAGE_NULL, "message")?;
+        write_status(status, st)?;
+        if st.error == MPI_ERR_TRUNCATE {
+            return Err(MpiError::new(MPI_ERR_TRUNCATE, "the message is longer than the receive buffer"));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    message: *mut c_int,
+    request: *mut c_int,
+) -> c_int {
+    call("MPI_Imrecv", MPI_COMM_WORLD, |s| {
+        let m = ffi::read(message, "message")?;
+        let st = s.receive_taken(buf, count, datatype, m)?;
+        ffi::out(message, MPI_MESSAGE_NULL, "message")?;
+        let h = s.requests.insert(Request::Done(st));
+        ffi::out(request, h, "request")
+    })
+}
