@@ -31,6 +31,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// rank connects when it reconnects in turn, at its next `apply_rejoins` or `await_rejoin`.
 const AWAIT_CONNECT: Duration = Duration::from_secs(60);
 
+/// One attempt of a dial during the open; between attempts the rendezvous is asked.
+const DIAL_SLICE: Duration = Duration::from_secs(1);
 /// How often the open, still awaiting lower ranks, asks the rendezvous whether one was lost.
 const LOST_LOOKUP_EVERY: Duration = Duration::from_millis(500);
 
@@ -109,7 +111,7 @@ impl Core {
         let me = p.job.rank;
         for (rank, bytes) in all.iter().enumerate().skip(me as usize + 1).filter(|(_, b)| !b.is_empty()) {
             let address = Address::decode(bytes, rank as Rank)?;
-            match p.dial(rank as Rank, &address) {
+            match p.dial_watching(boot, rank as Rank, &address) {
                 // Died since the allgather: the open goes on without it, as after any failure
                 // (the runtime's recovery reconnects to its next incarnation).
                 Err(TransportError::PeerDead(_)) => p.lost_in_open(rank as Rank, address.incarnation),
@@ -142,7 +144,7 @@ impl Core {
             let Some(bytes) = entry.address else { continue };
             let address = Address::decode(&bytes, entry.rank)?;
             if entry.rank > me {
-                match p.dial(entry.rank, &address) {
+                match p.dial_watching(boot, entry.rank, &address) {
                     // Died since it published: its next incarnation will be announced.
                     Err(TransportError::PeerDead(_)) => {}
                     other => other?,
@@ -213,12 +215,43 @@ impl Core {
 
     /// Connects to higher rank `rank` at `address`; `PeerDead` if nobody listens there.
     pub(super) fn dial(&mut self, rank: Rank, address: &Address) -> Result<()> {
+        self.dial_within(rank, address, CONNECT_TIMEOUT)
+    }
+
+    fn dial_within(&mut self, rank: Rank, address: &Address, timeout: Duration) -> Result<()> {
         let hello = Hello { key: address.key, ..self.hello() };
-        let stream = connect::dial(address.socket, rank, &hello, &self.config, CONNECT_TIMEOUT)?;
+        let stream = connect::dial(address.socket, rank, &hello, &self.config, timeout)?;
         let peer = &mut self.peers[rank as usize];
         self.watch.add(&stream);
         (peer.incarnation, peer.known, peer.link) = (address.incarnation, true, Link::Up(stream));
         Ok(())
+    }
+
+    /// `dial` in slices, asking the rendezvous between them: a peer whose host is gone is not
+    /// refused, the connect just hangs, and the rendezvous knows it lost within a heartbeat.
+    /// `PeerDead` once it shows the peer lost (or at a newer incarnation), or at the bound.
+    fn dial_watching(&mut self, boot: &mut dyn Bootstrap, rank: Rank, address: &Address) -> Result<()> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        loop {
+            match self.dial_within(rank, address, DIAL_SLICE) {
+                Err(TransportError::PeerDead(_)) => {}
+                other => return other,
+            }
+            if Instant::now() >= deadline {
+                return Err(TransportError::PeerDead(rank));
+            }
+            let entry = match boot.lookup() {
+                Ok(table) => table.into_iter().find(|e| e.rank == rank),
+                // No table to ask: the slices go on to the bound.
+                Err(TransportError::Unsupported(_)) => None,
+                Err(e) => return Err(e),
+            };
+            if entry.is_some_and(|e| e.lost || e.incarnation > address.incarnation) {
+                return Err(TransportError::PeerDead(rank));
+            }
+            // Refused rather than timed out: not listening yet, or gone; do not spin.
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// See [`super::TcpProvider::inject_raw_bytes`].
