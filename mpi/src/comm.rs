@@ -57,7 +57,7 @@ impl State {
         Ok(agreed)
     }
 
-    fn derive(&mut self, parent: c_int, ranks: Vec<u32>, context: u32) -> c_int {
+    pub fn derive(&mut self, parent: c_int, ranks: Vec<u32>, context: u32) -> c_int {
         let world_me = self.rt.rank();
         let errhandler = self.comms.get(parent).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
         let me = ranks.iter().position(|&w| w == world_me).unwrap_or(0) as u32;
@@ -81,6 +81,7 @@ pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
         let ranks = s.comm(comm)?.ranks.clone();
         let context = s.new_context(comm)?;
         let h = s.derive(comm, ranks, context);
+        s.copy_attributes(comm, h)?;
         ffi::out(newcomm, h, "newcomm")
     })
 }
@@ -121,9 +122,9 @@ pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
         if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
             return Err(MpiError::new(MPI_ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"));
         }
-        s.comms
-            .remove(h)
-            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, format!("invalid communicator {h:#x}")))?;
+        s.comm(h)?;
+        s.delete_attributes(h)?;
+        s.comms.remove(h);
         ffi::out(comm, MPI_COMM_NULL, "comm")
     })
 }

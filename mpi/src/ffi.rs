@@ -143,3 +143,29 @@ pub fn status_out(p: *mut crate::request::CStatus, s: crate::request::CStatus, w
         }
     }
 }
+
+/// Calls an attribute's copy function: (oldcomm, keyval, extra, value_in, &value_out, &flag).
+pub fn attr_copy(
+    f: crate::attr::CopyFn,
+    comm: c_int,
+    keyval: c_int,
+    extra: *mut c_void,
+    value: usize,
+    out: &mut usize,
+    flag: &mut c_int,
+) -> c_int {
+    // SAFETY: the program's copy function, called as MPI specifies; `out` receives a pointer.
+    unsafe { f(comm, keyval, extra, value as *mut c_void, (out as *mut usize).cast(), flag) }
+}
+
+/// Calls an attribute's delete function.
+pub fn attr_delete(
+    f: crate::attr::DeleteFn,
+    comm: c_int,
+    keyval: c_int,
+    value: usize,
+    extra: *mut c_void,
+) -> c_int {
+    // SAFETY: the program's delete function, called once per value, as MPI specifies.
+    unsafe { f(comm, keyval, value as *mut c_void, extra) }
+}

@@ -60,6 +60,13 @@ fn init() -> c_int {
         next_context: FIRST_CONTEXT,
         attached: None,
         messages: Handles::new(state::MESSAGE_BASE),
+        groups: {
+            let mut g = Handles::new(state::GROUP_BASE);
+            g.insert_at(MPI_GROUP_EMPTY, Vec::new());
+            g
+        },
+        infos: Handles::new(state::INFO_BASE),
+        keyvals: Default::default(),
         protected: BTreeMap::new(),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
@@ -212,6 +219,16 @@ pub extern "C" fn MPI_Comm_get_attr(
             _ => None,
         };
         s.comm(comm)?;
+        if found.is_none() {
+            // A user attribute: `value` receives the pointer stored.
+            return match crate::attr::user_attribute(s, comm, keyval) {
+                Some(v) => {
+                    ffi::out(value.cast::<usize>(), v, "attribute_val")?;
+                    ffi::out(flag, 1, "flag")
+                }
+                None => ffi::out(flag, 0, "flag"),
+            };
+        }
         match found {
             // `value` is a `void **` in C: it receives the pointer.
             Some(p) => {

@@ -20,6 +20,7 @@ pub mod abi {
     include!(concat!(env!("OUT_DIR"), "/abi.rs"));
 }
 
+mod attr;
 mod coll;
 mod comm;
 mod datatype;
@@ -28,6 +29,8 @@ mod errors;
 mod ffi;
 mod frag;
 mod ft;
+mod group;
+mod icoll;
 mod init;
 mod mprobe;
 mod op;

@@ -62,6 +62,8 @@ pub const TYPE_BASE: u32 = 0xcc00_0000;
 pub const OP_BASE: u32 = 0xd800_0000;
 pub const REQUEST_BASE: u32 = 0xec00_0000;
 pub const MESSAGE_BASE: u32 = 0xf000_0000;
+pub const GROUP_BASE: u32 = 0xc800_0000;
+pub const INFO_BASE: u32 = 0xdc00_0000;
 
 pub struct State {
     pub rt: Runtime,
@@ -75,6 +77,12 @@ pub struct State {
     pub next_context: u32,
     /// MPI_Buffer_attach's buffer (sends are buffered by the runtime; kept for detach).
     pub attached: Option<(usize, c_int)>,
+    /// Groups: world ranks in group order (MPI_GROUP_EMPTY is predefined).
+    pub groups: Handles<Vec<u32>>,
+    /// Info objects: (key, value) pairs in the order set.
+    pub infos: Handles<Vec<(String, String)>>,
+    /// Attribute keys (MPI_Comm_create_keyval) and the values set on communicators.
+    pub keyvals: crate::attr::Keyvals,
     /// Messages taken by matched probes, until MPI_Mrecv.
     pub messages: Handles<crate::mprobe::Taken>,
     /// MPIX_Reverb_protect's regions by id: (address, bytes), copied at each checkpoint.
@@ -140,6 +148,10 @@ pub fn datatype_anywhere(h: c_int) -> MpiResult<Datatype> {
 }
 
 impl State {
+    pub fn group(&self, h: c_int) -> MpiResult<&Vec<u32>> {
+        self.groups.get(h).ok_or_else(|| MpiError::new(MPI_ERR_GROUP, format!("invalid group {h:#x}")))
+    }
+
     pub fn comm(&self, h: c_int) -> MpiResult<&Comm> {
         self.comms.get(h).ok_or_else(|| MpiError::new(MPI_ERR_COMM, format!("invalid communicator {h:#x}")))
     }

@@ -1,0 +1,310 @@
+//! Attributes on communicators (keyvals, with their copy and delete callbacks) and info objects.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::state::{call, State};
+
+/// `MPI_Comm_copy_attr_function`: (oldcomm, keyval, extra_state, value_in, *value_out, *flag).
+pub type CopyFn =
+    unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+/// `MPI_Comm_delete_attr_function`: (comm, keyval, value, extra_state).
+pub type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Keyval {
+    pub copy: Option<CopyFn>,
+    pub delete: Option<DeleteFn>,
+    pub extra_state: *mut c_void,
+}
+
+/// Keyvals by id, and each communicator's attribute values.
+#[derive(Debug, Default)]
+pub struct Keyvals {
+    next: c_int,
+    pub keys: BTreeMap<c_int, Keyval>,
+    /// (communicator, keyval) → value.
+    pub values: BTreeMap<(c_int, c_int), usize>,
+}
+
+/// User keyvals are numbered above the predefined attributes' (0x644000xx).
+const FIRST_KEYVAL: c_int = 0x1000;
+
+impl State {
+    /// The attributes `comm` passes to a duplicate (their copy functions asked), for `new`.
+    pub fn copy_attributes(&mut self, comm: c_int, new: c_int) -> MpiResult<()> {
+        let set: Vec<(c_int, usize)> =
+            self.keyvals.values.iter().filter(|((c, _), _)| *c == comm).map(|(&(_, k), &v)| (k, v)).collect();
+        for (key, value) in set {
+            let Some(kv) = self.keyvals.keys.get(&key).copied() else { continue };
+            let Some(copy) = kv.copy else { continue };
+            let (mut out, mut flag) = (0usize, 0);
+            let rc = ffi::attr_copy(copy, comm, key, kv.extra_state, value, &mut out, &mut flag);
+            if rc != MPI_SUCCESS {
+                return Err(MpiError::new(rc, format!("the copy function of keyval {key} failed")));
+            }
+            if flag != 0 {
+                self.keyvals.values.insert((new, key), out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes `comm`'s attributes (their delete functions called), as MPI_Comm_free does.
+    pub fn delete_attributes(&mut self, comm: c_int) -> MpiResult<()> {
+        let keys: Vec<c_int> =
+            self.keyvals.values.keys().filter(|(c, _)| *c == comm).map(|&(_, k)| k).collect();
+        for key in keys {
+            self.delete_attribute(comm, key)?;
+        }
+        Ok(())
+    }
+
+    fn delete_attribute(&mut self, comm: c_int, key: c_int) -> MpiResult<()> {
+        let Some(value) = self.keyvals.values.remove(&(comm, key)) else { return Ok(()) };
+        let Some(kv) = self.keyvals.keys.get(&key).copied() else { return Ok(()) };
+        if let Some(delete) = kv.delete {
+            let rc = ffi::attr_delete(delete, comm, key, value, kv.extra_state);
+            if rc != MPI_SUCCESS {
+                return Err(MpiError::new(rc, format!("the delete function of keyval {key} failed")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_create_keyval(
+    copy: Option<CopyFn>,
+    delete: Option<DeleteFn>,
+    keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    call("MPI_Comm_create_keyval", MPI_COMM_WORLD, |s| {
+        let k = FIRST_KEYVAL + s.keyvals.next;
+        s.keyvals.next += 1;
+        s.keyvals.keys.insert(k, Keyval { copy, delete, extra_state });
+        ffi::out(keyval, k, "keyval")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Keyval_create(
+    copy: Option<CopyFn>,
+    delete: Option<DeleteFn>,
+    keyval: *mut c_int,
+    extra: *mut c_void,
+) -> c_int {
+    MPI_Comm_create_keyval(copy, delete, keyval, extra)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
+    call("MPI_Comm_free_keyval", MPI_COMM_WORLD, |s| {
+        let k = ffi::read(keyval, "keyval")?;
+        s.keyvals
+            .keys
+            .remove(&k)
+            .ok_or_else(|| MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {k}")))?;
+        ffi::out(keyval, MPI_KEYVAL_INVALID, "keyval")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
+    MPI_Comm_free_keyval(keyval)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+    call("MPI_Comm_set_attr", comm, |s| {
+        s.comm(comm)?;
+        if !s.keyvals.keys.contains_key(&keyval) {
+            return Err(MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")));
+        }
+        // A value set again replaces the old one, which is deleted first.
+        s.delete_attribute(comm, keyval)?;
+        s.keyvals.values.insert((comm, keyval), value as usize);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+    MPI_Comm_set_attr(comm, keyval, value)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
+    call("MPI_Comm_delete_attr", comm, |s| {
+        s.comm(comm)?;
+        s.delete_attribute(comm, keyval)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
+    MPI_Comm_delete_attr(comm, keyval)
+}
+
+/// A user attribute's value, if set (the predefined ones are `init.rs`'s).
+pub fn user_attribute(s: &State, comm: c_int, keyval: c_int) -> Option<usize> {
+    s.keyvals.values.get(&(comm, keyval)).copied()
+}
+
+/// `MPI_COMM_DUP_FN`: the attribute passes to the duplicate as it is.
+#[no_mangle]
+pub extern "C" fn MPIR_Dup_fn(
+    _comm: c_int,
+    _keyval: c_int,
+    _extra: *mut c_void,
+    value_in: *mut c_void,
+    value_out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    let r = ffi::out(value_out.cast::<*mut c_void>(), value_in, "attribute_val_out")
+        .and_then(|()| ffi::out(flag, 1, "flag"));
+    r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
+}
+
+// ---- info objects ----
+
+fn info_mut<'a>(s: &'a mut State, info: c_int) -> MpiResult<&'a mut Vec<(String, String)>> {
+    s.infos.get_mut(info).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {info:#x}")))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_create(info: *mut c_int) -> c_int {
+    call("MPI_Info_create", MPI_COMM_WORLD, |s| {
+        let h = s.infos.insert(Vec::new());
+        ffi::out(info, h, "info")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
+    call("MPI_Info_set", MPI_COMM_WORLD, |s| {
+        let (key, value) = (ffi::string_in(key)?, ffi::string_in(value)?);
+        if key.len() > MPI_MAX_INFO_KEY as usize {
+            return Err(MpiError::new(MPI_ERR_INFO_KEY, format!("a key of {} characters", key.len())));
+        }
+        let pairs = info_mut(s, info)?;
+        match pairs.iter_mut().find(|(k, _)| *k == key) {
+            Some(pair) => pair.1 = value,
+            None => pairs.push((key, value)),
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_get(
+    info: c_int,
+    key: *const c_char,
+    len: c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Info_get", MPI_COMM_WORLD, |s| {
+        let key = ffi::string_in(key)?;
+        let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
+        match found {
+            Some(v) => {
+                ffi::string_out(value, usize::try_from(len).unwrap_or(0) + 1, &v)?;
+                ffi::out(flag, 1, "flag")
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_get_valuelen(
+    info: c_int,
+    key: *const c_char,
+    len: *mut c_int,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Info_get_valuelen", MPI_COMM_WORLD, |s| {
+        let key = ffi::string_in(key)?;
+        let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.len());
+        match found {
+            Some(n) => {
+                ffi::out(len, n as c_int, "valuelen")?;
+                ffi::out(flag, 1, "flag")
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: *mut c_int) -> c_int {
+    call("MPI_Info_get_nkeys", MPI_COMM_WORLD, |s| {
+        let n = info_mut(s, info)?.len();
+        ffi::out(nkeys, n as c_int, "nkeys")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
+    call("MPI_Info_get_nthkey", MPI_COMM_WORLD, |s| {
+        let pairs = info_mut(s, info)?;
+        let k = usize::try_from(n)
+            .ok()
+            .and_then(|i| pairs.get(i))
+            .map(|(k, _)| k.clone())
+            .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("no key {n}")))?;
+        ffi::string_out(key, MPI_MAX_INFO_KEY as usize + 1, &k).map(drop)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
+    call("MPI_Info_delete", MPI_COMM_WORLD, |s| {
+        let key = ffi::string_in(key)?;
+        let pairs = info_mut(s, info)?;
+        let before = pairs.len();
+        pairs.retain(|(k, _)| *k != key);
+        if pairs.len() == before {
+            return Err(MpiError::new(MPI_ERR_INFO_NOKEY, format!("no key {key}")));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_dup(info: c_int, newinfo: *mut c_int) -> c_int {
+    call("MPI_Info_dup", MPI_COMM_WORLD, |s| {
+        let copy = info_mut(s, info)?.clone();
+        let h = s.infos.insert(copy);
+        ffi::out(newinfo, h, "newinfo")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
+    call("MPI_Info_free", MPI_COMM_WORLD, |s| {
+        let h = ffi::read(info, "info")?;
+        s.infos.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {h:#x}")))?;
+        ffi::out(info, MPI_INFO_NULL, "info")
+    })
+}
+
+/// Communicators keep no hints: MPI_Comm_get_info hands back an empty info object.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
+    call("MPI_Comm_set_info", comm, |s| s.comm(comm).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_info(comm: c_int, info: *mut c_int) -> c_int {
+    call("MPI_Comm_get_info", comm, |s| {
+        s.comm(comm)?;
+        let h = s.infos.insert(Vec::new());
+        ffi::out(info, h, "info_used")
+    })
+}
