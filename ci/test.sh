@@ -29,6 +29,9 @@ cargo test --workspace
 step "the C ABI from C: libreverb installed with pkg-config, the C examples and error paths on shm and tcp, the C stencil surviving a killed node"
 bash ci/capi.sh
 
+step "MPI programs compiled by mpicc.mpich on reverb's libmpich.so.12: semantics, collectives, an unsupported call, Jacobi and master-worker surviving a killed node"
+bash ci/mpi.sh
+
 step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
 REVERB_PROVIDER=tcp cargo test -p reverb --test demo

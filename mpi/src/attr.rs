@@ -172,7 +172,7 @@ pub extern "C" fn MPIR_Dup_fn(
 
 // ---- info objects ----
 
-fn info_mut<'a>(s: &'a mut State, info: c_int) -> MpiResult<&'a mut Vec<(String, String)>> {
+fn info_mut(s: &mut State, info: c_int) -> MpiResult<&mut Vec<(String, String)>> {
     s.infos.get_mut(info).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {info:#x}")))
 }
 

@@ -250,6 +250,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_STALE_TEST", "", Test, T, "bool", "runs the stale-incarnation rejoin test's rank body"),
     // CI and comparison scripts
     var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
+    var("REVERB_MPICH_TESTS", "", Ci, Tooling, "path", "ci/mpi.sh: MPICH's own test suite (with its run.sh); the tests reverb passes then run too (skipped when unset)"),
     var("REVERB_CHAOS_TRIALS", "8", Ci, Tooling, "int", "ci/chaos-hosts.sh: trials of the campaign across hosts"),
     var("REVERB_CHAOS_SEED", "", Ci, Tooling, "int", "ci/chaos-hosts.sh: the campaign's seed (unset: random; printed either way)"),
     var("REVERB_CHAOS_KINDS", "host,net-cut,agent,host-in-recovery", Ci, Tooling, "list", "ci/chaos-hosts.sh: the host fault kinds to cycle through"),

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The MPI library (reverb-mpi: libmpich.so.12, MPICH 4.0's ABI) under programs compiled and
+# linked by Debian's mpicc.mpich, run unchanged by `reverb run --mpi`:
+#   - point-to-point semantics (order under wildcards, probe, synchronous sends, nonblocking
+#     completion, MPI_PROC_NULL, errors returned: truncation, bad rank, bad tag) on 2 and 4
+#     ranks, on shm and tcp;
+#   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks);
+#   - a call outside the subset stops the job naming it;
+#   - a Jacobi solver gives the checksum Debian's MPICH gives for the same binary, and with a
+#     node SIGKILLed and respawned (REVERB_FAULT) the same again; a master-worker program
+#     (MPI_ANY_SOURCE) survives its worker node's and its master node's loss, bit-identical;
+#   - with REVERB_MPICH_TESTS=DIR (MPICH's own test suite and its run.sh), the tests listed in
+#     mpi/tests/mpich-passing.txt must pass (skipped without it, saying so).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "== mpi: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
+
+cargo build -p reverb -p reverb-mpi --features reverb-mpi/fault-injection
+target=${CARGO_TARGET_DIR:-$PWD/target}
+reverb=$target/debug/reverb
+work=$target/mpi-ci
+rm -rf "$work"
+mkdir -p "$work"
+cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
+cc mpi/tests/c/p2p.c -o "$work/p2p"
+cc mpi/tests/c/coll.c -o "$work/coll"
+cc mpi/tests/c/unsupported.c -o "$work/unsupported"
+cc examples/mpi/jacobi_ft.c -o "$work/jacobi_ft"
+cc examples/mpi/master_worker_ft.c -o "$work/master_worker_ft"
+
+run() { # LOG ARGS... : reverb run --mpi, output kept; fails the script if the job fails
+    local log=$work/$1
+    shift
+    "$reverb" run --mpi --timeout 120 "$@" >"$log" 2>&1 || fail "reverb run --mpi $*: $(tail -n 30 "$log")"
+}
+expect() { # LOG TEXT
+    grep -q -- "$2" "$work/$1" || fail "$1 lacks '$2': $(tail -n 30 "$work/$1")"
+}
+
+for n in 2 4; do
+    run "p2p-$n.log" -n "$n" -- "$work/p2p"
+    expect "p2p-$n.log" "p2p: ok"
+done
+REVERB_PROVIDER=tcp run p2p-tcp.log -n 4 -- "$work/p2p"
+expect p2p-tcp.log "p2p: ok"
+say "point-to-point semantics on 2 and 4 ranks, shm and tcp: ok"
+# Linked against reverb's library directly: plain `reverb run`, no --mpi.
+bash scripts/reverb-mpicc -std=c11 -Wall -Werror mpi/tests/c/p2p.c -o "$work/p2p-direct"
+"$reverb" run --timeout 120 -n 2 -- "$work/p2p-direct" >"$work/p2p-direct.log" 2>&1 ||
+    fail "p2p built by reverb-mpicc: $(tail -n 20 "$work/p2p-direct.log")"
+expect p2p-direct.log "p2p: ok"
+say "a program built by scripts/reverb-mpicc runs under plain reverb run: ok"
+for n in 3 4; do
+    run "coll-$n.log" -n "$n" -- "$work/coll"
+    expect "coll-$n.log" "coll: ok"
+done
+say "collectives on world, a split and a dup: ok"
+
+if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
+    fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"
+fi
+expect unsupported.log "MPI_Win_create is not supported by reverb"
+if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Win_create returned"; fi
+say "an unsupported call stops the job naming it: ok"
+
+checksum() { sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/$1" | head -n 1; }
+timeout 120 mpiexec.mpich -n 4 "$work/jacobi_ft" 200 20 >"$work/jacobi-mpich.log" 2>&1 ||
+    fail "jacobi_ft on MPICH: $(tail -n 20 "$work/jacobi-mpich.log")"
+export REVERB_LOG=causal REVERB_CKPT=buddy
+run jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
+[ "$(checksum jacobi-clean.log)" = "$(checksum jacobi-mpich.log)" ] ||
+    fail "jacobi_ft: reverb $(checksum jacobi-clean.log), MPICH $(checksum jacobi-mpich.log)"
+# Rank 3 dies at its 150th message (past the checkpoint of iteration 40); node 1 restarts.
+REVERB_FAULT=3:150 run jacobi-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft" 200 20
+expect jacobi-faulty.log "restored at iteration"
+[ "$(checksum jacobi-faulty.log)" = "$(checksum jacobi-clean.log)" ] ||
+    fail "jacobi_ft after a node's loss: $(checksum jacobi-faulty.log), failure-free $(checksum jacobi-clean.log)"
+say "Jacobi: MPICH's checksum on reverb, and again with node 1 killed and respawned ($(checksum jacobi-faulty.log)): ok"
+
+run mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
+REVERB_FAULT=3:20 run mw-worker.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
+expect mw-worker.log "worker 3 restored"
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:60 run mw-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
+expect mw-master.log "master restored"
+for log in mw-worker.log mw-master.log; do
+    [ "$(checksum $log)" = "$(checksum mw-clean.log)" ] ||
+        fail "master_worker_ft ($log): $(checksum $log), failure-free $(checksum mw-clean.log)"
+done
+unset REVERB_LOG REVERB_CKPT
+say "master-worker (any-source): a worker node and the master's node killed, same checksum: ok"
+
+if [ -n "${REVERB_MPICH_TESTS:-}" ]; then
+    PATH=$target/debug:$PATH bash "$REVERB_MPICH_TESTS/run.sh" --launcher "reverb run --mpi --timeout 60 -n" \
+        --list mpi/tests/mpich-passing.txt --out "$work/mpich-tests" --timeout 65 >"$work/mpich-tests.log" 2>&1 ||
+        fail "MPICH's tests: $(grep -v '^pass' "$work/mpich-tests.log" | tail -n 20)"
+    say "MPICH's own tests that reverb passes: $(tail -n 1 "$work/mpich-tests.log")"
+else
+    say "MPICH's own test suite skipped: REVERB_MPICH_TESTS is not set (docs/mpi.md says how to run it)"
+fi
+say "ok"

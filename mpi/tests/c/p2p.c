@@ -1,0 +1,146 @@
+/* Point-to-point semantics, on any number of ranks >= 2: non-overtaking order, wildcards,
+ * probe, nonblocking completion, synchronous sends, MPI_PROC_NULL, and errors returned under
+ * MPI_ERRORS_RETURN (truncation, a bad rank, a bad tag). Rank 0 prints "p2p: ok". */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#define N 50
+
+static void order_and_wildcards(int rank, int size) {
+    /* Every rank sends N messages of growing length to rank 0; rank 0 posts them all as
+     * any-source any-tag receives first, then checks each sender's order. */
+    if (rank != 0) {
+        for (int i = 0; i < N; i++) {
+            int msg[N + 1];
+            for (int j = 0; j <= i; j++)
+                msg[j] = rank * 1000 + i;
+            MPI_Send(msg, i + 1, MPI_INT, 0, i % 7, MPI_COMM_WORLD);
+        }
+        return;
+    }
+    int total = (size - 1) * N;
+    int (*buf)[N + 1] = calloc(total, sizeof *buf);
+    MPI_Request *req = malloc(total * sizeof *req);
+    for (int k = 0; k < total; k++)
+        MPI_Irecv(buf[k], N + 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &req[k]);
+    /* Waitany may report them in any order; the receive posted first must hold the earlier
+     * message of each sender. */
+    int *last = malloc(size * sizeof *last);
+    for (int r = 0; r < size; r++)
+        last[r] = -1;
+    for (int done = 0; done < total; done++) {
+        int idx;
+        MPI_Status st;
+        MPI_Waitany(total, req, &idx, &st);
+        int count;
+        MPI_Get_count(&st, MPI_INT, &count);
+        int src = st.MPI_SOURCE, i = buf[idx][0] % 1000;
+        CHECK(src >= 1 && src < size, "source %d", src);
+        CHECK(buf[idx][0] / 1000 == src, "message from %d says %d", src, buf[idx][0]);
+        CHECK(count == i + 1 && st.MPI_TAG == i % 7, "count %d tag %d for message %d", count, st.MPI_TAG, i);
+    }
+    for (int k = 0; k < total; k++) {
+        int src = buf[k][0] / 1000, i = buf[k][0] % 1000;
+        if (src < 1 || src >= size)
+            continue;
+        CHECK(i > last[src], "from %d: message %d in receive %d after message %d (overtaken)", src, i, k, last[src]);
+        last[src] = i;
+    }
+    free(buf);
+    free(req);
+    free(last);
+}
+
+static void probe_and_sync(int rank, int size) {
+    int peer = rank == 0 ? size - 1 : 0;
+    if (rank != 0 && rank != size - 1)
+        return;
+    if (rank == 0) {
+        int value = 42;
+        MPI_Ssend(&value, 1, MPI_INT, peer, 11, MPI_COMM_WORLD);
+        double d[3] = {1.5, 2.5, 3.5};
+        MPI_Send(d, 3, MPI_DOUBLE, peer, 12, MPI_COMM_WORLD);
+    } else {
+        MPI_Status st;
+        MPI_Probe(MPI_ANY_SOURCE, 11, MPI_COMM_WORLD, &st);
+        CHECK(st.MPI_SOURCE == 0 && st.MPI_TAG == 11, "probe: source %d tag %d", st.MPI_SOURCE, st.MPI_TAG);
+        int value = 0;
+        MPI_Recv(&value, 1, MPI_INT, 0, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        CHECK(value == 42, "ssend carried %d", value);
+        int flag = 0;
+        while (!flag)
+            MPI_Iprobe(0, 12, MPI_COMM_WORLD, &flag, &st);
+        int count;
+        MPI_Get_count(&st, MPI_DOUBLE, &count);
+        CHECK(count == 3, "iprobe count %d", count);
+        double d[3];
+        MPI_Recv(d, 3, MPI_DOUBLE, 0, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        CHECK(d[0] == 1.5 && d[2] == 3.5, "doubles %g %g", d[0], d[2]);
+    }
+}
+
+static void nonblocking(int rank, int size) {
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int out[4] = {rank, rank, rank, rank}, in[4] = {-1, -1, -1, -1};
+    MPI_Request r[2];
+    MPI_Irecv(in, 4, MPI_INT, left, 5, MPI_COMM_WORLD, &r[0]);
+    MPI_Isend(out, 4, MPI_INT, right, 5, MPI_COMM_WORLD, &r[1]);
+    int flag = 0;
+    MPI_Status sts[2];
+    while (!flag)
+        MPI_Testall(2, r, &flag, sts);
+    CHECK(r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL, "requests not freed");
+    CHECK(in[0] == left && in[3] == left, "ring got %d", in[0]);
+    /* MPI_PROC_NULL completes at once with an empty status. */
+    MPI_Status st;
+    MPI_Recv(in, 4, MPI_INT, MPI_PROC_NULL, 5, MPI_COMM_WORLD, &st);
+    int count;
+    MPI_Get_count(&st, MPI_INT, &count);
+    CHECK(st.MPI_SOURCE == MPI_PROC_NULL && count == 0, "proc_null source %d count %d", st.MPI_SOURCE, count);
+}
+
+static void errors(int rank, int size) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int v[4] = {1, 2, 3, 4}, small[2];
+    int err = MPI_Send(v, 1, MPI_INT, size + 3, 0, MPI_COMM_WORLD);
+    int cls;
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_RANK, "bad rank gave %d", cls);
+    err = MPI_Send(v, 1, MPI_INT, 0, -5, MPI_COMM_WORLD);
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_TAG, "bad tag gave %d", cls);
+    char text[MPI_MAX_ERROR_STRING];
+    int len;
+    MPI_Error_string(err, text, &len);
+    CHECK(len > 0 && strstr(text, "tag") != NULL, "error string '%s'", text);
+    if (rank == 0)
+        MPI_Send(v, 4, MPI_INT, size - 1, 9, MPI_COMM_WORLD);
+    if (rank == size - 1) {
+        MPI_Status st;
+        err = MPI_Recv(small, 2, MPI_INT, 0, 9, MPI_COMM_WORLD, &st);
+        MPI_Error_class(err, &cls);
+        CHECK(cls == MPI_ERR_TRUNCATE, "truncation gave %d", cls);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+int main(int argc, char **argv) {
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    order_and_wildcards(rank, size);
+    MPI_Barrier(MPI_COMM_WORLD);
+    probe_and_sync(rank, size);
+    nonblocking(rank, size);
+    errors(rank, size);
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0 && all == 0)
+        printf("p2p: ok\n");
+    MPI_Finalize();
+    return all != 0;
+}
