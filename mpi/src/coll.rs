@@ -13,39 +13,40 @@ use crate::datatype::{offset, Datatype};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::frag;
+use crate::intercomm::{self, Inter};
 use crate::op::{self, Op};
 use crate::state::{call, State};
 use crate::tags;
 
 /// The part of a communicator a collective needs, copied out of the state.
-struct Group {
-    context: u32,
-    ranks: Vec<u32>,
-    me: usize,
+pub(crate) struct Group {
+    pub(crate) context: u32,
+    pub(crate) ranks: Vec<u32>,
+    pub(crate) me: usize,
 }
 
 impl Group {
-    fn of(s: &State, comm: c_int) -> MpiResult<Group> {
+    pub(crate) fn of(s: &State, comm: c_int) -> MpiResult<Group> {
         let c = s.comm(comm)?;
         Ok(Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize })
     }
 
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.ranks.len()
     }
 
-    fn tag(&self) -> u64 {
+    pub(crate) fn tag(&self) -> u64 {
         tags::tag(self.context, tags::COLL, 0)
     }
 
-    fn send(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
+    pub(crate) fn send(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
         frag::send(&mut s.rt, self.ranks[to], self.tag(), bytes)
     }
 
     /// The next collective message from `from`. With point-to-point operations outstanding
     /// it waits by progressing them too: a receive posted before the collective must still
     /// match (and acknowledge a synchronous send) while this rank waits here.
-    fn recv(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
+    pub(crate) fn recv(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
         let (source, tag) = (Source::Rank(self.ranks[from]), tags::coll_match(self.context));
         let m = if s.p2p_outstanding() {
             let mut got = None;
@@ -60,14 +61,14 @@ impl Group {
         Ok(frag::complete(&mut s.rt, m)?.payload)
     }
 
-    fn check_root(&self, root: c_int) -> MpiResult<usize> {
+    pub(crate) fn check_root(&self, root: c_int) -> MpiResult<usize> {
         usize::try_from(root).ok().filter(|&r| r < self.size()).ok_or_else(|| {
             MpiError::new(MPI_ERR_ROOT, format!("root {root} outside a communicator of {}", self.size()))
         })
     }
 }
 
-fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
+pub(crate) fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
     let n = g.size();
     let mut k = 1;
     while k < n {
@@ -79,7 +80,7 @@ fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
 }
 
 /// Binomial broadcast of `data` from `root`; every rank returns the root's bytes.
-fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) -> MpiResult<Vec<u8>> {
+pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) -> MpiResult<Vec<u8>> {
     let n = g.size();
     let vr = (g.me + n - root) % n;
     let mut mask = 1;
@@ -101,17 +102,17 @@ fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) -> MpiResult<
 }
 
 /// What a reduction combines.
-struct Reduction<'a> {
-    op: Op,
-    dt: &'a Datatype,
-    dt_handle: c_int,
-    count: usize,
+pub(crate) struct Reduction<'a> {
+    pub(crate) op: Op,
+    pub(crate) dt: &'a Datatype,
+    pub(crate) dt_handle: c_int,
+    pub(crate) count: usize,
 }
 
 /// Binomial reduction to `root`: Some(result) there. Ranks are combined in rank order (lower
 /// ranks' partial results on the left), so a non-commutative operation is reduced to rank 0
 /// first and then handed to the root.
-fn reduce(
+pub(crate) fn reduce(
     s: &mut State,
     g: &Group,
     root: usize,
@@ -152,7 +153,7 @@ fn reduce(
 }
 
 /// Every rank's bytes at `root`, in rank order.
-fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiResult<Option<Vec<Vec<u8>>>> {
+pub(crate) fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiResult<Option<Vec<Vec<u8>>>> {
     if g.me != root {
         g.send(s, root, mine)?;
         return Ok(None);
@@ -164,7 +165,7 @@ fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiResult<Optio
     Ok(Some(all))
 }
 
-fn frame(parts: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn frame(parts: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in parts {
         out.extend_from_slice(&(p.len() as u64).to_le_bytes());
@@ -173,7 +174,7 @@ fn frame(parts: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-fn unframe(bytes: &[u8], n: usize) -> MpiResult<Vec<Vec<u8>>> {
+pub(crate) fn unframe(bytes: &[u8], n: usize) -> MpiResult<Vec<Vec<u8>>> {
     let bad = || MpiError::new(MPI_ERR_INTERN, "a malformed allgather result");
     let mut parts = Vec::with_capacity(n);
     let mut at = 0;
@@ -187,7 +188,7 @@ fn unframe(bytes: &[u8], n: usize) -> MpiResult<Vec<Vec<u8>>> {
     Ok(parts)
 }
 
-fn allgather(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+pub(crate) fn allgather(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
     let framed = gather(s, g, 0, mine)?.map(|all| frame(&all)).unwrap_or_default();
     let framed = bcast(s, g, 0, framed)?;
     unframe(&framed, g.size())
@@ -199,17 +200,20 @@ pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec
     allgather(s, &g, mine)
 }
 
-fn count_of(count: c_int) -> MpiResult<usize> {
+pub(crate) fn count_of(count: c_int) -> MpiResult<usize> {
     usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
 }
 
-fn in_place(p: *const c_void) -> bool {
+pub(crate) fn in_place(p: *const c_void) -> bool {
     p as usize == crate::ffi::IN_PLACE
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     call("MPI_Barrier", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            return intercomm::barrier(s, &inter);
+        }
         let g = Group::of(s, comm)?;
         barrier(s, &g)
     })
@@ -224,6 +228,9 @@ pub extern "C" fn MPI_Bcast(
     comm: c_int,
 ) -> c_int {
     call("MPI_Bcast", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            return intercomm::bcast(s, &inter, buf, count_of(count)?, datatype, root);
+        }
         let g = Group::of(s, comm)?;
         let root = g.check_root(root)?;
         let (count, dt) = (count_of(count)?, s.datatype(datatype)?);
@@ -247,6 +254,13 @@ fn reduce_call(
     root: Option<c_int>,
     comm: c_int,
 ) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let (io, n) = ((sendbuf, recvbuf), count_of(count)?);
+        return match root {
+            Some(r) => intercomm::reduce(s, &inter, io, n, (datatype, op), r),
+            None => intercomm::allreduce(s, &inter, io, n, (datatype, op)),
+        };
+    }
     let g = Group::of(s, comm)?;
     let root_rank = match root {
         Some(r) => g.check_root(r)?,
@@ -381,6 +395,10 @@ pub extern "C" fn MPI_Gather(
     comm: c_int,
 ) -> c_int {
     call("MPI_Gather", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            let send = (sendbuf, count_of(sendcount)?, sendtype);
+            return intercomm::gather(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype), root);
+        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount).unwrap_or(0)));
         gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
     })
@@ -417,6 +435,10 @@ pub extern "C" fn MPI_Allgather(
     comm: c_int,
 ) -> c_int {
     call("MPI_Allgather", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            let send = (sendbuf, count_of(sendcount)?, sendtype);
+            return intercomm::allgather(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype));
+        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
         gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
     })
@@ -488,6 +510,10 @@ pub extern "C" fn MPI_Scatter(
     comm: c_int,
 ) -> c_int {
     call("MPI_Scatter", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            let send = (sendbuf, count_of(sendcount)?, sendtype);
+            return intercomm::scatter(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype), root);
+        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
         scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
     })
@@ -557,6 +583,10 @@ pub extern "C" fn MPI_Alltoall(
     comm: c_int,
 ) -> c_int {
     call("MPI_Alltoall", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            let send = (sendbuf, count_of(sendcount)?, sendtype);
+            return intercomm::alltoall(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype));
+        }
         let send = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
         let recv = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
         alltoall_call(s, sendbuf, send, sendtype, recvbuf, recv, recvtype, comm)

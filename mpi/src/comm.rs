@@ -19,6 +19,9 @@ pub struct Comm {
     pub me: u32,
     pub errhandler: c_int,
     pub name: String,
+    /// An intercommunicator's remote group (world ranks in its rank order); None for an
+    /// intracommunicator.
+    pub remote: Option<Vec<u32>>,
 }
 
 impl Comm {
@@ -26,16 +29,22 @@ impl Comm {
         self.ranks.len() as u32
     }
 
-    /// The world rank of member `r`; MPI_ERR_RANK outside `0..size`.
+    /// The ranks point-to-point calls name: the remote group of an intercommunicator, else
+    /// the communicator's own.
+    pub fn peers(&self) -> &[u32] {
+        self.remote.as_deref().unwrap_or(&self.ranks)
+    }
+
+    /// The world rank of peer `r` (see `peers`); MPI_ERR_RANK outside them.
     pub fn world_of(&self, r: c_int) -> MpiResult<u32> {
-        usize::try_from(r).ok().and_then(|i| self.ranks.get(i).copied()).ok_or_else(|| {
+        usize::try_from(r).ok().and_then(|i| self.peers().get(i).copied()).ok_or_else(|| {
             MpiError::new(MPI_ERR_RANK, format!("rank {r} outside a communicator of {}", self.size()))
         })
     }
 
-    /// The member number of world rank `w`, if it is one.
+    /// The peer number of world rank `w`, if it is one.
     pub fn rank_of_world(&self, w: u32) -> Option<c_int> {
-        self.ranks.iter().position(|&x| x == w).map(|i| i as c_int)
+        self.peers().iter().position(|&x| x == w).map(|i| i as c_int)
     }
 }
 
@@ -61,7 +70,7 @@ impl State {
         let world_me = self.rt.rank();
         let errhandler = self.comms.get(parent).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
         let me = ranks.iter().position(|&w| w == world_me).unwrap_or(0) as u32;
-        self.comms.insert(Comm { context, ranks, me, errhandler, name: String::new() })
+        self.comms.insert(Comm { context, ranks, me, errhandler, name: String::new(), remote: None })
     }
 }
 
@@ -78,6 +87,11 @@ pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
     call("MPI_Comm_dup", comm, |s| {
+        if s.comm(comm)?.remote.is_some() {
+            let h = s.dup_inter(comm)?;
+            s.copy_attributes(comm, h)?;
+            return ffi::out(newcomm, h, "newcomm");
+        }
         let ranks = s.comm(comm)?.ranks.clone();
         let context = s.new_context(comm)?;
         let h = s.derive(comm, ranks, context);
@@ -91,6 +105,10 @@ pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
     call("MPI_Comm_split", comm, |s| {
+        if s.comm(comm)?.remote.is_some() {
+            let h = s.split_inter(comm, color, key)?;
+            return ffi::out(newcomm, h, "newcomm");
+        }
         let mut mine = color.to_le_bytes().to_vec();
         mine.extend_from_slice(&key.to_le_bytes());
         let all = coll::allgather_bytes(s, comm, &mine)?;
@@ -200,7 +218,7 @@ pub extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: *mut c_
 #[no_mangle]
 pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
     call("MPI_Comm_test_inter", comm, |s| {
-        s.comm(comm)?;
-        ffi::out(flag, 0, "flag")
+        let inter = s.comm(comm)?.remote.is_some();
+        ffi::out(flag, c_int::from(inter), "flag")
     })
 }

@@ -204,6 +204,10 @@ fn comm_of_group(s: &mut State, comm: c_int, group: &[u32]) -> MpiResult<c_int> 
 pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
     call("MPI_Comm_create", comm, |s| {
         let g = s.group(group)?.clone();
+        if s.comm(comm)?.remote.is_some() {
+            let h = s.create_inter(comm, g)?;
+            return ffi::out(newcomm, h, "newcomm");
+        }
         let h = comm_of_group(s, comm, &g)?;
         ffi::out(newcomm, h, "newcomm")
     })
@@ -231,6 +235,7 @@ pub extern "C" fn MPI_Comm_create_group(
             me,
             errhandler: MPI_ERRORS_ARE_FATAL,
             name: String::new(),
+            remote: None,
         });
         let context = s.new_context(scratch);
         s.comms.remove(scratch);

@@ -47,6 +47,7 @@ fn init() -> c_int {
         me,
         errhandler: MPI_ERRORS_ARE_FATAL,
         name: name.into(),
+        remote: None,
     };
     comms.insert_at(MPI_COMM_WORLD, comm(WORLD_CONTEXT, (0..size).collect(), me, "MPI_COMM_WORLD"));
     comms.insert_at(MPI_COMM_SELF, comm(SELF_CONTEXT, vec![me], 0, "MPI_COMM_SELF"));

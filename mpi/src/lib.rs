@@ -32,6 +32,7 @@ mod ft;
 mod group;
 mod icoll;
 mod init;
+mod intercomm;
 mod mprobe;
 mod op;
 mod p2p;

@@ -34,7 +34,7 @@ impl State {
             MPI_ANY_SOURCE => Source::Any,
             r => Source::Rank(c.world_of(r)?),
         };
-        let (context, ranks) = (c.context, c.ranks.clone());
+        let (context, ranks) = (c.context, c.peers().to_vec());
         let Some(msg) = self.rt.take_collected(from, tags::p2p_match(context, tag))? else { return Ok(None) };
         let msg = frag::complete(&mut self.rt, msg)?;
         let (mpi_tag, flags) = tags::split(msg.tag);

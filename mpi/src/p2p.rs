@@ -318,7 +318,7 @@ impl State {
             MPI_ANY_SOURCE => Source::Any,
             r => Source::Rank(c.world_of(r)?),
         };
-        let (context, ranks) = (c.context, c.ranks.clone());
+        let (context, ranks) = (c.context, c.peers().to_vec());
         let found = self.rt.probe(from, tags::p2p_match(context, tag))?;
         Ok(found.map(|(src, t, len)| Status {
             source: ranks.iter().position(|&w| w == src).map_or(MPI_ANY_SOURCE, |i| i as c_int),

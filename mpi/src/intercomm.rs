@@ -1,0 +1,430 @@
+//! Intercommunicators: two disjoint groups joined by their leaders (MPI_Intercomm_create),
+//! point-to-point between them (`Comm::peers` is the remote group), their duplicates and
+//! merges, and the collectives across them, each built from the local group's collective and
+//! an exchange between the two leaders (rank 0 of each group).
+
+use std::ffi::{c_int, c_void};
+
+use reverb_transport::Source;
+
+use crate::abi::*;
+use crate::coll::{self, Group, Reduction};
+use crate::comm::Comm;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::frag;
+use crate::state::{call, State};
+use crate::tags;
+
+/// An intercommunicator as a collective needs it: the local group, and the remote one.
+pub(crate) struct Inter {
+    pub(crate) local: Group,
+    pub(crate) remote: Vec<u32>,
+}
+
+impl Inter {
+    pub(crate) fn of(s: &State, comm: c_int) -> MpiResult<Option<Inter>> {
+        let c = s.comm(comm)?;
+        Ok(c.remote.as_ref().map(|remote| Inter {
+            local: Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize },
+            remote: remote.clone(),
+        }))
+    }
+
+    fn send_remote(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
+        frag::send(&mut s.rt, self.remote[to], self.local.tag(), bytes)
+    }
+
+    fn recv_remote(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
+        let m = s.rt.recv_matching(Source::Rank(self.remote[from]), tags::coll_match(self.local.context))?;
+        Ok(frag::complete(&mut s.rt, m)?.payload)
+    }
+
+    /// The leaders swap `mine` for the other group's; every member gets the other group's.
+    fn swap(&self, s: &mut State, mine: Vec<u8>) -> MpiResult<Vec<u8>> {
+        let theirs = if self.local.me == 0 {
+            self.send_remote(s, 0, &mine)?;
+            self.recv_remote(s, 0)?
+        } else {
+            Vec::new()
+        };
+        coll::bcast(s, &self.local, 0, theirs)
+    }
+}
+
+impl State {
+    /// A context id both groups of intercommunicator `comm` agree on (collective on both).
+    fn agree_across(&mut self, comm: c_int) -> MpiResult<u32> {
+        let inter =
+            Inter::of(self, comm)?.ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        let local = self.new_context(comm)?;
+        let theirs = inter.swap(self, local.to_le_bytes().to_vec())?;
+        let theirs = theirs.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
+        let agreed = local.max(theirs);
+        self.next_context = self.next_context.max(agreed + 1);
+        Ok(agreed)
+    }
+
+    /// A new intercommunicator: this group's `ranks` and the remote group, on `context`.
+    fn new_inter(&mut self, errhandler_of: c_int, ranks: Vec<u32>, remote: Vec<u32>, context: u32) -> c_int {
+        let me = ranks.iter().position(|&w| w == self.rt.rank()).unwrap_or(0) as u32;
+        let errhandler = self.comms.get(errhandler_of).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
+        self.comms.insert(Comm { context, ranks, me, errhandler, name: String::new(), remote: Some(remote) })
+    }
+
+    /// MPI_Comm_dup of an intercommunicator.
+    pub(crate) fn dup_inter(&mut self, comm: c_int) -> MpiResult<c_int> {
+        let c = self.comm(comm)?;
+        let (ranks, remote) = (c.ranks.clone(), c.remote.clone().unwrap_or_default());
+        let context = self.agree_across(comm)?;
+        Ok(self.new_inter(comm, ranks, remote, context))
+    }
+}
+
+fn words(ranks: &[u32]) -> Vec<u8> {
+    ranks.iter().flat_map(|r| r.to_le_bytes()).collect()
+}
+
+fn unwords(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Intercomm_create(
+    local_comm: c_int,
+    local_leader: c_int,
+    peer_comm: c_int,
+    remote_leader: c_int,
+    tag: c_int,
+    newintercomm: *mut c_int,
+) -> c_int {
+    call("MPI_Intercomm_create", local_comm, |s| {
+        let local = Group::of(s, local_comm)?;
+        let leader = local.check_root(local_leader)?;
+        let agreed = s.new_context(local_comm)?;
+        // The leaders trade (agreed context, group) over the peer communicator, under `tag`.
+        let mut mine = agreed.to_le_bytes().to_vec();
+        mine.extend(words(&local.ranks));
+        let theirs = if local.me == leader {
+            let peer = s.comm(peer_comm)?;
+            let (peer_context, other) = (peer.context, peer.world_of(remote_leader)?);
+            frag::send(&mut s.rt, other, tags::tag(peer_context, 0, tag), &mine)?;
+            let m = s.rt.recv_matching(Source::Rank(other), tags::p2p_match(peer_context, tag))?;
+            frag::complete(&mut s.rt, m)?.payload
+        } else {
+            Vec::new()
+        };
+        let theirs = coll::bcast(s, &local, leader, theirs)?;
+        let bad = || MpiError::new(MPI_ERR_INTERN, "a malformed intercommunicator handshake");
+        let their_context =
+            theirs.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).ok_or_else(bad)?;
+        let remote = unwords(&theirs[4..]);
+        if remote.is_empty() || remote.iter().any(|r| local.ranks.contains(r)) {
+            return Err(MpiError::new(
+                MPI_ERR_COMM,
+                "the two groups of an intercommunicator must be disjoint and not empty",
+            ));
+        }
+        let context = agreed.max(their_context);
+        s.next_context = s.next_context.max(context + 1);
+        let h = s.new_inter(local_comm, local.ranks, remote, context);
+        ffi::out(newintercomm, h, "newintercomm")
+    })
+}
+
+/// The union of both groups: the group passing `high` = false first (on a tie, the group whose
+/// first member has the lower world rank).
+#[no_mangle]
+pub extern "C" fn MPI_Intercomm_merge(intercomm: c_int, high: c_int, newintracomm: *mut c_int) -> c_int {
+    call("MPI_Intercomm_merge", intercomm, |s| {
+        let inter = Inter::of(s, intercomm)?
+            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        let theirs = inter.swap(s, vec![u8::from(high != 0)])?;
+        let their_high = theirs.first().copied().unwrap_or(0) != 0;
+        let mine_first = match (high != 0, their_high) {
+            (false, true) => true,
+            (true, false) => false,
+            _ => inter.local.ranks.first() < inter.remote.first(),
+        };
+        let ranks = if mine_first {
+            [inter.local.ranks.clone(), inter.remote.clone()].concat()
+        } else {
+            [inter.remote.clone(), inter.local.ranks.clone()].concat()
+        };
+        let context = s.agree_across(intercomm)?;
+        let h = s.derive(intercomm, ranks, context);
+        ffi::out(newintracomm, h, "newintracomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_remote_size(comm: c_int, size: *mut c_int) -> c_int {
+    call("MPI_Comm_remote_size", comm, |s| {
+        let n = s
+            .comm(comm)?
+            .remote
+            .as_ref()
+            .map(Vec::len)
+            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        ffi::out(size, n as c_int, "size")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_remote_group(comm: c_int, group: *mut c_int) -> c_int {
+    call("MPI_Comm_remote_group", comm, |s| {
+        let remote = s
+            .comm(comm)?
+            .remote
+            .clone()
+            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        let h = s.groups.insert(remote);
+        ffi::out(group, h, "group")
+    })
+}
+
+// ---- collectives across the two groups ----
+
+/// Which side of a rooted collective this rank is on.
+enum Side {
+    /// The root (`MPI_ROOT`).
+    Root,
+    /// The root's group, not the root (`MPI_PROC_NULL`).
+    Idle,
+    /// The other group; the root's rank in it.
+    Other(usize),
+}
+
+fn side(inter: &Inter, root: c_int) -> MpiResult<Side> {
+    match root {
+        MPI_ROOT => Ok(Side::Root),
+        MPI_PROC_NULL => Ok(Side::Idle),
+        r => usize::try_from(r).ok().filter(|&r| r < inter.remote.len()).map(Side::Other).ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_ROOT,
+                format!("root {r} outside the remote group of {}", inter.remote.len()),
+            )
+        }),
+    }
+}
+
+pub(crate) fn barrier(s: &mut State, inter: &Inter) -> MpiResult<()> {
+    coll::barrier(s, &inter.local)?;
+    inter.swap(s, Vec::new())?;
+    Ok(())
+}
+
+pub(crate) fn bcast(
+    s: &mut State,
+    inter: &Inter,
+    buf: *mut c_void,
+    count: usize,
+    dt: c_int,
+    root: c_int,
+) -> MpiResult<()> {
+    let dt = s.datatype(dt)?;
+    match side(inter, root)? {
+        Side::Root => inter.send_remote(s, 0, &dt.pack(buf, count)?),
+        Side::Idle => Ok(()),
+        Side::Other(r) => {
+            let data = if inter.local.me == 0 { inter.recv_remote(s, r)? } else { Vec::new() };
+            let data = coll::bcast(s, &inter.local, 0, data)?;
+            dt.unpack(&data, buf, count)
+        }
+    }
+}
+
+pub(crate) fn reduce(
+    s: &mut State,
+    inter: &Inter,
+    io: (*const c_void, *mut c_void),
+    count: usize,
+    (dt_handle, op): (c_int, c_int),
+    root: c_int,
+) -> MpiResult<()> {
+    let (dt, op) = (s.datatype(dt_handle)?, s.op(op)?);
+    match side(inter, root)? {
+        Side::Root => {
+            let bytes = inter.recv_remote(s, 0)?;
+            dt.unpack(&bytes, io.1, count)
+        }
+        Side::Idle => Ok(()),
+        Side::Other(r) => {
+            let mine = dt.pack(io.0, count)?.into_owned();
+            let red = Reduction { op, dt: &dt, dt_handle, count };
+            if let Some(result) = coll::reduce(s, &inter.local, 0, mine, &red)? {
+                inter.send_remote(s, r, &result)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Each group's reduction goes to the other group: everyone gets the remote group's result.
+pub(crate) fn allreduce(
+    s: &mut State,
+    inter: &Inter,
+    io: (*const c_void, *mut c_void),
+    count: usize,
+    (dt_handle, op): (c_int, c_int),
+) -> MpiResult<()> {
+    let (dt, op) = (s.datatype(dt_handle)?, s.op(op)?);
+    let mine = dt.pack(io.0, count)?.into_owned();
+    let red = Reduction { op, dt: &dt, dt_handle, count };
+    let local = coll::reduce(s, &inter.local, 0, mine, &red)?.unwrap_or_default();
+    let theirs = inter.swap(s, local)?;
+    dt.unpack(&theirs, io.1, count)
+}
+
+pub(crate) fn gather(
+    s: &mut State,
+    inter: &Inter,
+    send: (*const c_void, usize, c_int),
+    recv: (*mut c_void, usize, c_int),
+    root: c_int,
+) -> MpiResult<()> {
+    match side(inter, root)? {
+        Side::Root => {
+            let all = coll::unframe(&inter.recv_remote(s, 0)?, inter.remote.len())?;
+            let rt = s.datatype(recv.2)?;
+            for (i, piece) in all.iter().enumerate() {
+                let at = crate::datatype::offset(recv.0, (i * recv.1) as isize * rt.extent);
+                rt.unpack(piece, at.cast_mut(), recv.1)?;
+            }
+            Ok(())
+        }
+        Side::Idle => Ok(()),
+        Side::Other(r) => {
+            let mine = s.datatype(send.2)?.pack(send.0, send.1)?.into_owned();
+            if let Some(all) = coll::gather(s, &inter.local, 0, &mine)? {
+                inter.send_remote(s, r, &coll::frame(&all))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn scatter(
+    s: &mut State,
+    inter: &Inter,
+    send: (*const c_void, usize, c_int),
+    recv: (*mut c_void, usize, c_int),
+    root: c_int,
+) -> MpiResult<()> {
+    match side(inter, root)? {
+        Side::Root => {
+            let st = s.datatype(send.2)?;
+            let pieces = (0..inter.remote.len())
+                .map(|i| {
+                    st.pack(crate::datatype::offset(send.0, (i * send.1) as isize * st.extent), send.1)
+                        .map(|b| b.into_owned())
+                })
+                .collect::<MpiResult<Vec<_>>>()?;
+            inter.send_remote(s, 0, &coll::frame(&pieces))
+        }
+        Side::Idle => Ok(()),
+        Side::Other(r) => {
+            let n = inter.local.size();
+            let pieces =
+                if inter.local.me == 0 { coll::unframe(&inter.recv_remote(s, r)?, n)? } else { Vec::new() };
+            let mine = if inter.local.me == 0 {
+                for (i, p) in pieces.iter().enumerate().skip(1) {
+                    inter.local.send(s, i, p)?;
+                }
+                pieces.into_iter().next().unwrap_or_default()
+            } else {
+                inter.local.recv(s, 0)?
+            };
+            s.datatype(recv.2)?.unpack(&mine, recv.0, recv.1)
+        }
+    }
+}
+
+/// Everyone gets every member of the remote group's piece, in its rank order.
+pub(crate) fn allgather(
+    s: &mut State,
+    inter: &Inter,
+    send: (*const c_void, usize, c_int),
+    recv: (*mut c_void, usize, c_int),
+) -> MpiResult<()> {
+    let mine = s.datatype(send.2)?.pack(send.0, send.1)?.into_owned();
+    let local = coll::gather(s, &inter.local, 0, &mine)?.map(|all| coll::frame(&all)).unwrap_or_default();
+    let theirs = coll::unframe(&inter.swap(s, local)?, inter.remote.len())?;
+    let rt = s.datatype(recv.2)?;
+    for (i, piece) in theirs.iter().enumerate() {
+        let at = crate::datatype::offset(recv.0, (i * recv.1) as isize * rt.extent);
+        rt.unpack(piece, at.cast_mut(), recv.1)?;
+    }
+    Ok(())
+}
+
+/// Piece `j` of every member goes to remote member `j`.
+pub(crate) fn alltoall(
+    s: &mut State,
+    inter: &Inter,
+    send: (*const c_void, usize, c_int),
+    recv: (*mut c_void, usize, c_int),
+) -> MpiResult<()> {
+    let (st, rt) = (s.datatype(send.2)?, s.datatype(recv.2)?);
+    for j in 0..inter.remote.len() {
+        let piece =
+            st.pack(crate::datatype::offset(send.0, (j * send.1) as isize * st.extent), send.1)?.into_owned();
+        inter.send_remote(s, j, &piece)?;
+    }
+    for j in 0..inter.remote.len() {
+        let piece = inter.recv_remote(s, j)?;
+        rt.unpack(
+            &piece,
+            crate::datatype::offset(recv.0, (j * recv.1) as isize * rt.extent).cast_mut(),
+            recv.1,
+        )?;
+    }
+    Ok(())
+}
+
+/// The world ranks of `all`'s members (allgathered (color, key) pairs in `ranks` order) with
+/// color `color`, ordered by (key, rank).
+fn members_of(all: &[Vec<u8>], ranks: &[u32], color: c_int) -> Vec<u32> {
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, c_int::from_le_bytes)
+    };
+    let mut m: Vec<(c_int, usize)> =
+        all.iter().enumerate().filter(|(_, b)| word(b, 0) == color).map(|(r, b)| (word(b, 4), r)).collect();
+    m.sort();
+    m.iter().map(|&(_, r)| ranks[r]).collect()
+}
+
+impl State {
+    /// MPI_Comm_split of an intercommunicator: each group splits by color, and members of a
+    /// color meet the other group's members of that color (MPI_COMM_NULL if either is empty).
+    pub(crate) fn split_inter(&mut self, comm: c_int, color: c_int, key: c_int) -> MpiResult<c_int> {
+        let inter =
+            Inter::of(self, comm)?.ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        let mut mine = color.to_le_bytes().to_vec();
+        mine.extend_from_slice(&key.to_le_bytes());
+        let local_all = coll::allgather(self, &inter.local, &mine)?;
+        let theirs = coll::unframe(&inter.swap(self, coll::frame(&local_all))?, inter.remote.len())?;
+        let context = self.agree_across(comm)?;
+        if color == MPI_UNDEFINED {
+            return Ok(MPI_COMM_NULL);
+        }
+        let (ranks, remote) =
+            (members_of(&local_all, &inter.local.ranks, color), members_of(&theirs, &inter.remote, color));
+        if remote.is_empty() {
+            return Ok(MPI_COMM_NULL);
+        }
+        Ok(self.new_inter(comm, ranks, remote, context))
+    }
+
+    /// MPI_Comm_create of an intercommunicator: this group's `group` meets the other group's.
+    pub(crate) fn create_inter(&mut self, comm: c_int, group: Vec<u32>) -> MpiResult<c_int> {
+        let inter =
+            Inter::of(self, comm)?.ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
+        let remote = unwords(&inter.swap(self, words(&group))?);
+        let context = self.agree_across(comm)?;
+        if !group.contains(&self.rt.rank()) || remote.is_empty() {
+            return Ok(MPI_COMM_NULL);
+        }
+        Ok(self.new_inter(comm, group, remote, context))
+    }
+}
