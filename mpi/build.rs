@@ -13,6 +13,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=REVERB_MPICH_INCLUDE");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmpich.so.12");
+    println!("cargo:rerun-if-changed=csrc/long_double.c");
+    cc::Build::new().file("csrc/long_double.c").warnings_into_errors(true).compile("reverb_mpi_c");
     let include = std::env::var("REVERB_MPICH_INCLUDE").unwrap_or_else(|_| DEFAULT_INCLUDE.into());
     let include = PathBuf::from(include);
     let read = |name: &str| -> String {

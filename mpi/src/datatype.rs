@@ -25,6 +25,13 @@ pub enum Elem {
     Bool,
     /// A value and an `int` index, for MINLOC/MAXLOC: the value's kind, the index's offset.
     Pair(PairValue, usize),
+    /// C's `long double` (x87 extended, 16 bytes): reduced by `csrc/long_double.c`.
+    LongDouble,
+    /// (`long double`, `int`) packed: 20 bytes.
+    LongDoubleInt,
+    /// Complex numbers of two `f32` or two `f64`.
+    ComplexF32,
+    ComplexF64,
     /// Bytes with no arithmetic (MPI_BYTE, MPI_PACKED, long double, complex, mixed structs).
     Opaque,
 }
@@ -47,6 +54,9 @@ impl Elem {
             Elem::I32 | Elem::U32 | Elem::F32 => 4,
             Elem::I64 | Elem::U64 | Elem::F64 => 8,
             Elem::Pair(_, index_at) => index_at + 4,
+            Elem::LongDouble | Elem::ComplexF64 => 16,
+            Elem::LongDoubleInt => 20,
+            Elem::ComplexF32 => 8,
         }
     }
 }
@@ -81,6 +91,11 @@ fn elem_of(h: c_int) -> Elem {
         MPI_C_BOOL | MPI_CXX_BOOL => Elem::Bool,
         MPI_2INT | MPI_2INTEGER => Elem::Pair(PairValue::I32, 4),
         MPI_2REAL => Elem::Pair(PairValue::F32, 4),
+        MPI_LONG_DOUBLE => Elem::LongDouble,
+        MPI_C_FLOAT_COMPLEX | MPI_COMPLEX | MPI_COMPLEX8 | MPI_CXX_FLOAT_COMPLEX => Elem::ComplexF32,
+        MPI_C_DOUBLE_COMPLEX | MPI_DOUBLE_COMPLEX | MPI_COMPLEX16 | MPI_CXX_DOUBLE_COMPLEX => {
+            Elem::ComplexF64
+        }
         _ => Elem::Opaque,
     }
 }
@@ -102,7 +117,8 @@ impl Datatype {
             } else {
                 vec![(0, value_size), (index_at as isize, 4)]
             },
-            elem: Elem::Pair(value, index_at),
+            // Reductions see packed bytes: the index right after the value.
+            elem: Elem::Pair(value, value_size),
             committed: true,
         };
         match h {
@@ -110,6 +126,17 @@ impl Datatype {
             MPI_DOUBLE_INT => return Some(pair(PairValue::F64, 8, 8, 16)),
             MPI_LONG_INT => return Some(pair(PairValue::I64, 8, 8, 16)),
             MPI_SHORT_INT => return Some(pair(PairValue::I16, 2, 4, 8)),
+            MPI_LONG_DOUBLE_INT => {
+                let blocks = vec![(0, 16), (16, 4)];
+                return Some(Datatype {
+                    size: 20,
+                    lb: 0,
+                    extent: 32,
+                    blocks,
+                    elem: Elem::LongDoubleInt,
+                    committed: true,
+                });
+            }
             MPI_DATATYPE_NULL => return None,
             _ => {}
         }

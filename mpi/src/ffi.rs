@@ -169,3 +169,36 @@ pub fn attr_delete(
     // SAFETY: the program's delete function, called once per value, as MPI specifies.
     unsafe { f(comm, keyval, value as *mut c_void, extra) }
 }
+
+extern "C" {
+    fn reverb_mpi_long_double_op(op: c_int, input: *const c_void, inout: *mut c_void, n: usize) -> c_int;
+    fn reverb_mpi_long_double_loc(
+        op: c_int,
+        input: *const c_void,
+        inout: *mut c_void,
+        n: usize,
+        stride: usize,
+    ) -> c_int;
+}
+
+/// `csrc/long_double.c`'s operation codes.
+pub const LD_MAX: c_int = 1;
+pub const LD_MIN: c_int = 2;
+pub const LD_SUM: c_int = 3;
+pub const LD_PROD: c_int = 4;
+pub const LD_MAXLOC: c_int = 5;
+pub const LD_MINLOC: c_int = 6;
+
+/// `inout = input op inout` over 16-byte `long double`s; false if `op` is not defined there.
+pub fn long_double_op(op: c_int, input: &[u8], inout: &mut [u8]) -> bool {
+    let n = input.len().min(inout.len()) / 16;
+    // SAFETY: both buffers hold `n` 16-byte values; the C side reads and writes only those.
+    unsafe { reverb_mpi_long_double_op(op, input.as_ptr().cast(), inout.as_mut_ptr().cast(), n) == 0 }
+}
+
+/// MAXLOC / MINLOC over packed (`long double`, `int`) pairs of 20 bytes.
+pub fn long_double_loc(op: c_int, input: &[u8], inout: &mut [u8]) {
+    let n = input.len().min(inout.len()) / 20;
+    // SAFETY: both buffers hold `n` pairs of 20 bytes; the C side touches only those.
+    unsafe { reverb_mpi_long_double_loc(op, input.as_ptr().cast(), inout.as_mut_ptr().cast(), n, 20) };
+}

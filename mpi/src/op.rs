@@ -107,6 +107,27 @@ macro_rules! bits {
     }};
 }
 
+/// SUM and PROD on complex numbers (pairs of `$t`: real, imaginary).
+macro_rules! complex {
+    ($op:expr, $t:ty, $a:expr, $b:expr) => {{
+        let w = std::mem::size_of::<$t>();
+        for (x, y) in $a.chunks_exact(2 * w).zip($b.chunks_exact_mut(2 * w)) {
+            let v = |c: &[u8], i: usize| {
+                <$t>::from_le_bytes(c[i * w..(i + 1) * w].try_into().unwrap_or_default())
+            };
+            let (p, q, r, t) = (v(x, 0), v(x, 1), v(y, 0), v(y, 1));
+            let (re, im) = match $op {
+                MPI_SUM => (p + r, q + t),
+                MPI_PROD => (p * r - q * t, p * t + q * r),
+                _ => return Err(bad($op, Elem::Opaque)),
+            };
+            y[..w].copy_from_slice(&re.to_le_bytes());
+            y[w..].copy_from_slice(&im.to_le_bytes());
+        }
+        Ok(())
+    }};
+}
+
 const BITWISE: [c_int; 6] = [MPI_BAND, MPI_BOR, MPI_BXOR, MPI_LAND, MPI_LOR, MPI_LXOR];
 
 /// A predefined operation on packed elements of kind `elem`.
@@ -124,7 +145,26 @@ fn builtin(op: c_int, elem: Elem, a: &[u8], b: &mut [u8]) -> MpiResult<()> {
         };
     }
     if op == MPI_MAXLOC || op == MPI_MINLOC {
+        if elem == Elem::LongDoubleInt {
+            ffi::long_double_loc(if op == MPI_MAXLOC { ffi::LD_MAXLOC } else { ffi::LD_MINLOC }, a, b);
+            return Ok(());
+        }
         return pairs(op, elem, a, b);
+    }
+    match elem {
+        Elem::LongDouble => {
+            let code = match op {
+                MPI_MAX => ffi::LD_MAX,
+                MPI_MIN => ffi::LD_MIN,
+                MPI_SUM => ffi::LD_SUM,
+                MPI_PROD => ffi::LD_PROD,
+                _ => 0,
+            };
+            return if ffi::long_double_op(code, a, b) { Ok(()) } else { Err(bad(op, elem)) };
+        }
+        Elem::ComplexF32 => return complex!(op, f32, a, b),
+        Elem::ComplexF64 => return complex!(op, f64, a, b),
+        _ => {}
     }
     match elem {
         Elem::I8 => numeric!(op, i8, a, b, true),
