@@ -325,25 +325,25 @@ pub extern "C" fn MPI_Reduce_local(
 }
 
 /// The layout of one rank's piece in a gather's or scatter's buffer.
-struct Pieces {
-    counts: Vec<usize>,
+pub(crate) struct Pieces {
+    pub(crate) counts: Vec<usize>,
     /// Displacements in elements of the type.
-    displs: Vec<isize>,
+    pub(crate) displs: Vec<isize>,
 }
 
 impl Pieces {
-    fn uniform(n: usize, count: usize) -> Pieces {
+    pub(crate) fn uniform(n: usize, count: usize) -> Pieces {
         Pieces { counts: vec![count; n], displs: (0..n).map(|i| (i * count) as isize).collect() }
     }
 
-    fn varying(n: usize, counts: *const c_int, displs: *const c_int) -> MpiResult<Pieces> {
+    pub(crate) fn varying(n: usize, counts: *const c_int, displs: *const c_int) -> MpiResult<Pieces> {
         let counts =
             ffi::array(counts, n, "counts")?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
         let displs = ffi::array(displs, n, "displs")?.iter().map(|&d| d as isize).collect();
         Ok(Pieces { counts, displs })
     }
 
-    fn at(&self, base: *const c_void, dt: &Datatype, i: usize) -> *const c_void {
+    pub(crate) fn at(&self, base: *const c_void, dt: &Datatype, i: usize) -> *const c_void {
         offset(base, self.displs[i] * dt.extent)
     }
 }
@@ -360,6 +360,16 @@ fn gather_call(
     root: Option<c_int>,
     comm: c_int,
 ) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let (layout, rt) = (pieces(inter.remote.len())?, s.datatype(recvtype)?);
+        let sending = !matches!(root, Some(MPI_ROOT) | Some(MPI_PROC_NULL));
+        let mine = if sending {
+            s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned()
+        } else {
+            Vec::new()
+        };
+        return intercomm::gather(s, &inter, &mine, (recvbuf, &layout, &rt), root);
+    }
     let g = Group::of(s, comm)?;
     let root_rank = match root {
         Some(r) => g.check_root(r)?,
@@ -395,10 +405,6 @@ pub extern "C" fn MPI_Gather(
     comm: c_int,
 ) -> c_int {
     call("MPI_Gather", comm, |s| {
-        if let Some(inter) = Inter::of(s, comm)? {
-            let send = (sendbuf, count_of(sendcount)?, sendtype);
-            return intercomm::gather(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype), root);
-        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount).unwrap_or(0)));
         gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
     })
@@ -417,7 +423,9 @@ pub extern "C" fn MPI_Gatherv(
     comm: c_int,
 ) -> c_int {
     call("MPI_Gatherv", comm, |s| {
-        let at_root = s.comm(comm)?.me as c_int == root;
+        let c = s.comm(comm)?;
+        // Across an intercommunicator the root says MPI_ROOT; `root` elsewhere names a remote rank.
+        let at_root = root == MPI_ROOT || (c.remote.is_none() && c.me as c_int == root);
         let pieces =
             |n| if at_root { Pieces::varying(n, recvcounts, displs) } else { Ok(Pieces::uniform(n, 0)) };
         gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
@@ -435,10 +443,6 @@ pub extern "C" fn MPI_Allgather(
     comm: c_int,
 ) -> c_int {
     call("MPI_Allgather", comm, |s| {
-        if let Some(inter) = Inter::of(s, comm)? {
-            let send = (sendbuf, count_of(sendcount)?, sendtype);
-            return intercomm::allgather(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype));
-        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
         gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
     })
@@ -473,6 +477,15 @@ fn scatter_call(
     root: c_int,
     comm: c_int,
 ) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let layout = if root == MPI_ROOT { pieces(inter.remote.len())? } else { Pieces::uniform(0, 0) };
+        let (st, rt) = (
+            if root == MPI_ROOT { s.datatype(sendtype)? } else { s.datatype(recvtype)? },
+            s.datatype(recvtype)?,
+        );
+        let count = if root == MPI_ROOT { 0 } else { count_of(recvcount)? };
+        return intercomm::scatter(s, &inter, (sendbuf, &layout, &st), (recvbuf, count, &rt), root);
+    }
     let g = Group::of(s, comm)?;
     let root = g.check_root(root)?;
     let mine = if g.me == root {
@@ -510,10 +523,6 @@ pub extern "C" fn MPI_Scatter(
     comm: c_int,
 ) -> c_int {
     call("MPI_Scatter", comm, |s| {
-        if let Some(inter) = Inter::of(s, comm)? {
-            let send = (sendbuf, count_of(sendcount)?, sendtype);
-            return intercomm::scatter(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype), root);
-        }
         let pieces = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
         scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
     })
@@ -548,6 +557,11 @@ fn alltoall_call(
     recvtype: c_int,
     comm: c_int,
 ) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let n = inter.remote.len();
+        let (st, sl, rt, rl) = (s.datatype(sendtype)?, send(n)?, s.datatype(recvtype)?, recv(n)?);
+        return intercomm::alltoall(s, &inter, (sendbuf, &sl, &st), (recvbuf, &rl, &rt));
+    }
     let g = Group::of(s, comm)?;
     let n = g.size();
     let (rt, rl) = (s.datatype(recvtype)?, recv(n)?);
@@ -583,10 +597,6 @@ pub extern "C" fn MPI_Alltoall(
     comm: c_int,
 ) -> c_int {
     call("MPI_Alltoall", comm, |s| {
-        if let Some(inter) = Inter::of(s, comm)? {
-            let send = (sendbuf, count_of(sendcount)?, sendtype);
-            return intercomm::alltoall(s, &inter, send, (recvbuf, count_of(recvcount)?, recvtype));
-        }
         let send = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
         let recv = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
         alltoall_call(s, sendbuf, send, sendtype, recvbuf, recv, recvtype, comm)

@@ -8,8 +8,9 @@ use std::ffi::{c_int, c_void};
 use reverb_transport::Source;
 
 use crate::abi::*;
-use crate::coll::{self, Group, Reduction};
+use crate::coll::{self, Group, Pieces, Reduction};
 use crate::comm::Comm;
+use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::frag;
@@ -276,27 +277,35 @@ pub(crate) fn allreduce(
     dt.unpack(&theirs, io.1, count)
 }
 
+/// A rooted or all-to-all gather across: `mine` packed; the root (or everyone, for
+/// allgather) unpacks the remote group's pieces by `recv`'s layout.
 pub(crate) fn gather(
     s: &mut State,
     inter: &Inter,
-    send: (*const c_void, usize, c_int),
-    recv: (*mut c_void, usize, c_int),
-    root: c_int,
+    mine: &[u8],
+    recv: (*mut c_void, &Pieces, &Datatype),
+    root: Option<c_int>,
 ) -> MpiResult<()> {
+    let unpack_all = |framed: &[u8]| -> MpiResult<()> {
+        let (buf, layout, rt) = recv;
+        for (i, piece) in coll::unframe(framed, inter.remote.len())?.iter().enumerate() {
+            rt.unpack(piece, layout.at(buf, rt, i).cast_mut(), layout.counts[i])?;
+        }
+        Ok(())
+    };
+    let Some(root) = root else {
+        let local = coll::gather(s, &inter.local, 0, mine)?.map(|all| coll::frame(&all)).unwrap_or_default();
+        let theirs = inter.swap(s, local)?;
+        return unpack_all(&theirs);
+    };
     match side(inter, root)? {
         Side::Root => {
-            let all = coll::unframe(&inter.recv_remote(s, 0)?, inter.remote.len())?;
-            let rt = s.datatype(recv.2)?;
-            for (i, piece) in all.iter().enumerate() {
-                let at = crate::datatype::offset(recv.0, (i * recv.1) as isize * rt.extent);
-                rt.unpack(piece, at.cast_mut(), recv.1)?;
-            }
-            Ok(())
+            let framed = inter.recv_remote(s, 0)?;
+            unpack_all(&framed)
         }
         Side::Idle => Ok(()),
         Side::Other(r) => {
-            let mine = s.datatype(send.2)?.pack(send.0, send.1)?.into_owned();
-            if let Some(all) = coll::gather(s, &inter.local, 0, &mine)? {
+            if let Some(all) = coll::gather(s, &inter.local, 0, mine)? {
                 inter.send_remote(s, r, &coll::frame(&all))?;
             }
             Ok(())
@@ -304,30 +313,27 @@ pub(crate) fn gather(
     }
 }
 
+/// A scatter across: the root packs a piece per remote member by `send`'s layout; the other
+/// group's members unpack theirs (`count` elements of `rt`) into `buf`.
 pub(crate) fn scatter(
     s: &mut State,
     inter: &Inter,
-    send: (*const c_void, usize, c_int),
-    recv: (*mut c_void, usize, c_int),
+    send: (*const c_void, &Pieces, &Datatype),
+    recv: (*mut c_void, usize, &Datatype),
     root: c_int,
 ) -> MpiResult<()> {
     match side(inter, root)? {
         Side::Root => {
-            let st = s.datatype(send.2)?;
+            let (buf, layout, st) = send;
             let pieces = (0..inter.remote.len())
-                .map(|i| {
-                    st.pack(crate::datatype::offset(send.0, (i * send.1) as isize * st.extent), send.1)
-                        .map(|b| b.into_owned())
-                })
+                .map(|i| st.pack(layout.at(buf, st, i), layout.counts[i]).map(|b| b.into_owned()))
                 .collect::<MpiResult<Vec<_>>>()?;
             inter.send_remote(s, 0, &coll::frame(&pieces))
         }
         Side::Idle => Ok(()),
         Side::Other(r) => {
-            let n = inter.local.size();
-            let pieces =
-                if inter.local.me == 0 { coll::unframe(&inter.recv_remote(s, r)?, n)? } else { Vec::new() };
             let mine = if inter.local.me == 0 {
+                let pieces = coll::unframe(&inter.recv_remote(s, r)?, inter.local.size())?;
                 for (i, p) in pieces.iter().enumerate().skip(1) {
                     inter.local.send(s, i, p)?;
                 }
@@ -335,49 +341,26 @@ pub(crate) fn scatter(
             } else {
                 inter.local.recv(s, 0)?
             };
-            s.datatype(recv.2)?.unpack(&mine, recv.0, recv.1)
+            recv.2.unpack(&mine, recv.0, recv.1)
         }
     }
 }
 
-/// Everyone gets every member of the remote group's piece, in its rank order.
-pub(crate) fn allgather(
-    s: &mut State,
-    inter: &Inter,
-    send: (*const c_void, usize, c_int),
-    recv: (*mut c_void, usize, c_int),
-) -> MpiResult<()> {
-    let mine = s.datatype(send.2)?.pack(send.0, send.1)?.into_owned();
-    let local = coll::gather(s, &inter.local, 0, &mine)?.map(|all| coll::frame(&all)).unwrap_or_default();
-    let theirs = coll::unframe(&inter.swap(s, local)?, inter.remote.len())?;
-    let rt = s.datatype(recv.2)?;
-    for (i, piece) in theirs.iter().enumerate() {
-        let at = crate::datatype::offset(recv.0, (i * recv.1) as isize * rt.extent);
-        rt.unpack(piece, at.cast_mut(), recv.1)?;
-    }
-    Ok(())
-}
-
-/// Piece `j` of every member goes to remote member `j`.
+/// Piece `j` of every member (by `send`'s layout) goes to remote member `j`.
 pub(crate) fn alltoall(
     s: &mut State,
     inter: &Inter,
-    send: (*const c_void, usize, c_int),
-    recv: (*mut c_void, usize, c_int),
+    send: (*const c_void, &Pieces, &Datatype),
+    recv: (*mut c_void, &Pieces, &Datatype),
 ) -> MpiResult<()> {
-    let (st, rt) = (s.datatype(send.2)?, s.datatype(recv.2)?);
+    let ((sbuf, sl, st), (rbuf, rl, rt)) = (send, recv);
     for j in 0..inter.remote.len() {
-        let piece =
-            st.pack(crate::datatype::offset(send.0, (j * send.1) as isize * st.extent), send.1)?.into_owned();
+        let piece = st.pack(sl.at(sbuf, st, j), sl.counts[j])?.into_owned();
         inter.send_remote(s, j, &piece)?;
     }
     for j in 0..inter.remote.len() {
         let piece = inter.recv_remote(s, j)?;
-        rt.unpack(
-            &piece,
-            crate::datatype::offset(recv.0, (j * recv.1) as isize * rt.extent).cast_mut(),
-            recv.1,
-        )?;
+        rt.unpack(&piece, rl.at(rbuf, rt, j).cast_mut(), rl.counts[j])?;
     }
     Ok(())
 }

@@ -68,8 +68,9 @@ pub fn write_status(p: *mut CStatus, status: Status) -> MpiResult<()> {
     if p.is_null() || p as usize == ffi::STATUS_IGNORE {
         return Ok(());
     }
-    // An empty status (a null or inactive request's) is empty in MPI_ERROR too.
-    let empty = status == Status::empty() || status == Status::proc_null();
+    // An empty status (a null or inactive request's) is empty in MPI_ERROR too; a
+    // MPI_PROC_NULL one leaves it alone like any other.
+    let empty = status == Status::empty();
     ffi::status_out(p, status.into(), empty);
     Ok(())
 }
