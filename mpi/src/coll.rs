@@ -753,3 +753,77 @@ pub extern "C" fn MPI_Reduce_scatter(
         reduce_scatter_call(s, sendbuf, recvbuf, counts, datatype, op, comm)
     })
 }
+
+/// Alltoallw: each peer's piece with its own count, byte displacement and datatype. Peers are
+/// the communicator's members (the remote group across an intercommunicator).
+#[allow(clippy::too_many_arguments)]
+fn alltoallw(
+    s: &mut State,
+    sendbuf: *const c_void,
+    send: (*const c_int, *const c_int, *const c_int),
+    recvbuf: *mut c_void,
+    recv: (*const c_int, *const c_int, *const c_int),
+    comm: c_int,
+) -> MpiResult<()> {
+    let c = s.comm(comm)?;
+    let (peers, context) = (c.peers().to_vec(), c.context);
+    let me = if c.remote.is_none() { Some(c.me as usize) } else { None };
+    let n = peers.len();
+    let counts = |p: *const c_int, what| -> MpiResult<Vec<usize>> {
+        ffi::array(p, n, what)?.iter().map(|&c| count_of(c)).collect()
+    };
+    let displs = |p: *const c_int, what| -> MpiResult<Vec<isize>> {
+        Ok(ffi::array(p, n, what)?.iter().map(|&d| d as isize).collect())
+    };
+    let types = |p: *const c_int, what| -> MpiResult<Vec<Datatype>> {
+        ffi::array(p, n, what)?.iter().map(|&t| s.datatype(t)).collect()
+    };
+    let (sc, sd, st) =
+        (counts(send.0, "sendcounts")?, displs(send.1, "sdispls")?, types(send.2, "sendtypes")?);
+    let (rc, rd, rt) =
+        (counts(recv.0, "recvcounts")?, displs(recv.1, "rdispls")?, types(recv.2, "recvtypes")?);
+    let tag = tags::tag(context, tags::COLL, 0);
+    let mut own = Vec::new();
+    for j in 0..n {
+        let bytes = st[j].pack(offset(sendbuf, sd[j]), sc[j])?.into_owned();
+        if Some(j) == me {
+            own = bytes;
+        } else {
+            frag::send(&mut s.rt, peers[j], tag, &bytes)?;
+        }
+    }
+    for j in 0..n {
+        let bytes = if Some(j) == me {
+            std::mem::take(&mut own)
+        } else {
+            let m = s.rt.recv_matching(Source::Rank(peers[j]), tags::coll_match(context))?;
+            frag::complete(&mut s.rt, m)?.payload
+        };
+        rt[j].unpack(&bytes, offset(recvbuf, rd[j]).cast_mut(), rc[j])?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Alltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Alltoallw", comm, |s| {
+        alltoallw(
+            s,
+            sendbuf,
+            (sendcounts, sdispls, sendtypes),
+            recvbuf,
+            (recvcounts, rdispls, recvtypes),
+            comm,
+        )
+    })
+}

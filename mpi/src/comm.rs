@@ -41,11 +41,6 @@ impl Comm {
             MpiError::new(MPI_ERR_RANK, format!("rank {r} outside a communicator of {}", self.size()))
         })
     }
-
-    /// The peer number of world rank `w`, if it is one.
-    pub fn rank_of_world(&self, w: u32) -> Option<c_int> {
-        self.peers().iter().position(|&x| x == w).map(|i| i as c_int)
-    }
 }
 
 impl State {
@@ -221,4 +216,33 @@ pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
         let inter = s.comm(comm)?.remote.is_some();
         ffi::out(flag, c_int::from(inter), "flag")
     })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+    MPI_Comm_dup(comm, newcomm)
+}
+
+/// Runs at the call (every member calls it in the same order, as MPI requires) and returns a
+/// complete request.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
+    let rc = MPI_Comm_dup(comm, newcomm);
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    call("MPI_Comm_idup", comm, |s| {
+        let h = s.requests.insert(crate::request::Request::Done(crate::request::Status::empty()));
+        ffi::out(request, h, "request")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_idup_with_info(
+    comm: c_int,
+    _info: c_int,
+    newcomm: *mut c_int,
+    request: *mut c_int,
+) -> c_int {
+    MPI_Comm_idup(comm, newcomm, request)
 }

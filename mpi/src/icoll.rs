@@ -288,3 +288,21 @@ pub extern "C" fn MPI_Ireduce_scatter(
         MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm),
     )
 }
+
+#[no_mangle]
+pub extern "C" fn MPI_Ialltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    let rc =
+        MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
+    completed("MPI_Ialltoallw", comm, request, rc)
+}

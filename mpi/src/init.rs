@@ -116,7 +116,9 @@ pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Finalize() -> c_int {
     let rc = call("MPI_Finalize", MPI_COMM_WORLD, |s| {
-        // Everything sent is matched or abandoned by now; the runtime's collective shutdown.
+        // MPI_COMM_SELF's attributes are deleted first (their callbacks run): programs hook
+        // their own cleanup there. Then the runtime's collective shutdown.
+        s.delete_attributes(MPI_COMM_SELF)?;
         s.progress()?;
         Ok(())
     });

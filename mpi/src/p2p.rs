@@ -106,8 +106,9 @@ impl State {
             MPI_ANY_SOURCE => Source::Any,
             r => Source::Rank(c.world_of(r)?),
         };
-        let pending =
-            PendingRecv { comm, source: from, tag: tags::p2p_match(c.context, tag), buf, count, datatype };
+        let (context, peers) = (c.context, c.peers().to_vec());
+        let tag = tags::p2p_match(context, tag);
+        let pending = PendingRecv { context, peers, source: from, tag, buf, count, datatype };
         let h = self.requests.insert(Request::Recv(pending));
         self.pending_recvs.push_back(h);
         Ok(h)
@@ -167,21 +168,20 @@ impl State {
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
-        let comm = self.comm(p.comm)?;
         let (mpi_tag, flags) = tags::split(msg.tag);
         let capacity = p.datatype.bytes_for(p.count);
         let fits = msg.payload.len() <= capacity;
         let kept = msg.payload.len().min(capacity);
         p.datatype.unpack(&msg.payload[..kept], p.buf, p.count)?;
         let status = Status {
-            source: comm.rank_of_world(msg.source).unwrap_or(MPI_ANY_SOURCE),
+            source: p.peers.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int),
             tag: mpi_tag,
             bytes: kept,
             error: if fits { MPI_SUCCESS } else { MPI_ERR_TRUNCATE },
             cancelled: false,
         };
         if flags & tags::SYNC != 0 {
-            let ack = tags::tag(comm.context, tags::ACK, mpi_tag);
+            let ack = tags::tag(p.context, tags::ACK, mpi_tag);
             self.rt.send(msg.source, ack, &[])?;
         }
         Ok(status)

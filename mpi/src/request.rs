@@ -87,7 +87,9 @@ pub fn write_status_at(p: *mut CStatus, i: usize, status: Status) -> MpiResult<(
 /// A receive posted and not yet matched.
 #[derive(Debug)]
 pub struct PendingRecv {
-    pub comm: c_int,
+    /// The communicator's context and peers, kept: it may be freed while this is pending.
+    pub context: u32,
+    pub peers: Vec<u32>,
     pub source: Source,
     pub tag: TagMatch,
     pub buf: *mut c_void,
