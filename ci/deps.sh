@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what reverb's build and tests need, idempotently: apt runs only when a package is
-# missing. `--compare` adds what scripts/compare-shm.sh needs (ucx_perftest, jq).
+# missing. `--compare` adds what the side-by-side scripts need (ucx_perftest, jq; Open MPI's
+# headers for scripts/compare-mpi.sh).
 # The verbs feature builds rdma-core's headers from ibverbs-sys (cmake, clang, libnl) and links
 # Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
 # the Reed-Solomon bench its ISA-L column (the build skips it when absent). slurmctld, slurmd,
@@ -16,7 +17,7 @@ packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-d
     iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev)
 for arg in "$@"; do
     case "$arg" in
-        --compare) packages+=(ucx-utils jq) ;;
+        --compare) packages+=(ucx-utils jq libopenmpi-dev) ;;
         *) echo "ci/deps.sh: unknown option $arg (known: --compare)" >&2; exit 2 ;;
     esac
 done

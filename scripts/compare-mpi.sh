@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# reverb's MPI library side by side with Debian's MPICH and Open MPI, in one invocation on one
+# machine: benches/mpi/mpi_bench.c built once by mpicc.mpich (that same binary runs on MPICH
+# and, with `reverb run --mpi`, on reverb) and once by Open MPI's mpicc; latency 8 B / 4 KiB /
+# 64 KiB, bandwidth 1 MiB, an 8-byte allreduce on 8 ranks, and the Jacobi example's time.
+# The three run interleaved, REPEAT rounds, each keeping its best (lowest time, highest
+# bandwidth), so interference picks no winner. Prints the table and ratios (reverb / other:
+# below 1 is faster for latency and time, above 1 for bandwidth); raw outputs in $RESULTS.
+#
+# Knobs (environment): REPEAT=3 LAT_ITERS=20000 BW_ITERS=200 AR_ITERS=2000 RESULTS=...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeat=${REPEAT:-3}
+lat_iters=${LAT_ITERS:-20000}
+bw_iters=${BW_ITERS:-200}
+ar_iters=${AR_ITERS:-2000}
+results=${RESULTS:-target/compare-mpi}
+bash ci/deps.sh --compare
+cargo build --release -p reverb -p reverb-mpi
+reverb=target/release/reverb
+mkdir -p "$results"
+mpicc.mpich -O2 benches/mpi/mpi_bench.c -o "$results/bench-mpich"
+mpicc.openmpi -O2 benches/mpi/mpi_bench.c -o "$results/bench-ompi"
+mpicc.mpich -O2 -Impi/include examples/mpi/jacobi_ft.c -o "$results/jacobi-mpich"
+mpicc.openmpi -O2 -Impi/include examples/mpi/jacobi_ft.c -o "$results/jacobi-ompi"
+
+# One measurement: SIDE NRANKS ARGS... → its value (the bench's last field, or seconds).
+measure() {
+    local side=$1 n=$2
+    shift 2
+    case $side in
+        reverb) "$reverb" run --mpi --no-prefix -n "$n" -- "$results/bench-mpich" "$@" ;;
+        mpich) mpiexec.mpich -n "$n" "$results/bench-mpich" "$@" ;;
+        ompi) mpirun.openmpi --allow-run-as-root --oversubscribe -n "$n" "$results/bench-ompi" "$@" ;;
+    esac 2>>"$results/stderr.log" | awk 'NF == 3 { v = $3 } END { print v }'
+}
+jacobi() {
+    local side=$1 start end
+    start=$(date +%s.%N)
+    case $side in
+        reverb) "$reverb" run --mpi --no-prefix -n 4 -- "$results/jacobi-mpich" 2000 0 ;;
+        mpich) mpiexec.mpich -n 4 "$results/jacobi-mpich" 2000 0 ;;
+        ompi) mpirun.openmpi --allow-run-as-root --oversubscribe -n 4 "$results/jacobi-ompi" 2000 0 ;;
+    esac >>"$results/jacobi.log" 2>>"$results/stderr.log"
+    end=$(date +%s.%N)
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f\n", b - a }'
+}
+
+tests=("lat 8 $lat_iters" "lat 4096 $lat_iters" "lat 65536 $((lat_iters / 10))" "bw 1048576 $bw_iters" "allreduce $ar_iters" "jacobi")
+declare -A best
+better() { # KIND OLD NEW → the better of the two
+    if [[ -z $2 ]]; then echo "$3"; return; fi
+    if [[ $1 == bw ]]; then echo "$2 $3" | awk '{ print ($2 > $1) ? $2 : $1 }'; else echo "$2 $3" | awk '{ print ($2 < $1) ? $2 : $1 }'; fi
+}
+for round in $(seq "$repeat"); do
+    for t in "${tests[@]}"; do
+        for side in reverb mpich ompi; do
+            kind=${t%% *}
+            case $kind in
+                jacobi) v=$(jacobi "$side") ;;
+                allreduce) v=$(measure "$side" 8 $t) ;;
+                *) v=$(measure "$side" 2 $t) ;;
+            esac
+            best["$t|$side"]=$(better "$kind" "${best["$t|$side"]:-}" "$v")
+        done
+    done
+    echo "round $round done" >&2
+done
+printf '%-24s %12s %12s %12s %14s %14s\n' test reverb MPICH "Open MPI" "reverb/MPICH" "reverb/OpenMPI"
+for t in "${tests[@]}"; do
+    r=${best["$t|reverb"]} m=${best["$t|mpich"]} o=${best["$t|ompi"]}
+    printf '%-24s %12s %12s %12s %14s %14s\n' "$t" "$r" "$m" "$o" \
+        "$(echo "$r $m" | awk '$2 > 0 { printf "%.2f", $1 / $2 }')" "$(echo "$r $o" | awk '$2 > 0 { printf "%.2f", $1 / $2 }')"
+done | tee "$results/table.txt"
