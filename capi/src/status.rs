@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use reverb_runtime::RuntimeError;
+use reverb_transport::error::error_chain as chain;
 use reverb_transport::TransportError;
 
 /// Success.
@@ -78,21 +79,6 @@ impl From<RuntimeError> for CError {
         };
         CError { code, message: chain(&e) }
     }
-}
-
-/// The error and its sources, `: `-joined.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
 }
 
 thread_local! {

@@ -22,17 +22,7 @@ impl MpiError {
 
 impl From<reverb_runtime::RuntimeError> for MpiError {
     fn from(e: reverb_runtime::RuntimeError) -> MpiError {
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let more = s.to_string();
-            if !text.contains(&more) {
-                text.push_str(": ");
-                text.push_str(&more);
-            }
-            source = s.source();
-        }
-        MpiError::new(MPI_ERR_OTHER, text)
+        MpiError::new(MPI_ERR_OTHER, reverb_transport::error::error_chain(&e))
     }
 }
 

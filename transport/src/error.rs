@@ -134,6 +134,22 @@ impl TransportError {
     }
 }
 
+/// An error and its sources in one line, `: `-joined, each cause once (a source whose text the
+/// error's own already contains is left out): for messages that leave Rust (the C ABI, MPI).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// Attach context to `std::io::Result` values.
 pub trait IoContext<T> {
     /// Turns an `Err` into [`TransportError::Io`] with the context `context()` builds (only

@@ -31,6 +31,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// rank connects when it reconnects in turn, at its next `apply_rejoins` or `await_rejoin`.
 const AWAIT_CONNECT: Duration = Duration::from_secs(60);
 
+/// How often a wait of the open that lasts says so (a chaos trial's log shows where it is).
+const SLOW_NOTE_EVERY: Duration = Duration::from_secs(3);
 /// One attempt of a dial during the open; between attempts the rendezvous is asked.
 const DIAL_SLICE: Duration = Duration::from_secs(1);
 /// How often the open, still awaiting lower ranks, asks the rendezvous whether one was lost.
@@ -231,11 +233,16 @@ impl Core {
     /// refused, the connect just hangs, and the rendezvous knows it lost within a heartbeat.
     /// `PeerDead` once it shows the peer lost (or at a newer incarnation), or at the bound.
     fn dial_watching(&mut self, boot: &mut dyn Bootstrap, rank: Rank, address: &Address) -> Result<()> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let start = Instant::now();
+        let deadline = start + CONNECT_TIMEOUT;
         loop {
             match self.dial_within(rank, address, DIAL_SLICE) {
                 Err(TransportError::PeerDead(_)) => {}
                 other => return other,
+            }
+            if start.elapsed() >= SLOW_NOTE_EVERY {
+                let waited = start.elapsed().as_secs();
+                tracing::info!("tcp: rank {}: still dialling rank {rank} ({waited} s)", self.job.rank);
             }
             if Instant::now() >= deadline {
                 return Err(TransportError::PeerDead(rank));
@@ -279,6 +286,7 @@ impl Core {
         let start = Instant::now();
         let deadline = start + CONNECT_TIMEOUT;
         let mut next_lookup = start + LOST_LOOKUP_EVERY;
+        let mut next_note = start + SLOW_NOTE_EVERY;
         loop {
             self.poll_accepts();
             // Checked after the accepts: the last one may land just at the deadline.
@@ -286,6 +294,14 @@ impl Core {
                 (0..self.peers.len()).filter(|&r| matches!(self.peers[r].link, Link::Awaiting(_))).collect();
             if missing.is_empty() {
                 return Ok(());
+            }
+            if Instant::now() >= next_note {
+                next_note = Instant::now() + SLOW_NOTE_EVERY;
+                let waited = start.elapsed().as_secs();
+                tracing::info!(
+                    "tcp: rank {}: the open still awaits ranks {missing:?} ({waited} s)",
+                    self.job.rank
+                );
             }
             if Instant::now() >= next_lookup {
                 next_lookup = Instant::now() + LOST_LOOKUP_EVERY;

@@ -10,6 +10,9 @@ use crate::bootstrap::wire::{self, Frame, Read1, Wait};
 use crate::bootstrap::{Bootstrap, JobInfo, PeerAddress, Rejoin};
 use crate::error::{IoContext, Result, TransportError};
 
+/// How often a collective that keeps this rank waiting says so.
+const SLOW_NOTE_EVERY: Duration = Duration::from_secs(3);
+
 /// A rank's connection to the rendezvous.
 pub struct TcpBootstrap {
     job: JobInfo,
@@ -240,6 +243,26 @@ impl TcpBootstrap {
         Ok(vec![part; count as usize])
     }
 
+    /// The round's reply within the boot timeout; a round that keeps this rank waiting says so
+    /// every few seconds (a stalled job's log then shows who waits where).
+    fn reply_noting_delay(&mut self, round: u64) -> Result<Read1> {
+        let start = Instant::now();
+        let deadline = start + self.timeout;
+        loop {
+            let slice = (Instant::now() + SLOW_NOTE_EVERY).min(deadline);
+            match self.next_reply(slice) {
+                Err(TransportError::Timeout(_)) if slice < deadline => {
+                    let waited = start.elapsed().as_secs();
+                    tracing::info!(
+                        "bootstrap: rank {}: allgather round {round} still waiting ({waited} s)",
+                        self.job.rank
+                    );
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn gather_once(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let round = self.round;
         let frame = wire::encode(&Frame::Contribute { round, data: data.to_vec() })?;
@@ -249,7 +272,7 @@ impl TcpBootstrap {
                 self.job.rank, self.root
             ))
         })?;
-        let reply = match self.next_reply(Instant::now() + self.timeout) {
+        let reply = match self.reply_noting_delay(round) {
             Ok(r) => r,
             Err(TransportError::Timeout(_)) => {
                 return Err(TransportError::Bootstrap(format!(
