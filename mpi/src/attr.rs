@@ -19,15 +19,35 @@ pub struct Keyval {
     pub copy: Option<CopyFn>,
     pub delete: Option<DeleteFn>,
     pub extra_state: *mut c_void,
+    /// MPI_Comm_free_keyval was called: no new values, but the ones set keep it (and their
+    /// delete function) until they go.
+    pub freed: bool,
 }
 
 /// Keyvals by id, and each communicator's attribute values.
 #[derive(Debug, Default)]
 pub struct Keyvals {
     next: c_int,
+    /// Order of setting, so that a communicator's attributes are deleted last set first.
+    next_seq: u64,
     pub keys: BTreeMap<c_int, Keyval>,
-    /// (communicator, keyval) → value.
-    pub values: BTreeMap<(c_int, c_int), usize>,
+    /// (communicator, keyval) → (when set, value).
+    pub values: BTreeMap<(c_int, c_int), (u64, usize)>,
+}
+
+impl Keyvals {
+    fn set(&mut self, comm: c_int, key: c_int, value: usize) {
+        self.next_seq += 1;
+        self.values.insert((comm, key), (self.next_seq, value));
+    }
+
+    /// Drops a freed keyval no value uses any more.
+    fn release(&mut self, key: c_int) {
+        let used = self.values.keys().any(|&(_, k)| k == key);
+        if !used && self.keys.get(&key).is_some_and(|k| k.freed) {
+            self.keys.remove(&key);
+        }
+    }
 }
 
 /// User keyvals are numbered above the predefined attributes' (0x644000xx).
@@ -36,8 +56,13 @@ const FIRST_KEYVAL: c_int = 0x1000;
 impl State {
     /// The attributes `comm` passes to a duplicate (their copy functions asked), for `new`.
     pub fn copy_attributes(&mut self, comm: c_int, new: c_int) -> MpiResult<()> {
-        let set: Vec<(c_int, usize)> =
-            self.keyvals.values.iter().filter(|((c, _), _)| *c == comm).map(|(&(_, k), &v)| (k, v)).collect();
+        let set: Vec<(c_int, usize)> = self
+            .keyvals
+            .values
+            .iter()
+            .filter(|((c, _), _)| *c == comm)
+            .map(|(&(_, k), &(_, v))| (k, v))
+            .collect();
         for (key, value) in set {
             let Some(kv) = self.keyvals.keys.get(&key).copied() else { continue };
             let Some(copy) = kv.copy else { continue };
@@ -47,7 +72,7 @@ impl State {
                 return Err(MpiError::new(rc, format!("the copy function of keyval {key} failed")));
             }
             if flag != 0 {
-                self.keyvals.values.insert((new, key), out);
+                self.keyvals.set(new, key, out);
             }
         }
         Ok(())
@@ -55,17 +80,25 @@ impl State {
 
     /// Deletes `comm`'s attributes (their delete functions called), as MPI_Comm_free does.
     pub fn delete_attributes(&mut self, comm: c_int) -> MpiResult<()> {
-        let keys: Vec<c_int> =
-            self.keyvals.values.keys().filter(|(c, _)| *c == comm).map(|&(_, k)| k).collect();
-        for key in keys {
+        let mut keys: Vec<(u64, c_int)> = self
+            .keyvals
+            .values
+            .iter()
+            .filter(|((c, _), _)| *c == comm)
+            .map(|(&(_, k), &(seq, _))| (seq, k))
+            .collect();
+        // Last set, first deleted (MPI 2.2 fixes this order for MPI_COMM_SELF at finalize).
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, key) in keys {
             self.delete_attribute(comm, key)?;
         }
         Ok(())
     }
 
     fn delete_attribute(&mut self, comm: c_int, key: c_int) -> MpiResult<()> {
-        let Some(value) = self.keyvals.values.remove(&(comm, key)) else { return Ok(()) };
+        let Some((_, value)) = self.keyvals.values.remove(&(comm, key)) else { return Ok(()) };
         let Some(kv) = self.keyvals.keys.get(&key).copied() else { return Ok(()) };
+        self.keyvals.release(key);
         if let Some(delete) = kv.delete {
             let rc = ffi::attr_delete(delete, comm, key, value, kv.extra_state);
             if rc != MPI_SUCCESS {
@@ -86,7 +119,7 @@ pub extern "C" fn MPI_Comm_create_keyval(
     call("MPI_Comm_create_keyval", MPI_COMM_WORLD, |s| {
         let k = FIRST_KEYVAL + s.keyvals.next;
         s.keyvals.next += 1;
-        s.keyvals.keys.insert(k, Keyval { copy, delete, extra_state });
+        s.keyvals.keys.insert(k, Keyval { copy, delete, extra_state, freed: false });
         ffi::out(keyval, k, "keyval")
     })
 }
@@ -105,10 +138,9 @@ pub extern "C" fn MPI_Keyval_create(
 pub extern "C" fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
     call("MPI_Comm_free_keyval", MPI_COMM_WORLD, |s| {
         let k = ffi::read(keyval, "keyval")?;
-        s.keyvals
-            .keys
-            .remove(&k)
-            .ok_or_else(|| MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {k}")))?;
+        let kv = s.keyvals.keys.get_mut(&k).filter(|kv| !kv.freed);
+        kv.ok_or_else(|| MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {k}")))?.freed = true;
+        s.keyvals.release(k);
         ffi::out(keyval, MPI_KEYVAL_INVALID, "keyval")
     })
 }
@@ -122,12 +154,12 @@ pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Comm_set_attr", comm, |s| {
         s.comm(comm)?;
-        if !s.keyvals.keys.contains_key(&keyval) {
+        if !s.keyvals.keys.get(&keyval).is_some_and(|k| !k.freed) {
             return Err(MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")));
         }
         // A value set again replaces the old one, which is deleted first.
         s.delete_attribute(comm, keyval)?;
-        s.keyvals.values.insert((comm, keyval), value as usize);
+        s.keyvals.set(comm, keyval, value as usize);
         Ok(())
     })
 }
@@ -152,7 +184,7 @@ pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
 
 /// A user attribute's value, if set (the predefined ones are `init.rs`'s).
 pub fn user_attribute(s: &State, comm: c_int, keyval: c_int) -> Option<usize> {
-    s.keyvals.values.get(&(comm, keyval)).copied()
+    s.keyvals.values.get(&(comm, keyval)).map(|&(_, v)| v)
 }
 
 /// `MPI_COMM_DUP_FN`: the attribute passes to the duplicate as it is.

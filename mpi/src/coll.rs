@@ -778,14 +778,21 @@ fn alltoallw(
     let types = |p: *const c_int, what| -> MpiResult<Vec<Datatype>> {
         ffi::array(p, n, what)?.iter().map(|&t| s.datatype(t)).collect()
     };
-    let (sc, sd, st) =
-        (counts(send.0, "sendcounts")?, displs(send.1, "sdispls")?, types(send.2, "sendtypes")?);
     let (rc, rd, rt) =
         (counts(recv.0, "recvcounts")?, displs(recv.1, "rdispls")?, types(recv.2, "recvtypes")?);
+    // MPI_IN_PLACE: the receive side's layout is the send side's too; every piece is packed
+    // before any is written.
+    let (sendbuf, (sc, sd, st)) = if in_place(sendbuf) {
+        (recvbuf.cast_const(), (rc.clone(), rd.clone(), rt.clone()))
+    } else {
+        (sendbuf, (counts(send.0, "sendcounts")?, displs(send.1, "sdispls")?, types(send.2, "sendtypes")?))
+    };
     let tag = tags::tag(context, tags::COLL, 0);
+    let outgoing = (0..n)
+        .map(|j| st[j].pack(offset(sendbuf, sd[j]), sc[j]).map(|b| b.into_owned()))
+        .collect::<MpiResult<Vec<_>>>()?;
     let mut own = Vec::new();
-    for j in 0..n {
-        let bytes = st[j].pack(offset(sendbuf, sd[j]), sc[j])?.into_owned();
+    for (j, bytes) in outgoing.into_iter().enumerate() {
         if Some(j) == me {
             own = bytes;
         } else {
