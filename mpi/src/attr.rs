@@ -154,7 +154,7 @@ pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Comm_set_attr", comm, |s| {
         s.comm(comm)?;
-        if !s.keyvals.keys.get(&keyval).is_some_and(|k| !k.freed) {
+        if s.keyvals.keys.get(&keyval).is_none_or(|k| k.freed) {
             return Err(MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")));
         }
         // A value set again replaces the old one, which is deleted first.
