@@ -249,8 +249,8 @@ impl Core {
             }
             let entry = match boot.lookup() {
                 Ok(table) => table.into_iter().find(|e| e.rank == rank),
-                // No table to ask: the slices go on to the bound.
-                Err(TransportError::Unsupported(_)) => None,
+                // No table to ask: a dial refused or unanswered is the peer's death, as it was.
+                Err(TransportError::Unsupported(_)) => return Err(TransportError::PeerDead(rank)),
                 Err(e) => return Err(e),
             };
             if entry.is_some_and(|e| e.lost || e.incarnation > address.incarnation) {
