@@ -140,12 +140,47 @@ pub extern "C" fn MPI_Recv(
     comm: c_int,
     status: *mut CStatus,
 ) -> c_int {
-    call("MPI_Recv", comm, |s| {
-        let h = s.post_recv(buf, count.into(), datatype, source, tag, comm)?;
+    recv("MPI_Recv", RecvArgs { buf, count: count.into(), datatype, source, tag, comm }, status)
+}
+
+/// What a receive names.
+struct RecvArgs {
+    buf: *mut c_void,
+    /// Elements (MPI_Count wide, as `SendArgs::count`).
+    count: i64,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+}
+
+fn post(s: &mut State, r: &RecvArgs) -> MpiResult<c_int> {
+    s.post_recv(r.buf, r.count, r.datatype, r.source, r.tag, r.comm)
+}
+
+/// A blocking receive (MPI_Recv, MPI_Recv_c).
+fn recv(function: &str, r: RecvArgs, status: *mut CStatus) -> c_int {
+    call(function, r.comm, |s| {
+        let h = post(s, &r)?;
         let st = s.wait_request(h)?;
         write_status(status, st)?;
         truncation(st)
     })
+}
+
+/// A nonblocking receive (MPI_Irecv, MPI_Irecv_c).
+fn irecv(function: &str, r: RecvArgs, request: *mut c_int) -> c_int {
+    call(function, r.comm, |s| {
+        let h = post(s, &r)?;
+        ffi::out(request, h, "request")
+    })
+}
+
+/// The receive posted first, then the send (complete at once): the receive's request.
+fn post_sendrecv(s: &mut State, send: &SendArgs, recv: &RecvArgs) -> MpiResult<c_int> {
+    let h = post(s, recv)?;
+    s.start_send(send, false)?;
+    Ok(h)
 }
 
 fn truncation(st: Status) -> MpiResult<()> {
@@ -165,10 +200,7 @@ pub extern "C" fn MPI_Irecv(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    call("MPI_Irecv", comm, |s| {
-        let h = s.post_recv(buf, count.into(), datatype, source, tag, comm)?;
-        ffi::out(request, h, "request")
-    })
+    irecv("MPI_Irecv", RecvArgs { buf, count: count.into(), datatype, source, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -187,10 +219,17 @@ pub extern "C" fn MPI_Sendrecv(
     status: *mut CStatus,
 ) -> c_int {
     call("MPI_Sendrecv", comm, |s| {
-        let h = s.post_recv(recvbuf, recvcount.into(), recvtype, source, recvtag, comm)?;
-        let a =
+        let send =
             SendArgs { buf: sendbuf, count: sendcount.into(), datatype: sendtype, dest, tag: sendtag, comm };
-        s.start_send(&a, false)?;
+        let recv = RecvArgs {
+            buf: recvbuf,
+            count: recvcount.into(),
+            datatype: recvtype,
+            source,
+            tag: recvtag,
+            comm,
+        };
+        let h = post_sendrecv(s, &send, &recv)?;
         let st = s.wait_request(h)?;
         write_status(status, st)?;
         truncation(st)
@@ -640,11 +679,17 @@ pub extern "C" fn MPI_Isendrecv(
     request: *mut c_int,
 ) -> c_int {
     call("MPI_Isendrecv", comm, |s| {
-        // The send completes at once: the request is the receive's.
-        let h = s.post_recv(recvbuf, recvcount.into(), recvtype, source, recvtag, comm)?;
-        let a =
+        let send =
             SendArgs { buf: sendbuf, count: sendcount.into(), datatype: sendtype, dest, tag: sendtag, comm };
-        s.start_send(&a, false)?;
+        let recv = RecvArgs {
+            buf: recvbuf,
+            count: recvcount.into(),
+            datatype: recvtype,
+            source,
+            tag: recvtag,
+            comm,
+        };
+        let h = post_sendrecv(s, &send, &recv)?;
         ffi::out(request, h, "request")
     })
 }
@@ -782,12 +827,7 @@ pub extern "C" fn MPI_Recv_c(
     comm: c_int,
     status: *mut CStatus,
 ) -> c_int {
-    call("MPI_Recv_c", comm, |s| {
-        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
-        let st = s.wait_request(h)?;
-        write_status(status, st)?;
-        truncation(st)
-    })
+    recv("MPI_Recv_c", RecvArgs { buf, count, datatype, source, tag, comm }, status)
 }
 
 #[no_mangle]
@@ -800,10 +840,7 @@ pub extern "C" fn MPI_Irecv_c(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    call("MPI_Irecv_c", comm, |s| {
-        let h = s.post_recv(buf, count, datatype, source, tag, comm)?;
-        ffi::out(request, h, "request")
-    })
+    irecv("MPI_Irecv_c", RecvArgs { buf, count, datatype, source, tag, comm }, request)
 }
 
 fn elements_wide(status: *const CStatus, datatype: c_int, count: *mut c_long, function: &str) -> c_int {
