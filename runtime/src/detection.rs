@@ -94,6 +94,29 @@ impl Runtime {
         })
     }
 
+    /// Says why `dead` count as failed (the provider's view, the rendezvous', the incarnation
+    /// known here): a failure seen twice, or a stale one, shows in the job's log.
+    fn note_evidence(&mut self, dead: &[Rank], suspected: bool) {
+        let table = self.boot.lookup().unwrap_or_default();
+        let Some(endpoint) = self.endpoint.as_mut() else { return };
+        for &r in dead {
+            let entry = table.iter().find(|a| a.rank == r);
+            tracing::info!(
+                "reverb: rank {}: rank {r} seen failed: provider {:?} at incarnation {:?}, rendezvous {}, known here {}{}",
+                self.rank,
+                endpoint.provider().peer_state(r),
+                endpoint.provider().peer_incarnation(r),
+                entry.map_or("no entry".to_string(), |a| format!(
+                    "incarnation {}{}",
+                    a.incarnation,
+                    if a.address.is_none() { " without an address" } else { "" }
+                )),
+                self.incarnation_of[r as usize],
+                if suspected { " (the logger core suspects its node)" } else { "" },
+            );
+        }
+    }
+
     /// Recovers if a peer died; returns whether it did.
     pub(super) fn check_failures(&mut self) -> Result<bool> {
         let mut dead = self.dead_ranks()?;
@@ -108,6 +131,7 @@ impl Runtime {
         if dead.is_empty() {
             return Ok(false);
         }
+        self.note_evidence(&dead, suspected);
         let detected = unix_ns();
         // Nodes failing together are recovered together: let the others show up first.
         std::thread::sleep(self.config.detect_interval);

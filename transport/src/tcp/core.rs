@@ -235,14 +235,23 @@ impl Core {
     fn dial_watching(&mut self, boot: &mut dyn Bootstrap, rank: Rank, address: &Address) -> Result<()> {
         let start = Instant::now();
         let deadline = start + CONNECT_TIMEOUT;
+        let mut next_note = start + SLOW_NOTE_EVERY;
         loop {
+            let slice = Instant::now();
             match self.dial_within(rank, address, DIAL_SLICE) {
                 Err(TransportError::PeerDead(_)) => {}
                 other => return other,
             }
-            if start.elapsed() >= SLOW_NOTE_EVERY {
-                let waited = start.elapsed().as_secs();
-                tracing::info!("tcp: rank {}: still dialling rank {rank} ({waited} s)", self.job.rank);
+            if Instant::now() >= next_note {
+                next_note = Instant::now() + SLOW_NOTE_EVERY;
+                // Refused comes back at once, an unanswered connect after the slice.
+                let how = if slice.elapsed() >= DIAL_SLICE { "unanswered" } else { "refused" };
+                tracing::info!(
+                    "tcp: rank {}: still dialling rank {rank} at {} ({how}, {} s)",
+                    self.job.rank,
+                    address.socket,
+                    start.elapsed().as_secs()
+                );
             }
             if Instant::now() >= deadline {
                 return Err(TransportError::PeerDead(rank));
@@ -298,8 +307,9 @@ impl Core {
             if Instant::now() >= next_note {
                 next_note = Instant::now() + SLOW_NOTE_EVERY;
                 let waited = start.elapsed().as_secs();
+                let at = self.listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string());
                 tracing::info!(
-                    "tcp: rank {}: the open still awaits ranks {missing:?} ({waited} s)",
+                    "tcp: rank {}: the open still awaits ranks {missing:?}, listening at {at} ({waited} s)",
                     self.job.rank
                 );
             }
