@@ -692,6 +692,9 @@ fn reduce_scatter_call(
     op: c_int,
     comm: c_int,
 ) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        return intercomm::reduce_scatter(s, &inter, (sendbuf, recvbuf), &counts, (datatype, op));
+    }
     let g = Group::of(s, comm)?;
     let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
     let total: usize = counts.iter().sum();

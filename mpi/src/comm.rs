@@ -35,6 +35,16 @@ impl Comm {
         self.remote.as_deref().unwrap_or(&self.ranks)
     }
 
+    /// The rank among `peers` of world rank `w` (MPI_ANY_SOURCE if it is none of them).
+    pub fn rank_of_world(&self, w: u32) -> c_int {
+        let peers = self.peers();
+        // MPI_COMM_WORLD and its duplicates: the same numbering.
+        if peers.get(w as usize) == Some(&w) {
+            return w as c_int;
+        }
+        peers.iter().position(|&p| p == w).map_or(MPI_ANY_SOURCE, |i| i as c_int)
+    }
+
     /// The world rank of peer `r` (see `peers`); MPI_ERR_RANK outside them.
     pub fn world_of(&self, r: c_int) -> MpiResult<u32> {
         usize::try_from(r).ok().and_then(|i| self.peers().get(i).copied()).ok_or_else(|| {
@@ -91,6 +101,10 @@ pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
         let context = s.new_context(comm)?;
         let h = s.derive(comm, ranks, context);
         s.copy_attributes(comm, h)?;
+        // A duplicate keeps the topology.
+        if let Some(cart) = s.carts.get(&comm).cloned() {
+            s.carts.insert(h, cart);
+        }
         ffi::out(newcomm, h, "newcomm")
     })
 }
@@ -104,26 +118,57 @@ pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm:
             let h = s.split_inter(comm, color, key)?;
             return ffi::out(newcomm, h, "newcomm");
         }
-        let mut mine = color.to_le_bytes().to_vec();
-        mine.extend_from_slice(&key.to_le_bytes());
-        let all = coll::allgather_bytes(s, comm, &mine)?;
-        let context = s.new_context(comm)?;
-        if color == MPI_UNDEFINED {
-            return ffi::out(newcomm, MPI_COMM_NULL, "newcomm");
+        let h = split(s, comm, color, key)?;
+        ffi::out(newcomm, h, "newcomm")
+    })
+}
+
+/// `comm`'s members of `color`, ordered by (key, rank): a new communicator (collective over
+/// `comm`); MPI_COMM_NULL for `MPI_UNDEFINED`.
+pub(crate) fn split(s: &mut State, comm: c_int, color: c_int, key: c_int) -> MpiResult<c_int> {
+    let mut mine = color.to_le_bytes().to_vec();
+    mine.extend_from_slice(&key.to_le_bytes());
+    let all = coll::allgather_bytes(s, comm, &mine)?;
+    let context = s.new_context(comm)?;
+    if color == MPI_UNDEFINED {
+        return Ok(MPI_COMM_NULL);
+    }
+    let parent = s.comm(comm)?;
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, c_int::from_le_bytes)
+    };
+    let mut members: Vec<(c_int, usize)> =
+        all.iter().enumerate().filter(|(_, b)| word(b, 0) == color).map(|(r, b)| (word(b, 4), r)).collect();
+    members.sort();
+    let ranks = members.iter().map(|&(_, r)| parent.ranks[r]).collect();
+    Ok(s.derive(comm, ranks, context))
+}
+
+/// MPI_COMM_TYPE_SHARED groups the ranks that share a host (its name: real hosts, or the
+/// namespaces of simulated ones); the hardware-guided types fall back to it, as MPICH's do
+/// when no hint narrows them. `MPI_UNDEFINED` gets MPI_COMM_NULL.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_split_type(
+    comm: c_int,
+    split_type: c_int,
+    key: c_int,
+    _info: c_int,
+    newcomm: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_split_type", comm, |s| {
+        if s.comm(comm)?.remote.is_some() {
+            return Err(MpiError::new(MPI_ERR_COMM, "MPI_Comm_split_type on an intercommunicator"));
         }
-        let parent = s.comm(comm)?;
-        let word = |b: &[u8], at: usize| {
-            b.get(at..at + 4).and_then(|w| w.try_into().ok()).map_or(0, c_int::from_le_bytes)
+        let host = rustix::system::uname().nodename().to_bytes().to_vec();
+        let hosts = coll::allgather_bytes(s, comm, &host)?;
+        let color = match split_type {
+            MPI_UNDEFINED => MPI_UNDEFINED,
+            MPI_COMM_TYPE_SHARED | MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED => {
+                hosts.iter().position(|h| *h == host).map_or(0, |i| i as c_int)
+            }
+            other => return Err(MpiError::new(MPI_ERR_ARG, format!("split type {other}"))),
         };
-        let mut members: Vec<(c_int, usize)> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| word(b, 0) == color)
-            .map(|(r, b)| (word(b, 4), r))
-            .collect();
-        members.sort();
-        let ranks = members.iter().map(|&(_, r)| parent.ranks[r]).collect();
-        let h = s.derive(comm, ranks, context);
+        let h = split(s, comm, color, key)?;
         ffi::out(newcomm, h, "newcomm")
     })
 }
@@ -138,6 +183,7 @@ pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
         s.comm(h)?;
         s.delete_attributes(h)?;
         s.comms.remove(h);
+        s.carts.remove(&h);
         ffi::out(comm, MPI_COMM_NULL, "comm")
     })
 }

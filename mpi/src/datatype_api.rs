@@ -6,7 +6,7 @@ use crate::abi::*;
 use crate::datatype::{self, Datatype};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
-use crate::state::{call, State};
+use crate::state::{call, query_type, State};
 
 fn count_of(n: c_int) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {n}")))
@@ -22,16 +22,14 @@ fn new_type(function: &str, out: *mut c_int, make: impl FnOnce(&mut State) -> Mp
 
 #[no_mangle]
 pub extern "C" fn MPI_Type_size(datatype: c_int, size: *mut c_int) -> c_int {
-    call("MPI_Type_size", MPI_COMM_WORLD, |s| {
-        let n = s.datatype(datatype)?.size;
-        ffi::out(size, c_int::try_from(n).unwrap_or(MPI_UNDEFINED), "size")
+    query_type("MPI_Type_size", datatype, |t| {
+        ffi::out(size, c_int::try_from(t.size).unwrap_or(MPI_UNDEFINED), "size")
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Type_get_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
-    call("MPI_Type_get_extent", MPI_COMM_WORLD, |s| {
-        let t = s.datatype(datatype)?;
+    query_type("MPI_Type_get_extent", datatype, |t| {
         ffi::out(lb, t.lb as c_long, "lb")?;
         ffi::out(extent, t.extent as c_long, "extent")
     })
@@ -39,8 +37,7 @@ pub extern "C" fn MPI_Type_get_extent(datatype: c_int, lb: *mut c_long, extent: 
 
 #[no_mangle]
 pub extern "C" fn MPI_Type_get_true_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
-    call("MPI_Type_get_true_extent", MPI_COMM_WORLD, |s| {
-        let t = s.datatype(datatype)?;
+    query_type("MPI_Type_get_true_extent", datatype, |t| {
         let lo = t.blocks.iter().map(|b| b.0).min().unwrap_or(0);
         let hi = t.blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
         ffi::out(lb, lo as c_long, "true_lb")?;

@@ -121,12 +121,21 @@ pub fn grequest_cancel(f: crate::request::CancelFn, state: *mut c_void, complete
 }
 
 /// Calls a program's reduction function: `inout[i] = input[i] op inout[i]` over `len`
-/// elements of `datatype`; both buffers hold that many elements.
-pub fn user_op(f: crate::op::UserFn, input: &mut [u8], inout: &mut [u8], len: c_int, datatype: c_int) {
+/// elements of `datatype`, whose layout starts `origin` bytes into each buffer (its lower
+/// bound's negation; 0 for a contiguous one); both buffers hold that many elements.
+pub fn user_op(
+    f: crate::op::UserFn,
+    input: &mut [u8],
+    origin: isize,
+    inout: &mut [u8],
+    len: c_int,
+    datatype: c_int,
+) {
     let (mut len, mut datatype) = (len, datatype);
+    let at = |b: &mut [u8]| b.as_mut_ptr().wrapping_offset(origin).cast();
     // SAFETY: the program's MPI_User_function, called as MPI specifies on buffers of `len`
-    // elements of `datatype`.
-    unsafe { f(input.as_mut_ptr().cast(), inout.as_mut_ptr().cast(), &mut len, &mut datatype) }
+    // elements of `datatype` (every block of them inside the slices from `origin`).
+    unsafe { f(at(input), at(inout), &mut len, &mut datatype) }
 }
 
 /// Writes a status's fields through `p` (non-null, not MPI_STATUS_IGNORE), MPI_ERROR only

@@ -69,6 +69,7 @@ fn init() -> c_int {
         infos: Handles::new(state::INFO_BASE),
         keyvals: Default::default(),
         protected: BTreeMap::new(),
+        carts: BTreeMap::new(),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS

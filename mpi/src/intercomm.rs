@@ -277,6 +277,33 @@ pub(crate) fn allreduce(
     dt.unpack(&theirs, io.1, count)
 }
 
+/// Each group's reduction of its members' vectors (`counts` summed: the same length on both
+/// sides) is scattered over the other group: the local leaders swap their group's result,
+/// every member takes its block of the remote one by `counts` (the local group's).
+pub(crate) fn reduce_scatter(
+    s: &mut State,
+    inter: &Inter,
+    io: (*const c_void, *mut c_void),
+    counts: &[usize],
+    (dt_handle, op): (c_int, c_int),
+) -> MpiResult<()> {
+    let (dt, op) = (s.datatype(dt_handle)?, s.op(op)?);
+    let total: usize = counts.iter().sum();
+    let mine = dt.pack(io.0, total)?.into_owned();
+    let red = Reduction { op, dt: &dt, dt_handle, count: total };
+    let local = coll::reduce(s, &inter.local, 0, mine, &red)?.unwrap_or_default();
+    let theirs = inter.swap(s, local)?;
+    let me = inter.local.me;
+    let at = dt.bytes_for(counts[..me].iter().sum());
+    let block = theirs.get(at..at + dt.bytes_for(counts[me])).ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            "the two groups of the intercommunicator reduce vectors of different lengths",
+        )
+    })?;
+    dt.unpack(block, io.1, counts[me])
+}
+
 /// A rooted or all-to-all gather across: `mine` packed; the root (or everyone, for
 /// allgather) unpacks the remote group's pieces by `recv`'s layout.
 pub(crate) fn gather(

@@ -7,7 +7,7 @@ use crate::abi::*;
 use crate::datatype::{Datatype, Elem, PairValue};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
-use crate::state::call;
+use crate::state::{call, with_callback_type};
 
 /// `void fn(void *in, void *inout, int *len, MPI_Datatype *type)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
@@ -216,7 +216,8 @@ fn pairs(op: c_int, elem: Elem, a: &[u8], b: &mut [u8]) -> MpiResult<()> {
 }
 
 /// `inout = in op inout` over `count` elements of `dt` (packed bytes). A program's own
-/// operation gets the elements in their datatype's layout, which must be contiguous.
+/// operation gets the elements in their datatype's layout (a non-contiguous one's laid out in
+/// scratch buffers first, and packed back after).
 pub fn apply(
     op: Op,
     dt: &Datatype,
@@ -225,21 +226,35 @@ pub fn apply(
     input: &[u8],
     inout: &mut [u8],
 ) -> MpiResult<()> {
-    match op {
-        Op::Builtin(o) => builtin(o, dt.elem, input, inout),
-        Op::User(u) => {
-            if !dt.is_contiguous() {
-                return Err(MpiError::new(
-                    MPI_ERR_OP,
-                    "a user operation on a non-contiguous datatype is not supported by reverb",
-                ));
-            }
-            let mut scratch = input.to_vec();
-            let len = c_int::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, "count too large"))?;
-            ffi::user_op(u.f, &mut scratch, inout, len, dt_handle);
-            Ok(())
-        }
+    let u = match op {
+        Op::Builtin(o) => return builtin(o, dt.elem, input, inout),
+        Op::User(u) => u,
+    };
+    let len = c_int::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, "count too large"))?;
+    if dt.is_contiguous() {
+        let mut scratch = input.to_vec();
+        with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut scratch, 0, inout, len, dt_handle));
+        return Ok(());
     }
+    // The span the elements' blocks cover, from its lowest offset (a negative lower bound
+    // included): both operands are laid out there as the program's buffers would hold them.
+    let blocks = dt.repeated(count, dt.extent);
+    let low = blocks.iter().map(|b| b.0).min().unwrap_or(0);
+    let high = blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+    let span = usize::try_from(high - low)
+        .map_err(|_| MpiError::new(MPI_ERR_TYPE, "a datatype spanning no bytes"))?;
+    let lay_out = |packed: &[u8]| -> MpiResult<Vec<u8>> {
+        let mut area = vec![0u8; span];
+        let base = crate::datatype::offset(area.as_mut_ptr().cast(), -low).cast_mut();
+        dt.unpack(packed, base, count)?;
+        Ok(area)
+    };
+    let (mut a, mut b) = (lay_out(input)?, lay_out(inout)?);
+    with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut a, -low, &mut b, len, dt_handle));
+    let base = crate::datatype::offset(b.as_ptr().cast(), -low);
+    let packed = dt.pack(base, count)?;
+    inout.copy_from_slice(&packed);
+    Ok(())
 }
 
 impl crate::state::State {

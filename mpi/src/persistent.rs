@@ -8,7 +8,7 @@ use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::p2p::SendArgs;
 use crate::request::{
-    CStatus, CancelFn, FreeFn, Generalized, Persistent, PersistentOp, QueryFn, Request, Status,
+    CStatus, CancelFn, CollRun, FreeFn, Generalized, Persistent, PersistentOp, QueryFn, Request, Status,
 };
 use crate::state::{call, State};
 
@@ -20,8 +20,10 @@ impl State {
         }
     }
 
-    /// Starts persistent request `h` (MPI_ERR_REQUEST if it is not one, or is active).
-    fn start(&mut self, h: c_int) -> MpiResult<()> {
+    /// Starts persistent request `h` (MPI_ERR_REQUEST if it is not one, or is active). A
+    /// collective is returned for the caller to run outside the state's borrow
+    /// (`activate_done` then marks it).
+    fn start(&mut self, h: c_int) -> MpiResult<Option<CollRun>> {
         let op = match self.requests.get(h) {
             Some(Request::Persistent(Persistent { op, active: None })) => op.clone(),
             Some(Request::Persistent(_)) => {
@@ -39,11 +41,20 @@ impl State {
             PersistentOp::Recv { buf, count, datatype, source, tag, comm } => {
                 self.post_recv_typed(buf, count.into(), datatype, source, tag, comm)?
             }
+            PersistentOp::Coll(run) => return Ok(Some(run)),
         };
         if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
             p.active = Some(inner);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Persistent request `h`, whose collective ran, active with a complete run.
+    fn activate_done(&mut self, h: c_int) {
+        let inner = self.requests.insert(Request::Done(Status::empty()));
+        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
+            p.active = Some(inner);
+        }
     }
 
     /// Whether request `h` would complete now without waiting (inactive persistent requests
@@ -87,7 +98,7 @@ impl State {
     }
 }
 
-fn persistent(
+pub(crate) fn persistent(
     function: &str,
     comm: c_int,
     op: impl FnOnce(&State) -> MpiResult<PersistentOp>,
@@ -192,18 +203,46 @@ pub extern "C" fn MPI_Recv_init(
 
 #[no_mangle]
 pub extern "C" fn MPI_Start(request: *mut c_int) -> c_int {
-    call("MPI_Start", MPI_COMM_WORLD, |s| s.start(ffi::read(request, "request")?))
+    start_all("MPI_Start", 1, request)
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Startall(count: c_int, requests: *mut c_int) -> c_int {
-    call("MPI_Startall", MPI_COMM_WORLD, |s| {
+    start_all("MPI_Startall", count, requests)
+}
+
+/// Starts `count` persistent requests: point-to-point ones first, then the collectives in
+/// their order, each run to completion (every rank starts them in the same order, as MPI
+/// requires).
+fn start_all(function: &str, count: c_int, requests: *mut c_int) -> c_int {
+    let mut runs = Vec::new();
+    let rc = call(function, MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         for &h in ffi::array(requests, n, "requests")? {
-            s.start(h)?;
+            if let Some(run) = s.start(h)? {
+                runs.push((h, run));
+            }
         }
         Ok(())
-    })
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    for (h, run) in runs {
+        // The collective's own errors went through its communicator's handler already.
+        let rc = (run.0)();
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+        let rc = call(function, MPI_COMM_WORLD, |s| {
+            s.activate_done(h);
+            Ok(())
+        });
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+    }
+    MPI_SUCCESS
 }
 
 #[no_mangle]

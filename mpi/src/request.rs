@@ -125,6 +125,19 @@ pub enum PersistentOp {
         tag: c_int,
         comm: c_int,
     },
+    /// A persistent collective (pcoll.rs): the blocking collective its start runs.
+    Coll(CollRun),
+}
+
+/// The blocking collective a persistent collective's start runs (outside the state's
+/// borrow: it is an MPI call itself); its MPI return code.
+#[derive(Clone)]
+pub struct CollRun(pub std::rc::Rc<dyn Fn() -> c_int>);
+
+impl std::fmt::Debug for CollRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CollRun")
+    }
 }
 
 /// A persistent request: its operation, and the request of the run started last (None while

@@ -87,6 +87,8 @@ pub struct State {
     pub messages: Handles<crate::mprobe::Taken>,
     /// MPIX_Reverb_protect's regions by id: (address, bytes), copied at each checkpoint.
     pub protected: BTreeMap<u32, (usize, usize)>,
+    /// The Cartesian grids of communicators that have one (MPI_Cart_create, MPI_Cart_sub).
+    pub carts: BTreeMap<c_int, crate::topo::Cart>,
 }
 
 thread_local! {
@@ -122,11 +124,15 @@ pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiRes
         };
         let Some(state) = s.as_mut() else { return (Err(not_ready()), MPI_ERRORS_ARE_FATAL) };
         let result = body(state);
-        let errhandler = state
-            .comms
-            .get(comm)
-            .or_else(|| state.comms.get(MPI_COMM_WORLD))
-            .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
+        // Looked up only for an error: the success path is every call's.
+        let errhandler = match result {
+            Ok(()) => MPI_ERRORS_ARE_FATAL,
+            Err(_) => state
+                .comms
+                .get(comm)
+                .or_else(|| state.comms.get(MPI_COMM_WORLD))
+                .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler),
+        };
         (result, errhandler)
     });
     match result {
@@ -135,16 +141,47 @@ pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiRes
     }
 }
 
+thread_local! {
+    /// The datatype a program's reduction function is running on (handle, type): what a
+    /// query from inside the function can see while the state is borrowed.
+    static CALLBACK_TYPE: RefCell<Option<(c_int, Datatype)>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a program's callback on datatype `h`) with `h` visible to `datatype_anywhere`.
+pub fn with_callback_type<R>(h: c_int, t: &Datatype, f: impl FnOnce() -> R) -> R {
+    let before = CALLBACK_TYPE.with(|c| c.replace(Some((h, t.clone()))));
+    let result = f();
+    CALLBACK_TYPE.with(|c| *c.borrow_mut() = before);
+    result
+}
+
 /// A datatype from anywhere, a callback inside an MPI call included: the state's when it is
-/// free, else only the predefined ones.
+/// free, else the predefined ones and the type the running callback works on.
 pub fn datatype_anywhere(h: c_int) -> MpiResult<Datatype> {
     let derived = STATE.with(|s| match s.try_borrow() {
         Ok(state) => state.as_ref().and_then(|st| st.types.get(h).cloned()),
-        Err(_) => None,
+        Err(_) => {
+            CALLBACK_TYPE.with(|c| c.borrow().as_ref().filter(|(ch, _)| *ch == h).map(|(_, t)| t.clone()))
+        }
     });
     derived
         .or_else(|| Datatype::builtin(h))
         .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
+}
+
+/// A query on datatype `h` that works inside a program's callback too (MPI_Type_size,
+/// MPI_Type_get_extent, ... from a reduction function): MPI_COMM_WORLD's error handler.
+pub fn query_type(function: &str, h: c_int, body: impl FnOnce(&Datatype) -> MpiResult<()>) -> c_int {
+    match datatype_anywhere(h).and_then(|t| body(&t)) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => {
+            let errhandler = STATE.with(|s| match s.try_borrow() {
+                Ok(state) => state.as_ref().and_then(|st| st.comms.get(MPI_COMM_WORLD)).map(|c| c.errhandler),
+                Err(_) => None,
+            });
+            errors::handle(errhandler.unwrap_or(MPI_ERRORS_ARE_FATAL), function, e)
+        }
+    }
 }
 
 impl State {

@@ -1,7 +1,11 @@
 /* Collectives against values computed here, on MPI_COMM_WORLD and on the halves of a split:
  * barrier, bcast, reduce and allreduce (sum, max, minloc, a user operation), gather(v),
- * scatter(v), allgather(v), alltoall(v), scan, exscan, reduce_scatter_block. Rank 0 prints
- * "coll: ok". */
+ * scatter(v), allgather(v), alltoall(v), scan, exscan, reduce_scatter_block. Then on world:
+ * a user operation on a strided (vector) type that asks for the type's extent inside the
+ * function, persistent collectives started twice, MPI_Comm_split_type (one host here), and a
+ * periodic Cartesian grid: Dims_create, Cart_create/_coords/_rank/_shift/_sub and a
+ * neighbourhood allgather that must bring each neighbour's rank.
+ * Rank 0 prints "coll: ok". */
 #include <mpi.h>
 #include <stdlib.h>
 
@@ -94,6 +98,95 @@ static void on(MPI_Comm comm) {
     free(all), free(counts), free(displs), free(mine_v), free(gv), free(got), free(send), free(recv);
 }
 
+/* Sums the first int of each element, the others left alone: needs the type's layout. */
+static void strided_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    MPI_Aint lb, extent;
+    MPI_Type_get_extent(*type, &lb, &extent);
+    int step = (int)(extent / sizeof(int));
+    int *a = in, *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i * step] += a[i * step];
+}
+
+static void more(void) {
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    /* 3 elements of one int each, 2 ints apart: the gaps must come back untouched. */
+    MPI_Datatype every_other, strided;
+    MPI_Type_vector(1, 1, 2, MPI_INT, &every_other);
+    MPI_Type_create_resized(every_other, 0, 2 * sizeof(int), &strided);
+    MPI_Type_commit(&strided);
+    MPI_Op sum_op;
+    MPI_Op_create(strided_sum, 1, &sum_op);
+    int in[6], out[6];
+    for (int i = 0; i < 6; i++)
+        in[i] = i % 2 ? -1 : rank + i, out[i] = -7;
+    MPI_Allreduce(in, out, 3, strided, sum_op, MPI_COMM_WORLD);
+    for (int i = 0; i < 6; i += 2)
+        CHECK(out[i] == size * (size - 1) / 2 + size * i, "strided user op [%d] = %d", i, out[i]);
+    CHECK(out[1] == -7 && out[3] == -7 && out[5] == -7, "strided user op wrote a gap: %d %d %d", out[1], out[3], out[5]);
+    MPI_Op_free(&sum_op);
+    MPI_Type_free(&strided);
+    MPI_Type_free(&every_other);
+
+    int value = 0, total = 0;
+    MPI_Request req[2];
+    MPI_Bcast_init(&value, 1, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &req[0]);
+    MPI_Allreduce_init(&value, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &req[1]);
+    for (int round = 1; round <= 2; round++) {
+        if (rank == 0)
+            value = 10 * round;
+        MPI_Start(&req[0]);
+        MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+        CHECK(value == 10 * round, "persistent bcast, round %d: %d", round, value);
+        MPI_Startall(1, &req[1]);
+        MPI_Status st[1];
+        MPI_Waitall(1, &req[1], st);
+        CHECK(total == 10 * round * size, "persistent allreduce, round %d: %d", round, total);
+    }
+    CHECK(req[0] != MPI_REQUEST_NULL, "a persistent request stays allocated after its wait");
+    MPI_Request_free(&req[0]);
+    MPI_Request_free(&req[1]);
+
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    CHECK(node_size == size, "split_type shared on one host: %d of %d", node_size, size);
+    MPI_Comm_free(&node);
+
+    int dims[2] = {0, 0}, periods[2] = {1, 1}, coords[2], back;
+    MPI_Dims_create(size, 2, dims);
+    CHECK(dims[0] * dims[1] == size && dims[0] >= dims[1], "dims_create %d x %d", dims[0], dims[1]);
+    MPI_Comm grid;
+    MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &grid);
+    int grank;
+    MPI_Comm_rank(grid, &grank);
+    MPI_Cart_coords(grid, grank, 2, coords);
+    MPI_Cart_rank(grid, coords, &back);
+    CHECK(back == grank && grank == coords[0] * dims[1] + coords[1], "cart rank %d coords %d,%d", grank, coords[0], coords[1]);
+    int expect[4], got[4];
+    for (int d = 0; d < 2; d++) {
+        MPI_Cart_shift(grid, d, 1, &expect[2 * d], &expect[2 * d + 1]);
+        int c[2] = {coords[0], coords[1]};
+        c[d] = (c[d] + 1) % dims[d];
+        MPI_Cart_rank(grid, c, &back);
+        CHECK(expect[2 * d + 1] == back, "cart shift dim %d: %d, not %d", d, expect[2 * d + 1], back);
+    }
+    MPI_Neighbor_allgather(&grank, 1, MPI_INT, got, 1, MPI_INT, grid);
+    for (int i = 0; i < 4; i++)
+        CHECK(got[i] == expect[i], "neighbour %d: got %d, expected %d", i, got[i], expect[i]);
+    MPI_Comm row;
+    int keep[2] = {0, 1}, row_size;
+    MPI_Cart_sub(grid, keep, &row);
+    MPI_Comm_size(row, &row_size);
+    CHECK(row_size == dims[1], "cart_sub row of %d, expected %d", row_size, dims[1]);
+    MPI_Comm_free(&row);
+    MPI_Comm_free(&grid);
+}
+
 int main(int argc, char **argv) {
     int rank, size;
     MPI_Init(&argc, &argv);
@@ -112,6 +205,7 @@ int main(int argc, char **argv) {
     on(dup);
     MPI_Comm_free(&dup);
     MPI_Comm_free(&half);
+    more();
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && all == 0)

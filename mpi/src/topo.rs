@@ -1,0 +1,378 @@
+//! Cartesian process topologies (`MPI_Cart_*`, `MPI_Dims_create`, `MPI_Topo_test`) and the
+//! neighbourhood collectives on them (`MPI_Neighbor_allgather`, `MPI_Neighbor_alltoall`): what
+//! stencil codes use to find and reach their neighbours. Ranks are never reordered.
+
+use std::ffi::{c_int, c_void};
+
+use reverb_transport::{Source, TagMatch};
+
+use crate::abi::*;
+use crate::datatype::offset;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
+use crate::frag;
+use crate::state::{call, State};
+use crate::tags;
+
+/// MPICH's `MPI_CART` (a member of mpi.h's `MPIR_Topo_type` enum, which the build's constant
+/// scan does not read).
+const MPI_CART: c_int = 2;
+
+/// A communicator's Cartesian grid: extent and periodicity of each dimension, row-major.
+#[derive(Debug, Clone)]
+pub struct Cart {
+    pub dims: Vec<c_int>,
+    pub periods: Vec<bool>,
+}
+
+impl Cart {
+    /// The coordinates of `rank`.
+    pub fn coords(&self, rank: c_int) -> Vec<c_int> {
+        let mut left = rank;
+        let mut out = vec![0; self.dims.len()];
+        for (i, &d) in self.dims.iter().enumerate().rev() {
+            out[i] = left % d.max(1);
+            left /= d.max(1);
+        }
+        out
+    }
+
+    /// The rank at `coords` (periodic dimensions wrap); None off a non-periodic edge.
+    pub fn rank(&self, coords: &[c_int]) -> Option<c_int> {
+        let mut rank = 0;
+        for ((&c, &d), &periodic) in coords.iter().zip(&self.dims).zip(&self.periods) {
+            let c = if periodic { c.rem_euclid(d.max(1)) } else { c };
+            if !(0..d).contains(&c) {
+                return None;
+            }
+            rank = rank * d + c;
+        }
+        Some(rank)
+    }
+
+    /// `MPI_Cart_shift` of `me`: (source, dest) along `dim` by `disp`, MPI_PROC_NULL off an edge.
+    pub fn shift(&self, me: c_int, dim: usize, disp: c_int) -> (c_int, c_int) {
+        let at = |delta: c_int| {
+            let mut c = self.coords(me);
+            c[dim] += delta;
+            self.rank(&c).unwrap_or(MPI_PROC_NULL)
+        };
+        (at(-disp), at(disp))
+    }
+
+    /// The neighbours in MPI's order: per dimension, the one below, then the one above.
+    pub fn neighbours(&self, me: c_int) -> Vec<c_int> {
+        (0..self.dims.len())
+            .flat_map(|d| {
+                let (lo, hi) = self.shift(me, d, 1);
+                [lo, hi]
+            })
+            .collect()
+    }
+}
+
+/// `MPI_Dims_create`'s balanced factorisation: the zero entries of `dims` filled so that the
+/// product is `nodes`, as close to each other as can be, in non-increasing order.
+pub fn balanced_dims(nodes: c_int, dims: &[c_int]) -> MpiResult<Vec<c_int>> {
+    let fixed: c_int = dims.iter().filter(|&&d| d > 0).product();
+    if dims.iter().any(|&d| d < 0) || fixed == 0 || nodes % fixed != 0 {
+        return Err(MpiError::new(MPI_ERR_DIMS, format!("{nodes} nodes do not fill dims {dims:?}")));
+    }
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    let mut left = nodes / fixed;
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while left > 1 {
+        while left % p == 0 {
+            factors.push(p);
+            left /= p;
+        }
+        p += 1;
+    }
+    if free == 0 {
+        return if nodes == fixed {
+            Ok(dims.to_vec())
+        } else {
+            Err(MpiError::new(MPI_ERR_DIMS, "no free dimension"))
+        };
+    }
+    let mut filled = vec![1; free];
+    for f in factors.into_iter().rev() {
+        // The largest factor onto the smallest dimension so far.
+        if let Some(smallest) = filled.iter_mut().min_by_key(|d| **d) {
+            *smallest *= f;
+        }
+    }
+    filled.sort_unstable_by(|a, b| b.cmp(a));
+    let mut next = filled.into_iter();
+    Ok(dims.iter().map(|&d| if d == 0 { next.next().unwrap_or(1) } else { d }).collect())
+}
+
+impl State {
+    fn cart(&self, comm: c_int) -> MpiResult<&Cart> {
+        self.comm(comm)?;
+        self.carts
+            .get(&comm)
+            .ok_or_else(|| MpiError::new(MPI_ERR_TOPOLOGY, "the communicator has no Cartesian topology"))
+    }
+
+    /// The neighbourhood exchange of `comm`'s grid: block k of `outgoing` to neighbour k,
+    /// what neighbour k sent into `store(k, bytes)`; MPI_PROC_NULL neighbours are skipped.
+    fn neighbour_exchange(
+        &mut self,
+        comm: c_int,
+        outgoing: &[Vec<u8>],
+        mut store: impl FnMut(usize, &[u8]) -> MpiResult<()>,
+    ) -> MpiResult<()> {
+        let c = self.comm(comm)?;
+        let (context, peers, me) = (c.context, c.ranks.clone(), c.me as c_int);
+        let neighbours = self.cart(comm)?.neighbours(me);
+        // Sent to neighbour k, the block is that neighbour's block k ^ 1 (below and above swap):
+        // the tag says which, so a rank that is both neighbours (2 ranks, periodic) sorts them.
+        for (k, &n) in neighbours.iter().enumerate().filter(|(_, &n)| n != MPI_PROC_NULL) {
+            let tag = tags::tag(context, tags::COLL, (k ^ 1) as c_int + 1);
+            frag::send(&mut self.rt, peers[n as usize], tag, &outgoing[k])?;
+        }
+        for (k, &n) in neighbours.iter().enumerate().filter(|(_, &n)| n != MPI_PROC_NULL) {
+            let want = TagMatch {
+                tag: tags::tag(context, tags::COLL, k as c_int + 1),
+                mask: !(u64::from(tags::BIG) << 32),
+            };
+            let msg = self.rt.recv_matching(Source::Rank(peers[n as usize]), want)?;
+            let msg = frag::complete(&mut self.rt, msg)?;
+            store(k, &msg.payload)?;
+        }
+        Ok(())
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+    call("MPI_Dims_create", MPI_COMM_WORLD, |_| {
+        let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
+        let given = ffi::array(dims.cast_const(), n, "dims")?.to_vec();
+        let filled = balanced_dims(nnodes, &given)?;
+        ffi::array_mut(dims, n, "dims")?.copy_from_slice(&filled);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_create(
+    comm_old: c_int,
+    ndims: c_int,
+    dims: *const c_int,
+    periods: *const c_int,
+    _reorder: c_int,
+    comm_cart: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_create", comm_old, |s| {
+        let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
+        let dims = ffi::array(dims, n, "dims")?.to_vec();
+        let periods: Vec<bool> = ffi::array(periods, n, "periods")?.iter().map(|&p| p != 0).collect();
+        let cells: usize = dims.iter().map(|&d| usize::try_from(d).unwrap_or(0)).product();
+        let parent = s.comm(comm_old)?;
+        if parent.remote.is_some() || dims.iter().any(|&d| d <= 0) || cells > parent.size() as usize {
+            return Err(MpiError::new(
+                MPI_ERR_DIMS,
+                format!("dims {dims:?} on a communicator of {}", parent.size()),
+            ));
+        }
+        let (ranks, inside) = (parent.ranks[..cells].to_vec(), (parent.me as usize) < cells);
+        let context = s.new_context(comm_old)?;
+        if !inside {
+            return ffi::out(comm_cart, MPI_COMM_NULL, "comm_cart");
+        }
+        let h = s.derive(comm_old, ranks, context);
+        s.carts.insert(h, Cart { dims, periods });
+        ffi::out(comm_cart, h, "comm_cart")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Topo_test(comm: c_int, status: *mut c_int) -> c_int {
+    call("MPI_Topo_test", comm, |s| {
+        s.comm(comm)?;
+        ffi::out(status, if s.carts.contains_key(&comm) { MPI_CART } else { MPI_UNDEFINED }, "status")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: *mut c_int) -> c_int {
+    call("MPI_Cartdim_get", comm, |s| ffi::out(ndims, s.cart(comm)?.dims.len() as c_int, "ndims"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_get(
+    comm: c_int,
+    maxdims: c_int,
+    dims: *mut c_int,
+    periods: *mut c_int,
+    coords: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_get", comm, |s| {
+        let me = s.comm(comm)?.me as c_int;
+        let cart = s.cart(comm)?;
+        let n = cart.dims.len();
+        if usize::try_from(maxdims).map_or(true, |m| m < n) {
+            return Err(MpiError::new(MPI_ERR_ARG, format!("maxdims {maxdims} below the grid's {n}")));
+        }
+        ffi::array_mut(dims, n, "dims")?.copy_from_slice(&cart.dims);
+        let p: Vec<c_int> = cart.periods.iter().map(|&p| c_int::from(p)).collect();
+        ffi::array_mut(periods, n, "periods")?.copy_from_slice(&p);
+        ffi::array_mut(coords, n, "coords")?.copy_from_slice(&cart.coords(me));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
+    call("MPI_Cart_coords", comm, |s| {
+        let size = s.comm(comm)?.size() as c_int;
+        let cart = s.cart(comm)?;
+        let n = cart.dims.len();
+        if !(0..size).contains(&rank) || usize::try_from(maxdims).map_or(true, |m| m < n) {
+            return Err(MpiError::new(
+                MPI_ERR_RANK,
+                format!("rank {rank} (maxdims {maxdims}) on a grid of {size}"),
+            ));
+        }
+        ffi::array_mut(coords, n, "coords")?.copy_from_slice(&cart.coords(rank));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_int) -> c_int {
+    call("MPI_Cart_rank", comm, |s| {
+        let cart = s.cart(comm)?;
+        let at = ffi::array(coords, cart.dims.len(), "coords")?;
+        let r = cart
+            .rank(at)
+            .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("coordinates {at:?} off the grid")))?;
+        ffi::out(rank, r, "rank")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_shift(
+    comm: c_int,
+    direction: c_int,
+    disp: c_int,
+    source: *mut c_int,
+    dest: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_shift", comm, |s| {
+        let me = s.comm(comm)?.me as c_int;
+        let cart = s.cart(comm)?;
+        let dim = usize::try_from(direction)
+            .ok()
+            .filter(|&d| d < cart.dims.len())
+            .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("direction {direction}")))?;
+        let (from, to) = cart.shift(me, dim, disp);
+        ffi::out(source, from, "source")?;
+        ffi::out(dest, to, "dest")
+    })
+}
+
+/// The sub-grids keeping the dimensions `remain_dims` marks: one communicator per slice.
+#[no_mangle]
+pub extern "C" fn MPI_Cart_sub(comm: c_int, remain_dims: *const c_int, newcomm: *mut c_int) -> c_int {
+    call("MPI_Cart_sub", comm, |s| {
+        let me = s.comm(comm)?.me as c_int;
+        let cart = s.cart(comm)?.clone();
+        let keep: Vec<bool> =
+            ffi::array(remain_dims, cart.dims.len(), "remain_dims")?.iter().map(|&k| k != 0).collect();
+        let coords = cart.coords(me);
+        // The slice: this rank's coordinates in the dropped dimensions, as one number.
+        let color = coords
+            .iter()
+            .zip(&cart.dims)
+            .zip(&keep)
+            .filter(|(_, &k)| !k)
+            .fold(0, |acc, ((&c, &d), _)| acc * d + c);
+        let h = crate::comm::split(s, comm, color, me)?;
+        let pick = |v: &[c_int]| -> Vec<c_int> {
+            v.iter().zip(&keep).filter(|(_, &k)| k).map(|(&x, _)| x).collect()
+        };
+        let periods = cart.periods.iter().zip(&keep).filter(|(_, &k)| k).map(|(&p, _)| p).collect();
+        s.carts.insert(h, Cart { dims: pick(&cart.dims), periods });
+        ffi::out(newcomm, h, "newcomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Neighbor_alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Neighbor_alltoall", comm, |s| {
+        let (st, rt) = (s.datatype(sendtype)?, s.datatype(recvtype)?);
+        let (sc, rc) = (count(sendcount)?, count(recvcount)?);
+        let k = 2 * s.cart(comm)?.dims.len();
+        let outgoing = (0..k)
+            .map(|i| {
+                st.pack(offset(sendbuf, i as isize * sc as isize * st.extent), sc).map(|b| b.into_owned())
+            })
+            .collect::<MpiResult<Vec<_>>>()?;
+        s.neighbour_exchange(comm, &outgoing, |i, bytes| {
+            rt.unpack(bytes, offset(recvbuf, i as isize * rc as isize * rt.extent).cast_mut(), rc)
+        })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Neighbor_allgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Neighbor_allgather", comm, |s| {
+        let (st, rt) = (s.datatype(sendtype)?, s.datatype(recvtype)?);
+        let rc = count(recvcount)?;
+        let mine = st.pack(sendbuf, count(sendcount)?)?.into_owned();
+        let outgoing = vec![mine; 2 * s.cart(comm)?.dims.len()];
+        s.neighbour_exchange(comm, &outgoing, |i, bytes| {
+            rt.unpack(bytes, offset(recvbuf, i as isize * rc as isize * rt.extent).cast_mut(), rc)
+        })
+    })
+}
+
+fn count(c: c_int) -> MpiResult<usize> {
+    usize::try_from(c).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {c}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_are_balanced_and_non_increasing() {
+        assert_eq!(balanced_dims(12, &[0, 0]).unwrap(), vec![4, 3]);
+        assert_eq!(balanced_dims(8, &[0, 0, 0]).unwrap(), vec![2, 2, 2]);
+        assert_eq!(balanced_dims(12, &[0, 3, 0]).unwrap(), vec![2, 3, 2]);
+        assert_eq!(balanced_dims(7, &[0, 0]).unwrap(), vec![7, 1]);
+        assert!(balanced_dims(10, &[3, 0]).is_err());
+    }
+
+    #[test]
+    fn a_periodic_ring_wraps_and_an_open_one_ends() {
+        let ring = Cart { dims: vec![4], periods: vec![true] };
+        assert_eq!(ring.shift(0, 0, 1), (3, 1));
+        let line = Cart { dims: vec![4], periods: vec![false] };
+        assert_eq!(line.shift(0, 0, 1), (MPI_PROC_NULL, 1));
+        let grid = Cart { dims: vec![2, 3], periods: vec![false, true] };
+        assert_eq!(grid.coords(4), vec![1, 1]);
+        assert_eq!(grid.rank(&[1, -1]), Some(5));
+        assert_eq!(grid.neighbours(0), vec![MPI_PROC_NULL, 3, 2, 1]);
+    }
+}
