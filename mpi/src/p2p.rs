@@ -168,23 +168,71 @@ impl State {
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
+        let source = p.peers.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int);
+        let (context, buf, count, dt) = (p.context, p.buf, p.count, p.datatype.clone());
+        self.finish_recv(&msg, context, source, buf, count, &dt)
+    }
+
+    /// A whole message `msg` (from `source`, its rank in the communicator) into `count`
+    /// elements of `dt` at `buf`: its status, truncation included. Acknowledges a synchronous
+    /// send.
+    fn finish_recv(
+        &mut self,
+        msg: &reverb_runtime::Message,
+        context: u32,
+        source: c_int,
+        buf: *mut c_void,
+        count: usize,
+        dt: &Datatype,
+    ) -> MpiResult<Status> {
         let (mpi_tag, flags) = tags::split(msg.tag);
-        let capacity = p.datatype.bytes_for(p.count);
+        let capacity = dt.bytes_for(count);
         let fits = msg.payload.len() <= capacity;
         let kept = msg.payload.len().min(capacity);
-        p.datatype.unpack(&msg.payload[..kept], p.buf, p.count)?;
-        let status = Status {
-            source: p.peers.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int),
+        dt.unpack(&msg.payload[..kept], buf, count)?;
+        if flags & tags::SYNC != 0 {
+            let ack = tags::tag(context, tags::ACK, mpi_tag);
+            self.rt.send(msg.source, ack, &[])?;
+        }
+        Ok(Status {
+            source,
             tag: mpi_tag,
             bytes: kept,
             error: if fits { MPI_SUCCESS } else { MPI_ERR_TRUNCATE },
             cancelled: false,
-        };
-        if flags & tags::SYNC != 0 {
-            let ack = tags::tag(p.context, tags::ACK, mpi_tag);
-            self.rt.send(msg.source, ack, &[])?;
+        })
+    }
+
+    /// A blocking receive with no receive posted before it: straight from the runtime, no
+    /// request (the common case of MPI_Recv; with others posted, it must queue behind them).
+    pub fn recv_direct(
+        &mut self,
+        buf: *mut c_void,
+        count: i64,
+        datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+    ) -> MpiResult<Status> {
+        check_recv_tag(tag)?;
+        let count = count_of(count)?;
+        let dt = self.datatype(datatype)?;
+        let c = self.comm(comm)?;
+        if source == MPI_PROC_NULL {
+            return Ok(Status::proc_null());
         }
-        Ok(status)
+        let from = match source {
+            MPI_ANY_SOURCE => Source::Any,
+            r => Source::Rank(c.world_of(r)?),
+        };
+        let context = c.context;
+        let msg = self.rt.recv_matching(from, tags::p2p_match(context, tag))?;
+        let msg = frag::complete(&mut self.rt, msg)?;
+        let source = match source {
+            MPI_ANY_SOURCE => self.comm(comm)?.rank_of_world(msg.source),
+            r => r,
+        };
+        self.finish_recv(&msg, context, source, buf, count, &dt)
     }
 
     /// Receives posted and not matched, or synchronous sends not acknowledged.
