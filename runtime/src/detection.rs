@@ -188,11 +188,14 @@ impl Runtime {
     }
 }
 
-/// The dead peer an endpoint error is about, if it is about one.
+/// The peer whose death may explain an endpoint error: one found dead, or one that failed a
+/// one-sided access (a log write into a killed peer's memory: its registration went with the
+/// process, so soft-RoCE answers with a remote access error, not a retry exhaustion). The
+/// caller recovers only if the peer is found dead; a live peer's error stands.
 pub(super) fn dead_peer_in(e: &LogError) -> Option<Rank> {
     match e {
-        LogError::Transport(TransportError::PeerDead(p))
-        | LogError::WriteFailed(TransportError::PeerDead(p)) => Some(*p),
+        LogError::Transport(TransportError::PeerDead(p) | TransportError::Remote(p, _))
+        | LogError::WriteFailed(TransportError::PeerDead(p) | TransportError::Remote(p, _)) => Some(*p),
         _ => None,
     }
 }
