@@ -58,6 +58,9 @@ cargo bench -p reverb-benches --no-run
 step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
 bash ci/verbs-suite.sh
 
+step "MPI programs on verbs (soft-RoCE VM): the C Jacobi and master-worker surviving a killed node"
+bash ci/mpi-verbs.sh
+
 step "two soft-RoCE hosts (two QEMU VMs on one emulated wire): bench and a respawn across them"
 bash ci/two-vm-suite.sh
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
+# on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
+# holds jacobi_ft and master_worker_ft built by mpicc.mpich, and the checksum Debian's MPICH
+# gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
+# environment.
+#   - Jacobi: MPICH's checksum on reverb, and again with node 1 SIGKILLed and respawned;
+#   - master-worker (MPI_ANY_SOURCE): its worker node's and its master node's loss, the
+#     failure-free checksum each time.
+# Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 3 ] || { echo "usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]" >&2; exit 2; }
+reverb=$1 work=$2 mpich=$3 bound=${4:-120}
+say() { echo "== mpi-ft: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+run() { # LOG ARGS... : reverb run --mpi, output kept; fails the script if the job fails
+    local log=$work/$1
+    shift
+    "$reverb" run --mpi --timeout "$bound" "$@" >"$log" 2>&1 || fail "reverb run --mpi $*: $(tail -n 30 "$log")"
+}
+expect() { # LOG TEXT
+    grep -q -- "$2" "$work/$1" || fail "$1 lacks '$2': $(tail -n 30 "$work/$1")"
+}
+checksum() { sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/$1" | head -n 1; }
+
+export REVERB_LOG=causal REVERB_CKPT=buddy
+run jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
+[ "$(checksum jacobi-clean.log)" = "$mpich" ] || fail "jacobi_ft: reverb $(checksum jacobi-clean.log), MPICH $mpich"
+# Rank 3 dies at its 150th message (past the checkpoint of iteration 40); node 1 restarts.
+REVERB_FAULT=3:150 run jacobi-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft" 200 20
+expect jacobi-faulty.log "restored at iteration"
+[ "$(checksum jacobi-faulty.log)" = "$mpich" ] ||
+    fail "jacobi_ft after a node's loss: $(checksum jacobi-faulty.log), failure-free $mpich"
+say "Jacobi: MPICH's checksum on reverb, and again with node 1 killed and respawned ($mpich): ok"
+
+run mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
+REVERB_FAULT=3:20 run mw-worker.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
+expect mw-worker.log "worker 3 restored"
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:60 run mw-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
+expect mw-master.log "master restored"
+for log in mw-worker.log mw-master.log; do
+    [ "$(checksum $log)" = "$(checksum mw-clean.log)" ] ||
+        fail "master_worker_ft ($log): $(checksum $log), failure-free $(checksum mw-clean.log)"
+done
+say "master-worker (any-source): a worker node and the master's node killed, same checksum ($(checksum mw-clean.log)): ok"
