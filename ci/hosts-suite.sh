@@ -12,6 +12,8 @@
 #      the same with logger cores (`--logger shared-unpinned`, each host's agent starting its own
 #      nodes' loggers): a one-host run's checksum, also with rank 3 and node 1's logger respawned
 #      on hb;
+#      the C Jacobi (built by mpicc.mpich) under `reverb run --mpi --hosts`: Debian MPICH's
+#      checksum, failure-free and with rank 3 SIGKILLed on hb;
 #   5. `reverb demo --hosts` on four hosts (auto);
 #   6. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
 #      ranks restart on the spare host and the job ends with the failure-free checksum;
@@ -86,6 +88,23 @@ killed=$(stencil killed auto ha:2,hb:2 3:401)
 grep -q "node 1 respawned" "$out/killed/job.log" || fail "hb's launcher did not respawn node 1"
 say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
 [ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"
+
+say "MPI across hosts: the C Jacobi (mpicc.mpich) under reverb run --mpi --hosts, failure-free and with rank 3 killed on hb"
+cargo build -p reverb-mpi --features fault-injection
+mpicc.mpich -std=c11 -O1 -Impi/include examples/mpi/jacobi_ft.c -o "$out/jacobi_ft"
+timeout 120 mpiexec.mpich -n 4 "$out/jacobi_ft" 200 20 >"$out/jacobi-mpich.log" 2>&1 ||
+    fail "jacobi_ft on MPICH: $(tail -n 20 "$out/jacobi-mpich.log")"
+mpi_sum() { sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$1" | head -n 1; }
+for fault in "" 3:150; do
+    log=$out/jacobi-hosts${fault:+-killed}.log
+    env REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy ${fault:+REVERB_FAULT=$fault} \
+        "$bin" run --mpi -n 4 --hosts ha:2,hb:2 --respawn 1 --timeout 300 -- "$out/jacobi_ft" 200 20 \
+        >"$log" 2>&1 || { tail -n 30 "$log" >&2; fail "jacobi_ft across hosts ${fault:+(rank $fault killed)}"; }
+    [ "$(mpi_sum "$log")" = "$(mpi_sum "$out/jacobi-mpich.log")" ] ||
+        fail "jacobi_ft across hosts: $(mpi_sum "$log"), MPICH $(mpi_sum "$out/jacobi-mpich.log")"
+done
+grep -q "restored at iteration" "$out/jacobi-hosts-killed.log" || fail "jacobi_ft across hosts: no rank restored"
+say "MPI across hosts: MPICH's checksum $(mpi_sum "$out/jacobi-mpich.log"), failure-free and with a kill"
 
 say "stencil with logger cores: one host, two hosts (each agent its nodes' loggers), rank 3 killed on hb"
 logged_one=$(LOGGER=shared-unpinned stencil logged-one-host shm)

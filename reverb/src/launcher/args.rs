@@ -53,7 +53,7 @@ pub struct RunArgs {
     /// The program is an MPI program linked against MPICH's libmpich.so.12 (Debian's
     /// mpicc.mpich): its ranks load reverb's MPI library instead (REVERB_MPI_LIB, or
     /// libmpich.so beside this executable).
-    #[arg(long, conflicts_with_all = ["hosts", "hostfile", "slurm"])]
+    #[arg(long)]
     pub mpi: bool,
     /// Inside a Slurm allocation: the job as one srun step of agents, one per node, the ranks
     /// spread evenly (the last `--spares N` nodes idle as spares).
@@ -179,6 +179,10 @@ fn agent_options(args: &RunArgs) -> Vec<String> {
     }
     if args.no_prefix {
         options.push("--no-prefix".into());
+    }
+    // Each host's agent finds reverb's MPI library beside its own reverb binary.
+    if args.mpi {
+        options.push("--mpi".into());
     }
     options
 }

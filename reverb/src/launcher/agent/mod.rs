@@ -76,6 +76,10 @@ pub struct AgentArgs {
     /// Do not prefix output lines with `[rank] `.
     #[arg(long)]
     pub no_prefix: bool,
+    /// The program is an MPI program linked against MPICH's libmpich.so.12: its ranks load
+    /// reverb's MPI library (as `reverb run --mpi`).
+    #[arg(long)]
+    pub mpi: bool,
     /// The program to run and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -96,6 +100,8 @@ struct Job {
     logger: reverb_logger::core::Placement,
     timeout: Option<Duration>,
     prefix: bool,
+    /// The ranks' environment beyond the job's identity (`--mpi`: reverb's MPI library).
+    env: Vec<(String, String)>,
     command: Vec<String>,
     timing: Timing,
 }
@@ -294,7 +300,7 @@ fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool)
         ranks_per_node: job.ranks_per_node,
         program: PathBuf::from(program),
         args: args.to_vec(),
-        env: Vec::new(),
+        env: job.env.clone(),
         timeout: job.timeout,
         prefix_output: job.prefix,
     };
@@ -365,6 +371,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         logger: args.logger,
         timeout,
         prefix: !args.no_prefix,
+        env: if args.mpi { crate::launcher::mpi::environment()? } else { Vec::new() },
         command: args.command,
         timing,
     })
