@@ -64,7 +64,7 @@ impl State {
             .map(|b| b.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes))
             .max()
             .unwrap_or(mine);
-        if agreed >= tags::MAX_CONTEXT {
+        if agreed >= tags::MAX_CONTEXT - tags::AGREEMENT_CONTEXTS {
             return Err(MpiError::new(MPI_ERR_INTERN, "out of communicator context ids"));
         }
         self.next_context = agreed + 1;

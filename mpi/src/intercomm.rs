@@ -135,6 +135,58 @@ pub extern "C" fn MPI_Intercomm_create(
 
 /// The union of both groups: the group passing `high` = false first (on a tie, the group whose
 /// first member has the lower world rank).
+/// A context kept for the agreement of MPI_Intercomm_create_from_groups (the top
+/// `AGREEMENT_CONTEXTS` below the flags, which `new_context` never gives): one per string
+/// tag, so concurrent creations with different tags keep apart.
+fn agreement_context(stringtag: &[u8]) -> u32 {
+    let hash = stringtag.iter().fold(0x811c_9dc5u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    tags::MAX_CONTEXT - hash % tags::AGREEMENT_CONTEXTS
+}
+
+/// MPI 4: an intercommunicator from two disjoint groups, with no parent communicator. Every
+/// member of both groups takes part: they agree on a context over the union of the groups
+/// (world ranks in order), apart from other traffic by the string tag.
+#[no_mangle]
+pub extern "C" fn MPI_Intercomm_create_from_groups(
+    local_group: c_int,
+    _local_leader: c_int,
+    remote_group: c_int,
+    _remote_leader: c_int,
+    stringtag: *const std::ffi::c_char,
+    _info: c_int,
+    errhandler: c_int,
+    newintercomm: *mut c_int,
+) -> c_int {
+    call("MPI_Intercomm_create_from_groups", MPI_COMM_WORLD, |s| {
+        let (local, remote) = (s.group(local_group)?.clone(), s.group(remote_group)?.clone());
+        let me = s.rt.rank();
+        if !local.contains(&me) || remote.is_empty() || remote.iter().any(|r| local.contains(r)) {
+            return Err(MpiError::new(
+                MPI_ERR_GROUP,
+                "the local group must hold this rank, the remote one be disjoint from it and not empty",
+            ));
+        }
+        let tag = ffi::string_in(stringtag)?;
+        let mut union: Vec<u32> = local.iter().chain(&remote).copied().collect();
+        union.sort_unstable();
+        let scratch = s.comms.insert(Comm {
+            context: agreement_context(tag.as_bytes()),
+            me: union.iter().position(|&w| w == me).unwrap_or(0) as u32,
+            ranks: union,
+            errhandler: MPI_ERRORS_ARE_FATAL,
+            name: String::new(),
+            remote: None,
+        });
+        let context = s.new_context(scratch);
+        s.comms.remove(scratch);
+        let h = s.new_inter(MPI_COMM_WORLD, local, remote, context?);
+        if let Some(c) = s.comms.get_mut(h) {
+            c.errhandler = errhandler;
+        }
+        ffi::out(newintercomm, h, "newintercomm")
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Intercomm_merge(intercomm: c_int, high: c_int, newintracomm: *mut c_int) -> c_int {
     call("MPI_Intercomm_merge", intercomm, |s| {

@@ -22,6 +22,9 @@ pub const BIG: u32 = 1 << 28;
 pub const MORE: u32 = 1 << 27;
 /// Context ids fit below the flags.
 pub const MAX_CONTEXT: u32 = MORE - 1;
+/// The top context ids, kept for agreements without a parent communicator
+/// (MPI_Intercomm_create_from_groups): communicators get those below.
+pub const AGREEMENT_CONTEXTS: u32 = 1 << 16;
 
 pub fn tag(context: u32, flags: u32, tag: c_int) -> u64 {
     (u64::from(context | flags) << 32) | u64::from(tag as u32)

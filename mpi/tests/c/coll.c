@@ -4,7 +4,8 @@
  * a user operation on a strided (vector) type that asks for the type's extent inside the
  * function, persistent collectives started twice, MPI_Comm_split_type (one host here), and a
  * periodic Cartesian grid: Dims_create, Cart_create/_coords/_rank/_shift/_sub and a
- * neighbourhood allgather that must bring each neighbour's rank.
+ * neighbourhood allgather that must bring each neighbour's rank; an intercommunicator made from
+ * two groups with no parent (MPI_Intercomm_create_from_groups) and an allreduce across it.
  * Rank 0 prints "coll: ok". */
 #include <mpi.h>
 #include <stdlib.h>
@@ -185,6 +186,28 @@ static void more(void) {
     CHECK(row_size == dims[1], "cart_sub row of %d, expected %d", row_size, dims[1]);
     MPI_Comm_free(&row);
     MPI_Comm_free(&grid);
+
+    /* An intercommunicator from two groups (MPI 4): the lower and upper halves of world. */
+    int half = size / 2, low[64], high[64];
+    for (int r = 0; r < size; r++)
+        (r < half ? low : high)[r < half ? r : r - half] = r;
+    MPI_Group world_group, mine_g, other_g;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int in_low = rank < half;
+    MPI_Group_incl(world_group, in_low ? half : size - half, in_low ? low : high, &mine_g);
+    MPI_Group_incl(world_group, in_low ? size - half : half, in_low ? high : low, &other_g);
+    MPI_Comm inter;
+    MPI_Intercomm_create_from_groups(mine_g, 0, other_g, 0, "coll.c", MPI_INFO_NULL, MPI_ERRORS_ARE_FATAL, &inter);
+    int remote = 0, sum = 0;
+    MPI_Comm_remote_size(inter, &remote);
+    CHECK(remote == (in_low ? size - half : half), "intercomm from groups: remote size %d", remote);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, inter);
+    int expect_sum = in_low ? (size - 1) * size / 2 - (half - 1) * half / 2 : (half - 1) * half / 2;
+    CHECK(sum == expect_sum, "intercomm from groups: allreduce %d, expected %d", sum, expect_sum);
+    MPI_Comm_free(&inter);
+    MPI_Group_free(&mine_g);
+    MPI_Group_free(&other_g);
+    MPI_Group_free(&world_group);
 }
 
 int main(int argc, char **argv) {
