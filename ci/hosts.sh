@@ -97,7 +97,12 @@ host_up() {
     # line stays, so its name still resolves to the address it gets back.
     grep -q "^$addr $name\$" "$DIR/etc-hosts" || echo "$addr $name" >>"$DIR/etc-hosts"
     ip netns add "$ns"
-    ip link add "v-$name" type veth peer name "s-$name"
+    # The MAC follows from the address: a host brought up again keeps its NIC's address, as a
+    # rebooted machine does. A fresh MAC would leave the other hosts' ARP entries (reachable
+    # for up to ~45 s) pointing at the dead NIC: connections to it unanswered.
+    local mac
+    mac=$(echo "$addr" | awk -F. '{ printf "02:72:76:%02x:%02x:%02x", $2, $3, $4 }')
+    ip link add "v-$name" address "$mac" type veth peer name "s-$name"
     ip link set "v-$name" netns "$ns"
     ip link set "s-$name" netns "$SWITCH"
     ip -n "$SWITCH" link set "s-$name" master br0 up
