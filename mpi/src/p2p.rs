@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
+use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::frag;
@@ -34,6 +35,20 @@ fn check_recv_tag(tag: c_int) -> MpiResult<()> {
         return Err(MpiError::new(MPI_ERR_TAG, format!("tag {tag}")));
     }
     Ok(())
+}
+
+/// Where a receive on `c` from `source` under `tag` matches: the runtime's source and tag
+/// match, or None for MPI_PROC_NULL (complete at once).
+fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, TagMatch)>> {
+    check_recv_tag(tag)?;
+    if source == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    let from = match source {
+        MPI_ANY_SOURCE => Source::Any,
+        r => Source::Rank(c.world_of(r)?),
+    };
+    Ok(Some((from, tags::p2p_match(c.context, tag))))
 }
 
 /// What a send names.
@@ -96,18 +111,12 @@ impl State {
         tag: c_int,
         comm: c_int,
     ) -> MpiResult<c_int> {
-        check_recv_tag(tag)?;
         let count = count_of(count)?;
         let c = self.comm(comm)?;
-        if source == MPI_PROC_NULL {
+        let Some((from, tag)) = recv_match(c, source, tag)? else {
             return Ok(self.requests.insert(Request::Done(Status::proc_null())));
-        }
-        let from = match source {
-            MPI_ANY_SOURCE => Source::Any,
-            r => Source::Rank(c.world_of(r)?),
         };
         let (context, peers) = (c.context, c.peers().to_vec());
-        let tag = tags::p2p_match(context, tag);
         let pending = PendingRecv { context, peers, source: from, tag, buf, count, datatype };
         let h = self.requests.insert(Request::Recv(pending));
         self.pending_recvs.push_back(h);
@@ -214,19 +223,12 @@ impl State {
         tag: c_int,
         comm: c_int,
     ) -> MpiResult<Status> {
-        check_recv_tag(tag)?;
         let count = count_of(count)?;
         let dt = self.datatype(datatype)?;
         let c = self.comm(comm)?;
-        if source == MPI_PROC_NULL {
-            return Ok(Status::proc_null());
-        }
-        let from = match source {
-            MPI_ANY_SOURCE => Source::Any,
-            r => Source::Rank(c.world_of(r)?),
-        };
+        let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
         let context = c.context;
-        let msg = self.rt.recv_matching(from, tags::p2p_match(context, tag))?;
+        let msg = self.rt.recv_matching(from, matching)?;
         let msg = frag::complete(&mut self.rt, msg)?;
         let source = match source {
             MPI_ANY_SOURCE => self.comm(comm)?.rank_of_world(msg.source),
@@ -357,19 +359,14 @@ impl State {
 
     /// The message a receive would match now: (source rank in `comm`, tag, bytes).
     pub fn probe_now(&mut self, source: c_int, tag: c_int, comm: c_int) -> MpiResult<Option<Status>> {
-        check_recv_tag(tag)?;
         let c = self.comm(comm)?;
-        if source == MPI_PROC_NULL {
+        let Some((from, matching)) = recv_match(c, source, tag)? else {
             return Ok(Some(Status::proc_null()));
-        }
-        let from = match source {
-            MPI_ANY_SOURCE => Source::Any,
-            r => Source::Rank(c.world_of(r)?),
         };
-        let (context, ranks) = (c.context, c.peers().to_vec());
-        let found = self.rt.probe(from, tags::p2p_match(context, tag))?;
+        let found = self.rt.probe(from, matching)?;
+        let c = self.comm(comm)?;
         Ok(found.map(|(src, t, len)| Status {
-            source: ranks.iter().position(|&w| w == src).map_or(MPI_ANY_SOURCE, |i| i as c_int),
+            source: c.rank_of_world(src),
             tag: tags::split(t).0,
             bytes: len,
             error: MPI_SUCCESS,
