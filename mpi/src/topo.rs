@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void};
 use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
+use crate::coll::count_of;
 use crate::datatype::offset;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
@@ -117,13 +118,15 @@ impl State {
     }
 
     /// The neighbourhood exchange of `comm`'s grid: block k of `outgoing` to neighbour k,
-    /// what neighbour k sent into `store(k, bytes)`; MPI_PROC_NULL neighbours are skipped.
+    /// what neighbour k sent into block k of `recv` (buffer, count, datatype per block);
+    /// MPI_PROC_NULL neighbours are skipped, their blocks left as they were.
     fn neighbour_exchange(
         &mut self,
         comm: c_int,
         outgoing: &[Vec<u8>],
-        mut store: impl FnMut(usize, &[u8]) -> MpiResult<()>,
+        (recvbuf, recvcount, recvtype): (*mut c_void, c_int, c_int),
     ) -> MpiResult<()> {
+        let (rt, rc) = (self.datatype(recvtype)?, count_of(recvcount)?);
         let c = self.comm(comm)?;
         let (context, peers, me) = (c.context, c.ranks.clone(), c.me as c_int);
         let neighbours = self.cart(comm)?.neighbours(me);
@@ -140,7 +143,7 @@ impl State {
             };
             let msg = self.rt.recv_matching(Source::Rank(peers[n as usize]), want)?;
             let msg = frag::complete(&mut self.rt, msg)?;
-            store(k, &msg.payload)?;
+            rt.unpack(&msg.payload, offset(recvbuf, k as isize * rc as isize * rt.extent).cast_mut(), rc)?;
         }
         Ok(())
     }
@@ -312,17 +315,14 @@ pub extern "C" fn MPI_Neighbor_alltoall(
     comm: c_int,
 ) -> c_int {
     call("MPI_Neighbor_alltoall", comm, |s| {
-        let (st, rt) = (s.datatype(sendtype)?, s.datatype(recvtype)?);
-        let (sc, rc) = (count(sendcount)?, count(recvcount)?);
+        let (st, sc) = (s.datatype(sendtype)?, count_of(sendcount)?);
         let k = 2 * s.cart(comm)?.dims.len();
         let outgoing = (0..k)
             .map(|i| {
                 st.pack(offset(sendbuf, i as isize * sc as isize * st.extent), sc).map(|b| b.into_owned())
             })
             .collect::<MpiResult<Vec<_>>>()?;
-        s.neighbour_exchange(comm, &outgoing, |i, bytes| {
-            rt.unpack(bytes, offset(recvbuf, i as isize * rc as isize * rt.extent).cast_mut(), rc)
-        })
+        s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
     })
 }
 
@@ -337,18 +337,10 @@ pub extern "C" fn MPI_Neighbor_allgather(
     comm: c_int,
 ) -> c_int {
     call("MPI_Neighbor_allgather", comm, |s| {
-        let (st, rt) = (s.datatype(sendtype)?, s.datatype(recvtype)?);
-        let rc = count(recvcount)?;
-        let mine = st.pack(sendbuf, count(sendcount)?)?.into_owned();
+        let mine = s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned();
         let outgoing = vec![mine; 2 * s.cart(comm)?.dims.len()];
-        s.neighbour_exchange(comm, &outgoing, |i, bytes| {
-            rt.unpack(bytes, offset(recvbuf, i as isize * rc as isize * rt.extent).cast_mut(), rc)
-        })
+        s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
     })
-}
-
-fn count(c: c_int) -> MpiResult<usize> {
-    usize::try_from(c).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {c}")))
 }
 
 #[cfg(test)]
