@@ -6,6 +6,18 @@
 //! det_count × Determinant (24 B) | payload (payload_len B)
 //! ```
 //!
+//! A message with nothing piggybacked may go with the short form (flag `SHORT`), which leaves
+//! out what its channel implies: sender and receiver (the transport names the source, the
+//! receiver is the rank reading it) and the payload length (the rest of the frame). With an
+//! 8-byte payload the frame then fits one cache line of a shared-memory slot:
+//!
+//! ```text
+//! magic u16 | version u8 | flags u8 (SHORT) | incarnation u32 | ssn u64 | tag u64 | payload
+//! ```
+//!
+//! Only a channel's receiver can read it (`decode_on_channel`): frames kept apart from their
+//! channel (receiver-based logs) use the full form.
+//!
 //! `decode` is strict: wrong magic, unknown version or flags, counts that exceed the bytes
 //! present, and trailing bytes are all errors. Nothing is allocated before its size is checked
 //! against the bytes actually received.
@@ -20,6 +32,10 @@ pub const ENVELOPE_MAGIC: u16 = 0x5652; // "RV"
 pub const ENVELOPE_VERSION: u8 = 1;
 /// Bytes before the piggybacked determinants.
 pub const HEADER_LEN: usize = 40;
+/// Bytes of the short form's header.
+pub const SHORT_HEADER_LEN: usize = 24;
+/// Flag of the short form.
+const SHORT: u8 = 1;
 /// Most determinants one message may carry: keeps the piggyback (and every receive buffer)
 /// bounded; a sender with more unstable determinants spreads them over later messages.
 pub const MAX_PIGGYBACKED: usize = 256;
@@ -88,6 +104,29 @@ impl Envelope {
         Ok(())
     }
 
+    /// `encode_header_into`, in the short form when nothing is piggybacked. The receiver
+    /// must read it with `decode_on_channel`.
+    pub fn encode_short_header_into(&mut self, payload_len: usize, out: &mut Vec<u8>) -> Result<()> {
+        if !self.determinants.is_empty() {
+            return self.encode_header_into(payload_len, out);
+        }
+        let Ok(len) = u32::try_from(payload_len) else {
+            return Err(LogError::InvalidArgument(format!("payload of {payload_len} bytes exceeds u32")));
+        };
+        self.payload_len = len;
+        let mut h = Fixed::<SHORT_HEADER_LEN>::new();
+        Writer::new(&mut h)
+            .u16(ENVELOPE_MAGIC)
+            .u8(ENVELOPE_VERSION)
+            .u8(SHORT)
+            .u32(self.incarnation)
+            .u64(self.ssn)
+            .u64(self.tag);
+        debug_assert_eq!(h.len(), SHORT_HEADER_LEN);
+        out.extend_from_slice(&h.into_array());
+        Ok(())
+    }
+
     pub fn encode(&mut self, payload: &[u8]) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         self.encode_into(payload, &mut out)?;
@@ -97,6 +136,32 @@ impl Envelope {
     /// Parses one frame; returns the envelope and the payload it frames.
     pub fn decode(frame: &[u8]) -> Result<(Envelope, &[u8])> {
         Self::decode_reusing(frame, Vec::new())
+    }
+
+    /// `decode_reusing` of a frame that arrived from `sender` at `receiver`: takes the short
+    /// form too, filling in what the channel implies.
+    #[inline]
+    pub fn decode_on_channel(
+        frame: &[u8],
+        sender: Rank,
+        receiver: Rank,
+        determinants: Vec<Determinant>,
+    ) -> Result<(Envelope, &[u8])> {
+        let Some((h, payload)) = frame.split_first_chunk::<SHORT_HEADER_LEN>() else {
+            return Err(short_header_error(frame));
+        };
+        if h[3] != SHORT {
+            return Self::decode_reusing(frame, determinants);
+        }
+        let mut r = Reader::new(h, WHAT);
+        check_magic_and_version(&mut r)?;
+        r.u8("flags")?;
+        let (incarnation, ssn, tag) = (r.u32("incarnation")?, r.u64("ssn")?, r.u64("tag")?);
+        let Ok(payload_len) = u32::try_from(payload.len()) else {
+            return Err(LogError::malformed(WHAT, format!("payload of {} bytes", payload.len())));
+        };
+        let envelope = Envelope { sender, receiver, incarnation, ssn, tag, payload_len, determinants };
+        Ok((envelope, payload))
     }
 
     /// `decode`, filling `determinants` (cleared first) so a receiver can reuse its capacity.
@@ -162,19 +227,14 @@ struct Header {
 /// array) and the error of a short frame (which names the first field it cuts off).
 #[inline(always)]
 fn read_header(r: &mut Reader<'_>) -> Result<Header> {
-    let magic = r.u16("magic")?;
-    if magic != ENVELOPE_MAGIC {
-        return Err(LogError::malformed(WHAT, format!("bad magic {magic:#06x}")));
-    }
-    let version = r.u8("version")?;
-    if version != ENVELOPE_VERSION {
-        return Err(LogError::UnsupportedVersion {
-            what: WHAT,
-            found: version.into(),
-            expected: ENVELOPE_VERSION.into(),
-        });
-    }
+    check_magic_and_version(r)?;
     let flags = r.u8("flags")?;
+    if flags == SHORT {
+        return Err(LogError::malformed(
+            WHAT,
+            "a short envelope names no sender: only its channel's receiver reads it".to_string(),
+        ));
+    }
     if flags != 0 {
         return Err(LogError::malformed(WHAT, format!("unknown flags {flags:#04x}")));
     }
@@ -187,6 +247,23 @@ fn read_header(r: &mut Reader<'_>) -> Result<Header> {
         payload_len: r.u32("payload_len")?,
         det_count: r.u32("det_count")?,
     })
+}
+
+#[inline(always)]
+fn check_magic_and_version(r: &mut Reader<'_>) -> Result<()> {
+    let magic = r.u16("magic")?;
+    if magic != ENVELOPE_MAGIC {
+        return Err(LogError::malformed(WHAT, format!("bad magic {magic:#06x}")));
+    }
+    let version = r.u8("version")?;
+    if version != ENVELOPE_VERSION {
+        return Err(LogError::UnsupportedVersion {
+            what: WHAT,
+            found: version.into(),
+            expected: ENVELOPE_VERSION.into(),
+        });
+    }
+    Ok(())
 }
 
 /// The error for a frame shorter than the header.
@@ -236,6 +313,14 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = Envelope::decode(&bytes);
+        }
+
+        #[test]
+        fn random_frames_on_a_channel_never_panic(tail in prop::collection::vec(any::<u8>(), 0..64)) {
+            let mut frame = vec![0x52, 0x56, 1, SHORT];
+            frame.extend_from_slice(&tail);
+            let _ = Envelope::decode_on_channel(&frame, 0, 1, Vec::new());
+            let _ = Envelope::decode_on_channel(&tail, 0, 1, Vec::new());
         }
 
         #[test]
@@ -312,6 +397,34 @@ mod tests {
         want.extend_from_slice(b"hi");
         assert_eq!(frame, want);
         assert_eq!(Envelope::decode(&want).unwrap(), (env, &b"hi"[..]));
+    }
+
+    #[test]
+    fn short_form_is_24_bytes_and_read_on_its_channel_only() {
+        let mut env = Envelope { incarnation: 3, ssn: 4, tag: 5, ..sample_envelope() };
+        let mut frame = Vec::new();
+        env.encode_short_header_into(2, &mut frame).unwrap();
+        frame.extend_from_slice(b"hi");
+        let mut want = vec![0x52, 0x56, 1, SHORT, 3, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0];
+        want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, b'h', b'i']);
+        assert_eq!(frame, want);
+        env.payload_len = 2;
+        let (got, payload) = Envelope::decode_on_channel(&frame, 1, 2, Vec::new()).unwrap();
+        assert_eq!((got, payload), (env, &b"hi"[..]));
+        let Err(LogError::Malformed { detail, .. }) = Envelope::decode(&frame) else {
+            panic!("read off its channel")
+        };
+        assert!(detail.contains("short envelope"), "{detail}");
+    }
+
+    #[test]
+    fn short_form_falls_back_to_full_with_a_piggyback() {
+        let det = Determinant { sender: 6, receiver: 7, ssn: 8, rsn: 9 };
+        let mut env = Envelope { determinants: vec![det], ..sample_envelope() };
+        let mut frame = Vec::new();
+        env.encode_short_header_into(0, &mut frame).unwrap();
+        assert_eq!(frame.len(), HEADER_LEN + Determinant::WIRE_LEN);
+        assert_eq!(Envelope::decode_on_channel(&frame, 1, 2, Vec::new()).unwrap().0, env);
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub struct LoggedEndpoint {
     pub(super) incoming_dets: Vec<Determinant>,
     pub(super) stats: LogStats,
     pub(super) send_buf: Vec<u8>,
+    /// Whether messages go with the short envelope when nothing is piggybacked: not when the
+    /// protocol logs received frames, which are read apart from their channel.
+    pub(super) short_envelopes: bool,
     /// Registered buffers large frames are written and sent from.
     pub(super) frames: FramePool,
     /// Registered regions receives are posted into.
@@ -172,6 +175,7 @@ impl LoggedEndpoint {
         config: LogConfig,
     ) -> Self {
         let protocol = (entry.new)(&ProtocolSetup { size: job.size, config: &config });
+        let short_envelopes = !protocol.logs_frames();
         // A send log keeps large payloads in the frames they were sent from: room for it.
         let frame_pool_bytes = FRAME_POOL_BYTES + protocol.send_log().map_or(0, |_| config.send_log_limit);
         let mut endpoint = LoggedEndpoint {
@@ -196,6 +200,7 @@ impl LoggedEndpoint {
             incoming_dets: Vec::new(),
             stats: LogStats::default(),
             send_buf: Vec::new(),
+            short_envelopes,
             frames: FramePool::new(frame_pool_bytes),
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,

@@ -225,8 +225,12 @@ impl LoggedEndpoint {
     /// Runs channel ordering on one arrival; in-order messages join `ready`.
     #[inline]
     pub(super) fn accept_frame(&mut self, source: Rank, frame: FrameBytes) -> Result<()> {
-        let (envelope, payload) =
-            Envelope::decode_reusing(frame.as_slice(), std::mem::take(&mut self.incoming_dets))?;
+        let (envelope, payload) = Envelope::decode_on_channel(
+            frame.as_slice(),
+            source,
+            self.rank,
+            std::mem::take(&mut self.incoming_dets),
+        )?;
         if envelope.sender != source || envelope.receiver != self.rank {
             return Err(LogError::malformed(
                 "logged message",

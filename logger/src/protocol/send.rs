@@ -135,7 +135,10 @@ impl LoggedEndpoint {
             determinants: std::mem::take(piggyback),
         };
         self.send_buf.clear();
-        let encoded = envelope.encode_header_into(payload_len, &mut self.send_buf);
+        let encoded = match self.short_envelopes {
+            true => envelope.encode_short_header_into(payload_len, &mut self.send_buf),
+            false => envelope.encode_header_into(payload_len, &mut self.send_buf),
+        };
         *piggyback = envelope.determinants;
         piggyback.clear();
         encoded
