@@ -4,16 +4,14 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::codec::{CodecError, Fixed, Reader, Sink, Writer};
 use crate::completion::{CompletionQueues, Owner};
-use crate::config::{TransportConfig, WaitMode};
+use crate::config::TransportConfig;
 use crate::error::{Result, TransportError};
 use crate::region::Region;
-
-/// Spin rounds of `Provider::wait_until` per clock read.
-const CLOCK_EVERY: u32 = 32;
+use crate::spinwait::{Idle, SpinWait};
 
 /// A process's index in the job, `0..size`.
 pub type Rank = u32;
@@ -87,8 +85,11 @@ impl Capabilities {
     pub const SYNC_RMA: Capabilities = Capabilities(1 << 7);
     /// Peers on another host can be reached.
     pub const INTER_NODE: Capabilities = Capabilities(1 << 8);
+    /// Arrived messages can be peeked at and claimed ([`Provider::peek_arrived`],
+    /// [`Provider::claim_recv_for`]).
+    pub const PEEK: Capabilities = Capabilities(1 << 9);
 
-    const NAMES: [(Capabilities, &'static str); 9] = [
+    const NAMES: [(Capabilities, &'static str); 10] = [
         (Self::PUT, "put"),
         (Self::PUT_IMM, "put_imm"),
         (Self::GET, "get"),
@@ -98,6 +99,7 @@ impl Capabilities {
         (Self::INLINE, "inline"),
         (Self::SYNC_RMA, "sync_rma"),
         (Self::INTER_NODE, "inter_node"),
+        (Self::PEEK, "peek"),
     ];
 
     /// True when every flag of `other` is set in `self`.
@@ -280,6 +282,27 @@ impl TagMatch {
     pub fn matches(self, tag: Tag) -> bool {
         tag & self.mask == self.tag & self.mask
     }
+    /// Whether some tag in reverb's own ranges ([`LIBRARY_TAG_PREFIXES`]) is accepted.
+    pub fn may_match_library_tag(self) -> bool {
+        LIBRARY_TAG_PREFIXES.iter().any(|&p| (library_tag(p, 0) ^ self.tag) & self.mask & PREFIX_MASK == 0)
+    }
+}
+
+/// The top 32 bits of the provider tags reverb's own layers send under: the logged
+/// endpoint's frames ("RVLG"), checkpoint teams ("ckpt") and logger-core hellos ("RLHE").
+/// Application messages that share a provider with them (the logged endpoint's pass-through)
+/// must neither use these tags nor receive with a match that accepts them.
+pub const LIBRARY_TAG_PREFIXES: [u32; 3] = [0x5256_4c47, 0x636b_7074, 0x524c_4845];
+const PREFIX_MASK: Tag = 0xffff_ffff_0000_0000;
+
+/// Tag `low` in the library range `prefix`.
+pub const fn library_tag(prefix: u32, low: u32) -> Tag {
+    (prefix as Tag) << 32 | low as Tag
+}
+
+/// Whether `tag` lies in one of reverb's own ranges.
+pub fn is_library_tag(tag: Tag) -> bool {
+    LIBRARY_TAG_PREFIXES.contains(&((tag >> 32) as u32))
 }
 
 /// Where a received message lands.
@@ -523,6 +546,28 @@ pub trait Provider: Send {
         buffer: RecvBuffer,
     ) -> Result<OpId>;
 
+    /// The message a receive for (`source`, `tag`) would take now, left in place, as
+    /// `MPI_Iprobe` and libfabric's `FI_PEEK` see it: (sender, tag, length). No progress is
+    /// made. Providers with [`Capabilities::PEEK`] implement it; others say `Unsupported`.
+    fn peek_arrived(&mut self, _source: Source, _tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        Err(TransportError::Unsupported(format!("{} cannot peek at arrived messages", self.kind())))
+    }
+    /// Posts a receive only if a message it takes has arrived ([`Provider::peek_arrived`]),
+    /// as libfabric's `FI_CLAIM`: Some(op), whose completion is queued already (eager) or
+    /// follows the rendezvous read; None, and nothing posted, when no such message is here.
+    fn claim_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<Option<OpId>> {
+        match self.peek_arrived(source, tag)? {
+            Some(_) => self.post_recv_for(owner, source, tag, buffer).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// [`Provider::put_for`] for [`Owner::APP`].
     fn put(&mut self, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.put_for(Owner::APP, rma, signal)
@@ -659,38 +704,35 @@ pub trait Provider: Send {
         timeout: Duration,
         ready: &mut dyn FnMut(&VecDeque<Completion>) -> bool,
     ) -> Result<()> {
-        let start = Instant::now();
-        let (mode, spin) = (self.config().wait_mode, self.config().spin);
-        let mut rounds = 0u32;
+        let mut wait = SpinWait::new(self.config(), timeout);
         loop {
             self.progress()?;
             if ready(self.completions_of(owner)) {
                 return Ok(());
             }
-            // The clock costs more than a spin round (~18 ns a read here): a spinning wait
-            // reads it every CLOCK_EVERY rounds, and on the first, so a zero timeout returns.
-            rounds = rounds.wrapping_add(1);
-            if rounds % CLOCK_EVERY != 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let elapsed = start.elapsed();
-            if elapsed >= timeout {
-                return Err(TransportError::Timeout(timeout));
-            }
-            let spinning = match mode {
-                WaitMode::Poll => true,
-                WaitMode::Event => false,
-                WaitMode::Hybrid => elapsed < spin,
-            };
-            if spinning {
-                std::hint::spin_loop();
-            } else {
-                // Asleep between reads: every round reads the clock from now on.
-                rounds = 0;
-                // Short slices keep liveness checks running while asleep.
-                self.block((timeout - elapsed).min(Duration::from_millis(10)))?;
+            if let Idle::Sleep(slice) = wait.idle()? {
+                self.block(slice)?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_tags_are_their_prefixes_and_matches_that_reach_them() {
+        assert_eq!(library_tag(0x5256_4c47, 1), 0x5256_4c47_0000_0001);
+        assert!(LIBRARY_TAG_PREFIXES.iter().all(|&p| is_library_tag(library_tag(p, 42))));
+        assert!(!is_library_tag(7) && !is_library_tag(0x5256_4c48_0000_0001));
+        // Wildcards over the top bits reach them; a pinned context outside them does not.
+        assert!(TagMatch::any().may_match_library_tag());
+        assert!(TagMatch { tag: 0, mask: 0xffff_ffff }.may_match_library_tag());
+        assert!(TagMatch::exact(library_tag(0x636b_7074, 9)).may_match_library_tag());
+        assert!(!TagMatch::exact(9).may_match_library_tag());
+        assert!(!TagMatch { tag: 5 << 32, mask: 0xffff_ffff_0000_0000 }.may_match_library_tag());
+        // A mask leaving out one flag bit still pins the rest of the prefix.
+        assert!(!TagMatch { tag: 5 << 32, mask: !(1 << 62) }.may_match_library_tag());
     }
 }

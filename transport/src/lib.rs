@@ -12,7 +12,8 @@
 //! The other modules: [`config`] (the `REVERB_*` variables and their grammar), [`error`],
 //! [`region`] (registered memory), [`recovery`] (rejoining a job after a respawn), [`nodemap`]
 //! (buddy placement), and the pieces providers share: [`msg`] (the slot header), [`tagged`] and
-//! [`tagmatch`] (tag matching and rendezvous state).
+//! [`tagmatch`] (tag matching and rendezvous state), [`spinwait`] (how a polling wait spins,
+//! sleeps and reads the clock).
 //!
 //! # Quick start
 //!
@@ -56,6 +57,7 @@ mod providers;
 pub mod recovery;
 pub mod region;
 pub mod shm;
+pub mod spinwait;
 mod subcore;
 pub mod tagged;
 pub mod tagmatch;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::advert::{Adverts, Direct, RndvStats};
-use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag};
+use crate::api::{Completion, CompletionKind, OpId, Rank, RecvBuffer, Source, Tag, TagMatch};
 use crate::completion::CompletionQueues;
 use crate::error::{Result, TransportError};
 use crate::msg::{fin, kind, SlotHeader};
@@ -251,6 +251,16 @@ impl TaggedState {
     /// The advertised path's counters.
     pub fn rndv_stats(&self) -> RndvStats {
         self.adv.stats()
+    }
+
+    /// The arrival a receive for (`source`, `tag`) would take now, left in place: its
+    /// sender, tag and length (a rendezvous announces its length).
+    #[inline]
+    pub fn peek(&self, source: Source, tag: TagMatch) -> Option<(Rank, Tag, usize)> {
+        self.matcher.peek_unexpected(source, tag).map(|a| match a {
+            Unexpected::Eager { source, tag, data } => (*source, *tag, data.len()),
+            Unexpected::Rts { source, header } => (*source, header.tag, header.len as usize),
+        })
     }
 
     /// A new receive: matched against what already arrived, else kept (and advertised to its

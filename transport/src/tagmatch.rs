@@ -87,6 +87,12 @@ impl<A: Arrival> Matcher<A> {
         self.unexpected.take(source, tag)
     }
 
+    /// The arrival `take_unexpected` would take, left in place.
+    #[inline]
+    pub fn peek_unexpected(&self, source: Source, tag: TagMatch) -> Option<&A> {
+        self.unexpected.peek(source, tag)
+    }
+
     /// The oldest posted receive that accepts a message from `source` with `tag`, if `pred`
     /// accepts it; else nothing is taken.
     pub fn take_posted_if(

@@ -310,6 +310,90 @@ fn any_source_keeps_per_sender_order_body(job: &JobInfo, boot: &mut dyn Bootstra
     boot.barrier().unwrap();
 }
 
+/// Peeking leaves an arrival in place and names it (sender, tag, length, a rendezvous's
+/// whole length); a claim takes the oldest match in arrival order and, with nothing here,
+/// posts nothing: a later message is not swallowed by it.
+#[test]
+fn peek_and_claim_take_arrivals_in_order() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("peek_and_claim_take_arrivals_in_order", 2, &[]);
+    };
+    peek_and_claim_take_arrivals_in_order_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_peek_and_claim_take_arrivals_in_order() {
+    run_threads(
+        "loopback_peek_and_claim_take_arrivals_in_order",
+        2,
+        peek_and_claim_take_arrivals_in_order_body,
+    );
+}
+
+/// Progresses `p` until `peek` finds an arrival for (`source`, `tag`), at most `WAIT`.
+fn peek_until(p: &mut dyn Provider, source: Source, tag: TagMatch) -> (u32, u64, usize) {
+    let start = Instant::now();
+    loop {
+        if let Some(found) = p.peek_arrived(source, tag).expect("peek") {
+            return found;
+        }
+        assert!(start.elapsed() < WAIT, "nothing arrived for {source:?} {tag:?}");
+        p.progress().expect("progress");
+    }
+}
+
+fn claim_owned(p: &mut dyn Provider, source: Source, tag: TagMatch, cap: usize) -> (u32, u64, Vec<u8>) {
+    let op = p.claim_recv_for(Owner::APP, source, tag, RecvBuffer::Owned { capacity: cap }).expect("claim");
+    let op = op.expect("an arrival to claim");
+    let c = p.wait_op(op, WAIT).expect("claimed completion").into_result().expect("claim ok");
+    match c.kind {
+        CompletionKind::Recv { source, tag, data: Some(data), .. } => (source, tag, data),
+        other => panic!("unexpected completion {other:?}"),
+    }
+}
+
+fn peek_and_claim_take_arrivals_in_order_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    assert!(p.capabilities().contains(reverb_transport::Capabilities::PEEK), "{} cannot peek", p.kind());
+    const BIG: usize = 1 << 20;
+    if job.rank == 0 {
+        let ops = [
+            p.send(1, 5, b"first").unwrap(),
+            p.send(1, 6, b"second").unwrap(),
+            p.send(1, 5, &pattern(5, BIG)).unwrap(),
+        ];
+        boot.barrier().unwrap();
+        for op in ops {
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+        boot.barrier().unwrap();
+        p.send(1, 7, b"late").unwrap();
+    } else {
+        boot.barrier().unwrap();
+        assert_eq!(peek_until(p, Source::Rank(0), TagMatch::exact(5)), (0, 5, 5));
+        // Peeking twice sees the same message; a tag nothing carries sees nothing.
+        assert_eq!(p.peek_arrived(Source::Any, TagMatch::exact(5)).unwrap(), Some((0, 5, 5)));
+        assert_eq!(p.peek_arrived(Source::Any, TagMatch::exact(7)).unwrap(), None);
+        let nothing = p.claim_recv_for(
+            Owner::APP,
+            Source::Rank(0),
+            TagMatch::exact(7),
+            RecvBuffer::Owned { capacity: 64 },
+        );
+        assert_eq!(nothing.unwrap(), None);
+        assert_eq!(claim_owned(p, Source::Rank(0), TagMatch::exact(5), 64), (0, 5, b"first".to_vec()));
+        // The rendezvous is announced with its whole length, read once claimed.
+        assert_eq!(peek_until(p, Source::Rank(0), TagMatch::exact(5)), (0, 5, BIG));
+        let (_, _, data) = claim_owned(p, Source::Rank(0), TagMatch::exact(5), BIG);
+        assert!(data == pattern(5, BIG), "rendezvous payload differs");
+        assert_eq!(claim_owned(p, Source::Any, TagMatch::any(), 64), (0, 6, b"second".to_vec()));
+        boot.barrier().unwrap();
+        // The claim that found nothing left no receive behind: "late" waits to be peeked.
+        assert_eq!(peek_until(p, Source::Any, TagMatch::any()), (0, 7, 4));
+        assert_eq!(claim_owned(p, Source::Rank(0), TagMatch::exact(7), 64), (0, 7, b"late".to_vec()));
+    }
+    boot.barrier().unwrap();
+}
+
 #[test]
 fn rma_errors_leave_target_untouched() {
     let Some((job, mut boot, mut p)) = child() else {

@@ -241,6 +241,10 @@ impl Provider for AutoProvider {
 
     /// Posted to the shared matcher; a rendezvous it pairs with at once is fetched by the
     /// sub-provider that carried the announcement.
+    fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        Ok(tagged::lock_shared(&self.tagged).peek(source, tag))
+    }
+
     fn post_recv_for(
         &mut self,
         owner: Owner,

@@ -297,6 +297,7 @@ impl Provider for LoopbackProvider {
             | Capabilities::RNDV_ZCOPY
             | Capabilities::EVENT_WAIT
             | Capabilities::SYNC_RMA
+            | Capabilities::PEEK
     }
 
     fn rank(&self) -> Rank {
@@ -400,6 +401,10 @@ impl Provider for LoopbackProvider {
     }
 
     #[inline(always)]
+    fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        Ok(self.tagged.peek(source, tag))
+    }
+
     fn post_recv_for(
         &mut self,
         owner: Owner,

@@ -607,6 +607,7 @@ impl Provider for ShmProvider {
             | Capabilities::RNDV_ZCOPY
             | Capabilities::EVENT_WAIT
             | Capabilities::SYNC_RMA
+            | Capabilities::PEEK
     }
 
     fn rank(&self) -> Rank {
@@ -689,6 +690,10 @@ impl Provider for ShmProvider {
     ) -> Result<OpId> {
         self.live_peer(dest)?;
         self.start_send(owner, dest, tag, region, offset, len)
+    }
+
+    fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        Ok(self.tagged.with(|t| t.peek(source, tag)))
     }
 
     #[inline(always)]

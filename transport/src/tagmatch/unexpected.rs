@@ -44,6 +44,26 @@ impl<A: Arrival> Unexpected<A> {
         self.indexed.len() > 0
     }
 
+    /// The oldest arrival a receive for (`source`, `tag`) accepts, left in place.
+    #[inline(always)]
+    pub(super) fn peek(&self, source: Source, tag: TagMatch) -> Option<&A> {
+        if !self.scan.is_empty() {
+            return self.scan.iter().find(|a| source.matches(a.source()) && tag.matches(a.tag()));
+        }
+        if self.indexed.len() == 0 {
+            return None;
+        }
+        self.peek_indexed(source, tag)
+    }
+
+    fn peek_indexed(&self, source: Source, tag: TagMatch) -> Option<&A> {
+        let key = match exact_key(source, tag) {
+            Some(key) => key,
+            None => self.indexed.oldest_key(|(r, t)| source.matches(r) && tag.matches(t))?,
+        };
+        self.indexed.front(key)
+    }
+
     /// Takes the oldest arrival a receive for (`source`, `tag`) accepts.
     /// Always inlined, as `push`: the scanned path is a few instructions, about what the call
     /// and its register saves cost (LLVM left it out of line in `TaggedState::post`).

@@ -285,6 +285,7 @@ impl Provider for TcpProvider {
             | Capabilities::TAGGED
             | Capabilities::EVENT_WAIT
             | Capabilities::INTER_NODE
+            | Capabilities::PEEK
     }
 
     fn rank(&self) -> Rank {
@@ -329,6 +330,10 @@ impl Provider for TcpProvider {
         len: usize,
     ) -> Result<OpId> {
         self.with(|c| c.send_region_for(owner, dest, tag, region, offset, len))
+    }
+
+    fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        self.with(|c| Ok(c.tagged.with(|t| t.peek(source, tag))))
     }
 
     fn post_recv_for(

@@ -726,7 +726,8 @@ impl Provider for VerbsProvider {
             | Capabilities::GET
             | Capabilities::TAGGED
             | Capabilities::RNDV_ZCOPY
-            | Capabilities::INTER_NODE;
+            | Capabilities::INTER_NODE
+            | Capabilities::PEEK;
         if self.cq.has_channel() {
             caps = caps | Capabilities::EVENT_WAIT;
         }
@@ -813,6 +814,10 @@ impl Provider for VerbsProvider {
     }
 
     #[inline(always)]
+    fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        Ok(self.tagged.with(|t| t.peek(source, tag)))
+    }
+
     fn post_recv_for(
         &mut self,
         owner: Owner,
