@@ -13,7 +13,7 @@ use reverb_transport::{
 use crate::error::CkptError;
 use crate::image::Epoch;
 
-const TAG_BASE: Tag = 0x636b_7074_0000_0000; // "ckpt"
+const TAG_BASE: Tag = reverb_transport::api::library_tag(reverb_transport::api::LIBRARY_TAG_PREFIXES[1], 0); // "ckpt"
 const ARRIVE: u64 = 1;
 const RELEASE: u64 = 2;
 const MSG_LEN: usize = 24;

@@ -1,14 +1,18 @@
 //! `LoggedEndpoint::try_new` over the loopback provider (ranks as threads): a setup that fails
 //! hands the provider back with the error, still connected and usable, which is what a
-//! recovery inside `Runtime::init` needs; a setup that succeeds keeps it.
+//! recovery inside `Runtime::init` needs; a setup that succeeds keeps it. With logging off the
+//! endpoint goes pass-through: the provider's own matching, per-tag order, no receive left
+//! behind by a wait that timed out, and reverb's own tags refused.
 
 use std::time::Duration;
 
 use reverb_logger::error::LogError;
+use reverb_logger::protocol::LOGGED_MESSAGE_TAG;
 use reverb_logger::{LogConfig, LogMode, LogUnit, LoggedEndpoint, SetupFailed};
 use reverb_transport::loopback::InProcBootstrap;
 use reverb_transport::{
     Bootstrap, CompletionKind, Provider, ProviderKind, RecvBuffer, Source, TagMatch, TransportConfig,
+    TransportError,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -78,8 +82,67 @@ fn a_successful_setup_keeps_the_provider_for_every_protocol() {
             let mut endpoint = LoggedEndpoint::try_new(provider, &mut boot, config.clone())
                 .unwrap_or_else(|failed| panic!("{mode}: rank {me}: {}", failed.error));
             assert_eq!(endpoint.provider().rank(), me);
+            // Only a protocol that keeps no channel state leaves messages to the provider.
+            assert_eq!(endpoint.is_pass_through(), mode == LogMode::NONE, "{mode}");
             boot.barrier().expect("barrier");
         });
         assert_eq!(ranks.len(), 2, "{mode}");
     }
+}
+
+#[test]
+fn pass_through_keeps_order_per_tag_and_leaves_nothing_posted() {
+    let config = LogConfig { mode: LogMode::NONE, ..LogConfig::default() };
+    on_ranks("passthrough-order", 2, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        if me == 0 {
+            for (tag, payload) in [(1, &b"one"[..]), (2, b"two"), (1, b"three")] {
+                endpoint.send(1, tag, payload).expect("send");
+            }
+            boot.barrier().expect("sent");
+            boot.barrier().expect("timed out");
+            endpoint.send(1, 3, b"late").expect("send late");
+        } else {
+            boot.barrier().expect("sent");
+            let from0 = Source::Rank(0);
+            let probed = (0..100_000).find_map(|_| endpoint.probe(from0, TagMatch::exact(1)).expect("probe"));
+            assert_eq!(probed, Some((0, 1, 3)));
+            // A later tag first, then tag 1's two messages in their order.
+            let take = |e: &mut LoggedEndpoint, tag| e.recv(from0, TagMatch::exact(tag), WAIT).expect("recv");
+            assert_eq!(take(&mut endpoint, 2).payload, b"two");
+            let first = take(&mut endpoint, 1);
+            assert_eq!((first.payload.as_slice(), first.ssn, first.determinant), (&b"one"[..], 0, None));
+            assert_eq!(take(&mut endpoint, 1).payload, b"three");
+            assert!(endpoint.recv_collected(from0, TagMatch::exact(1)).expect("collected").is_none());
+            let waited = endpoint.recv(from0, TagMatch::exact(3), Duration::from_millis(20));
+            assert!(matches!(waited, Err(LogError::Transport(TransportError::Timeout(_)))), "{waited:?}");
+            boot.barrier().expect("timed out");
+            // The receive that timed out left nothing posted to swallow this one.
+            let late =
+                (0..100_000).find_map(|_| endpoint.probe(Source::Any, TagMatch::exact(3)).expect("probe"));
+            assert_eq!(late, Some((0, 3, 4)));
+            assert_eq!(take(&mut endpoint, 3).payload, b"late");
+        }
+        boot.barrier().expect("done");
+    });
+}
+
+#[test]
+fn pass_through_refuses_reverb_tags() {
+    let config = LogConfig { mode: LogMode::NONE, ..LogConfig::default() };
+    on_ranks("passthrough-tags", 2, |mut boot, provider| {
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        let refused = |r: Result<(), LogError>| match r {
+            Err(LogError::InvalidArgument(why)) => assert!(why.contains("reverb's own tags"), "{why}"),
+            other => panic!("not refused: {other:?}"),
+        };
+        refused(endpoint.send(1 - boot.job().rank, LOGGED_MESSAGE_TAG, b"x"));
+        refused(endpoint.recv(Source::Any, TagMatch::any(), WAIT).map(drop));
+        refused(endpoint.probe(Source::Any, TagMatch { tag: LOGGED_MESSAGE_TAG, mask: !0xffff }).map(drop));
+        // A match that pins tag bits outside reverb's ranges is fine.
+        let mpi_like = TagMatch { tag: 5 << 32, mask: 0xffff_ffff_0000_0000 };
+        assert!(endpoint.recv_collected(Source::Any, mpi_like).expect("allowed").is_none());
+        boot.barrier().expect("done");
+    });
 }

@@ -7,7 +7,8 @@ use reverb_transport::{OpId, Provider, Rank, RecvBuffer, Region, RemoteRegion, S
 use super::CoreError;
 
 /// Tag of the hello a respawned logger and each related logger trade.
-const HELLO_TAG: Tag = 0x524c_4845_4c4c_4f00;
+const HELLO_TAG: Tag =
+    reverb_transport::api::library_tag(reverb_transport::api::LIBRARY_TAG_PREFIXES[2], 0x4c4c_4f00);
 const HELLO_MAGIC: u32 = 0x4c48_4c52; // "RLHL"
 const HELLO_VERSION: u16 = 1;
 const HELLO_MAX: usize = 256;

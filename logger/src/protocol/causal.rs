@@ -30,6 +30,7 @@ pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
     mode: LogMode::CAUSAL,
     uses_buddy_log: true,
     sender_logs_payloads: true,
+    frames_messages: true,
     new: |setup: &ProtocolSetup<'_>| Box::new(Causal::new(setup)),
 };
 

@@ -14,11 +14,13 @@ pub struct Delivery {
     pub source: Rank,
     pub tag: Tag,
     pub payload: Vec<u8>,
-    /// The message's number on its (source → this rank) channel.
+    /// The message's number on its (source → this rank) channel; 0 when logging is off and
+    /// messages go pass-through (`passthrough.rs`: no channel numbers).
     pub ssn: Ssn,
     /// This delivery's number among all of this rank's deliveries.
     pub rsn: Rsn,
-    /// Set for wildcard receives only: deterministic ones replay without it.
+    /// Set for wildcard receives only: deterministic ones replay without it. Never set
+    /// pass-through, where nothing is logged.
     pub determinant: Option<Determinant>,
 }
 
@@ -31,11 +33,11 @@ pub struct Delivery {
 pub struct DeliveredFrame {
     pub source: Rank,
     pub tag: Tag,
-    /// The message's number on its (source → this rank) channel.
+    /// As [`Delivery::ssn`].
     pub ssn: Ssn,
     /// This delivery's number among all of this rank's deliveries.
     pub rsn: Rsn,
-    /// Set for wildcard receives only: deterministic ones replay without it.
+    /// As [`Delivery::determinant`].
     pub determinant: Option<Determinant>,
     pub(super) frame: FrameBytes,
     /// Where the payload starts in `frame` (the envelope's length); at most its length.

@@ -79,6 +79,8 @@ pub struct LoggedEndpoint {
     /// Whether messages go with the short envelope when nothing is piggybacked: not when the
     /// protocol logs received frames, which are read apart from their channel.
     pub(super) short_envelopes: bool,
+    /// Messages go as the provider's own, with no envelope (`passthrough.rs`).
+    pub(super) pass_through: bool,
     /// Registered buffers large frames are written and sent from.
     pub(super) frames: FramePool,
     /// Registered regions receives are posted into.
@@ -176,6 +178,7 @@ impl LoggedEndpoint {
     ) -> Self {
         let protocol = (entry.new)(&ProtocolSetup { size: job.size, config: &config });
         let short_envelopes = !protocol.logs_frames();
+        let pass_through = super::passthrough::applies(entry.frames_messages, &*provider);
         // A send log keeps large payloads in the frames they were sent from: room for it.
         let frame_pool_bytes = FRAME_POOL_BYTES + protocol.send_log().map_or(0, |_| config.send_log_limit);
         let mut endpoint = LoggedEndpoint {
@@ -201,6 +204,7 @@ impl LoggedEndpoint {
             stats: LogStats::default(),
             send_buf: Vec::new(),
             short_envelopes,
+            pass_through,
             frames: FramePool::new(frame_pool_bytes),
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,
@@ -215,7 +219,7 @@ impl LoggedEndpoint {
 
     /// Posts the receives and attaches the node logger core, if one runs.
     fn finish_setup(&mut self) -> Result<()> {
-        while self.posted.len() < POSTED_RECEIVES {
+        while !self.pass_through && self.posted.len() < POSTED_RECEIVES {
             self.post_receive()?;
         }
         if registry::entry(self.config.mode).is_some_and(|e| e.uses_buddy_log) {
@@ -282,6 +286,12 @@ impl LoggedEndpoint {
 
     pub fn mode(&self) -> LogMode {
         self.config.mode
+    }
+
+    /// Whether messages go as the provider's own, with no envelope (logging off, on a
+    /// provider that can peek at arrivals: `passthrough.rs`).
+    pub fn is_pass_through(&self) -> bool {
+        self.pass_through
     }
 
     /// The failure unit this endpoint logs for.

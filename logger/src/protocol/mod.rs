@@ -77,6 +77,7 @@ mod delivery;
 mod endpoint;
 mod gc;
 mod none;
+mod passthrough;
 mod pessimistic_rb;
 mod pessimistic_sb;
 mod receive;
@@ -97,7 +98,8 @@ pub use rings::{DeterminantSink, HostedRing};
 use rings::BuddyLog;
 
 /// Provider tag of every enveloped application message ("RVLG").
-pub const LOGGED_MESSAGE_TAG: Tag = 0x5256_4c47_0000_0001;
+pub const LOGGED_MESSAGE_TAG: Tag =
+    reverb_transport::api::library_tag(reverb_transport::api::LIBRARY_TAG_PREFIXES[0], 1);
 
 /// What a protocol hook may use of the endpoint: the logging machinery every protocol
 /// shares (borrowed field by field, so building one costs a few pointer copies).

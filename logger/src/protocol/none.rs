@@ -17,6 +17,7 @@ pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
     mode: LogMode::NONE,
     uses_buddy_log: false,
     sender_logs_payloads: false,
+    frames_messages: false,
     new: |_: &ProtocolSetup<'_>| Box::new(NoLogging),
 };
 

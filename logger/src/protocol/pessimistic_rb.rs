@@ -22,6 +22,7 @@ pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
     mode: LogMode::PESSIMISTIC_RB,
     uses_buddy_log: true,
     sender_logs_payloads: false,
+    frames_messages: true,
     new: |setup: &ProtocolSetup<'_>| Box::new(ReceiverBased::new(setup)),
 };
 

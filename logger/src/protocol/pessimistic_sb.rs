@@ -25,6 +25,7 @@ pub(super) const ENTRY: ProtocolEntry = ProtocolEntry {
     mode: LogMode::PESSIMISTIC_SB,
     uses_buddy_log: true,
     sender_logs_payloads: true,
+    frames_messages: true,
     new: |setup: &ProtocolSetup<'_>| Box::new(SenderBased::new(setup)),
 };
 

@@ -61,6 +61,9 @@ impl LoggedEndpoint {
         tag: TagMatch,
         timeout: Duration,
     ) -> Result<DeliveredFrame> {
+        if self.pass_through {
+            return self.recv_pass_through(source, tag, timeout);
+        }
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
         }
@@ -101,6 +104,9 @@ impl LoggedEndpoint {
     /// progressing: a layer that matches several posted receives in their order (MPI) tries
     /// them in a row against the same arrivals, so the first one posted gets the first message.
     pub fn recv_collected(&mut self, source: Source, tag: TagMatch) -> Result<Option<Delivery>> {
+        if self.pass_through {
+            return Ok(self.recv_collected_pass_through(source, tag)?.map(DeliveredFrame::into_delivery));
+        }
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
         }
@@ -115,6 +121,9 @@ impl LoggedEndpoint {
     /// (sender, tag, payload length), or None if none has arrived. During a replay a wildcard
     /// names the message its determinant names, as a receive would take.
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, u64, usize)>> {
+        if self.pass_through {
+            return self.probe_pass_through(source, tag);
+        }
         self.provider.progress()?;
         self.collect_completions()?;
         let kind = ReceiveKind::classify(source, tag);
@@ -196,7 +205,10 @@ impl LoggedEndpoint {
                         (None, _) => None,
                     };
                     self.posted.retain(|&op| op != c.op);
-                    self.post_receive()?;
+                    // Pass-through posts nothing here (its claims are waited for on the spot).
+                    if !self.pass_through {
+                        self.post_receive()?;
+                    }
                 }
                 CompletionKind::Send { .. } => {
                     self.sends_in_flight = self.sends_in_flight.saturating_sub(1);

@@ -22,6 +22,9 @@ pub(crate) struct ProtocolEntry {
     /// Whether the sender keeps the payloads, so only determinants leave the receiver (they
     /// may then go through the node logger core's determinant queue).
     pub sender_logs_payloads: bool,
+    /// Whether its messages need the envelope (ssn, incarnation) and channel ordering; without,
+    /// they go pass-through where the provider can peek (`passthrough.rs`).
+    pub frames_messages: bool,
     pub new: fn(&ProtocolSetup<'_>) -> Box<dyn LogProtocol>,
 }
 

@@ -26,6 +26,9 @@ impl LoggedEndpoint {
                 self.config.max_message
             )));
         }
+        if self.pass_through {
+            return self.send_pass_through(dest, tag, payload);
+        }
         let payload_logged = self.logs_payload_with(dest);
         let mut piggyback = std::mem::take(&mut self.piggyback);
         piggyback.clear();
