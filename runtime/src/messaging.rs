@@ -1,6 +1,6 @@
 //! Point-to-point messages: a send or receive that meets a failure recovers it and goes on.
 
-use std::time::Instant;
+use std::time::Duration;
 
 use reverb_logger::error::LogError;
 use reverb_transport::{Rank, Source, Tag, TagMatch, TransportError};
@@ -89,7 +89,9 @@ impl Runtime {
     }
 
     pub(super) fn recv(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
-        let mut start = Instant::now();
+        // Idle time since the call or the last recovery, counted in slices that each waited
+        // at least `slice`: no clock read on a receive that finds its message.
+        let mut waited = Duration::ZERO;
         loop {
             let slice = self.config.detect_interval;
             let got = self.endpoint()?.recv(source, tag, slice);
@@ -99,9 +101,10 @@ impl Runtime {
                     return Ok(Message { source: d.source, tag: d.tag, payload: d.payload });
                 }
                 Err(LogError::Transport(TransportError::Timeout(_))) => {
+                    waited += slice;
                     if self.check_failures()? {
-                        start = Instant::now();
-                    } else if start.elapsed() > self.config.recv_timeout {
+                        waited = Duration::ZERO;
+                    } else if waited > self.config.recv_timeout {
                         return Err(RuntimeError::Timeout {
                             what: format!("rank {} receiving {source:?} tag {:#x}", self.rank, tag.tag),
                             after: self.config.recv_timeout,
@@ -109,7 +112,7 @@ impl Runtime {
                     }
                 }
                 Err(e) => match dead_peer_in(&e) {
-                    Some(p) if self.stale_failure(p) || self.failure_explains()? => start = Instant::now(),
+                    Some(p) if self.stale_failure(p) || self.failure_explains()? => waited = Duration::ZERO,
                     _ => return Err(e.into()),
                 },
             }
