@@ -4,6 +4,8 @@
 use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 
+use smallvec::{smallvec, SmallVec};
+
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
@@ -61,6 +63,10 @@ impl Elem {
     }
 }
 
+/// A type's data runs: inline for the predefined types (one run, two for value-index pairs),
+/// so looking one up per call allocates nothing.
+pub type Blocks = SmallVec<[(isize, usize); 2]>;
+
 #[derive(Debug, Clone)]
 pub struct Datatype {
     /// Bytes of data in one element.
@@ -68,7 +74,7 @@ pub struct Datatype {
     pub lb: isize,
     pub extent: isize,
     /// The data of one element: (offset from its start, length) runs, in order.
-    pub blocks: Vec<(isize, usize)>,
+    pub blocks: Blocks,
     /// The kind of every basic element in it, when all are one kind.
     pub elem: Elem,
     pub committed: bool,
@@ -102,7 +108,7 @@ fn elem_of(h: c_int) -> Elem {
 
 impl Datatype {
     fn contiguous_bytes(size: usize, elem: Elem) -> Datatype {
-        Datatype { size, lb: 0, extent: size as isize, blocks: vec![(0, size)], elem, committed: true }
+        Datatype { size, lb: 0, extent: size as isize, blocks: smallvec![(0, size)], elem, committed: true }
     }
 
     /// A predefined datatype named by its handle.
@@ -113,9 +119,9 @@ impl Datatype {
             lb: 0,
             extent: extent as isize,
             blocks: if index_at == value_size {
-                vec![(0, value_size + 4)]
+                smallvec![(0, value_size + 4)]
             } else {
-                vec![(0, value_size), (index_at as isize, 4)]
+                smallvec![(0, value_size), (index_at as isize, 4)]
             },
             // Reductions see packed bytes: the index right after the value.
             elem: Elem::Pair(value, value_size),
@@ -127,7 +133,7 @@ impl Datatype {
             MPI_LONG_INT => return Some(pair(PairValue::I64, 8, 8, 16)),
             MPI_SHORT_INT => return Some(pair(PairValue::I16, 2, 4, 8)),
             MPI_LONG_DOUBLE_INT => {
-                let blocks = vec![(0, 16), (16, 4)];
+                let blocks = smallvec![(0, 16), (16, 4)];
                 return Some(Datatype {
                     size: 20,
                     lb: 0,
@@ -217,7 +223,7 @@ pub fn offset(buf: *const c_void, off: isize) -> *const c_void {
 
 fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) -> Datatype {
     let size = blocks.iter().map(|b| b.1).sum();
-    Datatype { size, lb, extent, blocks, elem, committed: false }
+    Datatype { size, lb, extent, blocks: Blocks::from_vec(blocks), elem, committed: false }
 }
 
 /// `count` copies of `old`, one extent apart.

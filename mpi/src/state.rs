@@ -200,9 +200,11 @@ impl State {
     }
 
     pub fn datatype(&self, h: c_int) -> MpiResult<Datatype> {
-        if let Some(t) = self.types.get(h) {
-            return Ok(t.clone());
+        // Predefined first: built from the handle, no map lookup (the per-message case).
+        if let Some(t) = Datatype::builtin(h) {
+            return Ok(t);
         }
-        Datatype::builtin(h).ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
+        let t = self.types.get(h).cloned();
+        t.ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
     }
 }
