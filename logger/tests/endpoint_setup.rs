@@ -146,3 +146,21 @@ fn pass_through_refuses_reverb_tags() {
         boot.barrier().expect("done");
     });
 }
+
+#[test]
+fn pass_through_can_be_turned_off() {
+    let config = LogConfig { mode: LogMode::NONE, pass_through: false, ..LogConfig::default() };
+    on_ranks("passthrough-off", 2, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        assert!(!endpoint.is_pass_through());
+        // Enveloped traffic takes any tag, reverb's own ranges included.
+        if me == 0 {
+            endpoint.send(1, LOGGED_MESSAGE_TAG, b"framed").expect("send");
+        } else {
+            let d = endpoint.recv(Source::Rank(0), TagMatch::exact(LOGGED_MESSAGE_TAG), WAIT).expect("recv");
+            assert_eq!((d.payload.as_slice(), d.ssn), (&b"framed"[..], 1));
+        }
+        boot.barrier().expect("done");
+    });
+}

@@ -144,6 +144,9 @@ pub struct LogConfig {
     pub provider_tag: Tag,
     /// The teams of `LogUnit::Team` (`REVERB_LOG_TEAMS`, which also sets the unit).
     pub teams: Option<Teams>,
+    /// With logging off, messages go as the provider's own where it can peek
+    /// (`REVERB_LOG_PASS_THROUGH`, on by default; off keeps the envelopes, for comparison).
+    pub pass_through: bool,
 }
 
 impl Default for LogConfig {
@@ -160,6 +163,7 @@ impl Default for LogConfig {
             max_unstable: 1 << 16,
             provider_tag: LOGGED_MESSAGE_TAG,
             teams: None,
+            pass_through: true,
         }
     }
 }
@@ -196,6 +200,9 @@ impl LogConfig {
             if let Some(n) = env.int(name)? {
                 *field = n;
             }
+        }
+        if let Some(on) = env.bool("REVERB_LOG_PASS_THROUGH")? {
+            cfg.pass_through = on;
         }
         if let Some(timeout) = env.positive_duration("REVERB_LOG_DURABLE_TIMEOUT_MS")? {
             cfg.durable_timeout = timeout;

@@ -178,7 +178,7 @@ impl LoggedEndpoint {
     ) -> Self {
         let protocol = (entry.new)(&ProtocolSetup { size: job.size, config: &config });
         let short_envelopes = !protocol.logs_frames();
-        let pass_through = super::passthrough::applies(entry.frames_messages, &*provider);
+        let pass_through = super::passthrough::applies(entry.frames_messages, &config, &*provider);
         // A send log keeps large payloads in the frames they were sent from: room for it.
         let frame_pool_bytes = FRAME_POOL_BYTES + protocol.send_log().map_or(0, |_| config.send_log_limit);
         let mut endpoint = LoggedEndpoint {

@@ -20,7 +20,7 @@ use reverb_transport::{
 };
 
 use super::delivery::DeliveredFrame;
-use super::LoggedEndpoint;
+use super::{LogConfig, LoggedEndpoint};
 use crate::error::{LogError, Result};
 use crate::framepool::{FrameBytes, COPY_OUT_MAX};
 use crate::stats::{LogStats, ReceiveKind};
@@ -31,17 +31,21 @@ const FETCH_BOUND: Duration = Duration::from_secs(30);
 
 /// Whether an endpoint of a protocol that needs envelopes or not (`frames_messages`) goes
 /// pass-through on `provider`.
-pub(super) fn applies(frames_messages: bool, provider: &dyn Provider) -> bool {
-    !frames_messages && provider.capabilities().contains(Capabilities::PEEK)
+pub(super) fn applies(frames_messages: bool, config: &LogConfig, provider: &dyn Provider) -> bool {
+    !frames_messages && config.pass_through && provider.capabilities().contains(Capabilities::PEEK)
 }
 
 impl LoggedEndpoint {
-    /// `send`, pass-through: the provider copies `payload` (or stages a large one).
+    /// `send`, pass-through: the provider copies a small `payload`; a large one is written
+    /// into the endpoint's frame pool, which the peer reads (the provider's own staging pool
+    /// is sized for a few messages in flight, not an MPI window of them).
     pub(super) fn send_pass_through(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
         if is_library_tag(tag) {
             return Err(reserved(format!("tag {tag:#x}")));
         }
-        self.provider.send_for(self.owner, dest, tag, payload)?;
+        self.send_buf.clear();
+        let framed = self.frame_in_pool(payload)?;
+        self.send_frame(dest, tag, framed, payload)?;
         self.sends_in_flight += 1;
         self.comm.record_app(dest, payload.len() as u64, 0)?;
         LogStats::bump(&self.stats.messages_sent, 1);

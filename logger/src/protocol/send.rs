@@ -61,7 +61,7 @@ impl LoggedEndpoint {
         };
         self.protocol.log_send(&msg, &self.stats)?;
         let overhead = self.send_buf.len() as u64;
-        self.send_frame(dest, framed, payload)?;
+        self.send_frame(dest, self.config.provider_tag, framed, payload)?;
         self.sends_in_flight += 1;
         self.comm.record_app(dest, payload.len() as u64, overhead)?;
         LogStats::bump(&self.stats.library_bytes_sent, overhead);
@@ -88,7 +88,7 @@ impl LoggedEndpoint {
     /// Above the rendezvous threshold, writes the frame (the envelope in `send_buf`, then
     /// `payload`) once into a pooled registered buffer and returns its index; `None` below
     /// the threshold or with the pool in use or unavailable.
-    fn frame_in_pool(&mut self, payload: &[u8]) -> Result<Option<usize>> {
+    pub(super) fn frame_in_pool(&mut self, payload: &[u8]) -> Result<Option<usize>> {
         let len = self.send_buf.len() + payload.len();
         if len <= self.provider.config().rndv_thresh {
             return Ok(None);
@@ -101,10 +101,16 @@ impl LoggedEndpoint {
         Ok(Some(i))
     }
 
-    /// Sends the frame: from pooled buffer `framed`, which the peer reads in place, else
-    /// with `payload` joining the envelope in `send_buf` and the provider copying it.
-    fn send_frame(&mut self, dest: Rank, framed: Option<usize>, payload: &[u8]) -> Result<()> {
-        let tag = self.config.provider_tag;
+    /// Sends the frame under provider tag `tag`: from pooled buffer `framed`, which the peer
+    /// reads in place, else with `payload` joining the envelope in `send_buf` (if any: a
+    /// pass-through message has none) and the provider copying it.
+    pub(super) fn send_frame(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        framed: Option<usize>,
+        payload: &[u8],
+    ) -> Result<()> {
         if let Some(i) = framed {
             if let Some(region) = self.frames.region(i) {
                 let len = self.send_buf.len() + payload.len();
@@ -112,6 +118,10 @@ impl LoggedEndpoint {
                 self.frames.mark_busy(i, op);
                 return Ok(());
             }
+        }
+        if self.send_buf.is_empty() {
+            self.provider.send_for(self.owner, dest, tag, payload)?;
+            return Ok(());
         }
         self.send_buf.extend_from_slice(payload);
         self.provider.send_for(self.owner, dest, tag, &self.send_buf)?;

@@ -193,6 +193,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_LOG_SEND_LOG_BYTES", "256m", Logger, User, "size", "bytes of sender-based payload log kept before a checkpoint empties it"),
     var("REVERB_LOG_DET_LOG_ENTRIES", "1048576", Logger, User, "int", "determinants kept in the determinant log; a checkpoint empties it"),
     var("REVERB_LOG_MAX_UNSTABLE", "65536", Logger, User, "int", "unstable determinants before the protocol pushes back"),
+    var("REVERB_LOG_PASS_THROUGH", "1", Logger, User, "bool", "with REVERB_LOG=none, messages go as the provider's own (no envelope) where it can peek; 0 keeps the envelopes"),
     var("REVERB_LOG_DURABLE_TIMEOUT_MS", "10000", Logger, User, "ms", "bound on waiting for a log write to become durable (> 0)"),
     // logger cores (one per node, started by reverb run --logger)
     var("REVERB_LOGGER", "off", LoggerCore, User, "off|none|dedicated|shared-pinned|shared-unpinned", "logger core placement (reverb run --logger); logger cores idle by it"),
