@@ -58,7 +58,7 @@ impl Group {
         } else {
             s.rt.recv_matching(source, tag)?
         };
-        Ok(frag::complete(&mut s.rt, m)?.payload)
+        Ok(frag::complete(&mut s.rt, m)?.payload.into_vec())
     }
 
     pub(crate) fn check_root(&self, root: c_int) -> MpiResult<usize> {
@@ -807,7 +807,7 @@ fn alltoallw(
             std::mem::take(&mut own)
         } else {
             let m = s.rt.recv_matching(Source::Rank(peers[j]), tags::coll_match(context))?;
-            frag::complete(&mut s.rt, m)?.payload
+            frag::complete(&mut s.rt, m)?.payload.into_vec()
         };
         rt[j].unpack(&bytes, offset(recvbuf, rd[j]).cast_mut(), rc[j])?;
     }

@@ -46,7 +46,7 @@ pub fn complete(rt: &mut Runtime, mut msg: Message) -> MpiResult<Message> {
         let piece = rt.recv_matching(Source::Rank(msg.source), more)?;
         whole.extend_from_slice(&piece.payload);
     }
-    msg.payload = whole;
+    msg.payload = whole.into();
     msg.tag &= !(u64::from(tags::BIG) << 32);
     Ok(msg)
 }

@@ -38,7 +38,7 @@ impl Inter {
 
     fn recv_remote(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
         let m = s.rt.recv_matching(Source::Rank(self.remote[from]), tags::coll_match(self.local.context))?;
-        Ok(frag::complete(&mut s.rt, m)?.payload)
+        Ok(frag::complete(&mut s.rt, m)?.payload.into_vec())
     }
 
     /// The leaders swap `mine` for the other group's; every member gets the other group's.
@@ -111,7 +111,7 @@ pub extern "C" fn MPI_Intercomm_create(
             let (peer_context, other) = (peer.context, peer.world_of(remote_leader)?);
             frag::send(&mut s.rt, other, tags::tag(peer_context, 0, tag), &mine)?;
             let m = s.rt.recv_matching(Source::Rank(other), tags::p2p_match(peer_context, tag))?;
-            frag::complete(&mut s.rt, m)?.payload
+            frag::complete(&mut s.rt, m)?.payload.into_vec()
         } else {
             Vec::new()
         };

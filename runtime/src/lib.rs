@@ -109,6 +109,7 @@ mod init;
 mod initboot;
 pub mod logger_core;
 mod messaging;
+mod payload;
 mod recovery;
 mod report;
 mod rounds;
@@ -127,6 +128,7 @@ pub use error::{Result, RuntimeError};
 pub use fault::{FaultPlan, InitStep};
 #[cfg(feature = "fault-injection")]
 pub use fault::{GcFault, InitFault, InitFaultAction};
+pub use payload::Payload;
 pub use report::RuntimeReport;
 
 /// Image entry ids of a runtime checkpoint.
@@ -142,8 +144,8 @@ pub struct Message {
     pub source: Rank,
     /// The tag it was sent under.
     pub tag: Tag,
-    /// Its bytes.
-    pub payload: Vec<u8>,
+    /// Its bytes, where they arrived.
+    pub payload: Payload,
 }
 
 /// One rank of a fault-tolerant job.

@@ -3,12 +3,13 @@
 use std::time::Duration;
 
 use reverb_logger::error::LogError;
+use reverb_logger::DeliveredFrame;
 use reverb_transport::{Rank, Source, Tag, TagMatch, TransportError};
 
 use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::fault::Here;
-use super::{Message, Runtime};
+use super::{Message, Payload, Runtime};
 
 impl Runtime {
     /// Sends `payload` to `dest` under `tag`. A dead destination is recovered first when
@@ -34,11 +35,11 @@ impl Runtime {
     /// A receive that does not wait: the matching message if it has arrived, else None (a
     /// failure found meanwhile is recovered first, as in `recv`).
     pub(super) fn try_recv_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
-        let got = self.endpoint()?.recv(source, tag, std::time::Duration::ZERO);
+        let got = self.endpoint()?.recv_in_place(source, tag, Duration::ZERO);
         match got {
             Ok(d) => {
                 self.note_replay()?;
-                Ok(Some(Message { source: d.source, tag: d.tag, payload: d.payload }))
+                Ok(Some(Message::from(d)))
             }
             Err(LogError::Transport(TransportError::Timeout(_))) => {
                 self.check_failures()?;
@@ -64,10 +65,10 @@ impl Runtime {
 
     /// A receive of what `poll_now` (or an earlier receive) collected; no progress.
     pub(super) fn take_collected_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
-        match self.endpoint()?.recv_collected(source, tag)? {
+        match self.endpoint()?.recv_collected_in_place(source, tag)? {
             Some(d) => {
                 self.note_replay()?;
-                Ok(Some(Message { source: d.source, tag: d.tag, payload: d.payload }))
+                Ok(Some(Message::from(d)))
             }
             None => Ok(None),
         }
@@ -94,11 +95,11 @@ impl Runtime {
         let mut waited = Duration::ZERO;
         loop {
             let slice = self.config.detect_interval;
-            let got = self.endpoint()?.recv(source, tag, slice);
+            let got = self.endpoint()?.recv_in_place(source, tag, slice);
             match got {
                 Ok(d) => {
                     self.note_replay()?;
-                    return Ok(Message { source: d.source, tag: d.tag, payload: d.payload });
+                    return Ok(Message::from(d));
                 }
                 Err(LogError::Transport(TransportError::Timeout(_))) => {
                     waited += slice;
@@ -117,5 +118,11 @@ impl Runtime {
                 },
             }
         }
+    }
+}
+
+impl From<DeliveredFrame> for Message {
+    fn from(d: DeliveredFrame) -> Message {
+        Message { source: d.source, tag: d.tag, payload: Payload::from(d) }
     }
 }

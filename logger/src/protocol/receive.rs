@@ -104,15 +104,24 @@ impl LoggedEndpoint {
     /// progressing: a layer that matches several posted receives in their order (MPI) tries
     /// them in a row against the same arrivals, so the first one posted gets the first message.
     pub fn recv_collected(&mut self, source: Source, tag: TagMatch) -> Result<Option<Delivery>> {
+        Ok(self.recv_collected_in_place(source, tag)?.map(DeliveredFrame::into_delivery))
+    }
+
+    /// `recv_collected`, handing over the frame as `recv_in_place` does.
+    pub fn recv_collected_in_place(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<Option<DeliveredFrame>> {
         if self.pass_through {
-            return Ok(self.recv_collected_pass_through(source, tag)?.map(DeliveredFrame::into_delivery));
+            return self.recv_collected_pass_through(source, tag);
         }
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
         }
         let kind = ReceiveKind::classify(source, tag);
         match self.find_ready(source, tag, kind)? {
-            Some(i) => self.deliver(i, kind).map(|d| Some(d.into_delivery())),
+            Some(i) => self.deliver(i, kind).map(Some),
             None => Ok(None),
         }
     }
