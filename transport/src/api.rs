@@ -324,6 +324,10 @@ pub enum RecvBuffer {
         /// The largest message accepted, in bytes.
         capacity: usize,
     },
+    /// Into memory the caller lends ([`crate::borrowed`]): only for
+    /// [`Provider::claim_recv_for`] on a provider with [`Capabilities::SYNC_RMA`], which
+    /// writes it before returning; everything else refuses it (`Unsupported`).
+    Borrowed(crate::borrowed::Borrowed),
 }
 
 impl RecvBuffer {
@@ -332,6 +336,7 @@ impl RecvBuffer {
     pub fn capacity(&self) -> usize {
         match self {
             RecvBuffer::Region { capacity, .. } | RecvBuffer::Owned { capacity } => *capacity,
+            RecvBuffer::Borrowed(b) => b.len(),
         }
     }
 }

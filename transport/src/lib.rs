@@ -45,6 +45,7 @@ pub mod advert;
 pub mod api;
 pub mod auto;
 pub mod bootstrap;
+pub mod borrowed;
 pub mod codec;
 pub mod completion;
 pub mod config;

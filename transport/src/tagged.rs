@@ -72,6 +72,7 @@ pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
     match buffer {
         RecvBuffer::Region { region, offset, .. } => region.write(*offset, data).map(|()| None),
         RecvBuffer::Owned { .. } => Ok(Some(data.to_vec())),
+        RecvBuffer::Borrowed(b) => b.write(0, data).map(|()| None),
     }
 }
 
@@ -98,8 +99,21 @@ pub fn recv_completion(
     }
 }
 
-/// Checks a receive before it is posted: a source inside the job, a buffer inside its region.
+/// Checks a receive before it is posted: a source inside the job, a buffer inside its region,
+/// no lent memory (a posted receive may complete at any later time).
 pub fn check_recv(source: Source, buffer: &RecvBuffer, size: u32) -> Result<()> {
+    check_claim(source, buffer, size)?;
+    if let RecvBuffer::Borrowed(_) = buffer {
+        return Err(TransportError::Unsupported(
+            "lent memory for a posted receive: only a claim on a load/store provider takes it".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `check_recv` for a claim on a load/store provider, which completes before it returns and
+/// so may take lent memory.
+pub fn check_claim(source: Source, buffer: &RecvBuffer, size: u32) -> Result<()> {
     if let Source::Rank(r) = source {
         if r >= size {
             return Err(TransportError::InvalidRank(r, size));

@@ -17,6 +17,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{child, pattern, run_job, run_ok, run_threads, Job, WAIT};
+use reverb_transport::borrowed::Borrowed;
 use reverb_transport::{
     Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer, Region,
     RemoteRegion, Rma, Signal, Source, TagMatch, TransportError,
@@ -390,6 +391,57 @@ fn peek_and_claim_take_arrivals_in_order_body(job: &JobInfo, boot: &mut dyn Boot
         // The claim that found nothing left no receive behind: "late" waits to be peeked.
         assert_eq!(peek_until(p, Source::Any, TagMatch::any()), (0, 7, 4));
         assert_eq!(claim_owned(p, Source::Rank(0), TagMatch::exact(7), 64), (0, 7, b"late".to_vec()));
+    }
+    boot.barrier().unwrap();
+}
+
+/// A claim on a load/store provider lands eager and rendezvous data straight in lent memory
+/// (the completion carries none); a posted receive refuses lent memory on every provider.
+#[test]
+fn claims_land_in_lent_memory() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("claims_land_in_lent_memory", 2, &[]);
+    };
+    claims_land_in_lent_memory_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_claims_land_in_lent_memory() {
+    run_threads("loopback_claims_land_in_lent_memory", 2, claims_land_in_lent_memory_body);
+}
+
+fn claims_land_in_lent_memory_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    const BIG: usize = 3 << 20;
+    if job.rank == 0 {
+        let ops = [p.send(1, 8, b"small").unwrap(), p.send(1, 9, &pattern(9, BIG)).unwrap()];
+        for op in ops {
+            p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        }
+    } else {
+        let mut buf = vec![0u8; BIG];
+        // SAFETY: `buf` outlives the receive, which is refused before anything is written.
+        let lent = RecvBuffer::Borrowed(unsafe { Borrowed::new(&mut buf) });
+        let posted = p.post_recv(Source::Rank(0), TagMatch::exact(8), lent);
+        assert!(matches!(posted, Err(TransportError::Unsupported(_))), "{posted:?}");
+        if p.capabilities().contains(reverb_transport::Capabilities::SYNC_RMA) {
+            for (tag, want) in [(8, b"small".to_vec()), (9, pattern(9, BIG))] {
+                peek_until(p, Source::Rank(0), TagMatch::exact(tag));
+                // SAFETY: the claim writes `buf` before it returns; nothing else touches it.
+                let lent = RecvBuffer::Borrowed(unsafe { Borrowed::new(&mut buf) });
+                let op = p.claim_recv_for(Owner::APP, Source::Rank(0), TagMatch::exact(tag), lent).unwrap();
+                let c = p.wait_op(op.expect("arrived"), WAIT).unwrap().into_result().unwrap();
+                let CompletionKind::Recv { len, data: None, .. } = c.kind else { panic!("{:?}", c.kind) };
+                assert!(
+                    len == want.len() && buf[..len] == want[..],
+                    "tag {tag}: lent memory holds the message"
+                );
+            }
+        } else {
+            for (tag, len) in [(8, 5), (9, BIG)] {
+                peek_until(p, Source::Rank(0), TagMatch::exact(tag));
+                assert_eq!(claim_owned(p, Source::Rank(0), TagMatch::exact(tag), BIG).2.len(), len);
+            }
+        }
     }
     boot.barrier().unwrap();
 }

@@ -216,6 +216,27 @@ impl LoopbackProvider {
         }
     }
 
+    /// Posts a receive checked already: what arrived (a dead peer's last words included) is
+    /// matched first, a rendezvous read at once.
+    fn post_checked(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
+        self.drain_inbox();
+        let op = self.cq.next_op(owner);
+        let dead = &self.dead;
+        let is_dead = |r: Rank| dead[r as usize];
+        let recv = PostedRecv { op, source, tag, buffer };
+        if let Some(fetch) = self.tagged.post(recv, is_dead, &mut self.cq, self.config.advert_thresh(true))? {
+            self.rndv_fetch(fetch);
+        }
+        self.send_adverts();
+        Ok(op)
+    }
+
     /// Receiver side of rendezvous: copy the sender's region, then tell it (FIN).
     fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
@@ -243,7 +264,7 @@ impl LoopbackProvider {
         // SAFETY: offset + len was checked against the owner's table; `data` holds len bytes.
         unsafe { memory.read_into(offset as usize, data.as_mut_ptr(), len) };
         match buffer {
-            RecvBuffer::Region { .. } => tagged::deliver(buffer, &data),
+            RecvBuffer::Region { .. } | RecvBuffer::Borrowed(_) => tagged::deliver(buffer, &data),
             RecvBuffer::Owned { .. } => Ok(Some(data)),
         }
     }
@@ -413,17 +434,22 @@ impl Provider for LoopbackProvider {
         buffer: RecvBuffer,
     ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
-        // What arrived already (a dead peer's last words included) is matched first.
-        self.drain_inbox();
-        let op = self.cq.next_op(owner);
-        let dead = &self.dead;
-        let is_dead = |r: Rank| dead[r as usize];
-        let recv = PostedRecv { op, source, tag, buffer };
-        if let Some(fetch) = self.tagged.post(recv, is_dead, &mut self.cq, self.config.advert_thresh(true))? {
-            self.rndv_fetch(fetch);
+        self.post_checked(owner, source, tag, buffer)
+    }
+
+    /// As shm's: a claim is complete on return (copies), so it may land in lent memory.
+    fn claim_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<Option<OpId>> {
+        tagged::check_claim(source, &buffer, self.job.size)?;
+        if self.tagged.peek(source, tag).is_none() {
+            return Ok(None);
         }
-        self.send_adverts();
-        Ok(op)
+        self.post_checked(owner, source, tag, buffer).map(Some)
     }
 
     fn rndv_stats(&self) -> RndvStats {

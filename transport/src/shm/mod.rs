@@ -705,23 +705,23 @@ impl Provider for ShmProvider {
         buffer: RecvBuffer,
     ) -> Result<OpId> {
         tagged::check_recv(source, &buffer, self.job.size)?;
-        if let Source::Rank(r) = source {
-            // What a dead peer published before dying may still sit in the FIFO: take it in
-            // before deciding that the receive can never match.
-            if self.peers[r as usize].state == PeerState::Dead {
-                self.drain_fifo();
-            }
+        self.post_checked(owner, source, tag, buffer)
+    }
+
+    /// A claim completes before it returns here (eager data is copied, a rendezvous read is
+    /// a copy too), so it may land in lent memory.
+    fn claim_recv_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<Option<OpId>> {
+        tagged::check_claim(source, &buffer, self.job.size)?;
+        if self.tagged.with(|t| t.peek(source, tag)).is_none() {
+            return Ok(None);
         }
-        let op = self.cq.next_op(owner);
-        let peers = &self.peers;
-        let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
-        let recv = PostedRecv { op, source, tag, buffer };
-        let matched = self.tagged.get().post(recv, dead, &mut self.cq, self.config.advert_thresh(false))?;
-        if let Some(fetch) = matched {
-            self.rndv_fetch(fetch);
-        }
-        self.send_adverts();
-        Ok(op)
+        self.post_checked(owner, source, tag, buffer).map(Some)
     }
 
     fn rndv_stats(&self) -> RndvStats {

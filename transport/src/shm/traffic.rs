@@ -109,6 +109,34 @@ impl ShmProvider {
         }
     }
 
+    /// Posts a receive checked already: matched against arrivals (a rendezvous read at once),
+    /// else kept.
+    pub(super) fn post_checked(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
+        if let Source::Rank(r) = source {
+            // What a dead peer published before dying may still sit in the FIFO: take it in
+            // before deciding that the receive can never match.
+            if self.peers[r as usize].state == PeerState::Dead {
+                self.drain_fifo();
+            }
+        }
+        let op = self.cq.next_op(owner);
+        let peers = &self.peers;
+        let dead = |r: Rank| peers[r as usize].state == PeerState::Dead;
+        let recv = PostedRecv { op, source, tag, buffer };
+        let matched = self.tagged.get().post(recv, dead, &mut self.cq, self.config.advert_thresh(false))?;
+        if let Some(fetch) = matched {
+            self.rndv_fetch(fetch);
+        }
+        self.send_adverts();
+        Ok(op)
+    }
+
     /// Receiver side of rendezvous: read the sender's buffer in place, then tell it (FIN).
     pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
@@ -153,6 +181,14 @@ impl ShmProvider {
                     data.set_len(len);
                 }
                 Ok(Some(data))
+            }
+            RecvBuffer::Borrowed(b) => {
+                // Straight into the application's buffer: its only copy on this side.
+                let src = self.remote_range("rendezvous read", remote, offset, len, Access::REMOTE_READ)?;
+                // SAFETY: remote_range checked offset + len against the owner's table, so the
+                // range is mapped; the sender does not touch it before our FIN.
+                let data = unsafe { std::slice::from_raw_parts(src, len) };
+                b.write(0, data).map(|()| None)
             }
         }
     }

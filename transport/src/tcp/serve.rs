@@ -196,7 +196,8 @@ impl Core {
         let len = rts.len as usize;
         let dest = match &recv.buffer {
             RecvBuffer::Region { region, offset, .. } => Dest::Region(region.clone(), *offset),
-            RecvBuffer::Owned { .. } => Dest::Owned(vec![0; len]),
+            // Lent memory never gets here (refused when posted): read as owned.
+            RecvBuffer::Owned { .. } | RecvBuffer::Borrowed(_) => Dest::Owned(vec![0; len]),
         };
         let cookie = self.cookie();
         let t = Target { cookie, key: rts.r_key, addr: rts.r_addr, offset: rts.r_offset, len: rts.len };

@@ -100,7 +100,8 @@ impl VerbsProvider {
         }
         let (region, offset, scratch) = match &recv.buffer {
             RecvBuffer::Region { region, offset, .. } => (region.clone(), *offset, None),
-            RecvBuffer::Owned { .. } => {
+            // Lent memory is refused when posted; were it here, it is read like owned.
+            RecvBuffer::Owned { .. } | RecvBuffer::Borrowed(_) => {
                 let (pd, rank, incarnation) = (&self.pd, self.job.rank, self.job.incarnation);
                 match self.scratch.take(len, |l| mr::register(pd, rank, incarnation, l.max(1), Access::LOCAL))
                 {
@@ -222,6 +223,9 @@ impl VerbsProvider {
                     let len = header.len as usize;
                     let r = match (&recv.buffer, scratch) {
                         (RecvBuffer::Owned { .. }, Some(s)) => s.to_vec(0, len).map(Some),
+                        (RecvBuffer::Borrowed(b), Some(s)) => {
+                            s.to_vec(0, len).and_then(|v| b.write(0, &v)).map(|()| None)
+                        }
                         _ => Ok(None),
                     };
                     self.send_fin(peer, &header, fin::OK);
