@@ -42,7 +42,7 @@ pub use determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 pub use envelope::Envelope;
 pub use error::{LogError, Result};
 pub use protocol::{
-    DeliveredFrame, Delivery, DeterminantSink, GcReport, LogConfig, LogMode, LogUnit, LoggedEndpoint,
-    SetupFailed,
+    DeliveredFrame, Delivery, DeterminantSink, GcReport, Landing, LogConfig, LogMode, LogUnit,
+    LoggedEndpoint, Received, SetupFailed,
 };
 pub use team::Teams;

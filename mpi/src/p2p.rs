@@ -5,12 +5,14 @@
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use reverb_runtime::Received;
 use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
 use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
+use crate::ffi;
 use crate::frag;
 use crate::request::{PendingRecv, PendingSync, Request, Status};
 use crate::state::State;
@@ -49,6 +51,21 @@ fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, 
         r => Source::Rank(c.world_of(r)?),
     };
     Ok(Some((from, tags::p2p_match(c.context, tag))))
+}
+
+/// The buffer a receive's payload may land in straight from the transport: a contiguous
+/// datatype's bytes at `buf` (None for other layouts, which are unpacked from the message).
+fn landing_of<'a>(buf: *mut c_void, count: usize, dt: &Datatype) -> MpiResult<Option<&'a mut [u8]>> {
+    if !dt.is_contiguous() || count == 0 {
+        return Ok(None);
+    }
+    ffi::bytes_mut(buf, dt.bytes_for(count)).map(Some)
+}
+
+/// Which messages land in a receive's buffer: all but the first piece of a large message,
+/// which carries the whole length before its bytes (`frag`).
+fn lands(tag: u64, _len: usize) -> bool {
+    tags::split(tag).1 & tags::BIG == 0
 }
 
 /// What a send names.
@@ -138,10 +155,15 @@ impl State {
                 continue;
             };
             let (source, tag) = (p.source, p.tag);
-            match self.rt.take_collected(source, tag)? {
-                Some(msg) => {
+            let landing = landing_of(p.buf, p.count, &p.datatype)?;
+            let taken = match landing {
+                Some(slice) => self.rt.take_collected_into(source, tag, slice, &lands)?,
+                None => self.rt.take_collected(source, tag)?.map(Received::Message),
+            };
+            match taken {
+                Some(received) => {
                     self.pending_recvs.remove(i);
-                    let status = self.deliver(h, msg)?;
+                    let status = self.deliver(h, received)?;
                     if let Some(r) = self.requests.get_mut(h) {
                         *r = Request::Done(status);
                     }
@@ -172,14 +194,48 @@ impl State {
 
     /// Puts a matched message into receive `h`'s buffer; its status. Acknowledges a
     /// synchronous send.
-    fn deliver(&mut self, h: c_int, msg: reverb_runtime::Message) -> MpiResult<Status> {
-        let msg = frag::complete(&mut self.rt, msg)?;
+    fn deliver(&mut self, h: c_int, received: Received) -> MpiResult<Status> {
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
-        let source = p.peers.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int);
+        let rank_of = |w: u32| p.peers.iter().position(|&x| x == w).map_or(MPI_ANY_SOURCE, |i| i as c_int);
+        let msg = match received {
+            Received::Landed { source: world, tag, len } => {
+                let (source, context) = (rank_of(world), p.context);
+                return self.landed_status((world, source), tag, len, context);
+            }
+            Received::Message(msg) => msg,
+        };
+        let source = rank_of(msg.source);
         let (context, buf, count, dt) = (p.context, p.buf, p.count, p.datatype.clone());
+        let msg = frag::complete(&mut self.rt, msg)?;
         self.finish_recv(&msg, context, source, buf, count, &dt)
+    }
+
+    /// The runtime's blocking receive, into `landing` where the message can land there.
+    fn receive(&mut self, source: Source, tag: TagMatch, landing: Option<&mut [u8]>) -> MpiResult<Received> {
+        Ok(match landing {
+            Some(slice) => self.rt.recv_matching_into(source, tag, slice, &lands)?,
+            None => Received::Message(self.rt.recv_matching(source, tag)?),
+        })
+    }
+
+    /// The status of a message of `len` bytes under runtime tag `tag` that landed in the
+    /// receive's buffer, from (world rank, rank in the communicator) `from`; acknowledges a
+    /// synchronous send.
+    fn landed_status(&mut self, from: (u32, c_int), tag: u64, len: usize, context: u32) -> MpiResult<Status> {
+        let (mpi_tag, flags) = tags::split(tag);
+        self.acknowledge(flags, context, mpi_tag, from.0)?;
+        Ok(Status { source: from.1, tag: mpi_tag, bytes: len, error: MPI_SUCCESS, cancelled: false })
+    }
+
+    /// Tells the sender of a synchronous send (`flags` has SYNC), world rank `to`, that its
+    /// message was received.
+    fn acknowledge(&mut self, flags: u32, context: u32, mpi_tag: c_int, to: u32) -> MpiResult<()> {
+        if flags & tags::SYNC != 0 {
+            self.rt.send(to, tags::tag(context, tags::ACK, mpi_tag), &[])?;
+        }
+        Ok(())
     }
 
     /// A whole message `msg` (from `source`, its rank in the communicator) into `count`
@@ -199,10 +255,7 @@ impl State {
         let fits = msg.payload.len() <= capacity;
         let kept = msg.payload.len().min(capacity);
         dt.unpack(&msg.payload[..kept], buf, count)?;
-        if flags & tags::SYNC != 0 {
-            let ack = tags::tag(context, tags::ACK, mpi_tag);
-            self.rt.send(msg.source, ack, &[])?;
-        }
+        self.acknowledge(flags, context, mpi_tag, msg.source)?;
         Ok(Status {
             source,
             tag: mpi_tag,
@@ -228,13 +281,22 @@ impl State {
         let c = self.comm(comm)?;
         let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
         let context = c.context;
-        let msg = self.rt.recv_matching(from, matching)?;
-        let msg = frag::complete(&mut self.rt, msg)?;
-        let source = match source {
-            MPI_ANY_SOURCE => self.comm(comm)?.rank_of_world(msg.source),
-            r => r,
+        let received = self.receive(from, matching, landing_of(buf, count, &dt)?)?;
+        let rank_of = |s: &State, w: u32| match source {
+            MPI_ANY_SOURCE => s.comm(comm).map(|c| c.rank_of_world(w)),
+            r => Ok(r),
         };
-        self.finish_recv(&msg, context, source, buf, count, &dt)
+        match received {
+            Received::Landed { source: world, tag, len } => {
+                let from = (world, rank_of(self, world)?);
+                self.landed_status(from, tag, len, context)
+            }
+            Received::Message(msg) => {
+                let msg = frag::complete(&mut self.rt, msg)?;
+                let source = rank_of(self, msg.source)?;
+                self.finish_recv(&msg, context, source, buf, count, &dt)
+            }
+        }
     }
 
     /// Receives posted and not matched, or synchronous sends not acknowledged.
@@ -309,9 +371,10 @@ impl State {
         // Alone and first in line: the runtime's own blocking receive (no polling).
         if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
-                let msg = self.rt.recv_matching(p.source, p.tag)?;
+                let landing = landing_of(p.buf, p.count, &p.datatype)?;
+                let received = self.receive(p.source, p.tag, landing)?;
                 self.pending_recvs.pop_front();
-                let status = self.deliver(h, msg)?;
+                let status = self.deliver(h, received)?;
                 self.requests.remove(h);
                 return Ok(status);
             }

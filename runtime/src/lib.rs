@@ -148,6 +148,24 @@ pub struct Message {
     pub payload: Payload,
 }
 
+/// What a receive that may land in the caller's buffer got
+/// ([`Runtime::recv_matching_into`]).
+#[derive(Debug)]
+pub enum Received {
+    /// The payload is in the caller's buffer: `len` bytes from `source` under `tag`.
+    Landed {
+        /// The rank that sent it.
+        source: Rank,
+        /// The tag it was sent under.
+        tag: Tag,
+        /// Its length.
+        len: usize,
+    },
+    /// The message, where it arrived (it did not fit, was not accepted, or the transport
+    /// lands nothing in place).
+    Message(Message),
+}
+
 /// One rank of a fault-tolerant job.
 pub struct Runtime {
     boot: TcpBootstrap,
@@ -279,6 +297,31 @@ impl Runtime {
     /// MPI layer's context and wildcard tags); a wildcard is logged by a determinant.
     pub fn recv_matching(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
         self.recv(source, tag)
+    }
+
+    /// [`Runtime::recv_matching`] that lands the payload straight in `buf` when it fits and
+    /// `accept` (tag, length) says so, where the transport can (logging off, shared memory):
+    /// the message's one copy on this side goes into the caller's buffer.
+    pub fn recv_matching_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<Received> {
+        self.recv_landing(source, tag, buf, accept)
+    }
+
+    /// [`Runtime::take_collected`] that may land the payload in `buf`, as
+    /// [`Runtime::recv_matching_into`].
+    pub fn take_collected_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<Option<Received>> {
+        self.take_collected_landing(source, tag, buf, accept)
     }
 
     /// [`Runtime::recv_matching`] without waiting: the message if it has arrived, else None.

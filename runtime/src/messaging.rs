@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use reverb_logger::error::LogError;
-use reverb_logger::DeliveredFrame;
+use reverb_logger::error::{LogError, Result as LogResult};
+use reverb_logger::{DeliveredFrame, Landing, LoggedEndpoint, Received as LogReceived};
 use reverb_transport::{Rank, Source, Tag, TagMatch, TransportError};
 
 use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::fault::Here;
-use super::{Message, Payload, Runtime};
+use super::{Message, Payload, Received, Runtime};
 
 impl Runtime {
     /// Sends `payload` to `dest` under `tag`. A dead destination is recovered first when
@@ -90,16 +90,57 @@ impl Runtime {
     }
 
     pub(super) fn recv(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
+        self.recv_with(source, tag, |e, slice| e.recv_in_place(source, tag, slice)).map(Message::from)
+    }
+
+    /// `recv` that may land the payload in `buf` (see [`Runtime::recv_matching_into`]).
+    pub(super) fn recv_landing(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<Received> {
+        let got =
+            self.recv_with(source, tag, |e, slice| e.recv_into(source, tag, slice, Landing { buf, accept }));
+        got.map(Received::from)
+    }
+
+    /// `take_collected_now` that may land the payload in `buf`.
+    pub(super) fn take_collected_landing(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<Option<Received>> {
+        match self.endpoint()?.recv_collected_into(source, tag, Landing { buf, accept })? {
+            Some(r) => {
+                self.note_replay()?;
+                Ok(Some(Received::from(r)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A blocking receive by `attempt` (one bounded endpoint receive per detection slice),
+    /// recovering the failures found meanwhile.
+    fn recv_with<T>(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        mut attempt: impl FnMut(&mut LoggedEndpoint, Duration) -> LogResult<T>,
+    ) -> Result<T> {
         // Idle time since the call or the last recovery, counted in slices that each waited
         // at least `slice`: no clock read on a receive that finds its message.
         let mut waited = Duration::ZERO;
         loop {
             let slice = self.config.detect_interval;
-            let got = self.endpoint()?.recv_in_place(source, tag, slice);
+            let got = attempt(self.endpoint()?, slice);
             match got {
                 Ok(d) => {
                     self.note_replay()?;
-                    return Ok(Message::from(d));
+                    return Ok(d);
                 }
                 Err(LogError::Transport(TransportError::Timeout(_))) => {
                     waited += slice;
@@ -124,5 +165,14 @@ impl Runtime {
 impl From<DeliveredFrame> for Message {
     fn from(d: DeliveredFrame) -> Message {
         Message { source: d.source, tag: d.tag, payload: Payload::from(d) }
+    }
+}
+
+impl From<LogReceived> for Received {
+    fn from(r: LogReceived) -> Received {
+        match r {
+            LogReceived::Landed { source, tag, len } => Received::Landed { source, tag, len },
+            LogReceived::Frame(d) => Received::Message(Message::from(d)),
+        }
     }
 }

@@ -98,3 +98,39 @@ pub(super) struct Arrived {
     pub frame: FrameBytes,
     pub payload_offset: usize,
 }
+
+/// Where a receive may land its payload: the caller's buffer, for a message `accept`s by
+/// (tag, length). Used where the provider can write it before returning (pass-through on a
+/// load/store provider); elsewhere the message comes as a frame, to be copied out.
+pub struct Landing<'a> {
+    pub buf: &'a mut [u8],
+    pub accept: &'a dyn Fn(Tag, usize) -> bool,
+}
+
+impl Landing<'_> {
+    /// Whether a message of `len` bytes under `tag` lands here.
+    pub(super) fn takes(&self, tag: Tag, len: usize) -> bool {
+        len <= self.buf.len() && (self.accept)(tag, len)
+    }
+}
+
+/// What a receive with a [`Landing`] got.
+#[derive(Debug)]
+pub enum Received {
+    /// The payload is in the landing buffer: `len` bytes from `source` under `tag`.
+    Landed { source: Rank, tag: Tag, len: usize },
+    /// The message, in the frame it arrived in.
+    Frame(DeliveredFrame),
+}
+
+impl Received {
+    /// The frame of a receive that had no landing buffer.
+    pub(super) fn into_frame(self) -> crate::error::Result<DeliveredFrame> {
+        match self {
+            Received::Frame(frame) => Ok(frame),
+            Received::Landed { .. } => {
+                Err(crate::error::LogError::InvalidArgument("landed without a landing buffer".into()))
+            }
+        }
+    }
+}

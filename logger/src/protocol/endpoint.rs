@@ -8,7 +8,9 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use reverb_transport::bootstrap::JobInfo;
-use reverb_transport::{Bootstrap, Completion, CompletionKind, OpId, Owner, Provider, Rank, TransportError};
+use reverb_transport::{
+    Bootstrap, Capabilities, Completion, CompletionKind, OpId, Owner, Provider, Rank, TransportError,
+};
 
 use super::delivery::Arrived;
 use super::registry::{self, ProtocolEntry, ProtocolSetup};
@@ -81,6 +83,8 @@ pub struct LoggedEndpoint {
     pub(super) short_envelopes: bool,
     /// Messages go as the provider's own, with no envelope (`passthrough.rs`).
     pub(super) pass_through: bool,
+    /// Pass-through on a load/store provider: claims may land in the caller's buffer.
+    pub(super) lands_in_place: bool,
     /// Registered buffers large frames are written and sent from.
     pub(super) frames: FramePool,
     /// Registered regions receives are posted into.
@@ -205,6 +209,7 @@ impl LoggedEndpoint {
             send_buf: Vec::new(),
             short_envelopes,
             pass_through,
+            lands_in_place: pass_through && provider.capabilities().contains(Capabilities::SYNC_RMA),
             frames: FramePool::new(frame_pool_bytes),
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,

@@ -90,7 +90,7 @@ mod sender_copies;
 mod snapshot;
 
 pub use config::{LogConfig, LogMode, LogUnit};
-pub use delivery::{DeliveredFrame, Delivery};
+pub use delivery::{DeliveredFrame, Delivery, Landing, Received};
 pub use endpoint::{LoggedEndpoint, SetupFailed};
 pub use gc::GcReport;
 pub use rings::{DeterminantSink, HostedRing};

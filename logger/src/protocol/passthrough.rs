@@ -14,12 +14,13 @@
 use std::time::Duration;
 
 use reverb_transport::api::is_library_tag;
+use reverb_transport::borrowed::Borrowed;
 use reverb_transport::spinwait::{Idle, SpinWait};
 use reverb_transport::{
     Capabilities, CompletionKind, OpId, Provider, Rank, RecvBuffer, Source, Tag, TagMatch, TransportError,
 };
 
-use super::delivery::DeliveredFrame;
+use super::delivery::{DeliveredFrame, Landing, Received};
 use super::{LogConfig, LoggedEndpoint};
 use crate::error::{LogError, Result};
 use crate::framepool::{FrameBytes, COPY_OUT_MAX};
@@ -53,23 +54,24 @@ impl LoggedEndpoint {
         self.collect_completions()
     }
 
-    /// `recv_in_place`, pass-through: claims the first arrival from `source` matching `tag`,
+    /// `recv_into`, pass-through: claims the first arrival from `source` matching `tag`,
     /// progressing the provider while none is here, at most `timeout`.
     pub(super) fn recv_pass_through(
         &mut self,
         source: Source,
         tag: TagMatch,
         timeout: Duration,
-    ) -> Result<DeliveredFrame> {
+        mut landing: Option<Landing<'_>>,
+    ) -> Result<Received> {
         check_match(tag)?;
         let mut wait = SpinWait::new(self.provider.config(), timeout);
-        if let Some(delivered) = self.claim(source, tag)? {
-            return Ok(delivered);
+        if let Some(received) = self.claim(source, tag, &mut landing)? {
+            return Ok(received);
         }
         loop {
             self.provider.progress()?;
-            if let Some(delivered) = self.claim(source, tag)? {
-                return Ok(delivered);
+            if let Some(received) = self.claim(source, tag, &mut landing)? {
+                return Ok(received);
             }
             if let Idle::Sleep(slice) = wait.idle()? {
                 self.provider.block(slice)?;
@@ -77,14 +79,15 @@ impl LoggedEndpoint {
         }
     }
 
-    /// `recv_collected`, pass-through: the arrival if it is here, no progress.
+    /// `recv_collected_into`, pass-through: the arrival if it is here, no progress.
     pub(super) fn recv_collected_pass_through(
         &mut self,
         source: Source,
         tag: TagMatch,
-    ) -> Result<Option<DeliveredFrame>> {
+        mut landing: Option<Landing<'_>>,
+    ) -> Result<Option<Received>> {
         check_match(tag)?;
-        self.claim(source, tag)
+        self.claim(source, tag, &mut landing)
     }
 
     /// `probe`, pass-through: progresses once, then peeks.
@@ -99,10 +102,29 @@ impl LoggedEndpoint {
         Ok(self.provider.peek_arrived(source, tag)?)
     }
 
-    /// Takes the arrival a receive for (`source`, `tag`) matches, if one is here: into an
-    /// owned buffer of its length, or a pooled region for a large one (read once, in place).
-    fn claim(&mut self, source: Source, tag: TagMatch) -> Result<Option<DeliveredFrame>> {
-        let Some((sender, _, len)) = self.provider.peek_arrived(source, tag)? else { return Ok(None) };
+    /// Takes the arrival a receive for (`source`, `tag`) matches, if one is here: into the
+    /// caller's `landing` buffer when it fits and is wanted (a load/store provider writes it
+    /// before returning), else into an owned buffer of its length, or a pooled region for a
+    /// large one (read once, in place).
+    fn claim(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        landing: &mut Option<Landing<'_>>,
+    ) -> Result<Option<Received>> {
+        let Some((sender, arrived, len)) = self.provider.peek_arrived(source, tag)? else { return Ok(None) };
+        let kind = ReceiveKind::classify(source, tag);
+        let lands = self.lands_in_place && landing.as_ref().is_some_and(|l| l.takes(arrived, len));
+        if let (true, Some(l)) = (lands, landing.as_mut()) {
+            // SAFETY: `l.buf` is borrowed for this call, and a load/store provider
+            // (`lands_in_place`) writes it before `claim_recv_for` returns: the completion is
+            // queued by then (`wait_claimed` finds it without waiting).
+            let buffer = RecvBuffer::Borrowed(unsafe { Borrowed::new(l.buf) });
+            let op = self.claim_op(source, tag, buffer)?;
+            let (source, tag, len, _) = self.wait_claimed(op, sender)?;
+            self.count_delivery(source, kind);
+            return Ok(Some(Received::Landed { source, tag, len }));
+        }
         let mut pooled = None;
         if len > COPY_OUT_MAX {
             self.recv_frames.note_frame(len);
@@ -113,17 +135,39 @@ impl LoggedEndpoint {
             Some((_, region)) => RecvBuffer::Region { region: region.clone(), offset: 0, capacity: len },
             None => RecvBuffer::Owned { capacity: len },
         };
-        let Some(op) = self.provider.claim_recv_for(self.owner, source, tag, buffer)? else {
-            return Err(LogError::InvalidArgument(format!("an arrival from {source:?} peeked and gone")));
-        };
+        let op = self.claim_op(source, tag, buffer)?;
         if let Some((slot, _)) = pooled {
             self.recv_frames.mark_posted(slot, op);
         }
-        self.take_claimed(op, sender, ReceiveKind::classify(source, tag)).map(Some)
+        let completion = self.wait_claimed(op, sender);
+        let region = self.recv_frames.complete(op);
+        let (source, tag, len, data) = completion?;
+        let frame = match (data, region) {
+            (Some(bytes), _) => FrameBytes::Owned(bytes),
+            (None, Some(region)) => FrameBytes::Pooled { region, len },
+            (None, None) => return Err(malformed(source, "no data".to_string())),
+        };
+        let rsn = self.count_delivery(source, kind);
+        Ok(Some(Received::Frame(DeliveredFrame {
+            source,
+            tag,
+            ssn: 0,
+            rsn,
+            determinant: None,
+            frame,
+            payload_offset: 0,
+        })))
     }
 
-    /// The delivery of receive `op`, claimed from `sender`, once its data is here.
-    fn take_claimed(&mut self, op: OpId, sender: Rank, kind: ReceiveKind) -> Result<DeliveredFrame> {
+    /// Claims what `peek_arrived` just found (the matcher is this thread's: it is still there).
+    fn claim_op(&mut self, source: Source, tag: TagMatch, buffer: RecvBuffer) -> Result<OpId> {
+        let op = self.provider.claim_recv_for(self.owner, source, tag, buffer)?;
+        op.ok_or_else(|| LogError::InvalidArgument(format!("an arrival from {source:?} peeked and gone")))
+    }
+
+    /// The outcome of claimed receive `op` from `sender` once its data is here: (source, tag,
+    /// length, owned data).
+    fn wait_claimed(&mut self, op: OpId, sender: Rank) -> Result<(Rank, Tag, usize, Option<Vec<u8>>)> {
         // An eager claim completed on the spot: no wait (and no clock read).
         let cq = self.provider.completions_of(self.owner);
         let done = cq.iter().position(|c| c.op == op).and_then(|i| cq.remove(i));
@@ -134,21 +178,19 @@ impl LoggedEndpoint {
                     format!("its announced message was not read within {FETCH_BOUND:?}"),
                 ),
                 e => e,
-            });
-        let region = self.recv_frames.complete(op);
-        let completion = completion?.into_result()?;
-        let CompletionKind::Recv { source, tag, len, data } = completion.kind else {
-            return Err(malformed(sender, format!("completion {:?}", completion.kind)));
-        };
-        let frame = match (data, region) {
-            (Some(bytes), _) => FrameBytes::Owned(bytes),
-            (None, Some(region)) => FrameBytes::Pooled { region, len },
-            (None, None) => return Err(malformed(source, "no data".to_string())),
-        };
-        let rsn = self.reception.deliver(source, 0).rsn;
+            })?;
+        let completion = completion.into_result()?;
+        match completion.kind {
+            CompletionKind::Recv { source, tag, len, data } => Ok((source, tag, len, data)),
+            other => Err(malformed(sender, format!("completion {other:?}"))),
+        }
+    }
+
+    /// Counts a delivery from `source`; its rsn.
+    fn count_delivery(&mut self, source: Rank, kind: ReceiveKind) -> u64 {
         self.stats.record_receive(kind);
         LogStats::bump(&self.stats.messages_delivered, 1);
-        Ok(DeliveredFrame { source, tag, ssn: 0, rsn, determinant: None, frame, payload_offset: 0 })
+        self.reception.deliver(source, 0).rsn
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use reverb_transport::{CompletionKind, Rank, RecvBuffer, Source, TagMatch, TransportError};
 
-use super::delivery::{Arrived, DeliveredFrame, Delivery};
+use super::delivery::{Arrived, DeliveredFrame, Delivery, Landing, Received};
 use super::{IncomingMessage, LogIo, LoggedEndpoint};
 use crate::channel::Arrival;
 use crate::determinant::Determinant;
@@ -62,7 +62,7 @@ impl LoggedEndpoint {
         timeout: Duration,
     ) -> Result<DeliveredFrame> {
         if self.pass_through {
-            return self.recv_pass_through(source, tag, timeout);
+            return self.recv_pass_through(source, tag, timeout, None).and_then(Received::into_frame);
         }
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
@@ -107,6 +107,34 @@ impl LoggedEndpoint {
         Ok(self.recv_collected_in_place(source, tag)?.map(DeliveredFrame::into_delivery))
     }
 
+    /// `recv_in_place` that may land the payload in `landing`'s buffer instead (logging off
+    /// on a load/store provider: the payload's one copy on this side goes there).
+    pub fn recv_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        timeout: Duration,
+        landing: Landing<'_>,
+    ) -> Result<Received> {
+        if self.pass_through {
+            return self.recv_pass_through(source, tag, timeout, Some(landing));
+        }
+        self.recv_in_place(source, tag, timeout).map(Received::Frame)
+    }
+
+    /// `recv_collected_in_place` that may land the payload in `landing`, as `recv_into`.
+    pub fn recv_collected_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        landing: Landing<'_>,
+    ) -> Result<Option<Received>> {
+        if self.pass_through {
+            return self.recv_collected_pass_through(source, tag, Some(landing));
+        }
+        Ok(self.recv_collected_in_place(source, tag)?.map(Received::Frame))
+    }
+
     /// `recv_collected`, handing over the frame as `recv_in_place` does.
     pub fn recv_collected_in_place(
         &mut self,
@@ -114,7 +142,10 @@ impl LoggedEndpoint {
         tag: TagMatch,
     ) -> Result<Option<DeliveredFrame>> {
         if self.pass_through {
-            return self.recv_collected_pass_through(source, tag);
+            return self
+                .recv_collected_pass_through(source, tag, None)?
+                .map(Received::into_frame)
+                .transpose();
         }
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
