@@ -568,9 +568,21 @@ pub trait Provider: Send {
         buffer: RecvBuffer,
     ) -> Result<Option<OpId>> {
         match self.peek_arrived(source, tag)? {
-            Some(_) => self.post_recv_for(owner, source, tag, buffer).map(Some),
+            Some(_) => self.post_claim_for(owner, source, tag, buffer).map(Some),
             None => Ok(None),
         }
+    }
+    /// How [`Provider::claim_recv_for`] posts once it found the arrival: as any receive. A
+    /// load/store provider, whose claims complete before they return, lets them land in lent
+    /// memory ([`RecvBuffer::Borrowed`]).
+    fn post_claim_for(
+        &mut self,
+        owner: Owner,
+        source: Source,
+        tag: TagMatch,
+        buffer: RecvBuffer,
+    ) -> Result<OpId> {
+        self.post_recv_for(owner, source, tag, buffer)
     }
 
     /// [`Provider::put_for`] for [`Owner::APP`].

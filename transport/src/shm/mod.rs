@@ -710,18 +710,15 @@ impl Provider for ShmProvider {
 
     /// A claim completes before it returns here (eager data is copied, a rendezvous read is
     /// a copy too), so it may land in lent memory.
-    fn claim_recv_for(
+    fn post_claim_for(
         &mut self,
         owner: Owner,
         source: Source,
         tag: TagMatch,
         buffer: RecvBuffer,
-    ) -> Result<Option<OpId>> {
+    ) -> Result<OpId> {
         tagged::check_claim(source, &buffer, self.job.size)?;
-        if self.tagged.with(|t| t.peek(source, tag)).is_none() {
-            return Ok(None);
-        }
-        self.post_checked(owner, source, tag, buffer).map(Some)
+        self.post_checked(owner, source, tag, buffer)
     }
 
     fn rndv_stats(&self) -> RndvStats {
