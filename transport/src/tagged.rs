@@ -305,6 +305,12 @@ impl TaggedState {
             }
             Some(Unexpected::Rts { source, header }) => Ok(Some(Fetch { recv, source, rts: header })),
             None => {
+                // Lent memory must be written before the claim returns: never kept waiting.
+                if let RecvBuffer::Borrowed(_) = recv.buffer {
+                    return Err(TransportError::Unsupported(
+                        "lent memory with nothing arrived to claim".into(),
+                    ));
+                }
                 if let Source::Rank(r) = recv.source {
                     if dead(r) {
                         return Err(TransportError::PeerDead(r));
