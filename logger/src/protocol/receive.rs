@@ -263,7 +263,9 @@ impl LoggedEndpoint {
                     continue;
                 }
             };
-            if let CompletionKind::Recv { source, .. } = c.kind {
+            // Pass-through takes its claims' completions itself; one seen here finished after
+            // its wait gave up (an error reported then), so it is dropped, not decoded.
+            if let (CompletionKind::Recv { source, .. }, false) = (c.kind, self.pass_through) {
                 let frame = received.take().ok_or_else(|| {
                     LogError::malformed("logged message", format!("no data from rank {source}"))
                 })?;
