@@ -25,7 +25,8 @@ use crate::api::{Access, OpId, Rank, RecvBuffer, RemoteRegion, Source, Tag, TagM
 use crate::msg::{advert_flags, kind, SlotHeader};
 use crate::tagmatch::{Arrival, Matcher, PostedRecv};
 
-/// Counters of the advertised path, for tests and benchmarks (what a provider did so far).
+/// Counters of the advertised and lent paths, for tests and benchmarks (what a provider did so
+/// far).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RndvStats {
     /// Adverts this side sent (receiver).
@@ -34,6 +35,9 @@ pub struct RndvStats {
     pub direct_sends: u64,
     /// Receives completed by a DIRECT_FIN (receiver).
     pub direct_recvs: u64,
+    /// Sends whose bytes the receiver read where the caller lent them (sender; shm's
+    /// cross-memory attach).
+    pub lent_sends: u64,
 }
 
 /// Where a sender writes message `seq`: the receiver's advertised buffer.

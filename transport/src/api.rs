@@ -538,6 +538,17 @@ pub trait Provider: Send {
         offset: usize,
         len: usize,
     ) -> Result<OpId>;
+    /// Tagged send of bytes the caller lends until the `Send` completion: above the threshold
+    /// a provider may let the receiver read them where they are (shm: cross-memory attach, one
+    /// copy in all, as Open MPI's single-copy mechanism); otherwise they are copied as in
+    /// `send` (the default). Errors as `send_for`.
+    ///
+    /// # Safety
+    /// `data` must stay valid and unchanged until this operation's `Send` completion is taken
+    /// from the owner's queue, or the provider is dropped.
+    unsafe fn send_lent_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        self.send_for(owner, dest, tag, data)
+    }
     /// Posts a tagged receive for `owner`; it completes with [`CompletionKind::Recv`] when a
     /// message from `source` whose tag matches `tag` arrives (or already had). A message longer
     /// than the buffer fails the receive with `Truncated` (the sender's completion still

@@ -40,6 +40,12 @@ impl Borrowed {
         self.len == 0
     }
 
+    /// The lent memory's start, for a writer that is not a slice copy (a cross-memory read);
+    /// it writes at most `len()` bytes.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     /// Copies `data` in at `at`; `Truncated` when it does not fit.
     pub fn write(&self, at: usize, data: &[u8]) -> Result<()> {
         let end = at.checked_add(data.len()).filter(|&end| end <= self.len);

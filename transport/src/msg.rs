@@ -19,6 +19,9 @@ pub mod kind {
     pub const ADVERT: u32 = 5;
     /// Sender to receiver: message number `r_len` was written into the advertised buffer.
     pub const DIRECT_FIN: u32 = 6;
+    /// Rendezvous announcement of bytes the sender lends in its own memory (shm, cross-memory
+    /// attach): the receiver reads `len` bytes at `r_addr` of the sender's process.
+    pub const RTS_LENT: u32 = 7;
 }
 
 /// Header of every ring slot. Read from a peer, so every field is validated before use.
@@ -96,6 +99,12 @@ impl SlotHeader {
             r_offset: offset as u64,
             ..Default::default()
         }
+    }
+
+    /// Announces `len` bytes at address `addr` of the sender's own memory (see
+    /// [`kind::RTS_LENT`]); `cookie` comes back in the FIN.
+    pub fn rts_lent(tag: u64, len: usize, cookie: u64, addr: u64) -> SlotHeader {
+        SlotHeader { kind: kind::RTS_LENT, tag, len: len as u64, cookie, r_addr: addr, ..Default::default() }
     }
 
     /// The answer to `rts` once the receiver's read ended with `status` (see `fin`).

@@ -37,13 +37,14 @@ impl Arrival for Unexpected {
     }
 }
 
-/// A rendezvous send waiting for the receiver's FIN; holds the region the receiver reads.
+/// A rendezvous send waiting for the receiver's FIN; holds the region the receiver reads
+/// (None: bytes the caller lent, which it keeps until the completion).
 struct PendingSend {
     op: OpId,
     dest: Rank,
     tag: Tag,
     len: usize,
-    _region: Region,
+    _region: Option<Region>,
 }
 
 /// A matched rendezvous the provider must now fetch: read `rts` from `source` into `recv`.
@@ -62,6 +63,7 @@ pub struct TaggedState {
     matcher: Matcher<Unexpected>,
     pending: HashMap<u64, PendingSend>,
     adv: Adverts,
+    lent_sends: u64,
 }
 
 /// Copies a message into a receive buffer; returns the data for `Owned` buffers.
@@ -164,7 +166,7 @@ impl TaggedState {
         cq: &mut CompletionQueues,
     ) -> Result<Option<Fetch>> {
         match header.kind {
-            kind::RTS => Ok(self.on_rts(source, header)),
+            kind::RTS | kind::RTS_LENT => Ok(self.on_rts(source, header)),
             kind::FIN => self.on_fin(source, &header, cq).map(|()| None),
             kind::IMM => {
                 let kind = CompletionKind::Imm { source, imm: header.imm, len: header.len as usize };
@@ -235,8 +237,9 @@ impl TaggedState {
     }
 
     /// Remembers a rendezvous send (announced with cookie `op`) until its FIN.
-    pub fn add_pending(&mut self, op: OpId, dest: Rank, tag: Tag, len: usize, region: &Region) {
-        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.clone() });
+    pub fn add_pending(&mut self, op: OpId, dest: Rank, tag: Tag, len: usize, region: Option<&Region>) {
+        self.lent_sends += u64::from(region.is_none());
+        self.pending.insert(op.0, PendingSend { op, dest, tag, len, _region: region.cloned() });
     }
 
     /// Counts a tagged message (eager or rendezvous) to `dest`; returns its sequence number.
@@ -264,7 +267,7 @@ impl TaggedState {
 
     /// The advertised path's counters.
     pub fn rndv_stats(&self) -> RndvStats {
-        self.adv.stats()
+        RndvStats { lent_sends: self.lent_sends, ..self.adv.stats() }
     }
 
     /// The arrival a receive for (`source`, `tag`) would take now, left in place: its

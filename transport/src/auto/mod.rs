@@ -227,6 +227,11 @@ impl Provider for AutoProvider {
         via!(self, dest, |p| p.send_for(owner, dest, tag, data))
     }
 
+    unsafe fn send_lent_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        // SAFETY: the caller's lending contract passes on unchanged.
+        via!(self, dest, |p| unsafe { p.send_lent_for(owner, dest, tag, data) })
+    }
+
     fn send_region_for(
         &mut self,
         owner: Owner,

@@ -152,6 +152,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_RNDV_THRESH", "8k", Transport, User, "size", "largest eager message (also the eager slot payload), 64..=1M; must match across the job"),
     var("REVERB_RNDV_ADVERT", "auto", Transport, User, "auto|on|off", "advertise posted receives to their senders (one direct write instead of RTS + read + FIN); auto: verbs and loopback, not shm (its rendezvous is one copy already) nor tcp"),
     var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: the most eager credits (shared-receive-queue slots) one peer may hold, a power of two in 2..=65536; must match across the job"),
+    var("REVERB_SHM_CMA", "1", Transport, User, "bool", "shm: the receiver of a large lent send (MPI's) reads it straight from the sender's memory with process_vm_readv where the kernel allows it (a probe per peer says so); 0 stages it in shared memory (two copies)"),
     var("REVERB_SHM_FIFO_SLOTS", "256", Transport, User, "int", "shm: slots of each rank's receive FIFO (shared by all sources), a power of two in 2..=65536; must match across the job"),
     var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),

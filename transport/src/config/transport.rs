@@ -74,6 +74,9 @@ pub struct TransportConfig {
     /// `REVERB_SHM_FIFO_SLOTS`: slots of each rank's shm receive FIFO, shared by all sources
     /// (power of two); receive memory per rank is this times the slot size, whatever the job size.
     pub shm_fifo_slots: usize,
+    /// `REVERB_SHM_CMA`: large lent sends on shm are read by the receiver straight from the
+    /// sender's memory (cross-memory attach) where the kernel allows it; false stages them.
+    pub shm_cma: bool,
     /// `REVERB_WAIT_MODE`: poll, event or hybrid (default).
     pub wait_mode: WaitMode,
     /// `REVERB_WAIT_SPIN_US`: spin time before sleeping in hybrid mode.
@@ -102,6 +105,7 @@ impl Default for TransportConfig {
             rndv_thresh: 8192,
             ring_slots: 64,
             shm_fifo_slots: 256,
+            shm_cma: true,
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
             peer_timeout: Duration::from_millis(500),
@@ -139,6 +143,9 @@ impl TransportConfig {
         }
         if let Some(n) = env.int::<usize>("REVERB_SHM_FIFO_SLOTS")? {
             cfg.shm_fifo_slots = n;
+        }
+        if let Some(b) = env.bool("REVERB_SHM_CMA")? {
+            cfg.shm_cma = b;
         }
         if let Some(m) = env.choice("REVERB_WAIT_MODE", WAIT_MODES)? {
             cfg.wait_mode = m;
@@ -208,6 +215,7 @@ impl fmt::Display for TransportConfig {
         writeln!(f, "REVERB_RNDV_THRESH={}", self.rndv_thresh)?;
         writeln!(f, "REVERB_RING_SLOTS={}", self.ring_slots)?;
         writeln!(f, "REVERB_SHM_FIFO_SLOTS={}", self.shm_fifo_slots)?;
+        writeln!(f, "REVERB_SHM_CMA={}", u8::from(self.shm_cma))?;
         writeln!(f, "REVERB_WAIT_MODE={:?}", self.wait_mode)?;
         writeln!(f, "REVERB_WAIT_SPIN_US={}", self.spin.as_micros())?;
         writeln!(f, "REVERB_RNDV_ADVERT={:?}", self.rndv_advert)?;

@@ -417,7 +417,7 @@ impl Provider for LoopbackProvider {
         let op = self.cq.next_op(owner);
         self.push(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), Vec::new())?;
         self.tagged.count_send(dest);
-        self.tagged.add_pending(op, dest, tag, len, region);
+        self.tagged.add_pending(op, dest, tag, len, Some(region));
         Ok(op)
     }
 

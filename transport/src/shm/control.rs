@@ -5,8 +5,11 @@
 //! 0      header: magic, version, rank, size, pid, FIFO geometry, incarnation
 //! 64     doorbell (futex word, own cache line)      128  waiters (own cache line)
 //! 192    closed flag                                256  may-sleep flag
+//! 320    the owner's own address of this segment (cross-memory attach probes, `cma`)
 //! 4096   registration table: TABLE_ENTRIES x {key, addr, len, access}
 //! ...    accept words: one u32 per source rank (the incarnation it accepts, + 1; 0: none)
+//! ...    lent words: one u32 per source rank (the incarnation whose memory the owner can read
+//!        by cross-memory attach, + 1; 0: none)
 //! ...    the receive FIFO: head line, then fifo_slots slots (see `fifo`)
 //! ```
 //!
@@ -26,12 +29,15 @@ use super::fifo::{Fifo, HEAD_LEN, SLOT_PREFIX_LEN};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 const HEADER_LEN: usize = 4096;
 const DOORBELL_OFF: usize = 64;
 const WAITERS_OFF: usize = 128;
 const CLOSED_OFF: usize = 192;
 const MAY_SLEEP_OFF: usize = 256;
+const BASE_ADDR_OFF: usize = 320;
+/// The header bytes a cross-memory probe compares: magic through incarnation.
+pub const PROBE_LEN: usize = 40;
 pub const TABLE_ENTRIES: usize = 4096;
 const ENTRY_LEN: usize = 32;
 pub use crate::msg::{EAGER_WIRE_LEN, SLOT_HEADER_LEN};
@@ -81,8 +87,12 @@ impl Layout {
         HEADER_LEN + TABLE_ENTRIES * ENTRY_LEN
     }
 
+    fn lent_offset(&self) -> usize {
+        self.accept_offset() + self.size as usize * 4
+    }
+
     fn fifo_offset(&self) -> usize {
-        (self.accept_offset() + self.size as usize * 4).next_multiple_of(64)
+        (self.lent_offset() + self.size as usize * 4).next_multiple_of(64)
     }
 
     pub fn total_len(&self) -> usize {
@@ -154,7 +164,22 @@ impl ControlView {
         self.u32_at(16).store(self.layout.size, Ordering::Relaxed);
         self.u32_at(20).store(pid, Ordering::Relaxed);
         self.u32_at(24).store(self.layout.fifo_slots, Ordering::Relaxed);
+        self.u64_at(BASE_ADDR_OFF).store(self.base as u64, Ordering::Relaxed);
         self.u32_at(28).store(self.layout.slot_size, Ordering::Release);
+    }
+
+    /// Where the segment's owner maps it (its header says so), for cross-memory probes.
+    pub fn owner_address(&self) -> u64 {
+        self.u64_at(BASE_ADDR_OFF).load(Ordering::Acquire)
+    }
+
+    /// The header bytes a cross-memory probe expects to read through the owner's mapping.
+    pub fn probe_bytes(&self) -> [u8; PROBE_LEN] {
+        let mut out = [0u8; PROBE_LEN];
+        for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&self.u64_at(i * 8).load(Ordering::Acquire).to_ne_bytes());
+        }
+        out
     }
 
     /// Checks a peer's header against what the bootstrap told us.
@@ -234,6 +259,22 @@ impl ControlView {
     /// Producer: whether the consumer accepts incarnation `incarnation` of `source`.
     pub fn accepts(&self, source: u32, incarnation: u32) -> bool {
         incarnation <= MAX_INCARNATION && self.accept_word(source).load(Ordering::Acquire) == incarnation + 1
+    }
+
+    fn lent_word(&self, source: u32) -> &AtomicU32 {
+        let source = source.min(self.layout.size - 1) as usize;
+        self.u32_at(self.layout.lent_offset() + source * 4)
+    }
+
+    /// Owner: whether it can read incarnation `incarnation` of `source` by cross-memory attach
+    /// (None: it cannot, or does not know yet).
+    pub fn set_reads_lent(&self, source: u32, incarnation: Option<u32>) {
+        self.lent_word(source).store(incarnation.map_or(0, |i| i + 1), Ordering::Release);
+    }
+
+    /// Sender: whether the owner reads lent sends of incarnation `incarnation` of `source`.
+    pub fn reads_lent(&self, source: u32, incarnation: u32) -> bool {
+        incarnation <= MAX_INCARNATION && self.lent_word(source).load(Ordering::Acquire) == incarnation + 1
     }
 
     /// The receive FIFO.

@@ -14,6 +14,7 @@
 //!   nothing of the dead incarnation is ever read again (see `control`).
 
 mod address;
+mod cma;
 mod control;
 mod fifo;
 mod futex;
@@ -286,6 +287,9 @@ impl ShmProvider {
         let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
         own.init_header(job.rank, pid, job.incarnation);
         own.may_sleep().store(u32::from(config.wait_mode != WaitMode::Poll), Ordering::Release);
+        if config.shm_cma {
+            cma::permit_peers();
+        }
         // The fresh segment is zero-filled: every accept word says "nobody", every FIFO slot
         // is free for lap 0.
         let peers = (0..job.size)
@@ -343,6 +347,7 @@ impl ShmProvider {
         };
         debug_assert_eq!(peer.state, PeerState::Dead);
         debug_assert!(peer.backlog.is_empty(), "mark_dead fails a dead peer's backlog");
+        let reads_lent = self.config.shm_cma && cma::probe(pid, view.owner_address(), &view.probe_bytes());
         *peer = Peer {
             pid,
             incarnation,
@@ -354,6 +359,8 @@ impl ShmProvider {
             tx_accepted: false,
             backlog: VecDeque::new(),
         };
+        // The peer lends us its messages only once we proved we can read them.
+        self.own.set_reads_lent(rank, reads_lent.then_some(incarnation));
         // Last: from here the new incarnation may write into our FIFO.
         self.own.accept(rank, Some(incarnation));
         Ok(())
@@ -557,8 +564,23 @@ impl ShmProvider {
         let op = self.cq.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
         self.tagged.get().count_send(dest);
-        self.tagged.get().add_pending(op, dest, tag, len, region);
+        self.tagged.get().add_pending(op, dest, tag, len, Some(region));
         Ok(op)
+    }
+
+    /// A lent message above the threshold, announced for the receiver to read where it is, if
+    /// the receiver proved it can (`cma`); None (nothing sent) otherwise.
+    fn try_lend(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
+        let peer = self.live_peer(dest)?;
+        if !self.config.shm_cma || !peer.view.reads_lent(self.job.rank, self.job.incarnation) {
+            return Ok(None);
+        }
+        let op = self.cq.next_op(owner);
+        let rts = SlotHeader::rts_lent(tag, data.len(), op.0, data.as_ptr() as u64);
+        self.push_msg(dest, rts, &[], None)?;
+        self.tagged.get().count_send(dest);
+        self.tagged.get().add_pending(op, dest, tag, data.len(), None);
+        Ok(Some(op))
     }
 
     /// A message above the threshold into the buffer the receiver advertised for it, if it did:
@@ -676,6 +698,18 @@ impl Provider for ShmProvider {
         let staging = staging?;
         staging.write(0, data)?;
         self.start_send(owner, dest, tag, &staging, 0, data.len())
+    }
+
+    unsafe fn send_lent_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
+        if data.len() > self.config.rndv_thresh {
+            if let Some(op) = self.try_direct(owner, dest, tag, data)? {
+                return Ok(op);
+            }
+            if let Some(op) = self.try_lend(owner, dest, tag, data)? {
+                return Ok(op);
+            }
+        }
+        self.send_for(owner, dest, tag, data)
     }
 
     #[inline(always)]

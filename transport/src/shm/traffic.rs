@@ -144,6 +144,8 @@ impl ShmProvider {
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
         let result = if len > recv.buffer.capacity() {
             Err(TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 })
+        } else if rts.kind == kind::RTS_LENT {
+            self.read_lent(source, rts.r_addr, len, &recv.buffer)
         } else {
             self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
         };
@@ -189,6 +191,47 @@ impl ShmProvider {
                 // range is mapped; the sender does not touch it before our FIN.
                 let data = unsafe { std::slice::from_raw_parts(src, len) };
                 b.write(0, data).map(|()| None)
+            }
+        }
+    }
+
+    /// Reads a lent message (`RTS_LENT`, `len` bytes at `addr` in `source`'s memory) into a
+    /// receive buffer with room for it, by cross-memory attach.
+    fn read_lent(
+        &mut self,
+        source: Rank,
+        addr: u64,
+        len: usize,
+        buffer: &RecvBuffer,
+    ) -> Result<Option<Vec<u8>>> {
+        let pid = self.peers[source as usize].pid;
+        let failed =
+            |e: std::io::Error| TransportError::Remote(source, format!("reading its lent message: {e}"));
+        match buffer {
+            RecvBuffer::Region { region, offset, .. } => {
+                region.check_bounds("rendezvous read", *offset, len)?;
+                // SAFETY: offset + len was checked against the region, which stays mapped; a
+                // posted receive's buffer is the receive's alone until it completes.
+                unsafe { cma::read(pid, addr, region.as_ptr().add(*offset), len) }.map_err(failed)?;
+                Ok(None)
+            }
+            RecvBuffer::Owned { .. } => {
+                let mut data = Vec::<u8>::with_capacity(len);
+                // SAFETY: `data` has capacity for len bytes, all of which the read initialises
+                // before set_len (it fails otherwise, and `data` is dropped empty).
+                unsafe {
+                    cma::read(pid, addr, data.as_mut_ptr(), len).map_err(failed)?;
+                    data.set_len(len);
+                }
+                Ok(Some(data))
+            }
+            RecvBuffer::Borrowed(b) => {
+                if len > b.len() {
+                    return Err(TransportError::Truncated { len: len as u64, capacity: b.len() as u64 });
+                }
+                // SAFETY: len fits the lent buffer, which its lender keeps for this claim alone.
+                unsafe { cma::read(pid, addr, b.as_mut_ptr(), len) }.map_err(failed)?;
+                Ok(None)
             }
         }
     }

@@ -447,7 +447,7 @@ impl Core {
         let op = self.cq.next_op(owner);
         let rts = crate::msg::SlotHeader::rts(tag, len, op.0, &region.remote(), offset);
         self.peers[dest as usize].tx.push(|out| wire::msg(out, &rts, &[]));
-        self.tagged.get().add_pending(op, dest, tag, len, region);
+        self.tagged.get().add_pending(op, dest, tag, len, Some(region));
         self.kick(dest);
         Ok(op)
     }

@@ -349,7 +349,7 @@ impl VerbsProvider {
         let op = self.completions.next_op(owner);
         self.push_msg(dest, SlotHeader::rts(tag, len, op.0, &region.remote(), offset), &[], None)?;
         self.tagged.get().count_send(dest);
-        self.tagged.get().add_pending(op, dest, tag, len, region);
+        self.tagged.get().add_pending(op, dest, tag, len, Some(region));
         Ok(op)
     }
 
