@@ -58,6 +58,8 @@ fn init() -> c_int {
         ops: Handles::new(state::OP_BASE),
         requests: Handles::new(state::REQUEST_BASE),
         pending_recvs: VecDeque::new(),
+        lent_sends: 0,
+        freed_lent: Vec::new(),
         next_context: FIRST_CONTEXT,
         attached: None,
         messages: Handles::new(state::MESSAGE_BASE),

@@ -2,11 +2,12 @@
 //! requests matched in the order they were posted, each against the runtime's arrived
 //! messages, so MPI's non-overtaking order holds per (source, tag, communicator).
 
+use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use reverb_runtime::Received;
-use reverb_transport::{Source, TagMatch};
+use reverb_transport::{OpId, Source, TagMatch};
 
 use crate::abi::*;
 use crate::comm::Comm;
@@ -79,15 +80,53 @@ pub struct SendArgs {
     pub comm: c_int,
 }
 
+/// The smallest send whose bytes are lent (`SendMode::Lent`). Above MPICH's shared-memory
+/// eager limit (64 KiB), so a program whose blocking sends up to it rely on being buffered (as
+/// they are on MPICH) never waits on its receiver here; and where a cross-memory read beats
+/// the staged copy (measured on shm: 64 KiB ping-pong 8.1 us staged, 9.8 us read in place;
+/// 1 MiB streamed 7.4 GB/s staged, 11 GB/s in place).
+const LENT_MIN: usize = 256 << 10;
+
+/// How a send hands its bytes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendMode {
+    /// Copied at once, the request complete: for calls that give the buffer back on return
+    /// (buffered sends, sendrecv, persistent starts).
+    Copied,
+    /// Copied; the request waits for the receiver's acknowledgement.
+    Sync,
+    /// Lent until the request completes (standard and ready sends): a large contiguous
+    /// message may be read by the receiver where it is.
+    Lent,
+}
+
+impl SendMode {
+    /// `Sync` for a synchronous send, else `Copied`.
+    pub fn copied_or_sync(sync: bool) -> SendMode {
+        if sync {
+            SendMode::Sync
+        } else {
+            SendMode::Copied
+        }
+    }
+}
+
 impl State {
-    /// Sends now; a synchronous send's request waits for the receiver's acknowledgement.
+    /// Sends now, copied; a synchronous send's request waits for the receiver's
+    /// acknowledgement.
     pub fn start_send(&mut self, a: &SendArgs, sync: bool) -> MpiResult<Request> {
-        let dt = self.datatype(a.datatype)?;
-        self.start_send_typed(a, &dt, sync)
+        self.start_send_as(a, SendMode::copied_or_sync(sync))
     }
 
-    /// `start_send` with the datatype resolved already.
-    pub fn start_send_typed(&mut self, a: &SendArgs, dt: &Datatype, sync: bool) -> MpiResult<Request> {
+    /// Sends now, handing the bytes over as `mode` says.
+    pub fn start_send_as(&mut self, a: &SendArgs, mode: SendMode) -> MpiResult<Request> {
+        let dt = self.datatype(a.datatype)?;
+        self.start_send_typed(a, &dt, mode)
+    }
+
+    /// `start_send_as` with the datatype resolved already.
+    pub fn start_send_typed(&mut self, a: &SendArgs, dt: &Datatype, mode: SendMode) -> MpiResult<Request> {
+        let sync = mode == SendMode::Sync;
         check_send_tag(a.tag)?;
         let count = count_of(a.count)?;
         let comm = self.comm(a.comm)?;
@@ -96,6 +135,16 @@ impl State {
         }
         let (dest, context) = (comm.world_of(a.dest)?, comm.context);
         let bytes = dt.pack(a.buf, count)?;
+        if let (SendMode::Lent, Cow::Borrowed(lent)) = (mode, &bytes) {
+            if (LENT_MIN..=self.rt.config().log.max_message).contains(&lent.len()) {
+                // SAFETY: MPI leaves a send's buffer alone until its request completes, and a
+                // LentSend request completes only once the runtime says the bytes left.
+                let op = unsafe { self.rt.send_lent(dest, tags::tag(context, 0, a.tag), lent) }?;
+                let Some(op) = op else { return Ok(Request::Done(Status::empty())) };
+                self.lent_sends += 1;
+                return Ok(Request::LentSend(op));
+            }
+        }
         let flags = if sync { tags::SYNC } else { 0 };
         frag::send(&mut self.rt, dest, tags::tag(context, flags, a.tag), &bytes)?;
         if sync {
@@ -186,6 +235,41 @@ impl State {
                 if let Some(r) = self.requests.get_mut(h) {
                     *r = Request::Done(Status::empty());
                 }
+                any = true;
+            }
+        }
+        any |= self.finish_lent_sends()?;
+        Ok(any)
+    }
+
+    /// Completes the lent sends whose bytes left; true if any did.
+    fn finish_lent_sends(&mut self) -> MpiResult<bool> {
+        if self.lent_sends == 0 {
+            return Ok(false);
+        }
+        let lent: Vec<(c_int, OpId)> = self
+            .requests
+            .items
+            .iter()
+            .filter_map(|(&h, r)| match r {
+                Request::LentSend(op) => Some((h, *op)),
+                _ => None,
+            })
+            .collect();
+        let mut any = false;
+        let freed = std::mem::take(&mut self.freed_lent);
+        for op in freed {
+            match self.rt.lent_sent(op)? {
+                true => self.lent_sends -= 1,
+                false => self.freed_lent.push(op),
+            }
+        }
+        for (h, op) in lent {
+            if self.rt.lent_sent(op)? {
+                if let Some(r) = self.requests.get_mut(h) {
+                    *r = Request::Done(Status::empty());
+                }
+                self.lent_sends -= 1;
                 any = true;
             }
         }
@@ -302,6 +386,7 @@ impl State {
     /// Receives posted and not matched, or synchronous sends not acknowledged.
     pub fn p2p_outstanding(&self) -> bool {
         !self.pending_recvs.is_empty()
+            || self.lent_sends > 0
             || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
     }
 
@@ -365,6 +450,13 @@ impl State {
             Some(Request::Generalized(_)) => {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
+            }
+            Some(&Request::LentSend(op)) => {
+                // The runtime's own wait: it spins, then sleeps until a completion comes.
+                self.rt.wait_lent(op)?;
+                self.requests.remove(h);
+                self.lent_sends -= 1;
+                return Ok(Status::empty());
             }
             _ => {}
         }

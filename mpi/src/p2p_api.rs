@@ -5,14 +5,14 @@ use std::ffi::{c_int, c_long, c_void};
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
-use crate::p2p::SendArgs;
+use crate::p2p::{SendArgs, SendMode};
 use crate::request::{write_status, write_status_at, CStatus, Request, Status};
 use crate::state::{call, State};
 
-fn send(function: &str, sync: bool, a: SendArgs) -> c_int {
+fn send(function: &str, mode: SendMode, a: SendArgs) -> c_int {
     call(function, a.comm, |s| {
-        let r = s.start_send(&a, sync)?;
-        if let Request::SyncSend(_) = r {
+        let r = s.start_send_as(&a, mode)?;
+        if let Request::SyncSend(_) | Request::LentSend(_) = r {
             let h = s.requests.insert(r);
             s.wait_request(h)?;
         }
@@ -20,15 +20,16 @@ fn send(function: &str, sync: bool, a: SendArgs) -> c_int {
     })
 }
 
-fn isend(function: &str, sync: bool, a: SendArgs, request: *mut c_int) -> c_int {
+fn isend(function: &str, mode: SendMode, a: SendArgs, request: *mut c_int) -> c_int {
     call(function, a.comm, |s| {
-        let r = s.start_send(&a, sync)?;
+        let r = s.start_send_as(&a, mode)?;
         let h = s.requests.insert(r);
         ffi::out(request, h, "request")
     })
 }
 
-// Ready and buffered sends are standard sends: the runtime takes the bytes at once.
+// Ready sends are standard sends (their bytes lent until the request completes); buffered
+// ones are copied at once, their buffer free on return.
 
 #[no_mangle]
 pub extern "C" fn MPI_Send(
@@ -39,7 +40,7 @@ pub extern "C" fn MPI_Send(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Send", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
+    send("MPI_Send", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -52,7 +53,12 @@ pub extern "C" fn MPI_Isend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Isend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
+    isend(
+        "MPI_Isend",
+        SendMode::Lent,
+        SendArgs { buf, count: count.into(), datatype, dest, tag, comm },
+        request,
+    )
 }
 
 #[no_mangle]
@@ -64,7 +70,7 @@ pub extern "C" fn MPI_Ssend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Ssend", true, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
+    send("MPI_Ssend", SendMode::Sync, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -77,7 +83,12 @@ pub extern "C" fn MPI_Issend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Issend", true, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
+    isend(
+        "MPI_Issend",
+        SendMode::Sync,
+        SendArgs { buf, count: count.into(), datatype, dest, tag, comm },
+        request,
+    )
 }
 
 #[no_mangle]
@@ -89,7 +100,7 @@ pub extern "C" fn MPI_Rsend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Rsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
+    send("MPI_Rsend", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -102,7 +113,12 @@ pub extern "C" fn MPI_Irsend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Irsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
+    isend(
+        "MPI_Irsend",
+        SendMode::Lent,
+        SendArgs { buf, count: count.into(), datatype, dest, tag, comm },
+        request,
+    )
 }
 
 #[no_mangle]
@@ -114,7 +130,7 @@ pub extern "C" fn MPI_Bsend(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Bsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
+    send("MPI_Bsend", SendMode::Copied, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -127,7 +143,12 @@ pub extern "C" fn MPI_Ibsend(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Ibsend", false, SendArgs { buf, count: count.into(), datatype, dest, tag, comm }, request)
+    isend(
+        "MPI_Ibsend",
+        SendMode::Copied,
+        SendArgs { buf, count: count.into(), datatype, dest, tag, comm },
+        request,
+    )
 }
 
 #[no_mangle]
@@ -593,6 +614,8 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
                     ffi::grequest_free(free, g.extra_state);
                 }
             }
+            // Its bytes must still leave: the progress loop and MPI_Finalize see to it.
+            Some(Request::LentSend(op)) => s.freed_lent.push(op),
             _ => s.pending_recvs.retain(|&p| p != h),
         }
         ffi::out(request, MPI_REQUEST_NULL, "request")
@@ -730,7 +753,7 @@ pub extern "C" fn MPI_Send_c(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Send_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Send_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -742,7 +765,7 @@ pub extern "C" fn MPI_Ssend_c(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Ssend_c", true, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Ssend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -754,7 +777,7 @@ pub extern "C" fn MPI_Rsend_c(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Rsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Rsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -766,7 +789,7 @@ pub extern "C" fn MPI_Bsend_c(
     tag: c_int,
     comm: c_int,
 ) -> c_int {
-    send("MPI_Bsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm })
+    send("MPI_Bsend_c", SendMode::Copied, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
 #[no_mangle]
@@ -779,7 +802,7 @@ pub extern "C" fn MPI_Isend_c(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Isend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Isend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -792,7 +815,7 @@ pub extern "C" fn MPI_Issend_c(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Issend_c", true, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Issend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -805,7 +828,7 @@ pub extern "C" fn MPI_Irsend_c(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Irsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Irsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]
@@ -818,7 +841,7 @@ pub extern "C" fn MPI_Ibsend_c(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    isend("MPI_Ibsend_c", false, SendArgs { buf, count, datatype, dest, tag, comm }, request)
+    isend("MPI_Ibsend_c", SendMode::Copied, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
 #[no_mangle]

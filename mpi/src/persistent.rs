@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_long, c_void};
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
-use crate::p2p::SendArgs;
+use crate::p2p::{SendArgs, SendMode};
 use crate::request::{
     CStatus, CancelFn, CollRun, FreeFn, Generalized, Persistent, PersistentOp, QueryFn, Request, Status,
 };
@@ -35,7 +35,7 @@ impl State {
             PersistentOp::Send { buf, count, datatype, dest, tag, comm, sync } => {
                 let args =
                     SendArgs { buf, count: count.into(), datatype: MPI_DATATYPE_NULL, dest, tag, comm };
-                let r = self.start_send_typed(&args, &datatype, sync)?;
+                let r = self.start_send_typed(&args, &datatype, SendMode::copied_or_sync(sync))?;
                 self.requests.insert(r)
             }
             PersistentOp::Recv { buf, count, datatype, source, tag, comm } => {

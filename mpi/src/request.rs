@@ -169,6 +169,8 @@ pub enum Request {
     Done(Status),
     Recv(PendingRecv),
     SyncSend(PendingSync),
+    /// A send whose bytes the runtime holds lent until it says they left.
+    LentSend(reverb_transport::OpId),
     Persistent(Persistent),
     Generalized(Generalized),
 }

@@ -73,6 +73,10 @@ pub struct State {
     pub requests: Handles<Request>,
     /// Receive requests not yet matched, in the order posted (MPI's matching order).
     pub pending_recvs: VecDeque<c_int>,
+    /// Lent sends not known to have left: LentSend requests, and those the program freed
+    /// (`freed_lent`), whose bytes must still leave before the runtime stops.
+    pub lent_sends: usize,
+    pub freed_lent: Vec<reverb_transport::OpId>,
     /// The next context id this rank may give a new communicator (agreed collectively).
     pub next_context: u32,
     /// MPI_Buffer_attach's buffer (sends are buffered by the runtime; kept for detach).

@@ -121,7 +121,7 @@ use std::time::Instant;
 use reverb_ckpt::{Checkpointer, Epoch};
 use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
-use reverb_transport::{Rank, Source, Tag, TagMatch};
+use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
 pub use config::RuntimeConfig;
 pub use error::{Result, RuntimeError};
@@ -281,6 +281,31 @@ impl Runtime {
     /// found here; the message is in the sender log and is resent to the restarted rank.
     pub fn send(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
         self.send_now(dest, tag, payload)
+    }
+
+    /// [`Runtime::send`] of a payload lent until [`Runtime::lent_sent`] says it left: with
+    /// logging off on shared memory a large one is read by the receiver where it is (one copy
+    /// in all, no staging). Some(op) to ask about; None when it was copied (sent already).
+    ///
+    /// # Safety
+    /// `payload` must stay valid and unchanged until `lent_sent(op)` returns true or an
+    /// error, or the runtime is dropped.
+    pub unsafe fn send_lent(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<Option<OpId>> {
+        // SAFETY: the caller's lending contract passes on unchanged.
+        unsafe { self.send_lent_now(dest, tag, payload) }
+    }
+
+    /// Whether lent send `op` ([`Runtime::send_lent`]) has left, from what was collected so
+    /// far (no progress: [`Runtime::poll`] makes it); its failure as an error.
+    pub fn lent_sent(&mut self, op: OpId) -> Result<bool> {
+        Ok(self.endpoint()?.lent_sent(op)?)
+    }
+
+    /// Waits until lent send `op` has left, at most the receive timeout
+    /// (`REVERB_RECV_TIMEOUT_MS`); its failure as an error.
+    pub fn wait_lent(&mut self, op: OpId) -> Result<()> {
+        let timeout = self.config.recv_timeout;
+        Ok(self.endpoint()?.wait_lent(op, timeout)?)
     }
 
     /// Receives the next message from `source` under `tag`.

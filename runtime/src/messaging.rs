@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use reverb_logger::error::{LogError, Result as LogResult};
 use reverb_logger::{DeliveredFrame, Landing, LoggedEndpoint, Received as LogReceived};
-use reverb_transport::{Rank, Source, Tag, TagMatch, TransportError};
+use reverb_transport::{OpId, Rank, Source, Tag, TagMatch, TransportError};
 
 use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
@@ -16,20 +16,41 @@ impl Runtime {
     /// found here; the message is in the sender log and is resent to the restarted rank.
     pub(super) fn send_now(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
         let sent = self.endpoint()?.send(dest, tag, payload);
-        match sent {
-            Ok(()) => {}
+        self.after_send(sent).map(|_| ())
+    }
+
+    /// `send_now` of a lent payload (`Runtime::send_lent`).
+    ///
+    /// # Safety
+    /// As `Runtime::send_lent`.
+    pub(super) unsafe fn send_lent_now(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        payload: &[u8],
+    ) -> Result<Option<OpId>> {
+        // SAFETY: the caller's lending contract passes on unchanged.
+        let sent = unsafe { self.endpoint()?.send_lent(dest, tag, payload) };
+        Ok(self.after_send(sent)?.flatten())
+    }
+
+    /// What follows every send: a dead destination recovered, the count, fault hooks. None
+    /// for a send lost to a failure that recovery resends.
+    fn after_send<T>(&mut self, sent: LogResult<T>) -> Result<Option<T>> {
+        let out = match sent {
+            Ok(t) => Some(t),
             // The message is in the sender log (or left already, for a stale failure): recovery
             // resends it to the restarted rank.
             Err(e) => match dead_peer_in(&e) {
-                Some(p) if self.stale_failure(p) || self.failure_explains()? => {}
+                Some(p) if self.stale_failure(p) || self.failure_explains()? => None,
                 _ => return Err(e.into()),
             },
-        }
+        };
         self.sends += 1;
         self.note_replay()?;
         let here = Here { rank: self.rank, incarnation: self.report.incarnation };
         self.config.faults.after_send(here, self.sends, &self.config);
-        Ok(())
+        Ok(out)
     }
 
     /// A receive that does not wait: the matching message if it has arrived, else None (a

@@ -549,6 +549,11 @@ pub trait Provider: Send {
     unsafe fn send_lent_for(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<OpId> {
         self.send_for(owner, dest, tag, data)
     }
+    /// Whether a lent send of `len` bytes to `dest` would be read where it is now (not
+    /// copied): a caller with its own staging keeps the others for it.
+    fn lends_to(&self, _dest: Rank, _len: usize) -> bool {
+        false
+    }
     /// Posts a tagged receive for `owner`; it completes with [`CompletionKind::Recv`] when a
     /// message from `source` whose tag matches `tag` arrives (or already had). A message longer
     /// than the buffer fails the receive with `Truncated` (the sender's completion still

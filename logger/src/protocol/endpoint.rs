@@ -13,6 +13,7 @@ use reverb_transport::{
 };
 
 use super::delivery::Arrived;
+use super::passthrough::LentSends;
 use super::registry::{self, ProtocolEntry, ProtocolSetup};
 use super::rings::{BuddyRings, HostedRing};
 use super::{Background, DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol, LogUnit, Pending};
@@ -92,6 +93,8 @@ pub struct LoggedEndpoint {
     /// Provider sends not completed yet: a provider may hold them in a backlog that only its
     /// progress drains, so `finish` waits for them before it stops progressing.
     pub(super) sends_in_flight: u64,
+    /// Pass-through sends of lent payloads (`send_lent`) and their outcomes.
+    pub(super) lent: LentSends,
 }
 
 impl fmt::Debug for LoggedEndpoint {
@@ -213,6 +216,7 @@ impl LoggedEndpoint {
             frames: FramePool::new(frame_pool_bytes),
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,
+            lent: LentSends::default(),
             provider,
             owner,
             taken: VecDeque::new(),

@@ -54,6 +54,63 @@ impl LoggedEndpoint {
         self.collect_completions()
     }
 
+    /// Sends a `payload` the caller lends until [`LoggedEndpoint::lent_sent`] says it left: in
+    /// pass-through above the rendezvous threshold the provider may let the receiver read it
+    /// where it is (shm: one copy in all). Some(op) to ask about; None when it was copied
+    /// (logging on, or a small one), as `send` does.
+    ///
+    /// # Safety
+    /// `payload` must stay valid and unchanged until `lent_sent(op)` returns true or an error,
+    /// or the endpoint is dropped.
+    pub unsafe fn send_lent(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<Option<OpId>> {
+        // Bytes the provider would copy anyway go the usual way, through the frame pool.
+        if !self.pass_through || !self.provider.lends_to(dest, payload.len()) {
+            return self.send(dest, tag, payload).map(|()| None);
+        }
+        self.check_outgoing(dest, payload.len())?;
+        if is_library_tag(tag) {
+            return Err(reserved(format!("tag {tag:#x}")));
+        }
+        // SAFETY: the caller lends `payload` until lent_sent reports op (the contract above).
+        let op = unsafe { self.provider.send_lent_for(self.owner, dest, tag, payload) }?;
+        self.lent.pending.push(op);
+        self.sends_in_flight += 1;
+        self.comm.record_app(dest, payload.len() as u64, 0)?;
+        LogStats::bump(&self.stats.messages_sent, 1);
+        LogStats::bump(&self.stats.messages_unlogged, 1);
+        Ok(Some(op))
+    }
+
+    /// Whether lent send `op` has left (its receiver has the bytes; the payload is free), from
+    /// the completions collected so far: no progress. Its failure, once, as an error.
+    pub fn lent_sent(&mut self, op: OpId) -> Result<bool> {
+        self.collect_completions()?;
+        if let Some(i) = self.lent.done.iter().position(|(o, _)| *o == op) {
+            let (_, error) = self.lent.done.swap_remove(i);
+            return error.map_or(Ok(true), |e| Err(e.into()));
+        }
+        match self.lent.pending.contains(&op) {
+            true => Ok(false),
+            false => Err(LogError::InvalidArgument(format!("no lent send {op:?} in flight"))),
+        }
+    }
+
+    /// Waits, at most `timeout`, until lent send `op` has left: progressing, spinning, then
+    /// sleeping on the provider as its wait mode says. `Timeout` if it has not.
+    pub fn wait_lent(&mut self, op: OpId, timeout: Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            self.provider.progress()?;
+            if self.lent_sent(op)? {
+                return Ok(());
+            }
+            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
+            self.provider.wait_until(self.owner, left, &mut |cq| {
+                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { .. }))
+            })?;
+        }
+    }
+
     /// `recv_into`, pass-through: claims the first arrival from `source` matching `tag`,
     /// progressing the provider while none is here, at most `timeout`.
     pub(super) fn recv_pass_through(
@@ -191,6 +248,23 @@ impl LoggedEndpoint {
         self.stats.record_receive(kind);
         LogStats::bump(&self.stats.messages_delivered, 1);
         self.reception.deliver(source, 0).rsn
+    }
+}
+
+/// Lent sends in flight, and the outcomes of those that finished and were not asked about.
+#[derive(Debug, Default)]
+pub(super) struct LentSends {
+    pending: Vec<OpId>,
+    done: Vec<(OpId, Option<TransportError>)>,
+}
+
+impl LentSends {
+    /// Records `op`'s outcome if it is a lent send; false if it is not one.
+    pub(super) fn finish(&mut self, op: OpId, error: Option<&TransportError>) -> bool {
+        let Some(i) = self.pending.iter().position(|&o| o == op) else { return false };
+        self.pending.swap_remove(i);
+        self.done.push((op, error.cloned()));
+        true
     }
 }
 

@@ -252,6 +252,10 @@ impl LoggedEndpoint {
                 }
                 CompletionKind::Send { .. } => {
                     self.sends_in_flight = self.sends_in_flight.saturating_sub(1);
+                    // A lent send's outcome is kept for `lent_sent`, its failure included.
+                    if self.lent.finish(c.op, c.error()) {
+                        continue;
+                    }
                     self.frames.release(c.op);
                 }
                 _ => {}

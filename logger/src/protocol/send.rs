@@ -16,16 +16,7 @@ impl LoggedEndpoint {
     /// buffer is free on return. Causal logging piggybacks this rank's unstable determinants
     /// and then posts their log write; neither waits.
     pub fn send(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
-        if dest >= self.size {
-            return Err(LogError::InvalidArgument(format!("destination {dest} in a job of {}", self.size)));
-        }
-        if payload.len() > self.config.max_message {
-            return Err(LogError::InvalidArgument(format!(
-                "payload of {} bytes above REVERB_LOG_MAX_MESSAGE {}",
-                payload.len(),
-                self.config.max_message
-            )));
-        }
+        self.check_outgoing(dest, payload.len())?;
         if self.pass_through {
             return self.send_pass_through(dest, tag, payload);
         }
@@ -125,6 +116,20 @@ impl LoggedEndpoint {
         }
         self.send_buf.extend_from_slice(payload);
         self.provider.send_for(self.owner, dest, tag, &self.send_buf)?;
+        Ok(())
+    }
+
+    /// Refuses a destination outside the job and a payload above REVERB_LOG_MAX_MESSAGE.
+    pub(super) fn check_outgoing(&self, dest: Rank, len: usize) -> Result<()> {
+        if dest >= self.size {
+            return Err(LogError::InvalidArgument(format!("destination {dest} in a job of {}", self.size)));
+        }
+        if len > self.config.max_message {
+            return Err(LogError::InvalidArgument(format!(
+                "payload of {len} bytes above REVERB_LOG_MAX_MESSAGE {}",
+                self.config.max_message
+            )));
+        }
         Ok(())
     }
 

@@ -102,6 +102,59 @@ static void nonblocking(int rank, int size) {
     CHECK(st.MPI_SOURCE == MPI_PROC_NULL && count == 0, "proc_null source %d count %d", st.MPI_SOURCE, count);
 }
 
+/* Large messages (read by the receiver where the sender keeps them, on shm): every rank
+ * sends rank 0 a blocking 1 MiB message, a nonblocking 512 KiB one whose request it frees
+ * (its bytes must still arrive, and MPI_Finalize waits for them) and a 1 MiB one that rank 0
+ * receives into a buffer too small (MPI_ERR_TRUNCATE there, success here). Rank 0 takes the
+ * first into a receive posted before it was sent, the second with a blocking receive. */
+#define BIG (1 << 20)
+static unsigned char pattern_at(int rank, int which, long i) { return (unsigned char)(rank * 31 + which * 7 + i * 13); }
+
+static void large_messages(int rank, int size) {
+    unsigned char *buf = malloc((size_t)(size + 2) * BIG);
+    if (rank != 0) {
+        for (long i = 0; i < 3L * BIG; i++)
+            buf[i] = pattern_at(rank, (int)(i / BIG), i % BIG);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Send(buf, BIG, MPI_BYTE, 0, 40, MPI_COMM_WORLD);
+        MPI_Request r;
+        MPI_Isend(buf + BIG, BIG / 2, MPI_BYTE, 0, 41, MPI_COMM_WORLD, &r);
+        MPI_Request_free(&r);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int err = MPI_Send(buf + 2 * BIG, BIG, MPI_BYTE, 0, 42, MPI_COMM_WORLD);
+        CHECK(err == MPI_SUCCESS, "a send the receiver truncated failed: %d", err);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        /* Not freed: the freed request's bytes may be read until MPI_Finalize returns. */
+        return;
+    }
+    MPI_Request *first = malloc(size * sizeof *first);
+    for (int r = 1; r < size; r++)
+        MPI_Irecv(buf + (long)(r + 2) * BIG, BIG, MPI_BYTE, r, 40, MPI_COMM_WORLD, &first[r]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int r = 1; r < size; r++) {
+        MPI_Status st;
+        MPI_Wait(&first[r], &st);
+        int count, bad = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        for (long i = 0; i < BIG; i++)
+            bad += buf[(long)(r + 2) * BIG + i] != pattern_at(r, 0, i);
+        CHECK(count == BIG && bad == 0, "1 MiB from %d: count %d, %d bytes wrong", r, count, bad);
+        MPI_Recv(buf, BIG, MPI_BYTE, r, 41, MPI_COMM_WORLD, &st);
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        bad = 0;
+        for (long i = 0; i < BIG / 2; i++)
+            bad += buf[i] != pattern_at(r, 1, i);
+        CHECK(count == BIG / 2 && bad == 0, "512 KiB from %d: count %d, %d bytes wrong", r, count, bad);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int err = MPI_Recv(buf + BIG, BIG / 4, MPI_BYTE, r, 42, MPI_COMM_WORLD, &st), cls;
+        MPI_Error_class(err, &cls);
+        CHECK(cls == MPI_ERR_TRUNCATE, "a 1 MiB message into 256 KiB gave %d", cls);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    }
+    free(first);
+    free(buf);
+}
+
 static void errors(int rank, int size) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int v[4] = {1, 2, 3, 4}, small[2];
@@ -137,6 +190,7 @@ int main(int argc, char **argv) {
     probe_and_sync(rank, size);
     nonblocking(rank, size);
     errors(rank, size);
+    large_messages(rank, size);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && all == 0)

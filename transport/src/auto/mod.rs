@@ -232,6 +232,10 @@ impl Provider for AutoProvider {
         via!(self, dest, |p| unsafe { p.send_lent_for(owner, dest, tag, data) })
     }
 
+    fn lends_to(&self, dest: Rank, len: usize) -> bool {
+        self.is_local(dest) && self.shm.lends_to(dest, len)
+    }
+
     fn send_region_for(
         &mut self,
         owner: Owner,

@@ -571,8 +571,8 @@ impl ShmProvider {
     /// A lent message above the threshold, announced for the receiver to read where it is, if
     /// the receiver proved it can (`cma`); None (nothing sent) otherwise.
     fn try_lend(&mut self, owner: Owner, dest: Rank, tag: Tag, data: &[u8]) -> Result<Option<OpId>> {
-        let peer = self.live_peer(dest)?;
-        if !self.config.shm_cma || !peer.view.reads_lent(self.job.rank, self.job.incarnation) {
+        self.live_peer(dest)?;
+        if !self.lends_to(dest, data.len()) {
             return Ok(None);
         }
         let op = self.cq.next_op(owner);
@@ -710,6 +710,14 @@ impl Provider for ShmProvider {
             }
         }
         self.send_for(owner, dest, tag, data)
+    }
+
+    fn lends_to(&self, dest: Rank, len: usize) -> bool {
+        let Some(peer) = self.peers.get(dest as usize) else { return false };
+        self.config.shm_cma
+            && len > self.config.rndv_thresh
+            && peer.state == PeerState::Alive
+            && peer.view.reads_lent(self.job.rank, self.job.incarnation)
     }
 
     #[inline(always)]
