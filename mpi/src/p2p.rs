@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use reverb_runtime::Received;
 use reverb_transport::{OpId, Source, TagMatch};
+use smallvec::SmallVec;
 
 use crate::abi::*;
 use crate::comm::Comm;
@@ -193,9 +194,12 @@ impl State {
     /// acknowledgements. True if anything completed.
     pub fn progress(&mut self) -> MpiResult<bool> {
         let mut any = false;
-        // One poll, then every posted receive in order against the same arrivals: the first
-        // one posted gets the first matching message.
+        // One poll, then every posted receive in order: the first one posted gets the first
+        // matching message. Arrivals may still come in meanwhile (a provider's progress
+        // thread), so once a receive is left pending, a later one takes a message only if
+        // none of those left pending matches it: that message is theirs, next time.
         self.rt.poll()?;
+        let mut left: SmallVec<[(Source, TagMatch); 4]> = SmallVec::new();
         let mut i = 0;
         while i < self.pending_recvs.len() {
             let h = self.pending_recvs[i];
@@ -204,6 +208,15 @@ impl State {
                 continue;
             };
             let (source, tag) = (p.source, p.tag);
+            if !left.is_empty() && !self.arrival_is_for(source, tag, &left)? {
+                left.push((source, tag));
+                i += 1;
+                continue;
+            }
+            let Some(Request::Recv(p)) = self.requests.get(h) else {
+                self.pending_recvs.remove(i);
+                continue;
+            };
             let landing = landing_of(p.buf, p.count, &p.datatype)?;
             let taken = match landing {
                 Some(slice) => self.rt.take_collected_into(source, tag, slice, &lands)?,
@@ -218,7 +231,10 @@ impl State {
                     }
                     any = true;
                 }
-                None => i += 1,
+                None => {
+                    left.push((source, tag));
+                    i += 1;
+                }
             }
         }
         let syncs: Vec<(c_int, u32, u64)> = self
@@ -240,6 +256,18 @@ impl State {
         }
         any |= self.finish_lent_sends()?;
         Ok(any)
+    }
+
+    /// Whether the message a receive for (`source`, `tag`) would take now is one no receive
+    /// `left` pending earlier matches (false with nothing here: what comes next may be theirs).
+    fn arrival_is_for(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        left: &[(Source, TagMatch)],
+    ) -> MpiResult<bool> {
+        let Some((sender, arrived, _)) = self.rt.probe(source, tag)? else { return Ok(false) };
+        Ok(!left.iter().any(|(s, t)| s.matches(sender) && t.matches(arrived)))
     }
 
     /// Completes the lent sends whose bytes left; true if any did.
