@@ -59,7 +59,7 @@ fn reverb_run(
         // `--logger`, which wins; it passes no REVERB_LOGGER on).
         .env("REVERB_LOGGER", placement)
         // Generous, so a loaded machine never fakes a death in a clean job.
-        .env("REVERB_HEARTBEAT_MS", "2000")
+        .env("REVERB_HEARTBEAT_MS", (2000 * time_scale()).to_string())
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
         .output()
@@ -327,9 +327,10 @@ fn protocols_log_through_the_logger_core() {
             .env(ROLE, "logged")
             .env("REVERB_LOG", mode)
             .env("REVERB_LOGGER_DUMP_DIR", &dump)
-            // Generous: two cores shared with other jobs must not fake a death or a stall.
-            .env("REVERB_HEARTBEAT_MS", "5000")
-            .env("REVERB_LOGGER_STALL_MS", "60000")
+            // Generous: two cores shared with other jobs (two emulated VMs, in CI) must not
+            // fake a death or a stall; nothing here fails.
+            .env("REVERB_HEARTBEAT_MS", (5000 * time_scale()).to_string())
+            .env("REVERB_LOGGER_STALL_MS", (60000 * time_scale()).to_string())
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .output()
@@ -426,8 +427,8 @@ fn bench_log_runs_every_protocol() {
             .args(["bench"])
             .args(args)
             .args(["--timeout-ms", &timeout_ms])
-            .env("REVERB_HEARTBEAT_MS", "5000")
-            .env("REVERB_LOGGER_STALL_MS", "60000")
+            .env("REVERB_HEARTBEAT_MS", (5000 * time_scale()).to_string())
+            .env("REVERB_LOGGER_STALL_MS", (60000 * time_scale()).to_string())
             .stdin(Stdio::null())
             .output()
             .unwrap()
