@@ -41,7 +41,8 @@ pub struct SlotHeader {
     pub r_addr: u64,
     /// RTS: length of the sender's region; ADVERT, DIRECT_FIN: the message sequence number.
     pub r_len: u64,
-    /// RTS: remote key of the sender's region; ADVERT: the receiver's region key.
+    /// RTS: remote key of the sender's region; ADVERT: the receiver's region key; RTS_LENT:
+    /// the sender's lent slot + 1 (0: none).
     pub r_key: u64,
     /// RTS: offset of the message in the sender's region; ADVERT: the buffer's offset in the
     /// receiver's region.

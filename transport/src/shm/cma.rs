@@ -49,6 +49,32 @@ pub unsafe fn read(pid: u32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
     Ok(())
 }
 
+/// Writes `len` bytes from `src` to `remote` in process `pid`, as `read` reads.
+///
+/// # Safety
+/// `src..src + len` must be readable.
+pub unsafe fn write(pid: u32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec { iov_base: src.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
+        let far = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: `local` lies inside the caller's readable range (the kernel only reads it);
+        // the kernel checks `far` against the other process's mappings.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "process_vm_writev wrote nothing")),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether `expect.len()` bytes at `remote` in process `pid` read back as `expect`: the peer's
 /// segment header, read through its own mapping, proves that `pid` is that peer and that the
 /// kernel lets us read it.

@@ -10,6 +10,8 @@
 //! ...    accept words: one u32 per source rank (the incarnation it accepts, + 1; 0: none)
 //! ...    lent words: one u32 per source rank (the incarnation whose memory the owner can read
 //!        by cross-memory attach, + 1; 0: none)
+//! ...    lent slots: LENT_SLOTS x 64 B, where the owner and the receiver of one of its lent
+//!        sends share its copy (`share`)
 //! ...    the receive FIFO: head line, then fifo_slots slots (see `fifo`)
 //! ```
 //!
@@ -29,7 +31,7 @@ use super::fifo::{Fifo, HEAD_LEN, SLOT_PREFIX_LEN};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: u64 = 0x5245_5645_5242_5348; // "REVERBSH"
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 const HEADER_LEN: usize = 4096;
 const DOORBELL_OFF: usize = 64;
 const WAITERS_OFF: usize = 128;
@@ -91,14 +93,45 @@ impl Layout {
         self.accept_offset() + self.size as usize * 4
     }
 
-    fn fifo_offset(&self) -> usize {
+    fn lent_slots_offset(&self) -> usize {
         (self.lent_offset() + self.size as usize * 4).next_multiple_of(64)
+    }
+
+    fn fifo_offset(&self) -> usize {
+        self.lent_slots_offset() + LENT_SLOTS * LENT_SLOT_LEN
     }
 
     pub fn total_len(&self) -> usize {
         self.fifo_offset() + HEAD_LEN + self.fifo_slots as usize * self.slot_size as usize
     }
 }
+
+/// Lent-send slots per segment: lent sends beyond them in flight are copied by the receiver
+/// alone.
+pub const LENT_SLOTS: usize = 64;
+const LENT_SLOT_LEN: usize = 64;
+
+/// Where the two ends of one lent send share its copy in chunks (`share`). The sender fills
+/// `cookie` and clears the rest before announcing; the receiver then sets `dst` and `total`
+/// and opens `claim`; each side takes chunks from `claim` and counts them in `done`.
+#[repr(C)]
+pub struct LentSlot {
+    /// The send's operation id (its RTS cookie).
+    pub cookie: AtomicU64,
+    /// The receive buffer's address in the receiver.
+    pub dst: AtomicU64,
+    /// State (high 32 bits: `share::ANNOUNCED`, `OPEN`, `CLOSED`) and next chunk (low 32).
+    pub claim: AtomicU64,
+    /// Chunks in the message.
+    pub total: AtomicU32,
+    /// Chunks copied, by either side.
+    pub done: AtomicU32,
+    /// Nonzero once a chunk the sender took failed.
+    pub failed: AtomicU32,
+    _pad: [AtomicU32; 7],
+}
+
+const _: () = assert!(std::mem::size_of::<LentSlot>() == LENT_SLOT_LEN);
 
 /// One registration: peers validate `key` (acquire) before trusting the other fields.
 #[repr(C)]
@@ -275,6 +308,17 @@ impl ControlView {
     /// Sender: whether the owner reads lent sends of incarnation `incarnation` of `source`.
     pub fn reads_lent(&self, source: u32, incarnation: u32) -> bool {
         incarnation <= MAX_INCARNATION && self.lent_word(source).load(Ordering::Acquire) == incarnation + 1
+    }
+
+    /// Lent slot `index`, if there is one.
+    pub fn lent_slot(&self, index: usize) -> Option<&LentSlot> {
+        if index >= LENT_SLOTS {
+            return None;
+        }
+        let off = self.layout.lent_slots_offset() + index * LENT_SLOT_LEN;
+        // SAFETY: index < LENT_SLOTS keeps the slot inside its table (total_len counts it);
+        // 64-byte slots at a 64-aligned offset of a page-aligned base; all fields are atomics.
+        Some(unsafe { &*(self.base.add(off) as *const LentSlot) })
     }
 
     /// The receive FIFO.

@@ -15,6 +15,7 @@
 
 mod address;
 mod cma;
+mod share;
 mod control;
 mod fifo;
 mod futex;
@@ -129,6 +130,8 @@ pub struct ShmProvider {
     malformed: ErrorQueue,
     /// Staging regions for large slice sends, reused once their FIN came back.
     staging: RegionPool,
+    /// Our lent sends announced with a slot of our segment, by slot (`share`).
+    lent_out: Vec<Option<share::LentOut>>,
     /// How our claims in peers' FIFOs name us.
     me: fifo::Owner,
     /// The next position of our FIFO to read.
@@ -327,6 +330,7 @@ impl ShmProvider {
             last_liveness: Instant::now(),
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
+            lent_out: (0..control::LENT_SLOTS).map(|_| None).collect(),
             me,
             rx_tail: 0,
             dying: Vec::new(),
@@ -576,7 +580,8 @@ impl ShmProvider {
             return Ok(None);
         }
         let op = self.cq.next_op(owner);
-        let rts = SlotHeader::rts_lent(tag, data.len(), op.0, data.as_ptr() as u64);
+        let mut rts = SlotHeader::rts_lent(tag, data.len(), op.0, data.as_ptr() as u64);
+        rts.r_key = self.lend_slot(op, dest, data).map_or(0, |slot| slot as u64 + 1);
         self.push_msg(dest, rts, &[], None)?;
         self.tagged.get().count_send(dest);
         self.tagged.get().add_pending(op, dest, tag, data.len(), None);
@@ -793,6 +798,7 @@ impl Provider for ShmProvider {
     fn progress(&mut self) -> Result<()> {
         self.drain_fifo();
         self.flush_backlogs();
+        self.help_lent_reads();
         self.progress_calls = self.progress_calls.wrapping_add(1);
         if self.progress_calls.is_multiple_of(256) && self.liveness_due() {
             self.check_liveness();

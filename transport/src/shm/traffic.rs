@@ -142,10 +142,12 @@ impl ShmProvider {
         let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
+        let lent_slot = (rts.kind == kind::RTS_LENT && rts.r_key > 0).then(|| ((rts.r_key - 1) as usize, rts.cookie));
         let result = if len > recv.buffer.capacity() {
+            self.close_lent_slot(source, lent_slot);
             Err(TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 })
         } else if rts.kind == kind::RTS_LENT {
-            self.read_lent(source, rts.r_addr, len, &recv.buffer)
+            self.read_lent(source, rts.r_addr, len, &recv.buffer, lent_slot)
         } else {
             self.read_remote(&remote, rts.r_offset, len, &recv.buffer)
         };
@@ -196,15 +198,16 @@ impl ShmProvider {
     }
 
     /// Reads a lent message (`RTS_LENT`, `len` bytes at `addr` in `source`'s memory) into a
-    /// receive buffer with room for it, by cross-memory attach.
+    /// receive buffer with room for it, by cross-memory attach, sharing the copy with the
+    /// sender through `slot` when it gave one (`share`).
     fn read_lent(
         &mut self,
         source: Rank,
         addr: u64,
         len: usize,
         buffer: &RecvBuffer,
+        slot: Option<(usize, u64)>,
     ) -> Result<Option<Vec<u8>>> {
-        let pid = self.peers[source as usize].pid;
         let failed =
             |e: std::io::Error| TransportError::Remote(source, format!("reading its lent message: {e}"));
         match buffer {
@@ -212,25 +215,35 @@ impl ShmProvider {
                 region.check_bounds("rendezvous read", *offset, len)?;
                 // SAFETY: offset + len was checked against the region, which stays mapped; a
                 // posted receive's buffer is the receive's alone until it completes.
-                unsafe { cma::read(pid, addr, region.as_ptr().add(*offset), len) }.map_err(failed)?;
+                let dst = unsafe { region.as_ptr().add(*offset) };
+                // SAFETY: as above.
+                unsafe { self.read_lent_shared(source, addr, len, dst, slot) }.map_err(failed)?;
                 Ok(None)
             }
             RecvBuffer::Owned { .. } => {
                 let mut data = Vec::<u8>::with_capacity(len);
                 // SAFETY: `data` has capacity for len bytes, all of which the read initialises
-                // before set_len (it fails otherwise, and `data` is dropped empty).
-                unsafe {
-                    cma::read(pid, addr, data.as_mut_ptr(), len).map_err(failed)?;
-                    data.set_len(len);
+                // before set_len.
+                match unsafe { self.read_lent_shared(source, addr, len, data.as_mut_ptr(), slot) } {
+                    Ok(()) => {
+                        // SAFETY: all len bytes were written.
+                        unsafe { data.set_len(len) };
+                        Ok(Some(data))
+                    }
+                    Err(e) => {
+                        // A sender that stalled mid-chunk may still write: never free it.
+                        std::mem::forget(data);
+                        Err(failed(e))
+                    }
                 }
-                Ok(Some(data))
             }
             RecvBuffer::Borrowed(b) => {
                 if len > b.len() {
+                    self.close_lent_slot(source, slot);
                     return Err(TransportError::Truncated { len: len as u64, capacity: b.len() as u64 });
                 }
                 // SAFETY: len fits the lent buffer, which its lender keeps for this claim alone.
-                unsafe { cma::read(pid, addr, b.as_mut_ptr(), len) }.map_err(failed)?;
+                unsafe { self.read_lent_shared(source, addr, len, b.as_mut_ptr(), slot) }.map_err(failed)?;
                 Ok(None)
             }
         }
