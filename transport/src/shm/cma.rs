@@ -56,8 +56,10 @@ pub unsafe fn read(pid: u32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
 pub unsafe fn write(pid: u32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let local = libc::iovec { iov_base: src.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
-        let far = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
+        let local =
+            libc::iovec { iov_base: src.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
+        let far =
+            libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: `local` lies inside the caller's readable range (the kernel only reads it);
         // the kernel checks `far` against the other process's mappings.
         let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) };

@@ -15,13 +15,13 @@
 
 mod address;
 mod cma;
-mod share;
 mod control;
 mod fifo;
 mod futex;
 pub mod liveness;
 mod regions;
 mod segment;
+mod share;
 mod traffic;
 
 pub use segment::{create_private, pid_in_name, recorded_creator, segment_path, sweep_stale};

@@ -77,7 +77,8 @@ impl ShmProvider {
     fn reclaim_lent_slots(&mut self) {
         for (index, out) in self.lent_out.iter_mut().enumerate() {
             let Some(o) = out else { continue };
-            let closed = self.own.lent_slot(index).is_none_or(|s| s.claim.load(Ordering::Acquire) >> 32 == CLOSED);
+            let closed =
+                self.own.lent_slot(index).is_none_or(|s| s.claim.load(Ordering::Acquire) >> 32 == CLOSED);
             let gone = self.peers.get(o.dest as usize).is_none_or(|p| p.state == PeerState::Dead);
             if closed || gone {
                 *out = None;
@@ -103,7 +104,8 @@ impl ShmProvider {
             if slot.claim.load(Ordering::Acquire) >> 32 != OPEN {
                 continue;
             }
-            let (pid, total, dst) = (peer.pid, slot.total.load(Ordering::Relaxed), slot.dst.load(Ordering::Relaxed));
+            let (pid, total, dst) =
+                (peer.pid, slot.total.load(Ordering::Relaxed), slot.dst.load(Ordering::Relaxed));
             while let Some(c) = take_chunk(slot, total) {
                 let (off, n) = chunk_range(c, len);
                 if off + n > len {
@@ -175,7 +177,8 @@ impl ShmProvider {
         let Some((index, cookie)) = slot else { return };
         let Some(s) = self.peers[source as usize].view.lent_slot(index) else { return };
         if s.cookie.load(Ordering::Acquire) == cookie {
-            let _ = s.claim.compare_exchange(ANNOUNCED << 32, CLOSED << 32, Ordering::AcqRel, Ordering::Relaxed);
+            let _ =
+                s.claim.compare_exchange(ANNOUNCED << 32, CLOSED << 32, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 

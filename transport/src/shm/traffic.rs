@@ -142,7 +142,8 @@ impl ShmProvider {
         let Fetch { recv, source, rts } = f;
         let len = rts.len as usize;
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
-        let lent_slot = (rts.kind == kind::RTS_LENT && rts.r_key > 0).then(|| ((rts.r_key - 1) as usize, rts.cookie));
+        let lent_slot =
+            (rts.kind == kind::RTS_LENT && rts.r_key > 0).then(|| ((rts.r_key - 1) as usize, rts.cookie));
         let result = if len > recv.buffer.capacity() {
             self.close_lent_slot(source, lent_slot);
             Err(TransportError::Truncated { len: rts.len, capacity: recv.buffer.capacity() as u64 })
