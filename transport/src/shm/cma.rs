@@ -21,23 +21,43 @@ pub fn permit_peers() {
     }
 }
 
-/// Reads `len` bytes at `remote` in process `pid` into `dst`, in as many calls as the
-/// kernel needs (it may stop short at a page it cannot read: that is an error).
+/// Which way a transfer goes.
+#[derive(Clone, Copy)]
+enum Way {
+    Read,
+    Write,
+}
+
+/// Moves `len` bytes between `local` here and `remote` in process `pid`, in as many calls as
+/// the kernel needs (it may stop short at a page it cannot reach: that is an error).
 ///
 /// # Safety
-/// `dst..dst + len` must be writable and not aliased by any reference while this runs.
-pub unsafe fn read(pid: u32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
+/// `local..local + len` must be writable (`Read`) or readable (`Write`), and not aliased by
+/// any reference while this runs.
+unsafe fn transfer(way: Way, pid: u32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let local = libc::iovec { iov_base: dst.wrapping_add(done).cast(), iov_len: len - done };
+        let here = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
         let far =
             libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: `local` lies inside the caller's writable range; the kernel checks `far`
-        // against the other process's mappings and fails rather than fault.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &far, 1, 0) };
+        let pid = pid as libc::pid_t;
+        // SAFETY: `here` lies inside the caller's range, writable or readable as `way` needs;
+        // the kernel checks `far` against the other process's mappings and fails rather than
+        // fault.
+        let n = unsafe {
+            match way {
+                Way::Read => libc::process_vm_readv(pid, &here, 1, &far, 1, 0),
+                Way::Write => libc::process_vm_writev(pid, &here, 1, &far, 1, 0),
+            }
+        };
         match n {
             n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_readv read nothing")),
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "cross-memory transfer moved nothing",
+                ))
+            }
             _ => {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -49,32 +69,22 @@ pub unsafe fn read(pid: u32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
     Ok(())
 }
 
-/// Writes `len` bytes from `src` to `remote` in process `pid`, as `read` reads.
+/// Reads `len` bytes at `remote` in process `pid` into `dst`.
+///
+/// # Safety
+/// `dst..dst + len` must be writable and not aliased by any reference while this runs.
+pub unsafe fn read(pid: u32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller's contract is transfer's for a read.
+    unsafe { transfer(Way::Read, pid, remote, dst, len) }
+}
+
+/// Writes `len` bytes from `src` to `remote` in process `pid`.
 ///
 /// # Safety
 /// `src..src + len` must be readable.
 pub unsafe fn write(pid: u32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let local =
-            libc::iovec { iov_base: src.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
-        let far =
-            libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: `local` lies inside the caller's readable range (the kernel only reads it);
-        // the kernel checks `far` against the other process's mappings.
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "process_vm_writev wrote nothing")),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(())
+    // SAFETY: the kernel only reads `src` for a write: transfer's contract for it.
+    unsafe { transfer(Way::Write, pid, remote, src.cast_mut(), len) }
 }
 
 /// Whether `expect.len()` bytes at `remote` in process `pid` read back as `expect`: the peer's
@@ -92,13 +102,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_this_process_and_refuses_an_unmapped_address() {
+    fn reads_and_writes_this_process_and_refuses_an_unmapped_address() {
         let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         let pid = std::process::id();
         // SAFETY: dst is ours and writable.
         unsafe { read(pid, src.as_ptr() as u64, dst.as_mut_ptr(), dst.len()) }.unwrap();
         assert_eq!(dst, src);
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: src is readable; back is ours and the kernel writes it.
+        unsafe { write(pid, back.as_mut_ptr() as u64, src.as_ptr(), src.len()) }.unwrap();
+        assert_eq!(back, src);
         assert!(probe(pid, src.as_ptr() as u64, &src[..64]));
         assert!(!probe(pid, 8, &src[..64]), "page 0 is never mapped");
     }
