@@ -47,10 +47,11 @@ fn take_chunk(slot: &LentSlot, total: u32) -> Option<u32> {
     }
 }
 
-/// Byte range of chunk `c` of a `len`-byte message.
-fn chunk_range(c: u32, len: usize) -> (usize, usize) {
-    let off = c as usize * CHUNK;
-    (off, CHUNK.min(len - off))
+/// Byte range (offset, length) of chunk `c` of a `len`-byte message; None past its end (a
+/// chunk count the receiver wrote may be wrong).
+fn chunk_range(c: u32, len: usize) -> Option<(usize, usize)> {
+    let off = (c as usize).checked_mul(CHUNK).filter(|&off| off < len)?;
+    Some((off, CHUNK.min(len - off)))
 }
 
 impl ShmProvider {
@@ -108,10 +109,11 @@ impl ShmProvider {
             let (pid, total, dst) =
                 (peer.pid, slot.total.load(Ordering::Relaxed), slot.dst.load(Ordering::Relaxed));
             while let Some(c) = take_chunk(slot, total) {
-                let (off, n) = chunk_range(c, len);
-                if off + n > len {
-                    break;
-                }
+                let Some((off, n)) = chunk_range(c, len) else {
+                    slot.failed.store(1, Ordering::Release);
+                    slot.done.fetch_add(1, Ordering::AcqRel);
+                    continue;
+                };
                 // SAFETY: the bytes are lent to this send until its completion, which waits for
                 // the receiver's FIN, which waits for this chunk; the kernel checks `dst`
                 // against the receiver's mappings.
@@ -155,7 +157,8 @@ impl ShmProvider {
         Self::wake(peer);
         let mut result = Ok(());
         while let Some(c) = take_chunk(s, total) {
-            let (off, n) = chunk_range(c, len);
+            // Chunks of this message (`total` is ours): always in range.
+            let Some((off, n)) = chunk_range(c, len) else { break };
             if result.is_ok() {
                 // SAFETY: off + n <= len, inside the caller's range.
                 result = unsafe { cma::read(pid, addr + off as u64, dst.add(off), n) };
@@ -200,5 +203,22 @@ impl ShmProvider {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_message_and_none_lies_past_it() {
+        let len = 3 * CHUNK + 5;
+        let total = len.div_ceil(CHUNK) as u32;
+        let ranges: Vec<_> = (0..total).map(|c| chunk_range(c, len).unwrap()).collect();
+        assert_eq!(ranges.iter().map(|r| r.1).sum::<usize>(), len);
+        assert_eq!(ranges.last(), Some(&(3 * CHUNK, 5)));
+        // A count a receiver wrote past the end names no bytes.
+        assert_eq!(chunk_range(total, len), None);
+        assert_eq!(chunk_range(u32::MAX, len), None);
     }
 }
