@@ -208,16 +208,13 @@ impl State {
                 continue;
             };
             let (source, tag) = (p.source, p.tag);
+            // The landing slice borrows the program's buffer, not the request.
+            let landing = landing_of(p.buf, p.count, &p.datatype)?;
             if !left.is_empty() && !self.arrival_is_for(source, tag, &left)? {
                 left.push((source, tag));
                 i += 1;
                 continue;
             }
-            let Some(Request::Recv(p)) = self.requests.get(h) else {
-                self.pending_recvs.remove(i);
-                continue;
-            };
-            let landing = landing_of(p.buf, p.count, &p.datatype)?;
             let taken = match landing {
                 Some(slice) => self.rt.take_collected_into(source, tag, slice, &lands)?,
                 None => self.rt.take_collected(source, tag)?.map(Received::Message),
