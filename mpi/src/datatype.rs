@@ -111,6 +111,15 @@ impl Datatype {
         Datatype { size, lb: 0, extent: size as isize, blocks: smallvec![(0, size)], elem, committed: true }
     }
 
+    /// The element size of a predefined type laid out as one contiguous run, from its handle
+    /// alone (MPICH's predefined handles, 0x4c......, carry their size in bits 8..16; the
+    /// value-index pairs are not among them): the per-message case builds no `Datatype`.
+    #[inline]
+    pub fn plain_size(h: c_int) -> Option<usize> {
+        let h = h as u32;
+        (h & 0xff00_0000 == 0x4c00_0000).then_some(((h >> 8) & 0xff) as usize)
+    }
+
     /// A predefined datatype named by its handle.
     pub fn builtin(h: c_int) -> Option<Datatype> {
         // The value-index pairs are not contiguous in C: (value, padding?, int).
@@ -146,11 +155,7 @@ impl Datatype {
             MPI_DATATYPE_NULL => return None,
             _ => {}
         }
-        if (h as u32) & 0xff00_0000 != 0x4c00_0000 {
-            return None;
-        }
-        // MPICH's predefined handles carry their size in bits 8..16.
-        let size = ((h as u32 >> 8) & 0xff) as usize;
+        let size = Datatype::plain_size(h)?;
         let elem = elem_of(h);
         let elem = if elem.size() == size { elem } else { Elem::Opaque };
         Some(Datatype::contiguous_bytes(size, elem))

@@ -24,7 +24,15 @@ use crate::tags;
 pub const TAG_UB: c_int = i32::MAX;
 
 fn count_of(count: i64) -> MpiResult<usize> {
-    usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
+    usize::try_from(count).map_err(|_| count_error(count))
+}
+
+fn count_error(count: i64) -> MpiError {
+    MpiError::new(MPI_ERR_COUNT, format!("count {count}"))
+}
+
+fn proc_null() -> Request {
+    Request::Done(Status::proc_null())
 }
 
 fn check_send_tag(tag: c_int) -> MpiResult<()> {
@@ -121,35 +129,58 @@ impl State {
 
     /// Sends now, handing the bytes over as `mode` says.
     pub fn start_send_as(&mut self, a: &SendArgs, mode: SendMode) -> MpiResult<Request> {
+        // A predefined contiguous type: its bytes are the buffer, no datatype is built.
+        if let Some(size) = Datatype::plain_size(a.datatype) {
+            let Some((dest, context, count)) = self.send_target(a)? else { return Ok(proc_null()) };
+            let len = count.checked_mul(size).ok_or_else(|| count_error(a.count))?;
+            return self.send_bytes(dest, context, a.tag, Cow::Borrowed(ffi::bytes(a.buf, len)?), mode);
+        }
         let dt = self.datatype(a.datatype)?;
         self.start_send_typed(a, &dt, mode)
     }
 
     /// `start_send_as` with the datatype resolved already.
     pub fn start_send_typed(&mut self, a: &SendArgs, dt: &Datatype, mode: SendMode) -> MpiResult<Request> {
-        let sync = mode == SendMode::Sync;
+        let Some((dest, context, count)) = self.send_target(a)? else { return Ok(proc_null()) };
+        let bytes = dt.pack(a.buf, count)?;
+        self.send_bytes(dest, context, a.tag, bytes, mode)
+    }
+
+    /// A send's checked target: (world rank, context, element count); None for MPI_PROC_NULL.
+    fn send_target(&self, a: &SendArgs) -> MpiResult<Option<(u32, u32, usize)>> {
         check_send_tag(a.tag)?;
         let count = count_of(a.count)?;
         let comm = self.comm(a.comm)?;
         if a.dest == MPI_PROC_NULL {
-            return Ok(Request::Done(Status::proc_null()));
+            return Ok(None);
         }
-        let (dest, context) = (comm.world_of(a.dest)?, comm.context);
-        let bytes = dt.pack(a.buf, count)?;
+        Ok(Some((comm.world_of(a.dest)?, comm.context, count)))
+    }
+
+    /// Sends `bytes` under MPI tag `tag` of `context` to world rank `dest`.
+    fn send_bytes(
+        &mut self,
+        dest: u32,
+        context: u32,
+        tag: c_int,
+        bytes: Cow<'_, [u8]>,
+        mode: SendMode,
+    ) -> MpiResult<Request> {
+        let sync = mode == SendMode::Sync;
         if let (SendMode::Lent, Cow::Borrowed(lent)) = (mode, &bytes) {
             if (LENT_MIN..=self.rt.config().log.max_message).contains(&lent.len()) {
                 // SAFETY: MPI leaves a send's buffer alone until its request completes, and a
                 // LentSend request completes only once the runtime says the bytes left.
-                let op = unsafe { self.rt.send_lent(dest, tags::tag(context, 0, a.tag), lent) }?;
+                let op = unsafe { self.rt.send_lent(dest, tags::tag(context, 0, tag), lent) }?;
                 let Some(op) = op else { return Ok(Request::Done(Status::empty())) };
                 self.lent_sends += 1;
                 return Ok(Request::LentSend(op));
             }
         }
         let flags = if sync { tags::SYNC } else { 0 };
-        frag::send(&mut self.rt, dest, tags::tag(context, flags, a.tag), &bytes)?;
+        frag::send(&mut self.rt, dest, tags::tag(context, flags, tag), &bytes)?;
         if sync {
-            return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, a.tag) }));
+            return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, tag) }));
         }
         Ok(Request::Done(Status::empty()))
     }
@@ -385,12 +416,19 @@ impl State {
         tag: c_int,
         comm: c_int,
     ) -> MpiResult<Status> {
-        let count = count_of(count)?;
-        let dt = self.datatype(datatype)?;
+        let elements = count_of(count)?;
+        // A predefined contiguous type lands by its size alone: no datatype is built for it.
+        let landing = match Datatype::plain_size(datatype) {
+            Some(size) if elements > 0 => {
+                Some(ffi::bytes_mut(buf, elements.checked_mul(size).ok_or_else(|| count_error(count))?)?)
+            }
+            Some(_) => None,
+            None => landing_of(buf, elements, &self.datatype(datatype)?)?,
+        };
         let c = self.comm(comm)?;
         let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
         let context = c.context;
-        let received = self.receive(from, matching, landing_of(buf, count, &dt)?)?;
+        let received = self.receive(from, matching, landing)?;
         let rank_of = |s: &State, w: u32| match source {
             MPI_ANY_SOURCE => s.comm(comm).map(|c| c.rank_of_world(w)),
             r => Ok(r),
@@ -403,7 +441,8 @@ impl State {
             Received::Message(msg) => {
                 let msg = frag::complete(&mut self.rt, msg)?;
                 let source = rank_of(self, msg.source)?;
-                self.finish_recv(&msg, context, source, buf, count, &dt)
+                let dt = self.datatype(datatype)?;
+                self.finish_recv(&msg, context, source, buf, elements, &dt)
             }
         }
     }
