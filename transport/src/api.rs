@@ -341,6 +341,26 @@ impl RecvBuffer {
     }
 }
 
+/// What [`Provider::take_eager_into`] found for a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EagerTake {
+    /// The message was copied into the caller's buffer and is gone from the provider:
+    /// `len` bytes from `source` under `tag`.
+    Landed {
+        /// Its sender.
+        source: Rank,
+        /// Its tag.
+        tag: Tag,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Nothing the receive matches has arrived.
+    NoneArrived,
+    /// The message the receive matches is not one to take this way (a rendezvous, a longer
+    /// one, one `accept` refused), or the provider has no such path: claim it instead.
+    Claim,
+}
+
 /// What completed.
 #[derive(Debug, Clone)]
 pub enum CompletionKind {
@@ -599,6 +619,26 @@ pub trait Provider: Send {
         buffer: RecvBuffer,
     ) -> Result<OpId> {
         self.post_recv_for(owner, source, tag, buffer)
+    }
+
+    /// The fast path of a blocking receive: if the message a receive for (`source`, `tag`)
+    /// would take now is eager data already here, no longer than `buf` and wanted by
+    /// `accept(tag, len)`, copies it into `buf` and forgets it, with no operation and no
+    /// completion. No progress is made. Providers without it answer `Claim` (the default).
+    fn take_eager_into(
+        &mut self,
+        _source: Source,
+        _tag: TagMatch,
+        _buf: &mut [u8],
+        _accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<EagerTake> {
+        Ok(EagerTake::Claim)
+    }
+    /// The fast path of a small send: true when `data` went out copied with no operation and
+    /// no completion to collect (shm publishes it in the peer's FIFO at once); false, with
+    /// nothing sent, where the provider cannot (the default): use `send_for`.
+    fn send_inline(&mut self, _dest: Rank, _tag: Tag, _data: &[u8]) -> Result<bool> {
+        Ok(false)
     }
 
     /// [`Provider::put_for`] for [`Owner::APP`].

@@ -72,8 +72,8 @@ pub mod topo;
 pub mod verbs;
 
 pub use api::{
-    Access, Capabilities, Completion, CompletionKind, OpId, PeerState, Provider, ProviderKind, Rank,
-    RecvBuffer, RemoteRegion, Rma, Signal, Source, Tag, TagMatch,
+    Access, Capabilities, Completion, CompletionKind, EagerTake, OpId, PeerState, Provider, ProviderKind,
+    Rank, RecvBuffer, RemoteRegion, Rma, Signal, Source, Tag, TagMatch,
 };
 pub use bootstrap::{Bootstrap, JobInfo};
 pub use completion::{CompletionQueues, Owner};

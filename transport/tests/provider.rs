@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::{child, pattern, run_job, run_ok, run_threads, Job, WAIT};
 use reverb_transport::borrowed::Borrowed;
 use reverb_transport::{
-    Access, Bootstrap, CompletionKind, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer, Region,
-    RemoteRegion, Rma, Signal, Source, TagMatch, TransportError,
+    Access, Bootstrap, CompletionKind, EagerTake, JobInfo, OpId, Owner, Provider, ProviderKind, RecvBuffer,
+    Region, RemoteRegion, Rma, Signal, Source, TagMatch, TransportError,
 };
 
 /// Sizes from 1 B to 8 MiB, dense around the default 8 KiB eager/rendezvous threshold.
@@ -391,6 +391,92 @@ fn peek_and_claim_take_arrivals_in_order_body(job: &JobInfo, boot: &mut dyn Boot
         // The claim that found nothing left no receive behind: "late" waits to be peeked.
         assert_eq!(peek_until(p, Source::Any, TagMatch::any()), (0, 7, 4));
         assert_eq!(claim_owned(p, Source::Rank(0), TagMatch::exact(7), 64), (0, 7, b"late".to_vec()));
+    }
+    boot.barrier().unwrap();
+}
+
+/// The blocking receive's fast path: `take_eager_into` copies an arrived eager message into
+/// the caller's buffer in arrival order per (source, tag), says `NoneArrived` with nothing
+/// here, and leaves a rendezvous, a message longer than the buffer or one `accept` refuses
+/// to a claim (`Claim`), taking nothing. `send_inline`'s messages arrive like any other.
+#[test]
+fn eager_takes_land_in_order_and_leave_the_rest() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("eager_takes_land_in_order_and_leave_the_rest", 2, &[]);
+    };
+    eager_takes_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_eager_takes_land_in_order_and_leave_the_rest() {
+    run_threads("loopback_eager_takes_land_in_order_and_leave_the_rest", 2, eager_takes_body);
+}
+
+/// `take_eager_into` progressing `p` until it answers other than `NoneArrived`, at most `WAIT`.
+fn take_until(p: &mut dyn Provider, source: Source, tag: TagMatch, buf: &mut [u8]) -> EagerTake {
+    let start = Instant::now();
+    loop {
+        match p.take_eager_into(source, tag, buf, &|_, _| true).expect("take") {
+            EagerTake::NoneArrived => {}
+            found => return found,
+        }
+        assert!(start.elapsed() < WAIT, "nothing arrived for {source:?} {tag:?}");
+        p.progress().expect("progress");
+    }
+}
+
+fn eager_takes_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    const BIG: usize = 1 << 20;
+    if job.rank == 0 {
+        // Inline where the provider can, else an ordinary send; both keep their order.
+        let send = |p: &mut dyn Provider, tag: u64, data: &[u8]| {
+            if !p.send_inline(1, tag, data).expect("send_inline") {
+                let op = p.send(1, tag, data).expect("send");
+                p.wait_op(op, WAIT).expect("send completion").into_result().expect("send ok");
+            }
+        };
+        send(p, 3, b"one");
+        send(p, 4, b"other tag");
+        send(p, 3, b"two");
+        send(p, 3, b"longer than eight");
+        let op = p.send(1, 5, &pattern(5, BIG)).unwrap();
+        boot.barrier().unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    } else {
+        let mut buf = [0u8; 64];
+        let none = p.take_eager_into(Source::Rank(0), TagMatch::exact(9), &mut buf, &|_, _| true).unwrap();
+        assert_eq!(none, EagerTake::NoneArrived);
+        assert_eq!(
+            take_until(p, Source::Rank(0), TagMatch::exact(3), &mut buf),
+            EagerTake::Landed { source: 0, tag: 3, len: 3 }
+        );
+        assert_eq!(&buf[..3], b"one");
+        // Another tag's message, queued behind, is taken by its own receive.
+        assert_eq!(
+            take_until(p, Source::Any, TagMatch::exact(4), &mut buf),
+            EagerTake::Landed { source: 0, tag: 4, len: 9 }
+        );
+        assert_eq!(&buf[..9], b"other tag");
+        assert_eq!(
+            take_until(p, Source::Rank(0), TagMatch::exact(3), &mut buf),
+            EagerTake::Landed { source: 0, tag: 3, len: 3 }
+        );
+        assert_eq!(&buf[..3], b"two");
+        // Too long for the buffer, then refused by `accept`: left for a claim both times.
+        let mut short = [0u8; 8];
+        assert_eq!(take_until(p, Source::Rank(0), TagMatch::exact(3), &mut short), EagerTake::Claim);
+        let refused =
+            p.take_eager_into(Source::Rank(0), TagMatch::exact(3), &mut buf, &|_, _| false).unwrap();
+        assert_eq!(refused, EagerTake::Claim);
+        assert_eq!(
+            claim_owned(p, Source::Rank(0), TagMatch::exact(3), 64),
+            (0, 3, b"longer than eight".to_vec())
+        );
+        // A rendezvous is claimed, never taken this way.
+        boot.barrier().unwrap();
+        assert_eq!(take_until(p, Source::Rank(0), TagMatch::exact(5), &mut buf), EagerTake::Claim);
+        let (_, _, data) = claim_owned(p, Source::Rank(0), TagMatch::exact(5), BIG);
+        assert!(data == pattern(5, BIG), "rendezvous payload differs");
     }
     boot.barrier().unwrap();
 }

@@ -17,7 +17,8 @@ use reverb_transport::api::is_library_tag;
 use reverb_transport::borrowed::Borrowed;
 use reverb_transport::spinwait::{Idle, SpinWait};
 use reverb_transport::{
-    Capabilities, CompletionKind, OpId, Provider, Rank, RecvBuffer, Source, Tag, TagMatch, TransportError,
+    Capabilities, CompletionKind, EagerTake, OpId, Provider, Rank, RecvBuffer, Source, Tag, TagMatch,
+    TransportError,
 };
 
 use super::delivery::{DeliveredFrame, Landing, Received};
@@ -44,14 +45,25 @@ impl LoggedEndpoint {
         if is_library_tag(tag) {
             return Err(reserved(format!("tag {tag:#x}")));
         }
+        // A small message goes out at once where the provider can: no operation to complete.
+        if self.provider.send_inline(dest, tag, payload)? {
+            self.count_send(dest, payload.len())?;
+            return Ok(());
+        }
         self.send_buf.clear();
         let framed = self.frame_in_pool(payload)?;
         self.send_frame(dest, tag, framed, payload)?;
         self.sends_in_flight += 1;
-        self.comm.record_app(dest, payload.len() as u64, 0)?;
+        self.count_send(dest, payload.len())?;
+        self.collect_completions()
+    }
+
+    /// Counts a pass-through message of `len` bytes to `dest`.
+    fn count_send(&mut self, dest: Rank, len: usize) -> Result<()> {
+        self.comm.record_app(dest, len as u64, 0)?;
         LogStats::bump(&self.stats.messages_sent, 1);
         LogStats::bump(&self.stats.messages_unlogged, 1);
-        self.collect_completions()
+        Ok(())
     }
 
     /// Sends a `payload` the caller lends until [`LoggedEndpoint::lent_sent`] says it left: in
@@ -75,9 +87,7 @@ impl LoggedEndpoint {
         let op = unsafe { self.provider.send_lent_for(self.owner, dest, tag, payload) }?;
         self.lent.pending.push(op);
         self.sends_in_flight += 1;
-        self.comm.record_app(dest, payload.len() as u64, 0)?;
-        LogStats::bump(&self.stats.messages_sent, 1);
-        LogStats::bump(&self.stats.messages_unlogged, 1);
+        self.count_send(dest, payload.len())?;
         Ok(Some(op))
     }
 
@@ -169,8 +179,19 @@ impl LoggedEndpoint {
         tag: TagMatch,
         landing: &mut Option<Landing<'_>>,
     ) -> Result<Option<Received>> {
-        let Some((sender, arrived, len)) = self.provider.peek_arrived(source, tag)? else { return Ok(None) };
         let kind = ReceiveKind::classify(source, tag);
+        if let Some(l) = landing.as_mut() {
+            // Eager data here already is copied out on the spot: no operation, no completion.
+            match self.provider.take_eager_into(source, tag, l.buf, l.accept)? {
+                EagerTake::Landed { source, tag, len } => {
+                    self.count_delivery(source, kind);
+                    return Ok(Some(Received::Landed { source, tag, len }));
+                }
+                EagerTake::NoneArrived => return Ok(None),
+                EagerTake::Claim => {}
+            }
+        }
+        let Some((sender, arrived, len)) = self.provider.peek_arrived(source, tag)? else { return Ok(None) };
         let lands = self.lands_in_place && landing.as_ref().is_some_and(|l| l.takes(arrived, len));
         if let (true, Some(l)) = (lands, landing.as_mut()) {
             // SAFETY: `l.buf` is borrowed for this call, and a load/store provider

@@ -254,6 +254,23 @@ impl Provider for AutoProvider {
         Ok(tagged::lock_shared(&self.tagged).peek(source, tag))
     }
 
+    fn take_eager_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<EagerTake> {
+        Ok(tagged::lock_shared(&self.tagged).take_eager_into(source, tag, buf, accept))
+    }
+
+    fn send_inline(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<bool> {
+        match self.is_local(dest) {
+            true => self.shm.send_inline(dest, tag, data),
+            false => Ok(false),
+        }
+    }
+
     fn post_recv_for(
         &mut self,
         owner: Owner,

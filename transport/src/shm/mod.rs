@@ -132,6 +132,8 @@ pub struct ShmProvider {
     staging: RegionPool,
     /// Our lent sends announced with a slot of our segment, by slot (`share`).
     lent_out: Vec<Option<share::LentOut>>,
+    /// How many of `lent_out` are Some (progress checks this, not the 64 entries).
+    lent_in_use: usize,
     /// How our claims in peers' FIFOs name us.
     me: fifo::Owner,
     /// The next position of our FIFO to read.
@@ -331,6 +333,7 @@ impl ShmProvider {
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
             lent_out: (0..control::LENT_SLOTS).map(|_| None).collect(),
+            lent_in_use: 0,
             me,
             rx_tail: 0,
             dying: Vec::new(),
@@ -741,6 +744,32 @@ impl Provider for ShmProvider {
 
     fn peek_arrived(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
         Ok(self.tagged.with(|t| t.peek(source, tag)))
+    }
+
+    #[inline(always)]
+    fn take_eager_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<EagerTake> {
+        let mut tagged = self.tagged.get();
+        if !tagged.is_quiet() {
+            // Arrivals queued (or receives posted) come first: match through the state.
+            return Ok(tagged.take_eager_into(source, tag, buf, accept));
+        }
+        drop(tagged);
+        Ok(self.take_eager_in_place(source, tag, buf, accept))
+    }
+
+    #[inline(always)]
+    fn send_inline(&mut self, dest: Rank, tag: Tag, data: &[u8]) -> Result<bool> {
+        if data.len() > self.config.rndv_thresh || !self.try_publish_eager(dest, tag, data)? {
+            return Ok(false);
+        }
+        self.tagged.get().count_send(dest);
+        Ok(true)
     }
 
     #[inline(always)]

@@ -72,6 +72,7 @@ impl ShmProvider {
         // Published to the receiver by the RTS's own release.
         slot.claim.store(ANNOUNCED << 32, Ordering::Release);
         self.lent_out[index] = Some(LentOut { dest, src: data.as_ptr() as u64, len: data.len() });
+        self.lent_in_use += 1;
         Some(index)
     }
 
@@ -84,6 +85,7 @@ impl ShmProvider {
             let gone = self.peers.get(o.dest as usize).is_none_or(|p| p.state == PeerState::Dead);
             if closed || gone {
                 *out = None;
+                self.lent_in_use -= 1;
             }
         }
     }
@@ -92,7 +94,7 @@ impl ShmProvider {
     /// while any are left. Free while no slot is in use.
     #[inline(always)]
     pub(super) fn help_lent_reads(&mut self) {
-        if self.lent_out.iter().all(Option::is_none) {
+        if self.lent_in_use == 0 {
             return;
         }
         for index in 0..LENT_SLOTS {

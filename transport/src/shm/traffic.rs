@@ -285,6 +285,43 @@ impl ShmProvider {
         self.send_adverts();
     }
 
+    /// `take_eager_into` straight from the FIFO: with nothing queued in the tagged state, the
+    /// next published slot, if it is eager data from `source` under `tag` that fits `buf` and
+    /// `accept` wants, is copied into `buf` and released (no unexpected entry on the way).
+    /// Anything else is left for `drain_fifo`, and `NoneArrived` returned.
+    #[inline(always)]
+    pub(super) fn take_eager_in_place(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> EagerTake {
+        let pos = self.rx_tail;
+        let fifo = self.own.fifo();
+        let Slot::Published(owner) = fifo.peek(pos) else { return EagerTake::NoneArrived };
+        let sender = owner.source();
+        let stamped = fifo.incarnation(pos);
+        let accepted = self.peers.get(sender as usize).is_some_and(|p| p.mapped && p.incarnation == stamped);
+        let Some((arrived, len)) = fifo.eager(pos) else { return EagerTake::NoneArrived };
+        let wanted = accepted
+            && source.matches(sender)
+            && tag.matches(arrived)
+            && len <= self.layout.max_payload()
+            && len <= buf.len()
+            && accept(arrived, len);
+        if !wanted {
+            return EagerTake::NoneArrived;
+        }
+        // SAFETY: position `pos` is published and not yet released; `len` was checked against
+        // the slot's payload room.
+        buf[..len].copy_from_slice(unsafe { fifo.eager_payload(pos, len) });
+        fifo.release(pos);
+        self.rx_tail = pos + 1;
+        self.tagged.get().count_arrival(sender);
+        EagerTake::Landed { source: sender, tag: arrived, len }
+    }
+
     /// Sends the adverts the tagged layer queued (a dead peer needs none); free while none is.
     #[inline(always)]
     pub(super) fn send_adverts(&mut self) {

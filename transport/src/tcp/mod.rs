@@ -336,6 +336,16 @@ impl Provider for TcpProvider {
         self.with(|c| Ok(c.tagged.with(|t| t.peek(source, tag))))
     }
 
+    fn take_eager_into(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+        accept: &dyn Fn(Tag, usize) -> bool,
+    ) -> Result<EagerTake> {
+        self.with(|c| Ok(c.tagged.get().take_eager_into(source, tag, buf, accept)))
+    }
+
     fn post_recv_for(
         &mut self,
         owner: Owner,
