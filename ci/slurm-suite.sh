@@ -14,7 +14,7 @@
 #   7. sb comes back (ci/slurm.sh restart) and runs tasks again;
 #   8. `reverb run --hosts` with srun as its remote shell on four hosts and a spare: host sc
 #      lost mid-run, its ranks restart on the spare, the checksum is the failure-free run's;
-#   9. the same as one srun step of agents (`salloc -N 5 -c 2 reverb run --slurm --spares 1`,
+#   9. the same as one srun step of agents (`salloc -N 5 -c 2 --no-kill reverb run --slurm --spares 1`,
 #      which runs `srun -N 5 --ntasks-per-node=1 --no-kill reverb agent --spares 1 ...`), and an
 #      srun step of agents by hand, failure-free.
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
@@ -171,10 +171,10 @@ say "checksums: failure-free $free, sc lost and its ranks on se $lost"
 [ "$free" = "$lost" ] || fail "checksums differ"
 
 # The same job as one Slurm step of agents, one per node: `reverb run --slurm --spares 1` inside
-# an allocation (salloc -N 5 -c 2) runs `srun -N 5 --ntasks-per-node=1 --no-kill reverb agent
+# an allocation (salloc -N 5 -c 2 --no-kill) runs `srun -N 5 --ntasks-per-node=1 --no-kill reverb agent
 # --ranks-per-host 2 --spares 1`: 2 ranks per node, the last node a spare, the controller on sa. sc is taken down
 # mid-run: the controller sees its agent gone and hands its ranks to the agent on se.
-say "a host lost under one srun step of agents (salloc -N 5 -c 2 reverb run --slurm --spares 1); sc taken down"
+say "a host lost under one srun step of agents (salloc -N 5 -c 2 --no-kill reverb run --slurm --spares 1); sc taken down"
 bash ci/slurm.sh restart sc
 dir=$out/agents-lost
 mkdir -p "$dir"
@@ -182,7 +182,7 @@ mkdir -p "$dir"
 killer=$!
 code=0
 timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" \
-    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy salloc -N 5 -c 2 \
+    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy salloc -N 5 -c 2 --no-kill \
     "$bin" run -n 8 --slurm --spares 1 --ranks-per-node 2 --respawn 1 --timeout 200 -- \
     "$bin" app stencil --iters 12000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 || code=$?
 wait "$killer"

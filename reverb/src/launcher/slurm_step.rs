@@ -2,7 +2,8 @@
 //! the job as one `srun` step of agents, one per node of the allocation
 //! (`srun -N NODES --ntasks-per-node=1 --no-kill reverb agent --ranks-per-host R --spares S ...`),
 //! the last S nodes idle as spares and N ranks spread evenly over the others, R per node; each
-//! agent gets the CPUs the allocation gives a task (`salloc -N 5 -c 2`, or `--exclusive`). The job's token
+//! agent gets the CPUs the allocation gives a task (`salloc -N 5 -c 2 --no-kill`, or `--exclusive`;
+//! without `--no-kill` Slurm revokes the allocation, and so the job, when a node fails). The job's token
 //! is made here and reaches the agents through srun's environment. The job's exit code is the
 //! controller's (its last line), not srun's: srun reports a lost node's task as failed even
 //! when the job recovered.
