@@ -16,12 +16,14 @@ const SLEEP_SLICE: Duration = Duration::from_millis(10);
 
 /// One wait's state: when it started, its bound and how it waits (`REVERB_WAIT_MODE`).
 pub struct SpinWait {
-    /// Read on the first idle round: a wait that never idles never reads the clock.
+    /// Set at the first clock read: a wait answered before it never reads the clock.
     start: Option<Instant>,
     timeout: Duration,
     mode: WaitMode,
     spin: Duration,
     rounds: u32,
+    /// Slept once: read the clock every round from here.
+    slept: bool,
 }
 
 /// What a wait does after a round that found nothing.
@@ -36,16 +38,21 @@ pub enum Idle {
 impl SpinWait {
     /// A wait bounded by `timeout`, counted from its first idle round.
     pub fn new(config: &TransportConfig, timeout: Duration) -> SpinWait {
-        SpinWait { start: None, timeout, mode: config.wait_mode, spin: config.spin, rounds: 0 }
+        SpinWait { start: None, timeout, mode: config.wait_mode, spin: config.spin, rounds: 0, slept: false }
     }
 
     /// After a round that found nothing: spin or sleep, or `Timeout` once the bound passed.
-    /// The first round reads the clock (a zero timeout returns at once), then every
-    /// `CLOCK_EVERY`th while spinning, every round once sleeping.
+    /// A zero timeout ends on the first round. Spinning reads the clock every `CLOCK_EVERY`th
+    /// round, its start included (a receive answered within a few rounds never reads it: the
+    /// bound then counts from that read, a microsecond late); an event wait, or one that
+    /// slept already, every round.
     #[inline]
     pub fn idle(&mut self) -> Result<Idle> {
+        if self.timeout.is_zero() {
+            return Err(TransportError::Timeout(self.timeout));
+        }
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % CLOCK_EVERY != 1 {
+        if !self.rounds.is_multiple_of(CLOCK_EVERY) && !self.slept && self.mode != WaitMode::Event {
             // no pause: a polling round is long enough, and a pause (~140 cycles) delays noticing an arrival
             return Ok(Idle::Spin);
         }
@@ -62,7 +69,7 @@ impl SpinWait {
             std::hint::spin_loop();
             return Ok(Idle::Spin);
         }
-        self.rounds = 0;
+        self.slept = true;
         Ok(Idle::Sleep((self.timeout - elapsed).min(SLEEP_SLICE)))
     }
 }
@@ -93,6 +100,23 @@ mod tests {
             }
         }
         assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    /// Spinning reads the clock only every `CLOCK_EVERY`th round; once asleep, every round.
+    #[test]
+    fn hybrid_spins_a_clock_period_then_sleeps_every_round() {
+        let cfg = TransportConfig {
+            wait_mode: WaitMode::Hybrid,
+            spin: Duration::ZERO,
+            ..TransportConfig::default()
+        };
+        let mut wait = SpinWait::new(&cfg, Duration::from_secs(5));
+        for round in 1..CLOCK_EVERY {
+            assert_eq!(wait.idle().unwrap(), Idle::Spin, "round {round} read no clock");
+        }
+        for _ in 0..3 {
+            assert!(matches!(wait.idle(), Ok(Idle::Sleep(_))));
+        }
     }
 
     #[test]
