@@ -111,6 +111,7 @@ pub mod logger_core;
 mod messaging;
 mod payload;
 mod recovery;
+pub mod replicas;
 mod report;
 mod rounds;
 #[cfg(feature = "fault-injection")]

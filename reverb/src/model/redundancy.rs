@@ -388,6 +388,17 @@ mod tests {
         assert_eq!(partition(128, 2.25), (96, 32, 288));
     }
 
+    /// The runtime's replica layout starts the processes the model counts.
+    #[test]
+    fn runtime_layout_matches_the_partition() {
+        for n in [1u64, 7, 128] {
+            for r in [1.0, 1.25, 1.5, 2.0, 2.25, 2.5, 3.0] {
+                let map = reverb_runtime::replicas::ReplicaMap::new(n as u32, r).unwrap();
+                assert_eq!(u64::from(map.physical_ranks()), partition(n, r).2, "n {n} r {r}");
+            }
+        }
+    }
+
     #[test]
     fn seed001_sec6_crossovers_with_printed_eq13() {
         // "cross-over points between no redundancy (1x) and dual redundancy (2x) at 4,351
