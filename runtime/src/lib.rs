@@ -116,6 +116,7 @@ mod report;
 mod rounds;
 #[cfg(feature = "fault-injection")]
 mod sigkill;
+pub mod spheres;
 
 use std::time::Instant;
 
