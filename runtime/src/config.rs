@@ -34,6 +34,16 @@ pub struct RuntimeConfig {
     pub report_dir: Option<PathBuf>,
     /// Fault injection (`REVERB_FAULT*`, only with the `fault-injection` feature).
     pub faults: FaultPlan,
+    /// Partial redundancy (`REVERB_REDUNDANCY`, `REVERB_VIRTUAL_RANKS`): the job's processes
+    /// are copies of fewer virtual ranks (`replicas`); None: every process is its own rank.
+    pub redundancy: Option<Redundancy>,
+}
+
+/// A redundant job's shape: `virtual_ranks` ranks at `degree` copies (1.0..=3.0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Redundancy {
+    pub degree: f64,
+    pub virtual_ranks: u32,
 }
 
 impl RuntimeConfig {
@@ -52,8 +62,23 @@ impl RuntimeConfig {
             recv_timeout: positive_ms(&env, "REVERB_RECV_TIMEOUT_MS", 120_000)?,
             report_dir: env_path("REVERB_RUNTIME_REPORT")?,
             faults: FaultPlan::from_env()?,
+            redundancy: redundancy(&env)?,
         })
     }
+}
+
+/// `REVERB_REDUNDANCY` (a degree) with `REVERB_VIRTUAL_RANKS` (required with it).
+fn redundancy(env: &Env) -> Result<Option<Redundancy>> {
+    let Some(text) = env.non_empty("REVERB_REDUNDANCY")? else { return Ok(None) };
+    let degree: f64 = text.trim().parse().map_err(|_| {
+        RuntimeError::InvalidArgument(format!("REVERB_REDUNDANCY={text:?}: expected a degree in 1..=3"))
+    })?;
+    let virtual_ranks = env.int::<u32>("REVERB_VIRTUAL_RANKS")?.ok_or_else(|| {
+        RuntimeError::InvalidArgument(
+            "REVERB_REDUNDANCY needs REVERB_VIRTUAL_RANKS (the application's ranks)".into(),
+        )
+    })?;
+    Ok(Some(Redundancy { degree, virtual_ranks }))
 }
 
 /// The checkpoint levels `REVERB_CKPT` asks for (unset: all, trimmed at init to the nodes).

@@ -60,7 +60,9 @@ impl Runtime {
             checkpoint_memory_bytes: ckpt.as_ref().map_or(0, |c| checkpoint_memory(c) as u64),
             ..RuntimeReport::default()
         };
+        let spheres = super::redundant::spheres_of(config.redundancy, job.rank, job.size)?;
         let mut rt = Runtime {
+            spheres,
             incarnation_of,
             boot,
             endpoint: Some(endpoint),

@@ -111,6 +111,7 @@ pub mod logger_core;
 mod messaging;
 mod payload;
 mod recovery;
+mod redundant;
 pub mod replicas;
 mod report;
 mod rounds;
@@ -202,6 +203,8 @@ pub struct Runtime {
     /// `process_cpu_ns` at the end of `init` (for `RuntimeReport::compute_cpu_ms`).
     init_end_cpu_ns: u64,
     report: RuntimeReport,
+    /// Partial redundancy: this process is one copy of a virtual rank (`redundant`).
+    spheres: Option<spheres::Spheres>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -224,14 +227,15 @@ impl Runtime {
         Runtime::init_from(config)
     }
 
-    /// This rank's number in the job, `0..size()`.
+    /// This rank's number in the job, `0..size()` (under redundancy: the virtual rank this
+    /// process is a copy of).
     pub fn rank(&self) -> Rank {
-        self.rank
+        self.spheres.as_ref().map_or(self.rank, |s| s.virtual_rank())
     }
 
-    /// The number of ranks in the job.
+    /// The number of ranks in the job (under redundancy: virtual ranks).
     pub fn size(&self) -> u32 {
-        self.size
+        self.spheres.as_ref().map_or(self.size, |s| s.virtual_size())
     }
 
     /// Whether this process is a restarted incarnation.
@@ -282,6 +286,9 @@ impl Runtime {
     /// Sends `payload` to `dest` under `tag`. A dead destination is recovered first when
     /// found here; the message is in the sender log and is resent to the restarted rank.
     pub fn send(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
+        if self.spheres.is_some() {
+            return self.send_redundant(dest, tag, payload);
+        }
         self.send_now(dest, tag, payload)
     }
 
@@ -293,6 +300,7 @@ impl Runtime {
     /// `payload` must stay valid and unchanged until `lent_sent(op)` returns true or an
     /// error, or the runtime is dropped.
     pub unsafe fn send_lent(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<Option<OpId>> {
+        self.not_redundant("send_lent")?;
         // SAFETY: the caller's lending contract passes on unchanged.
         unsafe { self.send_lent_now(dest, tag, payload) }
     }
@@ -312,17 +320,24 @@ impl Runtime {
 
     /// Receives the next message from `source` under `tag`.
     pub fn recv_from(&mut self, source: Rank, tag: Tag) -> Result<Message> {
+        if self.spheres.is_some() {
+            return self.recv_from_redundant(source, tag);
+        }
         self.recv(Source::Rank(source), TagMatch::exact(tag))
     }
 
     /// Receives the next message under `tag` from any rank (logged by a determinant).
     pub fn recv_any(&mut self, tag: Tag) -> Result<Message> {
+        if self.spheres.is_some() {
+            return self.recv_any_redundant(tag);
+        }
         self.recv(Source::Any, TagMatch::exact(tag))
     }
 
     /// Receives the next message from `source` whose tag matches `tag` on its mask's bits (an
     /// MPI layer's context and wildcard tags); a wildcard is logged by a determinant.
     pub fn recv_matching(&mut self, source: Source, tag: TagMatch) -> Result<Message> {
+        self.not_redundant("recv_matching")?;
         self.recv(source, tag)
     }
 
@@ -336,6 +351,7 @@ impl Runtime {
         buf: &mut [u8],
         accept: &dyn Fn(Tag, usize) -> bool,
     ) -> Result<Received> {
+        self.not_redundant("recv_matching_into")?;
         self.recv_landing(source, tag, buf, accept)
     }
 
@@ -348,11 +364,13 @@ impl Runtime {
         buf: &mut [u8],
         accept: &dyn Fn(Tag, usize) -> bool,
     ) -> Result<Option<Received>> {
+        self.not_redundant("take_collected_into")?;
         self.take_collected_landing(source, tag, buf, accept)
     }
 
     /// [`Runtime::recv_matching`] without waiting: the message if it has arrived, else None.
     pub fn try_recv(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        self.not_redundant("try_recv")?;
         self.try_recv_now(source, tag)
     }
 
@@ -366,12 +384,14 @@ impl Runtime {
     /// [`Runtime::try_recv`] of a message collected already (by [`Runtime::poll`] or a
     /// receive), without progressing the transport.
     pub fn take_collected(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
+        self.not_redundant("take_collected")?;
         self.take_collected_now(source, tag)
     }
 
     /// The message [`Runtime::try_recv`] would take now, left in place: (source, tag, length).
     /// During a replay a wildcard names the logged message.
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
+        self.not_redundant("probe")?;
         self.probe_now(source, tag)
     }
 

@@ -63,6 +63,11 @@ impl Spheres {
         self.map.of_physical(self.me).map_or(0, |(v, _)| v)
     }
 
+    /// The virtual rank physical rank `p` is a copy of.
+    pub fn virtual_of(&self, p: u32) -> u32 {
+        self.map.of_physical(p).map_or(p, |(v, _)| v)
+    }
+
     /// The application's job size.
     pub fn virtual_size(&self) -> u32 {
         self.map.virtual_ranks()
@@ -82,9 +87,14 @@ impl Spheres {
         self.destinations(v).next()
     }
 
-    /// Whether this process decides its sphere's wildcard receives (its lowest live copy).
+    /// Who decides this process's sphere's wildcard receives: its lowest live copy.
+    pub fn leader(&self) -> Option<u32> {
+        self.source_for(self.virtual_rank())
+    }
+
+    /// Whether this process is its sphere's leader.
     pub fn is_leader(&self) -> bool {
-        self.source_for(self.virtual_rank()) == Some(self.me)
+        self.leader() == Some(self.me)
     }
 
     /// The live copies of this process's sphere other than itself: who follows its decisions.

@@ -1,0 +1,139 @@
+//! The application's messages under partial redundancy (`spheres`): a send goes to every
+//! copy of its destination, a named receive takes the first copy of each message to arrive
+//! from its source's chosen copy and drops the others' copies, and a wildcard receive is
+//! decided by the sphere's leader, which tells its mates the virtual source it matched.
+//!
+//! Failure-free so far: a copy's death is not yet masked here (the launcher and the
+//! recovery path treat it as any failure).
+
+use reverb_transport::{Rank, Source, Tag, TagMatch};
+
+use super::error::{Result, RuntimeError};
+use super::replicas::ReplicaMap;
+use super::spheres::{Arrival, Spheres};
+use super::{Message, Runtime};
+
+/// The tag a sphere's leader tells its mates a wildcard match under (applications' tags stay
+/// below it).
+pub const TAG_DECISION: Tag = u64::MAX - 0x5150;
+
+/// The spheres of this process's job, if it is redundant: `physical_size` processes must be
+/// the copies of `config`'s virtual ranks.
+pub(super) fn spheres_of(
+    config: Option<super::config::Redundancy>,
+    rank: Rank,
+    physical_size: u32,
+) -> Result<Option<Spheres>> {
+    let Some(r) = config else { return Ok(None) };
+    let map = ReplicaMap::new(r.virtual_ranks, r.degree)?;
+    if map.physical_ranks() != physical_size {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{} virtual ranks at redundancy {} need {} processes, the job has {physical_size}",
+            r.virtual_ranks,
+            r.degree,
+            map.physical_ranks()
+        )));
+    }
+    Ok(Some(Spheres::new(map, rank)))
+}
+
+impl Runtime {
+    /// The spheres, for a call made under redundancy.
+    fn spheres(&mut self) -> Result<&mut Spheres> {
+        self.spheres.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("not a redundant job".into()))
+    }
+
+    /// Fails a call that has no redundant form yet.
+    pub(super) fn not_redundant(&self, call: &str) -> Result<()> {
+        match self.spheres {
+            Some(_) => Err(RuntimeError::Unsupported(format!("{call} under partial redundancy"))),
+            None => Ok(()),
+        }
+    }
+
+    /// `send` to virtual rank `dest`: to every live copy of it.
+    pub(super) fn send_redundant(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
+        if tag >= TAG_DECISION {
+            return Err(RuntimeError::InvalidArgument(format!("tag {tag:#x} is reserved under redundancy")));
+        }
+        let copies: Vec<Rank> = self.spheres()?.destinations(dest).collect();
+        if copies.is_empty() {
+            return Err(RuntimeError::InvalidArgument(format!("no rank {dest} in the job")));
+        }
+        for p in copies {
+            self.send_now(p, tag, payload)?;
+        }
+        Ok(())
+    }
+
+    /// `recv_from` virtual rank `source`: the next new message of its chosen copy.
+    pub(super) fn recv_from_redundant(&mut self, source: Rank, tag: Tag) -> Result<Message> {
+        loop {
+            let copy = self
+                .spheres()?
+                .source_for(source)
+                .ok_or_else(|| RuntimeError::InvalidArgument(format!("no rank {source} in the job")))?;
+            let msg = self.recv(Source::Rank(copy), TagMatch::exact(tag))?;
+            if let Some(msg) = self.took(msg)? {
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// `recv_any`: the leader takes the first new message of any copy and tells its mates
+    /// whose it was; a mate receives from that virtual rank.
+    pub(super) fn recv_any_redundant(&mut self, tag: Tag) -> Result<Message> {
+        if !self.spheres()?.is_leader() {
+            let leader = self.spheres()?.leader().unwrap_or(0);
+            let decision = self.recv(Source::Rank(leader), TagMatch::exact(TAG_DECISION))?;
+            let source = decision_source(&decision.payload)?;
+            return self.recv_from_redundant(source, tag);
+        }
+        loop {
+            let msg = self.recv(Source::Any, TagMatch::exact(tag))?;
+            if let Some(msg) = self.took(msg)? {
+                let mates: Vec<Rank> = self.spheres()?.mates().collect();
+                for m in mates {
+                    self.send_now(m, TAG_DECISION, &msg.source.to_le_bytes())?;
+                }
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// Counts `msg` (from a copy): the message under its virtual source if it is new (and the
+    /// duplicates now owed dropped where they arrived), None for a duplicate.
+    fn took(&mut self, mut msg: Message) -> Result<Option<Message>> {
+        let copy = msg.source;
+        let spheres = self.spheres()?;
+        if spheres.arrived(copy, msg.tag) == Arrival::Duplicate {
+            return Ok(None);
+        }
+        msg.source = spheres.virtual_of(copy);
+        self.drop_duplicates()?;
+        Ok(Some(msg))
+    }
+
+    /// Takes in the duplicates owed that have arrived (a copy behind its mates sends them
+    /// later: they are dropped then).
+    fn drop_duplicates(&mut self) -> Result<()> {
+        for (copy, tag, owed) in self.spheres()?.all_owed() {
+            for _ in 0..owed {
+                match self.try_recv_now(Source::Rank(copy), TagMatch::exact(tag))? {
+                    Some(_) => {
+                        self.spheres()?.arrived(copy, tag);
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The virtual rank a leader's decision names.
+fn decision_source(payload: &[u8]) -> Result<Rank> {
+    payload.get(..4).and_then(|b| b.try_into().ok()).map(Rank::from_le_bytes).ok_or_else(|| {
+        RuntimeError::InvalidArgument(format!("a wildcard decision of {} bytes", payload.len()))
+    })
+}
