@@ -12,10 +12,16 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs `app` as `processes` processes, `env` added; the `checksum:` lines printed, sorted.
 fn checksums(app: &str, processes: u32, env: &[(&str, &str)]) -> Vec<String> {
+    checksums_on(app, processes, processes, env)
+}
+
+/// `checksums` with `per_node` processes per node.
+fn checksums_on(app: &str, processes: u32, per_node: u32, env: &[(&str, &str)]) -> Vec<String> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = env!("CARGO_BIN_EXE_reverb");
     let mut cmd = Command::new(exe);
-    cmd.args(["run", "-n", &processes.to_string(), "--timeout", "120", "--", exe, "app", app])
+    cmd.args(["run", "-n", &processes.to_string(), "--ranks-per-node", &per_node.to_string()])
+        .args(["--timeout", "120", "--", exe, "app", app])
         .args(["--iters", "200", "--size", "32"]);
     for var in ["REVERB_LOG", "REVERB_CKPT", "REVERB_FAULT", "REVERB_REDUNDANCY", "REVERB_VIRTUAL_RANKS"] {
         cmd.env_remove(var);
@@ -46,6 +52,15 @@ fn copies_agree_with_the_plain_run(app: &str, virtual_ranks: u32) {
 #[test]
 fn stencil_copies_give_the_plain_answer() {
     copies_agree_with_the_plain_run("stencil", 4);
+}
+
+/// The copies are ordinary ranks to the logger and the checkpointer underneath.
+#[test]
+fn stencil_copies_under_causal_logging_and_buddy_checkpoints() {
+    let logged = [("REVERB_LOG", "causal"), ("REVERB_CKPT", "buddy")];
+    let plain = checksums_on("stencil", 4, 2, &logged);
+    let env = [logged[0], logged[1], ("REVERB_REDUNDANCY", "2"), ("REVERB_VIRTUAL_RANKS", "4")];
+    assert_eq!(checksums_on("stencil", 8, 2, &env), vec![plain[0].clone(); 2]);
 }
 
 #[test]
