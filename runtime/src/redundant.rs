@@ -86,15 +86,17 @@ impl Runtime {
         if !self.spheres()?.is_leader() {
             let leader = self.spheres()?.leader().unwrap_or(0);
             let decision = self.recv(Source::Rank(leader), TagMatch::exact(TAG_DECISION))?;
-            let source = decision_source(&decision.payload)?;
+            let source = decision_source(&decision.payload, tag)?;
             return self.recv_from_redundant(source, tag);
         }
         loop {
             let msg = self.recv(Source::Any, TagMatch::exact(tag))?;
             if let Some(msg) = self.took(msg)? {
                 let mates: Vec<Rank> = self.spheres()?.mates().collect();
+                let mut decision = msg.source.to_le_bytes().to_vec();
+                decision.extend_from_slice(&tag.to_le_bytes());
                 for m in mates {
-                    self.send_now(m, TAG_DECISION, &msg.source.to_le_bytes())?;
+                    self.send_now(m, TAG_DECISION, &decision)?;
                 }
                 return Ok(msg);
             }
@@ -131,9 +133,31 @@ impl Runtime {
     }
 }
 
-/// The virtual rank a leader's decision names.
-fn decision_source(payload: &[u8]) -> Result<Rank> {
-    payload.get(..4).and_then(|b| b.try_into().ok()).map(Rank::from_le_bytes).ok_or_else(|| {
-        RuntimeError::InvalidArgument(format!("a wildcard decision of {} bytes", payload.len()))
-    })
+/// The virtual rank a leader's decision (source u32, tag u64) names for a wildcard receive
+/// under `tag`; a decision for another tag means the copies no longer run the same program.
+fn decision_source(payload: &[u8], tag: Tag) -> Result<Rank> {
+    let bad = || RuntimeError::InvalidArgument(format!("a wildcard decision of {} bytes", payload.len()));
+    let source = payload.get(..4).and_then(|b| b.try_into().ok()).map(Rank::from_le_bytes).ok_or_else(bad)?;
+    let decided =
+        payload.get(4..12).and_then(|b| b.try_into().ok()).map(Tag::from_le_bytes).ok_or_else(bad)?;
+    if decided != tag {
+        return Err(RuntimeError::Unrecoverable(format!(
+            "copies diverged: the leader matched a wildcard receive under tag {decided:#x}, this copy waits under {tag:#x}"
+        )));
+    }
+    Ok(source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_name_their_source_and_tag() {
+        let mut d = 3u32.to_le_bytes().to_vec();
+        d.extend_from_slice(&9u64.to_le_bytes());
+        assert_eq!(decision_source(&d, 9).unwrap(), 3);
+        assert!(decision_source(&d, 8).unwrap_err().to_string().contains("copies diverged"));
+        assert!(decision_source(&d[..5], 9).is_err());
+    }
 }
