@@ -36,7 +36,7 @@ pub enum Idle {
 }
 
 impl SpinWait {
-    /// A wait bounded by `timeout`, counted from its first idle round.
+    /// A wait bounded by `timeout`, counted from its first clock read (see `idle`).
     pub fn new(config: &TransportConfig, timeout: Duration) -> SpinWait {
         SpinWait { start: None, timeout, mode: config.wait_mode, spin: config.spin, rounds: 0, slept: false }
     }
