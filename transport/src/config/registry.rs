@@ -219,8 +219,8 @@ pub static VARS: &[Var] = &[
     var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),
     var("REVERB_LOGGER_FAULT_STARTUP", "", LoggerCore, Fault, "int", "the logger core of this node SIGKILLs itself in the start-up exchange (first incarnation)"),
     // runtime and checkpoints
-    var("REVERB_REDUNDANCY", "unset", Runtime, User, "degree", "partial redundancy: the job's processes are 1..=3 copies of REVERB_VIRTUAL_RANKS ranks (1.5: every other rank has a replica); a send goes to every copy, the first copy of a message to arrive is delivered (failure-free so far)"),
-    var("REVERB_VIRTUAL_RANKS", "unset", Runtime, User, "int", "with REVERB_REDUNDANCY: the application's ranks (the job's processes are their copies)"),
+    var("REVERB_REDUNDANCY", "", Runtime, User, "degree", "partial redundancy: the job's processes are 1..=3 copies of REVERB_VIRTUAL_RANKS ranks (1.5: every other rank has a replica); a send goes to every copy, the first copy of a message to arrive is delivered (failure-free so far)"),
+    var("REVERB_VIRTUAL_RANKS", "", Runtime, User, "int", "with REVERB_REDUNDANCY: the application's ranks (the job's processes are their copies)"),
     var("REVERB_CKPT", "what the node count allows", Runtime, User, "off|local|buddy|parity|rs", "checkpoint levels (unset: rs from 4 nodes, buddy from 2, none on one node)"),
     var("REVERB_CKPT_SLOT_BYTES", "4m", Runtime, User, "size", "bytes of each in-memory checkpoint slot"),
     var("REVERB_DETECT_MS", "50", Runtime, User, "ms", "how long a receive waits before it checks for dead peers (> 0)"),
