@@ -56,8 +56,10 @@ auto_suites=(
     "auto-fan-in:$(test_bin -p reverb-transport --features verbs --test fan_in)"
 )
 
-# TCG runs everything several times slower: the tests scale their time bounds by this.
-export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_TEST_TIME_SCALE=3
+# TCG runs everything several times slower: the tests scale their time bounds by this, and a
+# bootstrap collective may wait 5 minutes (the default 60 s is less than a slow TCG takes to post
+# protocol_procs' 80 MiB stream: on 2026-11-28 its receiver left the barrier first).
+export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_TEST_TIME_SCALE=3 REVERB_BOOT_TIMEOUT_S=300
 # Runs inside the guest: each suite one after the other, its wall time, all failures at the end.
 guest_runner='
 failed=()
