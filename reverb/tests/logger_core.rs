@@ -14,7 +14,11 @@ use reverb_transport::testkit::time_scale;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
-const WAIT: Duration = Duration::from_secs(60);
+/// A bound on each enqueue and durable wait (scaled: under the CI's TCG a full ring drains
+/// slowly).
+fn wait() -> Duration {
+    Duration::from_secs(60) * time_scale()
+}
 
 fn rank() -> u32 {
     std::env::var("REVERB_RANK").ok().and_then(|v| v.parse().ok()).expect("REVERB_RANK")
@@ -88,14 +92,14 @@ fn rank_logs_and_waits() {
     let mut tickets: Vec<Ticket> = Vec::new();
     for seq in 1..=DETS {
         let det = Determinant { sender: me, receiver: 0, ssn: seq, rsn: seq };
-        tickets.push(client.enqueue_determinant_wait(&det, WAIT).expect("enqueue determinant"));
+        tickets.push(client.enqueue_determinant_wait(&det, wait()).expect("enqueue determinant"));
         if seq.is_multiple_of(10) {
             let frame = [me.to_le_bytes().as_slice(), &seq.to_le_bytes(), &[7u8; 100]].concat();
-            tickets.push(client.enqueue_payload_wait(&frame, WAIT).expect("enqueue payload"));
+            tickets.push(client.enqueue_payload_wait(&frame, wait()).expect("enqueue payload"));
         }
     }
     for t in &tickets {
-        client.wait_durable(*t, WAIT).expect("durable at the buddy");
+        client.wait_durable(*t, wait()).expect("durable at the buddy");
     }
     assert!(client.buddy_alive());
     assert_eq!(client.buddy_node(), Some(u64::from(me / 2) ^ 1));
@@ -162,14 +166,14 @@ fn rank_bench() {
     };
     // Warm up, then enqueue-to-durable latency, one determinant at a time.
     for _ in 0..500 {
-        let t = client.enqueue_determinant_wait(&next(), WAIT).unwrap();
-        client.wait_durable(t, WAIT).unwrap();
+        let t = client.enqueue_determinant_wait(&next(), wait()).unwrap();
+        client.wait_durable(t, wait()).unwrap();
     }
     let mut lat: Vec<f64> = Vec::with_capacity(BENCH_LAT_ITERS);
     for _ in 0..BENCH_LAT_ITERS {
         let t0 = Instant::now();
-        let t = client.enqueue_determinant_wait(&next(), WAIT).unwrap();
-        client.wait_durable(t, WAIT).unwrap();
+        let t = client.enqueue_determinant_wait(&next(), wait()).unwrap();
+        client.wait_durable(t, wait()).unwrap();
         lat.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     lat.sort_by(f64::total_cmp);
@@ -178,23 +182,23 @@ fn rank_bench() {
     let t0 = Instant::now();
     let mut last = Ticket::default();
     for _ in 0..BENCH_RATE_DETS {
-        last = client.enqueue_determinant_wait(&next(), WAIT).unwrap();
+        last = client.enqueue_determinant_wait(&next(), wait()).unwrap();
     }
-    client.wait_durable(last, WAIT).unwrap();
+    client.wait_durable(last, wait()).unwrap();
     let rate = BENCH_RATE_DETS as f64 / t0.elapsed().as_secs_f64();
     // Receiver-based payload copies: 1 KiB frames streamed through the rank's lane.
     let frame = vec![0x5au8; 1024];
     let t0 = Instant::now();
     for i in 1..=BENCH_FRAMES {
-        last = client.enqueue_payload_wait(&frame, WAIT).unwrap();
+        last = client.enqueue_payload_wait(&frame, wait()).unwrap();
         if i.is_multiple_of(4096) {
             // The 16 MiB ring would fill: GC as after a checkpoint (this rank is its node's
             // only producer, so it is quiesced here).
-            client.wait_durable(last, WAIT).unwrap();
-            client.trim_wait(WAIT).unwrap();
+            client.wait_durable(last, wait()).unwrap();
+            client.trim_wait(wait()).unwrap();
         }
     }
-    client.wait_durable(last, WAIT).unwrap();
+    client.wait_durable(last, wait()).unwrap();
     let mib_s = (BENCH_FRAMES * 1024) as f64 / t0.elapsed().as_secs_f64() / (1 << 20) as f64;
     println!(
         "BENCH rank {me}: enqueue->durable us: min {:.1} median {:.1} p99 {:.1} max {:.1}; determinants/s {:.0}; 1 KiB payload frames {:.0} MiB/s; node logged {}",
@@ -267,13 +271,13 @@ fn rank_logged_traffic() {
         ep.send(dest, 7, &payload).expect("send");
         // Take what has arrived now and then, so arrival order (hence rsn order) varies.
         if i % 7 == 3 && received < expected {
-            let d = ep.recv(Source::Any, TagMatch::exact(7), WAIT).expect("recv");
+            let d = ep.recv(Source::Any, TagMatch::exact(7), wait()).expect("recv");
             println!("DELIVERED {me} {} {} {}", d.source, d.ssn, d.rsn);
             received += 1;
         }
     }
     while received < expected {
-        let d = ep.recv(Source::Any, TagMatch::exact(7), WAIT).expect("recv");
+        let d = ep.recv(Source::Any, TagMatch::exact(7), wait()).expect("recv");
         println!("DELIVERED {me} {} {} {}", d.source, d.ssn, d.rsn);
         received += 1;
     }
@@ -282,7 +286,7 @@ fn rank_logged_traffic() {
     ep.flush_log().expect("flush");
     // The barrier does not progress the transport: sends still queued (a full ring) would
     // never reach ranks waiting for them.
-    ep.wait_sends(WAIT).expect("sends out");
+    ep.wait_sends(wait()).expect("sends out");
     reverb_transport::Bootstrap::barrier(&mut boot).expect("barrier");
     let gathered = ep.gather_determinants(&mut boot, &[0]).expect("gather determinants");
     if me == 1 {
