@@ -614,6 +614,45 @@ fn collectives_resume_once_the_lost_rank_rejoined() {
     assert_eq!(r2.join().unwrap(), want);
 }
 
+/// A retired rank (a masked copy under partial redundancy): the round its death aborted is
+/// repeated without it, later rounds never wait for it, and it cannot come back.
+#[test]
+fn collectives_go_on_without_a_retired_rank() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let root2 = root.clone();
+    let r0 = thread::spawn(move || {
+        let mut b = TcpBootstrap::connect(job(0, 3), &root2, TOKEN, T).unwrap();
+        let e = b.allgather(b"lost round").unwrap_err();
+        assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
+        b
+    });
+    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
+    let dying = raw_rank(server.local_addr(), 2, 3);
+    thread::sleep(Duration::from_millis(200));
+    drop(dying);
+    server.retire(2, 0, "a copy killed by the test").unwrap();
+    let mut r0 = r0.join().unwrap();
+    let h1 = thread::spawn(move || {
+        let all = r1.allgather(b"b").unwrap();
+        r1.barrier().unwrap();
+        (all, r1)
+    });
+    let all = r0.allgather(b"a").unwrap();
+    r0.barrier().unwrap();
+    assert_eq!(all, vec![b"a".to_vec(), b"b".to_vec(), vec![]], "its part is empty");
+    let (all1, mut r1) = h1.join().unwrap();
+    assert_eq!(all1, all);
+    // A uniform round counts it as the others (the final barrier's mark).
+    let h1 = thread::spawn(move || r1.allgather(b"mark").unwrap());
+    assert_eq!(r0.allgather(b"mark").unwrap(), vec![b"mark".to_vec(); 3]);
+    assert_eq!(h1.join().unwrap(), vec![b"mark".to_vec(); 3]);
+    let table = r0.lookup().unwrap();
+    assert!(table[2].lost && table[2].address.is_none());
+    let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).err().unwrap();
+    assert_refused(&e, "retired");
+}
+
 #[test]
 fn a_higher_incarnation_supersedes_a_connection_not_yet_seen_dead() {
     let server = quick_server(2);

@@ -22,6 +22,8 @@ enum SlotStatus {
     Left,
     /// Lost without Bye; carries the reason.
     Failed(String),
+    /// Gone for good, the job going on without it (the launcher masked its death).
+    Retired,
 }
 
 struct Conn {
@@ -106,8 +108,11 @@ impl Coordinator {
             Event::Left { conn, rank, clean, reason } => self.left(conn, rank, clean, reason),
             Event::Publish { conn, rank, address } => self.publish(conn, rank, address),
             Event::Lookup { conn, rank } => self.lookup(conn, rank),
-            Event::MarkFailed { rank, incarnation, reason, verdict } => {
+            Event::MarkFailed { rank, incarnation, reason, retire, verdict } => {
                 self.mark_failed(rank, incarnation, reason);
+                if retire {
+                    self.retire(rank, incarnation);
+                }
                 let _ = verdict.send(Ok(()));
             }
         }
@@ -156,6 +161,7 @@ impl Coordinator {
                 ));
             }
             SlotStatus::Left => return Err(format!("rank {rank} has already left the job")),
+            SlotStatus::Retired => return Err(format!("rank {rank} was retired from the job")),
             SlotStatus::Failed(_) if incarnation > current => true,
             SlotStatus::Waiting | SlotStatus::Failed(_) => {
                 return Err(format!(
@@ -229,7 +235,7 @@ impl Coordinator {
                     rank: r,
                     incarnation: s.incarnation,
                     address: s.address.clone().filter(|_| live),
-                    lost: matches!(s.status, SlotStatus::Failed(_)),
+                    lost: matches!(s.status, SlotStatus::Failed(_) | SlotStatus::Retired),
                 }
             })
             .collect();
@@ -258,6 +264,27 @@ impl Coordinator {
                 self.abort_pending();
             }
         }
+    }
+
+    /// Takes a failed slot out of the job: collectives resume without it once no other rank
+    /// is missing, and a round its death aborted completes with the others.
+    fn retire(&mut self, rank: u32, incarnation: u32) {
+        let Some(slot) = self.slots.get_mut(rank as usize) else { return };
+        if slot.incarnation > incarnation || !matches!(slot.status, SlotStatus::Failed(_)) {
+            return;
+        }
+        slot.status = SlotStatus::Retired;
+        log_line(format_args!("rank {rank} retired: the job goes on without it"));
+        let lost_rank = matches!(self.failure, Some((Some(_), _)));
+        if lost_rank && !self.slots.iter().any(|s| matches!(s.status, SlotStatus::Failed(_))) {
+            log_line(format_args!("collectives resume at round {} without the retired", self.round));
+            self.failure = None;
+        }
+    }
+
+    /// The ranks a round waits for: every slot not retired.
+    fn expected(&self) -> u32 {
+        self.slots.iter().filter(|s| s.status != SlotStatus::Retired).count() as u32
     }
 
     fn is_current(&self, conn: u64, rank: u32) -> bool {
@@ -322,10 +349,10 @@ impl Coordinator {
             self.abort_pending();
             return;
         }
-        if self.have < self.shared.size {
+        if self.have < self.expected() {
             return;
         }
-        let parts: Vec<Vec<u8>> = self.parts.iter_mut().map(|p| p.take().unwrap_or_default()).collect();
+        let parts: Vec<Option<Vec<u8>>> = self.parts.iter_mut().map(Option::take).collect();
         self.have = 0;
         let round = self.round;
         self.round += 1;
@@ -381,19 +408,19 @@ impl Coordinator {
     }
 }
 
-/// A round's result: `Uniform` when every rank contributed the same bytes (a barrier, the
-/// final barrier's mark), so the server writes O(n) bytes for it instead of O(n^2).
-fn result_frame(round: u64, mut parts: Vec<Vec<u8>>) -> Frame {
+/// A round's result from every slot's part (None for a retired slot): `Uniform` when every
+/// part there is the same bytes (a barrier, the final barrier's mark), so the server writes
+/// O(n) bytes for it instead of O(n^2); else `Gathered`, a retired slot's part empty.
+fn result_frame(round: u64, parts: Vec<Option<Vec<u8>>>) -> Frame {
+    let count = parts.len() as u32;
+    let mut present = parts.iter().flatten();
+    let first = present.next();
     // One too large as a Gathered frame stays one, and fails to encode as before.
-    let gathered_len: usize = 12 + parts.iter().map(|p| 4 + p.len()).sum::<usize>();
-    let uniform = gathered_len <= wire::MAX_FRAME && parts.windows(2).all(|w| w[0] == w[1]);
-    match parts.pop() {
-        Some(part) if uniform => Frame::Uniform { round, count: parts.len() as u32 + 1, part },
-        Some(last) => {
-            parts.push(last);
-            Frame::Gathered { round, parts }
-        }
-        None => Frame::Gathered { round, parts },
+    let gathered_len: usize = 12 + parts.iter().map(|p| 4 + p.as_ref().map_or(0, Vec::len)).sum::<usize>();
+    let uniform = gathered_len <= wire::MAX_FRAME && present.all(|p| Some(p) == first);
+    match first {
+        Some(part) if uniform => Frame::Uniform { round, count, part: part.clone() },
+        _ => Frame::Gathered { round, parts: parts.into_iter().map(Option::unwrap_or_default).collect() },
     }
 }
 
@@ -403,18 +430,28 @@ mod tests {
 
     #[test]
     fn equal_contributions_make_a_uniform_result() {
-        let f = result_frame(4, vec![vec![]; 3]);
+        let f = result_frame(4, vec![Some(vec![]); 3]);
         assert_eq!(f, Frame::Uniform { round: 4, count: 3, part: vec![] });
-        let f = result_frame(5, vec![b"mark".to_vec(); 2]);
+        let f = result_frame(5, vec![Some(b"mark".to_vec()); 2]);
         assert_eq!(f, Frame::Uniform { round: 5, count: 2, part: b"mark".to_vec() });
-        let f = result_frame(6, vec![vec![1], vec![2]]);
+        let f = result_frame(6, vec![Some(vec![1]), Some(vec![2])]);
         assert_eq!(f, Frame::Gathered { round: 6, parts: vec![vec![1], vec![2]] });
         assert_eq!(result_frame(7, vec![]), Frame::Gathered { round: 7, parts: vec![] });
     }
 
+    /// A retired slot counts as the others in a uniform result, and is empty in a gathered one.
+    #[test]
+    fn a_retired_slot_takes_no_part() {
+        let mark = Some(b"mark".to_vec());
+        let f = result_frame(2, vec![mark.clone(), None, mark]);
+        assert_eq!(f, Frame::Uniform { round: 2, count: 3, part: b"mark".to_vec() });
+        let f = result_frame(3, vec![Some(vec![1]), None, Some(vec![2])]);
+        assert_eq!(f, Frame::Gathered { round: 3, parts: vec![vec![1], vec![], vec![2]] });
+    }
+
     #[test]
     fn a_result_too_large_to_gather_stays_gathered() {
-        let big = vec![0u8; wire::MAX_FRAME / 2];
+        let big = Some(vec![0u8; wire::MAX_FRAME / 2]);
         let f = result_frame(1, vec![big.clone(), big]);
         assert!(matches!(f, Frame::Gathered { .. }));
         assert!(wire::encode(&f).is_err());

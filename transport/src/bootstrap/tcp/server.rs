@@ -152,11 +152,21 @@ pub struct FailureReporter {
 impl FailureReporter {
     /// As [`BootServer::mark_failed`].
     pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
-        let vrx = self.post_failed(rank, incarnation, reason)?;
+        let vrx = self.post_failed(rank, incarnation, reason, false)?;
+        self.verdict(vrx, "mark_failed")
+    }
+
+    /// As [`BootServer::retire`].
+    pub fn retire(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        let vrx = self.post_failed(rank, incarnation, reason, true)?;
+        self.verdict(vrx, "retire")
+    }
+
+    fn verdict(&self, vrx: Receiver<std::result::Result<(), String>>, call: &str) -> Result<()> {
         match vrx.recv_timeout(self.shared.opts.io_timeout) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(reason)) => Err(TransportError::Bootstrap(reason)),
-            Err(_) => Err(TransportError::Bootstrap("boot server did not answer mark_failed".into())),
+            Err(_) => Err(TransportError::Bootstrap(format!("boot server did not answer {call}"))),
         }
     }
 
@@ -164,7 +174,7 @@ impl FailureReporter {
     /// caller that must keep its own pace (the controller's heartbeats). Reports from one
     /// thread are applied in order, and before any connection that arrives after them.
     pub fn report_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
-        self.post_failed(rank, incarnation, reason).map(drop)
+        self.post_failed(rank, incarnation, reason, false).map(drop)
     }
 
     /// Queues the report; the receiver gets the server's verdict once applied.
@@ -173,12 +183,13 @@ impl FailureReporter {
         rank: u32,
         incarnation: u32,
         reason: &str,
+        retire: bool,
     ) -> Result<Receiver<std::result::Result<(), String>>> {
         if rank >= self.shared.size {
             return Err(TransportError::InvalidRank(rank, self.shared.size));
         }
         let (vtx, vrx) = channel::bounded(1);
-        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), verdict: vtx };
+        let ev = Event::MarkFailed { rank, incarnation, reason: reason.to_string(), retire, verdict: vtx };
         self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
         Ok(vrx)
     }
@@ -214,11 +225,13 @@ pub(super) enum Event {
         conn: u64,
         rank: u32,
     },
-    /// From the launcher: `rank` at `incarnation` is gone (its node failed).
+    /// From the launcher: `rank` at `incarnation` is gone (its node failed); for good, with
+    /// the job going on without it, when `retire`.
     MarkFailed {
         rank: u32,
         incarnation: u32,
         reason: String,
+        retire: bool,
         verdict: Sender<std::result::Result<(), String>>,
     },
 }
@@ -289,6 +302,15 @@ impl BootServer {
     /// the slot's is ignored. Returns once the server has applied it (bounded).
     pub fn mark_failed(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
         self.failure_reporter().mark_failed(rank, incarnation, reason)
+    }
+
+    /// Records that `rank` at `incarnation` is gone for good and the job goes on without it
+    /// (a copy of a replicated rank whose death is masked): as `mark_failed`, but no
+    /// incarnation of it is admitted again, and collectives complete without it (its part of
+    /// a gathered result is empty; a uniform result counts it as the others). Returns once
+    /// the server has applied it (bounded).
+    pub fn retire(&self, rank: u32, incarnation: u32, reason: &str) -> Result<()> {
+        self.failure_reporter().retire(rank, incarnation, reason)
     }
 
     /// A handle that marks ranks failed from another thread (a job's controller).
