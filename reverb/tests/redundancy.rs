@@ -1,11 +1,14 @@
-//! Partial redundancy, failure-free (`REVERB_REDUNDANCY`, runtime/src/redundant.rs): the
-//! job's processes are copies of fewer virtual ranks; every copy of virtual rank 0 prints the
-//! answer of a plain run of the virtual ranks. The stencil's messages are named; the
+//! Partial redundancy (`reverb run --redundancy R`, `REVERB_REDUNDANCY`; runtime/src/redundant.rs):
+//! the job's processes are copies of fewer virtual ranks; every copy of virtual rank 0 prints
+//! the answer of a plain run of the virtual ranks. The stencil's messages are named; the
 //! master-worker's requests are wildcard receives, matched by the master's leader copy and
-//! followed by its mates.
+//! followed by its mates. A copy SIGKILLed (`REVERB_FAULT`) while a copy of its rank lives is
+//! masked: no respawn, no rollback, the same answer.
 
 use std::process::Command;
 use std::sync::Mutex;
+
+use serde_json::Value;
 
 /// Jobs of up to 12 processes: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -80,4 +83,88 @@ fn a_job_of_the_wrong_size_is_refused() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(text.contains("4 virtual ranks at redundancy 2 need 8 processes, the job has 5"), "{text}");
+}
+
+/// `reverb run -n V --redundancy R` of `app` with `REVERB_FAULT=fault`: (exit code, checksums
+/// printed (sorted), the launch report, the output).
+fn redundant_run(app: &str, v: u32, degree: &str, fault: &str) -> (Option<i32>, Vec<String>, Value, String) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = env!("CARGO_BIN_EXE_reverb");
+    let report =
+        std::env::temp_dir().join(format!("reverb-redundancy-{}-{app}-{degree}", std::process::id()));
+    let out = Command::new(exe)
+        .args(["run", "-n", &v.to_string(), "--redundancy", degree, "--timeout", "120"])
+        .arg("--report-json")
+        .arg(&report)
+        .args(["--", exe, "app", app, "--iters", "200", "--size", "32"])
+        .env("REVERB_FAULT", fault)
+        .env_remove("REVERB_LOG")
+        .env_remove("REVERB_CKPT")
+        .env_remove("REVERB_REDUNDANCY")
+        .env_remove("REVERB_VIRTUAL_RANKS")
+        .output()
+        .expect("reverb run");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let mut sums: Vec<String> =
+        text.lines().filter_map(|l| l.split("checksum: ").nth(1)).map(|s| s.trim().to_string()).collect();
+    sums.sort();
+    let json: Value = serde_json::from_slice(&std::fs::read(&report).expect("launch report")).expect("json");
+    let _ = std::fs::remove_file(&report);
+    (out.status.code(), sums, json, text)
+}
+
+/// The ranks the launcher masked, from its report.
+fn masked(report: &Value) -> Vec<u64> {
+    report["masked"].as_array().expect("masked").iter().filter_map(|m| m["rank"].as_u64()).collect()
+}
+
+/// 1.5x over 4 ranks: spheres {0, 4} and {2, 5}; ranks 1 and 3 alone. A replica killed, then
+/// a primary (the copy named receives take from): each is masked and the job's answer stands.
+#[test]
+fn a_killed_copy_is_masked_without_rollback() {
+    let plain = checksums("stencil", 4, &[]);
+    for (victim, survivor) in [(4, 0), (2, 5)] {
+        let (code, sums, report, text) = redundant_run("stencil", 4, "1.5", &format!("{victim}:100"));
+        assert_eq!(code, Some(0), "{text}");
+        assert_eq!(masked(&report), vec![victim], "{text}");
+        assert_eq!(report["respawns"].as_array().map(Vec::len), Some(0), "no respawn: {report}");
+        assert_eq!(report["masked"][0]["live_mates"][0].as_u64(), Some(survivor));
+        // Rank 0's copies that lived printed the plain answer; the others went on to the end.
+        let copies_of_0 = if victim == 4 { 1 } else { 2 };
+        assert_eq!(sums, vec![plain[0].clone(); copies_of_0], "{text}");
+        assert!(text.contains(&format!("copy {victim} of virtual rank")), "the survivors masked it:\n{text}");
+    }
+}
+
+/// The master's leader copy dies in the middle of the wildcard matching: its mate leads from
+/// then on, and the workers' copies follow it.
+#[test]
+fn the_masters_leader_killed_hands_the_wildcard_matches_to_its_mate() {
+    let plain = checksums("master-worker", 4, &[]);
+    let (code, sums, report, text) = redundant_run("master-worker", 4, "2", "0:60");
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(masked(&report), vec![0]);
+    assert_eq!(sums, vec![plain[0].clone()], "{text}");
+}
+
+/// At 3x two copies of one rank die and the third finishes the job.
+#[test]
+fn two_of_three_copies_killed_are_both_masked() {
+    let plain = checksums("stencil", 4, &[]);
+    let (code, sums, report, text) = redundant_run("stencil", 4, "3", "0:100,4:200");
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(masked(&report), vec![0, 4]);
+    assert_eq!(sums, vec![plain[0].clone()], "{text}");
+}
+
+/// Both copies of a rank killed without `--respawn`: the first is masked, the second fails
+/// the job as any failure does (with --respawn the recovery takes it; see the checkpointed
+/// tests), naming the rank.
+#[test]
+fn losing_every_copy_without_respawn_fails_the_job() {
+    let (code, _, report, text) = redundant_run("stencil", 4, "2", "1:100,5:200");
+    assert_ne!(code, Some(0), "{text}");
+    assert_eq!(masked(&report), vec![1]);
+    assert_eq!(report["stop"]["kind"].as_str(), Some("rank_failed"), "{report}");
+    assert_eq!(report["stop"]["rank"].as_u64(), Some(5), "{report}");
 }

@@ -8,6 +8,7 @@ use reverb_logger::error::LogError;
 use reverb_transport::bootstrap::final_barrier;
 use reverb_transport::TransportError;
 
+use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::fault::Here;
 use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
@@ -74,6 +75,8 @@ impl Runtime {
     /// Collective shutdown: drains the log and this rank's sends, recovering any failure
     /// found meanwhile, writes the report and closes the endpoint.
     pub(super) fn finalize_now(mut self) -> Result<RuntimeReport> {
+        // Since the barrier was first cut short by a masked copy's death.
+        let mut masked_since: Option<Instant> = None;
         loop {
             let timeout = self.config.recv_timeout;
             // The field, not `self.endpoint()`: the barrier below borrows `self.boot` too.
@@ -96,11 +99,13 @@ impl Runtime {
             };
             match settled {
                 Ok(()) => break,
-                Err(e) => {
-                    if !self.failure_explains()? {
-                        return Err(e.into());
+                Err(e) => match dead_peer_in(&e) {
+                    Some(p) if self.masked_copy(p) => {
+                        self.await_retirement(p, *masked_since.get_or_insert_with(Instant::now))?
                     }
-                }
+                    _ if self.failure_explains()? => {}
+                    _ => return Err(e.into()),
+                },
             }
         }
         let endpoint =

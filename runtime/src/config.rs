@@ -42,7 +42,9 @@ pub struct RuntimeConfig {
 /// A redundant job's shape: `virtual_ranks` ranks at `degree` copies (1.0..=3.0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Redundancy {
+    /// Copies per virtual rank on average (eq. 4's r).
     pub degree: f64,
+    /// The application's ranks.
     pub virtual_ranks: u32,
 }
 
@@ -65,6 +67,12 @@ impl RuntimeConfig {
             redundancy: redundancy(&env)?,
         })
     }
+}
+
+/// The job's redundancy as this process's environment gives it (what `RuntimeConfig::from_env`
+/// reads), for a launcher.
+pub fn redundancy_from_env() -> Result<Option<Redundancy>> {
+    redundancy(&Env::process())
 }
 
 /// `REVERB_REDUNDANCY` (a degree) with `REVERB_VIRTUAL_RANKS` (required with it).

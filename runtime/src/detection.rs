@@ -32,28 +32,44 @@ impl Runtime {
         };
         tolerate_dead(endpoint.provider().progress())?;
         tolerate_dead(endpoint.provider().block(Duration::ZERO))?;
-        let dead_units: Vec<u32> = (0..size)
-            .filter(|&r| r != me && endpoint.provider().peer_state(r) == PeerState::Dead)
-            .map(|r| self.unit_of[r as usize])
-            .collect();
-        Ok((0..size).filter(|&r| dead_units.contains(&self.unit_of[r as usize])).collect())
+        let dead: Vec<Rank> =
+            (0..size).filter(|&r| r != me && endpoint.provider().peer_state(r) == PeerState::Dead).collect();
+        // A masked copy's unit mates live on (the launcher fails only it).
+        let dead_units = self.units_to_recover(dead);
+        let masked = |r: Rank| self.spheres.as_ref().is_some_and(|s| s.is_masked(r));
+        Ok((0..size).filter(|&r| dead_units.contains(&self.unit_of[r as usize]) && !masked(r)).collect())
+    }
+
+    /// The failure units of ranks found dead, but for masked copies (partial redundancy).
+    fn units_to_recover(&mut self, dead: Vec<Rank>) -> Vec<u32> {
+        let mut units = Vec::new();
+        for r in dead {
+            if !self.masked_copy(r) {
+                units.push(self.unit_of[r as usize]);
+            }
+        }
+        units
     }
 
     /// Ranks, outside `known`, whose unit the rendezvous shows failed: a rank lost (no
     /// address) or at an incarnation newer than the one this rank knows, with its unit mates.
     fn also_failed(&mut self, known: &[Rank]) -> Result<Vec<Rank>> {
         let table = self.boot.lookup()?;
-        let failed_units: Vec<u32> = table
+        let failed: Vec<Rank> = table
             .iter()
             .filter(|a| a.rank != self.rank && !known.contains(&a.rank))
             .filter(|a| {
                 a.address.is_none()
                     || self.incarnation_of.get(a.rank as usize).is_some_and(|&i| a.incarnation > i)
             })
-            .map(|a| self.unit_of[a.rank as usize])
+            .map(|a| a.rank)
             .collect();
+        let failed_units = self.units_to_recover(failed);
+        let masked = |r: Rank| self.spheres.as_ref().is_some_and(|s| s.is_masked(r));
         Ok((0..self.size)
-            .filter(|r| !known.contains(r) && failed_units.contains(&self.unit_of[*r as usize]))
+            .filter(|r| {
+                !known.contains(r) && !masked(*r) && failed_units.contains(&self.unit_of[*r as usize])
+            })
             .collect())
     }
 

@@ -108,6 +108,7 @@ pub mod fault;
 mod init;
 mod initboot;
 pub mod logger_core;
+mod masked;
 mod messaging;
 mod payload;
 mod recovery;
@@ -126,7 +127,7 @@ use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
-pub use config::RuntimeConfig;
+pub use config::{redundancy_from_env, Redundancy, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use fault::{FaultPlan, InitStep};
 #[cfg(feature = "fault-injection")]

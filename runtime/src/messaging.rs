@@ -42,7 +42,7 @@ impl Runtime {
             // The message is in the sender log (or left already, for a stale failure): recovery
             // resends it to the restarted rank.
             Err(e) => match dead_peer_in(&e) {
-                Some(p) if self.stale_failure(p) || self.failure_explains()? => None,
+                Some(p) if self.death_handled(p)? => None,
                 _ => return Err(e.into()),
             },
         };
@@ -67,7 +67,7 @@ impl Runtime {
                 Ok(None)
             }
             Err(e) => match dead_peer_in(&e) {
-                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(None),
+                Some(p) if self.death_handled(p)? => Ok(None),
                 _ => Err(e.into()),
             },
         }
@@ -78,7 +78,7 @@ impl Runtime {
         match self.endpoint()?.poll() {
             Ok(()) => Ok(self.check_failures().map(drop)?),
             Err(e) => match dead_peer_in(&e) {
-                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(()),
+                Some(p) if self.death_handled(p)? => Ok(()),
                 _ => Err(e.into()),
             },
         }
@@ -104,7 +104,7 @@ impl Runtime {
                 Ok(None)
             }
             Err(e) => match dead_peer_in(&e) {
-                Some(p) if self.stale_failure(p) || self.failure_explains()? => Ok(None),
+                Some(p) if self.death_handled(p)? => Ok(None),
                 _ => Err(e.into()),
             },
         }
@@ -165,6 +165,12 @@ impl Runtime {
                 }
                 Err(LogError::Transport(TransportError::Timeout(_))) => {
                     waited += slice;
+                    // A masked copy never sends again: the caller takes its sphere's next copy.
+                    if let Source::Rank(p) = source {
+                        if self.spheres.as_ref().is_some_and(|s| s.is_masked(p)) {
+                            return Err(TransportError::PeerDead(p).into());
+                        }
+                    }
                     if self.check_failures()? {
                         waited = Duration::ZERO;
                     } else if waited > self.config.recv_timeout {
@@ -175,7 +181,8 @@ impl Runtime {
                     }
                 }
                 Err(e) => match dead_peer_in(&e) {
-                    Some(p) if self.stale_failure(p) || self.failure_explains()? => waited = Duration::ZERO,
+                    Some(p) if source == Source::Rank(p) && self.masked_copy(p) => return Err(e.into()),
+                    Some(p) if self.death_handled(p)? => waited = Duration::ZERO,
                     _ => return Err(e.into()),
                 },
             }

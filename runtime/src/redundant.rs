@@ -3,8 +3,10 @@
 //! from its source's chosen copy and drops the others' copies, and a wildcard receive is
 //! decided by the sphere's leader, which tells its mates the virtual source it matched.
 //!
-//! Failure-free so far: a copy's death is not yet masked here (the launcher and the
-//! recovery path treat it as any failure).
+//! A copy's death is masked (`masked`): a named receive moves to the sphere's next copy, a
+//! mate whose leader died follows the next one or leads. A leader that dies having told some
+//! of its mates a decision but not others (spheres of three copies) leaves them divergent:
+//! not handled yet.
 
 use reverb_transport::{Rank, Source, Tag, TagMatch};
 
@@ -73,9 +75,15 @@ impl Runtime {
                 .spheres()?
                 .source_for(source)
                 .ok_or_else(|| RuntimeError::InvalidArgument(format!("no rank {source} in the job")))?;
-            let msg = self.recv(Source::Rank(copy), TagMatch::exact(tag))?;
-            if let Some(msg) = self.took(msg)? {
-                return Ok(msg);
+            match self.recv(Source::Rank(copy), TagMatch::exact(tag)) {
+                Ok(msg) => {
+                    if let Some(msg) = self.took(msg)? {
+                        return Ok(msg);
+                    }
+                }
+                // Its sphere's next copy serves the receive (it owes what this one delivered).
+                Err(e) if e.dead_peer() == Some(copy) && self.masked_copy(copy) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -83,11 +91,17 @@ impl Runtime {
     /// `recv_any`: the leader takes the first new message of any copy and tells its mates
     /// whose it was; a mate receives from that virtual rank.
     pub(super) fn recv_any_redundant(&mut self, tag: Tag) -> Result<Message> {
-        if !self.spheres()?.is_leader() {
+        while !self.spheres()?.is_leader() {
             let leader = self.spheres()?.leader().unwrap_or(0);
-            let decision = self.recv(Source::Rank(leader), TagMatch::exact(TAG_DECISION))?;
-            let source = decision_source(&decision.payload, tag)?;
-            return self.recv_from_redundant(source, tag);
+            match self.recv(Source::Rank(leader), TagMatch::exact(TAG_DECISION)) {
+                Ok(decision) => {
+                    let source = decision_source(&decision.payload, tag)?;
+                    return self.recv_from_redundant(source, tag);
+                }
+                // The next live copy leads from this receive on (or this one does).
+                Err(e) if e.dead_peer() == Some(leader) && self.masked_copy(leader) => {}
+                Err(e) => return Err(e),
+            }
         }
         loop {
             let msg = self.recv(Source::Any, TagMatch::exact(tag))?;

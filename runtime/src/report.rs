@@ -29,6 +29,8 @@ pub struct RuntimeReport {
     pub messages_sent: u64,
     /// Survivors: unix ns at which each failure was detected.
     pub detected_ns: Vec<u64>,
+    /// Partial redundancy: copies whose death this rank masked.
+    pub masked_copies: Vec<u32>,
     /// Survivors: each recovery's duration.
     pub recovery_ms: Vec<f64>,
     /// Restarted ranks: the epoch restored (0: none, re-executed from the start).

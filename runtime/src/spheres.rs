@@ -102,17 +102,23 @@ impl Spheres {
         self.destinations(self.virtual_rank()).filter(move |&p| p != self.me)
     }
 
-    /// Records that copy `p` died.
+    /// Records that copy `p` died: masked (forgotten from now on) while another copy of its
+    /// sphere lives; its sphere's last copy stays counted alive, for the recovery to restart.
     pub fn mark_dead(&mut self, p: u32) -> Loss {
-        if let Some(d) = self.dead.get_mut(p as usize) {
-            *d = true;
-        }
-        let v = self.map.of_physical(p).map_or(0, |(v, _)| v);
-        if self.source_for(v).is_some() {
+        let v = self.map.of_physical(p).map_or(p, |(v, _)| v);
+        if self.destinations(v).any(|q| q != p) {
+            if let Some(d) = self.dead.get_mut(p as usize) {
+                *d = true;
+            }
             Loss::Masked
         } else {
             Loss::SphereLost(v)
         }
+    }
+
+    /// Whether copy `p`'s death was masked.
+    pub fn is_masked(&self, p: u32) -> bool {
+        self.dead.get(p as usize).copied().unwrap_or(false)
     }
 
     /// Counts a message of tag `tag` taken from copy `p`: new (deliver) or a duplicate.
@@ -203,8 +209,10 @@ mod tests {
         assert_eq!(s.arrived(2, 7), Arrival::Duplicate);
         assert_eq!(s.arrived(2, 7), Arrival::New, "the fourth message, which copy 0 never sent");
         assert_eq!(s.all_owed(), [], "nothing owed by the dead copy");
+        assert!(s.is_masked(0) && !s.is_masked(2));
         assert_eq!(s.mark_dead(2), Loss::SphereLost(0));
-        assert_eq!(s.source_for(0), None);
+        assert_eq!(s.source_for(0), Some(2), "the last copy is restarted, not forgotten");
+        assert!(!s.is_masked(2));
     }
 
     /// Leadership of a sphere passes to its lowest live copy.

@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::vars;
 use reverb_transport::config::env_get;
 
+use reverb_runtime::replicas::ReplicaMap;
+
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 
 #[derive(clap::Args, Debug)]
@@ -67,6 +69,13 @@ pub struct RunArgs {
     /// `--hosts` from a file, as Open MPI's: a host per line, `NAME slots=N` (or `NAME:N`).
     #[arg(long, value_name = "FILE", value_parser = super::hosts::parse_hostfile, conflicts_with_all = ["local_ranks", "hosts"])]
     pub hostfile: Option<super::hosts::HostList>,
+    /// Partial redundancy R in [1, 3]: `-n` is then the application's (virtual) ranks, and
+    /// the job runs as many processes as R copies of them take (1.5: every other rank has a
+    /// second copy). A copy killed while another copy of its rank runs is masked: no
+    /// respawn, no rollback. Without it, REVERB_REDUNDANCY with REVERB_VIRTUAL_RANKS in the
+    /// environment describe a job whose `-n` counts the processes.
+    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "hosts", "hostfile", "slurm", "mpi"])]
+    pub redundancy: Option<f64>,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -90,12 +99,14 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
     let Some((program, rest)) = args.command.split_first() else {
         bail!("reverb run: no program given");
     };
+    let mut env = if args.mpi { super::mpi::environment()? } else { Vec::new() };
+    let (ranks, redundancy) = redundant_job(&args, &mut env)?;
     let spec = LaunchSpec {
-        ranks: args.ranks,
-        ranks_per_node: args.ranks_per_node.unwrap_or(args.ranks),
+        ranks,
+        ranks_per_node: args.ranks_per_node.unwrap_or(ranks),
         program: PathBuf::from(program),
         args: rest.to_vec(),
-        env: if args.mpi { super::mpi::environment()? } else { Vec::new() },
+        env,
         timeout,
         prefix_output: !args.no_prefix,
     };
@@ -109,8 +120,28 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         logger: args.logger,
         report_json: args.report_json,
         part,
+        redundancy,
     };
     Ok(launch_report(&spec, &opts)?.code)
+}
+
+/// The processes a job runs and, when it is redundant, its spheres: `--redundancy R` makes
+/// `-n` the virtual ranks (and passes the shape on to the ranks in `env`); the environment's
+/// REVERB_REDUNDANCY (the runtime's own setting) leaves `-n` the processes.
+fn redundant_job(args: &RunArgs, env: &mut Vec<(String, String)>) -> Result<(u32, Option<ReplicaMap>)> {
+    if let Some(degree) = args.redundancy {
+        let map = ReplicaMap::new(args.ranks, degree).context("--redundancy")?;
+        env.push(("REVERB_REDUNDANCY".into(), degree.to_string()));
+        env.push(("REVERB_VIRTUAL_RANKS".into(), args.ranks.to_string()));
+        return Ok((map.physical_ranks(), Some(map)));
+    }
+    let from_env = reverb_runtime::redundancy_from_env().context("the job's environment")?;
+    let map = match from_env {
+        Some(r) => Some(ReplicaMap::new(r.virtual_ranks, r.degree).context("REVERB_REDUNDANCY")?),
+        None => None,
+    };
+    // A job of another size is refused by its ranks, naming both sizes.
+    Ok((args.ranks, map.filter(|m| m.physical_ranks() == args.ranks)))
 }
 
 /// `reverb run --hosts`: the options every host's launcher takes, checked here.

@@ -28,7 +28,8 @@
 //! connection drops, and its respawned incarnation supersedes it.
 //!
 //! Files by job: [`args`] (`reverb run`'s command line), `spawn` (ranks started, pinned,
-//! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `teams` (the
+//! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `masking`
+//! (partial redundancy: a copy's death masked), `teams` (the
 //! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
 //! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
 //! (SIGINT/SIGTERM), `os` (the system calls on children).
@@ -43,6 +44,7 @@ mod agent;
 pub mod args;
 pub mod hosts;
 pub mod logger_cores;
+mod masking;
 mod mpi;
 mod os;
 mod report;
@@ -90,6 +92,9 @@ pub struct LaunchOptions {
     pub report_json: Option<PathBuf>,
     /// Run only part of the job (other launchers run the rest); `None`: all of it.
     pub part: Option<JobPart>,
+    /// Partial redundancy: the job's processes are copies of these virtual ranks; a copy's
+    /// death is masked while another copy of its rank runs.
+    pub redundancy: Option<reverb_runtime::replicas::ReplicaMap>,
 }
 
 /// The part of a job one launcher runs when several launchers (one per host) run it together.

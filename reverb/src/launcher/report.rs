@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::BootServer;
 
 use super::logger_cores::LoggerCores;
+use super::masking::{Masked, Masking};
 use super::signals::{signal_name, SignalGuard};
 use super::spawn::{
     join_handles, join_pumps, kill_all, random_hex, reap, spawn_rank, JobCtx, RankProc, RankStatus,
@@ -61,6 +62,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         job_id,
         verbose: opts.verbose,
         loggers: loggers.as_ref(),
+        masking: opts.redundancy.clone().map(Masking::new),
     };
     let _signals = SignalGuard::install();
     let start = Instant::now();
@@ -68,7 +70,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
 
     let mut watch = Watch::new(&ctx, server.as_ref(), opts.respawn, start, procs);
     watch.run();
-    let Watch { mut procs, stop, respawns, old_pumps, respawn_failed, .. } = watch;
+    let Watch { mut procs, stop, respawns, old_pumps, respawn_failed, masked, .. } = watch;
     join_pumps(&mut procs);
     join_handles(old_pumps);
     match server {
@@ -89,6 +91,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
             respawns: &respawns,
             respawn_failed: respawn_failed.as_ref(),
             respawn_limit: opts.respawn,
+            masked: &masked,
         };
         let text = serde_json::to_string_pretty(&verdict.to_json())?;
         std::fs::write(path, text + "\n")
@@ -105,6 +108,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         }
     }
     print_respawns(&respawns);
+    print_masked(&masked);
     Ok(LaunchReport { code, respawns })
 }
 
@@ -230,4 +234,15 @@ fn print_respawns(respawns: &[Respawn]) {
         })
         .collect();
     eprintln!("reverb run: {} node respawn(s): {}", respawns.len(), each.join(", "));
+}
+
+fn print_masked(masked: &[Masked]) {
+    if masked.is_empty() {
+        return;
+    }
+    let each: Vec<String> = masked
+        .iter()
+        .map(|m| format!("rank {} (virtual rank {}) at +{:.3} s", m.rank, m.virtual_rank, m.at.as_secs_f64()))
+        .collect();
+    eprintln!("reverb run: {} copy death(s) masked: {}", masked.len(), each.join(", "));
 }

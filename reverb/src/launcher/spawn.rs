@@ -37,6 +37,22 @@ pub(super) struct RankProc {
 }
 
 impl RankProc {
+    /// A running rank with no process behind it, for tests of the launcher's decisions.
+    #[cfg(test)]
+    pub(super) fn for_test(rank: u32) -> RankProc {
+        RankProc {
+            rank,
+            node: rank,
+            local_rank: 0,
+            incarnation: 0,
+            pid: 0,
+            child: None,
+            status: RankStatus::Running,
+            kill_sent: false,
+            pumps: Vec::new(),
+        }
+    }
+
     /// SIGKILLs the rank's process group (the rank and anything it forked).
     pub(super) fn kill(&mut self) {
         if self.status == RankStatus::Running && !self.kill_sent {
@@ -88,6 +104,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) loggers: Option<&'a LoggerCores>,
     /// With teams under `--respawn`: the team of every node (a failed node fails its team).
     pub(super) team_of_node: Option<Vec<u32>>,
+    /// Under partial redundancy: which deaths are masked.
+    pub(super) masking: Option<super::masking::Masking>,
 }
 
 pub(super) fn random_hex(bytes: usize) -> String {

@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use serde_json::{json, Value};
 
+use super::masking::Masked;
 use super::spawn::{RankProc, RankStatus};
 use super::watch::Stop;
 use super::Respawn;
@@ -18,6 +19,7 @@ pub(super) struct Verdict<'a> {
     pub respawns: &'a [Respawn],
     pub respawn_failed: Option<&'a anyhow::Error>,
     pub respawn_limit: u32,
+    pub masked: &'a [Masked],
 }
 
 impl Verdict<'_> {
@@ -30,6 +32,7 @@ impl Verdict<'_> {
             "respawn_limit": self.respawn_limit,
             "respawn_failed": self.respawn_failed.map(|e| format!("{e:#}")),
             "respawns": self.respawns.iter().map(respawn_json).collect::<Vec<_>>(),
+            "masked": self.masked.iter().map(masked_json).collect::<Vec<_>>(),
         })
     }
 
@@ -74,5 +77,15 @@ fn respawn_json(r: &Respawn) -> Value {
         "ranks": r.ranks,
         "incarnation": r.incarnation,
         "at_s": r.at.as_secs_f64(),
+    })
+}
+
+fn masked_json(m: &Masked) -> Value {
+    json!({
+        "rank": m.rank,
+        "virtual_rank": m.virtual_rank,
+        "signal": m.signal,
+        "live_mates": m.live_mates,
+        "at_s": m.at.as_secs_f64(),
     })
 }

@@ -1,6 +1,7 @@
 //! The launch loop: ranks (and logger cores) reaped as they end, a rank or logger killed by a
 //! signal failing its node (or team), which is respawned while `--respawn` allows; any other
-//! failure, a timeout or SIGINT/SIGTERM stops the job.
+//! failure, a timeout or SIGINT/SIGTERM stops the job. Under partial redundancy a copy killed
+//! while another copy of its virtual rank runs is masked instead (`masking`).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::BootServer;
 
+use super::masking::Masked;
 use super::signals::{signal_name, take_signal};
 use super::spawn::{kill_all, reap, spawn_rank, JobCtx, RankProc, RankStatus};
 use super::teams::failure_unit_nodes;
@@ -71,6 +73,8 @@ pub(super) struct Watch<'a> {
     /// Output pumps of ranks replaced by a respawn, joined at the end.
     pub(super) old_pumps: Vec<JoinHandle<()>>,
     pub(super) respawn_failed: Option<anyhow::Error>,
+    /// Copies whose death was masked (partial redundancy).
+    pub(super) masked: Vec<Masked>,
 }
 
 impl<'a> Watch<'a> {
@@ -92,6 +96,7 @@ impl<'a> Watch<'a> {
             respawns: Vec::new(),
             old_pumps: Vec::new(),
             respawn_failed: None,
+            masked: Vec::new(),
         }
     }
 
@@ -126,21 +131,24 @@ impl<'a> Watch<'a> {
     }
 
     /// Records ranks that ended; returns those killed by a signal in this pass, each of which
-    /// fails its node (respawn permitting). Any other failure stops the job.
+    /// fails its node (respawn permitting) unless its death is masked. Any other failure
+    /// stops the job.
     fn reap_ranks(&mut self) -> Vec<usize> {
         let mut signaled = Vec::new();
-        for (i, p) in self.procs.iter_mut().enumerate() {
+        for i in 0..self.procs.len() {
+            let p = &mut self.procs[i];
             let Some(child) = p.child.as_mut() else { continue };
             match child.try_wait() {
                 Ok(Some(st)) => {
                     p.record(st);
                     let failed = !matches!(p.status, RankStatus::Exited(0) | RankStatus::Killed);
-                    if failed && self.stop.is_none() {
-                        if matches!(p.status, RankStatus::Signaled(_)) && self.respawn_limit > 0 {
-                            signaled.push(i);
-                        } else {
-                            self.stop = Some(Stop::RankFailed(i));
-                        }
+                    if !failed || self.stop.is_some() || self.mask(i) {
+                        continue;
+                    }
+                    if matches!(self.procs[i].status, RankStatus::Signaled(_)) && self.respawn_limit > 0 {
+                        signaled.push(i);
+                    } else {
+                        self.stop = Some(Stop::RankFailed(i));
                     }
                 }
                 Ok(None) => {}
@@ -150,6 +158,33 @@ impl<'a> Watch<'a> {
             }
         }
         signaled
+    }
+
+    /// Masks the death of rank `i` when it is a copy killed by a signal while another copy
+    /// of its virtual rank runs: the rendezvous retires it and the job goes on.
+    fn mask(&mut self, i: usize) -> bool {
+        let (Some(masking), Some(server)) = (self.ctx.masking.as_ref(), self.server) else { return false };
+        let p = &self.procs[i];
+        let RankStatus::Signaled(signal) = p.status else { return false };
+        let Some((virtual_rank, live_mates)) = masking.live_mates(p.rank, &self.procs, self.ctx.local.start)
+        else {
+            return false;
+        };
+        let reason = format!("{}; masked by its copies {live_mates:?}", dead_reason(p.rank, signal));
+        if let Err(e) = server.retire(p.rank, p.incarnation, &reason) {
+            eprintln!("reverb run: rank {}: retiring it at the rendezvous: {e}; failing it instead", p.rank);
+            return false;
+        }
+        eprintln!(
+            "reverb run: {} (+{:.3} s): {}, a copy of virtual rank {virtual_rank}: masked, the job goes \
+             on with its copies {live_mates:?}",
+            clock(),
+            self.start.elapsed().as_secs_f64(),
+            p.describe(),
+        );
+        let at = self.start.elapsed();
+        self.masked.push(Masked { rank: p.rank, virtual_rank, signal, live_mates, at });
+        true
     }
 
     /// The node failures of ranks killed by a signal (with the rank's index).

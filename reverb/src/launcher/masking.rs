@@ -1,0 +1,63 @@
+//! Partial redundancy at the launcher (`reverb run --redundancy R`): a copy of a virtual rank
+//! killed by a signal while another copy of it runs is masked, not failed. Nothing is
+//! respawned and nothing rolls back: the rendezvous retires its slot (collectives go on
+//! without it), and the other ranks stop sending to it when their provider sees it dead. The
+//! death of a sphere's last copy is an ordinary failure (respawn and recovery).
+
+use reverb_runtime::replicas::ReplicaMap;
+
+use super::spawn::{RankProc, RankStatus};
+
+/// A copy's death the job went on without.
+#[derive(Debug, Clone)]
+pub(super) struct Masked {
+    pub(super) rank: u32,
+    pub(super) virtual_rank: u32,
+    pub(super) signal: i32,
+    /// The copies of its virtual rank still running then.
+    pub(super) live_mates: Vec<u32>,
+    pub(super) at: std::time::Duration,
+}
+
+/// The job's spheres, as the launcher sees them.
+pub(super) struct Masking {
+    map: ReplicaMap,
+}
+
+impl Masking {
+    pub(super) fn new(map: ReplicaMap) -> Masking {
+        Masking { map }
+    }
+
+    /// The running copies of `rank`'s virtual rank other than it, if there are any: then its
+    /// death is masked. `procs` are this launcher's ranks from `first` on (the whole job: a
+    /// part of a job cannot see the other hosts' copies, so it masks nothing).
+    pub(super) fn live_mates(&self, rank: u32, procs: &[RankProc], first: u32) -> Option<(u32, Vec<u32>)> {
+        let (v, _) = self.map.of_physical(rank)?;
+        let running = |p: u32| {
+            p.checked_sub(first)
+                .and_then(|i| procs.get(i as usize))
+                .is_some_and(|proc| proc.status == RankStatus::Running)
+        };
+        let mates: Vec<u32> =
+            self.map.sphere(v).iter().copied().filter(|&p| p != rank && running(p)).collect();
+        (!mates.is_empty()).then_some((v, mates))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_copy_with_a_running_mate_is_masked() {
+        // 2 virtual ranks at 2x: spheres {0, 2} and {1, 3}.
+        let masking = Masking::new(ReplicaMap::new(2, 2.0).unwrap());
+        let mut procs: Vec<RankProc> = (0..4).map(RankProc::for_test).collect();
+        assert_eq!(masking.live_mates(2, &procs, 0), Some((0, vec![0])));
+        procs[0].status = RankStatus::Signaled(9);
+        assert_eq!(masking.live_mates(2, &procs, 0), None, "its sphere's last copy");
+        assert_eq!(masking.live_mates(1, &procs, 0), Some((1, vec![3])));
+        assert_eq!(masking.live_mates(7, &procs, 0), None, "no such rank");
+    }
+}
