@@ -88,6 +88,18 @@ fn a_job_of_the_wrong_size_is_refused() {
 /// `reverb run -n V --redundancy R` of `app` with `REVERB_FAULT=fault`: (exit code, checksums
 /// printed (sorted), the launch report, the output).
 fn redundant_run(app: &str, v: u32, degree: &str, fault: &str) -> (Option<i32>, Vec<String>, Value, String) {
+    redundant_run_with(app, v, degree, fault, &[], &[])
+}
+
+/// `redundant_run` with more `reverb run` options and environment.
+fn redundant_run_with(
+    app: &str,
+    v: u32,
+    degree: &str,
+    fault: &str,
+    options: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, Vec<String>, Value, String) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = env!("CARGO_BIN_EXE_reverb");
     let report =
@@ -96,12 +108,14 @@ fn redundant_run(app: &str, v: u32, degree: &str, fault: &str) -> (Option<i32>, 
         .args(["run", "-n", &v.to_string(), "--redundancy", degree, "--timeout", "120"])
         .arg("--report-json")
         .arg(&report)
+        .args(options)
         .args(["--", exe, "app", app, "--iters", "200", "--size", "32"])
         .env("REVERB_FAULT", fault)
         .env_remove("REVERB_LOG")
         .env_remove("REVERB_CKPT")
         .env_remove("REVERB_REDUNDANCY")
         .env_remove("REVERB_VIRTUAL_RANKS")
+        .envs(env.iter().copied())
         .output()
         .expect("reverb run");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -158,8 +172,7 @@ fn two_of_three_copies_killed_are_both_masked() {
 }
 
 /// Both copies of a rank killed without `--respawn`: the first is masked, the second fails
-/// the job as any failure does (with --respawn the recovery takes it; see the checkpointed
-/// tests), naming the rank.
+/// the job as any failure does, naming the rank.
 #[test]
 fn losing_every_copy_without_respawn_fails_the_job() {
     let (code, _, report, text) = redundant_run("stencil", 4, "2", "1:100,5:200");
@@ -167,4 +180,54 @@ fn losing_every_copy_without_respawn_fails_the_job() {
     assert_eq!(masked(&report), vec![1]);
     assert_eq!(report["stop"]["kind"].as_str(), Some("rank_failed"), "{report}");
     assert_eq!(report["stop"]["rank"].as_u64(), Some(5), "{report}");
+}
+
+/// Both copies of a rank killed, across nodes, under each logging protocol with
+/// `--respawn`: the first is masked; the second, its sphere's last copy, is restarted with
+/// its node and recovered from its checkpoint and the logs, the retired copy staying retired;
+/// the job's answer is the plain run's.
+#[test]
+fn losing_every_copy_recovers_through_checkpoints_and_logs() {
+    let plain = checksums_on("stencil", 4, 2, &[]);
+    for log in ["causal", "pessimistic-sb", "pessimistic-rb"] {
+        let env = [("REVERB_LOG", log), ("REVERB_REJOIN_TIMEOUT_MS", "30000")];
+        let opts = ["--ranks-per-node", "2", "--respawn", "1"];
+        let (code, sums, report, text) = redundant_run_with("stencil", 4, "2", "1:100,5:300", &opts, &env);
+        assert_eq!(code, Some(0), "{log}:\n{text}");
+        assert_eq!(masked(&report), vec![1], "{log}");
+        assert_eq!(report["respawns"][0]["ranks"], serde_json::json!([4, 5]), "{log}: {report}");
+        assert!(!sums.is_empty() && sums.iter().all(|s| *s == plain[0]), "{log}: {sums:?}\n{text}");
+    }
+}
+
+/// Across nodes (2 ranks each), with the logging protocols and the default checkpoints
+/// (every 50 iterations): a copy's death is masked, the checkpoints after it retire it (no
+/// vote, no buddy copy to it, no parity in its group) and its log buddy's clients stop
+/// logging to it. A rank without a copy (1.5x: rank 1) killed takes its node down and back
+/// through the recovery as in a plain job, its node-mate copy (rank 0, the master's leader
+/// in the master-worker) with it, not masked; also once another copy was masked earlier (the
+/// recovery's collectives go on without the retired copy).
+#[test]
+fn masking_and_recovery_across_nodes_under_every_logging_protocol() {
+    let opts = ["--ranks-per-node", "2", "--respawn", "1"];
+    let cases: [(&str, &str, Vec<u64>, usize); 4] = [
+        ("stencil", "4:100", vec![4], 0),
+        ("stencil", "1:100", vec![], 1),
+        ("stencil", "4:5,1:300", vec![4], 1),
+        ("master-worker", "1:100", vec![], 1),
+    ];
+    for app in ["stencil", "master-worker"] {
+        let plain = checksums_on(app, 4, 2, &[]);
+        for log in ["causal", "pessimistic-sb", "pessimistic-rb"] {
+            let env = [("REVERB_LOG", log), ("REVERB_REJOIN_TIMEOUT_MS", "30000")];
+            for (_, fault, masked_ranks, respawns) in cases.iter().filter(|c| c.0 == app) {
+                let (code, sums, report, text) = redundant_run_with(app, 4, "1.5", fault, &opts, &env);
+                let what = format!("{app} {log} {fault}");
+                assert_eq!(code, Some(0), "{what}:\n{text}");
+                assert_eq!(masked(&report), *masked_ranks, "{what}");
+                assert_eq!(report["respawns"].as_array().map(Vec::len), Some(*respawns), "{what}: {report}");
+                assert!(!sums.is_empty() && sums.iter().all(|s| *s == plain[0]), "{what}: {sums:?}\n{text}");
+            }
+        }
+    }
 }

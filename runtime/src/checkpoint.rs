@@ -8,11 +8,10 @@ use reverb_logger::error::LogError;
 use reverb_transport::bootstrap::final_barrier;
 use reverb_transport::TransportError;
 
-use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::fault::Here;
 use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
-use super::{initboot, Runtime, ENTRY_APP, ENTRY_ENDPOINT};
+use super::{initboot, Runtime, ENTRY_APP, ENTRY_ENDPOINT, ENTRY_SPHERES};
 
 impl Runtime {
     /// Coordinated checkpoint of `state` and the endpoint's channel state, then the logger's
@@ -22,7 +21,15 @@ impl Runtime {
             return Ok(None);
         }
         let start = Instant::now();
+        self.drain_duplicates()?;
+        let mut masked_since: Option<Instant> = None;
         loop {
+            if let Err(e) = self.agree_retired() {
+                if self.retry_after(&e, &mut masked_since)? {
+                    continue;
+                }
+                return Err(e);
+            }
             let endpoint =
                 self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
             let stats = endpoint.stats();
@@ -32,6 +39,10 @@ impl Runtime {
             let mut set = ProtectSet::new();
             set.protect(ENTRY_ENDPOINT, &snapshot)?;
             set.protect(ENTRY_APP, state)?;
+            let counts = self.spheres.as_ref().map(|s| s.encode_counts());
+            if let Some(counts) = &counts {
+                set.protect(ENTRY_SPHERES, counts)?;
+            }
             for (id, data) in &self.protected {
                 set.protect(*id, data)?;
             }
@@ -48,15 +59,12 @@ impl Runtime {
                     let (boot, known) = (&mut self.boot, &self.incarnation_of);
                     self.config.faults.before_log_gc((here, epoch), boot, known, &self.config)?;
                     let gc_start = Instant::now();
-                    // Framed: a survivor that missed a failure and comes here once the failed
-                    // rank is back meets the recovery's first collective, and joins it.
-                    let mut gc_boot = initboot::GcRound { boot: &mut self.boot, known: &self.incarnation_of };
-                    let gc = endpoint.checkpoint_taken(&mut gc_boot);
+                    let gc = self.log_gc();
                     self.report.checkpoint_gc_ms += gc_start.elapsed().as_secs_f64() * 1e3;
                     if let Err(e) = gc {
                         // The checkpoint stands; only its GC was cut short by a failure.
                         if !self.failure_explains()? {
-                            return Err(e.into());
+                            return Err(e);
                         }
                     }
                     self.report.checkpoints += 1;
@@ -64,10 +72,34 @@ impl Runtime {
                     return Ok(Some(epoch));
                 }
                 Err(e) => {
-                    if !self.failure_explains()? {
-                        return Err(e.into());
+                    let e = RuntimeError::from(e);
+                    if !self.retry_after(&e, &mut masked_since)? {
+                        return Err(e);
                     }
                 }
+            }
+        }
+    }
+
+    /// The log GC after a checkpoint, framed: a survivor that missed a failure and comes here
+    /// once the failed rank is back meets the recovery's first collective, and joins it. A
+    /// masked copy's death (sends to it failing) does not excuse a rank from the GC's
+    /// all-gather: it tries again.
+    fn log_gc(&mut self) -> Result<()> {
+        let mut masked_since: Option<Instant> = None;
+        loop {
+            let endpoint =
+                self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+            let mut gc_boot = initboot::GcRound { boot: &mut self.boot, known: &self.incarnation_of };
+            let e = match endpoint.checkpoint_taken(&mut gc_boot) {
+                Ok(_) => return Ok(()),
+                Err(e) => RuntimeError::from(e),
+            };
+            match e.dead_peer() {
+                Some(p) if self.masked_copy(p) => {
+                    self.await_retirement(p, *masked_since.get_or_insert_with(Instant::now))?
+                }
+                _ => return Err(e),
             }
         }
     }
@@ -99,13 +131,12 @@ impl Runtime {
             };
             match settled {
                 Ok(()) => break,
-                Err(e) => match dead_peer_in(&e) {
-                    Some(p) if self.masked_copy(p) => {
-                        self.await_retirement(p, *masked_since.get_or_insert_with(Instant::now))?
+                Err(e) => {
+                    let e = RuntimeError::from(e);
+                    if !self.retry_after(&e, &mut masked_since)? {
+                        return Err(e);
                     }
-                    _ if self.failure_explains()? => {}
-                    _ => return Err(e.into()),
-                },
+                }
             }
         }
         let endpoint =

@@ -74,11 +74,13 @@ impl Runtime {
     }
 
     /// After an error: waits (bounded by `detect_grace`) for a dead peer to explain it and
-    /// recovers; false if none died.
+    /// recovers (or masks it); false if none died.
     pub(super) fn failure_explains(&mut self) -> Result<bool> {
         let start = Instant::now();
+        let masked = self.report.masked_copies.len();
         loop {
-            if self.check_failures()? {
+            // A copy masked meanwhile (partial redundancy) explains it as well.
+            if self.check_failures()? || self.report.masked_copies.len() > masked {
                 return Ok(true);
             }
             if start.elapsed() > self.config.detect_grace {

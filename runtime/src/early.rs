@@ -99,11 +99,13 @@ fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> 
         .collect())
 }
 
-/// Waits (bounded) until the rendezvous has an address for every rank.
+/// Waits (bounded) until the rendezvous has an address for every rank not retired.
 pub(super) fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     loop {
-        let lost: Vec<Rank> = boot.lookup()?.iter().filter(|a| a.address.is_none()).map(|a| a.rank).collect();
+        // A retired rank (a masked copy under partial redundancy) never comes back.
+        let lost: Vec<Rank> =
+            boot.lookup()?.iter().filter(|a| a.address.is_none() && !a.retired).map(|a| a.rank).collect();
         if lost.is_empty() {
             return Ok(());
         }

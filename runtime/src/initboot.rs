@@ -52,8 +52,12 @@ fn framed_allgather(
     mine.extend_from_slice(frame);
     mine.extend_from_slice(data);
     let parts = boot.allgather(&mine)?;
-    if parts.iter().all(|p| p.starts_with(frame)) {
-        return Ok(parts.into_iter().map(|mut p| p.split_off(frame.len())).collect());
+    // An empty part is a retired rank's (partial redundancy): it stays empty.
+    if parts.iter().all(|p| p.is_empty() || p.starts_with(frame)) {
+        return Ok(parts
+            .into_iter()
+            .map(|mut p| if p.is_empty() { p } else { p.split_off(frame.len()) })
+            .collect());
     }
     let me = boot.job().rank;
     let known_of = |r: Rank| known.get(r as usize).copied().unwrap_or(0);
@@ -222,6 +226,7 @@ mod tests {
                 incarnation: i,
                 address: Some(vec![1]),
                 lost: false,
+                retired: false,
             })
             .collect();
         Script { job, rounds: rounds.into(), sent: Vec::new(), table }

@@ -138,6 +138,8 @@ pub use report::RuntimeReport;
 /// Image entry ids of a runtime checkpoint.
 const ENTRY_ENDPOINT: u32 = 0;
 const ENTRY_APP: u32 = 1;
+/// Partial redundancy's per-copy counts (`spheres`), which the endpoint's channels match.
+const ENTRY_SPHERES: u32 = 2;
 /// The first id `Runtime::protect` accepts.
 pub const FIRST_USER_ENTRY: u32 = 16;
 

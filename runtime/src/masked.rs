@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_transport::Rank;
+use reverb_transport::{Bootstrap, Rank};
 
 use super::error::{Result, RuntimeError};
 use super::spheres::Loss;
@@ -17,12 +17,18 @@ use super::Runtime;
 const RETIRE_POLL: Duration = Duration::from_millis(10);
 
 impl Runtime {
-    /// Whether `p`, found dead, is a masked copy (recorded the first time).
+    /// Whether `p`, found dead, is a masked copy (recorded the first time): a copy with a
+    /// live mate that the launcher retired. A copy killed with its node for a respawn (its
+    /// node-mate's sphere was lost) is recovered as any failure instead.
     pub(super) fn masked_copy(&mut self, p: Rank) -> bool {
-        let Some(spheres) = self.spheres.as_mut() else { return false };
+        let Some(spheres) = self.spheres.as_ref() else { return false };
         if spheres.is_masked(p) {
             return true;
         }
+        if !spheres.maskable(p) || !self.retired_at_rendezvous(p) {
+            return false;
+        }
+        let Some(spheres) = self.spheres.as_mut() else { return false };
         match spheres.mark_dead(p) {
             Loss::Masked => {
                 tracing::info!(
@@ -31,9 +37,29 @@ impl Runtime {
                     spheres.virtual_of(p)
                 );
                 self.report.masked_copies.push(p);
+                if let Some(endpoint) = self.endpoint.as_mut() {
+                    endpoint.retire(&[p]);
+                }
                 true
             }
             Loss::SphereLost(_) => false,
+        }
+    }
+
+    /// Whether the rendezvous shows `p` retired, waiting (bounded by `detect_grace`) while
+    /// its slot is lost but not yet retired (the launcher decides within a reaping pass); false
+    /// once it is back at a newer incarnation, or still there.
+    fn retired_at_rendezvous(&mut self, p: Rank) -> bool {
+        let start = Instant::now();
+        let known = self.incarnation_of.get(p as usize).copied().unwrap_or(0);
+        loop {
+            let entry = self.boot.lookup().ok().and_then(|t| t.into_iter().find(|a| a.rank == p));
+            match entry {
+                Some(a) if a.retired => return true,
+                Some(a) if a.address.is_some() && a.incarnation > known => return false,
+                _ if start.elapsed() > self.config.detect_grace => return false,
+                _ => std::thread::sleep(RETIRE_POLL),
+            }
         }
     }
 
@@ -41,6 +67,44 @@ impl Runtime {
     /// or a failure found and recovered.
     pub(super) fn death_handled(&mut self, p: Rank) -> Result<bool> {
         Ok(self.masked_copy(p) || self.stale_failure(p) || self.failure_explains()?)
+    }
+
+    /// After a failed step of a collective (a checkpoint, the shutdown): whether to try it
+    /// again, because a masked copy's death cut it short (paced until the launcher retires
+    /// the copy, since `masked_since`) or a failure was found and recovered.
+    pub(super) fn retry_after(
+        &mut self,
+        e: &RuntimeError,
+        masked_since: &mut Option<Instant>,
+    ) -> Result<bool> {
+        if let Some(p) = e.dead_peer() {
+            if self.masked_copy(p) {
+                self.await_retirement(p, *masked_since.get_or_insert_with(Instant::now))?;
+                return Ok(true);
+            }
+        }
+        self.failure_explains()
+    }
+
+    /// Before a checkpoint under redundancy: every rank learns the copies any rank masked (an
+    /// all-gather, framed as the log GC's), so all retire the same ones from it.
+    pub(super) fn agree_retired(&mut self) -> Result<()> {
+        if self.spheres.is_none() {
+            return Ok(());
+        }
+        let mine: Vec<u8> = self.report.masked_copies.iter().flat_map(|r| r.to_le_bytes()).collect();
+        let parts = super::initboot::GcRound { boot: &mut self.boot, known: &self.incarnation_of }
+            .allgather(&mine)
+            .map_err(RuntimeError::from)?;
+        for part in parts {
+            for r in part.chunks_exact(4).filter_map(|b| b.try_into().ok()).map(Rank::from_le_bytes) {
+                self.masked_copy(r);
+            }
+        }
+        if let Some(ckpt) = self.ckpt.as_mut() {
+            ckpt.retire(&self.report.masked_copies);
+        }
+        Ok(())
     }
 
     /// Paces a collective that a masked copy's death cut short (the rendezvous aborts rounds

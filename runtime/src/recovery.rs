@@ -13,7 +13,7 @@ use super::detection::dead_peer_in;
 use super::error::{Result, RuntimeError};
 use super::report::unix_ns;
 use super::rounds::{round_b_held, round_b_loss, round_b_lost, round_b_ssn, RoundAEntry};
-use super::{Runtime, ENTRY_APP, ENTRY_ENDPOINT, FIRST_USER_ENTRY};
+use super::{Runtime, ENTRY_APP, ENTRY_ENDPOINT, ENTRY_SPHERES, FIRST_USER_ENTRY};
 
 #[derive(Debug)]
 pub(super) struct Replay {
@@ -138,7 +138,8 @@ impl Runtime {
         let committed = committed.map_or((0, 0), |(e, s)| (e, s as u8));
         let all = self.boot.allgather(&RoundAEntry { restarted, committed, next_epoch, cut }.encode())?;
         let mut round = RoundA { flagged: Vec::new(), cut_seen_by: Vec::new(), epochs: Vec::new(), next: 1 };
-        for (r, b) in all.iter().enumerate() {
+        // A retired rank (a masked copy under partial redundancy) takes no part.
+        for (r, b) in all.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
             let entry = RoundAEntry::decode(b)
                 .map_err(|e| RuntimeError::InvalidArgument(format!("rank {r}: {e}")))?;
             if entry.cut {
@@ -239,7 +240,10 @@ impl Runtime {
     /// ends when its re-execution has sent that far).
     fn replay_targets(&mut self, all: &[Vec<u8>], failed: &[Rank]) -> Result<()> {
         if let Some(replay) = self.replay.as_mut() {
-            for (p, b) in all.iter().enumerate().filter(|(p, _)| !failed.contains(&(*p as Rank))) {
+            // A retired rank (empty) sends nothing more: nothing to wait for from it.
+            let survivors =
+                all.iter().enumerate().filter(|(p, b)| !failed.contains(&(*p as Rank)) && !b.is_empty());
+            for (p, b) in survivors {
                 let seen = round_b_ssn(b, self.rank).ok_or_else(|| {
                     RuntimeError::InvalidArgument(format!("recovery round B from rank {p}"))
                 })?;
@@ -316,6 +320,9 @@ impl Runtime {
             .ok_or_else(|| format!("epoch {epoch} image has no endpoint state"))?;
         endpoint.restore_snapshot(snapshot).map_err(|e| format!("endpoint state of epoch {epoch}: {e}"))?;
         self.restored_app = restored.image.entry(ENTRY_APP).map(<[u8]>::to_vec);
+        if let (Some(spheres), Some(counts)) = (self.spheres.as_mut(), restored.image.entry(ENTRY_SPHERES)) {
+            spheres.restore_counts(counts).map_err(|e| format!("sphere counts of epoch {epoch}: {e}"))?;
+        }
         self.restored_extra = restored
             .image
             .ids()

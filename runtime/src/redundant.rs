@@ -8,6 +8,7 @@
 //! of its mates a decision but not others (spheres of three copies) leaves them divergent:
 //! not handled yet.
 
+use reverb_logger::LogMode;
 use reverb_transport::{Rank, Source, Tag, TagMatch};
 
 use super::error::{Result, RuntimeError};
@@ -89,13 +90,26 @@ impl Runtime {
     }
 
     /// `recv_any`: the leader takes the first new message of any copy and tells its mates
-    /// whose it was; a mate receives from that virtual rank.
+    /// whose it was; a mate receives from that virtual rank. Decisions are numbered: a mate
+    /// that takes over from a dead leader first tells the others its last one again (one may
+    /// have missed it), and a decision already followed is skipped.
     pub(super) fn recv_any_redundant(&mut self, tag: Tag) -> Result<Message> {
         while !self.spheres()?.is_leader() {
             let leader = self.spheres()?.leader().unwrap_or(0);
             match self.recv(Source::Rank(leader), TagMatch::exact(TAG_DECISION)) {
                 Ok(decision) => {
-                    let source = decision_source(&decision.payload, tag)?;
+                    let (index, source, decided) = decision_of(&decision.payload)?;
+                    let next = self.spheres()?.wildcards + 1;
+                    if index < next {
+                        continue; // told again by a new leader: followed already
+                    }
+                    if index > next || decided != tag {
+                        return Err(RuntimeError::Unrecoverable(format!(
+                            "copies diverged: wildcard receive {next} waits under tag {tag:#x}, the \
+                             leader decided receive {index} under tag {decided:#x}"
+                        )));
+                    }
+                    self.decided(index, source, tag)?;
                     return self.recv_from_redundant(source, tag);
                 }
                 // The next live copy leads from this receive on (or this one does).
@@ -103,18 +117,48 @@ impl Runtime {
                 Err(e) => return Err(e),
             }
         }
+        self.take_the_lead()?;
         loop {
             let msg = self.recv(Source::Any, TagMatch::exact(tag))?;
             if let Some(msg) = self.took(msg)? {
-                let mates: Vec<Rank> = self.spheres()?.mates().collect();
-                let mut decision = msg.source.to_le_bytes().to_vec();
-                decision.extend_from_slice(&tag.to_le_bytes());
-                for m in mates {
-                    self.send_now(m, TAG_DECISION, &decision)?;
-                }
+                let index = self.spheres()?.wildcards + 1;
+                self.decided(index, msg.source, tag)?;
+                self.tell_mates(index, msg.source, tag)?;
                 return Ok(msg);
             }
         }
+    }
+
+    /// A copy leading for the first time tells its mates its last decision again: the dead
+    /// leader may have told it to some of them only.
+    fn take_the_lead(&mut self) -> Result<()> {
+        let spheres = self.spheres()?;
+        if std::mem::replace(&mut spheres.leading, true) {
+            return Ok(());
+        }
+        match spheres.last_decision {
+            Some((index, source, tag)) => self.tell_mates(index, source, tag),
+            None => Ok(()),
+        }
+    }
+
+    fn decided(&mut self, index: u64, source: Rank, tag: Tag) -> Result<()> {
+        let spheres = self.spheres()?;
+        spheres.wildcards = index;
+        spheres.last_decision = Some((index, source, tag));
+        Ok(())
+    }
+
+    /// Sends decision `index` (virtual `source`, `tag`) to every live mate.
+    fn tell_mates(&mut self, index: u64, source: Rank, tag: Tag) -> Result<()> {
+        let mates: Vec<Rank> = self.spheres()?.mates().collect();
+        let mut decision = source.to_le_bytes().to_vec();
+        decision.extend_from_slice(&tag.to_le_bytes());
+        decision.extend_from_slice(&index.to_le_bytes());
+        for m in mates {
+            self.send_now(m, TAG_DECISION, &decision)?;
+        }
+        Ok(())
     }
 
     /// Counts `msg` (from a copy): the message under its virtual source if it is new (and the
@@ -130,9 +174,22 @@ impl Runtime {
         Ok(Some(msg))
     }
 
-    /// Takes in the duplicates owed that have arrived (a copy behind its mates sends them
-    /// later: they are dropped then).
+    /// Takes in the duplicates owed that have arrived, so the copies not chosen fill no
+    /// queue. Without logging only: what has arrived is chance, and a logged job's restarted
+    /// rank must replay its receives in the order its log holds; a logged job drains at each
+    /// checkpoint, before its snapshot (`drain_duplicates`), which no replay starts before.
     fn drop_duplicates(&mut self) -> Result<()> {
+        if self.config.log.mode != LogMode::NONE {
+            return Ok(());
+        }
+        self.drain_duplicates()
+    }
+
+    /// Takes in every duplicate owed that has arrived (a copy behind sends the rest later).
+    pub(super) fn drain_duplicates(&mut self) -> Result<()> {
+        if self.spheres.is_none() {
+            return Ok(());
+        }
         for (copy, tag, owed) in self.spheres()?.all_owed() {
             for _ in 0..owed {
                 match self.try_recv_now(Source::Rank(copy), TagMatch::exact(tag))? {
@@ -147,19 +204,16 @@ impl Runtime {
     }
 }
 
-/// The virtual rank a leader's decision (source u32, tag u64) names for a wildcard receive
-/// under `tag`; a decision for another tag means the copies no longer run the same program.
-fn decision_source(payload: &[u8], tag: Tag) -> Result<Rank> {
+/// A leader's decision (source u32, tag u64, index u64): (index, virtual source, tag). A due
+/// one for another tag than the receive's means the copies no longer run the same program.
+fn decision_of(payload: &[u8]) -> Result<(u64, Rank, Tag)> {
     let bad = || RuntimeError::InvalidArgument(format!("a wildcard decision of {} bytes", payload.len()));
     let source = payload.get(..4).and_then(|b| b.try_into().ok()).map(Rank::from_le_bytes).ok_or_else(bad)?;
     let decided =
         payload.get(4..12).and_then(|b| b.try_into().ok()).map(Tag::from_le_bytes).ok_or_else(bad)?;
-    if decided != tag {
-        return Err(RuntimeError::Unrecoverable(format!(
-            "copies diverged: the leader matched a wildcard receive under tag {decided:#x}, this copy waits under {tag:#x}"
-        )));
-    }
-    Ok(source)
+    let index =
+        payload.get(12..20).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).ok_or_else(bad)?;
+    Ok((index, source, decided))
 }
 
 #[cfg(test)]
@@ -167,11 +221,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decisions_name_their_source_and_tag() {
+    fn decisions_name_their_source_tag_and_index() {
         let mut d = 3u32.to_le_bytes().to_vec();
         d.extend_from_slice(&9u64.to_le_bytes());
-        assert_eq!(decision_source(&d, 9).unwrap(), 3);
-        assert!(decision_source(&d, 8).unwrap_err().to_string().contains("copies diverged"));
-        assert!(decision_source(&d[..5], 9).is_err());
+        d.extend_from_slice(&5u64.to_le_bytes());
+        assert_eq!(decision_of(&d).unwrap(), (5, 3, 9));
+        assert!(decision_of(&d[..13]).is_err());
     }
 }

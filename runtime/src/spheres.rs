@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use reverb_transport::codec::Reader;
 use reverb_transport::Tag;
 
 use crate::replicas::ReplicaMap;
@@ -49,13 +50,28 @@ pub struct Spheres {
     dead: Vec<bool>,
     delivered: HashMap<(u32, Tag), u64>,
     got: HashMap<(u32, Tag), u64>,
+    /// Wildcard receives this copy has matched (led or followed), and the last one's
+    /// decision (index, virtual source, tag): a mate that takes the lead tells it again.
+    pub(crate) wildcards: u64,
+    pub(crate) last_decision: Option<(u64, u32, Tag)>,
+    /// Whether this copy has led its sphere's wildcard receives since it became the leader.
+    pub(crate) leading: bool,
 }
 
 impl Spheres {
     /// Physical rank `me`'s view of `map`, every copy alive.
     pub fn new(map: ReplicaMap, me: u32) -> Spheres {
         let dead = vec![false; map.physical_ranks() as usize];
-        Spheres { map, me, dead, delivered: HashMap::new(), got: HashMap::new() }
+        Spheres {
+            map,
+            me,
+            dead,
+            delivered: HashMap::new(),
+            got: HashMap::new(),
+            wildcards: 0,
+            last_decision: None,
+            leading: false,
+        }
     }
 
     /// The virtual rank this process runs (what the application sees as its rank).
@@ -116,9 +132,61 @@ impl Spheres {
         }
     }
 
+    /// Whether another copy of `p`'s sphere lives: its death could be masked.
+    pub fn maskable(&self, p: u32) -> bool {
+        let v = self.map.of_physical(p).map_or(p, |(v, _)| v);
+        self.destinations(v).any(|q| q != p)
+    }
+
     /// Whether copy `p`'s death was masked.
     pub fn is_masked(&self, p: u32) -> bool {
         self.dead.get(p as usize).copied().unwrap_or(false)
+    }
+
+    /// The counts a checkpoint keeps with the endpoint's channel state (a restarted copy's
+    /// channels resume there, so its counts must too): `delivered` and `got` as
+    /// `n u32 | (rank u32, tag u64, count u64)*` each, then the wildcard index and last decision.
+    pub fn encode_counts(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for map in [&self.delivered, &self.got] {
+            let mut entries: Vec<(&(u32, Tag), &u64)> = map.iter().collect();
+            entries.sort_unstable();
+            out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for (&(r, tag), &n) in entries {
+                out.extend_from_slice(&r.to_le_bytes());
+                out.extend_from_slice(&tag.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        let (index, source, tag) = self.last_decision.unwrap_or((0, 0, 0));
+        out.extend_from_slice(&self.wildcards.to_le_bytes());
+        out.extend_from_slice(&index.to_le_bytes());
+        out.extend_from_slice(&source.to_le_bytes());
+        out.extend_from_slice(&tag.to_le_bytes());
+        out
+    }
+
+    /// Takes back what [`Spheres::encode_counts`] wrote (a restarted copy's restore).
+    pub fn restore_counts(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut r = Reader::new(bytes, "sphere counts");
+        let mut maps = [HashMap::new(), HashMap::new()];
+        for map in &mut maps {
+            let n = r.u32("a count").map_err(|e| e.to_string())?;
+            for _ in 0..n {
+                let rank = r.u32("a copy").map_err(|e| e.to_string())?;
+                let tag = r.u64("a tag").map_err(|e| e.to_string())?;
+                map.insert((rank, tag), r.u64("a count").map_err(|e| e.to_string())?);
+            }
+        }
+        let wildcards = r.u64("the wildcard count").map_err(|e| e.to_string())?;
+        let index = r.u64("the last decision").map_err(|e| e.to_string())?;
+        let source = r.u32("its source").map_err(|e| e.to_string())?;
+        let tag = r.u64("its tag").map_err(|e| e.to_string())?;
+        r.finish().map_err(|e| e.to_string())?;
+        let [delivered, got] = maps;
+        (self.delivered, self.got, self.wildcards) = (delivered, got, wildcards);
+        self.last_decision = (index > 0).then_some((index, source, tag));
+        Ok(())
     }
 
     /// Counts a message of tag `tag` taken from copy `p`: new (deliver) or a duplicate.
@@ -213,6 +281,22 @@ mod tests {
         assert_eq!(s.mark_dead(2), Loss::SphereLost(0));
         assert_eq!(s.source_for(0), Some(2), "the last copy is restarted, not forgotten");
         assert!(!s.is_masked(2));
+    }
+
+    /// A restarted copy resumes the counts its checkpoint kept.
+    #[test]
+    fn counts_survive_a_checkpoint() {
+        let mut s = dual(1);
+        for p in [0, 0, 2] {
+            s.arrived(p, 7);
+        }
+        s.wildcards = 3;
+        s.last_decision = Some((3, 0, 7));
+        let mut restored = dual(1);
+        restored.restore_counts(&s.encode_counts()).unwrap();
+        assert_eq!((restored.owed(2, 7), restored.owed(0, 7)), (1, 0));
+        assert_eq!((restored.wildcards, restored.last_decision), (3, Some((3, 0, 7))));
+        assert!(restored.restore_counts(&[1, 2, 3]).is_err());
     }
 
     /// Leadership of a sphere passes to its lowest live copy.

@@ -521,7 +521,13 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
     }
     assert_eq!(
         before[2],
-        PeerAddress { rank: 2, incarnation: 0, address: Some(b"old-2".to_vec()), lost: false }
+        PeerAddress {
+            rank: 2,
+            incarnation: 0,
+            address: Some(b"old-2".to_vec()),
+            lost: false,
+            retired: false
+        }
     );
     // The first incarnation is no rejoin: nothing is announced.
     assert!(r0.poll_rejoins().unwrap().is_empty());
@@ -543,13 +549,25 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
     let seen = r2.lookup().unwrap();
     assert_eq!(
         seen[0],
-        PeerAddress { rank: 0, incarnation: 0, address: Some(b"addr-0".to_vec()), lost: false }
+        PeerAddress {
+            rank: 0,
+            incarnation: 0,
+            address: Some(b"addr-0".to_vec()),
+            lost: false,
+            retired: false
+        }
     );
     assert_eq!(
         seen[1],
-        PeerAddress { rank: 1, incarnation: 0, address: Some(b"addr-1".to_vec()), lost: false }
+        PeerAddress {
+            rank: 1,
+            incarnation: 0,
+            address: Some(b"addr-1".to_vec()),
+            lost: false,
+            retired: false
+        }
     );
-    assert_eq!(seen[2], PeerAddress { rank: 2, incarnation: 1, address: None, lost: false });
+    assert_eq!(seen[2], PeerAddress { rank: 2, incarnation: 1, address: None, lost: false, retired: false });
     r2.publish(b"addr-2-new").unwrap();
 
     let want = Rejoin { rank: 2, incarnation: 1, address: b"addr-2-new".to_vec() };
@@ -648,7 +666,7 @@ fn collectives_go_on_without_a_retired_rank() {
     assert_eq!(r0.allgather(b"mark").unwrap(), vec![b"mark".to_vec(); 3]);
     assert_eq!(h1.join().unwrap(), vec![b"mark".to_vec(); 3]);
     let table = r0.lookup().unwrap();
-    assert!(table[2].lost && table[2].address.is_none());
+    assert!(table[2].lost && table[2].retired && table[2].address.is_none());
     let e = TcpBootstrap::connect(job_at(2, 3, 1), &root, TOKEN, T).err().unwrap();
     assert_refused(&e, "retired");
 }
@@ -712,7 +730,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                     .into_iter()
                     .map(|(rank, incarnation, address)| {
                         let lost = address.is_none() && rank % 2 == 1;
-                        PeerAddress { rank, incarnation, address, lost }
+                        PeerAddress { rank, incarnation, address, lost, retired: false }
                     })
                     .collect(),
             }

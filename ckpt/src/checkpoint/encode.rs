@@ -22,7 +22,7 @@ impl Checkpointer {
         epoch: Epoch,
     ) -> Result<(), CkptError> {
         let Some(group) = self.placement.group_of(self.me).cloned() else { return Ok(()) };
-        if group.encoder() != Some(self.me) {
+        if group.encoder() != Some(self.me) || self.group_retired(&group) {
             return Ok(());
         }
         let staging =

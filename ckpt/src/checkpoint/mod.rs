@@ -153,6 +153,8 @@ pub struct Checkpointer {
     #[cfg(feature = "fault-injection")]
     fault_hook: Option<FaultHook>,
     stats: CheckpointStats,
+    /// Ranks gone for good (masked copies under partial redundancy), sorted: see `retire`.
+    retired: Vec<Rank>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -216,6 +218,31 @@ impl Checkpointer {
 
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// Takes `ranks` out of this rank's checkpoints for good (copies whose death partial
+    /// redundancy masked; every rank of the team must retire the same ranks before the same
+    /// epoch). From the next checkpoint on they do not vote; a rank whose buddy is retired
+    /// keeps its level-1 copy only, and a Reed-Solomon group with a retired member or parity
+    /// host encodes no more parity, so those ranks' own later failure may not be restorable.
+    pub fn retire(&mut self, ranks: &[Rank]) {
+        self.retired.extend_from_slice(ranks);
+        self.retired.sort_unstable();
+        self.retired.dedup();
+    }
+
+    /// The team less the retired ranks: who votes on a checkpoint.
+    pub(super) fn voters(&self) -> Vec<Rank> {
+        self.team.iter().copied().filter(|r| !self.is_retired(*r)).collect()
+    }
+
+    pub(super) fn is_retired(&self, rank: Rank) -> bool {
+        self.retired.binary_search(&rank).is_ok()
+    }
+
+    /// Whether `group` lost a member or parity host to retirement: it encodes no parity.
+    pub(super) fn group_retired(&self, group: &crate::placement::Group) -> bool {
+        group.members.iter().chain(&group.parity_hosts).any(|&r| self.is_retired(r))
     }
 
     /// The last epoch every team member committed.

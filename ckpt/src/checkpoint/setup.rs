@@ -46,6 +46,12 @@ impl PeerRegions {
     /// Parses `rank`'s slot descriptor (see [`encode_descriptor`]) from the all-gather; its
     /// sizes must match this rank's own descriptor `mine`.
     fn parse(rank: usize, blob: &[u8], mine: &[u8]) -> Result<PeerRegions, CkptError> {
+        // A retired rank (a masked copy under partial redundancy) contributes nothing: it
+        // keeps no copies any more, and nobody reads its own slots.
+        if blob.is_empty() {
+            let nothing = RemoteRegion { owner: rank as Rank, addr: 0, len: 0, key: 0 };
+            return Ok(PeerRegions { local: nothing, hosted: None, parity: None });
+        }
         let malformed = |e: CodecError| {
             CkptError::InvalidArgument(format!(
                 "rank {rank} sent a malformed checkpoint slot descriptor: {e}"
@@ -190,6 +196,7 @@ impl Checkpointer {
             #[cfg(feature = "fault-injection")]
             fault_hook: None,
             stats: CheckpointStats::default(),
+            retired: Vec::new(),
             config,
         })
     }
@@ -242,9 +249,12 @@ mod tests {
         let mine = encode_descriptor([Some(region(0, 1)), None, None], 256, 32);
         let other = encode_descriptor([Some(region(1, 1)), None, None], 512, 32);
         assert!(matches!(PeerRegions::parse(1, &other, &mine), Err(CkptError::InvalidArgument(_))));
-        for cut in [0, 1, DESC_LEN - 1] {
+        for cut in [1, DESC_LEN - 1] {
             assert!(matches!(PeerRegions::parse(1, &mine[..cut], &mine), Err(CkptError::InvalidArgument(_))));
         }
+        // Empty: a retired rank's part, which keeps nothing.
+        let retired = PeerRegions::parse(1, &[], &mine).unwrap();
+        assert!(retired.hosted.is_none() && retired.parity.is_none() && retired.local.len == 0);
     }
 
     fn arb_region() -> impl Strategy<Value = RemoteRegion> {

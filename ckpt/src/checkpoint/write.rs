@@ -50,7 +50,7 @@ impl Checkpointer {
         let t4 = Instant::now();
         let vote = team::Vote { ok: written.is_ok() && encoded.is_ok(), min: 0 };
         let verdict =
-            team::agree_round((provider, self.owner), &self.team, 2, epoch, vote, self.config.timeout)
+            team::agree_round((provider, self.owner), &self.voters(), 2, epoch, vote, self.config.timeout)
                 .map_err(|e| not_committed(epoch, Some(e), ""))?;
         self.stats.agree += t4.elapsed();
         if !verdict.ok {
@@ -64,7 +64,9 @@ impl Checkpointer {
     /// Levels 1-2 done (`ok` for this rank): a group member reports to its encoder; the encoder
     /// returns whether every member wrote (itself included). Other ranks return `ok`.
     fn group_written(&self, provider: &mut dyn Provider, epoch: Epoch, ok: bool) -> Result<bool, CkptError> {
-        let Some(group) = self.placement.group_of(self.me) else { return Ok(ok) };
+        let Some(group) = self.placement.group_of(self.me).filter(|g| !self.group_retired(g)) else {
+            return Ok(ok);
+        };
         let Some(encoder) = group.encoder() else { return Ok(ok) };
         if encoder != self.me {
             team::report_written((provider, self.owner), encoder, epoch, ok, self.config.timeout)?;
@@ -92,9 +94,9 @@ impl Checkpointer {
         self.local
             .fill(local_base, HEADER_LEN, 0)
             .map_err(|e| CkptError::transport("clearing a header", e))?;
-        let target = if self.config.buddy {
-            let buddy =
-                self.placement.buddy_of(self.me).ok_or(CkptError::InvalidArgument("no buddy".into()))?;
+        let buddy = self.placement.buddy_of(self.me);
+        let target = if self.config.buddy && !buddy.is_some_and(|b| self.is_retired(b)) {
+            let buddy = buddy.ok_or(CkptError::InvalidArgument("no buddy".into()))?;
             let remote = self.peers[buddy as usize].hosted.ok_or_else(|| {
                 CkptError::InvalidArgument(format!("buddy rank {buddy} registered no slots"))
             })?;

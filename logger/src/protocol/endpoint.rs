@@ -313,6 +313,20 @@ impl LoggedEndpoint {
         self.rings.log.as_ref().map(|l| l.buddy)
     }
 
+    /// `ranks` are gone from the job for good (copies whose death partial redundancy masked):
+    /// if one hosts this rank's log, logging stops (nothing else could take the ring over),
+    /// so this rank's own failure from now on is not recoverable from its log.
+    pub fn retire(&mut self, ranks: &[Rank]) {
+        if let Some(buddy) = self.buddy().filter(|b| ranks.contains(b)) {
+            tracing::warn!(
+                "reverb: rank {}: its log buddy {buddy} was retired from the job: it logs no more",
+                self.rank
+            );
+            self.rings.log = None;
+            self.rings.buddy_retired = true;
+        }
+    }
+
     /// The rings this rank keeps for its clients.
     pub fn hosted_rings(&self) -> &[HostedRing] {
         &self.rings.hosted
@@ -354,7 +368,7 @@ impl LoggedEndpoint {
     }
 
     fn payload_logged_slow(&self, peer: Rank) -> bool {
-        if self.rings.log.is_none() {
+        if self.rings.log.is_none() && !self.rings.buddy_retired {
             // `none`: nothing is logged.
             return false;
         }

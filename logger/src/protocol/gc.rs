@@ -33,6 +33,11 @@ struct Watermarks {
 impl Watermarks {
     fn parse(bytes: &[u8], peer: usize, size: u32, me: Rank) -> Result<Self> {
         const WHAT: &str = "checkpoint watermarks";
+        // A rank retired from the job (a masked copy under partial redundancy) takes no part
+        // in the all-gather: nothing is kept for it any more.
+        if bytes.is_empty() {
+            return Ok(Watermarks { last_rsn: Rsn::MAX, consumed_from_me: Ssn::MAX });
+        }
         if bytes.len() != 8 * (size as usize + 1) {
             return Err(LogError::malformed(WHAT, format!("{} bytes from rank {peer}", bytes.len())));
         }
@@ -185,6 +190,8 @@ mod tests {
         let bytes = marks(7, &[10, 20, 30]);
         assert!(Watermarks::parse(&bytes, 0, 4, 0).is_err());
         assert!(Watermarks::parse(&bytes[..bytes.len() - 1], 0, 3, 0).is_err());
-        assert!(Watermarks::parse(&[], 0, 0, 0).is_err());
+        // Empty: a retired rank's part, nothing kept for it.
+        let retired = Watermarks::parse(&[], 0, 3, 0).unwrap();
+        assert_eq!((retired.last_rsn, retired.consumed_from_me), (Rsn::MAX, Ssn::MAX));
     }
 }

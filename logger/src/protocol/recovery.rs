@@ -99,7 +99,8 @@ impl LoggedEndpoint {
         if !failed.contains(&self.rank) {
             return Ok(frames);
         }
-        for contribution in &all {
+        // A retired rank (a masked copy under partial redundancy) contributes nothing.
+        for contribution in all.iter().filter(|c| !c.is_empty()) {
             for frame in decode_frames(contribution)? {
                 if Envelope::decode(frame)?.0.receiver == self.rank {
                     frames.push(frame.to_vec());
@@ -159,7 +160,8 @@ impl LoggedEndpoint {
         }
         let all = boot.allgather(&causal::encode_determinants(&mine))?;
         let mut copies = Vec::new();
-        for bytes in &all {
+        // A retired rank (a masked copy under partial redundancy) contributes nothing.
+        for bytes in all.iter().filter(|b| !b.is_empty()) {
             copies.extend(
                 causal::decode_determinants(bytes)?.into_iter().filter(|d| failed.contains(&d.receiver)),
             );
@@ -176,7 +178,7 @@ impl LoggedEndpoint {
     /// again; what the lost ring held as stable is gone with it, so a checkpoint should
     /// follow the recovery.
     pub fn rejoin(&mut self, boot: &mut dyn Bootstrap, restarted: &[Rank]) -> Result<()> {
-        if self.rings.log.is_none() {
+        if self.rings.log.is_none() && !self.rings.buddy_retired {
             // `none` sets up nothing collectively.
             return Ok(());
         }
@@ -187,8 +189,12 @@ impl LoggedEndpoint {
             )));
         }
         // A survivor's first recovery collective.
-        if gather_node_ids(boot)? != self.rings.node_of_rank {
-            return Err(LogError::InvalidArgument("restarted ranks came back on other nodes".into()));
+        let nodes = gather_node_ids(boot)?;
+        if nodes != self.rings.node_of_rank {
+            return Err(LogError::InvalidArgument(format!(
+                "restarted ranks came back on other nodes: nodes {nodes:?}, {:?} before",
+                self.rings.node_of_rank
+            )));
         }
         for ring in self.rings.hosted.iter_mut().filter(|h| restarted.contains(&h.client)) {
             let fresh = HostedRing {

@@ -99,6 +99,9 @@ pub(super) struct BuddyRings {
     pub retired: Vec<HostedRing>,
     /// Node id of every rank.
     pub node_of_rank: Vec<u32>,
+    /// This rank's log buddy was retired from the job (`log` is then None, yet this rank
+    /// takes part in the logger's collectives as before).
+    pub buddy_retired: bool,
 }
 
 impl BuddyRings {
@@ -113,7 +116,14 @@ impl BuddyRings {
 pub(super) fn gather_node_ids(boot: &mut dyn Bootstrap) -> Result<Vec<u32>> {
     let node = boot.job().node;
     let nodes = allgather_past_final_barrier(boot, &node.to_le_bytes())?;
-    nodes.iter().map(|b| Reader::new(b, "node id").u32()).collect()
+    let job = boot.job();
+    // A retired rank (a masked copy under partial redundancy) contributes nothing: it ran
+    // where the launcher's block placement put it.
+    let node_of = |(r, b): (usize, &Vec<u8>)| match b.is_empty() {
+        true => Ok(job.node_of(r as Rank)),
+        false => Reader::new(b, "node id").u32(),
+    };
+    nodes.iter().enumerate().map(node_of).collect()
 }
 
 /// Opens a writer into `client`'s ring at `buddy`, found in the all-gathered hosted lists.
@@ -153,8 +163,13 @@ impl BuddyRings {
             })
             .collect::<Result<Vec<_>>>()?;
         let all = boot.allgather(&encode_hosted(&hosted))?;
-        let writer = open_writer_at(provider, &all, buddy, rank)?;
-        Ok(BuddyRings { log: Some(BuddyLog { buddy, writer }), hosted, retired: Vec::new(), node_of_rank })
+        // A retired buddy (a masked copy under partial redundancy) hosts nothing: no log.
+        let buddy_retired = all.get(buddy as usize).is_some_and(Vec::is_empty);
+        let log = match buddy_retired {
+            true => None,
+            false => Some(BuddyLog { buddy, writer: open_writer_at(provider, &all, buddy, rank)? }),
+        };
+        Ok(BuddyRings { log, hosted, retired: Vec::new(), node_of_rank, buddy_retired })
     }
 }
 

@@ -2,7 +2,8 @@
 //! killed by a signal while another copy of it runs is masked, not failed. Nothing is
 //! respawned and nothing rolls back: the rendezvous retires its slot (collectives go on
 //! without it), and the other ranks stop sending to it when their provider sees it dead. The
-//! death of a sphere's last copy is an ordinary failure (respawn and recovery).
+//! death of a sphere's last copy is an ordinary failure: its node is respawned and recovered
+//! from checkpoints and logs, the retired copies staying retired.
 
 use reverb_runtime::replicas::ReplicaMap;
 

@@ -69,6 +69,9 @@ pub struct PeerAddress {
     /// The rendezvous saw that incarnation fail (its connection dropped, or the launcher
     /// marked it failed): not merely a rank that has not published yet.
     pub lost: bool,
+    /// Gone for good, the job going on without it (the launcher retired it: a copy whose
+    /// death partial redundancy masked); `lost` too.
+    pub retired: bool,
 }
 
 /// A respawned rank rejoined the job at `incarnation` and published `address`.

@@ -10,7 +10,8 @@
 //! Uniform (a round whose contributions are all equal, a barrier's: O(1) bytes, not O(n)).
 //! Version 4 added the agent frames (AgentHello, Heartbeat, PartDone, TakeOver, JobEnd): a
 //! per-host agent's control connection to the job's controller, on the rendezvous port.
-//! Version 5 tells a lost rank from one that has not published yet in Addresses.
+//! Version 5 tells a lost rank from one that has not published yet in Addresses; version 6 a
+//! retired rank (gone for good) from a lost one.
 //!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
@@ -24,7 +25,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -234,13 +235,12 @@ fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
         Frame::Addresses { entries } => {
             w.u32(entries.len() as u32);
             for e in entries {
-                // 0: no address yet, 1: an address, 2: lost.
-                let state = if e.address.is_some() {
-                    1
-                } else if e.lost {
-                    2
-                } else {
-                    0
+                // 0: no address yet, 1: an address, 2: lost, 3: retired.
+                let state = match (&e.address, e.lost, e.retired) {
+                    (Some(_), ..) => 1,
+                    (None, _, true) => 3,
+                    (None, true, false) => 2,
+                    (None, false, false) => 0,
                 };
                 w.u32(e.rank).u32(e.incarnation).u8(state);
                 w.bytes32(e.address.as_deref().unwrap_or(&[]));
@@ -389,13 +389,14 @@ fn decode_addresses(r: &mut Reader<'_>) -> Result<Frame> {
         let incarnation = r.u32("incarnation")?;
         let has = r.u8("address state")?;
         let addr = address(r)?;
-        let (address, lost) = match has {
-            0 if addr.is_empty() => (None, false),
-            1 => (Some(addr), false),
-            2 if addr.is_empty() => (None, true),
+        let (address, lost, retired) = match has {
+            0 if addr.is_empty() => (None, false, false),
+            1 => (Some(addr), false, false),
+            2 if addr.is_empty() => (None, true, false),
+            3 if addr.is_empty() => (None, true, true),
             x => return Err(malformed(format!("bad address state {x} (address of {} bytes)", addr.len()))),
         };
-        entries.push(PeerAddress { rank, incarnation, address, lost });
+        entries.push(PeerAddress { rank, incarnation, address, lost, retired });
     }
     Ok(Frame::Addresses { entries })
 }
@@ -591,8 +592,15 @@ mod tests {
             Frame::Lookup,
             Frame::Addresses {
                 entries: vec![
-                    PeerAddress { rank: 0, incarnation: 0, address: Some(vec![7; 20]), lost: false },
-                    PeerAddress { rank: 1, incarnation: 3, address: None, lost: true },
+                    PeerAddress {
+                        rank: 0,
+                        incarnation: 0,
+                        address: Some(vec![7; 20]),
+                        lost: false,
+                        retired: false,
+                    },
+                    PeerAddress { rank: 1, incarnation: 3, address: None, lost: true, retired: false },
+                    PeerAddress { rank: 2, incarnation: 0, address: None, lost: true, retired: true },
                 ],
             },
             Frame::Rejoined { rank: 1, incarnation: 4, address: vec![9; 20] },
@@ -618,34 +626,42 @@ mod tests {
         }
     }
 
-    /// The bytes of version 4, written out by hand: old and new peers must agree on them.
+    /// The bytes of version 6, written out by hand: old and new peers must agree on them.
     #[test]
     fn pinned_encodings() {
         let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
-        let mut want = b"RVBT\x05\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        let mut want = b"RVBT\x06\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
         want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(encode(&hello).unwrap(), want);
         let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
-        let want = b"RVBT\x05\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        let want = b"RVBT\x06\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
         assert_eq!(encode(&abort).unwrap(), want);
         let table = Frame::Addresses {
             entries: vec![
-                PeerAddress { rank: 1, incarnation: 2, address: Some(vec![0xaa]), lost: false },
-                PeerAddress { rank: 5, incarnation: 0, address: None, lost: false },
+                PeerAddress {
+                    rank: 1,
+                    incarnation: 2,
+                    address: Some(vec![0xaa]),
+                    lost: false,
+                    retired: false,
+                },
+                PeerAddress { rank: 5, incarnation: 0, address: None, lost: false, retired: false },
+                PeerAddress { rank: 6, incarnation: 1, address: None, lost: true, retired: true },
             ],
         };
-        let mut want = b"RVBT\x05\x00\x0a\x00\x1f\x00\x00\x00\x02\x00\x00\x00".to_vec();
+        let mut want = b"RVBT\x06\x00\x0a\x00\x2c\x00\x00\x00\x03\x00\x00\x00".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
         want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        want.extend_from_slice(&[6, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0]);
         assert_eq!(encode(&table).unwrap(), want);
         let welcome = Frame::Welcome { size: 2, round: 0x0102 };
-        let want = b"RVBT\x05\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        let want = b"RVBT\x06\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
         assert_eq!(encode(&welcome).unwrap(), want);
         let uniform = Frame::Uniform { round: 1, count: 3, part: vec![7] };
-        let want = b"RVBT\x05\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
+        let want = b"RVBT\x06\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
         assert_eq!(encode(&uniform).unwrap(), want);
         let take = Frame::TakeOver { first: 4, count: 2, incarnation: 5 };
-        let want = b"RVBT\x05\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
+        let want = b"RVBT\x06\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
         assert_eq!(encode(&take).unwrap(), want);
     }
 
@@ -654,12 +670,12 @@ mod tests {
     }
 
     fn frame() -> impl Strategy<Value = Frame> {
-        let peer = (any::<u32>(), any::<u32>(), prop::option::of(bytes()), any::<bool>()).prop_map(
-            |(rank, incarnation, address, lost)| {
-                let lost = lost && address.is_none();
-                PeerAddress { rank, incarnation, address, lost }
-            },
-        );
+        let peer = (any::<u32>(), any::<u32>(), prop::option::of(bytes()), any::<bool>(), any::<bool>())
+            .prop_map(|(rank, incarnation, address, lost, retired)| {
+                let retired = retired && address.is_none();
+                let lost = (lost && address.is_none()) || retired;
+                PeerAddress { rank, incarnation, address, lost, retired }
+            });
         prop_oneof![
             (bytes(), any::<u32>(), any::<u32>(), any::<u32>())
                 .prop_map(|(token, rank, size, incarnation)| Frame::Hello { token, rank, size, incarnation }),

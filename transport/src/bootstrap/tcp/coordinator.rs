@@ -236,6 +236,7 @@ impl Coordinator {
                     incarnation: s.incarnation,
                     address: s.address.clone().filter(|_| live),
                     lost: matches!(s.status, SlotStatus::Failed(_) | SlotStatus::Retired),
+                    retired: s.status == SlotStatus::Retired,
                 }
             })
             .collect();
