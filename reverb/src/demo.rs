@@ -88,6 +88,7 @@ fn run_job(
         env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
         hosts: args.hosts.clone(),
         spares: Vec::new(),
+        redundancy: None,
     };
     let out = launch(&spec, &dir.join(name), Duration::from_secs(30))?;
     if !out.success() {

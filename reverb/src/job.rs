@@ -27,6 +27,8 @@ pub struct JobSpec {
     pub hosts: Option<String>,
     /// `reverb run --spares` (with `hosts`): idle hosts that take over a lost host's ranks.
     pub spares: Vec<String>,
+    /// `reverb run --redundancy R`: `ranks` are then the virtual ranks.
+    pub redundancy: Option<String>,
 }
 
 /// What a job left behind.
@@ -103,6 +105,7 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         } else {
             vec!["--spares".to_string(), spec.spares.join(",")]
         })
+        .args(spec.redundancy.iter().flat_map(|r| ["--redundancy", r.as_str()]))
         .arg("--")
         .arg(&exe)
         .args(["app", &spec.app])

@@ -1,5 +1,6 @@
 //! A short `reverb chaos` campaign with a fixed seed: 12 real jobs covering every fault kind
-//! (none, rank, node, checkpoint, replay, two nodes at once, inside init, at the log GC), each checked against the app's
+//! (none, rank, node, checkpoint, replay, two nodes at once, inside init, at the log GC, a copy
+//! of a replicated rank, a copy then a rank of another node), each checked against the app's
 //! failure-free checksum. No wrong answer, no hang and no other failure (a runtime bug) is
 //! allowed; the test reads the campaign's JSON report, not its human output.
 
@@ -30,7 +31,7 @@ fn short_campaign_has_no_wrong_answers_no_hangs_and_no_other_failures() {
     assert!(out.status.success(), "chaos exited {}:\n{stdout}", out.status);
     let kinds: Vec<&str> =
         report["by_fault"].as_array().expect("by_fault").iter().filter_map(|k| k["fault"].as_str()).collect();
-    for kind in ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"] {
+    for kind in reverb::chaos::FAULT_KINDS {
         assert!(kinds.contains(&kind), "no {kind} fault in the campaign: {kinds:?}");
     }
     for k in report["by_fault"].as_array().expect("by_fault") {

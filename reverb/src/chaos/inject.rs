@@ -192,6 +192,7 @@ pub(super) fn run_host_trial(
         env,
         hosts: Some(set.hosts_arg()),
         spares: set.spares.clone(),
+        redundancy: None,
     };
     let out_dir = dir.join(format!("trial-{trial}"));
     let done = AtomicBool::new(false);

@@ -10,8 +10,20 @@ const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// The variable that has the lead agent of a host kill itself (`HOST@MS`).
 pub(super) const AGENT_FAULT_VAR: &str = "REVERB_FAULT_AGENT";
 /// Fault kinds, cycled through by trial number.
-pub const FAULT_KINDS: [&str; 8] =
-    ["none", "rank", "node", "checkpoint", "replay", "two-nodes", "init", "gc"];
+pub const FAULT_KINDS: [&str; 10] = [
+    "none",
+    "rank",
+    "node",
+    "checkpoint",
+    "replay",
+    "two-nodes",
+    "init",
+    "gc",
+    "replica",
+    "replica-then-rank",
+];
+/// The redundancy of the replica kinds' jobs: the even virtual ranks have a second copy.
+pub(super) const REPLICA_DEGREE: &str = "1.5";
 
 /// Small sizes: a trial takes a second or two.
 pub(super) fn app_args(app: &str) -> Vec<String> {
@@ -69,6 +81,20 @@ pub enum Fault {
         epoch: u64,
         late: Option<u32>,
     },
+    /// Under partial redundancy (`REPLICA_DEGREE`): copy `copy` (physical rank) of a
+    /// replicated rank dies after `sends` sends; its death is masked.
+    Replica {
+        copy: u32,
+        sends: u64,
+    },
+    /// Under partial redundancy: copy `copy` dies early (masked), then physical rank `rank`
+    /// of another node dies later: its node is recovered without the retired copy.
+    ReplicaThenRank {
+        copy: u32,
+        copy_sends: u64,
+        rank: u32,
+        sends: u64,
+    },
     /// A whole host lost AT_MS into the job: everything on it killed, its wire removed.
     Host {
         host: String,
@@ -110,7 +136,14 @@ impl Fault {
             Fault::NetCut { .. } => "net-cut",
             Fault::Agent { .. } => "agent",
             Fault::HostInRecovery { .. } => "host-in-recovery",
+            Fault::Replica { .. } => "replica",
+            Fault::ReplicaThenRank { .. } => "replica-then-rank",
         }
+    }
+
+    /// The job's `--redundancy`, for the replica kinds.
+    pub(super) fn redundancy(&self) -> Option<&'static str> {
+        matches!(self, Fault::Replica { .. } | Fault::ReplicaThenRank { .. }).then_some(REPLICA_DEGREE)
     }
 
     /// The environment that injects it.
@@ -130,6 +163,10 @@ impl Fault {
                 fault(format!("{rank}:{sends},{rank}:{replay_sends}@1"))
             }
             Fault::TwoNodes { ranks, sends } => fault(format!("{}:{sends},{}:{sends}", ranks[0], ranks[1])),
+            Fault::Replica { copy, sends } => fault(format!("{copy}:{sends}")),
+            Fault::ReplicaThenRank { copy, copy_sends, rank, sends } => {
+                fault(format!("{copy}:{copy_sends},{rank}:{sends}"))
+            }
             Fault::Init { rank, step, late } => {
                 let late = late.map_or(String::new(), |l| format!(",{l}:{step}:late"));
                 vec![("REVERB_FAULT_INIT".to_string(), format!("{rank}:{step}{late}"))]
@@ -146,7 +183,8 @@ impl Fault {
 
     pub(super) fn respawns(&self) -> u32 {
         match self {
-            Fault::None => 0,
+            // A masked copy needs no respawn: one taken would be a failure not masked.
+            Fault::None | Fault::Replica { .. } => 0,
             Fault::Replay { .. } | Fault::TwoNodes { .. } => 2,
             _ => 1,
         }
@@ -221,6 +259,27 @@ pub(super) fn pick_app(seed: u64, trial: u64) -> &'static str {
     APPS[Rng::new(seed, trial).below(APPS.len() as u64) as usize]
 }
 
+/// The layout of the replica kinds' jobs: `RANKS` virtual ranks at `REPLICA_DEGREE`.
+fn replica_map() -> reverb_runtime::replicas::ReplicaMap {
+    let degree = REPLICA_DEGREE.parse().unwrap_or(1.5);
+    reverb_runtime::replicas::ReplicaMap::new(RANKS, degree).expect("8 ranks at 1.5x is a valid layout")
+}
+
+/// The processes of the replica kinds' jobs.
+pub(super) fn replica_processes() -> u32 {
+    replica_map().physical_ranks()
+}
+
+/// A random copy (physical rank) of a replicated virtual rank, and that virtual rank.
+fn replicated_copy(rng: &mut Rng) -> (u32, u32) {
+    let map = replica_map();
+    let copies: Vec<(u32, u32)> = (0..RANKS)
+        .filter(|&v| map.sphere(v).len() > 1)
+        .flat_map(|v| map.sphere(v).iter().map(move |&p| (p, v)).collect::<Vec<_>>())
+        .collect();
+    copies[rng.below(copies.len() as u64) as usize]
+}
+
 /// One time in three, a rank on another node than `rank` (a survivor that joins late).
 fn late_survivor(rng: &mut Rng, rank: u32) -> Option<u32> {
     let nodes = RANKS / RANKS_PER_NODE;
@@ -270,6 +329,25 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
             let late = late_survivor(&mut rng, rank);
             Fault::Gc { rank, epoch, late }
         }
+        8 => {
+            let (copy, v) = replicated_copy(&mut rng);
+            Fault::Replica { copy, sends: rng.between(1, sends_of(v)) }
+        }
+        9 => {
+            let (copy, v) = replicated_copy(&mut rng);
+            // Early for the copy, late for the rank (of another node: not the copy's node-mate).
+            let copy_sends = rng.between(1, sends_of(v) / 4 + 1);
+            let copy_node = copy / RANKS_PER_NODE;
+            let rank = loop {
+                let r = rng.below(u64::from(replica_processes())) as u32;
+                if r / RANKS_PER_NODE != copy_node {
+                    break r;
+                }
+            };
+            let of = replica_map().of_physical(rank).map_or(0, |(v, _)| v);
+            let sends = rng.between(sends_of(of) / 2 + 1, sends_of(of).max(2));
+            Fault::ReplicaThenRank { copy, copy_sends, rank, sends }
+        }
         _ => {
             let a = rng.below(u64::from(RANKS)) as u32;
             let other_node = (a / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
@@ -299,8 +377,8 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn eight_consecutive_trials_cover_every_fault_kind() {
-        let kinds: Vec<&str> = (10..18).map(|t| plan(3, t, &base()).fault.kind()).collect();
+    fn ten_consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..20).map(|t| plan(3, t, &base()).fault.kind()).collect();
         for k in FAULT_KINDS {
             assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
         }
@@ -333,6 +411,17 @@ pub(super) mod tests {
                         assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
                     }
                 }
+                Fault::Replica { copy, sends } => {
+                    let map = replica_map();
+                    let v = map.of_physical(copy).map(|(v, _)| v).expect("a copy of the job");
+                    assert!(map.sphere(v).len() > 1, "copy {copy} has a mate");
+                    assert!((1..=100).contains(&sends));
+                }
+                Fault::ReplicaThenRank { copy, copy_sends, rank, sends } => {
+                    assert!(copy < replica_processes() && rank < replica_processes());
+                    assert_ne!(copy / RANKS_PER_NODE, rank / RANKS_PER_NODE, "another node");
+                    assert!(copy_sends < sends && (1..=100).contains(&sends), "{copy_sends} then {sends}");
+                }
                 Fault::None => {}
                 host => panic!("trial {trial}: a host fault on one host: {host:?}"),
             }
@@ -349,6 +438,10 @@ pub(super) mod tests {
         assert_eq!(init, vec![("REVERB_FAULT_INIT".to_string(), "3:ckpt-slots".to_string())]);
         let late = Fault::Init { rank: 3, step: "log-rings", late: Some(6) }.env();
         assert_eq!(late[0].1, "3:log-rings,6:log-rings:late");
+        let replica = Fault::ReplicaThenRank { copy: 8, copy_sends: 3, rank: 1, sends: 40 };
+        assert_eq!(replica.env()[0].1, "8:3,1:40");
+        assert_eq!((replica.redundancy(), replica.respawns()), (Some("1.5"), 1));
+        assert_eq!(Fault::Replica { copy: 9, sends: 5 }.respawns(), 0, "masked: no respawn");
         let gc = Fault::Gc { rank: 2, epoch: 3, late: Some(7) }.env();
         assert_eq!(gc, vec![("REVERB_FAULT_GC".to_string(), "2:3,7:3:late".to_string())]);
         // The runtime accepts what the campaign sets.
@@ -364,9 +457,9 @@ pub(super) mod tests {
     fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
         let inits: Vec<Fault> =
             (0..800).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
-        assert_eq!(inits.len(), 100, "one trial in eight");
+        assert_eq!(inits.len(), 80, "one trial in ten");
         let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
-        assert!((15..=55).contains(&late), "{late} of 100 with a late survivor");
+        assert!((12..=44).contains(&late), "{late} of 80 with a late survivor");
         for step in INIT_STEPS {
             assert!(inits.iter().any(|f| matches!(f, Fault::Init { step: s, .. } if *s == step)), "{step}");
         }

@@ -45,6 +45,7 @@ impl Baselines {
                 env: vec![("REVERB_LOG".into(), "causal".into()), ("REVERB_CKPT".into(), "rs".into())],
                 hosts: None,
                 spares: Vec::new(),
+                redundancy: None,
             },
             Some(set) => JobSpec {
                 provider: self.args_provider.clone(),
@@ -57,6 +58,7 @@ impl Baselines {
                 env: host_env("causal"),
                 hosts: Some(set.hosts_arg()),
                 spares: Vec::new(),
+                redundancy: None,
             },
         };
         let mut b = self.measure(app, &spec, "baseline")?;
@@ -142,6 +144,7 @@ pub(super) fn run_trial(
         env,
         hosts: None,
         spares: Vec::new(),
+        redundancy: plan.fault.redundancy().map(str::to_string),
     };
     let out = run_job(&spec, &dir.join(format!("trial-{trial}")), Duration::from_secs(30))?;
     let (outcome, fired, why) = classify(&plan, &base, &out);
