@@ -109,6 +109,7 @@ impl Runtime {
     pub(super) fn finalize_now(mut self) -> Result<RuntimeReport> {
         // Since the barrier was first cut short by a masked copy's death.
         let mut masked_since: Option<Instant> = None;
+        self.mask_lost_copies()?;
         loop {
             let timeout = self.config.recv_timeout;
             // The field, not `self.endpoint()`: the barrier below borrows `self.boot` too.

@@ -40,6 +40,15 @@ impl Runtime {
                 if let Some(endpoint) = self.endpoint.as_mut() {
                     endpoint.retire(&[p]);
                 }
+                if self.spheres.as_ref().is_some_and(|s| s.is_leader() && s.last_decision.is_some()) {
+                    // Its mates may wait for the dead leader's last decision.
+                    if let Err(e) = self.take_the_lead() {
+                        tracing::warn!(
+                            "reverb: rank {}: telling its mates the last decision: {e}",
+                            self.rank
+                        );
+                    }
+                }
                 true
             }
             Loss::SphereLost(_) => false,
@@ -87,14 +96,20 @@ impl Runtime {
     }
 
     /// Before a checkpoint under redundancy: every rank learns the copies any rank masked (an
-    /// all-gather, framed as the log GC's), so all retire the same ones from it.
+    /// all-gather, framed as the log GC's), so all retire the same ones from it. The transport
+    /// progresses meanwhile: a copy that lags its mates is still sending them duplicates, which
+    /// must land (in this rank's queues) for it to reach the checkpoint at all.
     pub(super) fn agree_retired(&mut self) -> Result<()> {
         if self.spheres.is_none() {
             return Ok(());
         }
+        self.mask_lost_copies()?;
         let mine: Vec<u8> = self.report.masked_copies.iter().flat_map(|r| r.to_le_bytes()).collect();
-        let parts = super::initboot::GcRound { boot: &mut self.boot, known: &self.incarnation_of }
-            .allgather(&mine)
+        let endpoint =
+            self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+        let known = &self.incarnation_of;
+        let parts = endpoint
+            .progressing(&mut self.boot, |boot| super::initboot::GcRound { boot, known }.allgather(&mine))
             .map_err(RuntimeError::from)?;
         for part in parts {
             for r in part.chunks_exact(4).filter_map(|b| b.try_into().ok()).map(Rank::from_le_bytes) {
@@ -103,6 +118,26 @@ impl Runtime {
         }
         if let Some(ckpt) = self.ckpt.as_mut() {
             ckpt.retire(&self.report.masked_copies);
+        }
+        Ok(())
+    }
+
+    /// Before a collective under redundancy: masks the copies the rendezvous shows lost. A
+    /// leader that died having told only some mates its last decision leaves one waiting for
+    /// it, which cannot join the collective until the next leader repeats it (on masking).
+    pub(super) fn mask_lost_copies(&mut self) -> Result<()> {
+        if self.spheres.is_none() {
+            return Ok(());
+        }
+        let lost: Vec<Rank> = self
+            .boot
+            .lookup()?
+            .into_iter()
+            .filter(|a| a.rank != self.rank && (a.retired || (a.lost && a.address.is_none())))
+            .map(|a| a.rank)
+            .collect();
+        for r in lost {
+            self.masked_copy(r);
         }
         Ok(())
     }

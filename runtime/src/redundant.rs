@@ -130,8 +130,10 @@ impl Runtime {
     }
 
     /// A copy leading for the first time tells its mates its last decision again: the dead
-    /// leader may have told it to some of them only.
-    fn take_the_lead(&mut self) -> Result<()> {
+    /// leader may have told it to some of them only. Called at once when the leader's death
+    /// is masked (a mate may be waiting for that decision while this copy has no wildcard
+    /// receive left before a collective), and at the first wildcard receive a copy leads.
+    pub(super) fn take_the_lead(&mut self) -> Result<()> {
         let spheres = self.spheres()?;
         if std::mem::replace(&mut spheres.leading, true) {
             return Ok(());
