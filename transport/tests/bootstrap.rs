@@ -589,26 +589,37 @@ fn failed_rank_rejoins_at_a_higher_incarnation_and_is_announced() {
     assert_eq!(r0.lookup().unwrap()[2].address.as_deref(), Some(&b"addr-2-new"[..]));
 }
 
-#[test]
-fn collectives_resume_once_the_lost_rank_rejoined() {
-    let server = quick_server(3);
+/// A job of 3 in which rank 0 is in a round when rank 2 dies and `report` tells the server
+/// so; rank 1 has called no collective yet. Returns ranks 0 (its round failed with
+/// `PeerDead(2)`) and 1.
+fn rank_2_lost_in_a_round(
+    server: &BootServer,
+    report: impl FnOnce(&BootServer),
+) -> (TcpBootstrap, TcpBootstrap) {
     let root = server.local_addr().to_string();
-    let root2 = root.clone();
-    // Rank 0 is in a round when rank 2 dies; rank 1 only calls after the loss.
+    let root0 = root.clone();
     let r0 = thread::spawn(move || {
-        let mut b = TcpBootstrap::connect(job(0, 3), &root2, TOKEN, T).unwrap();
+        let mut b = TcpBootstrap::connect(job(0, 3), &root0, TOKEN, T).unwrap();
         let e = b.allgather(b"lost round").unwrap_err();
         assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
         b
     });
-    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
+    let r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
     let dying = raw_rank(server.local_addr(), 2, 3);
     // Lets rank 0 enter its round first (no server state to poll); rank 0 gets PeerDead
     // either way, so the delay picks the path, not the outcome.
     thread::sleep(Duration::from_millis(200));
     drop(dying);
-    server.mark_failed(2, 0, "killed by the test").unwrap();
-    let mut r0 = r0.join().unwrap();
+    report(server);
+    (r0.join().unwrap(), r1)
+}
+
+#[test]
+fn collectives_resume_once_the_lost_rank_rejoined() {
+    let server = quick_server(3);
+    let root = server.local_addr().to_string();
+    let (mut r0, mut r1) =
+        rank_2_lost_in_a_round(&server, |s| s.mark_failed(2, 0, "killed by the test").unwrap());
     let e = r1.allgather(b"while lost").unwrap_err();
     assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
 
@@ -638,19 +649,8 @@ fn collectives_resume_once_the_lost_rank_rejoined() {
 fn collectives_go_on_without_a_retired_rank() {
     let server = quick_server(3);
     let root = server.local_addr().to_string();
-    let root2 = root.clone();
-    let r0 = thread::spawn(move || {
-        let mut b = TcpBootstrap::connect(job(0, 3), &root2, TOKEN, T).unwrap();
-        let e = b.allgather(b"lost round").unwrap_err();
-        assert!(matches!(e, TransportError::PeerDead(2)), "{e}");
-        b
-    });
-    let mut r1 = TcpBootstrap::connect(job(1, 3), &root, TOKEN, T).unwrap();
-    let dying = raw_rank(server.local_addr(), 2, 3);
-    thread::sleep(Duration::from_millis(200));
-    drop(dying);
-    server.retire(2, 0, "a copy killed by the test").unwrap();
-    let mut r0 = r0.join().unwrap();
+    let (mut r0, mut r1) =
+        rank_2_lost_in_a_round(&server, |s| s.retire(2, 0, "a copy killed by the test").unwrap());
     let h1 = thread::spawn(move || {
         let all = r1.allgather(b"b").unwrap();
         r1.barrier().unwrap();
