@@ -4,9 +4,9 @@
 //! decided by the sphere's leader, which tells its mates the virtual source it matched.
 //!
 //! A copy's death is masked (`masked`): a named receive moves to the sphere's next copy, a
-//! mate whose leader died follows the next one or leads. A leader that dies having told some
-//! of its mates a decision but not others (spheres of three copies) leaves them divergent:
-//! not handled yet.
+//! mate whose leader died follows the next one or leads. Decisions are numbered, and a new
+//! leader repeats its last one: the dead leader may have told it to some mates only (spheres
+//! of three copies).
 
 use reverb_logger::LogMode;
 use reverb_transport::{Rank, Source, Tag, TagMatch};

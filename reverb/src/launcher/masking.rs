@@ -1,7 +1,7 @@
 //! Partial redundancy at the launcher (`reverb run --redundancy R`): a copy of a virtual rank
 //! killed by a signal while another copy of it runs is masked, not failed. Nothing is
 //! respawned and nothing rolls back: the rendezvous retires its slot (collectives go on
-//! without it), and the other ranks stop sending to it when their provider sees it dead. The
+//! without it), and the other ranks forget it once they find it dead and retired. The
 //! death of a sphere's last copy is an ordinary failure: its node is respawned and recovered
 //! from checkpoints and logs, the retired copies staying retired.
 
@@ -30,15 +30,16 @@ impl Masking {
         Masking { map }
     }
 
-    /// The running copies of `rank`'s virtual rank other than it, if there are any: then its
-    /// death is masked. `procs` are this launcher's ranks from `first` on (the whole job: a
-    /// part of a job cannot see the other hosts' copies, so it masks nothing).
+    /// The copies of `rank`'s virtual rank other than it that run (or finished: they passed
+    /// the job's final barrier, which this copy was in too), if there are any: then its death
+    /// is masked. `procs` are this launcher's ranks from `first` on (the whole job: a part of a
+    /// job cannot see the other hosts' copies, so it masks nothing).
     pub(super) fn live_mates(&self, rank: u32, procs: &[RankProc], first: u32) -> Option<(u32, Vec<u32>)> {
         let (v, _) = self.map.of_physical(rank)?;
         let running = |p: u32| {
             p.checked_sub(first)
                 .and_then(|i| procs.get(i as usize))
-                .is_some_and(|proc| proc.status == RankStatus::Running)
+                .is_some_and(|proc| matches!(proc.status, RankStatus::Running | RankStatus::Exited(0)))
         };
         let mates: Vec<u32> =
             self.map.sphere(v).iter().copied().filter(|&p| p != rank && running(p)).collect();
@@ -56,6 +57,8 @@ mod tests {
         let masking = Masking::new(ReplicaMap::new(2, 2.0).unwrap());
         let mut procs: Vec<RankProc> = (0..4).map(RankProc::for_test).collect();
         assert_eq!(masking.live_mates(2, &procs, 0), Some((0, vec![0])));
+        procs[0].status = RankStatus::Exited(0);
+        assert_eq!(masking.live_mates(2, &procs, 0), Some((0, vec![0])), "a mate that finished");
         procs[0].status = RankStatus::Signaled(9);
         assert_eq!(masking.live_mates(2, &procs, 0), None, "its sphere's last copy");
         assert_eq!(masking.live_mates(1, &procs, 0), Some((1, vec![3])));
