@@ -203,18 +203,21 @@ fn losing_every_copy_recovers_through_checkpoints_and_logs() {
 /// Across nodes (2 ranks each), with the logging protocols and the default checkpoints
 /// (every 50 iterations): a copy's death is masked, the checkpoints after it retire it (no
 /// vote, no buddy copy to it, no parity in its group) and its log buddy's clients stop
-/// logging to it. A rank without a copy (1.5x: rank 1) killed takes its node down and back
-/// through the recovery as in a plain job, its node-mate copy (rank 0, the master's leader
-/// in the master-worker) with it, not masked; also once another copy was masked earlier (the
-/// recovery's collectives go on without the retired copy).
+/// logging to it (causal determinants then ride on messages only). A rank without a copy
+/// (1.5x: rank 1) killed takes its node down and back through the recovery as in a plain
+/// job, its node-mate copy (rank 0, the master's leader in the master-worker) with it, not
+/// masked; also once another copy was masked earlier (the recovery's collectives go on
+/// without the retired copy).
 #[test]
 fn masking_and_recovery_across_nodes_under_every_logging_protocol() {
     let opts = ["--ranks-per-node", "2", "--respawn", "1"];
-    let cases: [(&str, &str, Vec<u64>, usize); 4] = [
+    // Master-worker's wildcard receives log determinants: rank 2 is rank 0's log buddy.
+    let cases: [(&str, &str, Vec<u64>, usize); 5] = [
         ("stencil", "4:100", vec![4], 0),
         ("stencil", "1:100", vec![], 1),
         ("stencil", "4:5,1:300", vec![4], 1),
         ("master-worker", "1:100", vec![], 1),
+        ("master-worker", "2:60", vec![2], 0),
     ];
     for app in ["stencil", "master-worker"] {
         let plain = checksums_on(app, 4, 2, &[]);

@@ -455,7 +455,8 @@ impl LoggedEndpoint {
     pub fn flush_log(&mut self) -> Result<()> {
         self.flush_writes()?;
         let unwritten = self.protocol.unwritten_determinants();
-        if unwritten > 0 {
+        // A retired buddy (partial redundancy) takes no writes: they stay unwritten for good.
+        if unwritten > 0 && !self.rings.buddy_retired {
             let free = self.rings.log.as_ref().map_or(0, |l| l.writer.free());
             return Err(LogError::RingFull { needed: (unwritten * Determinant::WIRE_LEN) as u64, free });
         }
