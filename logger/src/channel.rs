@@ -148,6 +148,15 @@ impl<T> RecvChannel<T> {
         self.dropped_duplicate
     }
 
+    /// Counts every ssn through `ssn` as delivered (a replay took them from a stand-in): a
+    /// late arrival of one is then a duplicate.
+    pub fn skip_through(&mut self, ssn: Ssn) {
+        if ssn >= self.next_ssn {
+            self.next_ssn = ssn + 1;
+            self.early.retain(|&s, _| s > ssn);
+        }
+    }
+
     /// Resumes after a restart: `delivered_through` from the checkpoint.
     pub fn resume(peer: Rank, incarnation: u32, delivered_through: Ssn, early_limit: usize) -> Self {
         RecvChannel { incarnation, next_ssn: delivered_through + 1, ..RecvChannel::new(peer, early_limit) }
@@ -194,6 +203,13 @@ impl<T> RecvChannels<T> {
     pub fn dropped_duplicate(&self) -> u64 {
         self.channels.iter().map(|c| c.dropped_duplicate).sum()
     }
+
+    /// `RecvChannel::skip_through` of `peer`'s channel.
+    pub fn skip_through(&mut self, peer: Rank, ssn: Ssn) {
+        if let Some(c) = self.channels.get_mut(peer as usize) {
+            c.skip_through(ssn);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +225,22 @@ mod tests {
         assert_eq!(s.next_ssn(2).ok(), Some(1));
         assert!(s.next_ssn(3).is_err());
         assert_eq!(SendSequencer::resume(s.snapshot()).next_ssn(1).ok(), Some(3));
+    }
+
+    /// A replay that took messages through 5 from a stand-in: a late arrival of one of them is
+    /// a duplicate, and the next in order is released at once.
+    #[test]
+    fn skipped_ssns_count_as_delivered() {
+        let mut ch = RecvChannel::new(7, 8);
+        let mut out = Vec::new();
+        ch.accept(0, 4, 40, &mut out).unwrap();
+        ch.skip_through(5);
+        assert_eq!(ch.delivered_through(), 5);
+        assert_eq!(ch.buffered(), 0, "the early 4 is one of the skipped");
+        assert_eq!(ch.accept(0, 3, 30, &mut out).unwrap(), Arrival::DroppedDuplicate);
+        assert!(matches!(ch.accept(0, 6, 60, &mut out).unwrap(), Arrival::Delivered { released: 1 }));
+        ch.skip_through(2);
+        assert_eq!(ch.delivered_through(), 6, "never backwards");
     }
 
     proptest! {

@@ -212,12 +212,15 @@ fn losing_every_copy_recovers_through_checkpoints_and_logs() {
 fn masking_and_recovery_across_nodes_under_every_logging_protocol() {
     let opts = ["--ranks-per-node", "2", "--respawn", "1"];
     // Master-worker's wildcard receives log determinants: rank 2 is rank 0's log buddy.
-    let cases: [(&str, &str, Vec<u64>, usize); 5] = [
+    let cases: [(&str, &str, Vec<u64>, usize); 6] = [
         ("stencil", "4:100", vec![4], 0),
         ("stencil", "1:100", vec![], 1),
         ("stencil", "4:5,1:300", vec![4], 1),
         ("master-worker", "1:100", vec![], 1),
         ("master-worker", "2:60", vec![2], 0),
+        // Copy 5 masked, then the master's node: its replay names requests of copy 5 that
+        // arrived after its checkpoint, served by copy 2 (chaos seed 2037, trial 482).
+        ("master-worker", "5:5,1:40", vec![5], 1),
     ];
     for app in ["stencil", "master-worker"] {
         let plain = checksums_on(app, 4, 2, &[]);

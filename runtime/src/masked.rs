@@ -37,9 +37,11 @@ impl Runtime {
                     spheres.virtual_of(p)
                 );
                 self.report.masked_copies.push(p);
+                let v = spheres.virtual_of(p);
                 if let Some(endpoint) = self.endpoint.as_mut() {
                     endpoint.retire(&[p]);
                 }
+                self.point_replay_at_live_copy(v);
                 if self.spheres.as_ref().is_some_and(|s| s.is_leader() && s.last_decision.is_some()) {
                     // Its mates may wait for the dead leader's last decision.
                     if let Err(e) = self.take_the_lead() {
@@ -52,6 +54,22 @@ impl Runtime {
                 true
             }
             Loss::SphereLost(_) => false,
+        }
+    }
+
+    /// Every masked copy of virtual rank `v` gets its sphere's other copies as the log's
+    /// stand-ins (live ones first): a replay that names a masked copy's message (delivered
+    /// after this rank's checkpoint) takes theirs, the same message under the same number.
+    fn point_replay_at_live_copy(&mut self, v: u32) {
+        let Some(spheres) = self.spheres.as_ref() else { return };
+        let me = self.rank;
+        let (masked, live): (Vec<Rank>, Vec<Rank>) =
+            spheres.copies(v).iter().copied().filter(|&q| q != me).partition(|&q| spheres.is_masked(q));
+        if let Some(endpoint) = self.endpoint.as_mut() {
+            for &q in &masked {
+                let others = live.iter().chain(&masked).copied().filter(|&o| o != q).collect();
+                endpoint.stand_in(q, others);
+            }
         }
     }
 

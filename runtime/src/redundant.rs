@@ -167,8 +167,10 @@ impl Runtime {
     /// duplicates now owed dropped where they arrived), None for a duplicate.
     fn took(&mut self, mut msg: Message) -> Result<Option<Message>> {
         let copy = msg.source;
+        let stood_in = self.endpoint.as_ref().is_some_and(|e| e.last_delivery_stood_in());
         let spheres = self.spheres()?;
-        if spheres.arrived(copy, msg.tag) == Arrival::Duplicate {
+        let arrival = if stood_in { spheres.stood_in(copy, msg.tag) } else { spheres.arrived(copy, msg.tag) };
+        if arrival == Arrival::Duplicate {
             return Ok(None);
         }
         msg.source = spheres.virtual_of(copy);

@@ -98,6 +98,11 @@ impl Spheres {
         self.map.sphere(v).iter().copied().filter(|&p| self.alive(p))
     }
 
+    /// Every copy of virtual rank `v`, live or not.
+    pub fn copies(&self, v: u32) -> &[u32] {
+        self.map.sphere(v)
+    }
+
     /// The copy a named receive from virtual rank `v` takes from: its lowest live copy.
     pub fn source_for(&self, v: u32) -> Option<u32> {
         self.destinations(v).next()
@@ -187,6 +192,16 @@ impl Spheres {
         (self.delivered, self.got, self.wildcards) = (delivered, got, wildcards);
         self.last_decision = (index > 0).then_some((index, source, tag));
         Ok(())
+    }
+
+    /// Counts a message a replay took from a live copy in place of masked copy `p`'s (the
+    /// log's stand-in): new by construction (the log skips those another copy delivered),
+    /// while `p`'s own count may lag by the duplicates skipped.
+    pub fn stood_in(&mut self, p: u32, tag: Tag) -> Arrival {
+        let v = self.virtual_of(p);
+        let delivered = self.delivered.get(&(v, tag)).copied().unwrap_or(0);
+        self.got.insert((p, tag), delivered);
+        self.arrived(p, tag)
     }
 
     /// Counts a message of tag `tag` taken from copy `p`: new (deliver) or a duplicate.
@@ -281,6 +296,19 @@ mod tests {
         assert_eq!(s.mark_dead(2), Loss::SphereLost(0));
         assert_eq!(s.source_for(0), Some(2), "the last copy is restarted, not forgotten");
         assert!(!s.is_masked(2));
+    }
+
+    /// A replay's stand-in copy of a masked copy's message is new even where that copy's own
+    /// count lags (the duplicates of it the log skipped); the stand-in's own comes later as
+    /// a duplicate.
+    #[test]
+    fn a_stand_in_delivery_is_new_and_its_mates_copy_a_duplicate() {
+        let mut s = dual(1);
+        assert_eq!(s.arrived(0, 7), Arrival::New);
+        assert_eq!(s.mark_dead(2), Loss::Masked);
+        assert_eq!(s.stood_in(2, 7), Arrival::New, "copy 2's count lags by one skipped duplicate");
+        assert_eq!(s.arrived(0, 7), Arrival::Duplicate);
+        assert_eq!(s.arrived(0, 7), Arrival::New);
     }
 
     /// A restarted copy resumes the counts its checkpoint kept.

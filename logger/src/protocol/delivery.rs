@@ -97,6 +97,8 @@ pub(super) struct Arrived {
     /// The whole received frame: it is what receiver-based logging writes.
     pub frame: FrameBytes,
     pub payload_offset: usize,
+    /// A stand-in's copy of a retired sender's message, replayed in its place.
+    pub stood_in: bool,
 }
 
 /// Where a receive may land its payload: the caller's buffer, for a message `accept`s by

@@ -69,6 +69,13 @@ pub struct LoggedEndpoint {
     pub(super) payload_logged: Vec<bool>,
     /// Set at a restarted rank while it re-executes: wildcard receives follow it.
     pub(super) replay: Option<ReplayPlan>,
+    /// Retired senders and the other copies that sent the same messages under the same
+    /// numbers (partial redundancy): a replayed delivery from a retired one takes theirs.
+    pub(super) stand_ins: Vec<(Rank, Vec<Rank>)>,
+    /// The retired senders whose stand-in served a replayed delivery (said once each).
+    pub(super) stand_ins_used: std::collections::BTreeSet<Rank>,
+    /// Whether the last delivery was a stand-in's copy (`last_delivery_stood_in`).
+    pub(super) last_stood_in: bool,
     pub(super) sink: DeterminantSink,
     /// Under `reverb run --logger ...`: the node logger core that does this rank's log writes.
     pub(super) offload: Option<LoggerOffload>,
@@ -203,6 +210,9 @@ impl LoggedEndpoint {
             rings,
             payload_logged: Vec::new(),
             replay: None,
+            stand_ins: Vec::new(),
+            stand_ins_used: Default::default(),
+            last_stood_in: false,
             sink: DeterminantSink::BuddyRing,
             offload: None,
             comm: CommRow::new(job.size),
@@ -325,6 +335,20 @@ impl LoggedEndpoint {
             self.rings.log = None;
             self.rings.buddy_retired = true;
         }
+    }
+
+    /// Partial redundancy: `retired` sent the same messages, in the same channel order, as
+    /// each of `copies` (the other copies of its rank, live ones first); a replayed delivery
+    /// the log names from `retired` (whose sender log died with it) takes theirs instead.
+    pub fn stand_in(&mut self, retired: Rank, copies: Vec<Rank>) {
+        self.stand_ins.retain(|(r, _)| *r != retired);
+        self.stand_ins.push((retired, copies));
+    }
+
+    /// Whether the last message delivered was a stand-in's copy of a retired copy's message
+    /// (`stand_in`): a message new to the receiver, which the log had from the retired one.
+    pub fn last_delivery_stood_in(&self) -> bool {
+        self.last_stood_in
     }
 
     /// The rings this rank keeps for its clients.

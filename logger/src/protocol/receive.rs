@@ -3,6 +3,7 @@
 //! protocol hooks in before a receive waits (`check_receive`), on piggybacked determinants
 //! (`on_piggyback`), before delivery (`log_delivery`) and on idle rounds (`background`).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use reverb_transport::{CompletionKind, Rank, RecvBuffer, Source, TagMatch, TransportError};
@@ -10,7 +11,7 @@ use reverb_transport::{CompletionKind, Rank, RecvBuffer, Source, TagMatch, Trans
 use super::delivery::{Arrived, DeliveredFrame, Delivery, Landing, Received};
 use super::{IncomingMessage, LogIo, LoggedEndpoint};
 use crate::channel::Arrival;
-use crate::determinant::Determinant;
+use crate::determinant::{Determinant, Ssn};
 use crate::envelope::{Envelope, MAX_ENVELOPE_LEN};
 use crate::error::{LogError, Result};
 use crate::framepool::{FrameBytes, COPY_OUT_MAX};
@@ -178,11 +179,17 @@ impl LoggedEndpoint {
     /// The ready message this receive takes, if it has arrived: the one the replay plan names
     /// for this rsn, else the oldest matching one.
     fn find_ready(&mut self, source: Source, tag: TagMatch, kind: ReceiveKind) -> Result<Option<usize>> {
-        let rsn = self.reception.last_rsn() + 1;
-        if self.replay.as_ref().is_some_and(|p| rsn > p.last_rsn()) {
-            self.replay = None;
-        }
-        if let Some(d) = self.replay.as_ref().and_then(|p| p.get(rsn)).copied() {
+        loop {
+            let rsn = self.reception.last_rsn() + 1;
+            if self.replay.as_ref().is_some_and(|p| rsn > p.last_rsn()) {
+                self.replay = None;
+            }
+            let Some(d) = self.replay.as_ref().and_then(|p| p.get(rsn)).copied() else {
+                // A wildcard rsn missing from the plan: its determinant never left the failed
+                // rank, so nothing outside depends on it (seed 000 Lemma 2.1) and any match is
+                // correct.
+                return Ok(self.ready.iter().position(|a| source.matches(a.sender) && tag.matches(a.tag)));
+            };
             if kind == ReceiveKind::Deterministic {
                 return Err(LogError::ReplayDiverged {
                     rsn,
@@ -191,8 +198,16 @@ impl LoggedEndpoint {
                     ),
                 });
             }
-            let Some(i) = self.ready.iter().position(|a| a.sender == d.sender && a.ssn == d.ssn) else {
-                return Ok(None);
+            let i = match self.ready.iter().position(|a| a.sender == d.sender && a.ssn == d.ssn) {
+                Some(i) => i,
+                None => match self.stand_in_for(d.sender, d.ssn) {
+                    StandIn::Queued(i) => i,
+                    StandIn::Duplicate => {
+                        self.reception.deliver(d.sender, d.ssn);
+                        continue;
+                    }
+                    StandIn::NotYet => return Ok(None),
+                },
             };
             let a = &self.ready[i];
             if !(source.matches(a.sender) && tag.matches(a.tag)) {
@@ -206,9 +221,53 @@ impl LoggedEndpoint {
             }
             return Ok(Some(i));
         }
-        // A wildcard rsn missing from the plan: its determinant never left the failed rank,
-        // so nothing outside depends on it (seed 000 Lemma 2.1) and any match is correct.
-        Ok(self.ready.iter().position(|a| source.matches(a.sender) && tag.matches(a.tag)))
+    }
+
+    /// A replayed delivery of `sender`'s message `ssn` where `sender` is a retired copy whose
+    /// sender log died with it (partial redundancy): its other copies sent the same message
+    /// under the same number. If one of them was delivered already (here, or before the
+    /// checkpoint), the retired copy's was a duplicate the runtime dropped: the delivery is
+    /// skipped. Else, once one has arrived, a relabelled copy of it goes first (theirs stays
+    /// for its own delivery, a duplicate then).
+    fn stand_in_for(&mut self, sender: Rank, ssn: Ssn) -> StandIn {
+        let Some(copies) = self.stand_ins.iter().find(|(r, _)| *r == sender).map(|(_, c)| c.clone()) else {
+            return StandIn::NotYet;
+        };
+        let waiting =
+            |ready: &VecDeque<Arrived>, q: Rank| ready.iter().position(|a| a.sender == q && a.ssn == ssn);
+        // Released in channel order and gone from `ready`: delivered.
+        let delivered = copies.iter().any(|&q| {
+            waiting(&self.ready, q).is_none()
+                && self.channels.delivered_through(q).is_some_and(|through| through >= ssn)
+        });
+        let found = copies.iter().find_map(|&q| waiting(&self.ready, q));
+        if !delivered && found.is_none() {
+            return StandIn::NotYet;
+        }
+        if self.stand_ins_used.insert(sender) {
+            tracing::info!(
+                "reverb: rank {}: the replay takes retired copy {sender}'s messages from its mates",
+                self.rank
+            );
+        }
+        // A late arrival of the retired copy's own is a duplicate from now on.
+        self.channels.skip_through(sender, ssn);
+        match found {
+            Some(i) if !delivered => {
+                let a = &self.ready[i];
+                let copy = Arrived {
+                    sender,
+                    ssn,
+                    tag: a.tag,
+                    frame: FrameBytes::Owned(a.frame.as_slice().to_vec()),
+                    payload_offset: a.payload_offset,
+                    stood_in: true,
+                };
+                self.ready.push_front(copy);
+                StandIn::Queued(0)
+            }
+            _ => StandIn::Duplicate,
+        }
     }
 
     /// Takes this endpoint's completions: its owner's queue, whole.
@@ -300,7 +359,7 @@ impl LoggedEndpoint {
         }
         let payload_offset = frame.as_slice().len() - payload.len();
         let Envelope { incarnation, ssn, tag, determinants, .. } = envelope;
-        let arrived = Arrived { sender: source, ssn, tag, frame, payload_offset };
+        let arrived = Arrived { sender: source, ssn, tag, frame, payload_offset, stood_in: false };
         let outcome = self.channels.accept(source, incarnation, ssn, arrived, &mut self.released)?;
         match outcome {
             Arrival::DroppedStale => LogStats::bump(&self.stats.stale_dropped, 1),
@@ -358,7 +417,18 @@ impl LoggedEndpoint {
         self.stats.record_receive(kind);
         LogStats::bump(&self.stats.messages_delivered, 1);
         // The frame is handed over whole: the payload is read in place (`DeliveredFrame`).
-        let Arrived { sender, ssn, tag, frame, payload_offset } = arrived;
+        let Arrived { sender, ssn, tag, frame, payload_offset, stood_in } = arrived;
+        self.last_stood_in = stood_in;
         Ok(DeliveredFrame { source: sender, tag, ssn, rsn, determinant, frame, payload_offset })
     }
+}
+
+/// Where a replayed delivery from a retired copy stands (`stand_in_for`).
+enum StandIn {
+    /// Its stand-in's copy is queued at this index of `ready`.
+    Queued(usize),
+    /// The message was a duplicate already delivered from the stand-in: skip the delivery.
+    Duplicate,
+    /// Not arrived yet (or no stand-in).
+    NotYet,
 }
