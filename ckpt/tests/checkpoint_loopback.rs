@@ -149,6 +149,30 @@ fn parity_rebuilds_a_rank_and_its_buddy() {
     });
 }
 
+/// A masked copy's death under partial redundancy: rank 1 leaves after epoch 1 and is retired.
+/// Rank 0, whose buddy it was, keeps no remote copy of epoch 2, but the group encodes rank 1's
+/// shard as zeros, so rank 0 lost with its own copy is rebuilt from parity.
+#[test]
+fn parity_covers_a_rank_whose_buddy_was_retired() {
+    run_threads("ckpt_lb_retired", RANKS, |_, boot, p| {
+        let mut ckpt = new_checkpointer(boot, p);
+        assert_eq!(checkpoint(&mut ckpt, p, 1).expect("epoch 1"), 1);
+        if !kill(p, &[1]) {
+            return;
+        }
+        ckpt.retire(&[1]);
+        assert_eq!(checkpoint(&mut ckpt, p, 2).expect("epoch 2 without rank 1"), 2);
+        assert!(team::agree(p, &[2, 3, 0], 3, true, WAIT).expect("agree before losing rank 0"));
+        if p.rank() == 0 {
+            return;
+        }
+        wait_dead(p, &[0]);
+        let source = check_restored(&mut ckpt, p, 0, 2);
+        assert_eq!(source, RestoreSource::Parity { members: vec![2, 3], parity_hosts: vec![2, 3] });
+        assert!(team::agree(p, &[2, 3], 4, true, WAIT).expect("survivors agree"));
+    });
+}
+
 #[test]
 fn corrupt_and_torn_copies_are_refused() {
     let victims = [0];

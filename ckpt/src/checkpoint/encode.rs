@@ -22,7 +22,7 @@ impl Checkpointer {
         epoch: Epoch,
     ) -> Result<(), CkptError> {
         let Some(group) = self.placement.group_of(self.me).cloned() else { return Ok(()) };
-        if group.encoder() != Some(self.me) || self.group_retired(&group) {
+        if group.encoder() != Some(self.me) {
             return Ok(());
         }
         let staging =
@@ -46,6 +46,9 @@ impl Checkpointer {
         let members: Vec<(Rank, usize)> = group.members.iter().copied().zip(lens.iter().copied()).collect();
         let parity_base = k * stride;
         for (p, &host) in group.parity_hosts.iter().enumerate() {
+            if self.is_retired(host) {
+                continue; // its block counts as lost at a restore
+            }
             let meta = ParityMeta {
                 format: codec.format(),
                 parity_shards: m,
@@ -81,6 +84,11 @@ impl Checkpointer {
         let mut lens = Vec::with_capacity(group.members.len());
         for (i, &member) in group.members.iter().enumerate() {
             let at = i * stride;
+            if self.is_retired(member) {
+                // An empty image: a shard of zeros, which a restore knows without reading.
+                lens.push(0);
+                continue;
+            }
             if member == self.me {
                 let bytes = mem::bytes(&self.local, slot * slot_len, slot_len)?;
                 let header = ImageHeader::parse(bytes, "own level-1 copy")?;

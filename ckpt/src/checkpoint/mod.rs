@@ -223,8 +223,10 @@ impl Checkpointer {
     /// Takes `ranks` out of this rank's checkpoints for good (copies whose death partial
     /// redundancy masked; every rank of the team must retire the same ranks before the same
     /// epoch). From the next checkpoint on they do not vote; a rank whose buddy is retired
-    /// keeps its level-1 copy only, and a Reed-Solomon group with a retired member or parity
-    /// host encodes no more parity, so those ranks' own later failure may not be restorable.
+    /// keeps its level-1 copy only, so its parity is what survives its node; a Reed-Solomon
+    /// group encodes a retired member's shard as zeros (its length 0 in the parity metadata)
+    /// and writes no block to a retired parity host, and one whose encoder is retired encodes
+    /// no more parity.
     pub fn retire(&mut self, ranks: &[Rank]) {
         self.retired.extend_from_slice(ranks);
         self.retired.sort_unstable();
@@ -240,9 +242,9 @@ impl Checkpointer {
         self.retired.binary_search(&rank).is_ok()
     }
 
-    /// Whether `group` lost a member or parity host to retirement: it encodes no parity.
-    pub(super) fn group_retired(&self, group: &crate::placement::Group) -> bool {
-        group.members.iter().chain(&group.parity_hosts).any(|&r| self.is_retired(r))
+    /// Whether `group` encodes parity still: its encoder (first parity host) is not retired.
+    pub(super) fn group_encodes(&self, group: &crate::placement::Group) -> bool {
+        group.encoder().is_some_and(|e| !self.is_retired(e))
     }
 
     /// The last epoch every team member committed.

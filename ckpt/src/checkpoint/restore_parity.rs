@@ -147,6 +147,11 @@ impl Checkpointer {
                 shards.push(None);
                 continue;
             }
+            if meta.members[i].1 == 0 {
+                // A member retired before this epoch: encoded as zeros (no image is empty).
+                shards.push(Some(vec![0; meta.shard_len]));
+                continue;
+            }
             let remote = self.peers[member as usize].local;
             let expect = (ImageKind::Data, member, epoch);
             match self.read_slots(provider, member, &remote, 0, self.config.slot_len, expect) {

@@ -64,7 +64,7 @@ impl Checkpointer {
     /// Levels 1-2 done (`ok` for this rank): a group member reports to its encoder; the encoder
     /// returns whether every member wrote (itself included). Other ranks return `ok`.
     fn group_written(&self, provider: &mut dyn Provider, epoch: Epoch, ok: bool) -> Result<bool, CkptError> {
-        let Some(group) = self.placement.group_of(self.me).filter(|g| !self.group_retired(g)) else {
+        let Some(group) = self.placement.group_of(self.me).filter(|g| self.group_encodes(g)) else {
             return Ok(ok);
         };
         let Some(encoder) = group.encoder() else { return Ok(ok) };
@@ -73,8 +73,8 @@ impl Checkpointer {
             return Ok(ok);
         }
         // Gathered even when this rank failed, so no report is left unclaimed.
-        let others_wrote =
-            team::gather_written((provider, self.owner), &group.members, epoch, self.config.timeout)?;
+        let live: Vec<_> = group.members.iter().copied().filter(|&r| !self.is_retired(r)).collect();
+        let others_wrote = team::gather_written((provider, self.owner), &live, epoch, self.config.timeout)?;
         Ok(ok && others_wrote)
     }
 
