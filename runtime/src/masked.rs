@@ -41,7 +41,7 @@ impl Runtime {
                 if let Some(endpoint) = self.endpoint.as_mut() {
                     endpoint.retire(&[p]);
                 }
-                self.point_replay_at_live_copy(v);
+                self.set_stand_ins(v);
                 if self.spheres.as_ref().is_some_and(|s| s.is_leader() && s.last_decision.is_some()) {
                     // Its mates may wait for the dead leader's last decision.
                     if let Err(e) = self.take_the_lead() {
@@ -60,7 +60,7 @@ impl Runtime {
     /// Every masked copy of virtual rank `v` gets its sphere's other copies as the log's
     /// stand-ins (live ones first): a replay that names a masked copy's message (delivered
     /// after this rank's checkpoint) takes theirs, the same message under the same number.
-    fn point_replay_at_live_copy(&mut self, v: u32) {
+    fn set_stand_ins(&mut self, v: u32) {
         let Some(spheres) = self.spheres.as_ref() else { return };
         let me = self.rank;
         let (masked, live): (Vec<Rank>, Vec<Rank>) =

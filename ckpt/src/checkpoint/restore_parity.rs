@@ -143,13 +143,14 @@ impl Checkpointer {
             Vec::with_capacity(group.members.len() + group.parity_hosts.len());
         let mut members_used = Vec::new();
         for (i, &member) in group.members.iter().enumerate() {
-            if i == lost_index || (member != self.me && provider.peer_state(member) == PeerState::Dead) {
-                shards.push(None);
+            if i != lost_index && meta.members[i].1 == 0 {
+                // A member retired before this epoch (dead): encoded as zeros, as no image is
+                // empty, so its shard is known, not lost.
+                shards.push(Some(vec![0; meta.shard_len]));
                 continue;
             }
-            if meta.members[i].1 == 0 {
-                // A member retired before this epoch: encoded as zeros (no image is empty).
-                shards.push(Some(vec![0; meta.shard_len]));
+            if i == lost_index || (member != self.me && provider.peer_state(member) == PeerState::Dead) {
+                shards.push(None);
                 continue;
             }
             let remote = self.peers[member as usize].local;
