@@ -61,6 +61,9 @@ pub enum LogError {
     /// the logger core did not relieve: its buddy ring needs a checkpoint trim).
     #[error("payload lane {lane} full: {needed} bytes needed, {free} free")]
     LaneFull { lane: u64, needed: u64, free: u64 },
+    /// Collective-aware logging: stubs to resend name multicasts whose root failed too.
+    #[error("multicast payloads lost with their root: {0}")]
+    MulticastLost(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A `REVERB_LOG*` variable with a value that does not parse.

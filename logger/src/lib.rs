@@ -9,6 +9,7 @@
 //! - [`detqueue`]: the node's lock-free determinant queue in shared memory (seed 000 Algs 22-24);
 //! - [`logring`]: a log ring in a buddy's registered memory, written with one-sided puts;
 //! - [`sendlog`]: the sender's bounded in-memory message log (sender-based logging);
+//! - [`multicast`]: collective-aware logging's multicast keys, root copies and resolution;
 //! - [`causal`]: simple causal logging's detList/detLog and the replay plan;
 //! - [`commmatrix`]: application bytes and messages per rank pair, library traffic apart;
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
@@ -30,6 +31,7 @@ pub mod envelope;
 pub mod error;
 mod framepool;
 pub mod logring;
+pub mod multicast;
 pub mod protocol;
 pub mod sendlog;
 pub mod sink;

@@ -12,6 +12,9 @@
 //! is at least as large as they are: amortized, each byte moves at most once);
 //! large ones get their own buffer, reused from earlier trims, or stay in the registered
 //! buffer the message was sent from (`record_framed`: no copy at all).
+//!
+//! Under collective-aware logging a multicast's tree sends log stubs (`record_stub`) that
+//! name its payload, kept once at its root (`record_multicast`; see [`crate::multicast`]).
 
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -21,13 +24,17 @@ use reverb_transport::{Rank, Region, Tag};
 
 use crate::determinant::Ssn;
 use crate::error::{LogError, Result};
+use crate::multicast::{McastKey, MulticastLog};
 
 /// One logged message, as `from_ssn` hands it out (a copy: replay is off the hot path).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedSend {
     pub ssn: Ssn,
     pub tag: Tag,
+    /// Empty for a stub.
     pub payload: Vec<u8>,
+    /// A multicast stub: the payload is the root's copy under this key.
+    pub stub: Option<McastKey>,
 }
 
 impl LoggedSend {
@@ -51,6 +58,8 @@ enum Large {
         region: Arc<Region>,
         offset: usize,
     },
+    /// No bytes: a multicast's payload, kept at its root.
+    Stub(McastKey),
 }
 
 /// A logged message as kept: small payloads live in the destination's byte buffer, in order.
@@ -111,6 +120,8 @@ pub struct SendLog {
     /// Their capacity counts against the limit too, so the bound still bounds memory.
     spare: Vec<Vec<u8>>,
     spare_bytes: u64,
+    /// The multicasts this rank rooted (collective-aware logging), under the same limit.
+    multicasts: MulticastLog,
 }
 
 impl SendLog {
@@ -122,6 +133,7 @@ impl SendLog {
             used: 0,
             spare: Vec::new(),
             spare_bytes: 0,
+            multicasts: MulticastLog::default(),
         }
     }
 
@@ -228,6 +240,44 @@ impl SendLog {
         Ok(())
     }
 
+    /// `record` of a multicast's tree send: a stub naming `key` (the payload stays with the
+    /// root), charged as an empty message.
+    pub fn record_stub(&mut self, dest: Rank, ssn: Ssn, tag: Tag, key: McastKey) -> Result<()> {
+        let charged = LoggedSend::charged_bytes(0);
+        let log = self.next_slot(dest, ssn, charged)?;
+        log.entries.push_back(Entry { ssn, tag, len: 0, large: Some(Large::Stub(key)) });
+        self.used += charged;
+        Ok(())
+    }
+
+    /// At a multicast's root: keeps its payload once under `key` (later calls with the key are
+    /// no-ops). Returns the bytes charged (0 when kept already).
+    pub fn record_multicast(&mut self, key: McastKey, payload: &[u8]) -> Result<u64> {
+        if self.multicasts.get(&key).is_some() {
+            return Ok(0);
+        }
+        let charged = LoggedSend::charged_bytes(payload.len());
+        if self.used + charged > self.limit {
+            return Err(self.full(charged));
+        }
+        self.multicasts.record(key, payload);
+        self.used += charged;
+        self.shed_spares();
+        Ok(charged)
+    }
+
+    /// The payload of multicast `key` if this rank rooted it since the last checkpoint.
+    pub fn multicast(&self, key: &McastKey) -> Option<&[u8]> {
+        self.multicasts.get(key)
+    }
+
+    /// Drops the multicast copies (at a coordinated checkpoint); returns the bytes freed.
+    pub fn trim_multicasts(&mut self) -> u64 {
+        let freed = self.multicasts.len() as u64 * LoggedSend::charged_bytes(0) + self.multicasts.clear();
+        self.used -= freed;
+        freed
+    }
+
     /// The log of `dest` if message `ssn`, charged `charged` bytes, may be logged next: room,
     /// a known destination, and the ssn right after the last one.
     #[inline]
@@ -267,7 +317,12 @@ impl SendLog {
         let mut at: usize = log.entries.iter().take(skip).filter(|e| e.large.is_none()).map(|e| e.len).sum();
         let mut out = Vec::with_capacity(log.entries.len().saturating_sub(skip));
         for e in log.entries.iter().skip(skip) {
+            let mut stub = None;
             let payload = match &e.large {
+                Some(Large::Stub(key)) => {
+                    stub = Some(*key);
+                    Vec::new()
+                }
                 Some(Large::Owned(b)) => b.clone(),
                 Some(Large::Framed { region, offset }) => region.to_vec(*offset, e.len)?,
                 None => {
@@ -285,7 +340,7 @@ impl SendLog {
                     p
                 }
             };
-            out.push(LoggedSend { ssn: e.ssn, tag: e.tag, payload });
+            out.push(LoggedSend { ssn: e.ssn, tag: e.tag, payload, stub });
         }
         Ok(out.into_iter())
     }
@@ -311,7 +366,7 @@ impl SendLog {
                         self.spare.push(b);
                     }
                     // Dropping the entry hands the buffer back to the sender's pool.
-                    Some(Large::Framed { .. }) => {}
+                    Some(Large::Framed { .. }) | Some(Large::Stub(_)) => {}
                     None => small += e.len,
                 }
             }

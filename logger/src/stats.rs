@@ -73,6 +73,11 @@ counters! {
     messages_delivered,
     /// Payload bytes written to a log (local sender log or remote ring).
     payload_bytes_logged,
+    /// Multicast tree sends logged as stubs (collective-aware logging: the root keeps the
+    /// payload, counted once in `payload_bytes_logged`).
+    multicast_stubs_logged,
+    /// Stubs resent to restarted ranks with the payload their root kept.
+    multicast_stubs_resent,
     /// Determinant bytes written to a remote ring.
     determinant_bytes_logged,
     /// Determinants created by wildcard receives.

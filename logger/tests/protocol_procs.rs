@@ -391,7 +391,7 @@ fn decode_send_log(bytes: &[u8], dest: Rank) -> Vec<LoggedSend> {
         let (payload, last) = take(len as usize);
         done = last;
         if to == dest {
-            out.push(LoggedSend { ssn, tag, payload });
+            out.push(LoggedSend { ssn, tag, payload, stub: None });
         }
     }
     out

@@ -147,6 +147,9 @@ pub struct LogConfig {
     /// With logging off, messages go as the provider's own where it can peek
     /// (`REVERB_LOG_PASS_THROUGH`, on by default; off keeps the envelopes, for comparison).
     pub pass_through: bool,
+    /// Collective-aware logging of multicasts (`REVERB_LOG_CAML`, off by default): a
+    /// broadcast's payload is logged once, at its root (`crate::multicast`).
+    pub caml: bool,
 }
 
 impl Default for LogConfig {
@@ -164,6 +167,7 @@ impl Default for LogConfig {
             provider_tag: LOGGED_MESSAGE_TAG,
             teams: None,
             pass_through: true,
+            caml: false,
         }
     }
 }
@@ -203,6 +207,9 @@ impl LogConfig {
         }
         if let Some(on) = env.bool("REVERB_LOG_PASS_THROUGH")? {
             cfg.pass_through = on;
+        }
+        if let Some(on) = env.bool("REVERB_LOG_CAML")? {
+            cfg.caml = on;
         }
         if let Some(timeout) = env.positive_duration("REVERB_LOG_DURABLE_TIMEOUT_MS")? {
             cfg.durable_timeout = timeout;

@@ -76,6 +76,8 @@ pub struct LoggedEndpoint {
     pub(super) stand_ins_used: std::collections::BTreeSet<Rank>,
     /// Whether the last delivery was a stand-in's copy (`last_delivery_stood_in`).
     pub(super) last_stood_in: bool,
+    /// Collective-aware logging's keys and gathered payloads.
+    pub(super) multicasts: super::multicast::Multicasts,
     pub(super) sink: DeterminantSink,
     /// Under `reverb run --logger ...`: the node logger core that does this rank's log writes.
     pub(super) offload: Option<LoggerOffload>,
@@ -213,6 +215,7 @@ impl LoggedEndpoint {
             stand_ins: Vec::new(),
             stand_ins_used: Default::default(),
             last_stood_in: false,
+            multicasts: Default::default(),
             sink: DeterminantSink::BuddyRing,
             offload: None,
             comm: CommRow::new(job.size),

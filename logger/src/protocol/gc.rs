@@ -85,6 +85,7 @@ impl LoggedEndpoint {
                 report.send_log_bytes_freed += self.trim_send_log(peer as Rank, m.consumed_from_me)?;
             }
         }
+        report.send_log_bytes_freed += self.trim_multicasts();
         LogStats::drop_by(
             &self.stats.det_log_bytes,
             report.det_log_entries_freed * Determinant::WIRE_LEN as u64,

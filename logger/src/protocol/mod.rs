@@ -67,6 +67,7 @@ use std::sync::Arc;
 use crate::commmatrix::CommRow;
 use crate::determinant::{Determinant, Rsn, Ssn};
 use crate::error::Result;
+use crate::multicast::McastKey;
 use crate::sendlog::SendLog;
 use crate::sink::LoggerOffload;
 use crate::stats::LogStats;
@@ -76,6 +77,7 @@ mod config;
 mod delivery;
 mod endpoint;
 mod gc;
+mod multicast;
 mod none;
 mod passthrough;
 mod pessimistic_rb;
@@ -136,6 +138,9 @@ pub(crate) struct OutgoingMessage<'a> {
     pub framed: Option<(Arc<Region>, usize)>,
     /// Whether the payload is logged for this destination (`LoggedEndpoint::logs_payload_with`).
     pub payload_logged: bool,
+    /// A multicast's tree send under collective-aware logging: log a stub naming this key
+    /// (the root keeps the payload) instead of the payload.
+    pub stub: Option<McastKey>,
 }
 
 /// A message about to be handed to the application: what a protocol logs at the receiver.

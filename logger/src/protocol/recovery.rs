@@ -41,7 +41,22 @@ impl LoggedEndpoint {
         let entries: Vec<LoggedSend> = send_log.from_ssn(dest, from_ssn)?.collect();
         let mut none = Vec::new();
         for entry in &entries {
-            self.encode_frame(dest, entry.ssn, entry.tag, &entry.payload, &mut none)?;
+            let resolved;
+            let payload = match &entry.stub {
+                None => &entry.payload,
+                Some(key) => {
+                    resolved = self.stub_payload(key).ok_or_else(|| {
+                        LogError::MulticastLost(format!(
+                            "ssn {} to rank {dest} names root {}'s multicast {}, not gathered: \
+                             call resolve_multicasts first",
+                            entry.ssn, key.root, key.seq
+                        ))
+                    })?;
+                    LogStats::bump(&self.stats.multicast_stubs_resent, 1);
+                    &resolved
+                }
+            };
+            self.encode_frame(dest, entry.ssn, entry.tag, payload, &mut none)?;
             self.provider.send_for(self.owner, dest, self.config.provider_tag, &self.send_buf)?;
             self.sends_in_flight += 1;
             self.comm.record_library(dest, self.send_buf.len() as u64)?;
@@ -235,6 +250,7 @@ impl LoggedEndpoint {
         self.protocol.restart();
         self.refresh_pending();
         self.replay = None;
+        self.multicasts = Default::default();
         self.stats = LogStats::default();
         self.comm = CommRow::new(self.size);
         Ok(())

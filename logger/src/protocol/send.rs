@@ -9,6 +9,7 @@ use super::{Background, LoggedEndpoint, OutgoingMessage};
 use crate::determinant::{Determinant, Ssn};
 use crate::envelope::Envelope;
 use crate::error::{LogError, Result};
+use crate::multicast::McastKey;
 use crate::stats::LogStats;
 
 impl LoggedEndpoint {
@@ -16,6 +17,13 @@ impl LoggedEndpoint {
     /// buffer is free on return. Causal logging piggybacks this rank's unstable determinants
     /// and then posts their log write; neither waits.
     pub fn send(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {
+        self.send_logged(dest, tag, payload, None)
+    }
+
+    /// `send`, logging a stub for multicast piece `stub` instead of the payload (the caller
+    /// checked that the root keeps it: `send_multicast`).
+    #[inline]
+    pub(super) fn send_logged(&mut self, dest: Rank, tag: Tag, payload: &[u8], stub: Option<McastKey>) -> Result<()> {
         self.check_outgoing(dest, payload.len())?;
         if self.pass_through {
             return self.send_pass_through(dest, tag, payload);
@@ -41,7 +49,7 @@ impl LoggedEndpoint {
         encoded?;
         let framed = self.frame_in_pool(payload)?;
         // Logged before it leaves, so the log covers every message a receiver can hold.
-        let lease = framed.filter(|_| payload_logged).and_then(|i| self.frames.lease(i));
+        let lease = framed.filter(|_| payload_logged && stub.is_none()).and_then(|i| self.frames.lease(i));
         let msg = OutgoingMessage {
             dest,
             ssn,
@@ -49,6 +57,7 @@ impl LoggedEndpoint {
             payload,
             framed: lease.map(|region| (region, self.send_buf.len())),
             payload_logged,
+            stub: stub.filter(|_| payload_logged),
         };
         self.protocol.log_send(&msg, &self.stats)?;
         let overhead = self.send_buf.len() as u64;

@@ -29,11 +29,12 @@ pub(super) fn keep(log: &mut SendLog, msg: &OutgoingMessage<'_>, stats: &LogStat
         return Ok(false);
     }
     let before = log.used();
-    match &msg.framed {
-        Some((region, offset)) => {
+    match (&msg.framed, msg.stub) {
+        (_, Some(key)) => log.record_stub(msg.dest, msg.ssn, msg.tag, key)?,
+        (Some((region, offset)), None) => {
             log.record_framed(msg.dest, msg.ssn, msg.tag, region.clone(), *offset, msg.payload.len())?
         }
-        None => log.record(msg.dest, msg.ssn, msg.tag, msg.payload)?,
+        (None, None) => log.record(msg.dest, msg.ssn, msg.tag, msg.payload)?,
     }
     LogStats::bump(&stats.send_log_bytes, log.used() - before);
     Ok(true)
@@ -42,11 +43,13 @@ pub(super) fn keep(log: &mut SendLog, msg: &OutgoingMessage<'_>, stats: &LogStat
 /// `keep`, counted as the protocol's payload logging (sender-based and causal).
 #[inline]
 pub(super) fn log_payload(log: &mut SendLog, msg: &OutgoingMessage<'_>, stats: &LogStats) -> Result<()> {
-    if keep(log, msg, stats)? {
-        LogStats::bump(&stats.payload_bytes_logged, msg.payload.len() as u64);
-        LogStats::bump(&stats.messages_payload_logged, 1);
-    } else {
-        LogStats::bump(&stats.messages_unlogged, 1);
+    match (keep(log, msg, stats)?, msg.stub) {
+        (false, _) => LogStats::bump(&stats.messages_unlogged, 1),
+        (true, Some(_)) => LogStats::bump(&stats.multicast_stubs_logged, 1),
+        (true, None) => {
+            LogStats::bump(&stats.payload_bytes_logged, msg.payload.len() as u64);
+            LogStats::bump(&stats.messages_payload_logged, 1);
+        }
     }
     Ok(())
 }
@@ -63,7 +66,27 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     fn msg(payload: &[u8], ssn: u64, payload_logged: bool) -> OutgoingMessage<'_> {
-        OutgoingMessage { dest: 1, ssn, tag: 7, payload, framed: None, payload_logged }
+        OutgoingMessage { dest: 1, ssn, tag: 7, payload, framed: None, payload_logged, stub: None }
+    }
+
+    #[test]
+    fn a_multicast_stub_keeps_no_payload() {
+        let stats = LogStats::default();
+        let mut log = SendLog::new(2, 1 << 20);
+        let key = crate::multicast::McastKey { root: 0, seq: 4 };
+        let stub = OutgoingMessage { stub: Some(key), ..msg(&[9; 5000], 1, true) };
+        assert!(log_payload(&mut log, &stub, &stats).is_ok());
+        assert_eq!(stats.payload_bytes_logged.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.multicast_stubs_logged.load(Ordering::Relaxed), 1);
+        let entry = log.from_ssn(1, 1).unwrap().next().unwrap();
+        assert_eq!((entry.stub, entry.payload.len()), (Some(key), 0));
+        assert_eq!(log.used(), crate::sendlog::LoggedSend::charged_bytes(0));
+        assert_eq!(log.record_multicast(key, &[9; 5000]).unwrap(), crate::sendlog::LoggedSend::charged_bytes(5000));
+        assert_eq!(log.record_multicast(key, &[9; 5000]).unwrap(), 0, "kept once");
+        assert_eq!(log.multicast(&key).map(<[u8]>::len), Some(5000));
+        log.trim(1, 1).unwrap();
+        assert_eq!(log.trim_multicasts(), crate::sendlog::LoggedSend::charged_bytes(5000));
+        assert_eq!(log.used(), 0);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! its channels where its checkpoint left them (the rest of the endpoint starts fresh).
 //!
 //! Layout (little endian): `version u32 | size u32 | last_rsn u64 | size × last_ssn_sent u64 |
-//! size × delivered_through u64`.
+//! size × delivered_through u64 | next_multicast u64`. Version 1, without the last field (the
+//! next multicast key's number, collective-aware logging), still reads (as 0).
 //! Channels resume at sender incarnation 0: a newer incarnation is always accepted.
 
 use super::LoggedEndpoint;
@@ -13,7 +14,7 @@ use crate::wire::Reader;
 use reverb_transport::codec::Writer;
 use reverb_transport::Rank;
 
-const SNAPSHOT_VERSION: u32 = 1;
+const SNAPSHOT_VERSION: u32 = 2;
 const WHAT: &str = "endpoint snapshot";
 
 /// The decoded snapshot: per peer, the ssns sent to it and the ssns from it covered.
@@ -22,18 +23,20 @@ struct Snapshot {
     last_rsn: u64,
     sent: Vec<Ssn>,
     covered: Vec<Ssn>,
+    next_multicast: u64,
 }
 
 impl Snapshot {
     /// The layout in the module's header; `sent` and `covered` are one job's size long.
     fn encode(&self) -> Vec<u8> {
         let size = self.covered.len();
-        let mut out = Vec::with_capacity(16 + size * 16);
+        let mut out = Vec::with_capacity(24 + size * 16);
         let mut w = Writer::new(&mut out);
         w.u32(SNAPSHOT_VERSION).u32(size as u32).u64(self.last_rsn);
         for &ssn in self.sent.iter().chain(&self.covered) {
             w.u64(ssn);
         }
+        w.u64(self.next_multicast);
         out
     }
 
@@ -41,20 +44,22 @@ impl Snapshot {
     fn decode(bytes: &[u8], size: u32) -> Result<Self> {
         let mut r = Reader::new(bytes, WHAT);
         let version = r.u32()?;
-        if version != SNAPSHOT_VERSION {
-            return Err(LogError::malformed(WHAT, format!("version {version}, expected {SNAPSHOT_VERSION}")));
+        if version != 1 && version != SNAPSHOT_VERSION {
+            return Err(LogError::malformed(WHAT, format!("version {version}, expected 1 or {SNAPSHOT_VERSION}")));
         }
         let taken = r.u32()?;
         if taken != size {
             return Err(LogError::malformed(WHAT, format!("taken in a job of {taken}, this one has {size}")));
         }
-        if bytes.len() != 16 + size as usize * 16 {
+        let tail = if version == 1 { 0 } else { 8 };
+        if bytes.len() != 16 + size as usize * 16 + tail {
             return Err(LogError::malformed(WHAT, format!("{} bytes for {size} ranks", bytes.len())));
         }
         let last_rsn = r.u64()?;
         let sent = (0..size).map(|_| r.u64()).collect::<Result<Vec<Ssn>>>()?;
         let covered = (0..size).map(|_| r.u64()).collect::<Result<Vec<Ssn>>>()?;
-        Ok(Snapshot { last_rsn, sent, covered })
+        let next_multicast = if version == 1 { 0 } else { r.u64()? };
+        Ok(Snapshot { last_rsn, sent, covered, next_multicast })
     }
 }
 
@@ -64,8 +69,12 @@ impl LoggedEndpoint {
     /// for a receive are not covered: their senders keep them, and resend them).
     pub fn recovery_snapshot(&self) -> Vec<u8> {
         let covered = (0..self.size).map(|peer| self.covered_from(peer)).collect();
-        let snapshot =
-            Snapshot { last_rsn: self.reception.last_rsn(), sent: self.sequencer.snapshot(), covered };
+        let snapshot = Snapshot {
+            last_rsn: self.reception.last_rsn(),
+            sent: self.sequencer.snapshot(),
+            covered,
+            next_multicast: self.multicasts.next_seq,
+        };
         snapshot.encode()
     }
 
@@ -88,7 +97,8 @@ impl LoggedEndpoint {
     /// counter from `bytes` ([`LoggedEndpoint::recovery_snapshot`]). Follow with
     /// `begin_replay`; survivors resend from `covered_from(them) + 1`.
     pub fn restore_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
-        let Snapshot { last_rsn, sent, covered } = Snapshot::decode(bytes, self.size)?;
+        let Snapshot { last_rsn, sent, covered, next_multicast } = Snapshot::decode(bytes, self.size)?;
+        self.multicasts.next_seq = next_multicast;
         self.sequencer = SendSequencer::resume(sent);
         for (peer, through) in covered.into_iter().enumerate() {
             *self.channels.channel(peer as Rank)? =
@@ -107,15 +117,20 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Version 1 bytes, written out by hand: a checkpoint outlives the build that wrote it.
+    /// Version 1 and 2 bytes, written out by hand: a checkpoint outlives the build that wrote it.
     #[test]
     fn pinned_encoding() {
-        let s = Snapshot { last_rsn: 9, sent: vec![1, 2], covered: vec![3, 0x0102] };
-        let mut want = vec![1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0];
+        let s = Snapshot { last_rsn: 9, sent: vec![1, 2], covered: vec![3, 0x0102], next_multicast: 0 };
+        let mut v1 = vec![1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0];
         for v in [1u8, 2, 3] {
-            want.extend_from_slice(&[v, 0, 0, 0, 0, 0, 0, 0]);
+            v1.extend_from_slice(&[v, 0, 0, 0, 0, 0, 0, 0]);
         }
-        want.extend_from_slice(&[2, 1, 0, 0, 0, 0, 0, 0]);
+        v1.extend_from_slice(&[2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(Snapshot::decode(&v1, 2).unwrap(), s);
+        let mut want = v1.clone();
+        want[0] = 2;
+        want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0]);
+        let s = Snapshot { next_multicast: 5, ..s };
         assert_eq!(s.encode(), want);
         assert_eq!(Snapshot::decode(&want, 2).unwrap(), s);
         assert!(Snapshot::decode(&want, 3).is_err(), "another job size");
@@ -134,9 +149,9 @@ mod tests {
         }
 
         #[test]
-        fn round_trips(last_rsn: u64, pairs in prop::collection::vec(any::<(u64, u64)>(), 0..8)) {
+        fn round_trips(last_rsn: u64, next_multicast: u64, pairs in prop::collection::vec(any::<(u64, u64)>(), 0..8)) {
             let (sent, covered) = pairs.into_iter().unzip();
-            let s = Snapshot { last_rsn, sent, covered };
+            let s = Snapshot { last_rsn, sent, covered, next_multicast };
             prop_assert_eq!(Snapshot::decode(&s.encode(), s.covered.len() as u32).unwrap(), s);
         }
     }
