@@ -146,6 +146,9 @@ impl Runtime {
         self.report.messages_delivered = stats.messages_delivered;
         self.report.messages_sent = stats.messages_sent;
         self.report.duplicates_dropped = stats.duplicates_dropped;
+        self.report.payload_bytes_logged = stats.payload_bytes_logged;
+        self.report.multicast_stubs_logged = stats.multicast_stubs_logged;
+        self.report.multicast_stubs_resent = stats.multicast_stubs_resent;
         self.report.send_log_peak_bytes = self.report.send_log_peak_bytes.max(stats.send_log_bytes);
         self.report.finalize_ns = unix_ns();
         self.report.compute_cpu_ms = process_cpu_ns().saturating_sub(self.init_end_cpu_ns) as f64 / 1e6;

@@ -100,6 +100,7 @@
 #![warn(missing_docs)]
 
 mod checkpoint;
+mod coll;
 mod config;
 mod detection;
 mod early;
@@ -124,6 +125,7 @@ use std::time::Instant;
 
 use reverb_ckpt::{Checkpointer, Epoch};
 use reverb_logger::LoggedEndpoint;
+pub use reverb_logger::multicast::McastKey;
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
@@ -293,6 +295,32 @@ impl Runtime {
             return self.send_redundant(dest, tag, payload);
         }
         self.send_now(dest, tag, payload)
+    }
+
+    /// Whether multicasts are logged collective-aware (`REVERB_LOG_CAML`), alike at every
+    /// rank: collectives then send their payloads behind a [`McastKey`].
+    pub fn caml(&self) -> bool {
+        self.spheres.is_none() && self.endpoint.as_ref().is_some_and(LoggedEndpoint::caml)
+    }
+
+    /// The key of piece 0 of a new multicast of `pieces` pieces rooted at this rank, to send
+    /// with [`Runtime::send_multicast`]; None unless collective-aware logging is on
+    /// (`REVERB_LOG_CAML`; not with partial redundancy, whose copies each log their own).
+    pub fn multicast_key(&mut self, pieces: u64) -> Result<Option<McastKey>> {
+        if self.spheres.is_some() {
+            return Ok(None);
+        }
+        Ok(self.endpoint()?.multicast_key(pieces))
+    }
+
+    /// [`Runtime::send`] of multicast piece `key` (at its root or a forwarder of the tree):
+    /// under collective-aware logging its payload is logged once, at the root.
+    pub fn send_multicast(&mut self, dest: Rank, tag: Tag, payload: &[u8], key: McastKey) -> Result<()> {
+        if self.spheres.is_some() {
+            return self.send_redundant(dest, tag, payload);
+        }
+        let sent = self.endpoint()?.send_multicast(dest, tag, payload, key);
+        self.after_send(sent).map(|_| ())
     }
 
     /// [`Runtime::send`] of a payload lent until [`Runtime::lent_sent`] says it left: with

@@ -36,7 +36,7 @@ impl Runtime {
 
     /// What follows every send: a dead destination recovered, the count, fault hooks. None
     /// for a send lost to a failure that recovery resends.
-    fn after_send<T>(&mut self, sent: LogResult<T>) -> Result<Option<T>> {
+    pub(super) fn after_send<T>(&mut self, sent: LogResult<T>) -> Result<Option<T>> {
         let out = match sent {
             Ok(t) => Some(t),
             // The message is in the sender log (or left already, for a stale failure): recovery

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use reverb_ckpt::{Checkpointer, Epoch, RestoreSource};
-use reverb_logger::{LogConfig, LogMode, LogUnit, LoggedEndpoint};
+use reverb_logger::{LogConfig, LogError, LogMode, LogUnit, LoggedEndpoint};
 use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, PeerState, Rank};
 
@@ -122,6 +122,7 @@ impl Runtime {
         if !lost.is_empty() {
             return Err(RuntimeError::Unrecoverable(lost.join("; ")));
         }
+        self.resolve_multicasts(&all, &failed, restarted)?;
         if restarted {
             self.replay_targets(&all, &failed)
         } else {
@@ -251,6 +252,30 @@ impl Runtime {
             }
         }
         self.note_replay()
+    }
+
+    /// Collective-aware logging, every rank: the survivors gather the payloads of the
+    /// multicast stubs they are about to resend (round B says from which ssn).
+    fn resolve_multicasts(&mut self, all: &[Vec<u8>], failed: &[Rank], restarted: bool) -> Result<()> {
+        let endpoint =
+            self.endpoint.as_mut().ok_or_else(|| RuntimeError::InvalidArgument("finalized".into()))?;
+        if !endpoint.caml() {
+            return Ok(());
+        }
+        let mut from = Vec::new();
+        for &r in failed.iter().filter(|_| !restarted) {
+            let covered = all
+                .get(r as usize)
+                .and_then(|b| round_b_ssn(b, self.rank))
+                .ok_or_else(|| RuntimeError::InvalidArgument(format!("recovery round B from rank {r}")))?;
+            from.push((r, covered + 1));
+        }
+        endpoint.resolve_multicasts(&mut self.boot, &from).map_err(|e| match e {
+            LogError::MulticastLost(what) => {
+                RuntimeError::Unrecoverable(format!("collective-aware logging: {what}"))
+            }
+            e => e.into(),
+        })
     }
 
     /// Survivor: resends its logged messages to each restarted rank from the first ssn that

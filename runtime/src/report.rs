@@ -69,6 +69,13 @@ pub struct RuntimeReport {
     pub send_log_peak_bytes: u64,
     /// Largest detLog size seen at a checkpoint (before its GC).
     pub det_log_peak_bytes: u64,
+    /// Payload bytes this rank's protocol logged (sender log or ring frames), this
+    /// incarnation.
+    pub payload_bytes_logged: u64,
+    /// Collective-aware logging: tree sends logged as stubs (no payload).
+    pub multicast_stubs_logged: u64,
+    /// Collective-aware logging: stubs resent to restarted ranks with their root's payload.
+    pub multicast_stubs_resent: u64,
     /// Duplicate messages dropped (resent after a recovery, the rank already had them).
     pub duplicates_dropped: u64,
     /// Restarted ranks under pessimistic-rb: frames their buddy's ring gave back for the replay.
