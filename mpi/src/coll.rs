@@ -6,6 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use reverb_runtime::McastKey;
 use reverb_transport::Source;
 
 use crate::abi::*;
@@ -79,8 +80,33 @@ pub(crate) fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
     Ok(())
 }
 
-/// Binomial broadcast of `data` from `root`; every rank returns the root's bytes.
-pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) -> MpiResult<Vec<u8>> {
+/// Binomial broadcast of `data` from `root`; every rank returns the root's bytes. Under
+/// collective-aware logging the bytes travel behind their multicast key, which forwarders
+/// pass on: the root logs them once, every tree send logs a stub.
+pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, data: Vec<u8>) -> MpiResult<Vec<u8>> {
+    if !s.rt.caml() {
+        return bcast_tree(s, g, root, data, false);
+    }
+    let keyed = if g.me == root {
+        let len = McastKey::WIRE_LEN + data.len();
+        let pieces = frag::pieces(len, s.rt.config().log.max_message);
+        let key = s.rt.multicast_key(pieces)?.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "no multicast key"))?;
+        let mut keyed = Vec::with_capacity(len);
+        keyed.extend_from_slice(&key.to_bytes());
+        keyed.extend_from_slice(&data);
+        keyed
+    } else {
+        Vec::new()
+    };
+    let mut keyed = bcast_tree(s, g, root, keyed, true)?;
+    if keyed.len() < McastKey::WIRE_LEN {
+        return Err(MpiError::new(MPI_ERR_INTERN, "a broadcast without its multicast key"));
+    }
+    Ok(keyed.split_off(McastKey::WIRE_LEN))
+}
+
+/// The broadcast tree; `keyed`: `data` starts with its multicast key.
+fn bcast_tree(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>, keyed: bool) -> MpiResult<Vec<u8>> {
     let n = g.size();
     let vr = (g.me + n - root) % n;
     let mut mask = 1;
@@ -92,9 +118,14 @@ pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>) ->
         mask <<= 1;
     }
     mask >>= 1;
+    let key = if keyed { Some(McastKey::from_bytes(&data).map_err(|e| MpiError::new(MPI_ERR_INTERN, e.to_string()))?) } else { None };
     while mask > 0 {
         if vr + mask < n {
-            g.send(s, (vr + mask + root) % n, &data)?;
+            let to = (vr + mask + root) % n;
+            match key {
+                Some(key) => frag::send_multicast(&mut s.rt, g.ranks[to], g.tag(), &data, key)?,
+                None => g.send(s, to, &data)?,
+            }
         }
         mask >>= 1;
     }
@@ -195,9 +226,26 @@ pub(crate) fn allgather(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<
 }
 
 /// Every member's `mine`, in rank order (for communicator creation).
+/// The all-gather of communicator creation: journaled (`crate::journal`), and answered from
+/// the journal while a restarted rank re-executes its setup.
 pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
     let g = Group::of(s, comm)?;
-    allgather(s, &g, mine)
+    if let Some(all) = s.journal.replay_next() {
+        // Only the shape is checked: a rank respawned on another host gives another host
+        // name to MPI_Comm_split_type, and must still get the grouping its peers have.
+        if all.len() != g.size() {
+            return Err(MpiError::new(
+                MPI_ERR_OTHER,
+                "a restarted rank's setup differs from its first run: communicators must be created \
+                 in the same order, with the same arguments, before MPIX_Reverb_restore",
+            ));
+        }
+        s.journal.record(&all);
+        return Ok(all);
+    }
+    let all = allgather(s, &g, mine)?;
+    s.journal.record(&all);
+    Ok(all)
 }
 
 pub(crate) fn count_of(count: c_int) -> MpiResult<usize> {

@@ -3,7 +3,7 @@
 //! whole length, and later pieces flagged MORE on the same channel, which only the receive
 //! that took the first piece takes (the runtime keeps each sender's order).
 
-use reverb_runtime::{Message, Runtime};
+use reverb_runtime::{McastKey, Message, Runtime};
 use reverb_transport::{Rank, Source, TagMatch};
 
 use crate::abi::MPI_ERR_INTERN;
@@ -23,6 +23,33 @@ pub fn send(rt: &mut Runtime, dest: Rank, tag: u64, bytes: &[u8]) -> MpiResult<(
     rt.send(dest, tag | (u64::from(tags::BIG) << 32), &first)?;
     for piece in bytes[first_len..].chunks(limit) {
         rt.send(dest, tags::continuation(tag), piece)?;
+    }
+    Ok(())
+}
+
+/// How many messages `send` makes of `len` bytes when the runtime takes `limit` at most.
+pub fn pieces(len: usize, limit: usize) -> u64 {
+    if len <= limit {
+        return 1;
+    }
+    let rest = len - (limit - 8);
+    1 + rest.div_ceil(limit) as u64
+}
+
+/// `send` of a multicast's bytes under collective-aware logging: piece i goes as multicast
+/// piece `key.piece(i)` (its root logs it once; every tree send logs a stub).
+pub fn send_multicast(rt: &mut Runtime, dest: Rank, tag: u64, bytes: &[u8], key: McastKey) -> MpiResult<()> {
+    let limit = rt.config().log.max_message;
+    if bytes.len() <= limit {
+        return Ok(rt.send_multicast(dest, tag, bytes, key)?);
+    }
+    let first_len = limit - 8;
+    let mut first = Vec::with_capacity(limit);
+    first.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    first.extend_from_slice(&bytes[..first_len]);
+    rt.send_multicast(dest, tag | (u64::from(tags::BIG) << 32), &first, key)?;
+    for (i, piece) in bytes[first_len..].chunks(limit).enumerate() {
+        rt.send_multicast(dest, tags::continuation(tag), piece, key.piece(i as u64 + 1))?;
     }
     Ok(())
 }

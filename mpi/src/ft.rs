@@ -9,6 +9,7 @@ use reverb_runtime::FIRST_USER_ENTRY;
 
 use crate::abi::*;
 use crate::errors::MpiError;
+use crate::journal::JOURNAL_ENTRY;
 use crate::ffi;
 use crate::state::call;
 
@@ -35,6 +36,8 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
             let data = ffi::bytes(p as *const c_void, n)?;
             s.rt.protect(id + FIRST_USER_ENTRY, data)?;
         }
+        let journal = s.journal.encode();
+        s.rt.protect(JOURNAL_ENTRY, &journal)?;
         s.rt.checkpoint(&[])?;
         Ok(())
     })
@@ -45,6 +48,7 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
 #[no_mangle]
 pub extern "C" fn MPIX_Reverb_restore(restored: *mut c_int) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
+        s.journal.end_setup();
         let mut fresh = false;
         s.rt.restore_or_else(|| {
             fresh = true;

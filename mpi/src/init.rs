@@ -9,8 +9,9 @@ use reverb_runtime::Runtime;
 
 use crate::abi::*;
 use crate::comm::Comm;
-use crate::errors::{self, MpiError};
+use crate::errors::{self, MpiError, MpiResult};
 use crate::ffi;
+use crate::journal::{Journal, JOURNAL_ENTRY};
 use crate::p2p::TAG_UB;
 use crate::state::{self, call, Handles, State, FINALIZED, INITIALIZED};
 
@@ -18,6 +19,14 @@ use crate::state::{self, call, Handles, State, FINALIZED, INITIALIZED};
 const WORLD_CONTEXT: u32 = 1;
 const SELF_CONTEXT: u32 = 2;
 const FIRST_CONTEXT: u32 = 3;
+
+/// At a restarted rank, the communicator journal of the checkpoint it restored.
+fn restored_journal(rt: &mut Runtime) -> MpiResult<Journal> {
+    match rt.restored(JOURNAL_ENTRY) {
+        Some(bytes) => Journal::resume(&bytes),
+        None => Ok(Journal::default()),
+    }
+}
 
 fn init() -> c_int {
     if INITIALIZED.load(Ordering::SeqCst) {
@@ -27,7 +36,7 @@ fn init() -> c_int {
             MpiError::new(MPI_ERR_OTHER, "MPI is already initialized"),
         );
     }
-    let rt = match Runtime::init() {
+    let mut rt = match Runtime::init() {
         Ok(rt) => rt,
         Err(e) => {
             let e = MpiError::from(e);
@@ -40,6 +49,10 @@ fn init() -> c_int {
         }
     };
     let (me, size) = (rt.rank(), rt.size());
+    let journal = match restored_journal(&mut rt) {
+        Ok(j) => j,
+        Err(e) => return errors::handle(MPI_ERRORS_ARE_FATAL, "MPI_Init", e),
+    };
     let mut comms = Handles::new(state::COMM_BASE);
     let comm = |context, ranks: Vec<u32>, me, name: &str| Comm {
         context,
@@ -72,6 +85,7 @@ fn init() -> c_int {
         keyvals: Default::default(),
         protected: BTreeMap::new(),
         carts: BTreeMap::new(),
+        journal,
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS

@@ -33,6 +33,7 @@ mod group;
 mod icoll;
 mod init;
 mod intercomm;
+mod journal;
 mod mprobe;
 mod op;
 mod p2p;

@@ -93,6 +93,8 @@ pub struct State {
     pub protected: BTreeMap<u32, (usize, usize)>,
     /// The Cartesian grids of communicators that have one (MPI_Cart_create, MPI_Cart_sub).
     pub carts: BTreeMap<c_int, crate::topo::Cart>,
+    /// Communicator creations' all-gathers, kept with every checkpoint.
+    pub journal: crate::journal::Journal,
 }
 
 thread_local! {
