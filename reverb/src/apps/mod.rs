@@ -3,6 +3,7 @@
 //! `$REVERB_RUNTIME_REPORT/checksum` when set), so a run with failures can be compared
 //! with a failure-free one.
 
+mod collectives;
 mod master_worker;
 mod ring;
 mod stencil;
@@ -14,13 +15,14 @@ use reverb_transport::config::env_path;
 #[derive(clap::Args, Debug)]
 pub struct AppArgs {
     /// stencil (Jacobi 2D, halo exchange by tag), master-worker (any-source receives) or ring
-    /// (ring plus all-to-all exchange).
-    #[arg(value_parser = ["stencil", "master-worker", "ring"])]
+    /// (ring plus all-to-all exchange) or collectives (every rank multicasts its cell to all,
+    /// then an all-reduce: LeanMD-like, for collective-aware logging).
+    #[arg(value_parser = ["stencil", "master-worker", "ring", "collectives"])]
     pub name: String,
     /// Iterations (stencil, ring) or task rounds (master-worker).
     #[arg(long, default_value_t = 200)]
     pub iters: u64,
-    /// Grid edge (stencil), work per task (master-worker) or payload bytes (ring).
+    /// Grid edge (stencil), work per task (master-worker) or payload bytes (ring, collectives).
     #[arg(long, default_value_t = 256)]
     pub size: usize,
     /// Checkpoint every this many iterations (0: never).
@@ -70,6 +72,7 @@ pub fn main(args: AppArgs) -> Result<()> {
     let checksum = match args.name.as_str() {
         "stencil" => stencil::run(&mut rt, &args)?,
         "master-worker" => master_worker::run(&mut rt, &args)?,
+        "collectives" => collectives::run(&mut rt, &args)?,
         _ => ring::run(&mut rt, &args)?,
     };
     let report_dir = env_path("REVERB_RUNTIME_REPORT")?;

@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 use reverb_transport::nodemap::NodeMap;
 
-use super::plan::{pick_app, Fault, Plan, Rng, RANKS_PER_NODE};
+use super::plan::{pick_host_app, Fault, Plan, Rng, RANKS_PER_NODE};
 
 /// The host fault kinds, cycled through by trial number.
 pub const HOST_FAULT_KINDS: [&str; 4] = ["host", "net-cut", "agent", "host-in-recovery"];
@@ -98,9 +98,9 @@ impl HostSet {
 /// app's failure-free wall time `wall_ms`, so the fault lands mid-run.
 pub fn host_plan(seed: u64, trial: u64, set: &HostSet, wall_ms: u64) -> Plan {
     let mut rng = Rng::new(seed, trial);
-    // The same first draw as `pick_app`: the app is known before its baseline.
-    let app = super::plan::APPS[rng.below(super::plan::APPS.len() as u64) as usize];
-    debug_assert_eq!(app, pick_app(seed, trial));
+    // The same first draw as `pick_host_app`: the app is known before its baseline.
+    let app = super::plan::HOST_APPS[rng.below(super::plan::HOST_APPS.len() as u64) as usize];
+    debug_assert_eq!(app, pick_host_app(seed, trial));
     let protocol = HOST_PROTOCOLS[rng.below(HOST_PROTOCOLS.len() as u64) as usize];
     let kind = set.kinds[((trial + seed) % set.kinds.len() as u64) as usize];
     let victims = set.victims();
@@ -179,7 +179,7 @@ mod tests {
         for trial in 0..400 {
             let (a, b) = (host_plan(7, trial, &set, 6000), host_plan(7, trial, &set, 6000));
             assert_eq!((a.app, a.protocol, &a.fault), (b.app, b.protocol, &b.fault));
-            assert_eq!(a.app, pick_app(7, trial));
+            assert_eq!(a.app, pick_host_app(7, trial));
             assert!(HOST_PROTOCOLS.contains(&a.protocol));
             let (victims, at_ms) = match &a.fault {
                 Fault::Host { host, at_ms }

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::classify::{classify, Outcome};
 use super::hosts::{host_plan, HostSet};
-use super::plan::{pick_app, Fault, RANKS_PER_NODE};
+use super::plan::{pick_host_app, Fault, RANKS_PER_NODE};
 use super::trial::{recovery_of, Baselines};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{run_job, JobSpec};
@@ -176,7 +176,7 @@ pub(super) fn run_host_trial(
     dir: &Path,
 ) -> Result<TrialResult> {
     let cmds = HostCommands::new(args)?;
-    let base = baselines.get(pick_app(seed, trial))?;
+    let base = baselines.get(pick_host_app(seed, trial))?;
     let plan = host_plan(seed, trial, set, base.wall_ms);
     let mut env = host_env(plan.protocol);
     env.extend(plan.fault.env());

@@ -2,7 +2,11 @@
 
 pub(super) const RANKS: u32 = 8;
 pub(super) const RANKS_PER_NODE: u32 = 2;
-pub(super) const APPS: [&str; 3] = ["stencil", "master-worker", "ring"];
+pub(super) const APPS: [&str; 4] = ["stencil", "master-worker", "ring", "collectives"];
+/// The apps of campaigns across hosts.
+pub(super) const HOST_APPS: [&str; 3] = ["stencil", "master-worker", "ring"];
+/// The app the collective kind runs (its runs log collective-aware, `REVERB_LOG_CAML=1`).
+pub(super) const COLLECTIVE_APP: &str = "collectives";
 pub(super) const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimistic-rb", "none"];
 const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-flipped"];
 /// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
@@ -10,7 +14,7 @@ const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// The variable that has the lead agent of a host kill itself (`HOST@MS`).
 pub(super) const AGENT_FAULT_VAR: &str = "REVERB_FAULT_AGENT";
 /// Fault kinds, cycled through by trial number.
-pub const FAULT_KINDS: [&str; 10] = [
+pub const FAULT_KINDS: [&str; 11] = [
     "none",
     "rank",
     "node",
@@ -21,6 +25,7 @@ pub const FAULT_KINDS: [&str; 10] = [
     "gc",
     "replica",
     "replica-then-rank",
+    "collective",
 ];
 /// The redundancy of the replica kinds' jobs: the even virtual ranks have a second copy.
 pub(super) const REPLICA_DEGREE: &str = "1.5";
@@ -30,6 +35,7 @@ pub(super) fn app_args(app: &str) -> Vec<String> {
     let a: &[&str] = match app {
         "stencil" => &["--iters", "60", "--size", "64", "--ckpt-every", "10"],
         "master-worker" => &["--iters", "12", "--size", "2000", "--ckpt-every", "3"],
+        "collectives" => &["--iters", "16", "--size", "512", "--ckpt-every", "4"],
         _ => &["--iters", "40", "--size", "256", "--ckpt-every", "8"],
     };
     a.iter().map(|s| s.to_string()).collect()
@@ -95,6 +101,12 @@ pub enum Fault {
         rank: u32,
         sends: u64,
     },
+    /// Under collective-aware logging (the collectives app): a rank dies after its SENDS-th
+    /// send, inside a broadcast or an all-reduce.
+    Collective {
+        rank: u32,
+        sends: u64,
+    },
     /// A whole host lost AT_MS into the job: everything on it killed, its wire removed.
     Host {
         host: String,
@@ -138,6 +150,7 @@ impl Fault {
             Fault::HostInRecovery { .. } => "host-in-recovery",
             Fault::Replica { .. } => "replica",
             Fault::ReplicaThenRank { .. } => "replica-then-rank",
+            Fault::Collective { .. } => "collective",
         }
     }
 
@@ -151,7 +164,7 @@ impl Fault {
         let fault = |v: String| vec![("REVERB_FAULT".to_string(), v)];
         match self {
             Fault::None => Vec::new(),
-            Fault::Rank { rank, sends } => fault(format!("{rank}:{sends}")),
+            Fault::Rank { rank, sends } | Fault::Collective { rank, sends } => fault(format!("{rank}:{sends}")),
             Fault::Node { node, sends } => {
                 let r = node * RANKS_PER_NODE;
                 fault(format!("{r}:{},{}:{}", sends[0], r + 1, sends[1]))
@@ -254,10 +267,27 @@ pub struct Plan {
     pub fault: Fault,
 }
 
-/// The app of trial `trial` (needed before its baseline).
+/// The app of trial `trial` (needed before its baseline): the collective kind's own, else
+/// the first draw.
 pub(super) fn pick_app(seed: u64, trial: u64) -> &'static str {
-    APPS[Rng::new(seed, trial).below(APPS.len() as u64) as usize]
+    let drawn = APPS[Rng::new(seed, trial).below(APPS.len() as u64) as usize];
+    match kind_index(seed, trial) {
+        COLLECTIVE_KIND => COLLECTIVE_APP,
+        _ => drawn,
+    }
 }
+
+/// The app of trial `trial` across hosts (`host_plan`'s first draw).
+pub(super) fn pick_host_app(seed: u64, trial: u64) -> &'static str {
+    HOST_APPS[Rng::new(seed, trial).below(HOST_APPS.len() as u64) as usize]
+}
+
+/// Index into `FAULT_KINDS` of trial `trial`'s kind: cycled through by trial number.
+fn kind_index(seed: u64, trial: u64) -> u64 {
+    (trial + seed) % FAULT_KINDS.len() as u64
+}
+
+const COLLECTIVE_KIND: u64 = 10;
 
 /// The layout of the replica kinds' jobs: `RANKS` virtual ranks at `REPLICA_DEGREE`.
 fn replica_map() -> reverb_runtime::replicas::ReplicaMap {
@@ -293,11 +323,12 @@ fn late_survivor(rng: &mut Rng, rank: u32) -> Option<u32> {
 /// campaign covers each), everything else is random.
 pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
     let mut rng = Rng::new(seed, trial);
-    let app = APPS[rng.below(APPS.len() as u64) as usize];
+    rng.below(APPS.len() as u64);
+    let app = pick_app(seed, trial);
     let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
     let nodes = RANKS / RANKS_PER_NODE;
     let sends_of = |r: u32| base.sends.get(r as usize).copied().unwrap_or(1).max(1);
-    let fault = match (trial + seed) % FAULT_KINDS.len() as u64 {
+    let fault = match kind_index(seed, trial) {
         0 => Fault::None,
         1 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
@@ -332,6 +363,10 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
         8 => {
             let (copy, v) = replicated_copy(&mut rng);
             Fault::Replica { copy, sends: rng.between(1, sends_of(v)) }
+        }
+        COLLECTIVE_KIND => {
+            let rank = rng.below(u64::from(RANKS)) as u32;
+            Fault::Collective { rank, sends: rng.between(1, sends_of(rank)) }
         }
         9 => {
             let (copy, v) = replicated_copy(&mut rng);
@@ -377,8 +412,8 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn ten_consecutive_trials_cover_every_fault_kind() {
-        let kinds: Vec<&str> = (10..20).map(|t| plan(3, t, &base()).fault.kind()).collect();
+    fn consecutive_trials_cover_every_fault_kind() {
+        let kinds: Vec<&str> = (10..21).map(|t| plan(3, t, &base()).fault.kind()).collect();
         for k in FAULT_KINDS {
             assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
         }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::classify::{classify, Outcome};
 use super::hosts::HostSet;
 use super::inject::{host_app_args, host_env};
-use super::plan::{app_args, pick_app, plan, Baseline, RANKS, RANKS_PER_NODE};
+use super::plan::{app_args, pick_app, plan, Baseline, COLLECTIVE_APP, RANKS, RANKS_PER_NODE};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{num, run_job, JobOutcome, JobSpec};
 
@@ -133,6 +133,10 @@ pub(super) fn run_trial(
         ("REVERB_REJOIN_TIMEOUT_MS".to_string(), "15000".to_string()),
     ];
     env.extend(plan.fault.env());
+    if plan.app == COLLECTIVE_APP {
+        // Every trial of the collectives app logs collective-aware, whatever its fault.
+        env.push(("REVERB_LOG_CAML".to_string(), "1".to_string()));
+    }
     let spec = JobSpec {
         provider: args.provider_or("shm"),
         ranks: RANKS,

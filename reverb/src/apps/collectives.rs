@@ -1,0 +1,60 @@
+//! A LeanMD-like collective pattern on the runtime's collectives: every iteration each rank
+//! in turn multicasts its cell (`size` bytes of f64) to all (`Runtime::broadcast`), every
+//! rank folds the cells it saw into a local energy, and an all-reduce sums the energies.
+//! Under collective-aware logging (`REVERB_LOG_CAML=1`) each cell is logged once, at its
+//! root, instead of at every inter-node tree send.
+
+use anyhow::{bail, Result};
+use reverb_runtime::Runtime;
+
+use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
+
+const TAG_CELL: u64 = 0x71;
+const TAG_ENERGY: u64 = 0x72;
+
+fn encode(iter: u64, cell: &[f64]) -> Vec<u8> {
+    let mut out = iter.to_le_bytes().to_vec();
+    out.extend(cell.iter().flat_map(|v| v.to_le_bytes()));
+    out
+}
+
+fn decode(bytes: &[u8], into: &mut [f64]) -> Result<()> {
+    if bytes.len() != into.len() * 8 {
+        bail!("collectives: a cell of {} bytes, expected {}", bytes.len(), into.len() * 8);
+    }
+    for (v, b) in into.iter_mut().zip(bytes.chunks_exact(8)) {
+        *v = f64::from_le_bytes(b.try_into()?);
+    }
+    Ok(())
+}
+
+pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
+    let (me, size) = (rt.rank(), rt.size());
+    let values = (args.size / 8).max(1);
+    let initial = || {
+        let cell: Vec<f64> = (0..values).map(|i| f64::from(me) + i as f64 * 1e-3).collect();
+        encode(0, &cell)
+    };
+    let state = rt.restore_or_else(initial);
+    let mut cell = vec![0.0; values];
+    decode(state.get(8..).unwrap_or_default(), &mut cell)?;
+    let mut iter = u64_at(&state, 0)?;
+    let mut theirs = vec![0.0; values];
+    while iter < args.iters {
+        let mut local = 0.0;
+        for root in 0..size {
+            let mine = if root == me { encode(iter, &cell)[8..].to_vec() } else { Vec::new() };
+            decode(&rt.broadcast(root, TAG_CELL, &mine)?, &mut theirs)?;
+            local += theirs.iter().zip(&cell).map(|(t, c)| t * c * 1e-6).sum::<f64>();
+        }
+        let energy = rt.allreduce_sum(TAG_ENERGY, &[local, f64::from(me)])?;
+        for c in cell.iter_mut() {
+            *c = *c * 0.999 + 1e-3 * f64::from(me + 1) + energy[0] * 1e-9;
+        }
+        iter += 1;
+        if args.ckpt_every > 0 && iter % args.ckpt_every == 0 && iter < args.iters {
+            rt.checkpoint(&encode(iter, &cell))?;
+        }
+    }
+    Ok(combine_checksums(rt, fnv1a(FNV_SEED, &encode(iter, &cell)))?)
+}
