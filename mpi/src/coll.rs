@@ -90,7 +90,8 @@ pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, data: Vec<u8>) -> Mpi
     let keyed = if g.me == root {
         let len = McastKey::WIRE_LEN + data.len();
         let pieces = frag::pieces(len, s.rt.config().log.max_message);
-        let key = s.rt.multicast_key(pieces)?.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "no multicast key"))?;
+        let key =
+            s.rt.multicast_key(pieces)?.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "no multicast key"))?;
         let mut keyed = Vec::with_capacity(len);
         keyed.extend_from_slice(&key.to_bytes());
         keyed.extend_from_slice(&data);
@@ -118,7 +119,11 @@ fn bcast_tree(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>, keyed: b
         mask <<= 1;
     }
     mask >>= 1;
-    let key = if keyed { Some(McastKey::from_bytes(&data).map_err(|e| MpiError::new(MPI_ERR_INTERN, e.to_string()))?) } else { None };
+    let key = if keyed {
+        Some(McastKey::from_bytes(&data).map_err(|e| MpiError::new(MPI_ERR_INTERN, e.to_string()))?)
+    } else {
+        None
+    };
     while mask > 0 {
         if vr + mask < n {
             let to = (vr + mask + root) % n;

@@ -9,8 +9,8 @@ use reverb_runtime::FIRST_USER_ENTRY;
 
 use crate::abi::*;
 use crate::errors::MpiError;
-use crate::journal::JOURNAL_ENTRY;
 use crate::ffi;
+use crate::journal::JOURNAL_ENTRY;
 use crate::state::call;
 
 /// Protects `bytes` at `ptr` for every later checkpoint; the n-th call's region is restored

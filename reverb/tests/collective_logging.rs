@@ -57,7 +57,8 @@ fn killed_inside_a_collective(mode: &str, fault: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let clean = job(&format!("{mode}-clean"), &[("REVERB_LOG", mode), ("REVERB_CKPT", "buddy")], 0);
     assert!(clean.success, "{}", clean.output);
-    let env = [("REVERB_LOG", mode), ("REVERB_CKPT", "buddy"), ("REVERB_LOG_CAML", "1"), ("REVERB_FAULT", fault)];
+    let env =
+        [("REVERB_LOG", mode), ("REVERB_CKPT", "buddy"), ("REVERB_LOG_CAML", "1"), ("REVERB_FAULT", fault)];
     let killed = job(&format!("{mode}-killed"), &env, 1);
     assert!(killed.success, "{}", killed.output);
     assert_eq!(killed.respawned_nodes().len(), 1, "{}", killed.output);

@@ -124,8 +124,8 @@ pub mod spheres;
 use std::time::Instant;
 
 use reverb_ckpt::{Checkpointer, Epoch};
-use reverb_logger::LoggedEndpoint;
 pub use reverb_logger::multicast::McastKey;
+use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 

@@ -89,7 +89,9 @@ impl LoggedEndpoint {
             asked.extend(multicast::decode_keys(bytes)?);
         }
         let offers = match self.protocol.send_log() {
-            Some(log) => multicast::encode_offers(asked.iter().filter_map(|k| log.multicast(k).map(|p| (*k, p)))),
+            Some(log) => {
+                multicast::encode_offers(asked.iter().filter_map(|k| log.multicast(k).map(|p| (*k, p))))
+            }
             None => multicast::encode_offers(std::iter::empty()),
         };
         let all_offers = boot.allgather(&offers)?;

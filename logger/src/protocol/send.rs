@@ -23,7 +23,13 @@ impl LoggedEndpoint {
     /// `send`, logging a stub for multicast piece `stub` instead of the payload (the caller
     /// checked that the root keeps it: `send_multicast`).
     #[inline]
-    pub(super) fn send_logged(&mut self, dest: Rank, tag: Tag, payload: &[u8], stub: Option<McastKey>) -> Result<()> {
+    pub(super) fn send_logged(
+        &mut self,
+        dest: Rank,
+        tag: Tag,
+        payload: &[u8],
+        stub: Option<McastKey>,
+    ) -> Result<()> {
         self.check_outgoing(dest, payload.len())?;
         if self.pass_through {
             return self.send_pass_through(dest, tag, payload);

@@ -81,7 +81,10 @@ mod tests {
         let entry = log.from_ssn(1, 1).unwrap().next().unwrap();
         assert_eq!((entry.stub, entry.payload.len()), (Some(key), 0));
         assert_eq!(log.used(), crate::sendlog::LoggedSend::charged_bytes(0));
-        assert_eq!(log.record_multicast(key, &[9; 5000]).unwrap(), crate::sendlog::LoggedSend::charged_bytes(5000));
+        assert_eq!(
+            log.record_multicast(key, &[9; 5000]).unwrap(),
+            crate::sendlog::LoggedSend::charged_bytes(5000)
+        );
         assert_eq!(log.record_multicast(key, &[9; 5000]).unwrap(), 0, "kept once");
         assert_eq!(log.multicast(&key).map(<[u8]>::len), Some(5000));
         log.trim(1, 1).unwrap();

@@ -45,7 +45,10 @@ impl Snapshot {
         let mut r = Reader::new(bytes, WHAT);
         let version = r.u32()?;
         if version != 1 && version != SNAPSHOT_VERSION {
-            return Err(LogError::malformed(WHAT, format!("version {version}, expected 1 or {SNAPSHOT_VERSION}")));
+            return Err(LogError::malformed(
+                WHAT,
+                format!("version {version}, expected 1 or {SNAPSHOT_VERSION}"),
+            ));
         }
         let taken = r.u32()?;
         if taken != size {

@@ -164,7 +164,9 @@ impl Fault {
         let fault = |v: String| vec![("REVERB_FAULT".to_string(), v)];
         match self {
             Fault::None => Vec::new(),
-            Fault::Rank { rank, sends } | Fault::Collective { rank, sends } => fault(format!("{rank}:{sends}")),
+            Fault::Rank { rank, sends } | Fault::Collective { rank, sends } => {
+                fault(format!("{rank}:{sends}"))
+            }
             Fault::Node { node, sends } => {
                 let r = node * RANKS_PER_NODE;
                 fault(format!("{r}:{},{}:{}", sends[0], r + 1, sends[1]))
@@ -423,7 +425,9 @@ pub(super) mod tests {
     fn faults_stay_within_the_run_and_two_nodes_are_two_nodes() {
         for trial in 0..600 {
             match plan(1, trial, &base()).fault {
-                Fault::Rank { rank, sends } | Fault::Replay { rank, sends, .. } => {
+                Fault::Rank { rank, sends }
+                | Fault::Replay { rank, sends, .. }
+                | Fault::Collective { rank, sends } => {
                     assert!(rank < RANKS && (1..=100).contains(&sends));
                 }
                 Fault::Checkpoint { rank, epoch, .. } => assert!(rank < RANKS && (1..=4).contains(&epoch)),
@@ -491,8 +495,8 @@ pub(super) mod tests {
     #[test]
     fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
         let inits: Vec<Fault> =
-            (0..800).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
-        assert_eq!(inits.len(), 80, "one trial in ten");
+            (0..880).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
+        assert_eq!(inits.len(), 80, "one trial in eleven");
         let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
         assert!((12..=44).contains(&late), "{late} of 80 with a late survivor");
         for step in INIT_STEPS {
