@@ -237,3 +237,26 @@ fn masking_and_recovery_across_nodes_under_every_logging_protocol() {
         }
     }
 }
+
+/// Rank 0's log buddy (copy 2, on node 1) masked, then rank 0's node lost: under the
+/// pessimistic protocols rank 0 has logged nothing since its buddy retired, and the job stops
+/// with a clear report (it hung in the master's replay before: chaos seed 2040, trial 378);
+/// under causal logging its determinants stayed unstable on its messages and it recovers.
+#[test]
+fn a_rank_whose_log_buddy_was_masked_is_refused_under_pessimistic_logging() {
+    let opts = ["--ranks-per-node", "2", "--respawn", "1"];
+    let plain = checksums_on("master-worker", 4, 2, &[]);
+    for log in ["causal", "pessimistic-sb", "pessimistic-rb"] {
+        let env = [("REVERB_LOG", log), ("REVERB_REJOIN_TIMEOUT_MS", "30000")];
+        let (code, sums, report, text) =
+            redundant_run_with("master-worker", 4, "1.5", "2:5,1:60", &opts, &env);
+        assert_eq!(masked(&report), vec![2], "{log}: {report}");
+        if log == "causal" {
+            assert_eq!(code, Some(0), "{log}:\n{text}");
+            assert!(!sums.is_empty() && sums.iter().all(|s| *s == plain[0]), "{log}: {sums:?}\n{text}");
+        } else {
+            assert_ne!(code, Some(0), "{log}:\n{text}");
+            assert!(text.contains("message logs stopped with a retired buddy: rank 0"), "{log}:\n{text}");
+        }
+    }
+}

@@ -138,8 +138,15 @@ impl Runtime {
         let cut = !restarted && failed.iter().any(|r| self.logs_cut.contains(r));
         let committed = committed.map_or((0, 0), |(e, s)| (e, s as u8));
         let all = self.boot.allgather(&RoundAEntry { restarted, committed, next_epoch, cut }.encode())?;
-        let mut round = RoundA { flagged: Vec::new(), cut_seen_by: Vec::new(), epochs: Vec::new(), next: 1 };
+        let mut round = RoundA {
+            flagged: Vec::new(),
+            cut_seen_by: Vec::new(),
+            epochs: Vec::new(),
+            next: 1,
+            retired: Vec::new(),
+        };
         // A retired rank (a masked copy under partial redundancy) takes no part.
+        round.retired = (0..all.len()).filter(|&r| all[r].is_empty()).map(|r| r as Rank).collect();
         for (r, b) in all.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
             let entry = RoundAEntry::decode(b)
                 .map_err(|e| RuntimeError::InvalidArgument(format!("rank {r}: {e}")))?;
@@ -166,6 +173,7 @@ impl Runtime {
             )));
         }
         self.check_logs_survived(failed)?;
+        self.check_log_buddies_live(failed, &round_a.retired)?;
         if !round_a.cut_seen_by.is_empty() {
             return Err(RuntimeError::Unrecoverable(format!(
                 "message logs lost with their buddies: ranks {failed:?} failed before a checkpoint \
@@ -325,6 +333,33 @@ impl Runtime {
         )))
     }
 
+    /// A failed rank whose log buddy was retired (a copy whose death partial redundancy
+    /// masked) has logged nothing since (`LoggedEndpoint::retire`): under the pessimistic
+    /// protocols its later wildcard deliveries are known nowhere, and a replay could follow
+    /// another order (the master-worker's restarted leader then waited for a request its
+    /// workers had sent to the order it no longer kept: chaos seed 2040, trial 378). Causal
+    /// logging keeps such determinants unstable, piggybacked to the survivors' detLogs.
+    fn check_log_buddies_live(&self, failed: &[Rank], retired: &[Rank]) -> Result<()> {
+        let mode = self.config.log.mode;
+        if retired.is_empty() || (mode != LogMode::PESSIMISTIC_SB && mode != LogMode::PESSIMISTIC_RB) {
+            return Ok(());
+        }
+        let buddies = reverb_logger::buddy::BuddyMap::from_nodes(&self.unit_of)?;
+        let lost: Vec<String> = failed
+            .iter()
+            .filter_map(|&r| buddies.buddy_of(r).filter(|b| retired.contains(b)).map(|b| (r, b)))
+            .map(|(r, b)| format!("rank {r} (its log buddy {b} was retired, a masked copy)"))
+            .collect();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        Err(RuntimeError::Unrecoverable(format!(
+            "message logs stopped with a retired buddy: {}; under {mode} its deliveries since are \
+             logged nowhere",
+            lost.join(", ")
+        )))
+    }
+
     /// Restarted rank: its image of `epoch` (0: none, start over) into the endpoint and the
     /// application state. `Err` says what was lost.
     fn restore_own(&mut self, epoch: Epoch) -> std::result::Result<(), String> {
@@ -377,6 +412,8 @@ struct RoundA {
     epochs: Vec<(Epoch, usize)>,
     /// The next epoch to write.
     next: Epoch,
+    /// Ranks retired from the job (masked copies under partial redundancy): no part in it.
+    retired: Vec<Rank>,
 }
 
 /// Collects the completions of sends that failed while `recovered` ranks were dead (they

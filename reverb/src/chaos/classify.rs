@@ -35,6 +35,13 @@ pub(super) fn expected_unrecoverable(plan: &Plan) -> Option<&'static str> {
     }
 }
 
+/// Cases the design does not cover that only the job's log tells: under a pessimistic
+/// protocol, a rank whose log buddy was a copy masked earlier has logged nothing since.
+fn unrecoverable_by_log(fault: &Fault, log: &str) -> Option<&'static str> {
+    let replica = matches!(fault, Fault::ReplicaThenRank { .. });
+    (replica && log.contains("message logs stopped with a retired buddy")).then_some("log buddy retired")
+}
+
 /// A clear report: a rank or the runtime said what could not be recovered.
 fn clear_report(log: &str) -> bool {
     log.contains("unrecoverable failure:") || log.contains("unsupported:")
@@ -75,7 +82,10 @@ pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outco
     } else {
         why.to_string()
     };
-    match expected_unrecoverable(plan).or_else(|| super::hosts::unrecoverable_by_log(&plan.fault, &log)) {
+    let case = expected_unrecoverable(plan)
+        .or_else(|| unrecoverable_by_log(&plan.fault, &log))
+        .or_else(|| super::hosts::unrecoverable_by_log(&plan.fault, &log));
+    match case {
         Some(case) if fired && clear_report(&log) => {
             (Outcome::ReportedUnrecoverable, fired, format!("{case}: {why}"))
         }
