@@ -352,7 +352,7 @@ impl Runtime {
     /// Receives the next message from `source` under `tag`.
     pub fn recv_from(&mut self, source: Rank, tag: Tag) -> Result<Message> {
         if self.spheres.is_some() {
-            return self.recv_from_redundant(source, tag);
+            return self.recv_from_redundant(source, tag).map_err(|e| self.replay_loss(e));
         }
         self.recv(Source::Rank(source), TagMatch::exact(tag))
     }
@@ -360,7 +360,7 @@ impl Runtime {
     /// Receives the next message under `tag` from any rank (logged by a determinant).
     pub fn recv_any(&mut self, tag: Tag) -> Result<Message> {
         if self.spheres.is_some() {
-            return self.recv_any_redundant(tag);
+            return self.recv_any_redundant(tag).map_err(|e| self.replay_loss(e));
         }
         self.recv(Source::Any, TagMatch::exact(tag))
     }

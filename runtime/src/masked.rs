@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use reverb_logger::LogError;
 use reverb_transport::{Bootstrap, Rank};
 
 use super::error::{Result, RuntimeError};
@@ -55,6 +56,27 @@ impl Runtime {
             }
             Loss::SphereLost(_) => false,
         }
+    }
+
+    /// A replay under partial redundancy that diverges once copies were retired: it needed
+    /// messages a retired copy sent after this rank's checkpoint with no live copy to stand
+    /// in (a master's dead leader's decisions, when its last copy's node is lost), and they
+    /// died with that copy's sender log (chaos seed 2041, trial 190). Said as unrecoverable.
+    pub(super) fn replay_loss(&mut self, e: RuntimeError) -> RuntimeError {
+        if !matches!(e, RuntimeError::Log(LogError::ReplayDiverged { .. })) {
+            return e;
+        }
+        let retired: Vec<Rank> = match self.boot.lookup() {
+            Ok(table) => table.iter().filter(|a| a.retired).map(|a| a.rank).collect(),
+            Err(_) => return e,
+        };
+        if retired.is_empty() {
+            return e;
+        }
+        RuntimeError::Unrecoverable(format!(
+            "the replay needs messages that retired copies {retired:?} sent after this rank's \
+             checkpoint, lost with their sender logs ({e})"
+        ))
     }
 
     /// Every masked copy of virtual rank `v` gets its sphere's other copies as the log's

@@ -36,10 +36,16 @@ pub(super) fn expected_unrecoverable(plan: &Plan) -> Option<&'static str> {
 }
 
 /// Cases the design does not cover that only the job's log tells: under a pessimistic
-/// protocol, a rank whose log buddy was a copy masked earlier has logged nothing since.
+/// protocol, a rank whose log buddy was a copy masked earlier has logged nothing since; a
+/// rank's last copy restarted whose replay needs what a retired mate sent after its checkpoint.
 fn unrecoverable_by_log(fault: &Fault, log: &str) -> Option<&'static str> {
-    let replica = matches!(fault, Fault::ReplicaThenRank { .. });
-    (replica && log.contains("message logs stopped with a retired buddy")).then_some("log buddy retired")
+    if !matches!(fault, Fault::ReplicaThenRank { .. }) {
+        return None;
+    }
+    if log.contains("message logs stopped with a retired buddy") {
+        return Some("log buddy retired");
+    }
+    log.contains("lost with their sender logs").then_some("a retired mate's messages needed by the replay")
 }
 
 /// A clear report: a rank or the runtime said what could not be recovered.
