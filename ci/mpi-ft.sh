@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
 # on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
-# holds jacobi_ft and master_worker_ft built by mpicc.mpich, and the checksum Debian's MPICH
+# holds jacobi_ft, master_worker_ft and collectives_ft built by mpicc.mpich, and the checksum Debian's MPICH
 # gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
 # environment.
 #   - Jacobi: MPICH's checksum on reverb, and again with node 1 SIGKILLed and respawned;
 #   - master-worker (MPI_ANY_SOURCE): its worker node's and its master node's loss, the
-#     failure-free checksum each time.
+#     failure-free checksum each time;
+#   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
+#     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
+#     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes.
 # Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,3 +47,15 @@ for log in mw-worker.log mw-master.log; do
         fail "master_worker_ft ($log): $(checksum $log), failure-free $(checksum mw-clean.log)"
 done
 say "master-worker (any-source): a worker node and the master's node killed, same checksum ($(checksum mw-clean.log)): ok"
+
+run coll-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" multicast 40 10 4096 4
+reports=$work/coll-reports
+rm -rf "$reports" && mkdir -p "$reports"
+REVERB_LOG_CAML=1 REVERB_FAULT=5:100 REVERB_RUNTIME_REPORT=$reports \
+    run coll-caml.log -n 8 --ranks-per-node 2 --respawn 1 -- "$work/collectives_ft" multicast 40 10 4096 4
+expect coll-caml.log "rank 5 restored"
+[ "$(checksum coll-caml.log)" = "$(checksum coll-clean.log)" ] ||
+    fail "collectives_ft under CAML after a node's loss: $(checksum coll-caml.log), failure-free $(checksum coll-clean.log)"
+grep -qs '"multicast_stubs_resent": [1-9]' "$reports"/rank-*.json ||
+    fail "collectives_ft under CAML: no survivor resent a multicast stub"
+say "collectives (split communicators) under CAML: a node killed inside a collective, same checksum ($(checksum coll-clean.log)): ok"

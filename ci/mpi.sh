@@ -31,6 +31,7 @@ cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc examples/mpi/jacobi_ft.c -o "$work/jacobi_ft"
 cc examples/mpi/master_worker_ft.c -o "$work/master_worker_ft"
+cc examples/mpi/collectives_ft.c -o "$work/collectives_ft"
 
 run() { # LOG ARGS... : reverb run --mpi, output kept; fails the script if the job fails
     local log=$work/$1
