@@ -230,9 +230,9 @@ pub(crate) fn allgather(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<
     unframe(&framed, g.size())
 }
 
-/// Every member's `mine`, in rank order (for communicator creation).
-/// The all-gather of communicator creation: journaled (`crate::journal`), and answered from
-/// the journal while a restarted rank re-executes its setup.
+/// Every member's `mine`, in rank order, for communicator creation: journaled
+/// (`crate::journal`), and answered from the journal while a restarted rank re-executes its
+/// setup.
 pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
     let g = Group::of(s, comm)?;
     if let Some(all) = s.journal.replay_next() {

@@ -138,15 +138,10 @@ impl Runtime {
         let cut = !restarted && failed.iter().any(|r| self.logs_cut.contains(r));
         let committed = committed.map_or((0, 0), |(e, s)| (e, s as u8));
         let all = self.boot.allgather(&RoundAEntry { restarted, committed, next_epoch, cut }.encode())?;
-        let mut round = RoundA {
-            flagged: Vec::new(),
-            cut_seen_by: Vec::new(),
-            epochs: Vec::new(),
-            next: 1,
-            retired: Vec::new(),
-        };
         // A retired rank (a masked copy under partial redundancy) takes no part.
-        round.retired = (0..all.len()).filter(|&r| all[r].is_empty()).map(|r| r as Rank).collect();
+        let retired = (0..all.len()).filter(|&r| all[r].is_empty()).map(|r| r as Rank).collect();
+        let mut round =
+            RoundA { flagged: Vec::new(), cut_seen_by: Vec::new(), epochs: Vec::new(), next: 1, retired };
         for (r, b) in all.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
             let entry = RoundAEntry::decode(b)
                 .map_err(|e| RuntimeError::InvalidArgument(format!("rank {r}: {e}")))?;
