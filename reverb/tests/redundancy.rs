@@ -260,3 +260,21 @@ fn a_rank_whose_log_buddy_was_masked_is_refused_under_pessimistic_logging() {
         }
     }
 }
+
+/// The master's leader copy (rank 0) masked, then the node of its last copy (rank 4) lost
+/// before any checkpoint: the restarted copy followed rank 0's decisions with named receives
+/// and now replays as the leader, whose wildcard receives the log cannot order (the decisions
+/// died with rank 0's sender log). The job stops with a clear report, under every protocol;
+/// before, it waited until the launcher's timeout.
+#[test]
+fn the_last_copy_replaying_a_retired_leaders_decisions_is_refused() {
+    let opts = ["--ranks-per-node", "2", "--respawn", "1"];
+    for log in ["causal", "pessimistic-sb"] {
+        let env = [("REVERB_LOG", log), ("REVERB_REJOIN_TIMEOUT_MS", "30000")];
+        let (code, _, report, text) =
+            redundant_run_with("master-worker", 4, "1.5", "0:10,4:150", &opts, &env);
+        assert_eq!(masked(&report), vec![0], "{log}: {report}");
+        assert_ne!(code, Some(0), "{log}:\n{text}");
+        assert!(text.contains("lost with their sender logs"), "{log}:\n{text}");
+    }
+}

@@ -187,7 +187,19 @@ impl LoggedEndpoint {
             let Some(d) = self.replay.as_ref().and_then(|p| p.get(rsn)).copied() else {
                 // A wildcard rsn missing from the plan: its determinant never left the failed
                 // rank, so nothing outside depends on it (seed 000 Lemma 2.1) and any match is
-                // correct.
+                // correct. Not so once copies retired (partial redundancy): a copy that
+                // followed its leader's decisions with named receives, and replays as leader
+                // because that leader retired, would take the plan's gaps freely where the
+                // decisions went elsewhere.
+                if kind != ReceiveKind::Deterministic && !self.stand_ins.is_empty() && self.replaying() {
+                    return Err(LogError::ReplayDiverged {
+                        rsn,
+                        detail: format!(
+                            "wildcard receive ({source:?}, {tag:?}) where the log has none, before its \
+                             last logged one"
+                        ),
+                    });
+                }
                 return Ok(self.ready.iter().position(|a| source.matches(a.sender) && tag.matches(a.tag)));
             };
             if kind == ReceiveKind::Deterministic {
