@@ -312,10 +312,9 @@ impl Runtime {
     /// replay in another order and give a wrong answer, so the job stops. Every rank decides
     /// alike from the same `failed` list.
     fn check_logs_survived(&self, failed: &[Rank]) -> Result<()> {
-        let buddies = reverb_logger::buddy::BuddyMap::from_nodes(&self.unit_of)?;
-        let lost: Vec<String> = failed
-            .iter()
-            .filter_map(|&r| buddies.buddy_of(r).filter(|b| failed.contains(b)).map(|b| (r, b)))
+        let lost: Vec<String> = self
+            .buddies_among(failed, failed)?
+            .into_iter()
             .map(|(r, b)| format!("rank {r} (its log was at rank {b}, failed too)"))
             .collect();
         if lost.is_empty() {
@@ -339,10 +338,9 @@ impl Runtime {
         if retired.is_empty() || (mode != LogMode::PESSIMISTIC_SB && mode != LogMode::PESSIMISTIC_RB) {
             return Ok(());
         }
-        let buddies = reverb_logger::buddy::BuddyMap::from_nodes(&self.unit_of)?;
-        let lost: Vec<String> = failed
-            .iter()
-            .filter_map(|&r| buddies.buddy_of(r).filter(|b| retired.contains(b)).map(|b| (r, b)))
+        let lost: Vec<String> = self
+            .buddies_among(failed, retired)?
+            .into_iter()
             .map(|(r, b)| format!("rank {r} (its log buddy {b} was retired, a masked copy)"))
             .collect();
         if lost.is_empty() {
@@ -353,6 +351,15 @@ impl Runtime {
              logged nowhere",
             lost.join(", ")
         )))
+    }
+
+    /// The (rank, log buddy) pairs of `ranks` whose log buddy is in `set`.
+    fn buddies_among(&self, ranks: &[Rank], set: &[Rank]) -> Result<Vec<(Rank, Rank)>> {
+        let buddies = reverb_logger::buddy::BuddyMap::from_nodes(&self.unit_of)?;
+        Ok(ranks
+            .iter()
+            .filter_map(|&r| buddies.buddy_of(r).filter(|b| set.contains(b)).map(|b| (r, b)))
+            .collect())
     }
 
     /// Restarted rank: its image of `epoch` (0: none, start over) into the endpoint and the

@@ -4,7 +4,7 @@
 //! Under collective-aware logging (`REVERB_LOG_CAML=1`) each cell is logged once, at its
 //! root, instead of at every inter-node tree send.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use reverb_runtime::Runtime;
 
 use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
@@ -19,13 +19,7 @@ fn encode(iter: u64, cell: &[f64]) -> Vec<u8> {
 }
 
 fn decode(bytes: &[u8], into: &mut [f64]) -> Result<()> {
-    if bytes.len() != into.len() * 8 {
-        bail!("collectives: a cell of {} bytes, expected {}", bytes.len(), into.len() * 8);
-    }
-    for (v, b) in into.iter_mut().zip(bytes.chunks_exact(8)) {
-        *v = f64::from_le_bytes(b.try_into()?);
-    }
-    Ok(())
+    super::read_f64s("collectives: a cell", bytes, into)
 }
 
 pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {

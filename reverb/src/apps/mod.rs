@@ -58,6 +58,18 @@ pub(crate) fn combine_checksums(rt: &mut Runtime, mine: u64) -> Result<Option<u6
     Ok(Some(all))
 }
 
+/// Fills `into` with the little-endian f64s of `bytes` (a peer's): `what` of the wrong length
+/// is an error.
+pub(crate) fn read_f64s(what: &str, bytes: &[u8], into: &mut [f64]) -> Result<()> {
+    if bytes.len() != into.len() * 8 {
+        anyhow::bail!("{what} of {} bytes, expected {}", bytes.len(), into.len() * 8);
+    }
+    for (v, b) in into.iter_mut().zip(bytes.chunks_exact(8)) {
+        *v = f64::from_le_bytes(b.try_into()?);
+    }
+    Ok(())
+}
+
 /// Decodes a little-endian u64 at `at`, as an error if the bytes are short.
 pub(crate) fn u64_at(bytes: &[u8], at: usize) -> Result<u64> {
     bytes

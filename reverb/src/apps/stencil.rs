@@ -30,13 +30,7 @@ fn row_bytes(row: &[f64]) -> Vec<u8> {
 }
 
 fn read_row(bytes: &[u8], into: &mut [f64]) -> Result<()> {
-    if bytes.len() != into.len() * 8 {
-        bail!("halo of {} bytes, expected {}", bytes.len(), into.len() * 8);
-    }
-    for (v, b) in into.iter_mut().zip(bytes.chunks_exact(8)) {
-        *v = f64::from_le_bytes(b.try_into()?);
-    }
-    Ok(())
+    super::read_f64s("halo", bytes, into)
 }
 
 pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
