@@ -89,6 +89,7 @@ fn run_job(
         hosts: args.hosts.clone(),
         spares: Vec::new(),
         redundancy: None,
+        objects: None,
     };
     let out = launch(&spec, &dir.join(name), Duration::from_secs(30))?;
     if !out.success() {

@@ -29,6 +29,8 @@ pub struct JobSpec {
     pub spares: Vec<String>,
     /// `reverb run --redundancy R`: `ranks` are then the virtual ranks.
     pub redundancy: Option<String>,
+    /// `reverb run --objects V --parallel-recovery P`: processes of V ranks (nodes of V).
+    pub objects: Option<(u32, u32)>,
 }
 
 /// What a job left behind.
@@ -106,6 +108,9 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
             vec!["--spares".to_string(), spec.spares.join(",")]
         })
         .args(spec.redundancy.iter().flat_map(|r| ["--redundancy", r.as_str()]))
+        .args(spec.objects.iter().flat_map(|(v, p)| {
+            ["--objects".to_string(), v.to_string(), "--parallel-recovery".to_string(), p.to_string()]
+        }))
         .arg("--")
         .arg(&exe)
         .args(["app", &spec.app])

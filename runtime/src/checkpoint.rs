@@ -10,7 +10,7 @@ use reverb_transport::TransportError;
 
 use super::error::{Result, RuntimeError};
 use super::fault::Here;
-use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
+use super::report::{rank_cpu_ns, unix_ns, RuntimeReport};
 use super::{initboot, Runtime, ENTRY_APP, ENTRY_ENDPOINT, ENTRY_SPHERES};
 
 impl Runtime {
@@ -151,7 +151,8 @@ impl Runtime {
         self.report.multicast_stubs_resent = stats.multicast_stubs_resent;
         self.report.send_log_peak_bytes = self.report.send_log_peak_bytes.max(stats.send_log_bytes);
         self.report.finalize_ns = unix_ns();
-        self.report.compute_cpu_ms = process_cpu_ns().saturating_sub(self.init_end_cpu_ns) as f64 / 1e6;
+        self.report.compute_cpu_ms =
+            rank_cpu_ns(self.config.object_rank.is_some()).saturating_sub(self.init_end_cpu_ns) as f64 / 1e6;
         endpoint.finish(&mut self.boot)?;
         if let Some(dir) = &self.config.report_dir {
             let path = dir.join(format!("rank-{}-inc-{}.json", self.rank, self.report.incarnation));

@@ -37,6 +37,24 @@ pub struct RuntimeConfig {
     /// Partial redundancy (`REVERB_REDUNDANCY`, `REVERB_VIRTUAL_RANKS`): the job's processes
     /// are copies of fewer virtual ranks (`replicas`); None: every process is its own rank.
     pub redundancy: Option<Redundancy>,
+    /// Over-decomposition (`REVERB_OBJECT_RANKS`, set by `reverb run --objects`): this process
+    /// hosts several ranks as threads; None: it is one rank.
+    pub objects: Option<ObjectHost>,
+    /// The rank this runtime joins as, in place of the environment's (one object of an
+    /// [`ObjectHost`]; set by `objects::run_objects`).
+    pub object_rank: Option<u32>,
+}
+
+/// The objects (virtual ranks) one process hosts, and where they run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectHost {
+    /// The ranks, one thread each (`REVERB_OBJECT_RANKS`, a comma list).
+    pub ranks: Vec<u32>,
+    /// The core (processing element) they run on (`REVERB_OBJECT_CPU`).
+    pub cpu: Option<usize>,
+    /// A helper of a parallel recovery: the objects' home core, where each object's thread
+    /// moves after its first checkpoint (`REVERB_OBJECT_HOME_CPU`).
+    pub home_cpu: Option<usize>,
 }
 
 /// A redundant job's shape: `virtual_ranks` ranks at `degree` copies (1.0..=3.0).
@@ -65,6 +83,8 @@ impl RuntimeConfig {
             report_dir: env_path("REVERB_RUNTIME_REPORT")?,
             faults: FaultPlan::from_env()?,
             redundancy: redundancy(&env)?,
+            objects: object_host(&env)?,
+            object_rank: None,
         })
     }
 }
@@ -87,6 +107,25 @@ fn redundancy(env: &Env) -> Result<Option<Redundancy>> {
         )
     })?;
     Ok(Some(Redundancy { degree, virtual_ranks }))
+}
+
+/// `REVERB_OBJECT_RANKS` with its cores (`REVERB_OBJECT_CPU`, `REVERB_OBJECT_HOME_CPU`).
+fn object_host(env: &Env) -> Result<Option<ObjectHost>> {
+    let Some(text) = env.non_empty("REVERB_OBJECT_RANKS")? else { return Ok(None) };
+    let ranks = text
+        .split(',')
+        .map(|r| r.trim().parse::<u32>())
+        .collect::<std::result::Result<Vec<u32>, _>>()
+        .ok()
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| {
+            RuntimeError::InvalidArgument(format!(
+                "REVERB_OBJECT_RANKS={text:?}: expected a comma list of ranks"
+            ))
+        })?;
+    let cpu = env.int::<usize>("REVERB_OBJECT_CPU")?;
+    let home_cpu = env.int::<usize>("REVERB_OBJECT_HOME_CPU")?;
+    Ok(Some(ObjectHost { ranks, cpu, home_cpu }))
 }
 
 /// The checkpoint levels `REVERB_CKPT` asks for (unset: all, trimmed at init to the nodes).

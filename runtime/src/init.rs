@@ -3,14 +3,14 @@
 
 use reverb_ckpt::{Checkpointer, CkptConfig};
 use reverb_logger::{LoggedEndpoint, SetupFailed};
-use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::bootstrap::{BootParams, TcpBootstrap};
 use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
 
 use super::early::{wait_none_lost, EarlyRecovery};
 use super::error::{Result, RuntimeError};
 use super::fault::{Here, InitStep};
-use super::report::{process_cpu_ns, unix_ns, RuntimeReport};
+use super::report::{rank_cpu_ns, unix_ns, RuntimeReport};
 use super::{initboot, Runtime, RuntimeConfig};
 
 /// What every step of init needs to know about this rank.
@@ -33,7 +33,7 @@ impl InitCtx<'_> {
 impl Runtime {
     pub(super) fn init_from(config: RuntimeConfig) -> Result<Runtime> {
         let init_start_ns = unix_ns();
-        let mut boot = TcpBootstrap::connect_from_env()?;
+        let mut boot = connect(&config)?;
         let job = boot.job().clone();
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         let unit_of = config.log.failure_units(&node_of);
@@ -55,6 +55,7 @@ impl Runtime {
         let report = RuntimeReport {
             rank: job.rank,
             incarnation: job.incarnation,
+            pid: std::process::id(),
             mode: config.log.mode.to_string(),
             init_start_ns,
             checkpoint_memory_bytes: ckpt.as_ref().map_or(0, |c| checkpoint_memory(c) as u64),
@@ -86,7 +87,7 @@ impl Runtime {
         };
         rt.finish_init(early, job.node)?;
         rt.report.init_end_ns = unix_ns();
-        rt.init_end_cpu_ns = process_cpu_ns();
+        rt.init_end_cpu_ns = rank_cpu_ns(rt.config.object_rank.is_some());
         Ok(rt)
     }
 
@@ -110,6 +111,24 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// Joins the rendezvous as the environment's rank, or as `config.object_rank` (an object of
+/// a process hosting several: same node, its own rank).
+fn connect(config: &RuntimeConfig) -> Result<TcpBootstrap> {
+    let Some(rank) = config.object_rank else { return Ok(TcpBootstrap::connect_from_env()?) };
+    let mut job = JobInfo::from_env()?.ok_or_else(|| {
+        RuntimeError::InvalidArgument("an object needs the launcher's job environment".into())
+    })?;
+    if rank >= job.size || job.node_of(rank) != job.node {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "object rank {rank} is not a rank of this process's node {} (job of {} ranks)",
+            job.node, job.size
+        )));
+    }
+    job.local_rank = rank % job.ranks_per_node.max(1);
+    job.rank = rank;
+    Ok(TcpBootstrap::connect_with(job, &BootParams::from_env()?)?)
 }
 
 /// The transport's open (one collective), then, at a restarted rank, the wait for the

@@ -111,6 +111,7 @@ mod initboot;
 pub mod logger_core;
 mod masked;
 mod messaging;
+mod objects;
 mod payload;
 mod recovery;
 mod redundant;
@@ -129,11 +130,12 @@ use reverb_logger::LoggedEndpoint;
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
-pub use config::{redundancy_from_env, Redundancy, RuntimeConfig};
+pub use config::{redundancy_from_env, ObjectHost, Redundancy, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use fault::{FaultPlan, InitStep};
 #[cfg(feature = "fault-injection")]
 pub use fault::{GcFault, InitFault, InitFaultAction};
+pub use objects::run_objects;
 pub use payload::Payload;
 pub use report::RuntimeReport;
 
@@ -205,7 +207,7 @@ pub struct Runtime {
     last_boot_check: Instant,
     /// The node logger's verdict generation last seen (`logger_suspects`).
     logger_verdicts_seen: u64,
-    /// `process_cpu_ns` at the end of `init` (for `RuntimeReport::compute_cpu_ms`).
+    /// `rank_cpu_ns` at the end of `init` (for `RuntimeReport::compute_cpu_ms`).
     init_end_cpu_ns: u64,
     report: RuntimeReport,
     /// Partial redundancy: this process is one copy of a virtual rank (`redundant`).
@@ -429,7 +431,11 @@ impl Runtime {
     /// Coordinated checkpoint of `state` and the endpoint's channel state, then the logger's
     /// garbage collection. Collective. Returns the committed epoch (`None` with checkpoints off).
     pub fn checkpoint(&mut self, state: &[u8]) -> Result<Option<Epoch>> {
-        self.checkpoint_now(state)
+        let epoch = self.checkpoint_now(state)?;
+        if epoch.is_some() {
+            self.go_home()?;
+        }
+        Ok(epoch)
     }
 
     /// Collective shutdown: drains the log and this rank's sends, recovering any failure

@@ -12,6 +12,8 @@ pub struct RuntimeReport {
     pub rank: Rank,
     /// Its incarnation: 0 for the first, one more per restart.
     pub incarnation: u32,
+    /// The process it ran in (several ranks share one under `reverb run --objects`).
+    pub pid: u32,
     /// The logging protocol (`REVERB_LOG`).
     pub mode: String,
     /// Unix ns when `init` began (a restarted rank recovers inside it).
@@ -48,6 +50,8 @@ pub struct RuntimeReport {
     pub replay_ms: f64,
     /// Unix ns at which the replay ended.
     pub replay_end_ns: u64,
+    /// An object restarted on a helper core: unix ns at which it moved home (0: it did not).
+    pub went_home_ns: u64,
     /// Checkpoints taken.
     pub checkpoints: u64,
     /// Time spent in checkpoints; where it went: the four fields below.
@@ -86,8 +90,11 @@ pub(super) fn unix_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
-/// CPU time this process has used, all threads (ns).
-pub(super) fn process_cpu_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+/// CPU time this rank has used (ns): its process's, all threads, or its thread's when the
+/// process hosts several ranks (`objects`).
+pub(super) fn rank_cpu_ns(object: bool) -> u64 {
+    let clock =
+        if object { rustix::time::ClockId::ThreadCPUTime } else { rustix::time::ClockId::ProcessCPUTime };
+    let ts = rustix::time::clock_gettime(clock);
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }

@@ -9,7 +9,7 @@ mod ring;
 mod stencil;
 
 use anyhow::{Context, Result};
-use reverb_runtime::{Runtime, RuntimeError};
+use reverb_runtime::{run_objects, Runtime, RuntimeConfig, RuntimeError};
 use reverb_transport::config::env_path;
 
 #[derive(clap::Args, Debug)]
@@ -79,13 +79,21 @@ pub(crate) fn u64_at(bytes: &[u8], at: usize) -> Result<u64> {
         .with_context(|| format!("state of {} bytes has no u64 at {at}", bytes.len()))
 }
 
+/// Runs the app as every rank this process hosts: one, or its objects under
+/// `reverb run --objects` (the same code for both).
 pub fn main(args: AppArgs) -> Result<()> {
-    let mut rt = Runtime::init().context("runtime init")?;
+    reverb_transport::diag::init_stderr().context("diagnostics")?;
+    let config = RuntimeConfig::from_env().context("runtime settings")?;
+    run_objects(config, |rt| run_rank(rt, &args)).map(|_| ())
+}
+
+/// One rank: the app, the runtime's shutdown, the checksum at rank 0.
+fn run_rank(mut rt: Runtime, args: &AppArgs) -> Result<()> {
     let checksum = match args.name.as_str() {
-        "stencil" => stencil::run(&mut rt, &args)?,
-        "master-worker" => master_worker::run(&mut rt, &args)?,
-        "collectives" => collectives::run(&mut rt, &args)?,
-        _ => ring::run(&mut rt, &args)?,
+        "stencil" => stencil::run(&mut rt, args)?,
+        "master-worker" => master_worker::run(&mut rt, args)?,
+        "collectives" => collectives::run(&mut rt, args)?,
+        _ => ring::run(&mut rt, args)?,
     };
     let report_dir = env_path("REVERB_RUNTIME_REPORT")?;
     let restarted = rt.restarted();

@@ -193,6 +193,7 @@ pub(super) fn run_host_trial(
         hosts: Some(set.hosts_arg()),
         spares: set.spares.clone(),
         redundancy: None,
+        objects: None,
     };
     let out_dir = dir.join(format!("trial-{trial}"));
     let done = AtomicBool::new(false);

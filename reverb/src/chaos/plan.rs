@@ -14,7 +14,7 @@ const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// The variable that has the lead agent of a host kill itself (`HOST@MS`).
 pub(super) const AGENT_FAULT_VAR: &str = "REVERB_FAULT_AGENT";
 /// Fault kinds, cycled through by trial number.
-pub const FAULT_KINDS: [&str; 11] = [
+pub const FAULT_KINDS: [&str; 12] = [
     "none",
     "rank",
     "node",
@@ -26,6 +26,7 @@ pub const FAULT_KINDS: [&str; 11] = [
     "replica",
     "replica-then-rank",
     "collective",
+    "helper",
 ];
 /// The redundancy of the replica kinds' jobs: the even virtual ranks have a second copy.
 pub(super) const REPLICA_DEGREE: &str = "1.5";
@@ -107,6 +108,14 @@ pub enum Fault {
         rank: u32,
         sends: u64,
     },
+    /// Processes of `RANKS_PER_NODE` objects restarted in parallel (`--objects`,
+    /// `--parallel-recovery 2`): node NODE's first object dies after SENDS sends; the
+    /// restarted second object, replaying on a helper's core, dies after `replay_sends`.
+    Helper {
+        node: u32,
+        sends: u64,
+        replay_sends: u64,
+    },
     /// A whole host lost AT_MS into the job: everything on it killed, its wire removed.
     Host {
         host: String,
@@ -151,12 +160,18 @@ impl Fault {
             Fault::Replica { .. } => "replica",
             Fault::ReplicaThenRank { .. } => "replica-then-rank",
             Fault::Collective { .. } => "collective",
+            Fault::Helper { .. } => "helper",
         }
     }
 
     /// The job's `--redundancy`, for the replica kinds.
     pub(super) fn redundancy(&self) -> Option<&'static str> {
         matches!(self, Fault::Replica { .. } | Fault::ReplicaThenRank { .. }).then_some(REPLICA_DEGREE)
+    }
+
+    /// The job's `--objects` and `--parallel-recovery`, for the helper kind.
+    pub(super) fn objects(&self) -> Option<(u32, u32)> {
+        matches!(self, Fault::Helper { .. }).then_some((RANKS_PER_NODE, 2))
     }
 
     /// The environment that injects it.
@@ -176,6 +191,10 @@ impl Fault {
             }
             Fault::Replay { rank, sends, replay_sends } => {
                 fault(format!("{rank}:{sends},{rank}:{replay_sends}@1"))
+            }
+            Fault::Helper { node, sends, replay_sends } => {
+                let r = node * RANKS_PER_NODE;
+                fault(format!("{r}:{sends},{}:{replay_sends}@1", r + 1))
             }
             Fault::TwoNodes { ranks, sends } => fault(format!("{}:{sends},{}:{sends}", ranks[0], ranks[1])),
             Fault::Replica { copy, sends } => fault(format!("{copy}:{sends}")),
@@ -200,7 +219,7 @@ impl Fault {
         match self {
             // A masked copy needs no respawn: one taken would be a failure not masked.
             Fault::None | Fault::Replica { .. } => 0,
-            Fault::Replay { .. } | Fault::TwoNodes { .. } => 2,
+            Fault::Replay { .. } | Fault::TwoNodes { .. } | Fault::Helper { .. } => 2,
             _ => 1,
         }
     }
@@ -290,6 +309,7 @@ fn kind_index(seed: u64, trial: u64) -> u64 {
 }
 
 const COLLECTIVE_KIND: u64 = 10;
+const HELPER_KIND: u64 = 11;
 
 /// The layout of the replica kinds' jobs: `RANKS` virtual ranks at `REPLICA_DEGREE`.
 fn replica_map() -> reverb_runtime::replicas::ReplicaMap {
@@ -366,6 +386,11 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
             let (copy, v) = replicated_copy(&mut rng);
             Fault::Replica { copy, sends: rng.between(1, sends_of(v)) }
         }
+        HELPER_KIND => {
+            let node = rng.below(u64::from(nodes)) as u32;
+            let sends = rng.between(1, sends_of(node * RANKS_PER_NODE));
+            Fault::Helper { node, sends, replay_sends: rng.between(1, 6) }
+        }
         COLLECTIVE_KIND => {
             let rank = rng.below(u64::from(RANKS)) as u32;
             Fault::Collective { rank, sends: rng.between(1, sends_of(rank)) }
@@ -415,7 +440,7 @@ pub(super) mod tests {
 
     #[test]
     fn consecutive_trials_cover_every_fault_kind() {
-        let kinds: Vec<&str> = (10..21).map(|t| plan(3, t, &base()).fault.kind()).collect();
+        let kinds: Vec<&str> = (10..22).map(|t| plan(3, t, &base()).fault.kind()).collect();
         for k in FAULT_KINDS {
             assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
         }
@@ -435,7 +460,9 @@ pub(super) mod tests {
                     assert_ne!(ranks[0] / RANKS_PER_NODE, ranks[1] / RANKS_PER_NODE);
                     assert!(ranks.iter().all(|&r| r < RANKS) && (1..=100).contains(&sends));
                 }
-                Fault::Node { node, .. } => assert!(node < RANKS / RANKS_PER_NODE),
+                Fault::Node { node, .. } | Fault::Helper { node, .. } => {
+                    assert!(node < RANKS / RANKS_PER_NODE)
+                }
                 Fault::Init { rank, step, late } => {
                     assert!(rank < RANKS && INIT_STEPS.contains(&step));
                     if let Some(late) = late {
@@ -493,10 +520,26 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn helper_faults_run_objects_and_kill_the_replaying_helper() {
+        let helpers: Vec<Fault> =
+            (0..120).map(|t| plan(4, t, &base()).fault).filter(|f| f.kind() == "helper").collect();
+        assert_eq!(helpers.len(), 10, "one trial in twelve");
+        for f in &helpers {
+            let Fault::Helper { node, sends, replay_sends } = f else { unreachable!() };
+            let first = node * RANKS_PER_NODE;
+            let want = format!("{first}:{sends},{}:{replay_sends}@1", first + 1);
+            assert_eq!(f.env(), vec![("REVERB_FAULT".to_string(), want)]);
+            assert_eq!(f.objects(), Some((RANKS_PER_NODE, 2)));
+            assert_eq!(f.respawns(), 2);
+        }
+        assert_eq!(Fault::Rank { rank: 1, sends: 2 }.objects(), None);
+    }
+
+    #[test]
     fn init_faults_get_a_share_and_sometimes_a_late_survivor() {
         let inits: Vec<Fault> =
-            (0..880).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
-        assert_eq!(inits.len(), 80, "one trial in eleven");
+            (0..960).map(|t| plan(5, t, &base()).fault).filter(|f| f.kind() == "init").collect();
+        assert_eq!(inits.len(), 80, "one trial in twelve");
         let late = inits.iter().filter(|f| matches!(f, Fault::Init { late: Some(_), .. })).count();
         assert!((12..=44).contains(&late), "{late} of 80 with a late survivor");
         for step in INIT_STEPS {

@@ -46,6 +46,7 @@ impl Baselines {
                 hosts: None,
                 spares: Vec::new(),
                 redundancy: None,
+                objects: None,
             },
             Some(set) => JobSpec {
                 provider: self.args_provider.clone(),
@@ -59,6 +60,7 @@ impl Baselines {
                 hosts: Some(set.hosts_arg()),
                 spares: Vec::new(),
                 redundancy: None,
+                objects: None,
             },
         };
         let mut b = self.measure(app, &spec, "baseline")?;
@@ -149,6 +151,7 @@ pub(super) fn run_trial(
         hosts: None,
         spares: Vec::new(),
         redundancy: plan.fault.redundancy().map(str::to_string),
+        objects: plan.fault.objects(),
     };
     let out = run_job(&spec, &dir.join(format!("trial-{trial}")), Duration::from_secs(30))?;
     let (outcome, fired, why) = classify(&plan, &base, &out);

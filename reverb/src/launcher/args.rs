@@ -10,6 +10,7 @@ use reverb_transport::config::env_get;
 
 use reverb_runtime::replicas::ReplicaMap;
 
+use super::objects::ObjectsPlan;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 
 #[derive(clap::Args, Debug)]
@@ -76,6 +77,18 @@ pub struct RunArgs {
     /// environment describe a job whose `-n` counts the processes.
     #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "hosts", "hostfile", "slurm", "mpi"])]
     pub redundancy: Option<f64>,
+    /// Over-decomposition: each process hosts V consecutive ranks (objects) as threads pinned
+    /// to one core; a process is a node (failure unit). Apps built on `run_objects` (every
+    /// `reverb app`) run unchanged.
+    #[arg(long, value_name = "V", value_parser = clap::value_parser!(u32).range(1..=1024),
+          conflicts_with_all = ["local_ranks", "hosts", "hostfile", "slurm", "mpi", "redundancy"])]
+    pub objects: Option<u32>,
+    /// With --objects: restart a failed process's objects spread over P processes, on its own
+    /// core and the cores of the P - 1 least loaded processes, which replay them in parallel;
+    /// each goes home at its next checkpoint.
+    #[arg(long, value_name = "P", requires = "objects", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub parallel_recovery: u32,
     /// Logger cores, one per node: dedicated, shared-pinned, shared-unpinned or off.
     #[arg(long, env = "REVERB_LOGGER", default_value = "off", value_name = "PLACEMENT")]
     pub logger: reverb_logger::core::Placement,
@@ -101,9 +114,14 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
     };
     let mut env = if args.mpi { super::mpi::environment()? } else { Vec::new() };
     let (ranks, redundancy) = redundant_job(&args, &mut env)?;
+    if let (Some(v), Some(r)) = (args.objects, args.ranks_per_node) {
+        if r != v {
+            bail!("--objects {v} makes each process a node of {v} ranks: --ranks-per-node {r} disagrees");
+        }
+    }
     let spec = LaunchSpec {
         ranks,
-        ranks_per_node: args.ranks_per_node.unwrap_or(ranks),
+        ranks_per_node: args.objects.or(args.ranks_per_node).unwrap_or(ranks),
         program: PathBuf::from(program),
         args: rest.to_vec(),
         env,
@@ -121,6 +139,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         report_json: args.report_json,
         part,
         redundancy,
+        objects: args.objects.map(|per_process| ObjectsPlan { per_process, helpers: args.parallel_recovery }),
     };
     Ok(launch_report(&spec, &opts)?.code)
 }

@@ -29,7 +29,8 @@
 //!
 //! Files by job: [`args`] (`reverb run`'s command line), `spawn` (ranks started, pinned,
 //! killed, reaped), `watch` (the launch loop: failures seen, nodes respawned), `masking`
-//! (partial redundancy: a copy's death masked), `teams` (the
+//! (partial redundancy: a copy's death masked), `objects` (processes of several ranks,
+//! parallel recovery), `teams` (the
 //! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
 //! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
 //! (SIGINT/SIGTERM), `os` (the system calls on children).
@@ -46,6 +47,7 @@ pub mod hosts;
 pub mod logger_cores;
 mod masking;
 mod mpi;
+pub mod objects;
 mod os;
 mod report;
 mod signals;
@@ -95,6 +97,8 @@ pub struct LaunchOptions {
     /// Partial redundancy: the job's processes are copies of these virtual ranks; a copy's
     /// death is masked while another copy of its rank runs.
     pub redundancy: Option<reverb_runtime::replicas::ReplicaMap>,
+    /// Over-decomposition: processes of several ranks, restarted in parallel (`--objects`).
+    pub objects: Option<objects::ObjectsPlan>,
 }
 
 /// The part of a job one launcher runs when several launchers (one per host) run it together.

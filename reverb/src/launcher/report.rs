@@ -33,6 +33,12 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     }
     let part = opts.part.as_ref();
     let team_of_node = teams_of_nodes(spec, opts)?;
+    if let Some(plan) = opts.objects {
+        super::objects::check(spec, plan, opts)?;
+        if team_of_node.is_some() {
+            bail!("--objects: teams are not supported (a process is the failure unit)");
+        }
+    }
     if let Some(p) = part {
         check_part(spec, p, team_of_node.is_some())?;
     }
@@ -63,10 +69,14 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         verbose: opts.verbose,
         loggers: loggers.as_ref(),
         masking: opts.redundancy.clone().map(Masking::new),
+        objects: opts.objects,
     };
     let _signals = SignalGuard::install();
     let start = Instant::now();
-    let procs = spawn_all(&ctx)?;
+    let procs = match ctx.objects {
+        Some(_) => super::objects::spawn_all(&ctx)?,
+        None => spawn_all(&ctx)?,
+    };
 
     let mut watch = Watch::new(&ctx, server.as_ref(), opts.respawn, start, procs);
     watch.run();

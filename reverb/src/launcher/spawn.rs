@@ -34,6 +34,9 @@ pub(super) struct RankProc {
     pub(super) status: RankStatus,
     pub(super) kill_sent: bool,
     pub(super) pumps: Vec<JoinHandle<()>>,
+    /// An object living in another rank's process (`--objects`): that rank, whose child this
+    /// entry follows (`objects::mirror`).
+    pub(super) leader: Option<u32>,
 }
 
 impl RankProc {
@@ -50,18 +53,36 @@ impl RankProc {
             status: RankStatus::Running,
             kill_sent: false,
             pumps: Vec::new(),
+            leader: None,
+        }
+    }
+
+    /// Rank `rank` hosted as an object in this rank's process.
+    pub(super) fn follower(&self, rank: u32, ranks_per_node: u32) -> RankProc {
+        RankProc {
+            rank,
+            node: rank / ranks_per_node.max(1),
+            local_rank: rank % ranks_per_node.max(1),
+            incarnation: self.incarnation,
+            pid: self.pid,
+            child: None,
+            status: RankStatus::Running,
+            kill_sent: false,
+            pumps: Vec::new(),
+            leader: Some(self.rank),
         }
     }
 
     /// SIGKILLs the rank's process group (the rank and anything it forked).
     pub(super) fn kill(&mut self) {
-        if self.status == RankStatus::Running && !self.kill_sent {
+        if self.status == RankStatus::Running && !self.kill_sent && self.leader.is_none() {
             if let Ok(pgid) = libc::pid_t::try_from(self.pid) {
                 // The group leader is our unreaped child: its pgid cannot have been reused.
                 super::os::kill_group(pgid);
             }
-            self.kill_sent = true;
         }
+        // An object dies with its process: its leader's kill signals the group.
+        self.kill_sent |= self.status == RankStatus::Running;
     }
 
     pub(super) fn record(&mut self, st: ExitStatus) {
@@ -106,6 +127,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) team_of_node: Option<Vec<u32>>,
     /// Under partial redundancy: which deaths are masked.
     pub(super) masking: Option<super::masking::Masking>,
+    /// Processes hosting several ranks (`--objects`), restarted in parallel.
+    pub(super) objects: Option<super::objects::ObjectsPlan>,
 }
 
 pub(super) fn random_hex(bytes: usize) -> String {
@@ -153,10 +176,20 @@ fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool) {
 }
 
 pub(super) fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc> {
+    spawn_process(ctx, rank, incarnation, &[])
+}
+
+/// Starts rank `rank`'s process with `extra` variables besides the job's.
+pub(super) fn spawn_process(
+    ctx: &JobCtx<'_>,
+    rank: u32,
+    incarnation: u32,
+    extra: &[(&'static str, String)],
+) -> Result<RankProc> {
     let spec = ctx.spec;
     let rpn = ctx.ranks_per_node;
     let (node, local_rank) = (rank / rpn, rank % rpn);
-    let ours: Vec<(&str, String)> = vec![
+    let mut ours: Vec<(&str, String)> = vec![
         (vars::RANK, rank.to_string()),
         (vars::SIZE, spec.ranks.to_string()),
         (vars::NODE, node.to_string()),
@@ -168,6 +201,7 @@ pub(super) fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Resul
         (vars::JOB_TOKEN, ctx.token.clone()),
         (vars::BOOT_SERVER, "external".into()),
     ];
+    ours.extend(extra.iter().cloned());
     if ctx.verbose {
         let shown: Vec<String> = ours
             .iter()
@@ -215,6 +249,7 @@ pub(super) fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Resul
         status: RankStatus::Running,
         kill_sent: false,
         pumps,
+        leader: None,
     })
 }
 
@@ -238,6 +273,7 @@ pub(super) fn reap(procs: &mut [RankProc], bound: Duration) {
             }
         }
         if !running {
+            super::objects::mirror(procs);
             return;
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -157,6 +157,7 @@ impl<'a> Watch<'a> {
                 }
             }
         }
+        super::objects::mirror(&mut self.procs);
         signaled
     }
 
@@ -300,16 +301,18 @@ impl<'a> Watch<'a> {
                 eprintln!("reverb run: node {n}: logger core started again at incarnation {incarnation}");
             }
         }
-        let mut ranks = Vec::new();
-        for &r in &members {
+        let ranks: Vec<u32> =
+            members.iter().copied().filter(|&r| self.proc(r).status != RankStatus::Exited(0)).collect();
+        for &r in &ranks {
             let first = ctx.local.start;
             let p = &mut self.procs[(r - first) as usize];
-            if p.status == RankStatus::Exited(0) {
-                continue;
-            }
             self.old_pumps.append(&mut p.pumps);
-            *p = spawn_rank(ctx, r, p.incarnation + 1)?;
-            ranks.push(r);
+            if ctx.objects.is_none() {
+                *p = spawn_rank(ctx, r, p.incarnation + 1)?;
+            }
+        }
+        if let Some(plan) = ctx.objects {
+            self.respawn_objects(node, &ranks, next, plan.helpers)?;
         }
         eprintln!(
             "reverb run: {} (+{:.3} s): {} respawned: ranks {ranks:?} at incarnation {next}",
@@ -328,6 +331,26 @@ impl<'a> Watch<'a> {
             incarnation: next,
             at: self.start.elapsed(),
         })
+    }
+
+    /// Restarts a failed process's objects `ranks` in `helpers` processes (parallel recovery).
+    fn respawn_objects(&mut self, node: u32, ranks: &[u32], next: u32, helpers: u32) -> Result<()> {
+        let first = self.ctx.local.start;
+        for place in super::objects::placements(&self.procs, node, ranks, helpers) {
+            if let Some(helper) = place.helper_of {
+                eprintln!(
+                    "reverb run: parallel recovery: ranks {:?} replay on cpu {} beside node {helper} (home: cpu {})",
+                    place.ranks,
+                    place.cpu,
+                    place.home.unwrap_or_default()
+                );
+            }
+            for p in super::objects::spawn_host(self.ctx, &place.ranks, next, place.cpu, place.home)? {
+                let at = (p.rank - first) as usize;
+                self.procs[at] = p;
+            }
+        }
+        Ok(())
     }
 
     /// "node 2 (ranks 4-5)", or with teams "node 2 with its team 1 (nodes ..., ranks ...)".

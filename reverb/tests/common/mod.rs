@@ -36,9 +36,23 @@ impl Outcome {
 
 /// Runs `app` under `reverb run`; the `REVERB_*` settings a test does not pass are cleared so
 /// the caller's environment cannot leak in. `suite` names the work directory.
+#[allow(dead_code)] // a suite of its own shapes calls job_with only
 pub fn job(
     suite: &str,
     name: &str,
+    app: &str,
+    app_args: &[&str],
+    env: &[(&str, &str)],
+    respawn: u32,
+) -> Outcome {
+    job_with(suite, name, &["-n", "8", "--ranks-per-node", "2"], app, app_args, env, respawn)
+}
+
+/// As [`job`], with `shape` giving the job's ranks and their placement (`-n 8 --objects 4`).
+pub fn job_with(
+    suite: &str,
+    name: &str,
+    shape: &[&str],
     app: &str,
     app_args: &[&str],
     env: &[(&str, &str)],
@@ -49,7 +63,9 @@ pub fn job(
     std::fs::create_dir_all(&dir).expect("work dir");
     let exe = env!("CARGO_BIN_EXE_reverb");
     let mut cmd = Command::new(exe);
-    cmd.args(["run", "-n", "8", "--ranks-per-node", "2", "--respawn", &respawn.to_string()])
+    cmd.arg("run")
+        .args(shape)
+        .args(["--respawn", &respawn.to_string()])
         .args(["--report-json".as_ref(), dir.join("launch.json").as_os_str()])
         .args(["--timeout", "180", "--", exe, "app", app])
         .args(app_args)

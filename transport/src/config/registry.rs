@@ -222,6 +222,9 @@ pub static VARS: &[Var] = &[
     // runtime and checkpoints
     var("REVERB_REDUNDANCY", "", Runtime, User, "degree", "partial redundancy: the job's processes are 1..=3 copies of REVERB_VIRTUAL_RANKS ranks (1.5: every other rank has a replica); a send goes to every copy, the first copy of a message to arrive is delivered (failure-free so far)"),
     var("REVERB_VIRTUAL_RANKS", "", Runtime, User, "int", "with REVERB_REDUNDANCY: the application's ranks (the job's processes are their copies)"),
+    var("REVERB_OBJECT_RANKS", "", Runtime, Set, "list", "over-decomposition (reverb run --objects): the ranks this process hosts, one thread each (the apps run each as its own rank)"),
+    var("REVERB_OBJECT_CPU", "", Runtime, Set, "int", "with REVERB_OBJECT_RANKS: the core the objects' threads are pinned to (their processing element)"),
+    var("REVERB_OBJECT_HOME_CPU", "", Runtime, Set, "int", "a parallel recovery's helper process: the objects' home core, where each object moves after its first checkpoint"),
     var("REVERB_CKPT", "what the node count allows", Runtime, User, "off|local|buddy|parity|rs", "checkpoint levels (unset: rs from 4 nodes, buddy from 2, none on one node)"),
     var("REVERB_CKPT_SLOT_BYTES", "4m", Runtime, User, "size", "bytes of each in-memory checkpoint slot"),
     var("REVERB_DETECT_MS", "50", Runtime, User, "ms", "how long a receive waits before it checks for dead peers (> 0)"),
