@@ -151,3 +151,31 @@ fn ckpt_levels(requested: Option<&str>, slot_len: usize) -> Result<Option<CkptCo
 fn positive_ms(env: &Env, name: &str, default_ms: u64) -> Result<Duration> {
     Ok(env.positive_duration(name)?.unwrap_or(Duration::from_millis(default_ms)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_of(vars: &[(&str, &str)]) -> Result<Option<ObjectHost>> {
+        let get = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        object_host(&Env::from_lookup(&get))
+    }
+
+    #[test]
+    fn object_ranks_and_cores_are_read_and_malformed_lists_refused() {
+        assert_eq!(host_of(&[]).ok(), Some(None));
+        let host = host_of(&[
+            ("REVERB_OBJECT_RANKS", "4, 5,6"),
+            ("REVERB_OBJECT_CPU", "1"),
+            ("REVERB_OBJECT_HOME_CPU", "0"),
+        ]);
+        assert_eq!(
+            host.ok(),
+            Some(Some(ObjectHost { ranks: vec![4, 5, 6], cpu: Some(1), home_cpu: Some(0) }))
+        );
+        for bad in ["4,x", ",", "-1"] {
+            let err = host_of(&[("REVERB_OBJECT_RANKS", bad)]).expect_err(bad).to_string();
+            assert!(err.contains("comma list of ranks"), "{err}");
+        }
+    }
+}

@@ -116,7 +116,17 @@ impl Runtime {
 /// Joins the rendezvous as the environment's rank, or as `config.object_rank` (an object of
 /// a process hosting several: same node, its own rank).
 fn connect(config: &RuntimeConfig) -> Result<TcpBootstrap> {
-    let Some(rank) = config.object_rank else { return Ok(TcpBootstrap::connect_from_env()?) };
+    let Some(rank) = config.object_rank else {
+        if let Some(host) = config.objects.as_ref().filter(|o| o.ranks.len() > 1) {
+            // Only the first would join: the others' peers would wait for them until a bound.
+            return Err(RuntimeError::InvalidArgument(format!(
+                "this process hosts ranks {:?} (reverb run --objects): run them with run_objects, \
+                 not Runtime::init",
+                host.ranks
+            )));
+        }
+        return Ok(TcpBootstrap::connect_from_env()?);
+    };
     let mut job = JobInfo::from_env()?.ok_or_else(|| {
         RuntimeError::InvalidArgument("an object needs the launcher's job environment".into())
     })?;

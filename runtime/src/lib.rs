@@ -84,6 +84,11 @@
 //! nodes case above with the team as the lost set. Teams that split a node, or one team for the
 //! whole job, are refused at recovery (`Unsupported`) and by the launcher at start.
 //!
+//! **Objects** ([`run_objects`], `reverb run --objects V`): a process may host several ranks,
+//! one thread and one `Runtime` each, pinned to its core; a program written over
+//! `run_objects` runs either way. Under `--parallel-recovery P` the launcher restarts a failed
+//! process's objects over P cores; each goes home after its first checkpoint.
+//!
 //! Fault injection for the demo, tests and campaigns (`REVERB_FAULT*`, only in builds with
 //! the `fault-injection` feature): see [`fault`].
 //!
@@ -91,7 +96,8 @@
 //! `early`: a failure inside it, `initboot`: its framed collectives), `messaging` (send, receive), `detection` (finding
 //! failures), `recovery` (recovering them), `checkpoint` (checkpoints, the log GC,
 //! finalize), [`fault`] (fault injection), `report` (what a rank measured), `error`,
-//! `sigkill` (the fault hooks' one `unsafe` call), [`logger_core`] (a node's logger-core
+//! `sigkill` (the fault hooks' one `unsafe` call), `objects` (ranks as threads of one process),
+//! [`logger_core`] (a node's logger-core
 //! process, as `reverb logger-core` runs it).
 //!
 //! Cargo features: `fault-injection` (the `REVERB_FAULT*` hooks; off by default, so a default
