@@ -10,11 +10,9 @@
 //! `go_home`). The launcher keeps one entry per rank: the first rank of each process holds
 //! the child; the others follow its fate (`mirror`).
 
-use std::time::Duration;
-
 use anyhow::{bail, Result};
 
-use super::spawn::{join_pumps, kill_all, reap, spawn_process, JobCtx, RankProc, RankStatus};
+use super::spawn::{abandon, spawn_process, JobCtx, RankProc, RankStatus};
 use super::LaunchSpec;
 
 /// `--objects` and `--parallel-recovery`.
@@ -95,12 +93,7 @@ pub(super) fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
         let ranks: Vec<u32> = (node * rpn..((node + 1) * rpn).min(ctx.local.end)).collect();
         match spawn_host(ctx, &ranks, ctx.first_incarnation, pe_cpu(node), None) {
             Ok(host) => procs.extend(host),
-            Err(e) => {
-                kill_all(&mut procs);
-                reap(&mut procs, Duration::from_secs(5));
-                join_pumps(&mut procs);
-                return Err(e);
-            }
+            Err(e) => return Err(abandon(procs, e)),
         }
     }
     Ok(procs)

@@ -11,9 +11,7 @@ use reverb_transport::bootstrap::BootServer;
 use super::logger_cores::LoggerCores;
 use super::masking::{Masked, Masking};
 use super::signals::{signal_name, SignalGuard};
-use super::spawn::{
-    join_handles, join_pumps, kill_all, random_hex, reap, spawn_rank, JobCtx, RankProc, RankStatus,
-};
+use super::spawn::{abandon, join_handles, join_pumps, random_hex, spawn_rank, JobCtx, RankProc, RankStatus};
 use super::teams::teams_of_nodes;
 use super::verdict::Verdict;
 use super::watch::{Stop, Watch};
@@ -150,12 +148,7 @@ fn spawn_all(ctx: &JobCtx<'_>) -> Result<Vec<RankProc>> {
     for rank in ctx.local.clone() {
         match spawn_rank(ctx, rank, ctx.first_incarnation) {
             Ok(p) => procs.push(p),
-            Err(e) => {
-                kill_all(&mut procs);
-                reap(&mut procs, Duration::from_secs(5));
-                join_pumps(&mut procs);
-                return Err(e);
-            }
+            Err(e) => return Err(abandon(procs, e)),
         }
     }
     Ok(procs)

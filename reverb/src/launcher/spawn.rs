@@ -253,6 +253,15 @@ pub(super) fn spawn_process(
     })
 }
 
+/// A launch that could not start all its ranks: those started are killed, reaped and their
+/// output drained; returns `error` to pass on.
+pub(super) fn abandon(mut procs: Vec<RankProc>, error: anyhow::Error) -> anyhow::Error {
+    kill_all(&mut procs);
+    reap(&mut procs, Duration::from_secs(5));
+    join_pumps(&mut procs);
+    error
+}
+
 pub(super) fn kill_all(procs: &mut [RankProc]) {
     for p in procs.iter_mut() {
         p.kill();
