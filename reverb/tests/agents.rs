@@ -300,3 +300,85 @@ fn a_lost_host_moves_to_the_spare_with_its_logger_cores() {
     assert!(err.contains("[logger 2] reverb logger-core node 2: incarnation 2 rejoined"), "{err}");
     assert_eq!(checksum(&dir), expected, "{err}");
 }
+
+/// `reverb run -n 4 --redundancy 1.5 --hosts HOSTS` (6 processes: ranks 0-3, then the second
+/// copies 4 of 0 and 5 of 2, so the third host holds copies only); (exit code, stderr).
+fn redundant_stencil(out: &Path, hosts: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "-n", "4", "--redundancy", "1.5", "--ranks-per-node", "2", "--respawn", "1"]);
+    cmd.args(["--timeout", "120", "--hosts", hosts, "--"]).arg(BIN).args(APP);
+    cmd.env("REVERB_RSH", local_rsh(out))
+        .env("REVERB_RUNTIME_REPORT", out)
+        .env("REVERB_PROVIDER", "shm")
+        .env("REVERB_LOG", "causal")
+        .env("REVERB_CKPT", "buddy")
+        .env("REVERB_AGENT_HEARTBEAT_MS", "200")
+        .env("REVERB_AGENT_TIMEOUT_S", "5")
+        .env_remove("REVERB_FAULT")
+        .env_remove("REVERB_FAULT_AGENT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("reverb run");
+    (
+        out.status.code(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+/// The 4-rank stencil's answer, one process per rank on one host.
+fn four_rank_answer() -> String {
+    static ANSWER: OnceLock<String> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| {
+            let dir = work_dir("reference-4");
+            let out = Command::new(BIN)
+                .args(["run", "-n", "4", "--ranks-per-node", "2", "--timeout", "120", "--"])
+                .arg(BIN)
+                .args(APP)
+                .env("REVERB_RUNTIME_REPORT", &dir)
+                .env("REVERB_PROVIDER", "shm")
+                .env("REVERB_LOG", "causal")
+                .env("REVERB_CKPT", "buddy")
+                .env_remove("REVERB_FAULT")
+                .output()
+                .expect("reverb run");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            checksum(&dir)
+        })
+        .clone()
+}
+
+#[test]
+fn a_copy_killed_on_another_host_is_masked_by_the_controller() {
+    let expected = four_rank_answer();
+    let dir = work_dir("mask-copy");
+    // Rank 4, the copy of rank 0 on the third host, dies early; rank 0 runs on the first.
+    let (code, err) = redundant_stencil(&dir, HOSTS, &[("REVERB_FAULT", "4:2000")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("a copy of virtual rank 0: masked"), "{err}");
+    assert!(!err.contains("respawning"), "a masked death respawned something: {err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn a_lost_host_of_copies_is_masked_whole_with_no_spare_and_no_rollback() {
+    let expected = four_rank_answer();
+    let dir = work_dir("mask-host");
+    let (code, err) = redundant_stencil(&dir, HOSTS, &[("REVERB_FAULT_AGENT", "127.0.0.3@1500")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("its ranks 4-5 are copies with live mates on other hosts: masked"), "{err}");
+    assert!(!err.contains("start again on spare"), "{err}");
+    assert_eq!(checksum(&dir), expected, "{err}");
+}
+
+#[test]
+fn redundancy_across_hosts_refuses_copies_on_one_host_and_miscounted_hosts() {
+    let dir = work_dir("mask-refused");
+    let (code, err) = redundant_stencil(&dir, "localhost:5,127.0.0.2:1", &[]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("copies of a rank must be on different hosts"), "{err}");
+    let (code, err) = redundant_stencil(&dir, "localhost:4,127.0.0.2:4", &[]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--hosts names 8 rank(s); -n 4 at --redundancy 1.5 runs 6"), "{err}");
+}

@@ -75,7 +75,7 @@ pub struct RunArgs {
     /// second copy). A copy killed while another copy of its rank runs is masked: no
     /// respawn, no rollback. Without it, REVERB_REDUNDANCY with REVERB_VIRTUAL_RANKS in the
     /// environment describe a job whose `-n` counts the processes.
-    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "hosts", "hostfile", "slurm", "mpi"])]
+    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "slurm", "mpi"])]
     pub redundancy: Option<f64>,
     /// Over-decomposition: each process hosts V consecutive ranks (objects) as threads pinned
     /// to one core; a process is a node (failure unit). Apps built on `run_objects` (every
@@ -140,6 +140,7 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
         part,
         redundancy,
         objects: args.objects.map(|per_process| ObjectsPlan { per_process, helpers: args.parallel_recovery }),
+        masker: None,
     };
     Ok(launch_report(&spec, &opts)?.code)
 }
@@ -166,8 +167,20 @@ fn redundant_job(args: &RunArgs, env: &mut Vec<(String, String)>) -> Result<(u32
 /// `reverb run --hosts`: the options every host's launcher takes, checked here.
 fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) -> Result<i32> {
     let total: u32 = hosts.iter().map(|h| h.ranks).sum();
-    if total != args.ranks {
-        bail!("--hosts names {total} rank(s), -n {}", args.ranks);
+    // With --redundancy, -n counts the virtual ranks and the hosts their copies.
+    let mut env = Vec::new();
+    let (processes, map) = redundant_job(args, &mut env)?;
+    if total != processes {
+        match args.redundancy {
+            Some(r) => {
+                bail!("--hosts names {total} rank(s); -n {} at --redundancy {r} runs {processes}", args.ranks)
+            }
+            None => bail!("--hosts names {total} rank(s), -n {}", args.ranks),
+        }
+    }
+    if let Some(map) = &map {
+        // The agents check it too; here it fails before any host is started.
+        super::hosts::check_copies_spread(map, hosts)?;
     }
     check_across(args)?;
     // One node per host unless told otherwise.
@@ -187,6 +200,7 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
         command: &args.command,
         verbose,
         timeout: parse_timeout(args.timeout)?,
+        env,
     })
 }
 

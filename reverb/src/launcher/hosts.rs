@@ -95,6 +95,9 @@ pub struct AcrossHosts<'a> {
     /// The job's `--timeout`: the front stops every host if the job outlives it by far
     /// (`agent::front_bound`).
     pub timeout: Option<Duration>,
+    /// Job settings for every agent and rank beyond this process's `REVERB_*` (the
+    /// redundancy's, from `--redundancy`).
+    pub env: Vec<(String, String)>,
 }
 
 /// How the first host's agent's last line starts: the job ended (any other end of that agent
@@ -136,7 +139,8 @@ impl Starter<'_> {
         let job = self.job;
         let mut cmd = Command::new(&self.rsh[0]);
         cmd.args(&self.rsh[1..]).arg(host).arg("env");
-        cmd.args(forwarded_env(&self.identity).iter().map(|(k, v)| format!("{k}={v}")));
+        let settings: Vec<(String, String)> = self.identity.iter().chain(&job.env).cloned().collect();
+        cmd.args(forwarded_env(&settings).iter().map(|(k, v)| format!("{k}={v}")));
         cmd.arg(&self.exe).args(["agent", "--host", host, "--hosts", &host_list(job.hosts)]);
         if !job.spares.is_empty() {
             cmd.args(["--spares", &job.spares.join(",")]);
@@ -152,6 +156,22 @@ impl Starter<'_> {
         let reader = child.stderr.take().map(|stderr| pass_through(stderr, ended.clone()));
         Ok(HostRun { name: host.to_string(), serves, child, ended, reader })
     }
+}
+
+/// Partial redundancy across hosts: no two copies of a rank on one host (hosts in rank
+/// order, as `--hosts` names them).
+pub(super) fn check_copies_spread(
+    map: &reverb_runtime::replicas::ReplicaMap,
+    hosts: &[HostSlots],
+) -> Result<()> {
+    let mut host_of = Vec::new();
+    for (i, h) in hosts.iter().enumerate() {
+        host_of.extend(std::iter::repeat_n(i as u32, h.ranks as usize));
+    }
+    let host = |p: u32| host_of.get(p as usize).copied().unwrap_or(u32::MAX);
+    map.check_spread(host)
+        .context("--redundancy across hosts: copies of a rank must be on different hosts")?;
+    Ok(())
 }
 
 /// `a:2,b:2`, as `--hosts` takes it.

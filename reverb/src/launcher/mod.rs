@@ -99,6 +99,9 @@ pub struct LaunchOptions {
     pub redundancy: Option<reverb_runtime::replicas::ReplicaMap>,
     /// Over-decomposition: processes of several ranks, restarted in parallel (`--objects`).
     pub objects: Option<objects::ObjectsPlan>,
+    /// With `redundancy` in a part of a job: the job's controller decides which deaths are
+    /// masked.
+    pub masker: Option<masking::Masker>,
 }
 
 /// The part of a job one launcher runs when several launchers (one per host) run it together.

@@ -66,7 +66,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         job_id,
         verbose: opts.verbose,
         loggers: loggers.as_ref(),
-        masking: opts.redundancy.clone().map(Masking::new),
+        masking: opts.redundancy.clone().map(|map| Masking::new(map, opts.masker.clone())),
         objects: opts.objects,
     };
     let _signals = SignalGuard::install();

@@ -164,18 +164,30 @@ impl<'a> Watch<'a> {
     /// Masks the death of rank `i` when it is a copy killed by a signal while another copy
     /// of its virtual rank runs: the rendezvous retires it and the job goes on.
     fn mask(&mut self, i: usize) -> bool {
-        let (Some(masking), Some(server)) = (self.ctx.masking.as_ref(), self.server) else { return false };
+        let Some(masking) = self.ctx.masking.as_ref() else { return false };
         let p = &self.procs[i];
         let RankStatus::Signaled(signal) = p.status else { return false };
-        let Some((virtual_rank, live_mates)) = masking.live_mates(p.rank, &self.procs, self.ctx.local.start)
-        else {
-            return false;
+        let decided = match self.server {
+            Some(server) => {
+                let Some((virtual_rank, live_mates)) =
+                    masking.live_mates(p.rank, &self.procs, self.ctx.local.start)
+                else {
+                    return false;
+                };
+                let reason = format!("{}; masked by its copies {live_mates:?}", dead_reason(p.rank, signal));
+                if let Err(e) = server.retire(p.rank, p.incarnation, &reason) {
+                    eprintln!(
+                        "reverb run: rank {}: retiring it at the rendezvous: {e}; failing it instead",
+                        p.rank
+                    );
+                    return false;
+                }
+                Some((virtual_rank, live_mates))
+            }
+            // A part of a job: the controller sees every host's copies.
+            None => masking.ask_controller(p.rank, p.incarnation, &dead_reason(p.rank, signal)),
         };
-        let reason = format!("{}; masked by its copies {live_mates:?}", dead_reason(p.rank, signal));
-        if let Err(e) = server.retire(p.rank, p.incarnation, &reason) {
-            eprintln!("reverb run: rank {}: retiring it at the rendezvous: {e}; failing it instead", p.rank);
-            return false;
-        }
+        let Some((virtual_rank, live_mates)) = decided else { return false };
         eprintln!(
             "reverb run: {} (+{:.3} s): {}, a copy of virtual rank {virtual_rank}: masked, the job goes \
              on with its copies {live_mates:?}",

@@ -11,7 +11,8 @@
 //! Version 4 added the agent frames (AgentHello, Heartbeat, PartDone, TakeOver, JobEnd): a
 //! per-host agent's control connection to the job's controller, on the rendezvous port.
 //! Version 5 tells a lost rank from one that has not published yet in Addresses; version 6 a
-//! retired rank (gone for good) from a lost one.
+//! retired rank (gone for good) from a lost one. Version 7 added MaskRequest and MaskReply
+//! (partial redundancy across hosts: an agent asks the controller to mask a copy's death).
 //!
 //! Decoding never panics and never allocates more than the bytes actually present (or, when
 //! reading a socket, more than the bytes that actually arrived), so a peer cannot make us
@@ -25,7 +26,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{Result, TransportError};
 
 pub const MAGIC: [u8; 4] = *b"RVBT";
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload accepted or produced.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -55,7 +56,9 @@ const K_HEARTBEAT: u8 = 14;
 const K_PART_DONE: u8 = 15;
 const K_TAKE_OVER: u8 = 16;
 const K_JOB_END: u8 = 17;
-const K_LAST: u8 = K_JOB_END;
+const K_MASK_REQUEST: u8 = 18;
+const K_MASK_REPLY: u8 = 19;
+const K_LAST: u8 = K_MASK_REPLY;
 /// Longest host name an AgentHello may carry.
 pub const MAX_HOST: usize = 255;
 
@@ -112,6 +115,12 @@ pub enum Frame {
     /// Controller to agents: the job ended with `code` (non-zero: stop your ranks):
     /// `code i32 | reason: str`.
     JobEnd { code: i32, reason: String },
+    /// Agent to controller: copy `rank` at `incarnation` was killed; retire it if one of its
+    /// `mates` (the other copies of its rank) is alive: `rank u32 | incarnation u32 | count u32
+    /// | count × mate u32 | reason: str`.
+    MaskRequest { rank: u32, incarnation: u32, mates: Vec<u32>, reason: String },
+    /// Controller to agent: whether `rank`'s death was masked (retired): `rank u32 | masked u8`.
+    MaskReply { rank: u32, masked: bool },
 }
 
 impl Frame {
@@ -134,6 +143,8 @@ impl Frame {
             Frame::PartDone { .. } => "PartDone",
             Frame::TakeOver { .. } => "TakeOver",
             Frame::JobEnd { .. } => "JobEnd",
+            Frame::MaskRequest { .. } => "MaskRequest",
+            Frame::MaskReply { .. } => "MaskReply",
         }
     }
 }
@@ -272,6 +283,16 @@ fn encode_payload(frame: &Frame, p: &mut Vec<u8>) -> u8 {
         Frame::JobEnd { code, reason } => {
             w.u32(*code as u32).bytes32(clip(reason).as_bytes());
             K_JOB_END
+        }
+        Frame::MaskRequest { rank, incarnation, mates, reason } => {
+            w.u32(*rank).u32(*incarnation).u32(mates.len() as u32);
+            mates.iter().for_each(|m| _ = w.u32(*m));
+            w.bytes32(clip(reason).as_bytes());
+            K_MASK_REQUEST
+        }
+        Frame::MaskReply { rank, masked } => {
+            w.u32(*rank).u8(u8::from(*masked));
+            K_MASK_REPLY
         }
     }
 }
@@ -447,6 +468,21 @@ pub fn decode_payload(kind: u8, payload: &[u8]) -> Result<Frame> {
             let code = r.u32("code")? as i32;
             Frame::JobEnd { code, reason: string(r, "reason")? }
         }
+        K_MASK_REQUEST => {
+            let (rank, incarnation) = (r.u32("rank")?, r.u32("incarnation")?);
+            let n = count(r, 4)?;
+            let mates = (0..n).map(|_| r.u32("mate")).collect::<Result<Vec<u32>, _>>()?;
+            Frame::MaskRequest { rank, incarnation, mates, reason: string(r, "reason")? }
+        }
+        K_MASK_REPLY => {
+            let rank = r.u32("rank")?;
+            let masked = match r.u8("masked")? {
+                0 => false,
+                1 => true,
+                x => return Err(malformed(format!("mask reply: masked {x}"))),
+            };
+            Frame::MaskReply { rank, masked }
+        }
         other => return Err(malformed(format!("unknown kind {other}"))),
     };
     r.finish()?;
@@ -617,6 +653,10 @@ mod tests {
             Frame::PartDone { code: -9 },
             Frame::TakeOver { first: 4, count: 2, incarnation: 5 },
             Frame::JobEnd { code: 1, reason: "host hc lost".into() },
+            Frame::MaskRequest { rank: 5, incarnation: 0, mates: vec![2], reason: "killed".into() },
+            Frame::MaskRequest { rank: 5, incarnation: 1, mates: vec![], reason: String::new() },
+            Frame::MaskReply { rank: 5, masked: true },
+            Frame::MaskReply { rank: 6, masked: false },
         ];
         for f in frames {
             let b = encode(&f).unwrap();
@@ -626,15 +666,15 @@ mod tests {
         }
     }
 
-    /// The bytes of version 6, written out by hand: old and new peers must agree on them.
+    /// The bytes of version 7, written out by hand: old and new peers must agree on them.
     #[test]
     fn pinned_encodings() {
         let hello = Frame::Hello { token: b"tok".to_vec(), rank: 3, size: 4, incarnation: 1 };
-        let mut want = b"RVBT\x06\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
+        let mut want = b"RVBT\x07\x00\x01\x00\x13\x00\x00\x00\x03\x00\x00\x00tok".to_vec();
         want.extend_from_slice(&[3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(encode(&hello).unwrap(), want);
         let abort = Frame::Abort { rank: Some(2), reason: "gone".into() };
-        let want = b"RVBT\x06\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
+        let want = b"RVBT\x07\x00\x06\x00\x0d\x00\x00\x00\x01\x02\x00\x00\x00\x04\x00\x00\x00gone";
         assert_eq!(encode(&abort).unwrap(), want);
         let table = Frame::Addresses {
             entries: vec![
@@ -649,20 +689,25 @@ mod tests {
                 PeerAddress { rank: 6, incarnation: 1, address: None, lost: true, retired: true },
             ],
         };
-        let mut want = b"RVBT\x06\x00\x0a\x00\x2c\x00\x00\x00\x03\x00\x00\x00".to_vec();
+        let mut want = b"RVBT\x07\x00\x0a\x00\x2c\x00\x00\x00\x03\x00\x00\x00".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 0, 0xaa]);
         want.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         want.extend_from_slice(&[6, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0]);
         assert_eq!(encode(&table).unwrap(), want);
         let welcome = Frame::Welcome { size: 2, round: 0x0102 };
-        let want = b"RVBT\x06\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
+        let want = b"RVBT\x07\x00\x02\x00\x0c\x00\x00\x00\x02\x00\x00\x00\x02\x01\x00\x00\x00\x00\x00\x00";
         assert_eq!(encode(&welcome).unwrap(), want);
         let uniform = Frame::Uniform { round: 1, count: 3, part: vec![7] };
-        let want = b"RVBT\x06\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
+        let want = b"RVBT\x07\x00\x0c\x00\x11\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x01\x00\x00\x00\x07";
         assert_eq!(encode(&uniform).unwrap(), want);
         let take = Frame::TakeOver { first: 4, count: 2, incarnation: 5 };
-        let want = b"RVBT\x06\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
+        let want = b"RVBT\x07\x00\x10\x00\x0c\x00\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00\x05\x00\x00\x00";
         assert_eq!(encode(&take).unwrap(), want);
+        let ask = Frame::MaskRequest { rank: 4, incarnation: 0, mates: vec![0], reason: "k".into() };
+        let want = b"RVBT\x07\x00\x12\x00\x15\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00k";
+        assert_eq!(encode(&ask).unwrap(), want);
+        let reply = Frame::MaskReply { rank: 4, masked: true };
+        assert_eq!(encode(&reply).unwrap(), b"RVBT\x07\x00\x13\x00\x05\x00\x00\x00\x04\x00\x00\x00\x01");
     }
 
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -715,12 +760,16 @@ mod tests {
             any::<i32>().prop_map(|code| Frame::PartDone { code }),
             any::<[u32; 3]>().prop_map(|n| Frame::TakeOver { first: n[0], count: n[1], incarnation: n[2] }),
             (any::<i32>(), ".{0,12}").prop_map(|(code, reason)| Frame::JobEnd { code, reason }),
+            (any::<[u32; 2]>(), prop::collection::vec(any::<u32>(), 0..4), ".{0,12}").prop_map(
+                |(n, mates, reason)| Frame::MaskRequest { rank: n[0], incarnation: n[1], mates, reason }
+            ),
+            (any::<u32>(), any::<bool>()).prop_map(|(rank, masked)| Frame::MaskReply { rank, masked }),
         ]
     }
 
     proptest! {
         #[test]
-        fn arbitrary_bytes_never_panic(kind in 0u8..20, payload in prop::collection::vec(any::<u8>(), 0..128)) {
+        fn arbitrary_bytes_never_panic(kind in 0u8..22, payload in prop::collection::vec(any::<u8>(), 0..128)) {
             let _ = decode_payload(kind, &payload);
             let mut framed = MAGIC.to_vec();
             framed.extend_from_slice(&VERSION.to_le_bytes());

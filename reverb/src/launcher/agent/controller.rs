@@ -6,6 +6,11 @@
 //! above any the lost agent could have reached. With no spare, one that connects within the
 //! agent timeout (a host come back) takes them; otherwise the job stops with a report. The job
 //! ends when every host's ranks are done, or at the first part that fails.
+//!
+//! Under partial redundancy the controller masks copies' deaths for the agents (each sees its
+//! own host's copies only): an agent asks (`MaskRequest`), and the rendezvous retires the copy
+//! if a mate is alive there. A host lost whose every rank has a live copy on another host is
+//! masked whole: its copies are retired, nothing is restarted and nothing rolls back.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -34,6 +39,8 @@ pub(crate) struct ControlPlan {
     pub timing: Timing,
     /// How long the other hosts' agents have to connect at the start.
     pub start_within: Duration,
+    /// Partial redundancy: the job's processes are copies of fewer virtual ranks.
+    pub redundancy: Option<reverb_runtime::replicas::ReplicaMap>,
 }
 
 /// How the job ended.
@@ -146,6 +153,7 @@ struct State {
     reporter: FailureReporter,
     loggers: Option<FailureReporter>,
     ranks_per_node: u32,
+    redundancy: Option<reverb_runtime::replicas::ReplicaMap>,
     events: Sender<Event>,
     stop_own: Box<dyn Fn() + Send>,
     ended: Option<JobEnd>,
@@ -185,6 +193,7 @@ impl State {
             reporter,
             loggers: plan.loggers,
             ranks_per_node: plan.ranks_per_node.max(1),
+            redundancy: plan.redundancy,
             events,
             stop_own,
             ended: None,
@@ -284,11 +293,54 @@ impl State {
                     self.part_ended(i, code);
                 }
             }
+            Frame::MaskRequest { rank, incarnation, mates, reason } => {
+                self.mask_request(id, rank, incarnation, &mates, &reason)
+            }
             other => {
                 let host = self.agents.get(&id).map_or("?", |a| a.intro.host.as_str()).to_string();
                 self.gone(id, &format!("sent an unexpected {} frame (host {host})", other.kind_name()));
             }
         }
+    }
+
+    /// An agent asks to mask the death of its copy `rank`: retired at the rendezvous if a mate
+    /// is alive there. Only for a rank of the asking agent's own part.
+    fn mask_request(&mut self, id: u64, rank: u32, incarnation: u32, mates: &[u32], reason: &str) {
+        let Some(agent) = self.agents.get(&id) else { return };
+        let own = self.part_of(id).is_some_and(|i| self.parts[i].ranks.contains(&rank));
+        let masked = own
+            && self.redundancy.is_some()
+            && match self.reporter.retire_if_mates_live(&[(rank, incarnation, mates.to_vec())], reason) {
+                Ok(m) => m,
+                Err(e) => {
+                    say(format_args!("masking rank {rank}: {e}"));
+                    false
+                }
+            };
+        if let Err(e) = agent.writer.send(&Frame::MaskReply { rank, masked }) {
+            say(format_args!("answering host {} about rank {rank}: {e}", agent.intro.host));
+        }
+    }
+
+    /// A part of a lost host every rank of which has a mate alive on another host: all
+    /// retired at once. Whether they were.
+    fn mask_lost_part(&self, ranks: std::ops::Range<u32>, reason: &str) -> bool {
+        let Some(map) = &self.redundancy else { return false };
+        let mut copies = Vec::new();
+        for rank in ranks.clone() {
+            let Some((v, _)) = map.of_physical(rank) else { return false };
+            let mates: Vec<u32> = map.sphere(v).iter().copied().filter(|m| !ranks.contains(m)).collect();
+            if mates.is_empty() {
+                return false;
+            }
+            copies.push((rank, 0, mates));
+        }
+        // Any incarnation: a masked copy is never respawned.
+        copies.iter_mut().for_each(|c| c.1 = u32::MAX);
+        self.reporter.retire_if_mates_live(&copies, reason).unwrap_or_else(|e| {
+            say(format_args!("masking ranks {}-{}: {e}", ranks.start, ranks.end - 1));
+            false
+        })
     }
 
     fn part_of(&self, id: u64) -> Option<usize> {
@@ -312,9 +364,20 @@ impl State {
         if self.ended.is_some() {
             return;
         }
+        let reason = format!("host {} lost ({why})", agent.intro.host);
+        let ranks = self.parts[i].ranks.clone();
+        if self.mask_lost_part(ranks.clone(), &reason) {
+            say(format_args!(
+                "{reason}; its ranks {}-{} are copies with live mates on other hosts: masked, the job goes on",
+                ranks.start,
+                ranks.end - 1
+            ));
+            self.parts[i].holder = Holder::Done;
+            self.finish_if_all_done();
+            return;
+        }
         let p = &mut self.parts[i];
         p.holder = Holder::Orphan { since: Instant::now() };
-        let reason = format!("host {} lost ({why})", agent.intro.host);
         // Not waiting for the rendezvous to apply them: the controller's heartbeats keep time.
         for rank in p.ranks.clone() {
             if let Err(e) = self.reporter.report_failed(rank, p.ceiling, &reason) {

@@ -40,6 +40,8 @@ pub(crate) struct Hello<'a> {
 pub(crate) struct Link {
     writer: Writer,
     orders: Receiver<Order>,
+    /// The controller's answers to `MaskRequest`s: (rank, masked).
+    replies: Receiver<(u32, bool)>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -64,9 +66,13 @@ impl Link {
             .with_context(|| format!("agent link: hello to {root}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, orders) = channel::unbounded();
+        let (reply_tx, replies) = channel::unbounded();
         let reader = spawn_reader(stream, timing, stop.clone(), move |heard| {
             let order = match heard {
                 Heard::Frame(Frame::Heartbeat) => return true,
+                Heard::Frame(Frame::MaskReply { rank, masked }) => {
+                    return reply_tx.send((rank, masked)).is_ok()
+                }
                 Heard::Frame(Frame::TakeOver { first, count, incarnation }) => {
                     Order::TakeOver { ranks: first..first.saturating_add(count), incarnation }
                 }
@@ -78,12 +84,35 @@ impl Link {
             tx.send(order).is_ok() && more
         });
         let beats = spawn_heartbeats(writer.clone(), timing, stop.clone());
-        Ok(Link { writer, orders, stop, threads: vec![reader, beats] })
+        Ok(Link { writer, orders, replies, stop, threads: vec![reader, beats] })
     }
 
     /// The controller's orders, in order; the last is a `JobEnd` or `ControllerLost`.
     pub(crate) fn orders(&self) -> &Receiver<Order> {
         &self.orders
+    }
+
+    /// Asks the controller, for this agent's launcher, to mask copies' deaths: one question
+    /// at a time, each answered within `within`.
+    pub(crate) fn masker(&self, within: Duration) -> crate::launcher::masking::Masker {
+        let (writer, replies) = (self.writer.clone(), self.replies.clone());
+        let one_at_a_time = std::sync::Mutex::new(());
+        crate::launcher::masking::Masker(Arc::new(move |rank, incarnation, mates: &[u32], reason: &str| {
+            let _turn = one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
+            let ask =
+                Frame::MaskRequest { rank, incarnation, mates: mates.to_vec(), reason: reason.to_string() };
+            writer.send(&ask).context("asking the controller")?;
+            let deadline = Instant::now() + within;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match replies.recv_timeout(left) {
+                    Ok((r, masked)) if r == rank => return Ok(masked),
+                    // An answer to a question given up on.
+                    Ok(_) => continue,
+                    Err(_) => bail!("the controller did not answer within {within:?}"),
+                }
+            }
+        }))
     }
 
     /// Tells the controller this agent's ranks ended with `code`.

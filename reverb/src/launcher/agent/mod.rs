@@ -35,7 +35,9 @@ use self::controller::{ControlPlan, Controller};
 use self::link::{Hello, Link, Order};
 use super::hosts::{parse_hosts, HostList, HostSlots};
 use super::logger_cores;
+use super::masking::Masker;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
+use reverb_runtime::replicas::ReplicaMap;
 
 /// How long the other hosts' agents have to reach the controller at the start.
 const START_WITHIN: Duration = Duration::from_secs(60);
@@ -104,6 +106,9 @@ struct Job {
     env: Vec<(String, String)>,
     command: Vec<String>,
     timing: Timing,
+    /// Partial redundancy (`REVERB_REDUNDANCY`, `REVERB_VIRTUAL_RANKS` from `reverb run
+    /// --hosts --redundancy R`): the hosts' ranks are copies of fewer virtual ranks.
+    redundancy: Option<ReplicaMap>,
 }
 
 /// What this agent does in the job.
@@ -194,10 +199,16 @@ fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
         respawn: job.respawn,
         timing: job.timing,
         start_within: START_WITHIN,
+        redundancy: job.redundancy.clone(),
     };
     let controller = Controller::start(&server, plan, Box::new(super::signals::request_stop))
         .context("starting the job's controller")?;
-    let code = run_part(job, job.parts()[0].1.clone(), 0, verbose);
+    // This host's copies are masked as the controller masks the others': at the rendezvous.
+    let reporter = server.failure_reporter();
+    let masker = Masker(Arc::new(move |rank, incarnation, mates: &[u32], reason: &str| {
+        Ok(reporter.retire_if_mates_live(&[(rank, incarnation, mates.to_vec())], reason)?)
+    }));
+    let code = run_part(job, job.parts()[0].1.clone(), 0, Some(masker), verbose);
     controller.own_part_done(code);
     let bound = job.timeout.map(|t| t + job.timing.timeout * 2);
     let end = controller.wait_end(bound);
@@ -285,7 +296,7 @@ fn run_linked(job: &Job, link: &Link, ranks: Range<u32>, first_incarnation: u32,
             return;
         }
     });
-    let code = run_part(job, ranks, first_incarnation, verbose);
+    let code = run_part(job, ranks, first_incarnation, Some(link.masker(job.timing.timeout)), verbose);
     finished.store(true, Ordering::SeqCst);
     // The controller may be gone: then there is no one to tell.
     let _ = link.part_done(code);
@@ -293,7 +304,13 @@ fn run_linked(job: &Job, link: &Link, ranks: Range<u32>, first_incarnation: u32,
 }
 
 /// Runs `ranks` as a launcher for part of the job; its exit code (1 if it could not start).
-fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool) -> i32 {
+fn run_part(
+    job: &Job,
+    ranks: Range<u32>,
+    first_incarnation: u32,
+    masker: Option<Masker>,
+    verbose: bool,
+) -> i32 {
     let Some((program, args)) = job.command.split_first() else { return 1 };
     let spec = LaunchSpec {
         ranks: job.total(),
@@ -317,6 +334,8 @@ fn run_part(job: &Job, ranks: Range<u32>, first_incarnation: u32, verbose: bool)
         respawn: job.respawn,
         logger: job.logger,
         part: Some(part),
+        masker: masker.filter(|_| job.redundancy.is_some()),
+        redundancy: job.redundancy.clone(),
         ..LaunchOptions::default()
     };
     match launch_report(&spec, &opts) {
@@ -351,6 +370,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         None => from_slurm(&args)?,
     };
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
+    let redundancy = redundant_hosts(&hosts)?;
     if let Some(h) = hosts.iter().find(|h| h.ranks % ranks_per_node != 0) {
         bail!(
             "host {} runs {} rank(s), not whole nodes of {ranks_per_node} (--ranks-per-node)",
@@ -374,7 +394,28 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         env: if args.mpi { crate::launcher::mpi::environment()? } else { Vec::new() },
         command: args.command,
         timing,
+        redundancy,
     })
+}
+
+/// The job's spheres when its environment makes it redundant: the hosts' ranks must be its
+/// processes, and no two copies of a rank may share a host.
+fn redundant_hosts(hosts: &[HostSlots]) -> Result<Option<ReplicaMap>> {
+    let Some(r) = reverb_runtime::redundancy_from_env().context("the job's environment")? else {
+        return Ok(None);
+    };
+    let map = ReplicaMap::new(r.virtual_ranks, r.degree).context("REVERB_REDUNDANCY")?;
+    let total: u32 = hosts.iter().map(|h| h.ranks).sum();
+    if map.physical_ranks() != total {
+        bail!(
+            "{} virtual rank(s) at redundancy {} run as {} processes; the hosts name {total}",
+            r.virtual_ranks,
+            r.degree,
+            map.physical_ranks()
+        );
+    }
+    super::hosts::check_copies_spread(&map, hosts)?;
+    Ok(Some(map))
 }
 
 type JobShape = (Vec<HostSlots>, Vec<String>, String, String, String, String);

@@ -115,7 +115,29 @@ impl Coordinator {
                 }
                 let _ = verdict.send(Ok(()));
             }
+            Event::RetireIfMatesLive { copies, reason, verdict } => {
+                let _ = verdict.send(self.retire_if_mates_live(&copies, reason));
+            }
         }
+    }
+
+    /// Retires every copy when each has a live mate outside `copies`; else nothing.
+    fn retire_if_mates_live(&mut self, copies: &[(u32, u32, Vec<u32>)], reason: String) -> bool {
+        let live = |m: u32| {
+            !copies.iter().any(|(r, _, _)| *r == m)
+                && self
+                    .slots
+                    .get(m as usize)
+                    .is_some_and(|s| matches!(s.status, SlotStatus::Live | SlotStatus::Left))
+        };
+        if !copies.iter().all(|(_, _, mates)| mates.iter().any(|&m| live(m))) {
+            return false;
+        }
+        for (rank, incarnation, _) in copies {
+            self.mark_failed(*rank, *incarnation, reason.clone());
+            self.retire(*rank, *incarnation);
+        }
+        true
     }
 
     fn set_presence(&self, joined: bool, left: bool) {

@@ -162,6 +162,27 @@ impl FailureReporter {
         self.verdict(vrx, "retire")
     }
 
+    /// Partial redundancy: retires every `(rank, incarnation, mates)` of `copies` (their
+    /// deaths masked) when each has a mate alive at the rendezvous (connected, or gone with a
+    /// Bye) that is not itself in `copies`; otherwise changes nothing. All or none, applied at
+    /// once: two copies of one rank asking together cannot both be retired. Returns whether
+    /// they were.
+    pub fn retire_if_mates_live(&self, copies: &[(u32, u32, Vec<u32>)], reason: &str) -> Result<bool> {
+        if let Some(&(rank, _, _)) = copies.iter().find(|(r, _, _)| *r >= self.shared.size) {
+            return Err(TransportError::InvalidRank(rank, self.shared.size));
+        }
+        let (vtx, vrx) = channel::bounded(1);
+        let ev =
+            Event::RetireIfMatesLive { copies: copies.to_vec(), reason: reason.to_string(), verdict: vtx };
+        self.events.send(ev).map_err(|_| TransportError::Bootstrap("boot server stopped".into()))?;
+        match vrx.recv_timeout(self.shared.opts.io_timeout) {
+            Ok(retired) => Ok(retired),
+            Err(_) => {
+                Err(TransportError::Bootstrap("boot server did not answer retire_if_mates_live".into()))
+            }
+        }
+    }
+
     fn verdict(&self, vrx: Receiver<std::result::Result<(), String>>, call: &str) -> Result<()> {
         match vrx.recv_timeout(self.shared.opts.io_timeout) {
             Ok(Ok(())) => Ok(()),
@@ -233,6 +254,12 @@ pub(super) enum Event {
         reason: String,
         retire: bool,
         verdict: Sender<std::result::Result<(), String>>,
+    },
+    /// From a job's controller: `FailureReporter::retire_if_mates_live`.
+    RetireIfMatesLive {
+        copies: Vec<(u32, u32, Vec<u32>)>,
+        reason: String,
+        verdict: Sender<bool>,
     },
 }
 
