@@ -46,9 +46,15 @@ fn checksum(out: &Path) -> String {
 /// `reverb run -n 6 --ranks-per-node 2 --respawn 1 [--hosts ...] -- reverb APP`, causal logs
 /// and buddy checkpoints on shm; (exit code, stderr, wall time).
 fn stencil(out: &Path, hosts: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
+    let shape: Vec<&str> = ["-n", "6"].iter().chain(hosts).copied().collect();
+    stencil_shaped(out, &shape, env)
+}
+
+/// As `stencil`, with `shape` giving the ranks and their hosts.
+fn stencil_shaped(out: &Path, shape: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
     let mut cmd = Command::new(BIN);
-    cmd.args(["run", "-n", "6", "--ranks-per-node", "2", "--respawn", "1", "--timeout", "120"]);
-    cmd.args(hosts).arg("--").arg(BIN).args(APP);
+    cmd.args(["run", "--ranks-per-node", "2", "--respawn", "1", "--timeout", "120"]);
+    cmd.args(shape).arg("--").arg(BIN).args(APP);
     cmd.env("REVERB_RSH", local_rsh(out))
         .env("REVERB_RUNTIME_REPORT", out)
         .env("REVERB_PROVIDER", "shm")
@@ -304,26 +310,8 @@ fn a_lost_host_moves_to_the_spare_with_its_logger_cores() {
 /// `reverb run -n 4 --redundancy 1.5 --hosts HOSTS` (6 processes: ranks 0-3, then the second
 /// copies 4 of 0 and 5 of 2, so the third host holds copies only); (exit code, stderr).
 fn redundant_stencil(out: &Path, hosts: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["run", "-n", "4", "--redundancy", "1.5", "--ranks-per-node", "2", "--respawn", "1"]);
-    cmd.args(["--timeout", "120", "--hosts", hosts, "--"]).arg(BIN).args(APP);
-    cmd.env("REVERB_RSH", local_rsh(out))
-        .env("REVERB_RUNTIME_REPORT", out)
-        .env("REVERB_PROVIDER", "shm")
-        .env("REVERB_LOG", "causal")
-        .env("REVERB_CKPT", "buddy")
-        .env("REVERB_AGENT_HEARTBEAT_MS", "200")
-        .env("REVERB_AGENT_TIMEOUT_S", "5")
-        .env_remove("REVERB_FAULT")
-        .env_remove("REVERB_FAULT_AGENT");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("reverb run");
-    (
-        out.status.code(),
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-    )
+    let (code, err, _) = stencil_shaped(out, &["-n", "4", "--redundancy", "1.5", "--hosts", hosts], env);
+    (code, err)
 }
 
 /// The 4-rank stencil's answer, one process per rank on one host.
@@ -349,27 +337,28 @@ fn four_rank_answer() -> String {
         .clone()
 }
 
-#[test]
-fn a_copy_killed_on_another_host_is_masked_by_the_controller() {
+/// The redundant stencil with `fault`: it ends well with the one-host answer, its log saying
+/// `says` and never `never` (nothing restarted).
+fn masked_run(name: &str, fault: (&str, &str), says: &str, never: &str) {
     let expected = four_rank_answer();
-    let dir = work_dir("mask-copy");
-    // Rank 4, the copy of rank 0 on the third host, dies early; rank 0 runs on the first.
-    let (code, err) = redundant_stencil(&dir, HOSTS, &[("REVERB_FAULT", "4:2000")]);
+    let dir = work_dir(name);
+    let (code, err) = redundant_stencil(&dir, HOSTS, &[fault]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("a copy of virtual rank 0: masked"), "{err}");
-    assert!(!err.contains("respawning"), "a masked death respawned something: {err}");
+    assert!(err.contains(says), "{err}");
+    assert!(!err.contains(never), "{err}");
     assert_eq!(checksum(&dir), expected, "{err}");
 }
 
 #[test]
+fn a_copy_killed_on_another_host_is_masked_by_the_controller() {
+    // Rank 4, the copy of rank 0 on the third host, dies early; rank 0 runs on the first.
+    masked_run("mask-copy", ("REVERB_FAULT", "4:2000"), "a copy of virtual rank 0: masked", "respawning");
+}
+
+#[test]
 fn a_lost_host_of_copies_is_masked_whole_with_no_spare_and_no_rollback() {
-    let expected = four_rank_answer();
-    let dir = work_dir("mask-host");
-    let (code, err) = redundant_stencil(&dir, HOSTS, &[("REVERB_FAULT_AGENT", "127.0.0.3@1500")]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("its ranks 4-5 are copies with live mates on other hosts: masked"), "{err}");
-    assert!(!err.contains("start again on spare"), "{err}");
-    assert_eq!(checksum(&dir), expected, "{err}");
+    let says = "its ranks 4-5 are copies with live mates on other hosts: masked";
+    masked_run("mask-host", ("REVERB_FAULT_AGENT", "127.0.0.3@1500"), says, "start again on spare");
 }
 
 #[test]
