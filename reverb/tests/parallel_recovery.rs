@@ -62,15 +62,22 @@ fn objects_run_the_same_program_in_fewer_processes_with_the_same_answer() {
     assert_eq!(pids(&reports).len(), 4, "16 objects in 4 processes");
 }
 
+/// 16 ranks as 4 processes of 4 objects under `--parallel-recovery 2` with `fault`: it ends
+/// well with the failure-free checksum.
+fn parallel_job(name: &str, fault: &str, respawn: u32) -> Outcome {
+    let plain = plain();
+    let shape = ["-n", "16", "--objects", "4", "--parallel-recovery", "2"];
+    let out = job(name, &shape, Some(fault), respawn);
+    assert!(out.success, "{}", out.output);
+    assert_eq!(out.checksum, plain.checksum, "{}", out.output);
+    out
+}
+
 #[test]
 fn a_killed_process_recovers_its_objects_in_parallel_bit_identical() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let plain = plain();
     // Rank 4, the first object of process 1, dies at about iteration 30 (two sends each).
-    let shape = ["-n", "16", "--objects", "4", "--parallel-recovery", "2"];
-    let out = job("parallel", &shape, Some("4:60"), 1);
-    assert!(out.success, "{}", out.output);
-    assert_eq!(out.checksum, plain.checksum, "{}", out.output);
+    let out = parallel_job("parallel", "4:60", 1);
     assert_eq!(out.respawned_nodes(), vec![vec![1]], "{}", out.output);
     assert!(out.output.contains("parallel recovery: ranks [5, 7] replay on cpu"), "{}", out.output);
     let restarted = reports(&out, 1);
@@ -88,13 +95,9 @@ fn a_killed_process_recovers_its_objects_in_parallel_bit_identical() {
 #[test]
 fn a_helper_killed_during_the_replay_recovers_again_bit_identical() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let plain = plain();
     // Rank 5 replays on the helper; it dies after 3 sends of its replay, taking its helper
     // process: node 1 fails again and restarts from the same checkpoint.
-    let shape = ["-n", "16", "--objects", "4", "--parallel-recovery", "2"];
-    let out = job("helper-killed", &shape, Some("4:60,5:3@1"), 2);
-    assert!(out.success, "{}", out.output);
-    assert_eq!(out.checksum, plain.checksum, "{}", out.output);
+    let out = parallel_job("helper-killed", "4:60,5:3@1", 2);
     assert_eq!(out.respawned_nodes(), vec![vec![1], vec![1]], "{}", out.output);
     assert_eq!(reports(&out, 2).len(), 4, "{}", out.output);
 }
