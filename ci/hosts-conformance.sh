@@ -59,7 +59,11 @@ while read -r name bin; do
     summary+=("$name: ${result:-no result (exit $rc)}" "${skips:-  (nothing skipped)}")
     if [ "$rc" != 0 ]; then
         failed+=("$name")
-        grep -E '^test .*FAILED$|^---- ' "$log" >&2 || tail -n 40 "$log" >&2
+        # What each failed test printed: its panic goes to stderr, unbuffered, so it lands
+        # before the (line-buffered) "test NAME ... FAILED"; the 150 lines up to each.
+        awk '{ buf[NR % 150] = $0 } / FAILED$/ { for (i = NR - 149; i <= NR; i++) if (i > 0) print buf[i % 150] }' \
+            "$log" >&2
+        grep -q ' FAILED$' "$log" || tail -n 40 "$log" >&2
     fi
 done <<<"$bins"
 
