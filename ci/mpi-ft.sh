@@ -9,7 +9,9 @@
 #     failure-free checksum each time;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
-#     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes.
+#     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
+#   - the all-reduce solver under CAML: contributions dropped once summed, a node killed
+#     after some all-reduces completed replays them from tombstones, the same checksum.
 # Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,3 +61,21 @@ expect coll-caml.log "rank 5 restored"
 grep -qs '"multicast_stubs_resent": [1-9]' "$reports"/rank-*.json ||
     fail "collectives_ft under CAML: no survivor resent a multicast stub"
 say "collectives (split communicators) under CAML: a node killed inside a collective, same checksum ($(checksum coll-clean.log)): ok"
+
+# The solver's MPI_Allreduce, one rank per node: ranks 5 and 6 send their contributions to
+# rank 4, not the root, and under CAML drop them once the sum is known. Rank 4 (3 sends an
+# iteration) killed at its 46th send, past the checkpoint of iteration 10, replays the
+# all-reduces that completed since from their tombstones.
+run solver-clean.log -n 8 --ranks-per-node 1 -- "$work/collectives_ft" solver 40 10 4096 8
+reports=$work/solver-reports
+rm -rf "$reports" && mkdir -p "$reports"
+REVERB_LOG_CAML=1 REVERB_FAULT=4:46 REVERB_RUNTIME_REPORT=$reports \
+    run solver-caml.log -n 8 --ranks-per-node 1 --respawn 1 -- "$work/collectives_ft" solver 40 10 4096 8
+expect solver-caml.log "rank 4 restored"
+[ "$(checksum solver-caml.log)" = "$(checksum solver-clean.log)" ] ||
+    fail "collectives_ft solver under CAML after a node's loss: $(checksum solver-caml.log), failure-free $(checksum solver-clean.log)"
+grep -qs '"contribution_bytes_dropped": [1-9]' "$reports"/rank-*.json ||
+    fail "collectives_ft solver under CAML: no contribution was dropped"
+grep -qs '"reductions_replayed_from_tombstones": [1-9]' "$reports"/rank-4-inc-1.json ||
+    fail "collectives_ft solver under CAML: rank 4 replayed no all-reduce from tombstones"
+say "all-reduce solver under CAML: contributions dropped once summed, a node replaying them from tombstones, same checksum ($(checksum solver-clean.log)): ok"

@@ -7,7 +7,9 @@
 #              its neighbourhood, then an MPI_Allreduce), 8 ranks, one per node;
 #   solver     the same program's solver (an MPI_Allreduce of the vector per iteration).
 # Per program and setting: the payload bytes the protocol logged (all ranks, from the runtime
-# reports: identical every round), the stubs logged, and the best wall time; then the
+# reports: identical every round), the stubs logged, the all-reduce contributions' bytes CAML
+# dropped once summed, the sender logs' peaks (each rank's largest, sampled before each
+# checkpoint's GC and at the end, summed over ranks) and the best wall time; then the
 # reduction in logged bytes and the time ratio (CAML / plain). Checksums must agree.
 #
 #   scripts/caml-volume.sh [rounds]    (default 3; env: REVERB_LOG=causal, BYTES=4096,
@@ -45,32 +47,34 @@ run_one() {
 import glob, json, sys
 dir, secs, checksum = sys.argv[1], sys.argv[2], sys.argv[3]
 reports = [json.load(open(f)) for f in glob.glob(dir + "/rank-*.json")]
-print(sum(r["payload_bytes_logged"] for r in reports), sum(r["multicast_stubs_logged"] for r in reports),
-      secs, checksum)
+total = lambda field: sum(r[field] for r in reports)
+print(total("payload_bytes_logged"), total("multicast_stubs_logged"), total("contribution_bytes_dropped"),
+      total("send_log_peak_bytes"), secs, checksum)
 EOF
 }
 
 export REVERB_LOG=$MODE REVERB_CKPT=buddy
-declare -A bytes stubs best sums
+declare -A bytes stubs dropped peak best sums
 for round in $(seq "$ROUNDS"); do
     for name in app multicast solver; do
         for caml in 0 1; do
-            read -r b s t c < <(REVERB_LOG_CAML=$caml run_one "$name" "$caml")
+            read -r b s d p t c < <(REVERB_LOG_CAML=$caml run_one "$name" "$caml")
             key=$name-$caml
-            bytes[$key]=$b stubs[$key]=$s sums[$key]=$c
+            bytes[$key]=$b stubs[$key]=$s dropped[$key]=$d peak[$key]=$p sums[$key]=$c
             if [[ -z ${best[$key]:-} ]] || (($(echo "$t < ${best[$key]}" | bc))); then best[$key]=$t; fi
         done
     done
     echo "round $round done" >&2
 done
-printf '%-10s %14s %14s %8s %10s %10s %10s %8s\n' program "logged plain" "logged CAML" stubs "less" \
-    "plain s" "CAML s" "time"
+printf '%-10s %13s %13s %7s %7s %10s %11s %11s %8s %8s %6s\n' program "logged plain" "logged CAML" \
+    stubs less dropped "peak plain" "peak CAML" "plain s" "CAML s" time
 for name in app multicast solver; do
     [[ ${sums[$name-0]} == "${sums[$name-1]}" ]] ||
         { echo "$name: checksums differ (${sums[$name-0]} vs ${sums[$name-1]})" >&2; exit 1; }
     less=$(echo "scale=1; 100 * (${bytes[$name-0]} - ${bytes[$name-1]}) / ${bytes[$name-0]}" | bc)
     ratio=$(echo "scale=2; ${best[$name-1]} / ${best[$name-0]}" | bc)
-    printf '%-10s %14s %14s %8s %9s%% %10.2f %10.2f %8s\n' "$name" "${bytes[$name-0]}" "${bytes[$name-1]}" \
-        "${stubs[$name-1]}" "$less" "${best[$name-0]}" "${best[$name-1]}" "$ratio"
+    printf '%-10s %13s %13s %7s %6s%% %10s %11s %11s %8.2f %8.2f %6s\n' "$name" "${bytes[$name-0]}" \
+        "${bytes[$name-1]}" "${stubs[$name-1]}" "$less" "${dropped[$name-1]}" "${peak[$name-0]}" \
+        "${peak[$name-1]}" "${best[$name-0]}" "${best[$name-1]}" "$ratio"
 done
 echo "(REVERB_LOG=$MODE, $BYTES-byte cells, best of $ROUNDS rounds; checksums agree)"

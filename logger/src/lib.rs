@@ -33,6 +33,7 @@ mod framepool;
 pub mod logring;
 pub mod multicast;
 pub mod protocol;
+pub mod reduction;
 pub mod sendlog;
 pub mod sink;
 pub mod stats;

@@ -14,7 +14,9 @@
 //! buffer the message was sent from (`record_framed`: no copy at all).
 //!
 //! Under collective-aware logging a multicast's tree sends log stubs (`record_stub`) that
-//! name its payload, kept once at its root (`record_multicast`; see [`crate::multicast`]).
+//! name its payload, kept once at its root (`record_multicast`; see [`crate::multicast`]),
+//! and a reduction's contribution loses its payload once the reduction completed
+//! (`drop_payload`; see [`crate::reduction`]).
 
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -25,6 +27,7 @@ use reverb_transport::{Rank, Region, Tag};
 use crate::determinant::Ssn;
 use crate::error::{LogError, Result};
 use crate::multicast::{McastKey, MulticastLog};
+use crate::reduction;
 
 /// One logged message, as `from_ssn` hands it out (a copy: replay is off the hot path).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +63,9 @@ enum Large {
     },
     /// No bytes: a multicast's payload, kept at its root.
     Stub(McastKey),
+    /// No bytes: a reduction's contribution dropped after the reduction completed, resent as
+    /// a tombstone (`crate::reduction`).
+    Dropped,
 }
 
 /// A logged message as kept: small payloads live in the destination's byte buffer, in order.
@@ -294,6 +300,32 @@ impl SendLog {
         }
     }
 
+    /// Replaces the payload of message `ssn` to `dest` by a tombstone (a completed
+    /// reduction's contribution, [`crate::reduction`]) when it has a buffer of its own, which
+    /// goes (back to the spares, or to the sender's pool); a small payload shares the
+    /// destination's byte buffer and stays whole, as does a stub. An ssn no longer (or not
+    /// yet) in the log is left alone. Returns the bytes freed.
+    pub fn drop_payload(&mut self, dest: Rank, ssn: Ssn) -> Result<u64> {
+        let log = self.per_dest.get_mut(dest as usize).ok_or_else(|| out_of_range(dest))?;
+        let Some(first) = log.entries.front().map(|e| e.ssn) else { return Ok(0) };
+        let Some(e) = usize::try_from(ssn.wrapping_sub(first)).ok().and_then(|i| log.entries.get_mut(i))
+        else {
+            return Ok(0);
+        };
+        if e.ssn != ssn || !matches!(e.large, Some(Large::Owned(_) | Large::Framed { .. })) {
+            return Ok(0);
+        }
+        if let Some(Large::Owned(b)) = e.large.replace(Large::Dropped) {
+            self.spare_bytes += b.capacity() as u64;
+            self.spare.push(b);
+        }
+        let freed = LoggedSend::charged_bytes(e.len) - LoggedSend::charged_bytes(0);
+        e.len = 0;
+        self.used -= freed;
+        self.shed_spares();
+        Ok(freed)
+    }
+
     /// The logged messages to `dest` from `ssn` on, in ssn order. A range that starts before
     /// the oldest kept entry is an error: those messages were trimmed, so a receiver asking
     /// for them is older than the checkpoint that allowed the trim. The copies are made up
@@ -324,6 +356,7 @@ impl SendLog {
                     Vec::new()
                 }
                 Some(Large::Owned(b)) => b.clone(),
+                Some(Large::Dropped) => reduction::tombstone(),
                 Some(Large::Framed { region, offset }) => region.to_vec(*offset, e.len)?,
                 None => {
                     let p = log
@@ -366,7 +399,7 @@ impl SendLog {
                         self.spare.push(b);
                     }
                     // Dropping the entry hands the buffer back to the sender's pool.
-                    Some(Large::Framed { .. }) | Some(Large::Stub(_)) => {}
+                    Some(Large::Framed { .. } | Large::Stub(_) | Large::Dropped) => {}
                     None => small += e.len,
                 }
             }
@@ -520,5 +553,26 @@ mod tests {
         log.record(1, 5, 0, b"").unwrap();
         assert!(log.from_ssn(1, 4).is_err(), "trimmed, though nothing is kept");
         assert_eq!(ssns(log.from_ssn(1, 5).unwrap()), [5]);
+    }
+
+    #[test]
+    fn dropped_payloads_free_their_buffers_and_resend_as_tombstones() {
+        let mut log = SendLog::new(2, 1 << 20);
+        log.record(1, 1, 5, &[7; 10]).unwrap();
+        log.record(1, 2, 5, &[8; SPARE_MIN]).unwrap();
+        log.record(1, 3, 5, &[9; 3]).unwrap();
+        let before = log.used();
+        assert_eq!(log.drop_payload(1, 1).unwrap(), 0, "a small payload stays");
+        let freed = log.drop_payload(1, 2).unwrap();
+        assert_eq!(freed, SPARE_MIN as u64);
+        assert_eq!(log.used(), before - freed);
+        assert_eq!(log.drop_payload(1, 2).unwrap(), 0, "dropped once");
+        assert_eq!(log.drop_payload(1, 9).unwrap(), 0, "not logged");
+        let got: Vec<_> = log.from_ssn(1, 1).unwrap().collect();
+        assert_eq!(got[0].payload, [7; 10]);
+        assert_eq!((got[1].ssn, got[1].tag, got[1].payload.clone()), (2, 5, reduction::tombstone()));
+        assert_eq!(got[2].payload, [9; 3], "the small bytes after it are still found");
+        log.trim(1, 3).unwrap();
+        assert!(log.is_empty() && log.used() == 0);
     }
 }

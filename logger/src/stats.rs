@@ -78,6 +78,9 @@ counters! {
     multicast_stubs_logged,
     /// Stubs resent to restarted ranks with the payload their root kept.
     multicast_stubs_resent,
+    /// Payload bytes of reduction contributions dropped from the sender log once their
+    /// reduction completed (collective-aware logging's tmpMsgLog).
+    contribution_bytes_dropped,
     /// Determinant bytes written to a remote ring.
     determinant_bytes_logged,
     /// Determinants created by wildcard receives.

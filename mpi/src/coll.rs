@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use reverb_runtime::McastKey;
+use reverb_runtime::{Contributions, McastKey};
 use reverb_transport::Source;
 
 use crate::abi::*;
@@ -155,6 +155,19 @@ pub(crate) fn reduce(
     mine: Vec<u8>,
     r: &Reduction<'_>,
 ) -> MpiResult<Option<Vec<u8>>> {
+    reduce_logged(s, g, root, mine, r, None)
+}
+
+/// `reduce`, with the contributions under collective-aware logging when `c` is given (to
+/// root 0, whose result every rank then holds: `MPI_Allreduce`).
+fn reduce_logged(
+    s: &mut State,
+    g: &Group,
+    root: usize,
+    mine: Vec<u8>,
+    r: &Reduction<'_>,
+    mut c: Option<&mut Contributions>,
+) -> MpiResult<Option<Vec<u8>>> {
     let n = g.size();
     let tree_root = if r.op.commutative() { root } else { 0 };
     let vr = (g.me + n - tree_root) % n;
@@ -165,12 +178,27 @@ pub(crate) fn reduce(
         if vr & mask == 0 {
             let src = vr | mask;
             if src < n {
-                let mut theirs = g.recv(s, (src + tree_root) % n)?;
-                op::apply(r.op, r.dt, r.dt_handle, r.count, &acc, &mut theirs)?;
-                acc = theirs;
+                let from = (src + tree_root) % n;
+                let got = g.recv(s, from)?;
+                let theirs = match c.as_deref_mut() {
+                    Some(c) => c.take(g.ranks[from], &got)?.map(<[u8]>::to_vec),
+                    None => Some(got),
+                };
+                // None: a tombstone, so this rank's partial result is one too.
+                if let Some(mut theirs) = theirs {
+                    op::apply(r.op, r.dt, r.dt_handle, r.count, &acc, &mut theirs)?;
+                    acc = theirs;
+                }
             }
         } else {
-            g.send(s, ((vr & !mask) + tree_root) % n, &acc)?;
+            let to = ((vr & !mask) + tree_root) % n;
+            match c.as_deref_mut() {
+                Some(c) => {
+                    let (parent, tag, payload) = (g.ranks[to], g.tag(), c.payload(&acc));
+                    s.rt.send_contribution(c, parent, |rt| frag::send(rt, parent, tag, &payload))?;
+                }
+                None => g.send(s, to, &acc)?,
+            }
             holder = false;
             break;
         }
@@ -323,11 +351,16 @@ fn reduce_call(
     let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
     let mine = dt.pack(source, n)?.into_owned();
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
-    let result = reduce(s, &g, root_rank, mine, &r)?;
     let result = match root {
-        Some(_) => result,
-        // Allreduce: the same bytes everywhere.
-        None => Some(bcast(s, &g, 0, result.unwrap_or_default())?),
+        Some(_) => reduce(s, &g, root_rank, mine, &r)?,
+        // Allreduce: the same bytes everywhere; each rank's contribution is logged until then.
+        None => {
+            let mut c = s.rt.begin_reduction(g.ranks[0]);
+            let result = reduce_logged(s, &g, 0, mine, &r, Some(&mut c))?;
+            let result = bcast(s, &g, 0, result.unwrap_or_default())?;
+            s.rt.end_reduction(c)?;
+            Some(result)
+        }
     };
     if let Some(bytes) = result {
         dt.unpack(&bytes, recvbuf, n)?;

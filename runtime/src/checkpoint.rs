@@ -149,6 +149,7 @@ impl Runtime {
         self.report.payload_bytes_logged = stats.payload_bytes_logged;
         self.report.multicast_stubs_logged = stats.multicast_stubs_logged;
         self.report.multicast_stubs_resent = stats.multicast_stubs_resent;
+        self.report.contribution_bytes_dropped = stats.contribution_bytes_dropped;
         self.report.send_log_peak_bytes = self.report.send_log_peak_bytes.max(stats.send_log_bytes);
         self.report.finalize_ns = unix_ns();
         self.report.compute_cpu_ms =

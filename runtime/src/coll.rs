@@ -1,6 +1,7 @@
 //! The runtime's collectives over its logged point-to-point messages: a binomial broadcast,
 //! whose payload is logged once at its root under collective-aware logging
-//! (`REVERB_LOG_CAML`), and an all-reduce (a binomial sum to rank 0, then that broadcast).
+//! (`REVERB_LOG_CAML`), and an all-reduce (a binomial sum to rank 0, then that broadcast),
+//! whose contributions to other parents are logged only until the sum is known.
 //! The trees are fixed and the sums add in one order, so a recovered run's answer is
 //! bit-identical.
 
@@ -60,24 +61,31 @@ impl Runtime {
 
     /// Sums `mine` element-wise over every rank (each calls it with as many values) and
     /// returns the sum at every rank: a binomial reduction to rank 0 under `tag`, lower ranks'
-    /// partial sums on the left, then `broadcast` from rank 0.
+    /// partial sums on the left, then `broadcast` from rank 0. Under collective-aware logging
+    /// a contribution to a parent other than rank 0 leaves the send log once the sum is here
+    /// ([`crate::Contributions`]).
     pub fn allreduce_sum(&mut self, tag: Tag, mine: &[f64]) -> Result<Vec<f64>> {
         let (n, me) = (self.size(), self.rank());
+        let mut c = self.begin_reduction(0);
         let mut acc = mine.to_vec();
         let mut mask = 1;
         while mask < n {
             if me & mask != 0 {
-                self.send(me & !mask, tag, &f64_bytes(&acc))?;
+                let payload = c.payload(&f64_bytes(&acc));
+                self.send_contribution(&mut c, me & !mask, |rt| rt.send(me & !mask, tag, &payload))?;
                 break;
             }
             if me | mask < n {
                 let got = self.recv_from(me | mask, tag)?;
-                let theirs = f64s(&got.payload, acc.len(), me | mask)?;
-                acc.iter_mut().zip(theirs).for_each(|(a, t)| *a += t);
+                if let Some(bytes) = c.take(me | mask, &got.payload)? {
+                    let theirs = f64s(bytes, acc.len(), me | mask)?;
+                    acc.iter_mut().zip(theirs).for_each(|(a, t)| *a += t);
+                }
             }
             mask <<= 1;
         }
         let sum = self.broadcast(0, tag, &f64_bytes(&acc))?;
+        self.end_reduction(c)?;
         f64s(&sum, mine.len(), 0)
     }
 }

@@ -120,6 +120,7 @@ mod messaging;
 mod objects;
 mod payload;
 mod recovery;
+mod reduction;
 mod redundant;
 pub mod replicas;
 mod report;
@@ -143,6 +144,7 @@ pub use fault::{FaultPlan, InitStep};
 pub use fault::{GcFault, InitFault, InitFaultAction};
 pub use objects::run_objects;
 pub use payload::Payload;
+pub use reduction::Contributions;
 pub use report::RuntimeReport;
 
 /// Image entry ids of a runtime checkpoint.
@@ -305,7 +307,7 @@ impl Runtime {
         self.send_now(dest, tag, payload)
     }
 
-    /// Whether multicasts are logged collective-aware (`REVERB_LOG_CAML`), alike at every
+    /// Whether broadcasts are logged collective-aware (`REVERB_LOG_CAML`), alike at every
     /// rank: collectives then send their payloads behind a [`McastKey`].
     pub fn caml(&self) -> bool {
         self.spheres.is_none() && self.endpoint.as_ref().is_some_and(LoggedEndpoint::caml)

@@ -80,6 +80,12 @@ pub struct RuntimeReport {
     pub multicast_stubs_logged: u64,
     /// Collective-aware logging: stubs resent to restarted ranks with their root's payload.
     pub multicast_stubs_resent: u64,
+    /// Collective-aware logging: reduction contributions' payload bytes dropped from the
+    /// sender log once their reduction completed (tombstones stay in their place).
+    pub contribution_bytes_dropped: u64,
+    /// Collective-aware logging: reductions this incarnation replayed after they had
+    /// completed, from a child's tombstone (the result came from the broadcast).
+    pub reductions_replayed_from_tombstones: u64,
     /// Duplicate messages dropped (resent after a recovery, the rank already had them).
     pub duplicates_dropped: u64,
     /// Restarted ranks under pessimistic-rb: frames their buddy's ring gave back for the replay.

@@ -147,8 +147,9 @@ pub struct LogConfig {
     /// With logging off, messages go as the provider's own where it can peek
     /// (`REVERB_LOG_PASS_THROUGH`, on by default; off keeps the envelopes, for comparison).
     pub pass_through: bool,
-    /// Collective-aware logging of multicasts (`REVERB_LOG_CAML`, off by default): a
-    /// broadcast's payload is logged once, at its root (`crate::multicast`).
+    /// Collective-aware logging (`REVERB_LOG_CAML`, off by default): a broadcast's payload
+    /// is logged once, at its root (`crate::multicast`); a reduction's contribution to a
+    /// parent other than the root, until the result is known (`crate::reduction`).
     pub caml: bool,
 }
 

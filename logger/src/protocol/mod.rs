@@ -84,6 +84,7 @@ mod pessimistic_rb;
 mod pessimistic_sb;
 mod receive;
 mod recovery;
+mod reduction;
 pub(crate) mod registry;
 mod rings;
 mod send;

@@ -62,7 +62,7 @@ impl LoggedEndpoint {
     }
 
     /// Whether `a` and `b` fail together: one node, or one team under team-based logging.
-    fn shares_fate(&self, a: Rank, b: Rank) -> bool {
+    pub(super) fn shares_fate(&self, a: Rank, b: Rank) -> bool {
         let node = |r: Rank| self.rings.node_of_rank.get(r as usize).copied();
         let team = match (self.config.unit, &self.config.teams) {
             (LogUnit::Team, Some(teams)) => teams.same_team(a, b),

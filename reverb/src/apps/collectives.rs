@@ -1,8 +1,10 @@
 //! A LeanMD-like collective pattern on the runtime's collectives: every iteration each rank
 //! in turn multicasts its cell (`size` bytes of f64) to all (`Runtime::broadcast`), every
-//! rank folds the cells it saw into a local energy, and an all-reduce sums the energies.
-//! Under collective-aware logging (`REVERB_LOG_CAML=1`) each cell is logged once, at its
-//! root, instead of at every inter-node tree send.
+//! rank folds the cells it saw into local forces (one per value of its cell), and an
+//! all-reduce sums the forces over the ranks. Under collective-aware logging
+//! (`REVERB_LOG_CAML=1`) each cell is logged once, at its root, instead of at every
+//! inter-node tree send, and a force contribution to a parent other than the all-reduce's
+//! root leaves the sender log once the sum is known.
 
 use anyhow::Result;
 use reverb_runtime::Runtime;
@@ -10,7 +12,7 @@ use reverb_runtime::Runtime;
 use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
 
 const TAG_CELL: u64 = 0x71;
-const TAG_ENERGY: u64 = 0x72;
+const TAG_FORCE: u64 = 0x72;
 
 fn encode(iter: u64, cell: &[f64]) -> Vec<u8> {
     let mut out = iter.to_le_bytes().to_vec();
@@ -35,15 +37,15 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     let mut iter = u64_at(&state, 0)?;
     let mut theirs = vec![0.0; values];
     while iter < args.iters {
-        let mut local = 0.0;
+        let mut force = vec![0.0; values];
         for root in 0..size {
             let mine = if root == me { encode(iter, &cell)[8..].to_vec() } else { Vec::new() };
             decode(&rt.broadcast(root, TAG_CELL, &mine)?, &mut theirs)?;
-            local += theirs.iter().zip(&cell).map(|(t, c)| t * c * 1e-6).sum::<f64>();
+            force.iter_mut().zip(&theirs).zip(&cell).for_each(|((f, t), c)| *f += t * c * 1e-6);
         }
-        let energy = rt.allreduce_sum(TAG_ENERGY, &[local, f64::from(me)])?;
-        for c in cell.iter_mut() {
-            *c = *c * 0.999 + 1e-3 * f64::from(me + 1) + energy[0] * 1e-9;
+        let total = rt.allreduce_sum(TAG_FORCE, &force)?;
+        for (c, f) in cell.iter_mut().zip(&total) {
+            *c = *c * 0.999 + 1e-3 * f64::from(me + 1) + f * 1e-3;
         }
         iter += 1;
         if args.ckpt_every > 0 && iter % args.ckpt_every == 0 && iter < args.iters {

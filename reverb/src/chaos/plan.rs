@@ -36,7 +36,7 @@ pub(super) fn app_args(app: &str) -> Vec<String> {
     let a: &[&str] = match app {
         "stencil" => &["--iters", "60", "--size", "64", "--ckpt-every", "10"],
         "master-worker" => &["--iters", "12", "--size", "2000", "--ckpt-every", "3"],
-        "collectives" => &["--iters", "16", "--size", "512", "--ckpt-every", "4"],
+        "collectives" => &["--iters", "16", "--size", "4096", "--ckpt-every", "4"],
         _ => &["--iters", "40", "--size", "256", "--ckpt-every", "8"],
     };
     a.iter().map(|s| s.to_string()).collect()

@@ -187,7 +187,7 @@ pub static VARS: &[Var] = &[
     // logger: message-logging protocols
     var("REVERB_LOG", "none", Logger, User, "none|pessimistic-rb|pessimistic-sb|causal", "message-logging protocol"),
     var("REVERB_LOG_UNIT", "node", Logger, User, "node|rank|team", "failure unit: what fails and rolls back together"),
-    var("REVERB_LOG_CAML", "0", Logger, User, "bool", "collective-aware logging: a broadcast's payload is logged once, at its root"),
+    var("REVERB_LOG_CAML", "0", Logger, User, "bool", "collective-aware logging: a broadcast's payload is logged once, at its root; an all-reduce contribution not sent to the root is logged until the sum is known"),
     var("REVERB_LOG_TEAMS", "", Logger, User, "text", "team-based logging: teams such as 0-3,4-7 (or @file); sets the unit to team"),
     var("REVERB_LOG_RING_BYTES", "8m", Logger, User, "size", "data bytes of each log ring a rank hosts (a multiple of 8)"),
     var("REVERB_LOG_REORDER_WINDOW", "4096", Logger, User, "int", "early (out-of-order) messages buffered per peer"),
