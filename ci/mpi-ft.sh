@@ -50,14 +50,23 @@ for log in mw-worker.log mw-master.log; do
 done
 say "master-worker (any-source): a worker node and the master's node killed, same checksum ($(checksum mw-clean.log)): ok"
 
-run coll-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" multicast 40 10 4096 4
-reports=$work/coll-reports
-rm -rf "$reports" && mkdir -p "$reports"
-REVERB_LOG_CAML=1 REVERB_FAULT=5:100 REVERB_RUNTIME_REPORT=$reports \
-    run coll-caml.log -n 8 --ranks-per-node 2 --respawn 1 -- "$work/collectives_ft" multicast 40 10 4096 4
-expect coll-caml.log "rank 5 restored"
-[ "$(checksum coll-caml.log)" = "$(checksum coll-clean.log)" ] ||
-    fail "collectives_ft under CAML after a node's loss: $(checksum coll-caml.log), failure-free $(checksum coll-clean.log)"
+# NAME PER_NODE FAULT ARGS...: collectives_ft ARGS on 8 ranks failure-free, then under CAML
+# with REVERB_FAULT=FAULT, its reports in $work/NAME-reports: the killed rank restored and
+# the failure-free checksum.
+caml_killed() {
+    local name=$1 per_node=$2 fault=$3
+    shift 3
+    run "$name-clean.log" -n 8 --ranks-per-node "$per_node" -- "$work/collectives_ft" "$@"
+    reports=$work/$name-reports
+    rm -rf "$reports" && mkdir -p "$reports"
+    REVERB_LOG_CAML=1 REVERB_FAULT=$fault REVERB_RUNTIME_REPORT=$reports \
+        run "$name-caml.log" -n 8 --ranks-per-node "$per_node" --respawn 1 -- "$work/collectives_ft" "$@"
+    expect "$name-caml.log" "rank ${fault%%:*} restored"
+    [ "$(checksum "$name-caml.log")" = "$(checksum "$name-clean.log")" ] ||
+        fail "collectives_ft $1 under CAML after a node's loss: $(checksum "$name-caml.log"), failure-free $(checksum "$name-clean.log")"
+}
+
+caml_killed coll 2 5:100 multicast 40 10 4096 4
 grep -qs '"multicast_stubs_resent": [1-9]' "$reports"/rank-*.json ||
     fail "collectives_ft under CAML: no survivor resent a multicast stub"
 say "collectives (split communicators) under CAML: a node killed inside a collective, same checksum ($(checksum coll-clean.log)): ok"
@@ -66,14 +75,7 @@ say "collectives (split communicators) under CAML: a node killed inside a collec
 # rank 4, not the root, and under CAML drop them once the sum is known. Rank 4 (3 sends an
 # iteration) killed at its 46th send, past the checkpoint of iteration 10, replays the
 # all-reduces that completed since from their tombstones.
-run solver-clean.log -n 8 --ranks-per-node 1 -- "$work/collectives_ft" solver 40 10 4096 8
-reports=$work/solver-reports
-rm -rf "$reports" && mkdir -p "$reports"
-REVERB_LOG_CAML=1 REVERB_FAULT=4:46 REVERB_RUNTIME_REPORT=$reports \
-    run solver-caml.log -n 8 --ranks-per-node 1 --respawn 1 -- "$work/collectives_ft" solver 40 10 4096 8
-expect solver-caml.log "rank 4 restored"
-[ "$(checksum solver-caml.log)" = "$(checksum solver-clean.log)" ] ||
-    fail "collectives_ft solver under CAML after a node's loss: $(checksum solver-caml.log), failure-free $(checksum solver-clean.log)"
+caml_killed solver 1 4:46 solver 40 10 4096 8
 grep -qs '"contribution_bytes_dropped": [1-9]' "$reports"/rank-*.json ||
     fail "collectives_ft solver under CAML: no contribution was dropped"
 grep -qs '"reductions_replayed_from_tombstones": [1-9]' "$reports"/rank-4-inc-1.json ||
