@@ -16,7 +16,9 @@
 #      lost mid-run, its ranks restart on the spare, the checksum is the failure-free run's;
 #   9. the same as one srun step of agents (`salloc -N 5 -c 2 --no-kill reverb run --slurm --spares 1`,
 #      which runs `srun -N 5 --ntasks-per-node=1 --no-kill reverb agent --spares 1 ...`), and an
-#      srun step of agents by hand, failure-free.
+#      srun step of agents by hand, failure-free;
+#  10. partial redundancy under srun's agents (`reverb run -n 4 --redundancy 1.5 --slurm` on 3
+#      nodes): a copy killed, masked by the controller, no respawn, the 4-rank answer.
 # Needs root (namespaces). Its hosts (REVERB_HOSTS_DIR=/run/reverb-hosts-slurm, 10.78.0.x) and
 # cluster are its own, apart from ci/hosts-suite.sh's; it removes them on exit.
 set -euo pipefail
@@ -206,5 +208,25 @@ timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME
     { tail -n 30 "$dir/job.log" >&2; fail "srun reverb agent"; }
 grep -q "job ended (code 0)" "$dir/job.log" || fail "the agents' job did not end well"
 [ "$free" = "$(cat "$dir/checksum")" ] || fail "checksums differ: $(cat "$dir/checksum")"
+
+# Partial redundancy under one srun step of agents: 4 virtual ranks at 1.5x are 6 processes,
+# 2 per node on 3 nodes, the third holding the copies of ranks 0 and 2 (physical 4 and 5).
+# Physical rank 4 dies: the controller masks it (a live mate, rank 0, on another node), no
+# respawn, and the answer is the 4-rank stencil's.
+say "partial redundancy under srun's agents (salloc -N 3 ... reverb run -n 4 --redundancy 1.5 --slurm): a copy killed, masked"
+dir=$out/redundant
+mkdir -p "$dir/reference"
+REVERB_PROVIDER=shm REVERB_LOG=causal REVERB_CKPT=buddy REVERB_RUNTIME_REPORT="$dir/reference" \
+    "$bin" run -n 4 --ranks-per-node 2 --timeout 200 -- "$bin" app stencil --iters 3000 --size 64 \
+    --ckpt-every 500 >"$dir/reference.log" 2>&1 || fail "the 4-rank stencil: $(tail -n 20 "$dir/reference.log")"
+timeout 240 bash ci/slurm.sh run sctl -- env REVERB_PROVIDER=auto REVERB_RUNTIME_REPORT="$dir" \
+    REVERB_LOG=causal REVERB_LOG_UNIT=node REVERB_CKPT=buddy REVERB_FAULT=4:2000 salloc -N 3 -c 2 --no-kill \
+    "$bin" run -n 4 --redundancy 1.5 --slurm --ranks-per-node 2 --respawn 1 --timeout 200 -- \
+    "$bin" app stencil --iters 3000 --size 64 --ckpt-every 500 >"$dir/job.log" 2>&1 ||
+    { tail -n 30 "$dir/job.log" >&2; fail "reverb run --redundancy 1.5 --slurm"; }
+grep -q "a copy of virtual rank 0: masked" "$dir/job.log" || { tail -n 30 "$dir/job.log" >&2; fail "the copy's death was not masked"; }
+! grep -q "respawning" "$dir/job.log" || fail "a masked copy's death restarted something"
+[ "$(cat "$dir/reference/checksum")" = "$(cat "$dir/checksum")" ] ||
+    fail "checksums differ: $(cat "$dir/checksum"), the 4-rank stencil $(cat "$dir/reference/checksum")"
 bash ci/slurm.sh down
 say "ok in $((SECONDS - start))s (after the build)"

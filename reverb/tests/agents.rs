@@ -371,3 +371,18 @@ fn redundancy_across_hosts_refuses_copies_on_one_host_and_miscounted_hosts() {
     assert_ne!(code, Some(0));
     assert!(err.contains("--hosts names 8 rank(s); -n 4 at --redundancy 1.5 runs 6"), "{err}");
 }
+
+/// Under Slurm the nodes of the allocation are the hosts: 6 processes (4 ranks at 1.5x) on one
+/// node would put copies of a rank together, refused before srun starts anything.
+#[test]
+fn redundancy_under_slurm_refuses_copies_on_one_node() {
+    let out = Command::new(BIN)
+        .args(["run", "-n", "4", "--redundancy", "1.5", "--slurm", "--timeout", "60", "--", "true"])
+        .env("SLURM_JOB_NUM_NODES", "1")
+        .output()
+        .expect("reverb run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("copies of a rank must be on different hosts"), "{err}");
+    assert!(!err.contains("srun"), "srun was started: {err}");
+}

@@ -74,8 +74,9 @@ pub struct RunArgs {
     /// the job runs as many processes as R copies of them take (1.5: every other rank has a
     /// second copy). A copy killed while another copy of its rank runs is masked: no
     /// respawn, no rollback. Without it, REVERB_REDUNDANCY with REVERB_VIRTUAL_RANKS in the
-    /// environment describe a job whose `-n` counts the processes.
-    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "slurm", "mpi"])]
+    /// environment describe a job whose `-n` counts the processes. With --hosts, --hostfile or
+    /// --slurm the copies of a rank go to different hosts.
+    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "mpi"])]
     pub redundancy: Option<f64>,
     /// Over-decomposition: each process hosts V consecutive ranks (objects) as threads pinned
     /// to one core; a process is a node (failure unit). Apps built on `run_objects` (every
@@ -216,12 +217,17 @@ fn run_slurm(args: &RunArgs, verbose: bool) -> Result<i32> {
     if let Some(r) = args.ranks_per_node {
         run_options.extend(["--ranks-per-node".to_string(), r.to_string()]);
     }
+    // With --redundancy, -n counts the virtual ranks; the agents get the shape from srun.
+    let mut env = Vec::new();
+    let (ranks, redundancy) = redundant_job(args, &mut env)?;
     super::slurm_step::launch(&super::slurm_step::SlurmStep {
-        ranks: args.ranks,
+        ranks,
         spares,
         run_options,
         command: &args.command,
         verbose,
+        env,
+        redundancy: redundancy.as_ref(),
     })
 }
 

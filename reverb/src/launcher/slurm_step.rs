@@ -6,7 +6,8 @@
 //! without `--no-kill` Slurm revokes the allocation, and so the job, when a node fails). The job's token
 //! is made here and reaches the agents through srun's environment. The job's exit code is the
 //! controller's (its last line), not srun's: srun reports a lost node's task as failed even
-//! when the job recovered.
+//! when the job recovered. With `--redundancy R`, `-n` counts the virtual ranks, their copies
+//! spread over the nodes, and the controller masks a copy's death (as across `--hosts`).
 
 use std::process::{Command, Stdio};
 
@@ -14,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::vars;
 use reverb_transport::config::{env_get, Env};
 
-use super::hosts::{pass_through, JobEndSeen};
+use super::hosts::{pass_through, HostSlots, JobEndSeen};
 use super::spawn::random_hex;
 
 /// What `reverb run --slurm` was asked for.
@@ -26,6 +27,11 @@ pub struct SlurmStep<'a> {
     pub run_options: Vec<String>,
     pub command: &'a [String],
     pub verbose: bool,
+    /// Set in srun's environment, which its tasks (the agents, then the ranks) inherit.
+    pub env: Vec<(String, String)>,
+    /// Partial redundancy: `ranks` are copies of fewer virtual ranks, which must spread over
+    /// the nodes.
+    pub redundancy: Option<&'a reverb_runtime::replicas::ReplicaMap>,
 }
 
 /// Runs the step and waits for it; the job's exit code.
@@ -49,6 +55,12 @@ pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
         );
     }
     let per_host = step.ranks / working;
+    if let Some(map) = step.redundancy {
+        // The agents check it too; here it fails before srun starts anything.
+        let nodes: Vec<HostSlots> =
+            (0..working).map(|i| HostSlots { name: format!("node {i}"), ranks: per_host }).collect();
+        super::hosts::check_copies_spread(map, &nodes)?;
+    }
     let token = env_get(vars::JOB_TOKEN)?.filter(|t| !t.is_empty()).unwrap_or_else(|| random_hex(32));
     let exe = std::env::current_exe().context("finding the reverb executable")?;
     let mut cmd = Command::new("srun");
@@ -57,6 +69,7 @@ pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
     cmd.args(["--spares", &step.spares.to_string()]);
     cmd.args(&step.run_options).arg("--").args(step.command);
     cmd.env(vars::JOB_TOKEN, token).env(vars::JOB_ID, format!("rv{}", random_hex(6)));
+    cmd.envs(step.env.iter().map(|(k, v)| (k, v)));
     if step.verbose {
         eprintln!("reverb run: {cmd:?}");
     }
