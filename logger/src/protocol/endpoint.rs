@@ -72,6 +72,9 @@ pub struct LoggedEndpoint {
     /// Retired senders and the other copies that sent the same messages under the same
     /// numbers (partial redundancy): a replayed delivery from a retired one takes theirs.
     pub(super) stand_ins: Vec<(Rank, Vec<Rank>)>,
+    /// Ranks retired from the job (masked copies): a send to one that failed when it died is
+    /// not an error, its death was dealt with.
+    pub(super) retired: Vec<Rank>,
     /// The retired senders whose stand-in served a replayed delivery (said once each).
     pub(super) stand_ins_used: std::collections::BTreeSet<Rank>,
     /// Whether the last delivery was a stand-in's copy (`last_delivery_stood_in`).
@@ -213,6 +216,7 @@ impl LoggedEndpoint {
             payload_logged: Vec::new(),
             replay: None,
             stand_ins: Vec::new(),
+            retired: Vec::new(),
             stand_ins_used: Default::default(),
             last_stood_in: false,
             multicasts: Default::default(),
@@ -330,6 +334,11 @@ impl LoggedEndpoint {
     /// if one hosts this rank's log, logging stops (nothing else could take the ring over),
     /// so this rank's own failure from now on is not recoverable from its log.
     pub fn retire(&mut self, ranks: &[Rank]) {
+        for &r in ranks {
+            if !self.retired.contains(&r) {
+                self.retired.push(r);
+            }
+        }
         if let Some(buddy) = self.buddy().filter(|b| ranks.contains(b)) {
             tracing::warn!(
                 "reverb: rank {}: its log buddy {buddy} was retired from the job: it logs no more",

@@ -333,6 +333,8 @@ impl LoggedEndpoint {
             }
             let c = match c.into_result() {
                 Ok(c) => c,
+                // A send that failed when a retired copy died: its death was dealt with.
+                Err(TransportError::PeerDead(p)) if self.retired.contains(&p) => continue,
                 Err(e) => {
                     failed.get_or_insert(e);
                     continue;
