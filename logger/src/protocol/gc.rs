@@ -68,8 +68,14 @@ impl LoggedEndpoint {
         if let Some(offload) = self.offload.as_ref().filter(|o| o.client().lane() == 0) {
             offload.trim(self.config.durable_timeout)?;
         }
-        // Past this all-gather every rank has checkpointed: only now may logs go.
-        let all = boot.allgather(&mine)?;
+        // Past this all-gather every rank has checkpointed: only now may logs go. It runs
+        // progressing: a peer still in `wait_sends` above may be waiting on this rank (a
+        // rendezvous frame it re-sent in a replay is read by its receiver).
+        let all = self.progressing(boot, |b| b.allgather(&mine))?;
+        #[cfg(feature = "fault-injection")]
+        if let Some(hook) = self.trim_hook {
+            hook();
+        }
         self.rings.retired.clear();
         report.ring_bytes_freed = self.trim_ring_to_durable()?;
         let marks = all
@@ -92,6 +98,14 @@ impl LoggedEndpoint {
         );
         LogStats::bump(&self.stats.determinants_acknowledged, report.unstable_dropped);
         Ok(report)
+    }
+
+    /// Runs `hook` in every later log GC, once every rank has checkpointed and before the logs
+    /// are trimmed (fault-injection tests).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn set_trim_fault_hook(&mut self, hook: Option<fn()>) {
+        self.trim_hook = hook;
     }
 
     /// This rank's watermarks: per sender, the ssns its state covers (all released in order,
