@@ -321,7 +321,22 @@ fn two_log_buddy_nodes_lost_are_reported_unrecoverable() {
         eprintln!("REVERB_CKPT={ckpt}: two buddy nodes lost, job ended after {:?}", started.elapsed());
         assert!(!out.success, "{}", out.output);
         out.assert_failed_by_a_rank();
-        assert!(out.output.contains("message logs lost"), "the report names the lost logs:\n{}", out.output);
+        // Said once, by the launcher, in plain words naming the ranks; not by every rank.
+        let said: Vec<&str> = out.output.lines().filter(|l| l.contains("unrecoverable failure:")).collect();
+        assert_eq!(said.len(), 1, "one report for the job:\n{}", out.output);
+        assert!(said[0].starts_with("reverb run: unrecoverable failure: "), "{}", out.output);
+        assert!(said[0].contains("message logs lost"), "the report names the lost logs:\n{}", out.output);
+        assert!(
+            said[0].contains("rank 1 and its log buddy rank 3 were lost together")
+                || said[0].contains("ranks ["),
+            "the report names the ranks:\n{}",
+            out.output
+        );
+        assert!(
+            out.launch["unrecoverable"].as_str().is_some_and(|c| c.contains("message logs lost")),
+            "{}",
+            out.launch
+        );
         assert!(out.checksum.is_none());
         let _ = std::fs::remove_dir_all(&out.dir);
     }

@@ -171,9 +171,8 @@ impl Runtime {
         self.check_log_buddies_live(failed, &round_a.retired)?;
         if !round_a.cut_seen_by.is_empty() {
             return Err(RuntimeError::Unrecoverable(format!(
-                "message logs lost with their buddies: ranks {failed:?} failed before a checkpoint \
-                 followed the restart of one's log buddy (ranks {:?} saw it); its \
-                 determinants from before that restart are gone",
+                "ranks {failed:?} were lost before a checkpoint followed the restart of a log \
+                 buddy (ranks {:?} saw it): message logs lost from before that restart",
                 round_a.cut_seen_by
             )));
         }
@@ -312,18 +311,20 @@ impl Runtime {
     /// replay in another order and give a wrong answer, so the job stops. Every rank decides
     /// alike from the same `failed` list.
     fn check_logs_survived(&self, failed: &[Rank]) -> Result<()> {
-        let lost: Vec<String> = self
-            .buddies_among(failed, failed)?
-            .into_iter()
-            .map(|(r, b)| format!("rank {r} (its log was at rank {b}, failed too)"))
+        let pairs = self.buddies_among(failed, failed)?;
+        // Each pair once: rank 1 with buddy 3, not also rank 3 with buddy 1.
+        let lost: Vec<String> = pairs
+            .iter()
+            .filter(|&&(r, b)| !(b < r && pairs.contains(&(b, r))))
+            .map(|(r, b)| format!("rank {r} and its log buddy rank {b} were lost together"))
             .collect();
         if lost.is_empty() {
             return Ok(());
         }
         Err(RuntimeError::Unrecoverable(format!(
-            "message logs lost with their buddies: determinants of {}; a replay could not follow \
-             the original receive order",
-            lost.join(", ")
+            "{} (their message logs lost with them: a replay could not follow the original \
+             receive order)",
+            lost.join("; ")
         )))
     }
 

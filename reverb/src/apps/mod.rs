@@ -84,7 +84,18 @@ pub(crate) fn u64_at(bytes: &[u8], at: usize) -> Result<u64> {
 pub fn main(args: AppArgs) -> Result<()> {
     reverb_transport::diag::init_stderr().context("diagnostics")?;
     let config = RuntimeConfig::from_env().context("runtime settings")?;
-    run_objects(config, |rt| run_rank(rt, &args)).map(|_| ())
+    let result = run_objects(config, |rt| run_rank(rt, &args)).map(|_| ());
+    if let Some(cause) = result.as_ref().err().and_then(unrecoverable) {
+        // One line: `reverb run` takes it and says the job's cause once for all ranks.
+        eprintln!("{cause}");
+        std::process::exit(1);
+    }
+    result
+}
+
+/// The runtime's unrecoverable report in `e`'s chain ("unrecoverable failure: ...").
+fn unrecoverable(e: &anyhow::Error) -> Option<String> {
+    e.chain().map(|c| c.to_string()).find(|t| t.starts_with("unrecoverable failure: "))
 }
 
 /// One rank: the app, the runtime's shutdown, the checksum at rank 0.

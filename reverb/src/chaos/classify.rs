@@ -48,9 +48,12 @@ fn unrecoverable_by_log(fault: &Fault, log: &str) -> Option<&'static str> {
     log.contains("lost with their sender logs").then_some("a retired mate's messages needed by the replay")
 }
 
-/// A clear report: a rank or the runtime said what could not be recovered.
+/// A clear report: the launcher said once what could not be recovered (from its ranks'
+/// reports, which it does not print), or a rank or the runtime said it.
 fn clear_report(log: &str) -> bool {
-    log.contains("unrecoverable failure:") || log.contains("unsupported:")
+    log.contains("reverb run: unrecoverable:")
+        || log.contains("unrecoverable failure:")
+        || log.contains("unsupported:")
 }
 
 pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outcome, bool, String) {
@@ -166,6 +169,17 @@ mod tests {
                 p("causal", Fault::Init { rank: 2, step: "log-rings", late: Some(5) }),
                 outcome("init", failed, None, &format!("{killed}[1] unrecoverable failure: init\n")),
                 Outcome::OtherFailure,
+            ),
+            // The launcher's one line for the job (the ranks' own lines are taken by it).
+            (
+                p("none", rank.clone()),
+                outcome(
+                    "launcher",
+                    failed,
+                    None,
+                    &format!("{killed}reverb run: unrecoverable failure: no log\n"),
+                ),
+                Outcome::ReportedUnrecoverable,
             ),
             (
                 p("none", Fault::Init { rank: 2, step: "ckpt-slots", late: None }),

@@ -13,7 +13,7 @@ use super::masking::{Masked, Masking};
 use super::signals::{signal_name, SignalGuard};
 use super::spawn::{abandon, join_handles, join_pumps, random_hex, spawn_rank, JobCtx, RankProc, RankStatus};
 use super::teams::teams_of_nodes;
-use super::verdict::Verdict;
+use super::verdict::{Causes, Verdict};
 use super::watch::{Stop, Watch};
 use super::{JobPart, LaunchOptions, LaunchReport, LaunchSpec, Respawn};
 
@@ -55,6 +55,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         (None, None) => bail!("no bootstrap server for a whole job"),
     };
     let loggers = LoggerCores::start(spec, opts, &job_id)?;
+    let causes = Causes::default();
     let ctx = JobCtx {
         team_of_node,
         spec,
@@ -68,6 +69,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         loggers: loggers.as_ref(),
         masking: opts.redundancy.clone().map(|map| Masking::new(map, opts.masker.clone())),
         objects: opts.objects,
+        causes: causes.clone(),
     };
     let _signals = SignalGuard::install();
     let start = Instant::now();
@@ -90,6 +92,11 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
         l.finish(stop.is_none());
     }
 
+    // Said once here: every surviving rank found the same loss (their lines were taken).
+    let unrecoverable = stop.as_ref().and_then(|_| causes.summary());
+    if let Some(cause) = &unrecoverable {
+        eprintln!("reverb run: unrecoverable failure: {cause}");
+    }
     let code = exit_code(stop.as_ref(), &procs, &respawns, respawn_failed.as_ref(), opts.respawn);
     if let Some(path) = &opts.report_json {
         let verdict = Verdict {
@@ -100,6 +107,7 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
             respawn_failed: respawn_failed.as_ref(),
             respawn_limit: opts.respawn,
             masked: &masked,
+            unrecoverable: unrecoverable.as_deref(),
         };
         let text = serde_json::to_string_pretty(&verdict.to_json())?;
         std::fs::write(path, text + "\n")

@@ -13,6 +13,7 @@ use reverb_transport::bootstrap::vars;
 
 use super::logger_cores::LoggerCores;
 use super::signals::signal_name;
+use super::verdict::Causes;
 use super::LaunchSpec;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +130,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) masking: Option<super::masking::Masking>,
     /// Processes hosting several ranks (`--objects`), restarted in parallel.
     pub(super) objects: Option<super::objects::ObjectsPlan>,
+    /// Ranks' unrecoverable reports, which the launcher says once (see `verdict`).
+    pub(super) causes: super::verdict::Causes,
 }
 
 pub(super) fn random_hex(bytes: usize) -> String {
@@ -139,7 +142,7 @@ pub(super) fn random_hex(bytes: usize) -> String {
 
 /// Copies `src` to stdout/stderr line by line, optionally prefixed. Keeps draining after the
 /// terminal goes away so that a rank never blocks on a full pipe.
-fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool) {
+fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool, causes: Option<Causes>) {
     const MAX_LINE: u64 = 64 * 1024;
     let mut r = BufReader::new(src);
     let mut line = Vec::new();
@@ -153,7 +156,7 @@ fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
-        if broken {
+        if broken || causes.as_ref().is_some_and(|c| c.take(rank, &line)) {
             continue;
         }
         out.clear();
@@ -234,10 +237,11 @@ pub(super) fn spawn_process(
     let mut pumps = Vec::new();
     let prefix = spec.prefix_output;
     if let Some(out) = child.stdout.take() {
-        pumps.push(std::thread::spawn(move || pump(out, rank, false, prefix)));
+        pumps.push(std::thread::spawn(move || pump(out, rank, false, prefix, None)));
     }
     if let Some(err) = child.stderr.take() {
-        pumps.push(std::thread::spawn(move || pump(err, rank, true, prefix)));
+        let causes = Some(ctx.causes.clone());
+        pumps.push(std::thread::spawn(move || pump(err, rank, true, prefix, causes)));
     }
     Ok(RankProc {
         rank,

@@ -1,8 +1,10 @@
 //! How a launch ended, as JSON for machines (`reverb run --report-json FILE`): the exit code,
 //! why the job stopped and the respawns it took. The lines on stderr say the same for people;
-//! tests and scripts read this instead of their wording.
+//! tests and scripts read this instead of their wording. Also [`Causes`]: what ranks said
+//! could not be recovered, which the launcher says once for them.
 
 use std::os::unix::process::ExitStatusExt;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -20,6 +22,8 @@ pub(super) struct Verdict<'a> {
     pub respawn_failed: Option<&'a anyhow::Error>,
     pub respawn_limit: u32,
     pub masked: &'a [Masked],
+    /// Why the job could not recover, as its ranks said ([`Causes::summary`]).
+    pub unrecoverable: Option<&'a str>,
 }
 
 impl Verdict<'_> {
@@ -33,6 +37,7 @@ impl Verdict<'_> {
             "respawn_failed": self.respawn_failed.map(|e| format!("{e:#}")),
             "respawns": self.respawns.iter().map(respawn_json).collect::<Vec<_>>(),
             "masked": self.masked.iter().map(masked_json).collect::<Vec<_>>(),
+            "unrecoverable": self.unrecoverable,
         })
     }
 
@@ -88,4 +93,58 @@ fn masked_json(m: &Masked) -> Value {
         "live_mates": m.live_mates,
         "at_s": m.at.as_secs_f64(),
     })
+}
+
+/// What a rank prints when the runtime cannot recover (`RuntimeError::Unrecoverable`).
+const UNRECOVERABLE: &str = "unrecoverable failure: ";
+
+/// Ranks' unrecoverable reports, taken from their stderr by the output pumps: every surviving
+/// rank finds the same loss, and the launcher says it once instead of each rank.
+#[derive(Clone, Default)]
+pub(super) struct Causes(Arc<Mutex<Vec<(u32, String)>>>);
+
+impl Causes {
+    /// Records `line` of `rank`'s stderr when it is an unrecoverable report; whether it was
+    /// (then the pump does not print it).
+    pub(super) fn take(&self, rank: u32, line: &[u8]) -> bool {
+        let line = String::from_utf8_lossy(line);
+        let Some(at) = line.find(UNRECOVERABLE) else { return false };
+        let cause = line[at + UNRECOVERABLE.len()..].trim().to_string();
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.push((rank, cause));
+        true
+    }
+
+    /// The cause most ranks gave (the first among equals), if any rank gave one.
+    pub(super) fn summary(&self) -> Option<String> {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = |c: &str| g.iter().filter(|(_, d)| d == c).count();
+        let mut best: Option<(&str, usize)> = None;
+        for (_, c) in g.iter() {
+            let n = count(c);
+            if best.is_none_or(|(_, m)| n > m) {
+                best = Some((c, n));
+            }
+        }
+        best.map(|(c, _)| c.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_most_ranks_gave_is_said_once() {
+        let causes = Causes::default();
+        assert!(!causes.take(0, b"checksum: 12\n"));
+        assert_eq!(causes.summary(), None);
+        assert!(causes.take(3, b"unrecoverable failure: rank 3 failed while a recovery was under way\n"));
+        for r in [0, 1] {
+            let line =
+                format!("[{r}] unrecoverable failure: rank 2 and its log buddy rank 3 were lost together\n");
+            assert!(causes.take(r, line.as_bytes()));
+        }
+        assert_eq!(causes.summary().as_deref(), Some("rank 2 and its log buddy rank 3 were lost together"));
+    }
 }

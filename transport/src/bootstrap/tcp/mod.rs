@@ -1,8 +1,8 @@
 //! Token-guarded TCP rendezvous: a [`BootServer`] and the [`TcpBootstrap`] client.
 //!
-//! Threads of the server: one accept loop, one reader and one writer per connection, one
-//! coordinator that owns all job state (rank slots and the current allgather round) and
-//! queues every write to admitted connections. Readers only parse frames and send events to
+//! Threads of the server: one gate (accept and handshakes, non-blocking: see `gate`), one
+//! reader and one writer per admitted rank, one coordinator that owns all job state (rank
+//! slots and the current allgather round) and queues every write to admitted connections. Readers only parse frames and send events to
 //! the coordinator, so the state has a single owner and admission (duplicate checks) is
 //! race-free; writers drain per-connection queues, so a rank that stops reading stalls no one
 //! (a full queue or a write past the I/O bound marks it lost).
@@ -14,13 +14,14 @@
 //! A loss aborts the current allgather round without advancing it; once no slot is failed,
 //! collectives resume at that round (the Welcome tells a respawned rank which).
 //!
-//! Modules: `server` ([`BootServer`], the accept loop), `conn` (a connection's handshake and
-//! reader), `outbox` (a connection's writer), `coordinator` (the job state), `client`
-//! ([`TcpBootstrap`]).
+//! Modules: `server` ([`BootServer`]), `gate` (accept, handshake deadlines, the cap on
+//! unauthenticated connections), `conn` (a rank's admission and reader), `outbox` (a
+//! connection's writer), `coordinator` (the job state), `client` ([`TcpBootstrap`]).
 
 mod client;
 mod conn;
 mod coordinator;
+mod gate;
 mod outbox;
 mod server;
 

@@ -2,27 +2,27 @@
 //! coordinator, and the accept loop.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, Sender};
 
-use super::conn::serve_conn;
 use super::coordinator::Coordinator;
-use super::TICK;
 use crate::bootstrap::wire;
 use crate::error::{IoContext, Result, TransportError};
 
 /// Limits of a [`BootServer`]; the defaults (10 s hello, 30 s I/O, 256 pending) suit jobs.
+/// A connection counts as pending until its Hello has passed the token check.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// A new connection must present its Hello within this.
+    /// A new connection must present its whole Hello within this of its accept, or is dropped.
     pub hello_timeout: Duration,
     /// Bound on every write, and on receiving a frame once it has started.
     pub io_timeout: Duration,
-    /// Connections still in their handshake beyond this are dropped at once.
+    /// Connections waiting in their handshake at most: past this, a new one evicts the
+    /// oldest that has sent nothing (else the oldest). Authenticated ranks do not count.
     pub max_pending: usize,
     /// Agents' control connections are queued from the start for a controller that takes them
     /// ([`BootServer::agent_connections`]), not refused until it asks: an agent that connects
@@ -46,7 +46,6 @@ pub(super) struct Shared {
     pub(super) token: Vec<u8>,
     pub(super) size: u32,
     pub(super) opts: ServerOptions,
-    pub(super) pending: AtomicUsize,
     pub(super) next_conn: AtomicU64,
     /// (ranks connected now, ranks that ever connected); for a graceful shutdown.
     pub(super) presence: Mutex<(u32, u32)>,
@@ -292,7 +291,6 @@ impl BootServer {
             token: token.as_bytes().to_vec(),
             size,
             opts,
-            pending: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
             presence: Mutex::new((0, 0)),
             presence_cv: Condvar::new(),
@@ -312,7 +310,7 @@ impl BootServer {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("reverb-boot-accept".into())
-                .spawn(move || accept_loop(listener, shared, tx))
+                .spawn(move || super::gate::run(listener, shared, tx))
                 .context(|| "boot server: spawn".into())?
         };
         Ok(BootServer { addr, shared, events, agents, threads: vec![accept, coord] })
@@ -383,44 +381,5 @@ impl Drop for BootServer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-    }
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tx: Sender<Event>) {
-    let mut readers: Vec<JoinHandle<()>> = Vec::new();
-    while !shared.stopping() {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                if shared.pending.load(Ordering::SeqCst) >= shared.opts.max_pending {
-                    log_line(format_args!("refused {peer}: too many connections in handshake"));
-                    continue;
-                }
-                shared.pending.fetch_add(1, Ordering::SeqCst);
-                let (shared2, tx2) = (shared.clone(), tx.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("reverb-boot-conn".into())
-                    .spawn(move || serve_conn(stream, peer, shared2, tx2));
-                match spawned {
-                    Ok(h) => readers.push(h),
-                    Err(e) => {
-                        shared.pending.fetch_sub(1, Ordering::SeqCst);
-                        log_line(format_args!("refused {peer}: cannot spawn a thread: {e}"));
-                    }
-                }
-                readers.retain(|h| !h.is_finished());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                log_line(format_args!("accept: {e}"));
-                std::thread::sleep(TICK);
-            }
-        }
-    }
-    // Readers see `stop` within a tick.
-    for h in readers {
-        let _ = h.join();
     }
 }
