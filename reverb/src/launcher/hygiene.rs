@@ -76,14 +76,13 @@ fn classify(path: &Path) -> Option<(String, Option<u32>)> {
     }
     let name = path.file_name()?.to_str()?;
     let rest = name.strip_prefix("reverb-")?;
-    // `<job>-node<N>-log`, then nothing or `.<ext>` (`.ctl`, `.detq`, `.hosted-node...`).
-    let at = rest.rfind("-node")?;
-    let (job, node) = (&rest[..at], &rest[at + "-node".len()..]);
-    let digits = node.bytes().take_while(u8::is_ascii_digit).count();
-    let tail = node[digits..].strip_prefix("-log")?;
-    if digits == 0 || job.is_empty() || !(tail.is_empty() || tail.starts_with('.')) {
-        return None;
-    }
+    // `<job>-node<N>-log`, then nothing or `.<ext>` (`.ctl`, `.detq`, `.hosted-node<C>...`).
+    let (job, tail) = rest.rmatch_indices("-node").find_map(|(at, _)| {
+        let node = &rest[at + "-node".len()..];
+        let digits = node.bytes().take_while(u8::is_ascii_digit).count();
+        let tail = node[digits..].strip_prefix("-log")?;
+        (digits > 0 && at > 0 && (tail.is_empty() || tail.starts_with('.'))).then(|| (&rest[..at], tail))
+    })?;
     // The node segment records its logger core (a launcher's marker may have been swept by a
     // rank's per-file sweep already).
     let pid = if tail == ".ctl" { creator_pid(path) } else { None };
@@ -181,6 +180,7 @@ mod tests {
         assert_eq!(c("reverb-rvab12-node1-log.ctl"), Some(("rvab12".into(), None)));
         assert_eq!(c("reverb-slurm-7-node0-log.hosted-node1-r2"), Some(("slurm7".into(), None)));
         assert_eq!(c("reverb-rvab12-node1-log"), Some(("rvab12".into(), None)));
+        assert_eq!(c("reverb-a-node-1-node2-log.tmp"), Some(("anode1".into(), None)));
         for foreign in ["reverb-x-node-log", "reverb-rv-node1-detq", "other.rv.1.2.ctl", "reverb.rv.ctl", "x"]
         {
             assert_eq!(c(foreign), None, "{foreign}");
