@@ -212,8 +212,9 @@ impl std::fmt::Debug for NodeSegment {
     }
 }
 
-/// The pid that created the segment file at `path`, if it is one (its magic is set).
-fn creator_pid(path: &Path) -> Option<u32> {
+/// The pid that created the segment file at `path`, if it is one (its magic is set): the
+/// logger core's, which a launcher's sweep of dead jobs reads.
+pub fn creator_pid(path: &Path) -> Option<u32> {
     reverb_transport::shm::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
 }
 

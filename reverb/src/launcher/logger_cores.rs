@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 use std::io::Write as _;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
@@ -208,7 +208,9 @@ impl LoggerCores {
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            // As a rank: a terminal's Ctrl-C reaches the launcher alone, which stops the job.
+            .process_group(0);
         if self.verbose {
             cmd.arg("--summary");
         }

@@ -3,7 +3,8 @@
 //! The launcher hosts the bootstrap server, spawns N ranks (each in its own process group),
 //! groups them into simulated nodes of R consecutive ranks, prefixes their output with
 //! `[rank] `, and kills the whole job as soon as one rank fails, on timeout, or on
-//! SIGINT/SIGTERM.
+//! SIGINT/SIGTERM (a cancel: the job's processes are reaped and its /dev/shm files removed,
+//! and the launcher exits 128+signal).
 //!
 //! With `--respawn N` a rank killed by a signal fails its node instead: the launcher SIGKILLs
 //! the node's other ranks, tells the bootstrap server those slots failed, and starts the
@@ -33,7 +34,8 @@
 //! parallel recovery), `teams` (the
 //! failure unit with teams), [`logger_cores`] (one logger core per node), `report` (a
 //! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
-//! (SIGINT/SIGTERM), `os` (the system calls on children).
+//! (SIGINT/SIGTERM), `os` (the system calls on children), `hygiene` (the job's /dev/shm
+//! files: removed when it ends, swept at a later start when a crash left them).
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -44,6 +46,7 @@ use anyhow::Result;
 mod agent;
 pub mod args;
 pub mod hosts;
+mod hygiene;
 pub mod logger_cores;
 mod masking;
 mod mpi;

@@ -7,7 +7,10 @@ use rustix::process::{getpid, getppid, kill_process, kill_process_group, Pid, Si
 use rustix::thread::{sched_setaffinity, CpuSet};
 
 /// Makes the child die with the launcher: SIGKILL on parent death, and at once if the parent
-/// is already gone by the time it runs.
+/// is already gone by the time it runs. The kernel sends it when the *thread* that forked
+/// ends: every rank and logger core is spawned by the thread running the launch, which
+/// outlives them (it reaps them before it returns). What a killed child leaves in /dev/shm
+/// goes at the next launch's sweep (`hygiene`).
 pub(super) fn die_with_launcher(cmd: &mut Command) {
     let parent = getpid();
     // SAFETY: the closure runs between fork and exec and makes only raw system calls

@@ -42,6 +42,8 @@ pub fn launch_report(spec: &LaunchSpec, opts: &LaunchOptions) -> Result<LaunchRe
     }
     let token = part.map_or_else(|| random_hex(32), |p| p.token.clone());
     let job_id = part.map_or_else(|| format!("rv{}", random_hex(6)), |p| p.job_id.clone());
+    // Dropped last: after every process of the job was reaped, it removes what they left.
+    let _files = super::hygiene::JobFiles::claim(&job_id);
     let server = match part {
         None => Some(BootServer::start("127.0.0.1:0", spec.ranks, &token)),
         Some(p) if p.serve => Some(BootServer::start(&p.root, spec.ranks, &token)),

@@ -103,20 +103,21 @@ impl<'a> Watch<'a> {
     /// Loops until every rank ended (or would not die after a stop).
     pub(super) fn run(&mut self) {
         loop {
+            // First: a cancel that also reached the ranks or loggers (Slurm signals the whole
+            // step) is the job's end, not failures to respawn.
+            self.take_cancel();
             let signaled = self.reap_ranks();
             let mut failures = self.rank_failures(signaled);
             self.logger_failures(&mut failures);
+            self.take_cancel();
             self.handle_failures(failures);
             if self.procs.iter().all(|p| p.status != RankStatus::Running) {
                 break;
             }
-            if self.stop.is_none() {
-                let sig = take_signal();
-                if sig != 0 {
-                    self.stop = Some(Stop::Signal(sig));
-                } else if let Some(t) = self.ctx.spec.timeout.filter(|t| self.start.elapsed() >= *t) {
-                    self.stop = Some(Stop::Timeout(t));
-                }
+            if let Some(t) =
+                self.ctx.spec.timeout.filter(|t| self.stop.is_none() && self.start.elapsed() >= *t)
+            {
+                self.stop = Some(Stop::Timeout(t));
             }
             if self.stop.is_some() && self.kill_deadline.is_none() {
                 kill_all(&mut self.procs);
@@ -127,6 +128,16 @@ impl<'a> Watch<'a> {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGINT/SIGTERM received (or a stop requested): the job stops.
+    fn take_cancel(&mut self) {
+        if self.stop.is_none() {
+            let sig = take_signal();
+            if sig != 0 {
+                self.stop = Some(Stop::Signal(sig));
+            }
         }
     }
 

@@ -24,7 +24,10 @@ mod segment;
 mod share;
 mod traffic;
 
-pub use segment::{create_private, pid_in_name, recorded_creator, segment_path, sweep_stale};
+pub use segment::{
+    create_private, job_and_pid_in_name, launcher_marker_path, pid_in_name, recorded_creator,
+    sanitize_job_id, segment_path, shm_dir, sweep_stale,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -81,10 +81,30 @@ pub fn create_private(path: &Path, creator: impl Fn(&Path) -> Option<u32>) -> io
 
 /// The creator pid in a segment's name (`reverb.<job>.<rank>.<pid>.<what>`).
 pub fn pid_in_name(path: &Path) -> Option<u32> {
+    job_and_pid_in_name(path).map(|(_, pid)| pid)
+}
+
+/// The job tag and the creator pid in a segment's name (`reverb.<job>.<rank>.<pid>.<what>`);
+/// `None` for any other name.
+pub fn job_and_pid_in_name(path: &Path) -> Option<(String, u32)> {
     let name = path.file_name()?.to_str()?;
     let rest = name.strip_prefix(PREFIX)?;
-    // From the right: what, pid.
-    rest.rsplit('.').nth(1)?.parse().ok()
+    // From the right: what, pid; the job tag is the first field (it holds no dot).
+    let pid = rest.rsplit('.').nth(1)?.parse().ok()?;
+    let (job, _) = rest.split_once('.')?;
+    (!job.is_empty()).then(|| (job.to_string(), pid))
+}
+
+/// The directory the segments live in.
+pub fn shm_dir() -> &'static Path {
+    Path::new(SHM_DIR)
+}
+
+/// The file a launcher keeps while it runs (part of) job `job` (sanitized) on this host:
+/// `reverb.<job>.launcher.<pid>.job`. A sweep that finds its pid alive leaves the job's
+/// segments alone, even while none of its ranks runs (between a node's death and its respawn).
+pub fn launcher_marker_path(job: &str, pid: u32) -> PathBuf {
+    PathBuf::from(SHM_DIR).join(format!("{PREFIX}{job}.launcher.{pid}.job"))
 }
 
 /// A mapped segment that this process created; unlinked when dropped.
