@@ -31,7 +31,9 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let constants = constants(&read("mpi.h"));
     write(&out.join("abi.rs"), &constants_source(&constants));
-    let implemented = implemented(Path::new("src"));
+    let exports = exports(Path::new("src"));
+    check_contract(&exports);
+    let implemented: BTreeSet<String> = exports.into_iter().map(|e| e.name).collect();
     let declared = functions(&read("mpi_proto.h"));
     write(&out.join("stubs.rs"), &stubs_source(&declared, &implemented));
 }
@@ -121,9 +123,22 @@ fn functions(proto: &str) -> BTreeSet<String> {
     names
 }
 
-/// Functions the crate defines: `extern "C" fn NAME` in its source.
-fn implemented(dir: &Path) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+/// One `extern "C" fn` of the crate's source: what the stubs (and any other generated
+/// symbol per exported function) are derived from.
+struct Export {
+    name: String,
+    file: PathBuf,
+    /// `unsafe extern "C" fn`.
+    is_unsafe: bool,
+    /// Its doc comment has a `# Safety` section.
+    has_safety_doc: bool,
+    /// A parameter is a pointer, raw or one of `ffi`'s pointer types.
+    takes_pointers: bool,
+}
+
+/// The functions the crate defines (`[unsafe] extern "C" fn NAME(...)` in its source).
+fn exports(dir: &Path) -> Vec<Export> {
+    let mut found = Vec::new();
     let mut files = vec![dir.to_path_buf()];
     while let Some(path) = files.pop() {
         if path.is_dir() {
@@ -136,10 +151,45 @@ fn implemented(dir: &Path) -> BTreeSet<String> {
         for (at, _) in text.match_indices("extern \"C\" fn ") {
             let rest = &text[at + "extern \"C\" fn ".len()..];
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            names.insert(name);
+            let params = rest.split(") ->").next().unwrap_or("");
+            let before = &text[..at];
+            let is_unsafe = before.ends_with("unsafe ");
+            // The doc comment: the `///` lines above the item (attributes in between).
+            let doc: Vec<&str> = before
+                .lines()
+                .rev()
+                .skip(1)
+                .map(str::trim)
+                .take_while(|l| l.starts_with("///") || l.starts_with("#["))
+                .collect();
+            let pointer_types = ["*const", "*mut", "Out<", "In<", "StatusOut<", "UserBuf"];
+            found.push(Export {
+                name,
+                file: path.clone(),
+                is_unsafe,
+                has_safety_doc: doc.iter().any(|l| l.trim_start_matches('/').trim() == "# Safety"),
+                takes_pointers: pointer_types.iter().any(|p| params.contains(p)),
+            });
         }
     }
-    names
+    found
+}
+
+/// The FFI contract: an exported function that takes a pointer is `unsafe` and says what it
+/// needs of it (docs/mpi.md, `ffi.rs`). A build that breaks it stops here.
+fn check_contract(exports: &[Export]) {
+    let broken: Vec<String> = exports
+        .iter()
+        .filter(|e| e.takes_pointers && !(e.is_unsafe && e.has_safety_doc))
+        .map(|e| format!("{} ({})", e.name, e.file.display()))
+        .collect();
+    if !broken.is_empty() {
+        panic!(
+            "exported functions that take pointers must be `unsafe extern \"C\"` with a `# Safety` \
+             doc section: {}",
+            broken.join(", ")
+        );
+    }
 }
 
 fn stubs_source(declared: &BTreeSet<String>, implemented: &BTreeSet<String>) -> String {

@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::Out;
 use crate::state::{call, State};
 
 /// `MPI_Comm_copy_attr_function`: (oldcomm, keyval, extra_state, value_in, *value_out, *flag).
@@ -109,11 +110,16 @@ impl State {
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `keyval`: null or writable for the call (arrays as long as the counts say);
+/// `extra_state`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create_keyval(
+pub unsafe extern "C" fn MPI_Comm_create_keyval(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
-    keyval: *mut c_int,
+    keyval: Out<'_, c_int>,
     extra_state: *mut c_void,
 ) -> c_int {
     call("MPI_Comm_create_keyval", MPI_COMM_WORLD, |s| {
@@ -124,18 +130,28 @@ pub extern "C" fn MPI_Comm_create_keyval(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `keyval`: null or writable for the call (arrays as long as the counts say);
+/// `extra`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Keyval_create(
+pub unsafe extern "C" fn MPI_Keyval_create(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
-    keyval: *mut c_int,
+    keyval: Out<'_, c_int>,
     extra: *mut c_void,
 ) -> c_int {
-    MPI_Comm_create_keyval(copy, delete, keyval, extra)
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_create_keyval(copy, delete, keyval, extra) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `keyval`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_free_keyval", MPI_COMM_WORLD, |s| {
         let k = ffi::read(keyval, "keyval")?;
         let kv = s.keyvals.keys.get_mut(&k).filter(|kv| !kv.freed);
@@ -145,13 +161,22 @@ pub extern "C" fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `keyval`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    MPI_Comm_free_keyval(keyval)
+pub unsafe extern "C" fn MPI_Keyval_free(keyval: Out<'_, c_int>) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_free_keyval(keyval) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Comm_set_attr", comm, |s| {
         s.comm(comm)?;
         if s.keyvals.keys.get(&keyval).is_none_or(|k| k.freed) {
@@ -164,9 +189,14 @@ pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_vo
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
-    MPI_Comm_set_attr(comm, keyval, value)
+pub unsafe extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_set_attr(comm, keyval, value) }
 }
 
 #[no_mangle]
@@ -188,17 +218,25 @@ pub fn user_attribute(s: &State, comm: c_int, keyval: c_int) -> Option<usize> {
 }
 
 /// `MPI_COMM_DUP_FN`: the attribute passes to the duplicate as it is.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call; `value_out`: null or writable for one `void *` for
+/// the call (declared `void *`, used as `void **`); `_extra`, `value_in`: opaque, never
+/// dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPIR_Dup_fn(
+pub unsafe extern "C" fn MPIR_Dup_fn(
     _comm: c_int,
     _keyval: c_int,
     _extra: *mut c_void,
     value_in: *mut c_void,
     value_out: *mut c_void,
-    flag: *mut c_int,
+    flag: Out<'_, c_int>,
 ) -> c_int {
-    let r = ffi::out(value_out.cast::<*mut c_void>(), value_in, "attribute_val_out")
-        .and_then(|()| ffi::out(flag, 1, "flag"));
+    // SAFETY: MPI's copy-function contract: `attribute_val_out` points at a `void *`.
+    let value_out = unsafe { Out::from_raw(value_out.cast::<*mut c_void>()) };
+    let r = ffi::out(value_out, value_in, "attribute_val_out").and_then(|()| ffi::out(flag, 1, "flag"));
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
@@ -208,18 +246,27 @@ fn info_mut(s: &mut State, info: c_int) -> MpiResult<&mut Vec<(String, String)>>
     s.infos.get_mut(info).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {info:#x}")))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `info`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Info_create(info: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Info_create(info: Out<'_, c_int>) -> c_int {
     call("MPI_Info_create", MPI_COMM_WORLD, |s| {
         let h = s.infos.insert(Vec::new());
         ffi::out(info, h, "info")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `key`, `value`: null or NUL-terminated strings.
 #[no_mangle]
-pub extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
+pub unsafe extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
     call("MPI_Info_set", MPI_COMM_WORLD, |s| {
-        let (key, value) = (ffi::string_in(key)?, ffi::string_in(value)?);
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let (key, value) = (unsafe { ffi::string_in(key) }?, unsafe { ffi::string_in(value) }?);
         if key.len() > MPI_MAX_INFO_KEY as usize {
             return Err(MpiError::new(MPI_ERR_INFO_KEY, format!("a key of {} characters", key.len())));
         }
@@ -232,20 +279,28 @@ pub extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say);
+/// `key`: null or NUL-terminated strings;
+/// `value`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Info_get(
+pub unsafe extern "C" fn MPI_Info_get(
     info: c_int,
     key: *const c_char,
     len: c_int,
     value: *mut c_char,
-    flag: *mut c_int,
+    flag: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Info_get", MPI_COMM_WORLD, |s| {
-        let key = ffi::string_in(key)?;
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let key = unsafe { ffi::string_in(key) }?;
         let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
         match found {
             Some(v) => {
-                ffi::string_out(value, usize::try_from(len).unwrap_or(0) + 1, &v)?;
+                // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+                unsafe { ffi::string_out(value, usize::try_from(len).unwrap_or(0) + 1, &v) }?;
                 ffi::out(flag, 1, "flag")
             }
             None => ffi::out(flag, 0, "flag"),
@@ -253,15 +308,21 @@ pub extern "C" fn MPI_Info_get(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `len`, `flag`: null or writable for the call (arrays as long as the counts say);
+/// `key`: null or NUL-terminated strings.
 #[no_mangle]
-pub extern "C" fn MPI_Info_get_valuelen(
+pub unsafe extern "C" fn MPI_Info_get_valuelen(
     info: c_int,
     key: *const c_char,
-    len: *mut c_int,
-    flag: *mut c_int,
+    len: Out<'_, c_int>,
+    flag: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Info_get_valuelen", MPI_COMM_WORLD, |s| {
-        let key = ffi::string_in(key)?;
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let key = unsafe { ffi::string_in(key) }?;
         let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.len());
         match found {
             Some(n) => {
@@ -273,16 +334,24 @@ pub extern "C" fn MPI_Info_get_valuelen(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `nkeys`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) -> c_int {
     call("MPI_Info_get_nkeys", MPI_COMM_WORLD, |s| {
         let n = info_mut(s, info)?.len();
         ffi::out(nkeys, n as c_int, "nkeys")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `key`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
+pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
     call("MPI_Info_get_nthkey", MPI_COMM_WORLD, |s| {
         let pairs = info_mut(s, info)?;
         let k = usize::try_from(n)
@@ -290,14 +359,20 @@ pub extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -
             .and_then(|i| pairs.get(i))
             .map(|(k, _)| k.clone())
             .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("no key {n}")))?;
-        ffi::string_out(key, MPI_MAX_INFO_KEY as usize + 1, &k).map(drop)
+        // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+        unsafe { ffi::string_out(key, MPI_MAX_INFO_KEY as usize + 1, &k) }.map(drop)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `key`: null or NUL-terminated strings.
 #[no_mangle]
-pub extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
+pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
     call("MPI_Info_delete", MPI_COMM_WORLD, |s| {
-        let key = ffi::string_in(key)?;
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let key = unsafe { ffi::string_in(key) }?;
         let pairs = info_mut(s, info)?;
         let before = pairs.len();
         pairs.retain(|(k, _)| *k != key);
@@ -308,8 +383,12 @@ pub extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newinfo`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Info_dup(info: c_int, newinfo: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c_int {
     call("MPI_Info_dup", MPI_COMM_WORLD, |s| {
         let copy = info_mut(s, info)?.clone();
         let h = s.infos.insert(copy);
@@ -317,8 +396,12 @@ pub extern "C" fn MPI_Info_dup(info: c_int, newinfo: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `info`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Info_free(info: Out<'_, c_int>) -> c_int {
     call("MPI_Info_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(info, "info")?;
         s.infos.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {h:#x}")))?;
@@ -332,8 +415,12 @@ pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
     call("MPI_Comm_set_info", comm, |s| s.comm(comm).map(drop))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `info`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_info(comm: c_int, info: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_get_info(comm: c_int, info: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_info", comm, |s| {
         s.comm(comm)?;
         let h = s.infos.insert(Vec::new());

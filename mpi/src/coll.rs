@@ -4,7 +4,7 @@
 //! all-to-all), so a reduction adds in the same order every run: a recovered run's answer is
 //! bit-identical.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use reverb_runtime::{Contributions, McastKey};
 use reverb_transport::Source;
@@ -13,6 +13,7 @@ use crate::abi::*;
 use crate::datatype::{offset, Datatype};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{In, UserBuf};
 use crate::frag;
 use crate::intercomm::{self, Inter};
 use crate::op::{self, Op};
@@ -285,8 +286,8 @@ pub(crate) fn count_of(count: c_int) -> MpiResult<usize> {
     usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
 }
 
-pub(crate) fn in_place(p: *const c_void) -> bool {
-    p as usize == crate::ffi::IN_PLACE
+pub(crate) fn in_place(p: UserBuf) -> bool {
+    p.is_in_place()
 }
 
 #[no_mangle]
@@ -300,9 +301,13 @@ pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Bcast(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Bcast(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     root: c_int,
@@ -315,10 +320,12 @@ pub extern "C" fn MPI_Bcast(
         let g = Group::of(s, comm)?;
         let root = g.check_root(root)?;
         let (count, dt) = (count_of(count)?, s.datatype(datatype)?);
-        let data = if g.me == root { dt.pack(buf, count)?.into_owned() } else { Vec::new() };
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let data = if g.me == root { unsafe { dt.pack(&buf, count) }?.into_owned() } else { Vec::new() };
         let data = bcast(s, &g, root, data)?;
         if g.me != root {
-            dt.unpack(&data, buf, count)?;
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { dt.unpack(&data, buf, count) }?;
         }
         Ok(())
     })
@@ -327,8 +334,8 @@ pub extern "C" fn MPI_Bcast(
 #[allow(clippy::too_many_arguments)]
 fn reduce_call(
     s: &mut State,
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -348,8 +355,9 @@ fn reduce_call(
         None => 0,
     };
     let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
-    let mine = dt.pack(source, n)?.into_owned();
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
     let result = match root {
         Some(_) => reduce(s, &g, root_rank, mine, &r)?,
@@ -363,15 +371,20 @@ fn reduce_call(
         }
     };
     if let Some(bytes) = result {
-        dt.unpack(&bytes, recvbuf, n)?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { dt.unpack(&bytes, recvbuf, n) }?;
     }
     Ok(())
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Reduce(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -381,10 +394,14 @@ pub extern "C" fn MPI_Reduce(
     call("MPI_Reduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, Some(root), comm))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Allreduce(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -393,20 +410,27 @@ pub extern "C" fn MPI_Allreduce(
     call("MPI_Allreduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, None, comm))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `inbuf`, `inoutbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Reduce_local(
-    inbuf: *const c_void,
-    inoutbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Reduce_local(
+    inbuf: UserBuf,
+    inoutbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
 ) -> c_int {
     call("MPI_Reduce_local", MPI_COMM_WORLD, |s| {
         let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-        let input = dt.pack(inbuf, n)?.into_owned();
-        let mut acc = dt.pack(inoutbuf, n)?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let input = unsafe { dt.pack(&inbuf, n) }?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let mut acc = unsafe { dt.pack(&inoutbuf, n) }?.into_owned();
         op::apply(op, &dt, datatype, n, &input, &mut acc)?;
-        dt.unpack(&acc, inoutbuf, n)
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { dt.unpack(&acc, inoutbuf, n) }
     })
 }
 
@@ -422,14 +446,16 @@ impl Pieces {
         Pieces { counts: vec![count; n], displs: (0..n).map(|i| (i * count) as isize).collect() }
     }
 
-    pub(crate) fn varying(n: usize, counts: *const c_int, displs: *const c_int) -> MpiResult<Pieces> {
+    pub(crate) fn varying(n: usize, counts: In<'_, c_int>, displs: In<'_, c_int>) -> MpiResult<Pieces> {
         let counts =
-            ffi::array(counts, n, "counts")?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
-        let displs = ffi::array(displs, n, "displs")?.iter().map(|&d| d as isize).collect();
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(counts, n, "counts") }?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let displs = unsafe { ffi::array(displs, n, "displs") }?.iter().map(|&d| d as isize).collect();
         Ok(Pieces { counts, displs })
     }
 
-    pub(crate) fn at(&self, base: *const c_void, dt: &Datatype, i: usize) -> *const c_void {
+    pub(crate) fn at(&self, base: UserBuf, dt: &Datatype, i: usize) -> UserBuf {
         offset(base, self.displs[i] * dt.extent)
     }
 }
@@ -437,10 +463,10 @@ impl Pieces {
 #[allow(clippy::too_many_arguments)]
 fn gather_call(
     s: &mut State,
-    sendbuf: *const c_void,
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
     recvtype: c_int,
     root: Option<c_int>,
@@ -450,7 +476,8 @@ fn gather_call(
         let (layout, rt) = (pieces(inter.remote.len())?, s.datatype(recvtype)?);
         let sending = !matches!(root, Some(MPI_ROOT) | Some(MPI_PROC_NULL));
         let mine = if sending {
-            s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned()
+            // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+            unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned()
         } else {
             Vec::new()
         };
@@ -464,9 +491,11 @@ fn gather_call(
     let layout = pieces(g.size())?;
     let rt = s.datatype(recvtype)?;
     let mine = if in_place(sendbuf) {
-        rt.pack(layout.at(recvbuf, &rt, g.me), layout.counts[g.me])?.into_owned()
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        unsafe { rt.pack(&layout.at(recvbuf, &rt, g.me), layout.counts[g.me]) }?.into_owned()
     } else {
-        s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned()
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned()
     };
     let all = match root {
         Some(_) => gather(s, &g, root_rank, &mine)?,
@@ -474,17 +503,22 @@ fn gather_call(
     };
     let Some(all) = all else { return Ok(()) };
     for (i, bytes) in all.iter().enumerate() {
-        rt.unpack(bytes, layout.at(recvbuf, &rt, i).cast_mut(), layout.counts[i])?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { rt.unpack(bytes, layout.at(recvbuf, &rt, i), layout.counts[i]) }?;
     }
     Ok(())
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Gather(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Gather(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     root: c_int,
@@ -496,14 +530,19 @@ pub extern "C" fn MPI_Gather(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Gatherv(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Gatherv(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
     recvtype: c_int,
     root: c_int,
     comm: c_int,
@@ -518,12 +557,16 @@ pub extern "C" fn MPI_Gatherv(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Allgather(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Allgather(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     comm: c_int,
@@ -534,14 +577,19 @@ pub extern "C" fn MPI_Allgather(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Allgatherv(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Allgatherv(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
@@ -554,10 +602,10 @@ pub extern "C" fn MPI_Allgatherv(
 #[allow(clippy::too_many_arguments)]
 fn scatter_call(
     s: &mut State,
-    sendbuf: *const c_void,
+    sendbuf: UserBuf,
     pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     root: c_int,
@@ -579,7 +627,9 @@ fn scatter_call(
         let st = s.datatype(sendtype)?;
         let mut own = Vec::new();
         for r in 0..g.size() {
-            let bytes = st.pack(layout.at(sendbuf, &st, r), layout.counts[r])?;
+            let piece = layout.at(sendbuf, &st, r);
+            // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+            let bytes = unsafe { st.pack(&piece, layout.counts[r]) }?;
             if r == root {
                 own = bytes.into_owned();
             } else {
@@ -594,15 +644,20 @@ fn scatter_call(
     } else {
         g.recv(s, root)?
     };
-    s.datatype(recvtype)?.unpack(&mine, recvbuf, count_of(recvcount)?)
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { s.datatype(recvtype)?.unpack(&mine, recvbuf, count_of(recvcount)?) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Scatter(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Scatter(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     root: c_int,
@@ -614,13 +669,18 @@ pub extern "C" fn MPI_Scatter(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Scatterv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
+pub unsafe extern "C" fn MPI_Scatterv(
+    sendbuf: UserBuf,
+    sendcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     root: c_int,
@@ -635,10 +695,10 @@ pub extern "C" fn MPI_Scatterv(
 #[allow(clippy::too_many_arguments)]
 fn alltoall_call(
     s: &mut State,
-    sendbuf: *const c_void,
+    sendbuf: UserBuf,
     send: impl FnOnce(usize) -> MpiResult<Pieces>,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recv: impl FnOnce(usize) -> MpiResult<Pieces>,
     recvtype: c_int,
     comm: c_int,
@@ -652,32 +712,40 @@ fn alltoall_call(
     let n = g.size();
     let (rt, rl) = (s.datatype(recvtype)?, recv(n)?);
     let (st, sl, src) = if in_place(sendbuf) {
-        (rt.clone(), Pieces { counts: rl.counts.clone(), displs: rl.displs.clone() }, recvbuf.cast_const())
+        (rt.clone(), Pieces { counts: rl.counts.clone(), displs: rl.displs.clone() }, recvbuf)
     } else {
         (s.datatype(sendtype)?, send(n)?, sendbuf)
     };
     // Every piece is taken before any is written: MPI_IN_PLACE reads and writes one buffer.
-    let own = st.pack(sl.at(src, &st, g.me), sl.counts[g.me])?.into_owned();
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let own = unsafe { st.pack(&sl.at(src, &st, g.me), sl.counts[g.me]) }?.into_owned();
     for step in 1..n {
         let to = (g.me + step) % n;
-        let bytes = st.pack(sl.at(src, &st, to), sl.counts[to])?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let bytes = unsafe { st.pack(&sl.at(src, &st, to), sl.counts[to]) }?.into_owned();
         g.send(s, to, &bytes)?;
     }
-    rt.unpack(&own, rl.at(recvbuf, &rt, g.me).cast_mut(), rl.counts[g.me])?;
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { rt.unpack(&own, rl.at(recvbuf, &rt, g.me), rl.counts[g.me]) }?;
     for step in 1..n {
         let from = (g.me + n - step) % n;
         let bytes = g.recv(s, from)?;
-        rt.unpack(&bytes, rl.at(recvbuf, &rt, from).cast_mut(), rl.counts[from])?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { rt.unpack(&bytes, rl.at(recvbuf, &rt, from), rl.counts[from]) }?;
     }
     Ok(())
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Alltoall(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Alltoall(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     comm: c_int,
@@ -689,15 +757,20 @@ pub extern "C" fn MPI_Alltoall(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+pub unsafe extern "C" fn MPI_Alltoallv(
+    sendbuf: UserBuf,
+    sendcounts: In<'_, c_int>,
+    sdispls: In<'_, c_int>,
     sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    rdispls: In<'_, c_int>,
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
@@ -712,8 +785,8 @@ pub extern "C" fn MPI_Alltoallv(
 #[allow(clippy::too_many_arguments)]
 fn scan_call(
     s: &mut State,
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -722,8 +795,9 @@ fn scan_call(
 ) -> MpiResult<()> {
     let g = Group::of(s, comm)?;
     let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
-    let mine = dt.pack(source, n)?.into_owned();
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
     let before = if g.me > 0 { Some(g.recv(s, g.me - 1)?) } else { None };
     let through_me = match &before {
         Some(prefix) => {
@@ -737,17 +811,23 @@ fn scan_call(
         g.send(s, g.me + 1, &through_me)?;
     }
     match (exclusive, before) {
-        (false, _) => dt.unpack(&through_me, recvbuf, n),
-        (true, Some(prefix)) => dt.unpack(&prefix, recvbuf, n),
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        (false, _) => unsafe { dt.unpack(&through_me, recvbuf, n) },
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        (true, Some(prefix)) => unsafe { dt.unpack(&prefix, recvbuf, n) },
         // Rank 0's exclusive result is undefined: its buffer is left alone.
         (true, None) => Ok(()),
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Scan(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Scan(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -756,10 +836,14 @@ pub extern "C" fn MPI_Scan(
     call("MPI_Scan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, false))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Exscan(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Exscan(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     count: c_int,
     datatype: c_int,
     op: c_int,
@@ -771,8 +855,8 @@ pub extern "C" fn MPI_Exscan(
 /// Reduce to rank 0 over all the counts, then scatter each rank its block.
 fn reduce_scatter_call(
     s: &mut State,
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     counts: Vec<usize>,
     datatype: c_int,
     op: c_int,
@@ -784,8 +868,9 @@ fn reduce_scatter_call(
     let g = Group::of(s, comm)?;
     let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
     let total: usize = counts.iter().sum();
-    let source = if in_place(sendbuf) { recvbuf.cast_const() } else { sendbuf };
-    let mine = dt.pack(source, total)?.into_owned();
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, total) }?.into_owned();
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: total };
     let result = reduce(s, &g, 0, mine, &r)?;
     let piece = if g.me == 0 {
@@ -805,13 +890,18 @@ fn reduce_scatter_call(
     } else {
         g.recv(s, 0)?
     };
-    dt.unpack(&piece, recvbuf, counts[g.me])
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { dt.unpack(&piece, recvbuf, counts[g.me]) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Reduce_scatter_block(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
+pub unsafe extern "C" fn MPI_Reduce_scatter_block(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
     recvcount: c_int,
     datatype: c_int,
     op: c_int,
@@ -824,18 +914,24 @@ pub extern "C" fn MPI_Reduce_scatter_block(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Reduce_scatter(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
+pub unsafe extern "C" fn MPI_Reduce_scatter(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
     datatype: c_int,
     op: c_int,
     comm: c_int,
 ) -> c_int {
     call("MPI_Reduce_scatter", comm, |s| {
         let n = s.comm(comm)?.size() as usize;
-        let counts = ffi::array(recvcounts, n, "recvcounts")?
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let counts = unsafe { ffi::array(recvcounts, n, "recvcounts") }?
             .iter()
             .map(|&c| count_of(c))
             .collect::<MpiResult<_>>()?;
@@ -848,37 +944,41 @@ pub extern "C" fn MPI_Reduce_scatter(
 #[allow(clippy::too_many_arguments)]
 fn alltoallw(
     s: &mut State,
-    sendbuf: *const c_void,
-    send: (*const c_int, *const c_int, *const c_int),
-    recvbuf: *mut c_void,
-    recv: (*const c_int, *const c_int, *const c_int),
+    sendbuf: UserBuf,
+    send: (In<'_, c_int>, In<'_, c_int>, In<'_, c_int>),
+    recvbuf: UserBuf,
+    recv: (In<'_, c_int>, In<'_, c_int>, In<'_, c_int>),
     comm: c_int,
 ) -> MpiResult<()> {
     let c = s.comm(comm)?;
     let (peers, context) = (c.peers().to_vec(), c.context);
     let me = if c.remote.is_none() { Some(c.me as usize) } else { None };
     let n = peers.len();
-    let counts = |p: *const c_int, what| -> MpiResult<Vec<usize>> {
-        ffi::array(p, n, what)?.iter().map(|&c| count_of(c)).collect()
+    let counts = |p: In<'_, c_int>, what| -> MpiResult<Vec<usize>> {
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        unsafe { ffi::array(p, n, what) }?.iter().map(|&c| count_of(c)).collect()
     };
-    let displs = |p: *const c_int, what| -> MpiResult<Vec<isize>> {
-        Ok(ffi::array(p, n, what)?.iter().map(|&d| d as isize).collect())
+    let displs = |p: In<'_, c_int>, what| -> MpiResult<Vec<isize>> {
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        Ok(unsafe { ffi::array(p, n, what) }?.iter().map(|&d| d as isize).collect())
     };
-    let types = |p: *const c_int, what| -> MpiResult<Vec<Datatype>> {
-        ffi::array(p, n, what)?.iter().map(|&t| s.datatype(t)).collect()
+    let types = |p: In<'_, c_int>, what| -> MpiResult<Vec<Datatype>> {
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        unsafe { ffi::array(p, n, what) }?.iter().map(|&t| s.datatype(t)).collect()
     };
     let (rc, rd, rt) =
         (counts(recv.0, "recvcounts")?, displs(recv.1, "rdispls")?, types(recv.2, "recvtypes")?);
     // MPI_IN_PLACE: the receive side's layout is the send side's too; every piece is packed
     // before any is written.
     let (sendbuf, (sc, sd, st)) = if in_place(sendbuf) {
-        (recvbuf.cast_const(), (rc.clone(), rd.clone(), rt.clone()))
+        (recvbuf, (rc.clone(), rd.clone(), rt.clone()))
     } else {
         (sendbuf, (counts(send.0, "sendcounts")?, displs(send.1, "sdispls")?, types(send.2, "sendtypes")?))
     };
     let tag = tags::tag(context, tags::COLL, 0);
     let outgoing = (0..n)
-        .map(|j| st[j].pack(offset(sendbuf, sd[j]), sc[j]).map(|b| b.into_owned()))
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        .map(|j| unsafe { st[j].pack(&offset(sendbuf, sd[j]), sc[j]) }.map(|b| b.into_owned()))
         .collect::<MpiResult<Vec<_>>>()?;
     let mut own = Vec::new();
     for (j, bytes) in outgoing.into_iter().enumerate() {
@@ -895,21 +995,27 @@ fn alltoallw(
             let m = s.rt.recv_matching(Source::Rank(peers[j]), tags::coll_match(context))?;
             frag::complete(&mut s.rt, m)?.payload.into_vec()
         };
-        rt[j].unpack(&bytes, offset(recvbuf, rd[j]).cast_mut(), rc[j])?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { rt[j].unpack(&bytes, offset(recvbuf, rd[j]), rc[j]) }?;
     }
     Ok(())
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtypes: *const c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtypes: *const c_int,
+pub unsafe extern "C" fn MPI_Alltoallw(
+    sendbuf: UserBuf,
+    sendcounts: In<'_, c_int>,
+    sdispls: In<'_, c_int>,
+    sendtypes: In<'_, c_int>,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    rdispls: In<'_, c_int>,
+    recvtypes: In<'_, c_int>,
     comm: c_int,
 ) -> c_int {
     call("MPI_Alltoallw", comm, |s| {

@@ -7,6 +7,7 @@ use crate::abi::*;
 use crate::coll;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::Out;
 use crate::state::{call, State};
 use crate::tags;
 
@@ -79,18 +80,30 @@ impl State {
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `rank`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_rank(comm: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_rank", comm, |s| ffi::out(rank, s.comm(comm)?.me as c_int, "rank"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_size", comm, |s| ffi::out(size, s.comm(comm)?.size() as c_int, "size"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_dup", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
             let h = s.dup_inter(comm)?;
@@ -111,8 +124,18 @@ pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
 
 /// Members with the same color form one communicator, ordered by (key, parent rank);
 /// `MPI_UNDEFINED` gets `MPI_COMM_NULL`.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_split(
+    comm: c_int,
+    color: c_int,
+    key: c_int,
+    newcomm: Out<'_, c_int>,
+) -> c_int {
     call("MPI_Comm_split", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
             let h = s.split_inter(comm, color, key)?;
@@ -147,13 +170,18 @@ pub(crate) fn split(s: &mut State, comm: c_int, color: c_int, key: c_int) -> Mpi
 /// MPI_COMM_TYPE_SHARED groups the ranks that share a host (its name: real hosts, or the
 /// namespaces of simulated ones); the hardware-guided types fall back to it, as MPICH's do
 /// when no hint narrows them. `MPI_UNDEFINED` gets MPI_COMM_NULL.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_split_type(
+pub unsafe extern "C" fn MPI_Comm_split_type(
     comm: c_int,
     split_type: c_int,
     key: c_int,
     _info: c_int,
-    newcomm: *mut c_int,
+    newcomm: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Comm_split_type", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
@@ -173,8 +201,12 @@ pub extern "C" fn MPI_Comm_split_type(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `comm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
     let h = ffi::read(comm, "comm").unwrap_or(MPI_COMM_NULL);
     call("MPI_Comm_free", h, |s| {
         if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
@@ -188,8 +220,12 @@ pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `result`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_compare", a, |s| {
         let (x, y) = (s.comm(a)?, s.comm(b)?);
         let r = if a == b {
@@ -229,51 +265,89 @@ pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
     MPI_Comm_set_errhandler(comm, errhandler)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `errhandler`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_errhandler", comm, |s| ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `errhandler`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Errhandler_free(errhandler: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Errhandler_free", MPI_COMM_WORLD, |_| ffi::out(errhandler, MPI_ERRHANDLER_NULL, "errhandler"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `name`: null or NUL-terminated strings.
 #[no_mangle]
-pub extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
     call("MPI_Comm_set_name", comm, |s| {
-        let name = ffi::string_in(name)?;
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let name = unsafe { ffi::string_in(name) }?;
         s.comm_mut(comm)?.name = name;
         Ok(())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `len`: null or writable for the call (arrays as long as the counts say);
+/// `name`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_name", comm, |s| {
-        let n = ffi::string_out(name, MPI_MAX_OBJECT_NAME as usize, &s.comm(comm)?.name)?;
+        // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+        let n = unsafe { ffi::string_out(name, MPI_MAX_OBJECT_NAME as usize, &s.comm(comm)?.name) }?;
         ffi::out(len, n, "resultlen")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_test_inter", comm, |s| {
         let inter = s.comm(comm)?.remote.is_some();
         ffi::out(flag, c_int::from(inter), "flag")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
-    MPI_Comm_dup(comm, newcomm)
+pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: Out<'_, c_int>) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_dup(comm, newcomm) }
 }
 
 /// Runs at the call (every member calls it in the same order, as MPI requires) and returns a
 /// complete request.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
-    let rc = MPI_Comm_dup(comm, newcomm);
+pub unsafe extern "C" fn MPI_Comm_idup(
+    comm: c_int,
+    newcomm: Out<'_, c_int>,
+    request: Out<'_, c_int>,
+) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    let rc = unsafe { MPI_Comm_dup(comm, newcomm) };
     if rc != MPI_SUCCESS {
         return rc;
     }
@@ -283,12 +357,17 @@ pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut 
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_idup_with_info(
+pub unsafe extern "C" fn MPI_Comm_idup_with_info(
     comm: c_int,
     _info: c_int,
-    newcomm: *mut c_int,
-    request: *mut c_int,
+    newcomm: Out<'_, c_int>,
+    request: Out<'_, c_int>,
 ) -> c_int {
-    MPI_Comm_idup(comm, newcomm, request)
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_idup(comm, newcomm, request) }
 }

@@ -2,13 +2,13 @@
 //! list of byte runs per element; packing a buffer into message bytes and back.
 
 use std::borrow::Cow;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use smallvec::{smallvec, SmallVec};
 
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
-use crate::ffi;
+use crate::ffi::UserBuf;
 
 /// What one element holds, for reductions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,24 +188,36 @@ impl Datatype {
         self.size * count
     }
 
-    /// The bytes of `count` elements at `buf`: borrowed when contiguous.
-    pub fn pack<'a>(&self, buf: *const c_void, count: usize) -> MpiResult<Cow<'a, [u8]>> {
+    /// The bytes of `count` elements at `buf`: borrowed (no longer than `buf` is) when
+    /// contiguous.
+    ///
+    /// # Safety
+    /// `buf` spans `count` elements of this type, readable: MPI's rule for a send's buffer,
+    /// until its call returns or its request completes (which has not happened yet).
+    pub unsafe fn pack<'a>(&self, buf: &'a UserBuf, count: usize) -> MpiResult<Cow<'a, [u8]>> {
         let total = self.bytes_for(count);
         if self.is_contiguous() {
-            return Ok(Cow::Borrowed(ffi::bytes(buf, total)?));
+            // SAFETY: contiguous, so the `total` bytes from `buf` (the caller's promise).
+            return Ok(Cow::Borrowed(unsafe { buf.bytes(total) }?));
         }
         let mut out = Vec::with_capacity(total);
         for (off, len) in self.repeated(count, self.extent) {
-            out.extend_from_slice(ffi::bytes(offset(buf, off), len)?);
+            // SAFETY: one block of the layout the caller promised is there.
+            out.extend_from_slice(unsafe { buf.at(off).bytes(len) }?);
         }
         Ok(Cow::Owned(out))
     }
 
     /// Writes `data` (at most `count` elements' bytes) into `buf`.
-    pub fn unpack(&self, data: &[u8], buf: *mut c_void, count: usize) -> MpiResult<()> {
+    ///
+    /// # Safety
+    /// `buf` spans `count` elements of this type, writable and used by nothing else: MPI's
+    /// rule for a receive's buffer, until its call returns or its request completes.
+    pub unsafe fn unpack(&self, data: &[u8], buf: UserBuf, count: usize) -> MpiResult<()> {
         if self.is_contiguous() {
             let n = data.len().min(self.bytes_for(count));
-            ffi::bytes_mut(buf, n)?.copy_from_slice(&data[..n]);
+            // SAFETY: contiguous, so `n` <= the bytes the caller promised are there.
+            unsafe { buf.bytes_mut(n) }?.copy_from_slice(&data[..n]);
             return Ok(());
         }
         let mut at = 0;
@@ -214,7 +226,8 @@ impl Datatype {
                 break;
             }
             let n = len.min(data.len() - at);
-            ffi::bytes_mut(offset(buf, off).cast_mut(), n)?.copy_from_slice(&data[at..at + n]);
+            // SAFETY: (part of) one block of the layout the caller promised is there.
+            unsafe { buf.at(off).bytes_mut(n) }?.copy_from_slice(&data[at..at + n]);
             at += n;
         }
         Ok(())
@@ -222,8 +235,8 @@ impl Datatype {
 }
 
 /// `buf` moved by `off` bytes (the address arithmetic of a datatype's layout; no access).
-pub fn offset(buf: *const c_void, off: isize) -> *const c_void {
-    buf.cast::<u8>().wrapping_offset(off).cast()
+pub fn offset(buf: UserBuf, off: isize) -> UserBuf {
+    buf.at(off)
 }
 
 fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) -> Datatype {

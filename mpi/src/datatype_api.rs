@@ -6,13 +6,18 @@ use crate::abi::*;
 use crate::datatype::{self, Datatype};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{In, Out, UserBuf};
 use crate::state::{call, query_type, State};
 
 fn count_of(n: c_int) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {n}")))
 }
 
-fn new_type(function: &str, out: *mut c_int, make: impl FnOnce(&mut State) -> MpiResult<Datatype>) -> c_int {
+fn new_type(
+    function: &str,
+    out: Out<'_, c_int>,
+    make: impl FnOnce(&mut State) -> MpiResult<Datatype>,
+) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
         let t = make(s)?;
         let h = s.types.insert(t);
@@ -20,23 +25,43 @@ fn new_type(function: &str, out: *mut c_int, make: impl FnOnce(&mut State) -> Mp
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_size(datatype: c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Type_size(datatype: c_int, size: Out<'_, c_int>) -> c_int {
     query_type("MPI_Type_size", datatype, |t| {
         ffi::out(size, c_int::try_from(t.size).unwrap_or(MPI_UNDEFINED), "size")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_get_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Type_get_extent(
+    datatype: c_int,
+    lb: Out<'_, c_long>,
+    extent: Out<'_, c_long>,
+) -> c_int {
     query_type("MPI_Type_get_extent", datatype, |t| {
         ffi::out(lb, t.lb as c_long, "lb")?;
         ffi::out(extent, t.extent as c_long, "extent")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_get_true_extent(datatype: c_int, lb: *mut c_long, extent: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Type_get_true_extent(
+    datatype: c_int,
+    lb: Out<'_, c_long>,
+    extent: Out<'_, c_long>,
+) -> c_int {
     query_type("MPI_Type_get_true_extent", datatype, |t| {
         let lo = t.blocks.iter().map(|b| b.0).min().unwrap_or(0);
         let hi = t.blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
@@ -45,27 +70,39 @@ pub extern "C" fn MPI_Type_get_true_extent(datatype: c_int, lb: *mut c_long, ext
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `extent`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_extent(datatype: c_int, extent: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Type_extent(datatype: c_int, extent: Out<'_, c_long>) -> c_int {
     call("MPI_Type_extent", MPI_COMM_WORLD, |s| {
         ffi::out(extent, s.datatype(datatype)?.extent as c_long, "extent")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_contiguous", newtype, |s| {
         Ok(datatype::contiguous(count_of(count)?, &s.datatype(old)?))
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_vector(
+pub unsafe extern "C" fn MPI_Type_vector(
     count: c_int,
     blocklen: c_int,
     stride: c_int,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_vector", newtype, |s| {
         let t = s.datatype(old)?;
@@ -73,98 +110,139 @@ pub extern "C" fn MPI_Type_vector(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hvector(
+pub unsafe extern "C" fn MPI_Type_create_hvector(
     count: c_int,
     blocklen: c_int,
     stride: c_long,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_hvector", newtype, |s| {
         Ok(datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize, &s.datatype(old)?))
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_hvector(
+pub unsafe extern "C" fn MPI_Type_hvector(
     count: c_int,
     blocklen: c_int,
     stride: c_long,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
-    MPI_Type_create_hvector(count, blocklen, stride, old, newtype)
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Type_create_hvector(count, blocklen, stride, old, newtype) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_indexed(
+pub unsafe extern "C" fn MPI_Type_indexed(
     count: c_int,
-    lens: *const c_int,
-    displs: *const c_int,
+    lens: In<'_, c_int>,
+    displs: In<'_, c_int>,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_indexed", newtype, |s| {
         let n = count_of(count)?;
         let t = s.datatype(old)?;
         let displs: Vec<isize> =
-            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize * t.extent).collect();
-        datatype::hindexed(ffi::array(lens, n, "blocklengths")?, &displs, &t)
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize * t.extent).collect();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        datatype::hindexed(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &t)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hindexed(
+pub unsafe extern "C" fn MPI_Type_create_hindexed(
     count: c_int,
-    lens: *const c_int,
-    displs: *const c_long,
+    lens: In<'_, c_int>,
+    displs: In<'_, c_long>,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_hindexed", newtype, |s| {
         let n = count_of(count)?;
         let displs: Vec<isize> =
-            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
-        datatype::hindexed(ffi::array(lens, n, "blocklengths")?, &displs, &s.datatype(old)?)
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        datatype::hindexed(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &s.datatype(old)?)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_struct(
+pub unsafe extern "C" fn MPI_Type_create_struct(
     count: c_int,
-    lens: *const c_int,
-    displs: *const c_long,
-    types: *const c_int,
-    newtype: *mut c_int,
+    lens: In<'_, c_int>,
+    displs: In<'_, c_long>,
+    types: In<'_, c_int>,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_struct", newtype, |s| {
         let n = count_of(count)?;
         let displs: Vec<isize> =
-            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
         let types =
-            ffi::array(types, n, "types")?.iter().map(|&t| s.datatype(t)).collect::<MpiResult<Vec<_>>>()?;
-        datatype::structure(ffi::array(lens, n, "blocklengths")?, &displs, &types)
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(types, n, "types") }?.iter().map(|&t| s.datatype(t)).collect::<MpiResult<Vec<_>>>()?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        datatype::structure(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &types)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_struct(
+pub unsafe extern "C" fn MPI_Type_struct(
     count: c_int,
-    lens: *const c_int,
-    displs: *const c_long,
-    types: *const c_int,
-    newtype: *mut c_int,
+    lens: In<'_, c_int>,
+    displs: In<'_, c_long>,
+    types: In<'_, c_int>,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
-    MPI_Type_create_struct(count, lens, displs, types, newtype)
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Type_create_struct(count, lens, displs, types, newtype) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_resized(
+pub unsafe extern "C" fn MPI_Type_create_resized(
     old: c_int,
     lb: c_long,
     extent: c_long,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_resized", newtype, |s| {
         let mut t = s.datatype(old)?;
@@ -173,13 +251,21 @@ pub extern "C" fn MPI_Type_create_resized(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_dup(old: c_int, newtype: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_dup", newtype, |s| s.datatype(old))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `datatype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_commit(datatype: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_commit", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
         if let Some(t) = s.types.get_mut(h) {
@@ -189,8 +275,12 @@ pub extern "C" fn MPI_Type_commit(datatype: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `datatype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
         s.types
@@ -200,70 +290,108 @@ pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `address`: null or writable for the call (arrays as long as the counts say);
+/// `location`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Get_address(location: *const c_void, address: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
     call("MPI_Get_address", MPI_COMM_WORLD, |_| ffi::out(address, location as c_long, "address"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `address`: null or writable for the call (arrays as long as the counts say);
+/// `location`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Address(location: *const c_void, address: *mut c_long) -> c_int {
-    MPI_Get_address(location, address)
+pub unsafe extern "C" fn MPI_Address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Get_address(location, address) }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `displs`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_indexed_block(
+pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     count: c_int,
     blocklen: c_int,
-    displs: *const c_int,
+    displs: In<'_, c_int>,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_indexed_block", newtype, |s| {
         let n = count_of(count)?;
         let t = s.datatype(old)?;
         let displs: Vec<isize> =
-            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize * t.extent).collect();
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize * t.extent).collect();
         datatype::hindexed(&vec![blocklen; n], &displs, &t)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `displs`: null or readable for the call (arrays as long as the counts say);
+/// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hindexed_block(
+pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     count: c_int,
     blocklen: c_int,
-    displs: *const c_long,
+    displs: In<'_, c_long>,
     old: c_int,
-    newtype: *mut c_int,
+    newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_hindexed_block", newtype, |s| {
         let n = count_of(count)?;
         let displs: Vec<isize> =
-            ffi::array(displs, n, "displacements")?.iter().map(|&d| d as isize).collect();
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
         datatype::hindexed(&vec![blocklen; n], &displs, &s.datatype(old)?)
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Pack_size(incount: c_int, datatype: c_int, comm: c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Pack_size(
+    incount: c_int,
+    datatype: c_int,
+    comm: c_int,
+    size: Out<'_, c_int>,
+) -> c_int {
     call("MPI_Pack_size", comm, |s| {
         let n = s.datatype(datatype)?.bytes_for(count_of(incount)?);
         ffi::out(size, c_int::try_from(n).unwrap_or(c_int::MAX), "size")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `inbuf`: spans `incount` elements of `datatype`, readable; `outbuf`: `outsize` writable
+/// bytes, both for the call; `position`: null or writable for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Pack(
-    inbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Pack(
+    inbuf: UserBuf,
     incount: c_int,
     datatype: c_int,
-    outbuf: *mut c_void,
+    outbuf: UserBuf,
     outsize: c_int,
-    position: *mut c_int,
+    position: Out<'_, c_int>,
     comm: c_int,
 ) -> c_int {
     call("MPI_Pack", comm, |s| {
         let at = usize::try_from(ffi::read(position, "position")?).unwrap_or(usize::MAX);
-        let bytes = s.datatype(datatype)?.pack(inbuf, count_of(incount)?)?;
+        // SAFETY: MPI_Pack's `inbuf` spans `incount` elements of `datatype` (the contract).
+        let bytes = unsafe { s.datatype(datatype)?.pack(&inbuf, count_of(incount)?) }?;
         let room = usize::try_from(outsize).unwrap_or(0);
         if at > room || bytes.len() > room - at {
             return Err(MpiError::new(
@@ -271,17 +399,23 @@ pub extern "C" fn MPI_Pack(
                 format!("{} bytes at {at} of a {room}-byte buffer", bytes.len()),
             ));
         }
-        ffi::bytes_mut(outbuf, room)?[at..at + bytes.len()].copy_from_slice(&bytes);
+        // SAFETY: MPI_Pack's `outbuf` holds `outsize` writable bytes (the contract).
+        unsafe { outbuf.bytes_mut(room) }?[at..at + bytes.len()].copy_from_slice(&bytes);
         ffi::out(position, (at + bytes.len()) as c_int, "position")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `inbuf`: `insize` readable bytes; `outbuf`: spans `outcount` elements of `datatype`,
+/// writable, for the call; `position`: null or writable for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Unpack(
-    inbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Unpack(
+    inbuf: UserBuf,
     insize: c_int,
-    position: *mut c_int,
-    outbuf: *mut c_void,
+    position: Out<'_, c_int>,
+    outbuf: UserBuf,
     outcount: c_int,
     datatype: c_int,
     comm: c_int,
@@ -298,21 +432,33 @@ pub extern "C" fn MPI_Unpack(
                 format!("{want} bytes at {at} of a {have}-byte buffer"),
             ));
         }
-        dt.unpack(&ffi::bytes(inbuf, have)?[at..at + want], outbuf, n)?;
+        // SAFETY: MPI_Unpack's `inbuf` holds `insize` readable bytes (the contract).
+        let packed = unsafe { inbuf.bytes(have) }?;
+        // SAFETY: `outbuf` spans `outcount` elements of `datatype` (the contract); it is not
+        // `inbuf` (MPI forbids aliased arguments).
+        unsafe { dt.unpack(&packed[at..at + want], outbuf, n) }?;
         ffi::out(position, (at + want) as c_int, "position")
     })
 }
 
-fn size_wide(datatype: c_int, size: *mut c_long, function: &str) -> c_int {
+fn size_wide(datatype: c_int, size: Out<'_, c_long>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| ffi::out(size, s.datatype(datatype)?.size as c_long, "size"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_size_c(datatype: c_int, size: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Type_size_c(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_c")
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Type_size_x(datatype: c_int, size: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Type_size_x(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_x")
 }

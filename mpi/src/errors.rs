@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int};
 
 use crate::abi::*;
 use crate::ffi;
+use crate::ffi::Out;
 
 /// A failed MPI call: its class and what went wrong.
 #[derive(Debug, Clone)]
@@ -81,14 +82,20 @@ pub fn unsupported(function: &str) -> ! {
     std::process::exit(1)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `len`: null or writable for the call (arrays as long as the counts say);
+/// `string`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let detail = LAST.with(|l| l.borrow().iter().find(|(c, _)| *c == code).map(|(_, m)| m.clone()));
     let text = match detail {
         Some(d) => format!("{}: {d}", class_text(code)),
         None => class_text(code).to_string(),
     };
-    match ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text)
+    // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+    match unsafe { ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text) }
         .and_then(|n| ffi::out(len, n, "resultlen"))
     {
         Ok(()) => MPI_SUCCESS,
@@ -96,8 +103,12 @@ pub extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: *mut c
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `class`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Error_class(code: c_int, class: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
     // Codes are classes here.
     match ffi::out(class, code, "errorclass") {
         Ok(()) => MPI_SUCCESS,

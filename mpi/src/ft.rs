@@ -10,18 +10,26 @@ use reverb_runtime::FIRST_USER_ENTRY;
 use crate::abi::*;
 use crate::errors::MpiError;
 use crate::ffi;
+use crate::ffi::{Out, UserBuf};
 use crate::journal::JOURNAL_ENTRY;
 use crate::state::call;
 
 /// Protects `bytes` at `ptr` for every later checkpoint; the n-th call's region is restored
 /// by the n-th call after a restart (call it in the same order).
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `ptr`: `bytes` readable and writable bytes, valid until `MPI_Finalize` (read at every
+/// checkpoint, written at a restore).
 #[no_mangle]
-pub extern "C" fn MPIX_Reverb_protect(ptr: *mut c_void, bytes: c_long) -> c_int {
+pub unsafe extern "C" fn MPIX_Reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
     call("MPIX_Reverb_protect", MPI_COMM_WORLD, |s| {
         let len = usize::try_from(bytes).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("{bytes} bytes")))?;
-        ffi::bytes(ptr, len)?;
+        // SAFETY: the contract above: `len` readable bytes (checked here, read at checkpoints).
+        unsafe { ptr.bytes(len) }?;
         let id = s.protected.len() as u32;
-        s.protected.insert(id, (ptr as usize, len));
+        s.protected.insert(id, (ptr.addr(), len));
         Ok(())
     })
 }
@@ -33,7 +41,10 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
     call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
         let regions: Vec<(u32, usize, usize)> = s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
         for (id, p, n) in regions {
-            let data = ffi::bytes(p as *const c_void, n)?;
+            // SAFETY: a region MPIX_Reverb_protect was given: `n` bytes valid until MPI_Finalize.
+            let buf = unsafe { UserBuf::from_raw(p as *mut c_void) };
+            // SAFETY: as above.
+            let data = unsafe { buf.bytes(n) }?;
             s.rt.protect(id + FIRST_USER_ENTRY, data)?;
         }
         let journal = s.journal.encode();
@@ -45,8 +56,13 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
 
 /// After a restart, writes the last checkpoint's copy back into the protected memory and
 /// sets `*restored` to 1; 0 on a first run (or before the first checkpoint), memory untouched.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `restored`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPIX_Reverb_restore(restored: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPIX_Reverb_restore(restored: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
         s.journal.end_setup();
         let mut fresh = false;
@@ -67,7 +83,10 @@ pub extern "C" fn MPIX_Reverb_restore(restored: *mut c_int) -> c_int {
                         format!("protected region {id}: {n} bytes now, {} checkpointed", copy.len()),
                     ));
                 }
-                ffi::bytes_mut(p as *mut c_void, n)?.copy_from_slice(&copy);
+                // SAFETY: a protected region: `n` writable bytes valid until MPI_Finalize.
+                let buf = unsafe { UserBuf::from_raw(p as *mut c_void) };
+                // SAFETY: as above; the program is inside this call, not touching it.
+                unsafe { buf.bytes_mut(n) }?.copy_from_slice(&copy);
             }
         }
         ffi::out(restored, c_int::from(!fresh), "restored")
@@ -75,7 +94,12 @@ pub extern "C" fn MPIX_Reverb_restore(restored: *mut c_int) -> c_int {
 }
 
 /// 1 if this process is a restarted incarnation of its rank.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPIX_Reverb_restarted(flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPIX_Reverb_restarted(flag: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restarted", MPI_COMM_WORLD, |s| ffi::out(flag, c_int::from(s.rt.restarted()), "flag"))
 }

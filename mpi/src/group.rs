@@ -5,13 +5,14 @@ use std::ffi::c_int;
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{In, Out};
 use crate::state::{call, State};
 
 fn count_of(n: c_int) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("count {n}")))
 }
 
-fn new_group(function: &str, out: *mut c_int, make: impl FnOnce(&State) -> MpiResult<Vec<u32>>) -> c_int {
+fn new_group(function: &str, out: Out<'_, c_int>, make: impl FnOnce(&State) -> MpiResult<Vec<u32>>) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
         let g = make(s)?;
         // An empty result is the predefined empty group (programs compare handles).
@@ -28,8 +29,12 @@ fn member(g: &[u32], r: c_int) -> MpiResult<u32> {
         .ok_or_else(|| MpiError::new(MPI_ERR_RANK, format!("rank {r} outside a group of {}", g.len())))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `group`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_group(comm: c_int, group: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_group", comm, |s| {
         let ranks = s.comm(comm)?.ranks.clone();
         let h = s.groups.insert(ranks);
@@ -37,13 +42,21 @@ pub extern "C" fn MPI_Comm_group(comm: c_int, group: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_size(group: c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_size(group: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Group_size", MPI_COMM_WORLD, |s| ffi::out(size, s.group(group)?.len() as c_int, "size"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `rank`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_rank(group: c_int, rank: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_rank(group: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Group_rank", MPI_COMM_WORLD, |s| {
         let me = s.rt.rank();
         let r = s.group(group)?.iter().position(|&w| w == me).map_or(MPI_UNDEFINED, |i| i as c_int);
@@ -51,8 +64,12 @@ pub extern "C" fn MPI_Group_rank(group: c_int, rank: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `group`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_free(group: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_free(group: Out<'_, c_int>) -> c_int {
     call("MPI_Group_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(group, "group")?;
         if h != MPI_GROUP_EMPTY {
@@ -64,19 +81,41 @@ pub extern "C" fn MPI_Group_free(group: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `ranks`: null or readable for the call (arrays as long as the counts say);
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_incl(
+    group: c_int,
+    n: c_int,
+    ranks: In<'_, c_int>,
+    newgroup: Out<'_, c_int>,
+) -> c_int {
     new_group("MPI_Group_incl", newgroup, |s| {
         let g = s.group(group)?;
-        ffi::array(ranks, count_of(n)?, "ranks")?.iter().map(|&r| member(g, r)).collect()
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        unsafe { ffi::array(ranks, count_of(n)?, "ranks") }?.iter().map(|&r| member(g, r)).collect()
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `ranks`: null or readable for the call (arrays as long as the counts say);
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_excl(
+    group: c_int,
+    n: c_int,
+    ranks: In<'_, c_int>,
+    newgroup: Out<'_, c_int>,
+) -> c_int {
     new_group("MPI_Group_excl", newgroup, |s| {
         let g = s.group(group)?;
-        let out: Vec<c_int> = ffi::array(ranks, count_of(n)?, "ranks")?.to_vec();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let out: Vec<c_int> = unsafe { ffi::array(ranks, count_of(n)?, "ranks") }?.to_vec();
         for &r in &out {
             member(g, r)?;
         }
@@ -85,9 +124,10 @@ pub extern "C" fn MPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, ne
 }
 
 /// The ranks `[first, last, stride]` triples name, in order.
-fn ranges(g: &[u32], n: c_int, triples: *const [c_int; 3]) -> MpiResult<Vec<c_int>> {
+fn ranges(g: &[u32], n: c_int, triples: In<'_, [c_int; 3]>) -> MpiResult<Vec<c_int>> {
     let mut out = Vec::new();
-    for &[first, last, stride] in ffi::array(triples, count_of(n)?, "ranges")? {
+    // SAFETY: the array is as long as this call's counts say (the FFI contract).
+    for &[first, last, stride] in unsafe { ffi::array(triples, count_of(n)?, "ranges") }? {
         if stride == 0 {
             return Err(MpiError::new(MPI_ERR_ARG, "a range with stride 0"));
         }
@@ -101,12 +141,17 @@ fn ranges(g: &[u32], n: c_int, triples: *const [c_int; 3]) -> MpiResult<Vec<c_in
     Ok(out)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `triples`: null or readable for the call (arrays as long as the counts say);
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_range_incl(
+pub unsafe extern "C" fn MPI_Group_range_incl(
     group: c_int,
     n: c_int,
-    triples: *const [c_int; 3],
-    newgroup: *mut c_int,
+    triples: In<'_, [c_int; 3]>,
+    newgroup: Out<'_, c_int>,
 ) -> c_int {
     new_group("MPI_Group_range_incl", newgroup, |s| {
         let g = s.group(group)?;
@@ -114,12 +159,17 @@ pub extern "C" fn MPI_Group_range_incl(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `triples`: null or readable for the call (arrays as long as the counts say);
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_range_excl(
+pub unsafe extern "C" fn MPI_Group_range_excl(
     group: c_int,
     n: c_int,
-    triples: *const [c_int; 3],
-    newgroup: *mut c_int,
+    triples: In<'_, [c_int; 3]>,
+    newgroup: Out<'_, c_int>,
 ) -> c_int {
     new_group("MPI_Group_range_excl", newgroup, |s| {
         let g = s.group(group)?;
@@ -128,8 +178,12 @@ pub extern "C" fn MPI_Group_range_excl(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_union", newgroup, |s| {
         let mut g = s.group(a)?.clone();
         g.extend(s.group(b)?.iter().filter(|w| !s.group(a).is_ok_and(|x| x.contains(w))));
@@ -137,35 +191,50 @@ pub extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: *mut c_int) -> c
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_intersection(a: c_int, b: c_int, newgroup: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_intersection(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_intersection", newgroup, |s| {
         let other = s.group(b)?;
         Ok(s.group(a)?.iter().copied().filter(|w| other.contains(w)).collect())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newgroup`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_difference(a: c_int, b: c_int, newgroup: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_difference(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_difference", newgroup, |s| {
         let other = s.group(b)?;
         Ok(s.group(a)?.iter().copied().filter(|w| !other.contains(w)).collect())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `ranks`: null or readable for the call (arrays as long as the counts say);
+/// `out`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_translate_ranks(
+pub unsafe extern "C" fn MPI_Group_translate_ranks(
     a: c_int,
     n: c_int,
-    ranks: *const c_int,
+    ranks: In<'_, c_int>,
     b: c_int,
-    out: *mut c_int,
+    out: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Group_translate_ranks", MPI_COMM_WORLD, |s| {
         let n = count_of(n)?;
         let (ga, gb) = (s.group(a)?, s.group(b)?);
-        let translated = ffi::array_mut(out, n, "ranks2")?;
-        for (i, &r) in ffi::array(ranks, n, "ranks1")?.iter().enumerate() {
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let translated = unsafe { ffi::array_mut(out, n, "ranks2") }?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        for (i, &r) in unsafe { ffi::array(ranks, n, "ranks1") }?.iter().enumerate() {
             translated[i] = if r == MPI_PROC_NULL {
                 MPI_PROC_NULL
             } else {
@@ -177,8 +246,12 @@ pub extern "C" fn MPI_Group_translate_ranks(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `result`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Group_compare(a: c_int, b: c_int, result: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Group_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Group_compare", MPI_COMM_WORLD, |s| {
         let (ga, gb) = (s.group(a)?, s.group(b)?);
         let r = if ga == gb {
@@ -201,8 +274,12 @@ fn comm_of_group(s: &mut State, comm: c_int, group: &[u32]) -> MpiResult<c_int> 
     Ok(s.derive(comm, group.to_vec(), context))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_create", comm, |s| {
         let g = s.group(group)?.clone();
         if s.comm(comm)?.remote.is_some() {
@@ -215,12 +292,17 @@ pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int
 }
 
 /// Collective over the group's members only: they agree on a context among themselves.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create_group(
+pub unsafe extern "C" fn MPI_Comm_create_group(
     comm: c_int,
     group: c_int,
     _tag: c_int,
-    newcomm: *mut c_int,
+    newcomm: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Comm_create_group", comm, |s| {
         let g = s.group(group)?.clone();

@@ -2,7 +2,7 @@
 //! it up), MPI_Finalize leaves it; the environment queries.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ffi::{c_char, c_double, c_int, c_void};
+use std::ffi::{c_char, c_double, c_int};
 use std::sync::atomic::Ordering;
 
 use reverb_runtime::Runtime;
@@ -11,6 +11,7 @@ use crate::abi::*;
 use crate::comm::Comm;
 use crate::errors::{self, MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::Out;
 use crate::journal::{Journal, JOURNAL_ENTRY};
 use crate::p2p::TAG_UB;
 use crate::state::{self, call, Handles, State, FINALIZED, INITIALIZED};
@@ -91,18 +92,27 @@ fn init() -> c_int {
     MPI_SUCCESS
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `_argc`, `_argv`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn MPI_Init(_argc: Out<'_, c_int>, _argv: Out<'_, *mut *mut c_char>) -> c_int {
     init()
 }
 
 /// reverb provides MPI_THREAD_FUNNELED: only the thread that initialized MPI calls it.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `_argc`, `_argv`, `provided`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Init_thread(
-    _argc: *mut c_int,
-    _argv: *mut *mut *mut c_char,
+pub unsafe extern "C" fn MPI_Init_thread(
+    _argc: Out<'_, c_int>,
+    _argv: Out<'_, *mut *mut c_char>,
     required: c_int,
-    provided: *mut c_int,
+    provided: Out<'_, c_int>,
 ) -> c_int {
     let rc = init();
     if rc != MPI_SUCCESS {
@@ -112,13 +122,21 @@ pub extern "C" fn MPI_Init_thread(
     call("MPI_Init_thread", MPI_COMM_WORLD, |_| ffi::out(provided, level, "provided"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `provided`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Query_thread(provided: Out<'_, c_int>) -> c_int {
     call("MPI_Query_thread", MPI_COMM_WORLD, |_| ffi::out(provided, MPI_THREAD_FUNNELED, "provided"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Is_thread_main(flag: Out<'_, c_int>) -> c_int {
     // The state lives with the thread that initialized MPI: any other finds none.
     let rc = call("MPI_Is_thread_main", MPI_COMM_WORLD, |_| ffi::out(flag, 1, "flag"));
     if rc != MPI_SUCCESS {
@@ -150,16 +168,24 @@ pub extern "C" fn MPI_Finalize() -> c_int {
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Initialized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(INITIALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
         Err(e) => e.class,
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Finalized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(FINALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
         Err(e) => e.class,
@@ -184,28 +210,44 @@ pub extern "C" fn MPI_Wtick() -> c_double {
     1e-9
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `len`: null or writable for the call (arrays as long as the counts say);
+/// `name`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
-    let r = ffi::string_out(name, MPI_MAX_PROCESSOR_NAME as usize, &host)
+    // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+    let r = unsafe { ffi::string_out(name, MPI_MAX_PROCESSOR_NAME as usize, &host) }
         .and_then(|n| ffi::out(len, n, "resultlen"));
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `version`, `subversion`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Get_version(version: Out<'_, c_int>, subversion: Out<'_, c_int>) -> c_int {
     let r = ffi::out(version, MPI_VERSION, "version")
         .and_then(|()| ffi::out(subversion, MPI_SUBVERSION, "subversion"));
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `len`: null or writable for the call (arrays as long as the counts say);
+/// `version`: null or room for the call's `MPI_MAX_*` bytes.
 #[no_mangle]
-pub extern "C" fn MPI_Get_library_version(version: *mut c_char, len: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let text = format!(
         "reverb MPI {} (MPICH 4.0 ABI) on reverb's fault-tolerant runtime",
         env!("CARGO_PKG_VERSION")
     );
-    let r = ffi::string_out(version, MPI_MAX_LIBRARY_VERSION_STRING as usize, &text)
+    // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+    let r = unsafe { ffi::string_out(version, MPI_MAX_LIBRARY_VERSION_STRING as usize, &text) }
         .and_then(|n| ffi::out(len, n, "resultlen"));
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
@@ -219,12 +261,17 @@ static APPNUM: c_int = 0;
 static LAST_CODE: c_int = MPI_ERR_LASTCODE;
 static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say);
+/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_attr(
+pub unsafe extern "C" fn MPI_Comm_get_attr(
     comm: c_int,
     keyval: c_int,
-    value: *mut c_void,
-    flag: *mut c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Comm_get_attr", comm, |s| {
         let size = s.comm(MPI_COMM_WORLD)?.size() as c_int;
@@ -243,7 +290,7 @@ pub extern "C" fn MPI_Comm_get_attr(
             // A user attribute: `value` receives the pointer stored.
             return match crate::attr::user_attribute(s, comm, keyval) {
                 Some(v) => {
-                    ffi::out(value.cast::<usize>(), v, "attribute_val")?;
+                    ffi::out(value, v, "attribute_val")?;
                     ffi::out(flag, 1, "flag")
                 }
                 None => ffi::out(flag, 0, "flag"),
@@ -252,7 +299,7 @@ pub extern "C" fn MPI_Comm_get_attr(
         match found {
             // `value` is a `void **` in C: it receives the pointer.
             Some(p) => {
-                ffi::out(value.cast::<*const c_int>(), p, "attribute_val")?;
+                ffi::out(value, p as usize, "attribute_val")?;
                 ffi::out(flag, 1, "flag")
             }
             None => ffi::out(flag, 0, "flag"),
@@ -260,7 +307,18 @@ pub extern "C" fn MPI_Comm_get_attr(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say);
+/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
 #[no_mangle]
-pub extern "C" fn MPI_Attr_get(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
-    MPI_Comm_get_attr(comm, keyval, value, flag)
+pub unsafe extern "C" fn MPI_Attr_get(
+    comm: c_int,
+    keyval: c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
+) -> c_int {
+    // SAFETY: this call's pointer arguments, passed on under the same contract.
+    unsafe { MPI_Comm_get_attr(comm, keyval, value, flag) }
 }

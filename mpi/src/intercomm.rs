@@ -3,7 +3,7 @@
 //! merges, and the collectives across them, each built from the local group's collective and
 //! an exchange between the two leaders (rank 0 of each group).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use reverb_transport::Source;
 
@@ -13,6 +13,7 @@ use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{Out, UserBuf};
 use crate::frag;
 use crate::state::{call, State};
 use crate::tags;
@@ -90,14 +91,18 @@ fn unwords(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newintercomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Intercomm_create(
+pub unsafe extern "C" fn MPI_Intercomm_create(
     local_comm: c_int,
     local_leader: c_int,
     peer_comm: c_int,
     remote_leader: c_int,
     tag: c_int,
-    newintercomm: *mut c_int,
+    newintercomm: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Intercomm_create", local_comm, |s| {
         let local = Group::of(s, local_comm)?;
@@ -146,8 +151,14 @@ fn agreement_context(stringtag: &[u8]) -> u32 {
 /// MPI 4: an intercommunicator from two disjoint groups, with no parent communicator. Every
 /// member of both groups takes part: they agree on a context over the union of the groups
 /// (world ranks in order), apart from other traffic by the string tag.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newintercomm`: null or writable for the call (arrays as long as the counts say);
+/// `stringtag`: null or NUL-terminated strings.
 #[no_mangle]
-pub extern "C" fn MPI_Intercomm_create_from_groups(
+pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
     local_group: c_int,
     _local_leader: c_int,
     remote_group: c_int,
@@ -155,7 +166,7 @@ pub extern "C" fn MPI_Intercomm_create_from_groups(
     stringtag: *const std::ffi::c_char,
     _info: c_int,
     errhandler: c_int,
-    newintercomm: *mut c_int,
+    newintercomm: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Intercomm_create_from_groups", MPI_COMM_WORLD, |s| {
         let (local, remote) = (s.group(local_group)?.clone(), s.group(remote_group)?.clone());
@@ -166,7 +177,8 @@ pub extern "C" fn MPI_Intercomm_create_from_groups(
                 "the local group must hold this rank, the remote one be disjoint from it and not empty",
             ));
         }
-        let tag = ffi::string_in(stringtag)?;
+        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
+        let tag = unsafe { ffi::string_in(stringtag) }?;
         let mut union: Vec<u32> = local.iter().chain(&remote).copied().collect();
         union.sort_unstable();
         let scratch = s.comms.insert(Comm {
@@ -187,8 +199,16 @@ pub extern "C" fn MPI_Intercomm_create_from_groups(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `newintracomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Intercomm_merge(intercomm: c_int, high: c_int, newintracomm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Intercomm_merge(
+    intercomm: c_int,
+    high: c_int,
+    newintracomm: Out<'_, c_int>,
+) -> c_int {
     call("MPI_Intercomm_merge", intercomm, |s| {
         let inter = Inter::of(s, intercomm)?
             .ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
@@ -210,8 +230,12 @@ pub extern "C" fn MPI_Intercomm_merge(intercomm: c_int, high: c_int, newintracom
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_remote_size(comm: c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_remote_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_size", comm, |s| {
         let n = s
             .comm(comm)?
@@ -223,8 +247,12 @@ pub extern "C" fn MPI_Comm_remote_size(comm: c_int, size: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `group`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Comm_remote_group(comm: c_int, group: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Comm_remote_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_group", comm, |s| {
         let remote = s
             .comm(comm)?
@@ -270,19 +298,21 @@ pub(crate) fn barrier(s: &mut State, inter: &Inter) -> MpiResult<()> {
 pub(crate) fn bcast(
     s: &mut State,
     inter: &Inter,
-    buf: *mut c_void,
+    buf: UserBuf,
     count: usize,
     dt: c_int,
     root: c_int,
 ) -> MpiResult<()> {
     let dt = s.datatype(dt)?;
     match side(inter, root)? {
-        Side::Root => inter.send_remote(s, 0, &dt.pack(buf, count)?),
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        Side::Root => inter.send_remote(s, 0, &unsafe { dt.pack(&buf, count) }?),
         Side::Idle => Ok(()),
         Side::Other(r) => {
             let data = if inter.local.me == 0 { inter.recv_remote(s, r)? } else { Vec::new() };
             let data = coll::bcast(s, &inter.local, 0, data)?;
-            dt.unpack(&data, buf, count)
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { dt.unpack(&data, buf, count) }
         }
     }
 }
@@ -290,7 +320,7 @@ pub(crate) fn bcast(
 pub(crate) fn reduce(
     s: &mut State,
     inter: &Inter,
-    io: (*const c_void, *mut c_void),
+    io: (UserBuf, UserBuf),
     count: usize,
     (dt_handle, op): (c_int, c_int),
     root: c_int,
@@ -299,11 +329,13 @@ pub(crate) fn reduce(
     match side(inter, root)? {
         Side::Root => {
             let bytes = inter.recv_remote(s, 0)?;
-            dt.unpack(&bytes, io.1, count)
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { dt.unpack(&bytes, io.1, count) }
         }
         Side::Idle => Ok(()),
         Side::Other(r) => {
-            let mine = dt.pack(io.0, count)?.into_owned();
+            // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+            let mine = unsafe { dt.pack(&io.0, count) }?.into_owned();
             let red = Reduction { op, dt: &dt, dt_handle, count };
             if let Some(result) = coll::reduce(s, &inter.local, 0, mine, &red)? {
                 inter.send_remote(s, r, &result)?;
@@ -317,16 +349,18 @@ pub(crate) fn reduce(
 pub(crate) fn allreduce(
     s: &mut State,
     inter: &Inter,
-    io: (*const c_void, *mut c_void),
+    io: (UserBuf, UserBuf),
     count: usize,
     (dt_handle, op): (c_int, c_int),
 ) -> MpiResult<()> {
     let (dt, op) = (s.datatype(dt_handle)?, s.op(op)?);
-    let mine = dt.pack(io.0, count)?.into_owned();
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&io.0, count) }?.into_owned();
     let red = Reduction { op, dt: &dt, dt_handle, count };
     let local = coll::reduce(s, &inter.local, 0, mine, &red)?.unwrap_or_default();
     let theirs = inter.swap(s, local)?;
-    dt.unpack(&theirs, io.1, count)
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { dt.unpack(&theirs, io.1, count) }
 }
 
 /// Each group's reduction of its members' vectors (`counts` summed: the same length on both
@@ -335,13 +369,14 @@ pub(crate) fn allreduce(
 pub(crate) fn reduce_scatter(
     s: &mut State,
     inter: &Inter,
-    io: (*const c_void, *mut c_void),
+    io: (UserBuf, UserBuf),
     counts: &[usize],
     (dt_handle, op): (c_int, c_int),
 ) -> MpiResult<()> {
     let (dt, op) = (s.datatype(dt_handle)?, s.op(op)?);
     let total: usize = counts.iter().sum();
-    let mine = dt.pack(io.0, total)?.into_owned();
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&io.0, total) }?.into_owned();
     let red = Reduction { op, dt: &dt, dt_handle, count: total };
     let local = coll::reduce(s, &inter.local, 0, mine, &red)?.unwrap_or_default();
     let theirs = inter.swap(s, local)?;
@@ -353,7 +388,8 @@ pub(crate) fn reduce_scatter(
             "the two groups of the intercommunicator reduce vectors of different lengths",
         )
     })?;
-    dt.unpack(block, io.1, counts[me])
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { dt.unpack(block, io.1, counts[me]) }
 }
 
 /// A rooted or all-to-all gather across: `mine` packed; the root (or everyone, for
@@ -362,13 +398,14 @@ pub(crate) fn gather(
     s: &mut State,
     inter: &Inter,
     mine: &[u8],
-    recv: (*mut c_void, &Pieces, &Datatype),
+    recv: (UserBuf, &Pieces, &Datatype),
     root: Option<c_int>,
 ) -> MpiResult<()> {
     let unpack_all = |framed: &[u8]| -> MpiResult<()> {
         let (buf, layout, rt) = recv;
         for (i, piece) in coll::unframe(framed, inter.remote.len())?.iter().enumerate() {
-            rt.unpack(piece, layout.at(buf, rt, i).cast_mut(), layout.counts[i])?;
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { rt.unpack(piece, layout.at(buf, rt, i), layout.counts[i]) }?;
         }
         Ok(())
     };
@@ -397,15 +434,16 @@ pub(crate) fn gather(
 pub(crate) fn scatter(
     s: &mut State,
     inter: &Inter,
-    send: (*const c_void, &Pieces, &Datatype),
-    recv: (*mut c_void, usize, &Datatype),
+    send: (UserBuf, &Pieces, &Datatype),
+    recv: (UserBuf, usize, &Datatype),
     root: c_int,
 ) -> MpiResult<()> {
     match side(inter, root)? {
         Side::Root => {
             let (buf, layout, st) = send;
             let pieces = (0..inter.remote.len())
-                .map(|i| st.pack(layout.at(buf, st, i), layout.counts[i]).map(|b| b.into_owned()))
+                // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+                .map(|i| unsafe { st.pack(&layout.at(buf, st, i), layout.counts[i]) }.map(|b| b.into_owned()))
                 .collect::<MpiResult<Vec<_>>>()?;
             inter.send_remote(s, 0, &coll::frame(&pieces))
         }
@@ -420,7 +458,8 @@ pub(crate) fn scatter(
             } else {
                 inter.local.recv(s, 0)?
             };
-            recv.2.unpack(&mine, recv.0, recv.1)
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { recv.2.unpack(&mine, recv.0, recv.1) }
         }
     }
 }
@@ -429,17 +468,19 @@ pub(crate) fn scatter(
 pub(crate) fn alltoall(
     s: &mut State,
     inter: &Inter,
-    send: (*const c_void, &Pieces, &Datatype),
-    recv: (*mut c_void, &Pieces, &Datatype),
+    send: (UserBuf, &Pieces, &Datatype),
+    recv: (UserBuf, &Pieces, &Datatype),
 ) -> MpiResult<()> {
     let ((sbuf, sl, st), (rbuf, rl, rt)) = (send, recv);
     for j in 0..inter.remote.len() {
-        let piece = st.pack(sl.at(sbuf, st, j), sl.counts[j])?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let piece = unsafe { st.pack(&sl.at(sbuf, st, j), sl.counts[j]) }?.into_owned();
         inter.send_remote(s, j, &piece)?;
     }
     for j in 0..inter.remote.len() {
         let piece = inter.recv_remote(s, j)?;
-        rt.unpack(&piece, rl.at(rbuf, rt, j).cast_mut(), rl.counts[j])?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { rt.unpack(&piece, rl.at(rbuf, rt, j), rl.counts[j]) }?;
     }
     Ok(())
 }

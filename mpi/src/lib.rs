@@ -11,8 +11,9 @@
 //! "not supported by reverb".
 
 #![allow(non_snake_case)]
-// The C ABI takes raw pointers; `ffi` checks and converts them.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// An exported function that takes pointers is `unsafe extern "C"`, its body no unsafe
+// context: each unsafe operation in it is a block with its own SAFETY line.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi {
     //! MPICH's integer constants, from the system's mpi.h.

@@ -2,7 +2,7 @@
 //! probe takes the message (a logged receive, so a replay makes the same choice), and the
 //! receive only unpacks it.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use reverb_runtime::Message;
 use reverb_transport::Source;
@@ -10,8 +10,9 @@ use reverb_transport::Source;
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{Out, StatusOut, UserBuf};
 use crate::frag;
-use crate::request::{write_status, CStatus, Request, Status};
+use crate::request::{write_status, Request, Status};
 use crate::state::{call, State};
 use crate::tags;
 
@@ -61,7 +62,7 @@ impl State {
     /// Unpacks a taken message into `buf`; its status.
     fn receive_taken(
         &mut self,
-        buf: *mut c_void,
+        buf: UserBuf,
         count: c_int,
         datatype: c_int,
         message: c_int,
@@ -79,19 +80,25 @@ impl State {
         let dt = self.datatype(datatype)?;
         let capacity = dt.bytes_for(count);
         let kept = taken.msg.payload.len().min(capacity);
-        dt.unpack(&taken.msg.payload[..kept], buf, count)?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { dt.unpack(&taken.msg.payload[..kept], buf, count) }?;
         let error = if taken.msg.payload.len() > capacity { MPI_ERR_TRUNCATE } else { MPI_SUCCESS };
         Ok(Status { bytes: kept, error, ..status })
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `message`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Mprobe(
+pub unsafe extern "C" fn MPI_Mprobe(
     source: c_int,
     tag: c_int,
     comm: c_int,
-    message: *mut c_int,
-    status: *mut CStatus,
+    message: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Mprobe", comm, |s| {
         let mut found = None;
@@ -105,14 +112,19 @@ pub extern "C" fn MPI_Mprobe(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`, `message`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Improbe(
+pub unsafe extern "C" fn MPI_Improbe(
     source: c_int,
     tag: c_int,
     comm: c_int,
-    flag: *mut c_int,
-    message: *mut c_int,
-    status: *mut CStatus,
+    flag: Out<'_, c_int>,
+    message: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Improbe", comm, |s| match s.take_matching(source, tag, comm)? {
         Some(m) => {
@@ -124,13 +136,19 @@ pub extern "C" fn MPI_Improbe(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call;
+/// `message`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Mrecv(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Mrecv(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
-    message: *mut c_int,
-    status: *mut CStatus,
+    message: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Mrecv", MPI_COMM_WORLD, |s| {
         let m = ffi::read(message, "message")?;
@@ -144,13 +162,18 @@ pub extern "C" fn MPI_Mrecv(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `message`, `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Imrecv(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Imrecv(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
-    message: *mut c_int,
-    request: *mut c_int,
+    message: Out<'_, c_int>,
+    request: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Imrecv", MPI_COMM_WORLD, |s| {
         let m = ffi::read(message, "message")?;

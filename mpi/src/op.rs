@@ -7,6 +7,8 @@ use crate::abi::*;
 use crate::datatype::{Datatype, Elem, PairValue};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::Out;
+use crate::ffi::UserBuf;
 use crate::state::{call, with_callback_type};
 
 /// `void fn(void *in, void *inout, int *len, MPI_Datatype *type)`.
@@ -245,14 +247,18 @@ pub fn apply(
         .map_err(|_| MpiError::new(MPI_ERR_TYPE, "a datatype spanning no bytes"))?;
     let lay_out = |packed: &[u8]| -> MpiResult<Vec<u8>> {
         let mut area = vec![0u8; span];
-        let base = crate::datatype::offset(area.as_mut_ptr().cast(), -low).cast_mut();
-        dt.unpack(packed, base, count)?;
+        // SAFETY: `area` is ours, `span` bytes: every block of the layout from `-low` on.
+        let base = unsafe { UserBuf::from_raw(area.as_mut_ptr().cast()) }.at(-low);
+        // SAFETY: as above; nothing else touches `area` meanwhile.
+        unsafe { dt.unpack(packed, base, count) }?;
         Ok(area)
     };
     let (mut a, mut b) = (lay_out(input)?, lay_out(inout)?);
     with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut a, -low, &mut b, len, dt_handle));
-    let base = crate::datatype::offset(b.as_ptr().cast(), -low);
-    let packed = dt.pack(base, count)?;
+    // SAFETY: `b` is ours and laid out like `area` above; only read while `packed` lives.
+    let base = unsafe { UserBuf::from_raw(b.as_mut_ptr().cast()) }.at(-low);
+    // SAFETY: as above.
+    let packed = unsafe { dt.pack(&base, count) }?;
     inout.copy_from_slice(&packed);
     Ok(())
 }
@@ -269,8 +275,12 @@ impl crate::state::State {
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `op`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_create", MPI_COMM_WORLD, |s| {
         let f = f.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "a NULL user function"))?;
         let h = s.ops.insert(UserOp { f, commute: commute != 0 });
@@ -278,8 +288,12 @@ pub extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut c_in
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `op`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Op_free(op: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Op_free(op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(op, "op")?;
         s.ops.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_OP, format!("invalid operation {h:#x}")))?;
@@ -287,8 +301,12 @@ pub extern "C" fn MPI_Op_free(op: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `commute`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Op_commutative(op: c_int, commute: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Op_commutative(op: c_int, commute: Out<'_, c_int>) -> c_int {
     call("MPI_Op_commutative", MPI_COMM_WORLD, |s| {
         ffi::out(commute, c_int::from(s.op(op)?.commutative()), "commute")
     })

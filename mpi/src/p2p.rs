@@ -3,7 +3,7 @@
 //! messages, so MPI's non-overtaking order holds per (source, tag, communicator).
 
 use std::borrow::Cow;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use reverb_runtime::Received;
@@ -14,7 +14,7 @@ use crate::abi::*;
 use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
-use crate::ffi;
+use crate::ffi::UserBuf;
 use crate::frag;
 use crate::request::{PendingRecv, PendingSync, Request, Status};
 use crate::state::State;
@@ -65,11 +65,17 @@ fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, 
 
 /// The buffer a receive's payload may land in straight from the transport: a contiguous
 /// datatype's bytes at `buf` (None for other layouts, which are unpacked from the message).
-fn landing_of<'a>(buf: *mut c_void, count: usize, dt: &Datatype) -> MpiResult<Option<&'a mut [u8]>> {
+///
+/// # Safety
+/// `buf` is a receive's buffer for `count` elements of `dt`, not yet complete (MPI's rule:
+/// writable and the program's hands off it until then).
+#[allow(clippy::mut_from_ref)] // The memory is the program's, not the `UserBuf`'s.
+unsafe fn landing_of<'a>(buf: &'a UserBuf, count: usize, dt: &Datatype) -> MpiResult<Option<&'a mut [u8]>> {
     if !dt.is_contiguous() || count == 0 {
         return Ok(None);
     }
-    ffi::bytes_mut(buf, dt.bytes_for(count)).map(Some)
+    // SAFETY: contiguous: its `bytes_for(count)` bytes are the buffer the caller promised.
+    unsafe { buf.bytes_mut(dt.bytes_for(count)) }.map(Some)
 }
 
 /// Which messages land in a receive's buffer: all but the first piece of a large message,
@@ -80,7 +86,7 @@ fn lands(tag: u64, _len: usize) -> bool {
 
 /// What a send names.
 pub struct SendArgs {
-    pub buf: *const c_void,
+    pub buf: UserBuf,
     /// Elements (MPI_Count wide: the `_c` calls pass large counts).
     pub count: i64,
     pub datatype: c_int,
@@ -133,7 +139,10 @@ impl State {
         if let Some(size) = Datatype::plain_size(a.datatype) {
             let Some((dest, context, count)) = self.send_target(a)? else { return Ok(proc_null()) };
             let len = count.checked_mul(size).ok_or_else(|| count_error(a.count))?;
-            return self.send_bytes(dest, context, a.tag, Cow::Borrowed(ffi::bytes(a.buf, len)?), mode);
+            // SAFETY: MPI's rule for a send's buffer: `count` elements of the datatype, readable
+            // until the call returns or (Lent) its request completes.
+            let bytes = unsafe { a.buf.bytes(len) }?;
+            return self.send_bytes(dest, context, a.tag, Cow::Borrowed(bytes), mode);
         }
         let dt = self.datatype(a.datatype)?;
         self.start_send_typed(a, &dt, mode)
@@ -142,7 +151,8 @@ impl State {
     /// `start_send_as` with the datatype resolved already.
     pub fn start_send_typed(&mut self, a: &SendArgs, dt: &Datatype, mode: SendMode) -> MpiResult<Request> {
         let Some((dest, context, count)) = self.send_target(a)? else { return Ok(proc_null()) };
-        let bytes = dt.pack(a.buf, count)?;
+        // SAFETY: MPI's rule for a send's buffer: `count` elements of `dt`, readable now.
+        let bytes = unsafe { dt.pack(&a.buf, count) }?;
         self.send_bytes(dest, context, a.tag, bytes, mode)
     }
 
@@ -188,7 +198,7 @@ impl State {
     /// Posts a receive; its request is matched by `progress`.
     pub fn post_recv(
         &mut self,
-        buf: *mut c_void,
+        buf: UserBuf,
         count: i64,
         datatype: c_int,
         source: c_int,
@@ -202,7 +212,7 @@ impl State {
     /// `post_recv` with the datatype resolved already.
     pub fn post_recv_typed(
         &mut self,
-        buf: *mut c_void,
+        buf: UserBuf,
         count: i64,
         datatype: Datatype,
         source: c_int,
@@ -240,7 +250,9 @@ impl State {
             };
             let (source, tag) = (p.source, p.tag);
             // The landing slice borrows the program's buffer, not the request.
-            let landing = landing_of(p.buf, p.count, &p.datatype)?;
+            let buf = p.buf;
+            // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
+            let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
             if !left.is_empty() && !self.arrival_is_for(source, tag, &left)? {
                 left.push((source, tag));
                 i += 1;
@@ -386,7 +398,7 @@ impl State {
         msg: &reverb_runtime::Message,
         context: u32,
         source: c_int,
-        buf: *mut c_void,
+        buf: UserBuf,
         count: usize,
         dt: &Datatype,
     ) -> MpiResult<Status> {
@@ -394,7 +406,8 @@ impl State {
         let capacity = dt.bytes_for(count);
         let fits = msg.payload.len() <= capacity;
         let kept = msg.payload.len().min(capacity);
-        dt.unpack(&msg.payload[..kept], buf, count)?;
+        // SAFETY: the receive's buffer, `count` elements of `dt`, not yet complete (MPI's rule).
+        unsafe { dt.unpack(&msg.payload[..kept], buf, count) }?;
         self.acknowledge(flags, context, mpi_tag, msg.source)?;
         Ok(Status {
             source,
@@ -409,7 +422,7 @@ impl State {
     /// request (the common case of MPI_Recv; with others posted, it must queue behind them).
     pub fn recv_direct(
         &mut self,
-        buf: *mut c_void,
+        buf: UserBuf,
         count: i64,
         datatype: c_int,
         source: c_int,
@@ -420,10 +433,14 @@ impl State {
         // A predefined contiguous type lands by its size alone: no datatype is built for it.
         let landing = match Datatype::plain_size(datatype) {
             Some(size) if elements > 0 => {
-                Some(ffi::bytes_mut(buf, elements.checked_mul(size).ok_or_else(|| count_error(count))?)?)
+                let len = elements.checked_mul(size).ok_or_else(|| count_error(count))?;
+                // SAFETY: MPI_Recv's buffer: `count` elements of a contiguous type, writable
+                // until the call returns.
+                Some(unsafe { buf.bytes_mut(len) }?)
             }
             Some(_) => None,
-            None => landing_of(buf, elements, &self.datatype(datatype)?)?,
+            // SAFETY: as above, for the call.
+            None => unsafe { landing_of(&buf, elements, &self.datatype(datatype)?) }?,
         };
         let c = self.comm(comm)?;
         let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
@@ -527,7 +544,9 @@ impl State {
         // Alone and first in line: the runtime's own blocking receive (no polling).
         if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
-                let landing = landing_of(p.buf, p.count, &p.datatype)?;
+                let buf = p.buf;
+                // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
+                let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
                 let received = self.receive(p.source, p.tag, landing)?;
                 self.pending_recvs.pop_front();
                 let status = self.deliver(h, received)?;

@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_long, c_void};
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{In, Out, StatusOut, UserBuf};
 use crate::p2p::{SendArgs, SendMode};
 use crate::request::{write_status, write_status_at, CStatus, Request, Status};
 use crate::state::{call, State};
@@ -20,7 +21,7 @@ fn send(function: &str, mode: SendMode, a: SendArgs) -> c_int {
     })
 }
 
-fn isend(function: &str, mode: SendMode, a: SendArgs, request: *mut c_int) -> c_int {
+fn isend(function: &str, mode: SendMode, a: SendArgs, request: Out<'_, c_int>) -> c_int {
     call(function, a.comm, |s| {
         let r = s.start_send_as(&a, mode)?;
         let h = s.requests.insert(r);
@@ -31,9 +32,13 @@ fn isend(function: &str, mode: SendMode, a: SendArgs, request: *mut c_int) -> c_
 // Ready sends are standard sends (their bytes lent until the request completes); buffered
 // ones are copied at once, their buffer free on return.
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Send(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Send(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -43,15 +48,20 @@ pub extern "C" fn MPI_Send(
     send("MPI_Send", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Isend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Isend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend(
         "MPI_Isend",
@@ -61,9 +71,13 @@ pub extern "C" fn MPI_Isend(
     )
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Ssend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Ssend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -73,15 +87,20 @@ pub extern "C" fn MPI_Ssend(
     send("MPI_Ssend", SendMode::Sync, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Issend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Issend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend(
         "MPI_Issend",
@@ -91,9 +110,13 @@ pub extern "C" fn MPI_Issend(
     )
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Rsend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Rsend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -103,15 +126,20 @@ pub extern "C" fn MPI_Rsend(
     send("MPI_Rsend", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Irsend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Irsend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend(
         "MPI_Irsend",
@@ -121,9 +149,13 @@ pub extern "C" fn MPI_Irsend(
     )
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Bsend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Bsend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -133,15 +165,20 @@ pub extern "C" fn MPI_Bsend(
     send("MPI_Bsend", SendMode::Copied, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Ibsend(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Ibsend(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend(
         "MPI_Ibsend",
@@ -151,22 +188,27 @@ pub extern "C" fn MPI_Ibsend(
     )
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call;
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Recv(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Recv(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     source: c_int,
     tag: c_int,
     comm: c_int,
-    status: *mut CStatus,
+    status: StatusOut<'_>,
 ) -> c_int {
     recv("MPI_Recv", RecvArgs { buf, count: count.into(), datatype, source, tag, comm }, status)
 }
 
 /// What a receive names.
 struct RecvArgs {
-    buf: *mut c_void,
+    buf: UserBuf,
     /// Elements (MPI_Count wide, as `SendArgs::count`).
     count: i64,
     datatype: c_int,
@@ -180,7 +222,7 @@ fn post(s: &mut State, r: &RecvArgs) -> MpiResult<c_int> {
 }
 
 /// A blocking receive (MPI_Recv, MPI_Recv_c).
-fn recv(function: &str, r: RecvArgs, status: *mut CStatus) -> c_int {
+fn recv(function: &str, r: RecvArgs, status: StatusOut<'_>) -> c_int {
     call(function, r.comm, |s| {
         let st = if s.pending_recvs.is_empty() {
             s.recv_direct(r.buf, r.count, r.datatype, r.source, r.tag, r.comm)?
@@ -194,7 +236,7 @@ fn recv(function: &str, r: RecvArgs, status: *mut CStatus) -> c_int {
 }
 
 /// A nonblocking receive (MPI_Irecv, MPI_Irecv_c).
-fn irecv(function: &str, r: RecvArgs, request: *mut c_int) -> c_int {
+fn irecv(function: &str, r: RecvArgs, request: Out<'_, c_int>) -> c_int {
     call(function, r.comm, |s| {
         let h = post(s, &r)?;
         ffi::out(request, h, "request")
@@ -215,33 +257,43 @@ fn truncation(st: Status) -> MpiResult<()> {
     Ok(())
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Irecv(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     source: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     irecv("MPI_Irecv", RecvArgs { buf, count: count.into(), datatype, source, tag, comm }, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Sendrecv(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
     dest: c_int,
     sendtag: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     source: c_int,
     recvtag: c_int,
     comm: c_int,
-    status: *mut CStatus,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Sendrecv", comm, |s| {
         let send =
@@ -261,9 +313,14 @@ pub extern "C" fn MPI_Sendrecv(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call;
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Sendrecv_replace(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Sendrecv_replace(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -271,7 +328,7 @@ pub extern "C" fn MPI_Sendrecv_replace(
     source: c_int,
     recvtag: c_int,
     comm: c_int,
-    status: *mut CStatus,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Sendrecv_replace", comm, |s| {
         // The send takes its bytes before the receive is matched into the same buffer.
@@ -284,8 +341,13 @@ pub extern "C" fn MPI_Sendrecv_replace(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut CStatus) -> c_int {
+pub unsafe extern "C" fn MPI_Wait(request: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Wait", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         let st = s.wait_request(h)?;
@@ -295,8 +357,17 @@ pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut CStatus) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`, `flag`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut CStatus) -> c_int {
+pub unsafe extern "C" fn MPI_Test(
+    request: Out<'_, c_int>,
+    flag: Out<'_, c_int>,
+    status: StatusOut<'_>,
+) -> c_int {
     call("MPI_Test", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         match s.test_request(h)? {
@@ -315,7 +386,7 @@ pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut C
 fn complete_ready(
     s: &mut State,
     reqs: &mut [c_int],
-    statuses: *mut CStatus,
+    statuses: StatusOut<'_>,
     done: &mut [bool],
 ) -> MpiResult<usize> {
     let mut n = 0;
@@ -325,7 +396,8 @@ fn complete_ready(
         }
         if let Some(st) = s.test_request(*h)? {
             *h = s.after_completion(*h);
-            write_status_at(statuses, i, st)?;
+            // SAFETY: the status array has an entry per request of this call (the contract).
+            unsafe { write_status_at(statuses, i, st) }?;
             done[i] = true;
             n += 1;
         }
@@ -333,11 +405,21 @@ fn complete_ready(
     Ok(n)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`: null or writable for the call (arrays as long as the counts say);
+/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut CStatus) -> c_int {
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    requests: Out<'_, c_int>,
+    statuses: StatusOut<'_>,
+) -> c_int {
     call("MPI_Waitall", MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
-        let reqs = ffi::array_mut(requests, n, "requests")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         let mut done = vec![false; n];
         let mut errors = Vec::new();
         s.wait_until("MPI_Waitall", |s| {
@@ -347,7 +429,8 @@ pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut
                 }
                 if let Some(st) = s.test_request(*h)? {
                     *h = s.after_completion(*h);
-                    write_status_at(statuses, i, st)?;
+                    // SAFETY: the status array has an entry per request of this call (the contract).
+                    unsafe { write_status_at(statuses, i, st) }?;
                     done[i] = true;
                     if st.error != MPI_SUCCESS {
                         errors.push(st.error);
@@ -363,16 +446,22 @@ pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`, `flag`: null or writable for the call (arrays as long as the counts say);
+/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Testall(
+pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
-    requests: *mut c_int,
-    flag: *mut c_int,
-    statuses: *mut CStatus,
+    requests: Out<'_, c_int>,
+    flag: Out<'_, c_int>,
+    statuses: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Testall", MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
-        let reqs = ffi::array_mut(requests, n, "requests")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         s.progress()?;
         // All or nothing: requests are completed only when every one is.
         let all = reqs
@@ -406,16 +495,22 @@ fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult
     Ok(None)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`, `index`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Waitany(
+pub unsafe extern "C" fn MPI_Waitany(
     count: c_int,
-    requests: *mut c_int,
-    index: *mut c_int,
-    status: *mut CStatus,
+    requests: Out<'_, c_int>,
+    index: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Waitany", MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
-        let reqs = ffi::array_mut(requests, n, "requests")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         let mut found = None;
         let mut all_null = false;
         s.wait_until("MPI_Waitany", |s| {
@@ -436,17 +531,23 @@ pub extern "C" fn MPI_Waitany(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`, `index`, `flag`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Testany(
+pub unsafe extern "C" fn MPI_Testany(
     count: c_int,
-    requests: *mut c_int,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut CStatus,
+    requests: Out<'_, c_int>,
+    index: Out<'_, c_int>,
+    flag: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Testany", MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
-        let reqs = ffi::array_mut(requests, n, "requests")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         let mut all_null = false;
         match any_done(s, reqs, &mut all_null)? {
             Some((i, st)) => {
@@ -470,15 +571,16 @@ fn some(
     function: &str,
     wait: bool,
     incount: c_int,
-    requests: *mut c_int,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut CStatus,
+    requests: Out<'_, c_int>,
+    outcount: Out<'_, c_int>,
+    indices: Out<'_, c_int>,
+    statuses: StatusOut<'_>,
 ) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
         let n =
             usize::try_from(incount).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {incount}")))?;
-        let reqs = ffi::array_mut(requests, n, "requests")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         if reqs.iter().all(|&h| h == MPI_REQUEST_NULL) {
             return ffi::out(outcount, MPI_UNDEFINED, "outcount");
         }
@@ -501,39 +603,55 @@ fn some(
         } else {
             collect(s)?;
         }
-        let idx = ffi::array_mut(indices, got.len(), "indices")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        let idx = unsafe { ffi::array_mut(indices, got.len(), "indices") }?;
         for (k, (i, st)) in got.iter().enumerate() {
             idx[k] = *i as c_int;
-            write_status_at(statuses, k, *st)?;
+            // SAFETY: the status array has an entry per request of this call (the contract).
+            unsafe { write_status_at(statuses, k, *st) }?;
         }
         ffi::out(outcount, got.len() as c_int, "outcount")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
+/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Waitsome(
+pub unsafe extern "C" fn MPI_Waitsome(
     incount: c_int,
-    requests: *mut c_int,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut CStatus,
+    requests: Out<'_, c_int>,
+    outcount: Out<'_, c_int>,
+    indices: Out<'_, c_int>,
+    statuses: StatusOut<'_>,
 ) -> c_int {
     some("MPI_Waitsome", true, incount, requests, outcount, indices, statuses)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
+/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Testsome(
+pub unsafe extern "C" fn MPI_Testsome(
     incount: c_int,
-    requests: *mut c_int,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut CStatus,
+    requests: Out<'_, c_int>,
+    outcount: Out<'_, c_int>,
+    indices: Out<'_, c_int>,
+    statuses: StatusOut<'_>,
 ) -> c_int {
     some("MPI_Testsome", false, incount, requests, outcount, indices, statuses)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) -> c_int {
+pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: StatusOut<'_>) -> c_int {
     call("MPI_Probe", comm, |s| {
         let mut found = None;
         s.wait_until("MPI_Probe", |s| {
@@ -544,13 +662,18 @@ pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Iprobe(
+pub unsafe extern "C" fn MPI_Iprobe(
     source: c_int,
     tag: c_int,
     comm: c_int,
-    flag: *mut c_int,
-    status: *mut CStatus,
+    flag: Out<'_, c_int>,
+    status: StatusOut<'_>,
 ) -> c_int {
     call("MPI_Iprobe", comm, |s| {
         s.progress()?;
@@ -566,8 +689,13 @@ pub extern "C" fn MPI_Iprobe(
 
 /// Cancels a receive not yet matched (its status says so); a send cannot be cancelled once
 /// the runtime took it, and completes as usual.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Cancel(request: Out<'_, c_int>) -> c_int {
     call("MPI_Cancel", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         if let Some(Request::Generalized(g)) = s.requests.get(h) {
@@ -590,16 +718,25 @@ pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `flag`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Test_cancelled", MPI_COMM_WORLD, |_| {
         let st = ffi::read(status, "status")?;
         ffi::out(flag, st.count_hi_and_cancelled & 1, "flag")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Request_free(request: Out<'_, c_int>) -> c_int {
     call("MPI_Request_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         match s.requests.remove(h) {
@@ -622,8 +759,17 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call (arrays as long as the counts say);
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut CStatus) -> c_int {
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: c_int,
+    flag: Out<'_, c_int>,
+    status: StatusOut<'_>,
+) -> c_int {
     call("MPI_Request_get_status", MPI_COMM_WORLD, |s| {
         if request == MPI_REQUEST_NULL {
             ffi::out(flag, 1, "flag")?;
@@ -648,7 +794,7 @@ pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, statu
     })
 }
 
-fn elements(status: *const CStatus, datatype: c_int, count: *mut c_int, function: &str) -> c_int {
+fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
         let st = ffi::read(status, "status")?;
         let size = s.datatype(datatype)?.size;
@@ -662,48 +808,82 @@ fn elements(status: *const CStatus, datatype: c_int, count: *mut c_int, function
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `count`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_count(status: *const CStatus, datatype: c_int, count: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Get_count(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_int>,
+) -> c_int {
     elements(status, datatype, count, "MPI_Get_count")
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `count`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_elements(status: *const CStatus, datatype: c_int, count: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Get_elements(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_int>,
+) -> c_int {
     elements(status, datatype, count, "MPI_Get_elements")
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buffer`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", MPI_COMM_WORLD, |s| {
         s.attached = Some((buffer as usize, size));
         Ok(())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `size`: null or writable for the call; `buffer`: null or writable for one `void *` for the
+/// call (declared `void *`, used as `void **`).
 #[no_mangle]
-pub extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: Out<'_, c_int>) -> c_int {
     call("MPI_Buffer_detach", MPI_COMM_WORLD, |s| {
         let (addr, n) = s.attached.take().unwrap_or((0, 0));
         // `buffer` is a `void **` in C.
-        ffi::out(buffer.cast::<usize>(), addr, "buffer")?;
+        // SAFETY: the contract above: `buffer` points at a `void *`.
+        let buffer = unsafe { Out::from_raw(buffer.cast::<usize>()) };
+        ffi::out(buffer, addr, "buffer")?;
         ffi::out(size, n, "size")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Isendrecv(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Isendrecv(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
     dest: c_int,
     sendtag: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     source: c_int,
     recvtag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Isendrecv", comm, |s| {
         let send =
@@ -721,9 +901,14 @@ pub extern "C" fn MPI_Isendrecv(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Isendrecv_replace(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Isendrecv_replace(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
@@ -731,7 +916,7 @@ pub extern "C" fn MPI_Isendrecv_replace(
     source: c_int,
     recvtag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Isendrecv_replace", comm, |s| {
         // The send takes its bytes before the receive can be matched into the same buffer.
@@ -744,9 +929,13 @@ pub extern "C" fn MPI_Isendrecv_replace(
 
 // The large-count (`_c`) forms: MPI_Count counts.
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Send_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Send_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
@@ -756,9 +945,13 @@ pub extern "C" fn MPI_Send_c(
     send("MPI_Send_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Ssend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Ssend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
@@ -768,9 +961,13 @@ pub extern "C" fn MPI_Ssend_c(
     send("MPI_Ssend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Rsend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Rsend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
@@ -780,9 +977,13 @@ pub extern "C" fn MPI_Rsend_c(
     send("MPI_Rsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Bsend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Bsend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
@@ -792,85 +993,115 @@ pub extern "C" fn MPI_Bsend_c(
     send("MPI_Bsend_c", SendMode::Copied, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Isend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Isend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend("MPI_Isend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Issend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Issend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend("MPI_Issend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Irsend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Irsend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend("MPI_Irsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Ibsend_c(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Ibsend_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     isend("MPI_Ibsend_c", SendMode::Copied, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call;
+/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
 #[no_mangle]
-pub extern "C" fn MPI_Recv_c(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Recv_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     source: c_int,
     tag: c_int,
     comm: c_int,
-    status: *mut CStatus,
+    status: StatusOut<'_>,
 ) -> c_int {
     recv("MPI_Recv_c", RecvArgs { buf, count, datatype, source, tag, comm }, status)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Irecv_c(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Irecv_c(
+    buf: UserBuf,
     count: c_long,
     datatype: c_int,
     source: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     irecv("MPI_Irecv_c", RecvArgs { buf, count, datatype, source, tag, comm }, request)
 }
 
-fn elements_wide(status: *const CStatus, datatype: c_int, count: *mut c_long, function: &str) -> c_int {
+fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
         let st = ffi::read(status, "status")?;
         let size = s.datatype(datatype)?.size;
@@ -884,17 +1115,44 @@ fn elements_wide(status: *const CStatus, datatype: c_int, count: *mut c_long, fu
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `count`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_count_c(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Get_count_c(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_long>,
+) -> c_int {
     elements_wide(status, datatype, count, "MPI_Get_count_c")
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `count`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_elements_c(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Get_elements_c(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_long>,
+) -> c_int {
     elements_wide(status, datatype, count, "MPI_Get_elements_c")
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or readable for the call (arrays as long as the counts say);
+/// `count`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Get_elements_x(status: *const CStatus, datatype: c_int, count: *mut c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Get_elements_x(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_long>,
+) -> c_int {
     elements_wide(status, datatype, count, "MPI_Get_elements_x")
 }

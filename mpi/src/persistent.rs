@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_long, c_void};
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{Out, UserBuf};
 use crate::p2p::{SendArgs, SendMode};
 use crate::request::{
     CStatus, CancelFn, CollRun, FreeFn, Generalized, Persistent, PersistentOp, QueryFn, Request, Status,
@@ -102,7 +103,7 @@ pub(crate) fn persistent(
     function: &str,
     comm: c_int,
     op: impl FnOnce(&State) -> MpiResult<PersistentOp>,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     call(function, comm, |s| {
         s.comm(comm)?;
@@ -134,91 +135,125 @@ macro_rules! send_init {
     };
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Send_init(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Send_init(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     send_init!("MPI_Send_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Ssend_init(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Ssend_init(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     send_init!("MPI_Ssend_init", true, buf, count, datatype, dest, tag, comm, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Rsend_init(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Rsend_init(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     send_init!("MPI_Rsend_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Bsend_init(
-    buf: *const c_void,
+pub unsafe extern "C" fn MPI_Bsend_init(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     dest: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     send_init!("MPI_Bsend_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Recv_init(
-    buf: *mut c_void,
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: UserBuf,
     count: c_int,
     datatype: c_int,
     source: c_int,
     tag: c_int,
     comm: c_int,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     let op =
         |s: &State| Ok(PersistentOp::Recv { buf, count, datatype: s.datatype(datatype)?, source, tag, comm });
     persistent("MPI_Recv_init", comm, op, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Start(request: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Start(request: Out<'_, c_int>) -> c_int {
     start_all("MPI_Start", 1, request)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `requests`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Startall(count: c_int, requests: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: Out<'_, c_int>) -> c_int {
     start_all("MPI_Startall", count, requests)
 }
 
 /// Starts `count` persistent requests: point-to-point ones first, then the collectives in
 /// their order, each run to completion (every rank starts them in the same order, as MPI
 /// requires).
-fn start_all(function: &str, count: c_int, requests: *mut c_int) -> c_int {
+fn start_all(function: &str, count: c_int, requests: Out<'_, c_int>) -> c_int {
     let mut runs = Vec::new();
     let rc = call(function, MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
-        for &h in ffi::array(requests, n, "requests")? {
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        for &h in unsafe { ffi::array(requests, n, "requests") }? {
             if let Some(run) = s.start(h)? {
                 runs.push((h, run));
             }
@@ -245,13 +280,18 @@ fn start_all(function: &str, count: c_int, requests: *mut c_int) -> c_int {
     MPI_SUCCESS
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `request`: null or writable for the call (arrays as long as the counts say);
+/// `extra_state`: opaque, never dereferenced here.
 #[no_mangle]
-pub extern "C" fn MPI_Grequest_start(
+pub unsafe extern "C" fn MPI_Grequest_start(
     query: Option<QueryFn>,
     free: Option<FreeFn>,
     cancel: Option<CancelFn>,
     extra_state: *mut c_void,
-    request: *mut c_int,
+    request: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Grequest_start", MPI_COMM_WORLD, |s| {
         let g = Generalized { query, free, cancel, extra_state, complete: false };
@@ -274,8 +314,12 @@ pub extern "C" fn MPI_Grequest_complete(request: c_int) -> c_int {
 // The status setters are called from generalized requests' query functions, that is from
 // inside MPI_Wait / MPI_Test: they work without the state (predefined datatypes then).
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: a status, readable and writable for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Status_set_cancelled(status: *mut CStatus, flag: c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Status_set_cancelled(status: Out<'_, CStatus>, flag: c_int) -> c_int {
     let set = || -> MpiResult<()> {
         let mut st = ffi::read(status, "status")?;
         st.count_hi_and_cancelled = (st.count_hi_and_cancelled & !1) | c_int::from(flag != 0);
@@ -284,7 +328,7 @@ pub extern "C" fn MPI_Status_set_cancelled(status: *mut CStatus, flag: c_int) ->
     set().map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
-fn set_elements(status: *mut CStatus, datatype: c_int, count: i64) -> c_int {
+fn set_elements(status: Out<'_, CStatus>, datatype: c_int, count: i64) -> c_int {
     let set = || -> MpiResult<()> {
         let size = crate::state::datatype_anywhere(datatype)?.size as u64;
         let n = u64::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
@@ -298,12 +342,28 @@ fn set_elements(status: *mut CStatus, datatype: c_int, count: i64) -> c_int {
     set().map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: a status, readable and writable for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Status_set_elements(status: *mut CStatus, datatype: c_int, count: c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Status_set_elements(
+    status: Out<'_, CStatus>,
+    datatype: c_int,
+    count: c_int,
+) -> c_int {
     set_elements(status, datatype, i64::from(count))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: a status, readable and writable for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Status_set_elements_x(status: *mut CStatus, datatype: c_int, count: c_long) -> c_int {
+pub unsafe extern "C" fn MPI_Status_set_elements_x(
+    status: Out<'_, CStatus>,
+    datatype: c_int,
+    count: c_long,
+) -> c_int {
     set_elements(status, datatype, count)
 }

@@ -8,7 +8,7 @@ use reverb_transport::{Source, TagMatch};
 use crate::abi::*;
 use crate::datatype::Datatype;
 use crate::errors::MpiResult;
-use crate::ffi;
+use crate::ffi::{StatusOut, UserBuf};
 
 /// MPI's view of a completed operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,23 +64,21 @@ impl CStatus {
 
 /// Writes `status` unless the program passed `MPI_STATUS_IGNORE`. A single completion leaves
 /// the MPI_ERROR field as it was (MPI sets it only for the multiple-completion calls).
-pub fn write_status(p: *mut CStatus, status: Status) -> MpiResult<()> {
-    if p.is_null() || p as usize == ffi::STATUS_IGNORE {
-        return Ok(());
-    }
+pub fn write_status(p: StatusOut<'_>, status: Status) -> MpiResult<()> {
     // An empty status (a null or inactive request's) is empty in MPI_ERROR too; a
     // MPI_PROC_NULL one leaves it alone like any other.
     let empty = status == Status::empty();
-    ffi::status_out(p, status.into(), empty);
+    p.write(status.into(), empty);
     Ok(())
 }
 
 /// Writes entry `i` of a status array, MPI_ERROR included, unless it is `MPI_STATUSES_IGNORE`.
-pub fn write_status_at(p: *mut CStatus, i: usize, status: Status) -> MpiResult<()> {
-    if p.is_null() || p as usize == ffi::STATUS_IGNORE {
-        return Ok(());
-    }
-    ffi::status_out(p.wrapping_add(i), status.into(), true);
+///
+/// # Safety
+/// The array has more than `i` entries (MPI's rule: one per request of the call).
+pub unsafe fn write_status_at(p: StatusOut<'_>, i: usize, status: Status) -> MpiResult<()> {
+    // SAFETY: entry `i` exists (the caller's promise).
+    unsafe { p.write_at(i, status.into(), true) };
     Ok(())
 }
 
@@ -92,7 +90,7 @@ pub struct PendingRecv {
     pub peers: Vec<u32>,
     pub source: Source,
     pub tag: TagMatch,
-    pub buf: *mut c_void,
+    pub buf: UserBuf,
     pub count: usize,
     pub datatype: Datatype,
 }
@@ -109,7 +107,7 @@ pub struct PendingSync {
 #[derive(Debug, Clone)]
 pub enum PersistentOp {
     Send {
-        buf: *const c_void,
+        buf: UserBuf,
         count: c_int,
         datatype: Datatype,
         dest: c_int,
@@ -118,7 +116,7 @@ pub enum PersistentOp {
         sync: bool,
     },
     Recv {
-        buf: *mut c_void,
+        buf: UserBuf,
         count: c_int,
         datatype: Datatype,
         source: c_int,

@@ -2,7 +2,7 @@
 //! neighbourhood collectives on them (`MPI_Neighbor_allgather`, `MPI_Neighbor_alltoall`): what
 //! stencil codes use to find and reach their neighbours. Ranks are never reordered.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use reverb_transport::{Source, TagMatch};
 
@@ -11,6 +11,7 @@ use crate::coll::count_of;
 use crate::datatype::offset;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
+use crate::ffi::{In, Out, UserBuf};
 use crate::frag;
 use crate::state::{call, State};
 use crate::tags;
@@ -124,7 +125,7 @@ impl State {
         &mut self,
         comm: c_int,
         outgoing: &[Vec<u8>],
-        (recvbuf, recvcount, recvtype): (*mut c_void, c_int, c_int),
+        (recvbuf, recvcount, recvtype): (UserBuf, c_int, c_int),
     ) -> MpiResult<()> {
         let (rt, rc) = (self.datatype(recvtype)?, count_of(recvcount)?);
         let c = self.comm(comm)?;
@@ -143,36 +144,51 @@ impl State {
             };
             let msg = self.rt.recv_matching(Source::Rank(peers[n as usize]), want)?;
             let msg = frag::complete(&mut self.rt, msg)?;
-            rt.unpack(&msg.payload, offset(recvbuf, k as isize * rc as isize * rt.extent).cast_mut(), rc)?;
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { rt.unpack(&msg.payload, offset(recvbuf, k as isize * rc as isize * rt.extent), rc) }?;
         }
         Ok(())
     }
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `dims`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: Out<'_, c_int>) -> c_int {
     call("MPI_Dims_create", MPI_COMM_WORLD, |_| {
         let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
-        let given = ffi::array(dims.cast_const(), n, "dims")?.to_vec();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let given = unsafe { ffi::array(dims, n, "dims") }?.to_vec();
         let filled = balanced_dims(nnodes, &given)?;
-        ffi::array_mut(dims, n, "dims")?.copy_from_slice(&filled);
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        unsafe { ffi::array_mut(dims, n, "dims") }?.copy_from_slice(&filled);
         Ok(())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `dims`, `periods`: null or readable for the call (arrays as long as the counts say);
+/// `comm_cart`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_create(
+pub unsafe extern "C" fn MPI_Cart_create(
     comm_old: c_int,
     ndims: c_int,
-    dims: *const c_int,
-    periods: *const c_int,
+    dims: In<'_, c_int>,
+    periods: In<'_, c_int>,
     _reorder: c_int,
-    comm_cart: *mut c_int,
+    comm_cart: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Cart_create", comm_old, |s| {
         let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
-        let dims = ffi::array(dims, n, "dims")?.to_vec();
-        let periods: Vec<bool> = ffi::array(periods, n, "periods")?.iter().map(|&p| p != 0).collect();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let dims = unsafe { ffi::array(dims, n, "dims") }?.to_vec();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let periods: Vec<bool> =
+            unsafe { ffi::array(periods, n, "periods") }?.iter().map(|&p| p != 0).collect();
         let cells: usize = dims.iter().map(|&d| usize::try_from(d).unwrap_or(0)).product();
         let parent = s.comm(comm_old)?;
         if parent.remote.is_some() || dims.iter().any(|&d| d <= 0) || cells > parent.size() as usize {
@@ -192,26 +208,38 @@ pub extern "C" fn MPI_Cart_create(
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `status`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Topo_test(comm: c_int, status: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c_int {
     call("MPI_Topo_test", comm, |s| {
         s.comm(comm)?;
         ffi::out(status, if s.carts.contains_key(&comm) { MPI_CART } else { MPI_UNDEFINED }, "status")
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `ndims`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: Out<'_, c_int>) -> c_int {
     call("MPI_Cartdim_get", comm, |s| ffi::out(ndims, s.cart(comm)?.dims.len() as c_int, "ndims"))
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `dims`, `periods`, `coords`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_get(
+pub unsafe extern "C" fn MPI_Cart_get(
     comm: c_int,
     maxdims: c_int,
-    dims: *mut c_int,
-    periods: *mut c_int,
-    coords: *mut c_int,
+    dims: Out<'_, c_int>,
+    periods: Out<'_, c_int>,
+    coords: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Cart_get", comm, |s| {
         let me = s.comm(comm)?.me as c_int;
@@ -220,16 +248,28 @@ pub extern "C" fn MPI_Cart_get(
         if usize::try_from(maxdims).map_or(true, |m| m < n) {
             return Err(MpiError::new(MPI_ERR_ARG, format!("maxdims {maxdims} below the grid's {n}")));
         }
-        ffi::array_mut(dims, n, "dims")?.copy_from_slice(&cart.dims);
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        unsafe { ffi::array_mut(dims, n, "dims") }?.copy_from_slice(&cart.dims);
         let p: Vec<c_int> = cart.periods.iter().map(|&p| c_int::from(p)).collect();
-        ffi::array_mut(periods, n, "periods")?.copy_from_slice(&p);
-        ffi::array_mut(coords, n, "coords")?.copy_from_slice(&cart.coords(me));
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        unsafe { ffi::array_mut(periods, n, "periods") }?.copy_from_slice(&p);
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        unsafe { ffi::array_mut(coords, n, "coords") }?.copy_from_slice(&cart.coords(me));
         Ok(())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `coords`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Cart_coords(
+    comm: c_int,
+    rank: c_int,
+    maxdims: c_int,
+    coords: Out<'_, c_int>,
+) -> c_int {
     call("MPI_Cart_coords", comm, |s| {
         let size = s.comm(comm)?.size() as c_int;
         let cart = s.cart(comm)?;
@@ -240,16 +280,23 @@ pub extern "C" fn MPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coor
                 format!("rank {rank} (maxdims {maxdims}) on a grid of {size}"),
             ));
         }
-        ffi::array_mut(coords, n, "coords")?.copy_from_slice(&cart.coords(rank));
+        // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
+        unsafe { ffi::array_mut(coords, n, "coords") }?.copy_from_slice(&cart.coords(rank));
         Ok(())
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `coords`: null or readable for the call (arrays as long as the counts say);
+/// `rank`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Cart_rank(comm: c_int, coords: In<'_, c_int>, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Cart_rank", comm, |s| {
         let cart = s.cart(comm)?;
-        let at = ffi::array(coords, cart.dims.len(), "coords")?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let at = unsafe { ffi::array(coords, cart.dims.len(), "coords") }?;
         let r = cart
             .rank(at)
             .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("coordinates {at:?} off the grid")))?;
@@ -257,13 +304,17 @@ pub extern "C" fn MPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `source`, `dest`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_shift(
+pub unsafe extern "C" fn MPI_Cart_shift(
     comm: c_int,
     direction: c_int,
     disp: c_int,
-    source: *mut c_int,
-    dest: *mut c_int,
+    source: Out<'_, c_int>,
+    dest: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Cart_shift", comm, |s| {
         let me = s.comm(comm)?.me as c_int;
@@ -279,13 +330,24 @@ pub extern "C" fn MPI_Cart_shift(
 }
 
 /// The sub-grids keeping the dimensions `remain_dims` marks: one communicator per slice.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `remain_dims`: null or readable for the call (arrays as long as the counts say);
+/// `newcomm`: null or writable for the call (arrays as long as the counts say).
 #[no_mangle]
-pub extern "C" fn MPI_Cart_sub(comm: c_int, remain_dims: *const c_int, newcomm: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Cart_sub(
+    comm: c_int,
+    remain_dims: In<'_, c_int>,
+    newcomm: Out<'_, c_int>,
+) -> c_int {
     call("MPI_Cart_sub", comm, |s| {
         let me = s.comm(comm)?.me as c_int;
         let cart = s.cart(comm)?.clone();
         let keep: Vec<bool> =
-            ffi::array(remain_dims, cart.dims.len(), "remain_dims")?.iter().map(|&k| k != 0).collect();
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(remain_dims, cart.dims.len(), "remain_dims") }?.iter().map(|&k| k != 0).collect();
         let coords = cart.coords(me);
         // The slice: this rank's coordinates in the dropped dimensions, as one number.
         let color = coords
@@ -304,12 +366,16 @@ pub extern "C" fn MPI_Cart_sub(comm: c_int, remain_dims: *const c_int, newcomm: 
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoall(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Neighbor_alltoall(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     comm: c_int,
@@ -319,25 +385,32 @@ pub extern "C" fn MPI_Neighbor_alltoall(
         let k = 2 * s.cart(comm)?.dims.len();
         let outgoing = (0..k)
             .map(|i| {
-                st.pack(offset(sendbuf, i as isize * sc as isize * st.extent), sc).map(|b| b.into_owned())
+                // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+                unsafe { st.pack(&offset(sendbuf, i as isize * sc as isize * st.extent), sc) }
+                    .map(|b| b.into_owned())
             })
             .collect::<MpiResult<Vec<_>>>()?;
         s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
     })
 }
 
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
 #[no_mangle]
-pub extern "C" fn MPI_Neighbor_allgather(
-    sendbuf: *const c_void,
+pub unsafe extern "C" fn MPI_Neighbor_allgather(
+    sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
-    recvbuf: *mut c_void,
+    recvbuf: UserBuf,
     recvcount: c_int,
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
     call("MPI_Neighbor_allgather", comm, |s| {
-        let mine = s.datatype(sendtype)?.pack(sendbuf, count_of(sendcount)?)?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned();
         let outgoing = vec![mine; 2 * s.cart(comm)?.dims.len()];
         s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
     })
