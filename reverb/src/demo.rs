@@ -15,28 +15,30 @@ pub struct DemoArgs {
     /// Transport provider (shm, or verbs in the rxe VM).
     #[arg(long, default_value = "shm")]
     pub provider: String,
-    /// Ranks (the demo kills the node of rank 3).
-    #[arg(long, default_value_t = 8)]
+    /// Ranks (the demo kills the node of rank 3), 4..=1024.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(4..=1024))]
     pub ranks: u32,
-    #[arg(long, default_value_t = 2)]
+    /// Ranks per node, 1..=--ranks.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub ranks_per_node: u32,
-    /// Stencil iterations.
-    #[arg(long, default_value_t = 600)]
+    /// Stencil iterations, 1..=10000000.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub iters: u64,
-    /// Stencil grid edge.
-    #[arg(long, default_value_t = 1024)]
+    /// Stencil grid edge, 1..=4096.
+    #[arg(long, default_value_t = 1024, value_parser = crate::usage::int::<usize>(1, 4096))]
     pub size: usize,
-    /// Checkpoint every this many iterations.
-    #[arg(long, default_value_t = 100)]
+    /// Checkpoint every this many iterations, 1..=10000000.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub ckpt_every: u64,
-    /// Where in the run the node dies, as a fraction of the iterations.
-    #[arg(long, default_value_t = 0.6)]
+    /// Where in the run the node dies, as a fraction of the iterations, 0..=1.
+    #[arg(long, default_value_t = 0.6, value_parser = crate::usage::float(0.0, 1.0))]
     pub kill_at: f64,
-    /// Failure-free runs of each configuration; the fastest counts (the machine may be shared).
-    #[arg(long, default_value_t = 3)]
+    /// Failure-free runs of each configuration, 1..=100; the fastest counts (the machine may
+    /// be shared).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
-    /// Bound on each job, in seconds.
-    #[arg(long, default_value_t = 300)]
+    /// Bound on each job, in seconds, 1..=86400.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Keep the work directory (job logs and rank reports).
     #[arg(long)]

@@ -53,6 +53,7 @@ fn as_json() -> serde_json::Value {
                 "layer": v.layer.as_str(),
                 "audience": v.audience.as_str(),
                 "form": v.form,
+                "bounds": v.bound().map(|_| v.bound_text()),
                 "meaning": v.meaning,
             })
         })
@@ -76,7 +77,13 @@ fn as_text() -> String {
         }
         out.push_str(&format!("#\n# {}\n", v.meaning));
         let default = if v.default.is_empty() { "(unset)" } else { v.default };
-        out.push_str(&format!("# form: {}; default: {default}; set by: {}\n", v.form, v.audience.as_str()));
+        let bounds =
+            if v.bound().is_some() { format!("; bounds: {}", v.bound_text()) } else { String::new() };
+        out.push_str(&format!(
+            "# form: {}{bounds}; default: {default}; set by: {}\n",
+            v.form,
+            v.audience.as_str()
+        ));
         out.push_str(&value_line(v));
     }
     out

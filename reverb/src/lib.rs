@@ -12,3 +12,4 @@ pub mod launcher;
 pub mod logger_core;
 pub mod model;
 pub mod topo;
+pub mod usage;

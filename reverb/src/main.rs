@@ -43,29 +43,69 @@ enum Command {
     LoggerCore(reverb::logger_core::LoggerCoreArgs),
 }
 
-fn main() -> Result<()> {
+fn main() {
     let cli = Cli::parse();
+    let status = match dispatch(cli) {
+        Ok(status) => status,
+        // A bad option value or REVERB_* variable: clap's usage-error status.
+        Err(e) if reverb::usage::is_usage(&e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            1
+        }
+    };
+    std::process::exit(status)
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    check_env(&cli.command)?;
     reverb_transport::diag::init_stderr().context("diagnostics (REVERB_LOG_LEVEL)")?;
     match cli.command {
-        Command::Run(args) => std::process::exit(reverb::launcher::run(args, cli.verbose)?),
-        Command::Agent(args) => std::process::exit(reverb::launcher::agent(args, cli.verbose)?),
-        Command::Topo(args) => reverb::topo::topo(args),
-        Command::Bench(args) => reverb::bench::main(args, cli.verbose),
-        Command::Model(args) => reverb::model::model(args),
-        Command::Plan(args) => reverb::model::plan(args),
-        Command::Cluster(args) => reverb::model::cluster::run(args),
+        Command::Run(args) => reverb::launcher::run(args, cli.verbose),
+        Command::Agent(args) => reverb::launcher::agent(args, cli.verbose),
+        Command::Topo(args) => reverb::topo::topo(args).map(|()| 0),
+        Command::Bench(args) => reverb::bench::main(args, cli.verbose).map(|()| 0),
+        Command::Model(args) => reverb::model::model(args).map(|()| 0),
+        Command::Plan(args) => reverb::model::plan(args).map(|()| 0),
+        Command::Cluster(args) => reverb::model::cluster::run(args).map(|()| 0),
         Command::Demo(args) => {
             needs_fault_injection("demo")?;
-            std::process::exit(reverb::demo::main(args)?)
+            reverb::demo::main(args)
         }
         Command::Chaos(args) => {
             needs_fault_injection("chaos")?;
-            std::process::exit(reverb::chaos::main(args)?)
+            reverb::chaos::main(args)
         }
-        Command::App(args) => reverb::apps::main(args),
-        Command::Info(args) => reverb::info::main(args),
-        Command::LoggerCore(args) => reverb::logger_core::main(args),
+        Command::App(args) => reverb::apps::main(args).map(|()| 0),
+        Command::Info(args) => reverb::info::main(args).map(|()| 0),
+        Command::LoggerCore(args) => reverb::logger_core::main(args).map(|()| 0),
     }
+}
+
+/// Refuses a `REVERB_*` variable whose value is malformed or out of its bounds before
+/// anything reads it. `info` lists bad values instead; the launchers check only their own
+/// layer (their ranks check the rest themselves, and report it as the rank's failure).
+fn check_env(command: &Command) -> Result<()> {
+    use reverb_transport::config::registry::{Layer, VARS};
+    let wanted = |layer: Layer| match command {
+        Command::Info(_) => false,
+        Command::Run(_) | Command::Agent(_) => layer == Layer::Launcher,
+        _ => !matches!(layer, Layer::Build | Layer::Test | Layer::Ci),
+    };
+    for var in VARS.iter().filter(|v| wanted(v.layer)) {
+        let Some(value) = std::env::var_os(var.name) else { continue };
+        let value = value.to_string_lossy();
+        if value.trim().is_empty() {
+            continue;
+        }
+        if let Err(e) = var.check(&value) {
+            return Err(reverb::usage::usage(format!("{}={value:?}: {e}", var.name)));
+        }
+    }
+    Ok(())
 }
 
 /// `reverb demo` and `reverb chaos` kill ranks through the runtime's `REVERB_FAULT*` hooks,

@@ -54,20 +54,22 @@ pub struct BenchArgs {
     /// boot 8,64,256,1024).
     #[arg(long)]
     pub ranks: Option<String>,
-    /// boot: simulated hosts (distinct host names, ranks in blocks): auto takes tcp between them.
-    #[arg(long, default_value_t = 1)]
+    /// boot: simulated hosts (distinct host names, ranks in blocks): auto takes tcp between
+    /// them. 1..=1024.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub hosts: u32,
-    /// Measured iterations per size (default: scaled to the size).
-    #[arg(long)]
+    /// Measured iterations per size, 1..=10000000 (default: scaled to the size).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_ITERS))]
     pub iters: Option<u64>,
-    /// Warm-up iterations per size, not measured (default: a tenth of the iterations).
-    #[arg(long)]
+    /// Warm-up iterations per size, not measured, 0..=10000000 (default: a tenth of the
+    /// iterations).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_ITERS))]
     pub warmup: Option<u64>,
-    /// Bandwidth: operations kept outstanding.
-    #[arg(long, default_value_t = 64)]
+    /// Bandwidth: operations kept outstanding, 1..=4096.
+    #[arg(long, default_value_t = 64, value_parser = crate::usage::int::<usize>(1, MAX_WINDOW))]
     pub window: usize,
-    /// Signal every M-th RMA operation; the others post `Signal::No`.
-    #[arg(long, default_value_t = 16)]
+    /// Signal every M-th RMA operation; the others post `Signal::No`. 1..=--window.
+    #[arg(long, default_value_t = 16, value_parser = crate::usage::int::<usize>(1, MAX_WINDOW))]
     pub cq_mod: usize,
     /// Provider (overrides REVERB_PROVIDER).
     #[arg(long, value_parser = parse_provider)]
@@ -76,21 +78,23 @@ pub struct BenchArgs {
     /// default busy `poll()` loop. Put latency always spins on memory, as perftest does.
     #[arg(long, value_parser = parse_wait_mode)]
     pub wait_mode: Option<WaitMode>,
-    /// Pin rank 0 and rank 1 to these cores (`--cores 0,1`; sched_setaffinity, as taskset).
-    #[arg(long, value_delimiter = ',')]
+    /// Pin rank 0 and rank 1 to these two different cores (`--cores 0,1`; sched_setaffinity,
+    /// as taskset), each in 0..=1023.
+    #[arg(long, value_delimiter = ',', value_parser = crate::usage::int::<usize>(0, MAX_CPU))]
     pub cores: Vec<usize>,
-    /// Ranks per simulated node of the self-launched job (default: 2 for shm, 1 for verbs).
-    #[arg(long)]
+    /// Ranks per simulated node of the self-launched job, 1..=2 (mem, boot: 1..=65536; default:
+    /// 2 for shm, 1 for verbs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_JOB_RANKS as i64))]
     pub ranks_per_node: Option<u32>,
     /// In a launched job of more than two ranks: the two that measure (`--pair 0,2`); the
-    /// others open the provider with them and stand by. Default 0,1.
-    #[arg(long, value_delimiter = ',')]
+    /// others open the provider with them and stand by. Default 0,1; each in 0..=65535.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(0..MAX_JOB_RANKS as i64))]
     pub pair: Vec<u32>,
-    /// Bound of any single wait, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
+    /// Bound of any single wait, in milliseconds, 1..=3600000.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub timeout_ms: u64,
-    /// Bound of the whole self-launched job, in seconds.
-    #[arg(long, default_value_t = 900)]
+    /// Bound of the whole self-launched job, in seconds, 1..=604800 (a week).
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     pub job_timeout_s: u64,
     /// One JSON object per size on stdout instead of the table (mem: per job size and phase).
     #[arg(long, conflicts_with = "csv")]
@@ -119,6 +123,15 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "named")]
     pub recv: logged::RecvKind,
 }
+
+/// The most measured (or warm-up) iterations per size: latency keeps a sample of each.
+pub const MAX_ITERS: u64 = 10_000_000;
+/// The most operations in flight (`--window`, `--cq-mod`).
+pub const MAX_WINDOW: u64 = 4096;
+/// The highest cpu an affinity mask holds (glibc's CPU_SETSIZE - 1).
+pub const MAX_CPU: u64 = 1023;
+/// The largest job `bench mem` and `bench boot` launch (`--ranks`, `--ranks-per-node`).
+pub const MAX_JOB_RANKS: u32 = 65536;
 
 fn parse_log_mode(s: &str) -> Result<reverb_logger::LogMode, String> {
     s.parse().map_err(|e| format!("{e}"))
@@ -149,6 +162,16 @@ impl BenchArgs {
         }
         if self.cores.len() == 1 || self.cores.len() > 2 {
             bail!("--cores takes two cores: one for rank 0, one for rank 1");
+        }
+        if let [a, b] = self.cores[..] {
+            if a == b {
+                bail!("--cores {a},{b}: the two ranks need two different cores");
+            }
+        }
+        if matches!(self.test, Test::Lat | Test::Bw | Test::Memcpy | Test::Ckpt) {
+            if let Some(r) = self.ranks_per_node.filter(|&r| r > 2) {
+                bail!("--ranks-per-node {r}: the benchmark job has 2 ranks, so 1..=2");
+            }
         }
         let pair = match self.pair.as_slice() {
             [] => (0, 1),
@@ -242,18 +265,22 @@ impl BenchArgs {
 
 pub fn main(args: BenchArgs, verbose: bool) -> Result<()> {
     if args.test != Test::Mem && (args.csv || args.plot.is_some()) {
-        bail!("--csv and --plot apply to bench mem");
+        return Err(crate::usage::usage("--csv and --plot apply to bench mem"));
     }
     if !matches!(args.test, Test::Mem | Test::Boot) && args.no_guard {
-        bail!("--no-guard applies to bench mem and boot");
+        return Err(crate::usage::usage("--no-guard applies to bench mem and boot"));
     }
-    let params = args.params(verbose).context("reverb bench")?;
+    let params = crate::usage::as_usage(args.params(verbose).context("reverb bench"))?;
     match args.test {
         Test::Lat => lat::main(&params),
         Test::Bw => bw::main(&params),
         Test::Memcpy => memcpy::main(&params),
         Test::Ckpt => ckpt::main(&params),
-        Test::Mem => mem::main(&args.mem_params(verbose).context("reverb bench mem")?),
-        Test::Boot => boot::main(&args.boot_params(verbose).context("reverb bench boot")?),
+        Test::Mem => {
+            mem::main(&crate::usage::as_usage(args.mem_params(verbose).context("reverb bench mem"))?)
+        }
+        Test::Boot => {
+            boot::main(&crate::usage::as_usage(args.boot_params(verbose).context("reverb bench boot"))?)
+        }
     }
 }

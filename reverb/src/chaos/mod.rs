@@ -44,8 +44,8 @@ use trial::{run_trial, Baselines};
 
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
-    /// Number of trials.
-    #[arg(long, default_value_t = 20)]
+    /// Number of trials, 1..=1000000.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub trials: u64,
     /// Campaign seed (random when absent; printed either way).
     #[arg(long)]
@@ -55,11 +55,11 @@ pub struct ChaosArgs {
     /// the kill point may differ: the trial line prints the exact `REVERB_FAULT`.
     #[arg(long)]
     pub trial: Option<u64>,
-    /// Trials run at once (1 on a small machine).
-    #[arg(long, default_value_t = 1)]
+    /// Trials run at once, 1..=64 (1 on a small machine).
+    #[arg(long, default_value_t = 1, value_parser = crate::usage::int::<usize>(1, 64))]
     pub jobs: usize,
-    /// Bound on each trial's job, in seconds: a job still running then is a hang.
-    #[arg(long, default_value_t = 90)]
+    /// Bound on each trial's job, in seconds (1..=86400): a job still running then is a hang.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Transport provider (default shm on one host, auto across hosts).
     #[arg(long)]
@@ -94,7 +94,7 @@ pub struct ChaosArgs {
     /// by heartbeats; until then the job waits). As long as the other kinds': ring under
     /// pessimistic-rb recovering over tcp runs several times slower than failure-free (up to
     /// 45 s measured on the 2-core machine), which is slow, not hung.
-    #[arg(long, default_value_t = 90)]
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub net_cut_timeout: u64,
 }
 

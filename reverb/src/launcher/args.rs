@@ -12,21 +12,23 @@ use reverb_runtime::replicas::ReplicaMap;
 
 use super::objects::ObjectsPlan;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
+use crate::usage::usage;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Number of ranks.
     #[arg(short = 'n', long = "ranks", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub ranks: u32,
-    /// Ranks per simulated node (consecutive ranks share a node). Default: all on one node.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Ranks per simulated node (consecutive ranks share a node), at most the job's processes.
+    /// Default: all on one node.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub ranks_per_node: Option<u32>,
-    /// Kill every rank and fail after this many seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Kill every rank and fail after this many seconds (0.001 to a year, 31536000).
+    #[arg(long, value_name = "SECS", value_parser = crate::usage::float(0.001, 31_536_000.0))]
     pub timeout: Option<f64>,
     /// Respawn a node whose rank is killed by a signal, at most N times in the job (0: the
     /// first failure fails the job).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=65536))]
     pub respawn: u32,
     /// Do not prefix output lines with `[rank] `.
     #[arg(long)]
@@ -46,7 +48,8 @@ pub struct RunArgs {
     pub serve_root: bool,
     /// With --local-ranks: the incarnation the ranks start at (a launcher taking over the
     /// ranks of a lost host starts them above any incarnation they had).
-    #[arg(long, requires = "local_ranks", default_value_t = 0)]
+    #[arg(long, requires = "local_ranks", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1 << 30))]
     pub first_incarnation: u32,
     /// With --hosts or --hostfile: idle hosts that take over the ranks of a host that is lost
     /// (its agent gone or silent), at most one loss each. With --slurm: how many of the
@@ -76,7 +79,8 @@ pub struct RunArgs {
     /// respawn, no rollback. Without it, REVERB_REDUNDANCY with REVERB_VIRTUAL_RANKS in the
     /// environment describe a job whose `-n` counts the processes. With --hosts, --hostfile or
     /// --slurm the copies of a rank go to different hosts.
-    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "mpi"])]
+    #[arg(long, value_name = "R", conflicts_with_all = ["local_ranks", "mpi"],
+          value_parser = crate::usage::float(1.0, 3.0))]
     pub redundancy: Option<f64>,
     /// Over-decomposition: each process hosts V consecutive ranks (objects) as threads pinned
     /// to one core; a process is a node (failure unit). Apps built on `run_objects` (every
@@ -115,9 +119,12 @@ pub fn run(args: RunArgs, verbose: bool) -> Result<i32> {
     };
     let mut env = if args.mpi { super::mpi::environment()? } else { Vec::new() };
     let (ranks, redundancy) = redundant_job(&args, &mut env)?;
+    check_ranks_per_node(args.ranks_per_node, ranks)?;
     if let (Some(v), Some(r)) = (args.objects, args.ranks_per_node) {
         if r != v {
-            bail!("--objects {v} makes each process a node of {v} ranks: --ranks-per-node {r} disagrees");
+            return Err(usage(format!(
+                "--objects {v} makes each process a node of {v} ranks: --ranks-per-node {r} disagrees"
+            )));
         }
     }
     let spec = LaunchSpec {
@@ -184,6 +191,7 @@ fn run_across(args: &RunArgs, hosts: &[super::hosts::HostSlots], verbose: bool) 
         super::hosts::check_copies_spread(map, hosts)?;
     }
     check_across(args)?;
+    check_ranks_per_node(args.ranks_per_node, total)?;
     // One node per host unless told otherwise.
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
     let run_options = agent_options(args);
@@ -210,7 +218,8 @@ fn run_slurm(args: &RunArgs, verbose: bool) -> Result<i32> {
     check_across(args)?;
     let spares = match args.spares.as_slice() {
         [] => 0,
-        [n] => n.parse().with_context(|| format!("--spares {n}: with --slurm, a count of nodes"))?,
+        [n] => crate::usage::int::<u32>(0, 65536)(n)
+            .map_err(|e| usage(format!("--spares {n}: with --slurm, a count of nodes: {e}")))?,
         _ => bail!("--spares: with --slurm, a count of nodes"),
     };
     let mut run_options = agent_options(args);
@@ -220,6 +229,7 @@ fn run_slurm(args: &RunArgs, verbose: bool) -> Result<i32> {
     // With --redundancy, -n counts the virtual ranks; the agents get the shape from srun.
     let mut env = Vec::new();
     let (ranks, redundancy) = redundant_job(args, &mut env)?;
+    check_ranks_per_node(args.ranks_per_node, ranks)?;
     super::slurm_step::launch(&super::slurm_step::SlurmStep {
         ranks,
         spares,
@@ -229,6 +239,16 @@ fn run_slurm(args: &RunArgs, verbose: bool) -> Result<i32> {
         env,
         redundancy: redundancy.as_ref(),
     })
+}
+
+/// A node holds at most the job's processes.
+fn check_ranks_per_node(ranks_per_node: Option<u32>, processes: u32) -> Result<()> {
+    match ranks_per_node {
+        Some(r) if r > processes => Err(usage(format!(
+            "--ranks-per-node {r} is more than the job's {processes} process(es): allowed 1..={processes}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// What a job across hosts cannot have yet.

@@ -59,7 +59,9 @@ pub fn parse_hosts(s: &str) -> std::result::Result<HostList, String> {
 /// A host file, as Open MPI's `--hostfile`: one host per line, `NAME slots=N` (or `NAME:N`,
 /// or `NAME` for one rank), `#` starting a comment; the hosts in rank order.
 pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    // A regular file of bounded size (not /dev/zero, not a FIFO).
+    let text =
+        crate::usage::read_input("--hostfile", std::path::Path::new(path)).map_err(|e| format!("{e:#}"))?;
     let mut items = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();

@@ -9,25 +9,29 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct ClusterArgs {
-    /// Communication matrix: N lines of N whitespace-separated byte counts (row = sender).
+    /// Communication matrix: N lines of N whitespace-separated byte counts (row = sender); a
+    /// regular file of at most 64 MiB, N at most 1024.
     #[arg(long, conflicts_with = "stencil")]
     pub matrix: Option<PathBuf>,
-    /// Instead of a file, a ROWSxCOLS 2-D halo exchange (e.g. 32x32).
+    /// Instead of a file, a ROWSxCOLS 2-D halo exchange (e.g. 32x32), at most 1024 ranks
+    /// (ROWS x COLS; the matrix is dense).
     #[arg(long)]
     pub stencil: Option<String>,
-    /// Ranks when no matrix is given (matrix metrics are then left out).
-    #[arg(long)]
+    /// Ranks when no matrix is given (matrix metrics are then left out), 1..=1024; at most
+    /// 128 nodes (ranks / procs-per-node).
+    #[arg(long, value_parser = crate::usage::int::<usize>(1, MAX_RANKS))]
     pub ranks: Option<usize>,
-    /// Processes per node (ranks fill nodes consecutively).
-    #[arg(long, default_value_t = 16)]
+    /// Processes per node (ranks fill nodes consecutively), 1..=4096.
+    #[arg(long, default_value_t = 16, value_parser = crate::usage::int::<usize>(1, 4096))]
     pub procs_per_node: usize,
     /// Clusterings: consecutive:N, distributed:N, hierarchical:L1NODES:L2NODES,
     /// traffic:MINNODES:L2NODES (L1 clusters from the matrix). Default: the four of seed 004
     /// Table II (naive, size-guided, distributed, hierarchical), plus traffic:4:4 with a matrix.
     #[arg(long = "clustering", value_delimiter = ',')]
     pub clusterings: Vec<Strategy>,
-    /// Reed-Solomon encoding cost per cluster member per GB (s); 6.375 fits seed 004 Table II.
-    #[arg(long, default_value_t = 6.375)]
+    /// Reed-Solomon encoding cost per cluster member per GB (s), 0..=1000000; 6.375 fits
+    /// seed 004 Table II.
+    #[arg(long, default_value_t = 6.375, value_parser = crate::usage::float(0.0, 1e6))]
     pub encode_secs_per_gb: f64,
     /// Measure the encoding time per GB on this machine (reverb-ckpt's codec, one core, 1 MiB
     /// shards from a 256 MiB pool, m = k/2) for each clustering's encoding cluster size,
@@ -38,31 +42,68 @@ pub struct ClusterArgs {
     pub output: OutputArgs,
 }
 
+/// The most ranks of `--ranks` and of a `--matrix` file.
+pub const MAX_RANKS: u64 = 1024;
+/// The most nodes (ranks / procs-per-node): the catastrophic-failure probability enumerates
+/// node pairs against every cluster.
+pub const MAX_NODES: usize = 128;
+/// The most ranks of `--stencil` (its dense matrix holds ranks^2 counts).
+pub const MAX_STENCIL_RANKS: u64 = 1024;
+
 fn parse_stencil(text: &str) -> Result<(usize, usize)> {
     let (r, c) = text.split_once(['x', 'X']).context("--stencil must be ROWSxCOLS, e.g. 32x32")?;
-    let rows: usize = r.trim().parse().context("--stencil rows must be a positive integer")?;
-    let cols: usize = c.trim().parse().context("--stencil columns must be a positive integer")?;
+    let side = crate::usage::int::<usize>(1, MAX_STENCIL_RANKS);
+    let rows = side(r).map_err(|e| anyhow::anyhow!("--stencil rows: {e}"))?;
+    let cols = side(c).map_err(|e| anyhow::anyhow!("--stencil columns: {e}"))?;
+    if rows * cols > MAX_STENCIL_RANKS as usize {
+        bail!("--stencil {rows}x{cols}: {} ranks, not in 1..={MAX_STENCIL_RANKS}", rows * cols);
+    }
     Ok((rows, cols))
 }
 
+/// `--matrix FILE`: a regular file of at most 64 MiB, at most [`MAX_RANKS`] ranks; any
+/// error is a usage error.
+pub fn read_matrix(path: &std::path::Path) -> Result<CommMatrix> {
+    crate::usage::as_usage((|| {
+        let text = crate::usage::read_input("--matrix", path)?;
+        let matrix = CommMatrix::parse(&text).with_context(|| format!("--matrix {}", path.display()))?;
+        crate::usage::in_range("--matrix ranks", matrix.ranks() as u64, 1, MAX_RANKS)?;
+        Ok(matrix)
+    })())
+}
+
+/// The matrix of `--matrix FILE` (a bounded regular file) or `--stencil`, if any.
+fn input_matrix(args: &ClusterArgs) -> Result<Option<CommMatrix>> {
+    if let Some(path) = &args.matrix {
+        return read_matrix(path).map(Some);
+    }
+    match &args.stencil {
+        Some(spec) => {
+            let (rows, cols) = parse_stencil(spec)?;
+            Ok(Some(CommMatrix::stencil_2d(rows, cols, 1)?))
+        }
+        None => Ok(None),
+    }
+}
+
 pub fn run(args: ClusterArgs) -> Result<()> {
-    let matrix = if let Some(path) = &args.matrix {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Some(CommMatrix::parse(&text).with_context(|| format!("in {}", path.display()))?)
-    } else if let Some(spec) = &args.stencil {
-        let (rows, cols) = parse_stencil(spec)?;
-        Some(CommMatrix::stencil_2d(rows, cols, 1)?)
-    } else {
-        None
-    };
-    let ranks = match (&matrix, args.ranks) {
-        (Some(m), None) => m.ranks(),
-        (Some(m), Some(r)) if r == m.ranks() => r,
-        (Some(m), Some(r)) => bail!("--ranks {r} disagrees with the matrix ({} ranks)", m.ranks()),
-        (None, Some(r)) => r,
-        (None, None) => bail!("give --matrix FILE, --stencil ROWSxCOLS or --ranks N"),
-    };
-    let topo = Topology::for_ranks(ranks, args.procs_per_node)?;
+    let matrix = crate::usage::as_usage(input_matrix(&args))?;
+    let ranks = crate::usage::as_usage(match (&matrix, args.ranks) {
+        (Some(m), None) => Ok(m.ranks()),
+        (Some(m), Some(r)) if r == m.ranks() => Ok(r),
+        (Some(m), Some(r)) => {
+            Err(anyhow::anyhow!("--ranks {r} disagrees with the matrix ({} ranks)", m.ranks()))
+        }
+        (None, Some(r)) => Ok(r),
+        (None, None) => Err(anyhow::anyhow!("give --matrix FILE, --stencil ROWSxCOLS or --ranks N")),
+    })?;
+    let topo = crate::usage::as_usage(Topology::for_ranks(ranks, args.procs_per_node).map_err(Into::into))?;
+    if topo.nodes > MAX_NODES {
+        return Err(crate::usage::usage(format!(
+            "{ranks} ranks at --procs-per-node {} make {} nodes, not in 1..={MAX_NODES}",
+            topo.procs_per_node, topo.nodes
+        )));
+    }
     let strategies = if args.clusterings.is_empty() {
         let mut defaults = vec![
             Strategy::Consecutive { size: 32 },

@@ -123,7 +123,8 @@ pub const DAY: f64 = 86_400.0;
 /// 365-day year: seed 002 Table II and seed 000 Table 4.2 are reproduced with it.
 pub const YEAR: f64 = 365.0 * DAY;
 
-/// Parse a duration in seconds: `180`, `180s`, `59.9ms`, `3m`, `3min`, `24h`, `2d`, `10y`.
+/// Parse a duration in seconds: `180`, `180s`, `59.9ms`, `3m`, `3min`, `24h`, `2d`, `10y`;
+/// at most 1000 years either way.
 pub fn parse_duration(text: &str) -> std::result::Result<f64, String> {
     let text = text.trim();
     let split = text
@@ -143,17 +144,24 @@ pub fn parse_duration(text: &str) -> std::result::Result<f64, String> {
         other => return Err(format!("unknown time unit `{other}` in `{text}` (use ms, s, m, h, d, y)")),
     };
     let seconds = value * scale;
-    if !seconds.is_finite() {
-        return Err(format!("`{text}` is not a finite duration"));
+    if !seconds.is_finite() || seconds.abs() > MAX_SECONDS {
+        return Err(format!("`{text}` is outside -1000y..=1000y"));
     }
     Ok(seconds)
 }
 
+/// The longest duration a model takes (1000 years), so every sweep and search stays finite.
+pub const MAX_SECONDS: f64 = 1000.0 * YEAR;
+/// The shortest positive duration a model takes (1 us).
+pub const MIN_POSITIVE_SECONDS: f64 = 1e-6;
+/// The largest count (`--sockets`, `--processes`, `--nodes`): 1024M = 2^30.
+pub const MAX_COUNT: u64 = 1 << 30;
+
 /// A strictly positive duration (MTBF, checkpoint time, work).
 pub fn parse_positive_duration(text: &str) -> std::result::Result<f64, String> {
     let seconds = parse_duration(text)?;
-    if seconds <= 0.0 {
-        return Err(format!("`{text}` must be a positive duration"));
+    if seconds < MIN_POSITIVE_SECONDS {
+        return Err(format!("`{text}` must be a positive duration in 1e-6s..=1000y"));
     }
     Ok(seconds)
 }
@@ -178,8 +186,8 @@ pub fn parse_count(text: &str) -> std::result::Result<u64, String> {
     let value: u64 =
         number.parse().map_err(|_| format!("`{text}` is not a positive count (e.g. 1024, 64K, 1M)"))?;
     let count = value.checked_mul(scale).ok_or_else(|| format!("`{text}` is too large"))?;
-    if count == 0 {
-        return Err(format!("`{text}`: the count must be at least 1"));
+    if count == 0 || count > MAX_COUNT {
+        return Err(format!("`{text}`: the count must be in 1..=1024M ({MAX_COUNT})"));
     }
     Ok(count)
 }

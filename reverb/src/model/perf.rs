@@ -348,26 +348,26 @@ pub struct PerfArgs {
     /// R: restart time.
     #[arg(long, default_value = "30s", value_parser = parse_nonnegative_duration)]
     pub restart_time: f64,
-    /// mu: message-logging slowdown.
-    #[arg(long, default_value_t = 1.05)]
+    /// mu: message-logging slowdown, 0.001..=1000.
+    #[arg(long, default_value_t = 1.05, value_parser = crate::usage::float(1e-3, 1e3))]
     pub mu: f64,
-    /// phi: message-logging recovery speedup.
-    #[arg(long, default_value_t = 1.2)]
+    /// phi: message-logging recovery speedup, 0.001..=1000.
+    #[arg(long, default_value_t = 1.2, value_parser = crate::usage::float(1e-3, 1e3))]
     pub phi: f64,
-    /// sigma: parallel-recovery speedup.
-    #[arg(long, default_value_t = 8.0)]
+    /// sigma: parallel-recovery speedup, 0.001..=1000000.
+    #[arg(long, default_value_t = 8.0, value_parser = crate::usage::float(1e-3, 1e6))]
     pub sigma: f64,
-    /// lambda: slowdown after parallel recovery.
-    #[arg(long, default_value_t = 1.125)]
+    /// lambda: slowdown after parallel recovery, 0.001..=1000.
+    #[arg(long, default_value_t = 1.125, value_parser = crate::usage::float(1e-3, 1e3))]
     pub lambda: f64,
-    /// P: parallelism during recovery.
-    #[arg(long, default_value_t = 8.0)]
+    /// P: parallelism during recovery, 0.001..=1000000.
+    #[arg(long, default_value_t = 8.0, value_parser = crate::usage::float(1e-3, 1e6))]
     pub parallelism: f64,
-    /// H: busy socket power (W).
-    #[arg(long, default_value_t = 100.0)]
+    /// H: busy socket power (W), 0..=1000000.
+    #[arg(long, default_value_t = 100.0, value_parser = crate::usage::float(0.0, 1e6))]
     pub high_power: f64,
-    /// L: base socket power (W).
-    #[arg(long, default_value_t = 40.0)]
+    /// L: base socket power (W), 0..=1000000.
+    #[arg(long, default_value_t = 40.0, value_parser = crate::usage::float(0.0, 1e6))]
     pub low_power: f64,
     /// Evaluate at this checkpoint period instead of the optimum.
     #[arg(long, value_parser = parse_positive_duration)]

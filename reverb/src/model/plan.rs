@@ -35,11 +35,11 @@ pub struct PlanArgs {
     /// Node count.
     #[arg(long, value_parser = parse_count)]
     pub nodes: u64,
-    /// Compute time / communication time of the slowest rank per iteration.
-    #[arg(long)]
+    /// Compute time / communication time of the slowest rank per iteration, 0..=1000000000.
+    #[arg(long, value_parser = crate::usage::float(0.0, 1e9))]
     pub compute_comm_ratio: f64,
-    /// Application processes per node.
-    #[arg(long, default_value_t = 16)]
+    /// Application processes per node, 1..=4096.
+    #[arg(long, default_value_t = 16, value_parser = crate::usage::int::<usize>(1, 4096))]
     pub procs_per_node: usize,
     /// Restart time (default: the checkpoint time, as an in-memory restart reloads it).
     #[arg(long, value_parser = parse_nonnegative_duration)]
@@ -47,17 +47,19 @@ pub struct PlanArgs {
     /// Failure-free run length used for the efficiency.
     #[arg(long, default_value = "24h", value_parser = parse_positive_duration)]
     pub work: f64,
-    /// Recovery speedup of message logging (phi, seed 000 Table 4.2).
-    #[arg(long, default_value_t = 1.2)]
+    /// Recovery speedup of message logging (phi, seed 000 Table 4.2), 0.001..=1000.
+    #[arg(long, default_value_t = 1.2, value_parser = crate::usage::float(1e-3, 1e3))]
     pub recovery_speedup: f64,
-    /// Forward overhead of pessimistic receiver-based logging, as a fraction of communication time.
-    #[arg(long, default_value_t = 0.5)]
+    /// Forward overhead of pessimistic receiver-based logging, as a fraction of communication
+    /// time, 0..=1000.
+    #[arg(long, default_value_t = 0.5, value_parser = crate::usage::float(0.0, 1e3))]
     pub overhead_pessimistic_rb: f64,
-    /// Forward overhead of pessimistic sender-based logging, as a fraction of communication time.
-    #[arg(long, default_value_t = 0.25)]
+    /// Forward overhead of pessimistic sender-based logging, as a fraction of communication
+    /// time, 0..=1000.
+    #[arg(long, default_value_t = 0.25, value_parser = crate::usage::float(0.0, 1e3))]
     pub overhead_pessimistic_sb: f64,
-    /// Forward overhead of causal logging, as a fraction of communication time.
-    #[arg(long, default_value_t = 0.1)]
+    /// Forward overhead of causal logging, as a fraction of communication time, 0..=1000.
+    #[arg(long, default_value_t = 0.1, value_parser = crate::usage::float(0.0, 1e3))]
     pub overhead_causal: f64,
     /// Communication matrix (see `reverb model cluster`) to size containment clusters.
     #[arg(long)]
@@ -377,13 +379,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         recovery_speedup: args.recovery_speedup,
         overheads: [args.overhead_pessimistic_rb, args.overhead_pessimistic_sb, args.overhead_causal],
     };
-    inputs.validate()?;
+    crate::usage::as_usage(inputs.validate())?;
     let matrix = match &args.matrix {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Some(CommMatrix::parse(&text).with_context(|| format!("in {}", path.display()))?)
-        }
+        Some(path) => Some(super::cluster::read_matrix(path)?),
         None => None,
     };
     let plan = make_plan(&inputs, matrix.as_ref())?;

@@ -218,8 +218,8 @@ pub struct RedundancyArgs {
     /// theta: MTBF of one node.
     #[arg(long, default_value = "5y", value_parser = parse_positive_duration)]
     pub node_mtbf: f64,
-    /// alpha: communication / computation ratio.
-    #[arg(long, default_value_t = 0.2)]
+    /// alpha: communication / computation ratio, 0..=1000.
+    #[arg(long, default_value_t = 0.2, value_parser = crate::usage::float(0.0, 1e3))]
     pub alpha: f64,
     /// c: checkpoint time.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
@@ -227,8 +227,8 @@ pub struct RedundancyArgs {
     /// R: restart time.
     #[arg(long, default_value = "10m", value_parser = parse_nonnegative_duration)]
     pub restart_time: f64,
-    /// Redundancy degrees r (>= 1; fractions are partial redundancy).
-    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0])]
+    /// Redundancy degrees r in 1..=16 (fractions are partial redundancy).
+    #[arg(long, value_delimiter = ',', value_parser = crate::usage::float(1.0, 16.0), default_values_t = [1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0])]
     pub degrees: Vec<f64>,
     /// Which eq. 13 to use: `corrected` (default) or `printed` (reproduces the paper's numbers).
     #[arg(long, value_enum, default_value_t = Eq13::Corrected)]

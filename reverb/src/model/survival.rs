@@ -153,29 +153,53 @@ pub fn survivability(n: u64, map: BuddyMap, g: Option<u64>, dist: FailureSize) -
 
 #[derive(clap::Args, Debug)]
 pub struct SurvivalArgs {
-    /// Node count n.
-    #[arg(long, default_value_t = 1024)]
+    /// Node count n, 2..=8192.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=MAX_NODES))]
     pub nodes: u64,
     /// Checkpoint buddy mapping.
     #[arg(long, value_enum, default_value_t = BuddyMap::Pair)]
     pub map: BuddyMap,
-    /// Message-logging acquaintance counts g (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [2u64, 4, 8, 16])]
+    /// Message-logging acquaintance counts g (comma-separated), each in 1..=--nodes - 1.
+    #[arg(long, value_delimiter = ',', default_values_t = [2u64, 4, 8, 16],
+          value_parser = clap::value_parser!(u64).range(1..MAX_NODES))]
     pub acquaintances: Vec<u64>,
-    /// Geometric failure-size parameter p (probability a failure hits one node).
-    #[arg(long, default_value_t = 0.85)]
+    /// Geometric failure-size parameter p (probability a failure hits one node), 0.000001..=1.
+    #[arg(long, default_value_t = 0.85, value_parser = crate::usage::float(1e-6, 1.0))]
     pub geometric_p: f64,
-    /// Zipf failure-size exponent s.
-    #[arg(long, default_value_t = 3.2)]
+    /// Zipf failure-size exponent s, 0.001..=100.
+    #[arg(long, default_value_t = 3.2, value_parser = crate::usage::float(1e-3, 100.0))]
     pub zipf_s: f64,
-    /// Largest simultaneous failure count in the CKPT/COMM sweep table and plot.
-    #[arg(long, default_value_t = 16)]
+    /// Largest simultaneous failure count in the CKPT/COMM sweep table and plot, 1..=--nodes
+    /// and at most 1024.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=MAX_FAILED))]
     pub max_failed: u64,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
+/// The most nodes `--nodes` takes: the survivability sums run over every failure size.
+pub const MAX_NODES: u64 = 8192;
+/// The longest CKPT/COMM sweep (`--max-failed`).
+pub const MAX_FAILED: u64 = 1024;
+
 pub fn run(args: SurvivalArgs) -> Result<()> {
+    crate::usage::as_usage(check_args(&args))?;
+    run_checked(args)
+}
+
+/// What clap's per-option bounds cannot see: bounds relative to `--nodes`.
+fn check_args(args: &SurvivalArgs) -> Result<()> {
+    let n = args.nodes;
+    if let Some(g) = args.acquaintances.iter().find(|&&g| g >= n) {
+        bail!("--acquaintances {g} is not in 1..={} (below --nodes {n})", n - 1);
+    }
+    if args.max_failed > n {
+        bail!("--max-failed {} is not in 1..={n} (at most --nodes)", args.max_failed);
+    }
+    Ok(())
+}
+
+fn run_checked(args: SurvivalArgs) -> Result<()> {
     let n = args.nodes;
     let geometric = FailureSize::Geometric { p: args.geometric_p };
     let zipf = FailureSize::Zipf { s: args.zipf_s };

@@ -3,9 +3,11 @@
 //!
 //! - [`parse`]: the one grammar for sizes, durations, booleans, enums and lists;
 //! - [`registry`]: the catalogue of every variable (default, owner, meaning);
+//! - [`bounds`]: the allowed range of every numeric variable;
 //! - [`env`](mod@env): typed reads of registered variables ([`Env`]);
 //! - the transport's own settings, [`TransportConfig`].
 
+pub mod bounds;
 pub mod env;
 pub mod parse;
 pub mod registry;

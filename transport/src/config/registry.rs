@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use super::bounds::{bound_of, Bound};
 use super::parse::{parse_bool, parse_duration, parse_enum, parse_int, parse_size, TimeUnit, ValueError};
 
 /// The layer (crate or tool) that reads a variable.
@@ -107,21 +108,52 @@ impl fmt::Display for Var {
 
 impl Var {
     /// Checks `value` against the variable's form (sizes, durations, booleans, whole numbers
-    /// and word choices; free text always passes).
+    /// and word choices; free text always passes) and a numeric one against its [`Bound`].
     pub fn check(&self, value: &str) -> Result<(), ValueError> {
-        match self.form {
-            "size" => parse_size(value).map(drop),
-            "us" => parse_duration(value, TimeUnit::Micros).map(drop),
-            "ms" => parse_duration(value, TimeUnit::Millis).map(drop),
-            "s" => parse_duration(value, TimeUnit::Seconds).map(drop),
-            "bool" => parse_bool(value).map(drop),
-            "int" => parse_int::<u64>(value).map(drop),
+        let bound = self.bound();
+        let outside = |b: Bound| ValueError::expected(format!("a value in {}", b.describe(self.form)));
+        let unit = match self.form {
+            "us" => Some(TimeUnit::Micros),
+            "ms" => Some(TimeUnit::Millis),
+            "s" => Some(TimeUnit::Seconds),
+            _ => None,
+        };
+        if let Some(unit) = unit {
+            let d = parse_duration(value, unit)?;
+            return match bound {
+                Some(b) if !b.contains_duration(d) => Err(outside(b)),
+                _ => Ok(()),
+            };
+        }
+        let number = match self.form {
+            "size" => parse_size(value)? as u64,
+            "int" => parse_int::<u64>(value)?,
+            "bool" => return parse_bool(value).map(drop),
             words if words.contains('|') => {
                 let choices: Vec<(&str, ())> = words.split('|').map(|w| (w, ())).collect();
-                parse_enum(value, &choices)
+                return parse_enum(value, &choices);
             }
+            _ => return Ok(()),
+        };
+        match bound {
+            Some(b) if !b.contains(number) => Err(outside(b)),
             _ => Ok(()),
         }
+    }
+
+    /// Whether the form is a number (a count, a size or a duration): those have a [`Bound`].
+    pub fn is_numeric(&self) -> bool {
+        matches!(self.form, "int" | "size" | "us" | "ms" | "s")
+    }
+
+    /// The allowed range of a numeric variable.
+    pub fn bound(&self) -> Option<Bound> {
+        bound_of(self.name)
+    }
+
+    /// The allowed range as text (`2..=64k`, `1ms..=1h`), `""` for a non-numeric variable.
+    pub fn bound_text(&self) -> String {
+        self.bound().map(|b| b.describe(self.form)).unwrap_or_default()
     }
 }
 
@@ -293,5 +325,22 @@ mod tests {
             assert_eq!(v.check(v.default), Ok(()), "{}: the default does not fit the form", v.name);
         }
         assert!(lookup("REVERB_NOPE").is_none());
+    }
+
+    #[test]
+    fn every_numeric_variable_has_a_bound_that_holds_its_default() {
+        for v in VARS {
+            assert_eq!(v.is_numeric(), v.bound().is_some(), "{}: a bound iff numeric", v.name);
+        }
+        for (name, bound) in super::super::bounds::BOUNDS {
+            assert!(lookup(name).is_some(), "{name} is bounded but not registered");
+            assert!(bound.min <= bound.max, "{name}");
+        }
+        let slots = lookup("REVERB_RING_SLOTS").map(|v| (v.check("1"), v.check("65536"), v.check("65537")));
+        assert!(matches!(slots, Some((Err(_), Ok(()), Err(_)))), "{slots:?}");
+        let peer = lookup("REVERB_PEER_TIMEOUT_MS").map(|v| (v.check("0"), v.check("2s"), v.check("2h")));
+        assert!(matches!(peer, Some((Err(_), Ok(()), Err(_)))), "{peer:?}");
+        let err = lookup("REVERB_RNDV_THRESH").map(|v| v.check("2m"));
+        assert_eq!(err, Some(Err(ValueError::expected("a value in 64..=1m"))));
     }
 }

@@ -67,9 +67,12 @@ impl MemParams {
     }
 }
 
-/// Parses `17,65,257,1025`.
+/// Parses `17,65,257,1025`: each job size in 2..=65536.
 pub fn parse_ranks(s: &str) -> Result<Vec<u32>> {
-    s.split(',').map(|x| x.trim().parse::<u32>().map_err(|e| anyhow!("--ranks {s}: {x:?}: {e}"))).collect()
+    let max = u64::from(super::MAX_JOB_RANKS);
+    s.split(',')
+        .map(|x| crate::usage::int::<u32>(2, max)(x).map_err(|e| anyhow!("--ranks {s}: {x:?}: {e}")))
+        .collect()
 }
 
 /// A rank inside a job, or the driver outside one.
