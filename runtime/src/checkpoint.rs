@@ -57,7 +57,8 @@ impl Runtime {
                     self.report.checkpoint_parity_ms += stats.parity.as_secs_f64() * 1e3;
                     let here = Here { rank: self.rank, incarnation: self.report.incarnation };
                     let (boot, known) = (&mut self.boot, &self.incarnation_of);
-                    self.config.faults.before_log_gc((here, epoch), boot, known, &self.config)?;
+                    let endpoint = self.endpoint.as_mut();
+                    self.config.faults.before_log_gc((here, epoch), endpoint, boot, known, &self.config)?;
                     let gc_start = Instant::now();
                     let gc = self.log_gc();
                     self.report.checkpoint_gc_ms += gc_start.elapsed().as_secs_f64() * 1e3;

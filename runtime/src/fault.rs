@@ -4,14 +4,16 @@
 //! - `REVERB_FAULT=RANK:SENDS[@I][,..]`: incarnation 0 (or I, e.g. a restarted rank
 //!   replaying) of RANK SIGKILLs itself right after its SENDS-th send (the launcher takes its
 //!   node down).
-//! - `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE`: inside checkpoint EPOCH at STAGE (`local-written`,
-//!   `buddy-body-landed`, `buddy-flipped`: during the epoch flip).
+//! - `REVERB_FAULT_CKPT=RANK:EPOCH:STAGE`: inside checkpoint EPOCH at STAGE (`entered`:
+//!   before level 1; `local-written`, `buddy-body-landed`, `buddy-flipped`: during the epoch
+//!   flip; `voting`: before the agreement round; `committed`: after it, before the log GC).
 //! - `REVERB_FAULT_INIT=RANK:STEP[:logger|:late][@retry][,..]`: inside init, just before STEP's
 //!   collective (`log-rings`, `ckpt-slots`); `:logger` kills the node's logger core instead,
 //!   `:late` joins STEP only once a failed rank is back, `@retry` picks init's second attempt
 //!   after an early failure was recovered.
-//! - `REVERB_FAULT_GC=RANK:EPOCH[:late][,..]`: at the log GC after checkpoint EPOCH, just
-//!   before its collective: SIGKILL, or (`:late`) join it only once a failed rank is back.
+//! - `REVERB_FAULT_GC=RANK:EPOCH[:late|:trim][,..]`: at the log GC after checkpoint EPOCH,
+//!   just before its collective: SIGKILL, or (`:late`) join it only once a failed rank is
+//!   back; `:trim`: SIGKILL after its collective, before the logs are trimmed.
 
 #[cfg(feature = "fault-injection")]
 use std::path::PathBuf;
@@ -108,6 +110,7 @@ impl FaultPlan {
     pub(super) fn before_log_gc(
         &self,
         _at: (Here, Epoch),
+        _endpoint: Option<&mut LoggedEndpoint>,
         _boot: &mut TcpBootstrap,
         _known: &[u32],
         _config: &RuntimeConfig,
@@ -170,20 +173,28 @@ impl FaultPlan {
         }
     }
 
-    /// `REVERB_FAULT_GC`: dies, or joins late, just before the log GC after `epoch`.
+    /// `REVERB_FAULT_GC`: dies, or joins late, just before the log GC after `epoch`, or arms
+    /// the endpoint to die inside it.
     pub(super) fn before_log_gc(
         &self,
         (here, epoch): (Here, Epoch),
+        endpoint: Option<&mut LoggedEndpoint>,
         boot: &mut TcpBootstrap,
         known: &[u32],
         config: &RuntimeConfig,
     ) -> Result<()> {
         let fault = self.gc.iter().find(|f| f.rank == here.rank && f.epoch == epoch && here.incarnation == 0);
-        match fault {
-            Some(GcFault { late: false, .. }) => die_now(config.report_dir.as_deref()),
-            Some(GcFault { late: true, .. }) => {
+        match fault.map(|f| f.action) {
+            Some(GcAction::Kill) => die_now(config.report_dir.as_deref()),
+            Some(GcAction::Late) => {
                 let what = format!("the log GC of epoch {epoch}");
                 wait_failed_rank_back(boot, known, config.rejoin_timeout, &what)
+            }
+            Some(GcAction::KillInTrim) => {
+                if let (Some(endpoint), Ok(())) = (endpoint, TRIM_FAULT.set(config.report_dir.clone())) {
+                    endpoint.set_trim_fault_hook(Some(trim_fault_hook));
+                }
+                Ok(())
             }
             None => Ok(()),
         }
@@ -212,16 +223,19 @@ fn parse_send_faults(v: &str) -> Result<Vec<(Rank, u64, u32)>> {
 fn parse_ckpt_fault(v: &str) -> Result<(Rank, Epoch, Stage)> {
     let bad = || {
         RuntimeError::InvalidArgument(format!(
-            "REVERB_FAULT_CKPT={v:?}: expected RANK:EPOCH:STAGE, STAGE one of local-written, \
-             buddy-body-landed, buddy-flipped"
+            "REVERB_FAULT_CKPT={v:?}: expected RANK:EPOCH:STAGE, STAGE one of entered, \
+             local-written, buddy-body-landed, buddy-flipped, voting, committed"
         ))
     };
     let parts: Vec<&str> = v.trim().split(':').collect();
     let [rank, epoch, stage] = parts[..] else { return Err(bad()) };
     let stage = match stage {
+        "entered" => Stage::Entered,
         "local-written" => Stage::LocalWritten,
         "buddy-body-landed" => Stage::BuddyBodyLanded,
         "buddy-flipped" => Stage::BuddyFlipped,
+        "voting" => Stage::Voting,
+        "committed" => Stage::Committed,
         _ => return Err(bad()),
     };
     Ok((rank.parse().map_err(|_| bad())?, epoch.parse().map_err(|_| bad())?, stage))
@@ -235,25 +249,39 @@ pub struct GcFault {
     pub rank: Rank,
     /// The checkpoint whose GC it acts at.
     pub epoch: Epoch,
-    /// Join the GC late instead of dying.
-    pub late: bool,
+    /// What it does there.
+    pub action: GcAction,
+}
+
+#[cfg(feature = "fault-injection")]
+/// What a [`GcFault`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcAction {
+    /// SIGKILL just before the GC's collective.
+    Kill,
+    /// Join the GC's collective only once a failed rank has rejoined (bounded wait).
+    Late,
+    /// SIGKILL after the GC's collective, before the logs are trimmed.
+    KillInTrim,
 }
 
 #[cfg(feature = "fault-injection")]
 impl std::str::FromStr for GcFault {
     type Err = RuntimeError;
     fn from_str(v: &str) -> Result<Self> {
-        let bad =
-            || RuntimeError::InvalidArgument(format!("REVERB_FAULT_GC={v:?}: expected RANK:EPOCH[:late]"));
+        let bad = || {
+            RuntimeError::InvalidArgument(format!("REVERB_FAULT_GC={v:?}: expected RANK:EPOCH[:late|:trim]"))
+        };
         let parts: Vec<&str> = v.trim().split(':').collect();
-        let (rank, epoch, late) = match parts[..] {
-            [rank, epoch] => (rank, epoch, false),
-            [rank, epoch, "late"] => (rank, epoch, true),
+        let (rank, epoch, action) = match parts[..] {
+            [rank, epoch] => (rank, epoch, GcAction::Kill),
+            [rank, epoch, "late"] => (rank, epoch, GcAction::Late),
+            [rank, epoch, "trim"] => (rank, epoch, GcAction::KillInTrim),
             _ => return Err(bad()),
         };
         let rank = rank.trim().parse().map_err(|_| bad())?;
         let epoch = epoch.trim().parse().map_err(|_| bad())?;
-        Ok(GcFault { rank, epoch, late })
+        Ok(GcFault { rank, epoch, action })
     }
 }
 
@@ -318,6 +346,17 @@ impl std::str::FromStr for InitFault {
 /// The checkpoint stage at which this process kills itself, and where it notes the time
 /// (the checkpointer's hook is a plain `fn`).
 static CKPT_FAULT: std::sync::OnceLock<(Epoch, Stage, Option<PathBuf>)> = std::sync::OnceLock::new();
+
+#[cfg(feature = "fault-injection")]
+/// Where the process armed to die inside a log GC's trim notes the time.
+static TRIM_FAULT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+#[cfg(feature = "fault-injection")]
+fn trim_fault_hook() {
+    if let Some(dir) = TRIM_FAULT.get() {
+        die_now(dir.as_deref());
+    }
+}
 
 #[cfg(feature = "fault-injection")]
 fn ckpt_fault_hook(epoch: Epoch, stage: Stage) {

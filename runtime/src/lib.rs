@@ -141,7 +141,7 @@ pub use config::{redundancy_from_env, ObjectHost, Redundancy, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use fault::{FaultPlan, InitStep};
 #[cfg(feature = "fault-injection")]
-pub use fault::{GcFault, InitFault, InitFaultAction};
+pub use fault::{GcAction, GcFault, InitFault, InitFaultAction};
 pub use objects::run_objects;
 pub use payload::Payload;
 pub use reduction::Contributions;

@@ -82,12 +82,18 @@ impl Default for CkptConfig {
 /// Points of a checkpoint where a test hook may run (e.g. to SIGKILL the process there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// The checkpoint began: nothing of it is written yet (before level 1).
+    Entered,
     /// The local slot is written (its chunks may still be in flight to the buddy).
     LocalWritten,
     /// Every body put to the buddy completed; the header (epoch word) is not written yet.
     BuddyBodyLanded,
     /// The buddy copy is flipped to the new epoch.
     BuddyFlipped,
+    /// Every level and the parity are written; the team's agreement round is next.
+    Voting,
+    /// The team agreed: the epoch is committed here (the log GC comes next).
+    Committed,
 }
 
 /// Called at each [`Stage`] with the epoch being written.

@@ -25,6 +25,7 @@ impl Checkpointer {
         let slot = self.committed.map_or(0, |(_, s)| 1 - s);
         let image_len = set.image_len(self.config.chunk_len);
         self.stats = CheckpointStats { epoch, image_len, ..CheckpointStats::default() };
+        self.stage(epoch, Stage::Entered);
         let t0 = Instant::now();
         // Too large still votes (no): the team learns at once instead of waiting out its bound.
         let written = if image_len > self.config.slot_len {
@@ -48,6 +49,7 @@ impl Checkpointer {
         };
         self.stats.parity = t3.elapsed();
         let t4 = Instant::now();
+        self.stage(epoch, Stage::Voting);
         let vote = team::Vote { ok: written.is_ok() && encoded.is_ok(), min: 0 };
         let verdict =
             team::agree_round((provider, self.owner), &self.voters(), 2, epoch, vote, self.config.timeout)
@@ -58,6 +60,7 @@ impl Checkpointer {
             return Err(not_committed(epoch, mine, "levels 1-2 or the parity failed on a team member"));
         }
         self.committed = Some((epoch, slot));
+        self.stage(epoch, Stage::Committed);
         Ok(epoch)
     }
 

@@ -107,6 +107,10 @@ pub struct LoggedEndpoint {
     pub(super) sends_in_flight: u64,
     /// Pass-through sends of lent payloads (`send_lent`) and their outcomes.
     pub(super) lent: LentSends,
+    /// Fault injection: called in the log GC once every rank has checkpointed, before the
+    /// logs are trimmed.
+    #[cfg(feature = "fault-injection")]
+    pub(super) trim_hook: Option<fn()>,
 }
 
 impl fmt::Debug for LoggedEndpoint {
@@ -234,6 +238,8 @@ impl LoggedEndpoint {
             recv_frames: RecvPool::new(RECV_POOL_BYTES),
             sends_in_flight: 0,
             lent: LentSends::default(),
+            #[cfg(feature = "fault-injection")]
+            trim_hook: None,
             provider,
             owner,
             taken: VecDeque::new(),
