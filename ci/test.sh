@@ -33,9 +33,9 @@ bash ci/capi.sh
 step "MPI programs compiled by mpicc.mpich on reverb's libmpich.so.12: semantics, collectives, an unsupported call, Jacobi and master-worker surviving a killed node"
 bash ci/mpi.sh
 
-step "tcp provider: the conformance suite, fan-in and the demo (REVERB_PROVIDER=tcp)"
+step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
-REVERB_PROVIDER=tcp cargo test -p reverb --test demo
+REVERB_PROVIDER=tcp cargo test -p reverb --test demo --test ckpt_boundary
 
 step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
 REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test -p reverb-transport --test provider --test fan_in
