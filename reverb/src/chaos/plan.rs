@@ -479,7 +479,7 @@ pub(super) mod tests {
     use crate::chaos::phase::PHASES;
 
     /// The seed of `ci/chaos-phases.sh`.
-    const CI_SLICE_SEED: u64 = 1;
+    const CI_SLICE_SEED: u64 = 2;
 
     pub(in crate::chaos) fn base() -> Baseline {
         Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4, wall_ms: 3000 }
@@ -532,6 +532,27 @@ pub(super) mod tests {
             if let (Fault::Rank { sends, .. }, Phase::BeforeCheckpoint) = (&plan.fault, phase) {
                 assert!(matches!(sends % 20, 0 | 19) && *sends < 120, "{sends}");
             }
+        }
+    }
+
+    /// Prints seeds whose first 24 or 36 trials cover every class and phase (to pick
+    /// `CI_SLICE_SEED`): `cargo test -p reverb --lib ci_slice_seeds -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn ci_slice_seeds() {
+        use crate::chaos::size::{pick_size, Thresholds, SIZE_CLASSES};
+        let th = Thresholds { rndv: 8192, max_message: 4 << 20 };
+        for trials in [24, 36] {
+            let good: Vec<u64> = (0..400)
+                .filter(|&seed| {
+                    let classes: Vec<&str> =
+                        (0..trials).map(|t| pick_size(seed, t, &th).class.name()).collect();
+                    let phases: Vec<&str> = (0..trials).map(|t| draw(seed, t, &base()).1.name()).collect();
+                    SIZE_CLASSES.iter().all(|c| classes.contains(c))
+                        && PHASES.iter().filter(|&&p| p != "timed").all(|p| phases.contains(p))
+                })
+                .collect();
+            eprintln!("{trials} trials: {good:?}");
         }
     }
 

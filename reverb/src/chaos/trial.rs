@@ -16,13 +16,16 @@ use super::size::{pick_size, MsgSize, Thresholds};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{num, run_job, JobOutcome, JobSpec};
 
+/// An app and what changes its send counts ([`MsgSize::counts_key`]).
+pub(super) type BaselineKey = (&'static str, Option<(usize, usize)>);
+
 /// The failure-free baselines, one run per app, computed on first use.
 pub(super) struct Baselines {
     pub(super) args_provider: String,
     pub(super) timeout: u64,
     pub(super) dir: PathBuf,
     /// Per app and what changes its send counts ([`MsgSize::counts_key`]).
-    pub(super) cache: Mutex<HashMap<(&'static str, Option<(usize, usize)>), Baseline>>,
+    pub(super) cache: Mutex<HashMap<BaselineKey, Baseline>>,
     /// One failure-free run at a time per app.
     pub(super) computing: Mutex<()>,
     /// With `--hosts`: the baselines run there, as the trials do.
@@ -90,7 +93,18 @@ impl Baselines {
             }
             b.wall_ms = b.wall_ms.min(again.wall_ms);
         }
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, b.clone());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        // The apps' answer does not depend on their message sizes: a fragmented run's must be
+        // the app's own (when that ran already).
+        if let Some(own) = cache.get(&(app, None)).filter(|own| own.checksum != b.checksum) {
+            bail!(
+                "{app}: failure-free runs at {} and at its own sizes disagree ({} vs {})",
+                size.describe(),
+                b.checksum,
+                own.checksum
+            );
+        }
+        cache.insert(key, b.clone());
         Ok(b)
     }
 
