@@ -4,15 +4,17 @@
 //! all-reduce sums the forces over the ranks. Under collective-aware logging
 //! (`REVERB_LOG_CAML=1`) each cell is logged once, at its root, instead of at every
 //! inter-node tree send, and a force contribution to a parent other than the all-reduce's
-//! root leaves the sender log once the sum is known.
+//! root leaves the sender log once the sum is known. With `--msg-bytes` a cell is broadcast
+//! as that many bytes (its values, then filler), in pieces above the runtime's largest message.
 
 use anyhow::Result;
 use reverb_runtime::Runtime;
 
-use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
+use super::{combine_checksums, fnv1a, msg, u64_at, AppArgs, FNV_SEED};
 
 const TAG_CELL: u64 = 0x71;
 const TAG_FORCE: u64 = 0x72;
+const WHAT: &str = "collectives: a cell";
 
 fn encode(iter: u64, cell: &[f64]) -> Vec<u8> {
     let mut out = iter.to_le_bytes().to_vec();
@@ -36,14 +38,20 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     decode(state.get(8..).unwrap_or_default(), &mut cell)?;
     let mut iter = u64_at(&state, 0)?;
     let mut theirs = vec![0.0; values];
+    // A cell as broadcast: its values, then filler up to --msg-bytes.
+    let cell_len = if args.msg_bytes > 0 { args.msg_bytes } else { values * 8 };
     while iter < args.iters {
         let mut force = vec![0.0; values];
         for root in 0..size {
-            let mine = if root == me { encode(iter, &cell)[8..].to_vec() } else { Vec::new() };
-            decode(&rt.broadcast(root, TAG_CELL, &mine)?, &mut theirs)?;
+            let mine = match root == me {
+                true => msg::pad(WHAT, &encode(iter, &cell)[8..], args.msg_bytes, msg::salt(me, TAG_CELL))?,
+                false => Vec::new(),
+            };
+            let got = msg::broadcast(rt, root, TAG_CELL, &mine, cell_len)?;
+            decode(msg::unpad(WHAT, &got, values * 8, msg::salt(root, TAG_CELL))?, &mut theirs)?;
             force.iter_mut().zip(&theirs).zip(&cell).for_each(|((f, t), c)| *f += t * c * 1e-6);
         }
-        let total = rt.allreduce_sum(TAG_FORCE, &force)?;
+        let total = msg::allreduce_sum(rt, TAG_FORCE, &force)?;
         for (c, f) in cell.iter_mut().zip(&total) {
             *c = *c * 0.999 + 1e-3 * f64::from(me + 1) + f * 1e-3;
         }

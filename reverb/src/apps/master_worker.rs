@@ -1,12 +1,13 @@
 //! Master-worker: rank 0 hands out tasks to whichever worker asks first (any-source
 //! receives, so the delivery order is nondeterministic and replays from determinants).
 //! Results are kept by task id, so the checksum does not depend on who computed what.
-//! Each round ends with every worker told so, then a checkpoint.
+//! Each round ends with every worker told so, then a checkpoint. With `--msg-bytes` requests
+//! and tasks are that many bytes (their data, then filler).
 
 use anyhow::{bail, Result};
 use reverb_runtime::Runtime;
 
-use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
+use super::{combine_checksums, fnv1a, msg, u64_at, AppArgs, FNV_SEED};
 
 const TAG_REQUEST: u64 = 0x71;
 const TAG_TASK: u64 = 0x72;
@@ -47,17 +48,20 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     if state.len() != expect {
         bail!("master-worker: state of {} bytes, expected {expect}", state.len());
     }
+    // Without --msg-bytes a request is a task id and its result, a task its id.
+    let (request_len, task_len) = match args.msg_bytes {
+        0 => (16, 8),
+        n => (n, n),
+    };
     while round < args.iters {
         if me == 0 {
             let mut next = round * per_round;
             let end = next + per_round;
             let mut told = 0;
             while told < workers {
-                let req = rt.recv_any(TAG_REQUEST)?;
-                if req.payload.len() != 16 {
-                    bail!("master-worker: request of {} bytes from rank {}", req.payload.len(), req.source);
-                }
-                let (task, result) = (u64_at(&req.payload, 0)?, u64_at(&req.payload, 8)?);
+                let (source, req) = msg::recv_any(rt, TAG_REQUEST, request_len)?;
+                let req = msg::unpad("master-worker: a request", &req, 16, msg::salt(source, TAG_REQUEST))?;
+                let (task, result) = (u64_at(req, 0)?, u64_at(req, 8)?);
                 if task != ROUND_OVER {
                     let at = 8 + 8 * usize::try_from(task)?;
                     match state.get_mut(at..at + 8) {
@@ -72,15 +76,24 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
                     told += 1;
                     ROUND_OVER
                 };
-                rt.send(req.source, TAG_TASK, &reply.to_le_bytes())?;
+                let reply = msg::pad(
+                    "master-worker: a task",
+                    &reply.to_le_bytes(),
+                    args.msg_bytes,
+                    msg::salt(0, TAG_TASK),
+                )?;
+                msg::send(rt, source, TAG_TASK, &reply)?;
             }
         } else {
             let mut last = (ROUND_OVER, 0u64);
             loop {
                 let mut req = last.0.to_le_bytes().to_vec();
                 req.extend_from_slice(&last.1.to_le_bytes());
-                rt.send(0, TAG_REQUEST, &req)?;
-                let task = u64_at(&rt.recv_from(0, TAG_TASK)?.payload, 0)?;
+                let req =
+                    msg::pad("master-worker: a request", &req, args.msg_bytes, msg::salt(me, TAG_REQUEST))?;
+                msg::send(rt, 0, TAG_REQUEST, &req)?;
+                let task = msg::recv_from(rt, 0, TAG_TASK, task_len)?;
+                let task = u64_at(msg::unpad("master-worker: a task", &task, 8, msg::salt(0, TAG_TASK))?, 0)?;
                 if task == ROUND_OVER {
                     break;
                 }

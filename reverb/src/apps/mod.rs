@@ -5,6 +5,7 @@
 
 mod collectives;
 mod master_worker;
+mod msg;
 mod ring;
 mod stencil;
 
@@ -29,6 +30,12 @@ pub struct AppArgs {
     /// Checkpoint every this many iterations (0: never), 0..=100000000.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     pub ckpt_every: u64,
+    /// Bytes of each of the app's main messages (stencil halos, ring blocks, master-worker
+    /// requests and tasks, collectives' cells): its data, then filler the receiver checks; in
+    /// pieces above `REVERB_LOG_MAX_MESSAGE`. The answer does not depend on it. 0: the data
+    /// alone.
+    #[arg(long, default_value_t = 0)]
+    pub msg_bytes: usize,
 }
 
 /// FNV-1a over bytes: the checksum of a final state.

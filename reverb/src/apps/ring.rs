@@ -1,10 +1,11 @@
 //! Ring plus all-to-all: each iteration passes a block to the next rank, then every rank
 //! sends a slice of its block to every other rank; blocks mix what arrives. Named receives.
+//! With `--msg-bytes` the block passed on is that many bytes (the block, then filler).
 
 use anyhow::{bail, Result};
 use reverb_runtime::Runtime;
 
-use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
+use super::{combine_checksums, fnv1a, msg, u64_at, AppArgs, FNV_SEED};
 
 const TAG_RING: u64 = 0x61;
 const TAG_ALL: u64 = 0x62;
@@ -41,11 +42,12 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     };
     let (next, prev) = ((me + 1) % size, (me + size - 1) % size);
     while iter < args.iters {
-        let block = state[8..].to_vec();
-        rt.send(next, TAG_RING, &block)?;
-        let got = rt.recv_from(prev, TAG_RING)?;
-        mix(&mut state[8..], &got.payload, iter);
-        last_in = fnv1a(last_in, &got.payload);
+        let block = msg::pad("ring: a block", &state[8..], args.msg_bytes, msg::salt(me, TAG_RING))?;
+        msg::send(rt, next, TAG_RING, &block)?;
+        let got = msg::recv_from(rt, prev, TAG_RING, block.len())?;
+        let got = msg::unpad("ring: a block", &got, len, msg::salt(prev, TAG_RING))?;
+        mix(&mut state[8..], got, iter);
+        last_in = fnv1a(last_in, got);
         let slice = len / size as usize;
         for peer in (0..size).filter(|&p| p != me) {
             let at = peer as usize * slice;

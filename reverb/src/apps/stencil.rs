@@ -1,10 +1,11 @@
 //! Jacobi 2D on an `size`×`size` grid, rows split over the ranks; halos by tag, so every
 //! receive is named and the run is deterministic. The top edge is held at 100, the others at 0.
+//! With `--msg-bytes` a halo is that many bytes (the row, then filler; see `msg`).
 
 use anyhow::{bail, Result};
 use reverb_runtime::Runtime;
 
-use super::{combine_checksums, fnv1a, u64_at, AppArgs, FNV_SEED};
+use super::{combine_checksums, fnv1a, msg, u64_at, AppArgs, FNV_SEED};
 
 const TAG_TO_UPPER: u64 = 0x51;
 const TAG_TO_LOWER: u64 = 0x52;
@@ -31,6 +32,23 @@ fn row_bytes(row: &[f64]) -> Vec<u8> {
 
 fn read_row(bytes: &[u8], into: &mut [f64]) -> Result<()> {
     super::read_f64s("halo", bytes, into)
+}
+
+/// Sends `row` to `dest`: `--msg-bytes` bytes (the row, then filler), in pieces if large.
+fn send_halo(rt: &mut Runtime, args: &AppArgs, dest: u32, tag: u64, row: &[f64]) -> Result<()> {
+    let halo = msg::pad("stencil: a halo", &row_bytes(row), args.msg_bytes, msg::salt(rt.rank(), tag))?;
+    msg::send(rt, dest, tag, &halo)
+}
+
+/// Receives a halo from `source` (as `send_halo` sent it) into `into`.
+fn recv_halo(rt: &mut Runtime, args: &AppArgs, source: u32, tag: u64, into: &mut [f64]) -> Result<()> {
+    let len = if args.msg_bytes > 0 { args.msg_bytes } else { into.len() * 8 };
+    if args.msg_bytes == 0 && len <= msg::limit(rt) {
+        // The row alone, read where it landed.
+        return read_row(&rt.recv_from(source, tag)?.payload, into);
+    }
+    let halo = msg::recv_from(rt, source, tag, len)?;
+    read_row(msg::unpad("stencil: a halo", &halo, into.len() * 8, msg::salt(source, tag))?, into)
 }
 
 pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
@@ -62,16 +80,16 @@ pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     let mut below = vec![0.0; n];
     while iter < args.iters {
         if me > 0 {
-            rt.send(me - 1, TAG_TO_UPPER, &row_bytes(&grid[..n]))?;
+            send_halo(rt, args, me - 1, TAG_TO_UPPER, &grid[..n])?;
         }
         if me + 1 < size {
-            rt.send(me + 1, TAG_TO_LOWER, &row_bytes(&grid[cells - n..]))?;
+            send_halo(rt, args, me + 1, TAG_TO_LOWER, &grid[cells - n..])?;
         }
         if me > 0 {
-            read_row(&rt.recv_from(me - 1, TAG_TO_LOWER)?.payload, &mut above)?;
+            recv_halo(rt, args, me - 1, TAG_TO_LOWER, &mut above)?;
         }
         if me + 1 < size {
-            read_row(&rt.recv_from(me + 1, TAG_TO_UPPER)?.payload, &mut below)?;
+            recv_halo(rt, args, me + 1, TAG_TO_UPPER, &mut below)?;
         }
         for i in 0..rows {
             for j in 0..n {

@@ -11,8 +11,10 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::classify::{classify, Outcome};
 use super::hosts::{host_plan, HostSet};
+use super::phase::Phase;
 use super::plan::{pick_host_app, Fault, RANKS_PER_NODE};
-use super::trial::{recovery_of, Baselines};
+use super::size::MsgSize;
+use super::trial::{job_command, recovery_of, Baselines};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{run_job, JobSpec};
 
@@ -176,7 +178,7 @@ pub(super) fn run_host_trial(
     dir: &Path,
 ) -> Result<TrialResult> {
     let cmds = HostCommands::new(args)?;
-    let base = baselines.get(pick_host_app(seed, trial))?;
+    let base = baselines.get(pick_host_app(seed, trial), &MsgSize::NATURAL)?;
     let plan = host_plan(seed, trial, set, base.wall_ms);
     let mut env = host_env(plan.protocol);
     env.extend(plan.fault.env());
@@ -195,6 +197,7 @@ pub(super) fn run_host_trial(
         redundancy: None,
         objects: None,
     };
+    let job = job_command(&spec);
     let out_dir = dir.join(format!("trial-{trial}"));
     let done = AtomicBool::new(false);
     let (out, injected) = std::thread::scope(|s| {
@@ -226,5 +229,16 @@ pub(super) fn run_host_trial(
     }
     injected.with_context(|| format!("trial {trial}: injecting {}", plan.fault.describe()))?;
     let recovery_ms = if outcome == Outcome::Survived { recovery_of(&out) } else { None };
-    Ok(TrialResult { plan, outcome, fired, recovery_ms, wall_s: out.wall.as_secs_f64(), why, dir: out.dir })
+    Ok(TrialResult {
+        plan,
+        size: MsgSize::NATURAL,
+        phase: Phase::Timed,
+        outcome,
+        fired,
+        recovery_ms,
+        wall_s: out.wall.as_secs_f64(),
+        why,
+        dir: out.dir,
+        job,
+    })
 }

@@ -30,16 +30,20 @@ use reverb_runtime::fault::FAULT_VARS;
 mod classify;
 pub mod hosts;
 mod inject;
+mod phase;
 mod plan;
 mod report;
+mod size;
 mod trial;
 
 pub use classify::Outcome;
 use hosts::HostSet;
 use inject::run_host_trial;
+pub use phase::{Phase, PHASES};
 pub use plan::{plan, Baseline, Fault, Plan, FAULT_KINDS};
 use plan::{AGENT_FAULT_VAR, RANKS, RANKS_PER_NODE};
 use report::Summary;
+pub use size::{pick_size, MsgSize, SizeClass, Thresholds, SIZE_CLASSES};
 use trial::{run_trial, Baselines};
 
 #[derive(clap::Args, Debug)]
@@ -105,17 +109,41 @@ impl ChaosArgs {
 
     /// The options a re-run of one trial needs besides `--seed` and `--trial`.
     fn rerun_options(&self) -> String {
-        let Some(hosts) = &self.hosts else { return String::new() };
-        let mut o = format!(" --hosts {hosts} --spares {}", self.spares.join(","));
+        let mut o = String::new();
+        if let Some(p) = &self.provider {
+            o += &format!(" --provider {p}");
+        }
+        if self.timeout != 90 {
+            o += &format!(" --timeout {}", self.timeout);
+        }
+        let Some(hosts) = &self.hosts else { return o };
+        o += &format!(" --hosts {hosts} --spares {}", self.spares.join(","));
         if !self.kinds.is_empty() {
             o += &format!(" --kinds {}", self.kinds.join(","));
         }
         o
     }
+
+    /// The command that re-runs trial `trial` alone: the same plan needs the same
+    /// thresholds, so the ones set in the campaign's environment come first.
+    fn rerun_command(&self, seed: u64, trial: u64) -> String {
+        let env: String = THRESHOLD_VARS
+            .iter()
+            .filter_map(|v| std::env::var(v).ok().map(|val| format!("{v}={val} ")))
+            .collect();
+        format!("{env}reverb chaos --seed {seed} --trial {trial}{}", self.rerun_options())
+    }
 }
+
+/// The variables the trials' message sizes are drawn against ([`Thresholds`]).
+const THRESHOLD_VARS: [&str; 2] = ["REVERB_RNDV_THRESH", "REVERB_LOG_MAX_MESSAGE"];
 
 struct TrialResult {
     plan: Plan,
+    /// The size of the app's main messages.
+    size: MsgSize,
+    /// Where in the run the fault strikes.
+    phase: Phase,
     outcome: Outcome,
     /// Whether a rank actually died (the fault's point may lie past the run's end).
     fired: bool,
@@ -124,6 +152,8 @@ struct TrialResult {
     wall_s: f64,
     why: String,
     dir: PathBuf,
+    /// The trial's `reverb run` command line.
+    job: String,
 }
 
 impl TrialResult {
@@ -141,6 +171,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         None => (0..args.trials).collect(),
     };
     let set = host_set(&args)?;
+    let thresholds = Thresholds::from_env().context("the thresholds message sizes are drawn against")?;
     let dir = std::env::temp_dir().join(format!("reverb-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let (ranks, provider) = match &set {
@@ -158,10 +189,19 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         args.timeout,
         dir.display()
     );
+    if set.is_none() {
+        eprintln!(
+            "reverb chaos: message sizes against REVERB_RNDV_THRESH={} and REVERB_LOG_MAX_MESSAGE={} \
+             (fragmented trials lower it to {})",
+            thresholds.rndv,
+            thresholds.max_message,
+            thresholds.frag_limit()
+        );
+    }
     let started = std::time::Instant::now();
-    let results = run_trials(&args, seed, &trials, &dir, set.as_ref())?;
+    let results = run_trials(&args, seed, &trials, &dir, set.as_ref(), thresholds)?;
     let summary = Summary::of(&results, started.elapsed().as_secs_f64());
-    let rerun = args.rerun_options();
+    let rerun = |trial| args.rerun_command(seed, trial);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary.json(seed, &rerun, &results))?);
     } else {
@@ -222,6 +262,7 @@ fn run_trials(
     trials: &[u64],
     dir: &Path,
     set: Option<&HostSet>,
+    thresholds: Thresholds,
 ) -> Result<Vec<TrialResult>> {
     let baselines = Baselines {
         args_provider: args.provider_or(if set.is_some() { "auto" } else { "shm" }),
@@ -230,6 +271,7 @@ fn run_trials(
         cache: Mutex::new(HashMap::new()),
         computing: Mutex::new(()),
         hosts: set.cloned(),
+        thresholds,
     };
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<TrialResult>> = Mutex::new(Vec::new());
@@ -248,7 +290,7 @@ fn run_trials(
                 };
                 match result {
                     Ok(r) => {
-                        print_trial(&r, seed, &args.rerun_options(), args.keep);
+                        print_trial(&r, &args.rerun_command(seed, r.plan.trial), args.keep);
                         results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
                     }
                     Err(e) => {
@@ -270,8 +312,8 @@ fn run_trials(
 }
 
 /// One trial's line on stderr; a passed trial's directory is removed (unless `--keep`), a
-/// failed one's is named with the command that re-runs it.
-fn print_trial(r: &TrialResult, seed: u64, rerun_options: &str, keep: bool) {
+/// failed one's is named with the commands that re-run it: the campaign's trial and its job.
+fn print_trial(r: &TrialResult, rerun: &str, keep: bool) {
     let trial = r.plan.trial;
     let rerun = if r.passed() {
         if !keep {
@@ -281,15 +323,18 @@ fn print_trial(r: &TrialResult, seed: u64, rerun_options: &str, keep: bool) {
         String::new()
     } else {
         format!(
-            "\n    re-run: reverb chaos --seed {seed} --trial {trial}{rerun_options} --keep   (job log: {})",
-            r.dir.join("job.log").display()
+            "\n    re-run: {rerun} --keep   (job log: {})\n    job: {}",
+            r.dir.join("job.log").display(),
+            r.job
         )
     };
     eprintln!(
-        "reverb chaos: trial {trial}: {} {} {}{} -> {} ({:.1} s){}{}{rerun}",
+        "reverb chaos: trial {trial}: {} {} {} [{}, {}]{} -> {} ({:.1} s){}{}{rerun}",
         r.plan.app,
         r.plan.protocol,
         r.plan.fault.describe(),
+        r.size.describe(),
+        r.phase.name(),
         if r.fired || r.plan.fault == Fault::None { "" } else { " [did not fire]" },
         r.outcome.name(),
         r.wall_s,

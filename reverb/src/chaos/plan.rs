@@ -1,4 +1,8 @@
-//! A trial's plan: its app, protocol and fault, drawn from (seed, trial) alone.
+//! A trial's plan: its app, protocol, fault and the fault's phase, drawn from (seed, trial)
+//! alone.
+
+use super::phase::{Phase, Timeline};
+use super::size::MsgSize;
 
 pub(super) const RANKS: u32 = 8;
 pub(super) const RANKS_PER_NODE: u32 = 2;
@@ -31,15 +35,34 @@ pub const FAULT_KINDS: [&str; 12] = [
 /// The redundancy of the replica kinds' jobs: the even virtual ranks have a second copy.
 pub(super) const REPLICA_DEGREE: &str = "1.5";
 
-/// Small sizes: a trial takes a second or two.
-pub(super) fn app_args(app: &str) -> Vec<String> {
-    let a: &[&str] = match app {
-        "stencil" => &["--iters", "60", "--size", "64", "--ckpt-every", "10"],
-        "master-worker" => &["--iters", "12", "--size", "2000", "--ckpt-every", "3"],
-        "collectives" => &["--iters", "16", "--size", "4096", "--ckpt-every", "4"],
-        _ => &["--iters", "40", "--size", "256", "--ckpt-every", "8"],
-    };
-    a.iter().map(|s| s.to_string()).collect()
+/// Small runs: a trial takes a second or two. (iterations, size, checkpoint interval); each
+/// app's data per message is at most `size::APP_DATA_MAX` bytes (a 64-value halo row, a
+/// 256-byte ring block, a 512-byte cell, 16-byte requests), which `--msg-bytes` pads.
+fn app_params(app: &str) -> (u64, u64, u64) {
+    match app {
+        "stencil" => (60, 64, 10),
+        "master-worker" => (12, 2000, 3),
+        "collectives" => (16, 512, 4),
+        _ => (40, 256, 8),
+    }
+}
+
+/// The arguments of `reverb app APP` in a trial on one host, its main messages `size` big.
+pub(super) fn app_args(app: &str, size: &MsgSize) -> Vec<String> {
+    let (iters, n, every) = app_params(app);
+    let mut a: Vec<String> =
+        ["--iters", &iters.to_string(), "--size", &n.to_string(), "--ckpt-every", &every.to_string()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    a.extend(size.app_args());
+    a
+}
+
+/// An app's iterations and checkpoint interval on one host.
+pub(super) fn timeline(app: &str) -> Timeline {
+    let (iters, _, every) = app_params(app);
+    Timeline { iters, every }
 }
 
 /// The fault a trial injects.
@@ -344,86 +367,119 @@ fn late_survivor(rng: &mut Rng, rank: u32) -> Option<u32> {
 /// The plan of trial `trial`. Fault kinds are cycled through by trial number (so a short
 /// campaign covers each), everything else is random.
 pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
+    draw(seed, trial, base).0
+}
+
+/// The checkpoint stage of a checkpoint-kind trial: cycled through by the trial's round of
+/// kinds, so three rounds cover every stage.
+fn ckpt_stage(seed: u64, trial: u64) -> &'static str {
+    CKPT_STAGES[((trial + seed) / FAULT_KINDS.len() as u64 % CKPT_STAGES.len() as u64) as usize]
+}
+
+/// The plan of trial `trial` and the phase its fault strikes in. A kill at a send count
+/// lands in a phase drawn with weight on the checkpoint boundaries and the first iterations
+/// ([`Phase::draw_send_phase`]), at the count the app's failure-free sends put there.
+pub(super) fn draw(seed: u64, trial: u64, base: &Baseline) -> (Plan, Phase) {
     let mut rng = Rng::new(seed, trial);
     rng.below(APPS.len() as u64);
     let app = pick_app(seed, trial);
     let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
+    let send_phase = Phase::draw_send_phase(&mut rng);
+    let tl = timeline(app);
     let nodes = RANKS / RANKS_PER_NODE;
     let sends_of = |r: u32| base.sends.get(r as usize).copied().unwrap_or(1).max(1);
-    let fault = match kind_index(seed, trial) {
-        0 => Fault::None,
+    let (fault, phase) = match kind_index(seed, trial) {
+        0 => (Fault::None, Phase::None),
         1 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
-            Fault::Rank { rank, sends: rng.between(1, sends_of(rank)) }
+            (Fault::Rank { rank, sends: tl.sends_in(send_phase, sends_of(rank), &mut rng) }, send_phase)
         }
         2 => {
             let node = rng.below(u64::from(nodes)) as u32;
             let r = node * RANKS_PER_NODE;
-            Fault::Node { node, sends: [rng.between(1, sends_of(r)), rng.between(1, sends_of(r + 1))] }
+            let sends = [
+                tl.sends_in(send_phase, sends_of(r), &mut rng),
+                tl.sends_in(send_phase, sends_of(r + 1), &mut rng),
+            ];
+            (Fault::Node { node, sends }, send_phase)
         }
-        3 if base.checkpoints > 0 => Fault::Checkpoint {
-            rank: rng.below(u64::from(RANKS)) as u32,
-            epoch: rng.between(1, base.checkpoints),
-            stage: CKPT_STAGES[rng.below(CKPT_STAGES.len() as u64) as usize],
-        },
+        3 if base.checkpoints > 0 => {
+            let stage = ckpt_stage(seed, trial);
+            let fault = Fault::Checkpoint {
+                rank: rng.below(u64::from(RANKS)) as u32,
+                epoch: rng.between(1, base.checkpoints),
+                stage,
+            };
+            (fault, Phase::Checkpoint(stage))
+        }
         3 | 4 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
-            Fault::Replay { rank, sends: rng.between(1, sends_of(rank)), replay_sends: rng.between(1, 6) }
+            let sends = tl.sends_in(send_phase, sends_of(rank), &mut rng);
+            (Fault::Replay { rank, sends, replay_sends: rng.between(1, 6) }, Phase::Recovery)
         }
         6 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
             let step = INIT_STEPS[rng.below(INIT_STEPS.len() as u64) as usize];
             let late = late_survivor(&mut rng, rank);
-            Fault::Init { rank, step, late }
+            (Fault::Init { rank, step, late }, Phase::Init)
         }
         7 if base.checkpoints > 0 => {
             let rank = rng.below(u64::from(RANKS)) as u32;
             let epoch = rng.between(1, base.checkpoints);
             let late = late_survivor(&mut rng, rank);
-            Fault::Gc { rank, epoch, late }
+            (Fault::Gc { rank, epoch, late }, Phase::LogGc)
         }
         8 => {
             let (copy, v) = replicated_copy(&mut rng);
-            Fault::Replica { copy, sends: rng.between(1, sends_of(v)) }
+            (Fault::Replica { copy, sends: tl.sends_in(send_phase, sends_of(v), &mut rng) }, send_phase)
         }
         HELPER_KIND => {
             let node = rng.below(u64::from(nodes)) as u32;
-            let sends = rng.between(1, sends_of(node * RANKS_PER_NODE));
-            Fault::Helper { node, sends, replay_sends: rng.between(1, 6) }
+            let sends = tl.sends_in(send_phase, sends_of(node * RANKS_PER_NODE), &mut rng);
+            (Fault::Helper { node, sends, replay_sends: rng.between(1, 6) }, Phase::Recovery)
         }
         COLLECTIVE_KIND => {
             let rank = rng.below(u64::from(RANKS)) as u32;
-            Fault::Collective { rank, sends: rng.between(1, sends_of(rank)) }
+            (Fault::Collective { rank, sends: tl.sends_in(send_phase, sends_of(rank), &mut rng) }, send_phase)
         }
-        9 => {
-            let (copy, v) = replicated_copy(&mut rng);
-            // Early for the copy, late for the rank (of another node: not the copy's node-mate).
-            let copy_sends = rng.between(1, sends_of(v) / 4 + 1);
-            let copy_node = copy / RANKS_PER_NODE;
-            let rank = loop {
-                let r = rng.below(u64::from(replica_processes())) as u32;
-                if r / RANKS_PER_NODE != copy_node {
-                    break r;
-                }
-            };
-            let of = replica_map().of_physical(rank).map_or(0, |(v, _)| v);
-            let sends = rng.between(sends_of(of) / 2 + 1, sends_of(of).max(2));
-            Fault::ReplicaThenRank { copy, copy_sends, rank, sends }
-        }
+        9 => replica_then_rank(&mut rng, tl, &sends_of),
         _ => {
             let a = rng.below(u64::from(RANKS)) as u32;
             let other_node = (a / RANKS_PER_NODE + 1 + rng.below(u64::from(nodes - 1)) as u32) % nodes;
             let b = other_node * RANKS_PER_NODE + rng.below(u64::from(RANKS_PER_NODE)) as u32;
             let most = sends_of(a).min(sends_of(b));
-            Fault::TwoNodes { ranks: [a, b], sends: rng.between(1, most) }
+            (Fault::TwoNodes { ranks: [a, b], sends: tl.sends_in(send_phase, most, &mut rng) }, send_phase)
         }
     };
-    Plan { trial, app, protocol, fault }
+    (Plan { trial, app, protocol, fault }, phase)
+}
+
+/// A copy killed in its first iteration (masked), then a physical rank of another node at a
+/// later phase: its node is recovered without the retired copy.
+fn replica_then_rank(rng: &mut Rng, tl: Timeline, sends_of: &dyn Fn(u32) -> u64) -> (Fault, Phase) {
+    let (copy, v) = replicated_copy(rng);
+    let copy_sends = rng.between(1, (sends_of(v) / tl.iters.max(1)).max(1));
+    let copy_node = copy / RANKS_PER_NODE;
+    let rank = loop {
+        let r = rng.below(u64::from(replica_processes())) as u32;
+        if r / RANKS_PER_NODE != copy_node {
+            break r;
+        }
+    };
+    let of = replica_map().of_physical(rank).map_or(0, |(v, _)| v);
+    let phase = Phase::draw_late_send_phase(rng);
+    // After the copy's death, whatever the counts.
+    let sends = tl.sends_in(phase, sends_of(of), rng).max(copy_sends + 1);
+    (Fault::ReplicaThenRank { copy, copy_sends, rank, sends }, phase)
 }
 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::chaos::phase::PHASES;
+
+    /// The seed of `ci/chaos-phases.sh`.
+    const CI_SLICE_SEED: u64 = 2;
 
     pub(in crate::chaos) fn base() -> Baseline {
         Baseline { checksum: "abc".into(), sends: vec![100; RANKS as usize], checkpoints: 4, wall_ms: 3000 }
@@ -432,9 +488,89 @@ pub(super) mod tests {
     #[test]
     fn a_trial_plan_depends_only_on_seed_and_trial() {
         for trial in 0..50 {
-            let (a, b) = (plan(9, trial, &base()), plan(9, trial, &base()));
-            assert_eq!((a.app, a.protocol, &a.fault), (b.app, b.protocol, &b.fault));
+            let ((a, pa), (b, pb)) = (draw(9, trial, &base()), draw(9, trial, &base()));
+            assert_eq!((a.app, a.protocol, &a.fault, pa), (b.app, b.protocol, &b.fault, pb));
             assert_eq!(a.app, pick_app(9, trial));
+        }
+    }
+
+    #[test]
+    fn every_phase_is_drawn_and_matches_its_fault() {
+        let drawn: Vec<(Plan, Phase)> = (0..240).map(|t| draw(2, t, &base())).collect();
+        for name in PHASES.iter().filter(|&&p| p != "timed") {
+            assert!(drawn.iter().any(|(_, p)| p.name() == *name), "no {name} phase in 240 trials");
+        }
+        for (plan, phase) in &drawn {
+            let f = &plan.fault;
+            match phase {
+                Phase::None => assert_eq!(f, &Fault::None),
+                Phase::Init => assert_eq!(f.kind(), "init"),
+                Phase::LogGc => assert_eq!(f.kind(), "gc"),
+                Phase::Recovery => assert!(["replay", "helper"].contains(&f.kind()), "{f:?}"),
+                Phase::Checkpoint(stage) => {
+                    assert!(matches!(f, Fault::Checkpoint { stage: s, .. } if s == stage), "{f:?}")
+                }
+                _ => assert!(f.env().first().is_some_and(|(k, _)| k == "REVERB_FAULT"), "{phase:?}: {f:?}"),
+            }
+        }
+        // Weight on the checkpoint boundaries: more kills there than mid-interval.
+        let count = |p: Phase| drawn.iter().filter(|(_, q)| *q == p).count();
+        assert!(count(Phase::BeforeCheckpoint) > 2 * count(Phase::MidInterval));
+        assert!(count(Phase::AfterCommit) > count(Phase::MidInterval));
+    }
+
+    #[test]
+    fn a_rank_killed_before_a_checkpoint_dies_in_that_checkpoint_s_last_iteration() {
+        // The stencil's middle ranks: two halos an iteration, a checkpoint every 10 of 60.
+        let mut b = base();
+        b.sends = vec![121; RANKS as usize];
+        for t in 0..600 {
+            let (plan, phase) = draw(6, t, &b);
+            if plan.app != "stencil" {
+                continue;
+            }
+            if let (Fault::Rank { sends, .. }, Phase::BeforeCheckpoint) = (&plan.fault, phase) {
+                assert!(matches!(sends % 20, 0 | 19) && *sends < 120, "{sends}");
+            }
+        }
+    }
+
+    /// Prints seeds whose first 24 or 36 trials cover every class and phase (to pick
+    /// `CI_SLICE_SEED`): `cargo test -p reverb --lib ci_slice_seeds -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn ci_slice_seeds() {
+        use crate::chaos::size::{pick_size, Thresholds, SIZE_CLASSES};
+        let th = Thresholds { rndv: 8192, max_message: 4 << 20 };
+        for trials in [24, 36] {
+            let good: Vec<u64> = (0..400)
+                .filter(|&seed| {
+                    let classes: Vec<&str> =
+                        (0..trials).map(|t| pick_size(seed, t, &th).class.name()).collect();
+                    let phases: Vec<&str> = (0..trials).map(|t| draw(seed, t, &base()).1.name()).collect();
+                    SIZE_CLASSES.iter().all(|c| classes.contains(c))
+                        && PHASES.iter().filter(|&&p| p != "timed").all(|p| phases.contains(p))
+                })
+                .collect();
+            eprintln!("{trials} trials: {good:?}");
+        }
+    }
+
+    /// The CI slice (`ci/chaos-phases.sh`): its seed's first 36 trials cover every size
+    /// class and every phase of one host (the sizes do not depend on the app's counts; the
+    /// phases do not either).
+    #[test]
+    fn the_ci_slice_covers_every_class_and_phase() {
+        use crate::chaos::size::{pick_size, Thresholds, SIZE_CLASSES};
+        let th = Thresholds { rndv: 8192, max_message: 4 << 20 };
+        let (seed, trials) = (CI_SLICE_SEED, 36);
+        let classes: Vec<&str> = (0..trials).map(|t| pick_size(seed, t, &th).class.name()).collect();
+        for c in SIZE_CLASSES {
+            assert!(classes.contains(&c), "seed {seed}: no {c} in {classes:?}");
+        }
+        let phases: Vec<&str> = (0..trials).map(|t| draw(seed, t, &base()).1.name()).collect();
+        for p in PHASES.iter().filter(|&&p| p != "timed") {
+            assert!(phases.contains(p), "seed {seed}: no {p} in {phases:?}");
         }
     }
 
