@@ -9,6 +9,7 @@
 #
 # Knobs (environment): REPEAT=3 LAT_ITERS=2000 BW_ITERS_64K=2000 BW_ITERS_1M=200 STEP_TIMEOUT=120
 # VM_TIMEOUT=600 RESULTS=target/compare-verbs; REVERB_BIN=path skips the build.
+
 # Host tools: the build deps, perftest/ucx-utils/jq (run in the guest from the host's root).
 bash ci/deps.sh --compare
 missing=()

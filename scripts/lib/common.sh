@@ -51,18 +51,13 @@ rs_build() {
             rs_die "a second build in one invocation ($profile: ${packages[*]} ${features[*]}; built: $RS_BUILT)"
         return
     fi
-    local args=(build) p qualified=()
+    local args=(build) p
     [[ $profile == release ]] && args+=(--release)
     for p in "${packages[@]}"; do args+=(-p "$p"); done
-    # With one package its own feature names; with several, qualified by the first.
-    if ((${#features[@]})); then
-        if ((${#packages[@]} == 1)); then
-            args+=(--features "$(IFS=,; echo "${features[*]}")")
-        else
-            for f in "${features[@]}"; do qualified+=("${packages[0]}/$f"); done
-            args+=(--features "$(IFS=,; echo "${qualified[*]}")")
-        fi
-    fi
+    # Unqualified: every selected package that has the feature gets it (reverb-mpi's
+    # fault-injection and verbs only forward to reverb-runtime's, which the one build shares
+    # anyway). `reverb/F` would leave the selected reverb package without it.
+    ((${#features[@]} == 0)) || args+=(--features "$(IFS=,; echo "${features[*]}")")
     rs_log "cargo ${args[*]} ${extra[*]}"
     cargo "${args[@]}" "${extra[@]}" >&2
     RS_BUILT="$profile|${packages[*]}|${features[*]}"
