@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C ABI from C: installs libreverb (scripts/install-capi.sh, a dev build with the fault
+# The C ABI from C: installs libreverb (scripts/reverb-scripts install-capi, a dev build with the fault
 # hooks) into a scratch prefix, compiles the C examples and the error test with pkg-config
 # (shared and static), and runs them under `reverb run`: the ring (regions, put with
 # immediate, tagged messages) on shm and tcp, the error paths, and the fault-tolerant stencil
@@ -17,7 +17,7 @@ rm -rf "$work"
 mkdir -p "$work/bin"
 cargo build -p reverb
 reverb=$target/debug/reverb
-bash scripts/install-capi.sh --prefix "$work/prefix" --debug -- --features fault-injection
+bash scripts/reverb-scripts install-capi --prefix "$work/prefix" --debug -- --features fault-injection
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig
 
 build() { # NAME SOURCE PKG

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what reverb's build and tests need, idempotently: apt runs only when a package is
 # missing. `--compare` adds what the side-by-side scripts need (ucx_perftest, jq; Open MPI's
-# headers for scripts/compare-mpi.sh).
+# headers for scripts/reverb-scripts compare mpi).
 # The verbs feature builds rdma-core's headers from ibverbs-sys (cmake, clang, libnl) and links
 # Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
 # the Reed-Solomon bench its ISA-L column (the build skips it when absent). slurmctld, slurmd,

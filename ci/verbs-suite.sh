@@ -15,7 +15,7 @@
 # SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
 # the stencil with a node SIGKILLed, identical checksums), logger cores (reverb/tests/logger_core.rs:
 # every placement, the protocols through the loggers; its `reverb bench --log` smoke run, whose
-# numbers come from scripts/compare-logging-verbs.sh, and its CLI checks stay on shm) and their respawn (reverb/tests/logger_respawn.rs:
+# numbers come from scripts/reverb-scripts compare logging-verbs, and its CLI checks stay on shm) and their respawn (reverb/tests/logger_respawn.rs:
 # a logger killed alone, with and without --respawn, and the stencil with a node killed with its
 # logger; the master-worker cases are left out: the 8-rank causal master-worker did not finish
 # in 300 s under TCG even failure-free). A suite is `name:binary[:test filters]`.

@@ -3,13 +3,6 @@
 # nodes, failure-free (logging off, then causal + buddy checkpoints + Reed-Solomon), then
 # with node 1 SIGKILLed mid-run and respawned. Fails unless the recovered run's checksum is
 # the failure-free one. Extra arguments go to `reverb demo` (e.g. --provider verbs).
+# The same as `scripts/reverb-scripts demo` (scripts/cmd/demo.sh), kept for the README.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
-bash ci/deps.sh
-# The demo kills a node through the runtime's fault hooks: they are only in builds with
-# the fault-injection feature.
-features=fault-injection
-if [[ " $* " == *" verbs "* || " $* " == *"--provider=verbs"* ]]; then features+=,verbs; fi
-cargo build --release -p reverb --features "$features"
-exec target/release/reverb demo "$@"
+exec bash "$(dirname "$0")/reverb-scripts" demo "$@"

@@ -1,9 +1,10 @@
-# Shared by scripts/compare-shm.sh and scripts/compare-tcp.sh (sourced, not run): one
-# ucx_perftest server/client pair per measurement, and the best-of-rounds table helpers.
+# Shared by `compare shm` and `compare tcp` (scripts/cmd/, sourced after scripts/lib/common.sh):
+# one ucx_perftest server/client pair per measurement, and the best-of-rounds table helpers.
 # The caller sets core_a, core_b, results, round (inside its loop), compare_name, and the
-# UCX_* variables of its transport.
+# UCX_* variables of its transport. have_ucx is empty when ucx_perftest is not installed.
 
 port=$((14000 + RANDOM % 20000))
+have_ucx=$(command -v ucx_perftest || true)
 
 # ucx TEST SIZE ITERS: one server + client pair; the client's CSV goes to
 # $results/ucx-TEST-SIZE-ROUND.csv.
@@ -33,6 +34,7 @@ join_sizes() { local IFS=,; echo "$*"; }
 # overall_bw,avg_mr,overall_mr (latency in us, one way; bandwidth in MB/s of 2^20 bytes).
 # ucx_col TEST SIZE COLUMN low|high: the best over the rounds' final lines.
 ucx_col() {
+    [[ -n $have_ucx ]] || return 0
     # ucx_perftest right-aligns the iteration count: a short run's line starts with spaces.
     for f in "$results/ucx-$1-$2"-*.csv; do grep -E '^ *[0-9]+,' "$f" | tail -1 | tr -d ' ' | cut -d, -f"$3"; done |
         sort -g | { if [[ $4 == low ]]; then head -1; else tail -1; fi; }
@@ -50,11 +52,16 @@ human() {
     else echo "$1 B"; fi
 }
 
-row() { # label reverb ucx better(low|high)
-    awk -v l="$1" -v r="$2" -v u="$3" -v b="$4" 'BEGIN {
-        ratio = (u > 0) ? r / u : 0
-        printf "%-30s %12.3f %12.3f %9.2fx  (%s is better)\n", l, r, u, ratio, (b == "low" ? "lower" : "higher")
-    }'
+row() { # label reverb ucx better(low|high); UCX "-" when it did not run
+    local better=lower
+    [[ $4 == low ]] || better=higher
+    if [[ -n $3 ]]; then
+        local ratio
+        ratio=$(rs_ratio "$2" "$3")
+        printf '%-30s %12.3f %12.3f %9sx  (%s is better)\n' "$1" "$2" "$3" "${ratio:-0.00}" "$better"
+    else
+        printf '%-30s %12.3f %12s %10s  (%s is better)\n' "$1" "$2" - - "$better"
+    fi
 }
 
 # The put/tag latency and bandwidth rows of both scripts' tables.

@@ -1,5 +1,5 @@
-#!/usr/bin/env bash
-# Message-logging overhead on verbs: scripts/compare-logging-verbs-guest.sh in ONE boot of the
+# help: message-logging overhead on verbs in the soft-RoCE VM
+# Message-logging overhead on verbs: scripts/guest/logging-verbs.sh in ONE boot of the
 # soft-RoCE VM (ci/rxe-vm.sh, rxe0 over lo): `reverb bench lat --op send --sizes 8,64k,1M --log P`
 # (--recv named; plus --recv any for none and causal) and `reverb bench bw --op send --sizes 1M
 # --log P` for P in none causal pessimistic-sb pessimistic-rb, interleaved, best of $REPEAT
@@ -7,14 +7,7 @@
 #
 # Knobs (environment): REPEAT=3 LAT_ITERS=300 BW_ITERS=50 STEP_TIMEOUT=180 VM_TIMEOUT=900
 # WAIT_MODE=poll RESULTS=target/compare-logging-verbs; REVERB_BIN=path skips the build.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-if [[ -n ${REVERB_BIN:-} ]]; then
-    reverb=$(realpath "$REVERB_BIN")
-else
-    cargo build --release -p reverb --features verbs
-    reverb=$PWD/target/release/reverb
-fi
+rs_build --features verbs
 results=$(realpath -m "${RESULTS:-target/compare-logging-verbs}")
 mkdir -p "$results"
 rm -f "$results"/*
@@ -25,7 +18,7 @@ esac
 export REVERB_BIN=$reverb RESULTS=$results REPEAT=${REPEAT:-3} LAT_ITERS=${LAT_ITERS:-300}
 export BW_ITERS=${BW_ITERS:-50} STEP_TIMEOUT=${STEP_TIMEOUT:-180} WAIT_MODE=${WAIT_MODE:-poll}
 RXE_VM_QUIET=1 bash ci/rxe-vm.sh --timeout "${VM_TIMEOUT:-900}" "${rw[@]}" -- \
-    bash scripts/compare-logging-verbs-guest.sh || echo "VM exited $?" >&2
+    bash scripts/guest/logging-verbs.sh || echo "VM exited $?" >&2
 
 python3 - "$results" <<'PY'
 import json, glob, os, re, sys

@@ -1,26 +1,25 @@
-#!/usr/bin/env bash
+# help: message-logging overhead against none on shm, every protocol and logger placement
 # Message-logging overhead vs `none`: `reverb bench lat|bw --op send --log P` for every protocol
 # at 8 B and 1 MiB (or SIZES), interleaved (every configuration once per round, N rounds) and
 # best-of-N (lowest latency, highest bandwidth), then the logger-core placements for
 # pessimistic-rb and causal. Prints one table with the overhead in % against `none`, and the
 # raw provider (no LoggedEndpoint) as the last row.
 #
-#   scripts/compare-logging.sh [rounds]        (default 5; env: REVERB=path/to/reverb,
+#   scripts/reverb-scripts compare logging [rounds]        (default 5; env: REVERB_BIN=path/to/reverb,
 #                                               SIZES=8,64k,1M (default 8,1M),
 #                                               RECV=named|any, LAT_ITERS, BW_ITERS,
 #                                               REVERB_HEARTBEAT_MS, default 5000,
 #                                               CONFIGS="causal:off causal:dedicated" to
 #                                               run only those, none:off always included)
-set -euo pipefail
 ROUNDS=${1:-5}
-REVERB=${REVERB:-target/release/reverb}
 RECV=${RECV:-named}
 LAT_ITERS=${LAT_ITERS:-}
 # Logger cores share cpus with busy-polling ranks here: a slow heartbeat is not a death.
 export REVERB_HEARTBEAT_MS=${REVERB_HEARTBEAT_MS:-5000}
 BW_ITERS=${BW_ITERS:-}
 SIZES=${SIZES:-8,1M}
-[[ -x $REVERB ]] || { echo "no $REVERB: cargo build --release -p reverb" >&2; exit 1; }
+rs_build
+REVERB=$reverb
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 

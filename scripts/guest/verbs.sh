@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Guest half of scripts/compare-verbs.sh: runs inside the rxe VM (ci/rxe-vm.sh), chrooted into
+# Guest half of `scripts/reverb-scripts compare verbs`: runs inside the rxe VM (ci/rxe-vm.sh), chrooted into
 # the host's root, cwd = repo. For every pair and size, perftest (server + client on $RXE_LO_DEV,
 # RoCE v2 GID $RXE_LO_GID) then `reverb bench` over the verbs provider on the same device, same
 # size, same iteration count and the same completion mode (busy polling: perftest's default;
@@ -8,7 +8,7 @@
 # Every fork+exec costs ~0.25 s under TCG, so waits and parsing use bash builtins only (one awk
 # for the table). Every process runs under `timeout`.
 #
-# Environment (set by compare-verbs.sh): REVERB_BIN, RESULTS (a writable dir, under target/),
+# Environment (set by `compare verbs`): REVERB_BIN, RESULTS (a writable dir, under target/),
 # LAT_ITERS, BW_ITERS_64K, BW_ITERS_1M, REPEAT, STEP_TIMEOUT.
 set -euo pipefail
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: failure-free overhead of partial redundancy against its degree R; SVG plot
 # Failure-free overhead of partial redundancy against its degree R (seed 001, eq. 1:
 # t_Red = (1 - alpha) t + alpha t R): the stencil of V virtual ranks as `reverb run -n V
 # --redundancy R` for R in 1, 1.25, 1.5, 2, 3 and as a plain job, interleaved (every
@@ -10,20 +10,19 @@
 # even when more processes than cores share the machine (then the wall time grows with the
 # processes, which eq. 1 does not count: it gives every copy its own core).
 #
-#   scripts/redundancy-overhead.sh [rounds]    (default 5; env: REVERB=path/to/reverb,
+#   scripts/reverb-scripts redundancy-overhead [rounds]    (default 5; env: REVERB_BIN=path/to/reverb,
 #                                               V=4, ITERS=400, SIZE=256,
 #                                               DEGREES="1 1.25 1.5 2 3", ALPHA=0.2,
 #                                               PLOT=docs/img/redundancy-overhead.svg)
-set -euo pipefail
 ROUNDS=${1:-5}
-REVERB=${REVERB:-target/release/reverb}
 V=${V:-4}
 ITERS=${ITERS:-400}
 SIZE=${SIZE:-256}
 DEGREES=${DEGREES:-1 1.25 1.5 2 3}
 ALPHA=${ALPHA:-0.2}
 PLOT=${PLOT:-docs/img/redundancy-overhead.svg}
-[[ -x $REVERB ]] || { echo "no $REVERB: cargo build --release -p reverb" >&2; exit 1; }
+rs_build
+REVERB=$reverb
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 export REVERB_WAIT_MODE=event REVERB_LOG=none REVERB_CKPT=off

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: two reverb binaries side by side on the same benchmarks, interleaved
 # Two builds of reverb side by side: the same benchmarks from an OLD and a NEW `reverb` binary,
 # interleaved (every case from both binaries once per round, the order of the two alternating
 # between rounds), N rounds. Prints per case the median of the rounds for each build and the
@@ -7,16 +7,15 @@
 # Used to show that a refactor costs nothing: shm put and tagged latency (8 B) and bandwidth
 # (1 MiB), and the message-logging layer at 8 B (none, causal with named and any-source receives).
 #
-#   scripts/compare-builds.sh OLD_REVERB NEW_REVERB [rounds]     (default 7 rounds)
-#   COMPARE_CASES='send-lat-16K|lat --op send --sizes 16K' scripts/compare-builds.sh ...
+#   scripts/reverb-scripts compare builds OLD_REVERB NEW_REVERB [rounds]     (default 7 rounds)
+#   COMPARE_CASES='send-lat-16K|lat --op send --sizes 16K' scripts/reverb-scripts compare builds ...
 #     runs other cases instead (one `label|bench arguments` per line)
-#   e.g. git worktree add /tmp/old HEAD~5 && (cd /tmp/old && cargo build --release -p reverb)
-#        scripts/compare-builds.sh /tmp/old/target/release/reverb target/release/reverb 9
-set -euo pipefail
-OLD=${1:?usage: compare-builds.sh OLD_REVERB NEW_REVERB [rounds]}
-NEW=${2:?usage: compare-builds.sh OLD_REVERB NEW_REVERB [rounds]}
+#   e.g. git worktree add /tmp/old HEAD~5, a release build of reverb there, then
+#        scripts/reverb-scripts compare builds /tmp/old/target/release/reverb target/release/reverb 9
+OLD=${1:?usage: compare builds OLD_REVERB NEW_REVERB [rounds]}
+NEW=${2:?usage: compare builds OLD_REVERB NEW_REVERB [rounds]}
 ROUNDS=${3:-7}
-for bin in "$OLD" "$NEW"; do [[ -x $bin ]] || { echo "compare-builds.sh: $bin is not executable" >&2; exit 1; }; done
+for bin in "$OLD" "$NEW"; do [[ -x $bin ]] || { echo "compare builds: $bin is not executable" >&2; exit 1; }; done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 # Logged runs share both cores with busy-polling ranks: a slow heartbeat is not a death.
@@ -36,26 +35,22 @@ if [[ -n ${COMPARE_CASES:-} ]]; then
     mapfile -t CASES <<<"$COMPARE_CASES"
 fi
 
-run_case() { # label binary-name binary args...
-    local label=$1 name=$2 bin=$3
-    shift 3
+run_case() { # label binary-name args...
+    local label=$1 name=$2 bin=$OLD
+    [[ $name == new ]] && bin=$NEW
+    shift 2
     # shellcheck disable=SC2068
     "$bin" bench $@ --cores 0,1 --json >>"$OUT/$label.$name.json"
 }
 
-for ((round = 1; round <= ROUNDS; round++)); do
-    echo "round $round/$ROUNDS" >&2
+one_round() { # round: every case from both binaries, which one first alternating
+    local case label args side
     for case in "${CASES[@]}"; do
         label=${case%%|*} args=${case#*|}
-        if ((round % 2)); then
-            run_case "$label" old "$OLD" "$args"
-            run_case "$label" new "$NEW" "$args"
-        else
-            run_case "$label" new "$NEW" "$args"
-            run_case "$label" old "$OLD" "$args"
-        fi
+        for side in $(rs_order "$1" old new); do run_case "$label" "$side" "$args"; done
     done
-done
+}
+rs_rounds "$ROUNDS" one_round
 
 python3 - "$OUT" "${CASES[@]}" <<'EOF'
 import json, statistics, sys

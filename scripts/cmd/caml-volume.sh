@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: collective-aware logging against plain sender logging: logged bytes, peaks, time
 # Collective-aware logging (REVERB_LOG_CAML, seed 000 ch. 6) against plain sender logging, on
 # three collective-heavy programs, interleaved (CAML off, on, off, on ... ROUNDS rounds):
 #   app        `reverb app collectives` (every rank multicasts its cell to all, then an
@@ -12,17 +12,16 @@
 # checkpoint's GC and at the end, summed over ranks) and the best wall time; then the
 # reduction in logged bytes and the time ratio (CAML / plain). Checksums must agree.
 #
-#   scripts/caml-volume.sh [rounds]    (default 3; env: REVERB_LOG=causal, BYTES=4096,
-#                                       ITERS=40, APP_ITERS=24)
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/reverb-scripts caml-volume [rounds]    (default 3; env: REVERB_LOG=causal, BYTES=4096,
+#                                       ITERS=40, APP_ITERS=24;
+#                                       REVERB_BIN=path skips the build)
 ROUNDS=${1:-3}
 MODE=${REVERB_LOG:-causal}
 BYTES=${BYTES:-4096}
 ITERS=${ITERS:-40}
 APP_ITERS=${APP_ITERS:-24}
-cargo build --release -p reverb -p reverb-mpi
-REVERB=target/release/reverb
+rs_build --mpi
+REVERB=$reverb
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 mpicc.mpich -std=c11 -O2 -Impi/include examples/mpi/collectives_ft.c -o "$OUT/collectives_ft"

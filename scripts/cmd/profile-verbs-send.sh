@@ -1,15 +1,13 @@
-#!/usr/bin/env bash
+# help: user-space instructions per 8 B round trip on rxe, reverb against perftest (VM)
 # User-space instructions per 8 B send/receive round trip on rxe, reverb against perftest: both
 # ping-pongs run in the soft-RoCE VM in event mode (blocking waits, so no spin is counted), the
 # initiating side under callgrind at two iteration counts; the difference over the difference in
 # iterations is the work per round trip (one send and one receive), the start-up cancelling out.
 # Prints the two counts and reverb's inclusive split (send path, completion polling, matching).
 #
-#   scripts/profile-verbs-send.sh [N1 N2]     (default 500 2500; builds reverb --features verbs)
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/reverb-scripts profile-verbs-send [N1 N2]     (default 500 2500; builds reverb --features verbs)
 N1=${1:-500} N2=${2:-2500}
-cargo build --release -p reverb --features verbs >&2
+rs_build --features verbs
 out=target/profile-verbs-send
 rm -rf "$out"
 mkdir -p "$out"
@@ -17,7 +15,7 @@ cat >"$out/guest.sh" <<GUEST
 set -euo pipefail
 export REVERB_PROVIDER=verbs REVERB_VERBS_DEVICE=rxe0 REVERB_WAIT_MODE=event REVERB_JOB_TOKEN=profile
 export REVERB_SIZE=2 REVERB_RANKS_PER_NODE=1 REVERB_LOCAL_RANK=0
-bench=(target/release/reverb bench lat --op send --sizes 8 --warmup 0 --wait-mode event)
+bench=($reverb bench lat --op send --sizes 8 --warmup 0 --wait-mode event)
 for n in $N1 $N2; do
     port=\$((7600 + n % 1000))
     REVERB_RANK=1 REVERB_NODE=1 REVERB_ROOT=127.0.0.1:\$port REVERB_JOB_ID=p\$n "\${bench[@]}" --iters \$n >/dev/null 2>&1 &

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: replay time of a killed process's objects against the helpers restoring them
 # Parallel recovery on over-decomposed ranks (seed 000 §2.5): the stencil on N processes of V
 # objects each (`reverb run --objects V`), one process SIGKILLed in the middle of a checkpoint
 # interval (its first object kills itself after KILL_AT sends), its V objects restarted in P
@@ -11,11 +11,9 @@
 # its PR row) with sigma = that measured speedup and P helpers.
 # Every run's checksum must equal the failure-free run's.
 #
-#   scripts/parallel-recovery.sh [rounds]   (default 3; env: PROCS=8, OBJECTS="2 4 8",
+#   scripts/reverb-scripts parallel-recovery [rounds]   (default 3; env: PROCS=8, OBJECTS="2 4 8",
 #                                            HELPERS="1 2 4 8", SIZE=2048, ITERS=200,
 #                                            CKPT_EVERY=50, KILL_AT=190, REVERB_LOG=causal)
-set -euo pipefail
-cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 PROCS=${PROCS:-8}
 OBJECTS=${OBJECTS:-"2 4 8"}
@@ -25,8 +23,8 @@ ITERS=${ITERS:-200}
 CKPT_EVERY=${CKPT_EVERY:-50}
 KILL_AT=${KILL_AT:-190}
 export REVERB_LOG=${REVERB_LOG:-causal} REVERB_CKPT=${REVERB_CKPT:-buddy} REVERB_CKPT_SLOT_BYTES=16M
-cargo build --release -p reverb --features fault-injection
-REVERB=target/release/reverb
+rs_build --features fault-injection
+REVERB=$reverb
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "cores: $(nproc); processes: $PROCS; stencil ${SIZE}x${SIZE}, $ITERS iterations, checkpoint every $CKPT_EVERY"

@@ -1,20 +1,16 @@
-#!/usr/bin/env bash
+# help: auto against plain shm/tcp across two namespace hosts (root)
 # auto in a job across two simulated hosts (ci/hosts.sh namespaces, 2 ranks per host) against
 # the provider it picked, run alone on the same placement, interleaved by
-# scripts/compare-builds.sh (OLD = the plain provider, NEW = auto):
+# `compare builds` (OLD = the plain provider, NEW = auto):
 #   1. a pair on one host: auto's shm (beside tcp to the other host) against plain shm;
 #   2. a pair across the hosts: auto's tcp (beside shm to the host-mate) against plain tcp.
 #
-#   sudo bash scripts/compare-auto-hosts.sh [rounds]      (default 7; needs root: namespaces)
+#   sudo scripts/reverb-scripts compare auto-hosts [rounds]      (default 7; needs root: namespaces)
 #   REVERB_BIN=path/to/reverb ...                           (a release binary built already)
-set -euo pipefail
-cd "$(dirname "$0")/.."
 ROUNDS=${1:-7}
-[ "$(id -u)" = 0 ] || { echo "compare-auto-hosts.sh: needs root (namespace hosts)" >&2; exit 1; }
-if [[ -z ${REVERB_BIN:-} ]]; then
-    cargo build --release -p reverb >&2
-fi
-bin=$(realpath "${REVERB_BIN:-target/release/reverb}")
+[ "$(id -u)" = 0 ] || { echo "compare auto-hosts: needs root (namespace hosts)" >&2; exit 1; }
+rs_build
+bin=$reverb
 wrap=$(mktemp -d)
 bash ci/hosts.sh down
 trap 'bash ci/hosts.sh down; rm -rf "$wrap"' EXIT
@@ -35,6 +31,6 @@ cases="lat-8|lat --op send --sizes 8
 lat-64K|lat --op send --sizes 64K
 bw-1M|bw --op send --sizes 1M"
 echo "== a pair on one host: OLD = plain shm, NEW = auto (shm, tcp to the other host)" >&2
-COMPARE_CASES=$cases bash scripts/compare-builds.sh "$wrap/shm" "$wrap/auto-shm" "$ROUNDS"
+COMPARE_CASES=$cases rs_sub compare builds "$wrap/shm" "$wrap/auto-shm" "$ROUNDS"
 echo "== a pair across the hosts: OLD = plain tcp, NEW = auto (tcp, shm to the host-mate)" >&2
-COMPARE_CASES=$cases bash scripts/compare-builds.sh "$wrap/tcp" "$wrap/auto-tcp" "$ROUNDS"
+COMPARE_CASES=$cases rs_sub compare builds "$wrap/tcp" "$wrap/auto-tcp" "$ROUNDS"

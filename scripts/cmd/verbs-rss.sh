@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: memory per rank on verbs against job size, on-demand or all connections (VM)
 # Memory per rank on verbs against job size, connecting on demand or all peers at open
 # (issue 14): in the rxe VM, `reverb run -n N reverb app APP --ckpt-every 0` (ring: 8-byte
 # blocks; stencil: a 64x64 grid) for each APP, N and REVERB_VERBS_CONNECT mode, with each rank's /proc/PID/smaps_rollup sampled every
@@ -12,16 +12,10 @@
 #
 # Knobs (environment): RANKS="8 16 32 64" APPS="ring stencil" MODES="all ondemand" ITERS=3
 # VM_MEM=6144 REVERB_BIN=path (default: a release build with --features verbs).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
 if [[ ${1:-} != --guest ]]; then
-    if [[ -z ${REVERB_BIN:-} ]]; then
-        cargo build --release -p reverb --features verbs
-        REVERB_BIN=$(realpath "${CARGO_TARGET_DIR:-target}/release/reverb")
-    fi
-    export REVERB_BIN
-    exec bash ci/rxe-vm.sh --mem "${VM_MEM:-6144}" --timeout 3000 -- bash "$0" --guest
+    rs_build --features verbs
+    export REVERB_BIN=$reverb
+    exec bash ci/rxe-vm.sh --mem "${VM_MEM:-6144}" --timeout 3000 -- bash scripts/reverb-scripts verbs-rss --guest
 fi
 
 export REVERB_PROVIDER=verbs REVERB_VERBS_DEVICE=${REVERB_VERBS_DEVICE:-rxe0} REVERB_WAIT_MODE=event

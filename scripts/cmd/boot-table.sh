@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: bootstrap time and launcher memory against job size (one host, simulated hosts)
 # Bootstrap at scale (issue 16): `reverb bench boot` launches one job per size; each rank stamps
 # when it started, connected to the rendezvous, had its provider open and passed the first
 # barrier; the launcher (the controller, hosting the rendezvous server) reports its peak RSS
@@ -13,9 +13,6 @@
 # Knobs (environment): RANKS=8,64,256,1024 HOST_RANKS=8,64,256,512 HOSTS=4 JOB_TIMEOUT_S=600
 # RESULTS=target/boot-table NO_GUARD= REVERB_BIN=path (skips the build and uses that binary;
 # to compare two builds, run the script once with each).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
 ranks=${RANKS:-8,64,256,1024}
 host_ranks=${HOST_RANKS:-8,64,256,512}
 hosts=${HOSTS:-4}
@@ -24,15 +21,10 @@ job_timeout=${JOB_TIMEOUT_S:-600}
 guard=()
 [[ -n ${NO_GUARD:-} ]] && guard=(--no-guard)
 
-if [[ -n ${REVERB_BIN:-} ]]; then
-    reverb=$REVERB_BIN
-else
-    cargo build --release -p reverb
-    reverb=${CARGO_TARGET_DIR:-target}/release/reverb
-fi
+rs_build
 mkdir -p "$results"
 {
-    echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) cores; $("$reverb" --version 2>/dev/null || echo reverb)"
+    echo "# $(rs_date) $(uname -r) $(nproc) cores; $("$reverb" --version 2>/dev/null || echo reverb)"
     "$reverb" bench boot --ranks "$ranks" --job-timeout-s "$job_timeout" "${guard[@]}"
     echo
     "$reverb" bench boot --ranks "$host_ranks" --hosts "$hosts" --job-timeout-s "$job_timeout" "${guard[@]}"

@@ -1,28 +1,28 @@
-#!/usr/bin/env bash
+# help: installs the C ABI (libreverb.so/.a, reverb.h, pkg-config files) under a prefix
 # Installs reverb's C ABI: lib/libreverb.so and lib/libreverb.a, include/reverb.h, and
 # lib/pkgconfig/reverb.pc (and reverb-static.pc), under PREFIX (default /usr/local). Then:
 #   cc prog.c $(pkg-config --cflags --libs reverb)          the shared library
 #   cc prog.c $(pkg-config --cflags --libs reverb-static)   libreverb.a linked in
 # (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not one pkg-config searches.)
 #
-#   scripts/install-capi.sh [--prefix DIR] [--debug] [-- CARGO-BUILD-ARGS...]
+#   scripts/reverb-scripts install-capi [--prefix DIR] [--debug] [-- CARGO-BUILD-ARGS...]
 #     --debug   the dev profile (faster to build; what the tests use)
-#     after --  more `cargo build` arguments, e.g. --features verbs
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#     after --  more arguments for the build (cargo), e.g. --features verbs
 prefix=/usr/local profile=release extra=()
 while (($#)); do
     case "$1" in
         --prefix) prefix=$2; shift 2 ;;
         --debug) profile=debug; shift ;;
         --) shift; extra=("$@"); break ;;
-        *) sed -n 2,10p "$0" >&2; exit 2 ;;
+        *) sed -n 's/^# \{0,1\}//p' "$RS_FILE" | sed -n 2,10p >&2; exit 2 ;;
     esac
 done
 flags=()
 [ "$profile" = release ] && flags=(--release)
-cargo build -p reverb-capi "${flags[@]}" "${extra[@]}"
-target=${CARGO_TARGET_DIR:-$PWD/target}/$profile
+debug=()
+[ "$profile" = debug ] && debug=(--debug)
+rs_build --package reverb-capi "${debug[@]}" -- "${extra[@]}"
+target=$cargo_out
 # What a static link needs besides libreverb.a, as rustc lists it.
 static_libs=$(cargo rustc -q -p reverb-capi "${flags[@]}" "${extra[@]}" --crate-type staticlib -- --print native-static-libs 2>&1 |
     sed -n 's/.*native-static-libs: //p' | tail -n 1)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Guest half of scripts/compare-logging-verbs.sh: runs inside the rxe VM (ci/rxe-vm.sh), cwd =
+# Guest half of `scripts/reverb-scripts compare logging-verbs`: runs inside the rxe VM (ci/rxe-vm.sh), cwd =
 # repo. `reverb bench lat|bw --op send --log P` over the verbs provider for P in none, causal,
 # pessimistic-sb, pessimistic-rb, interleaved (every protocol once per round), $REPEAT rounds.
 # Raw JSON lines go to $RESULTS/P-TEST-RECV-rN.json; the host half makes the table.
 #
-# Environment (set by compare-logging-verbs.sh): REVERB_BIN, RESULTS, LAT_ITERS, BW_ITERS,
+# Environment (set by `compare logging-verbs`): REVERB_BIN, RESULTS, LAT_ITERS, BW_ITERS,
 # REPEAT, STEP_TIMEOUT, WAIT_MODE.
 set -uo pipefail
 reverb=${REVERB_BIN:?REVERB_BIN is not set}

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: receive memory (RSS, PSS, shm) against job size; table and SVG plot
 # Receive memory against job size (issue 14): `reverb bench mem` launches one job per size
 # (all ranks on one node), each rank sends one eager message to every other rank per size of
 # SIZES and reports RSS, PSS, page tables and the shm segments it maps; the table goes to
@@ -12,9 +12,6 @@
 # Knobs (environment): RANKS=17,65,257,513,1025 SIZES=8,8k PROVIDER=shm JOB_TIMEOUT_S=900
 # RESULTS=target/mem-table PLOT=docs/img/receive-memory.svg NO_GUARD=
 # REVERB_BIN=path skips the build and uses that binary.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
 ranks=${RANKS:-17,65,257,513,1025}
 sizes=${SIZES:-8,8k}
 provider=${PROVIDER:-shm}
@@ -24,12 +21,7 @@ job_timeout=${JOB_TIMEOUT_S:-900}
 guard=()
 [[ -n ${NO_GUARD:-} ]] && guard=(--no-guard)
 
-if [[ -n ${REVERB_BIN:-} ]]; then
-    reverb=$REVERB_BIN
-else
-    cargo build --release -p reverb
-    reverb=${CARGO_TARGET_DIR:-target}/release/reverb
-fi
+rs_build
 mkdir -p "$results" "$(dirname "$plot")"
 
 "$reverb" bench mem --ranks "$ranks" --sizes "$sizes" --provider "$provider" \

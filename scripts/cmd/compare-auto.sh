@@ -1,18 +1,14 @@
-#!/usr/bin/env bash
+# help: auto against shm on one host, interleaved (ratios near 1: auto costs nothing)
 # The auto provider against shm on one host, side by side: the same benchmarks forced onto
 # shm (REVERB_PROVIDER=shm) and through auto (which opens only shm when every rank shares the
-# host, and forwards to it), interleaved over N rounds by scripts/compare-builds.sh. In its
+# host, and forwards to it), interleaved over N rounds by `compare builds`. In its
 # table OLD is shm and NEW is auto: ratios near 1 mean auto costs nothing there.
 #
-#   scripts/compare-auto.sh [rounds]       (default 7; builds the release binary first)
-#   REVERB_BIN=path/to/reverb scripts/compare-auto.sh    (a binary built already)
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/reverb-scripts compare auto [rounds]       (default 7; builds the release binary first)
+#   REVERB_BIN=path/to/reverb scripts/reverb-scripts compare auto    (a binary built already)
 ROUNDS=${1:-7}
-if [[ -z ${REVERB_BIN:-} ]]; then
-    cargo build --release -p reverb >&2
-fi
-bin=$(realpath "${REVERB_BIN:-target/release/reverb}")
+rs_build
+bin=$reverb
 wrap=$(mktemp -d)
 trap 'rm -rf "$wrap"' EXIT
 for provider in shm auto; do
@@ -25,4 +21,4 @@ send-lat-64K|lat --op send --sizes 64K
 put-bw-1M|bw --op put --sizes 1M
 send-bw-1M|bw --op send --sizes 1M"}
 echo "OLD = shm, NEW = auto (one host)" >&2
-bash scripts/compare-builds.sh "$wrap/shm" "$wrap/auto" "$ROUNDS"
+rs_sub compare builds "$wrap/shm" "$wrap/auto" "$ROUNDS"

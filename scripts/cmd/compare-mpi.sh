@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# help: reverb's MPI library against MPICH and Open MPI (latency, bandwidth, allreduce, Jacobi)
 # reverb's MPI library side by side with Debian's MPICH and Open MPI, in one invocation on one
 # machine: benches/mpi/mpi_bench.c built once by mpicc.mpich (that same binary runs on MPICH
 # and, with `reverb run --mpi`, on reverb) and once by Open MPI's mpicc; latency 8 B / 4 KiB /
@@ -8,21 +8,30 @@
 # below 1 is faster for latency and time, above 1 for bandwidth); raw outputs in $RESULTS.
 #
 # Knobs (environment): REPEAT=3 LAT_ITERS=20000 BW_ITERS=200 AR_ITERS=2000 RESULTS=...
-set -euo pipefail
-cd "$(dirname "$0")/.."
-repeat=${REPEAT:-3}
-lat_iters=${LAT_ITERS:-20000}
+# QUICK=1: only the 8 B and 64 KiB latencies, one round (REPEAT=1), LAT_ITERS=5000 (what
+# `headline` runs). DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed
+# (mpiexec.mpich, mpirun.openmpi) shows "-". REVERB_BIN=path uses that reverb and the
+# libmpich.so beside it.
+quick=${QUICK:-}
+repeat=${REPEAT:-${quick:+1}}
+repeat=${repeat:-3}
+lat_iters=${LAT_ITERS:-${quick:+5000}}
+lat_iters=${lat_iters:-20000}
 bw_iters=${BW_ITERS:-200}
 ar_iters=${AR_ITERS:-2000}
 results=${RESULTS:-target/compare-mpi}
-bash ci/deps.sh --compare
-cargo build --release -p reverb -p reverb-mpi
-reverb=target/release/reverb
+[[ ${DEPS:-1} == 0 ]] || bash ci/deps.sh --compare
+rs_build --mpi
 mkdir -p "$results"
+sides=(reverb)
+command -v mpiexec.mpich >/dev/null && sides+=(mpich)
+command -v mpirun.openmpi >/dev/null && command -v mpicc.openmpi >/dev/null && sides+=(ompi)
 mpicc.mpich -O2 benches/mpi/mpi_bench.c -o "$results/bench-mpich"
-mpicc.openmpi -O2 benches/mpi/mpi_bench.c -o "$results/bench-ompi"
 mpicc.mpich -O2 -Impi/include examples/mpi/jacobi_ft.c -o "$results/jacobi-mpich"
-mpicc.openmpi -O2 -Impi/include examples/mpi/jacobi_ft.c -o "$results/jacobi-ompi"
+if [[ " ${sides[*]} " == *" ompi "* ]]; then
+    mpicc.openmpi -O2 benches/mpi/mpi_bench.c -o "$results/bench-ompi"
+    mpicc.openmpi -O2 -Impi/include examples/mpi/jacobi_ft.c -o "$results/jacobi-ompi"
+fi
 
 # One measurement: SIDE NRANKS ARGS... → its value (the bench's last field, or seconds).
 measure() {
@@ -47,28 +56,25 @@ jacobi() {
 }
 
 tests=("lat 8 $lat_iters" "lat 4096 $lat_iters" "lat 65536 $((lat_iters / 10))" "bw 1048576 $bw_iters" "allreduce $ar_iters" "jacobi")
+[[ -n $quick ]] && tests=("lat 8 $lat_iters" "lat 65536 $((lat_iters / 10))")
 declare -A best
-better() { # KIND OLD NEW → the better of the two
-    if [[ -z $2 ]]; then echo "$3"; return; fi
-    if [[ $1 == bw ]]; then echo "$2 $3" | awk '{ print ($2 > $1) ? $2 : $1 }'; else echo "$2 $3" | awk '{ print ($2 < $1) ? $2 : $1 }'; fi
-}
-for round in $(seq "$repeat"); do
+one_round() { # round: every test on every side, the sides' order rotating
+    local t side kind v
     for t in "${tests[@]}"; do
-        for side in reverb mpich ompi; do
+        for side in $(rs_order "$1" "${sides[@]}"); do
             kind=${t%% *}
             case $kind in
                 jacobi) v=$(jacobi "$side") ;;
                 allreduce) v=$(measure "$side" 8 $t) ;;
                 *) v=$(measure "$side" 2 $t) ;;
             esac
-            best["$t|$side"]=$(better "$kind" "${best["$t|$side"]:-}" "$v")
+            best["$t|$side"]=$(rs_better "$([[ $kind == bw ]] && echo high || echo low)" "${best["$t|$side"]:-}" "$v")
         done
     done
-    echo "round $round done" >&2
-done
+}
+rs_rounds "$repeat" one_round
 printf '%-24s %12s %12s %12s %14s %14s\n' test reverb MPICH "Open MPI" "reverb/MPICH" "reverb/OpenMPI"
 for t in "${tests[@]}"; do
-    r=${best["$t|reverb"]} m=${best["$t|mpich"]} o=${best["$t|ompi"]}
-    printf '%-24s %12s %12s %12s %14s %14s\n' "$t" "$r" "$m" "$o" \
-        "$(echo "$r $m" | awk '$2 > 0 { printf "%.2f", $1 / $2 }')" "$(echo "$r $o" | awk '$2 > 0 { printf "%.2f", $1 / $2 }')"
+    r=${best["$t|reverb"]} m=${best["$t|mpich"]:-} o=${best["$t|ompi"]:-}
+    printf '%-24s %12s %12s %12s %14s %14s\n' "$t" "$r" "${m:--}" "${o:--}" "$(rs_ratio "$r" "$m")" "$(rs_ratio "$r" "$o")"
 done | tee "$results/table.txt"
