@@ -149,6 +149,20 @@ pub struct ShmProvider {
 // long as the provider; the provider is used from one thread at a time (&mut self).
 unsafe impl Send for ShmProvider {}
 
+/// A peer's segment file gone with its process: the sweep of a restarted rank (or the
+/// launcher's) removed it, so that incarnation of `rank` is dead (a newer one may be on its
+/// way). Any other error stays as it is.
+fn swept_means_dead(e: TransportError, rank: Rank, pid: u32) -> TransportError {
+    match e {
+        TransportError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && !liveness::pid_exists(pid) =>
+        {
+            TransportError::PeerDead(rank)
+        }
+        other => other,
+    }
+}
+
 /// Maps `rank`'s control segment named by `address` and checks it is that incarnation's.
 fn map_peer_segment(
     job_tag: &str,
@@ -171,15 +185,7 @@ fn map_peer_segment(
         });
     }
     let path = segment::segment_path(job_tag, rank, pid, "ctl");
-    let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| match e {
-        // Swept: that incarnation died already (a newer one may be on its way).
-        TransportError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::NotFound && !liveness::pid_exists(pid) =>
-        {
-            TransportError::PeerDead(rank)
-        }
-        other => other,
-    })?;
+    let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| swept_means_dead(e, rank, pid))?;
     let base = map.as_mut_ptr();
     // SAFETY: map_peer checked the file holds total_len bytes; the Arc keeps it mapped.
     let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
@@ -459,7 +465,8 @@ impl ShmProvider {
                             pid,
                             &regions::region_file(remote.key),
                         );
-                        let map = segment::map_peer(&path, region_len as usize, writable)?;
+                        let map = segment::map_peer(&path, region_len as usize, writable)
+                            .map_err(|e| swept_means_dead(e, owner, pid))?;
                         self.maps.insert((owner, remote.key), RemoteMap { map, writable });
                         &self.maps[&(owner, remote.key)]
                     }
