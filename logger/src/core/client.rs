@@ -13,7 +13,7 @@ use super::{env_parse, segment_paths, vars, CoreError};
 use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
 use crate::error::LogError;
-use reverb_transport::shm::liveness::pid_running;
+use reverb_transport::sys::liveness::pid_running;
 
 /// Durability handle of one enqueued entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
