@@ -7,9 +7,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use reverb_transport::bootstrap::JobInfo;
 use reverb_transport::{
-    Bootstrap, Capabilities, Completion, CompletionKind, OpId, Owner, Provider, Rank, TransportError,
+    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank, TransportError,
 };
 
 use super::delivery::Arrived;
