@@ -21,7 +21,7 @@
 //! ```
 //!
 //! The file is private to its user (mode 0600) and created exclusively; a leftover one is
-//! replaced only when its creator pid is dead (see `reverb_transport::shm::create_private`).
+//! replaced only when its creator pid is dead (see `reverb_transport::sys::shmfile::create_private`).
 
 use std::fs::OpenOptions;
 use std::ops::Range;
@@ -96,7 +96,7 @@ impl std::fmt::Debug for DetQueue {
 
 /// The pid that created the queue file at `path`, if it is one (its magic is set).
 fn creator_pid(path: &Path) -> Option<u32> {
-    reverb_transport::shm::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
+    reverb_transport::sys::shmfile::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
 }
 
 fn file_len(capacity: u64) -> Option<u64> {
@@ -111,7 +111,7 @@ impl DetQueue {
         let len = file_len(capacity)
             .filter(|_| capacity > 0)
             .ok_or_else(|| LogError::InvalidArgument(format!("determinant queue capacity {capacity}")))?;
-        let file = reverb_transport::shm::create_private(&path, creator_pid)
+        let file = reverb_transport::sys::shmfile::create_private(&path, creator_pid)
             .map_err(|e| LogError::io(format!("create {}", path.display()), e))?;
         file.set_len(len).map_err(|e| LogError::io(format!("size {}", path.display()), e))?;
         // SAFETY: the file is ours and freshly sized; other processes only map it after the
@@ -405,7 +405,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        (!reverb_transport::shm::liveness::pid_exists(pid)).then_some(pid)
+        (!reverb_transport::sys::liveness::pid_exists(pid)).then_some(pid)
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`commmatrix`]: application bytes and messages per rank pair, library traffic apart;
 //! - [`protocol`]: [`LoggedEndpoint`], the protocols (`REVERB_LOG`) over one provider;
 //! - [`core`]: the node logger core (offload process, client API, placements, heartbeat);
+//! - [`oob`]: the out-of-band collective (all-gather, barrier) the protocols run over;
 //! - [`sink`]: logger-core offload of an endpoint's log writes (`reverb run --logger`);
 //! - [`team`]: team-based logging's teams (`REVERB_LOG_TEAMS`);
 //! - [`buddy`]: which rank on another node hosts each rank's log;
@@ -32,6 +33,7 @@ pub mod error;
 mod framepool;
 pub mod logring;
 pub mod multicast;
+pub mod oob;
 pub mod protocol;
 pub mod reduction;
 pub mod sendlog;

@@ -28,13 +28,13 @@ pub struct LoggerOffload {
 }
 
 impl LoggerOffload {
-    /// Attaches when the launcher started logger cores (`REVERB_LOGGER_SEGMENT` set);
-    /// `None` otherwise.
-    pub fn attach_from_env() -> Result<Option<Self>> {
+    /// Attaches as the producer of payload lane `lane` (this rank's index on its node) when
+    /// the launcher started logger cores (`REVERB_LOGGER_SEGMENT` set); `None` otherwise.
+    pub fn attach_from_env(lane: u64) -> Result<Option<Self>> {
         if reverb_transport::config::env_os(vars::SEGMENT)?.is_none() {
             return Ok(None);
         }
-        let client = NodeLogClient::attach_from_env().map_err(LogError::from)?;
+        let client = NodeLogClient::attach_from_env(lane).map_err(LogError::from)?;
         Ok(Some(LoggerOffload { client }))
     }
 

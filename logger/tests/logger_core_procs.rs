@@ -192,13 +192,15 @@ impl Drop for Harness {
 
 /// The logger role: runs until its stdin closes.
 fn run_logger() {
-    let joined = LoggerCoreConfig::from_env().and_then(LoggerCore::create).and_then(|core| {
-        core.join_and_run(|| -> Result<_, CoreError> {
-            let mut boot = TcpBootstrap::connect_from_env()?;
-            let provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
-            Ok((boot, provider))
-        })
-    });
+    let joined = LoggerCoreConfig::from_env(env_u64("REVERB_RANKS_PER_NODE"))
+        .and_then(LoggerCore::create)
+        .and_then(|core| {
+            core.join_and_run(|| -> Result<_, CoreError> {
+                let mut boot = TcpBootstrap::connect_from_env()?;
+                let provider = reverb_transport::open(&TransportConfig::from_env()?, &mut boot)?;
+                Ok((boot, provider))
+            })
+        });
     match joined {
         Ok(s) => println!("logger summary: {s:?}"),
         Err(e) => panic!("logger core failed: {e}"),
@@ -237,7 +239,7 @@ fn exact_records(test: &'static str, nodes: u32, rpn: u32) {
     match role().as_deref() {
         Some("logger") => return run_logger(),
         Some("app") => {
-            let client = NodeLogClient::attach_from_env().expect("attach");
+            let client = NodeLogClient::attach_from_env(env_u64("REVERB_LOCAL_RANK")).expect("attach");
             let rank = env_u64("REVERB_RANK") as u32;
             let mut last = Vec::new();
             for seq in 1..=DETS_PER_RANK {
@@ -305,7 +307,7 @@ fn a_full_lane_pushes_back_and_a_trim_frees_it() {
     match role().as_deref() {
         Some("logger") => return run_logger(),
         Some("app") => {
-            let client = NodeLogClient::attach_from_env().expect("attach");
+            let client = NodeLogClient::attach_from_env(env_u64("REVERB_LOCAL_RANK")).expect("attach");
             let rank = env_u64("REVERB_RANK") as u32;
             let mut seq = 0u64;
             let mut pushed_back = 0u64;
@@ -390,7 +392,7 @@ fn a_killed_logger_is_reported_dead_and_waiters_get_errors() {
         Some("logger") => return run_logger(),
         Some("app") => {
             let dir = PathBuf::from(std::env::var("TEST_DUMP_DIR").unwrap());
-            let client = NodeLogClient::attach_from_env().expect("attach");
+            let client = NodeLogClient::attach_from_env(env_u64("REVERB_LOCAL_RANK")).expect("attach");
             let rank = env_u64("REVERB_RANK") as u32;
             for seq in 1..=100 {
                 let t = client
@@ -466,7 +468,7 @@ fn a_frozen_logger_is_found_by_its_heartbeat() {
         Some("logger") => return run_logger(),
         Some("app") => {
             let dir = PathBuf::from(std::env::var("TEST_DUMP_DIR").unwrap());
-            let client = NodeLogClient::attach_from_env().expect("attach");
+            let client = NodeLogClient::attach_from_env(env_u64("REVERB_LOCAL_RANK")).expect("attach");
             let rank = env_u64("REVERB_RANK") as u32;
             let det = |ssn| Determinant { sender: rank, receiver: 0, ssn, rsn: ssn };
             for seq in 1..=50 {

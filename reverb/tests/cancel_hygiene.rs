@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use reverb_transport::shm::liveness::{pid_exists, pid_running};
+use reverb_transport::sys::liveness::{pid_exists, pid_running};
 use reverb_transport::testkit::time_scale;
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -298,7 +298,7 @@ fn sigkill(name: &str, ranks_swept_first: bool) {
         // That sweep takes only reaped processes' files (a zombie's pid is still taken).
         let reaped = within(bound, || pids.iter().all(|&p| !pid_exists(p)));
         assert!(reaped, "not reaped within {bound:?}: {pids:?}");
-        reverb_transport::shm::sweep_stale();
+        reverb_transport::sys::shmfile::sweep_stale();
         let left = job_files(&id);
         assert!(left.iter().all(|n| n.starts_with("reverb-")), "{left:?}");
     }

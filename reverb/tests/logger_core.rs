@@ -14,6 +14,13 @@ use reverb_transport::testkit::time_scale;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
+/// This rank's payload lane: its index on its node, as the launcher placed it.
+fn lane() -> u64 {
+    let job =
+        reverb_transport::JobInfo::from_env().expect("job environment").expect("launched by reverb run");
+    job.local_rank.into()
+}
+
 /// A bound on each enqueue and durable wait (scaled: under the CI's TCG a full ring drains
 /// slowly).
 fn wait() -> Duration {
@@ -87,7 +94,7 @@ fn cpus_allowed(pid: &str) -> String {
 }
 
 fn rank_logs_and_waits() {
-    let client = NodeLogClient::attach_from_env().expect("attach to the node's logger core");
+    let client = NodeLogClient::attach_from_env(lane()).expect("attach to the node's logger core");
     let me = rank();
     let mut tickets: Vec<Ticket> = Vec::new();
     for seq in 1..=DETS {
@@ -157,7 +164,7 @@ const BENCH_RATE_DETS: u64 = 200_000;
 const BENCH_FRAMES: u64 = 100_000;
 
 fn rank_bench() {
-    let client = NodeLogClient::attach_from_env().expect("attach");
+    let client = NodeLogClient::attach_from_env(lane()).expect("attach");
     let me = rank();
     let mut ssn = 0u64;
     let mut next = || {

@@ -22,6 +22,13 @@ use reverb_transport::testkit::time_scale;
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
 const ROLE: &str = "REVERB_TEST_ROLE";
 
+/// This rank's payload lane: its index on its node, as the launcher placed it.
+fn lane() -> u64 {
+    let job =
+        reverb_transport::JobInfo::from_env().expect("job environment").expect("launched by reverb run");
+    job.local_rank.into()
+}
+
 /// Every wait of a rank is bounded by this (the machine may be heavily loaded).
 fn wait() -> Duration {
     Duration::from_secs(60) * time_scale()
@@ -161,7 +168,7 @@ fn node_killed_with_its_logger_keeps_the_master_worker_checksum_and_reflushes_th
 fn rank_role(test: &str) {
     let rank = env_u32("REVERB_RANK");
     let incarnation = env_u32("REVERB_INCARNATION");
-    let client = NodeLogClient::attach_from_env().expect("attach to the node's logger core");
+    let client = NodeLogClient::attach_from_env(lane()).expect("attach to the node's logger core");
     let t0 = Instant::now();
     match (rank, incarnation) {
         (2, 0) => {

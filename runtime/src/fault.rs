@@ -448,7 +448,7 @@ fn inject_init_fault(
     let client = match endpoint.and_then(LoggedEndpoint::logger_offload) {
         Some(offload) => Some(offload.client()),
         None => {
-            attached = reverb_logger::sink::LoggerOffload::attach_from_env();
+            attached = reverb_logger::sink::LoggerOffload::attach_from_env(boot.job().local_rank.into());
             match &attached {
                 Ok(Some(offload)) => Some(offload.client()),
                 _ => None,

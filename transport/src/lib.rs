@@ -7,7 +7,8 @@
 //! - [`loopback`]: every rank a thread of one process, with an in-process bootstrap (tests);
 //! - [`bootstrap`]: job discovery and the token-guarded TCP rendezvous;
 //! - [`codec`]: the little-endian reader/writer of every wire and on-disk format;
-//! - [`topo`]: hwloc topology discovery and core pinning.
+//! - [`topo`]: hwloc topology discovery and core pinning;
+//! - [`sys`]: system utilities every layer shares: /dev/shm files and process liveness.
 //!
 //! The other modules: [`config`] (the `REVERB_*` variables and their grammar), [`error`],
 //! [`region`] (registered memory), [`recovery`] (rejoining a job after a respawn), [`nodemap`]
@@ -60,6 +61,7 @@ pub mod region;
 pub mod shm;
 pub mod spinwait;
 mod subcore;
+pub mod sys;
 pub mod tagged;
 pub mod tagmatch;
 pub mod tcp;

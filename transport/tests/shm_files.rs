@@ -5,7 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use reverb_transport::loopback::InProcBootstrap;
-use reverb_transport::shm::{create_private, liveness, pid_in_name, segment_path, sweep_stale};
+use reverb_transport::sys::liveness;
+use reverb_transport::sys::shmfile::{create_private, pid_in_name, segment_path, sweep_stale};
 use reverb_transport::{Access, ProviderKind, TransportConfig};
 
 fn mode(path: &Path) -> u32 {

@@ -9,11 +9,11 @@ use super::segment::{
 };
 use reverb_transport::config::Env;
 
-use super::{env_parse, segment_paths, vars, CoreError};
+use super::{segment_paths, vars, CoreError};
 use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
 use crate::error::LogError;
-use reverb_transport::shm::liveness::pid_running;
+use reverb_transport::sys::liveness::pid_running;
 
 /// Durability handle of one enqueued entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,9 +52,11 @@ pub struct NodeLogClient {
 }
 
 impl NodeLogClient {
-    /// Attaches through `REVERB_LOGGER_SEGMENT` with the lane of `REVERB_LOCAL_RANK`, waiting
-    /// (bounded by `REVERB_LOGGER_ATTACH_TIMEOUT_S`, default 30 s) for the logger to create it.
-    pub fn attach_from_env() -> Result<Self, CoreError> {
+    /// Attaches through `REVERB_LOGGER_SEGMENT` as the producer of payload lane `lane` (this
+    /// rank's index on its node, `JobInfo::local_rank`: the launcher's `REVERB_LOCAL_RANK`),
+    /// waiting (bounded by `REVERB_LOGGER_ATTACH_TIMEOUT_S`, default 30 s) for the logger to
+    /// create it.
+    pub fn attach_from_env(lane: u64) -> Result<Self, CoreError> {
         let env = Env::process();
         let base = env.raw(vars::SEGMENT)?.ok_or_else(|| {
             CoreError::Config(format!(
@@ -62,7 +64,6 @@ impl NodeLogClient {
                 vars::SEGMENT
             ))
         })?;
-        let lane: u64 = env_parse(reverb_transport::bootstrap::vars::LOCAL_RANK)?.unwrap_or(0);
         let timeout = env.duration(vars::ATTACH_TIMEOUT_S)?.unwrap_or(Duration::from_secs(30));
         Self::attach(&base, lane, timeout)
     }

@@ -33,16 +33,16 @@ pub struct LoggerCoreConfig {
 }
 
 impl LoggerCoreConfig {
-    pub fn from_env() -> Result<Self, CoreError> {
+    /// Reads the logger core's variables. `node_ranks` is the node's rank count as the
+    /// launcher placed them (`REVERB_RANKS_PER_NODE`, read by the caller): the payload lanes
+    /// when `REVERB_LOGGER_LANES` does not say.
+    pub fn from_env(node_ranks: u64) -> Result<Self, CoreError> {
         fault::refuse_unless_built_in()?;
         let env = Env::process();
         let segment_base = env.raw(vars::SEGMENT)?.ok_or_else(|| {
             CoreError::Config(format!("{} is not set (the launcher sets it)", vars::SEGMENT))
         })?;
-        let lanes = match env_parse::<u64>(vars::LANES)? {
-            Some(n) => n,
-            None => env_parse::<u64>(reverb_transport::bootstrap::vars::RANKS_PER_NODE)?.unwrap_or(1),
-        };
+        let lanes = env_parse::<u64>(vars::LANES)?.unwrap_or(node_ranks);
         let cfg = LoggerCoreConfig {
             segment_base,
             lanes,

@@ -215,7 +215,7 @@ impl std::fmt::Debug for NodeSegment {
 /// The pid that created the segment file at `path`, if it is one (its magic is set): the
 /// logger core's, which a launcher's sweep of dead jobs reads.
 pub fn creator_pid(path: &Path) -> Option<u32> {
-    reverb_transport::shm::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
+    reverb_transport::sys::shmfile::recorded_creator(path, OFF_MAGIC, MAGIC, OFF_CREATOR)
 }
 
 fn file_len(lanes: u64, lane_capacity: u64) -> Option<u64> {
@@ -236,7 +236,7 @@ impl NodeSegment {
         }
         let len = file_len(lanes, lane_capacity)
             .ok_or_else(|| CoreError::Config(format!("node segment of {lanes} x {lane_capacity} bytes")))?;
-        let file = reverb_transport::shm::create_private(&path, creator_pid)
+        let file = reverb_transport::sys::shmfile::create_private(&path, creator_pid)
             .map_err(|e| CoreError::io(format!("create {}", path.display()), e))?;
         file.set_len(len).map_err(|e| CoreError::io(format!("size {}", path.display()), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| CoreError::io(format!("map {}", path.display()), e))?;
@@ -418,7 +418,7 @@ impl NodeSegment {
         loop {
             if current != 0
                 && current != me
-                && reverb_transport::shm::liveness::pid_running((current - 1) as u32)
+                && reverb_transport::sys::liveness::pid_running((current - 1) as u32)
             {
                 return Err(CoreError::Config(format!(
                     "payload lane {lane} of {} is held by live pid {}",
@@ -437,7 +437,7 @@ impl NodeSegment {
     pub fn lane_claimed(&self, lane: u64) -> bool {
         self.lane_word(lane, LANE_OWNER)
             .map(|owner| owner.load(Ordering::Acquire))
-            .is_ok_and(|o| o != 0 && reverb_transport::shm::liveness::pid_running((o - 1) as u32))
+            .is_ok_and(|o| o != 0 && reverb_transport::sys::liveness::pid_running((o - 1) as u32))
     }
 
     pub fn release_lane(&self, lane: u64, pid: u32) {
@@ -665,7 +665,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
-        if !reverb_transport::shm::liveness::pid_exists(dead) {
+        if !reverb_transport::sys::liveness::pid_exists(dead) {
             seg.word(OFF_CREATOR).store(u64::from(dead), Ordering::Relaxed);
             drop(seg);
             let fresh = NodeSegment::create(&path, 1, 64).unwrap();

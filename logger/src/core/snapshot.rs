@@ -22,7 +22,7 @@ pub(super) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<(
     use std::io::Write as _;
     let tmp = path.with_extension("tmp");
     std::fs::remove_file(&tmp).ok();
-    reverb_transport::shm::create_private(&tmp, |_| None)
+    reverb_transport::sys::shmfile::create_private(&tmp, |_| None)
         .and_then(|mut file| file.write_all(bytes))
         .map_err(|e| CoreError::io(format!("write {}", tmp.display()), e))?;
     std::fs::rename(&tmp, path).map_err(|e| CoreError::io(format!("rename to {}", path.display()), e))

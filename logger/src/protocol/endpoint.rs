@@ -7,9 +7,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use reverb_transport::bootstrap::JobInfo;
 use reverb_transport::{
-    Bootstrap, Capabilities, Completion, CompletionKind, OpId, Owner, Provider, Rank, TransportError,
+    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank, TransportError,
 };
 
 use super::delivery::Arrived;
@@ -164,7 +163,7 @@ impl LoggedEndpoint {
             Err(e) => return Err(SetupFailed { error: e.into(), provider }),
         };
         let mut endpoint = Self::assemble((provider, owner), &job, entry, rings, config);
-        match endpoint.finish_setup() {
+        match endpoint.finish_setup(job.local_rank) {
             Ok(()) => Ok(endpoint),
             Err(error) => Err(SetupFailed { error, provider: endpoint.into_provider() }),
         }
@@ -249,13 +248,14 @@ impl LoggedEndpoint {
         endpoint
     }
 
-    /// Posts the receives and attaches the node logger core, if one runs.
-    fn finish_setup(&mut self) -> Result<()> {
+    /// Posts the receives and attaches the node logger core, if one runs (as the producer of
+    /// lane `local_rank`).
+    fn finish_setup(&mut self, local_rank: u32) -> Result<()> {
         while !self.pass_through && self.posted.len() < POSTED_RECEIVES {
             self.post_receive()?;
         }
         if registry::entry(self.config.mode).is_some_and(|e| e.uses_buddy_log) {
-            self.attach_logger_core()?;
+            self.attach_logger_core(local_rank.into())?;
         }
         Ok(())
     }
@@ -459,8 +459,8 @@ impl LoggedEndpoint {
     /// Attaches the node's logger core when the launcher started one (`REVERB_LOGGER_SEGMENT`):
     /// `pessimistic-sb` and `causal` then send determinants through its queue,
     /// `pessimistic-rb` enqueues frames into its payload lane (see [`crate::sink`]).
-    fn attach_logger_core(&mut self) -> Result<()> {
-        let Some(offload) = LoggerOffload::attach_from_env()? else { return Ok(()) };
+    fn attach_logger_core(&mut self, lane: u64) -> Result<()> {
+        let Some(offload) = LoggerOffload::attach_from_env(lane)? else { return Ok(()) };
         if self.config.mode.sender_logs_payloads() {
             self.attach_det_queue(offload.client().open_det_queue()?)?;
         }

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use reverb_transport::bootstrap::allgather_past_final_barrier;
 use reverb_transport::codec::Writer;
 use reverb_transport::{Bootstrap, Provider, Rank, Region, RemoteRegion, TransportError};
 
@@ -13,6 +12,7 @@ use crate::determinant::Determinant;
 use crate::detqueue::DetQueue;
 use crate::error::{LogError, Result};
 use crate::logring::{self, LogRingWriter, RecordKind, RingScan};
+use crate::oob::OobCollective;
 use crate::stats::LogStats;
 use crate::wire::Reader;
 
@@ -115,7 +115,7 @@ impl BuddyRings {
 /// collective: it may meet ranks in their final barrier.
 pub(super) fn gather_node_ids(boot: &mut dyn Bootstrap) -> Result<Vec<u32>> {
     let node = boot.job().node;
-    let nodes = allgather_past_final_barrier(boot, &node.to_le_bytes())?;
+    let nodes = boot.allgather_past_final_barrier(&node.to_le_bytes())?;
     let job = boot.job();
     // A retired rank (a masked copy under partial redundancy) contributes nothing: it ran
     // where the launcher's block placement put it.

@@ -15,8 +15,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use reverb_logger::core::segment::creator_pid;
-use reverb_transport::shm::liveness::{pid_exists, pid_running};
-use reverb_transport::shm::{
+use reverb_transport::sys::liveness::{pid_exists, pid_running};
+use reverb_transport::sys::shmfile::{
     create_private, job_and_pid_in_name, launcher_marker_path, pid_in_name, sanitize_job_id, shm_dir,
 };
 

@@ -18,13 +18,17 @@ mod cma;
 mod control;
 mod fifo;
 mod futex;
-pub mod liveness;
 mod regions;
 mod segment;
 mod share;
 mod traffic;
 
-pub use segment::{
+// The /dev/shm-file and liveness helpers' former home, kept for code written against it; they
+// are `crate::sys`'s.
+#[doc(hidden)]
+pub use crate::sys::liveness;
+#[doc(hidden)]
+pub use crate::sys::shmfile::{
     create_private, job_and_pid_in_name, launcher_marker_path, pid_in_name, recorded_creator,
     sanitize_job_id, segment_path, shm_dir, sweep_stale,
 };
@@ -45,12 +49,13 @@ use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
 use crate::subcore::SubCore;
+use crate::sys::liveness::ProcessWatch;
+use crate::sys::shmfile;
 use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
 use address::{decode_peer_info, encode_address};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_RESERVED};
 use fifo::Slot;
-use liveness::ProcessWatch;
 use segment::OwnedSegment;
 
 /// FIFO slots drained per progress call, so a progress call stays short.
@@ -184,7 +189,7 @@ fn map_peer_segment(
             detail: format!("rank {rank}: address of incarnation {claimed}, expected {incarnation}"),
         });
     }
-    let path = segment::segment_path(job_tag, rank, pid, "ctl");
+    let path = shmfile::segment_path(job_tag, rank, pid, "ctl");
     let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| swept_means_dead(e, rank, pid))?;
     let base = map.as_mut_ptr();
     // SAFETY: map_peer checked the file holds total_len bytes; the Arc keeps it mapped.
@@ -290,12 +295,12 @@ impl ShmProvider {
                 fifo::MAX_SOURCES
             )));
         }
-        segment::sweep_stale();
+        shmfile::sweep_stale();
         let pid = std::process::id();
-        let job_tag = segment::sanitize_job_id(&job.job_id);
+        let job_tag = shmfile::sanitize_job_id(&job.job_id);
         let layout = Layout::new(job.size, config.shm_fifo_slots, config.rndv_thresh);
         let own_seg =
-            OwnedSegment::create(segment::segment_path(&job_tag, job.rank, pid, "ctl"), layout.total_len())?;
+            OwnedSegment::create(shmfile::segment_path(&job_tag, job.rank, pid, "ctl"), layout.total_len())?;
         let base = own_seg.map.as_ptr() as *mut u8;
         // SAFETY: the segment is total_len bytes, page aligned, and the Arc keeps it mapped.
         let own = unsafe { ControlView::new(base, layout, Arc::new(own_seg)) };
@@ -459,7 +464,7 @@ impl ShmProvider {
                     Some(m) if m.writable || !writable => m,
                     _ => {
                         let pid = peer.pid;
-                        let path = segment::segment_path(
+                        let path = shmfile::segment_path(
                             &self.job_tag,
                             owner,
                             pid,
@@ -1004,7 +1009,7 @@ mod tests {
             incarnation: 0,
         };
         let (mut p, _) = ShmProvider::create(TransportConfig::default(), job, SubCore::default()).unwrap();
-        let tag_of = segment::sanitize_job_id(&job_id);
+        let tag_of = shmfile::sanitize_job_id(&job_id);
         let timeout = Duration::from_secs(30);
         let mut files_after_first = None;
         for round in 0..40u32 {

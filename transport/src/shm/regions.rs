@@ -4,11 +4,12 @@
 use std::sync::atomic::Ordering;
 
 use super::control::{self, ControlView, KEY_RESERVED};
-use super::segment::{self, OwnedSegment};
+use super::segment::OwnedSegment;
 use super::ShmProvider;
 use crate::api::{Access, RemoteRegion};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
+use crate::sys::shmfile::segment_path;
 
 /// Keeps a registered region's file mapped and its table entry claimed; clears both on drop.
 struct RegionBacking {
@@ -49,7 +50,7 @@ impl ShmProvider {
                 break k;
             }
         };
-        let path = segment::segment_path(&self.job_tag, self.job.rank, self.pid, &region_file(key));
+        let path = segment_path(&self.job_tag, self.job.rank, self.pid, &region_file(key));
         let segment = match OwnedSegment::create(path, len) {
             Ok(s) => s,
             Err(e) => {

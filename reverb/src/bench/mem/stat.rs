@@ -123,7 +123,7 @@ fn is_header(line: &str) -> bool {
 }
 
 /// Which reverb segment a mapping's header names, if any: the file name is
-/// `reverb.<job>.<rank>.<pid>.<what>` (see `reverb_transport::shm::segment_path`), with
+/// `reverb.<job>.<rank>.<pid>.<what>` (see `reverb_transport::sys::shmfile::segment_path`), with
 /// ` (deleted)` once its owner unlinked it.
 fn classify(header: &str, rank: u32) -> Option<Kind> {
     // Address, perms, offset, device, inode, then the path (which may hold spaces).

@@ -1,0 +1,6 @@
+//! System utilities every part of reverb shares, as UCX keeps them in UCS: the shared files in
+//! /dev/shm ([`shmfile`]) and whether a process lives ([`liveness`]). No provider's internals:
+//! the shm provider, the verbs provider, the logger and the launcher all use them from here.
+
+pub mod liveness;
+pub mod shmfile;
