@@ -8,6 +8,9 @@
 //! carry the environment. The controller decides recoveries (see `agent`): this process only
 //! starts the agents and waits for the first host's, whose exit code is the job's; the others
 //! are then given a moment to end and stopped. The loss of the first host ends the job.
+//!
+//! The front end: the agents are processes it starts, never a module it calls; what both
+//! sides agree on (hosts, placement, the agent's lines) is in `hostspec`.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -17,69 +20,10 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::vars;
 use reverb_transport::config::env_get;
 
+pub(super) use super::hostspec::check_copies_spread;
+use super::hostspec::{front_bound, host_list, RENDEZVOUS_AT};
+pub use super::hostspec::{parse_hostfile, parse_hosts, HostList, HostSlots, JOB_ENDED};
 use super::spawn::random_hex;
-
-/// A host and how many ranks it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostSlots {
-    pub name: String,
-    pub ranks: u32,
-}
-
-/// The hosts of a job, in rank order (`--hosts`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostList(pub Vec<HostSlots>);
-
-/// `a:4,b:4` (a host without `:N` runs one rank).
-pub fn parse_hosts(s: &str) -> std::result::Result<HostList, String> {
-    let mut hosts = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, ranks) = match item.rsplit_once(':') {
-            Some((n, r)) => (n, r.parse::<u32>().map_err(|e| format!("'{item}': rank count: {e}"))?),
-            None => (item, 1),
-        };
-        let plain = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
-        if name.is_empty() || !name.chars().all(plain) || name.starts_with('-') {
-            return Err(format!("'{item}': a host name is [A-Za-z0-9._-], not starting with '-'"));
-        }
-        if ranks == 0 {
-            return Err(format!("'{item}': a host runs at least one rank"));
-        }
-        if hosts.iter().any(|h: &HostSlots| h.name == name) {
-            return Err(format!("host '{name}' named twice"));
-        }
-        hosts.push(HostSlots { name: name.to_string(), ranks });
-    }
-    if hosts.is_empty() {
-        return Err("no host named".into());
-    }
-    Ok(HostList(hosts))
-}
-
-/// A host file, as Open MPI's `--hostfile`: one host per line, `NAME slots=N` (or `NAME:N`,
-/// or `NAME` for one rank), `#` starting a comment; the hosts in rank order.
-pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let mut items = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
-        let name = words.next().unwrap_or("");
-        let item = match (words.next(), words.next()) {
-            (None, _) => name.to_string(),
-            (Some(slots), None) => match slots.strip_prefix("slots=") {
-                Some(n) => format!("{name}:{n}"),
-                None => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
-            },
-            _ => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
-        };
-        items.push(item);
-    }
-    parse_hosts(&items.join(",")).map_err(|e| format!("{path}: {e}"))
-}
 
 /// What every host's agent is told.
 pub struct AcrossHosts<'a> {
@@ -93,16 +37,12 @@ pub struct AcrossHosts<'a> {
     pub command: &'a [String],
     pub verbose: bool,
     /// The job's `--timeout`: the front stops every host if the job outlives it by far
-    /// (`agent::front_bound`).
+    /// (`hostspec::front_bound`).
     pub timeout: Option<Duration>,
     /// Job settings for every agent and rank beyond this process's `REVERB_*` (the
     /// redundancy's, from `--redundancy`).
     pub env: Vec<(String, String)>,
 }
-
-/// How the first host's agent's last line starts: the job ended (any other end of that agent
-/// is a lost host).
-pub const JOB_ENDED: &str = "reverb agent: job ended";
 
 /// One host's agent.
 struct HostRun {
@@ -158,27 +98,6 @@ impl Starter<'_> {
     }
 }
 
-/// Partial redundancy across hosts: no two copies of a rank on one host (hosts in rank
-/// order, as `--hosts` names them).
-pub(super) fn check_copies_spread(
-    map: &reverb_runtime::replicas::ReplicaMap,
-    hosts: &[HostSlots],
-) -> Result<()> {
-    let mut host_of = Vec::new();
-    for (i, h) in hosts.iter().enumerate() {
-        host_of.extend(std::iter::repeat_n(i as u32, h.ranks as usize));
-    }
-    let host = |p: u32| host_of.get(p as usize).copied().unwrap_or(u32::MAX);
-    map.check_spread(host)
-        .context("--redundancy across hosts: copies of a rank must be on different hosts")?;
-    Ok(())
-}
-
-/// `a:2,b:2`, as `--hosts` takes it.
-fn host_list(hosts: &[HostSlots]) -> String {
-    hosts.iter().map(|h| format!("{}:{}", h.name, h.ranks)).collect::<Vec<_>>().join(",")
-}
-
 /// Starts one agent per host and spare and waits for them; the job's exit code.
 pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
     // Port 0: the first host's agent binds a free one and says which; the others are started
@@ -193,14 +112,7 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
             (vars::JOB_TOKEN.to_string(), random_hex(32)),
         ],
     };
-    if let Some(host) = job.hosts.iter().find(|h| h.ranks % job.ranks_per_node != 0) {
-        bail!(
-            "host {} runs {} rank(s), not whole nodes of {} (--ranks-per-node)",
-            host.name,
-            host.ranks,
-            job.ranks_per_node
-        );
-    }
+    super::hostspec::check_whole_nodes(job.hosts, job.ranks_per_node)?;
     let names = job.hosts.iter().map(|h| h.name.as_str()).chain(job.spares.iter().map(String::as_str));
     let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len() + job.spares.len());
     for (i, host) in names.enumerate() {
@@ -219,7 +131,7 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
         }
     }
     let deadline = match job.timeout {
-        Some(t) => Some(Instant::now() + super::agent::front_bound(t)?),
+        Some(t) => Some(Instant::now() + front_bound(t)?),
         None => None,
     };
     Ok(supervise(runs, deadline))
@@ -236,7 +148,7 @@ impl JobEndSeen {
             let n = rest.trim_start().strip_prefix("(code ")?.split(')').next()?;
             n.parse::<i32>().ok()
         });
-        let root = line.strip_prefix(super::agent::RENDEZVOUS_AT).map(|r| r.trim().to_string());
+        let root = line.strip_prefix(RENDEZVOUS_AT).map(|r| r.trim().to_string());
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if code.is_some() {
             g.0 = code;
@@ -411,40 +323,4 @@ fn stop_all(runs: &mut Vec<HostRun>) {
         let _ = run.child.wait();
     }
     runs.clear();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_lists_parse_and_refuse_what_a_shell_would_misread() {
-        let h = parse_hosts("a:4, b.example:2,c").expect("valid list").0;
-        assert_eq!(
-            h.iter().map(|h| (h.name.as_str(), h.ranks)).collect::<Vec<_>>(),
-            [("a", 4), ("b.example", 2), ("c", 1)]
-        );
-        for bad in ["", "a:0", "a:x", "a;rm:2", "-o:1", "a:1,a:2", "$(x):1"] {
-            assert!(parse_hosts(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn host_files_take_open_mpi_slots_and_comments() {
-        let dir = std::env::temp_dir().join(format!("reverb-hostfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("hosts");
-        std::fs::write(&file, "# the job\na slots=4\n\nb:2   # two\nc\n").unwrap();
-        let h = parse_hostfile(file.to_str().unwrap()).expect("valid file").0;
-        assert_eq!(
-            h.iter().map(|h| (h.name.as_str(), h.ranks)).collect::<Vec<_>>(),
-            [("a", 4), ("b", 2), ("c", 1)]
-        );
-        for bad in ["a slots=x\n", "a cpus=2\n", "a slots=2 extra\n", "# nothing\n"] {
-            std::fs::write(&file, bad).unwrap();
-            assert!(parse_hostfile(file.to_str().unwrap()).is_err(), "{bad:?} accepted");
-        }
-        assert!(parse_hostfile(dir.join("missing").to_str().unwrap()).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -30,10 +30,12 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::{vars, BootServer, ServerOptions};
 use reverb_transport::config::env_get;
 
-use self::channel::Timing;
 use self::controller::{ControlPlan, Controller};
 use self::link::{Hello, Link, Order};
-use super::hosts::{parse_hosts, HostList, HostSlots};
+use super::hostspec::{
+    check_copies_spread, check_whole_nodes, parse_hosts, parse_timeout, rank_ranges, HostList, HostSlots,
+    Timing, JOB_ENDED, LINGER, RENDEZVOUS_AT,
+};
 use super::logger_cores;
 use super::masking::Masker;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
@@ -125,14 +127,7 @@ impl Job {
     }
 
     fn parts(&self) -> Vec<(String, Range<u32>)> {
-        let mut first = 0;
-        self.hosts
-            .iter()
-            .map(|h| {
-                first += h.ranks;
-                (h.name.clone(), first - h.ranks..first)
-            })
-            .collect()
+        rank_ranges(&self.hosts)
     }
 
     fn role(&self) -> Result<Role> {
@@ -177,10 +172,6 @@ fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'
     }
 }
 
-/// How the first host's agent announces where its rendezvous listens (`HOST:PORT`), for
-/// `reverb run --hosts`, which gave it port 0 and starts the other agents once it knows.
-pub const RENDEZVOUS_AT: &str = "reverb agent: rendezvous at ";
-
 /// The first host: the rendezvous, the controller, and its own ranks.
 fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
     let (server, loggers) = bind_rendezvous(job)?;
@@ -219,19 +210,8 @@ fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
     }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
-    eprintln!("{} (code {}): {}", super::hosts::JOB_ENDED, end.code, end.reason);
+    eprintln!("{} (code {}): {}", JOB_ENDED, end.code, end.reason);
     Ok(end.code)
-}
-
-/// How long the rendezvous (and the loggers') waits for the ranks to leave once the job ended.
-const LINGER: Duration = Duration::from_secs(10);
-
-/// How long `reverb run --hosts` lets a job with `--timeout` run before it stops every host
-/// itself: the controller's bound (the timeout and twice the agent timeout), its rendezvous'
-/// lingers, and as much again, so that a controller that never ends the job is not waited for.
-pub(crate) fn front_bound(timeout: Duration) -> Result<Duration> {
-    let timing = Timing::from_env()?;
-    Ok(timeout + timing.timeout * 4 + LINGER * 4)
 }
 
 /// The job's rendezvous at its root and, with logger cores, the loggers' one at the next port
@@ -350,7 +330,7 @@ fn run_part(
 /// The job from the command line and the environment (`reverb run --hosts` sets REVERB_ROOT,
 /// REVERB_JOB_ID and REVERB_JOB_TOKEN), or else from Slurm's.
 fn job_of(args: AgentArgs) -> Result<Job> {
-    let timeout = super::args::parse_timeout(args.timeout)?;
+    let timeout = parse_timeout(args.timeout)?;
     let timing = Timing::from_env()?;
     let (hosts, spares, me, root, job_id, token) = match args.hosts {
         Some(hosts) => {
@@ -371,13 +351,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
     };
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
     let redundancy = redundant_hosts(&hosts)?;
-    if let Some(h) = hosts.iter().find(|h| h.ranks % ranks_per_node != 0) {
-        bail!(
-            "host {} runs {} rank(s), not whole nodes of {ranks_per_node} (--ranks-per-node)",
-            h.name,
-            h.ranks
-        );
-    }
+    check_whole_nodes(&hosts, ranks_per_node)?;
     Ok(Job {
         hosts,
         spares,
@@ -414,7 +388,7 @@ fn redundant_hosts(hosts: &[HostSlots]) -> Result<Option<ReplicaMap>> {
             map.physical_ranks()
         );
     }
-    super::hosts::check_copies_spread(&map, hosts)?;
+    check_copies_spread(&map, hosts)?;
     Ok(Some(map))
 }
 
