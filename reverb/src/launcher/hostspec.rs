@@ -125,6 +125,10 @@ pub const RENDEZVOUS_AT: &str = "reverb agent: rendezvous at ";
 /// is a lost host).
 pub const JOB_ENDED: &str = "reverb agent: job ended";
 
+/// The first line `reverb run --hosts` writes to each agent's standard input; the end of
+/// that input, after it, is a cancel (`reverb agent --front-stdin`).
+pub const FRONT_HELLO: &str = "reverb run: front end";
+
 /// How often an agent and the controller say they are alive, and how long silence means one
 /// is lost (`REVERB_AGENT_HEARTBEAT_MS`, `REVERB_AGENT_TIMEOUT_S`).
 #[derive(Debug, Clone, Copy)]

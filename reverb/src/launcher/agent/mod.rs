@@ -11,12 +11,14 @@
 //!
 //! Files: `channel` (frames and heartbeats on a control connection), `link` (the agent's end),
 //! `controller` (the controller's decisions), `slurm` (the job's shape from Slurm's
-//! environment), `fault` (test hooks, behind the `fault-injection` feature).
+//! environment), `fault` (test hooks, behind the `fault-injection` feature), `input` (the
+//! front end's end of standard input: a cancel).
 
 mod channel;
 mod controller;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod input;
 mod link;
 mod slurm;
 
@@ -84,6 +86,10 @@ pub struct AgentArgs {
     /// reverb's MPI library (as `reverb run --mpi`).
     #[arg(long)]
     pub mpi: bool,
+    /// Standard input comes from `reverb run --hosts`: its end (after the front end's
+    /// greeting) stops this host's ranks as SIGTERM does.
+    #[arg(long, hide = true)]
+    pub front_stdin: bool,
     /// The program to run and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -147,7 +153,11 @@ impl Job {
 
 /// `reverb agent`: returns this host's exit code (the job's, on the first host).
 pub fn agent(args: AgentArgs, verbose: bool) -> Result<i32> {
+    let front_stdin = args.front_stdin;
     let mut job = job_of(args)?;
+    if front_stdin {
+        input::watch_stdin(job.me.clone());
+    }
     #[cfg(feature = "fault-injection")]
     fault::arm(&job.me)?;
     match job.role()? {
@@ -203,10 +213,12 @@ fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
     controller.own_part_done(code);
     let bound = job.timeout.map(|t| t + job.timing.timeout * 2);
     let end = controller.wait_end(bound);
-    // The other hosts' ranks may still be reading the last collective.
-    server.shutdown_graceful(LINGER);
+    // The other hosts' ranks may still be reading the last collective; after a cancel they
+    // are being stopped, and the front end waits for this process.
+    let linger = if super::signals::cancelled() { Duration::ZERO } else { LINGER };
+    server.shutdown_graceful(linger);
     if let Some(l) = loggers {
-        l.shutdown_graceful(LINGER);
+        l.shutdown_graceful(linger);
     }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
