@@ -3,7 +3,8 @@
 //! shared-unpinned`) cancelled by SIGTERM or SIGINT leaves no process and no segment of its
 //! job behind within 2 s and exits 128+signal; a SIGKILLed launcher's ranks die by themselves
 //! and the next launcher sweeps what they left; a live job's files survive another launcher's
-//! sweep; an agent SIGTERMed mid-job cleans its host's share.
+//! sweep; an agent SIGTERMed mid-job cleans its host's share; SIGTERM to `reverb run --hosts`
+//! reaches every agent, and every host is clean within the same bound.
 //!
 //! Other jobs may run on this machine at the same time: only files naming the job under test
 //! (its id, taken from its ranks' environment) are counted.
@@ -56,11 +57,16 @@ struct Job {
 
 impl Job {
     fn start(dir: &Path, shape: &[&str]) -> Job {
+        Job::start_rsh(dir, shape, &local_rsh(dir))
+    }
+
+    /// As `start`, with `rsh` as the remote shell of `--hosts`.
+    fn start_rsh(dir: &Path, shape: &[&str], rsh: &Path) -> Job {
         let mut cmd = Command::new(BIN);
         cmd.args(["run", "--ranks-per-node", "2", "--logger", "shared-unpinned", "--timeout", "300"]);
         cmd.args(shape).arg("--").arg(BIN).args(APP);
         cmd.env("REVERB_RUNTIME_REPORT", dir)
-            .env("REVERB_RSH", local_rsh(dir))
+            .env("REVERB_RSH", rsh)
             .env("REVERB_PROVIDER", "shm")
             .env("REVERB_LOG", "causal")
             .env("REVERB_LOG_UNIT", "node")
@@ -123,8 +129,18 @@ impl Drop for Job {
 
 /// A remote shell for the agents test: drops the host name and runs the command here.
 fn local_rsh(dir: &Path) -> PathBuf {
-    let path = dir.join("rsh");
-    std::fs::write(&path, "#!/bin/sh\nshift\nexec \"$@\"\n").expect("rsh script");
+    rsh_script(dir, "rsh", "#!/bin/sh\nshift\nexec \"$@\"\n")
+}
+
+/// A remote shell that, as ssh, forwards no signal to the command: it runs the command as its
+/// child, and a signal ends the shell alone.
+fn sealed_rsh(dir: &Path) -> PathBuf {
+    rsh_script(dir, "sealed-rsh", "#!/bin/sh\nshift\n\"$@\"\n")
+}
+
+fn rsh_script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("rsh script");
     let mut perms = std::fs::metadata(&path).expect("rsh").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&path, perms).expect("chmod rsh");
@@ -410,4 +426,67 @@ fn an_agent_sigtermed_mid_job_cleans_its_hosts_segments() {
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("received SIGTERM"), "{err}");
     assert!(job_files(&id).is_empty(), "the job left {:?}\n{err}", job_files(&id));
+}
+
+/// The agent of `host` started by `reverb run --hosts` under pid `front` (the remote shell's
+/// process, or its child), once it runs.
+fn agent_of(front: u32, host: &str) -> u32 {
+    let deadline = Instant::now() + start_bound();
+    let is_agent = |p: u32| {
+        let line = cmdline(p);
+        let exe = line.split(' ').next().unwrap_or("");
+        exe.ends_with("reverb") && line.contains(" agent ") && line.contains(&format!("--host {host} "))
+    };
+    loop {
+        let kids = children(front);
+        let grandchildren = kids.iter().flat_map(|&k| children(k));
+        let found = kids.iter().copied().chain(grandchildren).find(|&p| is_agent(p));
+        if let Some(pid) = found {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no agent for {host} within {:?}", start_bound());
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGTERM to `reverb run --hosts` mid-run, its agents started through `rsh`: every agent,
+/// rank and logger core gone and every file of the job removed within the bound, and the front
+/// end exits 128+15.
+fn cancel_across_hosts(name: &str, rsh: fn(&Path) -> PathBuf) {
+    let _serial = serial();
+    let dir = work_dir(name);
+    let shape = ["-n", "4", "--hosts", "localhost:2,127.0.0.2:2", "--spares", "127.0.0.3"];
+    let job = Job::start_rsh(&dir, &shape, &rsh(&dir));
+    // Each host runs one node (2 ranks) and its logger core; the spare idles.
+    let (first, second) = (agent_of(job.pid(), "localhost"), agent_of(job.pid(), "127.0.0.2"));
+    let spare = agent_of(job.pid(), "127.0.0.3");
+    let (id, mut pids) = wait_up(first, 2, 1);
+    let (id2, others) = wait_up(second, 2, 1);
+    assert_eq!(id, id2, "one job across the hosts");
+    pids.extend(others);
+    pids.extend([first, second, spare]);
+    assert!(!job_files(&id).is_empty());
+    job.signal(Signal::TERM);
+    let t0 = Instant::now();
+    let clean = within(cancel_bound(), || all_gone(&pids) && job_files(&id).is_empty());
+    let took = t0.elapsed();
+    let (left, running) =
+        (job_files(&id), pids.iter().copied().filter(|&p| pid_running(p)).collect::<Vec<_>>());
+    let (code, err) = job.finish(Duration::from_secs(30) * time_scale());
+    assert!(clean, "after {took:?}: processes {running:?} still run, files left: {left:?}\n{err}");
+    assert_eq!(code, Some(128 + Signal::TERM.as_raw()), "{err}");
+    assert!(err.contains("reverb run: received SIGTERM; stopping every host"), "{err}");
+    assert!(job_files(&id).is_empty(), "{:?}", job_files(&id));
+}
+
+#[test]
+fn sigterm_to_reverb_run_across_hosts_stops_every_agent_and_cleans_every_host() {
+    cancel_across_hosts("front", local_rsh);
+}
+
+/// As ssh without a terminal: the signal ends the remote shell alone, and the agent learns of
+/// the cancel from the end of its standard input.
+#[test]
+fn a_cancel_reaches_agents_through_a_remote_shell_that_forwards_no_signal() {
+    cancel_across_hosts("front-sealed", sealed_rsh);
 }

@@ -1,7 +1,6 @@
 //! `reverb run`'s command line, turned into a launch.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -10,6 +9,7 @@ use reverb_transport::config::env_get;
 
 use reverb_runtime::replicas::ReplicaMap;
 
+use super::hostspec::parse_timeout;
 use super::objects::ObjectsPlan;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
 use crate::usage::usage;
@@ -275,17 +275,6 @@ fn agent_options(args: &RunArgs) -> Vec<String> {
         options.push("--mpi".into());
     }
     options
-}
-
-/// `--timeout SECS` as a duration (a positive number of seconds).
-pub(super) fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>> {
-    secs.map(|s| {
-        Duration::try_from_secs_f64(s)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .with_context(|| format!("--timeout {s}: expected a positive number of seconds"))
-    })
-    .transpose()
 }
 
 /// `A-B` (inclusive) or a single rank `A`, as a range.

@@ -8,8 +8,15 @@
 //! carry the environment. The controller decides recoveries (see `agent`): this process only
 //! starts the agents and waits for the first host's, whose exit code is the job's; the others
 //! are then given a moment to end and stopped. The loss of the first host ends the job.
+//! SIGINT/SIGTERM to this process cancels the job: the signal goes to every agent, which
+//! stops and cleans its host, and this process exits 128+signal once they are gone (those
+//! still running after a few seconds are SIGKILLed).
+//!
+//! The front end: the agents are processes it starts, never a module it calls; what both
+//! sides agree on (hosts, placement, the agent's lines) is in `hostspec`.
 
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::io::Write;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,71 +24,11 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::vars;
 use reverb_transport::config::env_get;
 
+pub(super) use super::hostspec::check_copies_spread;
+use super::hostspec::{front_bound, host_list, FRONT_HELLO, RENDEZVOUS_AT};
+pub use super::hostspec::{parse_hostfile, parse_hosts, HostList, HostSlots, JOB_ENDED};
+use super::signals::{signal_name, take_signal, SignalGuard};
 use super::spawn::random_hex;
-
-/// A host and how many ranks it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostSlots {
-    pub name: String,
-    pub ranks: u32,
-}
-
-/// The hosts of a job, in rank order (`--hosts`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostList(pub Vec<HostSlots>);
-
-/// `a:4,b:4` (a host without `:N` runs one rank).
-pub fn parse_hosts(s: &str) -> std::result::Result<HostList, String> {
-    let mut hosts = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, ranks) = match item.rsplit_once(':') {
-            Some((n, r)) => (n, r.parse::<u32>().map_err(|e| format!("'{item}': rank count: {e}"))?),
-            None => (item, 1),
-        };
-        let plain = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
-        if name.is_empty() || !name.chars().all(plain) || name.starts_with('-') {
-            return Err(format!("'{item}': a host name is [A-Za-z0-9._-], not starting with '-'"));
-        }
-        if ranks == 0 {
-            return Err(format!("'{item}': a host runs at least one rank"));
-        }
-        if hosts.iter().any(|h: &HostSlots| h.name == name) {
-            return Err(format!("host '{name}' named twice"));
-        }
-        hosts.push(HostSlots { name: name.to_string(), ranks });
-    }
-    if hosts.is_empty() {
-        return Err("no host named".into());
-    }
-    Ok(HostList(hosts))
-}
-
-/// A host file, as Open MPI's `--hostfile`: one host per line, `NAME slots=N` (or `NAME:N`,
-/// or `NAME` for one rank), `#` starting a comment; the hosts in rank order.
-pub fn parse_hostfile(path: &str) -> std::result::Result<HostList, String> {
-    // A regular file of bounded size (not /dev/zero, not a FIFO).
-    let text =
-        crate::usage::read_input("--hostfile", std::path::Path::new(path)).map_err(|e| format!("{e:#}"))?;
-    let mut items = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
-        let name = words.next().unwrap_or("");
-        let item = match (words.next(), words.next()) {
-            (None, _) => name.to_string(),
-            (Some(slots), None) => match slots.strip_prefix("slots=") {
-                Some(n) => format!("{name}:{n}"),
-                None => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
-            },
-            _ => return Err(format!("{path}:{}: expected 'NAME slots=N', got '{line}'", n + 1)),
-        };
-        items.push(item);
-    }
-    parse_hosts(&items.join(",")).map_err(|e| format!("{path}: {e}"))
-}
 
 /// What every host's agent is told.
 pub struct AcrossHosts<'a> {
@@ -95,16 +42,12 @@ pub struct AcrossHosts<'a> {
     pub command: &'a [String],
     pub verbose: bool,
     /// The job's `--timeout`: the front stops every host if the job outlives it by far
-    /// (`agent::front_bound`).
+    /// (`hostspec::front_bound`).
     pub timeout: Option<Duration>,
     /// Job settings for every agent and rank beyond this process's `REVERB_*` (the
     /// redundancy's, from `--redundancy`).
     pub env: Vec<(String, String)>,
 }
-
-/// How the first host's agent's last line starts: the job ended (any other end of that agent
-/// is a lost host).
-pub const JOB_ENDED: &str = "reverb agent: job ended";
 
 /// One host's agent.
 struct HostRun {
@@ -112,6 +55,8 @@ struct HostRun {
     /// It hosts the rendezvous and the controller: the job ends with it.
     serves: bool,
     child: Child,
+    /// Its standard input, open while the job runs (closed: a cancel).
+    input: Option<ChildStdin>,
     /// The job's code once it printed [`JOB_ENDED`] (its standard error is passed through a
     /// thread that watches for it).
     ended: JobEndSeen,
@@ -143,7 +88,7 @@ impl Starter<'_> {
         cmd.args(&self.rsh[1..]).arg(host).arg("env");
         let settings: Vec<(String, String)> = self.identity.iter().chain(&job.env).cloned().collect();
         cmd.args(forwarded_env(&settings).iter().map(|(k, v)| format!("{k}={v}")));
-        cmd.arg(&self.exe).args(["agent", "--host", host, "--hosts", &host_list(job.hosts)]);
+        cmd.arg(&self.exe).args(["agent", "--front-stdin", "--host", host, "--hosts", &host_list(job.hosts)]);
         if !job.spares.is_empty() {
             cmd.args(["--spares", &job.spares.join(",")]);
         }
@@ -152,33 +97,14 @@ impl Starter<'_> {
         if job.verbose {
             eprintln!("reverb run: host {host}: {cmd:?}");
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::inherit()).stderr(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| format!("starting the agent of host {host}"))?;
+        // Kept open while the job runs: its end is a cancel (a remote shell forwards no signal).
+        let input = child.stdin.take().filter(|mut i| writeln!(i, "{FRONT_HELLO}").is_ok());
         let ended = JobEndSeen::default();
         let reader = child.stderr.take().map(|stderr| pass_through(stderr, ended.clone()));
-        Ok(HostRun { name: host.to_string(), serves, child, ended, reader })
+        Ok(HostRun { name: host.to_string(), serves, child, input, ended, reader })
     }
-}
-
-/// Partial redundancy across hosts: no two copies of a rank on one host (hosts in rank
-/// order, as `--hosts` names them).
-pub(super) fn check_copies_spread(
-    map: &reverb_runtime::replicas::ReplicaMap,
-    hosts: &[HostSlots],
-) -> Result<()> {
-    let mut host_of = Vec::new();
-    for (i, h) in hosts.iter().enumerate() {
-        host_of.extend(std::iter::repeat_n(i as u32, h.ranks as usize));
-    }
-    let host = |p: u32| host_of.get(p as usize).copied().unwrap_or(u32::MAX);
-    map.check_spread(host)
-        .context("--redundancy across hosts: copies of a rank must be on different hosts")?;
-    Ok(())
-}
-
-/// `a:2,b:2`, as `--hosts` takes it.
-fn host_list(hosts: &[HostSlots]) -> String {
-    hosts.iter().map(|h| format!("{}:{}", h.name, h.ranks)).collect::<Vec<_>>().join(",")
 }
 
 /// Starts one agent per host and spare and waits for them; the job's exit code.
@@ -195,25 +121,23 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
             (vars::JOB_TOKEN.to_string(), random_hex(32)),
         ],
     };
-    if let Some(host) = job.hosts.iter().find(|h| h.ranks % job.ranks_per_node != 0) {
-        bail!(
-            "host {} runs {} rank(s), not whole nodes of {} (--ranks-per-node)",
-            host.name,
-            host.ranks,
-            job.ranks_per_node
-        );
-    }
+    super::hostspec::check_whole_nodes(job.hosts, job.ranks_per_node)?;
     let names = job.hosts.iter().map(|h| h.name.as_str()).chain(job.spares.iter().map(String::as_str));
+    // From here SIGINT/SIGTERM cancel the job: forwarded to every agent (`cancel`).
+    let _signals = SignalGuard::install();
     let mut runs: Vec<HostRun> = Vec::with_capacity(job.hosts.len() + job.spares.len());
     for (i, host) in names.enumerate() {
-        let started = starter.start(host, i == 0).and_then(|mut run| {
-            if i == 0 {
-                starter.identity[0].1 = run.ended.wait_root(&mut run.child)?;
+        let root = starter.start(host, i == 0).and_then(|run| {
+            runs.push(run);
+            match &mut runs[..] {
+                [first] if i == 0 => first.ended.wait_root(&mut first.child),
+                _ => Ok(signalled().map_or(Root::Later, Root::Cancelled)),
             }
-            Ok(run)
         });
-        match started {
-            Ok(run) => runs.push(run),
+        match root {
+            Ok(Root::At(root)) => starter.identity[0].1 = root,
+            Ok(Root::Later) => {}
+            Ok(Root::Cancelled(sig)) => return Ok(cancel(runs, sig)),
             Err(e) => {
                 stop_all(&mut runs);
                 return Err(e);
@@ -221,10 +145,20 @@ pub fn launch_across(job: &AcrossHosts<'_>) -> Result<i32> {
         }
     }
     let deadline = match job.timeout {
-        Some(t) => Some(Instant::now() + super::agent::front_bound(t)?),
+        Some(t) => Some(Instant::now() + front_bound(t)?),
         None => None,
     };
     Ok(supervise(runs, deadline))
+}
+
+/// What starting an agent told about the job's rendezvous.
+enum Root {
+    /// The first host's agent listens there.
+    At(String),
+    /// Another host's agent: the rendezvous is known already.
+    Later,
+    /// SIGINT/SIGTERM came while starting.
+    Cancelled(i32),
 }
 
 /// What the controller's lines say: where its rendezvous listens (`reverb agent: rendezvous
@@ -238,7 +172,7 @@ impl JobEndSeen {
             let n = rest.trim_start().strip_prefix("(code ")?.split(')').next()?;
             n.parse::<i32>().ok()
         });
-        let root = line.strip_prefix(super::agent::RENDEZVOUS_AT).map(|r| r.trim().to_string());
+        let root = line.strip_prefix(RENDEZVOUS_AT).map(|r| r.trim().to_string());
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if code.is_some() {
             g.0 = code;
@@ -248,12 +182,15 @@ impl JobEndSeen {
         }
     }
 
-    /// Waits (bounded) for the controller to say where its rendezvous listens.
-    fn wait_root(&self, child: &mut Child) -> Result<String> {
+    /// Waits (bounded) for the controller to say where its rendezvous listens, or a cancel.
+    fn wait_root(&self, child: &mut Child) -> Result<Root> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(root) = self.0.lock().unwrap_or_else(|p| p.into_inner()).1.clone() {
-                return Ok(root);
+                return Ok(Root::At(root));
+            }
+            if let Some(sig) = signalled() {
+                return Ok(Root::Cancelled(sig));
             }
             if let Ok(Some(status)) = child.try_wait() {
                 bail!("the first host's agent ended ({status}) before its rendezvous listened");
@@ -283,7 +220,7 @@ pub(super) fn pass_through(
     ended: JobEndSeen,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
+        use std::io::BufRead;
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             ended.note(&line);
@@ -340,6 +277,9 @@ fn supervise(mut runs: Vec<HostRun>, deadline: Option<Instant>) -> i32 {
     let mut code = None;
     let mut stopping_since: Option<Instant> = None;
     while !runs.is_empty() {
+        if let Some(sig) = signalled() {
+            return cancel(runs, sig);
+        }
         if code.is_none() && deadline.is_some_and(|d| Instant::now() > d) {
             eprintln!(
                 "reverb run: the job outlived its --timeout and the controller's grace; stopping every host"
@@ -399,11 +339,57 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// SIGTERM to every launcher still running (each then stops its ranks).
 fn terminate(runs: &mut [HostRun]) {
+    send(runs, rustix::process::Signal::TERM);
+}
+
+/// `sig` to every agent (its remote shell's process) still running.
+fn send(runs: &[HostRun], sig: rustix::process::Signal) {
     for child in runs.iter().map(|r| &r.child) {
+        // Our unreaped child: its pid cannot have been reused.
         if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let _ = rustix::process::kill_process(pid, sig);
         }
     }
+}
+
+/// SIGINT/SIGTERM received since the last look, if any.
+fn signalled() -> Option<i32> {
+    Some(take_signal()).filter(|&s| s != 0)
+}
+
+/// How long the agents have to stop their hosts after a cancel before they are SIGKILLed.
+const CANCEL_WITHIN: Duration = Duration::from_secs(5);
+
+/// A cancel (SIGINT/SIGTERM to this process): the same signal to every agent, each of which
+/// stops and cleans its host; those not gone within [`CANCEL_WITHIN`] are SIGKILLed.
+/// Returns the job's exit code, 128+signal.
+fn cancel(mut runs: Vec<HostRun>, sig: i32) -> i32 {
+    eprintln!("reverb run: received {}; stopping every host", signal_name(sig));
+    let forward = rustix::process::Signal::from_named_raw(sig).unwrap_or(rustix::process::Signal::TERM);
+    send(&runs, forward);
+    // A remote agent hears it as the end of its input.
+    runs.iter_mut().for_each(|r| drop(r.input.take()));
+    let deadline = Instant::now() + CANCEL_WITHIN;
+    let mut readers = Vec::new();
+    while !runs.is_empty() && Instant::now() < deadline {
+        for i in (0..runs.len()).rev() {
+            if matches!(runs[i].child.try_wait(), Ok(Some(_))) {
+                readers.extend(runs.swap_remove(i).reader);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for run in &runs {
+        eprintln!("reverb run: host {}'s agent did not stop within {CANCEL_WITHIN:?}; killing it", run.name);
+    }
+    stop_all(&mut runs);
+    // Their last lines (how each host stopped), bounded: a process left behind may hold a
+    // stream open.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    128 + sig
 }
 
 /// SIGKILL and reap every launcher still running.
@@ -413,40 +399,4 @@ fn stop_all(runs: &mut Vec<HostRun>) {
         let _ = run.child.wait();
     }
     runs.clear();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_lists_parse_and_refuse_what_a_shell_would_misread() {
-        let h = parse_hosts("a:4, b.example:2,c").expect("valid list").0;
-        assert_eq!(
-            h.iter().map(|h| (h.name.as_str(), h.ranks)).collect::<Vec<_>>(),
-            [("a", 4), ("b.example", 2), ("c", 1)]
-        );
-        for bad in ["", "a:0", "a:x", "a;rm:2", "-o:1", "a:1,a:2", "$(x):1"] {
-            assert!(parse_hosts(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn host_files_take_open_mpi_slots_and_comments() {
-        let dir = std::env::temp_dir().join(format!("reverb-hostfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("hosts");
-        std::fs::write(&file, "# the job\na slots=4\n\nb:2   # two\nc\n").unwrap();
-        let h = parse_hostfile(file.to_str().unwrap()).expect("valid file").0;
-        assert_eq!(
-            h.iter().map(|h| (h.name.as_str(), h.ranks)).collect::<Vec<_>>(),
-            [("a", 4), ("b", 2), ("c", 1)]
-        );
-        for bad in ["a slots=x\n", "a cpus=2\n", "a slots=2 extra\n", "# nothing\n"] {
-            std::fs::write(&file, bad).unwrap();
-            assert!(parse_hostfile(file.to_str().unwrap()).is_err(), "{bad:?} accepted");
-        }
-        assert!(parse_hostfile(dir.join("missing").to_str().unwrap()).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -36,6 +36,25 @@
 //! launch from start to exit code), `verdict` (how it ended, as JSON), `signals`
 //! (SIGINT/SIGTERM), `os` (the system calls on children), `hygiene` (the job's /dev/shm
 //! files: removed when it ends, swept at a later start when a crash left them).
+//!
+//! Layering (as PRRTE's `prterun` and its per-host daemon `prted`): the front ends start
+//! agents as processes and never call into them; the agent never imports a front end; both
+//! import the leaf `hostspec` and the engine that runs one host's ranks.
+//!
+//! ```text
+//! launcher/
+//! ├── front ends (user-facing)     args (`reverb run`), hosts (`--hosts`), slurm_step (`--slurm`)
+//! │      │ start `reverb agent` through a remote shell or srun; read its lines
+//! ├── agent/ (one per host)        `reverb agent`: link, controller, channel, slurm, fault
+//! │      │ runs its host's part of the job with the engine
+//! ├── engine (one host's ranks)    report, watch, spawn, masking, objects, teams, logger_cores,
+//! │                                verdict, signals, hygiene, os, mpi
+//! └── leaf                         hostspec: hosts, placement, the agent's lines, time bounds
+//! ```
+//!
+//! Front ends import the agent not at all (only `main` dispatches `reverb agent` to it),
+//! the agent imports neither `args`, `hosts` nor `slurm_step`, and `hostspec` imports no
+//! other launcher module.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -46,6 +65,7 @@ use anyhow::Result;
 mod agent;
 pub mod args;
 pub mod hosts;
+mod hostspec;
 mod hygiene;
 pub mod logger_cores;
 mod masking;

@@ -22,6 +22,10 @@ static REGISTERED: OnceLock<()> = OnceLock::new();
 /// Launches running now: the first clears `IDLE`, the last sets it again.
 static ACTIVE: Mutex<usize> = Mutex::new(0);
 
+/// Sticky: a SIGINT/SIGTERM came during a launch, or [`request_cancel`] was called. An
+/// agent's rendezvous then closes at once instead of lingering for ranks that are gone.
+static CANCELLED: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
 /// Set by [`request_stop`]; unlike a signal it is not cleared when a launch starts, so a stop
 /// asked for just before the launch is not lost.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -40,12 +44,24 @@ pub(super) fn request_stop() {
     STOP_REQUESTED.store(true, Ordering::SeqCst);
 }
 
+/// As [`request_stop`], and this process is being cancelled (its front end is gone).
+pub(super) fn request_cancel() {
+    CANCELLED.store(true, Ordering::SeqCst);
+    request_stop();
+}
+
+/// Whether this process was cancelled: SIGINT/SIGTERM during a launch, or [`request_cancel`].
+pub(super) fn cancelled() -> bool {
+    CANCELLED.load(Ordering::SeqCst)
+}
+
 fn register() {
     for sig in [SIGINT, SIGTERM] {
         // Registration fails only for forbidden signals; these two are not. Without a
         // handler the signal keeps its default action, which is no worse than before.
         let _ = flag::register_conditional_default(sig, Arc::clone(&IDLE));
         let _ = flag::register_usize(sig, Arc::clone(&SIGNALLED), sig as usize);
+        let _ = flag::register(sig, Arc::clone(&CANCELLED));
     }
 }
 

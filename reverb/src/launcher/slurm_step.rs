@@ -15,7 +15,8 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::vars;
 use reverb_transport::config::{env_get, Env};
 
-use super::hosts::{pass_through, HostSlots, JobEndSeen};
+use super::hosts::{pass_through, JobEndSeen};
+use super::hostspec::{check_copies_spread, HostSlots};
 use super::spawn::random_hex;
 
 /// What `reverb run --slurm` was asked for.
@@ -59,7 +60,7 @@ pub fn launch(step: &SlurmStep<'_>) -> Result<i32> {
         // The agents check it too; here it fails before srun starts anything.
         let nodes: Vec<HostSlots> =
             (0..working).map(|i| HostSlots { name: format!("node {i}"), ranks: per_host }).collect();
-        super::hosts::check_copies_spread(map, &nodes)?;
+        check_copies_spread(map, &nodes)?;
     }
     let token = env_get(vars::JOB_TOKEN)?.filter(|t| !t.is_empty()).unwrap_or_else(|| random_hex(32));
     let exe = std::env::current_exe().context("finding the reverb executable")?;

@@ -10,33 +10,12 @@ use std::time::{Duration, Instant};
 
 use reverb_transport::bootstrap::wire::{self, Frame, Read1, Wait};
 
+pub(crate) use crate::launcher::hostspec::Timing;
+
 /// Granularity at which a reader notices its deadline and a stop.
 const TICK: Duration = Duration::from_millis(100);
 /// Largest control frame (they are a few bytes; a reason at most).
 const MAX_CONTROL: usize = 4096;
-
-/// How often each side says it is alive, and how long silence means it is lost
-/// (`REVERB_AGENT_HEARTBEAT_MS`, `REVERB_AGENT_TIMEOUT_S`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    pub heartbeat: Duration,
-    pub timeout: Duration,
-}
-
-impl Timing {
-    pub(crate) fn from_env() -> anyhow::Result<Timing> {
-        let env = reverb_transport::config::Env::process();
-        let heartbeat =
-            env.positive_duration("REVERB_AGENT_HEARTBEAT_MS")?.unwrap_or(Duration::from_millis(500));
-        let timeout = env.positive_duration("REVERB_AGENT_TIMEOUT_S")?.unwrap_or(Duration::from_secs(10));
-        if timeout <= heartbeat * 2 {
-            anyhow::bail!(
-                "REVERB_AGENT_TIMEOUT_S ({timeout:?}) must exceed twice REVERB_AGENT_HEARTBEAT_MS ({heartbeat:?})"
-            );
-        }
-        Ok(Timing { heartbeat, timeout })
-    }
-}
 
 /// What a reader saw last: a frame, or the end of the connection and why.
 pub(crate) enum Heard {

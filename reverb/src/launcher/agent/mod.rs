@@ -11,12 +11,14 @@
 //!
 //! Files: `channel` (frames and heartbeats on a control connection), `link` (the agent's end),
 //! `controller` (the controller's decisions), `slurm` (the job's shape from Slurm's
-//! environment), `fault` (test hooks, behind the `fault-injection` feature).
+//! environment), `fault` (test hooks, behind the `fault-injection` feature), `input` (the
+//! front end's end of standard input: a cancel).
 
 mod channel;
 mod controller;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod input;
 mod link;
 mod slurm;
 
@@ -30,10 +32,12 @@ use anyhow::{bail, Context, Result};
 use reverb_transport::bootstrap::{vars, BootServer, ServerOptions};
 use reverb_transport::config::env_get;
 
-use self::channel::Timing;
 use self::controller::{ControlPlan, Controller};
 use self::link::{Hello, Link, Order};
-use super::hosts::{parse_hosts, HostList, HostSlots};
+use super::hostspec::{
+    check_copies_spread, check_whole_nodes, parse_hosts, parse_timeout, rank_ranges, HostList, HostSlots,
+    Timing, JOB_ENDED, LINGER, RENDEZVOUS_AT,
+};
 use super::logger_cores;
 use super::masking::Masker;
 use super::{launch_report, JobPart, LaunchOptions, LaunchSpec};
@@ -82,6 +86,10 @@ pub struct AgentArgs {
     /// reverb's MPI library (as `reverb run --mpi`).
     #[arg(long)]
     pub mpi: bool,
+    /// Standard input comes from `reverb run --hosts`: its end (after the front end's
+    /// greeting) stops this host's ranks as SIGTERM does.
+    #[arg(long, hide = true)]
+    pub front_stdin: bool,
     /// The program to run and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -125,14 +133,7 @@ impl Job {
     }
 
     fn parts(&self) -> Vec<(String, Range<u32>)> {
-        let mut first = 0;
-        self.hosts
-            .iter()
-            .map(|h| {
-                first += h.ranks;
-                (h.name.clone(), first - h.ranks..first)
-            })
-            .collect()
+        rank_ranges(&self.hosts)
     }
 
     fn role(&self) -> Result<Role> {
@@ -152,7 +153,11 @@ impl Job {
 
 /// `reverb agent`: returns this host's exit code (the job's, on the first host).
 pub fn agent(args: AgentArgs, verbose: bool) -> Result<i32> {
+    let front_stdin = args.front_stdin;
     let mut job = job_of(args)?;
+    if front_stdin {
+        input::watch_stdin(job.me.clone());
+    }
     #[cfg(feature = "fault-injection")]
     fault::arm(&job.me)?;
     match job.role()? {
@@ -176,10 +181,6 @@ fn hello<'a>(job: &'a Job, ranks: Range<u32>, first_incarnation: u32) -> Hello<'
         respawn: job.respawn,
     }
 }
-
-/// How the first host's agent announces where its rendezvous listens (`HOST:PORT`), for
-/// `reverb run --hosts`, which gave it port 0 and starts the other agents once it knows.
-pub const RENDEZVOUS_AT: &str = "reverb agent: rendezvous at ";
 
 /// The first host: the rendezvous, the controller, and its own ranks.
 fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
@@ -212,26 +213,17 @@ fn serve(job: &mut Job, verbose: bool) -> Result<i32> {
     controller.own_part_done(code);
     let bound = job.timeout.map(|t| t + job.timing.timeout * 2);
     let end = controller.wait_end(bound);
-    // The other hosts' ranks may still be reading the last collective.
-    server.shutdown_graceful(LINGER);
+    // The other hosts' ranks may still be reading the last collective; after a cancel they
+    // are being stopped, and the front end waits for this process.
+    let linger = if super::signals::cancelled() { Duration::ZERO } else { LINGER };
+    server.shutdown_graceful(linger);
     if let Some(l) = loggers {
-        l.shutdown_graceful(LINGER);
+        l.shutdown_graceful(linger);
     }
     // The last line: what `reverb run --hosts` waits for, since a remote shell's exit status
     // alone cannot tell a finished job from a lost host (srun exits 0 when its node fails).
-    eprintln!("{} (code {}): {}", super::hosts::JOB_ENDED, end.code, end.reason);
+    eprintln!("{} (code {}): {}", JOB_ENDED, end.code, end.reason);
     Ok(end.code)
-}
-
-/// How long the rendezvous (and the loggers') waits for the ranks to leave once the job ended.
-const LINGER: Duration = Duration::from_secs(10);
-
-/// How long `reverb run --hosts` lets a job with `--timeout` run before it stops every host
-/// itself: the controller's bound (the timeout and twice the agent timeout), its rendezvous'
-/// lingers, and as much again, so that a controller that never ends the job is not waited for.
-pub(crate) fn front_bound(timeout: Duration) -> Result<Duration> {
-    let timing = Timing::from_env()?;
-    Ok(timeout + timing.timeout * 4 + LINGER * 4)
 }
 
 /// The job's rendezvous at its root and, with logger cores, the loggers' one at the next port
@@ -350,7 +342,7 @@ fn run_part(
 /// The job from the command line and the environment (`reverb run --hosts` sets REVERB_ROOT,
 /// REVERB_JOB_ID and REVERB_JOB_TOKEN), or else from Slurm's.
 fn job_of(args: AgentArgs) -> Result<Job> {
-    let timeout = super::args::parse_timeout(args.timeout)?;
+    let timeout = parse_timeout(args.timeout)?;
     let timing = Timing::from_env()?;
     let (hosts, spares, me, root, job_id, token) = match args.hosts {
         Some(hosts) => {
@@ -371,13 +363,7 @@ fn job_of(args: AgentArgs) -> Result<Job> {
     };
     let ranks_per_node = args.ranks_per_node.unwrap_or(hosts[0].ranks);
     let redundancy = redundant_hosts(&hosts)?;
-    if let Some(h) = hosts.iter().find(|h| h.ranks % ranks_per_node != 0) {
-        bail!(
-            "host {} runs {} rank(s), not whole nodes of {ranks_per_node} (--ranks-per-node)",
-            h.name,
-            h.ranks
-        );
-    }
+    check_whole_nodes(&hosts, ranks_per_node)?;
     Ok(Job {
         hosts,
         spares,
@@ -414,7 +400,7 @@ fn redundant_hosts(hosts: &[HostSlots]) -> Result<Option<ReplicaMap>> {
             map.physical_ranks()
         );
     }
-    super::hosts::check_copies_spread(&map, hosts)?;
+    check_copies_spread(&map, hosts)?;
     Ok(Some(map))
 }
 
