@@ -21,7 +21,7 @@ impl Runtime {
             return Ok(None);
         }
         let start = Instant::now();
-        self.drain_duplicates()?;
+        self.settle_duplicates()?;
         let mut masked_since: Option<Instant> = None;
         loop {
             if let Err(e) = self.agree_retired() {
@@ -111,6 +111,7 @@ impl Runtime {
         // Since the barrier was first cut short by a masked copy's death.
         let mut masked_since: Option<Instant> = None;
         self.mask_lost_copies()?;
+        self.settle_duplicates()?;
         loop {
             let timeout = self.config.recv_timeout;
             // The field, not `self.endpoint()`: the barrier below borrows `self.boot` too.

@@ -189,6 +189,35 @@ impl Runtime {
         self.drain_duplicates()
     }
 
+    /// At a checkpoint and at the end, without logging: waits (bounded by the receive
+    /// timeout) until every duplicate owed has arrived and is dropped. Without a log the
+    /// messages go as the provider's own, and a copy's send above the rendezvous threshold
+    /// completes only once its receiver takes it: a copy behind its mates would otherwise
+    /// wait for sends nobody receives (in the log GC, at the final barrier). A copy that dies
+    /// meanwhile is masked and owes nothing more.
+    pub(super) fn settle_duplicates(&mut self) -> Result<()> {
+        if self.spheres.is_none() || self.config.log.mode != LogMode::NONE {
+            return self.drain_duplicates();
+        }
+        let start = std::time::Instant::now();
+        let mut masked_since = None;
+        loop {
+            match self.drain_duplicates() {
+                Ok(()) if self.spheres()?.all_owed().is_empty() => return Ok(()),
+                Ok(()) => self.poll_now()?,
+                Err(e) if self.retry_after(&e, &mut masked_since)? => {}
+                Err(e) => return Err(e),
+            }
+            if start.elapsed() > self.config.recv_timeout {
+                return Err(RuntimeError::Timeout {
+                    what: format!("the duplicates owed by copies: {:?}", self.spheres()?.all_owed()),
+                    after: self.config.recv_timeout,
+                });
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Takes in every duplicate owed that has arrived (a copy behind sends the rest later).
     pub(super) fn drain_duplicates(&mut self) -> Result<()> {
         if self.spheres.is_none() {

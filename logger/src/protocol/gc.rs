@@ -60,9 +60,10 @@ impl LoggedEndpoint {
         let mut report = GcReport::default();
         // Determinants a full log could not take are covered by the checkpoint: not needed.
         self.flush_writes()?;
-        // A send stuck in the provider's backlog would never leave while this rank blocks
-        // in the all-gather.
-        self.wait_sends(self.config.durable_timeout)?;
+        // No wait for this rank's sends here: the all-gather below progresses, which drains
+        // a provider's backlog, and a send's completion may need its receiver (a rendezvous
+        // read, a pass-through duplicate nobody receives) while that receiver is already in
+        // the all-gather.
         let mine = self.own_watermarks();
         // The node's logger core trims once, before the all-gather holds every rank back.
         if let Some(offload) = self.offload.as_ref().filter(|o| o.client().lane() == 0) {
