@@ -18,7 +18,7 @@
 #
 # Settings: REVERB_CHAOS_TRIALS (default 8), REVERB_CHAOS_SEED (default random, printed),
 # REVERB_CHAOS_KINDS (default all four, e.g. host,host-in-recovery). The long campaign of
-# docs/fault-tolerance.md is this script with REVERB_CHAOS_TRIALS=500.
+# docs/chaos.md is this script with REVERB_CHAOS_TRIALS=500.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "== chaos-hosts: $*" >&2; }

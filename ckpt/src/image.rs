@@ -27,7 +27,7 @@ const HEADER_CRC_OFFSET: usize = 60;
 const ENTRY_HEADER_LEN: usize = 16;
 /// Default payload chunk covered by one CRC (and moved by one put). 256 KiB keeps a chunk in
 /// L2 from its local copy through its CRC to its buddy put: `reverb bench ckpt` on shm moved
-/// 1.3-1.5x more buddy GB/s at 4 MiB than with 1 MiB chunks (docs/benchmarks.md, Checkpoints).
+/// 1.3-1.5x more buddy GB/s at 4 MiB than with 1 MiB chunks (docs/benchmarks-ft.md, Checkpoints).
 pub const DEFAULT_CHUNK_LEN: usize = 256 << 10;
 
 /// What an image holds.

@@ -9,7 +9,8 @@
 #   mpi   `compare mpi` with QUICK=1 (one round): latency 8 B and 64 KiB of reverb's MPI
 #         library against MPICH and Open MPI, those installed.
 # Nothing is installed (DEPS=0): an anchor that is missing shows "-". Writes a markdown table
-# with the date, the machine (cores, CPU model, kernel), the commit and the load to OUT and
+# with the date, the machine (cores, CPU model, kernel) and the load to OUT (the commit to
+# RESULTS/commit.txt) and
 # prints it; --update-readme also replaces README.md's block between `<!-- headline:begin -->`
 # and `<!-- headline:end -->` with it. Raw outputs in RESULTS. About 3-5 minutes on a quiet
 # 2-core machine.

@@ -113,7 +113,10 @@ for name, rows_of in (("demo", demo_rows), ("shm", shm_rows), ("mpi", mpi_rows))
     else:
         rows.append((SKIPPED[name], "not run this time (`--only`)", "-", "-"))
 
-print(f"Measured by `scripts/reverb-scripts headline` on {date}: {machine}; commit {commit}; "
+# The date only, and no commit: docs/ describes the current state (ci/docs-lint.sh); the
+# commit is in RESULTS/commit.txt.
+open(os.path.join(results, "commit.txt"), "w").write(commit + "\n")
+print(f"Measured by `scripts/reverb-scripts headline` on {date[:10]}: {machine}; "
       f"load average {load0} at the start, {load1} at the end.")
 print("One quick round each, so a busy machine moves single figures by tens of percent; ratios are "
       "reverb / anchor (latency and overhead: below 1 is better; bandwidth: above 1 is better). "
