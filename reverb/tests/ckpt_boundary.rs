@@ -1,30 +1,32 @@
 //! A node killed at every phase around a checkpoint: the last iteration before it, inside it
 //! (before level 1, after the local copy, with the buddy copy landed and flipped, before the
 //! vote, just after the commit), in the log GC that follows (before its collective and in the
-//! trim) and just after it; with halo rows below, at and above the rendezvous threshold.
+//! trim) and just after it; with halos below, at and above the rendezvous threshold and above
+//! the largest message (in pieces).
 //! Every case recovers with the failure-free checksum (under `none`, which keeps no log, it may
 //! instead stop with the launcher's clear report, never a timeout). Logging protocols and checkpoint levels
 //! rotate over the cases so each phase meets several of each, and each size meets all of them.
 //!
 //! The job: `reverb app stencil` on 8 ranks in 4 nodes of 2, checkpoints every 10 iterations;
 //! rank 3 (node 1) dies around checkpoint 1. Runs on the provider named by `REVERB_PROVIDER`
-//! (shm by default); ci/test.sh runs it on tcp too. Messages above REVERB_LOG_MAX_MESSAGE go
-//! through the MPI layer's fragments: ci/mpi-ft.sh kills a node of `jacobi_ft` at a checkpoint
-//! boundary with fragmented rows.
+//! (shm by default); ci/test.sh runs it on tcp too.
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-/// The rendezvous threshold of every job here (bytes): small, so rows cross it cheaply.
+/// The rendezvous threshold and the largest message of every job here (bytes): small, so
+/// messages cross them cheaply.
 const THRESH: &str = "1024";
+const MAX_MESSAGE: &str = "8192";
 const ITERS: &str = "30";
 const CKPT_EVERY: u64 = 10;
 
-/// Halo rows by grid edge (8 bytes a cell): eager, exactly the threshold (the logger's frame,
-/// envelope included, goes by rendezvous), and well above it.
-const SIZES: [(&str, &str); 3] = [("eager", "32"), ("at-threshold", "128"), ("rendezvous", "512")];
+/// Halo messages (`reverb app --msg-bytes`: the row, then checked filler): eager, exactly the
+/// threshold (the logger's frame, envelope included, goes by rendezvous), above it, and above
+/// the largest message (the app sends it in three pieces).
+const SIZES: [(&str, &str); 4] =
+    [("eager", "256"), ("at-threshold", "1024"), ("rendezvous", "4096"), ("fragmented", "20000")];
 
 const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimistic-rb", "none"];
 /// The launcher's report when `none` cannot recover (it has no log to replay from).
@@ -49,42 +51,40 @@ fn phases() -> Vec<(&'static str, &'static str, String)> {
     ]
 }
 
-fn stencil_args(edge: &str) -> Vec<&str> {
-    vec!["--iters", ITERS, "--size", edge, "--ckpt-every", "10"]
+fn stencil_args(msg_bytes: &str) -> Vec<&str> {
+    vec!["--iters", ITERS, "--size", "32", "--ckpt-every", "10", "--msg-bytes", msg_bytes]
 }
 
-/// The failure-free checksum of each grid edge (logging and checkpoints off), run once.
-fn failure_free(edge: &str) -> String {
-    static SUMS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
-    let sums = SUMS.get_or_init(Default::default);
-    if let Some(sum) = sums.lock().expect("sums").get(edge) {
-        return sum.clone();
-    }
-    let env = [("REVERB_LOG", "none"), ("REVERB_CKPT", "off"), ("REVERB_RNDV_THRESH", THRESH)];
-    let out = common::job("ckpt-boundary", &format!("base-{edge}"), "stencil", &stencil_args(edge), &env, 0);
-    assert!(out.success, "failure-free run of edge {edge}:\n{}", out.output);
-    let sum = out.checksum.expect("a checksum");
-    sums.lock().expect("sums").insert(edge.to_string(), sum.clone());
-    sum
+/// The failure-free checksum (logging and checkpoints off; the message size does not change
+/// the answer), run once.
+fn failure_free() -> &'static str {
+    static SUM: OnceLock<String> = OnceLock::new();
+    SUM.get_or_init(|| {
+        let env = [("REVERB_LOG", "none"), ("REVERB_CKPT", "off"), ("REVERB_RNDV_THRESH", THRESH)];
+        let out = common::job("ckpt-boundary", "base", "stencil", &stencil_args("256"), &env, 0);
+        assert!(out.success, "failure-free run:\n{}", out.output);
+        out.checksum.expect("a checksum")
+    })
 }
 
 /// Kills rank 3 at phase `p` (index into `phases()`) under every size class.
 fn phase_recovers(p: usize) {
     let (what, var, value) = phases().swap_remove(p);
-    for (s, (class, edge)) in SIZES.iter().enumerate() {
+    for (s, (class, msg_bytes)) in SIZES.iter().enumerate() {
         let protocol = PROTOCOLS[(p + s) % PROTOCOLS.len()];
         // The buddy stages happen only at levels with a buddy copy.
         let levels = if value.contains(":buddy-") { &LEVELS[..2] } else { &LEVELS[..] };
         let level = levels[(p + 2 * s) % levels.len()];
-        let expected = failure_free(edge);
+        let expected = failure_free();
         let env = [
             ("REVERB_LOG", protocol),
             ("REVERB_CKPT", level),
             ("REVERB_RNDV_THRESH", THRESH),
+            ("REVERB_LOG_MAX_MESSAGE", MAX_MESSAGE),
             (var, value.as_str()),
         ];
         let name = format!("p{p}-{class}");
-        let out = common::job("ckpt-boundary", &name, "stencil", &stencil_args(edge), &env, 1);
+        let out = common::job("ckpt-boundary", &name, "stencil", &stencil_args(msg_bytes), &env, 1);
         let case = format!("rank 3 killed {what} ({var}={value}), {class} rows, {protocol}, {level}");
         if protocol == "none" && !out.success {
             // No message log: a node lost after messages it cannot replay is refused, clearly.
@@ -93,7 +93,7 @@ fn phase_recovers(p: usize) {
         }
         assert!(out.success, "{case}: the job failed\n{}", out.output);
         assert_eq!(out.respawned_nodes(), vec![vec![1]], "{case}: node 1 respawned once\n{}", out.output);
-        assert_eq!(out.checksum.as_deref(), Some(expected.as_str()), "{case}: the checksum\n{}", out.output);
+        assert_eq!(out.checksum.as_deref(), Some(expected), "{case}: the checksum\n{}", out.output);
     }
 }
 

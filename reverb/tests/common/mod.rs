@@ -11,6 +11,7 @@ pub struct Outcome {
     pub output: String,
     /// `reverb run --report-json`: the exit code, why the job stopped, the respawns.
     pub launch: serde_json::Value,
+    #[allow(dead_code)] // not every suite reads the rank reports
     pub dir: PathBuf,
 }
 
