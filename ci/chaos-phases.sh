@@ -15,9 +15,10 @@ cd "$(dirname "$0")/.."
 say() { echo "== chaos-phases: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
-cargo build --release -p reverb --features fault-injection
+# The debug build the other fault suites use (ci/chaos-hosts.sh): no second, release build.
+cargo build -p reverb --features fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
-bin=$target/release/reverb
+bin=$target/debug/reverb
 out=$target/chaos-phases
 rm -rf "$out"
 mkdir -p "$out"

@@ -17,6 +17,8 @@ cargo clippy --workspace --all-targets --features reverb/verbs -- -D warnings
 # docs left in target/doc are the default build's.
 RUSTDOCFLAGS="-D warnings" cargo doc -p reverb-runtime --no-deps --features fault-injection
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+# docs/ says what is, not when: no commit hashes, clock times or issue numbers; no diaries.
+bash ci/docs-lint.sh
 
 step "build (every target)"
 cargo build --workspace --all-targets
@@ -33,6 +35,9 @@ bash ci/capi.sh
 step "MPI programs compiled by mpicc.mpich on reverb's libmpich.so.12: semantics, collectives, an unsupported call, Jacobi and master-worker surviving a killed node"
 bash ci/mpi.sh
 
+step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, collectives, the CAML collectives program)"
+bash ci/mpi-memcheck.sh
+
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
 REVERB_PROVIDER=tcp cargo test -p reverb --test demo --test ckpt_boundary
@@ -45,6 +50,9 @@ bash ci/hosts-suite.sh
 
 step "a short fault campaign across simulated hosts: a host lost, its wire cut, its agent killed, a host lost during a recovery"
 bash ci/chaos-hosts.sh
+
+step "a fault campaign on one host drawing every message size class (eager to fragmented) and kill phase (init to recovery)"
+bash ci/chaos-phases.sh
 
 step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
 PROVIDER=tcp bash ci/hosts-conformance.sh
