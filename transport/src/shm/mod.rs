@@ -190,7 +190,8 @@ fn map_peer_segment(
         });
     }
     let path = shmfile::segment_path(job_tag, rank, pid, "ctl");
-    let map = segment::map_peer(&path, layout.total_len(), true).map_err(|e| swept_means_dead(e, rank, pid))?;
+    let map =
+        segment::map_peer(&path, layout.total_len(), true).map_err(|e| swept_means_dead(e, rank, pid))?;
     let base = map.as_mut_ptr();
     // SAFETY: map_peer checked the file holds total_len bytes; the Arc keeps it mapped.
     let view = unsafe { ControlView::new(base, layout, Arc::new(map)) };
