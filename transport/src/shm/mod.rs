@@ -23,15 +23,6 @@ mod segment;
 mod share;
 mod traffic;
 
-// The /dev/shm-file and liveness helpers' former home, kept for code written against it; they
-// are `crate::sys`'s.
-#[doc(hidden)]
-pub use crate::sys::liveness;
-#[doc(hidden)]
-pub use crate::sys::shmfile::{
-    create_private, job_and_pid_in_name, launcher_marker_path, pid_in_name, recorded_creator,
-    sanitize_job_id, segment_path, shm_dir, sweep_stale,
-};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -49,7 +40,7 @@ use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
 use crate::subcore::SubCore;
-use crate::sys::liveness::ProcessWatch;
+use crate::sys::liveness::{self, ProcessWatch};
 use crate::sys::shmfile;
 use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
 use crate::tagmatch::PostedRecv;
