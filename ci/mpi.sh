@@ -7,6 +7,8 @@
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
 #     a user operation on a strided type, persistent collectives, MPI_Comm_split_type;
 #   - a call outside the subset stops the job naming it;
+#   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
+#     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
 #   - (ci/mpi-ft.sh, which ci/mpi-verbs.sh runs on verbs too) a Jacobi solver gives the
 #     checksum Debian's MPICH gives for the same binary, and with a node SIGKILLed and
 #     respawned (REVERB_FAULT) the same again; a master-worker program (MPI_ANY_SOURCE)
@@ -29,6 +31,10 @@ cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
+cc mpi/tests/c/pmpi.c -o "$work/pmpi"
+# The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
+cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"
+gcc -shared "$work/pmpi_counter.o" -o "$work/libpmpi_counter.so"
 cc examples/mpi/jacobi_ft.c -o "$work/jacobi_ft"
 cc examples/mpi/master_worker_ft.c -o "$work/master_worker_ft"
 cc examples/mpi/collectives_ft.c -o "$work/collectives_ft"
@@ -80,6 +86,20 @@ fi
 expect unsupported.log "MPI_Win_create is not supported by reverb"
 if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Win_create returned"; fi
 say "an unsupported call stops the job naming it: ok"
+
+# MPICH's profiling interface: each MPI_X (implemented or stub) at its PMPI_X's address.
+nm -D --defined-only "$target/debug/libmpich.so" | awk '
+    { at[$3] = $1 }
+    END {
+        for (s in at) if (s ~ /^MPIX?_/) { n++; if (at["P" s] == "" || at["P" s] != at[s]) { print "not an alias of P" s ": " s; bad++ } }
+        if (n < 400 || bad) { print n " MPI_ names, " bad " without their PMPI_"; exit 1 }
+    }' >"$work/pmpi-nm.log" || fail "libmpich.so's MPI_ names: $(head -n 20 "$work/pmpi-nm.log")"
+LD_PRELOAD=$work/libpmpi_counter.so run pmpi.log -n 2 -- "$work/pmpi"
+expect pmpi.log "pmpi: ok"
+for rank in 0 1; do # ROUNDS=5 in pmpi.c; its MPI_Iallreduce and MPI_Sendrecv are not counted
+    expect pmpi.log "rank $rank: MPI_Init 1 MPI_Send 5 MPI_Recv 5 MPI_Allreduce 2 MPI_Finalize 1"
+done
+say "the profiling interface: MPI_X aliases PMPI_X, a preloaded profiler counts the calls: ok"
 
 timeout 120 mpiexec.mpich -n 4 "$work/jacobi_ft" 200 20 >"$work/jacobi-mpich.log" 2>&1 ||
     fail "jacobi_ft on MPICH: $(tail -n 20 "$work/jacobi-mpich.log")"

@@ -115,7 +115,7 @@ impl State {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `keyval`: null or writable for the call (arrays as long as the counts say);
 /// `extra_state`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Comm_create_keyval"]
 pub unsafe extern "C" fn MPI_Comm_create_keyval(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn MPI_Comm_create_keyval(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `keyval`: null or writable for the call (arrays as long as the counts say);
 /// `extra`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Keyval_create"]
 pub unsafe extern "C" fn MPI_Keyval_create(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn MPI_Keyval_create(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `keyval`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_free_keyval"]
 pub unsafe extern "C" fn MPI_Comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_free_keyval", MPI_COMM_WORLD, |s| {
         let k = ffi::read(keyval, "keyval")?;
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn MPI_Comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `keyval`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Keyval_free"]
 pub unsafe extern "C" fn MPI_Keyval_free(keyval: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     unsafe { MPI_Comm_free_keyval(keyval) }
@@ -175,7 +175,7 @@ pub unsafe extern "C" fn MPI_Keyval_free(keyval: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `value`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Comm_set_attr"]
 pub unsafe extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Comm_set_attr", comm, |s| {
         s.comm(comm)?;
@@ -193,13 +193,13 @@ pub unsafe extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *m
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `value`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Attr_put"]
 pub unsafe extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     unsafe { MPI_Comm_set_attr(comm, keyval, value) }
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Comm_delete_attr"]
 pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
     call("MPI_Comm_delete_attr", comm, |s| {
         s.comm(comm)?;
@@ -207,7 +207,7 @@ pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
     })
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Attr_delete"]
 pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
     MPI_Comm_delete_attr(comm, keyval)
 }
@@ -250,7 +250,7 @@ fn info_mut(s: &mut State, info: c_int) -> MpiResult<&mut Vec<(String, String)>>
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `info`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Info_create"]
 pub unsafe extern "C" fn MPI_Info_create(info: Out<'_, c_int>) -> c_int {
     call("MPI_Info_create", MPI_COMM_WORLD, |s| {
         let h = s.infos.insert(Vec::new());
@@ -262,7 +262,7 @@ pub unsafe extern "C" fn MPI_Info_create(info: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `key`, `value`: null or NUL-terminated strings.
-#[no_mangle]
+#[export_name = "PMPI_Info_set"]
 pub unsafe extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
     call("MPI_Info_set", MPI_COMM_WORLD, |s| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
@@ -285,7 +285,7 @@ pub unsafe extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *c
 /// `flag`: null or writable for the call (arrays as long as the counts say);
 /// `key`: null or NUL-terminated strings;
 /// `value`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Info_get"]
 pub unsafe extern "C" fn MPI_Info_get(
     info: c_int,
     key: *const c_char,
@@ -313,7 +313,7 @@ pub unsafe extern "C" fn MPI_Info_get(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `len`, `flag`: null or writable for the call (arrays as long as the counts say);
 /// `key`: null or NUL-terminated strings.
-#[no_mangle]
+#[export_name = "PMPI_Info_get_valuelen"]
 pub unsafe extern "C" fn MPI_Info_get_valuelen(
     info: c_int,
     key: *const c_char,
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn MPI_Info_get_valuelen(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `nkeys`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Info_get_nkeys"]
 pub unsafe extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) -> c_int {
     call("MPI_Info_get_nkeys", MPI_COMM_WORLD, |s| {
         let n = info_mut(s, info)?.len();
@@ -350,7 +350,7 @@ pub unsafe extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `key`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Info_get_nthkey"]
 pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
     call("MPI_Info_get_nthkey", MPI_COMM_WORLD, |s| {
         let pairs = info_mut(s, info)?;
@@ -368,7 +368,7 @@ pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `key`: null or NUL-terminated strings.
-#[no_mangle]
+#[export_name = "PMPI_Info_delete"]
 pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
     call("MPI_Info_delete", MPI_COMM_WORLD, |s| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
@@ -387,7 +387,7 @@ pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_i
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newinfo`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Info_dup"]
 pub unsafe extern "C" fn MPI_Info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c_int {
     call("MPI_Info_dup", MPI_COMM_WORLD, |s| {
         let copy = info_mut(s, info)?.clone();
@@ -400,7 +400,7 @@ pub unsafe extern "C" fn MPI_Info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `info`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Info_free"]
 pub unsafe extern "C" fn MPI_Info_free(info: Out<'_, c_int>) -> c_int {
     call("MPI_Info_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(info, "info")?;
@@ -410,7 +410,7 @@ pub unsafe extern "C" fn MPI_Info_free(info: Out<'_, c_int>) -> c_int {
 }
 
 /// Communicators keep no hints: MPI_Comm_get_info hands back an empty info object.
-#[no_mangle]
+#[export_name = "PMPI_Comm_set_info"]
 pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
     call("MPI_Comm_set_info", comm, |s| s.comm(comm).map(drop))
 }
@@ -419,7 +419,7 @@ pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `info`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_get_info"]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: c_int, info: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_info", comm, |s| {
         s.comm(comm)?;

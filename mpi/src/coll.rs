@@ -290,7 +290,7 @@ pub(crate) fn in_place(p: UserBuf) -> bool {
     p.is_in_place()
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Barrier"]
 pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     call("MPI_Barrier", comm, |s| {
         if let Some(inter) = Inter::of(s, comm)? {
@@ -305,7 +305,7 @@ pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Bcast"]
 pub unsafe extern "C" fn MPI_Bcast(
     buf: UserBuf,
     count: c_int,
@@ -381,7 +381,7 @@ fn reduce_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Reduce"]
 pub unsafe extern "C" fn MPI_Reduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -398,7 +398,7 @@ pub unsafe extern "C" fn MPI_Reduce(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Allreduce"]
 pub unsafe extern "C" fn MPI_Allreduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -414,7 +414,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `inbuf`, `inoutbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Reduce_local"]
 pub unsafe extern "C" fn MPI_Reduce_local(
     inbuf: UserBuf,
     inoutbuf: UserBuf,
@@ -513,7 +513,7 @@ fn gather_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Gather"]
 pub unsafe extern "C" fn MPI_Gather(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -535,7 +535,7 @@ pub unsafe extern "C" fn MPI_Gather(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Gatherv"]
 pub unsafe extern "C" fn MPI_Gatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -561,7 +561,7 @@ pub unsafe extern "C" fn MPI_Gatherv(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Allgather"]
 pub unsafe extern "C" fn MPI_Allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -582,7 +582,7 @@ pub unsafe extern "C" fn MPI_Allgather(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Allgatherv"]
 pub unsafe extern "C" fn MPI_Allgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -652,7 +652,7 @@ fn scatter_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Scatter"]
 pub unsafe extern "C" fn MPI_Scatter(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -674,7 +674,7 @@ pub unsafe extern "C" fn MPI_Scatter(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Scatterv"]
 pub unsafe extern "C" fn MPI_Scatterv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -740,7 +740,7 @@ fn alltoall_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Alltoall"]
 pub unsafe extern "C" fn MPI_Alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -762,7 +762,7 @@ pub unsafe extern "C" fn MPI_Alltoall(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Alltoallv"]
 pub unsafe extern "C" fn MPI_Alltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -824,7 +824,7 @@ fn scan_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Scan"]
 pub unsafe extern "C" fn MPI_Scan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -840,7 +840,7 @@ pub unsafe extern "C" fn MPI_Scan(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Exscan"]
 pub unsafe extern "C" fn MPI_Exscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -898,7 +898,7 @@ fn reduce_scatter_call(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Reduce_scatter_block"]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -919,7 +919,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `recvcounts`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Reduce_scatter"]
 pub unsafe extern "C" fn MPI_Reduce_scatter(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -1006,7 +1006,7 @@ fn alltoallw(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Alltoallw"]
 pub unsafe extern "C" fn MPI_Alltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,

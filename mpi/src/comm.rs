@@ -84,7 +84,7 @@ impl State {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `rank`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_rank"]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_rank", comm, |s| ffi::out(rank, s.comm(comm)?.me as c_int, "rank"))
 }
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn MPI_Comm_rank(comm: c_int, rank: Out<'_, c_int>) -> c_i
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_size"]
 pub unsafe extern "C" fn MPI_Comm_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_size", comm, |s| ffi::out(size, s.comm(comm)?.size() as c_int, "size"))
 }
@@ -102,7 +102,7 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: c_int, size: Out<'_, c_int>) -> c_i
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_dup"]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_dup", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_split"]
 pub unsafe extern "C" fn MPI_Comm_split(
     comm: c_int,
     color: c_int,
@@ -175,7 +175,7 @@ pub(crate) fn split(s: &mut State, comm: c_int, color: c_int, key: c_int) -> Mpi
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_split_type"]
 pub unsafe extern "C" fn MPI_Comm_split_type(
     comm: c_int,
     split_type: c_int,
@@ -205,7 +205,7 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `comm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_free"]
 pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
     let h = ffi::read(comm, "comm").unwrap_or(MPI_COMM_NULL);
     call("MPI_Comm_free", h, |s| {
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `result`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_compare"]
 pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_compare", a, |s| {
         let (x, y) = (s.comm(a)?, s.comm(b)?);
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_
     })
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Comm_set_errhandler"]
 pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
     call("MPI_Comm_set_errhandler", comm, |s| {
         if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
@@ -260,7 +260,7 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_i
     })
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Errhandler_set"]
 pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
     MPI_Comm_set_errhandler(comm, errhandler)
 }
@@ -269,7 +269,7 @@ pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `errhandler`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_get_errhandler"]
 pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_errhandler", comm, |s| ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler"))
 }
@@ -278,7 +278,7 @@ pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: Out<'_
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `errhandler`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Errhandler_free"]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Errhandler_free", MPI_COMM_WORLD, |_| ffi::out(errhandler, MPI_ERRHANDLER_NULL, "errhandler"))
 }
@@ -287,7 +287,7 @@ pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: Out<'_, c_int>) -> c_in
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `name`: null or NUL-terminated strings.
-#[no_mangle]
+#[export_name = "PMPI_Comm_set_name"]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
     call("MPI_Comm_set_name", comm, |s| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
@@ -302,7 +302,7 @@ pub unsafe extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> 
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `len`: null or writable for the call (arrays as long as the counts say);
 /// `name`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Comm_get_name"]
 pub unsafe extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_name", comm, |s| {
         // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
@@ -315,7 +315,7 @@ pub unsafe extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_test_inter"]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_test_inter", comm, |s| {
         let inter = s.comm(comm)?.remote.is_some();
@@ -327,7 +327,7 @@ pub unsafe extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: Out<'_, c_int>) 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_dup_with_info"]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     unsafe { MPI_Comm_dup(comm, newcomm) }
@@ -340,7 +340,7 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newco
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_idup"]
 pub unsafe extern "C" fn MPI_Comm_idup(
     comm: c_int,
     newcomm: Out<'_, c_int>,
@@ -361,7 +361,7 @@ pub unsafe extern "C" fn MPI_Comm_idup(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_idup_with_info"]
 pub unsafe extern "C" fn MPI_Comm_idup_with_info(
     comm: c_int,
     _info: c_int,

@@ -29,7 +29,7 @@ fn new_type(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_size"]
 pub unsafe extern "C" fn MPI_Type_size(datatype: c_int, size: Out<'_, c_int>) -> c_int {
     query_type("MPI_Type_size", datatype, |t| {
         ffi::out(size, c_int::try_from(t.size).unwrap_or(MPI_UNDEFINED), "size")
@@ -40,7 +40,7 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: c_int, size: Out<'_, c_int>) ->
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_get_extent"]
 pub unsafe extern "C" fn MPI_Type_get_extent(
     datatype: c_int,
     lb: Out<'_, c_long>,
@@ -56,7 +56,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_get_true_extent"]
 pub unsafe extern "C" fn MPI_Type_get_true_extent(
     datatype: c_int,
     lb: Out<'_, c_long>,
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `extent`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_extent"]
 pub unsafe extern "C" fn MPI_Type_extent(datatype: c_int, extent: Out<'_, c_long>) -> c_int {
     call("MPI_Type_extent", MPI_COMM_WORLD, |s| {
         ffi::out(extent, s.datatype(datatype)?.extent as c_long, "extent")
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn MPI_Type_extent(datatype: c_int, extent: Out<'_, c_long
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_contiguous"]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_contiguous", newtype, |s| {
         Ok(datatype::contiguous(count_of(count)?, &s.datatype(old)?))
@@ -96,7 +96,7 @@ pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_vector"]
 pub unsafe extern "C" fn MPI_Type_vector(
     count: c_int,
     blocklen: c_int,
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn MPI_Type_vector(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_hvector"]
 pub unsafe extern "C" fn MPI_Type_create_hvector(
     count: c_int,
     blocklen: c_int,
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_hvector"]
 pub unsafe extern "C" fn MPI_Type_hvector(
     count: c_int,
     blocklen: c_int,
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn MPI_Type_hvector(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_indexed"]
 pub unsafe extern "C" fn MPI_Type_indexed(
     count: c_int,
     lens: In<'_, c_int>,
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn MPI_Type_indexed(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_hindexed"]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(
     count: c_int,
     lens: In<'_, c_int>,
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_struct"]
 pub unsafe extern "C" fn MPI_Type_create_struct(
     count: c_int,
     lens: In<'_, c_int>,
@@ -221,7 +221,7 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_struct"]
 pub unsafe extern "C" fn MPI_Type_struct(
     count: c_int,
     lens: In<'_, c_int>,
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn MPI_Type_struct(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_resized"]
 pub unsafe extern "C" fn MPI_Type_create_resized(
     old: c_int,
     lb: c_long,
@@ -255,7 +255,7 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_dup"]
 pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_dup", newtype, |s| s.datatype(old))
 }
@@ -264,7 +264,7 @@ pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `datatype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_commit"]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_commit", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `datatype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_free"]
 pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
@@ -295,7 +295,7 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `address`: null or writable for the call (arrays as long as the counts say);
 /// `location`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Get_address"]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
     call("MPI_Get_address", MPI_COMM_WORLD, |_| ffi::out(address, location as c_long, "address"))
 }
@@ -305,7 +305,7 @@ pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: Out<'
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `address`: null or writable for the call (arrays as long as the counts say);
 /// `location`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Address"]
 pub unsafe extern "C" fn MPI_Address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     unsafe { MPI_Get_address(location, address) }
@@ -316,7 +316,7 @@ pub unsafe extern "C" fn MPI_Address(location: *const c_void, address: Out<'_, c
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `displs`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_indexed_block"]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     count: c_int,
     blocklen: c_int,
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `displs`: null or readable for the call (arrays as long as the counts say);
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_create_hindexed_block"]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     count: c_int,
     blocklen: c_int,
@@ -360,7 +360,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Pack_size"]
 pub unsafe extern "C" fn MPI_Pack_size(
     incount: c_int,
     datatype: c_int,
@@ -378,7 +378,7 @@ pub unsafe extern "C" fn MPI_Pack_size(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `inbuf`: spans `incount` elements of `datatype`, readable; `outbuf`: `outsize` writable
 /// bytes, both for the call; `position`: null or writable for the call.
-#[no_mangle]
+#[export_name = "PMPI_Pack"]
 pub unsafe extern "C" fn MPI_Pack(
     inbuf: UserBuf,
     incount: c_int,
@@ -410,7 +410,7 @@ pub unsafe extern "C" fn MPI_Pack(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `inbuf`: `insize` readable bytes; `outbuf`: spans `outcount` elements of `datatype`,
 /// writable, for the call; `position`: null or writable for the call.
-#[no_mangle]
+#[export_name = "PMPI_Unpack"]
 pub unsafe extern "C" fn MPI_Unpack(
     inbuf: UserBuf,
     insize: c_int,
@@ -449,7 +449,7 @@ fn size_wide(datatype: c_int, size: Out<'_, c_long>, function: &str) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_size_c"]
 pub unsafe extern "C" fn MPI_Type_size_c(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_c")
 }
@@ -458,7 +458,7 @@ pub unsafe extern "C" fn MPI_Type_size_c(datatype: c_int, size: Out<'_, c_long>)
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Type_size_x"]
 pub unsafe extern "C" fn MPI_Type_size_x(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_x")
 }

@@ -82,12 +82,22 @@ pub fn unsupported(function: &str) -> ! {
     std::process::exit(1)
 }
 
+/// Stops the job: `function`, which build.rs's linker script makes an alias of `PMPI_*`, was
+/// reached as itself, so the library was linked without that script (a linker that ignored it).
+pub fn alias_unlinked(function: &str) -> ! {
+    eprintln!(
+        "reverb MPI: {function} was linked without its alias to P{function} (reverb-mpi's build.rs \
+         passes the linker aliases.ld); stopping the job"
+    );
+    std::process::exit(1)
+}
+
 /// # Safety
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `len`: null or writable for the call (arrays as long as the counts say);
 /// `string`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Error_string"]
 pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let detail = LAST.with(|l| l.borrow().iter().find(|(c, _)| *c == code).map(|(_, m)| m.clone()));
     let text = match detail {
@@ -107,7 +117,7 @@ pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len:
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `class`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Error_class"]
 pub unsafe extern "C" fn MPI_Error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
     // Codes are classes here.
     match ffi::out(class, code, "errorclass") {

@@ -22,7 +22,7 @@ use crate::state::call;
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `ptr`: `bytes` readable and writable bytes, valid until `MPI_Finalize` (read at every
 /// checkpoint, written at a restore).
-#[no_mangle]
+#[export_name = "PMPIX_Reverb_protect"]
 pub unsafe extern "C" fn MPIX_Reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
     call("MPIX_Reverb_protect", MPI_COMM_WORLD, |s| {
         let len = usize::try_from(bytes).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("{bytes} bytes")))?;
@@ -36,7 +36,7 @@ pub unsafe extern "C" fn MPIX_Reverb_protect(ptr: UserBuf, bytes: c_long) -> c_i
 
 /// A coordinated checkpoint of the protected memory over MPI_COMM_WORLD (collective). Take it
 /// where every message sent to this rank so far has been received.
-#[no_mangle]
+#[export_name = "PMPIX_Reverb_checkpoint"]
 pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
     call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
         let regions: Vec<(u32, usize, usize)> = s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
@@ -61,7 +61,7 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `restored`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPIX_Reverb_restore"]
 pub unsafe extern "C" fn MPIX_Reverb_restore(restored: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
         s.journal.end_setup();
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn MPIX_Reverb_restore(restored: Out<'_, c_int>) -> c_int 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPIX_Reverb_restarted"]
 pub unsafe extern "C" fn MPIX_Reverb_restarted(flag: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restarted", MPI_COMM_WORLD, |s| ffi::out(flag, c_int::from(s.rt.restarted()), "flag"))
 }

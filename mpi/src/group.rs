@@ -33,7 +33,7 @@ fn member(g: &[u32], r: c_int) -> MpiResult<u32> {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `group`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_group"]
 pub unsafe extern "C" fn MPI_Comm_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_group", comm, |s| {
         let ranks = s.comm(comm)?.ranks.clone();
@@ -46,7 +46,7 @@ pub unsafe extern "C" fn MPI_Comm_group(comm: c_int, group: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_size"]
 pub unsafe extern "C" fn MPI_Group_size(group: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Group_size", MPI_COMM_WORLD, |s| ffi::out(size, s.group(group)?.len() as c_int, "size"))
 }
@@ -55,7 +55,7 @@ pub unsafe extern "C" fn MPI_Group_size(group: c_int, size: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `rank`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_rank"]
 pub unsafe extern "C" fn MPI_Group_rank(group: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Group_rank", MPI_COMM_WORLD, |s| {
         let me = s.rt.rank();
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn MPI_Group_rank(group: c_int, rank: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `group`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_free"]
 pub unsafe extern "C" fn MPI_Group_free(group: Out<'_, c_int>) -> c_int {
     call("MPI_Group_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(group, "group")?;
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn MPI_Group_free(group: Out<'_, c_int>) -> c_int {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `ranks`: null or readable for the call (arrays as long as the counts say);
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_incl"]
 pub unsafe extern "C" fn MPI_Group_incl(
     group: c_int,
     n: c_int,
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn MPI_Group_incl(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `ranks`: null or readable for the call (arrays as long as the counts say);
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_excl"]
 pub unsafe extern "C" fn MPI_Group_excl(
     group: c_int,
     n: c_int,
@@ -146,7 +146,7 @@ fn ranges(g: &[u32], n: c_int, triples: In<'_, [c_int; 3]>) -> MpiResult<Vec<c_i
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `triples`: null or readable for the call (arrays as long as the counts say);
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_range_incl"]
 pub unsafe extern "C" fn MPI_Group_range_incl(
     group: c_int,
     n: c_int,
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn MPI_Group_range_incl(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `triples`: null or readable for the call (arrays as long as the counts say);
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_range_excl"]
 pub unsafe extern "C" fn MPI_Group_range_excl(
     group: c_int,
     n: c_int,
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn MPI_Group_range_excl(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_union"]
 pub unsafe extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_union", newgroup, |s| {
         let mut g = s.group(a)?.clone();
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: Out<'_, c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_intersection"]
 pub unsafe extern "C" fn MPI_Group_intersection(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_intersection", newgroup, |s| {
         let other = s.group(b)?;
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn MPI_Group_intersection(a: c_int, b: c_int, newgroup: Ou
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_difference"]
 pub unsafe extern "C" fn MPI_Group_difference(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_difference", newgroup, |s| {
         let other = s.group(b)?;
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn MPI_Group_difference(a: c_int, b: c_int, newgroup: Out<
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `ranks`: null or readable for the call (arrays as long as the counts say);
 /// `out`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_translate_ranks"]
 pub unsafe extern "C" fn MPI_Group_translate_ranks(
     a: c_int,
     n: c_int,
@@ -250,7 +250,7 @@ pub unsafe extern "C" fn MPI_Group_translate_ranks(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `result`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Group_compare"]
 pub unsafe extern "C" fn MPI_Group_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Group_compare", MPI_COMM_WORLD, |s| {
         let (ga, gb) = (s.group(a)?, s.group(b)?);
@@ -278,7 +278,7 @@ fn comm_of_group(s: &mut State, comm: c_int, group: &[u32]) -> MpiResult<c_int> 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_create"]
 pub unsafe extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_create", comm, |s| {
         let g = s.group(group)?.clone();
@@ -297,7 +297,7 @@ pub unsafe extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: Out
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_create_group"]
 pub unsafe extern "C" fn MPI_Comm_create_group(
     comm: c_int,
     group: c_int,

@@ -27,7 +27,7 @@ fn completed(function: &str, comm: c_int, request: Out<'_, c_int>, rc: c_int) ->
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ibarrier"]
 pub unsafe extern "C" fn MPI_Ibarrier(comm: c_int, request: Out<'_, c_int>) -> c_int {
     completed("MPI_Ibarrier", comm, request, MPI_Barrier(comm))
 }
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn MPI_Ibarrier(comm: c_int, request: Out<'_, c_int>) -> c
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ibcast"]
 pub unsafe extern "C" fn MPI_Ibcast(
     buf: UserBuf,
     count: c_int,
@@ -55,7 +55,7 @@ pub unsafe extern "C" fn MPI_Ibcast(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ireduce"]
 pub unsafe extern "C" fn MPI_Ireduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -77,7 +77,7 @@ pub unsafe extern "C" fn MPI_Ireduce(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iallreduce"]
 pub unsafe extern "C" fn MPI_Iallreduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn MPI_Iallreduce(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Igather"]
 pub unsafe extern "C" fn MPI_Igather(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn MPI_Igather(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Igatherv"]
 pub unsafe extern "C" fn MPI_Igatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn MPI_Igatherv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iscatter"]
 pub unsafe extern "C" fn MPI_Iscatter(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn MPI_Iscatter(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iscatterv"]
 pub unsafe extern "C" fn MPI_Iscatterv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn MPI_Iscatterv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iallgather"]
 pub unsafe extern "C" fn MPI_Iallgather(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -236,7 +236,7 @@ pub unsafe extern "C" fn MPI_Iallgather(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iallgatherv"]
 pub unsafe extern "C" fn MPI_Iallgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -262,7 +262,7 @@ pub unsafe extern "C" fn MPI_Iallgatherv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ialltoall"]
 pub unsafe extern "C" fn MPI_Ialltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn MPI_Ialltoall(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ialltoallv"]
 pub unsafe extern "C" fn MPI_Ialltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn MPI_Ialltoallv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iscan"]
 pub unsafe extern "C" fn MPI_Iscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn MPI_Iscan(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Iexscan"]
 pub unsafe extern "C" fn MPI_Iexscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -359,7 +359,7 @@ pub unsafe extern "C" fn MPI_Iexscan(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ireduce_scatter_block"]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_block(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -384,7 +384,7 @@ pub unsafe extern "C" fn MPI_Ireduce_scatter_block(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `recvcounts`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ireduce_scatter"]
 pub unsafe extern "C" fn MPI_Ireduce_scatter(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -409,7 +409,7 @@ pub unsafe extern "C" fn MPI_Ireduce_scatter(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ialltoallw"]
 pub unsafe extern "C" fn MPI_Ialltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,

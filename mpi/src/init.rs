@@ -96,7 +96,7 @@ fn init() -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `_argc`, `_argv`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Init"]
 pub unsafe extern "C" fn MPI_Init(_argc: Out<'_, c_int>, _argv: Out<'_, *mut *mut c_char>) -> c_int {
     init()
 }
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn MPI_Init(_argc: Out<'_, c_int>, _argv: Out<'_, *mut *mu
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `_argc`, `_argv`, `provided`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Init_thread"]
 pub unsafe extern "C" fn MPI_Init_thread(
     _argc: Out<'_, c_int>,
     _argv: Out<'_, *mut *mut c_char>,
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `provided`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Query_thread"]
 pub unsafe extern "C" fn MPI_Query_thread(provided: Out<'_, c_int>) -> c_int {
     call("MPI_Query_thread", MPI_COMM_WORLD, |_| ffi::out(provided, MPI_THREAD_FUNNELED, "provided"))
 }
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn MPI_Query_thread(provided: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Is_thread_main"]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: Out<'_, c_int>) -> c_int {
     // The state lives with the thread that initialized MPI: any other finds none.
     let rc = call("MPI_Is_thread_main", MPI_COMM_WORLD, |_| ffi::out(flag, 1, "flag"));
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn MPI_Is_thread_main(flag: Out<'_, c_int>) -> c_int {
     rc
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Finalize"]
 pub extern "C" fn MPI_Finalize() -> c_int {
     let rc = call("MPI_Finalize", MPI_COMM_WORLD, |s| {
         // MPI_COMM_SELF's attributes are deleted first (their callbacks run): programs hook
@@ -172,7 +172,7 @@ pub extern "C" fn MPI_Finalize() -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Initialized"]
 pub unsafe extern "C" fn MPI_Initialized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(INITIALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
@@ -184,7 +184,7 @@ pub unsafe extern "C" fn MPI_Initialized(flag: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Finalized"]
 pub unsafe extern "C" fn MPI_Finalized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(FINALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
@@ -193,19 +193,19 @@ pub unsafe extern "C" fn MPI_Finalized(flag: Out<'_, c_int>) -> c_int {
 }
 
 /// Stops the whole job: this rank exits with `errorcode`, and the launcher stops the others.
-#[no_mangle]
+#[export_name = "PMPI_Abort"]
 pub extern "C" fn MPI_Abort(_comm: c_int, errorcode: c_int) -> c_int {
     eprintln!("reverb MPI: MPI_Abort called with error code {errorcode}; stopping the job");
     std::process::exit(if errorcode == 0 { 1 } else { errorcode })
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Wtime"]
 pub extern "C" fn MPI_Wtime() -> c_double {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     now.map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Wtick"]
 pub extern "C" fn MPI_Wtick() -> c_double {
     1e-9
 }
@@ -215,7 +215,7 @@ pub extern "C" fn MPI_Wtick() -> c_double {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `len`: null or writable for the call (arrays as long as the counts say);
 /// `name`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Get_processor_name"]
 pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
     // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
@@ -228,7 +228,7 @@ pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: Out<'_, 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `version`, `subversion`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_version"]
 pub unsafe extern "C" fn MPI_Get_version(version: Out<'_, c_int>, subversion: Out<'_, c_int>) -> c_int {
     let r = ffi::out(version, MPI_VERSION, "version")
         .and_then(|()| ffi::out(subversion, MPI_SUBVERSION, "subversion"));
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn MPI_Get_version(version: Out<'_, c_int>, subversion: Ou
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `len`: null or writable for the call (arrays as long as the counts say);
 /// `version`: null or room for the call's `MPI_MAX_*` bytes.
-#[no_mangle]
+#[export_name = "PMPI_Get_library_version"]
 pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let text = format!(
         "reverb MPI {} (MPICH 4.0 ABI) on reverb's fault-tolerant runtime",
@@ -266,7 +266,7 @@ static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say);
 /// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
-#[no_mangle]
+#[export_name = "PMPI_Comm_get_attr"]
 pub unsafe extern "C" fn MPI_Comm_get_attr(
     comm: c_int,
     keyval: c_int,
@@ -312,7 +312,7 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say);
 /// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
-#[no_mangle]
+#[export_name = "PMPI_Attr_get"]
 pub unsafe extern "C" fn MPI_Attr_get(
     comm: c_int,
     keyval: c_int,

@@ -95,7 +95,7 @@ fn unwords(bytes: &[u8]) -> Vec<u32> {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newintercomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Intercomm_create"]
 pub unsafe extern "C" fn MPI_Intercomm_create(
     local_comm: c_int,
     local_leader: c_int,
@@ -157,7 +157,7 @@ fn agreement_context(stringtag: &[u8]) -> u32 {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newintercomm`: null or writable for the call (arrays as long as the counts say);
 /// `stringtag`: null or NUL-terminated strings.
-#[no_mangle]
+#[export_name = "PMPI_Intercomm_create_from_groups"]
 pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
     local_group: c_int,
     _local_leader: c_int,
@@ -203,7 +203,7 @@ pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `newintracomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Intercomm_merge"]
 pub unsafe extern "C" fn MPI_Intercomm_merge(
     intercomm: c_int,
     high: c_int,
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn MPI_Intercomm_merge(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_remote_size"]
 pub unsafe extern "C" fn MPI_Comm_remote_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_size", comm, |s| {
         let n = s
@@ -251,7 +251,7 @@ pub unsafe extern "C" fn MPI_Comm_remote_size(comm: c_int, size: Out<'_, c_int>)
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `group`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Comm_remote_group"]
 pub unsafe extern "C" fn MPI_Comm_remote_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_group", comm, |s| {
         let remote = s

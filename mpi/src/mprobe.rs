@@ -92,7 +92,7 @@ impl State {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `message`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Mprobe"]
 pub unsafe extern "C" fn MPI_Mprobe(
     source: c_int,
     tag: c_int,
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn MPI_Mprobe(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`, `message`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Improbe"]
 pub unsafe extern "C" fn MPI_Improbe(
     source: c_int,
     tag: c_int,
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn MPI_Improbe(
 /// `buf`: message buffers, each spanning its count of its datatype, for the call;
 /// `message`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Mrecv"]
 pub unsafe extern "C" fn MPI_Mrecv(
     buf: UserBuf,
     count: c_int,
@@ -167,7 +167,7 @@ pub unsafe extern "C" fn MPI_Mrecv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `message`, `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Imrecv"]
 pub unsafe extern "C" fn MPI_Imrecv(
     buf: UserBuf,
     count: c_int,

@@ -279,7 +279,7 @@ impl crate::state::State {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `op`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Op_create"]
 pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_create", MPI_COMM_WORLD, |s| {
         let f = f.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "a NULL user function"))?;
@@ -292,7 +292,7 @@ pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: Ou
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `op`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Op_free"]
 pub unsafe extern "C" fn MPI_Op_free(op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(op, "op")?;
@@ -305,7 +305,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `commute`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Op_commutative"]
 pub unsafe extern "C" fn MPI_Op_commutative(op: c_int, commute: Out<'_, c_int>) -> c_int {
     call("MPI_Op_commutative", MPI_COMM_WORLD, |s| {
         ffi::out(commute, c_int::from(s.op(op)?.commutative()), "commute")

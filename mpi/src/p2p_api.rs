@@ -36,7 +36,7 @@ fn isend(function: &str, mode: SendMode, a: SendArgs, request: Out<'_, c_int>) -
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Send"]
 pub unsafe extern "C" fn MPI_Send(
     buf: UserBuf,
     count: c_int,
@@ -53,7 +53,7 @@ pub unsafe extern "C" fn MPI_Send(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Isend"]
 pub unsafe extern "C" fn MPI_Isend(
     buf: UserBuf,
     count: c_int,
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn MPI_Isend(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Ssend"]
 pub unsafe extern "C" fn MPI_Ssend(
     buf: UserBuf,
     count: c_int,
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn MPI_Ssend(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Issend"]
 pub unsafe extern "C" fn MPI_Issend(
     buf: UserBuf,
     count: c_int,
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn MPI_Issend(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Rsend"]
 pub unsafe extern "C" fn MPI_Rsend(
     buf: UserBuf,
     count: c_int,
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn MPI_Rsend(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Irsend"]
 pub unsafe extern "C" fn MPI_Irsend(
     buf: UserBuf,
     count: c_int,
@@ -153,7 +153,7 @@ pub unsafe extern "C" fn MPI_Irsend(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Bsend"]
 pub unsafe extern "C" fn MPI_Bsend(
     buf: UserBuf,
     count: c_int,
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn MPI_Bsend(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ibsend"]
 pub unsafe extern "C" fn MPI_Ibsend(
     buf: UserBuf,
     count: c_int,
@@ -193,7 +193,7 @@ pub unsafe extern "C" fn MPI_Ibsend(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call;
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Recv"]
 pub unsafe extern "C" fn MPI_Recv(
     buf: UserBuf,
     count: c_int,
@@ -262,7 +262,7 @@ fn truncation(st: Status) -> MpiResult<()> {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Irecv"]
 pub unsafe extern "C" fn MPI_Irecv(
     buf: UserBuf,
     count: c_int,
@@ -280,7 +280,7 @@ pub unsafe extern "C" fn MPI_Irecv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Sendrecv"]
 pub unsafe extern "C" fn MPI_Sendrecv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -318,7 +318,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call;
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Sendrecv_replace"]
 pub unsafe extern "C" fn MPI_Sendrecv_replace(
     buf: UserBuf,
     count: c_int,
@@ -346,7 +346,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Wait"]
 pub unsafe extern "C" fn MPI_Wait(request: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Wait", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
@@ -362,7 +362,7 @@ pub unsafe extern "C" fn MPI_Wait(request: Out<'_, c_int>, status: StatusOut<'_>
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`, `flag`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Test"]
 pub unsafe extern "C" fn MPI_Test(
     request: Out<'_, c_int>,
     flag: Out<'_, c_int>,
@@ -410,7 +410,7 @@ fn complete_ready(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`: null or writable for the call (arrays as long as the counts say);
 /// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Waitall"]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
     requests: Out<'_, c_int>,
@@ -451,7 +451,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`, `flag`: null or writable for the call (arrays as long as the counts say);
 /// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Testall"]
 pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
     requests: Out<'_, c_int>,
@@ -500,7 +500,7 @@ fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`, `index`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Waitany"]
 pub unsafe extern "C" fn MPI_Waitany(
     count: c_int,
     requests: Out<'_, c_int>,
@@ -536,7 +536,7 @@ pub unsafe extern "C" fn MPI_Waitany(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`, `index`, `flag`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Testany"]
 pub unsafe extern "C" fn MPI_Testany(
     count: c_int,
     requests: Out<'_, c_int>,
@@ -619,7 +619,7 @@ fn some(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
 /// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Waitsome"]
 pub unsafe extern "C" fn MPI_Waitsome(
     incount: c_int,
     requests: Out<'_, c_int>,
@@ -635,7 +635,7 @@ pub unsafe extern "C" fn MPI_Waitsome(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
 /// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Testsome"]
 pub unsafe extern "C" fn MPI_Testsome(
     incount: c_int,
     requests: Out<'_, c_int>,
@@ -650,7 +650,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Probe"]
 pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: StatusOut<'_>) -> c_int {
     call("MPI_Probe", comm, |s| {
         let mut found = None;
@@ -667,7 +667,7 @@ pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, statu
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Iprobe"]
 pub unsafe extern "C" fn MPI_Iprobe(
     source: c_int,
     tag: c_int,
@@ -694,7 +694,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cancel"]
 pub unsafe extern "C" fn MPI_Cancel(request: Out<'_, c_int>) -> c_int {
     call("MPI_Cancel", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
@@ -723,7 +723,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: Out<'_, c_int>) -> c_int {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `flag`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Test_cancelled"]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Test_cancelled", MPI_COMM_WORLD, |_| {
         let st = ffi::read(status, "status")?;
@@ -735,7 +735,7 @@ pub unsafe extern "C" fn MPI_Test_cancelled(status: In<'_, CStatus>, flag: Out<'
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Request_free"]
 pub unsafe extern "C" fn MPI_Request_free(request: Out<'_, c_int>) -> c_int {
     call("MPI_Request_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
@@ -764,7 +764,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: Out<'_, c_int>) -> c_int {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `flag`: null or writable for the call (arrays as long as the counts say);
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Request_get_status"]
 pub unsafe extern "C" fn MPI_Request_get_status(
     request: c_int,
     flag: Out<'_, c_int>,
@@ -813,7 +813,7 @@ fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, fun
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `count`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_count"]
 pub unsafe extern "C" fn MPI_Get_count(
     status: In<'_, CStatus>,
     datatype: c_int,
@@ -827,7 +827,7 @@ pub unsafe extern "C" fn MPI_Get_count(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `count`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_elements"]
 pub unsafe extern "C" fn MPI_Get_elements(
     status: In<'_, CStatus>,
     datatype: c_int,
@@ -840,7 +840,7 @@ pub unsafe extern "C" fn MPI_Get_elements(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buffer`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Buffer_attach"]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", MPI_COMM_WORLD, |s| {
         s.attached = Some((buffer as usize, size));
@@ -853,7 +853,7 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `size`: null or writable for the call; `buffer`: null or writable for one `void *` for the
 /// call (declared `void *`, used as `void **`).
-#[no_mangle]
+#[export_name = "PMPI_Buffer_detach"]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: Out<'_, c_int>) -> c_int {
     call("MPI_Buffer_detach", MPI_COMM_WORLD, |s| {
         let (addr, n) = s.attached.take().unwrap_or((0, 0));
@@ -870,7 +870,7 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: Out<'_, c_
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Isendrecv"]
 pub unsafe extern "C" fn MPI_Isendrecv(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -906,7 +906,7 @@ pub unsafe extern "C" fn MPI_Isendrecv(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Isendrecv_replace"]
 pub unsafe extern "C" fn MPI_Isendrecv_replace(
     buf: UserBuf,
     count: c_int,
@@ -933,7 +933,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Send_c"]
 pub unsafe extern "C" fn MPI_Send_c(
     buf: UserBuf,
     count: c_long,
@@ -949,7 +949,7 @@ pub unsafe extern "C" fn MPI_Send_c(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Ssend_c"]
 pub unsafe extern "C" fn MPI_Ssend_c(
     buf: UserBuf,
     count: c_long,
@@ -965,7 +965,7 @@ pub unsafe extern "C" fn MPI_Ssend_c(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Rsend_c"]
 pub unsafe extern "C" fn MPI_Rsend_c(
     buf: UserBuf,
     count: c_long,
@@ -981,7 +981,7 @@ pub unsafe extern "C" fn MPI_Rsend_c(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Bsend_c"]
 pub unsafe extern "C" fn MPI_Bsend_c(
     buf: UserBuf,
     count: c_long,
@@ -998,7 +998,7 @@ pub unsafe extern "C" fn MPI_Bsend_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Isend_c"]
 pub unsafe extern "C" fn MPI_Isend_c(
     buf: UserBuf,
     count: c_long,
@@ -1016,7 +1016,7 @@ pub unsafe extern "C" fn MPI_Isend_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Issend_c"]
 pub unsafe extern "C" fn MPI_Issend_c(
     buf: UserBuf,
     count: c_long,
@@ -1034,7 +1034,7 @@ pub unsafe extern "C" fn MPI_Issend_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Irsend_c"]
 pub unsafe extern "C" fn MPI_Irsend_c(
     buf: UserBuf,
     count: c_long,
@@ -1052,7 +1052,7 @@ pub unsafe extern "C" fn MPI_Irsend_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ibsend_c"]
 pub unsafe extern "C" fn MPI_Ibsend_c(
     buf: UserBuf,
     count: c_long,
@@ -1070,7 +1070,7 @@ pub unsafe extern "C" fn MPI_Ibsend_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, for the call;
 /// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[no_mangle]
+#[export_name = "PMPI_Recv_c"]
 pub unsafe extern "C" fn MPI_Recv_c(
     buf: UserBuf,
     count: c_long,
@@ -1088,7 +1088,7 @@ pub unsafe extern "C" fn MPI_Recv_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Irecv_c"]
 pub unsafe extern "C" fn MPI_Irecv_c(
     buf: UserBuf,
     count: c_long,
@@ -1120,7 +1120,7 @@ fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `count`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_count_c"]
 pub unsafe extern "C" fn MPI_Get_count_c(
     status: In<'_, CStatus>,
     datatype: c_int,
@@ -1134,7 +1134,7 @@ pub unsafe extern "C" fn MPI_Get_count_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `count`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_elements_c"]
 pub unsafe extern "C" fn MPI_Get_elements_c(
     status: In<'_, CStatus>,
     datatype: c_int,
@@ -1148,7 +1148,7 @@ pub unsafe extern "C" fn MPI_Get_elements_c(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or readable for the call (arrays as long as the counts say);
 /// `count`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Get_elements_x"]
 pub unsafe extern "C" fn MPI_Get_elements_x(
     status: In<'_, CStatus>,
     datatype: c_int,

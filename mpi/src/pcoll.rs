@@ -26,7 +26,7 @@ fn coll_init(
 /// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
 /// displacement and datatype arrays) until the request is freed:
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Barrier_init"]
 pub unsafe extern "C" fn MPI_Barrier_init(comm: c_int, _info: c_int, request: Out<'_, c_int>) -> c_int {
     coll_init("MPI_Barrier_init", comm, request, move || MPI_Barrier(comm))
 }
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn MPI_Barrier_init(comm: c_int, _info: c_int, request: Ou
 /// displacement and datatype arrays) until the request is freed:
 /// `buf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Bcast_init"]
 pub unsafe extern "C" fn MPI_Bcast_init(
     buf: UserBuf,
     count: c_int,
@@ -60,7 +60,7 @@ pub unsafe extern "C" fn MPI_Bcast_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Reduce_init"]
 pub unsafe extern "C" fn MPI_Reduce_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn MPI_Reduce_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Allreduce_init"]
 pub unsafe extern "C" fn MPI_Allreduce_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn MPI_Allreduce_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Scan_init"]
 pub unsafe extern "C" fn MPI_Scan_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -133,7 +133,7 @@ pub unsafe extern "C" fn MPI_Scan_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Exscan_init"]
 pub unsafe extern "C" fn MPI_Exscan_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn MPI_Exscan_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Reduce_scatter_block_init"]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `recvcounts`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Reduce_scatter_init"]
 pub unsafe extern "C" fn MPI_Reduce_scatter_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Gather_init"]
 pub unsafe extern "C" fn MPI_Gather_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn MPI_Gather_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Gatherv_init"]
 pub unsafe extern "C" fn MPI_Gatherv_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -275,7 +275,7 @@ pub unsafe extern "C" fn MPI_Gatherv_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Scatter_init"]
 pub unsafe extern "C" fn MPI_Scatter_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -302,7 +302,7 @@ pub unsafe extern "C" fn MPI_Scatter_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Scatterv_init"]
 pub unsafe extern "C" fn MPI_Scatterv_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn MPI_Scatterv_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Allgather_init"]
 pub unsafe extern "C" fn MPI_Allgather_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -369,7 +369,7 @@ pub unsafe extern "C" fn MPI_Allgather_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Allgatherv_init"]
 pub unsafe extern "C" fn MPI_Allgatherv_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -408,7 +408,7 @@ pub unsafe extern "C" fn MPI_Allgatherv_init(
 /// displacement and datatype arrays) until the request is freed:
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Alltoall_init"]
 pub unsafe extern "C" fn MPI_Alltoall_init(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -434,7 +434,7 @@ pub unsafe extern "C" fn MPI_Alltoall_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Alltoallv_init"]
 pub unsafe extern "C" fn MPI_Alltoallv_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
@@ -478,7 +478,7 @@ pub unsafe extern "C" fn MPI_Alltoallv_init(
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
 /// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say);
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Alltoallw_init"]
 pub unsafe extern "C" fn MPI_Alltoallw_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,

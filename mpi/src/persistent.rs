@@ -140,7 +140,7 @@ macro_rules! send_init {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Send_init"]
 pub unsafe extern "C" fn MPI_Send_init(
     buf: UserBuf,
     count: c_int,
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn MPI_Send_init(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Ssend_init"]
 pub unsafe extern "C" fn MPI_Ssend_init(
     buf: UserBuf,
     count: c_int,
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn MPI_Ssend_init(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Rsend_init"]
 pub unsafe extern "C" fn MPI_Rsend_init(
     buf: UserBuf,
     count: c_int,
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn MPI_Rsend_init(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Bsend_init"]
 pub unsafe extern "C" fn MPI_Bsend_init(
     buf: UserBuf,
     count: c_int,
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn MPI_Bsend_init(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Recv_init"]
 pub unsafe extern "C" fn MPI_Recv_init(
     buf: UserBuf,
     count: c_int,
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Start"]
 pub unsafe extern "C" fn MPI_Start(request: Out<'_, c_int>) -> c_int {
     start_all("MPI_Start", 1, request)
 }
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn MPI_Start(request: Out<'_, c_int>) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `requests`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Startall"]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: Out<'_, c_int>) -> c_int {
     start_all("MPI_Startall", count, requests)
 }
@@ -285,7 +285,7 @@ fn start_all(function: &str, count: c_int, requests: Out<'_, c_int>) -> c_int {
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `request`: null or writable for the call (arrays as long as the counts say);
 /// `extra_state`: opaque, never dereferenced here.
-#[no_mangle]
+#[export_name = "PMPI_Grequest_start"]
 pub unsafe extern "C" fn MPI_Grequest_start(
     query: Option<QueryFn>,
     free: Option<FreeFn>,
@@ -300,7 +300,7 @@ pub unsafe extern "C" fn MPI_Grequest_start(
     })
 }
 
-#[no_mangle]
+#[export_name = "PMPI_Grequest_complete"]
 pub extern "C" fn MPI_Grequest_complete(request: c_int) -> c_int {
     call("MPI_Grequest_complete", MPI_COMM_WORLD, |s| match s.requests.get_mut(request) {
         Some(Request::Generalized(g)) => {
@@ -318,7 +318,7 @@ pub extern "C" fn MPI_Grequest_complete(request: c_int) -> c_int {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: a status, readable and writable for the call.
-#[no_mangle]
+#[export_name = "PMPI_Status_set_cancelled"]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: Out<'_, CStatus>, flag: c_int) -> c_int {
     let set = || -> MpiResult<()> {
         let mut st = ffi::read(status, "status")?;
@@ -346,7 +346,7 @@ fn set_elements(status: Out<'_, CStatus>, datatype: c_int, count: i64) -> c_int 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: a status, readable and writable for the call.
-#[no_mangle]
+#[export_name = "PMPI_Status_set_elements"]
 pub unsafe extern "C" fn MPI_Status_set_elements(
     status: Out<'_, CStatus>,
     datatype: c_int,
@@ -359,7 +359,7 @@ pub unsafe extern "C" fn MPI_Status_set_elements(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: a status, readable and writable for the call.
-#[no_mangle]
+#[export_name = "PMPI_Status_set_elements_x"]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(
     status: Out<'_, CStatus>,
     datatype: c_int,

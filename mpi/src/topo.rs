@@ -155,7 +155,7 @@ impl State {
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `dims`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Dims_create"]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: Out<'_, c_int>) -> c_int {
     call("MPI_Dims_create", MPI_COMM_WORLD, |_| {
         let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: Out<
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `dims`, `periods`: null or readable for the call (arrays as long as the counts say);
 /// `comm_cart`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_create"]
 pub unsafe extern "C" fn MPI_Cart_create(
     comm_old: c_int,
     ndims: c_int,
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn MPI_Cart_create(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `status`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Topo_test"]
 pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c_int {
     call("MPI_Topo_test", comm, |s| {
         s.comm(comm)?;
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `ndims`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cartdim_get"]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: Out<'_, c_int>) -> c_int {
     call("MPI_Cartdim_get", comm, |s| ffi::out(ndims, s.cart(comm)?.dims.len() as c_int, "ndims"))
 }
@@ -233,7 +233,7 @@ pub unsafe extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: Out<'_, c_int>) -> 
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `dims`, `periods`, `coords`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_get"]
 pub unsafe extern "C" fn MPI_Cart_get(
     comm: c_int,
     maxdims: c_int,
@@ -263,7 +263,7 @@ pub unsafe extern "C" fn MPI_Cart_get(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `coords`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_coords"]
 pub unsafe extern "C" fn MPI_Cart_coords(
     comm: c_int,
     rank: c_int,
@@ -291,7 +291,7 @@ pub unsafe extern "C" fn MPI_Cart_coords(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `coords`: null or readable for the call (arrays as long as the counts say);
 /// `rank`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_rank"]
 pub unsafe extern "C" fn MPI_Cart_rank(comm: c_int, coords: In<'_, c_int>, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Cart_rank", comm, |s| {
         let cart = s.cart(comm)?;
@@ -308,7 +308,7 @@ pub unsafe extern "C" fn MPI_Cart_rank(comm: c_int, coords: In<'_, c_int>, rank:
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `source`, `dest`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_shift"]
 pub unsafe extern "C" fn MPI_Cart_shift(
     comm: c_int,
     direction: c_int,
@@ -336,7 +336,7 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `remain_dims`: null or readable for the call (arrays as long as the counts say);
 /// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[no_mangle]
+#[export_name = "PMPI_Cart_sub"]
 pub unsafe extern "C" fn MPI_Cart_sub(
     comm: c_int,
     remain_dims: In<'_, c_int>,
@@ -370,7 +370,7 @@ pub unsafe extern "C" fn MPI_Cart_sub(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Neighbor_alltoall"]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
@@ -398,7 +398,7 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoall(
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
 /// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[no_mangle]
+#[export_name = "PMPI_Neighbor_allgather"]
 pub unsafe extern "C" fn MPI_Neighbor_allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
