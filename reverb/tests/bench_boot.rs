@@ -88,5 +88,5 @@ fn one_host_and_two_simulated_hosts() {
 fn refuses_a_job_without_peers() {
     let (ok, _, err) = bench_boot(&["--ranks", "1"]);
     assert!(!ok);
-    assert!(err.contains("at least 2 ranks"), "{err}");
+    assert!(err.contains("--ranks") && err.contains("not in 2..="), "{err}");
 }
