@@ -111,7 +111,7 @@ fn csv_and_plot() {
 fn refuses_a_job_without_peers() {
     let (ok, _, err) = bench_mem(&["--ranks", "1"]);
     assert!(!ok);
-    assert!(err.contains("at least 2 ranks"), "{err}");
+    assert!(err.contains("--ranks") && err.contains("not in 2..="), "{err}");
 }
 
 #[test]
