@@ -88,6 +88,8 @@ pub static BOUNDS: &[(&str, Bound)] = &[
     ("REVERB_TEST_SEED", b(0, u64::MAX)),
     ("REVERB_CHAOS_TRIALS", b(1, 1_000_000)),
     ("REVERB_CHAOS_SEED", b(0, u64::MAX)),
+    ("REVERB_CHAOS_JOBS", b(1, 64)),
+    ("REVERB_CHAOS_TIMEOUT", b(1, 86_400)),
     ("REVERB_SLURM_CPUS", b(1, 4096)),
     ("REVERB_SLURM_TIMEOUT", b(1, 86_400)),
 ];

@@ -23,7 +23,6 @@ mod segment;
 mod share;
 mod traffic;
 
-
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{fence, Ordering};
