@@ -5,11 +5,10 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use reverb_transport::{
-    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank, TransportError,
-};
+use reverb_transport::spinwait::SpinWait;
+use reverb_transport::{Bootstrap, Capabilities, Completion, JobInfo, OpId, Owner, Provider, Rank};
 
 use super::delivery::Arrived;
 use super::passthrough::LentSends;
@@ -516,16 +515,16 @@ impl LoggedEndpoint {
 
     /// Waits until every message sent (or re-sent) has left this rank, progressing meanwhile.
     pub fn wait_sends(&mut self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
+        let mut wait = SpinWait::new(self.provider.config(), timeout);
         loop {
             self.progress()?;
             if self.sends_in_flight == 0 {
                 return Ok(());
             }
-            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            self.provider.wait_until(self.owner, left, &mut |cq| {
-                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { .. }))
-            })?;
+            wait.busy()?;
+            // Any completion: `progress` takes receives too, and one left queued would keep
+            // the provider's `block` from sleeping.
+            self.provider.wait_with(self.owner, &mut wait, &mut |cq| !cq.is_empty())?;
         }
     }
 
