@@ -30,6 +30,9 @@ pub struct SpinWait {
     oversubscribed: bool,
     /// Rounds left before the next clock read.
     unclocked: u32,
+    /// `busy` rounds left before its next clock read (its own count: it leaves the idle
+    /// rounds' cadence alone).
+    busy_unclocked: u32,
     /// When the last `Sleep` was handed out (time since `start`), until the clock is read.
     asleep_at: Option<Duration>,
 }
@@ -55,6 +58,7 @@ impl SpinWait {
             spin: config.spin,
             oversubscribed,
             unclocked: if sleeps_first { 0 } else { CLOCK_EVERY - 1 },
+            busy_unclocked: CLOCK_EVERY - 1,
             asleep_at: None,
         }
     }
@@ -106,11 +110,11 @@ impl SpinWait {
         if self.timeout.is_zero() {
             return Err(TransportError::Timeout(self.timeout));
         }
-        if self.unclocked > 0 {
-            self.unclocked -= 1;
+        if self.busy_unclocked > 0 {
+            self.busy_unclocked -= 1;
             return Ok(());
         }
-        self.unclocked = CLOCK_EVERY - 1;
+        self.busy_unclocked = CLOCK_EVERY - 1;
         let elapsed = self.start.get_or_insert_with(Instant::now).elapsed();
         if elapsed >= self.timeout {
             return Err(TransportError::Timeout(self.timeout));
@@ -265,6 +269,13 @@ mod tests {
         assert!(took >= Duration::from_millis(10) && took < Duration::from_secs(5), "{took:?}");
         let mut zero = SpinWait::new(&config(WaitMode::Poll, Duration::ZERO, false), Duration::ZERO);
         assert!(zero.busy().is_err());
+        // Event mode still sleeps at its first idle round after busy ones.
+        let mut event =
+            SpinWait::new(&config(WaitMode::Event, Duration::ZERO, false), Duration::from_secs(5));
+        for _ in 0..CLOCK_EVERY * 2 {
+            event.busy().unwrap();
+        }
+        assert!(matches!(event.idle(), Ok(Idle::Sleep(_))));
     }
 
     #[test]

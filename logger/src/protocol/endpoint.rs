@@ -7,8 +7,10 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use reverb_transport::spinwait::SpinWait;
-use reverb_transport::{Bootstrap, Capabilities, Completion, JobInfo, OpId, Owner, Provider, Rank};
+use reverb_transport::spinwait::{Idle, SpinWait};
+use reverb_transport::{
+    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank,
+};
 
 use super::delivery::Arrived;
 use super::passthrough::LentSends;
@@ -522,9 +524,30 @@ impl LoggedEndpoint {
                 return Ok(());
             }
             wait.busy()?;
-            // Any completion: `progress` takes receives too, and one left queued would keep
-            // the provider's `block` from sleeping.
-            self.provider.wait_with(self.owner, &mut wait, &mut |cq| !cq.is_empty())?;
+            self.await_own(&mut wait, |k| matches!(k, CompletionKind::Send { .. }))?;
+        }
+    }
+
+    /// One leg of a longer wait: progresses, spinning or sleeping as `wait` says, until this
+    /// endpoint's queue holds a completion `wanted` takes, or holds any at all when the wait
+    /// would sleep: one left queued (a send's, in a receive) makes the provider's `block`
+    /// return at once, so the caller drains it first.
+    pub(super) fn await_own(
+        &mut self,
+        wait: &mut SpinWait,
+        wanted: impl Fn(&CompletionKind) -> bool,
+    ) -> Result<()> {
+        loop {
+            self.provider.progress()?;
+            if self.provider.completions_of(self.owner).iter().any(|c| wanted(&c.kind)) {
+                return Ok(());
+            }
+            if let Idle::Sleep(slice) = wait.idle()? {
+                if !self.provider.completions_of(self.owner).is_empty() {
+                    return Ok(());
+                }
+                self.provider.block(slice)?;
+            }
         }
     }
 

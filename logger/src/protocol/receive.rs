@@ -85,9 +85,7 @@ impl LoggedEndpoint {
             self.background(rounds >= IDLE_ROUNDS)?;
             // Bounded even while arrivals for other receives keep coming.
             wait.busy()?;
-            // Any completion ends this leg, a send's too: one left queued would make the
-            // provider's `block` return at once, and the wait spin instead of sleeping.
-            self.provider.wait_with(self.owner, &mut wait, &mut |cq| !cq.is_empty())?;
+            self.await_own(&mut wait, |k| matches!(k, CompletionKind::Recv { .. }))?;
         }
     }
 
