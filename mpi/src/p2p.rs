@@ -95,15 +95,15 @@ pub struct SendArgs {
     pub comm: c_int,
 }
 
+/// Longest sleep of an MPI wait between two looks: what completes a request without an
+/// arrival (MPI_Grequest_complete on another thread) wakes no one.
+const WAIT_NAP: Duration = Duration::from_millis(1);
+
 /// The smallest send whose bytes are lent (`SendMode::Lent`). Above MPICH's shared-memory
 /// eager limit (64 KiB), so a program whose blocking sends up to it rely on being buffered (as
 /// they are on MPICH) never waits on its receiver here; and where a cross-memory read beats
 /// the staged copy (measured on shm: 64 KiB ping-pong 8.1 us staged, 9.8 us read in place;
 /// 1 MiB streamed 7.4 GB/s staged, 19 GB/s in place with both ends copying).
-/// Longest sleep of an MPI wait between two looks: what completes a request without an
-/// arrival (MPI_Grequest_complete on another thread) wakes no one.
-const WAIT_NAP: Duration = Duration::from_millis(1);
-
 const LENT_MIN: usize = 256 << 10;
 
 /// How a send hands its bytes over.
