@@ -30,9 +30,13 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
+use reverb_transport::spinwait::{Idle, SpinWait};
 
 use crate::determinant::Determinant;
 use crate::error::{LogError, Result};
+
+/// Longest sleep of a wait on the consumer: the logger core drains within microseconds.
+const CONSUMER_NAP: Duration = Duration::from_micros(50);
 
 const MAGIC: u64 = 0x5245_5645_5244_5131; // "REVERDQ1"
 const VERSION: u64 = 1;
@@ -209,6 +213,18 @@ impl DetQueue {
         )
     }
 
+    /// Waits until the consumer has taken every entry below `index` (`start >= index`),
+    /// spinning or napping as `wait` says (the consumer is another process: no event to sleep
+    /// on). `Timeout` at `wait`'s bound.
+    pub fn wait_taken(&self, index: u64, wait: &mut SpinWait) -> Result<()> {
+        while self.word(OFF_START).load(Ordering::Acquire) < index {
+            if let Idle::Sleep(slice) = wait.idle()? {
+                std::thread::sleep(slice.min(CONSUMER_NAP));
+            }
+        }
+        Ok(())
+    }
+
     /// Alg 22 ADD: reserves the next entry, fills it, then publishes in reservation order.
     /// Returns the entry's index; `QueueFull` means nothing was reserved (back off and retry).
     pub fn push(&self, det: &Determinant) -> Result<u64> {
@@ -231,14 +247,16 @@ impl DetQueue {
         }
         // Publish in order: wait until every earlier reservation is published.
         let end = self.word(OFF_END);
-        let deadline = Instant::now() + self.stall_timeout;
+        // Read at the first yield: a push that never waits reads no clock.
+        let mut deadline = None;
         let mut spins = 0u32;
         while end.load(Ordering::Acquire) != index {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
                 // Another producer may be descheduled between reserve and publish: let it run.
                 std::thread::yield_now();
-                if Instant::now() > deadline {
+                let now = Instant::now();
+                if now > *deadline.get_or_insert(now + self.stall_timeout) {
                     return Err(LogError::QueueStalled { index: end.load(Ordering::Acquire) });
                 }
             } else {

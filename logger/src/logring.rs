@@ -20,8 +20,9 @@
 //! starts from a tail whose bytes were overwritten.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use reverb_transport::spinwait::SpinWait;
 use reverb_transport::{Access, OpId, Owner, Provider, Region, RemoteRegion, Rma, Signal, TransportError};
 
 use crate::determinant::Determinant;
@@ -450,14 +451,14 @@ impl LogRingWriter {
         timeout: Duration,
         done: impl Fn(&Self) -> bool,
     ) -> Result<()> {
-        let start = Instant::now();
+        let mut wait = SpinWait::new(provider.config(), timeout);
         loop {
             self.poll(provider)?;
             if done(self) {
                 return Ok(());
             }
-            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            provider.wait_until(self.owner, left, &mut |cq| !cq.is_empty())?;
+            wait.busy()?;
+            provider.wait_with(self.owner, &mut wait, &mut |cq| !cq.is_empty())?;
         }
     }
 

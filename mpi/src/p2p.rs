@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::ffi::c_int;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reverb_runtime::Received;
 use reverb_transport::{OpId, Source, TagMatch};
@@ -94,6 +94,10 @@ pub struct SendArgs {
     pub tag: c_int,
     pub comm: c_int,
 }
+
+/// Longest sleep of an MPI wait between two looks: what completes a request without an
+/// arrival (MPI_Grequest_complete on another thread) wakes no one.
+const WAIT_NAP: Duration = Duration::from_millis(1);
 
 /// The smallest send whose bytes are lent (`SendMode::Lent`). Above MPICH's shared-memory
 /// eager limit (64 KiB), so a program whose blocking sends up to it rely on being buffered (as
@@ -479,29 +483,22 @@ impl State {
         mut done: impl FnMut(&mut State) -> MpiResult<bool>,
     ) -> MpiResult<()> {
         let bound = self.rt.config().recv_timeout;
-        let mut last = Instant::now();
-        let mut idle = 0u32;
+        // Spins, yields or sleeps as REVERB_WAIT_MODE says; a fresh wait (no clock read) at
+        // each progress made.
+        let mut wait = self.rt.spin_wait(bound)?;
         loop {
             if done(self)? {
                 return Ok(());
             }
             if self.progress()? {
-                last = Instant::now();
-                idle = 0;
+                wait = self.rt.spin_wait(bound)?;
                 continue;
             }
-            if last.elapsed() > bound {
+            if !self.rt.idle(&mut wait, WAIT_NAP)? {
                 return Err(MpiError::new(
                     MPI_ERR_OTHER,
                     format!("{what}: nothing arrived within {bound:?}"),
                 ));
-            }
-            idle += 1;
-            // Other ranks may share the cores: give them way, and sleep once long idle.
-            if idle < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
             }
         }
     }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use reverb_logger::error::{LogError, Result as LogResult};
 use reverb_logger::{DeliveredFrame, Landing, LoggedEndpoint, Received as LogReceived};
+use reverb_transport::spinwait::{Idle, SpinWait};
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch, TransportError};
 
 use super::detection::dead_peer_in;
@@ -12,6 +13,28 @@ use super::fault::Here;
 use super::{Message, Payload, Received, Runtime};
 
 impl Runtime {
+    /// A wait bounded by `timeout` that spins, yields or sleeps as the transport's
+    /// `REVERB_WAIT_MODE` says (and whether the job oversubscribes its host): for a layer's
+    /// own wait loop around [`Runtime::poll`] (MPI_Wait), with [`Runtime::idle`] after each
+    /// round that found nothing.
+    pub fn spin_wait(&mut self, timeout: Duration) -> Result<SpinWait> {
+        Ok(SpinWait::new(self.endpoint()?.provider().config(), timeout))
+    }
+
+    /// After a round of a `spin_wait` wait that found nothing: spins, or sleeps on the
+    /// transport (an arrival wakes it) at most `nap`. `Ok(false)` once the wait's bound passed.
+    /// A dead peer found while asleep is left to the next `poll`, which recovers it.
+    pub fn idle(&mut self, wait: &mut SpinWait, nap: Duration) -> Result<bool> {
+        match wait.idle() {
+            Ok(Idle::Spin) => Ok(true),
+            Ok(Idle::Sleep(slice)) => match self.endpoint()?.provider().block(slice.min(nap)) {
+                Ok(()) | Err(TransportError::PeerDead(_)) => Ok(true),
+                Err(e) => Err(e.into()),
+            },
+            Err(_) => Ok(false),
+        }
+    }
+
     /// Sends `payload` to `dest` under `tag`. A dead destination is recovered first when
     /// found here; the message is in the sender log and is resent to the restarted rank.
     pub(super) fn send_now(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<()> {

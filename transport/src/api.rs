@@ -778,6 +778,18 @@ pub trait Provider: Send {
         ready: &mut dyn FnMut(&VecDeque<Completion>) -> bool,
     ) -> Result<()> {
         let mut wait = SpinWait::new(self.config(), timeout);
+        self.wait_with(owner, &mut wait, ready)
+    }
+
+    /// `wait_until` as one leg of a caller's longer wait: `wait` carries its bound, its clock
+    /// and how long it has spun across the legs (a loop that calls `wait_until` per round
+    /// would spin its hybrid budget again, and read the clock, every round).
+    fn wait_with(
+        &mut self,
+        owner: Owner,
+        wait: &mut SpinWait,
+        ready: &mut dyn FnMut(&VecDeque<Completion>) -> bool,
+    ) -> Result<()> {
         loop {
             self.progress()?;
             if ready(self.completions_of(owner)) {

@@ -92,6 +92,10 @@ const INITIAL_OPENS_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
     let entry = providers::entry(config.provider)
         .ok_or_else(|| TransportError::Config(format!("provider {} is not registered", config.provider)))?;
+    let single_host = [ProviderKind::SHM, ProviderKind::LOOPBACK].contains(&config.provider);
+    let mut config = config.clone();
+    config.oversubscribed = spinwait::oversubscribed(spinwait::ranks_on_host(boot.job(), single_host));
+    let config = &config;
     if boot.job().incarnation > 0 {
         recovery::await_initial_opens(boot, INITIAL_OPENS_WAIT)?;
         (entry.rejoin)(config, boot)

@@ -5,9 +5,8 @@
 //! what is piggybacked to them (detLog). Delivery never waits for a log write. The
 //! bookkeeping is [`CausalState`]; this file connects it to the endpoint's paths.
 
-use std::time::Instant;
-
-use reverb_transport::{Rank, TransportError};
+use reverb_transport::spinwait::SpinWait;
+use reverb_transport::Rank;
 
 use super::registry::{ProtocolEntry, ProtocolSetup};
 use super::{
@@ -145,17 +144,11 @@ impl Causal {
 
     /// The node queue is shared: other ranks keep pushing, so wait for this rank's own last
     /// entry only.
-    fn wait_queue_passed(&self, io: &LogIo<'_>, start: Instant) -> Result<()> {
-        let timeout = io.config.durable_timeout;
-        if let (DeterminantSink::NodeQueue(queue), Some(last)) = (io.sink, self.state.last_ticket()) {
-            while queue.indices().0 < last {
-                if start.elapsed() > timeout {
-                    return Err(LogError::Transport(TransportError::Timeout(timeout)));
-                }
-                std::thread::yield_now();
-            }
+    fn wait_queue_passed(&self, io: &LogIo<'_>, wait: &mut SpinWait) -> Result<()> {
+        match (io.sink, self.state.last_ticket()) {
+            (DeterminantSink::NodeQueue(queue), Some(last)) => queue.wait_taken(last, wait),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -249,12 +242,12 @@ impl LogProtocol for Causal {
     /// Rounds while the backlog shrinks: the queue frees as the logger core drains it; a full
     /// ring frees only at a checkpoint.
     fn flush_writes(&mut self, io: &mut LogIo<'_>) -> Result<()> {
-        let start = Instant::now();
+        let mut wait = SpinWait::new(io.provider.config(), io.config.durable_timeout);
         loop {
             let before = self.state.unwritten_len();
             self.background(io, true)?;
             io.flush_ring()?;
-            self.wait_queue_passed(io, start)?;
+            self.wait_queue_passed(io, &mut wait)?;
             self.background(io, true)?;
             let after = self.state.unwritten_len();
             let settled = after == 0 && !self.state.awaiting_durable();

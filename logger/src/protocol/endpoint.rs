@@ -5,10 +5,11 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use reverb_transport::spinwait::{Idle, SpinWait};
 use reverb_transport::{
-    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank, TransportError,
+    Bootstrap, Capabilities, Completion, CompletionKind, JobInfo, OpId, Owner, Provider, Rank,
 };
 
 use super::delivery::Arrived;
@@ -516,16 +517,37 @@ impl LoggedEndpoint {
 
     /// Waits until every message sent (or re-sent) has left this rank, progressing meanwhile.
     pub fn wait_sends(&mut self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
+        let mut wait = SpinWait::new(self.provider.config(), timeout);
         loop {
             self.progress()?;
             if self.sends_in_flight == 0 {
                 return Ok(());
             }
-            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            self.provider.wait_until(self.owner, left, &mut |cq| {
-                cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { .. }))
-            })?;
+            wait.busy()?;
+            self.await_own(&mut wait, |k| matches!(k, CompletionKind::Send { .. }))?;
+        }
+    }
+
+    /// One leg of a longer wait: progresses, spinning or sleeping as `wait` says, until this
+    /// endpoint's queue holds a completion `wanted` takes, or holds any at all when the wait
+    /// would sleep: one left queued (a send's, in a receive) makes the provider's `block`
+    /// return at once, so the caller drains it first.
+    pub(super) fn await_own(
+        &mut self,
+        wait: &mut SpinWait,
+        wanted: impl Fn(&CompletionKind) -> bool,
+    ) -> Result<()> {
+        loop {
+            self.provider.progress()?;
+            if self.provider.completions_of(self.owner).iter().any(|c| wanted(&c.kind)) {
+                return Ok(());
+            }
+            if let Idle::Sleep(slice) = wait.idle()? {
+                if !self.provider.completions_of(self.owner).is_empty() {
+                    return Ok(());
+                }
+                self.provider.block(slice)?;
+            }
         }
     }
 

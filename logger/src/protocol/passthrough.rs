@@ -111,14 +111,14 @@ impl LoggedEndpoint {
     /// Waits, at most `timeout`, until lent send `op` has left: progressing, spinning, then
     /// sleeping on the provider as its wait mode says. `Timeout` if it has not.
     pub fn wait_lent(&mut self, op: OpId, timeout: Duration) -> Result<()> {
-        let start = std::time::Instant::now();
+        let mut wait = SpinWait::new(self.provider.config(), timeout);
         loop {
             self.provider.progress()?;
             if self.lent_sent(op)? {
                 return Ok(());
             }
-            let left = timeout.checked_sub(start.elapsed()).ok_or(TransportError::Timeout(timeout))?;
-            self.provider.wait_until(self.owner, left, &mut |cq| {
+            wait.busy()?;
+            self.provider.wait_with(self.owner, &mut wait, &mut |cq| {
                 cq.iter().any(|c| matches!(c.kind, CompletionKind::Send { .. }))
             })?;
         }

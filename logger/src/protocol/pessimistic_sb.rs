@@ -63,7 +63,9 @@ impl LogProtocol for SenderBased {
     fn log_delivery(&mut self, io: &mut LogIo<'_>, msg: &IncomingMessage<'_>) -> Result<Pending> {
         let Some(d) = msg.determinant else { return Ok(Pending::default()) };
         match (io.sink, io.log.as_mut()) {
-            (DeterminantSink::NodeQueue(queue), _) => wait_queue_durable(queue, d, io.config, io.stats)?,
+            (DeterminantSink::NodeQueue(queue), _) => {
+                wait_queue_durable(queue, d, io.config, io.provider.config(), io.stats)?
+            }
             (DeterminantSink::BuddyRing, Some(log)) => {
                 log.record_determinant(&mut *io.provider, d, io.config, io.stats)?
             }

@@ -1,10 +1,9 @@
 //! The buddy rings: the rings a rank hosts for its clients, the writer into its own ring at
 //! its buddy, their collective set-up, and where determinants go ([`DeterminantSink`]).
 
-use std::time::Instant;
-
 use reverb_transport::codec::Writer;
-use reverb_transport::{Bootstrap, Provider, Rank, Region, RemoteRegion, TransportError};
+use reverb_transport::spinwait::SpinWait;
+use reverb_transport::{Bootstrap, Provider, Rank, Region, RemoteRegion, TransportConfig};
 
 use super::config::LogConfig;
 use crate::buddy::BuddyMap;
@@ -248,6 +247,7 @@ pub(super) fn wait_queue_durable(
     queue: &DetQueue,
     det: Determinant,
     config: &LogConfig,
+    transport: &TransportConfig,
     stats: &LogStats,
 ) -> Result<()> {
     let index = match queue.push(&det) {
@@ -260,14 +260,8 @@ pub(super) fn wait_queue_durable(
     };
     LogStats::bump(&stats.determinants_logged, 1);
     LogStats::bump(&stats.determinant_writes, 1);
-    let start = Instant::now();
-    while queue.indices().0 <= index {
-        if start.elapsed() > config.durable_timeout {
-            return Err(LogError::Transport(TransportError::Timeout(config.durable_timeout)));
-        }
-        std::thread::yield_now();
-    }
-    Ok(())
+    let mut wait = SpinWait::new(transport, config.durable_timeout);
+    queue.wait_taken(index + 1, &mut wait)
 }
 
 #[cfg(test)]

@@ -66,15 +66,16 @@ macro_rules! via {
 
 /// Opens the provider of a job: the shm provider itself when every rank shares this host (one
 /// allgather of host identities says so), an [`AutoProvider`] otherwise.
-pub fn open(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
+pub fn open(mut config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dyn Provider>> {
     let hosts = HostMap::gather(boot, &HostId::configured(&config))?;
+    let me = boot.job().rank;
+    let local: Vec<bool> = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
+    config.oversubscribed = on_this_host(&local);
     if hosts.hosts() <= 1 {
         return Ok(Box::new(ShmProvider::open(config, boot)?));
     }
     let flags = boot.allgather(&[u8::from(net::verbs_usable(&config))])?;
     let kind = net::choose(&config, flags.iter().all(|f| f[..] == [1]))?;
-    let me = boot.job().rank;
-    let local = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
     Ok(Box::new(AutoProvider::build(config, boot, local, kind, false)?))
 }
 
@@ -96,10 +97,17 @@ pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<d
             Err(e) => tracing::warn!("auto: rank {}'s published address: {e}", entry.rank),
         }
     }
+    let mut config = config;
+    config.oversubscribed = on_this_host(&local);
     match net_kind {
         None => Ok(Box::new(ShmProvider::rejoin(config, boot)?)),
         Some(kind) => Ok(Box::new(AutoProvider::build(config, boot, local, kind, true)?)),
     }
+}
+
+/// Whether the ranks `local` marks (those on this host) outnumber this process's CPUs.
+fn on_this_host(local: &[bool]) -> bool {
+    crate::spinwait::oversubscribed(local.iter().filter(|&&l| l).count() as u32)
 }
 
 /// The `auto` [`Provider`] of one rank of a job that spans hosts (see the module doc).

@@ -81,6 +81,10 @@ pub struct TransportConfig {
     pub wait_mode: WaitMode,
     /// `REVERB_WAIT_SPIN_US`: spin time before sleeping in hybrid mode.
     pub spin: Duration,
+    /// Not a variable: set when the provider opens, if this host runs more of the job's ranks
+    /// than this process has CPUs. Waits then yield instead of spinning, and hybrid sleeps
+    /// without spinning first (see [`crate::spinwait`]).
+    pub oversubscribed: bool,
     /// `REVERB_PEER_TIMEOUT_MS`: a dead peer is reported within this bound.
     pub peer_timeout: Duration,
     /// `REVERB_TCP_ADDR`: the address the tcp provider listens on (unset: `tcp_iface`'s, else
@@ -108,6 +112,7 @@ impl Default for TransportConfig {
             shm_cma: true,
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
+            oversubscribed: false,
             peer_timeout: Duration::from_millis(500),
             tcp_addr: None,
             tcp_iface: None,
