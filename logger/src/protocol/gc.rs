@@ -70,8 +70,8 @@ impl LoggedEndpoint {
             offload.trim(self.config.durable_timeout)?;
         }
         // Past this all-gather every rank has checkpointed: only now may logs go. It runs
-        // progressing: a peer still in `wait_sends` above may be waiting on this rank (a
-        // rendezvous frame it re-sent in a replay is read by its receiver).
+        // progressing: a peer may still wait on this rank (a rendezvous frame it re-sent in
+        // a replay completes only once this rank reads it).
         let all = self.progressing(boot, |b| b.allgather(&mine))?;
         #[cfg(feature = "fault-injection")]
         if let Some(hook) = self.trim_hook {
