@@ -23,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "== chaos-hosts: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
+source ci/chaos-verdict.sh
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run it as root)"
 
 cargo build -p reverb --features fault-injection
@@ -52,15 +53,5 @@ code=0
     --net-cut-cmd "bash $PWD/ci/hosts.sh cut" --json >"$out/report.json" 2>"$out/campaign.log" || code=$?
 grep '^reverb chaos' "$out/campaign.log" >&2 || true
 say "campaign: exit $code after $((SECONDS - start)) s"
-[ -s "$out/report.json" ] || fail "no report (exit $code): $(tail -n 5 "$out/campaign.log")"
-# A top-level count of the report (serde_json's pretty print: two spaces, one key a line).
-count() { sed -n "s/^  \"$1\": \([0-9]*\),\{0,1\}\$/\1/p" "$out/report.json"; }
-wrong=$(count wrong_answers)
-hangs=$(count hangs)
-other=$(count other_failures)
-say "survived $(count survived), reported unrecoverable $(count reported_unrecoverable), wrong $wrong, hangs $hangs, other failures $other"
-if [ "$wrong" != 0 ] || [ "$hangs" != 0 ] || [ "$other" != 0 ]; then
-    fail "$(grep -E '^reverb chaos: trial .* -> (WRONG-ANSWER|HANG|OTHER-FAILURE)' "$out/campaign.log" || true)"
-fi
-[ "$code" = 0 ] || fail "reverb chaos exited $code"
+chaos_verdict "$out" "$code"
 say "ok"

@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "== chaos-phases: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
+source ci/chaos-verdict.sh
 
 # The debug build the other fault suites use (ci/chaos-hosts.sh): no second, release build.
 cargo build -p reverb --features fault-injection
@@ -34,15 +35,5 @@ code=0
     >"$out/report.json" 2>"$out/campaign.log" || code=$?
 grep -E '^(reverb chaos|    (re-run|job):)' "$out/campaign.log" >&2 || true
 say "campaign: exit $code after $((SECONDS - start)) s"
-[ -s "$out/report.json" ] || fail "no report (exit $code): $(tail -n 5 "$out/campaign.log")"
-# A top-level count of the report (serde_json's pretty print: two spaces, one key a line).
-count() { sed -n "s/^  \"$1\": \([0-9]*\),\{0,1\}\$/\1/p" "$out/report.json"; }
-wrong=$(count wrong_answers)
-hangs=$(count hangs)
-other=$(count other_failures)
-say "survived $(count survived), reported unrecoverable $(count reported_unrecoverable), wrong $wrong, hangs $hangs, other failures $other"
-if [ "$wrong" != 0 ] || [ "$hangs" != 0 ] || [ "$other" != 0 ]; then
-    fail "$(grep -E -A2 '^reverb chaos: trial .* -> (WRONG-ANSWER|HANG|OTHER-FAILURE)' "$out/campaign.log" || true)"
-fi
-[ "$code" = 0 ] || fail "reverb chaos exited $code"
+chaos_verdict "$out" "$code"
 say "ok"
