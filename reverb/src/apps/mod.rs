@@ -23,9 +23,9 @@ pub struct AppArgs {
     /// Iterations (stencil, ring) or task rounds (master-worker), 1..=100000000.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub iters: u64,
-    /// Grid edge (stencil), work per task (master-worker) or payload bytes (ring,
-    /// collectives), 1..=4096 (a stencil grid is edge^2 doubles).
-    #[arg(long, default_value_t = 256, value_parser = crate::usage::int::<usize>(1, 4096))]
+    /// Grid edge (stencil, at most 4096: its grid is edge^2 doubles), work per task
+    /// (master-worker) or payload bytes (ring, collectives), 1..=1048576.
+    #[arg(long, default_value_t = 256, value_parser = crate::usage::int::<usize>(1, 1 << 20))]
     pub size: usize,
     /// Checkpoint every this many iterations (0: never), 0..=100000000.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]

@@ -51,11 +51,17 @@ fn recv_halo(rt: &mut Runtime, args: &AppArgs, source: u32, tag: u64, into: &mut
     read_row(msg::unpad("stencil: a halo", &halo, into.len() * 8, msg::salt(source, tag))?, into)
 }
 
+/// The largest grid edge: 4096^2 doubles is 128 MiB.
+const STENCIL_EDGE_MAX: usize = 4096;
+
 pub fn run(rt: &mut Runtime, args: &AppArgs) -> Result<Option<u64>> {
     let n = args.size;
     let (me, size) = (rt.rank(), rt.size());
     if n < size as usize || n < 3 {
         bail!("stencil: grid edge {n} too small for {size} ranks");
+    }
+    if n > STENCIL_EDGE_MAX {
+        bail!("stencil: grid edge {n} above {STENCIL_EDGE_MAX} (--size)");
     }
     let (first_row, rows) = rows_of(me, size, n);
     let cells = rows * n;
