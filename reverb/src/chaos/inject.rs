@@ -13,7 +13,7 @@ use super::classify::{classify, Outcome};
 use super::hosts::{host_plan, HostSet};
 use super::phase::Phase;
 use super::plan::{pick_host_app, Fault, RANKS_PER_NODE};
-use super::size::MsgSize;
+use super::size::{pick_size, MsgSize};
 use super::trial::{job_command, recovery_of, Baselines};
 use super::{ChaosArgs, TrialResult};
 use crate::job::{run_job, JobSpec};
@@ -23,14 +23,17 @@ const TAKEOVER: &str = "start again on spare";
 /// Bound on one host command (`ci/hosts.sh kill|up|cut` take well under a second).
 const COMMAND_BOUND: Duration = Duration::from_secs(30);
 
-/// Longer runs than on one host: a few seconds each, so a host lost lands mid-run.
-pub(super) fn host_app_args(app: &str) -> Vec<String> {
+/// Longer runs than on one host: a few seconds each, so a host lost lands mid-run; the
+/// app's main messages `size` big.
+pub(super) fn host_app_args(app: &str, size: &MsgSize) -> Vec<String> {
     let a: &[&str] = match app {
         "stencil" => &["--iters", "4000", "--size", "64", "--ckpt-every", "400"],
         "master-worker" => &["--iters", "150", "--size", "20000", "--ckpt-every", "25"],
         _ => &["--iters", "1500", "--size", "256", "--ckpt-every", "150"],
     };
-    a.iter().map(|s| s.to_string()).collect()
+    let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+    a.extend(size.app_args());
+    a
 }
 
 /// A job across hosts that may lose one: logs per node, checkpoints on buddies.
@@ -178,9 +181,11 @@ pub(super) fn run_host_trial(
     dir: &Path,
 ) -> Result<TrialResult> {
     let cmds = HostCommands::new(args)?;
-    let base = baselines.get(pick_host_app(seed, trial), &MsgSize::NATURAL)?;
+    let size = pick_size(seed, trial, &baselines.thresholds);
+    let base = baselines.get(pick_host_app(seed, trial), &size)?;
     let plan = host_plan(seed, trial, set, base.wall_ms);
     let mut env = host_env(plan.protocol);
+    env.extend(size.env());
     env.extend(plan.fault.env());
     let net_cut = matches!(plan.fault, Fault::NetCut { .. });
     let spec = JobSpec {
@@ -190,7 +195,7 @@ pub(super) fn run_host_trial(
         respawn: plan.fault.respawns(),
         timeout_s: if net_cut { args.net_cut_timeout } else { args.timeout },
         app: plan.app.to_string(),
-        app_args: host_app_args(plan.app),
+        app_args: host_app_args(plan.app, &size),
         env,
         hosts: Some(set.hosts_arg()),
         spares: set.spares.clone(),
@@ -231,7 +236,7 @@ pub(super) fn run_host_trial(
     let recovery_ms = if outcome == Outcome::Survived { recovery_of(&out) } else { None };
     Ok(TrialResult {
         plan,
-        size: MsgSize::NATURAL,
+        size,
         phase: Phase::Timed,
         outcome,
         fired,

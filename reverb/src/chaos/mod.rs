@@ -189,7 +189,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         args.timeout,
         dir.display()
     );
-    if set.is_none() {
+    {
         eprintln!(
             "reverb chaos: message sizes against REVERB_RNDV_THRESH={} and REVERB_LOG_MAX_MESSAGE={} \
              (fragmented trials lower it to {})",

@@ -5,15 +5,19 @@
 use super::plan::Rng;
 
 /// Kill phases, in report order.
-pub const PHASES: [&str; 12] = [
+pub const PHASES: [&str; 16] = [
     "none",
     "init",
     "early",
     "before-checkpoint",
+    "ckpt-entered",
     "ckpt-local-written",
     "ckpt-buddy-body-landed",
     "ckpt-buddy-flipped",
+    "ckpt-voting",
+    "ckpt-committed",
     "log-gc",
+    "log-gc-trim",
     "after-commit",
     "mid-interval",
     "recovery",
@@ -32,8 +36,10 @@ pub enum Phase {
     BeforeCheckpoint,
     /// Inside a checkpoint, at a stage of `REVERB_FAULT_CKPT`.
     Checkpoint(&'static str),
-    /// At the log GC after a checkpoint committed.
+    /// At the log GC after a checkpoint committed, before its collective.
     LogGc,
+    /// At the log GC, after its collective, before the logs are trimmed.
+    LogGcTrim,
     /// The first iteration after a checkpoint committed.
     AfterCommit,
     /// Between the first and the last iteration of a checkpoint interval.
@@ -51,10 +57,16 @@ impl Phase {
             Phase::Init => "init",
             Phase::Early => "early",
             Phase::BeforeCheckpoint => "before-checkpoint",
+            Phase::Checkpoint("entered") => "ckpt-entered",
             Phase::Checkpoint("local-written") => "ckpt-local-written",
             Phase::Checkpoint("buddy-body-landed") => "ckpt-buddy-body-landed",
-            Phase::Checkpoint(_) => "ckpt-buddy-flipped",
+            Phase::Checkpoint("voting") => "ckpt-voting",
+            Phase::Checkpoint("committed") => "ckpt-committed",
+            Phase::Checkpoint("buddy-flipped") => "ckpt-buddy-flipped",
+            // Stages come from the plan's list, each named above (`names_are_listed`).
+            Phase::Checkpoint(_) => "ckpt-unknown",
             Phase::LogGc => "log-gc",
+            Phase::LogGcTrim => "log-gc-trim",
             Phase::AfterCommit => "after-commit",
             Phase::MidInterval => "mid-interval",
             Phase::Recovery => "recovery",
@@ -159,12 +171,10 @@ mod tests {
 
     #[test]
     fn names_are_listed() {
-        for p in [
-            Phase::Checkpoint("local-written"),
-            Phase::Checkpoint("buddy-body-landed"),
-            Phase::Checkpoint("buddy-flipped"),
-        ] {
+        for stage in crate::chaos::plan::CKPT_STAGES {
+            let p = Phase::Checkpoint(stage);
             assert!(PHASES.contains(&p.name()), "{p:?}");
         }
+        assert!(PHASES.contains(&Phase::LogGcTrim.name()));
     }
 }

@@ -12,7 +12,9 @@ pub(super) const HOST_APPS: [&str; 3] = ["stencil", "master-worker", "ring"];
 /// The app the collective kind runs (its runs log collective-aware, `REVERB_LOG_CAML=1`).
 pub(super) const COLLECTIVE_APP: &str = "collectives";
 pub(super) const PROTOCOLS: [&str; 4] = ["causal", "pessimistic-sb", "pessimistic-rb", "none"];
-const CKPT_STAGES: [&str; 3] = ["local-written", "buddy-body-landed", "buddy-flipped"];
+/// `REVERB_FAULT_CKPT` stages, in a checkpoint's order.
+pub(super) const CKPT_STAGES: [&str; 6] =
+    ["entered", "local-written", "buddy-body-landed", "buddy-flipped", "voting", "committed"];
 /// `Runtime::init`'s collective steps a fault can hit (`REVERB_FAULT_INIT`).
 const INIT_STEPS: [&str; 2] = ["log-rings", "ckpt-slots"];
 /// The variable that has the lead agent of a host kill itself (`HOST@MS`).
@@ -111,6 +113,12 @@ pub enum Fault {
         epoch: u64,
         late: Option<u32>,
     },
+    /// A rank dies at the log GC after checkpoint EPOCH committed, past its collective,
+    /// before its logs are trimmed.
+    GcTrim {
+        rank: u32,
+        epoch: u64,
+    },
     /// Under partial redundancy (`REPLICA_DEGREE`): copy `copy` (physical rank) of a
     /// replicated rank dies after `sends` sends; its death is masked.
     Replica {
@@ -175,7 +183,7 @@ impl Fault {
             Fault::Replay { .. } => "replay",
             Fault::TwoNodes { .. } => "two-nodes",
             Fault::Init { .. } => "init",
-            Fault::Gc { .. } => "gc",
+            Fault::Gc { .. } | Fault::GcTrim { .. } => "gc",
             Fault::Host { .. } => "host",
             Fault::NetCut { .. } => "net-cut",
             Fault::Agent { .. } => "agent",
@@ -231,6 +239,9 @@ impl Fault {
             Fault::Gc { rank, epoch, late } => {
                 let late = late.map_or(String::new(), |l| format!(",{l}:{epoch}:late"));
                 vec![("REVERB_FAULT_GC".to_string(), format!("{rank}:{epoch}{late}"))]
+            }
+            Fault::GcTrim { rank, epoch } => {
+                vec![("REVERB_FAULT_GC".to_string(), format!("{rank}:{epoch}:trim"))]
             }
             Fault::Agent { host, at_ms } => vec![(AGENT_FAULT_VAR.to_string(), format!("{host}@{at_ms}"))],
             // Injected from outside the job (`--host-kill-cmd`, `--net-cut-cmd`).
@@ -371,9 +382,15 @@ pub fn plan(seed: u64, trial: u64, base: &Baseline) -> Plan {
 }
 
 /// The checkpoint stage of a checkpoint-kind trial: cycled through by the trial's round of
-/// kinds, so three rounds cover every stage.
+/// kinds, so six rounds cover every stage.
 fn ckpt_stage(seed: u64, trial: u64) -> &'static str {
     CKPT_STAGES[((trial + seed) / FAULT_KINDS.len() as u64 % CKPT_STAGES.len() as u64) as usize]
+}
+
+/// Whether a gc-kind trial kills in the trim (every other round of kinds) rather than before
+/// the collective.
+fn gc_in_trim(seed: u64, trial: u64) -> bool {
+    (trial + seed) / FAULT_KINDS.len() as u64 % 2 == 1
 }
 
 /// The plan of trial `trial` and the phase its fault strikes in. A kill at a send count
@@ -427,7 +444,11 @@ pub(super) fn draw(seed: u64, trial: u64, base: &Baseline) -> (Plan, Phase) {
             let rank = rng.below(u64::from(RANKS)) as u32;
             let epoch = rng.between(1, base.checkpoints);
             let late = late_survivor(&mut rng, rank);
-            (Fault::Gc { rank, epoch, late }, Phase::LogGc)
+            if gc_in_trim(seed, trial) {
+                (Fault::GcTrim { rank, epoch }, Phase::LogGcTrim)
+            } else {
+                (Fault::Gc { rank, epoch, late }, Phase::LogGc)
+            }
         }
         8 => {
             let (copy, v) = replicated_copy(&mut rng);
@@ -477,6 +498,7 @@ fn replica_then_rank(rng: &mut Rng, tl: Timeline, sends_of: &dyn Fn(u32) -> u64)
 pub(super) mod tests {
     use super::*;
     use crate::chaos::phase::PHASES;
+    use std::collections::BTreeSet;
 
     /// The seed of `ci/chaos-phases.sh`.
     const CI_SLICE_SEED: u64 = 2;
@@ -505,7 +527,8 @@ pub(super) mod tests {
             match phase {
                 Phase::None => assert_eq!(f, &Fault::None),
                 Phase::Init => assert_eq!(f.kind(), "init"),
-                Phase::LogGc => assert_eq!(f.kind(), "gc"),
+                Phase::LogGc => assert!(matches!(f, Fault::Gc { .. }), "{f:?}"),
+                Phase::LogGcTrim => assert!(matches!(f, Fault::GcTrim { .. }), "{f:?}"),
                 Phase::Recovery => assert!(["replay", "helper"].contains(&f.kind()), "{f:?}"),
                 Phase::Checkpoint(stage) => {
                     assert!(matches!(f, Fault::Checkpoint { stage: s, .. } if s == stage), "{f:?}")
@@ -535,6 +558,16 @@ pub(super) mod tests {
         }
     }
 
+    /// Whether a campaign's phases cover every phase of one host: the checkpoint stages
+    /// cycle by rounds of kinds (six rounds for all six), so a short campaign needs only
+    /// one stage per round it has (`ckpt_boundary`'s matrix covers each stage in CI).
+    fn covers_phases(phases: &[&str], trials: u64) -> bool {
+        let stages = phases.iter().filter(|p| p.starts_with("ckpt-")).collect::<BTreeSet<_>>();
+        let rounds = (trials / FAULT_KINDS.len() as u64).min(CKPT_STAGES.len() as u64) as usize;
+        stages.len() >= rounds
+            && PHASES.iter().filter(|&&p| p != "timed" && !p.starts_with("ckpt-")).all(|p| phases.contains(p))
+    }
+
     /// Prints seeds whose first 24 or 36 trials cover every class and phase (to pick
     /// `CI_SLICE_SEED`): `cargo test -p reverb --lib ci_slice_seeds -- --ignored --nocapture`.
     #[test]
@@ -548,8 +581,7 @@ pub(super) mod tests {
                     let classes: Vec<&str> =
                         (0..trials).map(|t| pick_size(seed, t, &th).class.name()).collect();
                     let phases: Vec<&str> = (0..trials).map(|t| draw(seed, t, &base()).1.name()).collect();
-                    SIZE_CLASSES.iter().all(|c| classes.contains(c))
-                        && PHASES.iter().filter(|&&p| p != "timed").all(|p| phases.contains(p))
+                    SIZE_CLASSES.iter().all(|c| classes.contains(c)) && covers_phases(&phases, trials)
                 })
                 .collect();
             eprintln!("{trials} trials: {good:?}");
@@ -557,8 +589,8 @@ pub(super) mod tests {
     }
 
     /// The CI slice (`ci/chaos-phases.sh`): its seed's first 36 trials cover every size
-    /// class and every phase of one host (the sizes do not depend on the app's counts; the
-    /// phases do not either).
+    /// class and every phase of one host, three checkpoint stages of six (the sizes do not
+    /// depend on the app's counts; the phases do not either).
     #[test]
     fn the_ci_slice_covers_every_class_and_phase() {
         use crate::chaos::size::{pick_size, Thresholds, SIZE_CLASSES};
@@ -569,9 +601,7 @@ pub(super) mod tests {
             assert!(classes.contains(&c), "seed {seed}: no {c} in {classes:?}");
         }
         let phases: Vec<&str> = (0..trials).map(|t| draw(seed, t, &base()).1.name()).collect();
-        for p in PHASES.iter().filter(|&&p| p != "timed") {
-            assert!(phases.contains(p), "seed {seed}: no {p} in {phases:?}");
-        }
+        assert!(covers_phases(&phases, trials), "seed {seed}: {phases:?}");
     }
 
     #[test]
@@ -606,6 +636,7 @@ pub(super) mod tests {
                         assert_ne!(late / RANKS_PER_NODE, rank / RANKS_PER_NODE, "the late rank survives");
                     }
                 }
+                Fault::GcTrim { rank, epoch } => assert!(rank < RANKS && (1..=4).contains(&epoch)),
                 Fault::Gc { rank, epoch, late } => {
                     assert!(rank < RANKS && (1..=4).contains(&epoch));
                     if let Some(late) = late {
