@@ -38,30 +38,8 @@ compare_name=compare-tcp
 # shellcheck source=scripts/lib/ucx-compare.sh
 . scripts/lib/ucx-compare.sh
 
-# ---- rounds: reverb, then UCX ------------------------------------------------------
-for round in $(seq "$repeat"); do
-    for op in put send; do
-        log "[$round/$repeat] reverb lat $op"
-        "$reverb" bench lat --op "$op" --sizes "$(join_sizes "${lat_sizes[@]}")" \
-            --iters "$lat_iters" --cores "$core_a,$core_b" --json \
-            >"$results/reverb-lat-$op-$round.json"
-        log "[$round/$repeat] reverb bw $op"
-        "$reverb" bench bw --op "$op" --sizes "$(join_sizes "${bw_sizes[@]}")" \
-            --iters "$bw_iters" --cores "$core_a,$core_b" --json \
-            >"$results/reverb-bw-$op-$round.json"
-    done
-    [[ -n $have_ucx ]] || continue
-    for s in "${lat_sizes[@]}"; do
-        log "[$round/$repeat] ucx ucp_put_lat / tag_lat $s"
-        ucx ucp_put_lat "$s" "$lat_iters"
-        ucx tag_lat "$s" "$lat_iters"
-    done
-    for s in "${bw_sizes[@]}"; do
-        log "[$round/$repeat] ucx ucp_put_bw / tag_bw $s"
-        ucx ucp_put_bw "$s" "$bw_iters"
-        ucx tag_bw "$s" "$bw_iters"
-    done
-done
+# ---- rounds: reverb, then UCX --------------------------------------------------------------
+compare_rounds
 
 # ---- table -------------------------------------------------------------------------------
 echo

@@ -1,7 +1,9 @@
 # Shared by `compare shm` and `compare tcp` (scripts/cmd/, sourced after scripts/lib/common.sh):
 # one ucx_perftest server/client pair per measurement, and the best-of-rounds table helpers.
-# The caller sets core_a, core_b, results, round (inside its loop), compare_name, and the
-# UCX_* variables of its transport. have_ucx is empty when ucx_perftest is not installed.
+# The caller sets core_a, core_b, results, compare_name, reverb, repeat, lat_sizes, bw_sizes,
+# lat_iters, bw_iters, a `log` function and the UCX_* variables of its transport; it may define
+# `round_extra` (run each round after reverb's). have_ucx is empty when ucx_perftest is not
+# installed.
 
 port=$((14000 + RANDOM % 20000))
 have_ucx=$(command -v ucx_perftest || true)
@@ -82,5 +84,34 @@ ratio_rows() {
     for s in "${bw_sizes[@]}"; do
         row "tag bw $(human "$s") [MiB/s]" "$(reverb_val reverb-bw-send "$s" bw_avg_mib_s high)" \
             "$(ucx_col tag_bw "$s" 6 high)" high
+    done
+}
+
+# compare_rounds: $repeat rounds, each reverb's lat and bw (put, send), the caller's
+# round_extra if any, then UCX's matching tests, interleaved so drift hits both sides alike.
+compare_rounds() {
+    for round in $(seq "$repeat"); do
+        for op in put send; do
+            log "[$round/$repeat] reverb lat $op"
+            "$reverb" bench lat --op "$op" --sizes "$(join_sizes "${lat_sizes[@]}")" \
+                --iters "$lat_iters" --cores "$core_a,$core_b" --json \
+                >"$results/reverb-lat-$op-$round.json"
+            log "[$round/$repeat] reverb bw $op"
+            "$reverb" bench bw --op "$op" --sizes "$(join_sizes "${bw_sizes[@]}")" \
+                --iters "$bw_iters" --cores "$core_a,$core_b" --json \
+                >"$results/reverb-bw-$op-$round.json"
+        done
+        if declare -F round_extra >/dev/null; then round_extra; fi
+        [[ -n $have_ucx ]] || continue
+        for s in "${lat_sizes[@]}"; do
+            log "[$round/$repeat] ucx ucp_put_lat / tag_lat $s"
+            ucx ucp_put_lat "$s" "$lat_iters"
+            ucx tag_lat "$s" "$lat_iters"
+        done
+        for s in "${bw_sizes[@]}"; do
+            log "[$round/$repeat] ucx ucp_put_bw / tag_bw $s"
+            ucx ucp_put_bw "$s" "$bw_iters"
+            ucx tag_bw "$s" "$bw_iters"
+        done
     done
 }
