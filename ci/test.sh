@@ -20,7 +20,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # docs/ says what is, not when: no commit hashes, clock times or issue numbers; no diaries.
 bash ci/docs-lint.sh
 
-step "build (every target)"
+step "build (every target, the criterion benches too)"
+# --all-targets builds the benches (dev profile): a separate `cargo bench --no-run` recompiled
+# every dependency at opt-level 3 for no check this one lacks.
 cargo build --workspace --all-targets
 
 step "a default release build of the runtime library has no fault hooks"
@@ -60,9 +62,6 @@ PROVIDER=auto bash ci/hosts-conformance.sh
 
 step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
 bash ci/slurm-suite.sh
-
-step "criterion benches build"
-cargo bench -p reverb-benches --no-run
 
 step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
 bash ci/verbs-suite.sh
