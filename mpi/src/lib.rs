@@ -28,6 +28,7 @@ mod coll;
 mod comm;
 mod datatype;
 mod datatype_api;
+mod datatype_mpi1;
 mod errors;
 mod ffi;
 mod fortran;
