@@ -65,7 +65,8 @@ pub static MPI_F08_STATUSES_IGNORE: AtomicPtr<c_void> =
 /// others copy it, after checking that the source is not an "ignore" address, which has no
 /// status to convert (MPI 4.0, 19.3.5).
 fn convert(from: In<'_, CStatus>, to: Out<'_, CStatus>, ignore: *const c_void, what: &str) -> MpiResult<()> {
-    if from.addr() == ignore as usize || from.addr() == ffi::STATUS_IGNORE {
+    let ignored = from.addr() == ffi::STATUS_IGNORE || (!ignore.is_null() && from.addr() == ignore as usize);
+    if ignored {
         return Err(MpiError::new(
             MPI_ERR_OTHER,
             format!("{what} of MPI_STATUS_IGNORE: no status to convert"),
@@ -74,6 +75,8 @@ fn convert(from: In<'_, CStatus>, to: Out<'_, CStatus>, ignore: *const c_void, w
     ffi::out(to, ffi::read(from, "status")?, "status")
 }
 
+/// The conversions need no state (they work before MPI_Init and inside callbacks), so an
+/// error takes MPI's default handler: fatal.
 fn status_call(what: &str, r: MpiResult<()>) -> c_int {
     r.map_or_else(|e| crate::errors::handle(MPI_ERRORS_ARE_FATAL, what, e), |()| MPI_SUCCESS)
 }
