@@ -9,12 +9,13 @@
 # own throwaway config (no service of theirs needs to run). openmpi-bin's mpirun is tested as a
 # plain launcher (reverb/tests/mpirun.rs). gcc compiles the C ABI's examples and tests
 # (ci/capi.sh). mpich and libmpich-dev give reverb-mpi MPICH's ABI (mpi.h) and ci/mpi.sh its
-# mpicc.mpich and mpiexec.mpich; valgrind runs MPI C programs under memcheck (ci/mpi-memcheck.sh).
+# mpicc.mpich and mpiexec.mpich (and mpif90.mpich, with gfortran, for the Fortran binding's
+# tests); valgrind runs MPI C programs under memcheck (ci/mpi-memcheck.sh).
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
     rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils gcc
-    iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev valgrind)
+    iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev gfortran valgrind)
 for arg in "$@"; do
     case "$arg" in
         --compare) packages+=(ucx-utils jq libopenmpi-dev) ;;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
 # on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
-# holds jacobi_ft, master_worker_ft and collectives_ft built by mpicc.mpich, and the checksum Debian's MPICH
+# holds jacobi_ft, master_worker_ft and collectives_ft built by mpicc.mpich (and jacobi_ft_f, the
+# Fortran Jacobi built by mpif90.mpich, when the caller built it), and the checksum Debian's MPICH
 # gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
 # environment.
-#   - Jacobi: MPICH's checksum on reverb, and again with node 1 SIGKILLed and respawned;
+#   - Jacobi: MPICH's checksum on reverb, and again with node 1 SIGKILLed and respawned; the
+#     same for the Fortran Jacobi (through MPICH's libmpichfort), whose checksum is the C one's;
 #   - master-worker (MPI_ANY_SOURCE): its worker node's and its master node's loss, the
 #     failure-free checksum each time;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
@@ -38,6 +40,19 @@ expect jacobi-faulty.log "restored at iteration"
 [ "$(checksum jacobi-faulty.log)" = "$mpich" ] ||
     fail "jacobi_ft after a node's loss: $(checksum jacobi-faulty.log), failure-free $mpich"
 say "Jacobi: MPICH's checksum on reverb, and again with node 1 killed and respawned ($mpich): ok"
+
+if [ -x "$work/jacobi_ft_f" ]; then
+    run jacobi-f-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft_f" 200 20
+    [ "$(checksum jacobi-f-clean.log)" = "$mpich" ] ||
+        fail "jacobi_ft.f90: reverb $(checksum jacobi-f-clean.log), MPICH $mpich"
+    REVERB_FAULT=3:150 run jacobi-f-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft_f" 200 20
+    expect jacobi-f-faulty.log "restored at iteration"
+    [ "$(checksum jacobi-f-faulty.log)" = "$mpich" ] ||
+        fail "jacobi_ft.f90 after a node's loss: $(checksum jacobi-f-faulty.log), failure-free $mpich"
+    say "Fortran Jacobi: MPICH's checksum, and again with node 1 killed and respawned: ok"
+else
+    say "Fortran Jacobi skipped: $work/jacobi_ft_f is not built (ci/mpi.sh builds it with mpif90.mpich)"
+fi
 
 run mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
 REVERB_FAULT=3:20 run mw-worker.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40

@@ -35,7 +35,12 @@ fn main() {
     let exports = exports(Path::new("src"));
     check_contract(&exports);
     let implemented: BTreeSet<String> = exports.into_iter().map(|e| e.name).collect();
-    let declared = functions(&read("mpi_proto.h"));
+    // MPI-IO's functions are mpio.h's (MPICH's Fortran binding calls them too); the rest of
+    // what it declares is mpi.h's already, or macros there (`MPI_Info_c2f`).
+    let io = functions(&read("mpio.h"))
+        .into_iter()
+        .filter(|n| n.contains("MPI_File_") || n.contains("MPI_Register_datarep"));
+    let declared: BTreeSet<String> = functions(&read("mpi_proto.h")).into_iter().chain(io).collect();
     write(&out.join("stubs.rs"), &stubs_source(&declared, &implemented));
     let profiled = pmpi::profiled(&declared, &implemented);
     write(&out.join("aliases.rs"), &pmpi::placeholders_source(&profiled));
@@ -159,7 +164,9 @@ fn exports(dir: &Path) -> Vec<Export> {
         for (at, _) in text.match_indices("extern \"C\" fn ") {
             let rest = &text[at + "extern \"C\" fn ".len()..];
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            let params = rest.split(") ->").next().unwrap_or("");
+            // Up to the return type, or the body of a function that returns nothing.
+            let end = [") ->", ") {"].iter().filter_map(|t| rest.find(t)).min().unwrap_or(rest.len());
+            let params = &rest[..end];
             let before = &text[..at];
             let is_unsafe = before.ends_with("unsafe ");
             // The doc comment: the `///` lines above the item (attributes in between).

@@ -14,12 +14,82 @@ pub type CopyFn =
     unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 /// `MPI_Comm_delete_attr_function`: (comm, keyval, value, extra_state).
 pub type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+/// MPICH's `MPII_Attr_copy_proxy`: calls a keyval's copy function in its language
+/// (user function, handle, keyval, extra_state, `MPIR_Attr_type`, value, *new value, *flag).
+pub type CopyProxy = unsafe extern "C" fn(
+    CopyFn,
+    c_int,
+    c_int,
+    *mut c_void,
+    c_int,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut c_int,
+) -> c_int;
+/// MPICH's `MPII_Attr_delete_proxy`: (user function, handle, keyval, `MPIR_Attr_type`, value,
+/// extra_state).
+pub type DeleteProxy = unsafe extern "C" fn(DeleteFn, c_int, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// How an attribute's value was set (MPICH's `MPIR_Attr_type`, the numbers its Fortran
+/// binding passes): by C, a pointer; by Fortran, an integer the attribute holds by value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrKind {
+    Ptr,
+    /// `INTEGER(KIND=MPI_ADDRESS_KIND)`: MPI_Comm_set_attr from Fortran.
+    Aint,
+    /// `INTEGER`: MPI_Attr_put from Fortran.
+    Int,
+}
+
+impl AttrKind {
+    pub fn from_mpich(kind: c_int) -> MpiResult<AttrKind> {
+        match kind {
+            0 => Ok(AttrKind::Ptr),
+            1 => Ok(AttrKind::Aint),
+            3 => Ok(AttrKind::Int),
+            _ => Err(MpiError::new(MPI_ERR_ARG, format!("attribute type {kind}"))),
+        }
+    }
+
+    pub fn to_mpich(self) -> c_int {
+        match self {
+            AttrKind::Ptr => 0,
+            AttrKind::Aint => 1,
+            AttrKind::Int => 3,
+        }
+    }
+}
+
+/// An attribute's value. Boxed: C reads one set from Fortran as a pointer to the integer
+/// (MPI 4.0, 19.3.7), which stays where it is until the attribute goes.
+#[derive(Debug)]
+pub struct Attr {
+    /// Order of setting, so that a communicator's attributes are deleted last set first.
+    seq: u64,
+    value: Box<usize>,
+    kind: AttrKind,
+}
+
+impl Attr {
+    /// The value as a caller in `lang`'s view reads it: C (`Ptr`) gets a pointer to an
+    /// integer set from Fortran, every other combination the value as it was set.
+    pub fn read_as(&self, lang: AttrKind) -> usize {
+        if lang == AttrKind::Ptr && self.kind != AttrKind::Ptr {
+            std::ptr::from_ref::<usize>(&self.value) as usize
+        } else {
+            *self.value
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Keyval {
     pub copy: Option<CopyFn>,
     pub delete: Option<DeleteFn>,
     pub extra_state: *mut c_void,
+    /// Set by MPICH's Fortran binding (`MPII_Keyval_set_proxy`): the callbacks are Fortran
+    /// subroutines, called through these.
+    pub proxy: Option<(CopyProxy, DeleteProxy)>,
     /// MPI_Comm_free_keyval was called: no new values, but the ones set keep it (and their
     /// delete function) until they go.
     pub freed: bool,
@@ -29,17 +99,16 @@ pub struct Keyval {
 #[derive(Debug, Default)]
 pub struct Keyvals {
     next: c_int,
-    /// Order of setting, so that a communicator's attributes are deleted last set first.
     next_seq: u64,
     pub keys: BTreeMap<c_int, Keyval>,
-    /// (communicator, keyval) → (when set, value).
-    pub values: BTreeMap<(c_int, c_int), (u64, usize)>,
+    /// (communicator, keyval) → value.
+    pub values: BTreeMap<(c_int, c_int), Attr>,
 }
 
 impl Keyvals {
-    fn set(&mut self, comm: c_int, key: c_int, value: usize) {
+    fn set(&mut self, comm: c_int, key: c_int, value: usize, kind: AttrKind) {
         self.next_seq += 1;
-        self.values.insert((comm, key), (self.next_seq, value));
+        self.values.insert((comm, key), Attr { seq: self.next_seq, value: Box::new(value), kind });
     }
 
     /// Drops a freed keyval no value uses any more.
@@ -57,23 +126,30 @@ const FIRST_KEYVAL: c_int = 0x1000;
 impl State {
     /// The attributes `comm` passes to a duplicate (their copy functions asked), for `new`.
     pub fn copy_attributes(&mut self, comm: c_int, new: c_int) -> MpiResult<()> {
-        let set: Vec<(c_int, usize)> = self
+        let set: Vec<(c_int, usize, usize, AttrKind)> = self
             .keyvals
             .values
             .iter()
             .filter(|((c, _), _)| *c == comm)
-            .map(|(&(_, k), &(_, v))| (k, v))
+            .map(|(&(_, k), a)| (k, *a.value, a.read_as(AttrKind::Ptr), a.kind))
             .collect();
-        for (key, value) in set {
+        for (key, value, c_view, kind) in set {
             let Some(kv) = self.keyvals.keys.get(&key).copied() else { continue };
             let Some(copy) = kv.copy else { continue };
             let (mut out, mut flag) = (0usize, 0);
-            let rc = ffi::attr_copy(copy, comm, key, kv.extra_state, value, &mut out, &mut flag);
+            let rc = match kv.proxy {
+                // The proxy takes the value as set, and calls the function in its language.
+                Some((proxy, _)) => {
+                    let attr = (kind.to_mpich(), value);
+                    ffi::attr_copy_proxy(proxy, copy, comm, key, kv.extra_state, attr, &mut out, &mut flag)
+                }
+                None => ffi::attr_copy(copy, comm, key, kv.extra_state, c_view, &mut out, &mut flag),
+            };
             if rc != MPI_SUCCESS {
                 return Err(MpiError::new(rc, format!("the copy function of keyval {key} failed")));
             }
             if flag != 0 {
-                self.keyvals.set(new, key, out);
+                self.keyvals.set(new, key, out, kind);
             }
         }
         Ok(())
@@ -86,7 +162,7 @@ impl State {
             .values
             .iter()
             .filter(|((c, _), _)| *c == comm)
-            .map(|(&(_, k), &(seq, _))| (seq, k))
+            .map(|(&(_, k), a)| (a.seq, k))
             .collect();
         // Last set, first deleted (MPI 2.2 fixes this order for MPI_COMM_SELF at finalize).
         keys.sort_unstable_by(|a, b| b.cmp(a));
@@ -97,11 +173,17 @@ impl State {
     }
 
     fn delete_attribute(&mut self, comm: c_int, key: c_int) -> MpiResult<()> {
-        let Some((_, value)) = self.keyvals.values.remove(&(comm, key)) else { return Ok(()) };
+        let Some(attr) = self.keyvals.values.remove(&(comm, key)) else { return Ok(()) };
         let Some(kv) = self.keyvals.keys.get(&key).copied() else { return Ok(()) };
         self.keyvals.release(key);
         if let Some(delete) = kv.delete {
-            let rc = ffi::attr_delete(delete, comm, key, value, kv.extra_state);
+            let rc = match kv.proxy {
+                Some((_, proxy)) => {
+                    let value = (attr.kind.to_mpich(), *attr.value);
+                    ffi::attr_delete_proxy(proxy, delete, comm, key, value, kv.extra_state)
+                }
+                None => ffi::attr_delete(delete, comm, key, attr.read_as(AttrKind::Ptr), kv.extra_state),
+            };
             if rc != MPI_SUCCESS {
                 return Err(MpiError::new(rc, format!("the delete function of keyval {key} failed")));
             }
@@ -125,7 +207,7 @@ pub unsafe extern "C" fn MPI_Comm_create_keyval(
     call("MPI_Comm_create_keyval", MPI_COMM_WORLD, |s| {
         let k = FIRST_KEYVAL + s.keyvals.next;
         s.keyvals.next += 1;
-        s.keyvals.keys.insert(k, Keyval { copy, delete, extra_state, freed: false });
+        s.keyvals.keys.insert(k, Keyval { copy, delete, extra_state, proxy: None, freed: false });
         ffi::out(keyval, k, "keyval")
     })
 }
@@ -177,16 +259,33 @@ pub unsafe extern "C" fn MPI_Keyval_free(keyval: Out<'_, c_int>) -> c_int {
 /// `value`: opaque, never dereferenced here.
 #[export_name = "PMPI_Comm_set_attr"]
 pub unsafe extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
-    call("MPI_Comm_set_attr", comm, |s| {
-        s.comm(comm)?;
-        if s.keyvals.keys.get(&keyval).is_none_or(|k| k.freed) {
-            return Err(MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")));
-        }
-        // A value set again replaces the old one, which is deleted first.
-        s.delete_attribute(comm, keyval)?;
-        s.keyvals.set(comm, keyval, value as usize);
-        Ok(())
-    })
+    call("MPI_Comm_set_attr", comm, |s| set_attribute(s, comm, keyval, value as usize, AttrKind::Ptr))
+}
+
+/// Sets `comm`'s attribute `keyval`, as `kind` says it was given (MPI_Comm_set_attr, and
+/// MPICH's Fortran binding through `MPII_Comm_set_attr`).
+pub fn set_attribute(
+    s: &mut State,
+    comm: c_int,
+    keyval: c_int,
+    value: usize,
+    kind: AttrKind,
+) -> MpiResult<()> {
+    s.comm(comm)?;
+    if s.keyvals.keys.get(&keyval).is_none_or(|k| k.freed) {
+        return Err(MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")));
+    }
+    // A value set again replaces the old one, which is deleted first.
+    s.delete_attribute(comm, keyval)?;
+    s.keyvals.set(comm, keyval, value, kind);
+    Ok(())
+}
+
+/// Has `keyval`'s callbacks called through MPICH's language proxies (`MPII_Keyval_set_proxy`).
+pub fn set_proxy(s: &mut State, keyval: c_int, proxy: (CopyProxy, DeleteProxy)) -> MpiResult<()> {
+    let kv = s.keyvals.keys.get_mut(&keyval);
+    kv.ok_or_else(|| MpiError::new(MPI_ERR_KEYVAL, format!("invalid keyval {keyval}")))?.proxy = Some(proxy);
+    Ok(())
 }
 
 /// # Safety
@@ -212,9 +311,10 @@ pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
     MPI_Comm_delete_attr(comm, keyval)
 }
 
-/// A user attribute's value, if set (the predefined ones are `init.rs`'s).
-pub fn user_attribute(s: &State, comm: c_int, keyval: c_int) -> Option<usize> {
-    s.keyvals.values.get(&(comm, keyval)).map(|&(_, v)| v)
+/// A user attribute's value, if set, as a caller in `lang` reads it (the predefined ones are
+/// `init.rs`'s).
+pub fn user_attribute(s: &State, comm: c_int, keyval: c_int, lang: AttrKind) -> Option<usize> {
+    s.keyvals.values.get(&(comm, keyval)).map(|a| a.read_as(lang))
 }
 
 /// `MPI_COMM_DUP_FN`: the attribute passes to the duplicate as it is.

@@ -88,6 +88,11 @@ impl<T> In<'_, T> {
     pub fn is_null(self) -> bool {
         self.0.is_null()
     }
+
+    /// The address, to compare with a special value (`MPI_F_STATUS_IGNORE`).
+    pub fn addr(self) -> usize {
+        self.0 as usize
+    }
 }
 
 impl<'a, T> From<Out<'a, T>> for In<'a, T> {
@@ -375,6 +380,41 @@ pub fn attr_delete(
 ) -> c_int {
     // SAFETY: the program's delete function, called once per value, as MPI specifies.
     unsafe { f(comm, keyval, value as *mut c_void, extra) }
+}
+
+/// Calls a keyval's copy function through its language proxy (`MPII_Keyval_set_proxy`,
+/// MPICH's Fortran binding): `attr` is the value's `MPIR_Attr_type` and the value as set.
+#[allow(clippy::too_many_arguments)]
+pub fn attr_copy_proxy(
+    proxy: crate::attr::CopyProxy,
+    f: crate::attr::CopyFn,
+    comm: c_int,
+    keyval: c_int,
+    extra: *mut c_void,
+    attr: (c_int, usize),
+    out: &mut usize,
+    flag: &mut c_int,
+) -> c_int {
+    let (kind, value) = attr;
+    let out = std::ptr::from_mut(out).cast::<*mut c_void>();
+    // SAFETY: the proxy MPICH's Fortran binding registered, called as `MPII_Attr_copy_proxy`
+    // is: with the function and state the program gave and valid out-pointers.
+    unsafe { proxy(f, comm, keyval, extra, kind, value as *mut c_void, out, flag) }
+}
+
+/// Calls a keyval's delete function through its language proxy: `attr` as for the copy.
+pub fn attr_delete_proxy(
+    proxy: crate::attr::DeleteProxy,
+    f: crate::attr::DeleteFn,
+    comm: c_int,
+    keyval: c_int,
+    attr: (c_int, usize),
+    extra: *mut c_void,
+) -> c_int {
+    let (kind, value) = attr;
+    // SAFETY: the proxy MPICH's Fortran binding registered, called as `MPII_Attr_delete_proxy`
+    // is, once per value, with the function and state the program gave.
+    unsafe { proxy(f, comm, keyval, kind, value as *mut c_void, extra) }
 }
 
 extern "C" {

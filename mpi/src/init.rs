@@ -261,6 +261,24 @@ static APPNUM: c_int = 0;
 static LAST_CODE: c_int = MPI_ERR_LASTCODE;
 static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
+/// The value of a predefined attribute (`MPI_TAG_UB`, ...); `None` for another keyval.
+pub fn predefined_attribute(s: &State, keyval: c_int) -> MpiResult<Option<&'static c_int>> {
+    let size = s.comm(MPI_COMM_WORLD)?.size() as c_int;
+    // Fortran's predefined keyvals (mpif.h) are C's (odd) plus one, as in MPICH.
+    let is_fortran = keyval & !0xf == MPI_TAG_UB & !0xf && keyval & 0xf != 0 && keyval & 1 == 0;
+    let keyval = if is_fortran { keyval - 1 } else { keyval };
+    Ok(match keyval {
+        MPI_TAG_UB => Some(&TAG_UB_VALUE),
+        MPI_HOST => Some(&NO_HOST),
+        MPI_IO => Some(&ANY_IO),
+        MPI_WTIME_IS_GLOBAL => Some(&NOT_GLOBAL),
+        MPI_UNIVERSE_SIZE => Some(UNIVERSE.get_or_init(|| size)),
+        MPI_APPNUM => Some(&APPNUM),
+        MPI_LASTUSEDCODE => Some(&LAST_CODE),
+        _ => None,
+    })
+}
+
 /// # Safety
 ///
 /// Pointer arguments follow the FFI contract (`ffi.rs`):
@@ -274,21 +292,11 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     flag: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Comm_get_attr", comm, |s| {
-        let size = s.comm(MPI_COMM_WORLD)?.size() as c_int;
-        let found: Option<*const c_int> = match keyval {
-            MPI_TAG_UB => Some(&TAG_UB_VALUE),
-            MPI_HOST => Some(&NO_HOST),
-            MPI_IO => Some(&ANY_IO),
-            MPI_WTIME_IS_GLOBAL => Some(&NOT_GLOBAL),
-            MPI_UNIVERSE_SIZE => Some(UNIVERSE.get_or_init(|| size)),
-            MPI_APPNUM => Some(&APPNUM),
-            MPI_LASTUSEDCODE => Some(&LAST_CODE),
-            _ => None,
-        };
+        let found = predefined_attribute(s, keyval)?.map(std::ptr::from_ref);
         s.comm(comm)?;
         if found.is_none() {
             // A user attribute: `value` receives the pointer stored.
-            return match crate::attr::user_attribute(s, comm, keyval) {
+            return match crate::attr::user_attribute(s, comm, keyval, crate::attr::AttrKind::Ptr) {
                 Some(v) => {
                     ffi::out(value, v, "attribute_val")?;
                     ffi::out(flag, 1, "flag")

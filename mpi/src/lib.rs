@@ -6,7 +6,8 @@
 //!
 //! Layout: `abi` (MPICH's constants, generated from mpi.h by build.rs), `state` (the
 //! process's state and the frame of every call), `comm`, `datatype`(+`_api`), `op`, `tags`,
-//! `request`, `p2p`(+`_api`), `coll`, `init`, `ft`, `errors`, `ffi` (every `unsafe`), and the
+//! `request`, `p2p`(+`_api`), `coll`, `init`, `ft`, `errors`, `ffi` (every `unsafe`), `fortran`
+//! (what MPICH's Fortran binding, libmpichfort, needs besides the MPI functions), and the
 //! generated stubs: each MPI function this library does not implement stops the job with
 //! "not supported by reverb". Every function is defined as `PMPI_X` (hand-written ones by
 //! `#[export_name]`), and `MPI_X` is an alias of it (`aliases`): MPICH's profiling interface.
@@ -27,8 +28,10 @@ mod coll;
 mod comm;
 mod datatype;
 mod datatype_api;
+mod datatype_mpi1;
 mod errors;
 mod ffi;
+mod fortran;
 mod frag;
 mod ft;
 mod group;

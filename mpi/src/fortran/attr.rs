@@ -1,0 +1,154 @@
+//! MPICH's attribute helpers for its Fortran binding. libmpichfort's `MPI_COMM_SET_ATTR`
+//! (`MPI_ATTR_PUT`) passes the integer value with its kind (`MPIR_Attr_type`: `INTEGER` or
+//! `INTEGER(KIND=MPI_ADDRESS_KIND)`), `MPI_COMM_GET_ATTR` (`MPI_ATTR_GET`) asks for the value
+//! as that kind (a predefined attribute's value itself, where C gets a pointer to it), and
+//! every keyval created from Fortran has its callbacks called through the binding's proxies
+//! (`MPII_Keyval_set_proxy`). Datatype and window attributes go to `MPI_Type_*_attr` /
+//! `MPI_Win_*_attr` as they are: their values round-trip, Fortran to Fortran.
+
+use std::ffi::{c_int, c_void};
+
+use crate::abi::*;
+use crate::attr::{self, AttrKind, CopyProxy, DeleteProxy};
+use crate::ffi::{self, Out};
+use crate::state::call;
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: opaque, never dereferenced here (an integer from Fortran).
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Comm_set_attr(
+    comm: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    kind: c_int,
+) -> c_int {
+    call("MPI_Comm_set_attr", comm, |s| {
+        attr::set_attribute(s, comm, keyval, value as usize, AttrKind::from_mpich(kind)?)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
+/// `flag`: null or writable for the call.
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Comm_get_attr(
+    comm: c_int,
+    keyval: c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
+    kind: c_int,
+) -> c_int {
+    call("MPI_Comm_get_attr", comm, |s| {
+        let kind = AttrKind::from_mpich(kind)?;
+        let predefined = crate::init::predefined_attribute(s, keyval)?;
+        s.comm(comm)?;
+        let found = match predefined {
+            // C gets a pointer to the value, Fortran the value (sign-extended, as MPICH).
+            Some(v) if kind == AttrKind::Ptr => Some(std::ptr::from_ref(v) as usize),
+            Some(v) => Some(*v as isize as usize),
+            None => attr::user_attribute(s, comm, keyval, kind),
+        };
+        match found {
+            Some(v) => {
+                ffi::out(value, v, "attribute_val")?;
+                ffi::out(flag, 1, "flag")
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+/// Has `keyval`'s copy and delete callbacks called through MPICH's language proxies. MPICH
+/// ignores a keyval it does not know, as here (a datatype's or window's).
+#[no_mangle]
+pub extern "C" fn MPII_Keyval_set_proxy(keyval: c_int, copy: Option<CopyProxy>, delete: Option<DeleteProxy>) {
+    if let (Some(copy), Some(delete)) = (copy, delete) {
+        let _ignored = call("MPII_Keyval_set_proxy", MPI_COMM_WORLD, |s| {
+            if s.keyvals.keys.contains_key(&keyval) {
+                attr::set_proxy(s, keyval, (copy, delete))?;
+            }
+            Ok(())
+        });
+    }
+}
+
+extern "C" {
+    // Whatever defines them in this library: a stub that names the call, or an implementation.
+    fn PMPI_Type_set_attr(datatype: c_int, keyval: c_int, value: *mut c_void) -> c_int;
+    fn PMPI_Type_get_attr(
+        datatype: c_int,
+        keyval: c_int,
+        value: Out<'_, usize>,
+        flag: Out<'_, c_int>,
+    ) -> c_int;
+    fn PMPI_Win_set_attr(win: c_int, keyval: c_int, value: *mut c_void) -> c_int;
+    fn PMPI_Win_get_attr(win: c_int, keyval: c_int, value: Out<'_, usize>, flag: Out<'_, c_int>) -> c_int;
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: opaque, never dereferenced here (an integer from Fortran).
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Type_set_attr(
+    datatype: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    _kind: c_int,
+) -> c_int {
+    // SAFETY: MPI_Type_set_attr's own arguments, under the same contract.
+    unsafe { PMPI_Type_set_attr(datatype, keyval, value) }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
+/// `flag`: null or writable for the call.
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Type_get_attr(
+    datatype: c_int,
+    keyval: c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
+    _kind: c_int,
+) -> c_int {
+    // SAFETY: MPI_Type_get_attr's own arguments, under the same contract.
+    unsafe { PMPI_Type_get_attr(datatype, keyval, value, flag) }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: opaque, never dereferenced here (an integer from Fortran).
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Win_set_attr(
+    win: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    _kind: c_int,
+) -> c_int {
+    // SAFETY: MPI_Win_set_attr's own arguments, under the same contract.
+    unsafe { PMPI_Win_set_attr(win, keyval, value) }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
+/// `flag`: null or writable for the call.
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Win_get_attr(
+    win: c_int,
+    keyval: c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
+    _kind: c_int,
+) -> c_int {
+    // SAFETY: MPI_Win_get_attr's own arguments, under the same contract.
+    unsafe { PMPI_Win_get_attr(win, keyval, value, flag) }
+}
