@@ -63,6 +63,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1, value_parser = crate::usage::int::<usize>(1, 64))]
     pub jobs: usize,
     /// Bound on each trial's job, in seconds (1..=86400): a job still running then is a hang.
+    /// Across hosts, at least four times the app's failure-free run and 30 s.
     #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Transport provider (default shm on one host, auto across hosts).
