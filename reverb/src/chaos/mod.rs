@@ -164,7 +164,7 @@ impl TrialResult {
     }
 }
 
-/// Returns the exit code: 0 when no trial gave a wrong answer or hung.
+/// Returns the exit code: 0 when no trial gave a wrong answer, hung or failed otherwise.
 pub fn main(args: ChaosArgs) -> Result<i32> {
     let seed = campaign_seed(&args)?;
     let trials: Vec<u64> = match args.trial {
@@ -214,7 +214,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
     } else {
         eprintln!("reverb chaos: work dir kept in {}", dir.display());
     }
-    Ok(if summary.wrong > 0 || summary.hangs > 0 { 1 } else { 0 })
+    Ok(if summary.failed > 0 { 1 } else { 0 })
 }
 
 /// Checks the arguments and the environment; the campaign's seed (`--seed`, else the clock).
