@@ -1,8 +1,9 @@
 //! Which algorithm each collective runs: a pure function of the operation, its size in bytes
 //! (alike at every rank: MPI requires matching type signatures) and the communicator's size,
 //! so every rank, every run and a recovered rank's replay choose alike, send the same messages
-//! and combine a reduction's operands in the same order. The thresholds follow MPICH's
-//! defaults (`MPIR_CVAR_*`), adjusted where measurements here say so (docs/mpi.md).
+//! and combine a reduction's operands in the same order. The thresholds are MPICH's
+//! defaults (`MPIR_CVAR_*`) but for the ring's and the broadcast's rank bound, which are
+//! estimates: none is tuned by measurement on reverb yet (docs/benchmarks.md).
 
 /// Broadcasts of this many bytes and more scatter the bytes and all-gather them (van de
 /// Geijn): each rank moves about 2 B instead of B log n. MPICH's short limit.
