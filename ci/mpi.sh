@@ -5,7 +5,8 @@
 #     completion, MPI_PROC_NULL, errors returned: truncation, bad rank, bad tag) on 2 and 4
 #     ranks, on shm and tcp;
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
-#     a user operation on a strided type, persistent collectives, MPI_Comm_split_type;
+#     a user operation on a strided type, persistent collectives, MPI_Comm_split_type; each
+#     collective algorithm on both sides of its size threshold on 2, 3, 4, 5 and 8 ranks;
 #   - a call outside the subset stops the job naming it;
 #   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
 #     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
@@ -38,6 +39,7 @@ mkdir -p "$work"
 cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
+cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
@@ -95,6 +97,9 @@ for n in 3 4; do
     expect "coll-$n.log" "coll: ok"
 done
 say "collectives on world, a split and a dup: ok"
+run coll-sizes.log -n 8 -- "$work/coll_sizes"
+expect coll-sizes.log "coll_sizes: ok"
+say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
 
 if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
     fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"
