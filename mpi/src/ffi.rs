@@ -88,6 +88,11 @@ impl<T> In<'_, T> {
     pub fn is_null(self) -> bool {
         self.0.is_null()
     }
+
+    /// The address, to compare with mpi.h's sentinels (`MPI_UNWEIGHTED`).
+    pub fn addr(self) -> usize {
+        self.0 as usize
+    }
 }
 
 impl<'a, T> From<Out<'a, T>> for In<'a, T> {
@@ -375,6 +380,13 @@ pub fn attr_delete(
 ) -> c_int {
     // SAFETY: the program's delete function, called once per value, as MPI specifies.
     unsafe { f(comm, keyval, value as *mut c_void, extra) }
+}
+
+/// Calls a program's error handler with (the communicator, window or file; the code).
+pub fn errhandler_call(f: crate::errhandler::HandlerFn, handle: &mut c_int, code: &mut c_int) {
+    // SAFETY: the program's MPI_Comm_errhandler_function, called as MPI specifies with
+    // pointers to a handle and a code that live for the call.
+    unsafe { f(handle, code) }
 }
 
 extern "C" {

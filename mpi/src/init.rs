@@ -82,10 +82,10 @@ fn init() -> c_int {
             g.insert_at(MPI_GROUP_EMPTY, Vec::new());
             g
         },
-        infos: Handles::new(state::INFO_BASE),
         keyvals: Default::default(),
         protected: BTreeMap::new(),
         carts: BTreeMap::new(),
+        graphs: BTreeMap::new(),
         journal,
     });
     INITIALIZED.store(true, Ordering::SeqCst);
@@ -258,7 +258,8 @@ static NO_HOST: c_int = MPI_PROC_NULL;
 static ANY_IO: c_int = MPI_ANY_SOURCE;
 static NOT_GLOBAL: c_int = 0;
 static APPNUM: c_int = 0;
-static LAST_CODE: c_int = MPI_ERR_LASTCODE;
+/// `MPI_LASTUSEDCODE`: rewritten at each query (the program may add codes).
+static LAST_CODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
 /// # Safety
@@ -282,7 +283,10 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
             MPI_WTIME_IS_GLOBAL => Some(&NOT_GLOBAL),
             MPI_UNIVERSE_SIZE => Some(UNIVERSE.get_or_init(|| size)),
             MPI_APPNUM => Some(&APPNUM),
-            MPI_LASTUSEDCODE => Some(&LAST_CODE),
+            MPI_LASTUSEDCODE => {
+                LAST_CODE.store(crate::errhandler::last_used_code(), Ordering::Relaxed);
+                Some(LAST_CODE.as_ptr())
+            }
             _ => None,
         };
         s.comm(comm)?;

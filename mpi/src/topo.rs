@@ -1,20 +1,14 @@
-//! Cartesian process topologies (`MPI_Cart_*`, `MPI_Dims_create`, `MPI_Topo_test`) and the
-//! neighbourhood collectives on them (`MPI_Neighbor_allgather`, `MPI_Neighbor_alltoall`): what
-//! stencil codes use to find and reach their neighbours. Ranks are never reordered.
+//! Cartesian process topologies (`MPI_Cart_*`, `MPI_Dims_create`, `MPI_Topo_test`): what
+//! stencil codes use to find their neighbours (`neighbor.rs` reaches them). Ranks are never
+//! reordered.
 
 use std::ffi::c_int;
 
-use reverb_transport::{Source, TagMatch};
-
 use crate::abi::*;
-use crate::coll::count_of;
-use crate::datatype::offset;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
-use crate::ffi::{In, Out, UserBuf};
-use crate::frag;
+use crate::ffi::{In, Out};
 use crate::state::{call, State};
-use crate::tags;
 
 /// MPICH's `MPI_CART` (a member of mpi.h's `MPIR_Topo_type` enum, which the build's constant
 /// scan does not read).
@@ -111,43 +105,11 @@ pub fn balanced_dims(nodes: c_int, dims: &[c_int]) -> MpiResult<Vec<c_int>> {
 }
 
 impl State {
-    fn cart(&self, comm: c_int) -> MpiResult<&Cart> {
+    pub fn cart(&self, comm: c_int) -> MpiResult<&Cart> {
         self.comm(comm)?;
         self.carts
             .get(&comm)
             .ok_or_else(|| MpiError::new(MPI_ERR_TOPOLOGY, "the communicator has no Cartesian topology"))
-    }
-
-    /// The neighbourhood exchange of `comm`'s grid: block k of `outgoing` to neighbour k,
-    /// what neighbour k sent into block k of `recv` (buffer, count, datatype per block);
-    /// MPI_PROC_NULL neighbours are skipped, their blocks left as they were.
-    fn neighbour_exchange(
-        &mut self,
-        comm: c_int,
-        outgoing: &[Vec<u8>],
-        (recvbuf, recvcount, recvtype): (UserBuf, c_int, c_int),
-    ) -> MpiResult<()> {
-        let (rt, rc) = (self.datatype(recvtype)?, count_of(recvcount)?);
-        let c = self.comm(comm)?;
-        let (context, peers, me) = (c.context, c.ranks.clone(), c.me as c_int);
-        let neighbours = self.cart(comm)?.neighbours(me);
-        // Sent to neighbour k, the block is that neighbour's block k ^ 1 (below and above swap):
-        // the tag says which, so a rank that is both neighbours (2 ranks, periodic) sorts them.
-        for (k, &n) in neighbours.iter().enumerate().filter(|(_, &n)| n != MPI_PROC_NULL) {
-            let tag = tags::tag(context, tags::COLL, (k ^ 1) as c_int + 1);
-            frag::send(&mut self.rt, peers[n as usize], tag, &outgoing[k])?;
-        }
-        for (k, &n) in neighbours.iter().enumerate().filter(|(_, &n)| n != MPI_PROC_NULL) {
-            let want = TagMatch {
-                tag: tags::tag(context, tags::COLL, k as c_int + 1),
-                mask: !(u64::from(tags::BIG) << 32),
-            };
-            let msg = self.rt.recv_matching(Source::Rank(peers[n as usize]), want)?;
-            let msg = frag::complete(&mut self.rt, msg)?;
-            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
-            unsafe { rt.unpack(&msg.payload, offset(recvbuf, k as isize * rc as isize * rt.extent), rc) }?;
-        }
-        Ok(())
     }
 }
 
@@ -216,7 +178,13 @@ pub unsafe extern "C" fn MPI_Cart_create(
 pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c_int {
     call("MPI_Topo_test", comm, |s| {
         s.comm(comm)?;
-        ffi::out(status, if s.carts.contains_key(&comm) { MPI_CART } else { MPI_UNDEFINED }, "status")
+        let kind = match s.graphs.get(&comm) {
+            _ if s.carts.contains_key(&comm) => MPI_CART,
+            Some(crate::graph::Graph::Whole { .. }) => crate::graph::MPI_GRAPH,
+            Some(crate::graph::Graph::Dist { .. }) => crate::graph::MPI_DIST_GRAPH,
+            None => MPI_UNDEFINED,
+        };
+        ffi::out(status, kind, "status")
     })
 }
 
@@ -363,56 +331,6 @@ pub unsafe extern "C" fn MPI_Cart_sub(
         let periods = cart.periods.iter().zip(&keep).filter(|(_, &k)| k).map(|(&p, _)| p).collect();
         s.carts.insert(h, Cart { dims: pick(&cart.dims), periods });
         ffi::out(newcomm, h, "newcomm")
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_alltoall"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoall(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    call("MPI_Neighbor_alltoall", comm, |s| {
-        let (st, sc) = (s.datatype(sendtype)?, count_of(sendcount)?);
-        let k = 2 * s.cart(comm)?.dims.len();
-        let outgoing = (0..k)
-            .map(|i| {
-                // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-                unsafe { st.pack(&offset(sendbuf, i as isize * sc as isize * st.extent), sc) }
-                    .map(|b| b.into_owned())
-            })
-            .collect::<MpiResult<Vec<_>>>()?;
-        s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_allgather"]
-pub unsafe extern "C" fn MPI_Neighbor_allgather(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    call("MPI_Neighbor_allgather", comm, |s| {
-        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-        let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned();
-        let outgoing = vec![mine; 2 * s.cart(comm)?.dims.len()];
-        s.neighbour_exchange(comm, &outgoing, (recvbuf, recvcount, recvtype))
     })
 }
 
