@@ -86,6 +86,9 @@ fn init() -> c_int {
         protected: BTreeMap::new(),
         carts: BTreeMap::new(),
         graphs: BTreeMap::new(),
+        type_contents: BTreeMap::new(),
+        type_names: BTreeMap::new(),
+        f90_types: BTreeMap::new(),
         journal,
     });
     INITIALIZED.store(true, Ordering::SeqCst);

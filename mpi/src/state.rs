@@ -90,6 +90,11 @@ pub struct State {
     pub protected: BTreeMap<u32, (usize, usize)>,
     /// The Cartesian grids of communicators that have one (MPI_Cart_create, MPI_Cart_sub).
     pub carts: BTreeMap<c_int, crate::topo::Cart>,
+    /// What made each derived datatype, and the names programs gave datatypes.
+    pub type_contents: BTreeMap<c_int, crate::type_contents::Contents>,
+    pub type_names: BTreeMap<c_int, String>,
+    /// `MPI_Type_create_f90_*`'s types by (combiner, arguments).
+    pub f90_types: BTreeMap<(c_int, Vec<c_int>), c_int>,
     /// The graph and distributed-graph topologies of communicators that have one.
     pub graphs: BTreeMap<c_int, crate::graph::Graph>,
     /// Communicator creations' all-gathers, kept with every checkpoint.
