@@ -271,6 +271,8 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
     new_type("MPI_Type_create_resized", newtype, |s| {
         let mut t = s.datatype(old)?;
         (t.lb, t.extent, t.committed) = (lb as isize, extent as isize, false);
+        // MPI 4.0, 5.1.7: as if made with MPI_LB and MPI_UB markers at the new bounds.
+        t.sticky = (Some(lb as isize), Some((lb + extent) as isize));
         Ok((t, Contents::new(s, MPI_COMBINER_RESIZED, vec![], vec![lb as isize, extent as isize], vec![old])))
     })
 }
@@ -512,5 +514,7 @@ pub unsafe extern "C" fn MPI_Type_lb(datatype: c_int, displacement: Out<'_, c_lo
 /// `displacement`: null or writable for the call.
 #[export_name = "PMPI_Type_ub"]
 pub unsafe extern "C" fn MPI_Type_ub(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
-    query_type("MPI_Type_ub", datatype, |t| ffi::out(displacement, (t.lb + t.extent) as c_long, "displacement"))
+    query_type("MPI_Type_ub", datatype, |t| {
+        ffi::out(displacement, (t.lb + t.extent) as c_long, "displacement")
+    })
 }

@@ -37,7 +37,7 @@ fn selection(sizes: &[c_int], picked: &[Vec<isize>], order: c_int, old: &Datatyp
         displs.clear();
     }
     let mut t = datatype::hindexed(&vec![1; displs.len()], &displs, old)?;
-    (t.lb, t.extent) = (0, total);
+    (t.lb, t.extent, t.sticky) = (0, total, (Some(0), Some(total)));
     // Neighbouring elements as one run (what a contiguous row becomes).
     let mut merged: Vec<(isize, usize)> = Vec::with_capacity(t.blocks.len());
     for &(off, len) in &t.blocks {
