@@ -6,6 +6,9 @@
 #     ranks, on shm and tcp;
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
 #     a user operation on a strided type, persistent collectives, MPI_Comm_split_type;
+#   - datatypes (contents of every constructor, subarray/darray layouts as MPICH's, external32,
+#     type attributes) and graph topologies, error handlers, error classes, info and memory
+#     calls (mpi/tests/c/datatypes.c, topo_errh.c);
 #   - a call outside the subset stops the job naming it;
 #   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
 #     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
@@ -31,6 +34,8 @@ cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
+cc mpi/tests/c/datatypes.c -o "$work/datatypes"
+cc mpi/tests/c/topo_errh.c -o "$work/topo_errh"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
 cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"
@@ -79,6 +84,13 @@ for n in 3 4; do
     expect "coll-$n.log" "coll: ok"
 done
 say "collectives on world, a split and a dup: ok"
+run datatypes.log -n 1 -- "$work/datatypes"
+expect datatypes.log "datatypes: ok"
+for n in 3 4; do
+    run "topo_errh-$n.log" -n "$n" -- "$work/topo_errh"
+    expect "topo_errh-$n.log" "topo_errh: ok"
+done
+say "datatype contents and layouts, graph topologies, error handlers, info: ok"
 
 if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
     fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"

@@ -37,13 +37,21 @@ pub struct Keyvals {
 }
 
 impl Keyvals {
-    fn set(&mut self, comm: c_int, key: c_int, value: usize) {
+    /// A new keyval.
+    pub fn create(&mut self, kv: Keyval) -> c_int {
+        let k = FIRST_KEYVAL + self.next;
+        self.next += 1;
+        self.keys.insert(k, kv);
+        k
+    }
+
+    pub fn set(&mut self, comm: c_int, key: c_int, value: usize) {
         self.next_seq += 1;
         self.values.insert((comm, key), (self.next_seq, value));
     }
 
     /// Drops a freed keyval no value uses any more.
-    fn release(&mut self, key: c_int) {
+    pub fn release(&mut self, key: c_int) {
         let used = self.values.keys().any(|&(_, k)| k == key);
         if !used && self.keys.get(&key).is_some_and(|k| k.freed) {
             self.keys.remove(&key);

@@ -283,8 +283,14 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[export_name = "PMPI_Type_dup"]
 pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
-    new_type("MPI_Type_dup", newtype, |s| {
-        Ok((s.datatype(old)?, Contents::new(s, MPI_COMBINER_DUP, vec![], vec![], vec![old])))
+    call("MPI_Type_dup", MPI_COMM_WORLD, |s| {
+        let t = s.datatype(old)?;
+        let contents = Contents::new(s, MPI_COMBINER_DUP, vec![], vec![], vec![old]);
+        let h = s.types.insert(t);
+        s.record_contents(h, contents);
+        // The duplicate gets the attributes their copy functions pass on.
+        s.copy_type_attributes(old, h)?;
+        ffi::out(newtype, h, "newtype")
     })
 }
 
@@ -311,6 +317,9 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
 pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
+        if s.types.get(h).is_some() {
+            s.delete_type_attributes(h)?;
+        }
         s.types
             .remove(h)
             .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("{h:#x} is not a derived datatype")))?;

@@ -88,6 +88,7 @@ fn init() -> c_int {
         graphs: BTreeMap::new(),
         type_contents: BTreeMap::new(),
         type_names: BTreeMap::new(),
+        type_attrs: Default::default(),
         f90_types: BTreeMap::new(),
         journal,
     });

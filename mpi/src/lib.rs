@@ -53,6 +53,7 @@ mod state;
 mod subarray;
 mod tags;
 mod topo;
+mod type_attr;
 mod type_contents;
 
 mod stubs {

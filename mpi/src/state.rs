@@ -93,6 +93,8 @@ pub struct State {
     /// What made each derived datatype, and the names programs gave datatypes.
     pub type_contents: BTreeMap<c_int, crate::type_contents::Contents>,
     pub type_names: BTreeMap<c_int, String>,
+    /// Datatype keyvals and the attributes set on datatypes.
+    pub type_attrs: crate::attr::Keyvals,
     /// `MPI_Type_create_f90_*`'s types by (combiner, arguments).
     pub f90_types: BTreeMap<(c_int, Vec<c_int>), c_int>,
     /// The graph and distributed-graph topologies of communicators that have one.
