@@ -5,8 +5,10 @@
 //! failure only its ranks roll back (with `MPIX_Reverb_*` checkpoints, see `ft.rs`).
 //!
 //! Layout: `abi` (MPICH's constants, generated from mpi.h by build.rs), `state` (the
-//! process's state and the frame of every call), `comm`, `datatype`(+`_api`), `op`, `tags`,
-//! `request`, `p2p`(+`_api`), `coll`, `init`, `ft`, `errors`, `ffi` (every `unsafe`), and the
+//! process's state and the frame of every call), `comm`, `datatype`(+`_api`, `type_contents`,
+//! `type_attr`, `subarray`, `pack_external`), `op`, `tags`, `request`, `p2p`(+`_api`), `coll`,
+//! `topo`, `graph`, `neighbor`, `info`, `errhandler`, `memory`, `init`, `ft`, `errors`, `ffi`
+//! (most of the `unsafe`), and the
 //! generated stubs: each MPI function this library does not implement stops the job with
 //! "not supported by reverb". Every function is defined as `PMPI_X` (hand-written ones by
 //! `#[export_name]`), and `MPI_X` is an alias of it (`aliases`): MPICH's profiling interface.
