@@ -7,6 +7,9 @@
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
 #     a user operation on a strided type, persistent collectives, MPI_Comm_split_type; each
 #     collective algorithm on both sides of its size threshold on 2, 3, 4, 5 and 8 ranks;
+#   - datatypes (contents of every constructor, subarray/darray layouts as MPICH's, external32,
+#     type attributes) and graph topologies, error handlers, error classes, info and memory
+#     calls (mpi/tests/c/datatypes.c, topo_errh.c);
 #   - a call outside the subset stops the job naming it;
 #   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
 #     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
@@ -41,6 +44,8 @@ cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
+cc mpi/tests/c/datatypes.c -o "$work/datatypes"
+cc mpi/tests/c/topo_errh.c -o "$work/topo_errh"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
 cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"
@@ -100,6 +105,13 @@ say "collectives on world, a split and a dup: ok"
 run coll-sizes.log -n 8 -- "$work/coll_sizes"
 expect coll-sizes.log "coll_sizes: ok"
 say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
+run datatypes.log -n 1 -- "$work/datatypes"
+expect datatypes.log "datatypes: ok"
+for n in 3 4; do
+    run "topo_errh-$n.log" -n "$n" -- "$work/topo_errh"
+    expect "topo_errh-$n.log" "topo_errh: ok"
+done
+say "datatype contents and layouts, graph topologies, error handlers, info: ok"
 
 if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
     fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"
@@ -109,6 +121,7 @@ if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Win_create returne
 say "an unsupported call stops the job naming it: ok"
 
 # MPICH's profiling interface: each MPI_X (implemented or stub) at its PMPI_X's address.
+# Functions only (T): mpi.h's data objects (MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY) have no PMPI_.
 nm -D --defined-only "$target/debug/libmpich.so" | awk '
     $2 == "T" { at[$3] = $1 }
     END {

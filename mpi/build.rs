@@ -113,6 +113,15 @@ fn constants_source(constants: &BTreeMap<String, i64>) -> String {
         // Handles are 32-bit patterns (0x8c000000 included); limits fit i32 as they are.
         s.push_str(&format!("pub const {name}: i32 = {}_u32 as i32;\n", *value as u32));
     }
+    // The predefined datatypes' names (MPI_Type_get_name): handles of MPICH's datatype kinds.
+    s.push_str("pub const TYPE_NAMES: &[(&str, i32)] = &[\n");
+    for (name, value) in constants {
+        let kind = (*value as u32) >> 24;
+        if (kind == 0x4c || kind == 0x8c) && name.starts_with("MPI_") {
+            s.push_str(&format!("    (\"{name}\", {}_u32 as i32),\n", *value as u32));
+        }
+    }
+    s.push_str("];\n");
     s
 }
 

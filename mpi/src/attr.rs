@@ -1,7 +1,7 @@
-//! Attributes on communicators (keyvals, with their copy and delete callbacks) and info objects.
+//! Attributes on communicators (keyvals, with their copy and delete callbacks).
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
@@ -106,13 +106,21 @@ pub struct Keyvals {
 }
 
 impl Keyvals {
-    fn set(&mut self, comm: c_int, key: c_int, value: usize, kind: AttrKind) {
+    /// A new keyval.
+    pub fn create(&mut self, kv: Keyval) -> c_int {
+        let k = FIRST_KEYVAL + self.next;
+        self.next += 1;
+        self.keys.insert(k, kv);
+        k
+    }
+
+    pub fn set(&mut self, comm: c_int, key: c_int, value: usize, kind: AttrKind) {
         self.next_seq += 1;
         self.values.insert((comm, key), Attr { seq: self.next_seq, value: Box::new(value), kind });
     }
 
     /// Drops a freed keyval no value uses any more.
-    fn release(&mut self, key: c_int) {
+    pub fn release(&mut self, key: c_int) {
         let used = self.values.keys().any(|&(_, k)| k == key);
         if !used && self.keys.get(&key).is_some_and(|k| k.freed) {
             self.keys.remove(&key);
@@ -340,175 +348,6 @@ pub unsafe extern "C" fn MPIR_Dup_fn(
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
-// ---- info objects ----
-
-fn info_mut(s: &mut State, info: c_int) -> MpiResult<&mut Vec<(String, String)>> {
-    s.infos.get_mut(info).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {info:#x}")))
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Info_create"]
-pub unsafe extern "C" fn MPI_Info_create(info: Out<'_, c_int>) -> c_int {
-    call("MPI_Info_create", MPI_COMM_WORLD, |s| {
-        let h = s.infos.insert(Vec::new());
-        ffi::out(info, h, "info")
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`, `value`: null or NUL-terminated strings.
-#[export_name = "PMPI_Info_set"]
-pub unsafe extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
-    call("MPI_Info_set", MPI_COMM_WORLD, |s| {
-        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
-        let (key, value) = (unsafe { ffi::string_in(key) }?, unsafe { ffi::string_in(value) }?);
-        if key.len() > MPI_MAX_INFO_KEY as usize {
-            return Err(MpiError::new(MPI_ERR_INFO_KEY, format!("a key of {} characters", key.len())));
-        }
-        let pairs = info_mut(s, info)?;
-        match pairs.iter_mut().find(|(k, _)| *k == key) {
-            Some(pair) => pair.1 = value,
-            None => pairs.push((key, value)),
-        }
-        Ok(())
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say);
-/// `key`: null or NUL-terminated strings;
-/// `value`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Info_get"]
-pub unsafe extern "C" fn MPI_Info_get(
-    info: c_int,
-    key: *const c_char,
-    len: c_int,
-    value: *mut c_char,
-    flag: Out<'_, c_int>,
-) -> c_int {
-    call("MPI_Info_get", MPI_COMM_WORLD, |s| {
-        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
-        let key = unsafe { ffi::string_in(key) }?;
-        let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
-        match found {
-            Some(v) => {
-                // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
-                unsafe { ffi::string_out(value, usize::try_from(len).unwrap_or(0) + 1, &v) }?;
-                ffi::out(flag, 1, "flag")
-            }
-            None => ffi::out(flag, 0, "flag"),
-        }
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`, `flag`: null or writable for the call (arrays as long as the counts say);
-/// `key`: null or NUL-terminated strings.
-#[export_name = "PMPI_Info_get_valuelen"]
-pub unsafe extern "C" fn MPI_Info_get_valuelen(
-    info: c_int,
-    key: *const c_char,
-    len: Out<'_, c_int>,
-    flag: Out<'_, c_int>,
-) -> c_int {
-    call("MPI_Info_get_valuelen", MPI_COMM_WORLD, |s| {
-        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
-        let key = unsafe { ffi::string_in(key) }?;
-        let found = info_mut(s, info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.len());
-        match found {
-            Some(n) => {
-                ffi::out(len, n as c_int, "valuelen")?;
-                ffi::out(flag, 1, "flag")
-            }
-            None => ffi::out(flag, 0, "flag"),
-        }
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `nkeys`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Info_get_nkeys"]
-pub unsafe extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) -> c_int {
-    call("MPI_Info_get_nkeys", MPI_COMM_WORLD, |s| {
-        let n = info_mut(s, info)?.len();
-        ffi::out(nkeys, n as c_int, "nkeys")
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Info_get_nthkey"]
-pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
-    call("MPI_Info_get_nthkey", MPI_COMM_WORLD, |s| {
-        let pairs = info_mut(s, info)?;
-        let k = usize::try_from(n)
-            .ok()
-            .and_then(|i| pairs.get(i))
-            .map(|(k, _)| k.clone())
-            .ok_or_else(|| MpiError::new(MPI_ERR_ARG, format!("no key {n}")))?;
-        // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
-        unsafe { ffi::string_out(key, MPI_MAX_INFO_KEY as usize + 1, &k) }.map(drop)
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`: null or NUL-terminated strings.
-#[export_name = "PMPI_Info_delete"]
-pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
-    call("MPI_Info_delete", MPI_COMM_WORLD, |s| {
-        // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
-        let key = unsafe { ffi::string_in(key) }?;
-        let pairs = info_mut(s, info)?;
-        let before = pairs.len();
-        pairs.retain(|(k, _)| *k != key);
-        if pairs.len() == before {
-            return Err(MpiError::new(MPI_ERR_INFO_NOKEY, format!("no key {key}")));
-        }
-        Ok(())
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newinfo`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Info_dup"]
-pub unsafe extern "C" fn MPI_Info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c_int {
-    call("MPI_Info_dup", MPI_COMM_WORLD, |s| {
-        let copy = info_mut(s, info)?.clone();
-        let h = s.infos.insert(copy);
-        ffi::out(newinfo, h, "newinfo")
-    })
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Info_free"]
-pub unsafe extern "C" fn MPI_Info_free(info: Out<'_, c_int>) -> c_int {
-    call("MPI_Info_free", MPI_COMM_WORLD, |s| {
-        let h = ffi::read(info, "info")?;
-        s.infos.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_INFO, format!("invalid info {h:#x}")))?;
-        ffi::out(info, MPI_INFO_NULL, "info")
-    })
-}
-
 /// Communicators keep no hints: MPI_Comm_get_info hands back an empty info object.
 #[export_name = "PMPI_Comm_set_info"]
 pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
@@ -523,7 +362,6 @@ pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: c_int, info: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_info", comm, |s| {
         s.comm(comm)?;
-        let h = s.infos.insert(Vec::new());
-        ffi::out(info, h, "info_used")
+        ffi::out(info, crate::info::new_empty(), "info_used")
     })
 }

@@ -118,6 +118,9 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c
         if let Some(cart) = s.carts.get(&comm).cloned() {
             s.carts.insert(h, cart);
         }
+        if let Some(graph) = s.graphs.get(&comm).cloned() {
+            s.graphs.insert(h, graph);
+        }
         ffi::out(newcomm, h, "newcomm")
     })
 }
@@ -216,6 +219,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
         s.delete_attributes(h)?;
         s.comms.remove(h);
         s.carts.remove(&h);
+        s.graphs.remove(&h);
         ffi::out(comm, MPI_COMM_NULL, "comm")
     })
 }
@@ -249,11 +253,8 @@ pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_
 #[export_name = "PMPI_Comm_set_errhandler"]
 pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
     call("MPI_Comm_set_errhandler", comm, |s| {
-        if ![MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&errhandler) {
-            return Err(MpiError::new(
-                MPI_ERR_ARG,
-                format!("error handler {errhandler:#x}: reverb supports the predefined ones"),
-            ));
+        if !crate::errhandler::is_handler(errhandler) {
+            return Err(MpiError::new(MPI_ERR_ARG, format!("invalid error handler {errhandler:#x}")));
         }
         s.comm_mut(comm)?.errhandler = errhandler;
         Ok(())

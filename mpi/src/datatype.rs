@@ -78,6 +78,22 @@ pub struct Datatype {
     /// The kind of every basic element in it, when all are one kind.
     pub elem: Elem,
     pub committed: bool,
+    /// Explicit bounds (MPI_LB / MPI_UB markers, `MPI_Type_create_resized`), which override
+    /// the computed ones in every type made of this one.
+    pub sticky: (Option<isize>, Option<isize>),
+    /// Alignment of its most aligned basic element: a struct's extent is padded to it.
+    pub align: usize,
+}
+
+/// The natural alignment of a basic type of `size` bytes holding `elem`s.
+fn natural_align(size: usize, elem: Elem) -> usize {
+    match elem {
+        Elem::ComplexF32 => 4,
+        Elem::ComplexF64 => 8,
+        Elem::Pair(_, value_size) => value_size.max(4),
+        Elem::LongDoubleInt => 16,
+        _ => (1usize << size.trailing_zeros().min(4)).min(size.max(1)),
+    }
 }
 
 fn elem_of(h: c_int) -> Elem {
@@ -108,7 +124,16 @@ fn elem_of(h: c_int) -> Elem {
 
 impl Datatype {
     fn contiguous_bytes(size: usize, elem: Elem) -> Datatype {
-        Datatype { size, lb: 0, extent: size as isize, blocks: smallvec![(0, size)], elem, committed: true }
+        Datatype {
+            size,
+            lb: 0,
+            extent: size as isize,
+            blocks: smallvec![(0, size)],
+            elem,
+            committed: true,
+            sticky: (None, None),
+            align: natural_align(size, elem),
+        }
     }
 
     /// The element size of a predefined type laid out as one contiguous run, from its handle
@@ -135,6 +160,8 @@ impl Datatype {
             // Reductions see packed bytes: the index right after the value.
             elem: Elem::Pair(value, value_size),
             committed: true,
+            sticky: (None, None),
+            align: value_size.max(4),
         };
         match h {
             MPI_FLOAT_INT => return Some(pair(PairValue::F32, 4, 4, 8)),
@@ -150,9 +177,18 @@ impl Datatype {
                     blocks,
                     elem: Elem::LongDoubleInt,
                     committed: true,
+                    sticky: (None, None),
+                    align: 16,
                 });
             }
             MPI_DATATYPE_NULL => return None,
+            // The old bound markers: no data, an explicit bound where they are placed.
+            MPI_LB | MPI_UB => {
+                let mut marker = Datatype::contiguous_bytes(0, Elem::Opaque);
+                marker.blocks.clear();
+                marker.sticky = if h == MPI_LB { (Some(0), None) } else { (None, Some(0)) };
+                return Some(marker);
+            }
             _ => {}
         }
         let size = Datatype::plain_size(h)?;
@@ -239,61 +275,124 @@ pub fn offset(buf: UserBuf, off: isize) -> UserBuf {
     buf.at(off)
 }
 
+/// MPI's bounds of a type made of copies of others: the least lower bound and the greatest
+/// upper bound over the copies, explicit (sticky) bounds taking precedence.
+#[derive(Default)]
+struct Bounds {
+    computed: Option<(isize, isize)>,
+    sticky: (Option<isize>, Option<isize>),
+    align: usize,
+}
+
+impl Bounds {
+    /// `n` copies of `t` from byte `d`, one extent apart; an empty block counts for nothing.
+    fn add(&mut self, d: isize, n: usize, t: &Datatype) {
+        if n == 0 {
+            return;
+        }
+        let span = (n as isize - 1) * t.extent;
+        let (first, last) = (d + t.lb, d + t.lb + span);
+        let (lo, hi) = (first.min(last), (first + t.extent).max(last + t.extent));
+        // A bare marker (MPI_LB, MPI_UB) places only its explicit bound.
+        let marker = t.size == 0 && t.extent == 0 && (t.sticky.0.is_some() || t.sticky.1.is_some());
+        if !marker {
+            self.align = self.align.max(t.align);
+            self.computed = Some(match self.computed {
+                None => (lo, hi),
+                Some((a, b)) => (a.min(lo), b.max(hi)),
+            });
+        }
+        let shifted =
+            |m: Option<isize>, pick: fn(isize, isize) -> isize| m.map(|m| pick(d + m, d + m + span));
+        let least = shifted(t.sticky.0, isize::min);
+        let most = shifted(t.sticky.1, isize::max);
+        self.sticky.0 = match (self.sticky.0, least) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.sticky.1 = match (self.sticky.1, most) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The type of `blocks`: its bounds, a struct's extent padded to its alignment.
+    fn finish(self, blocks: Vec<(isize, usize)>, elem: Elem, pad: bool) -> Datatype {
+        let (lo, hi) = self.computed.unwrap_or((0, 0));
+        let lb = self.sticky.0.unwrap_or(lo);
+        let mut ub = self.sticky.1.unwrap_or(hi);
+        if pad && self.sticky.1.is_none() && self.align > 1 {
+            let a = self.align as isize;
+            ub = lb + (ub - lb + a - 1).div_euclid(a) * a;
+        }
+        let mut t = derived(blocks, lb, ub - lb, elem);
+        (t.sticky, t.align) = (self.sticky, self.align.max(1));
+        t
+    }
+}
+
 fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) -> Datatype {
     let size = blocks.iter().map(|b| b.1).sum();
-    Datatype { size, lb, extent, blocks: Blocks::from_vec(blocks), elem, committed: false }
+    Datatype {
+        size,
+        lb,
+        extent,
+        blocks: Blocks::from_vec(blocks),
+        elem,
+        committed: false,
+        sticky: (None, None),
+        align: 1,
+    }
 }
 
 /// `count` copies of `old`, one extent apart.
 pub fn contiguous(count: usize, old: &Datatype) -> Datatype {
-    derived(old.repeated(count, old.extent), old.lb, old.extent * count as isize, old.elem)
+    let mut bounds = Bounds::default();
+    bounds.add(0, count, old);
+    bounds.finish(old.repeated(count, old.extent), old.elem, false)
 }
 
 /// `count` blocks of `blocklen` elements, block starts `stride` bytes apart.
 pub fn hvector(count: usize, blocklen: usize, stride: isize, old: &Datatype) -> Datatype {
     let block = old.repeated(blocklen, old.extent);
     let mut blocks = Vec::new();
+    let mut bounds = Bounds::default();
     for i in 0..count as isize {
         blocks.extend(block.iter().map(|&(o, l)| (o + i * stride, l)));
+        bounds.add(i * stride, blocklen, old);
     }
-    let extent = if count == 0 { 0 } else { (count as isize - 1) * stride + blocklen as isize * old.extent };
-    derived(blocks, old.lb, extent, old.elem)
+    bounds.finish(blocks, old.elem, false)
 }
 
 /// Blocks of `lens[i]` elements at byte displacements `displs[i]`.
 pub fn hindexed(lens: &[c_int], displs: &[isize], old: &Datatype) -> MpiResult<Datatype> {
     let mut blocks = Vec::new();
-    let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+    let mut bounds = Bounds::default();
     for (&n, &d) in lens.iter().zip(displs) {
         let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
         blocks.extend(old.repeated(n, old.extent).into_iter().map(|(o, l)| (o + d, l)));
-        lo = lo.min(d + old.lb);
-        hi = hi.max(d + n as isize * old.extent);
+        bounds.add(d, n, old);
     }
-    if blocks.is_empty() {
-        (lo, hi) = (0, 0);
-    }
-    Ok(derived(blocks, lo, hi - lo, old.elem))
+    Ok(bounds.finish(blocks, old.elem, false))
 }
 
 /// A struct: blocks of `lens[i]` elements of `types[i]` at byte displacements `displs[i]`.
 pub fn structure(lens: &[c_int], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype> {
     let mut blocks = Vec::new();
-    let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+    let mut bounds = Bounds::default();
     let mut elem = None;
     for ((&n, &d), t) in lens.iter().zip(displs).zip(types) {
         let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
         blocks.extend(t.repeated(n, t.extent).into_iter().map(|(o, l)| (o + d, l)));
-        lo = lo.min(d + t.lb);
-        hi = hi.max(d + t.lb + n as isize * t.extent);
+        bounds.add(d, n, t);
+        if t.size == 0 || n == 0 {
+            continue; // No elements: nothing of their kind.
+        }
         elem = match elem {
             None => Some(t.elem),
             Some(e) if e == t.elem => Some(e),
             Some(_) => Some(Elem::Opaque),
         };
     }
-    if blocks.is_empty() {
-        (lo, hi) = (0, 0);
-    }
-    Ok(derived(blocks, lo, hi - lo, elem.unwrap_or(Elem::Opaque)))
+    Ok(bounds.finish(blocks, elem.unwrap_or(Elem::Opaque), true))
 }

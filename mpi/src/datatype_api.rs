@@ -8,21 +8,28 @@ use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::ffi::{In, Out, UserBuf};
 use crate::state::{call, query_type, State};
+use crate::type_contents::*;
 
 fn count_of(n: c_int) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {n}")))
 }
 
-fn new_type(
+/// Makes a derived datatype and records what made it (`MPI_Type_get_contents`).
+pub fn new_type(
     function: &str,
     out: Out<'_, c_int>,
-    make: impl FnOnce(&mut State) -> MpiResult<Datatype>,
+    make: impl FnOnce(&mut State) -> MpiResult<(Datatype, Contents)>,
 ) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let t = make(s)?;
+        let (t, contents) = make(s)?;
         let h = s.types.insert(t);
+        s.record_contents(h, contents);
         ffi::out(out, h, "newtype")
     })
+}
+
+fn aints(v: &[isize]) -> Vec<isize> {
+    v.to_vec()
 }
 
 /// # Safety
@@ -88,7 +95,8 @@ pub unsafe extern "C" fn MPI_Type_extent(datatype: c_int, extent: Out<'_, c_long
 #[export_name = "PMPI_Type_contiguous"]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_contiguous", newtype, |s| {
-        Ok(datatype::contiguous(count_of(count)?, &s.datatype(old)?))
+        let t = datatype::contiguous(count_of(count)?, &s.datatype(old)?);
+        Ok((t, Contents::new(s, MPI_COMBINER_CONTIGUOUS, vec![count], vec![], vec![old])))
     })
 }
 
@@ -106,7 +114,8 @@ pub unsafe extern "C" fn MPI_Type_vector(
 ) -> c_int {
     new_type("MPI_Type_vector", newtype, |s| {
         let t = s.datatype(old)?;
-        Ok(datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize * t.extent, &t))
+        let t = datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize * t.extent, &t);
+        Ok((t, Contents::new(s, MPI_COMBINER_VECTOR, vec![count, blocklen, stride], vec![], vec![old])))
     })
 }
 
@@ -123,7 +132,11 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
     newtype: Out<'_, c_int>,
 ) -> c_int {
     new_type("MPI_Type_create_hvector", newtype, |s| {
-        Ok(datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize, &s.datatype(old)?))
+        let t = datatype::hvector(count_of(count)?, count_of(blocklen)?, stride as isize, &s.datatype(old)?);
+        Ok((
+            t,
+            Contents::new(s, MPI_COMBINER_HVECTOR, vec![count, blocklen], vec![stride as isize], vec![old]),
+        ))
     })
 }
 
@@ -159,11 +172,16 @@ pub unsafe extern "C" fn MPI_Type_indexed(
     new_type("MPI_Type_indexed", newtype, |s| {
         let n = count_of(count)?;
         let t = s.datatype(old)?;
-        let displs: Vec<isize> =
-            // SAFETY: the array is as long as this call's counts say (the FFI contract).
-            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize * t.extent).collect();
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
-        datatype::hindexed(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &t)
+        let given = unsafe { ffi::array(displs, n, "displacements") }?;
+        let displs: Vec<isize> = given.iter().map(|&d| d as isize * t.extent).collect();
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let lens = unsafe { ffi::array(lens, n, "blocklengths") }?;
+        let ints = [&[count], lens, given].concat();
+        Ok((
+            datatype::hindexed(lens, &displs, &t)?,
+            Contents::new(s, MPI_COMBINER_INDEXED, ints, vec![], vec![old]),
+        ))
     })
 }
 
@@ -186,7 +204,10 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
             // SAFETY: the array is as long as this call's counts say (the FFI contract).
             unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
-        datatype::hindexed(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &s.datatype(old)?)
+        let lens = unsafe { ffi::array(lens, n, "blocklengths") }?;
+        let t = datatype::hindexed(lens, &displs, &s.datatype(old)?)?;
+        let ints = [&[count], lens].concat();
+        Ok((t, Contents::new(s, MPI_COMBINER_HINDEXED, ints, aints(&displs), vec![old])))
     })
 }
 
@@ -208,11 +229,14 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
         let displs: Vec<isize> =
             // SAFETY: the array is as long as this call's counts say (the FFI contract).
             unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
-        let types =
-            // SAFETY: the array is as long as this call's counts say (the FFI contract).
-            unsafe { ffi::array(types, n, "types") }?.iter().map(|&t| s.datatype(t)).collect::<MpiResult<Vec<_>>>()?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
-        datatype::structure(unsafe { ffi::array(lens, n, "blocklengths") }?, &displs, &types)
+        let handles = unsafe { ffi::array(types, n, "types") }?;
+        let types = handles.iter().map(|&t| s.datatype(t)).collect::<MpiResult<Vec<_>>>()?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let lens = unsafe { ffi::array(lens, n, "blocklengths") }?;
+        let t = datatype::structure(lens, &displs, &types)?;
+        let ints = [&[count], lens].concat();
+        Ok((t, Contents::new(s, MPI_COMBINER_STRUCT, ints, aints(&displs), handles.to_vec())))
     })
 }
 
@@ -247,7 +271,9 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
     new_type("MPI_Type_create_resized", newtype, |s| {
         let mut t = s.datatype(old)?;
         (t.lb, t.extent, t.committed) = (lb as isize, extent as isize, false);
-        Ok(t)
+        // MPI 4.0, 5.1.7: as if made with MPI_LB and MPI_UB markers at the new bounds.
+        t.sticky = (Some(lb as isize), Some((lb + extent) as isize));
+        Ok((t, Contents::new(s, MPI_COMBINER_RESIZED, vec![], vec![lb as isize, extent as isize], vec![old])))
     })
 }
 
@@ -257,7 +283,15 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 /// `newtype`: null or writable for the call (arrays as long as the counts say).
 #[export_name = "PMPI_Type_dup"]
 pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
-    new_type("MPI_Type_dup", newtype, |s| s.datatype(old))
+    call("MPI_Type_dup", MPI_COMM_WORLD, |s| {
+        let t = s.datatype(old)?;
+        let contents = Contents::new(s, MPI_COMBINER_DUP, vec![], vec![], vec![old]);
+        let h = s.types.insert(t);
+        s.record_contents(h, contents);
+        // The duplicate gets the attributes their copy functions pass on.
+        s.copy_type_attributes(old, h)?;
+        ffi::out(newtype, h, "newtype")
+    })
 }
 
 /// # Safety
@@ -283,9 +317,14 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
 pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
+        if s.types.get(h).is_some() {
+            s.delete_type_attributes(h)?;
+        }
         s.types
             .remove(h)
             .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("{h:#x} is not a derived datatype")))?;
+        s.type_contents.remove(&h);
+        s.type_names.remove(&h);
         ffi::out(datatype, MPI_DATATYPE_NULL, "datatype")
     })
 }
@@ -327,10 +366,12 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     new_type("MPI_Type_create_indexed_block", newtype, |s| {
         let n = count_of(count)?;
         let t = s.datatype(old)?;
-        let displs: Vec<isize> =
-            // SAFETY: the array is as long as this call's counts say (the FFI contract).
-            unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize * t.extent).collect();
-        datatype::hindexed(&vec![blocklen; n], &displs, &t)
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let given = unsafe { ffi::array(displs, n, "displacements") }?;
+        let displs: Vec<isize> = given.iter().map(|&d| d as isize * t.extent).collect();
+        let ints = [&[count, blocklen], given].concat();
+        let c = Contents::new(s, MPI_COMBINER_INDEXED_BLOCK, ints, vec![], vec![old]);
+        Ok((datatype::hindexed(&vec![blocklen; n], &displs, &t)?, c))
     })
 }
 
@@ -352,7 +393,11 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
         let displs: Vec<isize> =
             // SAFETY: the array is as long as this call's counts say (the FFI contract).
             unsafe { ffi::array(displs, n, "displacements") }?.iter().map(|&d| d as isize).collect();
-        datatype::hindexed(&vec![blocklen; n], &displs, &s.datatype(old)?)
+        let t = datatype::hindexed(&vec![blocklen; n], &displs, &s.datatype(old)?)?;
+        Ok((
+            t,
+            Contents::new(s, MPI_COMBINER_HINDEXED_BLOCK, vec![count, blocklen], aints(&displs), vec![old]),
+        ))
     })
 }
 
@@ -461,4 +506,24 @@ pub unsafe extern "C" fn MPI_Type_size_c(datatype: c_int, size: Out<'_, c_long>)
 #[export_name = "PMPI_Type_size_x"]
 pub unsafe extern "C" fn MPI_Type_size_x(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_x")
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `displacement`: null or writable for the call.
+#[export_name = "PMPI_Type_lb"]
+pub unsafe extern "C" fn MPI_Type_lb(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
+    query_type("MPI_Type_lb", datatype, |t| ffi::out(displacement, t.lb as c_long, "displacement"))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `displacement`: null or writable for the call.
+#[export_name = "PMPI_Type_ub"]
+pub unsafe extern "C" fn MPI_Type_ub(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
+    query_type("MPI_Type_ub", datatype, |t| {
+        ffi::out(displacement, (t.lb + t.extent) as c_long, "displacement")
+    })
 }

@@ -1,12 +1,11 @@
 //! MPI-1's datatype calls that MPI-2 deprecated and MPI-3 removed but MPICH still exports (and
-//! its Fortran binding calls: `MPI_TYPE_HINDEXED` of MPICH's tests), each as its successor.
+//! its Fortran binding calls: `MPI_TYPE_HINDEXED` of MPICH's tests), each as its successor
+//! (`MPI_Type_lb` and `_ub` are with the other bounds, in `datatype_api.rs`).
 
 use std::ffi::{c_int, c_long};
 
-use crate::abi::*;
 use crate::datatype_api::MPI_Type_create_hindexed;
-use crate::ffi::{self, In, Out};
-use crate::state::call;
+use crate::ffi::{In, Out};
 
 /// # Safety
 ///
@@ -23,25 +22,4 @@ pub unsafe extern "C" fn MPI_Type_hindexed(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     unsafe { MPI_Type_create_hindexed(count, lens, displs, old, newtype) }
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lb`: null or writable for the call.
-#[export_name = "PMPI_Type_lb"]
-pub unsafe extern "C" fn MPI_Type_lb(datatype: c_int, lb: Out<'_, c_long>) -> c_int {
-    call("MPI_Type_lb", MPI_COMM_WORLD, |s| ffi::out(lb, s.datatype(datatype)?.lb as c_long, "displacement"))
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ub`: null or writable for the call.
-#[export_name = "PMPI_Type_ub"]
-pub unsafe extern "C" fn MPI_Type_ub(datatype: c_int, ub: Out<'_, c_long>) -> c_int {
-    call("MPI_Type_ub", MPI_COMM_WORLD, |s| {
-        let t = s.datatype(datatype)?;
-        ffi::out(ub, (t.lb + t.extent) as c_long, "displacement")
-    })
 }

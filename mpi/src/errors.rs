@@ -61,12 +61,23 @@ fn class_text(class: c_int) -> &'static str {
 /// What the error handler of the communicator a call was made on does with `e`: return its
 /// class (`MPI_ERRORS_RETURN`), or print it and stop the job (the default, fatal).
 pub fn handle(errhandler: c_int, function: &str, e: MpiError) -> c_int {
+    handle_on(errhandler, MPI_COMM_WORLD, function, e)
+}
+
+/// As [`handle`], for an error on `comm`: a program's handler is called with `comm` and the
+/// code, and the code returned.
+pub fn handle_on(errhandler: c_int, comm: c_int, function: &str, e: MpiError) -> c_int {
     LAST.with(|l| {
         let mut l = l.borrow_mut();
         l.retain(|(c, _)| *c != e.class);
         l.push((e.class, format!("{function}: {}", e.message)));
     });
     if errhandler == MPI_ERRORS_RETURN {
+        return e.class;
+    }
+    if let Some(f) = crate::errhandler::user_handler(errhandler) {
+        let (mut comm, mut code) = (comm, e.class);
+        ffi::errhandler_call(f, &mut comm, &mut code);
         return e.class;
     }
     eprintln!("reverb MPI: {function}: {} ({})", e.message, class_text(e.class));
@@ -99,6 +110,15 @@ pub fn alias_unlinked(function: &str) -> ! {
 /// `string`: null or room for the call's `MPI_MAX_*` bytes.
 #[export_name = "PMPI_Error_string"]
 pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
+    if let Some(text) = crate::errhandler::dynamic_string(code) {
+        // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
+        return match unsafe { ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text) }
+            .and_then(|n| ffi::out(len, n, "resultlen"))
+        {
+            Ok(()) => MPI_SUCCESS,
+            Err(e) => e.class,
+        };
+    }
     let detail = LAST.with(|l| l.borrow().iter().find(|(c, _)| *c == code).map(|(_, m)| m.clone()));
     let text = match detail {
         Some(d) => format!("{}: {d}", class_text(code)),
@@ -119,8 +139,8 @@ pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len:
 /// `class`: null or writable for the call (arrays as long as the counts say).
 #[export_name = "PMPI_Error_class"]
 pub unsafe extern "C" fn MPI_Error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
-    // Codes are classes here.
-    match ffi::out(class, code, "errorclass") {
+    // Predefined codes are classes; the program's codes have theirs.
+    match ffi::out(class, crate::errhandler::class_of(code), "errorclass") {
         Ok(()) => MPI_SUCCESS,
         Err(e) => e.class,
     }

@@ -417,6 +417,13 @@ pub fn attr_delete_proxy(
     unsafe { proxy(f, comm, keyval, kind, value as *mut c_void, extra) }
 }
 
+/// Calls a program's error handler with (the communicator, window or file; the code).
+pub fn errhandler_call(f: crate::errhandler::HandlerFn, handle: &mut c_int, code: &mut c_int) {
+    // SAFETY: the program's MPI_Comm_errhandler_function, called as MPI specifies with
+    // pointers to a handle and a code that live for the call.
+    unsafe { f(handle, code) }
+}
+
 extern "C" {
     fn reverb_mpi_long_double_op(op: c_int, input: *const c_void, inout: *mut c_void, n: usize) -> c_int;
     fn reverb_mpi_long_double_loc(

@@ -82,10 +82,14 @@ fn init() -> c_int {
             g.insert_at(MPI_GROUP_EMPTY, Vec::new());
             g
         },
-        infos: Handles::new(state::INFO_BASE),
         keyvals: Default::default(),
         protected: BTreeMap::new(),
         carts: BTreeMap::new(),
+        graphs: BTreeMap::new(),
+        type_contents: BTreeMap::new(),
+        type_names: BTreeMap::new(),
+        type_attrs: Default::default(),
+        f90_types: BTreeMap::new(),
         journal,
     });
     INITIALIZED.store(true, Ordering::SeqCst);
@@ -258,23 +262,30 @@ static NO_HOST: c_int = MPI_PROC_NULL;
 static ANY_IO: c_int = MPI_ANY_SOURCE;
 static NOT_GLOBAL: c_int = 0;
 static APPNUM: c_int = 0;
-static LAST_CODE: c_int = MPI_ERR_LASTCODE;
+/// `MPI_LASTUSEDCODE`: rewritten at each query (the program may add codes).
+static LAST_CODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static UNIVERSE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
-/// The value of a predefined attribute (`MPI_TAG_UB`, ...); `None` for another keyval.
-pub fn predefined_attribute(s: &State, keyval: c_int) -> MpiResult<Option<&'static c_int>> {
+/// A predefined attribute (`MPI_TAG_UB`, ...): where C reads it (`MPI_Comm_get_attr` hands
+/// out the pointer) and its value now (what Fortran gets); `None` for another keyval.
+pub fn predefined_attribute(s: &State, keyval: c_int) -> MpiResult<Option<(*const c_int, c_int)>> {
     let size = s.comm(MPI_COMM_WORLD)?.size() as c_int;
     // Fortran's predefined keyvals (mpif.h) are C's (odd) plus one, as in MPICH.
     let is_fortran = keyval & !0xf == MPI_TAG_UB & !0xf && keyval & 0xf != 0 && keyval & 1 == 0;
     let keyval = if is_fortran { keyval - 1 } else { keyval };
+    let fixed = |v: &'static c_int| Some((std::ptr::from_ref(v), *v));
     Ok(match keyval {
-        MPI_TAG_UB => Some(&TAG_UB_VALUE),
-        MPI_HOST => Some(&NO_HOST),
-        MPI_IO => Some(&ANY_IO),
-        MPI_WTIME_IS_GLOBAL => Some(&NOT_GLOBAL),
-        MPI_UNIVERSE_SIZE => Some(UNIVERSE.get_or_init(|| size)),
-        MPI_APPNUM => Some(&APPNUM),
-        MPI_LASTUSEDCODE => Some(&LAST_CODE),
+        MPI_TAG_UB => fixed(&TAG_UB_VALUE),
+        MPI_HOST => fixed(&NO_HOST),
+        MPI_IO => fixed(&ANY_IO),
+        MPI_WTIME_IS_GLOBAL => fixed(&NOT_GLOBAL),
+        MPI_UNIVERSE_SIZE => fixed(UNIVERSE.get_or_init(|| size)),
+        MPI_APPNUM => fixed(&APPNUM),
+        MPI_LASTUSEDCODE => {
+            let code = crate::errhandler::last_used_code();
+            LAST_CODE.store(code, Ordering::Relaxed);
+            Some((LAST_CODE.as_ptr().cast_const(), code))
+        }
         _ => None,
     })
 }
@@ -292,7 +303,7 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     flag: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Comm_get_attr", comm, |s| {
-        let found = predefined_attribute(s, keyval)?.map(std::ptr::from_ref);
+        let found = predefined_attribute(s, keyval)?.map(|(at, _)| at);
         s.comm(comm)?;
         if found.is_none() {
             // A user attribute: `value` receives the pointer stored.

@@ -63,7 +63,6 @@ pub const OP_BASE: u32 = 0xd800_0000;
 pub const REQUEST_BASE: u32 = 0xec00_0000;
 pub const MESSAGE_BASE: u32 = 0xf000_0000;
 pub const GROUP_BASE: u32 = 0xc800_0000;
-pub const INFO_BASE: u32 = 0xdc00_0000;
 
 pub struct State {
     pub rt: Runtime,
@@ -83,8 +82,6 @@ pub struct State {
     pub attached: Option<(usize, c_int)>,
     /// Groups: world ranks in group order (MPI_GROUP_EMPTY is predefined).
     pub groups: Handles<Vec<u32>>,
-    /// Info objects: (key, value) pairs in the order set.
-    pub infos: Handles<Vec<(String, String)>>,
     /// Attribute keys (MPI_Comm_create_keyval) and the values set on communicators.
     pub keyvals: crate::attr::Keyvals,
     /// Messages taken by matched probes, until MPI_Mrecv.
@@ -93,6 +90,15 @@ pub struct State {
     pub protected: BTreeMap<u32, (usize, usize)>,
     /// The Cartesian grids of communicators that have one (MPI_Cart_create, MPI_Cart_sub).
     pub carts: BTreeMap<c_int, crate::topo::Cart>,
+    /// What made each derived datatype, and the names programs gave datatypes.
+    pub type_contents: BTreeMap<c_int, crate::type_contents::Contents>,
+    pub type_names: BTreeMap<c_int, String>,
+    /// Datatype keyvals and the attributes set on datatypes.
+    pub type_attrs: crate::attr::Keyvals,
+    /// `MPI_Type_create_f90_*`'s types by (combiner, arguments).
+    pub f90_types: BTreeMap<(c_int, Vec<c_int>), c_int>,
+    /// The graph and distributed-graph topologies of communicators that have one.
+    pub graphs: BTreeMap<c_int, crate::graph::Graph>,
     /// Communicator creations' all-gathers, kept with every checkpoint.
     pub journal: crate::journal::Journal,
 }
@@ -126,24 +132,23 @@ pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiRes
     let (result, errhandler) = STATE.with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else {
             let why = "called from a callback inside another MPI call (reverb supports only the status setters there)";
-            return (Err(MpiError::new(MPI_ERR_OTHER, why)), MPI_ERRORS_ARE_FATAL);
+            return (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm));
         };
-        let Some(state) = s.as_mut() else { return (Err(not_ready()), MPI_ERRORS_ARE_FATAL) };
+        let Some(state) = s.as_mut() else { return (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)) };
         let result = body(state);
         // Looked up only for an error: the success path is every call's.
         let errhandler = match result {
-            Ok(()) => MPI_ERRORS_ARE_FATAL,
-            Err(_) => state
-                .comms
-                .get(comm)
-                .or_else(|| state.comms.get(MPI_COMM_WORLD))
-                .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler),
+            Ok(()) => (MPI_ERRORS_ARE_FATAL, comm),
+            Err(_) => match state.comms.get(comm) {
+                Some(c) => (c.errhandler, comm),
+                None => (state.comms.get(MPI_COMM_WORLD).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler), MPI_COMM_WORLD),
+            },
         };
         (result, errhandler)
     });
     match result {
         Ok(()) => MPI_SUCCESS,
-        Err(e) => errors::handle(errhandler, function, e),
+        Err(e) => errors::handle_on(errhandler.0, errhandler.1, function, e),
     }
 }
 
@@ -175,18 +180,22 @@ pub fn datatype_anywhere(h: c_int) -> MpiResult<Datatype> {
         .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {h:#x}")))
 }
 
+/// MPI_COMM_WORLD's error handler, where the state can be read (fatal otherwise: before
+/// `MPI_Init`, after `MPI_Finalize`, inside a callback).
+pub fn world_errhandler() -> c_int {
+    let h = STATE.with(|s| match s.try_borrow() {
+        Ok(state) => state.as_ref().and_then(|st| st.comms.get(MPI_COMM_WORLD)).map(|c| c.errhandler),
+        Err(_) => None,
+    });
+    h.unwrap_or(MPI_ERRORS_ARE_FATAL)
+}
+
 /// A query on datatype `h` that works inside a program's callback too (MPI_Type_size,
 /// MPI_Type_get_extent, ... from a reduction function): MPI_COMM_WORLD's error handler.
 pub fn query_type(function: &str, h: c_int, body: impl FnOnce(&Datatype) -> MpiResult<()>) -> c_int {
     match datatype_anywhere(h).and_then(|t| body(&t)) {
         Ok(()) => MPI_SUCCESS,
-        Err(e) => {
-            let errhandler = STATE.with(|s| match s.try_borrow() {
-                Ok(state) => state.as_ref().and_then(|st| st.comms.get(MPI_COMM_WORLD)).map(|c| c.errhandler),
-                Err(_) => None,
-            });
-            errors::handle(errhandler.unwrap_or(MPI_ERRORS_ARE_FATAL), function, e)
-        }
+        Err(e) => errors::handle(world_errhandler(), function, e),
     }
 }
 

@@ -48,8 +48,8 @@ pub unsafe extern "C" fn MPII_Comm_get_attr(
         s.comm(comm)?;
         let found = match predefined {
             // C gets a pointer to the value, Fortran the value (sign-extended, as MPICH).
-            Some(v) if kind == AttrKind::Ptr => Some(std::ptr::from_ref(v) as usize),
-            Some(v) => Some(*v as isize as usize),
+            Some((at, _)) if kind == AttrKind::Ptr => Some(at as usize),
+            Some((_, v)) => Some(v as isize as usize),
             None => attr::user_attribute(s, comm, keyval, kind),
         };
         match found {
