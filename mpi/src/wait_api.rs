@@ -91,12 +91,13 @@ pub unsafe extern "C" fn MPI_Waitall(
         let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         let mut done = vec![false; n];
         let mut errors = Vec::new();
+        // wait_until progresses between passes: a pass only collects what completed.
         s.wait_until("MPI_Waitall", |s| {
             for (i, h) in reqs.iter_mut().enumerate() {
                 if done[i] {
                     continue;
                 }
-                if let Some(st) = s.test_request(*h)? {
+                if let Some(st) = s.test_request_now(*h)? {
                     *h = s.after_completion(*h);
                     // SAFETY: the status array has an entry per request of this call (the contract).
                     unsafe { write_status_at(statuses, i, st) }?;
