@@ -232,7 +232,9 @@ impl Provider for ShmProvider {
         }
         let mut timeout = if self.backlogged > 0 { timeout.min(Duration::from_micros(200)) } else { timeout };
         let doorbell = self.own.doorbell();
-        let seen = doorbell.load(Ordering::Acquire);
+        // Armed (odd) before the look at the FIFO: the first producer to publish after it
+        // rings once; the others see the ring and make no system call.
+        let Some(armed) = futex::arm(doorbell) else { return Ok(()) };
         self.own.waiters().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let pending = match self.own.fifo().peek(self.rx_tail) {
@@ -245,7 +247,7 @@ impl Provider for ShmProvider {
             }
         };
         if !pending {
-            futex::wait(doorbell, seen, timeout);
+            futex::wait(doorbell, armed, timeout);
         }
         self.own.waiters().fetch_sub(1, Ordering::SeqCst);
         Ok(())
