@@ -73,6 +73,7 @@ fn init() -> c_int {
         requests: Handles::new(state::REQUEST_BASE),
         pending_recvs: VecDeque::new(),
         lent_sends: 0,
+        sync_sends: 0,
         freed_lent: Vec::new(),
         next_context: FIRST_CONTEXT,
         attached: None,

@@ -16,7 +16,7 @@ use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 use crate::frag;
-use crate::request::{PendingRecv, PendingSync, Request, Status};
+use crate::request::{PendingRecv, PendingSync, RecvFrom, Request, Status};
 use crate::state::State;
 use crate::tags;
 
@@ -194,6 +194,7 @@ impl State {
         let flags = if sync { tags::SYNC } else { 0 };
         frag::send(&mut self.rt, dest, tags::tag(context, flags, tag), &bytes)?;
         if sync {
+            self.sync_sends += 1;
             return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, tag) }));
         }
         Ok(Request::Done(Status::empty()))
@@ -228,8 +229,12 @@ impl State {
         let Some((from, tag)) = recv_match(c, source, tag)? else {
             return Ok(self.requests.insert(Request::Done(Status::proc_null())));
         };
-        let (context, peers) = (c.context, c.peers().to_vec());
-        let pending = PendingRecv { context, peers, source: from, tag, buf, count, datatype };
+        let recv_from = match from {
+            Source::Any => RecvFrom::Any(c.peers().to_vec()),
+            Source::Rank(_) => RecvFrom::Named(source),
+        };
+        let pending =
+            PendingRecv { context: c.context, from: recv_from, source: from, tag, buf, count, datatype };
         let h = self.requests.insert(Request::Recv(pending));
         self.pending_recvs.push_back(h);
         Ok(h)
@@ -253,6 +258,12 @@ impl State {
                 continue;
             };
             let (source, tag) = (p.source, p.tag);
+            // A receive like one left pending cannot take what that one did not: skip it
+            // unprobed (a window of receives from one peer under one tag).
+            if left.contains(&(source, tag)) {
+                i += 1;
+                continue;
+            }
             // The landing slice borrows the program's buffer, not the request.
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
@@ -281,6 +292,16 @@ impl State {
                 }
             }
         }
+        any |= self.finish_sync_sends()?;
+        any |= self.finish_lent_sends()?;
+        Ok(any)
+    }
+
+    /// Completes the synchronous sends whose acknowledgement came; true if any did.
+    fn finish_sync_sends(&mut self) -> MpiResult<bool> {
+        if self.sync_sends == 0 {
+            return Ok(false);
+        }
         let syncs: Vec<(c_int, u32, u64)> = self
             .requests
             .items
@@ -290,15 +311,17 @@ impl State {
                 _ => None,
             })
             .collect();
+        self.sync_sends = syncs.len();
+        let mut any = false;
         for (h, dest, ack) in syncs {
             if self.rt.take_collected(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
                 if let Some(r) = self.requests.get_mut(h) {
                     *r = Request::Done(Status::empty());
                 }
+                self.sync_sends -= 1;
                 any = true;
             }
         }
-        any |= self.finish_lent_sends()?;
         Ok(any)
     }
 
@@ -354,7 +377,7 @@ impl State {
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
-        let rank_of = |w: u32| p.peers.iter().position(|&x| x == w).map_or(MPI_ANY_SOURCE, |i| i as c_int);
+        let rank_of = |w: u32| p.from.rank_of(w);
         let msg = match received {
             Received::Landed { source: world, tag, len } => {
                 let (source, context) = (rank_of(world), p.context);
@@ -559,6 +582,16 @@ impl State {
     /// Completes request `h` if it can now: Some(status) (freed; a persistent one goes
     /// inactive), or None.
     pub fn test_request(&mut self, h: c_int) -> MpiResult<Option<Status>> {
+        self.test_request_as(h, true)
+    }
+
+    /// `test_request` without progressing: for a loop that progresses once per pass over
+    /// many requests (MPI_Waitall), not once per request.
+    pub fn test_request_now(&mut self, h: c_int) -> MpiResult<Option<Status>> {
+        self.test_request_as(h, false)
+    }
+
+    fn test_request_as(&mut self, h: c_int, progress: bool) -> MpiResult<Option<Status>> {
         if h == MPI_REQUEST_NULL {
             return Ok(Some(Status::empty()));
         }
@@ -566,7 +599,7 @@ impl State {
             None => return Err(MpiError::new(MPI_ERR_REQUEST, format!("invalid request {h:#x}"))),
             Some(Request::Persistent(p)) => {
                 let Some(inner) = p.active else { return Ok(Some(Status::empty())) };
-                let st = self.test_request(inner)?;
+                let st = self.test_request_as(inner, progress)?;
                 if st.is_some() {
                     self.deactivate(h);
                 }
@@ -580,7 +613,7 @@ impl State {
             }
             _ => {}
         }
-        if self.requests.get(h).and_then(Request::done).is_none() {
+        if progress && self.requests.get(h).and_then(Request::done).is_none() {
             self.progress()?;
         }
         match self.requests.get(h).and_then(Request::done) {

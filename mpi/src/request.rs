@@ -85,14 +85,36 @@ pub unsafe fn write_status_at(p: StatusOut<'_>, i: usize, status: Status) -> Mpi
 /// A receive posted and not yet matched.
 #[derive(Debug)]
 pub struct PendingRecv {
-    /// The communicator's context and peers, kept: it may be freed while this is pending.
+    /// The communicator's context, kept: it may be freed while this is pending.
     pub context: u32,
-    pub peers: Vec<u32>,
+    /// The sender's rank in the communicator: the program's own for a named source; for
+    /// MPI_ANY_SOURCE found among the communicator's peers (world ranks, copied: only
+    /// wildcard receives pay that allocation).
+    pub from: RecvFrom,
     pub source: Source,
     pub tag: TagMatch,
     pub buf: UserBuf,
     pub count: usize,
     pub datatype: Datatype,
+}
+
+/// Who a pending receive's status names as its source.
+#[derive(Debug)]
+pub enum RecvFrom {
+    /// A named source: this rank of the communicator.
+    Named(c_int),
+    /// MPI_ANY_SOURCE: the communicator's peers, to find the sender's rank among.
+    Any(Vec<u32>),
+}
+
+impl RecvFrom {
+    /// The rank in the communicator of world rank `w` (MPI_ANY_SOURCE if none).
+    pub fn rank_of(&self, w: u32) -> c_int {
+        match self {
+            RecvFrom::Named(r) => *r,
+            RecvFrom::Any(peers) => peers.iter().position(|&x| x == w).map_or(MPI_ANY_SOURCE, |i| i as c_int),
+        }
+    }
 }
 
 /// A synchronous send waiting for the receiver's acknowledgement.

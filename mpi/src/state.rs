@@ -75,6 +75,9 @@ pub struct State {
     /// Lent sends not known to have left: LentSend requests, and those the program freed
     /// (`freed_lent`), whose bytes must still leave before the runtime stops.
     pub lent_sends: usize,
+    /// Synchronous sends started and not seen acknowledged: while 0, progress skips looking
+    /// for their acknowledgements (an upper bound: a freed one is dropped at the next look).
+    pub sync_sends: usize,
     pub freed_lent: Vec<reverb_transport::OpId>,
     /// The next context id this rank may give a new communicator (agreed collectively).
     pub next_context: u32,

@@ -9,9 +9,13 @@
 #
 # Knobs (environment): REPEAT=3 LAT_ITERS=20000 BW_ITERS=200 AR_ITERS=2000 RESULTS=...
 # QUICK=1: only the 8 B and 64 KiB latencies, one round (REPEAT=1), LAT_ITERS=5000 (what
-# `headline` runs). DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed
-# (mpiexec.mpich, mpirun.openmpi) shows "-". REVERB_BIN=path uses that reverb and the
-# libmpich.so beside it.
+# `headline` runs). RATE=1: instead, the message rate of small nonblocking sends, osu_bw-like
+# (windows of 64 MPI_Isend against 64 pre-posted MPI_Irecv, a 1-byte ack per window), at
+# 1 B, 8 B, 64 B, 1 KiB, 8 KiB and 64 KiB; RATE_ITERS=2000 windows per size (fewer above
+# 8 KiB). DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed (mpiexec.mpich,
+# mpirun.openmpi) shows "-". REVERB_BIN=path uses that reverb and the libmpich.so beside it;
+# REVERB_OLD=dir adds a side "old" run from another build's reverb and libmpich.so in dir
+# (before/after in one interleaved run).
 quick=${QUICK:-}
 repeat=${REPEAT:-${quick:+1}}
 repeat=${repeat:-3}
@@ -24,6 +28,11 @@ results=${RESULTS:-target/compare-mpi}
 rs_build --mpi
 mkdir -p "$results"
 sides=(reverb)
+old_dir=${REVERB_OLD:-}
+if [[ -n $old_dir ]]; then
+    [[ -x $old_dir/reverb && -e $old_dir/libmpich.so ]] || rs_die "REVERB_OLD=$old_dir has no reverb and libmpich.so"
+    sides=(old reverb)
+fi
 command -v mpiexec.mpich >/dev/null && sides+=(mpich)
 command -v mpirun.openmpi >/dev/null && command -v mpicc.openmpi >/dev/null && sides+=(ompi)
 mpicc.mpich -O2 benches/mpi/mpi_bench.c -o "$results/bench-mpich"
@@ -39,6 +48,7 @@ measure() {
     shift 2
     case $side in
         reverb) "$reverb" run --mpi --no-prefix -n "$n" -- "$results/bench-mpich" "$@" ;;
+        old) "$old_dir/reverb" run --mpi --no-prefix -n "$n" -- "$results/bench-mpich" "$@" ;;
         mpich) mpiexec.mpich -n "$n" "$results/bench-mpich" "$@" ;;
         ompi) mpirun.openmpi --allow-run-as-root --oversubscribe -n "$n" "$results/bench-ompi" "$@" ;;
     esac 2>>"$results/stderr.log" | awk 'NF == 3 { v = $3 } END { print v }'
@@ -57,6 +67,13 @@ jacobi() {
 
 tests=("lat 8 $lat_iters" "lat 4096 $lat_iters" "lat 65536 $((lat_iters / 10))" "bw 1048576 $bw_iters" "allreduce $ar_iters" "jacobi")
 [[ -n $quick ]] && tests=("lat 8 $lat_iters" "lat 65536 $((lat_iters / 10))")
+if [[ -n ${RATE:-} ]]; then
+    rate_iters=${RATE_ITERS:-2000}
+    tests=()
+    for b in 1 8 64 1024 8192 65536; do
+        tests+=("bw $b $((b > 8192 ? rate_iters / 8 : rate_iters))")
+    done
+fi
 declare -A best
 one_round() { # round: every test on every side, the sides' order rotating
     local t side kind v
@@ -73,8 +90,14 @@ one_round() { # round: every test on every side, the sides' order rotating
     done
 }
 rs_rounds "$repeat" one_round
-printf '%-24s %12s %12s %12s %14s %14s\n' test reverb MPICH "Open MPI" "reverb/MPICH" "reverb/OpenMPI"
-for t in "${tests[@]}"; do
-    r=${best["$t|reverb"]} m=${best["$t|mpich"]:-} o=${best["$t|ompi"]:-}
-    printf '%-24s %12s %12s %12s %14s %14s\n' "$t" "$r" "${m:--}" "${o:--}" "$(rs_ratio "$r" "$m")" "$(rs_ratio "$r" "$o")"
-done | tee "$results/table.txt"
+{
+    printf '%-24s ' test
+    [[ -n $old_dir ]] && printf '%12s ' "reverb old"
+    printf '%12s %12s %12s %14s %14s\n' reverb MPICH "Open MPI" "reverb/MPICH" "reverb/OpenMPI"
+    for t in "${tests[@]}"; do
+        r=${best["$t|reverb"]} m=${best["$t|mpich"]:-} o=${best["$t|ompi"]:-}
+        printf '%-24s ' "$t"
+        [[ -n $old_dir ]] && printf '%12s ' "${best["$t|old"]}"
+        printf '%12s %12s %12s %14s %14s\n' "$r" "${m:--}" "${o:--}" "$(rs_ratio "$r" "$m")" "$(rs_ratio "$r" "$o")"
+    done
+} | tee "$results/table.txt"

@@ -713,7 +713,7 @@ pub trait Provider: Send {
     fn progress(&mut self) -> Result<()>;
     /// Sleeps until an event may have arrived, at most `timeout`; may return early (spurious
     /// wakeups are fine: callers loop on `progress`). Returns at once if completions are queued
-    /// (for any owner).
+    /// (for any owner). A zero timeout never sleeps: it runs the liveness check if one is due.
     fn block(&mut self, timeout: Duration) -> Result<()>;
     /// The provider's completion queues, one per owner, filled by `progress` (and by posts
     /// that complete at once).

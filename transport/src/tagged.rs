@@ -22,7 +22,9 @@ pub use home::{lock as lock_shared, TaggedHome, TaggedRef};
 /// Eager bytes kept until a receive claims them: inline up to a cache line's worth, so the
 /// common small message costs no allocation (a malloc and free were ~5 % of an 8-byte
 /// ping-pong).
-type EagerBytes = SmallVec<[u8; 64]>;
+type EagerBytes = SmallVec<[u8; EAGER_INLINE]>;
+/// Bytes of an unexpected eager arrival kept inline, without a buffer of its own.
+const EAGER_INLINE: usize = 64;
 
 /// An arrival no receive has claimed yet.
 enum Unexpected {
@@ -71,7 +73,13 @@ pub struct TaggedState {
     pending: HashMap<u64, PendingSend>,
     adv: Adverts,
     lent_sends: u64,
+    /// Buffers of unexpected eager arrivals too long to hold inline, kept once taken so that a
+    /// stream of them allocates nothing per message (at most `SPARE_BUFFERS`).
+    spare: Vec<Vec<u8>>,
 }
+
+/// Spare eager buffers kept: a window of unexpected arrivals (each at most an eager slot).
+const SPARE_BUFFERS: usize = 256;
 
 /// Copies a message into a receive buffer; returns the data for `Owned` buffers.
 pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -155,15 +163,34 @@ impl TaggedState {
                 cq.push(recv_completion(recv.op, source, tag, payload.len(), deliver(&recv.buffer, payload)))
             }
             None => {
-                self.matcher.push_unexpected(Unexpected::Eager {
-                    source,
-                    tag,
-                    data: EagerBytes::from_slice(payload),
-                });
+                let data = self.eager_bytes(payload);
+                self.matcher.push_unexpected(Unexpected::Eager { source, tag, data });
                 if self.adv.watching() {
                     self.adv.after_arrival(source, None, true, &self.matcher);
                 }
             }
+        }
+    }
+
+    /// `payload` kept: inline when short, else in a spare buffer (a fresh one only when none
+    /// is left).
+    #[inline]
+    fn eager_bytes(&mut self, payload: &[u8]) -> EagerBytes {
+        if payload.len() <= EAGER_INLINE {
+            return EagerBytes::from_slice(payload);
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(payload);
+        // Longer than the inline room: the SmallVec keeps this very buffer.
+        EagerBytes::from_vec(buf)
+    }
+
+    /// An unexpected arrival's buffer, taken: kept for the next one when spilled.
+    #[inline]
+    fn recycle(&mut self, data: EagerBytes) {
+        if data.spilled() && self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(data.into_vec());
         }
     }
 
@@ -325,8 +352,10 @@ impl TaggedState {
             // The peek above found this very arrival, and nothing ran in between.
             return EagerTake::Claim;
         };
-        buf[..data.len()].copy_from_slice(&data);
-        EagerTake::Landed { source, tag, len: data.len() }
+        let len = data.len();
+        buf[..len].copy_from_slice(&data);
+        self.recycle(data);
+        EagerTake::Landed { source, tag, len }
     }
 
     /// A new receive: matched against what already arrived, else kept (and advertised to its

@@ -10,6 +10,9 @@ pub fn main(params: &Params) -> Result<()> {
     if params.log.is_some() {
         return super::logged::bw_main(params);
     }
+    if params.runtime {
+        return super::runtime::bw_main(params);
+    }
     run_in_job(params, |session| {
         let out = Output {
             json: params.json,

@@ -13,6 +13,7 @@ pub mod lat;
 pub mod logged;
 pub mod mem;
 pub mod memcpy;
+pub mod runtime;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -122,6 +123,10 @@ pub struct BenchArgs {
     /// Receives of the `--log` loops: from the named peer, or any source (a determinant each).
     #[arg(long, value_enum, default_value = "named")]
     pub recv: logged::RecvKind,
+    /// bw --op send: measure through the runtime (the path MPI takes: failure checks, the
+    /// logging layer as REVERB_LOG says) instead of the raw provider.
+    #[arg(long, conflicts_with = "log")]
+    pub runtime: bool,
 }
 
 /// The most measured (or warm-up) iterations per size: latency keeps a sample of each.
@@ -187,6 +192,9 @@ impl BenchArgs {
         if self.log.is_some() && !matches!(self.test, Test::Lat | Test::Bw) {
             bail!("--log applies to bench lat and bw");
         }
+        if self.runtime && (self.test != Test::Bw || self.op != Op::Send) {
+            bail!("--runtime measures bench bw --op send");
+        }
         use std::io::IsTerminal;
         Ok(Params {
             op: self.op,
@@ -208,6 +216,7 @@ impl BenchArgs {
             log: self.log,
             logger: self.logger,
             recv: self.recv,
+            runtime: self.runtime,
         })
     }
 

@@ -79,8 +79,9 @@ impl ShmProvider {
         if peer.may_sleep {
             fence(Ordering::SeqCst);
         }
-        if peer.view.waiters().load(Ordering::Relaxed) > 0 {
-            peer.view.doorbell().fetch_add(1, Ordering::Release);
+        // Only the producer that turns an armed doorbell into a rung one wakes: a window of
+        // messages to a sleeper costs one wake, not one a message.
+        if peer.view.waiters().load(Ordering::Relaxed) > 0 && futex::ring(peer.view.doorbell()) {
             futex::wake_all(peer.view.doorbell());
         }
     }

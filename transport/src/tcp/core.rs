@@ -618,7 +618,10 @@ impl Core {
             return Ok(());
         }
         if self.config.wait_mode == crate::config::WaitMode::Poll {
-            std::thread::yield_now();
+            // A zero timeout asks for no sleep: nothing to yield for.
+            if !timeout.is_zero() {
+                std::thread::yield_now();
+            }
             return Ok(());
         }
         self.sleep_in_poll(timeout);

@@ -78,6 +78,8 @@ pub struct Params {
     pub logger: reverb_logger::core::Placement,
     /// `--recv`: named or wildcard receives in the `--log` loops.
     pub recv: crate::bench::logged::RecvKind,
+    /// `--runtime`: measure send through the runtime (see `runtime`).
+    pub runtime: bool,
 }
 
 impl Params {
