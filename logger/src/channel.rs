@@ -115,12 +115,20 @@ impl<T> RecvChannel<T> {
         out.push((ssn, msg));
         self.next_ssn += 1;
         let mut released = 1;
-        while let Some(next) = self.early.remove(&self.next_ssn) {
+        while let Some(next) = self.take_early() {
             out.push((self.next_ssn, next));
             self.next_ssn += 1;
             released += 1;
         }
         Ok(Arrival::Delivered { released })
+    }
+
+    /// The early message that is next in order, if buffered (none buffered: one check).
+    fn take_early(&mut self) -> Option<T> {
+        match self.early.is_empty() {
+            true => None,
+            false => self.early.remove(&self.next_ssn),
+        }
     }
 
     pub fn peer(&self) -> Rank {

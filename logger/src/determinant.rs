@@ -1,7 +1,7 @@
 //! Determinants: the outcome of one non-deterministic reception, ⟨sender, receiver, ssn, rsn⟩
 //! (seed 000 §2.4). Replaying receptions in rsn order reproduces the execution.
 
-use reverb_transport::codec::{self, Fixed, Writer};
+use reverb_transport::codec;
 use reverb_transport::Rank;
 
 use crate::error::Result;
@@ -26,9 +26,18 @@ impl Determinant {
 
     #[inline]
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut out = Fixed::<{ Self::WIRE_LEN }>::new();
-        Writer::new(&mut out).u32(self.sender).u32(self.receiver).u64(self.ssn).u64(self.rsn);
-        out.into_array()
+        let mut out = [0u8; Self::WIRE_LEN];
+        out.copy_from_slice(self.wire().as_flattened());
+        out
+    }
+
+    /// The wire form as three little-endian words (`as_flattened` gives the bytes): sender |
+    /// receiver, ssn, rsn.
+    #[inline]
+    pub(crate) fn wire(&self) -> [[u8; 8]; 3] {
+        // Word by word, not `[u64; 3]::map` (a call per use where it is not inlined).
+        let ends = u64::from(self.sender) | u64::from(self.receiver) << 32;
+        [ends.to_le_bytes(), self.ssn.to_le_bytes(), self.rsn.to_le_bytes()]
     }
 
     /// Decodes exactly `WIRE_LEN` bytes: every bit pattern is a determinant, so this cannot

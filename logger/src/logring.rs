@@ -362,7 +362,7 @@ impl LogRingWriter {
         data.clear();
         data.resize(dets.len() * Determinant::WIRE_LEN, 0);
         for (d, out) in dets.iter().zip(data.chunks_exact_mut(Determinant::WIRE_LEN)) {
-            out.copy_from_slice(&d.to_bytes());
+            out.copy_from_slice(d.wire().as_flattened());
         }
         let ticket = self.append(provider, RecordKind::Determinants, &data);
         self.det_scratch = data;

@@ -55,8 +55,9 @@ impl LoggedEndpoint {
         }
         self.send_buf.clear();
         let framed = self.frame_in_pool(payload)?;
-        self.send_frame(dest, tag, framed, payload)?;
-        self.sends_in_flight += 1;
+        if self.send_frame(dest, tag, framed, payload)? {
+            self.sends_in_flight += 1;
+        }
         self.count_send(dest, payload.len())?;
         self.collect_completions()
     }
