@@ -87,6 +87,7 @@ fn init() -> c_int {
         protected: BTreeMap::new(),
         carts: BTreeMap::new(),
         journal,
+        wins: Handles::new(crate::rma::WIN_BASE),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS

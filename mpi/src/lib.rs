@@ -46,6 +46,7 @@ mod p2p_api;
 mod pcoll;
 mod persistent;
 mod request;
+mod rma;
 mod state;
 mod tags;
 mod topo;

@@ -299,6 +299,9 @@ impl State {
             }
         }
         any |= self.finish_lent_sends()?;
+        if !self.wins.items.is_empty() {
+            any |= crate::rma::serve_all(self)?;
+        }
         Ok(any)
     }
 
@@ -472,6 +475,7 @@ impl State {
     pub fn p2p_outstanding(&self) -> bool {
         !self.pending_recvs.is_empty()
             || self.lent_sends > 0
+            || !self.wins.items.is_empty()
             || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
     }
 
