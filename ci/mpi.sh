@@ -39,6 +39,7 @@ cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
+cc mpi/tests/c/rma.c -o "$work/rma"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
 cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"
@@ -95,12 +96,19 @@ for n in 3 4; do
     expect "coll-$n.log" "coll: ok"
 done
 say "collectives on world, a split and a dup: ok"
+for n in 2 3 4; do
+    run "rma-$n.log" -n "$n" -- "$work/rma"
+    expect "rma-$n.log" "rma: ok"
+done
+REVERB_PROVIDER=tcp run rma-tcp.log -n 3 -- "$work/rma"
+expect rma-tcp.log "rma: ok"
+say "one-sided windows (fence, locks, fetch-and-op, compare-and-swap, post-start-complete-wait): ok"
 
 if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
-    fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"
+    fail "a job calling MPI_Open_port succeeded: $(cat "$work/unsupported.log")"
 fi
-expect unsupported.log "MPI_Win_create is not supported by reverb"
-if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Win_create returned"; fi
+expect unsupported.log "MPI_Open_port is not supported by reverb"
+if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Open_port returned"; fi
 say "an unsupported call stops the job naming it: ok"
 
 # MPICH's profiling interface: each MPI_X (implemented or stub) at its PMPI_X's address.

@@ -542,8 +542,12 @@ impl State {
             }
             _ => {}
         }
-        // Alone and first in line: the runtime's own blocking receive (no polling).
-        if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
+        // Alone and first in line: the runtime's own blocking receive (no polling), unless
+        // windows need serving meanwhile.
+        if self.pending_recvs.front() == Some(&h)
+            && self.pending_recvs.len() == 1
+            && self.wins.items.is_empty()
+        {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
                 let buf = p.buf;
                 // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
