@@ -6,7 +6,8 @@
 //! put nor get use it yet; accumulates need the target's atomicity anyway.
 //!
 //! Files: `win` (window objects, creation, attributes), `wire` (the requests' bytes),
-//! `mem` (the window memory's reads and writes: the `unsafe`), `serve` (a target's side),
+//! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
+//! windows, their mapping), `serve` (a target's side),
 //! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
 //! `acc` (accumulates, fetch-and-op, compare-and-swap).
 
@@ -15,6 +16,7 @@ mod attr;
 mod mem;
 mod ops;
 mod serve;
+mod shared;
 mod sync;
 mod win;
 mod wire;

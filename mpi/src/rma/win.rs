@@ -16,6 +16,7 @@ use super::mem::Allocated;
 pub const FLAVOR_CREATE: c_int = 1;
 pub const FLAVOR_ALLOCATE: c_int = 2;
 pub const FLAVOR_DYNAMIC: c_int = 3;
+pub const FLAVOR_SHARED: c_int = 4;
 const MODEL_UNIFIED: c_int = 2;
 
 /// What `MPI_Win_get_attr` hands out pointers to: boxed, so they stay put.
@@ -80,7 +81,10 @@ pub struct Win {
     pub target: Target,
     /// Failures the runtime had recovered from when the window was made (see `check_alive`).
     pub failures_seen: usize,
-    _memory: Option<Allocated>,
+    /// A shared window's parts in this rank's mapping: (address, bytes) per rank.
+    pub shared: Vec<(usize, usize)>,
+    /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
+    memory: Option<Box<dyn std::any::Any>>,
 }
 
 impl Win {
@@ -95,6 +99,11 @@ impl Win {
 
     pub fn group(&self) -> Group {
         Group { context: self.context, ranks: self.ranks.clone(), me: self.me }
+    }
+
+    /// Keeps `memory` until the window is freed.
+    pub fn keep(&mut self, memory: Box<dyn std::any::Any>) {
+        self.memory = Some(memory);
     }
 
     pub fn label(&self, h: c_int) -> String {
@@ -127,7 +136,7 @@ pub fn win_call(function: &str, win: c_int, body: impl FnOnce(&mut State) -> Mpi
 }
 
 /// The collective part of every creation: a private communicator, then the window.
-fn create(
+pub fn create(
     s: &mut State,
     comm: c_int,
     base: usize,
@@ -178,7 +187,8 @@ fn create(
         origin: Origin { due: vec![0; n], granted: vec![false; n], posts: vec![0; n], ..Origin::default() },
         target: Target { completes: vec![0; n], ..Target::default() },
         failures_seen: s.rt.report().detected_ns.len(),
-        _memory: None,
+        shared: Vec::new(),
+        memory: None,
     };
     Ok(s.wins.insert(win))
 }
@@ -226,7 +236,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
         let memory = Allocated::new(size_of(size)?)?;
         let base = memory.addr();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        s.win_mut(h)?._memory = Some(memory);
+        s.win_mut(h)?.keep(Box::new(memory));
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
