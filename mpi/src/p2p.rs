@@ -533,7 +533,8 @@ impl State {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
             }
-            Some(&Request::LentSend(op)) => {
+            // With windows open the wait below progresses (serving them) until it is sent.
+            Some(&Request::LentSend(op)) if self.wins.items.is_empty() => {
                 // The runtime's own wait: it spins, then sleeps until a completion comes.
                 self.rt.wait_lent(op)?;
                 self.requests.remove(h);

@@ -2,9 +2,9 @@
  * rank puts its rank into slot `rank` of its right neighbour's window, gets its left
  * neighbour's slot 0, accumulates (sum, max) into rank 0's counters, and a strided put
  * (vector target type). Then passive target: exclusive locks around fetch-and-add on rank 0
- * (each rank's result distinct), compare-and-swap, lock_all with flush, and post-start-
- * complete-wait in a ring. Window attributes, name and group along the way. Rank 0 prints
- * "rma: ok". */
+ * (each rank's result distinct), compare-and-swap, lock_all with flush, a put whose
+ * target is inside a large blocking send, and post-start-complete-wait in a ring. Window
+ * attributes, name and group along the way. Rank 0 prints "rma: ok". */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +121,26 @@ static void passive(int rank, int size) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
         CHECK(counters[0] == size * (size + 1) / 2, "counter %d", counters[0]);
+
+    /* A target inside a large blocking send (its bytes lent until received) still serves
+     * the origin that receives them only after its unlock. */
+    enum { BIG = 1 << 20 };
+    char *big = calloc(BIG, 1);
+    if (rank == 0 && size > 1) {
+        big[BIG - 1] = 42;
+        MPI_Send(big, BIG, MPI_CHAR, 1, 7, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        int seven = 7;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+        MPI_Put(&seven, 1, MPI_INT, 0, 1, 1, MPI_INT, win);
+        MPI_Win_unlock(0, win);
+        MPI_Recv(big, BIG, MPI_CHAR, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        CHECK(big[BIG - 1] == 42, "large message %d", big[BIG - 1]);
+    }
+    free(big);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0 && size > 1)
+        CHECK(counters[1] == 7, "put during a large send: %d", counters[1]);
     MPI_Win_free(&win);
 }
 
