@@ -126,13 +126,24 @@ fn replied(s: &mut State, h: c_int, id: u64, error: Option<String>, data: &[u8])
     Ok(())
 }
 
+/// Whether `[from, to)` lies in attached memory (adjacent attachments join up).
+fn attached_cover(attached: &[(usize, usize)], from: usize, to: usize) -> bool {
+    let mut at = from;
+    while at < to {
+        match attached.iter().find(|&&(b, n)| b <= at && at < b + n) {
+            Some(&(b, n)) => at = b + n,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Checks that every run lies in the window's memory.
 fn check_runs(w: &Win, runs: &[(u64, u64)]) -> MpiResult<()> {
     let inside = |&(off, len): &(u64, u64)| {
         let end = off.checked_add(len);
         if w.flavor == FLAVOR_DYNAMIC {
-            let (a, e) = (off as usize, end.map(|e| e as usize));
-            w.attached.iter().any(|&(b, n)| a >= b && e.is_some_and(|e| e <= b + n))
+            end.is_some_and(|e| attached_cover(&w.attached, off as usize, e as usize))
         } else {
             end.is_some_and(|e| e <= w.size as u64)
         }
@@ -180,5 +191,18 @@ fn apply(w: &Win, req: OpReq) -> MpiResult<Vec<u8>> {
             }
             Ok(old)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attached_cover;
+
+    #[test]
+    fn adjacent_attachments_cover_a_run_across_them() {
+        let attached = [(1000, 100), (1100, 50), (2000, 10)];
+        assert!(attached_cover(&attached, 1050, 1150) && attached_cover(&attached, 2000, 2010));
+        assert!(!attached_cover(&attached, 1050, 1151) && !attached_cover(&attached, 990, 1010));
+        assert!(!attached_cover(&attached, 1140, 2005));
     }
 }
