@@ -22,10 +22,6 @@ pub struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is plain memory owned by this value; it is only ever reached through
-// raw copies (`mem`) and the program's own pointers.
-unsafe impl Send for Mapping {}
-
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: mapped by `map` with this length, unmapped once.
@@ -71,15 +67,21 @@ fn allocate(s: &mut State, comm: c_int, size: usize, disp_unit: c_int) -> MpiRes
     let sizes = sizes.iter().map(|b| le_u64(b).map(|n| n as usize)).collect::<MpiResult<Vec<_>>>()?;
     let me = s.comm(comm)?.me as usize;
     let total = sizes.iter().sum::<usize>().max(1).next_multiple_of(4096);
-    let path = format!("/dev/shm/reverb-win-{}-{}", s.rt.rank(), NEXT.fetch_add(1, Ordering::Relaxed));
+    // The creator's pid: unique among the jobs on this host.
+    let path = format!("/dev/shm/reverb-win-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
     let mut created = Ok(());
     if me == 0 {
-        created =
-            std::fs::File::create(&path).and_then(|f| f.set_len(total as u64)).map_err(|e| io(&path, e));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path);
+        created = file.and_then(|f| f.set_len(total as u64)).map_err(|e| io(&path, e));
     }
-    let names = coll::allgather_bytes(s, comm, path.as_bytes())?;
+    // An empty name tells the others rank 0 could not create the file.
+    let shared_name = if created.is_ok() { path.as_bytes() } else { &[][..] };
+    let names = coll::allgather_bytes(s, comm, shared_name)?;
     created?;
     let path = String::from_utf8_lossy(names.first().map_or(&[][..], Vec::as_slice)).into_owned();
+    if path.is_empty() {
+        return Err(MpiError::new(MPI_ERR_NO_MEM, "rank 0 could not create a shared window's memory"));
+    }
     let mapping = map(&path, total);
     let g = coll::Group::of(s, comm)?;
     coll::barrier(s, &g)?;
