@@ -5,7 +5,9 @@
 #     completion, MPI_PROC_NULL, errors returned: truncation, bad rank, bad tag) on 2 and 4
 #     ranks, on shm and tcp;
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
-#     a user operation on a strided type, persistent collectives, MPI_Comm_split_type;
+#     a user operation on a strided type, persistent collectives, MPI_Comm_split_type; each
+#     collective algorithm on both sides of its size threshold on 2, 3, 4, 5 and 8 ranks;
+#   - one-sided windows (mpi/tests/c/rma.c) on 2, 3 and 4 ranks (shm) and 3 (tcp);
 #   - a call outside the subset stops the job naming it;
 #   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
 #     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
@@ -38,6 +40,7 @@ mkdir -p "$work"
 cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
+cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/rma.c -o "$work/rma"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
@@ -96,6 +99,9 @@ for n in 3 4; do
     expect "coll-$n.log" "coll: ok"
 done
 say "collectives on world, a split and a dup: ok"
+run coll-sizes.log -n 8 -- "$work/coll_sizes"
+expect coll-sizes.log "coll_sizes: ok"
+say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
 for n in 2 3 4; do
     run "rma-$n.log" -n "$n" -- "$work/rma"
     expect "rma-$n.log" "rma: ok"
@@ -160,6 +166,9 @@ fortran=$(sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/jacobi-f-mpich.log" 
 [ "$fortran" = "$mpich" ] || fail "jacobi_ft.f90 on MPICH: checksum '$fortran', jacobi_ft.c $mpich"
 bash ci/mpi-ft.sh "$reverb" "$work" "$mpich"
 
+# CI keeps the external suites beside the clone; REVERB_MPICH_TESTS names another copy.
+beside=$PWD/../shared/external/mpich-tests
+if [ -z "${REVERB_MPICH_TESTS:-}" ] && [ -x "$beside/run.sh" ]; then REVERB_MPICH_TESTS=$beside; fi
 if [ -n "${REVERB_MPICH_TESTS:-}" ]; then
     PATH=$target/debug:$PATH bash "$REVERB_MPICH_TESTS/run.sh" --launcher "reverb run --mpi --timeout 60 -n" \
         --list mpi/tests/mpich-passing.txt --out "$work/mpich-tests" --timeout 65 >"$work/mpich-tests.log" 2>&1 ||
@@ -183,6 +192,6 @@ if [ -n "${REVERB_MPICH_TESTS:-}" ]; then
     done
     say "MPICH's Fortran attribute and generalized-request tests (headers written here): ok"
 else
-    say "MPICH's own test suite skipped: REVERB_MPICH_TESTS is not set (docs/mpi.md says how to run it)"
+    say "MPICH's own test suite skipped: no ../shared/external/mpich-tests beside the clone and REVERB_MPICH_TESTS is not set (docs/mpi.md says how to run it)"
 fi
 say "ok"

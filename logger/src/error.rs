@@ -25,8 +25,13 @@ pub enum LogError {
     /// A producer reserved an entry and never published it (it died or stalled).
     #[error("determinant queue stalled: entry {index} reserved but not published within the bound")]
     QueueStalled { index: u64 },
-    /// The remote log ring has no room until the reader side trims: back-pressure.
-    #[error("log ring full: {needed} bytes needed, {free} free")]
+    /// The remote log ring has no room until the reader side trims: back-pressure. A ring
+    /// is trimmed after a checkpoint, so it must hold one checkpoint interval's log.
+    #[error(
+        "log ring full: {needed} bytes needed, {free} free (a ring holds a checkpoint interval's \
+         log: raise REVERB_LOG_RING_BYTES, or REVERB_LOGGER_RING_BYTES with logger cores, or \
+         checkpoint more often)"
+    )]
     RingFull { needed: u64, free: u64 },
     /// The sender's message log is at its byte limit: back-pressure until a checkpoint trims it.
     #[error("send log full: {needed} bytes needed, {used} of {limit} in use")]

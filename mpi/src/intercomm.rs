@@ -505,7 +505,7 @@ impl State {
             Inter::of(self, comm)?.ok_or_else(|| MpiError::new(MPI_ERR_COMM, "not an intercommunicator"))?;
         let mut mine = color.to_le_bytes().to_vec();
         mine.extend_from_slice(&key.to_le_bytes());
-        let local_all = coll::allgather(self, &inter.local, &mine)?;
+        let local_all = coll::allgather(self, &inter.local, &mine, 0)?;
         let theirs = coll::unframe(&inter.swap(self, coll::frame(&local_all))?, inter.remote.len())?;
         let context = self.agree_across(comm)?;
         if color == MPI_UNDEFINED {

@@ -61,10 +61,11 @@ fn framed_allgather(
     }
     let me = boot.job().rank;
     let known_of = |r: Rank| known.get(r as usize).copied().unwrap_or(0);
+    // A retired rank (a masked copy) has no address for good and no recovery to join.
     let failed = boot
         .lookup()?
         .into_iter()
-        .find(|a| a.rank != me && (a.address.is_none() || a.incarnation > known_of(a.rank)))
+        .find(|a| a.rank != me && !a.retired && (a.address.is_none() || a.incarnation > known_of(a.rank)))
         .map(|a| a.rank);
     match failed {
         Some(rank) => {
@@ -292,6 +293,18 @@ mod tests {
         let mut s = script(vec![round], &[0, 1, 1]);
         let known_all = GcRound { boot: &mut s, known: &[0, 1, 1] }.allgather(b"w");
         assert!(matches!(known_all, Err(TransportError::Bootstrap(_))), "{known_all:?}");
+    }
+
+    #[test]
+    fn a_gc_round_meeting_a_recovery_skips_a_retired_rank() {
+        // Rank 1 was retired (a masked copy: no address for good); rank 3 is back at 1.
+        let round = vec![gc(b"w"), Vec::new(), vec![3, 0, 0, 0], vec![3, 0, 0, 0]];
+        let mut s = script(vec![round], &[0, 0, 0, 1]);
+        s.table[1] = PeerAddress { rank: 1, incarnation: 0, address: None, lost: true, retired: true };
+        match (GcRound { boot: &mut s, known: &[0, 0, 0, 0] }).allgather(b"w") {
+            Err(TransportError::PeerDead(3)) => {}
+            other => panic!("expected PeerDead(3), got {other:?}"),
+        }
     }
 
     #[test]

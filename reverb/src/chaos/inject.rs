@@ -36,6 +36,16 @@ pub(super) fn host_app_args(app: &str, size: &MsgSize) -> Vec<String> {
     a
 }
 
+/// A host trial's bound, in seconds: `timeout`, or more on a slow or loaded machine, where a
+/// recovery over tcp (ring under pessimistic-rb: several times the failure-free run) would
+/// outlast it without being hung.
+fn host_trial_bound(timeout: u64, failure_free_ms: u64) -> u64 {
+    timeout.max(HOST_SLOWDOWN_BOUND * failure_free_ms / 1000 + 30)
+}
+
+/// How many failure-free runs' time a host trial may take before it counts as hung.
+const HOST_SLOWDOWN_BOUND: u64 = 4;
+
 /// A job across hosts that may lose one: logs per node, checkpoints on buddies.
 pub(super) fn host_env(protocol: &str) -> Vec<(String, String)> {
     [
@@ -193,7 +203,7 @@ pub(super) fn run_host_trial(
         ranks: set.ranks(),
         ranks_per_node: RANKS_PER_NODE,
         respawn: plan.fault.respawns(),
-        timeout_s: if net_cut { args.net_cut_timeout } else { args.timeout },
+        timeout_s: host_trial_bound(if net_cut { args.net_cut_timeout } else { args.timeout }, base.wall_ms),
         app: plan.app.to_string(),
         app_args: host_app_args(plan.app, &size),
         env,
@@ -246,4 +256,15 @@ pub(super) fn run_host_trial(
         dir: out.dir,
         job,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_trial_s_bound_grows_with_a_slow_failure_free_run() {
+        assert_eq!(host_trial_bound(90, 10_000), 90);
+        assert_eq!(host_trial_bound(90, 51_000), 234);
+    }
 }

@@ -10,6 +10,9 @@ use reverb_transport::config::TransportConfig;
 
 use super::plan::Rng;
 
+/// Log ring bytes of a fragmented trial (`REVERB_LOG_RING_BYTES`).
+const FRAGMENTED_RING_BYTES: usize = 32 << 20;
+
 /// Size classes, in report order.
 pub const SIZE_CLASSES: [&str; 4] = ["eager", "at-threshold", "rendezvous", "fragmented"];
 /// The largest data the apps' main messages carry as the campaign runs them (a stencil halo
@@ -127,8 +130,15 @@ impl MsgSize {
     }
 
     /// The environment the trial's job needs for this size.
+    /// A fragmented size's limit, and log rings for its volume: up to three pieces a
+    /// message, copies under partial redundancy receiving from copies too, outgrow the
+    /// default 8 MiB within the apps' checkpoint interval (a clear "log ring full" error).
     pub(super) fn env(&self) -> Vec<(String, String)> {
-        self.max_message.map(|m| ("REVERB_LOG_MAX_MESSAGE".to_string(), m.to_string())).into_iter().collect()
+        let Some(m) = self.max_message else { return Vec::new() };
+        vec![
+            ("REVERB_LOG_MAX_MESSAGE".to_string(), m.to_string()),
+            ("REVERB_LOG_RING_BYTES".to_string(), FRAGMENTED_RING_BYTES.to_string()),
+        ]
     }
 
     /// What changes the app's send counts: a fragmented size (and its limit); every other

@@ -1,0 +1,88 @@
+//! Gathers: every rank's bytes at a root (linear), or at every rank (recursive doubling on a
+//! power of two, a ring otherwise or for large totals: `tuning::allgather`).
+
+use std::ffi::c_int;
+
+use super::bcast::wrap;
+use super::frame::{frame, unframe};
+use super::tuning::{self, Allgather};
+use super::Group;
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::state::State;
+
+/// Every rank's bytes at `root`, in rank order.
+pub(crate) fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiResult<Option<Vec<Vec<u8>>>> {
+    if g.me != root {
+        g.send(s, root, mine)?;
+        return Ok(None);
+    }
+    let mut all = Vec::with_capacity(g.size());
+    for r in 0..g.size() {
+        all.push(if r == root { mine.to_vec() } else { g.recv(s, r)? });
+    }
+    Ok(Some(all))
+}
+
+/// Every rank's bytes at every rank, in rank order. `total`: the bytes of all of them, alike
+/// at every rank (0 where only the ranks' own lengths are known: small setup exchanges).
+pub(crate) fn allgather(s: &mut State, g: &Group, mine: &[u8], total: usize) -> MpiResult<Vec<Vec<u8>>> {
+    match tuning::allgather(total, g.size()) {
+        Allgather::RecursiveDoubling => recursive_doubling(s, g, mine),
+        Allgather::Ring => ring(s, g, mine),
+    }
+}
+
+/// Round k (n a power of two), ranks 2^k apart swap the 2^k pieces each holds.
+fn recursive_doubling(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    let n = g.size();
+    let mut all = vec![Vec::new(); n];
+    all[g.me] = mine.to_vec();
+    let mut mask = 1;
+    while mask < n {
+        let partner = g.me ^ mask;
+        let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
+        let got = g.shift(s, partner, partner, &frame(&all[base..base + mask]))?;
+        for (i, piece) in unframe(&got, mask)?.into_iter().enumerate() {
+            all[theirs + i] = piece;
+        }
+        mask <<= 1;
+    }
+    Ok(all)
+}
+
+/// n - 1 rounds: each rank passes the piece it got last to its right.
+fn ring(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    let n = g.size();
+    let (right, left) = ((g.me + 1) % n, (g.me + n - 1) % n);
+    let mut all = vec![Vec::new(); n];
+    all[g.me] = mine.to_vec();
+    for step in 0..n - 1 {
+        let got = g.shift(s, right, left, &all[wrap(g.me, step, n)])?;
+        all[wrap(g.me, step + 1, n)] = got;
+    }
+    Ok(all)
+}
+
+/// Every member's `mine`, in rank order, for communicator creation: journaled
+/// (`crate::journal`), and answered from the journal while a restarted rank re-executes its
+/// setup.
+pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    let g = Group::of(s, comm)?;
+    if let Some(all) = s.journal.replay_next() {
+        // Only the shape is checked: a rank respawned on another host gives another host
+        // name to MPI_Comm_split_type, and must still get the grouping its peers have.
+        if all.len() != g.size() {
+            return Err(MpiError::new(
+                MPI_ERR_OTHER,
+                "a restarted rank's setup differs from its first run: communicators must be created \
+                 in the same order, with the same arguments, before MPIX_Reverb_restore",
+            ));
+        }
+        s.journal.record(&all);
+        return Ok(all);
+    }
+    let all = allgather(s, &g, mine, 0)?;
+    s.journal.record(&all);
+    Ok(all)
+}

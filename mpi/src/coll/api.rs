@@ -1,0 +1,308 @@
+//! The C entry points of the synchronizing and reducing collectives: barrier, broadcast,
+//! reduce, all-reduce, local reduce, scans and reduce-scatter.
+
+use std::ffi::c_int;
+
+use super::{allreduce, barrier, bcast_sized, count_of, in_place, reduce, Group, Reduction};
+use crate::abi::*;
+use crate::errors::MpiResult;
+use crate::ffi;
+use crate::ffi::{In, UserBuf};
+use crate::intercomm::{self, Inter};
+use crate::op;
+use crate::state::{call, State};
+
+#[export_name = "PMPI_Barrier"]
+pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
+    call("MPI_Barrier", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            return intercomm::barrier(s, &inter);
+        }
+        let g = Group::of(s, comm)?;
+        barrier(s, &g)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `buf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Bcast"]
+pub unsafe extern "C" fn MPI_Bcast(
+    buf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Bcast", comm, |s| {
+        if let Some(inter) = Inter::of(s, comm)? {
+            return intercomm::bcast(s, &inter, buf, count_of(count)?, datatype, root);
+        }
+        let g = Group::of(s, comm)?;
+        let root = g.check_root(root)?;
+        let (count, dt) = (count_of(count)?, s.datatype(datatype)?);
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let data = if g.me == root { unsafe { dt.pack(&buf, count) }?.into_owned() } else { Vec::new() };
+        let data = bcast_sized(s, &g, root, data, dt.bytes_for(count))?;
+        if g.me != root {
+            // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+            unsafe { dt.unpack(&data, buf, count) }?;
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce_call(
+    s: &mut State,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    root: Option<c_int>,
+    comm: c_int,
+) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let (io, n) = ((sendbuf, recvbuf), count_of(count)?);
+        return match root {
+            Some(r) => intercomm::reduce(s, &inter, io, n, (datatype, op), r),
+            None => intercomm::allreduce(s, &inter, io, n, (datatype, op)),
+        };
+    }
+    let g = Group::of(s, comm)?;
+    let root_rank = match root {
+        Some(r) => g.check_root(r)?,
+        None => 0,
+    };
+    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
+    let result = match root {
+        Some(_) => reduce(s, &g, root_rank, mine, &r)?,
+        None => Some(allreduce(s, &g, mine, &r)?),
+    };
+    if let Some(bytes) = result {
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { dt.unpack(&bytes, recvbuf, n) }?;
+    }
+    Ok(())
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Reduce"]
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, Some(root), comm))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Allreduce"]
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allreduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, None, comm))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `inbuf`, `inoutbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Reduce_local"]
+pub unsafe extern "C" fn MPI_Reduce_local(
+    inbuf: UserBuf,
+    inoutbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+) -> c_int {
+    call("MPI_Reduce_local", MPI_COMM_WORLD, |s| {
+        let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let input = unsafe { dt.pack(&inbuf, n) }?.into_owned();
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let mut acc = unsafe { dt.pack(&inoutbuf, n) }?.into_owned();
+        op::apply(op, &dt, datatype, n, &input, &mut acc)?;
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { dt.unpack(&acc, inoutbuf, n) }
+    })
+}
+
+/// Inclusive (or exclusive) prefix reduction along the ranks, in rank order.
+#[allow(clippy::too_many_arguments)]
+fn scan_call(
+    s: &mut State,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+    exclusive: bool,
+) -> MpiResult<()> {
+    let g = Group::of(s, comm)?;
+    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let before = if g.me > 0 { Some(g.recv(s, g.me - 1)?) } else { None };
+    let through_me = match &before {
+        Some(prefix) => {
+            let mut acc = mine.clone();
+            op::apply(op, &dt, datatype, n, prefix, &mut acc)?;
+            acc
+        }
+        None => mine,
+    };
+    if g.me + 1 < g.size() {
+        g.send(s, g.me + 1, &through_me)?;
+    }
+    match (exclusive, before) {
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        (false, _) => unsafe { dt.unpack(&through_me, recvbuf, n) },
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        (true, Some(prefix)) => unsafe { dt.unpack(&prefix, recvbuf, n) },
+        // Rank 0's exclusive result is undefined: its buffer is left alone.
+        (true, None) => Ok(()),
+    }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Scan"]
+pub unsafe extern "C" fn MPI_Scan(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, false))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Exscan"]
+pub unsafe extern "C" fn MPI_Exscan(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Exscan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, true))
+}
+
+/// Reduce to rank 0 over all the counts, then scatter each rank its block.
+fn reduce_scatter_call(
+    s: &mut State,
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    counts: Vec<usize>,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        return intercomm::reduce_scatter(s, &inter, (sendbuf, recvbuf), &counts, (datatype, op));
+    }
+    let g = Group::of(s, comm)?;
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let total: usize = counts.iter().sum();
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, total) }?.into_owned();
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: total };
+    let result = reduce(s, &g, 0, mine, &r)?;
+    let piece = if g.me == 0 {
+        let all = result.unwrap_or_default();
+        let mut at = 0;
+        let mut own = Vec::new();
+        for (rank, &c) in counts.iter().enumerate() {
+            let bytes = all.get(at..at + dt.bytes_for(c)).unwrap_or_default();
+            at += dt.bytes_for(c);
+            if rank == 0 {
+                own = bytes.to_vec();
+            } else {
+                g.send(s, rank, bytes)?;
+            }
+        }
+        own
+    } else {
+        g.recv(s, 0)?
+    };
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { dt.unpack(&piece, recvbuf, counts[g.me]) }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Reduce_scatter_block"]
+pub unsafe extern "C" fn MPI_Reduce_scatter_block(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce_scatter_block", comm, |s| {
+        let n = s.comm(comm)?.size() as usize;
+        let counts = vec![count_of(recvcount)?; n];
+        reduce_scatter_call(s, sendbuf, recvbuf, counts, datatype, op, comm)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`: null or readable for the call (arrays as long as the counts say).
+#[export_name = "PMPI_Reduce_scatter"]
+pub unsafe extern "C" fn MPI_Reduce_scatter(
+    sendbuf: UserBuf,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    datatype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Reduce_scatter", comm, |s| {
+        let n = s.comm(comm)?.size() as usize;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let counts = unsafe { ffi::array(recvcounts, n, "recvcounts") }?
+            .iter()
+            .map(|&c| count_of(c))
+            .collect::<MpiResult<_>>()?;
+        reduce_scatter_call(s, sendbuf, recvbuf, counts, datatype, op, comm)
+    })
+}

@@ -1,0 +1,270 @@
+//! The C entry points of the gathers and scatters, and the layout of their pieces.
+
+use std::ffi::c_int;
+
+use super::{allgather, count_of, gather, in_place, Group};
+use crate::abi::*;
+use crate::datatype::{offset, Datatype};
+use crate::errors::MpiResult;
+use crate::ffi;
+use crate::ffi::{In, UserBuf};
+use crate::intercomm::{self, Inter};
+use crate::state::{call, State};
+
+/// The layout of one rank's piece in a gather's or scatter's buffer.
+pub(crate) struct Pieces {
+    pub(crate) counts: Vec<usize>,
+    /// Displacements in elements of the type.
+    pub(crate) displs: Vec<isize>,
+}
+
+impl Pieces {
+    pub(crate) fn uniform(n: usize, count: usize) -> Pieces {
+        Pieces { counts: vec![count; n], displs: (0..n).map(|i| (i * count) as isize).collect() }
+    }
+
+    pub(crate) fn varying(n: usize, counts: In<'_, c_int>, displs: In<'_, c_int>) -> MpiResult<Pieces> {
+        let counts =
+            // SAFETY: the array is as long as this call's counts say (the FFI contract).
+            unsafe { ffi::array(counts, n, "counts") }?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
+        // SAFETY: the array is as long as this call's counts say (the FFI contract).
+        let displs = unsafe { ffi::array(displs, n, "displs") }?.iter().map(|&d| d as isize).collect();
+        Ok(Pieces { counts, displs })
+    }
+
+    pub(crate) fn at(&self, base: UserBuf, dt: &Datatype, i: usize) -> UserBuf {
+        offset(base, self.displs[i] * dt.extent)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather_call(
+    s: &mut State,
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
+    recvtype: c_int,
+    root: Option<c_int>,
+    comm: c_int,
+) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let (layout, rt) = (pieces(inter.remote.len())?, s.datatype(recvtype)?);
+        let sending = !matches!(root, Some(MPI_ROOT) | Some(MPI_PROC_NULL));
+        let mine = if sending {
+            // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+            unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned()
+        } else {
+            Vec::new()
+        };
+        return intercomm::gather(s, &inter, &mine, (recvbuf, &layout, &rt), root);
+    }
+    let g = Group::of(s, comm)?;
+    let root_rank = match root {
+        Some(r) => g.check_root(r)?,
+        None => 0,
+    };
+    let layout = pieces(g.size())?;
+    let rt = s.datatype(recvtype)?;
+    let mine = if in_place(sendbuf) {
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        unsafe { rt.pack(&layout.at(recvbuf, &rt, g.me), layout.counts[g.me]) }?.into_owned()
+    } else {
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned()
+    };
+    let all = match root {
+        Some(_) => gather(s, &g, root_rank, &mine)?,
+        None => Some(allgather(s, &g, &mine, layout.counts.iter().sum::<usize>() * rt.size)?),
+    };
+    let Some(all) = all else { return Ok(()) };
+    for (i, bytes) in all.iter().enumerate() {
+        // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+        unsafe { rt.unpack(bytes, layout.at(recvbuf, &rt, i), layout.counts[i]) }?;
+    }
+    Ok(())
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Gather"]
+pub unsafe extern "C" fn MPI_Gather(
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Gather", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount).unwrap_or(0)));
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
+#[export_name = "PMPI_Gatherv"]
+pub unsafe extern "C" fn MPI_Gatherv(
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Gatherv", comm, |s| {
+        let c = s.comm(comm)?;
+        // Across an intercommunicator the root says MPI_ROOT; `root` elsewhere names a remote rank.
+        let at_root = root == MPI_ROOT || (c.remote.is_none() && c.me as c_int == root);
+        let pieces =
+            |n| if at_root { Pieces::varying(n, recvcounts, displs) } else { Ok(Pieces::uniform(n, 0)) };
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, Some(root), comm)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Allgather"]
+pub unsafe extern "C" fn MPI_Allgather(
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allgather", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(recvcount)?));
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
+#[export_name = "PMPI_Allgatherv"]
+pub unsafe extern "C" fn MPI_Allgatherv(
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Allgatherv", comm, |s| {
+        let pieces = |n| Pieces::varying(n, recvcounts, displs);
+        gather_call(s, sendbuf, sendcount, sendtype, recvbuf, pieces, recvtype, None, comm)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatter_call(
+    s: &mut State,
+    sendbuf: UserBuf,
+    pieces: impl FnOnce(usize) -> MpiResult<Pieces>,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> MpiResult<()> {
+    if let Some(inter) = Inter::of(s, comm)? {
+        let layout = if root == MPI_ROOT { pieces(inter.remote.len())? } else { Pieces::uniform(0, 0) };
+        let (st, rt) = (
+            if root == MPI_ROOT { s.datatype(sendtype)? } else { s.datatype(recvtype)? },
+            s.datatype(recvtype)?,
+        );
+        let count = if root == MPI_ROOT { 0 } else { count_of(recvcount)? };
+        return intercomm::scatter(s, &inter, (sendbuf, &layout, &st), (recvbuf, count, &rt), root);
+    }
+    let g = Group::of(s, comm)?;
+    let root = g.check_root(root)?;
+    let mine = if g.me == root {
+        let layout = pieces(g.size())?;
+        let st = s.datatype(sendtype)?;
+        let mut own = Vec::new();
+        for r in 0..g.size() {
+            let piece = layout.at(sendbuf, &st, r);
+            // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+            let bytes = unsafe { st.pack(&piece, layout.counts[r]) }?;
+            if r == root {
+                own = bytes.into_owned();
+            } else {
+                g.send(s, r, &bytes)?;
+            }
+        }
+        // MPI_IN_PLACE at the root: its piece stays where it is.
+        if in_place(recvbuf) {
+            return Ok(());
+        }
+        own
+    } else {
+        g.recv(s, root)?
+    };
+    // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
+    unsafe { s.datatype(recvtype)?.unpack(&mine, recvbuf, count_of(recvcount)?) }
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
+#[export_name = "PMPI_Scatter"]
+pub unsafe extern "C" fn MPI_Scatter(
+    sendbuf: UserBuf,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scatter", comm, |s| {
+        let pieces = |n| Ok(Pieces::uniform(n, count_of(sendcount)?));
+        scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
+/// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
+#[export_name = "PMPI_Scatterv"]
+pub unsafe extern "C" fn MPI_Scatterv(
+    sendbuf: UserBuf,
+    sendcounts: In<'_, c_int>,
+    displs: In<'_, c_int>,
+    sendtype: c_int,
+    recvbuf: UserBuf,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
+    call("MPI_Scatterv", comm, |s| {
+        let pieces = |n| Pieces::varying(n, sendcounts, displs);
+        scatter_call(s, sendbuf, pieces, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    })
+}

@@ -1,0 +1,142 @@
+//! Broadcasts: a binomial tree (small messages, and under collective-aware logging, whose
+//! multicast key the tree's forwarders pass on), or the bytes scattered down that tree and
+//! all-gathered round a ring (large messages).
+
+use reverb_runtime::McastKey;
+
+use super::frame::Chunks;
+use super::tuning::{self, Bcast};
+use super::Group;
+use crate::abi::*;
+use crate::errors::{MpiError, MpiResult};
+use crate::frag;
+use crate::state::State;
+
+/// Broadcast of `len` bytes (alike at every rank), `data` at `root`; every rank returns the
+/// root's bytes.
+pub(crate) fn bcast_sized(
+    s: &mut State,
+    g: &Group,
+    root: usize,
+    data: Vec<u8>,
+    len: usize,
+) -> MpiResult<Vec<u8>> {
+    match tuning::bcast(len, g.size(), s.rt.caml()) {
+        Bcast::Binomial => bcast(s, g, root, data),
+        Bcast::ScatterAllgather => scatter_allgather(s, g, root, data, len),
+    }
+}
+
+/// Binomial broadcast of `data` from `root` (its length known at the root only). Under
+/// collective-aware logging the bytes travel behind their multicast key, which forwarders
+/// pass on: the root logs them once, every tree send logs a stub.
+pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, data: Vec<u8>) -> MpiResult<Vec<u8>> {
+    if !s.rt.caml() {
+        return bcast_tree(s, g, root, data, false);
+    }
+    let keyed = if g.me == root {
+        let len = McastKey::WIRE_LEN + data.len();
+        let pieces = frag::pieces(len, s.rt.config().log.max_message);
+        let key =
+            s.rt.multicast_key(pieces)?.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "no multicast key"))?;
+        let mut keyed = Vec::with_capacity(len);
+        keyed.extend_from_slice(&key.to_bytes());
+        keyed.extend_from_slice(&data);
+        keyed
+    } else {
+        Vec::new()
+    };
+    let mut keyed = bcast_tree(s, g, root, keyed, true)?;
+    if keyed.len() < McastKey::WIRE_LEN {
+        return Err(MpiError::new(MPI_ERR_INTERN, "a broadcast without its multicast key"));
+    }
+    Ok(keyed.split_off(McastKey::WIRE_LEN))
+}
+
+/// The broadcast tree; `keyed`: `data` starts with its multicast key.
+fn bcast_tree(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>, keyed: bool) -> MpiResult<Vec<u8>> {
+    let n = g.size();
+    let vr = (g.me + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            data = g.recv(s, (vr - mask + root) % n)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    let key = if keyed {
+        Some(McastKey::from_bytes(&data).map_err(|e| MpiError::new(MPI_ERR_INTERN, e.to_string()))?)
+    } else {
+        None
+    };
+    while mask > 0 {
+        if vr + mask < n {
+            let to = (vr + mask + root) % n;
+            match key {
+                Some(key) => frag::send_multicast(&mut s.rt, g.ranks[to], g.tag(), &data, key)?,
+                None => g.send(s, to, &data)?,
+            }
+        }
+        mask >>= 1;
+    }
+    Ok(data)
+}
+
+/// Van de Geijn's broadcast: chunk i of n goes down the binomial tree to relative rank i
+/// (each rank receives its subtree's chunks), then the chunks go round a ring.
+fn scatter_allgather(s: &mut State, g: &Group, root: usize, data: Vec<u8>, len: usize) -> MpiResult<Vec<u8>> {
+    let n = g.size();
+    let vr = (g.me + n - root) % n;
+    let real = |v: usize| (v + root) % n;
+    let chunks = Chunks { count: len, elem: 1, chunks: n };
+    let mut buf = if g.me == root { data } else { vec![0u8; len] };
+    if buf.len() != len {
+        return Err(MpiError::new(
+            MPI_ERR_TRUNCATE,
+            format!("a broadcast of {} bytes, {len} expected", buf.len()),
+        ));
+    }
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            let mine = chunks.bytes(vr..(vr + mask).min(n));
+            let got = g.recv(s, real(vr - mask))?;
+            place(&mut buf, mine, &got)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < n {
+            let theirs = chunks.bytes(vr + mask..(vr + 2 * mask).min(n));
+            g.send(s, real(vr + mask), &buf[theirs])?;
+        }
+        mask >>= 1;
+    }
+    let (right, left) = (real((vr + 1) % n), real((vr + n - 1) % n));
+    for step in 0..n - 1 {
+        let out = chunks.bytes(wrap(vr, step, n)..wrap(vr, step, n) + 1);
+        let into = chunks.bytes(wrap(vr, step + 1, n)..wrap(vr, step + 1, n) + 1);
+        let got = g.shift(s, right, left, &buf[out])?;
+        place(&mut buf, into, &got)?;
+    }
+    Ok(buf)
+}
+
+/// `(v - back) mod n`.
+pub(crate) fn wrap(v: usize, back: usize, n: usize) -> usize {
+    (v + n - back % n) % n
+}
+
+/// `got` into `buf[at]`, which it must fill exactly.
+pub(crate) fn place(buf: &mut [u8], at: std::ops::Range<usize>, got: &[u8]) -> MpiResult<()> {
+    if got.len() != at.len() {
+        let why = format!("a collective piece of {} bytes where {} were expected", got.len(), at.len());
+        return Err(MpiError::new(MPI_ERR_TRUNCATE, why));
+    }
+    buf[at].copy_from_slice(got);
+    Ok(())
+}
