@@ -43,6 +43,7 @@ cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/rma.c -o "$work/rma"
+cc mpi/tests/c/rma_ft.c -o "$work/rma_ft"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
 cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"

@@ -155,9 +155,10 @@ pub fn create(
         return Err(MpiError::new(MPI_ERR_DISP, format!("displacement unit {disp_unit}")));
     }
     if s.rt.restarted() {
+        let nth = s.wins.items.len() + 1;
         return Err(MpiError::new(
             MPI_ERR_UNSUPPORTED_OPERATION,
-            "one-sided windows are not recovered: a restarted rank cannot create one (reverb)",
+            format!("window {nth} of this rank (on communicator {comm:#x}): one-sided windows are not recovered, and this rank was restarted after a failure (reverb)"),
         ));
     }
     let ranks = c.ranks.clone();
