@@ -96,3 +96,13 @@ grep -qs '"contribution_bytes_dropped": [1-9]' "$reports"/rank-*.json ||
 grep -qs '"reductions_replayed_from_tombstones": [1-9]' "$reports"/rank-4-inc-1.json ||
     fail "collectives_ft solver under CAML: rank 4 replayed no all-reduce from tombstones"
 say "all-reduce solver under CAML: contributions dropped once summed, a node replaying them from tombstones, same checksum ($(checksum solver-clean.log)): ok"
+
+# Windows are not recovered: a node killed while a window exists stops the job with an error
+# saying so (the restarted ranks' MPI_Win_create), and no rank prints a sum.
+if REVERB_FAULT=3:60 "$reverb" run --mpi --timeout "$bound" -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/rma_ft" >"$work/rma-ft.log" 2>&1; then
+    fail "rma_ft with a node killed succeeded: $(tail -n 20 "$work/rma-ft.log")"
+fi
+expect rma-ft.log "one-sided windows are not recovered"
+if grep -q "rma_ft: rank" "$work/rma-ft.log"; then fail "rma_ft printed a sum after a failure"; fi
+say "a window with a node killed under logging: the job stops, saying windows are not recovered: ok"

@@ -10,6 +10,7 @@
 #   - datatypes (contents of every constructor, subarray/darray layouts as MPICH's, external32,
 #     type attributes) and graph topologies, error handlers, error classes, info and memory
 #     calls (mpi/tests/c/datatypes.c, topo_errh.c);
+#   - one-sided windows (mpi/tests/c/rma.c) on 2, 3 and 4 ranks (shm) and 3 (tcp);
 #   - a call outside the subset stops the job naming it;
 #   - the profiling interface: every MPI_X is an alias of PMPI_X (nm), and a profiling library
 #     preloaded before reverb's (mpi/tests/c/pmpi_counter.c) counts exactly the program's calls;
@@ -46,6 +47,8 @@ cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/datatypes.c -o "$work/datatypes"
 cc mpi/tests/c/topo_errh.c -o "$work/topo_errh"
+cc mpi/tests/c/rma.c -o "$work/rma"
+cc mpi/tests/c/rma_ft.c -o "$work/rma_ft"
 cc mpi/tests/c/pmpi.c -o "$work/pmpi"
 # The profiling library links to no MPI library: its PMPI_* bind to whichever one the ranks load.
 cc -fPIC -c mpi/tests/c/pmpi_counter.c -o "$work/pmpi_counter.o"
@@ -112,12 +115,19 @@ for n in 3 4; do
     expect "topo_errh-$n.log" "topo_errh: ok"
 done
 say "datatype contents and layouts, graph topologies, error handlers, info: ok"
+for n in 2 3 4; do
+    run "rma-$n.log" -n "$n" -- "$work/rma"
+    expect "rma-$n.log" "rma: ok"
+done
+REVERB_PROVIDER=tcp run rma-tcp.log -n 3 -- "$work/rma"
+expect rma-tcp.log "rma: ok"
+say "one-sided windows (fence, locks, fetch-and-op, compare-and-swap, post-start-complete-wait): ok"
 
 if "$reverb" run --mpi --timeout 60 -n 2 -- "$work/unsupported" >"$work/unsupported.log" 2>&1; then
-    fail "a job calling MPI_Win_create succeeded: $(cat "$work/unsupported.log")"
+    fail "a job calling MPI_Open_port succeeded: $(cat "$work/unsupported.log")"
 fi
-expect unsupported.log "MPI_Win_create is not supported by reverb"
-if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Win_create returned"; fi
+expect unsupported.log "MPI_Open_port is not supported by reverb"
+if grep -q "returned" "$work/unsupported.log"; then fail "MPI_Open_port returned"; fi
 say "an unsupported call stops the job naming it: ok"
 
 # MPICH's profiling interface: each MPI_X (implemented or stub) at its PMPI_X's address.

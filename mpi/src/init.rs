@@ -92,6 +92,7 @@ fn init() -> c_int {
         type_attrs: Default::default(),
         f90_types: BTreeMap::new(),
         journal,
+        wins: Handles::new(crate::rma::WIN_BASE),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS

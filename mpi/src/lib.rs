@@ -56,6 +56,7 @@ mod pcoll;
 mod persistent;
 mod recv_api;
 mod request;
+mod rma;
 mod state;
 mod status_api;
 mod subarray;

@@ -294,6 +294,9 @@ impl State {
         }
         any |= self.finish_sync_sends()?;
         any |= self.finish_lent_sends()?;
+        if !self.wins.items.is_empty() {
+            any |= crate::rma::serve_all(self)?;
+        }
         Ok(any)
     }
 
@@ -495,6 +498,7 @@ impl State {
     pub fn p2p_outstanding(&self) -> bool {
         !self.pending_recvs.is_empty()
             || self.lent_sends > 0
+            || !self.wins.items.is_empty()
             || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
     }
 
@@ -552,7 +556,8 @@ impl State {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
             }
-            Some(&Request::LentSend(op)) => {
+            // With windows open the wait below progresses (serving them) until it is sent.
+            Some(&Request::LentSend(op)) if self.wins.items.is_empty() => {
                 // The runtime's own wait: it spins, then sleeps until a completion comes.
                 self.rt.wait_lent(op)?;
                 self.requests.remove(h);
@@ -561,8 +566,12 @@ impl State {
             }
             _ => {}
         }
-        // Alone and first in line: the runtime's own blocking receive (no polling).
-        if self.pending_recvs.front() == Some(&h) && self.pending_recvs.len() == 1 {
+        // Alone and first in line: the runtime's own blocking receive (no polling), unless
+        // windows need serving meanwhile.
+        if self.pending_recvs.front() == Some(&h)
+            && self.pending_recvs.len() == 1
+            && self.wins.items.is_empty()
+        {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
                 let buf = p.buf;
                 // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.

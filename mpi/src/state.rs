@@ -104,6 +104,8 @@ pub struct State {
     pub graphs: BTreeMap<c_int, crate::graph::Graph>,
     /// Communicator creations' all-gathers, kept with every checkpoint.
     pub journal: crate::journal::Journal,
+    /// One-sided windows (`rma`); while any exists, every wait serves them.
+    pub wins: Handles<crate::rma::Win>,
 }
 
 thread_local! {

@@ -1,0 +1,28 @@
+//! One-sided communication (MPI 4.0 ch. 12): windows, their epochs, and the operations on
+//! them. Every operation is applied at its target by the target itself: the origin sends a
+//! request on the window's own context and the target serves it whenever it progresses (any
+//! MPI call that waits). The provider's one-sided path (`Provider::put`/`get`) needs memory
+//! the provider allocated, and MPI exposes the program's own (`MPI_Win_create`), so neither
+//! put nor get use it yet; accumulates need the target's atomicity anyway.
+//!
+//! Files: `win` (window objects, creation, attributes), `wire` (the requests' bytes),
+//! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
+//! windows, their mapping), `serve` (a target's side),
+//! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
+//! `acc` (accumulates, fetch-and-op, compare-and-swap).
+
+mod acc;
+mod attr;
+mod mem;
+mod ops;
+mod serve;
+mod shared;
+mod sync;
+mod win;
+mod wire;
+
+pub use serve::serve_all;
+pub use win::Win;
+
+/// Handles of windows (MPICH's window kind, indirect).
+pub const WIN_BASE: u32 = 0xe000_0000;

@@ -1,0 +1,239 @@
+//! Communication: `MPI_Put`, `MPI_Get` and their request forms (`MPI_Rput`, `MPI_Rget`,
+//! whose requests are complete when returned: the call waits for the target's reply). The
+//! origin packs its buffer and names the target's bytes as runs of its window, computed from
+//! the target datatype here (MPI: it must be valid at the origin); the target applies them.
+
+use std::ffi::c_int;
+
+use crate::abi::*;
+use crate::datatype::Datatype;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi::{self, Out, UserBuf};
+use crate::request::{Request, Status};
+use crate::state::State;
+
+use super::serve::send;
+use super::sync::{check_alive, target_rank, wait_for};
+use super::win::{win_call, Landing};
+use super::wire::{Msg, OpKind, OpReq};
+
+/// The target side of an operation: where, how many, of which datatype.
+#[derive(Clone, Copy)]
+pub struct TargetArgs {
+    pub rank: c_int,
+    pub disp: isize,
+    pub count: c_int,
+    pub datatype: c_int,
+}
+
+/// An origin buffer: `count` elements of `datatype` at `buf`.
+#[derive(Clone, Copy)]
+pub struct OriginArgs {
+    pub buf: UserBuf,
+    pub count: c_int,
+    pub datatype: c_int,
+}
+
+pub fn count_of(count: c_int) -> MpiResult<usize> {
+    usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))
+}
+
+/// An operation's target resolved: its window rank, byte runs (from the window base) and
+/// datatype.
+pub struct Resolved {
+    pub rank: usize,
+    pub runs: Vec<(u64, u64)>,
+    pub dt: Datatype,
+}
+
+/// The target of `t`; `None` for `MPI_PROC_NULL`.
+pub fn target_runs(s: &State, win: c_int, t: &TargetArgs) -> MpiResult<Option<Resolved>> {
+    let w = s.win(win)?;
+    let Some(rank) = target_rank(w, t.rank)? else { return Ok(None) };
+    let dt = s.datatype(t.datatype)?;
+    let start = (t.disp as i128) * i128::from(w.disp_units[rank]);
+    let runs = dt
+        .repeated(count_of(t.count)?, dt.extent)
+        .into_iter()
+        .filter(|r| r.1 > 0)
+        .map(|(off, len)| {
+            u64::try_from(start + off as i128).map(|at| (at, len as u64)).map_err(|_| {
+                MpiError::new(MPI_ERR_RMA_RANGE, format!("target displacement {} before the window", t.disp))
+            })
+        })
+        .collect::<MpiResult<Vec<_>>>()?;
+    Ok(Some(Resolved { rank, runs, dt }))
+}
+
+/// The origin buffer's bytes.
+///
+/// # Safety
+/// `o` is a buffer under the FFI contract, readable, for the call.
+pub unsafe fn origin_bytes(s: &State, o: &OriginArgs) -> MpiResult<Vec<u8>> {
+    let dt = s.datatype(o.datatype)?;
+    // SAFETY: the caller's promise.
+    Ok(unsafe { dt.pack(&o.buf, count_of(o.count)?) }?.into_owned())
+}
+
+/// Sends one request to window rank `target`; its reply is due from now on.
+pub fn issue(
+    s: &mut State,
+    win: c_int,
+    target: usize,
+    mut req: OpReq,
+    into: Option<Landing>,
+) -> MpiResult<()> {
+    check_alive(s, win)?;
+    let o = &mut s.win_mut(win)?.origin;
+    req.id = o.next_id;
+    o.next_id += 1;
+    o.pending.insert(req.id, (target, into));
+    o.due[target] += 1;
+    send(s, win, target, &Msg::Op(req))
+}
+
+fn mismatch(origin: usize, target: usize) -> MpiError {
+    MpiError::new(MPI_ERR_TYPE, format!("{origin} origin bytes for {target} target bytes"))
+}
+
+/// # Safety
+/// `o.buf` spans its elements, readable, for the call.
+unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
+    let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
+    // SAFETY: the caller's promise.
+    let data = unsafe { origin_bytes(s, o) }?;
+    let span: u64 = runs.iter().map(|r| r.1).sum();
+    if data.len() as u64 != span {
+        return Err(mismatch(data.len(), span as usize));
+    }
+    let req = OpReq { kind: OpKind::Put, id: 0, op: MPI_REPLACE, elem: MPI_BYTE, runs, data };
+    issue(s, win, rank, req, None)?;
+    Ok(Some(rank))
+}
+
+/// # Safety
+/// `o.buf` spans its elements, writable and left alone until the epoch's synchronization.
+unsafe fn get(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
+    let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
+    let dt = s.datatype(o.datatype)?;
+    let count = count_of(o.count)?;
+    let span: u64 = runs.iter().map(|r| r.1).sum();
+    if dt.bytes_for(count) as u64 != span {
+        return Err(mismatch(dt.bytes_for(count), span as usize));
+    }
+    let req = OpReq { kind: OpKind::Get, id: 0, op: MPI_NO_OP, elem: MPI_BYTE, runs, data: Vec::new() };
+    issue(s, win, rank, req, Some((o.buf, dt, count)))?;
+    Ok(Some(rank))
+}
+
+/// A request-form operation's request: the operation is waited for, then a done request.
+pub fn completed_request(
+    s: &mut State,
+    win: c_int,
+    rank: Option<usize>,
+    request: Out<'_, c_int>,
+) -> MpiResult<()> {
+    if let Some(r) = rank {
+        wait_for(s, win, "a request-based one-sided operation", |w| w.origin.due[r] == 0)?;
+    }
+    let h = s.requests.insert(Request::Done(Status::empty()));
+    ffi::out(request, h, "request")
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `origin_addr`: a message buffer (`UserBuf`), readable for the call.
+#[export_name = "PMPI_Put"]
+pub unsafe extern "C" fn MPI_Put(
+    origin_addr: UserBuf,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+) -> c_int {
+    let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
+    let t =
+        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    // SAFETY: the contract above.
+    win_call("MPI_Put", win, |s| unsafe { put(s, win, &o, &t) }.map(|_| ()))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `origin_addr`: a message buffer (`UserBuf`), writable until the epoch's synchronization.
+#[export_name = "PMPI_Get"]
+pub unsafe extern "C" fn MPI_Get(
+    origin_addr: UserBuf,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+) -> c_int {
+    let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
+    let t =
+        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    // SAFETY: the contract above.
+    win_call("MPI_Get", win, |s| unsafe { get(s, win, &o, &t) }.map(|_| ()))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `origin_addr`: a message buffer (`UserBuf`), readable for the call;
+/// `request`: null or writable for the call.
+#[export_name = "PMPI_Rput"]
+pub unsafe extern "C" fn MPI_Rput(
+    origin_addr: UserBuf,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+    request: Out<'_, c_int>,
+) -> c_int {
+    let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
+    let t =
+        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    win_call("MPI_Rput", win, |s| {
+        // SAFETY: the contract above.
+        let rank = unsafe { put(s, win, &o, &t) }?;
+        completed_request(s, win, rank, request)
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `origin_addr`: a message buffer (`UserBuf`), writable for the call;
+/// `request`: null or writable for the call.
+#[export_name = "PMPI_Rget"]
+pub unsafe extern "C" fn MPI_Rget(
+    origin_addr: UserBuf,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+    request: Out<'_, c_int>,
+) -> c_int {
+    let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
+    let t =
+        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    win_call("MPI_Rget", win, |s| {
+        // SAFETY: the contract above.
+        let rank = unsafe { get(s, win, &o, &t) }?;
+        completed_request(s, win, rank, request)
+    })
+}

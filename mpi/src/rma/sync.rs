@@ -1,0 +1,248 @@
+//! Epochs and synchronization: `MPI_Win_fence`; passive target (`_lock`, `_unlock`,
+//! `_lock_all`, `_unlock_all`, `_flush*`, `_sync`); general active target (`_post`,
+//! `_start`, `_complete`, `_wait`, `_test`). An operation is complete at its target when the
+//! target's reply came back, so every synchronization that completes operations waits for
+//! the replies due (serving this rank's own window meanwhile). A target serves requests only
+//! while it is inside an MPI call: a passive target that computes without calling MPI holds
+//! its origins up until it calls MPI again.
+
+use std::ffi::c_int;
+
+use crate::abi::*;
+use crate::coll;
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi::{self, Out};
+use crate::state::State;
+
+use super::serve::send;
+use super::win::{win_call, Win};
+use super::wire::Msg;
+
+/// Stops with a clear error once a failure was recovered while the window existed: its
+/// memory and epochs are not part of any checkpoint, so going on could answer wrongly.
+pub fn check_alive(s: &State, win: c_int) -> MpiResult<()> {
+    let w = s.win(win)?;
+    if s.rt.report().detected_ns.len() != w.failures_seen {
+        return Err(MpiError::new(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            format!("{}: a rank failed and was recovered while it existed; reverb does not recover one-sided windows", w.label(win)),
+        ));
+    }
+    Ok(())
+}
+
+/// Waits (progressing, so serving every window) until `done` holds for window `win`; then
+/// reports a request a target refused.
+pub fn wait_for(s: &mut State, win: c_int, what: &str, done: impl Fn(&Win) -> bool) -> MpiResult<()> {
+    s.wait_until(what, |s| Ok(done(s.win(win)?)))?;
+    check_alive(s, win)?;
+    match s.win_mut(win)?.origin.refused.take() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Waits until every reply due to this rank on `win` came back.
+pub fn settle_all(s: &mut State, win: c_int, what: &str) -> MpiResult<()> {
+    wait_for(s, win, what, |w| w.origin.due.iter().all(|&d| d == 0))
+}
+
+fn settle(s: &mut State, win: c_int, target: usize, what: &str) -> MpiResult<()> {
+    wait_for(s, win, what, |w| w.origin.due[target] == 0)
+}
+
+/// A window rank argument: `None` for `MPI_PROC_NULL`.
+pub fn target_rank(w: &Win, rank: c_int) -> MpiResult<Option<usize>> {
+    if rank == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    usize::try_from(rank).ok().filter(|&r| r < w.size_of_group()).map(Some).ok_or_else(|| {
+        MpiError::new(MPI_ERR_RANK, format!("rank {rank} outside a window of {}", w.size_of_group()))
+    })
+}
+
+/// Collective: every operation any rank started on the window completes.
+#[export_name = "PMPI_Win_fence"]
+pub extern "C" fn MPI_Win_fence(_assert: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_fence", win, |s| {
+        settle_all(s, win, "MPI_Win_fence")?;
+        let g = s.win(win)?.group();
+        coll::barrier(s, &g)?;
+        check_alive(s, win)
+    })
+}
+
+fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool) -> MpiResult<()> {
+    send(s, win, target, &Msg::Lock { exclusive })
+}
+
+fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
+    settle(s, win, target, "MPI_Win_unlock")?;
+    if !std::mem::take(&mut s.win_mut(win)?.origin.granted[target]) {
+        return Err(MpiError::new(MPI_ERR_RMA_SYNC, format!("rank {target} of the window is not locked")));
+    }
+    send(s, win, target, &Msg::Unlock)
+}
+
+#[export_name = "PMPI_Win_lock"]
+pub extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_lock", win, |s| {
+        check_alive(s, win)?;
+        let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
+        if s.win(win)?.origin.granted[t] {
+            return Err(MpiError::new(
+                MPI_ERR_RMA_SYNC,
+                format!("rank {rank} of the window is locked already"),
+            ));
+        }
+        lock(s, win, t, lock_type == MPI_LOCK_EXCLUSIVE)?;
+        wait_for(s, win, "MPI_Win_lock", |w| w.origin.granted[t])
+    })
+}
+
+#[export_name = "PMPI_Win_unlock"]
+pub extern "C" fn MPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_unlock", win, |s| {
+        let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
+        unlock(s, win, t)
+    })
+}
+
+#[export_name = "PMPI_Win_lock_all"]
+pub extern "C" fn MPI_Win_lock_all(_assert: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_lock_all", win, |s| {
+        check_alive(s, win)?;
+        let n = s.win(win)?.size_of_group();
+        for t in 0..n {
+            lock(s, win, t, false)?;
+        }
+        wait_for(s, win, "MPI_Win_lock_all", |w| w.origin.granted.iter().all(|&g| g))
+    })
+}
+
+#[export_name = "PMPI_Win_unlock_all"]
+pub extern "C" fn MPI_Win_unlock_all(win: c_int) -> c_int {
+    win_call("MPI_Win_unlock_all", win, |s| {
+        let n = s.win(win)?.size_of_group();
+        (0..n).try_for_each(|t| unlock(s, win, t))
+    })
+}
+
+fn flush(function: &str, rank: c_int, win: c_int) -> c_int {
+    win_call(function, win, |s| {
+        let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
+        settle(s, win, t, function)
+    })
+}
+
+#[export_name = "PMPI_Win_flush"]
+pub extern "C" fn MPI_Win_flush(rank: c_int, win: c_int) -> c_int {
+    flush("MPI_Win_flush", rank, win)
+}
+
+#[export_name = "PMPI_Win_flush_local"]
+pub extern "C" fn MPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
+    flush("MPI_Win_flush_local", rank, win)
+}
+
+#[export_name = "PMPI_Win_flush_all"]
+pub extern "C" fn MPI_Win_flush_all(win: c_int) -> c_int {
+    win_call("MPI_Win_flush_all", win, |s| settle_all(s, win, "MPI_Win_flush_all"))
+}
+
+#[export_name = "PMPI_Win_flush_local_all"]
+pub extern "C" fn MPI_Win_flush_local_all(win: c_int) -> c_int {
+    win_call("MPI_Win_flush_local_all", win, |s| settle_all(s, win, "MPI_Win_flush_local_all"))
+}
+
+/// The unified model: public and private copies are one memory, nothing to synchronize.
+#[export_name = "PMPI_Win_sync"]
+pub extern "C" fn MPI_Win_sync(win: c_int) -> c_int {
+    win_call("MPI_Win_sync", win, |s| s.win(win).map(|_| ()))
+}
+
+/// The window ranks of a group's members.
+fn members(s: &State, win: c_int, group: c_int) -> MpiResult<Vec<usize>> {
+    let w = s.win(win)?;
+    let g = s.group(group)?;
+    g.iter()
+        .map(|&world| {
+            w.rank_of_world(world).ok_or_else(|| {
+                MpiError::new(MPI_ERR_GROUP, format!("world rank {world} is not in the window"))
+            })
+        })
+        .collect()
+}
+
+#[export_name = "PMPI_Win_post"]
+pub extern "C" fn MPI_Win_post(group: c_int, _assert: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_post", win, |s| {
+        check_alive(s, win)?;
+        let origins = members(s, win, group)?;
+        for &o in &origins {
+            send(s, win, o, &Msg::Post)?;
+        }
+        s.win_mut(win)?.target.exposure = origins;
+        Ok(())
+    })
+}
+
+#[export_name = "PMPI_Win_start"]
+pub extern "C" fn MPI_Win_start(group: c_int, _assert: c_int, win: c_int) -> c_int {
+    win_call("MPI_Win_start", win, |s| {
+        check_alive(s, win)?;
+        let targets = members(s, win, group)?;
+        let wanted = targets.clone();
+        wait_for(s, win, "MPI_Win_start", |w| wanted.iter().all(|&t| w.origin.posts[t] > 0))?;
+        let w = s.win_mut(win)?;
+        for &t in &targets {
+            w.origin.posts[t] -= 1;
+        }
+        w.origin.access = targets;
+        Ok(())
+    })
+}
+
+#[export_name = "PMPI_Win_complete"]
+pub extern "C" fn MPI_Win_complete(win: c_int) -> c_int {
+    win_call("MPI_Win_complete", win, |s| {
+        let targets = std::mem::take(&mut s.win_mut(win)?.origin.access);
+        let wanted = targets.clone();
+        wait_for(s, win, "MPI_Win_complete", |w| wanted.iter().all(|&t| w.origin.due[t] == 0))?;
+        targets.into_iter().try_for_each(|t| send(s, win, t, &Msg::Complete))
+    })
+}
+
+/// Ends the exposure epoch if every origin completed; true if it did.
+fn exposure_done(s: &mut State, win: c_int) -> MpiResult<bool> {
+    let t = &mut s.win_mut(win)?.target;
+    if !t.exposure.iter().all(|&o| t.completes[o] > 0) {
+        return Ok(false);
+    }
+    for o in std::mem::take(&mut t.exposure) {
+        t.completes[o] -= 1;
+    }
+    Ok(true)
+}
+
+#[export_name = "PMPI_Win_wait"]
+pub extern "C" fn MPI_Win_wait(win: c_int) -> c_int {
+    win_call("MPI_Win_wait", win, |s| {
+        wait_for(s, win, "MPI_Win_wait", |w| w.target.exposure.iter().all(|&o| w.target.completes[o] > 0))?;
+        exposure_done(s, win).map(|_| ())
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `flag`: null or writable for the call.
+#[export_name = "PMPI_Win_test"]
+pub unsafe extern "C" fn MPI_Win_test(win: c_int, flag: Out<'_, c_int>) -> c_int {
+    win_call("MPI_Win_test", win, |s| {
+        s.progress()?;
+        check_alive(s, win)?;
+        let done = exposure_done(s, win)?;
+        ffi::out(flag, c_int::from(done), "flag")
+    })
+}

@@ -1,0 +1,428 @@
+//! Window objects: creation (`MPI_Win_create`, `_allocate`, `_create_dynamic`), `_free`,
+//! the group, the predefined attributes, names, error handlers and info.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::abi::*;
+use crate::coll::{self, Group};
+use crate::errors::{MpiError, MpiResult};
+use crate::ffi::{self, Out, UserBuf};
+use crate::state::{call, State};
+
+use super::mem::Allocated;
+
+/// MPI's window flavors and memory model (an enum in mpi.h, not a `#define`).
+pub const FLAVOR_CREATE: c_int = 1;
+pub const FLAVOR_ALLOCATE: c_int = 2;
+pub const FLAVOR_DYNAMIC: c_int = 3;
+pub const FLAVOR_SHARED: c_int = 4;
+const MODEL_UNIFIED: c_int = 2;
+
+/// What `MPI_Win_get_attr` hands out pointers to: boxed, so they stay put.
+pub struct AttrValues {
+    size: isize,
+    disp_unit: c_int,
+    flavor: c_int,
+    model: c_int,
+}
+
+/// Where a reply's bytes go: a buffer of `count` elements of a datatype.
+pub type Landing = (UserBuf, crate::datatype::Datatype, usize);
+
+/// This rank as an origin: its requests waiting for replies and its epochs' state.
+#[derive(Default)]
+pub struct Origin {
+    pub next_id: u64,
+    /// Request id -> (target, where its reply's bytes go).
+    pub pending: HashMap<u64, (usize, Option<Landing>)>,
+    /// Replies still due, per target.
+    pub due: Vec<u64>,
+    /// Targets whose lock this rank holds (granted).
+    pub granted: Vec<bool>,
+    /// Posts received and not yet consumed by a start, per target.
+    pub posts: Vec<u32>,
+    /// The targets of the access epoch MPI_Win_start opened.
+    pub access: Vec<usize>,
+    /// A request a target refused (out of range, ...): reported at the next call.
+    pub refused: Option<MpiError>,
+}
+
+/// This rank as a target: its lock and its exposure epoch.
+#[derive(Default)]
+pub struct Target {
+    pub shared: u32,
+    pub exclusive: Option<usize>,
+    /// Lock requests waiting: (origin, exclusive), granted in order.
+    pub waiting: VecDeque<(usize, bool)>,
+    /// Completes received and not consumed by a wait, per origin.
+    pub completes: Vec<u32>,
+    /// The origins of the exposure epoch MPI_Win_post opened.
+    pub exposure: Vec<usize>,
+}
+
+pub struct Win {
+    /// A private duplicate of the creating communicator: the window's context, members and
+    /// error handler.
+    pub comm: c_int,
+    pub context: u32,
+    pub ranks: Vec<u32>,
+    pub me: usize,
+    pub base: usize,
+    pub size: usize,
+    /// Every rank's displacement unit: a target displacement counts in the target's.
+    pub disp_units: Vec<c_int>,
+    pub flavor: c_int,
+    /// A dynamic window's attached memory: (address, bytes).
+    pub attached: Vec<(usize, usize)>,
+    pub name: String,
+    pub attrs: Box<AttrValues>,
+    pub origin: Origin,
+    pub target: Target,
+    /// Failures the runtime had recovered from when the window was made (see `check_alive`).
+    pub failures_seen: usize,
+    /// A shared window's parts in this rank's mapping: (address, bytes) per rank.
+    pub shared: Vec<(usize, usize)>,
+    /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
+    memory: Option<Box<dyn std::any::Any>>,
+}
+
+impl Win {
+    pub fn size_of_group(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The window rank of world rank `w`.
+    pub fn rank_of_world(&self, w: u32) -> Option<usize> {
+        self.ranks.iter().position(|&r| r == w)
+    }
+
+    pub fn group(&self) -> Group {
+        Group { context: self.context, ranks: self.ranks.clone(), me: self.me }
+    }
+
+    /// Keeps `memory` until the window is freed.
+    pub fn keep(&mut self, memory: Box<dyn std::any::Any>) {
+        self.memory = Some(memory);
+    }
+
+    pub fn label(&self, h: c_int) -> String {
+        if self.name.is_empty() {
+            format!("window {h:#x}")
+        } else {
+            format!("window {h:#x} ('{}')", self.name)
+        }
+    }
+}
+
+impl State {
+    pub fn win(&self, h: c_int) -> MpiResult<&Win> {
+        self.wins.get(h).ok_or_else(|| MpiError::new(MPI_ERR_WIN, format!("invalid window {h:#x}")))
+    }
+
+    pub fn win_mut(&mut self, h: c_int) -> MpiResult<&mut Win> {
+        self.wins.get_mut(h).ok_or_else(|| MpiError::new(MPI_ERR_WIN, format!("invalid window {h:#x}")))
+    }
+}
+
+/// Runs `body` as `call` does, errors going to the window's error handler.
+pub fn win_call(function: &str, win: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
+    let mut comm = MPI_COMM_WORLD;
+    call(function, MPI_COMM_WORLD, |s| {
+        comm = s.wins.get(win).map_or(MPI_COMM_WORLD, |w| w.comm);
+        Ok(())
+    });
+    call(function, comm, body)
+}
+
+/// The collective part of every creation: a private communicator, then the window.
+pub fn create(
+    s: &mut State,
+    comm: c_int,
+    base: usize,
+    size: usize,
+    disp_unit: c_int,
+    flavor: c_int,
+) -> MpiResult<c_int> {
+    let c = s.comm(comm)?;
+    if c.remote.is_some() {
+        return Err(MpiError::new(
+            MPI_ERR_COMM,
+            "windows over an intercommunicator are not supported by reverb",
+        ));
+    }
+    if disp_unit <= 0 {
+        return Err(MpiError::new(MPI_ERR_DISP, format!("displacement unit {disp_unit}")));
+    }
+    if s.rt.restarted() {
+        let nth = s.wins.items.len() + 1;
+        return Err(MpiError::new(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            format!("window {nth} of this rank (on communicator {comm:#x}): one-sided windows are not recovered, and this rank was restarted after a failure (reverb)"),
+        ));
+    }
+    let ranks = c.ranks.clone();
+    let context = s.new_context(comm)?;
+    let wcomm = s.derive(comm, ranks.clone(), context);
+    let me = s.comm(wcomm)?.me as usize;
+    let units = coll::allgather_bytes(s, wcomm, &disp_unit.to_le_bytes())?;
+    let disp_units = units
+        .iter()
+        .map(|b| b.get(..4).and_then(|b| b.try_into().ok()).map(c_int::from_le_bytes))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a displacement unit of the wrong size"))?;
+    let n = ranks.len();
+    let attrs = Box::new(AttrValues { size: size as isize, disp_unit, flavor, model: MODEL_UNIFIED });
+    let win = Win {
+        comm: wcomm,
+        context,
+        ranks,
+        me,
+        base,
+        size,
+        disp_units,
+        flavor,
+        attached: Vec::new(),
+        name: String::new(),
+        attrs,
+        origin: Origin { due: vec![0; n], granted: vec![false; n], posts: vec![0; n], ..Origin::default() },
+        target: Target { completes: vec![0; n], ..Target::default() },
+        failures_seen: s.rt.report().detected_ns.len(),
+        shared: Vec::new(),
+        memory: None,
+    };
+    Ok(s.wins.insert(win))
+}
+
+fn size_of(size: isize) -> MpiResult<usize> {
+    usize::try_from(size).map_err(|_| MpiError::new(MPI_ERR_SIZE, format!("window size {size}")))
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `base`: `size` bytes the program exposes until `MPI_Win_free` (MPI's window memory);
+/// `win`: null or writable for the call.
+#[export_name = "PMPI_Win_create"]
+pub unsafe extern "C" fn MPI_Win_create(
+    base: UserBuf,
+    size: isize,
+    disp_unit: c_int,
+    _info: c_int,
+    comm: c_int,
+    win: Out<'_, c_int>,
+) -> c_int {
+    call("MPI_Win_create", comm, |s| {
+        let size = size_of(size)?;
+        let h = create(s, comm, base.addr(), size, disp_unit, FLAVOR_CREATE)?;
+        ffi::out(win, h, "win")
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `baseptr`: null or writable for one `void *` for the call (declared `void *`, used as
+/// `void **`); `win`: null or writable for the call.
+#[export_name = "PMPI_Win_allocate"]
+pub unsafe extern "C" fn MPI_Win_allocate(
+    size: isize,
+    disp_unit: c_int,
+    _info: c_int,
+    comm: c_int,
+    baseptr: Out<'_, *mut c_void>,
+    win: Out<'_, c_int>,
+) -> c_int {
+    call("MPI_Win_allocate", comm, |s| {
+        let memory = Allocated::new(size_of(size)?)?;
+        let base = memory.addr();
+        let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
+        s.win_mut(h)?.keep(Box::new(memory));
+        ffi::out(baseptr, base as *mut c_void, "baseptr")?;
+        ffi::out(win, h, "win")
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `win`: null or writable for the call.
+#[export_name = "PMPI_Win_create_dynamic"]
+pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: c_int, comm: c_int, win: Out<'_, c_int>) -> c_int {
+    call("MPI_Win_create_dynamic", comm, |s| {
+        let h = create(s, comm, 0, 0, 1, FLAVOR_DYNAMIC)?;
+        ffi::out(win, h, "win")
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `base`: `size` bytes the program exposes until `MPI_Win_detach`.
+#[export_name = "PMPI_Win_attach"]
+pub unsafe extern "C" fn MPI_Win_attach(win: c_int, base: UserBuf, size: isize) -> c_int {
+    win_call("MPI_Win_attach", win, |s| {
+        let size = size_of(size)?;
+        let w = s.win_mut(win)?;
+        if w.flavor != FLAVOR_DYNAMIC {
+            return Err(MpiError::new(MPI_ERR_RMA_FLAVOR, "MPI_Win_attach on a window that is not dynamic"));
+        }
+        w.attached.push((base.addr(), size));
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `base`: an address given to `MPI_Win_attach`, never dereferenced here.
+#[export_name = "PMPI_Win_detach"]
+pub unsafe extern "C" fn MPI_Win_detach(win: c_int, base: UserBuf) -> c_int {
+    win_call("MPI_Win_detach", win, |s| {
+        let w = s.win_mut(win)?;
+        let at = w.attached.iter().position(|a| a.0 == base.addr());
+        let at =
+            at.ok_or_else(|| MpiError::new(MPI_ERR_RMA_ATTACH, "MPI_Win_detach of memory never attached"))?;
+        w.attached.remove(at);
+        Ok(())
+    })
+}
+
+/// Collective: every rank's operations complete, then the window goes.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `win`: null or writable for the call.
+#[export_name = "PMPI_Win_free"]
+pub unsafe extern "C" fn MPI_Win_free(win: Out<'_, c_int>) -> c_int {
+    let h = ffi::read(win.as_in(), "win").unwrap_or(MPI_WIN_NULL);
+    win_call("MPI_Win_free", h, |s| {
+        super::sync::settle_all(s, h, "MPI_Win_free")?;
+        let g = s.win(h)?.group();
+        coll::barrier(s, &g)?;
+        let comm = s.win(h)?.comm;
+        s.delete_attributes(comm)?;
+        let w = s.wins.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_WIN, "window vanished"))?;
+        s.comms.remove(w.comm);
+        ffi::out(win, MPI_WIN_NULL, "win")
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `group`: null or writable for the call.
+#[export_name = "PMPI_Win_get_group"]
+pub unsafe extern "C" fn MPI_Win_get_group(win: c_int, group: Out<'_, c_int>) -> c_int {
+    win_call("MPI_Win_get_group", win, |s| {
+        let ranks = s.win(win)?.ranks.clone();
+        let h = s.groups.insert(ranks);
+        ffi::out(group, h, "group")
+    })
+}
+
+/// The predefined attributes: `MPI_WIN_BASE` is the base itself, the others point to their
+/// value.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `value`: null or writable for one `void *` (declared `void *`, used as `void **`);
+/// `flag`: null or writable for the call.
+#[export_name = "PMPI_Win_get_attr"]
+pub unsafe extern "C" fn MPI_Win_get_attr(
+    win: c_int,
+    keyval: c_int,
+    value: Out<'_, usize>,
+    flag: Out<'_, c_int>,
+) -> c_int {
+    win_call("MPI_Win_get_attr", win, |s| {
+        let w = s.win(win)?;
+        let a = &*w.attrs;
+        let found = match keyval {
+            MPI_WIN_BASE => Some(w.base),
+            MPI_WIN_SIZE => Some(std::ptr::from_ref(&a.size) as usize),
+            MPI_WIN_DISP_UNIT => Some(std::ptr::from_ref(&a.disp_unit) as usize),
+            MPI_WIN_CREATE_FLAVOR => Some(std::ptr::from_ref(&a.flavor) as usize),
+            MPI_WIN_MODEL => Some(std::ptr::from_ref(&a.model) as usize),
+            _ => crate::attr::user_attribute(s, w.comm, keyval, crate::attr::AttrKind::Ptr),
+        };
+        match found {
+            Some(v) => {
+                ffi::out(value, v, "attribute_val")?;
+                ffi::out(flag, 1, "flag")
+            }
+            None => ffi::out(flag, 0, "flag"),
+        }
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `name`: a NUL-terminated string.
+#[export_name = "PMPI_Win_set_name"]
+pub unsafe extern "C" fn MPI_Win_set_name(win: c_int, name: *const c_char) -> c_int {
+    win_call("MPI_Win_set_name", win, |s| {
+        // SAFETY: the contract above.
+        let text = unsafe { ffi::string_in(name) }?;
+        s.win_mut(win)?.name = text.chars().take(MPI_MAX_OBJECT_NAME as usize - 1).collect();
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `name`: room for `MPI_MAX_OBJECT_NAME` bytes; `len`: null or writable for the call.
+#[export_name = "PMPI_Win_get_name"]
+pub unsafe extern "C" fn MPI_Win_get_name(win: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
+    win_call("MPI_Win_get_name", win, |s| {
+        let text = s.win(win)?.name.clone();
+        // SAFETY: the contract above.
+        let n = unsafe { ffi::string_out(name, MPI_MAX_OBJECT_NAME as usize, &text) }?;
+        ffi::out(len, n, "resultlen")
+    })
+}
+
+#[export_name = "PMPI_Win_set_errhandler"]
+pub extern "C" fn MPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int {
+    win_call("MPI_Win_set_errhandler", win, |s| {
+        let comm = s.win(win)?.comm;
+        s.comm_mut(comm)?.errhandler = errhandler;
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `errhandler`: null or writable for the call.
+#[export_name = "PMPI_Win_get_errhandler"]
+pub unsafe extern "C" fn MPI_Win_get_errhandler(win: c_int, errhandler: Out<'_, c_int>) -> c_int {
+    win_call("MPI_Win_get_errhandler", win, |s| {
+        let comm = s.win(win)?.comm;
+        ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler")
+    })
+}
+
+#[export_name = "PMPI_Win_set_info"]
+pub extern "C" fn MPI_Win_set_info(win: c_int, _info: c_int) -> c_int {
+    win_call("MPI_Win_set_info", win, |s| s.win(win).map(|_| ()))
+}
+
+/// An empty info: reverb's windows take no hints.
+///
+/// # Safety
+///
+/// Pointer arguments follow the FFI contract (`ffi.rs`):
+/// `info`: null or writable for the call.
+#[export_name = "PMPI_Win_get_info"]
+pub unsafe extern "C" fn MPI_Win_get_info(win: c_int, info: Out<'_, c_int>) -> c_int {
+    win_call("MPI_Win_get_info", win, |s| {
+        s.win(win)?;
+        let h = crate::info::new_empty();
+        ffi::out(info, h, "info")
+    })
+}
