@@ -14,7 +14,7 @@
 # 1 B, 8 B, 64 B, 1 KiB, 8 KiB and 64 KiB; RATE_ITERS=2000 windows per size (fewer above
 # 8 KiB). DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed (mpiexec.mpich,
 # mpirun.openmpi) shows "-". REVERB_BIN=path uses that reverb and the libmpich.so beside it;
-# REVERB_OLD=dir adds a side "old" run from another build's reverb and libmpich.so in dir
+# OLD_BUILD=dir adds a side "old" run from another build's reverb and libmpich.so in dir
 # (before/after in one interleaved run).
 quick=${QUICK:-}
 repeat=${REPEAT:-${quick:+1}}
@@ -28,9 +28,9 @@ results=${RESULTS:-target/compare-mpi}
 rs_build --mpi
 mkdir -p "$results"
 sides=(reverb)
-old_dir=${REVERB_OLD:-}
+old_dir=${OLD_BUILD:-}
 if [[ -n $old_dir ]]; then
-    [[ -x $old_dir/reverb && -e $old_dir/libmpich.so ]] || rs_die "REVERB_OLD=$old_dir has no reverb and libmpich.so"
+    [[ -x $old_dir/reverb && -e $old_dir/libmpich.so ]] || rs_die "OLD_BUILD=$old_dir has no reverb and libmpich.so"
     sides=(old reverb)
 fi
 command -v mpiexec.mpich >/dev/null && sides+=(mpich)
