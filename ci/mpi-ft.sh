@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
 # on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
-# holds jacobi_ft, master_worker_ft and collectives_ft built by mpicc.mpich (and jacobi_ft_f, the
+# holds jacobi_ft, master_worker_ft, collectives_ft and rma_ft built by mpicc.mpich (and jacobi_ft_f, the
 # Fortran Jacobi built by mpif90.mpich, when the caller built it), and the checksum Debian's MPICH
 # gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
 # environment.
@@ -99,6 +99,7 @@ say "all-reduce solver under CAML: contributions dropped once summed, a node rep
 
 # Windows are not recovered: a node killed while a window exists stops the job with an error
 # saying so (the restarted ranks' MPI_Win_create), and no rank prints a sum.
+[ -x "$work/rma_ft" ] || fail "$work/rma_ft is not built (mpi/tests/c/rma_ft.c)"
 if REVERB_FAULT=3:60 "$reverb" run --mpi --timeout "$bound" -n 4 --ranks-per-node 2 --respawn 1 -- \
     "$work/rma_ft" >"$work/rma-ft.log" 2>&1; then
     fail "rma_ft with a node killed succeeded: $(tail -n 20 "$work/rma-ft.log")"
