@@ -18,9 +18,9 @@ pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
 
 /// Handles of the program's error handlers (MPICH's dynamic errhandler kind).
 const HANDLER_BASE: c_int = 0x9400_0000_u32 as c_int;
-/// The program's error classes and codes are numbered from here (above every predefined
-/// class, below `MPI_ERR_LASTCODE`).
-const FIRST_DYNAMIC: c_int = 0x100;
+/// The program's error classes and codes are numbered from here: above `MPI_ERR_LASTCODE`, so
+/// `MPI_LASTUSEDCODE` is never below it (as MPICH, whose `baseattrf` test checks it).
+const FIRST_DYNAMIC: c_int = MPI_ERR_LASTCODE + 1;
 
 #[derive(Default)]
 struct Registry {
@@ -62,16 +62,16 @@ pub fn dynamic_string(code: c_int) -> Option<String> {
 
 /// The largest error code in use: `MPI_LASTUSEDCODE`'s value.
 pub fn last_used_code() -> c_int {
-    REGISTRY.with(|r| r.borrow().classes.keys().next_back().copied()).unwrap_or(FIRST_DYNAMIC - 1)
+    REGISTRY.with(|r| r.borrow().classes.keys().next_back().copied()).unwrap_or(MPI_ERR_LASTCODE)
 }
 
 fn new_code(class: Option<c_int>) -> MpiResult<c_int> {
     REGISTRY.with(|r| {
         let mut r = r.borrow_mut();
-        let code = r.classes.keys().next_back().map_or(FIRST_DYNAMIC, |&c| c + 1);
-        if code > MPI_ERR_LASTCODE {
+        let next = r.classes.keys().next_back().map_or(Some(FIRST_DYNAMIC), |&c| c.checked_add(1));
+        let Some(code) = next else {
             return Err(MpiError::new(MPI_ERR_OTHER, "out of error codes"));
-        }
+        };
         r.classes.insert(code, class.unwrap_or(code));
         Ok(code)
     })

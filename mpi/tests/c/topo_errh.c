@@ -3,7 +3,7 @@
  * (the j-th edge to a rank meets that rank's j-th edge from here), a program's error
  * handler sees its communicator and code, an added code's class and string come back,
  * MPI_Alloc_mem is page-aligned and MPI_INFO_ENV holds the command (both reverb's choices,
- * which MPI allows; MPICH 4.0 differs there and on MPI_LASTUSEDCODE). 3 or more ranks. */
+ * which MPI allows; MPICH 4.0 differs there). 3 or more ranks. */
 #include <mpi.h>
 #include <stdint.h>
 #include <string.h>
