@@ -46,6 +46,21 @@ fn host_trial_bound(timeout: u64, failure_free_ms: u64) -> u64 {
 /// How many failure-free runs' time a host trial may take before it counts as hung.
 const HOST_SLOWDOWN_BOUND: u64 = 4;
 
+/// A host trial's environment for its message size: the host apps' checkpoint intervals are
+/// long (master-worker: 25 rounds of 7 workers' requests, tasks and results), so padded
+/// messages outgrow the default log ring within one (`log ring full`): 64 MiB rings.
+pub(super) fn host_size_env(size: &MsgSize) -> Vec<(String, String)> {
+    let mut env = size.env();
+    if size.bytes > 0 {
+        env.retain(|(k, _)| k != "REVERB_LOG_RING_BYTES");
+        env.push(("REVERB_LOG_RING_BYTES".to_string(), HOST_SIZED_RING_BYTES.to_string()));
+    }
+    env
+}
+
+/// Log ring bytes of a host trial whose messages are padded (`REVERB_LOG_RING_BYTES`).
+const HOST_SIZED_RING_BYTES: usize = 64 << 20;
+
 /// A job across hosts that may lose one: logs per node, checkpoints on buddies.
 pub(super) fn host_env(protocol: &str) -> Vec<(String, String)> {
     [
@@ -195,7 +210,7 @@ pub(super) fn run_host_trial(
     let base = baselines.get(pick_host_app(seed, trial), &size)?;
     let plan = host_plan(seed, trial, set, base.wall_ms);
     let mut env = host_env(plan.protocol);
-    env.extend(size.env());
+    env.extend(host_size_env(&size));
     env.extend(plan.fault.env());
     let net_cut = matches!(plan.fault, Fault::NetCut { .. });
     let spec = JobSpec {

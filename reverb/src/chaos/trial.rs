@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::classify::{classify, Outcome};
 use super::hosts::HostSet;
-use super::inject::{host_app_args, host_env};
+use super::inject::{host_app_args, host_env, host_size_env};
 use super::plan::{app_args, draw, pick_app, Baseline, COLLECTIVE_APP, RANKS, RANKS_PER_NODE};
 use super::size::{pick_size, MsgSize, Thresholds};
 use super::{ChaosArgs, TrialResult};
@@ -71,7 +71,7 @@ impl Baselines {
                 timeout_s: self.timeout,
                 app: app.to_string(),
                 app_args: host_app_args(app, &size),
-                env: host_env("causal").into_iter().chain(size.env()).collect(),
+                env: host_env("causal").into_iter().chain(host_size_env(&size)).collect(),
                 hosts: Some(set.hosts_arg()),
                 spares: Vec::new(),
                 redundancy: None,
