@@ -117,7 +117,8 @@ impl DetQueue {
             .ok_or_else(|| LogError::InvalidArgument(format!("determinant queue capacity {capacity}")))?;
         let file = reverb_transport::sys::shmfile::create_private(&path, creator_pid)
             .map_err(|e| LogError::io(format!("create {}", path.display()), e))?;
-        file.set_len(len).map_err(|e| LogError::io(format!("size {}", path.display()), e))?;
+        reverb_transport::sys::shmfile::size_reserved(&file, &path, len)
+            .map_err(|e| LogError::io(format!("size {}", path.display()), e))?;
         // SAFETY: the file is ours and freshly sized; other processes only map it after the
         // magic (written last, Release) is visible, and they only touch it through atomics.
         let map = unsafe { MmapMut::map_mut(&file) }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use reverb_transport::loopback::InProcBootstrap;
 use reverb_transport::sys::liveness;
-use reverb_transport::sys::shmfile::{create_private, pid_in_name, segment_path, sweep_stale};
+use reverb_transport::sys::shmfile::{create_private, pid_in_name, segment_path, size_reserved, sweep_stale};
 use reverb_transport::{Access, ProviderKind, TransportConfig};
 
 fn mode(path: &Path) -> u32 {
@@ -76,4 +76,35 @@ fn shm_provider_files_are_private() {
     for f in &files {
         assert_eq!(mode(f), 0o600, "{}", f.display());
     }
+}
+
+#[test]
+fn a_full_shared_memory_filesystem_is_an_error_not_a_sigbus() {
+    // A 1 MiB tmpfs of our own stands for a full /dev/shm; mounting one needs root.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return eprintln!("skipped: mounting a small tmpfs needs root");
+    }
+    let dir = std::env::temp_dir().join(format!("reverb-shm-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mount point");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        let _ = std::fs::remove_dir(&dir);
+        return eprintln!("skipped: this container refuses tmpfs mounts");
+    }
+    let path = dir.join("reverb.full.0.1.ring");
+    let file = create_private(&path, pid_in_name).expect("create");
+    let small = size_reserved(&file, &path, 256 << 10);
+    let big = size_reserved(&file, &path, 4 << 20);
+    drop(file);
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir(&dir);
+    small.expect("256 KiB fits in 1 MiB");
+    let err = big.expect_err("4 MiB cannot fit in 1 MiB");
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull, "{err}");
+    assert!(err.to_string().contains("shared memory is full"), "{err}");
 }

@@ -238,7 +238,8 @@ impl NodeSegment {
             .ok_or_else(|| CoreError::Config(format!("node segment of {lanes} x {lane_capacity} bytes")))?;
         let file = reverb_transport::sys::shmfile::create_private(&path, creator_pid)
             .map_err(|e| CoreError::io(format!("create {}", path.display()), e))?;
-        file.set_len(len).map_err(|e| CoreError::io(format!("size {}", path.display()), e))?;
+        reverb_transport::sys::shmfile::size_reserved(&file, &path, len)
+            .map_err(|e| CoreError::io(format!("size {}", path.display()), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| CoreError::io(format!("map {}", path.display()), e))?;
         let seg = NodeSegment { map, lanes, lane_capacity, path };
         seg.word(OFF_LANES).store(lanes, Ordering::Relaxed);

@@ -18,7 +18,8 @@ pub struct OwnedSegment {
 impl OwnedSegment {
     pub fn create(path: PathBuf, len: usize) -> Result<OwnedSegment> {
         let file = create_private(&path, pid_in_name).context(|| format!("create {}", path.display()))?;
-        file.set_len(len as u64).context(|| format!("size {} to {len} bytes", path.display()))?;
+        crate::sys::shmfile::size_reserved(&file, &path, len as u64)
+            .context(|| format!("size {} to {len} bytes", path.display()))?;
         // SAFETY: the file was just created by us with mode 0600; other processes map it too,
         // which is the point, and all access through the mapping uses atomics or raw copies.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }

@@ -78,6 +78,36 @@ pub fn create_private(path: &Path, creator: impl Fn(&Path) -> Option<u32>) -> io
     }
 }
 
+/// Sizes a freshly created shared file to `len` bytes and reserves its memory now
+/// (`posix_fallocate`), so a full /dev/shm is an error here, naming the file, instead of a
+/// SIGBUS when a page is first touched. Filesystems that cannot reserve keep a sparse file.
+pub fn size_reserved(file: &File, path: &Path, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    file.set_len(len)?;
+    let Ok(signed_len) = libc::off_t::try_from(len) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large a file")));
+    };
+    if signed_len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the descriptor is open for as long as `file` is borrowed; posix_fallocate
+    // touches only the file's blocks, not our memory.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, signed_len) };
+    match rc {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        libc::ENOSPC => Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{}: no room for {len} bytes in {} (shared memory is full: fewer or smaller \
+                 log rings, or a larger /dev/shm)",
+                path.display(),
+                path.parent().map_or_else(|| SHM_DIR.into(), |d| d.display().to_string()),
+            ),
+        )),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
 /// The creator pid in a segment's name (`reverb.<job>.<rank>.<pid>.<what>`).
 pub fn pid_in_name(path: &Path) -> Option<u32> {
     job_and_pid_in_name(path).map(|(_, pid)| pid)
