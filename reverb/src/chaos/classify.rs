@@ -82,6 +82,8 @@ pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outco
     let why = log
         .lines()
         .find(|l| clear_report(l))
+        // A rank's own error says why; the launcher's last line only how the job was stopped.
+        .or_else(|| log.lines().find(|l| is_rank_error(l)))
         .or_else(|| log.lines().rev().find(|l| l.starts_with("reverb run:")))
         .unwrap_or("")
         .trim();
@@ -103,6 +105,13 @@ pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outco
         }
         None => (Outcome::OtherFailure, fired, format!("{status}: {why}")),
     }
+}
+
+/// A rank's error line as its launcher prefixes it: `[3] Error: ...`.
+fn is_rank_error(line: &str) -> bool {
+    line.strip_prefix('[')
+        .and_then(|rest| rest.split_once("] "))
+        .is_some_and(|(rank, text)| rank.parse::<u32>().is_ok() && text.starts_with("Error: "))
 }
 
 #[cfg(test)]
@@ -199,5 +208,20 @@ mod tests {
             assert_eq!(classify(&plan, &base(), &out).0, expected, "{}", out.dir.display());
             let _ = std::fs::remove_dir_all(&out.dir);
         }
+    }
+
+    #[test]
+    fn a_rank_s_error_explains_a_failure_before_the_launcher_s_last_line() {
+        let log = "[0] Error: logger: log ring full: 60352 bytes needed\n\
+                   reverb run: rank 0 (node 0) exited with status 1\n\
+                   reverb run: received SIGTERM; killed 2 rank(s)\n";
+        let plan =
+            Plan { trial: 0, app: "ring", protocol: "causal", fault: Fault::Rank { rank: 3, sends: 5 } };
+        let out = outcome("why", Some(ExitStatus::from_raw(1 << 8)), None, log);
+        let (got, _, why) = classify(&plan, &base(), &out);
+        let _ = std::fs::remove_dir_all(&out.dir);
+        assert_eq!(got, Outcome::OtherFailure);
+        assert!(why.contains("log ring full"), "{why}");
+        assert!(!is_rank_error("[x] Error: no rank") && !is_rank_error("reverb run: Error: x"));
     }
 }

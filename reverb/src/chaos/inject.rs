@@ -47,19 +47,29 @@ fn host_trial_bound(timeout: u64, failure_free_ms: u64) -> u64 {
 const HOST_SLOWDOWN_BOUND: u64 = 4;
 
 /// A host trial's environment for its message size: the host apps' checkpoint intervals are
-/// long (master-worker: 25 rounds of 7 workers' requests, tasks and results), so padded
-/// messages outgrow the default log ring within one (`log ring full`): 64 MiB rings.
+/// long, so padded messages outgrow the default log ring within one (`log ring full`).
 pub(super) fn host_size_env(size: &MsgSize) -> Vec<(String, String)> {
     let mut env = size.env();
     if size.bytes > 0 {
         env.retain(|(k, _)| k != "REVERB_LOG_RING_BYTES");
-        env.push(("REVERB_LOG_RING_BYTES".to_string(), HOST_SIZED_RING_BYTES.to_string()));
+        env.push(("REVERB_LOG_RING_BYTES".to_string(), host_ring_bytes(size.bytes).to_string()));
     }
     env
 }
 
-/// Log ring bytes of a host trial whose messages are padded (`REVERB_LOG_RING_BYTES`).
-const HOST_SIZED_RING_BYTES: usize = 64 << 20;
+/// Log ring bytes of a host trial whose messages are `bytes` big: the busiest node's log of
+/// one checkpoint interval, rounded up to a power of two. That is master-worker's master node:
+/// 25 rounds of 35 results, with its worker's tasks about 1,000 messages (98 KiB fragmented
+/// ones outgrew a 64 MiB ring). No more: each rank holds its ring and its buddy's copy, in
+/// the 2 GiB /dev/shm of a namespace host (ci/hosts.sh).
+fn host_ring_bytes(bytes: usize) -> usize {
+    (bytes * HOST_INTERVAL_MESSAGES).next_power_of_two().max(MIN_HOST_SIZED_RING_BYTES)
+}
+
+/// Messages the busiest node logs in one checkpoint interval of a host app.
+const HOST_INTERVAL_MESSAGES: usize = 1024;
+/// The least log ring of a host trial with padded messages.
+const MIN_HOST_SIZED_RING_BYTES: usize = 64 << 20;
 
 /// A job across hosts that may lose one: logs per node, checkpoints on buddies.
 pub(super) fn host_env(protocol: &str) -> Vec<(String, String)> {
@@ -276,6 +286,13 @@ pub(super) fn run_host_trial(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_ring_holds_an_interval_of_the_largest_messages() {
+        assert_eq!(host_ring_bytes(1000), 64 << 20);
+        assert_eq!(host_ring_bytes(30_000), 64 << 20);
+        assert_eq!(host_ring_bytes(98_303), 128 << 20);
+    }
 
     #[test]
     fn a_host_trial_s_bound_grows_with_a_slow_failure_free_run() {
