@@ -59,6 +59,10 @@ pub struct ChaosArgs {
     /// the kill point may differ: the trial line prints the exact `REVERB_FAULT`.
     #[arg(long)]
     pub trial: Option<u64>,
+    /// Start at this trial (0-based): `--first-trial 200 --trials 100` runs trials 200-299 of
+    /// the seed's campaign, so a long campaign runs in slices whose reports add up.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000), conflicts_with = "trial")]
+    pub first_trial: u64,
     /// Trials run at once, 1..=64 (1 on a small machine).
     #[arg(long, default_value_t = 1, value_parser = crate::usage::int::<usize>(1, 64))]
     pub jobs: usize,
@@ -169,7 +173,7 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
     let seed = campaign_seed(&args)?;
     let trials: Vec<u64> = match args.trial {
         Some(k) => vec![k],
-        None => (0..args.trials).collect(),
+        None => (args.first_trial..args.first_trial + args.trials).collect(),
     };
     let set = host_set(&args)?;
     let thresholds = Thresholds::from_env().context("the thresholds message sizes are drawn against")?;
@@ -183,8 +187,12 @@ pub fn main(args: ChaosArgs) -> Result<i32> {
         format!(" across {} (spares {}), kinds {}", s.hosts_arg(), s.spares.join(","), s.kinds.join(","))
     });
     eprintln!(
-        "reverb chaos: seed {seed}, {} trial(s), {} at a time, {ranks} ranks on {} nodes{place}, provider {provider}, timeout {} s; work dir {}",
+        "reverb chaos: seed {seed}, {} trial(s){}, {} at a time, {ranks} ranks on {} nodes{place}, provider {provider}, timeout {} s; work dir {}",
         trials.len(),
+        match trials.first() {
+            Some(&first) if first > 0 && args.trial.is_none() => format!(" from trial {first}"),
+            _ => String::new(),
+        },
         args.jobs,
         ranks / RANKS_PER_NODE,
         args.timeout,
