@@ -67,7 +67,8 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1, value_parser = crate::usage::int::<usize>(1, 64))]
     pub jobs: usize,
     /// Bound on each trial's job, in seconds (1..=86400): a job still running then is a hang.
-    /// Across hosts, at least four times the app's failure-free run and 30 s.
+    /// Across hosts, at least four times the app's failure-free run under the trial's protocol
+    /// and 30 s.
     #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Transport provider (default shm on one host, auto across hosts).
@@ -100,9 +101,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "bash ci/hosts.sh cut")]
     pub net_cut_cmd: String,
     /// With --hosts: bound on a net-cut trial's job, in seconds (a cut host is only seen lost
-    /// by heartbeats; until then the job waits). As long as the other kinds': ring under
-    /// pessimistic-rb recovering over tcp runs several times slower than failure-free (up to
-    /// 45 s measured on the 2-core machine), which is slow, not hung.
+    /// by heartbeats; until then the job waits); grown as `--timeout` is on a slow machine.
     #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub net_cut_timeout: u64,
 }
