@@ -56,9 +56,17 @@ fn clear_report(log: &str) -> bool {
         || log.contains("unsupported:")
 }
 
-pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outcome, bool, String) {
+/// Classifies a finished trial; `injected`: the campaign itself took a host down or cut it
+/// (a fault that fired even when the job ended before saying so).
+pub(super) fn classify(
+    plan: &Plan,
+    base: &Baseline,
+    out: &JobOutcome,
+    injected: bool,
+) -> (Outcome, bool, String) {
     let log = out.log();
-    let fired = out.kill_ns.is_some()
+    let fired = injected
+        || out.kill_ns.is_some()
         || log.contains("respawning node")
         || log.contains("killed by signal 9")
         || super::hosts::fired(&plan.fault, &log);
@@ -93,9 +101,11 @@ pub(super) fn classify(plan: &Plan, base: &Baseline, out: &JobOutcome) -> (Outco
     } else {
         why.to_string()
     };
-    let case = expected_unrecoverable(plan)
-        .or_else(|| unrecoverable_by_log(&plan.fault, &log))
-        .or_else(|| super::hosts::unrecoverable_by_log(&plan.fault, &log));
+    // What the log shows happened comes before what the plan meant to happen: a host lost
+    // while the transports opened ends the job before a planned second loss.
+    let case = super::hosts::unrecoverable_by_log(&plan.fault, &log)
+        .or_else(|| expected_unrecoverable(plan))
+        .or_else(|| unrecoverable_by_log(&plan.fault, &log));
     match case {
         Some(case) if fired && clear_report(&log) => {
             (Outcome::ReportedUnrecoverable, fired, format!("{case}: {why}"))
@@ -205,7 +215,7 @@ mod tests {
             ),
         ];
         for (plan, out, expected) in cases {
-            assert_eq!(classify(&plan, &base(), &out).0, expected, "{}", out.dir.display());
+            assert_eq!(classify(&plan, &base(), &out, false).0, expected, "{}", out.dir.display());
             let _ = std::fs::remove_dir_all(&out.dir);
         }
     }
@@ -218,10 +228,32 @@ mod tests {
         let plan =
             Plan { trial: 0, app: "ring", protocol: "causal", fault: Fault::Rank { rank: 3, sends: 5 } };
         let out = outcome("why", Some(ExitStatus::from_raw(1 << 8)), None, log);
-        let (got, _, why) = classify(&plan, &base(), &out);
+        let (got, _, why) = classify(&plan, &base(), &out, false);
         let _ = std::fs::remove_dir_all(&out.dir);
         assert_eq!(got, Outcome::OtherFailure);
         assert!(why.contains("log ring full"), "{why}");
         assert!(!is_rank_error("[x] Error: no rank") && !is_rank_error("reverb run: Error: x"));
+    }
+
+    #[test]
+    fn a_host_lost_while_the_transports_open_is_reported_even_if_the_job_never_said_lost() {
+        let fault = Fault::HostInRecovery {
+            first: "cc".into(),
+            at_ms: 325,
+            second: "cd".into(),
+            after_ms: 256,
+            buddies: true,
+        };
+        let plan = Plan { trial: 14, app: "master-worker", protocol: "pessimistic-sb", fault };
+        let log = "reverb boot server: rank 4 (10.79.0.12:35302) lost: connection closed without Bye\n\
+                   reverb run: unrecoverable failure: rank 4 failed while the transport was opening \
+                   (the first collective of init); a failure there is not recovered\n";
+        let out = outcome("opening", Some(ExitStatus::from_raw(1 << 8)), None, log);
+        let unseen = classify(&plan, &base(), &out, false);
+        let injected = classify(&plan, &base(), &out, true);
+        let _ = std::fs::remove_dir_all(&out.dir);
+        assert_eq!(unseen.0, Outcome::OtherFailure, "the log alone does not show the loss");
+        assert_eq!(injected.0, Outcome::ReportedUnrecoverable);
+        assert!(injected.2.starts_with("a host lost while the transports opened"), "{}", injected.2);
     }
 }

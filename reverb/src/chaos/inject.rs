@@ -271,8 +271,9 @@ pub(super) fn run_host_trial(
     });
     let (touched, injected) = injected.map_err(|_| anyhow!("trial {trial}: the fault injector panicked"))?;
     let out = out?;
-    let (outcome, fired, why) = classify(&plan, &base, &out);
-    let fired = fired || (net_cut && !touched.is_empty());
+    // A host the injector took down or cut is a fault that fired, whether or not the job
+    // lived long enough to say so.
+    let (outcome, fired, why) = classify(&plan, &base, &out, !touched.is_empty());
     // Every host the fault touched, every spare (ranks may have moved there) and, after a
     // hang or a failure, every host: made anew, so nothing left over reaches the next trial.
     let clean = matches!(outcome, Outcome::Survived | Outcome::ReportedUnrecoverable);

@@ -187,7 +187,7 @@ pub(super) fn run_trial(
     };
     let job = job_command(&spec);
     let out = run_job(&spec, &dir.join(format!("trial-{trial}")), Duration::from_secs(30))?;
-    let (outcome, fired, why) = classify(&plan, &base, &out);
+    let (outcome, fired, why) = classify(&plan, &base, &out, false);
     let recovery_ms = if outcome == Outcome::Survived { recovery_of(&out) } else { None };
     Ok(TrialResult {
         plan,
