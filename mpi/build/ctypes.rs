@@ -111,12 +111,16 @@ pub fn ret(ty: &str) -> Option<String> {
 /// The Rust type of `p`, a parameter of `function`; `None` for a C type outside the table.
 pub fn map(function: &str, p: &Param) -> Option<Mapped> {
     let ty = p.ty.as_str();
+    // `const int level` (by value, so the `const` says nothing to the caller).
+    if let Some(r) = ty.strip_prefix("const ").and_then(scalar) {
+        return m(r, Kind::Value);
+    }
     if let Some(r) = scalar(ty) {
         return m(r, Kind::Value);
     }
     let status_fn = function.starts_with("MPI_Status_");
     match ty {
-        "MPI_File" => return m("*mut c_void", Kind::Value),
+        "MPI_File" => return m("*mut c_void", Kind::Address),
         "const char *" | "const char []" => return m("*const c_char", Kind::CStrIn),
         "char *" => return m("*mut c_char", Kind::CStrOut),
         "char * []" => return m("*mut *mut c_char", Kind::CStrs),

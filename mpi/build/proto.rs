@@ -47,7 +47,8 @@ fn declarations(header: &str) -> Vec<String> {
 
 /// `int MPI_Send(const void *buf, int count) MPICH_API_PUBLIC` → its prototype.
 fn parse(decl: &str) -> Option<Proto> {
-    let decl = decl.trim().trim_start_matches("extern ");
+    // What follows a brace (`extern "C" {` before the first declaration).
+    let decl = decl.rsplit(['{', '}']).next().unwrap_or(decl).trim();
     if decl.starts_with("typedef") {
         return None;
     }

@@ -121,14 +121,14 @@ fn shim(p: &Proto, sem: &Semantic) -> Option<String> {
         })
         .collect::<Option<_>>()?;
     let ret = ctypes::ret(&p.ret)?;
-    let takes_pointers = params.iter().any(|(_, m)| m.kind != Kind::Value);
+    let is_unsafe = sem.is_unsafe || params.iter().any(|(_, m)| m.kind != Kind::Value);
     let lower = p.name.to_lowercase();
     let mut s = format!("/// `{}`", p.text);
     if p.variadic {
         s.push_str(" (variadic in C: the arguments after these are never read)");
     }
     s.push_str(&format!(": the semantics are `{}::{lower}`.\n", sem.module));
-    if takes_pointers {
+    if is_unsafe {
         s.push_str(&crate::safety::doc(p, &params));
     }
     let decl: Vec<String> = params.iter().map(|(n, m)| format!("{n}: {}", m.rust)).collect();
@@ -142,7 +142,7 @@ fn shim(p: &Proto, sem: &Semantic) -> Option<String> {
     } else {
         format!("    {call}\n")
     };
-    let unsafety = if takes_pointers { "unsafe " } else { "" };
+    let unsafety = if is_unsafe { "unsafe " } else { "" };
     s.push_str(&format!(
         "#[export_name = \"P{name}\"]\npub {unsafety}extern \"C\" fn {name}({}) -> {ret} {{\n{body}}}\n\n",
         decl.join(", "),

@@ -103,13 +103,7 @@ pub fn alias_unlinked(function: &str) -> ! {
     std::process::exit(1)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`: null or writable for the call (arrays as long as the counts say);
-/// `string`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Error_string"]
-pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
     if let Some(text) = crate::errhandler::dynamic_string(code) {
         // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
         return match unsafe { ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text) }
@@ -133,12 +127,7 @@ pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len:
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `class`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Error_class"]
-pub unsafe extern "C" fn MPI_Error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
     // Predefined codes are classes; the program's codes have theirs.
     match ffi::out(class, crate::errhandler::class_of(code), "errorclass") {
         Ok(()) => MPI_SUCCESS,

@@ -23,22 +23,11 @@ fn completed(function: &str, comm: c_int, request: Out<'_, c_int>, rc: c_int) ->
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ibarrier"]
-pub unsafe extern "C" fn MPI_Ibarrier(comm: c_int, request: Out<'_, c_int>) -> c_int {
-    completed("MPI_Ibarrier", comm, request, MPI_Barrier(comm))
+pub(crate) unsafe fn mpi_ibarrier(comm: c_int, request: Out<'_, c_int>) -> c_int {
+    completed("MPI_Ibarrier", comm, request, mpi_barrier(comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ibcast"]
-pub unsafe extern "C" fn MPI_Ibcast(
+pub(crate) unsafe fn mpi_ibcast(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -47,16 +36,11 @@ pub unsafe extern "C" fn MPI_Ibcast(
     request: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    completed("MPI_Ibcast", comm, request, unsafe { MPI_Bcast(buf, count, datatype, root, comm) })
+    completed("MPI_Ibcast", comm, request, unsafe { mpi_bcast(buf, count, datatype, root, comm) })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ireduce"]
-pub unsafe extern "C" fn MPI_Ireduce(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ireduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -68,17 +52,11 @@ pub unsafe extern "C" fn MPI_Ireduce(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     completed("MPI_Ireduce", comm, request, unsafe {
-        MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm)
+        mpi_reduce(sendbuf, recvbuf, count, datatype, op, root, comm)
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iallreduce"]
-pub unsafe extern "C" fn MPI_Iallreduce(
+pub(crate) unsafe fn mpi_iallreduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -89,17 +67,12 @@ pub unsafe extern "C" fn MPI_Iallreduce(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     completed("MPI_Iallreduce", comm, request, unsafe {
-        MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm)
+        mpi_allreduce(sendbuf, recvbuf, count, datatype, op, comm)
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Igather"]
-pub unsafe extern "C" fn MPI_Igather(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_igather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -115,18 +88,12 @@ pub unsafe extern "C" fn MPI_Igather(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) },
+        unsafe { mpi_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Igatherv"]
-pub unsafe extern "C" fn MPI_Igatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_igatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -144,18 +111,13 @@ pub unsafe extern "C" fn MPI_Igatherv(
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
         unsafe {
-            MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
+            mpi_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
         },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iscatter"]
-pub unsafe extern "C" fn MPI_Iscatter(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_iscatter(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -171,18 +133,12 @@ pub unsafe extern "C" fn MPI_Iscatter(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) },
+        unsafe { mpi_scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iscatterv"]
-pub unsafe extern "C" fn MPI_Iscatterv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_iscatterv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     displs: In<'_, c_int>,
@@ -200,18 +156,13 @@ pub unsafe extern "C" fn MPI_Iscatterv(
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
         unsafe {
-            MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
+            mpi_scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
         },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iallgather"]
-pub unsafe extern "C" fn MPI_Iallgather(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_iallgather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -226,18 +177,12 @@ pub unsafe extern "C" fn MPI_Iallgather(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) },
+        unsafe { mpi_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iallgatherv"]
-pub unsafe extern "C" fn MPI_Iallgatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_iallgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -253,17 +198,12 @@ pub unsafe extern "C" fn MPI_Iallgatherv(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) },
+        unsafe { mpi_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ialltoall"]
-pub unsafe extern "C" fn MPI_Ialltoall(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ialltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -278,18 +218,12 @@ pub unsafe extern "C" fn MPI_Ialltoall(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) },
+        unsafe { mpi_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ialltoallv"]
-pub unsafe extern "C" fn MPI_Ialltoallv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ialltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -307,20 +241,14 @@ pub unsafe extern "C" fn MPI_Ialltoallv(
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
         unsafe {
-            MPI_Alltoallv(
+            mpi_alltoallv(
                 sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
             )
         },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iscan"]
-pub unsafe extern "C" fn MPI_Iscan(
+pub(crate) unsafe fn mpi_iscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -330,16 +258,10 @@ pub unsafe extern "C" fn MPI_Iscan(
     request: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    completed("MPI_Iscan", comm, request, unsafe { MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm) })
+    completed("MPI_Iscan", comm, request, unsafe { mpi_scan(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Iexscan"]
-pub unsafe extern "C" fn MPI_Iexscan(
+pub(crate) unsafe fn mpi_iexscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -350,17 +272,11 @@ pub unsafe extern "C" fn MPI_Iexscan(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     completed("MPI_Iexscan", comm, request, unsafe {
-        MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm)
+        mpi_exscan(sendbuf, recvbuf, count, datatype, op, comm)
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ireduce_scatter_block"]
-pub unsafe extern "C" fn MPI_Ireduce_scatter_block(
+pub(crate) unsafe fn mpi_ireduce_scatter_block(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcount: c_int,
@@ -374,18 +290,11 @@ pub unsafe extern "C" fn MPI_Ireduce_scatter_block(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm) },
+        unsafe { mpi_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `recvcounts`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ireduce_scatter"]
-pub unsafe extern "C" fn MPI_Ireduce_scatter(
+pub(crate) unsafe fn mpi_ireduce_scatter(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcounts: In<'_, c_int>,
@@ -399,18 +308,12 @@ pub unsafe extern "C" fn MPI_Ireduce_scatter(
         comm,
         request,
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm) },
+        unsafe { mpi_reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm) },
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ialltoallw"]
-pub unsafe extern "C" fn MPI_Ialltoallw(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ialltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -424,6 +327,6 @@ pub unsafe extern "C" fn MPI_Ialltoallw(
 ) -> c_int {
     let rc =
         // SAFETY: this call's pointer arguments, passed on under the same contract.
-        unsafe { MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) };
+        unsafe { mpi_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) };
     completed("MPI_Ialltoallw", comm, request, rc)
 }

@@ -89,12 +89,7 @@ fn packed(buf: UserBuf, count: usize, t: &Datatype) -> MpiResult<Vec<u8>> {
     unsafe { t.pack(&buf, count) }.map(|b| b.into_owned())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_allgather"]
-pub unsafe extern "C" fn MPI_Neighbor_allgather(
+pub(crate) unsafe fn mpi_neighbor_allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -111,13 +106,8 @@ pub unsafe extern "C" fn MPI_Neighbor_allgather(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`, `displs`: readable for the call (the in-degree's entries).
-#[export_name = "PMPI_Neighbor_allgatherv"]
-pub unsafe extern "C" fn MPI_Neighbor_allgatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_allgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -143,12 +133,7 @@ pub unsafe extern "C" fn MPI_Neighbor_allgatherv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_alltoall"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoall(
+pub(crate) unsafe fn mpi_neighbor_alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -168,13 +153,8 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoall(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// the count and displacement arrays: readable for the call (an entry per neighbour).
-#[export_name = "PMPI_Neighbor_alltoallv"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoallv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_alltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -202,14 +182,8 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoallv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// the count, byte-displacement and datatype arrays: readable for the call (an entry per
-/// neighbour).
-#[export_name = "PMPI_Neighbor_alltoallw"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoallw(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_alltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_long>,
@@ -257,11 +231,8 @@ fn completed(function: &str, comm: c_int, request: Out<'_, c_int>, rc: c_int) ->
     })
 }
 
-/// # Safety
-///
-/// As `MPI_Neighbor_allgather`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_allgather"]
-pub unsafe extern "C" fn MPI_Ineighbor_allgather(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ineighbor_allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -273,15 +244,12 @@ pub unsafe extern "C" fn MPI_Ineighbor_allgather(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     let rc =
-        unsafe { MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
+        unsafe { mpi_neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
     completed("MPI_Ineighbor_allgather", comm, request, rc)
 }
 
-/// # Safety
-///
-/// As `MPI_Neighbor_allgatherv`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_allgatherv"]
-pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ineighbor_allgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -294,16 +262,13 @@ pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     let rc = unsafe {
-        MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+        mpi_neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
     };
     completed("MPI_Ineighbor_allgatherv", comm, request, rc)
 }
 
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoall`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoall"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoall(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ineighbor_alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -315,15 +280,12 @@ pub unsafe extern "C" fn MPI_Ineighbor_alltoall(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     let rc =
-        unsafe { MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
+        unsafe { mpi_neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
     completed("MPI_Ineighbor_alltoall", comm, request, rc)
 }
 
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoallv`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoallv"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ineighbor_alltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -337,18 +299,15 @@ pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     let rc = unsafe {
-        MPI_Neighbor_alltoallv(
+        mpi_neighbor_alltoallv(
             sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
         )
     };
     completed("MPI_Ineighbor_alltoallv", comm, request, rc)
 }
 
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoallw`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoallw"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoallw(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_ineighbor_alltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_long>,
@@ -362,7 +321,7 @@ pub unsafe extern "C" fn MPI_Ineighbor_alltoallw(
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
     let rc = unsafe {
-        MPI_Neighbor_alltoallw(
+        mpi_neighbor_alltoallw(
             sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
         )
     };

@@ -21,24 +21,11 @@ fn coll_init(
     persistent(function, comm, |_| Ok(PersistentOp::Coll(CollRun(Rc::new(run)))), request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Barrier_init"]
-pub unsafe extern "C" fn MPI_Barrier_init(comm: c_int, _info: c_int, request: Out<'_, c_int>) -> c_int {
-    coll_init("MPI_Barrier_init", comm, request, move || MPI_Barrier(comm))
+pub(crate) unsafe fn mpi_barrier_init(comm: c_int, _info: c_int, request: Out<'_, c_int>) -> c_int {
+    coll_init("MPI_Barrier_init", comm, request, move || mpi_barrier(comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `buf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Bcast_init"]
-pub unsafe extern "C" fn MPI_Bcast_init(
+pub(crate) unsafe fn mpi_bcast_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -50,18 +37,12 @@ pub unsafe extern "C" fn MPI_Bcast_init(
     coll_init("MPI_Bcast_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Bcast(buf, count, datatype, root, comm) }
+        unsafe { mpi_bcast(buf, count, datatype, root, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Reduce_init"]
-pub unsafe extern "C" fn MPI_Reduce_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_reduce_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -75,18 +56,12 @@ pub unsafe extern "C" fn MPI_Reduce_init(
     coll_init("MPI_Reduce_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm) }
+        unsafe { mpi_reduce(sendbuf, recvbuf, count, datatype, op, root, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Allreduce_init"]
-pub unsafe extern "C" fn MPI_Allreduce_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_allreduce_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -99,18 +74,12 @@ pub unsafe extern "C" fn MPI_Allreduce_init(
     coll_init("MPI_Allreduce_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm) }
+        unsafe { mpi_allreduce(sendbuf, recvbuf, count, datatype, op, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Scan_init"]
-pub unsafe extern "C" fn MPI_Scan_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_scan_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -123,18 +92,12 @@ pub unsafe extern "C" fn MPI_Scan_init(
     coll_init("MPI_Scan_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm) }
+        unsafe { mpi_scan(sendbuf, recvbuf, count, datatype, op, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Exscan_init"]
-pub unsafe extern "C" fn MPI_Exscan_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_exscan_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -147,18 +110,12 @@ pub unsafe extern "C" fn MPI_Exscan_init(
     coll_init("MPI_Exscan_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm) }
+        unsafe { mpi_exscan(sendbuf, recvbuf, count, datatype, op, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Reduce_scatter_block_init"]
-pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_reduce_scatter_block_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcount: c_int,
@@ -171,19 +128,12 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(
     coll_init("MPI_Reduce_scatter_block_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm) }
+        unsafe { mpi_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `recvcounts`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Reduce_scatter_init"]
-pub unsafe extern "C" fn MPI_Reduce_scatter_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_reduce_scatter_init(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcounts: In<'_, c_int>,
@@ -197,18 +147,12 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_init(
     coll_init("MPI_Reduce_scatter_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts.get(), datatype, op, comm) }
+        unsafe { mpi_reduce_scatter(sendbuf, recvbuf, recvcounts.get(), datatype, op, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Gather_init"]
-pub unsafe extern "C" fn MPI_Gather_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_gather_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -223,19 +167,12 @@ pub unsafe extern "C" fn MPI_Gather_init(
     coll_init("MPI_Gather_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) }
+        unsafe { mpi_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Gatherv_init"]
-pub unsafe extern "C" fn MPI_Gatherv_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_gatherv_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -254,7 +191,7 @@ pub unsafe extern "C" fn MPI_Gatherv_init(
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
         unsafe {
-            MPI_Gatherv(
+            mpi_gatherv(
                 sendbuf,
                 sendcount,
                 sendtype,
@@ -269,14 +206,8 @@ pub unsafe extern "C" fn MPI_Gatherv_init(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Scatter_init"]
-pub unsafe extern "C" fn MPI_Scatter_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_scatter_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -291,19 +222,12 @@ pub unsafe extern "C" fn MPI_Scatter_init(
     coll_init("MPI_Scatter_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) }
+        unsafe { mpi_scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Scatterv_init"]
-pub unsafe extern "C" fn MPI_Scatterv_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_scatterv_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     displs: In<'_, c_int>,
@@ -322,7 +246,7 @@ pub unsafe extern "C" fn MPI_Scatterv_init(
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
         unsafe {
-            MPI_Scatterv(
+            mpi_scatterv(
                 sendbuf,
                 sendcounts.get(),
                 displs.get(),
@@ -337,14 +261,8 @@ pub unsafe extern "C" fn MPI_Scatterv_init(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Allgather_init"]
-pub unsafe extern "C" fn MPI_Allgather_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_allgather_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -358,19 +276,12 @@ pub unsafe extern "C" fn MPI_Allgather_init(
     coll_init("MPI_Allgather_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
+        unsafe { mpi_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Allgatherv_init"]
-pub unsafe extern "C" fn MPI_Allgatherv_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_allgatherv_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -388,7 +299,7 @@ pub unsafe extern "C" fn MPI_Allgatherv_init(
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
         unsafe {
-            MPI_Allgatherv(
+            mpi_allgatherv(
                 sendbuf,
                 sendcount,
                 sendtype,
@@ -402,14 +313,8 @@ pub unsafe extern "C" fn MPI_Allgatherv_init(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Alltoall_init"]
-pub unsafe extern "C" fn MPI_Alltoall_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_alltoall_init(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -423,19 +328,12 @@ pub unsafe extern "C" fn MPI_Alltoall_init(
     coll_init("MPI_Alltoall_init", comm, request, move || {
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
-        unsafe { MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
+        unsafe { mpi_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Alltoallv_init"]
-pub unsafe extern "C" fn MPI_Alltoallv_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_alltoallv_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -456,7 +354,7 @@ pub unsafe extern "C" fn MPI_Alltoallv_init(
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
         unsafe {
-            MPI_Alltoallv(
+            mpi_alltoallv(
                 sendbuf,
                 sendcounts.get(),
                 sdispls.get(),
@@ -471,15 +369,8 @@ pub unsafe extern "C" fn MPI_Alltoallv_init(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`), those a start uses (buffers, count,
-/// displacement and datatype arrays) until the request is freed:
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request is freed;
-/// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say);
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Alltoallw_init"]
-pub unsafe extern "C" fn MPI_Alltoallw_init(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_alltoallw_init(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -502,7 +393,7 @@ pub unsafe extern "C" fn MPI_Alltoallw_init(
         // SAFETY: a start of this persistent request, not freed yet: MPI keeps its buffers and
         // arrays valid and unchanged until it is freed (MPI 4.0, 6.13).
         unsafe {
-            MPI_Alltoallw(
+            mpi_alltoallw(
                 sendbuf,
                 sendcounts.get(),
                 sdispls.get(),

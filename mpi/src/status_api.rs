@@ -8,13 +8,7 @@ use crate::ffi::{In, Out};
 use crate::request::CStatus;
 use crate::state::call;
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Test_cancelled"]
-pub unsafe extern "C" fn MPI_Test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Test_cancelled", MPI_COMM_WORLD, |_| {
         let st = ffi::read(status, "status")?;
         ffi::out(flag, st.count_hi_and_cancelled & 1, "flag")
@@ -35,27 +29,11 @@ fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, fun
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_count"]
-pub unsafe extern "C" fn MPI_Get_count(
-    status: In<'_, CStatus>,
-    datatype: c_int,
-    count: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_get_count(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>) -> c_int {
     elements(status, datatype, count, "MPI_Get_count")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements"]
-pub unsafe extern "C" fn MPI_Get_elements(
+pub(crate) unsafe fn mpi_get_elements(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_int>,
@@ -77,13 +55,7 @@ fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_count_c"]
-pub unsafe extern "C" fn MPI_Get_count_c(
+pub(crate) unsafe fn mpi_get_count_c(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,
@@ -91,13 +63,7 @@ pub unsafe extern "C" fn MPI_Get_count_c(
     elements_wide(status, datatype, count, "MPI_Get_count_c")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements_c"]
-pub unsafe extern "C" fn MPI_Get_elements_c(
+pub(crate) unsafe fn mpi_get_elements_c(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,
@@ -105,13 +71,7 @@ pub unsafe extern "C" fn MPI_Get_elements_c(
     elements_wide(status, datatype, count, "MPI_Get_elements_c")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements_x"]
-pub unsafe extern "C" fn MPI_Get_elements_x(
+pub(crate) unsafe fn mpi_get_elements_x(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,

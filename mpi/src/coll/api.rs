@@ -12,8 +12,7 @@ use crate::intercomm::{self, Inter};
 use crate::op;
 use crate::state::{call, State};
 
-#[export_name = "PMPI_Barrier"]
-pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
+pub(crate) fn mpi_barrier(comm: c_int) -> c_int {
     call("MPI_Barrier", comm, |s| {
         if let Some(inter) = Inter::of(s, comm)? {
             return intercomm::barrier(s, &inter);
@@ -23,12 +22,7 @@ pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Bcast"]
-pub unsafe extern "C" fn MPI_Bcast(
+pub(crate) unsafe fn mpi_bcast(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -92,12 +86,7 @@ fn reduce_call(
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce"]
-pub unsafe extern "C" fn MPI_Reduce(
+pub(crate) unsafe fn mpi_reduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -109,12 +98,7 @@ pub unsafe extern "C" fn MPI_Reduce(
     call("MPI_Reduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, Some(root), comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Allreduce"]
-pub unsafe extern "C" fn MPI_Allreduce(
+pub(crate) unsafe fn mpi_allreduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -125,12 +109,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
     call("MPI_Allreduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, None, comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `inbuf`, `inoutbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce_local"]
-pub unsafe extern "C" fn MPI_Reduce_local(
+pub(crate) unsafe fn mpi_reduce_local(
     inbuf: UserBuf,
     inoutbuf: UserBuf,
     count: c_int,
@@ -188,12 +167,7 @@ fn scan_call(
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Scan"]
-pub unsafe extern "C" fn MPI_Scan(
+pub(crate) unsafe fn mpi_scan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -204,12 +178,7 @@ pub unsafe extern "C" fn MPI_Scan(
     call("MPI_Scan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, false))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Exscan"]
-pub unsafe extern "C" fn MPI_Exscan(
+pub(crate) unsafe fn mpi_exscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -262,12 +231,7 @@ fn reduce_scatter_call(
     unsafe { dt.unpack(&piece, recvbuf, counts[g.me]) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce_scatter_block"]
-pub unsafe extern "C" fn MPI_Reduce_scatter_block(
+pub(crate) unsafe fn mpi_reduce_scatter_block(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcount: c_int,
@@ -282,13 +246,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Reduce_scatter"]
-pub unsafe extern "C" fn MPI_Reduce_scatter(
+pub(crate) unsafe fn mpi_reduce_scatter(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcounts: In<'_, c_int>,
