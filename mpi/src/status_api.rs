@@ -15,17 +15,27 @@ pub(crate) unsafe fn mpi_test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c
     })
 }
 
+/// The whole elements of `datatype` a status's bytes make; `None` when they make no whole
+/// number of them (MPI_UNDEFINED). A datatype of size 0 makes 0.
+fn whole_elements(
+    s: &crate::state::State,
+    status: In<'_, CStatus>,
+    datatype: c_int,
+) -> crate::errors::MpiResult<Option<usize>> {
+    let st = ffi::read(status, "status")?;
+    let size = s.datatype(datatype)?.size;
+    let bytes = st.bytes();
+    Ok(match size {
+        0 => Some(0),
+        _ if bytes % size != 0 => None,
+        _ => Some(bytes / size),
+    })
+}
+
 fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let st = ffi::read(status, "status")?;
-        let size = s.datatype(datatype)?.size;
-        let bytes = st.bytes();
-        let n = match size {
-            0 => 0,
-            _ if bytes % size != 0 => MPI_UNDEFINED,
-            _ => c_int::try_from(bytes / size).unwrap_or(MPI_UNDEFINED),
-        };
-        ffi::out(count, n, "count")
+        let n = whole_elements(s, status, datatype)?.and_then(|n| c_int::try_from(n).ok());
+        ffi::out(count, n.unwrap_or(MPI_UNDEFINED), "count")
     })
 }
 
@@ -43,15 +53,8 @@ pub(crate) unsafe fn mpi_get_elements(
 
 fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let st = ffi::read(status, "status")?;
-        let size = s.datatype(datatype)?.size;
-        let bytes = st.bytes();
-        let n = match size {
-            0 => 0,
-            _ if bytes % size != 0 => c_long::from(MPI_UNDEFINED),
-            _ => (bytes / size) as c_long,
-        };
-        ffi::out(count, n, "count")
+        let n = whole_elements(s, status, datatype)?.map(|n| n as c_long);
+        ffi::out(count, n.unwrap_or(c_long::from(MPI_UNDEFINED)), "count")
     })
 }
 

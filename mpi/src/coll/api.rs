@@ -5,11 +5,12 @@ use std::ffi::c_int;
 
 use super::{allreduce, barrier, bcast_sized, count_of, in_place, reduce, Group, Reduction};
 use crate::abi::*;
+use crate::datatype::Datatype;
 use crate::errors::MpiResult;
 use crate::ffi;
 use crate::ffi::{In, UserBuf};
 use crate::intercomm::{self, Inter};
-use crate::op;
+use crate::op::{self, Op};
 use crate::state::{call, State};
 
 pub(crate) fn mpi_barrier(comm: c_int) -> c_int {
@@ -47,6 +48,22 @@ pub(crate) unsafe fn mpi_bcast(
     })
 }
 
+/// A reduction's datatype and operation, and this rank's contribution: `n` elements of
+/// `sendbuf`, or of `recvbuf` under MPI_IN_PLACE, packed.
+fn contribution(
+    s: &State,
+    (sendbuf, recvbuf): (UserBuf, UserBuf),
+    n: usize,
+    datatype: c_int,
+    op: c_int,
+) -> MpiResult<(Datatype, Op, Vec<u8>)> {
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    Ok((dt, op, mine))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn reduce_call(
     s: &mut State,
@@ -70,10 +87,8 @@ fn reduce_call(
         Some(r) => g.check_root(r)?,
         None => 0,
     };
-    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let n = count_of(count)?;
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
     let result = match root {
         Some(_) => reduce(s, &g, root_rank, mine, &r)?,
@@ -141,10 +156,8 @@ fn scan_call(
     exclusive: bool,
 ) -> MpiResult<()> {
     let g = Group::of(s, comm)?;
-    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let n = count_of(count)?;
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let before = if g.me > 0 { Some(g.recv(s, g.me - 1)?) } else { None };
     let through_me = match &before {
         Some(prefix) => {
@@ -203,11 +216,8 @@ fn reduce_scatter_call(
         return intercomm::reduce_scatter(s, &inter, (sendbuf, recvbuf), &counts, (datatype, op));
     }
     let g = Group::of(s, comm)?;
-    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
     let total: usize = counts.iter().sum();
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, total) }?.into_owned();
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), total, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: total };
     let result = reduce(s, &g, 0, mine, &r)?;
     let piece = if g.me == 0 {
