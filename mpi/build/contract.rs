@@ -1,10 +1,10 @@
 //! The hand-written `extern "C"` functions left (Fortran helpers, callbacks) and the FFI
 //! contract they keep.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// One `extern "C" fn` of the crate's source: what the stubs (and any other generated
-/// symbol per exported function) are derived from.
+/// One hand-written `extern "C" fn` of the crate's source, as the contract sees it.
 pub struct Export {
     pub name: String,
     pub file: PathBuf,
@@ -62,10 +62,23 @@ pub fn exports(dir: &Path) -> Vec<Export> {
     found
 }
 
-/// The FFI contract: an exported function that takes a pointer is `unsafe` and says what it
-/// needs of it (docs/mpi.md, `ffi.rs`); an MPI function is exported under its profiling name
-/// (`PMPI_X`), its `MPI_X` being the generated alias. A build that breaks either stops here.
-pub fn check_contract(exports: &[Export]) {
+/// The FFI contract: an MPI function of the list is generated, never hand-written; an exported
+/// function that takes a pointer is `unsafe` and says what it needs of it (docs/mpi.md,
+/// `ffi.rs`); an MPI-named one is exported under its profiling name (`PMPI_X`), its `MPI_X`
+/// being the generated alias. A build that breaks any of these stops here.
+pub fn check_contract(exports: &[Export], list: &BTreeSet<String>) {
+    let by_hand: Vec<String> = exports
+        .iter()
+        .filter(|e| list.contains(&e.name))
+        .map(|e| format!("{} ({})", e.name, e.file.display()))
+        .collect();
+    if !by_hand.is_empty() {
+        panic!(
+            "MPI functions of mpi_proto.h are generated from their prototypes: write their semantics \
+             as `fn mpi_x` (the name lowercased) instead of `extern \"C\" fn MPI_X`: {}",
+            by_hand.join(", ")
+        );
+    }
     let misnamed: Vec<String> = exports
         .iter()
         .filter(|e| crate::pmpi::profiling_name(&e.name).is_some_and(|p| e.symbol != p))

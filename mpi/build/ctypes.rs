@@ -59,6 +59,8 @@ const HANDLES: &[&str] = &[
     "MPI_Message",
     "MPI_Session",
     "MPI_Fint",
+    // MPICH's attribute kinds (an enum), which its Fortran helpers take.
+    "MPIR_Attr_type",
 ];
 /// `long` in MPICH's mpi.h on LP64 (`MPI_Offset` is `long long`, the same 64 bits).
 const WIDE: &[&str] = &["MPI_Aint", "MPI_Count", "MPI_Offset", "long"];

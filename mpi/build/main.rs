@@ -6,7 +6,10 @@
 //!   reverb's `include/mpix_reverb.h`), parsed into prototypes.
 //! - `shims`: for each function the crate implements (a hand-written `fn mpi_x` holding its
 //!   semantics) the exported `PMPI_X`, typed from its prototype (`ctypes`), with a `# Safety`
-//!   section from its parameters' kinds (`safety`).
+//!   section from its parameters' kinds (`safety`); `derived`: the nonblocking and persistent
+//!   collectives, from their blocking forms.
+//! - `fortran`: MPICH's Fortran binding's attribute helpers (`MPII_*`), from the C
+//!   functions' prototypes they extend.
 //! - `pmpi`: a stub for every other function of the list, stopping the job with "not
 //!   supported by reverb"; `MPI_X` as an alias of every `PMPI_X` (the profiling interface);
 //!   MPICH's soname, libmpich.so.12.
@@ -19,6 +22,8 @@ use std::path::{Path, PathBuf};
 mod abi;
 mod contract;
 mod ctypes;
+mod derived;
+mod fortran;
 mod pmpi;
 mod proto;
 mod safety;
@@ -52,13 +57,17 @@ fn main() {
         &read(include.join("mpio.h")),
         &read("include/mpix_reverb.h".into()),
     );
-    let semantics = shims::semantics(Path::new("src"), &list);
-    write(&out.join("shims.rs"), &shims::source(&list, &semantics));
+    // The functions generated when implemented: the list's and the Fortran helpers mirroring it.
+    let mut generated = list.clone();
+    generated.extend(fortran::helpers(&list));
+    let semantics = shims::semantics(Path::new("src"), &generated);
+    write(&out.join("shims.rs"), &shims::source(&generated, &semantics));
     let exports = contract::exports(Path::new("src"));
-    contract::check_contract(&exports);
-    let implemented: BTreeSet<String> =
-        semantics.keys().cloned().chain(exports.into_iter().map(|e| e.name)).collect();
+    contract::check_contract(&exports, &generated.keys().cloned().collect());
     let declared: BTreeSet<String> = list.keys().cloned().collect();
+    let derived_names = derived::all(&list, &semantics).into_iter().map(|d| d.proto.name.clone());
+    let implemented: BTreeSet<String> =
+        semantics.keys().cloned().chain(derived_names).chain(exports.into_iter().map(|e| e.name)).collect();
     write(&out.join("stubs.rs"), &pmpi::stubs_source(&declared, &implemented));
     let profiled = pmpi::profiled(&declared, &implemented);
     write(&out.join("aliases.rs"), &pmpi::placeholders_source(&profiled));

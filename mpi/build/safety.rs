@@ -55,6 +55,9 @@ fn need(p: &Proto, param: &str, kind: Kind) -> Option<String> {
         }
         Kind::Out => "null or writable for the call (arrays as long as the counts say)".into(),
         Kind::InOut => "null or readable and writable for the call (as long as the counts say)".into(),
+        Kind::In if p.name.ends_with("_init") => {
+            "null or readable (arrays as long as the counts say) until the request is freed".into()
+        }
         Kind::In => "null or readable for the call (arrays as long as the counts say)".into(),
         Kind::Status => "null, `MPI_STATUS(ES)_IGNORE`, or writable statuses for the call".into(),
         Kind::StatusRw => {

@@ -17,8 +17,9 @@ pub struct Semantic {
     pub is_unsafe: bool,
 }
 
-/// The semantic functions under `dir`, by the MPI name they implement. Any `fn mpi_*` that
-/// names no function of the list stops the build: the name is the binding.
+/// The semantic functions under `dir`, by the MPI name they implement. Any `fn mpi_*`
+/// (`mpix_*`, `mpii_*`) that names no function of the list stops the build: the name is the
+/// binding.
 pub fn semantics(dir: &Path, list: &BTreeMap<String, Proto>) -> BTreeMap<String, Semantic> {
     let by_lower: BTreeMap<String, &str> = list.keys().map(|n| (n.to_lowercase(), n.as_str())).collect();
     let mut found = BTreeMap::new();
@@ -58,7 +59,7 @@ fn semantic_fn(line: &str) -> Option<(bool, &str)> {
     };
     let rest = rest.strip_prefix("fn ")?;
     let name = &rest[..rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?];
-    (name.starts_with("mpi_") || name.starts_with("mpix_")).then_some((is_unsafe, name))
+    ["mpi_", "mpix_", "mpii_"].iter().any(|p| name.starts_with(p)).then_some((is_unsafe, name))
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -99,9 +100,15 @@ pub fn source(list: &BTreeMap<String, Proto>, semantics: &BTreeMap<String, Seman
     let mut untyped = Vec::new();
     for (name, sem) in semantics {
         let proto = &list[name];
-        match shim(proto, sem) {
-            Some(text) => s.push_str(&text),
+        match Typed::new(proto) {
+            Some(t) => s.push_str(&shim(&t, sem)),
             None => untyped.push(proto.text.clone()),
+        }
+    }
+    for d in crate::derived::all(list, semantics) {
+        match Typed::new(d.proto) {
+            Some(t) => s.push_str(&crate::derived::shim(t, &d)),
+            None => untyped.push(d.proto.text.clone()),
         }
     }
     if !untyped.is_empty() {
@@ -110,45 +117,76 @@ pub fn source(list: &BTreeMap<String, Proto>, semantics: &BTreeMap<String, Seman
     s
 }
 
-fn shim(p: &Proto, sem: &Semantic) -> Option<String> {
-    let params: Vec<(String, Mapped)> = p
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let name = if c.name.is_empty() { format!("arg{i}") } else { rust_name(&c.name) };
-            ctypes::map(&p.name, c).map(|m| (name, m))
-        })
-        .collect::<Option<_>>()?;
-    let ret = ctypes::ret(&p.ret)?;
-    let is_unsafe = sem.is_unsafe || params.iter().any(|(_, m)| m.kind != Kind::Value);
-    let lower = p.name.to_lowercase();
-    let mut s = format!("/// `{}`", p.text);
-    if p.variadic {
-        s.push_str(" (variadic in C: the arguments after these are never read)");
+/// A prototype with Rust types: its parameters (named) and return type.
+pub struct Typed<'a> {
+    pub proto: &'a Proto,
+    pub params: Vec<(String, Mapped)>,
+    pub ret: String,
+}
+
+impl<'a> Typed<'a> {
+    pub fn new(proto: &'a Proto) -> Option<Typed<'a>> {
+        let params = proto
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let name = if c.name.is_empty() { format!("arg{i}") } else { rust_name(&c.name) };
+                ctypes::map(&proto.name, c).map(|m| (name, m))
+            })
+            .collect::<Option<_>>()?;
+        Some(Typed { proto, params, ret: ctypes::ret(&proto.ret)? })
     }
-    s.push_str(&format!(": the semantics are `{}::{lower}`.\n", sem.module));
-    if is_unsafe {
-        s.push_str(&crate::safety::doc(p, &params));
+
+    pub fn takes_pointers(&self) -> bool {
+        self.params.iter().any(|(_, m)| m.kind != Kind::Value)
     }
-    let decl: Vec<String> = params.iter().map(|(n, m)| format!("{n}: {}", m.rust)).collect();
-    let args: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-    let call = format!("{}::{lower}({})", sem.module, args.join(", "));
-    let body = if sem.is_unsafe {
+
+    /// The argument list passing every parameter on.
+    pub fn args(&self) -> String {
+        self.params.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Doc (`what` says where the semantics are), export name and signature, up to the body.
+    pub fn head(&self, what: &str, is_unsafe: bool) -> String {
+        let p = self.proto;
+        let mut s = format!("/// `{}`", p.text);
+        if p.variadic {
+            s.push_str(" (variadic in C: the arguments after these are never read)");
+        }
+        s.push_str(&format!(": {what}.\n"));
+        if is_unsafe {
+            s.push_str(&crate::safety::doc(p, &self.params));
+        }
+        let decl: Vec<String> = self.params.iter().map(|(n, m)| format!("{n}: {}", m.rust)).collect();
+        let unsafety = if is_unsafe { "unsafe " } else { "" };
+        // MPICH's Fortran helpers (`fortran.rs`) have no profiling names.
+        let export = if p.name.starts_with("MPII_") { p.name.clone() } else { format!("P{}", p.name) };
         format!(
+            "{s}#[export_name = \"{export}\"]\npub {unsafety}extern \"C\" fn {name}({}) -> {} {{\n",
+            decl.join(", "),
+            self.ret,
+            name = p.name,
+        )
+    }
+}
+
+/// `MPI_X` calling its hand-written `mpi_x`.
+fn shim(t: &Typed, sem: &Semantic) -> String {
+    let lower = t.proto.name.to_lowercase();
+    let is_unsafe = sem.is_unsafe || t.takes_pointers();
+    let mut s = t.head(&format!("the semantics are `{}::{lower}`", sem.module), is_unsafe);
+    let call = format!("{}::{lower}({})", sem.module, t.args());
+    if sem.is_unsafe {
+        s.push_str(&format!(
             "    // SAFETY: the caller keeps this function's contract, which is all `{lower}` asks.\n    \
              unsafe {{ {call} }}\n"
-        )
+        ));
     } else {
-        format!("    {call}\n")
-    };
-    let unsafety = if is_unsafe { "unsafe " } else { "" };
-    s.push_str(&format!(
-        "#[export_name = \"P{name}\"]\npub {unsafety}extern \"C\" fn {name}({}) -> {ret} {{\n{body}}}\n\n",
-        decl.join(", "),
-        name = p.name,
-    ));
-    Some(s)
+        s.push_str(&format!("    {call}\n"));
+    }
+    s.push_str("}\n\n");
+    s
 }
 
 /// C parameter names that are Rust keywords.

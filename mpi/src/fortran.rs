@@ -14,7 +14,7 @@
 //! and `MPI_File_f2c`/`_c2f`. The other handle conversions (`MPI_Comm_f2c`, ...) are macros
 //! in MPICH's mpi.h: its handles are Fortran integers already.
 
-mod attr;
+pub(crate) mod attr;
 mod greq;
 
 use std::ffi::{c_int, c_void};

@@ -11,9 +11,8 @@ use crate::coll::count_of;
 use crate::datatype::{offset, Datatype};
 use crate::errors::MpiResult;
 use crate::ffi;
-use crate::ffi::{In, Out, UserBuf};
+use crate::ffi::{In, UserBuf};
 use crate::frag;
-use crate::request::{Request, Status};
 use crate::state::{call, State};
 use crate::tags;
 
@@ -218,114 +217,6 @@ pub(crate) unsafe fn mpi_neighbor_alltoallw(
             |s, k| Ok((offset(recvbuf, rd[k] as isize), count_of(rc[k])?, s.datatype(rtypes[k])?)),
         )
     })
-}
-
-/// Runs the blocking collective; on success, a complete request in `*request`.
-fn completed(function: &str, comm: c_int, request: Out<'_, c_int>, rc: c_int) -> c_int {
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    call(function, comm, |s| {
-        let h = s.requests.insert(Request::Done(Status::empty()));
-        ffi::out(request, h, "request")
-    })
-}
-
-#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
-pub(crate) unsafe fn mpi_ineighbor_allgather(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc =
-        unsafe { mpi_neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
-    completed("MPI_Ineighbor_allgather", comm, request, rc)
-}
-
-#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
-pub(crate) unsafe fn mpi_ineighbor_allgatherv(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    displs: In<'_, c_int>,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        mpi_neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
-    };
-    completed("MPI_Ineighbor_allgatherv", comm, request, rc)
-}
-
-#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
-pub(crate) unsafe fn mpi_ineighbor_alltoall(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc =
-        unsafe { mpi_neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
-    completed("MPI_Ineighbor_alltoall", comm, request, rc)
-}
-
-#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
-pub(crate) unsafe fn mpi_ineighbor_alltoallv(
-    sendbuf: UserBuf,
-    sendcounts: In<'_, c_int>,
-    sdispls: In<'_, c_int>,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    rdispls: In<'_, c_int>,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        mpi_neighbor_alltoallv(
-            sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
-        )
-    };
-    completed("MPI_Ineighbor_alltoallv", comm, request, rc)
-}
-
-#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
-pub(crate) unsafe fn mpi_ineighbor_alltoallw(
-    sendbuf: UserBuf,
-    sendcounts: In<'_, c_int>,
-    sdispls: In<'_, c_long>,
-    sendtypes: In<'_, c_int>,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    rdispls: In<'_, c_long>,
-    recvtypes: In<'_, c_int>,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        mpi_neighbor_alltoallw(
-            sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
-        )
-    };
-    completed("MPI_Ineighbor_alltoallw", comm, request, rc)
 }
 
 #[cfg(test)]

@@ -26,8 +26,6 @@ mod tuning;
 
 pub use self::allgather::allgather_bytes;
 pub(crate) use self::allgather::{allgather, gather};
-pub(crate) use self::alltoall::*;
-pub(crate) use self::api::*;
 pub(crate) use self::api_gather::*;
 pub(crate) use self::bcast::{bcast, bcast_sized};
 pub(crate) use self::frame::{frame, unframe};
