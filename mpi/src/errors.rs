@@ -93,11 +93,11 @@ pub fn unsupported(function: &str) -> ! {
     std::process::exit(1)
 }
 
-/// Stops the job: `function`, which build.rs's linker script makes an alias of `PMPI_*`, was
+/// Stops the job: `function`, which the build's linker script makes an alias of `PMPI_*`, was
 /// reached as itself, so the library was linked without that script (a linker that ignored it).
 pub fn alias_unlinked(function: &str) -> ! {
     eprintln!(
-        "reverb MPI: {function} was linked without its alias to P{function} (reverb-mpi's build.rs \
+        "reverb MPI: {function} was linked without its alias to P{function} (reverb-mpi's build \
          passes the linker aliases.ld); stopping the job"
     );
     std::process::exit(1)
