@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::ctypes::Mapped;
 use crate::proto::Proto;
 use crate::shims::{Semantic, Typed};
 
@@ -107,62 +108,63 @@ pub fn all<'a>(
 
 /// The derived `MPI_I<x>` or `MPI_<x>_init`, calling the blocking form's `mpi_<x>`.
 pub fn shim(mut t: Typed, d: &Derived) -> String {
-    let name = &d.proto.name;
-    let lower = d.blocking.name.to_lowercase();
-    let path = format!("{}::{lower}", d.sem.module);
     let n = d.blocking.params.len();
     if d.form == Form::Persistent {
         // The info: reverb takes no hints for a persistent collective.
         t.params[n].0 = format!("_{}", t.params[n].0);
     }
-    let t = &t;
-    // Every collective's last parameter is its communicator.
+    let path = format!("{}::{}", d.sem.module, d.blocking.name.to_lowercase());
+    // Every collective's last parameter is its communicator; the request comes last.
     let comm = &t.params[n - 1].0;
     let request = &t.params[t.params.len() - 1].0;
-    let blocking_args = &t.params[..n];
-    let mut s;
-    match d.form {
-        Form::Nonblocking => {
-            s = t.head(&format!("`{}` run to completion at the call (`{path}`)", d.blocking.name), true);
-            let args: Vec<&str> = blocking_args.iter().map(|(a, _)| a.as_str()).collect();
-            let call = format!("{path}({})", args.join(", "));
-            if d.sem.is_unsafe {
-                s.push_str(&format!(
-                    "    // SAFETY: the caller keeps this function's contract, which covers `{lower}`'s.\n    \
-                     let rc = unsafe {{ {call} }};\n"
-                ));
-            } else {
-                s.push_str(&format!("    let rc = {call};\n"));
-            }
-            s.push_str(&format!("    crate::icoll::completed(\"{name}\", {comm}, {request}, rc)\n}}\n\n"));
-        }
-        Form::Persistent => {
-            s = t.head(&format!("`{}` run at each start (`{path}`)", d.blocking.name), true);
-            let kept: Vec<&str> = blocking_args
-                .iter()
-                .filter(|(_, m)| m.rust.starts_with("In<"))
-                .map(|(a, _)| a.as_str())
-                .collect();
-            for a in &kept {
-                s.push_str(&format!("    let {a} = {a}.keep();\n"));
-            }
-            let args: Vec<String> = blocking_args
-                .iter()
-                .map(|(a, _)| if kept.contains(&a.as_str()) { format!("{a}.get()") } else { a.clone() })
-                .collect();
-            let call = format!("{path}({})", args.join(", "));
-            s.push_str(&format!("    crate::pcoll::coll_init(\"{name}\", {comm}, {request}, move || {{\n"));
-            if d.sem.is_unsafe || !kept.is_empty() {
-                s.push_str(
-                    "        // SAFETY: a start of this persistent request, not freed yet: MPI keeps its \
-                     buffers and arrays valid and unchanged until it is freed (MPI 4.0, 6.13).\n",
-                );
-                s.push_str(&format!("        unsafe {{ {call} }}\n"));
-            } else {
-                s.push_str(&format!("        {call}\n"));
-            }
-            s.push_str("    })\n}\n\n");
-        }
-    }
+    let (what, body) = match d.form {
+        Form::Nonblocking => ("run to completion at the call", nonblocking(&t.params[..n], &path, d)),
+        Form::Persistent => ("run at each start", persistent(&t.params[..n], &path, d)),
+    };
+    let mut s = t.head(&format!("`{}` {what} (`{path}`)", d.blocking.name), true);
+    let helper = match d.form {
+        Form::Nonblocking => "crate::icoll::completed",
+        Form::Persistent => "crate::pcoll::coll_init",
+    };
+    s.push_str(&body.0);
+    s.push_str(&format!("    {helper}(\"{}\", {comm}, {request}, {})\n}}\n\n", d.proto.name, body.1));
     s
+}
+
+/// (statements before the helper's call, its last argument): the blocking call's result.
+fn nonblocking(args: &[(String, Mapped)], path: &str, d: &Derived) -> (String, String) {
+    let names: Vec<&str> = args.iter().map(|(a, _)| a.as_str()).collect();
+    let call = format!("{path}({})", names.join(", "));
+    let before = if d.sem.is_unsafe {
+        format!(
+            "    // SAFETY: the caller keeps this function's contract, which covers `{}`'s.\n    \
+             let rc = unsafe {{ {call} }};\n",
+            d.blocking.name.to_lowercase()
+        )
+    } else {
+        format!("    let rc = {call};\n")
+    };
+    (before, "rc".into())
+}
+
+/// (statements keeping the arrays, the closure each start runs).
+fn persistent(args: &[(String, Mapped)], path: &str, d: &Derived) -> (String, String) {
+    let kept: Vec<&str> =
+        args.iter().filter(|(_, m)| m.rust.starts_with("In<")).map(|(a, _)| a.as_str()).collect();
+    let before: String = kept.iter().map(|a| format!("    let {a} = {a}.keep();\n")).collect();
+    let names: Vec<String> = args
+        .iter()
+        .map(|(a, _)| if kept.contains(&a.as_str()) { format!("{a}.get()") } else { a.clone() })
+        .collect();
+    let call = format!("{path}({})", names.join(", "));
+    let run = if d.sem.is_unsafe || !kept.is_empty() {
+        format!(
+            "move || {{\n        // SAFETY: a start of this persistent request, not freed yet: MPI keeps its \
+             buffers and arrays valid and unchanged until it is freed (MPI 4.0, 6.13).\n        \
+             unsafe {{ {call} }}\n    }}"
+        )
+    } else {
+        format!("move || {call}")
+    };
+    (before, run)
 }

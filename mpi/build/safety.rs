@@ -2,7 +2,7 @@
 //! (`ffi.rs`'s contract), for as long as the function's semantics need it.
 
 use crate::ctypes::{Kind, Mapped};
-use crate::proto::Proto;
+use crate::proto::{Param, Proto};
 
 /// Parameters whose needs no kind says (memory exposed or handed over past the call).
 const SPECIAL: &[(&str, &str, &str)] = &[
@@ -44,21 +44,21 @@ fn buffer_span(p: &Proto) -> &'static str {
     }
 }
 
-fn need(p: &Proto, param: &str, kind: Kind) -> Option<String> {
-    if let Some((_, _, text)) = SPECIAL.iter().find(|(f, n, _)| *f == p.name && *n == param) {
+fn need(p: &Proto, param: &Param, kind: Kind) -> Option<String> {
+    if let Some((_, _, text)) = SPECIAL.iter().find(|(f, n, _)| *f == p.name && *n == param.name) {
         return Some(text.to_string());
     }
+    // An array (`int []`, not `int *`) is as long as the call's counts say.
+    let many = if param.ty.ends_with(']') { " (as many as the counts say)" } else { "" };
     let text = match kind {
         Kind::Value => return None,
         Kind::Buffer => {
             format!("a message buffer (`UserBuf`) spanning its count of its datatype, {}", buffer_span(p))
         }
-        Kind::Out => "null or writable for the call (arrays as long as the counts say)".into(),
-        Kind::InOut => "null or readable and writable for the call (as long as the counts say)".into(),
-        Kind::In if p.name.ends_with("_init") => {
-            "null or readable (arrays as long as the counts say) until the request is freed".into()
-        }
-        Kind::In => "null or readable for the call (arrays as long as the counts say)".into(),
+        Kind::Out => format!("null or writable for the call{many}"),
+        Kind::InOut => format!("null or readable and writable for the call{many}"),
+        Kind::In if p.name.ends_with("_init") => format!("null or readable{many} until the request is freed"),
+        Kind::In => format!("null or readable for the call{many}"),
         Kind::Status => "null, `MPI_STATUS(ES)_IGNORE`, or writable statuses for the call".into(),
         Kind::StatusRw => {
             "null or a status (C, Fortran or F08, as the name says), writable for the call".into()
@@ -81,7 +81,7 @@ fn need(p: &Proto, param: &str, kind: Kind) -> Option<String> {
 pub fn doc(p: &Proto, params: &[(String, Mapped)]) -> String {
     let mut lines: Vec<(Vec<String>, String)> = Vec::new();
     for (c, (name, m)) in p.params.iter().zip(params) {
-        let Some(text) = need(p, &c.name, m.kind) else { continue };
+        let Some(text) = need(p, c, m.kind) else { continue };
         match lines.iter_mut().find(|(_, t)| *t == text) {
             Some((names, _)) => names.push(format!("`{}`", name.trim_start_matches("r#"))),
             None => lines.push((vec![format!("`{}`", name.trim_start_matches("r#"))], text)),
