@@ -200,13 +200,7 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call (arrays as long as the counts say);
-/// `extra_state`: opaque, never dereferenced here.
-#[export_name = "PMPI_Comm_create_keyval"]
-pub unsafe extern "C" fn MPI_Comm_create_keyval(
+pub(crate) unsafe fn mpi_comm_create_keyval(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     keyval: Out<'_, c_int>,
@@ -220,28 +214,17 @@ pub unsafe extern "C" fn MPI_Comm_create_keyval(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call (arrays as long as the counts say);
-/// `extra`: opaque, never dereferenced here.
-#[export_name = "PMPI_Keyval_create"]
-pub unsafe extern "C" fn MPI_Keyval_create(
+pub(crate) unsafe fn mpi_keyval_create(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     keyval: Out<'_, c_int>,
     extra: *mut c_void,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_create_keyval(copy, delete, keyval, extra) }
+    unsafe { mpi_comm_create_keyval(copy, delete, keyval, extra) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_free_keyval"]
-pub unsafe extern "C" fn MPI_Comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_free_keyval", MPI_COMM_WORLD, |s| {
         let k = ffi::read(keyval, "keyval")?;
         let kv = s.keyvals.keys.get_mut(&k).filter(|kv| !kv.freed);
@@ -251,22 +234,12 @@ pub unsafe extern "C" fn MPI_Comm_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Keyval_free"]
-pub unsafe extern "C" fn MPI_Keyval_free(keyval: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_keyval_free(keyval: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_free_keyval(keyval) }
+    unsafe { mpi_comm_free_keyval(keyval) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here.
-#[export_name = "PMPI_Comm_set_attr"]
-pub unsafe extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Comm_set_attr", comm, |s| set_attribute(s, comm, keyval, value as usize, AttrKind::Ptr))
 }
 
@@ -296,27 +269,20 @@ pub fn set_proxy(s: &mut State, keyval: c_int, proxy: (CopyProxy, DeleteProxy)) 
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here.
-#[export_name = "PMPI_Attr_put"]
-pub unsafe extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_set_attr(comm, keyval, value) }
+    unsafe { mpi_comm_set_attr(comm, keyval, value) }
 }
 
-#[export_name = "PMPI_Comm_delete_attr"]
-pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
+pub(crate) fn mpi_comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
     call("MPI_Comm_delete_attr", comm, |s| {
         s.comm(comm)?;
         s.delete_attribute(comm, keyval)
     })
 }
 
-#[export_name = "PMPI_Attr_delete"]
-pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
-    MPI_Comm_delete_attr(comm, keyval)
+pub(crate) fn mpi_attr_delete(comm: c_int, keyval: c_int) -> c_int {
+    mpi_comm_delete_attr(comm, keyval)
 }
 
 /// A user attribute's value, if set, as a caller in `lang` reads it (the predefined ones are
@@ -349,17 +315,11 @@ pub unsafe extern "C" fn MPIR_Dup_fn(
 }
 
 /// Communicators keep no hints: MPI_Comm_get_info hands back an empty info object.
-#[export_name = "PMPI_Comm_set_info"]
-pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
+pub(crate) fn mpi_comm_set_info(comm: c_int, _info: c_int) -> c_int {
     call("MPI_Comm_set_info", comm, |s| s.comm(comm).map(drop))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_get_info"]
-pub unsafe extern "C" fn MPI_Comm_get_info(comm: c_int, info: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_get_info(comm: c_int, info: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_info", comm, |s| {
         s.comm(comm)?;
         ffi::out(info, crate::info::new_empty(), "info_used")

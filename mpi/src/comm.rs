@@ -80,30 +80,15 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `rank`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_rank"]
-pub unsafe extern "C" fn MPI_Comm_rank(comm: c_int, rank: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_rank(comm: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_rank", comm, |s| ffi::out(rank, s.comm(comm)?.me as c_int, "rank"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_size"]
-pub unsafe extern "C" fn MPI_Comm_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_size", comm, |s| ffi::out(size, s.comm(comm)?.size() as c_int, "size"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_dup"]
-pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_dup", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
             let h = s.dup_inter(comm)?;
@@ -127,18 +112,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: Out<'_, c_int>) -> c
 
 /// Members with the same color form one communicator, ordered by (key, parent rank);
 /// `MPI_UNDEFINED` gets `MPI_COMM_NULL`.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_split"]
-pub unsafe extern "C" fn MPI_Comm_split(
-    comm: c_int,
-    color: c_int,
-    key: c_int,
-    newcomm: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_comm_split(comm: c_int, color: c_int, key: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_split", comm, |s| {
         if s.comm(comm)?.remote.is_some() {
             let h = s.split_inter(comm, color, key)?;
@@ -173,13 +147,7 @@ pub(crate) fn split(s: &mut State, comm: c_int, color: c_int, key: c_int) -> Mpi
 /// MPI_COMM_TYPE_SHARED groups the ranks that share a host (its name: real hosts, or the
 /// namespaces of simulated ones); the hardware-guided types fall back to it, as MPICH's do
 /// when no hint narrows them. `MPI_UNDEFINED` gets MPI_COMM_NULL.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_split_type"]
-pub unsafe extern "C" fn MPI_Comm_split_type(
+pub(crate) unsafe fn mpi_comm_split_type(
     comm: c_int,
     split_type: c_int,
     key: c_int,
@@ -204,12 +172,7 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `comm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_free"]
-pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_free(comm: Out<'_, c_int>) -> c_int {
     let h = ffi::read(comm, "comm").unwrap_or(MPI_COMM_NULL);
     call("MPI_Comm_free", h, |s| {
         if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
@@ -224,12 +187,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `result`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_compare"]
-pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_compare", a, |s| {
         let (x, y) = (s.comm(a)?, s.comm(b)?);
         let r = if a == b {
@@ -250,8 +208,7 @@ pub unsafe extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: Out<'_, c_
     })
 }
 
-#[export_name = "PMPI_Comm_set_errhandler"]
-pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
+pub(crate) fn mpi_comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
     call("MPI_Comm_set_errhandler", comm, |s| {
         if !crate::errhandler::is_handler(errhandler) {
             return Err(MpiError::new(MPI_ERR_ARG, format!("invalid error handler {errhandler:#x}")));
@@ -261,35 +218,19 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_i
     })
 }
 
-#[export_name = "PMPI_Errhandler_set"]
-pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
-    MPI_Comm_set_errhandler(comm, errhandler)
+pub(crate) fn mpi_errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
+    mpi_comm_set_errhandler(comm, errhandler)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_get_errhandler"]
-pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_get_errhandler(comm: c_int, errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_errhandler", comm, |s| ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Errhandler_free"]
-pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_errhandler_free(errhandler: Out<'_, c_int>) -> c_int {
     call("MPI_Errhandler_free", MPI_COMM_WORLD, |_| ffi::out(errhandler, MPI_ERRHANDLER_NULL, "errhandler"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `name`: null or NUL-terminated strings.
-#[export_name = "PMPI_Comm_set_name"]
-pub unsafe extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_comm_set_name(comm: c_int, name: *const c_char) -> c_int {
     call("MPI_Comm_set_name", comm, |s| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
         let name = unsafe { ffi::string_in(name) }?;
@@ -298,13 +239,7 @@ pub unsafe extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> 
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`: null or writable for the call (arrays as long as the counts say);
-/// `name`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Comm_get_name"]
-pub unsafe extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_get_name(comm: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_get_name", comm, |s| {
         // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
         let n = unsafe { ffi::string_out(name, MPI_MAX_OBJECT_NAME as usize, &s.comm(comm)?.name) }?;
@@ -312,43 +247,23 @@ pub unsafe extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, len: 
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_test_inter"]
-pub unsafe extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_test_inter(comm: c_int, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_test_inter", comm, |s| {
         let inter = s.comm(comm)?.remote.is_some();
         ffi::out(flag, c_int::from(inter), "flag")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_dup_with_info"]
-pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_dup_with_info(comm: c_int, _info: c_int, newcomm: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_dup(comm, newcomm) }
+    unsafe { mpi_comm_dup(comm, newcomm) }
 }
 
 /// Runs at the call (every member calls it in the same order, as MPI requires) and returns a
 /// complete request.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_idup"]
-pub unsafe extern "C" fn MPI_Comm_idup(
-    comm: c_int,
-    newcomm: Out<'_, c_int>,
-    request: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_comm_idup(comm: c_int, newcomm: Out<'_, c_int>, request: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe { MPI_Comm_dup(comm, newcomm) };
+    let rc = unsafe { mpi_comm_dup(comm, newcomm) };
     if rc != MPI_SUCCESS {
         return rc;
     }
@@ -358,17 +273,12 @@ pub unsafe extern "C" fn MPI_Comm_idup(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`, `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_idup_with_info"]
-pub unsafe extern "C" fn MPI_Comm_idup_with_info(
+pub(crate) unsafe fn mpi_comm_idup_with_info(
     comm: c_int,
     _info: c_int,
     newcomm: Out<'_, c_int>,
     request: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_idup(comm, newcomm, request) }
+    unsafe { mpi_comm_idup(comm, newcomm, request) }
 }

@@ -32,23 +32,13 @@ fn aints(v: &[isize]) -> Vec<isize> {
     v.to_vec()
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_size"]
-pub unsafe extern "C" fn MPI_Type_size(datatype: c_int, size: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_size(datatype: c_int, size: Out<'_, c_int>) -> c_int {
     query_type("MPI_Type_size", datatype, |t| {
         ffi::out(size, c_int::try_from(t.size).unwrap_or(MPI_UNDEFINED), "size")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_get_extent"]
-pub unsafe extern "C" fn MPI_Type_get_extent(
+pub(crate) unsafe fn mpi_type_get_extent(
     datatype: c_int,
     lb: Out<'_, c_long>,
     extent: Out<'_, c_long>,
@@ -59,12 +49,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lb`, `extent`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_get_true_extent"]
-pub unsafe extern "C" fn MPI_Type_get_true_extent(
+pub(crate) unsafe fn mpi_type_get_true_extent(
     datatype: c_int,
     lb: Out<'_, c_long>,
     extent: Out<'_, c_long>,
@@ -77,35 +62,20 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `extent`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_extent"]
-pub unsafe extern "C" fn MPI_Type_extent(datatype: c_int, extent: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_type_extent(datatype: c_int, extent: Out<'_, c_long>) -> c_int {
     call("MPI_Type_extent", MPI_COMM_WORLD, |s| {
         ffi::out(extent, s.datatype(datatype)?.extent as c_long, "extent")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_contiguous"]
-pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: c_int, newtype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_contiguous(count: c_int, old: c_int, newtype: Out<'_, c_int>) -> c_int {
     new_type("MPI_Type_contiguous", newtype, |s| {
         let t = datatype::contiguous(count_of(count)?, &s.datatype(old)?);
         Ok((t, Contents::new(s, MPI_COMBINER_CONTIGUOUS, vec![count], vec![], vec![old])))
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_vector"]
-pub unsafe extern "C" fn MPI_Type_vector(
+pub(crate) unsafe fn mpi_type_vector(
     count: c_int,
     blocklen: c_int,
     stride: c_int,
@@ -119,12 +89,7 @@ pub unsafe extern "C" fn MPI_Type_vector(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_hvector"]
-pub unsafe extern "C" fn MPI_Type_create_hvector(
+pub(crate) unsafe fn mpi_type_create_hvector(
     count: c_int,
     blocklen: c_int,
     stride: c_long,
@@ -140,12 +105,7 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_hvector"]
-pub unsafe extern "C" fn MPI_Type_hvector(
+pub(crate) unsafe fn mpi_type_hvector(
     count: c_int,
     blocklen: c_int,
     stride: c_long,
@@ -153,16 +113,10 @@ pub unsafe extern "C" fn MPI_Type_hvector(
     newtype: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Type_create_hvector(count, blocklen, stride, old, newtype) }
+    unsafe { mpi_type_create_hvector(count, blocklen, stride, old, newtype) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_indexed"]
-pub unsafe extern "C" fn MPI_Type_indexed(
+pub(crate) unsafe fn mpi_type_indexed(
     count: c_int,
     lens: In<'_, c_int>,
     displs: In<'_, c_int>,
@@ -185,13 +139,7 @@ pub unsafe extern "C" fn MPI_Type_indexed(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_hindexed"]
-pub unsafe extern "C" fn MPI_Type_create_hindexed(
+pub(crate) unsafe fn mpi_type_create_hindexed(
     count: c_int,
     lens: In<'_, c_int>,
     displs: In<'_, c_long>,
@@ -211,13 +159,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_struct"]
-pub unsafe extern "C" fn MPI_Type_create_struct(
+pub(crate) unsafe fn mpi_type_create_struct(
     count: c_int,
     lens: In<'_, c_int>,
     displs: In<'_, c_long>,
@@ -240,13 +182,7 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lens`, `displs`, `types`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_struct"]
-pub unsafe extern "C" fn MPI_Type_struct(
+pub(crate) unsafe fn mpi_type_struct(
     count: c_int,
     lens: In<'_, c_int>,
     displs: In<'_, c_long>,
@@ -254,15 +190,10 @@ pub unsafe extern "C" fn MPI_Type_struct(
     newtype: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Type_create_struct(count, lens, displs, types, newtype) }
+    unsafe { mpi_type_create_struct(count, lens, displs, types, newtype) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_resized"]
-pub unsafe extern "C" fn MPI_Type_create_resized(
+pub(crate) unsafe fn mpi_type_create_resized(
     old: c_int,
     lb: c_long,
     extent: c_long,
@@ -277,12 +208,7 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_dup"]
-pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_dup", MPI_COMM_WORLD, |s| {
         let t = s.datatype(old)?;
         let contents = Contents::new(s, MPI_COMBINER_DUP, vec![], vec![], vec![old]);
@@ -294,12 +220,7 @@ pub unsafe extern "C" fn MPI_Type_dup(old: c_int, newtype: Out<'_, c_int>) -> c_
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datatype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_commit"]
-pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_commit(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_commit", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
         if let Some(t) = s.types.get_mut(h) {
@@ -309,12 +230,7 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datatype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_free"]
-pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_free(datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(datatype, "datatype")?;
         if s.types.get(h).is_some() {
@@ -329,34 +245,16 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `address`: null or writable for the call (arrays as long as the counts say);
-/// `location`: opaque, never dereferenced here.
-#[export_name = "PMPI_Get_address"]
-pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_get_address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
     call("MPI_Get_address", MPI_COMM_WORLD, |_| ffi::out(address, location as c_long, "address"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `address`: null or writable for the call (arrays as long as the counts say);
-/// `location`: opaque, never dereferenced here.
-#[export_name = "PMPI_Address"]
-pub unsafe extern "C" fn MPI_Address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_address(location: *const c_void, address: Out<'_, c_long>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Get_address(location, address) }
+    unsafe { mpi_get_address(location, address) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `displs`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_indexed_block"]
-pub unsafe extern "C" fn MPI_Type_create_indexed_block(
+pub(crate) unsafe fn mpi_type_create_indexed_block(
     count: c_int,
     blocklen: c_int,
     displs: In<'_, c_int>,
@@ -375,13 +273,7 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `displs`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_create_hindexed_block"]
-pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
+pub(crate) unsafe fn mpi_type_create_hindexed_block(
     count: c_int,
     blocklen: c_int,
     displs: In<'_, c_long>,
@@ -401,12 +293,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Pack_size"]
-pub unsafe extern "C" fn MPI_Pack_size(
+pub(crate) unsafe fn mpi_pack_size(
     incount: c_int,
     datatype: c_int,
     comm: c_int,
@@ -418,13 +305,7 @@ pub unsafe extern "C" fn MPI_Pack_size(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `inbuf`: spans `incount` elements of `datatype`, readable; `outbuf`: `outsize` writable
-/// bytes, both for the call; `position`: null or writable for the call.
-#[export_name = "PMPI_Pack"]
-pub unsafe extern "C" fn MPI_Pack(
+pub(crate) unsafe fn mpi_pack(
     inbuf: UserBuf,
     incount: c_int,
     datatype: c_int,
@@ -450,13 +331,7 @@ pub unsafe extern "C" fn MPI_Pack(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `inbuf`: `insize` readable bytes; `outbuf`: spans `outcount` elements of `datatype`,
-/// writable, for the call; `position`: null or writable for the call.
-#[export_name = "PMPI_Unpack"]
-pub unsafe extern "C" fn MPI_Unpack(
+pub(crate) unsafe fn mpi_unpack(
     inbuf: UserBuf,
     insize: c_int,
     position: Out<'_, c_int>,
@@ -490,39 +365,19 @@ fn size_wide(datatype: c_int, size: Out<'_, c_long>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| ffi::out(size, s.datatype(datatype)?.size as c_long, "size"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_size_c"]
-pub unsafe extern "C" fn MPI_Type_size_c(datatype: c_int, size: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_type_size_c(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_c")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_size_x"]
-pub unsafe extern "C" fn MPI_Type_size_x(datatype: c_int, size: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_type_size_x(datatype: c_int, size: Out<'_, c_long>) -> c_int {
     size_wide(datatype, size, "MPI_Type_size_x")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `displacement`: null or writable for the call.
-#[export_name = "PMPI_Type_lb"]
-pub unsafe extern "C" fn MPI_Type_lb(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_type_lb(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
     query_type("MPI_Type_lb", datatype, |t| ffi::out(displacement, t.lb as c_long, "displacement"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `displacement`: null or writable for the call.
-#[export_name = "PMPI_Type_ub"]
-pub unsafe extern "C" fn MPI_Type_ub(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
+pub(crate) unsafe fn mpi_type_ub(datatype: c_int, displacement: Out<'_, c_long>) -> c_int {
     query_type("MPI_Type_ub", datatype, |t| {
         ffi::out(displacement, (t.lb + t.extent) as c_long, "displacement")
     })

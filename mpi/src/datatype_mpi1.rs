@@ -4,16 +4,10 @@
 
 use std::ffi::{c_int, c_long};
 
-use crate::datatype_api::MPI_Type_create_hindexed;
+use crate::datatype_api::mpi_type_create_hindexed;
 use crate::ffi::{In, Out};
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `lens`, `displs`: null or readable for the call (arrays as long as the counts say);
-/// `newtype`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Type_hindexed"]
-pub unsafe extern "C" fn MPI_Type_hindexed(
+pub(crate) unsafe fn mpi_type_hindexed(
     count: c_int,
     lens: In<'_, c_int>,
     displs: In<'_, c_long>,
@@ -21,5 +15,5 @@ pub unsafe extern "C" fn MPI_Type_hindexed(
     newtype: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Type_create_hindexed(count, lens, displs, old, newtype) }
+    unsafe { mpi_type_create_hindexed(count, lens, displs, old, newtype) }
 }

@@ -90,58 +90,26 @@ fn create(function: &str, f: Option<HandlerFn>, out: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call; `f`: the program's handler function.
-#[export_name = "PMPI_Comm_create_errhandler"]
-pub unsafe extern "C" fn MPI_Comm_create_errhandler(
-    f: Option<HandlerFn>,
-    errhandler: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_comm_create_errhandler(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
     create("MPI_Comm_create_errhandler", f, errhandler)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call; `f`: the program's handler function.
-#[export_name = "PMPI_Errhandler_create"]
-pub unsafe extern "C" fn MPI_Errhandler_create(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_errhandler_create(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
     create("MPI_Errhandler_create", f, errhandler)
 }
 
 /// A window's handler: made like a communicator's (reverb has no windows to set it on yet).
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call; `f`: the program's handler function.
-#[export_name = "PMPI_Win_create_errhandler"]
-pub unsafe extern "C" fn MPI_Win_create_errhandler(
-    f: Option<HandlerFn>,
-    errhandler: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_win_create_errhandler(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
     create("MPI_Win_create_errhandler", f, errhandler)
 }
 
 /// A file's handler: made like a communicator's (reverb has no MPI-IO files yet).
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call; `f`: the program's handler function.
-#[export_name = "PMPI_File_create_errhandler"]
-pub unsafe extern "C" fn MPI_File_create_errhandler(
-    f: Option<HandlerFn>,
-    errhandler: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_file_create_errhandler(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
     create("MPI_File_create_errhandler", f, errhandler)
 }
 
 /// Invokes `comm`'s error handler on `code` as an error inside a call on `comm` would.
-#[export_name = "PMPI_Comm_call_errhandler"]
-pub extern "C" fn MPI_Comm_call_errhandler(comm: c_int, code: c_int) -> c_int {
+pub(crate) fn mpi_comm_call_errhandler(comm: c_int, code: c_int) -> c_int {
     let mut handler = MPI_ERRORS_ARE_FATAL;
     let rc = call("MPI_Comm_call_errhandler", comm, |s| {
         handler = s.comm(comm)?.errhandler;
@@ -156,21 +124,11 @@ pub extern "C" fn MPI_Comm_call_errhandler(comm: c_int, code: c_int) -> c_int {
     MPI_SUCCESS
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errorclass`: null or writable for the call.
-#[export_name = "PMPI_Add_error_class"]
-pub unsafe extern "C" fn MPI_Add_error_class(errorclass: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_add_error_class(errorclass: Out<'_, c_int>) -> c_int {
     call("MPI_Add_error_class", MPI_COMM_WORLD, |_| ffi::out(errorclass, new_code(None)?, "errorclass"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errorcode`: null or writable for the call.
-#[export_name = "PMPI_Add_error_code"]
-pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_add_error_code(errorclass: c_int, errorcode: Out<'_, c_int>) -> c_int {
     call("MPI_Add_error_code", MPI_COMM_WORLD, |_| {
         let dynamic = REGISTRY.with(|r| r.borrow().classes.get(&errorclass) == Some(&errorclass));
         if !(dynamic || (MPI_SUCCESS..=MPI_ERR_VALUE_TOO_LARGE).contains(&errorclass)) {
@@ -180,12 +138,7 @@ pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: Out<'_
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `string`: a NUL-terminated string.
-#[export_name = "PMPI_Add_error_string"]
-pub unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
     call("MPI_Add_error_string", MPI_COMM_WORLD, |_| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
         let text = unsafe { ffi::string_in(string) }?;

@@ -93,23 +93,17 @@ pub fn unsupported(function: &str) -> ! {
     std::process::exit(1)
 }
 
-/// Stops the job: `function`, which build.rs's linker script makes an alias of `PMPI_*`, was
+/// Stops the job: `function`, which the build's linker script makes an alias of `PMPI_*`, was
 /// reached as itself, so the library was linked without that script (a linker that ignored it).
 pub fn alias_unlinked(function: &str) -> ! {
     eprintln!(
-        "reverb MPI: {function} was linked without its alias to P{function} (reverb-mpi's build.rs \
+        "reverb MPI: {function} was linked without its alias to P{function} (reverb-mpi's build \
          passes the linker aliases.ld); stopping the job"
     );
     std::process::exit(1)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`: null or writable for the call (arrays as long as the counts say);
-/// `string`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Error_string"]
-pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_error_string(code: c_int, string: *mut c_char, len: Out<'_, c_int>) -> c_int {
     if let Some(text) = crate::errhandler::dynamic_string(code) {
         // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
         return match unsafe { ffi::string_out(string, MPI_MAX_ERROR_STRING as usize, &text) }
@@ -133,12 +127,7 @@ pub unsafe extern "C" fn MPI_Error_string(code: c_int, string: *mut c_char, len:
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `class`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Error_class"]
-pub unsafe extern "C" fn MPI_Error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_error_class(code: c_int, class: Out<'_, c_int>) -> c_int {
     // Predefined codes are classes; the program's codes have theirs.
     match ffi::out(class, crate::errhandler::class_of(code), "errorclass") {
         Ok(()) => MPI_SUCCESS,

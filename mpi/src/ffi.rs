@@ -4,8 +4,9 @@
 //! # Contract
 //!
 //! Every exported `MPI_*` function that takes a pointer is an `unsafe extern "C" fn`; its
-//! `# Safety` section names each pointer argument's kind, whose rules are these (MPI's own,
-//! as the standard states them for C callers):
+//! `# Safety` section (generated with it from the C prototype, mpi/build/safety.rs) names each
+//! pointer argument's kind, and the hand-written `mpi_*` function it calls takes the same
+//! types. The kinds' rules are these (MPI's own, as the standard states them for C callers):
 //!
 //! - **`Out<'_, T>`** (an out-argument: a handle, a flag, an array the call fills) is null
 //!   or valid for writing, aligned for `T`, for as many `T` as the call's counts say (one for

@@ -14,7 +14,7 @@
 //! and `MPI_File_f2c`/`_c2f`. The other handle conversions (`MPI_Comm_f2c`, ...) are macros
 //! in MPICH's mpi.h: its handles are Fortran integers already.
 
-mod attr;
+pub(crate) mod attr;
 mod greq;
 
 use std::ffi::{c_int, c_void};
@@ -81,66 +81,30 @@ fn status_call(what: &str, r: MpiResult<()>) -> c_int {
     r.map_or_else(|e| crate::errors::handle(MPI_ERRORS_ARE_FATAL, what, e), |()| MPI_SUCCESS)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `c_status`: null or a status, readable for the call;
-/// `f_status`: null or writable for `MPI_STATUS_SIZE` integers for the call.
-#[export_name = "PMPI_Status_c2f"]
-pub unsafe extern "C" fn MPI_Status_c2f(c_status: In<'_, CStatus>, f_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_c2f(c_status: In<'_, CStatus>, f_status: Out<'_, CStatus>) -> c_int {
     status_call("MPI_Status_c2f", convert(c_status, f_status, null_mut(), "MPI_Status_c2f"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `f_status`: null or `MPI_STATUS_SIZE` integers, readable for the call;
-/// `c_status`: null or a status, writable for the call.
-#[export_name = "PMPI_Status_f2c"]
-pub unsafe extern "C" fn MPI_Status_f2c(f_status: In<'_, CStatus>, c_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_f2c(f_status: In<'_, CStatus>, c_status: Out<'_, CStatus>) -> c_int {
     let ignore = MPI_F_STATUS_IGNORE.load(Ordering::Relaxed).cast::<c_void>();
     status_call("MPI_Status_f2c", convert(f_status, c_status, ignore, "MPI_Status_f2c"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `c_status`: null or a status, readable for the call;
-/// `f08_status`: null or an `MPI_F08_status`, writable for the call.
-#[export_name = "PMPI_Status_c2f08"]
-pub unsafe extern "C" fn MPI_Status_c2f08(c_status: In<'_, CStatus>, f08_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_c2f08(c_status: In<'_, CStatus>, f08_status: Out<'_, CStatus>) -> c_int {
     status_call("MPI_Status_c2f08", convert(c_status, f08_status, null_mut(), "MPI_Status_c2f08"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `f08_status`: null or an `MPI_F08_status`, readable for the call;
-/// `c_status`: null or a status, writable for the call.
-#[export_name = "PMPI_Status_f082c"]
-pub unsafe extern "C" fn MPI_Status_f082c(f08_status: In<'_, CStatus>, c_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_f082c(f08_status: In<'_, CStatus>, c_status: Out<'_, CStatus>) -> c_int {
     let ignore = MPI_F08_STATUS_IGNORE.load(Ordering::Relaxed);
     status_call("MPI_Status_f082c", convert(f08_status, c_status, ignore, "MPI_Status_f082c"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `f08_status`: null or an `MPI_F08_status`, readable for the call;
-/// `f_status`: null or writable for `MPI_STATUS_SIZE` integers for the call.
-#[export_name = "PMPI_Status_f082f"]
-pub unsafe extern "C" fn MPI_Status_f082f(f08_status: In<'_, CStatus>, f_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_f082f(f08_status: In<'_, CStatus>, f_status: Out<'_, CStatus>) -> c_int {
     let ignore = MPI_F08_STATUS_IGNORE.load(Ordering::Relaxed);
     status_call("MPI_Status_f082f", convert(f08_status, f_status, ignore, "MPI_Status_f082f"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `f_status`: null or `MPI_STATUS_SIZE` integers, readable for the call;
-/// `f08_status`: null or an `MPI_F08_status`, writable for the call.
-#[export_name = "PMPI_Status_f2f08"]
-pub unsafe extern "C" fn MPI_Status_f2f08(f_status: In<'_, CStatus>, f08_status: Out<'_, CStatus>) -> c_int {
+pub(crate) unsafe fn mpi_status_f2f08(f_status: In<'_, CStatus>, f08_status: Out<'_, CStatus>) -> c_int {
     let ignore = MPI_F_STATUS_IGNORE.load(Ordering::Relaxed).cast::<c_void>();
     status_call("MPI_Status_f2f08", convert(f_status, f08_status, ignore, "MPI_Status_f2f08"))
 }
@@ -148,18 +112,11 @@ pub unsafe extern "C" fn MPI_Status_f2f08(f_status: In<'_, CStatus>, f08_status:
 /// `MPI_File_f2c`: reverb opens no files (MPI-IO is a stub), so every Fortran file handle is
 /// `MPI_FILE_NULL`, a null `MPI_File`. libmpichfort's `MPI_FILE_*` wrappers convert first, then
 /// reach the stub, which names the call.
-#[export_name = "PMPI_File_f2c"]
-pub extern "C" fn MPI_File_f2c(_file: c_int) -> *mut c_void {
+pub(crate) fn mpi_file_f2c(_file: c_int) -> *mut c_void {
     null_mut()
 }
 
 /// `MPI_File_c2f`: the Fortran handle of `MPI_FILE_NULL`, the only file there is.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `_file`: opaque, never dereferenced here.
-#[export_name = "PMPI_File_c2f"]
-pub unsafe extern "C" fn MPI_File_c2f(_file: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_file_c2f(_file: *mut c_void) -> c_int {
     0
 }

@@ -16,14 +16,7 @@ use crate::state::call;
 
 /// Protects `bytes` at `ptr` for every later checkpoint; the n-th call's region is restored
 /// by the n-th call after a restart (call it in the same order).
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ptr`: `bytes` readable and writable bytes, valid until `MPI_Finalize` (read at every
-/// checkpoint, written at a restore).
-#[export_name = "PMPIX_Reverb_protect"]
-pub unsafe extern "C" fn MPIX_Reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
+pub(crate) unsafe fn mpix_reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
     call("MPIX_Reverb_protect", MPI_COMM_WORLD, |s| {
         let len = usize::try_from(bytes).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("{bytes} bytes")))?;
         // SAFETY: the contract above: `len` readable bytes (checked here, read at checkpoints).
@@ -36,8 +29,7 @@ pub unsafe extern "C" fn MPIX_Reverb_protect(ptr: UserBuf, bytes: c_long) -> c_i
 
 /// A coordinated checkpoint of the protected memory over MPI_COMM_WORLD (collective). Take it
 /// where every message sent to this rank so far has been received.
-#[export_name = "PMPIX_Reverb_checkpoint"]
-pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
+pub(crate) fn mpix_reverb_checkpoint() -> c_int {
     call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
         let regions: Vec<(u32, usize, usize)> = s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
         for (id, p, n) in regions {
@@ -56,13 +48,7 @@ pub extern "C" fn MPIX_Reverb_checkpoint() -> c_int {
 
 /// After a restart, writes the last checkpoint's copy back into the protected memory and
 /// sets `*restored` to 1; 0 on a first run (or before the first checkpoint), memory untouched.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `restored`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPIX_Reverb_restore"]
-pub unsafe extern "C" fn MPIX_Reverb_restore(restored: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpix_reverb_restore(restored: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
         s.journal.end_setup();
         let mut fresh = false;
@@ -94,12 +80,6 @@ pub unsafe extern "C" fn MPIX_Reverb_restore(restored: Out<'_, c_int>) -> c_int 
 }
 
 /// 1 if this process is a restarted incarnation of its rank.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPIX_Reverb_restarted"]
-pub unsafe extern "C" fn MPIX_Reverb_restarted(flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpix_reverb_restarted(flag: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restarted", MPI_COMM_WORLD, |s| ffi::out(flag, c_int::from(s.rt.restarted()), "flag"))
 }

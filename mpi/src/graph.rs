@@ -104,13 +104,7 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `index`, `edges`: readable for the call (`nnodes` and `index[nnodes-1]` entries);
-/// `comm_graph`: null or writable for the call.
-#[export_name = "PMPI_Graph_create"]
-pub unsafe extern "C" fn MPI_Graph_create(
+pub(crate) unsafe fn mpi_graph_create(
     comm_old: c_int,
     nnodes: c_int,
     index: In<'_, c_int>,
@@ -133,16 +127,7 @@ pub unsafe extern "C" fn MPI_Graph_create(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `nnodes`, `nedges`: null or writable for the call.
-#[export_name = "PMPI_Graphdims_get"]
-pub unsafe extern "C" fn MPI_Graphdims_get(
-    comm: c_int,
-    nnodes: Out<'_, c_int>,
-    nedges: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_graphdims_get(comm: c_int, nnodes: Out<'_, c_int>, nedges: Out<'_, c_int>) -> c_int {
     call("MPI_Graphdims_get", comm, |s| match s.graph(comm)? {
         Graph::Whole { index, edges } => {
             ffi::out(nnodes, index.len() as c_int, "nnodes")?;
@@ -152,12 +137,7 @@ pub unsafe extern "C" fn MPI_Graphdims_get(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `index`, `edges`: writable for the call (`maxindex`, `maxedges` entries).
-#[export_name = "PMPI_Graph_get"]
-pub unsafe extern "C" fn MPI_Graph_get(
+pub(crate) unsafe fn mpi_graph_get(
     comm: c_int,
     maxindex: c_int,
     maxedges: c_int,
@@ -186,12 +166,7 @@ fn whole_neighbours(s: &State, comm: c_int, rank: c_int) -> MpiResult<Vec<c_int>
     Ok(Graph::neighbours_of(index, edges, r).to_vec())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `nneighbors`: null or writable for the call.
-#[export_name = "PMPI_Graph_neighbors_count"]
-pub unsafe extern "C" fn MPI_Graph_neighbors_count(
+pub(crate) unsafe fn mpi_graph_neighbors_count(
     comm: c_int,
     rank: c_int,
     nneighbors: Out<'_, c_int>,
@@ -201,12 +176,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors_count(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `neighbors`: writable for the call (`maxneighbors` entries).
-#[export_name = "PMPI_Graph_neighbors"]
-pub unsafe extern "C" fn MPI_Graph_neighbors(
+pub(crate) unsafe fn mpi_graph_neighbors(
     comm: c_int,
     rank: c_int,
     maxneighbors: c_int,
@@ -231,12 +201,7 @@ fn map_rank(s: &State, comm: c_int, nodes: usize, newrank: Out<'_, c_int>) -> Mp
     ffi::out(newrank, if me < nodes { me as c_int } else { MPI_UNDEFINED }, "newrank")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `index`, `edges`: readable for the call (only `index` is read); `newrank`: writable.
-#[export_name = "PMPI_Graph_map"]
-pub unsafe extern "C" fn MPI_Graph_map(
+pub(crate) unsafe fn mpi_graph_map(
     comm: c_int,
     nnodes: c_int,
     _index: In<'_, c_int>,
@@ -246,12 +211,7 @@ pub unsafe extern "C" fn MPI_Graph_map(
     call("MPI_Graph_map", comm, |s| map_rank(s, comm, count(nnodes, "nnodes")?, newrank))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `dims`, `periods`: readable for the call (`ndims` entries); `newrank`: writable.
-#[export_name = "PMPI_Cart_map"]
-pub unsafe extern "C" fn MPI_Cart_map(
+pub(crate) unsafe fn mpi_cart_map(
     comm: c_int,
     ndims: c_int,
     dims: In<'_, c_int>,
@@ -271,14 +231,8 @@ pub unsafe extern "C" fn MPI_Cart_map(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sources`, `destinations`: readable for the call (`indegree`, `outdegree` entries);
-/// `sourceweights`, `destweights`: the same, or `MPI_UNWEIGHTED` / `MPI_WEIGHTS_EMPTY`;
-/// `comm_dist_graph`: null or writable for the call.
-#[export_name = "PMPI_Dist_graph_create_adjacent"]
-pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_dist_graph_create_adjacent(
     comm_old: c_int,
     indegree: c_int,
     sources: In<'_, c_int>,
@@ -327,14 +281,8 @@ fn gather_edges(
         .collect())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sources`, `degrees`: readable for the call (`n` entries); `destinations` and `weights`:
-/// readable (the degrees' sum), `weights` possibly `MPI_UNWEIGHTED` / `MPI_WEIGHTS_EMPTY`;
-/// `comm_dist_graph`: null or writable for the call.
-#[export_name = "PMPI_Dist_graph_create"]
-pub unsafe extern "C" fn MPI_Dist_graph_create(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_dist_graph_create(
     comm_old: c_int,
     n: c_int,
     sources: In<'_, c_int>,
@@ -391,12 +339,7 @@ pub unsafe extern "C" fn MPI_Dist_graph_create(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `indegree`, `outdegree`, `weighted`: null or writable for the call.
-#[export_name = "PMPI_Dist_graph_neighbors_count"]
-pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(
+pub(crate) unsafe fn mpi_dist_graph_neighbors_count(
     comm: c_int,
     indegree: Out<'_, c_int>,
     outdegree: Out<'_, c_int>,
@@ -413,13 +356,7 @@ pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sources`, `sourceweights`: writable for `maxindegree` entries, `destinations`,
-/// `destweights` for `maxoutdegree` (the weights may be `MPI_UNWEIGHTED`).
-#[export_name = "PMPI_Dist_graph_neighbors"]
-pub unsafe extern "C" fn MPI_Dist_graph_neighbors(
+pub(crate) unsafe fn mpi_dist_graph_neighbors(
     comm: c_int,
     maxindegree: c_int,
     sources: Out<'_, c_int>,

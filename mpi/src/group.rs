@@ -29,12 +29,7 @@ fn member(g: &[u32], r: c_int) -> MpiResult<u32> {
         .ok_or_else(|| MpiError::new(MPI_ERR_RANK, format!("rank {r} outside a group of {}", g.len())))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `group`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_group"]
-pub unsafe extern "C" fn MPI_Comm_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_group", comm, |s| {
         let ranks = s.comm(comm)?.ranks.clone();
         let h = s.groups.insert(ranks);
@@ -42,21 +37,11 @@ pub unsafe extern "C" fn MPI_Comm_group(comm: c_int, group: Out<'_, c_int>) -> c
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_size"]
-pub unsafe extern "C" fn MPI_Group_size(group: c_int, size: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_size(group: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Group_size", MPI_COMM_WORLD, |s| ffi::out(size, s.group(group)?.len() as c_int, "size"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `rank`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_rank"]
-pub unsafe extern "C" fn MPI_Group_rank(group: c_int, rank: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_rank(group: c_int, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Group_rank", MPI_COMM_WORLD, |s| {
         let me = s.rt.rank();
         let r = s.group(group)?.iter().position(|&w| w == me).map_or(MPI_UNDEFINED, |i| i as c_int);
@@ -64,12 +49,7 @@ pub unsafe extern "C" fn MPI_Group_rank(group: c_int, rank: Out<'_, c_int>) -> c
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `group`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_free"]
-pub unsafe extern "C" fn MPI_Group_free(group: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_free(group: Out<'_, c_int>) -> c_int {
     call("MPI_Group_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(group, "group")?;
         if h != MPI_GROUP_EMPTY {
@@ -81,13 +61,7 @@ pub unsafe extern "C" fn MPI_Group_free(group: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ranks`: null or readable for the call (arrays as long as the counts say);
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_incl"]
-pub unsafe extern "C" fn MPI_Group_incl(
+pub(crate) unsafe fn mpi_group_incl(
     group: c_int,
     n: c_int,
     ranks: In<'_, c_int>,
@@ -100,13 +74,7 @@ pub unsafe extern "C" fn MPI_Group_incl(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ranks`: null or readable for the call (arrays as long as the counts say);
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_excl"]
-pub unsafe extern "C" fn MPI_Group_excl(
+pub(crate) unsafe fn mpi_group_excl(
     group: c_int,
     n: c_int,
     ranks: In<'_, c_int>,
@@ -141,13 +109,7 @@ fn ranges(g: &[u32], n: c_int, triples: In<'_, [c_int; 3]>) -> MpiResult<Vec<c_i
     Ok(out)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `triples`: null or readable for the call (arrays as long as the counts say);
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_range_incl"]
-pub unsafe extern "C" fn MPI_Group_range_incl(
+pub(crate) unsafe fn mpi_group_range_incl(
     group: c_int,
     n: c_int,
     triples: In<'_, [c_int; 3]>,
@@ -159,13 +121,7 @@ pub unsafe extern "C" fn MPI_Group_range_incl(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `triples`: null or readable for the call (arrays as long as the counts say);
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_range_excl"]
-pub unsafe extern "C" fn MPI_Group_range_excl(
+pub(crate) unsafe fn mpi_group_range_excl(
     group: c_int,
     n: c_int,
     triples: In<'_, [c_int; 3]>,
@@ -178,12 +134,7 @@ pub unsafe extern "C" fn MPI_Group_range_excl(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_union"]
-pub unsafe extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_union(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_union", newgroup, |s| {
         let mut g = s.group(a)?.clone();
         g.extend(s.group(b)?.iter().filter(|w| !s.group(a).is_ok_and(|x| x.contains(w))));
@@ -191,37 +142,21 @@ pub unsafe extern "C" fn MPI_Group_union(a: c_int, b: c_int, newgroup: Out<'_, c
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_intersection"]
-pub unsafe extern "C" fn MPI_Group_intersection(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_intersection(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_intersection", newgroup, |s| {
         let other = s.group(b)?;
         Ok(s.group(a)?.iter().copied().filter(|w| other.contains(w)).collect())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newgroup`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_difference"]
-pub unsafe extern "C" fn MPI_Group_difference(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_difference(a: c_int, b: c_int, newgroup: Out<'_, c_int>) -> c_int {
     new_group("MPI_Group_difference", newgroup, |s| {
         let other = s.group(b)?;
         Ok(s.group(a)?.iter().copied().filter(|w| !other.contains(w)).collect())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ranks`: null or readable for the call (arrays as long as the counts say);
-/// `out`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_translate_ranks"]
-pub unsafe extern "C" fn MPI_Group_translate_ranks(
+pub(crate) unsafe fn mpi_group_translate_ranks(
     a: c_int,
     n: c_int,
     ranks: In<'_, c_int>,
@@ -246,12 +181,7 @@ pub unsafe extern "C" fn MPI_Group_translate_ranks(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `result`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Group_compare"]
-pub unsafe extern "C" fn MPI_Group_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_group_compare(a: c_int, b: c_int, result: Out<'_, c_int>) -> c_int {
     call("MPI_Group_compare", MPI_COMM_WORLD, |s| {
         let (ga, gb) = (s.group(a)?, s.group(b)?);
         let r = if ga == gb {
@@ -274,12 +204,7 @@ fn comm_of_group(s: &mut State, comm: c_int, group: &[u32]) -> MpiResult<c_int> 
     Ok(s.derive(comm, group.to_vec(), context))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_create"]
-pub unsafe extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_create(comm: c_int, group: c_int, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_create", comm, |s| {
         let g = s.group(group)?.clone();
         if s.comm(comm)?.remote.is_some() {
@@ -292,13 +217,7 @@ pub unsafe extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: Out
 }
 
 /// Collective over the group's members only: they agree on a context among themselves.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_create_group"]
-pub unsafe extern "C" fn MPI_Comm_create_group(
+pub(crate) unsafe fn mpi_comm_create_group(
     comm: c_int,
     group: c_int,
     _tag: c_int,

@@ -78,22 +78,11 @@ fn info_call(function: &str, body: impl FnOnce(&mut Infos) -> MpiResult<()>) -> 
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call.
-#[export_name = "PMPI_Info_create"]
-pub unsafe extern "C" fn MPI_Info_create(info: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_info_create(info: Out<'_, c_int>) -> c_int {
     info_call("MPI_Info_create", |i| ffi::out(info, i.insert(Vec::new()), "info"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call; `argv`: ignored (the process's own arguments are
-/// read, which is what `argc`/`argv` of `main` hold).
-#[export_name = "PMPI_Info_create_env"]
-pub unsafe extern "C" fn MPI_Info_create_env(
+pub(crate) unsafe fn mpi_info_create_env(
     _argc: c_int,
     _argv: *mut *mut c_char,
     info: Out<'_, c_int>,
@@ -101,12 +90,7 @@ pub unsafe extern "C" fn MPI_Info_create_env(
     info_call("MPI_Info_create_env", |i| ffi::out(info, i.insert(environment()), "info"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`, `value`: null or NUL-terminated strings.
-#[export_name = "PMPI_Info_set"]
-pub unsafe extern "C" fn MPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_info_set(info: c_int, key: *const c_char, value: *const c_char) -> c_int {
     info_call("MPI_Info_set", |i| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
         let (key, value) = (unsafe { ffi::string_in(key) }?, unsafe { ffi::string_in(value) }?);
@@ -135,13 +119,7 @@ unsafe fn lookup(i: &mut Infos, info: c_int, key: *const c_char) -> MpiResult<Op
     Ok(i.get_mut(info)?.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call; `key`: a NUL-terminated string;
-/// `value`: room for `len` + 1 bytes.
-#[export_name = "PMPI_Info_get"]
-pub unsafe extern "C" fn MPI_Info_get(
+pub(crate) unsafe fn mpi_info_get(
     info: c_int,
     key: *const c_char,
     len: c_int,
@@ -163,14 +141,7 @@ pub unsafe extern "C" fn MPI_Info_get(
 
 /// MPI 4.0's form: `*buflen` is the buffer's size in and the value's size (NUL included) out;
 /// a value that does not fit is cut, NUL-terminated, and nothing is written for a zero size.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buflen`: readable and writable for the call; `flag`: null or writable for the call;
-/// `key`: a NUL-terminated string; `value`: room for `*buflen` bytes.
-#[export_name = "PMPI_Info_get_string"]
-pub unsafe extern "C" fn MPI_Info_get_string(
+pub(crate) unsafe fn mpi_info_get_string(
     info: c_int,
     key: *const c_char,
     buflen: Out<'_, c_int>,
@@ -194,12 +165,7 @@ pub unsafe extern "C" fn MPI_Info_get_string(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`, `flag`: null or writable for the call; `key`: a NUL-terminated string.
-#[export_name = "PMPI_Info_get_valuelen"]
-pub unsafe extern "C" fn MPI_Info_get_valuelen(
+pub(crate) unsafe fn mpi_info_get_valuelen(
     info: c_int,
     key: *const c_char,
     len: Out<'_, c_int>,
@@ -217,24 +183,14 @@ pub unsafe extern "C" fn MPI_Info_get_valuelen(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `nkeys`: null or writable for the call.
-#[export_name = "PMPI_Info_get_nkeys"]
-pub unsafe extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_info_get_nkeys(info: c_int, nkeys: Out<'_, c_int>) -> c_int {
     info_call("MPI_Info_get_nkeys", |i| {
         let n = i.get_mut(info)?.len();
         ffi::out(nkeys, n as c_int, "nkeys")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`: room for `MPI_MAX_INFO_KEY` + 1 bytes.
-#[export_name = "PMPI_Info_get_nthkey"]
-pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
+pub(crate) unsafe fn mpi_info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) -> c_int {
     info_call("MPI_Info_get_nthkey", |i| {
         let pairs = i.get_mut(info)?;
         let k = usize::try_from(n)
@@ -247,12 +203,7 @@ pub unsafe extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `key`: a NUL-terminated string.
-#[export_name = "PMPI_Info_delete"]
-pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_info_delete(info: c_int, key: *const c_char) -> c_int {
     info_call("MPI_Info_delete", |i| {
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
         let key = unsafe { ffi::string_in(key) }?;
@@ -266,24 +217,14 @@ pub unsafe extern "C" fn MPI_Info_delete(info: c_int, key: *const c_char) -> c_i
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newinfo`: null or writable for the call.
-#[export_name = "PMPI_Info_dup"]
-pub unsafe extern "C" fn MPI_Info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_info_dup(info: c_int, newinfo: Out<'_, c_int>) -> c_int {
     info_call("MPI_Info_dup", |i| {
         let copy = i.get_mut(info)?.clone();
         ffi::out(newinfo, i.insert(copy), "newinfo")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: readable and writable for the call.
-#[export_name = "PMPI_Info_free"]
-pub unsafe extern "C" fn MPI_Info_free(info: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_info_free(info: Out<'_, c_int>) -> c_int {
     info_call("MPI_Info_free", |i| {
         let h = ffi::read(info, "info")?;
         if h == MPI_INFO_ENV {

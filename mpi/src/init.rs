@@ -98,23 +98,12 @@ fn init() -> c_int {
     MPI_SUCCESS
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `_argc`, `_argv`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Init"]
-pub unsafe extern "C" fn MPI_Init(_argc: Out<'_, c_int>, _argv: Out<'_, *mut *mut c_char>) -> c_int {
+pub(crate) unsafe fn mpi_init(_argc: Out<'_, c_int>, _argv: Out<'_, *mut *mut c_char>) -> c_int {
     init()
 }
 
 /// reverb provides MPI_THREAD_FUNNELED: only the thread that initialized MPI calls it.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `_argc`, `_argv`, `provided`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Init_thread"]
-pub unsafe extern "C" fn MPI_Init_thread(
+pub(crate) unsafe fn mpi_init_thread(
     _argc: Out<'_, c_int>,
     _argv: Out<'_, *mut *mut c_char>,
     required: c_int,
@@ -128,21 +117,11 @@ pub unsafe extern "C" fn MPI_Init_thread(
     call("MPI_Init_thread", MPI_COMM_WORLD, |_| ffi::out(provided, level, "provided"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `provided`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Query_thread"]
-pub unsafe extern "C" fn MPI_Query_thread(provided: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_query_thread(provided: Out<'_, c_int>) -> c_int {
     call("MPI_Query_thread", MPI_COMM_WORLD, |_| ffi::out(provided, MPI_THREAD_FUNNELED, "provided"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Is_thread_main"]
-pub unsafe extern "C" fn MPI_Is_thread_main(flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_is_thread_main(flag: Out<'_, c_int>) -> c_int {
     // The state lives with the thread that initialized MPI: any other finds none.
     let rc = call("MPI_Is_thread_main", MPI_COMM_WORLD, |_| ffi::out(flag, 1, "flag"));
     if rc != MPI_SUCCESS {
@@ -154,8 +133,7 @@ pub unsafe extern "C" fn MPI_Is_thread_main(flag: Out<'_, c_int>) -> c_int {
     rc
 }
 
-#[export_name = "PMPI_Finalize"]
-pub extern "C" fn MPI_Finalize() -> c_int {
+pub(crate) fn mpi_finalize() -> c_int {
     let rc = call("MPI_Finalize", MPI_COMM_WORLD, |s| {
         // MPI_COMM_SELF's attributes are deleted first (their callbacks run): programs hook
         // their own cleanup there. Then the runtime's collective shutdown.
@@ -174,24 +152,14 @@ pub extern "C" fn MPI_Finalize() -> c_int {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Initialized"]
-pub unsafe extern "C" fn MPI_Initialized(flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_initialized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(INITIALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
         Err(e) => e.class,
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Finalized"]
-pub unsafe extern "C" fn MPI_Finalized(flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_finalized(flag: Out<'_, c_int>) -> c_int {
     match ffi::out(flag, c_int::from(FINALIZED.load(Ordering::SeqCst)), "flag") {
         Ok(()) => MPI_SUCCESS,
         Err(e) => e.class,
@@ -199,30 +167,21 @@ pub unsafe extern "C" fn MPI_Finalized(flag: Out<'_, c_int>) -> c_int {
 }
 
 /// Stops the whole job: this rank exits with `errorcode`, and the launcher stops the others.
-#[export_name = "PMPI_Abort"]
-pub extern "C" fn MPI_Abort(_comm: c_int, errorcode: c_int) -> c_int {
-    eprintln!("reverb MPI: MPI_Abort called with error code {errorcode}; stopping the job");
+pub(crate) fn mpi_abort(_comm: c_int, errorcode: c_int) -> c_int {
+    eprintln!("reverb MPI: mpi_abort called with error code {errorcode}; stopping the job");
     std::process::exit(if errorcode == 0 { 1 } else { errorcode })
 }
 
-#[export_name = "PMPI_Wtime"]
-pub extern "C" fn MPI_Wtime() -> c_double {
+pub(crate) fn mpi_wtime() -> c_double {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     now.map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-#[export_name = "PMPI_Wtick"]
-pub extern "C" fn MPI_Wtick() -> c_double {
+pub(crate) fn mpi_wtick() -> c_double {
     1e-9
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`: null or writable for the call (arrays as long as the counts say);
-/// `name`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Get_processor_name"]
-pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_get_processor_name(name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
     // SAFETY: the program's string buffer has room for the `MPI_MAX_*` bytes given (the contract).
     let r = unsafe { ffi::string_out(name, MPI_MAX_PROCESSOR_NAME as usize, &host) }
@@ -230,24 +189,13 @@ pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: Out<'_, 
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `version`, `subversion`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_version"]
-pub unsafe extern "C" fn MPI_Get_version(version: Out<'_, c_int>, subversion: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_get_version(version: Out<'_, c_int>, subversion: Out<'_, c_int>) -> c_int {
     let r = ffi::out(version, MPI_VERSION, "version")
         .and_then(|()| ffi::out(subversion, MPI_SUBVERSION, "subversion"));
     r.map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `len`: null or writable for the call (arrays as long as the counts say);
-/// `version`: null or room for the call's `MPI_MAX_*` bytes.
-#[export_name = "PMPI_Get_library_version"]
-pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_get_library_version(version: *mut c_char, len: Out<'_, c_int>) -> c_int {
     let text = format!(
         "reverb MPI {} (MPICH 4.0 ABI) on reverb's fault-tolerant runtime",
         env!("CARGO_PKG_VERSION")
@@ -292,13 +240,7 @@ pub fn predefined_attribute(s: &State, keyval: c_int) -> MpiResult<Option<(*cons
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say);
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
-#[export_name = "PMPI_Comm_get_attr"]
-pub unsafe extern "C" fn MPI_Comm_get_attr(
+pub(crate) unsafe fn mpi_comm_get_attr(
     comm: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -328,18 +270,12 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say);
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`).
-#[export_name = "PMPI_Attr_get"]
-pub unsafe extern "C" fn MPI_Attr_get(
+pub(crate) unsafe fn mpi_attr_get(
     comm: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
     flag: Out<'_, c_int>,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { MPI_Comm_get_attr(comm, keyval, value, flag) }
+    unsafe { mpi_comm_get_attr(comm, keyval, value, flag) }
 }

@@ -91,12 +91,7 @@ fn unwords(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newintercomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Intercomm_create"]
-pub unsafe extern "C" fn MPI_Intercomm_create(
+pub(crate) unsafe fn mpi_intercomm_create(
     local_comm: c_int,
     local_leader: c_int,
     peer_comm: c_int,
@@ -151,14 +146,8 @@ fn agreement_context(stringtag: &[u8]) -> u32 {
 /// MPI 4: an intercommunicator from two disjoint groups, with no parent communicator. Every
 /// member of both groups takes part: they agree on a context over the union of the groups
 /// (world ranks in order), apart from other traffic by the string tag.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newintercomm`: null or writable for the call (arrays as long as the counts say);
-/// `stringtag`: null or NUL-terminated strings.
-#[export_name = "PMPI_Intercomm_create_from_groups"]
-pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_intercomm_create_from_groups(
     local_group: c_int,
     _local_leader: c_int,
     remote_group: c_int,
@@ -199,12 +188,7 @@ pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newintracomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Intercomm_merge"]
-pub unsafe extern "C" fn MPI_Intercomm_merge(
+pub(crate) unsafe fn mpi_intercomm_merge(
     intercomm: c_int,
     high: c_int,
     newintracomm: Out<'_, c_int>,
@@ -230,12 +214,7 @@ pub unsafe extern "C" fn MPI_Intercomm_merge(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_remote_size"]
-pub unsafe extern "C" fn MPI_Comm_remote_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_remote_size(comm: c_int, size: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_size", comm, |s| {
         let n = s
             .comm(comm)?
@@ -247,12 +226,7 @@ pub unsafe extern "C" fn MPI_Comm_remote_size(comm: c_int, size: Out<'_, c_int>)
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `group`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Comm_remote_group"]
-pub unsafe extern "C" fn MPI_Comm_remote_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_comm_remote_group(comm: c_int, group: Out<'_, c_int>) -> c_int {
     call("MPI_Comm_remote_group", comm, |s| {
         let remote = s
             .comm(comm)?

@@ -22,13 +22,7 @@ fn page_size() -> usize {
     usize::try_from(n).ok().filter(|n| n.is_power_of_two()).unwrap_or(4096)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `baseptr`: null or writable for one `void *` for the call (declared `void *`, used as
-/// `void **`).
-#[export_name = "PMPI_Alloc_mem"]
-pub unsafe extern "C" fn MPI_Alloc_mem(size: c_long, _info: c_int, baseptr: Out<'_, *mut c_void>) -> c_int {
+pub(crate) unsafe fn mpi_alloc_mem(size: c_long, _info: c_int, baseptr: Out<'_, *mut c_void>) -> c_int {
     call("MPI_Alloc_mem", MPI_COMM_WORLD, |_| {
         let bytes = usize::try_from(size).map_err(|_| MpiError::new(MPI_ERR_SIZE, format!("size {size}")))?;
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -43,12 +37,7 @@ pub unsafe extern "C" fn MPI_Alloc_mem(size: c_long, _info: c_int, baseptr: Out<
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `base`: an address `MPI_Alloc_mem` gave (anything else is refused, never freed).
-#[export_name = "PMPI_Free_mem"]
-pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_free_mem(base: *mut c_void) -> c_int {
     call("MPI_Free_mem", MPI_COMM_WORLD, |_| {
         if !ALLOCATED.lock().unwrap_or_else(|e| e.into_inner()).remove(&(base as usize)) {
             return Err(MpiError::new(MPI_ERR_ARG, format!("{base:p} was not given by MPI_Alloc_mem")));
@@ -60,20 +49,17 @@ pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
     })
 }
 
-#[export_name = "PMPI_Aint_add"]
-pub extern "C" fn MPI_Aint_add(base: c_long, disp: c_long) -> c_long {
+pub(crate) fn mpi_aint_add(base: c_long, disp: c_long) -> c_long {
     base.wrapping_add(disp)
 }
 
-#[export_name = "PMPI_Aint_diff"]
-pub extern "C" fn MPI_Aint_diff(addr1: c_long, addr2: c_long) -> c_long {
+pub(crate) fn mpi_aint_diff(addr1: c_long, addr2: c_long) -> c_long {
     addr1.wrapping_sub(addr2)
 }
 
 /// Profiling control: reverb's library has no profiling levels, so any level is accepted and
 /// ignored (a profiling library loaded first defines its own `MPI_Pcontrol`). MPI declares
 /// it variadic; the extra arguments, if any, are never read.
-#[export_name = "PMPI_Pcontrol"]
-pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+pub(crate) fn mpi_pcontrol(_level: c_int) -> c_int {
     MPI_SUCCESS
 }

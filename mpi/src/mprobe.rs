@@ -87,13 +87,7 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `message`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Mprobe"]
-pub unsafe extern "C" fn MPI_Mprobe(
+pub(crate) unsafe fn mpi_mprobe(
     source: c_int,
     tag: c_int,
     comm: c_int,
@@ -112,13 +106,7 @@ pub unsafe extern "C" fn MPI_Mprobe(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`, `message`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Improbe"]
-pub unsafe extern "C" fn MPI_Improbe(
+pub(crate) unsafe fn mpi_improbe(
     source: c_int,
     tag: c_int,
     comm: c_int,
@@ -136,14 +124,7 @@ pub unsafe extern "C" fn MPI_Improbe(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call;
-/// `message`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Mrecv"]
-pub unsafe extern "C" fn MPI_Mrecv(
+pub(crate) unsafe fn mpi_mrecv(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -162,13 +143,7 @@ pub unsafe extern "C" fn MPI_Mrecv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `message`, `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Imrecv"]
-pub unsafe extern "C" fn MPI_Imrecv(
+pub(crate) unsafe fn mpi_imrecv(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,

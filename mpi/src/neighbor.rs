@@ -11,9 +11,8 @@ use crate::coll::count_of;
 use crate::datatype::{offset, Datatype};
 use crate::errors::MpiResult;
 use crate::ffi;
-use crate::ffi::{In, Out, UserBuf};
+use crate::ffi::{In, UserBuf};
 use crate::frag;
-use crate::request::{Request, Status};
 use crate::state::{call, State};
 use crate::tags;
 
@@ -89,12 +88,7 @@ fn packed(buf: UserBuf, count: usize, t: &Datatype) -> MpiResult<Vec<u8>> {
     unsafe { t.pack(&buf, count) }.map(|b| b.into_owned())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_allgather"]
-pub unsafe extern "C" fn MPI_Neighbor_allgather(
+pub(crate) unsafe fn mpi_neighbor_allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -111,13 +105,8 @@ pub unsafe extern "C" fn MPI_Neighbor_allgather(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`, `displs`: readable for the call (the in-degree's entries).
-#[export_name = "PMPI_Neighbor_allgatherv"]
-pub unsafe extern "C" fn MPI_Neighbor_allgatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_allgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -143,12 +132,7 @@ pub unsafe extern "C" fn MPI_Neighbor_allgatherv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Neighbor_alltoall"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoall(
+pub(crate) unsafe fn mpi_neighbor_alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -168,13 +152,8 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoall(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// the count and displacement arrays: readable for the call (an entry per neighbour).
-#[export_name = "PMPI_Neighbor_alltoallv"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoallv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_alltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -202,14 +181,8 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoallv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// the count, byte-displacement and datatype arrays: readable for the call (an entry per
-/// neighbour).
-#[export_name = "PMPI_Neighbor_alltoallw"]
-pub unsafe extern "C" fn MPI_Neighbor_alltoallw(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_neighbor_alltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_long>,
@@ -244,129 +217,6 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoallw(
             |s, k| Ok((offset(recvbuf, rd[k] as isize), count_of(rc[k])?, s.datatype(rtypes[k])?)),
         )
     })
-}
-
-/// Runs the blocking collective; on success, a complete request in `*request`.
-fn completed(function: &str, comm: c_int, request: Out<'_, c_int>, rc: c_int) -> c_int {
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    call(function, comm, |s| {
-        let h = s.requests.insert(Request::Done(Status::empty()));
-        ffi::out(request, h, "request")
-    })
-}
-
-/// # Safety
-///
-/// As `MPI_Neighbor_allgather`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_allgather"]
-pub unsafe extern "C" fn MPI_Ineighbor_allgather(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc =
-        unsafe { MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
-    completed("MPI_Ineighbor_allgather", comm, request, rc)
-}
-
-/// # Safety
-///
-/// As `MPI_Neighbor_allgatherv`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_allgatherv"]
-pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    displs: In<'_, c_int>,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
-    };
-    completed("MPI_Ineighbor_allgatherv", comm, request, rc)
-}
-
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoall`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoall"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoall(
-    sendbuf: UserBuf,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc =
-        unsafe { MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
-    completed("MPI_Ineighbor_alltoall", comm, request, rc)
-}
-
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoallv`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoallv"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(
-    sendbuf: UserBuf,
-    sendcounts: In<'_, c_int>,
-    sdispls: In<'_, c_int>,
-    sendtype: c_int,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    rdispls: In<'_, c_int>,
-    recvtype: c_int,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        MPI_Neighbor_alltoallv(
-            sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
-        )
-    };
-    completed("MPI_Ineighbor_alltoallv", comm, request, rc)
-}
-
-/// # Safety
-///
-/// As `MPI_Neighbor_alltoallw`; `request`: null or writable for the call.
-#[export_name = "PMPI_Ineighbor_alltoallw"]
-pub unsafe extern "C" fn MPI_Ineighbor_alltoallw(
-    sendbuf: UserBuf,
-    sendcounts: In<'_, c_int>,
-    sdispls: In<'_, c_long>,
-    sendtypes: In<'_, c_int>,
-    recvbuf: UserBuf,
-    recvcounts: In<'_, c_int>,
-    rdispls: In<'_, c_long>,
-    recvtypes: In<'_, c_int>,
-    comm: c_int,
-    request: Out<'_, c_int>,
-) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe {
-        MPI_Neighbor_alltoallw(
-            sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
-        )
-    };
-    completed("MPI_Ineighbor_alltoallw", comm, request, rc)
 }
 
 #[cfg(test)]

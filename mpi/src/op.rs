@@ -275,12 +275,7 @@ impl crate::state::State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `op`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Op_create"]
-pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_op_create(f: Option<UserFn>, commute: c_int, op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_create", MPI_COMM_WORLD, |s| {
         let f = f.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "a NULL user function"))?;
         let h = s.ops.insert(UserOp { f, commute: commute != 0 });
@@ -288,12 +283,7 @@ pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: Ou
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `op`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Op_free"]
-pub unsafe extern "C" fn MPI_Op_free(op: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_op_free(op: Out<'_, c_int>) -> c_int {
     call("MPI_Op_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(op, "op")?;
         s.ops.remove(h).ok_or_else(|| MpiError::new(MPI_ERR_OP, format!("invalid operation {h:#x}")))?;
@@ -301,12 +291,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `commute`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Op_commutative"]
-pub unsafe extern "C" fn MPI_Op_commutative(op: c_int, commute: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_op_commutative(op: c_int, commute: Out<'_, c_int>) -> c_int {
     call("MPI_Op_commutative", MPI_COMM_WORLD, |s| {
         ffi::out(commute, c_int::from(s.op(op)?.commutative()), "commute")
     })

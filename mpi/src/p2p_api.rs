@@ -32,12 +32,7 @@ fn isend(function: &str, mode: SendMode, a: SendArgs, request: Out<'_, c_int>) -
 // Ready sends are standard sends (their bytes lent until the request completes); buffered
 // ones are copied at once, their buffer free on return.
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Send"]
-pub unsafe extern "C" fn MPI_Send(
+pub(crate) unsafe fn mpi_send(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -48,13 +43,7 @@ pub unsafe extern "C" fn MPI_Send(
     send("MPI_Send", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Isend"]
-pub unsafe extern "C" fn MPI_Isend(
+pub(crate) unsafe fn mpi_isend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -71,12 +60,7 @@ pub unsafe extern "C" fn MPI_Isend(
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Ssend"]
-pub unsafe extern "C" fn MPI_Ssend(
+pub(crate) unsafe fn mpi_ssend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -87,13 +71,7 @@ pub unsafe extern "C" fn MPI_Ssend(
     send("MPI_Ssend", SendMode::Sync, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Issend"]
-pub unsafe extern "C" fn MPI_Issend(
+pub(crate) unsafe fn mpi_issend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -110,12 +88,7 @@ pub unsafe extern "C" fn MPI_Issend(
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Rsend"]
-pub unsafe extern "C" fn MPI_Rsend(
+pub(crate) unsafe fn mpi_rsend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -126,13 +99,7 @@ pub unsafe extern "C" fn MPI_Rsend(
     send("MPI_Rsend", SendMode::Lent, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Irsend"]
-pub unsafe extern "C" fn MPI_Irsend(
+pub(crate) unsafe fn mpi_irsend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -149,12 +116,7 @@ pub unsafe extern "C" fn MPI_Irsend(
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Bsend"]
-pub unsafe extern "C" fn MPI_Bsend(
+pub(crate) unsafe fn mpi_bsend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -165,13 +127,7 @@ pub unsafe extern "C" fn MPI_Bsend(
     send("MPI_Bsend", SendMode::Copied, SendArgs { buf, count: count.into(), datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ibsend"]
-pub unsafe extern "C" fn MPI_Ibsend(
+pub(crate) unsafe fn mpi_ibsend(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -188,25 +144,14 @@ pub unsafe extern "C" fn MPI_Ibsend(
     )
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buffer`: opaque, never dereferenced here.
-#[export_name = "PMPI_Buffer_attach"]
-pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+pub(crate) unsafe fn mpi_buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", MPI_COMM_WORLD, |s| {
         s.attached = Some((buffer as usize, size));
         Ok(())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`: null or writable for the call; `buffer`: null or writable for one `void *` for the
-/// call (declared `void *`, used as `void **`).
-#[export_name = "PMPI_Buffer_detach"]
-pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_buffer_detach(buffer: *mut c_void, size: Out<'_, c_int>) -> c_int {
     call("MPI_Buffer_detach", MPI_COMM_WORLD, |s| {
         let (addr, n) = s.attached.take().unwrap_or((0, 0));
         // `buffer` is a `void **` in C.
@@ -219,12 +164,7 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: Out<'_, c_
 
 // The large-count (`_c`) forms: MPI_Count counts.
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Send_c"]
-pub unsafe extern "C" fn MPI_Send_c(
+pub(crate) unsafe fn mpi_send_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -235,12 +175,7 @@ pub unsafe extern "C" fn MPI_Send_c(
     send("MPI_Send_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Ssend_c"]
-pub unsafe extern "C" fn MPI_Ssend_c(
+pub(crate) unsafe fn mpi_ssend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -251,12 +186,7 @@ pub unsafe extern "C" fn MPI_Ssend_c(
     send("MPI_Ssend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Rsend_c"]
-pub unsafe extern "C" fn MPI_Rsend_c(
+pub(crate) unsafe fn mpi_rsend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -267,12 +197,7 @@ pub unsafe extern "C" fn MPI_Rsend_c(
     send("MPI_Rsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Bsend_c"]
-pub unsafe extern "C" fn MPI_Bsend_c(
+pub(crate) unsafe fn mpi_bsend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -283,13 +208,7 @@ pub unsafe extern "C" fn MPI_Bsend_c(
     send("MPI_Bsend_c", SendMode::Copied, SendArgs { buf, count, datatype, dest, tag, comm })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Isend_c"]
-pub unsafe extern "C" fn MPI_Isend_c(
+pub(crate) unsafe fn mpi_isend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -301,13 +220,7 @@ pub unsafe extern "C" fn MPI_Isend_c(
     isend("MPI_Isend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Issend_c"]
-pub unsafe extern "C" fn MPI_Issend_c(
+pub(crate) unsafe fn mpi_issend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -319,13 +232,7 @@ pub unsafe extern "C" fn MPI_Issend_c(
     isend("MPI_Issend_c", SendMode::Sync, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Irsend_c"]
-pub unsafe extern "C" fn MPI_Irsend_c(
+pub(crate) unsafe fn mpi_irsend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -337,13 +244,7 @@ pub unsafe extern "C" fn MPI_Irsend_c(
     isend("MPI_Irsend_c", SendMode::Lent, SendArgs { buf, count, datatype, dest, tag, comm }, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ibsend_c"]
-pub unsafe extern "C" fn MPI_Ibsend_c(
+pub(crate) unsafe fn mpi_ibsend_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,

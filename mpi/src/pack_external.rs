@@ -91,12 +91,7 @@ fn units_of(s: &State, h: c_int, t: &Datatype) -> Vec<usize> {
     found.unwrap_or_default()
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datarep`: a NUL-terminated string; `size`: null or writable for the call.
-#[export_name = "PMPI_Pack_external_size"]
-pub unsafe extern "C" fn MPI_Pack_external_size(
+pub(crate) unsafe fn mpi_pack_external_size(
     datarep: *const c_char,
     incount: c_int,
     datatype: c_int,
@@ -110,13 +105,7 @@ pub unsafe extern "C" fn MPI_Pack_external_size(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datarep`: a NUL-terminated string; `inbuf`: spans `incount` elements of `datatype`,
-/// readable; `outbuf`: `outsize` writable bytes; `position`: readable and writable.
-#[export_name = "PMPI_Pack_external"]
-pub unsafe extern "C" fn MPI_Pack_external(
+pub(crate) unsafe fn mpi_pack_external(
     datarep: *const c_char,
     inbuf: UserBuf,
     incount: c_int,
@@ -150,13 +139,7 @@ pub unsafe extern "C" fn MPI_Pack_external(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datarep`: a NUL-terminated string; `inbuf`: `insize` readable bytes; `outbuf`: spans
-/// `outcount` elements of `datatype`, writable; `position`: readable and writable.
-#[export_name = "PMPI_Unpack_external"]
-pub unsafe extern "C" fn MPI_Unpack_external(
+pub(crate) unsafe fn mpi_unpack_external(
     datarep: *const c_char,
     inbuf: UserBuf,
     insize: c_long,

@@ -135,13 +135,7 @@ macro_rules! send_init {
     };
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Send_init"]
-pub unsafe extern "C" fn MPI_Send_init(
+pub(crate) unsafe fn mpi_send_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -153,13 +147,7 @@ pub unsafe extern "C" fn MPI_Send_init(
     send_init!("MPI_Send_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Ssend_init"]
-pub unsafe extern "C" fn MPI_Ssend_init(
+pub(crate) unsafe fn mpi_ssend_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -171,13 +159,7 @@ pub unsafe extern "C" fn MPI_Ssend_init(
     send_init!("MPI_Ssend_init", true, buf, count, datatype, dest, tag, comm, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Rsend_init"]
-pub unsafe extern "C" fn MPI_Rsend_init(
+pub(crate) unsafe fn mpi_rsend_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -189,13 +171,7 @@ pub unsafe extern "C" fn MPI_Rsend_init(
     send_init!("MPI_Rsend_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Bsend_init"]
-pub unsafe extern "C" fn MPI_Bsend_init(
+pub(crate) unsafe fn mpi_bsend_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -207,13 +183,7 @@ pub unsafe extern "C" fn MPI_Bsend_init(
     send_init!("MPI_Bsend_init", false, buf, count, datatype, dest, tag, comm, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Recv_init"]
-pub unsafe extern "C" fn MPI_Recv_init(
+pub(crate) unsafe fn mpi_recv_init(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -227,21 +197,11 @@ pub unsafe extern "C" fn MPI_Recv_init(
     persistent("MPI_Recv_init", comm, op, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Start"]
-pub unsafe extern "C" fn MPI_Start(request: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_start(request: Out<'_, c_int>) -> c_int {
     start_all("MPI_Start", 1, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Startall"]
-pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_startall(count: c_int, requests: Out<'_, c_int>) -> c_int {
     start_all("MPI_Startall", count, requests)
 }
 
@@ -280,13 +240,7 @@ fn start_all(function: &str, count: c_int, requests: Out<'_, c_int>) -> c_int {
     MPI_SUCCESS
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say);
-/// `extra_state`: opaque, never dereferenced here.
-#[export_name = "PMPI_Grequest_start"]
-pub unsafe extern "C" fn MPI_Grequest_start(
+pub(crate) unsafe fn mpi_grequest_start(
     query: Option<QueryFn>,
     free: Option<FreeFn>,
     cancel: Option<CancelFn>,
@@ -300,8 +254,7 @@ pub unsafe extern "C" fn MPI_Grequest_start(
     })
 }
 
-#[export_name = "PMPI_Grequest_complete"]
-pub extern "C" fn MPI_Grequest_complete(request: c_int) -> c_int {
+pub(crate) fn mpi_grequest_complete(request: c_int) -> c_int {
     call("MPI_Grequest_complete", MPI_COMM_WORLD, |s| match s.requests.get_mut(request) {
         Some(Request::Generalized(g)) => {
             g.complete = true;
@@ -314,12 +267,7 @@ pub extern "C" fn MPI_Grequest_complete(request: c_int) -> c_int {
 // The status setters are called from generalized requests' query functions, that is from
 // inside MPI_Wait / MPI_Test: they work without the state (predefined datatypes then).
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: a status, readable and writable for the call.
-#[export_name = "PMPI_Status_set_cancelled"]
-pub unsafe extern "C" fn MPI_Status_set_cancelled(status: Out<'_, CStatus>, flag: c_int) -> c_int {
+pub(crate) unsafe fn mpi_status_set_cancelled(status: Out<'_, CStatus>, flag: c_int) -> c_int {
     let set = || -> MpiResult<()> {
         let mut st = ffi::read(status, "status")?;
         st.count_hi_and_cancelled = (st.count_hi_and_cancelled & !1) | c_int::from(flag != 0);
@@ -342,12 +290,7 @@ fn set_elements(status: Out<'_, CStatus>, datatype: c_int, count: i64) -> c_int 
     set().map_or_else(|e| e.class, |()| MPI_SUCCESS)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: a status, readable and writable for the call.
-#[export_name = "PMPI_Status_set_elements"]
-pub unsafe extern "C" fn MPI_Status_set_elements(
+pub(crate) unsafe fn mpi_status_set_elements(
     status: Out<'_, CStatus>,
     datatype: c_int,
     count: c_int,
@@ -355,12 +298,7 @@ pub unsafe extern "C" fn MPI_Status_set_elements(
     set_elements(status, datatype, i64::from(count))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: a status, readable and writable for the call.
-#[export_name = "PMPI_Status_set_elements_x"]
-pub unsafe extern "C" fn MPI_Status_set_elements_x(
+pub(crate) unsafe fn mpi_status_set_elements_x(
     status: Out<'_, CStatus>,
     datatype: c_int,
     count: c_long,

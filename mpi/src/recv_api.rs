@@ -10,13 +10,7 @@ use crate::p2p::SendArgs;
 use crate::request::{write_status, Status};
 use crate::state::{call, State};
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call;
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Recv"]
-pub unsafe extern "C" fn MPI_Recv(
+pub(crate) unsafe fn mpi_recv(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -80,13 +74,7 @@ pub(crate) fn truncation(st: Status) -> MpiResult<()> {
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Irecv"]
-pub unsafe extern "C" fn MPI_Irecv(
+pub(crate) unsafe fn mpi_irecv(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -98,13 +86,8 @@ pub unsafe extern "C" fn MPI_Irecv(
     irecv("MPI_Irecv", RecvArgs { buf, count: count.into(), datatype, source, tag, comm }, request)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Sendrecv"]
-pub unsafe extern "C" fn MPI_Sendrecv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_sendrecv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -136,13 +119,8 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call;
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Sendrecv_replace"]
-pub unsafe extern "C" fn MPI_Sendrecv_replace(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_sendrecv_replace(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -164,12 +142,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Probe"]
-pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: StatusOut<'_>) -> c_int {
+pub(crate) unsafe fn mpi_probe(source: c_int, tag: c_int, comm: c_int, status: StatusOut<'_>) -> c_int {
     call("MPI_Probe", comm, |s| {
         let mut found = None;
         s.wait_until("MPI_Probe", |s| {
@@ -180,13 +153,7 @@ pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, statu
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Iprobe"]
-pub unsafe extern "C" fn MPI_Iprobe(
+pub(crate) unsafe fn mpi_iprobe(
     source: c_int,
     tag: c_int,
     comm: c_int,
@@ -205,13 +172,8 @@ pub unsafe extern "C" fn MPI_Iprobe(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Isendrecv"]
-pub unsafe extern "C" fn MPI_Isendrecv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_isendrecv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -241,13 +203,8 @@ pub unsafe extern "C" fn MPI_Isendrecv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Isendrecv_replace"]
-pub unsafe extern "C" fn MPI_Isendrecv_replace(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_isendrecv_replace(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -267,13 +224,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call;
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Recv_c"]
-pub unsafe extern "C" fn MPI_Recv_c(
+pub(crate) unsafe fn mpi_recv_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,
@@ -285,13 +236,7 @@ pub unsafe extern "C" fn MPI_Recv_c(
     recv("MPI_Recv_c", RecvArgs { buf, count, datatype, source, tag, comm }, status)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, until the request completes;
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Irecv_c"]
-pub unsafe extern "C" fn MPI_Irecv_c(
+pub(crate) unsafe fn mpi_irecv_c(
     buf: UserBuf,
     count: c_long,
     datatype: c_int,

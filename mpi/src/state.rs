@@ -126,7 +126,7 @@ fn not_ready() -> MpiError {
     } else if INITIALIZED.load(Ordering::SeqCst) {
         "called from a thread other than the one that initialized MPI (reverb provides MPI_THREAD_FUNNELED)"
     } else {
-        "MPI is not initialized (MPI_Init first)"
+        "MPI is not initialized (mpi_init first)"
     };
     MpiError::new(MPI_ERR_OTHER, why)
 }

@@ -8,54 +8,42 @@ use crate::ffi::{In, Out};
 use crate::request::CStatus;
 use crate::state::call;
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `flag`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Test_cancelled"]
-pub unsafe extern "C" fn MPI_Test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c_int>) -> c_int {
     call("MPI_Test_cancelled", MPI_COMM_WORLD, |_| {
         let st = ffi::read(status, "status")?;
         ffi::out(flag, st.count_hi_and_cancelled & 1, "flag")
     })
 }
 
-fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, function: &str) -> c_int {
-    call(function, MPI_COMM_WORLD, |s| {
-        let st = ffi::read(status, "status")?;
-        let size = s.datatype(datatype)?.size;
-        let bytes = st.bytes();
-        let n = match size {
-            0 => 0,
-            _ if bytes % size != 0 => MPI_UNDEFINED,
-            _ => c_int::try_from(bytes / size).unwrap_or(MPI_UNDEFINED),
-        };
-        ffi::out(count, n, "count")
+/// The whole elements of `datatype` a status's bytes make; `None` when they make no whole
+/// number of them (MPI_UNDEFINED). A datatype of size 0 makes 0.
+fn whole_elements(
+    s: &crate::state::State,
+    status: In<'_, CStatus>,
+    datatype: c_int,
+) -> crate::errors::MpiResult<Option<usize>> {
+    let st = ffi::read(status, "status")?;
+    let size = s.datatype(datatype)?.size;
+    let bytes = st.bytes();
+    Ok(match size {
+        0 => Some(0),
+        _ if bytes % size != 0 => None,
+        _ => Some(bytes / size),
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_count"]
-pub unsafe extern "C" fn MPI_Get_count(
-    status: In<'_, CStatus>,
-    datatype: c_int,
-    count: Out<'_, c_int>,
-) -> c_int {
+fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, function: &str) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
+        let n = whole_elements(s, status, datatype)?.and_then(|n| c_int::try_from(n).ok());
+        ffi::out(count, n.unwrap_or(MPI_UNDEFINED), "count")
+    })
+}
+
+pub(crate) unsafe fn mpi_get_count(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>) -> c_int {
     elements(status, datatype, count, "MPI_Get_count")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements"]
-pub unsafe extern "C" fn MPI_Get_elements(
+pub(crate) unsafe fn mpi_get_elements(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_int>,
@@ -65,25 +53,12 @@ pub unsafe extern "C" fn MPI_Get_elements(
 
 fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long>, function: &str) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let st = ffi::read(status, "status")?;
-        let size = s.datatype(datatype)?.size;
-        let bytes = st.bytes();
-        let n = match size {
-            0 => 0,
-            _ if bytes % size != 0 => c_long::from(MPI_UNDEFINED),
-            _ => (bytes / size) as c_long,
-        };
-        ffi::out(count, n, "count")
+        let n = whole_elements(s, status, datatype)?.map(|n| n as c_long);
+        ffi::out(count, n.unwrap_or(c_long::from(MPI_UNDEFINED)), "count")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_count_c"]
-pub unsafe extern "C" fn MPI_Get_count_c(
+pub(crate) unsafe fn mpi_get_count_c(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,
@@ -91,13 +66,7 @@ pub unsafe extern "C" fn MPI_Get_count_c(
     elements_wide(status, datatype, count, "MPI_Get_count_c")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements_c"]
-pub unsafe extern "C" fn MPI_Get_elements_c(
+pub(crate) unsafe fn mpi_get_elements_c(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,
@@ -105,13 +74,7 @@ pub unsafe extern "C" fn MPI_Get_elements_c(
     elements_wide(status, datatype, count, "MPI_Get_elements_c")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or readable for the call (arrays as long as the counts say);
-/// `count`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Get_elements_x"]
-pub unsafe extern "C" fn MPI_Get_elements_x(
+pub(crate) unsafe fn mpi_get_elements_x(
     status: In<'_, CStatus>,
     datatype: c_int,
     count: Out<'_, c_long>,

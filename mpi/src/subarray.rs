@@ -64,13 +64,7 @@ fn check_order(order: c_int) -> MpiResult<()> {
     Err(MpiError::new(MPI_ERR_ARG, format!("order {order}")))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sizes`, `subsizes`, `starts`: readable for the call (`ndims` entries);
-/// `newtype`: null or writable for the call.
-#[export_name = "PMPI_Type_create_subarray"]
-pub unsafe extern "C" fn MPI_Type_create_subarray(
+pub(crate) unsafe fn mpi_type_create_subarray(
     ndims: c_int,
     sizes: In<'_, c_int>,
     subsizes: In<'_, c_int>,
@@ -146,13 +140,8 @@ fn distributed(
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `gsizes`, `distribs`, `dargs`, `psizes`: readable for the call (`ndims` entries);
-/// `newtype`: null or writable for the call.
-#[export_name = "PMPI_Type_create_darray"]
-pub unsafe extern "C" fn MPI_Type_create_darray(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_type_create_darray(
     size: c_int,
     rank: c_int,
     ndims: c_int,

@@ -156,12 +156,7 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `dims`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Dims_create"]
-pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_dims_create(nnodes: c_int, ndims: c_int, dims: Out<'_, c_int>) -> c_int {
     call("MPI_Dims_create", MPI_COMM_WORLD, |_| {
         let n = usize::try_from(ndims).map_err(|_| MpiError::new(MPI_ERR_DIMS, format!("ndims {ndims}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
@@ -173,13 +168,7 @@ pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: Out<
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `dims`, `periods`: null or readable for the call (arrays as long as the counts say);
-/// `comm_cart`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_create"]
-pub unsafe extern "C" fn MPI_Cart_create(
+pub(crate) unsafe fn mpi_cart_create(
     comm_old: c_int,
     ndims: c_int,
     dims: In<'_, c_int>,
@@ -213,12 +202,7 @@ pub unsafe extern "C" fn MPI_Cart_create(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `status`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Topo_test"]
-pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_topo_test(comm: c_int, status: Out<'_, c_int>) -> c_int {
     call("MPI_Topo_test", comm, |s| {
         s.comm(comm)?;
         let kind = match s.graphs.get(&comm) {
@@ -231,21 +215,11 @@ pub unsafe extern "C" fn MPI_Topo_test(comm: c_int, status: Out<'_, c_int>) -> c
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `ndims`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cartdim_get"]
-pub unsafe extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_cartdim_get(comm: c_int, ndims: Out<'_, c_int>) -> c_int {
     call("MPI_Cartdim_get", comm, |s| ffi::out(ndims, s.cart(comm)?.dims.len() as c_int, "ndims"))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `dims`, `periods`, `coords`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_get"]
-pub unsafe extern "C" fn MPI_Cart_get(
+pub(crate) unsafe fn mpi_cart_get(
     comm: c_int,
     maxdims: c_int,
     dims: Out<'_, c_int>,
@@ -270,12 +244,7 @@ pub unsafe extern "C" fn MPI_Cart_get(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `coords`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_coords"]
-pub unsafe extern "C" fn MPI_Cart_coords(
+pub(crate) unsafe fn mpi_cart_coords(
     comm: c_int,
     rank: c_int,
     maxdims: c_int,
@@ -297,13 +266,7 @@ pub unsafe extern "C" fn MPI_Cart_coords(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `coords`: null or readable for the call (arrays as long as the counts say);
-/// `rank`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_rank"]
-pub unsafe extern "C" fn MPI_Cart_rank(comm: c_int, coords: In<'_, c_int>, rank: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_cart_rank(comm: c_int, coords: In<'_, c_int>, rank: Out<'_, c_int>) -> c_int {
     call("MPI_Cart_rank", comm, |s| {
         let cart = s.cart(comm)?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
@@ -315,12 +278,7 @@ pub unsafe extern "C" fn MPI_Cart_rank(comm: c_int, coords: In<'_, c_int>, rank:
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `source`, `dest`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_shift"]
-pub unsafe extern "C" fn MPI_Cart_shift(
+pub(crate) unsafe fn mpi_cart_shift(
     comm: c_int,
     direction: c_int,
     disp: c_int,
@@ -341,18 +299,7 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 }
 
 /// The sub-grids keeping the dimensions `remain_dims` marks: one communicator per slice.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `remain_dims`: null or readable for the call (arrays as long as the counts say);
-/// `newcomm`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cart_sub"]
-pub unsafe extern "C" fn MPI_Cart_sub(
-    comm: c_int,
-    remain_dims: In<'_, c_int>,
-    newcomm: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_cart_sub(comm: c_int, remain_dims: In<'_, c_int>, newcomm: Out<'_, c_int>) -> c_int {
     call("MPI_Cart_sub", comm, |s| {
         let me = s.comm(comm)?.me as c_int;
         let cart = s.cart(comm)?.clone();

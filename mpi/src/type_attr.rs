@@ -60,12 +60,7 @@ impl State {
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call; `extra_state`: opaque, never dereferenced here.
-#[export_name = "PMPI_Type_create_keyval"]
-pub unsafe extern "C" fn MPI_Type_create_keyval(
+pub(crate) unsafe fn mpi_type_create_keyval(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     keyval: Out<'_, c_int>,
@@ -77,12 +72,7 @@ pub unsafe extern "C" fn MPI_Type_create_keyval(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: readable and writable for the call.
-#[export_name = "PMPI_Type_free_keyval"]
-pub unsafe extern "C" fn MPI_Type_free_keyval(keyval: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     call("MPI_Type_free_keyval", MPI_COMM_WORLD, |s| {
         let k = ffi::read(keyval, "type_keyval")?;
         let kv = s.type_attrs.keys.get_mut(&k).filter(|kv| !kv.freed);
@@ -92,12 +82,7 @@ pub unsafe extern "C" fn MPI_Type_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here.
-#[export_name = "PMPI_Type_set_attr"]
-pub unsafe extern "C" fn MPI_Type_set_attr(datatype: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_type_set_attr(datatype: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     call("MPI_Type_set_attr", MPI_COMM_WORLD, |s| {
         s.datatype(datatype)?;
         if s.type_attrs.keys.get(&keyval).is_none_or(|k| k.freed) {
@@ -110,13 +95,7 @@ pub unsafe extern "C" fn MPI_Type_set_attr(datatype: c_int, keyval: c_int, value
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as
-/// `void **`); `flag`: null or writable for the call.
-#[export_name = "PMPI_Type_get_attr"]
-pub unsafe extern "C" fn MPI_Type_get_attr(
+pub(crate) unsafe fn mpi_type_get_attr(
     datatype: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -137,8 +116,7 @@ pub unsafe extern "C" fn MPI_Type_get_attr(
     })
 }
 
-#[export_name = "PMPI_Type_delete_attr"]
-pub extern "C" fn MPI_Type_delete_attr(datatype: c_int, keyval: c_int) -> c_int {
+pub(crate) fn mpi_type_delete_attr(datatype: c_int, keyval: c_int) -> c_int {
     call("MPI_Type_delete_attr", MPI_COMM_WORLD, |s| {
         s.datatype(datatype)?;
         if !s.type_attrs.values.contains_key(&(datatype, keyval)) {

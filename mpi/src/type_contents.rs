@@ -142,12 +142,7 @@ fn is_predefined(s: &State, h: c_int) -> bool {
     !s.types.items.contains_key(&h) && Datatype::builtin(h).is_some()
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `num_integers`, `num_addresses`, `num_datatypes`, `combiner`: null or writable for the call.
-#[export_name = "PMPI_Type_get_envelope"]
-pub unsafe extern "C" fn MPI_Type_get_envelope(
+pub(crate) unsafe fn mpi_type_get_envelope(
     datatype: c_int,
     num_integers: Out<'_, c_int>,
     num_addresses: Out<'_, c_int>,
@@ -167,12 +162,7 @@ pub unsafe extern "C" fn MPI_Type_get_envelope(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `integers`, `addresses`, `datatypes`: writable for the call (`max_*` entries each).
-#[export_name = "PMPI_Type_get_contents"]
-pub unsafe extern "C" fn MPI_Type_get_contents(
+pub(crate) unsafe fn mpi_type_get_contents(
     datatype: c_int,
     max_integers: c_int,
     max_addresses: c_int,
@@ -190,7 +180,7 @@ pub unsafe extern "C" fn MPI_Type_get_contents(
             || !fits(c.aints.len(), max_addresses)
             || !fits(c.types.len(), max_datatypes)
         {
-            return Err(MpiError::new(MPI_ERR_ARG, "the arrays are shorter than MPI_Type_get_envelope said"));
+            return Err(MpiError::new(MPI_ERR_ARG, "the arrays are shorter than mpi_type_get_envelope said"));
         }
         // SAFETY: room for `max_integers` >= the entries written (the FFI contract).
         unsafe { ffi::array_mut(integers, c.ints.len(), "array_of_integers") }?.copy_from_slice(&c.ints);
@@ -212,12 +202,7 @@ fn predefined_name(h: c_int) -> Option<&'static str> {
         .map(|(n, _)| *n)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `name`: a NUL-terminated string.
-#[export_name = "PMPI_Type_set_name"]
-pub unsafe extern "C" fn MPI_Type_set_name(datatype: c_int, name: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_type_set_name(datatype: c_int, name: *const c_char) -> c_int {
     call("MPI_Type_set_name", MPI_COMM_WORLD, |s| {
         s.datatype(datatype)?;
         // SAFETY: a string argument of this call: NUL-terminated (the FFI contract).
@@ -228,12 +213,7 @@ pub unsafe extern "C" fn MPI_Type_set_name(datatype: c_int, name: *const c_char)
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `name`: room for `MPI_MAX_OBJECT_NAME` bytes; `resultlen`: null or writable for the call.
-#[export_name = "PMPI_Type_get_name"]
-pub unsafe extern "C" fn MPI_Type_get_name(
+pub(crate) unsafe fn mpi_type_get_name(
     datatype: c_int,
     name: *mut c_char,
     resultlen: Out<'_, c_int>,
@@ -251,16 +231,7 @@ pub unsafe extern "C" fn MPI_Type_get_name(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `datatype`: null or writable for the call.
-#[export_name = "PMPI_Type_match_size"]
-pub unsafe extern "C" fn MPI_Type_match_size(
-    typeclass: c_int,
-    size: c_int,
-    datatype: Out<'_, c_int>,
-) -> c_int {
+pub(crate) unsafe fn mpi_type_match_size(typeclass: c_int, size: c_int, datatype: Out<'_, c_int>) -> c_int {
     call("MPI_Type_match_size", MPI_COMM_WORLD, |_| {
         let candidates: &[c_int] = match typeclass {
             MPI_TYPECLASS_REAL => &[MPI_FLOAT, MPI_DOUBLE, MPI_LONG_DOUBLE],
@@ -305,29 +276,14 @@ fn f90_type(function: &str, combiner: c_int, p: c_int, r: c_int, out: Out<'_, c_
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call.
-#[export_name = "PMPI_Type_create_f90_real"]
-pub unsafe extern "C" fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_create_f90_real(p: c_int, r: c_int, newtype: Out<'_, c_int>) -> c_int {
     f90_type("MPI_Type_create_f90_real", MPI_COMBINER_F90_REAL, p, r, newtype)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call.
-#[export_name = "PMPI_Type_create_f90_complex"]
-pub unsafe extern "C" fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_create_f90_complex(p: c_int, r: c_int, newtype: Out<'_, c_int>) -> c_int {
     f90_type("MPI_Type_create_f90_complex", MPI_COMBINER_F90_COMPLEX, p, r, newtype)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `newtype`: null or writable for the call.
-#[export_name = "PMPI_Type_create_f90_integer"]
-pub unsafe extern "C" fn MPI_Type_create_f90_integer(r: c_int, newtype: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_type_create_f90_integer(r: c_int, newtype: Out<'_, c_int>) -> c_int {
     f90_type("MPI_Type_create_f90_integer", MPI_COMBINER_F90_INTEGER, MPI_UNDEFINED, r, newtype)
 }

@@ -10,13 +10,7 @@ use crate::recv_api::truncation;
 use crate::request::{write_status, write_status_at, Request, Status};
 use crate::state::{call, State};
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Wait"]
-pub unsafe extern "C" fn MPI_Wait(request: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
+pub(crate) unsafe fn mpi_wait(request: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Wait", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         let st = s.wait_request(h)?;
@@ -26,17 +20,7 @@ pub unsafe extern "C" fn MPI_Wait(request: Out<'_, c_int>, status: StatusOut<'_>
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`, `flag`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Test"]
-pub unsafe extern "C" fn MPI_Test(
-    request: Out<'_, c_int>,
-    flag: Out<'_, c_int>,
-    status: StatusOut<'_>,
-) -> c_int {
+pub(crate) unsafe fn mpi_test(request: Out<'_, c_int>, flag: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Test", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         match s.test_request(h)? {
@@ -74,17 +58,7 @@ fn complete_ready(
     Ok(n)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`: null or writable for the call (arrays as long as the counts say);
-/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Waitall"]
-pub unsafe extern "C" fn MPI_Waitall(
-    count: c_int,
-    requests: Out<'_, c_int>,
-    statuses: StatusOut<'_>,
-) -> c_int {
+pub(crate) unsafe fn mpi_waitall(count: c_int, requests: Out<'_, c_int>, statuses: StatusOut<'_>) -> c_int {
     call("MPI_Waitall", MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
@@ -116,13 +90,7 @@ pub unsafe extern "C" fn MPI_Waitall(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`, `flag`: null or writable for the call (arrays as long as the counts say);
-/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Testall"]
-pub unsafe extern "C" fn MPI_Testall(
+pub(crate) unsafe fn mpi_testall(
     count: c_int,
     requests: Out<'_, c_int>,
     flag: Out<'_, c_int>,
@@ -165,13 +133,7 @@ fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult
     Ok(None)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`, `index`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Waitany"]
-pub unsafe extern "C" fn MPI_Waitany(
+pub(crate) unsafe fn mpi_waitany(
     count: c_int,
     requests: Out<'_, c_int>,
     index: Out<'_, c_int>,
@@ -201,13 +163,7 @@ pub unsafe extern "C" fn MPI_Waitany(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`, `index`, `flag`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Testany"]
-pub unsafe extern "C" fn MPI_Testany(
+pub(crate) unsafe fn mpi_testany(
     count: c_int,
     requests: Out<'_, c_int>,
     index: Out<'_, c_int>,
@@ -284,13 +240,7 @@ fn some(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
-/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Waitsome"]
-pub unsafe extern "C" fn MPI_Waitsome(
+pub(crate) unsafe fn mpi_waitsome(
     incount: c_int,
     requests: Out<'_, c_int>,
     outcount: Out<'_, c_int>,
@@ -300,13 +250,7 @@ pub unsafe extern "C" fn MPI_Waitsome(
     some("MPI_Waitsome", true, incount, requests, outcount, indices, statuses)
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `requests`, `outcount`, `indices`: null or writable for the call (arrays as long as the counts say);
-/// `statuses`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Testsome"]
-pub unsafe extern "C" fn MPI_Testsome(
+pub(crate) unsafe fn mpi_testsome(
     incount: c_int,
     requests: Out<'_, c_int>,
     outcount: Out<'_, c_int>,
@@ -318,13 +262,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 
 /// Cancels a receive not yet matched (its status says so); a send cannot be cancelled once
 /// the runtime took it, and completes as usual.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Cancel"]
-pub unsafe extern "C" fn MPI_Cancel(request: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_cancel(request: Out<'_, c_int>) -> c_int {
     call("MPI_Cancel", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         if let Some(Request::Generalized(g)) = s.requests.get(h) {
@@ -347,12 +285,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `request`: null or writable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Request_free"]
-pub unsafe extern "C" fn MPI_Request_free(request: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_request_free(request: Out<'_, c_int>) -> c_int {
     call("MPI_Request_free", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
         match s.requests.remove(h) {
@@ -375,13 +308,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call (arrays as long as the counts say);
-/// `status`: null, `MPI_STATUS(ES)_IGNORE`, or writable statuses.
-#[export_name = "PMPI_Request_get_status"]
-pub unsafe extern "C" fn MPI_Request_get_status(
+pub(crate) unsafe fn mpi_request_get_status(
     request: c_int,
     flag: Out<'_, c_int>,
     status: StatusOut<'_>,

@@ -93,12 +93,7 @@ fn bruck(s: &mut State, g: &Group, mut outgoing: Vec<Vec<u8>>) -> MpiResult<Vec<
     Ok((0..n).map(|from| std::mem::take(&mut slots[(g.me + n - from) % n])).collect())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Alltoall"]
-pub unsafe extern "C" fn MPI_Alltoall(
+pub(crate) unsafe fn mpi_alltoall(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -114,13 +109,8 @@ pub unsafe extern "C" fn MPI_Alltoall(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `sendcounts`, `sdispls`, `recvcounts`, `rdispls`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Alltoallv"]
-pub unsafe extern "C" fn MPI_Alltoallv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_alltoallv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,
@@ -200,13 +190,8 @@ fn alltoallw(
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `sendcounts`, `sdispls`, `sendtypes`, `recvcounts`, `rdispls`, `recvtypes`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Alltoallw"]
-pub unsafe extern "C" fn MPI_Alltoallw(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_alltoallw(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     sdispls: In<'_, c_int>,

@@ -5,15 +5,15 @@ use std::ffi::c_int;
 
 use super::{allreduce, barrier, bcast_sized, count_of, in_place, reduce, Group, Reduction};
 use crate::abi::*;
+use crate::datatype::Datatype;
 use crate::errors::MpiResult;
 use crate::ffi;
 use crate::ffi::{In, UserBuf};
 use crate::intercomm::{self, Inter};
-use crate::op;
+use crate::op::{self, Op};
 use crate::state::{call, State};
 
-#[export_name = "PMPI_Barrier"]
-pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
+pub(crate) fn mpi_barrier(comm: c_int) -> c_int {
     call("MPI_Barrier", comm, |s| {
         if let Some(inter) = Inter::of(s, comm)? {
             return intercomm::barrier(s, &inter);
@@ -23,12 +23,7 @@ pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `buf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Bcast"]
-pub unsafe extern "C" fn MPI_Bcast(
+pub(crate) unsafe fn mpi_bcast(
     buf: UserBuf,
     count: c_int,
     datatype: c_int,
@@ -51,6 +46,22 @@ pub unsafe extern "C" fn MPI_Bcast(
         }
         Ok(())
     })
+}
+
+/// A reduction's datatype and operation, and this rank's contribution: `n` elements of
+/// `sendbuf`, or of `recvbuf` under MPI_IN_PLACE, packed.
+fn contribution(
+    s: &State,
+    (sendbuf, recvbuf): (UserBuf, UserBuf),
+    n: usize,
+    datatype: c_int,
+    op: c_int,
+) -> MpiResult<(Datatype, Op, Vec<u8>)> {
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    Ok((dt, op, mine))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,10 +87,8 @@ fn reduce_call(
         Some(r) => g.check_root(r)?,
         None => 0,
     };
-    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let n = count_of(count)?;
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
     let result = match root {
         Some(_) => reduce(s, &g, root_rank, mine, &r)?,
@@ -92,12 +101,7 @@ fn reduce_call(
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce"]
-pub unsafe extern "C" fn MPI_Reduce(
+pub(crate) unsafe fn mpi_reduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -109,12 +113,7 @@ pub unsafe extern "C" fn MPI_Reduce(
     call("MPI_Reduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, Some(root), comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Allreduce"]
-pub unsafe extern "C" fn MPI_Allreduce(
+pub(crate) unsafe fn mpi_allreduce(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -125,12 +124,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
     call("MPI_Allreduce", comm, |s| reduce_call(s, sendbuf, recvbuf, count, datatype, op, None, comm))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `inbuf`, `inoutbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce_local"]
-pub unsafe extern "C" fn MPI_Reduce_local(
+pub(crate) unsafe fn mpi_reduce_local(
     inbuf: UserBuf,
     inoutbuf: UserBuf,
     count: c_int,
@@ -162,10 +156,8 @@ fn scan_call(
     exclusive: bool,
 ) -> MpiResult<()> {
     let g = Group::of(s, comm)?;
-    let (n, dt, op) = (count_of(count)?, s.datatype(datatype)?, s.op(op)?);
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, n) }?.into_owned();
+    let n = count_of(count)?;
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let before = if g.me > 0 { Some(g.recv(s, g.me - 1)?) } else { None };
     let through_me = match &before {
         Some(prefix) => {
@@ -188,12 +180,7 @@ fn scan_call(
     }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Scan"]
-pub unsafe extern "C" fn MPI_Scan(
+pub(crate) unsafe fn mpi_scan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -204,12 +191,7 @@ pub unsafe extern "C" fn MPI_Scan(
     call("MPI_Scan", comm, |s| scan_call(s, sendbuf, recvbuf, count, datatype, op, comm, false))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Exscan"]
-pub unsafe extern "C" fn MPI_Exscan(
+pub(crate) unsafe fn mpi_exscan(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     count: c_int,
@@ -234,11 +216,8 @@ fn reduce_scatter_call(
         return intercomm::reduce_scatter(s, &inter, (sendbuf, recvbuf), &counts, (datatype, op));
     }
     let g = Group::of(s, comm)?;
-    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
     let total: usize = counts.iter().sum();
-    let source = if in_place(sendbuf) { recvbuf } else { sendbuf };
-    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-    let mine = unsafe { dt.pack(&source, total) }?.into_owned();
+    let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), total, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: total };
     let result = reduce(s, &g, 0, mine, &r)?;
     let piece = if g.me == 0 {
@@ -262,12 +241,7 @@ fn reduce_scatter_call(
     unsafe { dt.unpack(&piece, recvbuf, counts[g.me]) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Reduce_scatter_block"]
-pub unsafe extern "C" fn MPI_Reduce_scatter_block(
+pub(crate) unsafe fn mpi_reduce_scatter_block(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcount: c_int,
@@ -282,13 +256,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Reduce_scatter"]
-pub unsafe extern "C" fn MPI_Reduce_scatter(
+pub(crate) unsafe fn mpi_reduce_scatter(
     sendbuf: UserBuf,
     recvbuf: UserBuf,
     recvcounts: In<'_, c_int>,

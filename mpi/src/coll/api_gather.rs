@@ -86,12 +86,8 @@ fn gather_call(
     Ok(())
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Gather"]
-pub unsafe extern "C" fn MPI_Gather(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_gather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -107,13 +103,8 @@ pub unsafe extern "C" fn MPI_Gather(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Gatherv"]
-pub unsafe extern "C" fn MPI_Gatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_gatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -134,12 +125,7 @@ pub unsafe extern "C" fn MPI_Gatherv(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Allgather"]
-pub unsafe extern "C" fn MPI_Allgather(
+pub(crate) unsafe fn mpi_allgather(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -154,13 +140,8 @@ pub unsafe extern "C" fn MPI_Allgather(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `recvcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Allgatherv"]
-pub unsafe extern "C" fn MPI_Allgatherv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_allgatherv(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -225,12 +206,8 @@ fn scatter_call(
     unsafe { s.datatype(recvtype)?.unpack(&mine, recvbuf, count_of(recvcount)?) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call.
-#[export_name = "PMPI_Scatter"]
-pub unsafe extern "C" fn MPI_Scatter(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_scatter(
     sendbuf: UserBuf,
     sendcount: c_int,
     sendtype: c_int,
@@ -246,13 +223,8 @@ pub unsafe extern "C" fn MPI_Scatter(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `sendbuf`, `recvbuf`: message buffers, each spanning its count of its datatype, for the call;
-/// `sendcounts`, `displs`: null or readable for the call (arrays as long as the counts say).
-#[export_name = "PMPI_Scatterv"]
-pub unsafe extern "C" fn MPI_Scatterv(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_scatterv(
     sendbuf: UserBuf,
     sendcounts: In<'_, c_int>,
     displs: In<'_, c_int>,

@@ -15,9 +15,9 @@ use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 
 mod allgather;
-mod alltoall;
-mod api;
-mod api_gather;
+pub(crate) mod alltoall;
+pub(crate) mod api;
+pub(crate) mod api_gather;
 mod bcast;
 mod frame;
 mod group;
@@ -26,9 +26,7 @@ mod tuning;
 
 pub use self::allgather::allgather_bytes;
 pub(crate) use self::allgather::{allgather, gather};
-pub use self::alltoall::*;
-pub use self::api::*;
-pub use self::api_gather::*;
+pub(crate) use self::api_gather::*;
 pub(crate) use self::bcast::{bcast, bcast_sized};
 pub(crate) use self::frame::{frame, unframe};
 pub(crate) use self::group::{barrier, Group};

@@ -13,12 +13,7 @@ use crate::attr::{self, AttrKind, CopyProxy, DeleteProxy};
 use crate::ffi::{self, Out};
 use crate::state::call;
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here (an integer from Fortran).
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Comm_set_attr(
+pub(crate) unsafe fn mpii_comm_set_attr(
     comm: c_int,
     keyval: c_int,
     value: *mut c_void,
@@ -29,13 +24,7 @@ pub unsafe extern "C" fn MPII_Comm_set_attr(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
-/// `flag`: null or writable for the call.
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Comm_get_attr(
+pub(crate) unsafe fn mpii_comm_get_attr(
     comm: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -76,41 +65,17 @@ pub extern "C" fn MPII_Keyval_set_proxy(keyval: c_int, copy: Option<CopyProxy>, 
     }
 }
 
-extern "C" {
-    // Whatever defines them in this library: a stub that names the call, or an implementation.
-    fn PMPI_Type_set_attr(datatype: c_int, keyval: c_int, value: *mut c_void) -> c_int;
-    fn PMPI_Type_get_attr(
-        datatype: c_int,
-        keyval: c_int,
-        value: Out<'_, usize>,
-        flag: Out<'_, c_int>,
-    ) -> c_int;
-    fn PMPI_Win_set_attr(win: c_int, keyval: c_int, value: *mut c_void) -> c_int;
-    fn PMPI_Win_get_attr(win: c_int, keyval: c_int, value: Out<'_, usize>, flag: Out<'_, c_int>) -> c_int;
-}
-
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here (an integer from Fortran).
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Type_set_attr(
+pub(crate) unsafe fn mpii_type_set_attr(
     datatype: c_int,
     keyval: c_int,
     value: *mut c_void,
     _kind: c_int,
 ) -> c_int {
     // SAFETY: MPI_Type_set_attr's own arguments, under the same contract.
-    unsafe { PMPI_Type_set_attr(datatype, keyval, value) }
+    unsafe { crate::type_attr::mpi_type_set_attr(datatype, keyval, value) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
-/// `flag`: null or writable for the call.
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Type_get_attr(
+pub(crate) unsafe fn mpii_type_get_attr(
     datatype: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -118,31 +83,15 @@ pub unsafe extern "C" fn MPII_Type_get_attr(
     _kind: c_int,
 ) -> c_int {
     // SAFETY: MPI_Type_get_attr's own arguments, under the same contract.
-    unsafe { PMPI_Type_get_attr(datatype, keyval, value, flag) }
+    unsafe { crate::type_attr::mpi_type_get_attr(datatype, keyval, value, flag) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here (an integer from Fortran).
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Win_set_attr(
-    win: c_int,
-    keyval: c_int,
-    value: *mut c_void,
-    _kind: c_int,
-) -> c_int {
+pub(crate) unsafe fn mpii_win_set_attr(win: c_int, keyval: c_int, value: *mut c_void, _kind: c_int) -> c_int {
     // SAFETY: MPI_Win_set_attr's own arguments, under the same contract.
-    unsafe { PMPI_Win_set_attr(win, keyval, value) }
+    unsafe { crate::rma::attr::mpi_win_set_attr(win, keyval, value) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: null or writable for one `void *` for the call (declared `void *`, used as `void **`);
-/// `flag`: null or writable for the call.
-#[no_mangle]
-pub unsafe extern "C" fn MPII_Win_get_attr(
+pub(crate) unsafe fn mpii_win_get_attr(
     win: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -150,5 +99,5 @@ pub unsafe extern "C" fn MPII_Win_get_attr(
     _kind: c_int,
 ) -> c_int {
     // SAFETY: MPI_Win_get_attr's own arguments, under the same contract.
-    unsafe { PMPI_Win_get_attr(win, keyval, value, flag) }
+    unsafe { crate::rma::win::mpi_win_get_attr(win, keyval, value, flag) }
 }

@@ -3,7 +3,7 @@
 //! operation itself (`serve`), one request at a time: element-wise atomic with respect to
 //! every other accumulate on the window, as MPI asks.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_long};
 
 use crate::abi::*;
 use crate::datatype::{Elem, PairValue};
@@ -110,41 +110,36 @@ unsafe fn accumulate(
     Ok(Some(rank))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call.
-#[export_name = "PMPI_Accumulate"]
-pub unsafe extern "C" fn MPI_Accumulate(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_accumulate(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
     win: c_int,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     // SAFETY: the contract above.
     win_call("MPI_Accumulate", win, |s| unsafe { accumulate(s, win, &o, &t, op, None, None) }.map(|_| ()))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call;
-/// `request`: null or writable for the call.
-#[export_name = "PMPI_Raccumulate"]
-pub unsafe extern "C" fn MPI_Raccumulate(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_raccumulate(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
@@ -152,8 +147,12 @@ pub unsafe extern "C" fn MPI_Raccumulate(
     request: Out<'_, c_int>,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     win_call("MPI_Raccumulate", win, |s| {
         // SAFETY: the contract above.
         let rank = unsafe { accumulate(s, win, &o, &t, op, None, None) }?;
@@ -161,13 +160,8 @@ pub unsafe extern "C" fn MPI_Raccumulate(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call (unused with
-/// `MPI_NO_OP`); `result_addr`: a message buffer, writable until the epoch's synchronization.
-#[export_name = "PMPI_Get_accumulate"]
-pub unsafe extern "C" fn MPI_Get_accumulate(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_get_accumulate(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
@@ -175,7 +169,7 @@ pub unsafe extern "C" fn MPI_Get_accumulate(
     result_count: c_int,
     result_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
@@ -183,22 +177,20 @@ pub unsafe extern "C" fn MPI_Get_accumulate(
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
     let r = ResultArgs { buf: result_addr, count: result_count, datatype: result_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     // SAFETY: the contract above.
     win_call("MPI_Get_accumulate", win, |s| {
         unsafe { accumulate(s, win, &o, &t, op, Some(r), None) }.map(|_| ())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call (unused with
-/// `MPI_NO_OP`); `result_addr`: a message buffer, writable for the call;
-/// `request`: null or writable for the call.
-#[export_name = "PMPI_Rget_accumulate"]
-pub unsafe extern "C" fn MPI_Rget_accumulate(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_rget_accumulate(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
@@ -206,7 +198,7 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
     result_count: c_int,
     result_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
@@ -215,8 +207,12 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
     let r = ResultArgs { buf: result_addr, count: result_count, datatype: result_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     win_call("MPI_Rget_accumulate", win, |s| {
         // SAFETY: the contract above.
         let rank = unsafe { accumulate(s, win, &o, &t, op, Some(r), None) }?;
@@ -224,48 +220,36 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: one element, readable for the call (unused with `MPI_NO_OP`);
-/// `result_addr`: one element, writable until the epoch's synchronization.
-#[export_name = "PMPI_Fetch_and_op"]
-pub unsafe extern "C" fn MPI_Fetch_and_op(
+pub(crate) unsafe fn mpi_fetch_and_op(
     origin_addr: UserBuf,
     result_addr: UserBuf,
     datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     op: c_int,
     win: c_int,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: 1, datatype };
     let r = ResultArgs { buf: result_addr, count: 1, datatype };
-    let t = TargetArgs { rank: target_rank, disp: target_disp, count: 1, datatype };
+    let t = TargetArgs { rank: target_rank, disp: target_disp as isize, count: 1, datatype };
     // SAFETY: the contract above.
     win_call("MPI_Fetch_and_op", win, |s| {
         unsafe { accumulate(s, win, &o, &t, op, Some(r), None) }.map(|_| ())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`, `compare_addr`: one element each, readable for the call;
-/// `result_addr`: one element, writable until the epoch's synchronization.
-#[export_name = "PMPI_Compare_and_swap"]
-pub unsafe extern "C" fn MPI_Compare_and_swap(
+pub(crate) unsafe fn mpi_compare_and_swap(
     origin_addr: UserBuf,
     compare_addr: UserBuf,
     result_addr: UserBuf,
     datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     win: c_int,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: 1, datatype };
     let r = ResultArgs { buf: result_addr, count: 1, datatype };
-    let t = TargetArgs { rank: target_rank, disp: target_disp, count: 1, datatype };
+    let t = TargetArgs { rank: target_rank, disp: target_disp as isize, count: 1, datatype };
     win_call("MPI_Compare_and_swap", win, |s| {
         // SAFETY: the contract above.
         unsafe { accumulate(s, win, &o, &t, MPI_REPLACE, Some(r), Some(compare_addr)) }.map(|_| ())

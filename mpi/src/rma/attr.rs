@@ -19,37 +19,22 @@ fn comm_of(win: c_int) -> c_int {
     comm
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call; `extra_state`: opaque, never dereferenced here.
-#[export_name = "PMPI_Win_create_keyval"]
-pub unsafe extern "C" fn MPI_Win_create_keyval(
+pub(crate) unsafe fn mpi_win_create_keyval(
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     keyval: Out<'_, c_int>,
     extra_state: *mut c_void,
 ) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { attr::MPI_Comm_create_keyval(copy, delete, keyval, extra_state) }
+    unsafe { attr::mpi_comm_create_keyval(copy, delete, keyval, extra_state) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `keyval`: null or writable for the call.
-#[export_name = "PMPI_Win_free_keyval"]
-pub unsafe extern "C" fn MPI_Win_free_keyval(keyval: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_free_keyval(keyval: Out<'_, c_int>) -> c_int {
     // SAFETY: this call's pointer arguments, passed on under the same contract.
-    unsafe { attr::MPI_Comm_free_keyval(keyval) }
+    unsafe { attr::mpi_comm_free_keyval(keyval) }
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: opaque, never dereferenced here.
-#[export_name = "PMPI_Win_set_attr"]
-pub unsafe extern "C" fn MPI_Win_set_attr(win: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+pub(crate) unsafe fn mpi_win_set_attr(win: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     let comm = comm_of(win);
     call("MPI_Win_set_attr", comm, |s| {
         s.win(win)?;
@@ -57,11 +42,10 @@ pub unsafe extern "C" fn MPI_Win_set_attr(win: c_int, keyval: c_int, value: *mut
     })
 }
 
-#[export_name = "PMPI_Win_delete_attr"]
-pub extern "C" fn MPI_Win_delete_attr(win: c_int, keyval: c_int) -> c_int {
+pub(crate) fn mpi_win_delete_attr(win: c_int, keyval: c_int) -> c_int {
     let comm = comm_of(win);
     if comm == MPI_COMM_NULL {
         return call("MPI_Win_delete_attr", comm, |s| s.win(win).map(|_| ()));
     }
-    attr::MPI_Comm_delete_attr(comm, keyval)
+    attr::mpi_comm_delete_attr(comm, keyval)
 }

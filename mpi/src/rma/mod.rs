@@ -11,14 +11,14 @@
 //! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
 //! `acc` (accumulates, fetch-and-op, compare-and-swap).
 
-mod acc;
-mod attr;
+pub(crate) mod acc;
+pub(crate) mod attr;
 mod mem;
-mod ops;
+pub(crate) mod ops;
 mod serve;
-mod shared;
-mod sync;
-mod win;
+pub(crate) mod shared;
+pub(crate) mod sync;
+pub(crate) mod win;
 mod wire;
 
 pub use serve::serve_all;

@@ -3,7 +3,7 @@
 //! origin packs its buffer and names the target's bytes as runs of its window, computed from
 //! the target datatype here (MPI: it must be valid at the origin); the target applies them.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_long};
 
 use crate::abi::*;
 use crate::datatype::Datatype;
@@ -140,70 +140,69 @@ pub fn completed_request(
     ffi::out(request, h, "request")
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call.
-#[export_name = "PMPI_Put"]
-pub unsafe extern "C" fn MPI_Put(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_put(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     win: c_int,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     // SAFETY: the contract above.
     win_call("MPI_Put", win, |s| unsafe { put(s, win, &o, &t) }.map(|_| ()))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), writable until the epoch's synchronization.
-#[export_name = "PMPI_Get"]
-pub unsafe extern "C" fn MPI_Get(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_get(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     win: c_int,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     // SAFETY: the contract above.
     win_call("MPI_Get", win, |s| unsafe { get(s, win, &o, &t) }.map(|_| ()))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), readable for the call;
-/// `request`: null or writable for the call.
-#[export_name = "PMPI_Rput"]
-pub unsafe extern "C" fn MPI_Rput(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_rput(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     win: c_int,
     request: Out<'_, c_int>,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     win_call("MPI_Rput", win, |s| {
         // SAFETY: the contract above.
         let rank = unsafe { put(s, win, &o, &t) }?;
@@ -211,26 +210,25 @@ pub unsafe extern "C" fn MPI_Rput(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `origin_addr`: a message buffer (`UserBuf`), writable for the call;
-/// `request`: null or writable for the call.
-#[export_name = "PMPI_Rget"]
-pub unsafe extern "C" fn MPI_Rget(
+#[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
+pub(crate) unsafe fn mpi_rget(
     origin_addr: UserBuf,
     origin_count: c_int,
     origin_datatype: c_int,
     target_rank: c_int,
-    target_disp: isize,
+    target_disp: c_long,
     target_count: c_int,
     target_datatype: c_int,
     win: c_int,
     request: Out<'_, c_int>,
 ) -> c_int {
     let o = OriginArgs { buf: origin_addr, count: origin_count, datatype: origin_datatype };
-    let t =
-        TargetArgs { rank: target_rank, disp: target_disp, count: target_count, datatype: target_datatype };
+    let t = TargetArgs {
+        rank: target_rank,
+        disp: target_disp as isize,
+        count: target_count,
+        datatype: target_datatype,
+    };
     win_call("MPI_Rget", win, |s| {
         // SAFETY: the contract above.
         let rank = unsafe { get(s, win, &o, &t) }?;

@@ -4,7 +4,7 @@
 //! window still go through the target (`serve`), which sees the same memory. The ranks must
 //! share a host (MPI asks for a communicator whose ranks can share memory).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_long, c_void};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -98,14 +98,8 @@ fn allocate(s: &mut State, comm: c_int, size: usize, disp_unit: c_int) -> MpiRes
     Ok((h, base))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `baseptr`: null or writable for one `void *` for the call (declared `void *`, used as
-/// `void **`); `win`: null or writable for the call.
-#[export_name = "PMPI_Win_allocate_shared"]
-pub unsafe extern "C" fn MPI_Win_allocate_shared(
-    size: isize,
+pub(crate) unsafe fn mpi_win_allocate_shared(
+    size: c_long,
     disp_unit: c_int,
     _info: c_int,
     comm: c_int,
@@ -121,16 +115,10 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `size`, `disp_unit`: null or writable for the call; `baseptr`: null or writable for one
-/// `void *` (declared `void *`, used as `void **`).
-#[export_name = "PMPI_Win_shared_query"]
-pub unsafe extern "C" fn MPI_Win_shared_query(
+pub(crate) unsafe fn mpi_win_shared_query(
     win: c_int,
     rank: c_int,
-    size: Out<'_, isize>,
+    size: Out<'_, c_long>,
     disp_unit: Out<'_, c_int>,
     baseptr: Out<'_, *mut c_void>,
 ) -> c_int {
@@ -150,7 +138,7 @@ pub unsafe extern "C" fn MPI_Win_shared_query(
             })?
         };
         let ((addr, n), unit) = (w.shared[r], w.disp_units[r]);
-        ffi::out(size, n as isize, "size")?;
+        ffi::out(size, n as c_long, "size")?;
         ffi::out(disp_unit, unit, "disp_unit")?;
         ffi::out(baseptr, addr as *mut c_void, "baseptr")
     })

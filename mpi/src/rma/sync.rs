@@ -62,8 +62,7 @@ pub fn target_rank(w: &Win, rank: c_int) -> MpiResult<Option<usize>> {
 }
 
 /// Collective: every operation any rank started on the window completes.
-#[export_name = "PMPI_Win_fence"]
-pub extern "C" fn MPI_Win_fence(_assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_fence(_assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_fence", win, |s| {
         settle_all(s, win, "MPI_Win_fence")?;
         let g = s.win(win)?.group();
@@ -84,8 +83,7 @@ fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
     send(s, win, target, &Msg::Unlock)
 }
 
-#[export_name = "PMPI_Win_lock"]
-pub extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock", win, |s| {
         check_alive(s, win)?;
         let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
@@ -100,16 +98,14 @@ pub extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, _assert: c_int, wi
     })
 }
 
-#[export_name = "PMPI_Win_unlock"]
-pub extern "C" fn MPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_unlock(rank: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_unlock", win, |s| {
         let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
         unlock(s, win, t)
     })
 }
 
-#[export_name = "PMPI_Win_lock_all"]
-pub extern "C" fn MPI_Win_lock_all(_assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock_all(_assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock_all", win, |s| {
         check_alive(s, win)?;
         let n = s.win(win)?.size_of_group();
@@ -120,8 +116,7 @@ pub extern "C" fn MPI_Win_lock_all(_assert: c_int, win: c_int) -> c_int {
     })
 }
 
-#[export_name = "PMPI_Win_unlock_all"]
-pub extern "C" fn MPI_Win_unlock_all(win: c_int) -> c_int {
+pub(crate) fn mpi_win_unlock_all(win: c_int) -> c_int {
     win_call("MPI_Win_unlock_all", win, |s| {
         let n = s.win(win)?.size_of_group();
         (0..n).try_for_each(|t| unlock(s, win, t))
@@ -135,29 +130,24 @@ fn flush(function: &str, rank: c_int, win: c_int) -> c_int {
     })
 }
 
-#[export_name = "PMPI_Win_flush"]
-pub extern "C" fn MPI_Win_flush(rank: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_flush(rank: c_int, win: c_int) -> c_int {
     flush("MPI_Win_flush", rank, win)
 }
 
-#[export_name = "PMPI_Win_flush_local"]
-pub extern "C" fn MPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_flush_local(rank: c_int, win: c_int) -> c_int {
     flush("MPI_Win_flush_local", rank, win)
 }
 
-#[export_name = "PMPI_Win_flush_all"]
-pub extern "C" fn MPI_Win_flush_all(win: c_int) -> c_int {
+pub(crate) fn mpi_win_flush_all(win: c_int) -> c_int {
     win_call("MPI_Win_flush_all", win, |s| settle_all(s, win, "MPI_Win_flush_all"))
 }
 
-#[export_name = "PMPI_Win_flush_local_all"]
-pub extern "C" fn MPI_Win_flush_local_all(win: c_int) -> c_int {
+pub(crate) fn mpi_win_flush_local_all(win: c_int) -> c_int {
     win_call("MPI_Win_flush_local_all", win, |s| settle_all(s, win, "MPI_Win_flush_local_all"))
 }
 
 /// The unified model: public and private copies are one memory, nothing to synchronize.
-#[export_name = "PMPI_Win_sync"]
-pub extern "C" fn MPI_Win_sync(win: c_int) -> c_int {
+pub(crate) fn mpi_win_sync(win: c_int) -> c_int {
     win_call("MPI_Win_sync", win, |s| s.win(win).map(|_| ()))
 }
 
@@ -174,8 +164,7 @@ fn members(s: &State, win: c_int, group: c_int) -> MpiResult<Vec<usize>> {
         .collect()
 }
 
-#[export_name = "PMPI_Win_post"]
-pub extern "C" fn MPI_Win_post(group: c_int, _assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_post(group: c_int, _assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_post", win, |s| {
         check_alive(s, win)?;
         let origins = members(s, win, group)?;
@@ -187,8 +176,7 @@ pub extern "C" fn MPI_Win_post(group: c_int, _assert: c_int, win: c_int) -> c_in
     })
 }
 
-#[export_name = "PMPI_Win_start"]
-pub extern "C" fn MPI_Win_start(group: c_int, _assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_start(group: c_int, _assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_start", win, |s| {
         check_alive(s, win)?;
         let targets = members(s, win, group)?;
@@ -203,8 +191,7 @@ pub extern "C" fn MPI_Win_start(group: c_int, _assert: c_int, win: c_int) -> c_i
     })
 }
 
-#[export_name = "PMPI_Win_complete"]
-pub extern "C" fn MPI_Win_complete(win: c_int) -> c_int {
+pub(crate) fn mpi_win_complete(win: c_int) -> c_int {
     win_call("MPI_Win_complete", win, |s| {
         let targets = std::mem::take(&mut s.win_mut(win)?.origin.access);
         let wanted = targets.clone();
@@ -225,20 +212,14 @@ fn exposure_done(s: &mut State, win: c_int) -> MpiResult<bool> {
     Ok(true)
 }
 
-#[export_name = "PMPI_Win_wait"]
-pub extern "C" fn MPI_Win_wait(win: c_int) -> c_int {
+pub(crate) fn mpi_win_wait(win: c_int) -> c_int {
     win_call("MPI_Win_wait", win, |s| {
         wait_for(s, win, "MPI_Win_wait", |w| w.target.exposure.iter().all(|&o| w.target.completes[o] > 0))?;
         exposure_done(s, win).map(|_| ())
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `flag`: null or writable for the call.
-#[export_name = "PMPI_Win_test"]
-pub unsafe extern "C" fn MPI_Win_test(win: c_int, flag: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_test(win: c_int, flag: Out<'_, c_int>) -> c_int {
     win_call("MPI_Win_test", win, |s| {
         s.progress()?;
         check_alive(s, win)?;

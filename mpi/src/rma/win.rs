@@ -2,7 +2,7 @@
 //! the group, the predefined attributes, names, error handlers and info.
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_long, c_void};
 
 use crate::abi::*;
 use crate::coll::{self, Group};
@@ -194,19 +194,13 @@ pub fn create(
     Ok(s.wins.insert(win))
 }
 
-fn size_of(size: isize) -> MpiResult<usize> {
+fn size_of(size: c_long) -> MpiResult<usize> {
     usize::try_from(size).map_err(|_| MpiError::new(MPI_ERR_SIZE, format!("window size {size}")))
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `base`: `size` bytes the program exposes until `MPI_Win_free` (MPI's window memory);
-/// `win`: null or writable for the call.
-#[export_name = "PMPI_Win_create"]
-pub unsafe extern "C" fn MPI_Win_create(
+pub(crate) unsafe fn mpi_win_create(
     base: UserBuf,
-    size: isize,
+    size: c_long,
     disp_unit: c_int,
     _info: c_int,
     comm: c_int,
@@ -219,14 +213,8 @@ pub unsafe extern "C" fn MPI_Win_create(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `baseptr`: null or writable for one `void *` for the call (declared `void *`, used as
-/// `void **`); `win`: null or writable for the call.
-#[export_name = "PMPI_Win_allocate"]
-pub unsafe extern "C" fn MPI_Win_allocate(
-    size: isize,
+pub(crate) unsafe fn mpi_win_allocate(
+    size: c_long,
     disp_unit: c_int,
     _info: c_int,
     comm: c_int,
@@ -243,24 +231,14 @@ pub unsafe extern "C" fn MPI_Win_allocate(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `win`: null or writable for the call.
-#[export_name = "PMPI_Win_create_dynamic"]
-pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: c_int, comm: c_int, win: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_create_dynamic(_info: c_int, comm: c_int, win: Out<'_, c_int>) -> c_int {
     call("MPI_Win_create_dynamic", comm, |s| {
         let h = create(s, comm, 0, 0, 1, FLAVOR_DYNAMIC)?;
         ffi::out(win, h, "win")
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `base`: `size` bytes the program exposes until `MPI_Win_detach`.
-#[export_name = "PMPI_Win_attach"]
-pub unsafe extern "C" fn MPI_Win_attach(win: c_int, base: UserBuf, size: isize) -> c_int {
+pub(crate) unsafe fn mpi_win_attach(win: c_int, base: UserBuf, size: c_long) -> c_int {
     win_call("MPI_Win_attach", win, |s| {
         let size = size_of(size)?;
         let w = s.win_mut(win)?;
@@ -272,12 +250,7 @@ pub unsafe extern "C" fn MPI_Win_attach(win: c_int, base: UserBuf, size: isize) 
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `base`: an address given to `MPI_Win_attach`, never dereferenced here.
-#[export_name = "PMPI_Win_detach"]
-pub unsafe extern "C" fn MPI_Win_detach(win: c_int, base: UserBuf) -> c_int {
+pub(crate) unsafe fn mpi_win_detach(win: c_int, base: UserBuf) -> c_int {
     win_call("MPI_Win_detach", win, |s| {
         let w = s.win_mut(win)?;
         let at = w.attached.iter().position(|a| a.0 == base.addr());
@@ -289,13 +262,7 @@ pub unsafe extern "C" fn MPI_Win_detach(win: c_int, base: UserBuf) -> c_int {
 }
 
 /// Collective: every rank's operations complete, then the window goes.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `win`: null or writable for the call.
-#[export_name = "PMPI_Win_free"]
-pub unsafe extern "C" fn MPI_Win_free(win: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_free(win: Out<'_, c_int>) -> c_int {
     let h = ffi::read(win.as_in(), "win").unwrap_or(MPI_WIN_NULL);
     win_call("MPI_Win_free", h, |s| {
         super::sync::settle_all(s, h, "MPI_Win_free")?;
@@ -309,12 +276,7 @@ pub unsafe extern "C" fn MPI_Win_free(win: Out<'_, c_int>) -> c_int {
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `group`: null or writable for the call.
-#[export_name = "PMPI_Win_get_group"]
-pub unsafe extern "C" fn MPI_Win_get_group(win: c_int, group: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_get_group(win: c_int, group: Out<'_, c_int>) -> c_int {
     win_call("MPI_Win_get_group", win, |s| {
         let ranks = s.win(win)?.ranks.clone();
         let h = s.groups.insert(ranks);
@@ -324,14 +286,7 @@ pub unsafe extern "C" fn MPI_Win_get_group(win: c_int, group: Out<'_, c_int>) ->
 
 /// The predefined attributes: `MPI_WIN_BASE` is the base itself, the others point to their
 /// value.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `value`: null or writable for one `void *` (declared `void *`, used as `void **`);
-/// `flag`: null or writable for the call.
-#[export_name = "PMPI_Win_get_attr"]
-pub unsafe extern "C" fn MPI_Win_get_attr(
+pub(crate) unsafe fn mpi_win_get_attr(
     win: c_int,
     keyval: c_int,
     value: Out<'_, usize>,
@@ -358,12 +313,7 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `name`: a NUL-terminated string.
-#[export_name = "PMPI_Win_set_name"]
-pub unsafe extern "C" fn MPI_Win_set_name(win: c_int, name: *const c_char) -> c_int {
+pub(crate) unsafe fn mpi_win_set_name(win: c_int, name: *const c_char) -> c_int {
     win_call("MPI_Win_set_name", win, |s| {
         // SAFETY: the contract above.
         let text = unsafe { ffi::string_in(name) }?;
@@ -372,12 +322,7 @@ pub unsafe extern "C" fn MPI_Win_set_name(win: c_int, name: *const c_char) -> c_
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `name`: room for `MPI_MAX_OBJECT_NAME` bytes; `len`: null or writable for the call.
-#[export_name = "PMPI_Win_get_name"]
-pub unsafe extern "C" fn MPI_Win_get_name(win: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_get_name(win: c_int, name: *mut c_char, len: Out<'_, c_int>) -> c_int {
     win_call("MPI_Win_get_name", win, |s| {
         let text = s.win(win)?.name.clone();
         // SAFETY: the contract above.
@@ -386,8 +331,7 @@ pub unsafe extern "C" fn MPI_Win_get_name(win: c_int, name: *mut c_char, len: Ou
     })
 }
 
-#[export_name = "PMPI_Win_set_errhandler"]
-pub extern "C" fn MPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int {
+pub(crate) fn mpi_win_set_errhandler(win: c_int, errhandler: c_int) -> c_int {
     win_call("MPI_Win_set_errhandler", win, |s| {
         let comm = s.win(win)?.comm;
         s.comm_mut(comm)?.errhandler = errhandler;
@@ -395,31 +339,19 @@ pub extern "C" fn MPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int
     })
 }
 
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `errhandler`: null or writable for the call.
-#[export_name = "PMPI_Win_get_errhandler"]
-pub unsafe extern "C" fn MPI_Win_get_errhandler(win: c_int, errhandler: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_get_errhandler(win: c_int, errhandler: Out<'_, c_int>) -> c_int {
     win_call("MPI_Win_get_errhandler", win, |s| {
         let comm = s.win(win)?.comm;
         ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler")
     })
 }
 
-#[export_name = "PMPI_Win_set_info"]
-pub extern "C" fn MPI_Win_set_info(win: c_int, _info: c_int) -> c_int {
+pub(crate) fn mpi_win_set_info(win: c_int, _info: c_int) -> c_int {
     win_call("MPI_Win_set_info", win, |s| s.win(win).map(|_| ()))
 }
 
 /// An empty info: reverb's windows take no hints.
-///
-/// # Safety
-///
-/// Pointer arguments follow the FFI contract (`ffi.rs`):
-/// `info`: null or writable for the call.
-#[export_name = "PMPI_Win_get_info"]
-pub unsafe extern "C" fn MPI_Win_get_info(win: c_int, info: Out<'_, c_int>) -> c_int {
+pub(crate) unsafe fn mpi_win_get_info(win: c_int, info: Out<'_, c_int>) -> c_int {
     win_call("MPI_Win_get_info", win, |s| {
         s.win(win)?;
         let h = crate::info::new_empty();
