@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 
 use reverb_transport::config::TransportConfig;
+use reverb_transport::error::TransportError;
 use reverb_transport::shm::ShmProvider;
 
 use crate::abi::*;
@@ -17,24 +18,33 @@ use crate::obj::{self, Table, NO_OP};
 
 pub(crate) struct Ep {
     core: EpRef,
-}
-
-/// The host space every endpoint of this user joins: endpoints of one user on one host
-/// reach each other by address.
-fn host_space() -> String {
-    // SAFETY: getuid cannot fail and touches no memory.
-    format!("fi{}", unsafe { libc::getuid() })
+    /// The service this endpoint publishes its address under (a server's).
+    _service: Option<crate::service::Claim>,
 }
 
 fn open_core(info: Option<&fi_info>) -> Result<EpCore> {
     let config = TransportConfig::from_env()?;
-    let provider = ShmProvider::open_by_address(config, &host_space())?;
+    let provider = ShmProvider::open_by_address(config, &crate::service::host_space())?;
     let caps = info.map_or(crate::info::PRIMARY_CAPS, |i| i.caps);
     // SAFETY: the tx attributes of the consumer's fi_info: null or valid.
     let tx_op_flags = info.and_then(|i| unsafe { i.tx_attr.as_ref() }).map_or(0, |tx| tx.op_flags);
     // SAFETY: as above, the rx attributes.
     let rx_op_flags = info.and_then(|i| unsafe { i.rx_attr.as_ref() }).map_or(0, |rx| rx.op_flags);
     Ok(EpCore::new(Box::new(provider), caps, [tx_op_flags, rx_op_flags]))
+}
+
+/// Publishes the endpoint's address under the service its info names (see `service`).
+///
+/// # Safety
+/// `info` is None or a valid fi_info whose `src_addr` holds `src_addrlen` bytes.
+unsafe fn publish_service(info: Option<&fi_info>, core: &EpCore) -> Result<Option<crate::service::Claim>> {
+    let Some(info) = info else { return Ok(None) };
+    // SAFETY: the caller's contract.
+    let src = unsafe { obj::lent(info.src_addr, info.src_addrlen) };
+    let Some(service) = crate::service::named_in(src) else { return Ok(None) };
+    let claim = crate::service::publish(&service, &core.name()?)
+        .map_err(|e| OfiError::Transport(TransportError::io(format!("publish service {service}"), e)))?;
+    Ok(Some(claim))
 }
 
 /// `fi_endpoint` (the domain's `endpoint`).
@@ -62,7 +72,12 @@ pub(crate) unsafe extern "C" fn open(
         atomic: std::ptr::null(),
         collective: std::ptr::null(),
     };
-    let state = Ep { core: Rc::new(RefCell::new(core)) };
+    // SAFETY: as above.
+    let service = match unsafe { publish_service(info.as_ref(), &core) } {
+        Ok(service) => service,
+        Err(e) => return -e.errno(),
+    };
+    let state = Ep { core: Rc::new(RefCell::new(core)), _service: service };
     // SAFETY: `out` checked non-null.
     unsafe { out.write(obj::into_raw(c, state) as *mut fid_ep) };
     0

@@ -1,7 +1,7 @@
 //! `fi_getinfo` for the provider: what it offers, checked against the consumer's hints, and
 //! written into an `fi_info` that libfabric allocates (`fi_dupinfo`) and frees.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::abi::*;
 use crate::core::MEM_TAG_FORMAT;
@@ -158,6 +158,33 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     fab.name = dup(FABRIC_NAME);
     fab.api_version = api_version;
     info
+}
+
+/// A malloc'd copy of `bytes` (libfabric frees info addresses with free()); null for none.
+fn malloc_copy(bytes: &[u8]) -> Option<*mut c_void> {
+    if bytes.is_empty() {
+        return Some(std::ptr::null_mut());
+    }
+    // SAFETY: malloc of a non-zero size; null is checked.
+    let p = unsafe { libc::malloc(bytes.len()) };
+    if p.is_null() {
+        return None;
+    }
+    crate::obj::copy_to_lent(p as usize, bytes.len(), bytes);
+    Some(p)
+}
+
+/// Sets `info`'s source and destination addresses (empty: none). False when `info` is null
+/// or memory ran out.
+///
+/// # Safety
+/// `info` is null or a valid fi_info whose addresses are unset.
+pub unsafe fn set_addresses(info: *mut fi_info, src: &[u8], dest: &[u8]) -> bool {
+    // SAFETY: the caller's contract.
+    let Some(i) = (unsafe { info.as_mut() }) else { return false };
+    let (Some(s), Some(d)) = (malloc_copy(src), malloc_copy(dest)) else { return false };
+    (i.src_addr, i.src_addrlen, i.dest_addr, i.dest_addrlen) = (s, src.len(), d, dest.len());
+    true
 }
 
 #[cfg(test)]

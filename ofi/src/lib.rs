@@ -17,8 +17,9 @@ pub mod error;
 mod fabric;
 pub mod info;
 pub mod obj;
+pub mod service;
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, CStr};
 
 use abi::*;
 
@@ -30,8 +31,8 @@ const API_VERSION: u32 = fi_version(1, 17);
 unsafe extern "C" fn getinfo(
     version: u32,
     _node: *const c_char,
-    _service: *const c_char,
-    _flags: u64,
+    service: *const c_char,
+    flags: u64,
     hints: *const fi_info,
     info: *mut *mut fi_info,
 ) -> c_int {
@@ -41,8 +42,23 @@ unsafe extern "C" fn getinfo(
     // SAFETY: libfabric passes the consumer's hints: null or a valid fi_info.
     let hints = unsafe { info::read_hints(hints) };
     let Some(offer) = info::offer(&hints) else { return -FI_ENODATA };
+    // A server names the service it will publish; a client finds the server's address.
+    // SAFETY: null or a C string (fi_getinfo's contract).
+    let service =
+        (!service.is_null()).then(|| unsafe { CStr::from_ptr(service) }.to_string_lossy().into_owned());
+    let (src, dest) = match service {
+        Some(s) if flags & FI_SOURCE != 0 => ([service::MARK, s.as_bytes()].concat(), Vec::new()),
+        Some(s) => match service::lookup(&s) {
+            Some(address) => (Vec::new(), address),
+            None => return -FI_ENODATA,
+        },
+        None => (Vec::new(), Vec::new()),
+    };
     let built = info::build(&offer, version);
-    if built.is_null() {
+    // SAFETY: null or the info fi_dupinfo just made.
+    if unsafe { !info::set_addresses(built, &src, &dest) } {
+        // SAFETY: as above.
+        unsafe { fi_freeinfo(built) };
         return -FI_ENOMEM;
     }
     // SAFETY: checked non-null above; libfabric reads the answer from here.
