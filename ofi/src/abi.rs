@@ -358,7 +358,7 @@ pub struct fi_cq_attr {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct fi_cq_tagged_entry {
     pub op_context: *mut c_void,
     pub flags: u64,
@@ -369,6 +369,7 @@ pub struct fi_cq_tagged_entry {
 }
 
 #[repr(C)]
+#[derive(Debug)]
 pub struct fi_cq_err_entry {
     pub op_context: *mut c_void,
     pub flags: u64,
