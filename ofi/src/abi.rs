@@ -436,7 +436,7 @@ pub struct fi_msg_tagged {
 #[repr(C)]
 pub struct fi_ops_ep {
     pub size: usize,
-    pub cancel: Option<unsafe extern "C" fn(*mut fid, *mut c_void) -> isize>,
+    pub cancel: Slot,
     pub getopt: Slot,
     pub setopt: Slot,
     pub tx_ctx: Slot,

@@ -73,7 +73,6 @@ struct Pending {
     report: bool,
     /// The receive buffer lent by the consumer: (address, capacity).
     recv_into: Option<(usize, usize)>,
-    cancelled: bool,
 }
 
 /// How a CQ is bound to an endpoint.
@@ -196,13 +195,7 @@ impl EpCore {
         let kind = if args.tag.is_some() { FI_TAGGED } else { FI_MSG };
         let flags = args.flags | self.tx_op_flags;
         let report = !inject && Self::reports(self.tx.as_ref(), flags);
-        let pending = Pending {
-            context: args.context,
-            flags: FI_SEND | kind,
-            report,
-            recv_into: None,
-            cancelled: false,
-        };
+        let pending = Pending { context: args.context, flags: FI_SEND | kind, report, recv_into: None };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
@@ -230,36 +223,10 @@ impl EpCore {
             flags: FI_RECV | kind,
             report,
             recv_into: Some((args.buf, args.len)),
-            cancelled: false,
         };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
-    }
-
-    /// Cancels the receive posted with `context`: its completion becomes FI_ECANCELED and the
-    /// message it would have taken is dropped. False when no receive has that context.
-    pub fn cancel(&mut self, context: usize) -> bool {
-        let Some(p) = self.pending.values_mut().find(|p| p.context == context && p.recv_into.is_some())
-        else {
-            return false;
-        };
-        if p.cancelled {
-            return false;
-        }
-        p.cancelled = true;
-        let entry = Entry { context, flags: p.flags, len: 0, buf: 0, data: 0, tag: 0, src: FI_ADDR_NOTAVAIL };
-        if let Some(rx) = &self.rx {
-            let text = "receive cancelled".to_string();
-            rx.cq.borrow_mut().errors.push_back(ErrEntry {
-                entry,
-                err: FI_ECANCELED,
-                prov_errno: 0,
-                olen: 0,
-                text,
-            });
-        }
-        true
     }
 
     /// Moves what the provider completed into the bound CQs.
@@ -268,9 +235,6 @@ impl EpCore {
         let _ = self.provider.progress();
         while let Some(c) = self.provider.completions().pop_front() {
             let Some(p) = self.pending.remove(&c.op) else { continue };
-            if p.cancelled {
-                continue;
-            }
             let error = c.error().cloned();
             match c.kind {
                 CompletionKind::Recv { source, tag, len, data } => {

@@ -42,9 +42,13 @@ unsafe fn publish_service(info: Option<&fi_info>, core: &EpCore) -> Result<Optio
     // SAFETY: the caller's contract.
     let src = unsafe { obj::lent(info.src_addr, info.src_addrlen) };
     let Some(service) = crate::service::named_in(src) else { return Ok(None) };
-    let claim = crate::service::publish(&service, &core.name()?)
-        .map_err(|e| OfiError::Transport(TransportError::io(format!("publish service {service}"), e)))?;
-    Ok(Some(claim))
+    match crate::service::publish(&service, &core.name()?) {
+        Ok(claim) => Ok(Some(claim)),
+        // Another live endpoint holds the service (consumers open several from one info):
+        // this one is reached by its address alone.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(OfiError::Transport(TransportError::io(format!("publish service {service}"), e))),
+    }
 }
 
 /// `fi_endpoint` (the domain's `endpoint`).
@@ -173,17 +177,6 @@ unsafe extern "C" fn getname(f: *mut fid, addr: *mut c_void, addrlen: *mut usize
     0
 }
 
-unsafe extern "C" fn cancel(f: *mut fid, context: *mut c_void) -> isize {
-    // SAFETY: the consumer's endpoint.
-    let Some(ep) = (unsafe { ep_of(f) }) else { return -(FI_EINVAL as isize) };
-    let Ok(mut core) = ep.core.try_borrow_mut() else { return -(FI_EBUSY as isize) };
-    if core.cancel(context as usize) {
-        0
-    } else {
-        -(FI_ENOENT as isize)
-    }
-}
-
 pub(crate) static FI_OPS: Table<fi_ops> = Table(fi_ops {
     size: std::mem::size_of::<fi_ops>(),
     close: Some(close),
@@ -196,7 +189,8 @@ pub(crate) static FI_OPS: Table<fi_ops> = Table(fi_ops {
 
 static EP_OPS: Table<fi_ops_ep> = Table(fi_ops_ep {
     size: std::mem::size_of::<fi_ops_ep>(),
-    cancel: Some(cancel),
+    // The transport cannot take back a posted receive yet: fi_cancel says -FI_ENOSYS.
+    cancel: NO_OP,
     getopt: NO_OP,
     setopt: NO_OP,
     tx_ctx: NO_OP,

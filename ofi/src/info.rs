@@ -28,6 +28,9 @@ pub struct Hints {
     pub av_type: c_int,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
+    /// Message orders asked of transmits and receives.
+    pub msg_order: u64,
+    pub domain_caps: u64,
     pub names_other_fabric: bool,
 }
 
@@ -42,7 +45,10 @@ pub struct Offer {
 
 pub fn offer(h: &Hints) -> Option<Offer> {
     let secondary_ok = SECONDARY_CAPS | FI_LOCAL_COMM;
-    if h.caps & !(PRIMARY_CAPS | secondary_ok) != 0 || h.names_other_fabric {
+    let unmet = h.caps & !(PRIMARY_CAPS | secondary_ok) != 0
+        || h.domain_caps & !SECONDARY_CAPS != 0
+        || h.msg_order & !FI_ORDER_SAS != 0;
+    if unmet || h.names_other_fabric {
         return None;
     }
     if !matches!(h.ep_type, FI_EP_UNSPEC | FI_EP_RDM)
@@ -89,6 +95,7 @@ pub unsafe fn read_hints(hints: *const fi_info) -> Hints {
             h.control_progress = d.control_progress;
             h.data_progress = d.data_progress;
             h.av_type = d.av_type;
+            h.domain_caps = d.caps;
             h.names_other_fabric |= !d.name.is_null() && CStr::from_ptr(d.name) != DOMAIN_NAME;
         }
         if let Some(f) = info.fabric_attr.as_ref() {
@@ -96,9 +103,11 @@ pub unsafe fn read_hints(hints: *const fi_info) -> Hints {
         }
         if let Some(tx) = info.tx_attr.as_ref() {
             h.tx_op_flags = tx.op_flags;
+            h.msg_order |= tx.msg_order;
         }
         if let Some(rx) = info.rx_attr.as_ref() {
             h.rx_op_flags = rx.op_flags;
+            h.msg_order |= rx.msg_order;
         }
     }
     h
@@ -122,15 +131,15 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     let (tx, rx, ep, dom, fab) = unsafe {
         (&mut *i.tx_attr, &mut *i.rx_attr, &mut *i.ep_attr, &mut *i.domain_attr, &mut *i.fabric_attr)
     };
-    let primary = offer.caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV);
-    tx.caps = primary | FI_SEND;
+    // Each side's capabilities are the info's that concern it.
+    tx.caps = offer.caps & (FI_MSG | FI_TAGGED | FI_SEND);
     tx.op_flags = offer.tx_op_flags;
     tx.msg_order = FI_ORDER_SAS;
     tx.comp_order = 0;
     tx.inject_size = INJECT_SIZE;
     tx.size = QUEUE_SIZE;
     tx.iov_limit = 1;
-    rx.caps = primary | FI_RECV | (offer.caps & (FI_DIRECTED_RECV | FI_SOURCE));
+    rx.caps = offer.caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = FI_ORDER_SAS;
     rx.size = QUEUE_SIZE;
@@ -203,6 +212,8 @@ mod tests {
         assert!(offer(&Hints { data_progress: FI_PROGRESS_AUTO, ..tagged }).is_none());
         assert!(offer(&Hints { threading: FI_THREAD_SAFE, ..tagged }).is_none());
         assert!(offer(&Hints { caps: FI_RMA, ..tagged }).is_none());
+        assert!(offer(&Hints { msg_order: 0x1, ..tagged }).is_none(), "FI_ORDER_RAR");
+        assert!(offer(&Hints { domain_caps: FI_REMOTE_COMM, ..tagged }).is_none());
         assert!(offer(&Hints { ep_type: 1, ..tagged }).is_none(), "FI_EP_MSG");
         assert_eq!(offer(&Hints::default()).unwrap().caps, PRIMARY_CAPS | SECONDARY_CAPS);
     }

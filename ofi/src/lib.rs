@@ -43,16 +43,17 @@ unsafe extern "C" fn getinfo(
     let hints = unsafe { info::read_hints(hints) };
     let Some(offer) = info::offer(&hints) else { return -FI_ENODATA };
     // A server names the service it will publish; a client finds the server's address.
+    // Every info has a source address: the mark, with no service but a server's.
     // SAFETY: null or a C string (fi_getinfo's contract).
     let service =
         (!service.is_null()).then(|| unsafe { CStr::from_ptr(service) }.to_string_lossy().into_owned());
     let (src, dest) = match service {
         Some(s) if flags & FI_SOURCE != 0 => ([service::MARK, s.as_bytes()].concat(), Vec::new()),
         Some(s) => match service::lookup(&s) {
-            Some(address) => (Vec::new(), address),
+            Some(address) => (service::MARK.to_vec(), address),
             None => return -FI_ENODATA,
         },
-        None => (Vec::new(), Vec::new()),
+        None => (service::MARK.to_vec(), Vec::new()),
     };
     let built = info::build(&offer, version);
     // SAFETY: null or the info fi_dupinfo just made.

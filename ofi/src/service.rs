@@ -32,9 +32,9 @@ pub fn lookup(service: &str) -> Option<Vec<u8>> {
     std::fs::read(service_path(service)).ok().filter(|a| a.len() == ADDRESS_LEN)
 }
 
-/// The service a server's `src_addr` names, if it is one of [`MARK`]'s.
+/// The service a server's `src_addr` names, if it is one of [`MARK`]'s with a service.
 pub fn named_in(src_addr: &[u8]) -> Option<String> {
-    src_addr.strip_prefix(MARK).map(|s| String::from_utf8_lossy(s).into_owned())
+    src_addr.strip_prefix(MARK).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned())
 }
 
 /// A service this endpoint holds; the file goes with it.
