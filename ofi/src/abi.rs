@@ -301,10 +301,11 @@ pub struct fi_eq_attr {
 #[repr(C)]
 pub struct fi_ops_eq {
     pub size: usize,
-    pub read: Slot,
-    pub readerr: Slot,
-    pub write: Slot,
-    pub sread: Slot,
+    pub read: Option<unsafe extern "C" fn(*mut fid_eq, *mut u32, *mut c_void, usize, u64) -> isize>,
+    /// Takes a `struct fi_eq_err_entry *`, which the provider never fills.
+    pub readerr: Option<unsafe extern "C" fn(*mut fid_eq, *mut c_void, u64) -> isize>,
+    pub write: Option<unsafe extern "C" fn(*mut fid_eq, u32, *const c_void, usize, u64) -> isize>,
+    pub sread: Option<unsafe extern "C" fn(*mut fid_eq, *mut u32, *mut c_void, usize, c_int, u64) -> isize>,
     pub strerror: Slot,
 }
 

@@ -1,6 +1,5 @@
-//! The fabric, domain and event-queue objects: containers that hold no traffic of their own
-//! (an RDM endpoint with manual progress reports nothing on an EQ; it exists because consumers
-//! open one).
+//! The fabric, domain and event-queue objects. The provider raises no event of its own (an
+//! RDM endpoint needs no connection events); an EQ holds what the consumer writes into it.
 
 use std::ffi::{c_int, c_void, CStr};
 
@@ -10,7 +9,14 @@ use crate::obj::{self, Table, NO_OP};
 
 struct Fabric;
 struct Domain;
-struct Eq;
+/// Events written and not read yet: (event, its bytes).
+#[derive(Default)]
+struct Eq {
+    events: std::collections::VecDeque<(u32, Vec<u8>)>,
+}
+
+/// Longest slice a blocked `fi_eq_sread` sleeps between looks.
+const EQ_SLICE: std::time::Duration = std::time::Duration::from_millis(1);
 
 unsafe extern "C" fn fabric_close(f: *mut fid) -> c_int {
     // SAFETY: libfabric passes the fid it got from `open`; free checks its ops table.
@@ -96,17 +102,88 @@ static DOMAIN_OPS: Table<fi_ops_domain> = Table(fi_ops_domain {
 static MR_OPS: Table<fi_ops_mr> =
     Table(fi_ops_mr { size: std::mem::size_of::<fi_ops_mr>(), reg: NO_OP, regv: NO_OP, regattr: NO_OP });
 
-/// An EQ that never has an event: reads say -FI_EAGAIN.
-unsafe extern "C" fn eq_read(_: *mut fid_eq, _: *mut u32, _: *mut c_void, _: usize, _: u64) -> isize {
+/// The EQ behind `eq`, if it is one of ours.
+///
+/// # Safety
+/// `eq` is null or a live fid.
+unsafe fn eq_of(eq: *mut fid_eq) -> Option<&'static mut Eq> {
+    // SAFETY: the caller's contract; the ops table names the type.
+    unsafe { obj::state::<fid_eq, Eq>(eq as *mut fid, ops_ptr(&EQ_FI_OPS)) }
+}
+
+/// Takes (or, with FI_PEEK, copies) the oldest event: its size, or -FI_EAGAIN.
+unsafe extern "C" fn eq_read(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    // SAFETY: the consumer's EQ.
+    let Some(eq) = (unsafe { eq_of(eq) }) else { return -(FI_EINVAL as isize) };
+    let Some((kind, bytes)) = eq.events.front() else { return -(FI_EAGAIN as isize) };
+    if len < bytes.len() {
+        return -(FI_ETOOSMALL as isize);
+    }
+    // SAFETY: `event` is null or the consumer's word.
+    unsafe { obj::put(event, *kind) };
+    obj::copy_to_lent(buf as usize, len, bytes);
+    let n = bytes.len() as isize;
+    if flags & FI_PEEK == 0 {
+        eq.events.pop_front();
+    }
+    n
+}
+
+/// Waits up to `timeout` ms (negative: until an event comes, a slice at a time) for an event.
+unsafe extern "C" fn eq_sread(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: c_int,
+    flags: u64,
+) -> isize {
+    let deadline = u64::try_from(timeout)
+        .ok()
+        .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+    loop {
+        // SAFETY: fi_eq_sread's arguments are fi_eq_read's.
+        let n = unsafe { eq_read(eq, event, buf, len, flags) };
+        let expired = deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        if n != -(FI_EAGAIN as isize) || expired {
+            return n;
+        }
+        std::thread::sleep(EQ_SLICE);
+    }
+}
+
+/// The consumer's event, copied in: its length.
+unsafe extern "C" fn eq_write(
+    eq: *mut fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _flags: u64,
+) -> isize {
+    // SAFETY: the consumer's EQ.
+    let Some(eq) = (unsafe { eq_of(eq) }) else { return -(FI_EINVAL as isize) };
+    // SAFETY: `len` readable bytes at `buf` (fi_eq_write's contract).
+    eq.events.push_back((event, unsafe { obj::lent(buf, len) }.to_vec()));
+    len as isize
+}
+
+/// No error events are ever queued.
+unsafe extern "C" fn eq_readerr(_: *mut fid_eq, _: *mut c_void, _: u64) -> isize {
     -(FI_EAGAIN as isize)
 }
 
 static EQ_OPS: Table<fi_ops_eq> = Table(fi_ops_eq {
     size: std::mem::size_of::<fi_ops_eq>(),
-    read: eq_read as *const c_void,
-    readerr: eq_read as *const c_void,
-    write: NO_OP,
-    sread: eq_read as *const c_void,
+    read: Some(eq_read),
+    readerr: Some(eq_readerr),
+    write: Some(eq_write),
+    sread: Some(eq_sread),
     strerror: NO_OP,
 });
 
@@ -167,6 +244,6 @@ unsafe extern "C" fn eq_open(
     }
     let c = fid_eq { fid: header(FI_CLASS_EQ, context, &EQ_FI_OPS), ops: &EQ_OPS.0 };
     // SAFETY: `out` checked non-null.
-    unsafe { out.write(obj::into_raw(c, Eq) as *mut fid_eq) };
+    unsafe { out.write(obj::into_raw(c, Eq::default()) as *mut fid_eq) };
     0
 }
