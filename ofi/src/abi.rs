@@ -78,6 +78,7 @@ pub const FI_ENOMEM: c_int = 12;
 pub const FI_EBUSY: c_int = 16;
 pub const FI_EINVAL: c_int = 22;
 pub const FI_ENOSYS: c_int = 38;
+pub const FI_ENOMSG: c_int = 42;
 pub const FI_ENODATA: c_int = 61;
 pub const FI_EHOSTUNREACH: c_int = 113;
 pub const FI_ECANCELED: c_int = 125;

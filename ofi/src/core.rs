@@ -73,6 +73,8 @@ struct Pending {
     report: bool,
     /// The receive buffer lent by the consumer: (address, capacity).
     recv_into: Option<(usize, usize)>,
+    /// A claimed message the consumer discarded: its completion was raised already.
+    discard: bool,
 }
 
 /// How a CQ is bound to an endpoint.
@@ -116,6 +118,8 @@ pub struct EpCore {
     to_rank: HashMap<fi_addr_t, Rank>,
     from_rank: HashMap<Rank, fi_addr_t>,
     pending: HashMap<OpId, Pending>,
+    /// Messages peeked with FI_CLAIM, by the peek's context: (sender, wire tag, length).
+    claims: HashMap<usize, (Rank, u64, usize)>,
 }
 
 pub type EpRef = Rc<RefCell<EpCore>>;
@@ -134,6 +138,7 @@ impl EpCore {
             to_rank: HashMap::new(),
             from_rank: HashMap::new(),
             pending: HashMap::new(),
+            claims: HashMap::new(),
         }
     }
 
@@ -195,13 +200,15 @@ impl EpCore {
         let kind = if args.tag.is_some() { FI_TAGGED } else { FI_MSG };
         let flags = args.flags | self.tx_op_flags;
         let report = !inject && Self::reports(self.tx.as_ref(), flags);
-        let pending = Pending { context: args.context, flags: FI_SEND | kind, report, recv_into: None };
+        let pending =
+            Pending { context: args.context, flags: FI_SEND | kind, report, recv_into: None, discard: false };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
     }
 
-    pub fn recv(&mut self, args: RecvArgs) -> Result<()> {
+    /// The source and tag match of a receive.
+    fn matching(&mut self, args: &RecvArgs) -> Result<(Source, TagMatch, u64)> {
         let source = if args.src != FI_ADDR_UNSPEC && self.caps & FI_DIRECTED_RECV != 0 {
             Source::Rank(self.rank_of(args.src)?)
         } else {
@@ -214,6 +221,11 @@ impl EpCore {
             ),
             None => (TagMatch { tag: UNTAGGED, mask: UNTAGGED }, FI_MSG),
         };
+        Ok((source, matching, kind))
+    }
+
+    pub fn recv(&mut self, args: RecvArgs) -> Result<()> {
+        let (source, matching, kind) = self.matching(&args)?;
         // Room for the CQ data too; a payload longer than `len` is cut off here (FI_ETRUNC).
         let buffer = RecvBuffer::Owned { capacity: args.len + DATA_LEN };
         let op = self.provider.post_recv(source, matching, buffer)?;
@@ -223,10 +235,81 @@ impl EpCore {
             flags: FI_RECV | kind,
             report,
             recv_into: Some((args.buf, args.len)),
+            discard: false,
         };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
+    }
+
+    /// fi_trecvmsg with FI_PEEK, FI_CLAIM or FI_DISCARD: a peek completes at once, with the
+    /// arrived message's length and tag or FI_ENOMSG; FI_CLAIM then receives the message a
+    /// claiming peek with the same context found; FI_DISCARD drops it instead.
+    pub fn peek_or_claim(&mut self, args: RecvArgs) -> Result<()> {
+        let (flags, context) = (args.flags, args.context);
+        self.progress();
+        let found = if flags & FI_PEEK != 0 {
+            let (source, matching, _) = self.matching(&args)?;
+            self.provider.peek_arrived(source, matching)?
+        } else if flags & FI_CLAIM != 0 {
+            self.claims.remove(&context)
+        } else {
+            return Err(OfiError::Invalid("FI_DISCARD without FI_PEEK or FI_CLAIM"));
+        };
+        let entry = Entry { context, flags: FI_RECV | FI_TAGGED, len: 0, buf: 0, data: 0, tag: 0, src: 0 };
+        let Some((rank, tag, len)) = found else {
+            let text = "no message matches".to_string();
+            let miss = ErrEntry { entry, err: FI_ENOMSG, prov_errno: 0, olen: 0, text };
+            self.rx_queue()?.borrow_mut().errors.push_back(miss);
+            return Ok(());
+        };
+        let payload_len = if tag & WITH_DATA != 0 { len.saturating_sub(DATA_LEN) } else { len };
+        let peeked = Entry { len: payload_len, tag: tag & MEM_TAG_FORMAT, src: self.addr_of(rank), ..entry };
+        match (flags & FI_PEEK != 0, flags & (FI_CLAIM | FI_DISCARD)) {
+            (true, FI_CLAIM) => {
+                self.claims.insert(context, (rank, tag, len));
+            }
+            (false, FI_CLAIM) => {
+                let claimed = RecvArgs { tag: None, ..args };
+                return self.take_claimed(claimed, rank, tag, len, false);
+            }
+            (_, _) if flags & FI_DISCARD != 0 => {
+                let claimed = RecvArgs { tag: None, ..args };
+                self.take_claimed(claimed, rank, tag, len, true)?;
+            }
+            _ => {}
+        }
+        self.rx_queue()?.borrow_mut().entries.push_back(peeked);
+        Ok(())
+    }
+
+    /// Receives the arrived message (`rank`, `tag`) for `args`, or drops it (`discard`).
+    fn take_claimed(
+        &mut self,
+        args: RecvArgs,
+        rank: Rank,
+        tag: u64,
+        len: usize,
+        discard: bool,
+    ) -> Result<()> {
+        let buffer = RecvBuffer::Owned { capacity: len.max(args.len + DATA_LEN) };
+        let claimed = self.provider.claim_recv_for(
+            reverb_transport::completion::Owner::APP,
+            Source::Rank(rank),
+            TagMatch::exact(tag),
+            buffer,
+        )?;
+        let Some(op) = claimed else { return Err(OfiError::Invalid("the claimed message is gone")) };
+        let recv_into = (!discard).then_some((args.buf, args.len));
+        let pending =
+            Pending { context: args.context, flags: FI_RECV | FI_TAGGED, report: true, recv_into, discard };
+        self.pending.insert(op, pending);
+        self.progress();
+        Ok(())
+    }
+
+    fn rx_queue(&self) -> Result<&CqRef> {
+        self.rx.as_ref().map(|b| &b.cq).ok_or(OfiError::NotBound("a receive CQ"))
     }
 
     /// Moves what the provider completed into the bound CQs.
@@ -235,6 +318,9 @@ impl EpCore {
         let _ = self.provider.progress();
         while let Some(c) = self.provider.completions().pop_front() {
             let Some(p) = self.pending.remove(&c.op) else { continue };
+            if p.discard {
+                continue;
+            }
             let error = c.error().cloned();
             match c.kind {
                 CompletionKind::Recv { source, tag, len, data } => {

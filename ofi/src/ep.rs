@@ -392,14 +392,16 @@ unsafe extern "C" fn trecv(
 unsafe extern "C" fn trecvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
     // SAFETY: fi_trecvmsg's contract: msg null or valid.
     let Some(m) = (unsafe { msg.as_ref() }) else { return -(FI_EINVAL as isize) };
-    if flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
-        // Peeking and claiming come with a later slice.
-        return -(FI_ENOSYS as isize);
-    }
     // SAFETY: as above.
     let Ok((buf, len)) = (unsafe { single_iov(m.msg_iov, m.iov_count) }) else {
         return -(FI_EINVAL as isize);
     };
+    if flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
+        let tag = Some((m.tag, m.ignore));
+        let args = RecvArgs { buf: buf as usize, len, src: m.addr, tag, context: m.context as usize, flags };
+        // SAFETY: as above.
+        return unsafe { with_ep(ep, |core| core.peek_or_claim(args)) };
+    }
     // SAFETY: as above.
     unsafe { post_recv(ep, buf, len, m.addr, Some((m.tag, m.ignore)), m.context, flags) }
 }
