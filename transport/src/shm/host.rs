@@ -106,26 +106,55 @@ impl ShmProvider {
         if slot == self.job.rank {
             return if pid == self.pid { Ok(slot) } else { Err(TransportError::PeerDead(slot)) };
         }
-        if peer.mapped {
-            return if peer.pid == pid { Ok(slot) } else { Err(TransportError::PeerDead(slot)) };
+        if peer.mapped && !closed(peer) {
+            if peer.pid == pid {
+                return Ok(slot);
+            }
+            if liveness::pid_exists(peer.pid) {
+                // The slot's holder is alive: `address` is an old one of a slot since reused.
+                return Err(TransportError::PeerDead(slot));
+            }
         }
-        self.attach(slot, 0, shm).map_err(|e| swept_means_dead(e, slot, pid))?;
+        self.attach_host(slot, shm).map_err(|e| swept_means_dead(e, slot, pid))?;
         Ok(slot)
     }
 
-    /// A message from `source` arrived: in a host space, maps a sender never connected to from
-    /// its slot file. True when `source` is mapped now. Cold: only a first message takes it.
+    /// Maps the endpoint holding `slot` now, first dropping the one that held it before (gone,
+    /// and its slot taken over by a new endpoint).
+    fn attach_host(&mut self, slot: Rank, shm: &[u8]) -> Result<()> {
+        if self.peers[slot as usize].mapped {
+            if self.peers[slot as usize].state == PeerState::Alive {
+                self.mark_dead(slot);
+            }
+            self.peers[slot as usize].mapped = false;
+        }
+        self.attach(slot, 0, shm)
+    }
+
+    /// A message (or a claim) from `source` is in the FIFO: in a host space, maps a sender never
+    /// connected to, or the new holder of a slot whose previous endpoint is dead, from its slot
+    /// file. True when `source` is mapped now. Cold: a first message, or a dead peer's slot.
     #[cold]
     pub(super) fn admit(&mut self, source: Rank) -> bool {
         let Some(peer) = self.peers.get(source as usize) else { return false };
-        if peer.mapped || self.slot.is_none() {
+        let current = peer.mapped && peer.state == PeerState::Alive;
+        if current || self.slot.is_none() {
             return peer.mapped;
         }
         let path = slot_path(&self.job_tag, source);
-        let Ok(bytes) = std::fs::read(&path) else { return false };
-        let Ok((slot, shm)) = decode_host_address(&bytes) else { return false };
-        slot == source && self.attach(slot, 0, shm).is_ok()
+        let Ok(bytes) = std::fs::read(&path) else { return peer.mapped };
+        let Ok((slot, shm)) = decode_host_address(&bytes) else { return peer.mapped };
+        let Ok((pid, _, _)) = decode_peer_info(shm, slot) else { return peer.mapped };
+        if slot != source || (peer.mapped && peer.pid == pid && !closed(peer)) {
+            return peer.mapped;
+        }
+        self.attach_host(slot, shm).is_ok()
     }
+}
+
+/// Whether the endpoint `peer` maps closed its segment (it dropped; its slot may be reused).
+fn closed(peer: &Peer) -> bool {
+    peer.view.closed().load(Ordering::Acquire) != 0
 }
 
 /// Claims the first free slot of the space: (slot, its file, its path).

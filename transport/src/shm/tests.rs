@@ -156,3 +156,23 @@ fn host_space_endpoints_connect_by_address() {
         .count();
     assert_eq!(slots, 0, "slot files go with their endpoints");
 }
+
+/// A slot whose endpoint dropped is taken by the next endpoint that opens; a peer that knew
+/// the old one connects to the new one by its address and reaches it.
+#[test]
+fn a_reused_host_slot_connects_to_its_new_endpoint() {
+    let space = format!("h37reuse{}", std::process::id());
+    let config = TransportConfig::default();
+    let mut a = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let b = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let old = a.connect_peer(&b.peer_address().unwrap()).unwrap();
+    drop(b);
+    let mut c = ShmProvider::open_by_address(config, &space).unwrap();
+    assert_eq!(c.rank(), old, "the freed slot is taken again");
+    assert_eq!(a.connect_peer(&c.peer_address().unwrap()).unwrap(), old);
+    let timeout = Duration::from_secs(10);
+    let recv = c.post_recv(Source::Any, TagMatch::exact(9), RecvBuffer::Owned { capacity: 8 }).unwrap();
+    let send = a.send(old, 9, b"new").unwrap();
+    a.wait_op(send, timeout).unwrap().into_result().unwrap();
+    c.wait_op(recv, timeout).unwrap().into_result().unwrap();
+}
