@@ -126,9 +126,24 @@ impl ShmProvider {
             if self.peers[slot as usize].state == PeerState::Alive {
                 self.mark_dead(slot);
             }
+            // What the old endpoint left unclaimed, and the rendezvous state kept with it, must
+            // not look like the new one's (as after a reconnect).
+            self.tagged.get().purge_unexpected_from(slot);
             self.peers[slot as usize].mapped = false;
         }
         self.attach(slot, 0, shm)
+    }
+
+    /// Whether a message stamped `stamped` from `source` comes from the endpoint mapped for it:
+    /// in a host space, only while that endpoint is alive and has not closed (its slot may
+    /// have a new holder).
+    #[inline(always)]
+    pub(super) fn sent_by_mapped(&self, source: Rank, stamped: u32) -> bool {
+        self.peers.get(source as usize).is_some_and(|p| {
+            p.mapped
+                && p.incarnation == stamped
+                && (self.slot.is_none() || (p.state == PeerState::Alive && !closed(p)))
+        })
     }
 
     /// A message (or a claim) from `source` is in the FIFO: in a host space, maps a sender never

@@ -176,3 +176,31 @@ fn a_reused_host_slot_connects_to_its_new_endpoint() {
     a.wait_op(send, timeout).unwrap().into_result().unwrap();
     c.wait_op(recv, timeout).unwrap().into_result().unwrap();
 }
+
+/// A server outliving its clients: each new client takes the freed slot, introduces itself
+/// with a first message, and the server answers it once it connects by the new address.
+#[test]
+fn a_server_answers_each_client_that_reuses_a_slot() {
+    let space = format!("h37clients{}", std::process::id());
+    let config = TransportConfig::default();
+    let mut server = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let timeout = Duration::from_secs(10);
+    for round in 0..3u8 {
+        let mut client = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+        let to_server = client.connect_peer(&server.peer_address().unwrap()).unwrap();
+        let hello = client.send(to_server, 1, &client.peer_address().unwrap()).unwrap();
+        client.wait_op(hello, timeout).unwrap().into_result().unwrap();
+        let recv =
+            server.post_recv(Source::Any, TagMatch::exact(1), RecvBuffer::Owned { capacity: 64 }).unwrap();
+        let got = server.wait_op(recv, timeout).unwrap().into_result().unwrap();
+        let CompletionKind::Recv { data: Some(address), .. } = got.kind else { panic!("{:?}", got.kind) };
+        let to_client = server.connect_peer(&address).unwrap();
+        assert_eq!(to_client, client.rank(), "round {round}");
+        let ack = server.send(to_client, 2, &[round]).unwrap();
+        server.wait_op(ack, timeout).unwrap().into_result().unwrap();
+        let recv =
+            client.post_recv(Source::Any, TagMatch::exact(2), RecvBuffer::Owned { capacity: 8 }).unwrap();
+        let got = client.wait_op(recv, timeout).unwrap().into_result().unwrap();
+        assert!(matches!(got.kind, CompletionKind::Recv { len: 1, .. }), "round {round}: {:?}", got.kind);
+    }
+}

@@ -338,9 +338,7 @@ impl ShmProvider {
     fn take(&mut self, pos: u64, source: Rank) {
         let fifo = self.own.fifo();
         let stamped = fifo.incarnation(pos);
-        let known = self.peers.get(source as usize).is_some_and(|p| {
-            p.mapped && p.incarnation == stamped && (p.state == PeerState::Alive || self.slot.is_none())
-        });
+        let known = self.sent_by_mapped(source, stamped);
         // A host space's first message from a sender maps it (`host`).
         if !known && (!self.admit(source) || self.peers[source as usize].incarnation != stamped) {
             return;
