@@ -84,7 +84,7 @@ pub(crate) unsafe extern "C" fn open(
     0
 }
 
-/// Inserts `count` addresses; each gets the next index. Returns how many were inserted.
+/// Inserts `count` addresses; each new one gets the next index. Returns how many were inserted.
 unsafe extern "C" fn insert(
     av: *mut fid_av,
     addr: *const c_void,
@@ -102,8 +102,12 @@ unsafe extern "C" fn insert(
     let bytes = unsafe { obj::lent(addr, count * ADDRESS_LEN) };
     let mut state = av.state.borrow_mut();
     for (i, blob) in bytes.chunks_exact(ADDRESS_LEN).enumerate() {
-        let index = state.entries.len() as fi_addr_t;
-        state.entries.push(Some(blob.to_vec()));
+        // An address inserted before keeps its fi_addr (as libfabric's own AVs do).
+        let known = state.entries.iter().position(|e| e.as_deref() == Some(blob));
+        let index = known.unwrap_or_else(|| {
+            state.entries.push(Some(blob.to_vec()));
+            state.entries.len() - 1
+        }) as fi_addr_t;
         if !fi_addr.is_null() {
             // SAFETY: fi_addr has room for `count` entries (fi_av_insert's contract).
             unsafe { fi_addr.add(i).write(index) };

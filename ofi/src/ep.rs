@@ -252,16 +252,18 @@ unsafe fn post_send(
     data: Option<u64>,
     context: *mut c_void,
     flags: u64,
+    inject_call: bool,
 ) -> isize {
-    let inject = flags & FI_INJECT != 0;
-    if inject && len > crate::info::INJECT_SIZE || len > crate::info::MAX_MSG_SIZE {
+    // fi_inject and its kin (`inject_call`) raise no completion; FI_INJECT as a flag only
+    // frees the buffer at once (which every send here does) and bounds the size.
+    if flags & FI_INJECT != 0 && len > crate::info::INJECT_SIZE || len > crate::info::MAX_MSG_SIZE {
         return -(FI_EINVAL as isize);
     }
     // SAFETY: the caller's contract.
     let payload = unsafe { obj::lent(buf, len) };
     let args = SendArgs { dest, payload, tag, data, context: context as usize, flags };
     // SAFETY: the caller's contract.
-    unsafe { with_ep(ep, |core| core.send(args, inject)) }
+    unsafe { with_ep(ep, |core| core.send(args, inject_call)) }
 }
 
 /// One receive into `buf`, which stays the provider's until its completion is read.
@@ -330,7 +332,7 @@ unsafe extern "C" fn send(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: fi_send's contract.
-    unsafe { post_send(ep, buf, len, dest, None, None, context, 0) }
+    unsafe { post_send(ep, buf, len, dest, None, None, context, 0, false) }
 }
 
 unsafe extern "C" fn sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
@@ -342,12 +344,12 @@ unsafe extern "C" fn sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) ->
     };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
     // SAFETY: as above.
-    unsafe { post_send(ep, buf, len, m.addr, None, data, m.context, flags) }
+    unsafe { post_send(ep, buf, len, m.addr, None, data, m.context, flags, false) }
 }
 
 unsafe extern "C" fn inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
     // SAFETY: fi_inject's contract.
-    unsafe { post_send(ep, buf, len, dest, None, None, std::ptr::null_mut(), FI_INJECT) }
+    unsafe { post_send(ep, buf, len, dest, None, None, std::ptr::null_mut(), FI_INJECT, true) }
 }
 
 unsafe extern "C" fn senddata(
@@ -360,7 +362,7 @@ unsafe extern "C" fn senddata(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: fi_senddata's contract.
-    unsafe { post_send(ep, buf, len, dest, None, Some(data), context, 0) }
+    unsafe { post_send(ep, buf, len, dest, None, Some(data), context, 0, false) }
 }
 
 unsafe extern "C" fn injectdata(
@@ -371,7 +373,7 @@ unsafe extern "C" fn injectdata(
     dest: fi_addr_t,
 ) -> isize {
     // SAFETY: fi_injectdata's contract.
-    unsafe { post_send(ep, buf, len, dest, None, Some(data), std::ptr::null_mut(), FI_INJECT) }
+    unsafe { post_send(ep, buf, len, dest, None, Some(data), std::ptr::null_mut(), FI_INJECT, true) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -416,7 +418,7 @@ unsafe extern "C" fn tsend(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: fi_tsend's contract.
-    unsafe { post_send(ep, buf, len, dest, Some(tag), None, context, 0) }
+    unsafe { post_send(ep, buf, len, dest, Some(tag), None, context, 0, false) }
 }
 
 unsafe extern "C" fn tsendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
@@ -428,7 +430,7 @@ unsafe extern "C" fn tsendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags:
     };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
     // SAFETY: as above.
-    unsafe { post_send(ep, buf, len, m.addr, Some(m.tag), data, m.context, flags) }
+    unsafe { post_send(ep, buf, len, m.addr, Some(m.tag), data, m.context, flags, false) }
 }
 
 unsafe extern "C" fn tinject(
@@ -439,7 +441,7 @@ unsafe extern "C" fn tinject(
     tag: u64,
 ) -> isize {
     // SAFETY: fi_tinject's contract.
-    unsafe { post_send(ep, buf, len, dest, Some(tag), None, std::ptr::null_mut(), FI_INJECT) }
+    unsafe { post_send(ep, buf, len, dest, Some(tag), None, std::ptr::null_mut(), FI_INJECT, true) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -454,7 +456,7 @@ unsafe extern "C" fn tsenddata(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: fi_tsenddata's contract.
-    unsafe { post_send(ep, buf, len, dest, Some(tag), Some(data), context, 0) }
+    unsafe { post_send(ep, buf, len, dest, Some(tag), Some(data), context, 0, false) }
 }
 
 unsafe extern "C" fn tinjectdata(
@@ -466,5 +468,5 @@ unsafe extern "C" fn tinjectdata(
     tag: u64,
 ) -> isize {
     // SAFETY: fi_tinjectdata's contract.
-    unsafe { post_send(ep, buf, len, dest, Some(tag), Some(data), std::ptr::null_mut(), FI_INJECT) }
+    unsafe { post_send(ep, buf, len, dest, Some(tag), Some(data), std::ptr::null_mut(), FI_INJECT, true) }
 }
