@@ -7,7 +7,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use reverb_transport::sys::shmfile;
+use std::time::{Duration, Instant};
+
+use reverb_transport::sys::{liveness, shmfile};
 
 use crate::av::ADDRESS_LEN;
 
@@ -27,9 +29,25 @@ fn service_path(service: &str) -> PathBuf {
     shmfile::shm_dir().join(format!("reverb-svc.{}.{name}", host_space()))
 }
 
-/// The address published under `service`, if an endpoint holds it.
+/// How long a client's `fi_getinfo` waits for a server to publish its service: a server
+/// started just before its client may not have opened its endpoint yet.
+const LOOKUP_WAIT: Duration = Duration::from_secs(10);
+
+/// The address a live endpoint publishes under `service`, waiting up to [`LOOKUP_WAIT`] for
+/// one to; None when none did. A file its dead publisher left is not an answer.
 pub fn lookup(service: &str) -> Option<Vec<u8>> {
-    std::fs::read(service_path(service)).ok().filter(|a| a.len() == ADDRESS_LEN)
+    let path = service_path(service);
+    let deadline = Instant::now() + LOOKUP_WAIT;
+    loop {
+        let found = std::fs::read(&path).ok().filter(|a| a.len() == ADDRESS_LEN);
+        if found.is_some() && publisher(&path).is_some_and(liveness::pid_exists) {
+            return found;
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The service a server's `src_addr` names, if it is one of [`MARK`]'s with a service.
