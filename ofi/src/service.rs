@@ -33,7 +33,7 @@ fn service_path(service: &str) -> PathBuf {
 /// started just before its client may not have opened its endpoint yet.
 const LOOKUP_WAIT: Duration = Duration::from_secs(10);
 
-/// The address a live endpoint publishes under `service`, waiting up to [`LOOKUP_WAIT`] for
+/// The address a live endpoint publishes under `service`, waiting up to `LOOKUP_WAIT` for
 /// one to; None when none did. A file its dead publisher left is not an answer.
 pub fn lookup(service: &str) -> Option<Vec<u8>> {
     let path = service_path(service);
