@@ -10,12 +10,15 @@
 # plain launcher (reverb/tests/mpirun.rs). gcc compiles the C ABI's examples and tests
 # (ci/capi.sh). mpich and libmpich-dev give reverb-mpi MPICH's ABI (mpi.h) and ci/mpi.sh its
 # mpicc.mpich and mpiexec.mpich (and mpif90.mpich, with gfortran, for the Fortran binding's
-# tests); valgrind runs MPI C programs under memcheck (ci/mpi-memcheck.sh).
+# tests); valgrind runs MPI C programs under memcheck (ci/mpi-memcheck.sh). libfabric-dev gives
+# the libfabric provider (ofi/) its headers and libfabric to link; libfabric-bin its fi_info;
+# autoconf, automake, libtool and make build libfabric's fabtests (ci/fabtests.sh).
 set -euo pipefail
 
 packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
     rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils gcc
-    iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev gfortran valgrind)
+    iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev gfortran valgrind
+    libfabric-dev libfabric-bin autoconf automake libtool make)
 for arg in "$@"; do
     case "$arg" in
         --compare) packages+=(ucx-utils jq libopenmpi-dev) ;;

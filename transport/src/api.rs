@@ -705,6 +705,21 @@ pub trait Provider: Send {
         Err(TransportError::Unsupported(format!("reconnect on the {} provider", self.kind())))
     }
 
+    /// The address a peer passes to [`Provider::connect_peer`] to reach this endpoint (what
+    /// libfabric's `fi_getname` returns). `Unsupported` where peers come only from the
+    /// bootstrap (the default; shm opened by address has it).
+    fn peer_address(&self) -> Result<Vec<u8>> {
+        Err(TransportError::Unsupported(format!("peer addresses on the {} provider", self.kind())))
+    }
+
+    /// Connects to the endpoint whose [`Provider::peer_address`] is `address` (libfabric's
+    /// `fi_av_insert`) and returns the rank that names it here; the same address gives the
+    /// same rank again. `Malformed` for bytes that are no address, `PeerDead` for an endpoint
+    /// that is gone.
+    fn connect_peer(&mut self, _address: &[u8]) -> Result<Rank> {
+        Err(TransportError::Unsupported(format!("connecting by address on the {} provider", self.kind())))
+    }
+
     /// Makes progress without blocking: drains incoming rings or CQs, checks peer liveness and
     /// moves finished operations to the completion queue. An `Err` is mostly one malformed
     /// message a peer sent (`Malformed`, oldest first, see [`crate::error::ErrorQueue`]): the

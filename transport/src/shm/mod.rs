@@ -18,6 +18,7 @@ mod cma;
 mod control;
 mod fifo;
 mod futex;
+mod host;
 mod provider;
 mod regions;
 mod remote;
@@ -50,6 +51,8 @@ use address::{decode_peer_info, encode_address};
 use control::{kind, ControlView, Layout, SlotHeader, KEY_RESERVED};
 use fifo::Slot;
 use segment::OwnedSegment;
+
+pub use host::HOST_SLOTS;
 
 /// FIFO slots drained per progress call, so a progress call stays short.
 const DRAIN_BATCH: u64 = 64;
@@ -141,6 +144,8 @@ pub struct ShmProvider {
     rx_tail: u64,
     /// Peers found dead whose last messages are being drained: their claims are not waited on.
     dying: Vec<Rank>,
+    /// The slot of a host space this endpoint holds (opened by address, see `host`).
+    slot: Option<host::SlotClaim>,
 }
 
 // SAFETY: the raw pointers inside (mappings) refer to process-shared memory that lives as
@@ -345,6 +350,7 @@ impl ShmProvider {
             me,
             rx_tail: 0,
             dying: Vec::new(),
+            slot: None,
         };
         Ok((provider, address))
     }

@@ -202,6 +202,14 @@ impl Provider for ShmProvider {
         self.attach_view(peer, incarnation, pid, view)
     }
 
+    fn peer_address(&self) -> Result<Vec<u8>> {
+        self.host_address()
+    }
+
+    fn connect_peer(&mut self, address: &[u8]) -> Result<Rank> {
+        self.connect_host_peer(address)
+    }
+
     fn progress(&mut self) -> Result<()> {
         self.drain_fifo();
         self.flush_backlogs();

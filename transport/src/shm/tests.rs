@@ -112,3 +112,95 @@ fn large_messages_reuse_staging_and_need_no_scratch_region() {
     drop(p);
     assert_eq!(shm_files(&tag_of), Vec::<String>::new());
 }
+
+/// Endpoints of a host space reach each other by address alone: the receiver of a first
+/// message never connected to its sender, and answers once it connects by address.
+#[test]
+fn host_space_endpoints_connect_by_address() {
+    let space = format!("h37addr{}", std::process::id());
+    let config = TransportConfig::default();
+    let mut a = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let mut b = ShmProvider::open_by_address(config, &space).unwrap();
+    let (a_addr, b_addr) = (a.peer_address().unwrap(), b.peer_address().unwrap());
+    assert_ne!(a.rank(), b.rank());
+    let to_b = a.connect_peer(&b_addr).unwrap();
+    assert_eq!(to_b, b.rank());
+    assert_eq!(a.connect_peer(&b_addr).unwrap(), to_b, "the same address names the same rank");
+    let timeout = Duration::from_secs(10);
+    let recv = b.post_recv(Source::Any, TagMatch::exact(5), RecvBuffer::Owned { capacity: 16 }).unwrap();
+    let send = a.send(to_b, 5, b"ping").unwrap();
+    a.wait_op(send, timeout).unwrap().into_result().unwrap();
+    let got = b.wait_op(recv, timeout).unwrap().into_result().unwrap();
+    assert!(
+        matches!(got.kind, CompletionKind::Recv { source, tag: 5, len: 4, .. } if source == a.rank()),
+        "{:?}",
+        got.kind
+    );
+    assert_eq!(b.connect_peer(&a_addr).unwrap(), a.rank());
+    let back = b.send(a.rank(), 6, b"pong").unwrap();
+    b.wait_op(back, timeout).unwrap().into_result().unwrap();
+    let recv =
+        a.post_recv(Source::Rank(to_b), TagMatch::exact(6), RecvBuffer::Owned { capacity: 16 }).unwrap();
+    a.wait_op(recv, timeout).unwrap().into_result().unwrap();
+    // Bytes that are no address, and a job's rank, are refused with errors.
+    assert!(matches!(a.connect_peer(b"junk"), Err(TransportError::Malformed { .. })));
+    let (job_rank, _) =
+        ShmProvider::create(TransportConfig::default(), self_job(&format!("{space}job")), SubCore::default())
+            .unwrap();
+    assert!(matches!(job_rank.peer_address(), Err(TransportError::Unsupported(_))));
+    drop((a, b));
+    let slots = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("reverb-slot.{space}.")))
+        .count();
+    assert_eq!(slots, 0, "slot files go with their endpoints");
+}
+
+/// A slot whose endpoint dropped is taken by the next endpoint that opens; a peer that knew
+/// the old one connects to the new one by its address and reaches it.
+#[test]
+fn a_reused_host_slot_connects_to_its_new_endpoint() {
+    let space = format!("h37reuse{}", std::process::id());
+    let config = TransportConfig::default();
+    let mut a = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let b = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let old = a.connect_peer(&b.peer_address().unwrap()).unwrap();
+    drop(b);
+    let mut c = ShmProvider::open_by_address(config, &space).unwrap();
+    assert_eq!(c.rank(), old, "the freed slot is taken again");
+    assert_eq!(a.connect_peer(&c.peer_address().unwrap()).unwrap(), old);
+    let timeout = Duration::from_secs(10);
+    let recv = c.post_recv(Source::Any, TagMatch::exact(9), RecvBuffer::Owned { capacity: 8 }).unwrap();
+    let send = a.send(old, 9, b"new").unwrap();
+    a.wait_op(send, timeout).unwrap().into_result().unwrap();
+    c.wait_op(recv, timeout).unwrap().into_result().unwrap();
+}
+
+/// A server outliving its clients: each new client takes the freed slot, introduces itself
+/// with a first message, and the server answers it once it connects by the new address.
+#[test]
+fn a_server_answers_each_client_that_reuses_a_slot() {
+    let space = format!("h37clients{}", std::process::id());
+    let config = TransportConfig::default();
+    let mut server = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+    let timeout = Duration::from_secs(10);
+    for round in 0..3u8 {
+        let mut client = ShmProvider::open_by_address(config.clone(), &space).unwrap();
+        let to_server = client.connect_peer(&server.peer_address().unwrap()).unwrap();
+        let hello = client.send(to_server, 1, &client.peer_address().unwrap()).unwrap();
+        client.wait_op(hello, timeout).unwrap().into_result().unwrap();
+        let recv =
+            server.post_recv(Source::Any, TagMatch::exact(1), RecvBuffer::Owned { capacity: 64 }).unwrap();
+        let got = server.wait_op(recv, timeout).unwrap().into_result().unwrap();
+        let CompletionKind::Recv { data: Some(address), .. } = got.kind else { panic!("{:?}", got.kind) };
+        let to_client = server.connect_peer(&address).unwrap();
+        assert_eq!(to_client, client.rank(), "round {round}");
+        let ack = server.send(to_client, 2, &[round]).unwrap();
+        server.wait_op(ack, timeout).unwrap().into_result().unwrap();
+        let recv =
+            client.post_recv(Source::Any, TagMatch::exact(2), RecvBuffer::Owned { capacity: 8 }).unwrap();
+        let got = client.wait_op(recv, timeout).unwrap().into_result().unwrap();
+        assert!(matches!(got.kind, CompletionKind::Recv { len: 1, .. }), "round {round}: {:?}", got.kind);
+    }
+}

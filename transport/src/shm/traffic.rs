@@ -338,9 +338,12 @@ impl ShmProvider {
     fn take(&mut self, pos: u64, source: Rank) {
         let fifo = self.own.fifo();
         let stamped = fifo.incarnation(pos);
-        if !self.peers.get(source as usize).is_some_and(|p| p.mapped && p.incarnation == stamped) {
+        let known = self.sent_by_mapped(source, stamped);
+        // A host space's first message from a sender maps it (`host`).
+        if !known && (!self.admit(source) || self.peers[source as usize].incarnation != stamped) {
             return;
         }
+        let fifo = self.own.fifo();
         let max_payload = self.layout.max_payload();
         match fifo.eager(pos) {
             Some((tag, len)) if len <= max_payload => {
@@ -365,6 +368,7 @@ impl ShmProvider {
     /// read on. A live owner is writing: wait for it.
     fn free_dead_claim(&mut self, pos: u64, owner: fifo::Owner) -> bool {
         let source = owner.source();
+        self.admit(source);
         let dead = self.dying.contains(&source)
             || self.peers.get(source as usize).is_none_or(|p| {
                 !p.mapped || p.state == PeerState::Dead || !owner.is_incarnation(p.incarnation)

@@ -1,0 +1,359 @@
+//! The provider driven through libfabric's own C API, as a consumer sees it: libfabric loads
+//! `libreverb-fi.so` from `FI_PROVIDER_PATH`; every test runs real processes (this binary
+//! again, in a role) that wire up by `fi_getname` / `fi_av_insert`.
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use reverb_fi::abi::*;
+
+const ROLE: &str = "REVERB_FI_TEST_ROLE";
+const DIR: &str = "REVERB_FI_TEST_DIR";
+const ROUNDS: u64 = 100;
+
+/// A directory holding `libreverb-fi.so`, linked to the cdylib cargo built beside this test.
+fn provider_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let target = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    let dir = target.join(format!("ofi-test-prov-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the provider directory");
+    let link = dir.join("libreverb-fi.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(target.join("libreverb_fi.so"), &link).expect("link libreverb-fi.so");
+    dir
+}
+
+/// Runs this binary's test `name` as `role`, in `dir`.
+fn spawn(name: &str, role: &str, dir: &Path, prov: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--nocapture"])
+        .env(ROLE, role)
+        .env(DIR, dir)
+        .env("FI_PROVIDER_PATH", prov)
+        .env("FI_PROVIDER", "reverb")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn a role")
+}
+
+fn wait_ok(mut child: Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a role") {
+            assert!(status.success(), "{what} failed: {status}");
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("reverb-fi-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// The objects of one endpoint, opened through libfabric.
+struct Fab {
+    ep: *mut fid_ep,
+    av: *mut fid_av,
+    cq: *mut fid_cq,
+}
+
+fn check(what: &str, rc: isize) {
+    assert!(rc >= 0, "{what}: {rc}");
+}
+
+impl Fab {
+    fn open() -> Fab {
+        // SAFETY: the libfabric calls as its man pages give them; every pointer is ours.
+        unsafe {
+            let hints = fi_dupinfo(std::ptr::null());
+            (*hints).caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+            (*(*hints).ep_attr).type_ = FI_EP_RDM;
+            (*(*hints).domain_attr).data_progress = FI_PROGRESS_MANUAL;
+            (*(*hints).domain_attr).threading = FI_THREAD_DOMAIN;
+            (*(*hints).fabric_attr).prov_name = libc::strdup(c"reverb".as_ptr());
+            let mut info = null_mut();
+            let rc = fi_getinfo(fi_version(1, 17), std::ptr::null(), std::ptr::null(), 0, hints, &mut info);
+            check("fi_getinfo", rc as isize);
+            fi_freeinfo(hints);
+            let mut fabric = null_mut();
+            check("fi_fabric", fi_fabric((*info).fabric_attr, &mut fabric, null_mut()) as isize);
+            let mut domain = null_mut();
+            check(
+                "fi_domain",
+                ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()) as isize,
+            );
+            let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+            cq_attr.format = FI_CQ_FORMAT_TAGGED;
+            let mut cq = null_mut();
+            check(
+                "fi_cq_open",
+                ((*(*domain).ops).cq_open.unwrap())(domain, &mut cq_attr, &mut cq, null_mut()) as isize,
+            );
+            let mut av_attr: fi_av_attr = std::mem::zeroed();
+            av_attr.type_ = FI_AV_TABLE;
+            let mut av = null_mut();
+            check(
+                "fi_av_open",
+                ((*(*domain).ops).av_open.unwrap())(domain, &mut av_attr, &mut av, null_mut()) as isize,
+            );
+            let mut ep = null_mut();
+            check(
+                "fi_endpoint",
+                ((*(*domain).ops).endpoint.unwrap())(domain, info, &mut ep, null_mut()) as isize,
+            );
+            let bind = (*(*ep).fid.ops).bind.unwrap();
+            check("bind av", bind(&mut (*ep).fid, &mut (*av).fid, 0) as isize);
+            check("bind cq", bind(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV) as isize);
+            check(
+                "enable",
+                ((*(*ep).fid.ops).control.unwrap())(&mut (*ep).fid, FI_ENABLE, null_mut()) as isize,
+            );
+            fi_freeinfo(info);
+            Fab { ep, av, cq }
+        }
+    }
+
+    fn name(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        let mut len = buf.len();
+        // SAFETY: a live endpoint and a buffer of `len` bytes.
+        let rc = unsafe {
+            ((*(*self.ep).cm).getname.unwrap())(&mut (*self.ep).fid, buf.as_mut_ptr().cast(), &mut len)
+        };
+        check("fi_getname", rc as isize);
+        buf.truncate(len);
+        buf
+    }
+
+    fn insert(&self, name: &[u8]) -> fi_addr_t {
+        let mut addr = 0;
+        // SAFETY: a live AV and one address.
+        let rc = unsafe {
+            ((*(*self.av).ops).insert.unwrap())(self.av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut())
+        };
+        assert_eq!(rc, 1, "fi_av_insert");
+        addr
+    }
+
+    /// fi_tsend; the raw return code.
+    fn tsend(&self, dest: fi_addr_t, tag: u64, data: &[u8]) -> isize {
+        // SAFETY: a live endpoint; the buffer is copied before the call returns.
+        unsafe {
+            ((*(*self.ep).tagged).send.unwrap())(
+                self.ep,
+                data.as_ptr().cast(),
+                data.len(),
+                null_mut(),
+                dest,
+                tag,
+                null_mut(),
+            )
+        }
+    }
+
+    /// fi_trecv into `buf`, which must outlive the completion.
+    fn trecv(&self, buf: &mut [u8], src: fi_addr_t, tag: u64, context: usize) -> isize {
+        // SAFETY: a live endpoint; `buf` stays untouched until the completion is read.
+        unsafe {
+            ((*(*self.ep).tagged).recv.unwrap())(
+                self.ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                src,
+                tag,
+                0,
+                context as *mut c_void,
+            )
+        }
+    }
+
+    /// fi_cq_sread until an entry (Ok) or an error entry (Err) comes, at most `timeout`.
+    fn next(&self, timeout: Duration) -> Result<fi_cq_tagged_entry, fi_cq_err_entry> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: a live CQ; room for one tagged entry.
+            let mut entry: fi_cq_tagged_entry = unsafe { std::mem::zeroed() };
+            let rc = unsafe {
+                ((*(*self.cq).ops).sread.unwrap())(
+                    self.cq,
+                    (&mut entry as *mut fi_cq_tagged_entry).cast(),
+                    1,
+                    std::ptr::null(),
+                    100,
+                )
+            };
+            if rc == 1 {
+                return Ok(entry);
+            }
+            if rc == -(FI_EAVAIL as isize) {
+                // SAFETY: as above, for an error entry.
+                let mut err: fi_cq_err_entry = unsafe { std::mem::zeroed() };
+                let rc = unsafe { ((*(*self.cq).ops).readerr.unwrap())(self.cq, &mut err, 0) };
+                assert_eq!(rc, 1, "fi_cq_readerr");
+                return Err(err);
+            }
+            assert_eq!(rc, -(FI_EAGAIN as isize), "fi_cq_sread");
+            assert!(Instant::now() < deadline, "no completion in {timeout:?}");
+        }
+    }
+
+    /// Sends and waits for the send's completion.
+    fn send_wait(&self, dest: fi_addr_t, tag: u64, data: &[u8]) {
+        check("fi_tsend", self.tsend(dest, tag, data));
+        let e = self.next(Duration::from_secs(30)).expect("a send completion");
+        assert_ne!(e.flags & FI_SEND, 0, "expected the send's completion, got flags {:#x}", e.flags);
+    }
+
+    /// Receives one message of `tag` and returns it.
+    fn recv_wait(&self, src: fi_addr_t, tag: u64) -> (Vec<u8>, fi_cq_tagged_entry) {
+        let mut buf = vec![0u8; 256];
+        check("fi_trecv", self.trecv(&mut buf, src, tag, 7));
+        let e = self.next(Duration::from_secs(30)).expect("a receive completion");
+        assert_ne!(e.flags & FI_RECV, 0, "flags {:#x}", e.flags);
+        assert_eq!(e.tag, tag);
+        buf.truncate(e.len);
+        (buf, e)
+    }
+}
+
+fn wait_for_file(path: &Path) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(bytes) = std::fs::read(path) {
+            if !bytes.is_empty() {
+                return bytes;
+            }
+        }
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn publish(dir: &Path, file: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!("{file}.tmp"));
+    std::fs::write(&tmp, bytes).expect("write a name");
+    std::fs::rename(&tmp, dir.join(file)).expect("publish a name");
+}
+
+/// The server's side: learns the client from its first message (FI_ADDR_UNSPEC), then
+/// answers every ping.
+fn pingpong_server(dir: &Path) {
+    let fab = Fab::open();
+    publish(dir, "server", &fab.name());
+    let (client_name, _) = fab.recv_wait(FI_ADDR_UNSPEC, 1);
+    let client = fab.insert(&client_name);
+    for i in 0..ROUNDS {
+        let (ping, _) = fab.recv_wait(client, 2);
+        assert_eq!(ping, i.to_le_bytes());
+        fab.send_wait(client, 3, &(i * 2).to_le_bytes());
+    }
+}
+
+fn pingpong_client(dir: &Path) {
+    let fab = Fab::open();
+    let server = fab.insert(&wait_for_file(&dir.join("server")));
+    fab.send_wait(server, 1, &fab.name());
+    for i in 0..ROUNDS {
+        fab.send_wait(server, 2, &i.to_le_bytes());
+        let (pong, _) = fab.recv_wait(server, 3);
+        assert_eq!(pong, (i * 2).to_le_bytes());
+    }
+}
+
+/// Two processes ping-pong tagged messages through libfabric's API.
+#[test]
+fn two_processes_ping_pong_tagged_messages() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => return pingpong_server(Path::new(&std::env::var(DIR).unwrap_or_default())),
+        Ok("client") => return pingpong_client(Path::new(&std::env::var(DIR).unwrap_or_default())),
+        _ => {}
+    }
+    let (dir, prov) = (scratch("pingpong"), provider_dir());
+    let server = spawn("two_processes_ping_pong_tagged_messages", "server", &dir, &prov);
+    let client = spawn("two_processes_ping_pong_tagged_messages", "client", &dir, &prov);
+    wait_ok(client, "the client");
+    wait_ok(server, "the server");
+}
+
+fn unknown_peer() {
+    let fab = Fab::open();
+    // Bytes that are no address of the provider: the send is refused at once.
+    let junk = fab.insert(&[0xffu8; 24]);
+    assert_eq!(fab.tsend(junk, 1, b"x"), -(FI_EINVAL as isize));
+    // A well-formed address of an endpoint that is gone (its slot file and segment are not
+    // there): unreachable.
+    let mut name = fab.name();
+    name[4..8].copy_from_slice(&u32::MAX.to_le_bytes()); // a pid that cannot exist
+    name[..4].copy_from_slice(&200u32.to_le_bytes());
+    let gone = fab.insert(&name);
+    let rc = fab.tsend(gone, 1, b"x");
+    assert!(
+        rc == -(FI_EHOSTUNREACH as isize) || rc == -(FI_EIO as isize),
+        "sending to a gone endpoint: {rc}"
+    );
+    // An fi_addr no AV entry names.
+    assert_eq!(fab.tsend(99, 1, b"x"), -(FI_EINVAL as isize));
+}
+
+/// A send to an address no live endpoint has fails with an error code, not a hang.
+#[test]
+fn an_unknown_peer_address_is_a_clean_error() {
+    if std::env::var(ROLE).as_deref() == Ok("unknown") {
+        return unknown_peer();
+    }
+    let (dir, prov) = (scratch("unknown"), provider_dir());
+    wait_ok(spawn("an_unknown_peer_address_is_a_clean_error", "unknown", &dir, &prov), "the role");
+}
+
+/// Waits for the victim's hello, then for the error of a receive directed at it.
+fn dead_peer_survivor(dir: &Path) {
+    let fab = Fab::open();
+    publish(dir, "survivor", &fab.name());
+    let (victim_name, _) = fab.recv_wait(FI_ADDR_UNSPEC, 1);
+    let victim = fab.insert(&victim_name);
+    publish(dir, "ready", b"1");
+    let mut buf = vec![0u8; 64];
+    check("fi_trecv", fab.trecv(&mut buf, victim, 2, 42));
+    let err = fab.next(Duration::from_secs(30)).expect_err("the receive fails once the peer is killed");
+    assert_eq!(err.err, FI_EHOSTUNREACH, "err {}", err.err);
+    assert_eq!(err.op_context as usize, 42);
+    assert_ne!(err.flags & FI_RECV, 0);
+}
+
+fn dead_peer_victim(dir: &Path) {
+    let fab = Fab::open();
+    let survivor = fab.insert(&wait_for_file(&dir.join("survivor")));
+    fab.send_wait(survivor, 1, &fab.name());
+    // Killed by the test from here on.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A peer SIGKILLed under a pending receive directed at it: fi_cq_readerr reports
+/// FI_EHOSTUNREACH within the peer timeout.
+#[test]
+fn a_killed_peer_fails_receives_directed_at_it() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("survivor") => return dead_peer_survivor(Path::new(&std::env::var(DIR).unwrap_or_default())),
+        Ok("victim") => return dead_peer_victim(Path::new(&std::env::var(DIR).unwrap_or_default())),
+        _ => {}
+    }
+    let (dir, prov) = (scratch("dead"), provider_dir());
+    let name = "a_killed_peer_fails_receives_directed_at_it";
+    let survivor = spawn(name, "survivor", &dir, &prov);
+    let mut victim = spawn(name, "victim", &dir, &prov);
+    wait_for_file(&dir.join("ready"));
+    victim.kill().expect("SIGKILL the victim");
+    let _ = victim.wait();
+    wait_ok(survivor, "the survivor");
+}
