@@ -14,16 +14,27 @@ const ROLE: &str = "REVERB_FI_TEST_ROLE";
 const DIR: &str = "REVERB_FI_TEST_DIR";
 const ROUNDS: u64 = 100;
 
-/// A directory holding `libreverb-fi.so`, linked to the cdylib cargo built beside this test.
+/// A directory holding `libreverb-fi.so`, linked to the cdylib cargo built with this test
+/// (in `deps/`, beside the test binary; `cargo build` also copies it one level up). Made once
+/// per process: the tests run as threads of one process.
 fn provider_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let target = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-    let dir = target.join(format!("ofi-test-prov-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create the provider directory");
-    let link = dir.join("libreverb-fi.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(target.join("libreverb_fi.so"), &link).expect("link libreverb-fi.so");
-    dir
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let deps = exe.parent().expect("target/<profile>/deps");
+        let built = [deps, deps.parent().unwrap_or(deps)]
+            .iter()
+            .map(|d| d.join("libreverb_fi.so"))
+            .find(|p| p.exists())
+            .expect("libreverb_fi.so built beside the test (cargo test -p reverb-ofi builds it)");
+        let dir = deps.join(format!("ofi-test-prov-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the provider directory");
+        let link = dir.join("libreverb-fi.so");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(built, &link).expect("link libreverb-fi.so");
+        dir
+    })
+    .clone()
 }
 
 /// Runs this binary's test `name` as `role`, in `dir`.
