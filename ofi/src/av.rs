@@ -20,26 +20,14 @@ pub(crate) const ADDRESS_LEN: usize = 24;
 
 unsafe extern "C" fn close(f: *mut fid) -> c_int {
     // SAFETY: the fid libfabric got from `open`; free checks its ops table.
-    if unsafe { obj::free::<fid_av, Av>(f, ops_ptr(&FI_OPS)) } {
-        0
-    } else {
-        -FI_EINVAL
-    }
-}
-
-unsafe extern "C" fn no_bind(_: *mut fid, _: *mut fid, _: u64) -> c_int {
-    -FI_ENOSYS
-}
-
-unsafe extern "C" fn no_control(_: *mut fid, _: c_int, _: *mut c_void) -> c_int {
-    -FI_ENOSYS
+    obj::close_status(unsafe { obj::free::<fid_av, Av>(f, ops_ptr(&FI_OPS)) })
 }
 
 pub(crate) static FI_OPS: Table<fi_ops> = Table(fi_ops {
     size: std::mem::size_of::<fi_ops>(),
     close: Some(close),
-    bind: Some(no_bind),
-    control: Some(no_control),
+    bind: Some(obj::no_bind),
+    control: Some(obj::no_control),
     ops_open: NO_OP,
     tostr: NO_OP,
     ops_set: NO_OP,

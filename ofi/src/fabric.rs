@@ -20,37 +20,17 @@ const EQ_SLICE: std::time::Duration = std::time::Duration::from_millis(1);
 
 unsafe extern "C" fn fabric_close(f: *mut fid) -> c_int {
     // SAFETY: libfabric passes the fid it got from `open`; free checks its ops table.
-    if unsafe { obj::free::<fid_fabric, Fabric>(f, ops_ptr(&FABRIC_FI_OPS)) } {
-        0
-    } else {
-        -FI_EINVAL
-    }
+    obj::close_status(unsafe { obj::free::<fid_fabric, Fabric>(f, ops_ptr(&FABRIC_FI_OPS)) })
 }
 
 unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
     // SAFETY: as fabric_close.
-    if unsafe { obj::free::<fid_domain, Domain>(f, ops_ptr(&DOMAIN_FI_OPS)) } {
-        0
-    } else {
-        -FI_EINVAL
-    }
+    obj::close_status(unsafe { obj::free::<fid_domain, Domain>(f, ops_ptr(&DOMAIN_FI_OPS)) })
 }
 
 unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
     // SAFETY: as fabric_close.
-    if unsafe { obj::free::<fid_eq, Eq>(f, ops_ptr(&EQ_FI_OPS)) } {
-        0
-    } else {
-        -FI_EINVAL
-    }
-}
-
-unsafe extern "C" fn no_bind(_: *mut fid, _: *mut fid, _: u64) -> c_int {
-    -FI_ENOSYS
-}
-
-unsafe extern "C" fn no_control(_: *mut fid, _: c_int, _: *mut c_void) -> c_int {
-    -FI_ENOSYS
+    obj::close_status(unsafe { obj::free::<fid_eq, Eq>(f, ops_ptr(&EQ_FI_OPS)) })
 }
 
 /// The `fi_ops` pointer that marks an object type (see `obj::state`).
@@ -62,8 +42,8 @@ const fn base_ops(close: unsafe extern "C" fn(*mut fid) -> c_int) -> Table<fi_op
     Table(fi_ops {
         size: std::mem::size_of::<fi_ops>(),
         close: Some(close),
-        bind: Some(no_bind),
-        control: Some(no_control),
+        bind: Some(obj::no_bind),
+        control: Some(obj::no_control),
         ops_open: NO_OP,
         tostr: NO_OP,
         ops_set: NO_OP,

@@ -3,9 +3,8 @@
 //! hands back is the box; the Rust state follows it. Also the copies to and from memory the
 //! consumer lends for the length of an operation.
 
-use std::ffi::c_void;
-
-use crate::abi::{fid, FI_ENOSYS};
+use crate::abi::{fid, FI_EINVAL, FI_ENOSYS};
+use std::ffi::{c_int, c_void};
 
 /// One object: the C struct first, then the provider's state.
 #[repr(C)]
@@ -101,5 +100,32 @@ pub unsafe fn put<T>(out: *mut T, value: T) {
     if !out.is_null() {
         // SAFETY: the caller's contract.
         unsafe { out.write(value) };
+    }
+}
+
+/// `fi_ops.bind` of an object that binds nothing.
+///
+/// # Safety
+///
+/// None: it reads no argument (`unsafe` as libfabric's slot type is).
+pub unsafe extern "C" fn no_bind(_: *mut fid, _: *mut fid, _: u64) -> c_int {
+    -FI_ENOSYS
+}
+
+/// `fi_ops.control` of an object with no controls.
+///
+/// # Safety
+///
+/// None: it reads no argument (`unsafe` as libfabric's slot type is).
+pub unsafe extern "C" fn no_control(_: *mut fid, _: c_int, _: *mut c_void) -> c_int {
+    -FI_ENOSYS
+}
+
+/// `fi_close`'s answer: 0 when [`free`] freed the object, -FI_EINVAL for a foreign fid.
+pub fn close_status(freed: bool) -> c_int {
+    if freed {
+        0
+    } else {
+        -FI_EINVAL
     }
 }
