@@ -89,6 +89,7 @@ pub static BOUNDS: &[(&str, Bound)] = &[
     ("REVERB_CHAOS_TRIALS", b(1, 1_000_000)),
     ("REVERB_CHAOS_SEED", b(0, u64::MAX)),
     ("REVERB_CHAOS_JOBS", b(1, 64)),
+    ("REVERB_MPICH_SHARDS", b(1, 99)),
     ("REVERB_CHAOS_TIMEOUT", b(1, 86_400)),
     ("REVERB_SLURM_CPUS", b(1, 4096)),
     ("REVERB_SLURM_TIMEOUT", b(1, 86_400)),

@@ -288,10 +288,13 @@ pub static VARS: &[Var] = &[
     var("REVERB_BLESS", "", Test, T, "flag", "capi's header test rewrites include/reverb.h from the source instead of comparing"),
     var("REVERB_RESPAWN_TEST_OUT", "", Test, T, "path", "marks a respawn test rank and names its result directory"),
     var("REVERB_STALE_TEST", "", Test, T, "bool", "runs the stale-incarnation rejoin test's rank body"),
+    var("REVERB_FI_TEST_ROLE", "", Test, T, "text", "role of a re-executed libfabric provider test process (server, client)"),
+    var("REVERB_FI_TEST_DIR", "", Test, T, "path", "scratch directory the libfabric provider test's processes share"),
     // CI and comparison scripts
     var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
     var("REVERB_CI_FULL", "0", Ci, Tooling, "bool", "ci/verbs-suite.sh: 1 runs every verbs suite across the two rxe hosts too (the test command runs those about a peer's death or connection there)"),
     var("REVERB_MPICH_TESTS", "", Ci, Tooling, "path", "ci/mpi.sh: MPICH's own test suite (with its run.sh); default ../shared/external/mpich-tests beside the clone (skipped when neither)"),
+    var("REVERB_MPICH_SHARDS", "2", Ci, Tooling, "int", "ci/mpi.sh: lists of MPICH's tests run at once (the mem= and long ones run alone after)"),
     var("REVERB_CHAOS_TRIALS", "8", Ci, Tooling, "int", "ci/chaos-hosts.sh: trials of the campaign across hosts (ci/chaos-phases.sh: 36)"),
     var("REVERB_CHAOS_SEED", "", Ci, Tooling, "int", "ci/chaos-hosts.sh: the campaign's seed (unset: random; printed either way; ci/chaos-phases.sh: 2)"),
     var("REVERB_CHAOS_JOBS", "2", Ci, Tooling, "int", "ci/chaos-phases.sh: trials run at once"),
