@@ -7,15 +7,15 @@ cd "$(dirname "$0")/.."
 # (user + system, which load on the machine does not inflate), so a slow run shows where it went.
 cpu_file=$(mktemp)
 trap 'rm -f "$cpu_file"' EXIT
-cpu_seconds() {
-    # `times` in this shell (a pipe or $(...) would run it in a subshell, without our children);
-    # its second line is the children's "XmY.YYYs XmY.YYYs".
-    times >"$cpu_file"
+# `times` must run in this shell: inside $(...) or a pipe it would report a subshell's children
+# (none). Its second line is the children's "XmY.YYYs XmY.YYYs".
+cpu_seconds_of_times() {
     awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); s += p[1] * 60 + p[2] } printf "%d", s }' "$cpu_file"
 }
 step() {
     local cpu
-    cpu=$(cpu_seconds)
+    times >"$cpu_file"
+    cpu=$(cpu_seconds_of_times)
     printf '\n== [%dm%02ds, cpu %dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) $((cpu / 60)) $((cpu % 60)) "$*" >&2
 }
 
