@@ -297,6 +297,7 @@ impl State {
         if !self.wins.items.is_empty() {
             any |= crate::rma::serve_all(self)?;
         }
+        any |= self.progress_colls()?;
         Ok(any)
     }
 
@@ -494,9 +495,11 @@ impl State {
         }
     }
 
-    /// Receives posted and not matched, or synchronous sends not acknowledged.
+    /// Receives posted and not matched, synchronous sends not acknowledged, or nonblocking
+    /// collectives started and not finished: what a blocking call must progress while it waits.
     pub fn p2p_outstanding(&self) -> bool {
         !self.pending_recvs.is_empty()
+            || !self.colls.is_empty()
             || self.lent_sends > 0
             || !self.wins.items.is_empty()
             || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
@@ -556,8 +559,9 @@ impl State {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
             }
-            // With windows open the wait below progresses (serving them) until it is sent.
-            Some(&Request::LentSend(op)) if self.wins.items.is_empty() => {
+            // With windows open or collectives started the wait below progresses (serving
+            // them) until it is sent.
+            Some(&Request::LentSend(op)) if self.wins.items.is_empty() && self.colls.is_empty() => {
                 // The runtime's own wait: it spins, then sleeps until a completion comes.
                 self.rt.wait_lent(op)?;
                 self.requests.remove(h);
@@ -567,10 +571,11 @@ impl State {
             _ => {}
         }
         // Alone and first in line: the runtime's own blocking receive (no polling), unless
-        // windows need serving meanwhile.
+        // windows or started collectives need serving meanwhile.
         if self.pending_recvs.front() == Some(&h)
             && self.pending_recvs.len() == 1
             && self.wins.items.is_empty()
+            && self.colls.is_empty()
         {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
                 let buf = p.buf;
