@@ -268,7 +268,12 @@ impl State {
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
             let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
-            if !left.is_empty() && !self.arrival_is_for(source, tag, &left)? {
+            let blocked = if self.replaying() {
+                !self.may_take(source, tag)?
+            } else {
+                !left.is_empty() && !self.arrival_is_for(source, tag, &left)?
+            };
+            if blocked {
                 left.push((source, tag));
                 i += 1;
                 continue;
@@ -493,6 +498,26 @@ impl State {
                 self.finish_recv(&msg, context, source, buf, elements, &dt)
             }
         }
+    }
+
+    /// Whether this rank is a restarted one replaying its log: it must take messages in the
+    /// logged order, which concurrent receives (nonblocking collectives beside point-to-point
+    /// ones) would otherwise take in their arrival order.
+    pub fn replaying(&self) -> bool {
+        self.rt.restarted() && self.rt.report().replay_end_ns == 0
+    }
+
+    /// Whether a receive for (`source`, `tag`) may take a message now: during a replay only if
+    /// the logged next message is one it matches (a wildcard probe names that one); always
+    /// outside.
+    pub fn may_take(&mut self, source: Source, tag: TagMatch) -> MpiResult<bool> {
+        if !self.replaying() {
+            return Ok(true);
+        }
+        Ok(match self.rt.probe(Source::Any, TagMatch::any())? {
+            Some((sender, arrived, _)) => source.matches(sender) && tag.matches(arrived),
+            None => false,
+        })
     }
 
     /// Receives posted and not matched, synchronous sends not acknowledged, or nonblocking

@@ -69,16 +69,20 @@ impl Group {
 pub(crate) fn coll_recv(s: &mut State, source: Source, tag: TagMatch) -> MpiResult<Message> {
     let m = if coro::in_task() {
         loop {
-            if let Some(m) = s.rt.take_collected(source, tag)? {
-                coro::advanced();
-                break m;
+            if s.may_take(source, tag)? {
+                if let Some(m) = s.rt.take_collected(source, tag)? {
+                    coro::advanced();
+                    break m;
+                }
             }
             coro::suspend(s)?;
         }
     } else if s.p2p_outstanding() {
         let mut got = None;
         s.wait_until("a collective", |s| {
-            got = s.rt.take_collected(source, tag)?;
+            if s.may_take(source, tag)? {
+                got = s.rt.take_collected(source, tag)?;
+            }
             Ok(got.is_some())
         })?;
         got.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a collective message vanished"))?
