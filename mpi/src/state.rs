@@ -140,32 +140,28 @@ fn not_ready() -> MpiError {
 /// Runs `body` on the state; its error goes to the error handler of `comm` (or of
 /// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
 pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
-    // Inside a nonblocking collective's coroutine the state is lent to it (coro.rs).
     let mut body = Some(body);
-    if let Some(lent) = crate::coro::with_lent(|state| {
+    let mut run = |state: &mut State| {
         let result = body.take().map_or(Ok(()), |b| b(state));
         let errhandler = errhandler_of(state, &result, comm);
         (result, errhandler)
-    }) {
-        let (result, errhandler) = lent.unwrap_or_else(|()| {
-            let why = "called from a callback inside another MPI call (reverb supports only the status setters there)";
-            (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm))
-        });
-        return match result {
-            Ok(()) => MPI_SUCCESS,
-            Err(e) => errors::handle_on(errhandler.0, errhandler.1, function, e),
-        };
-    }
-    let Some(body) = body else { return MPI_SUCCESS };
-    let (result, errhandler) = STATE.with(|s| {
-        let Ok(mut s) = s.try_borrow_mut() else {
-            let why = "called from a callback inside another MPI call (reverb supports only the status setters there)";
-            return (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm));
-        };
-        let Some(state) = s.as_mut() else { return (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)) };
-        let result = body(state);
-        let errhandler = errhandler_of(state, &result, comm);
-        (result, errhandler)
+    };
+    // Inside a nonblocking collective's coroutine the state is lent to it (coro.rs); None: it
+    // is borrowed by the call this one runs inside.
+    let outcome = match crate::coro::with_lent(&mut run) {
+        Some(lent) => lent.ok(),
+        None => STATE.with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            Some(match s.as_mut() {
+                Some(state) => run(state),
+                None => (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)),
+            })
+        }),
+    };
+    let (result, errhandler) = outcome.unwrap_or_else(|| {
+        let why =
+            "called from a callback inside another MPI call (reverb supports only the status setters there)";
+        (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm))
     });
     match result {
         Ok(()) => MPI_SUCCESS,
