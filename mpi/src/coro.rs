@@ -19,6 +19,9 @@ use crate::state::State;
 /// program's reduction function or attribute callback runs on it too. Reserved, not touched:
 /// pages are committed as used.
 const STACK_BYTES: usize = 1 << 20;
+/// Finished tasks' stacks kept for the next ones (a program looping on nonblocking
+/// collectives maps none after the first few).
+const POOLED_STACKS: usize = 16;
 
 type Yields = Yielder<(), *mut State>;
 
@@ -31,6 +34,7 @@ thread_local! {
     static IN_CALL: Cell<bool> = const { Cell::new(false) };
     /// Whether the running coroutine took a message since it was resumed.
     static ADVANCED: Cell<bool> = const { Cell::new(false) };
+    static STACKS: std::cell::RefCell<Vec<DefaultStack>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A started collective: its blocking code, suspended or finished.
@@ -55,8 +59,12 @@ impl std::fmt::Debug for Task {
 impl Task {
     /// A task that runs `run` (an MPI call, through `call`) when first stepped.
     pub fn new(run: impl FnOnce() -> c_int + 'static) -> MpiResult<Task> {
-        let stack = DefaultStack::new(STACK_BYTES)
-            .map_err(|e| MpiError::new(MPI_ERR_NO_MEM, format!("a nonblocking collective's stack: {e}")))?;
+        let stack = match STACKS.with(|p| p.borrow_mut().pop()) {
+            Some(stack) => stack,
+            None => DefaultStack::new(STACK_BYTES).map_err(|e| {
+                MpiError::new(MPI_ERR_NO_MEM, format!("a nonblocking collective's stack: {e}"))
+            })?,
+        };
         let coro = Coroutine::with_stack(stack, move |y: &Yields, ()| {
             YIELDER.with(|c| c.set(y as *const Yields));
             run()
@@ -85,14 +93,24 @@ impl Task {
 }
 
 impl Drop for Task {
-    /// A task dropped unfinished (the job ends with it pending) is leaked, stack and all:
-    /// unwinding it would run its code outside any resume.
+    /// A finished task's stack goes back to the pool. One dropped unfinished (the job ends
+    /// with it pending) is leaked, stack and all: unwinding it would run its code outside any
+    /// resume.
     fn drop(&mut self) {
-        if let Some(coro) = self.coro.take() {
-            if !coro.done() {
-                std::mem::forget(coro);
-            }
+        let Some(coro) = self.coro.take() else { return };
+        if !coro.done() {
+            std::mem::forget(coro);
+            return;
         }
+        let stack = coro.into_stack();
+        // Not once the thread's pool is gone (a task dropped with the thread's state).
+        let _ = STACKS.try_with(|p| {
+            if let Ok(mut pool) = p.try_borrow_mut() {
+                if pool.len() < POOLED_STACKS {
+                    pool.push(stack);
+                }
+            }
+        });
     }
 }
 
