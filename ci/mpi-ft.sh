@@ -13,7 +13,10 @@
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
 #     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
 #   - the all-reduce solver under CAML: contributions dropped once summed, a node killed
-#     after some all-reduces completed replays them from tombstones, the same checksum.
+#     after some all-reduces completed replays them from tombstones, the same checksum;
+#   - nonblocking collectives (collectives_ft nonblocking: Ibcasts and an Iallreduce started
+#     in an order that differs between ranks, beside point-to-point, one Waitall): a node
+#     killed replays its receptions in the logged order, the failure-free checksum.
 # Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +99,16 @@ grep -qs '"contribution_bytes_dropped": [1-9]' "$reports"/rank-*.json ||
 grep -qs '"reductions_replayed_from_tombstones": [1-9]' "$reports"/rank-4-inc-1.json ||
     fail "collectives_ft solver under CAML: rank 4 replayed no all-reduce from tombstones"
 say "all-reduce solver under CAML: contributions dropped once summed, a node replaying them from tombstones, same checksum ($(checksum solver-clean.log)): ok"
+
+# Nonblocking collectives progress in arrival order, which a replay must not follow: the
+# restarted ranks take each message only when it is the logged next one.
+run nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
+REVERB_FAULT=5:100 run nb-faulty.log -n 8 --ranks-per-node 2 --respawn 1 -- \
+    "$work/collectives_ft" nonblocking 40 10 4096 4
+expect nb-faulty.log "rank 5 restored"
+[ "$(checksum nb-faulty.log)" = "$(checksum nb-clean.log)" ] ||
+    fail "collectives_ft nonblocking after a node's loss: $(checksum nb-faulty.log), failure-free $(checksum nb-clean.log)"
+say "nonblocking collectives beside point-to-point: a node killed, same checksum ($(checksum nb-clean.log)): ok"
 
 # Windows are not recovered: a node killed while a window exists stops the job with an error
 # saying so (the restarted ranks' MPI_Win_create), and no rank prints a sum.

@@ -7,6 +7,9 @@
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
 #     a user operation on a strided type, persistent collectives, MPI_Comm_split_type; each
 #     collective algorithm on both sides of its size threshold on 2, 3, 4, 5 and 8 ranks;
+#   - nonblocking collectives (mpi/tests/c/icoll.c) started in opposite orders on two
+#     communicators, overlapped with the point-to-point traffic they depend on, many
+#     outstanding at once, MPI_Comm_idup, persistent ones beside point-to-point (shm, tcp);
 #   - datatypes (contents of every constructor, subarray/darray layouts as MPICH's, external32,
 #     type attributes) and graph topologies, error handlers, error classes, info and memory
 #     calls (mpi/tests/c/datatypes.c, topo_errh.c);
@@ -44,6 +47,7 @@ cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
+cc mpi/tests/c/icoll.c -o "$work/icoll"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/datatypes.c -o "$work/datatypes"
 cc mpi/tests/c/topo_errh.c -o "$work/topo_errh"
@@ -108,6 +112,13 @@ say "collectives on world, a split and a dup: ok"
 run coll-sizes.log -n 8 -- "$work/coll_sizes"
 expect coll-sizes.log "coll_sizes: ok"
 say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
+for n in 2 5; do
+    run "icoll-$n.log" -n "$n" -- "$work/icoll"
+    expect "icoll-$n.log" "icoll: ok"
+done
+REVERB_PROVIDER=tcp run icoll-tcp.log -n 4 -- "$work/icoll"
+expect icoll-tcp.log "icoll: ok"
+say "nonblocking collectives in different orders, beside the point-to-point they depend on, many at once: ok"
 run datatypes.log -n 1 -- "$work/datatypes"
 expect datatypes.log "datatypes: ok"
 for n in 3 4; do

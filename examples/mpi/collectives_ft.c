@@ -2,14 +2,19 @@
  *   solver:    an iterative solver with an MPI_Allreduce of a vector per iteration;
  *   multicast: a LeanMD-like step: each rank of a neighbourhood (MPI_Comm_split, HOOD ranks)
  *              multicasts its cell's coordinates to the others with MPI_Bcast, then a global
- *              MPI_Allreduce of the energy.
+ *              MPI_Allreduce of the energy;
+ *   nonblocking: the multicast step's broadcasts all started at once (MPI_Ibcast), an
+ *              MPI_Iallreduce on MPI_COMM_WORLD started before them on odd ranks and after
+ *              them on even ones, beside a ring exchange of point-to-point messages, all
+ *              completed by one MPI_Waitall.
  * Rank 0 prints a checksum of the final state; with a node killed and respawned it is
  * bit-identical. Checkpoints through mpix_reverb.h, as jacobi_ft.c.
  *
  *   mpicc.mpich -I mpi/include collectives_ft.c -o collectives_ft
  *   REVERB_LOG=causal REVERB_LOG_CAML=1 reverb run --mpi -n 8 --ranks-per-node 2 -- \
  *       ./collectives_ft multicast 100 20 4096 4
- * Arguments: PATTERN ITERS CKPT_EVERY BYTES HOOD (defaults: multicast 100 20 4096 4).
+ * Arguments: PATTERN ITERS CKPT_EVERY BYTES HOOD (defaults: multicast 100 20 4096 4; HOOD at
+ * most 8 for nonblocking).
  */
 #include <inttypes.h>
 #include <mpi.h>
@@ -20,6 +25,7 @@
 #include "mpix_reverb.h"
 
 #define MAX_DOUBLES 16384
+#define MAX_HOOD 8
 
 struct state {
     long iter;
@@ -67,20 +73,49 @@ static void multicast_step(struct state *s, int n, int rank, MPI_Comm hood) {
     MPI_Allreduce(&local, &s->energy, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
 
+/* One nonblocking step: the multicast step's collectives started together, in an order that
+ * differs between ranks across communicators (MPI fixes it only within one). */
+static void nonblocking_step(struct state *s, int n, int rank, int size, MPI_Comm hood) {
+    static double cells[MAX_HOOD][MAX_DOUBLES];
+    int members, me, k = 0;
+    MPI_Comm_size(hood, &members);
+    MPI_Comm_rank(hood, &me);
+    MPI_Request r[MAX_HOOD + 3];
+    MPI_Status st[MAX_HOOD + 3];
+    double mine = s->x[0] + rank, sum = 0, edge = s->x[n - 1], left = 0;
+    if (rank % 2)
+        MPI_Iallreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r[k++]);
+    memcpy(cells[me], s->x, n * sizeof(double));
+    for (int root = 0; root < members; root++)
+        MPI_Ibcast(cells[root], n, MPI_DOUBLE, root, hood, &r[k++]);
+    if (rank % 2 == 0)
+        MPI_Iallreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r[k++]);
+    MPI_Irecv(&left, 1, MPI_DOUBLE, (rank + size - 1) % size, 7, MPI_COMM_WORLD, &r[k++]);
+    MPI_Isend(&edge, 1, MPI_DOUBLE, (rank + 1) % size, 7, MPI_COMM_WORLD, &r[k++]);
+    MPI_Waitall(k, r, st);
+    double local = 0.0;
+    for (int m = 0; m < members; m++)
+        for (int i = 0; i < n; i++)
+            local += cells[m][i] * s->x[i] * 1e-6;
+    for (int i = 0; i < n; i++)
+        s->x[i] = s->x[i] * 0.999 + 1e-3 * (rank + 1) + 1e-9 * left;
+    s->energy = local + 1e-9 * sum;
+}
+
 int main(int argc, char **argv) {
     const char *pattern = argc > 1 ? argv[1] : "multicast";
     long iters = argc > 2 ? atol(argv[2]) : 100;
     long every = argc > 3 ? atol(argv[3]) : 20;
     int bytes = argc > 4 ? atoi(argv[4]) : 4096;
     int hood_size = argc > 5 ? atoi(argv[5]) : 4;
-    int solver = strcmp(pattern, "solver") == 0;
-    if (!solver && strcmp(pattern, "multicast") != 0) {
-        fprintf(stderr, "usage: collectives_ft solver|multicast [ITERS [CKPT_EVERY [BYTES [HOOD]]]]\n");
+    int solver = strcmp(pattern, "solver") == 0, nonblocking = strcmp(pattern, "nonblocking") == 0;
+    if (!solver && !nonblocking && strcmp(pattern, "multicast") != 0) {
+        fprintf(stderr, "usage: collectives_ft solver|multicast|nonblocking [ITERS [CKPT_EVERY [BYTES [HOOD]]]]\n");
         return 2;
     }
     int n = bytes / (int)sizeof(double);
-    if (n < 1 || n > MAX_DOUBLES || hood_size < 1) {
-        fprintf(stderr, "collectives_ft: BYTES from 8 to %d, HOOD at least 1\n", MAX_DOUBLES * 8);
+    if (n < 1 || n > MAX_DOUBLES || hood_size < 1 || (nonblocking && hood_size > MAX_HOOD)) {
+        fprintf(stderr, "collectives_ft: BYTES from 8 to %d, HOOD from 1 (to %d for nonblocking)\n", MAX_DOUBLES * 8, MAX_HOOD);
         return 2;
     }
     int rank, size;
@@ -104,6 +139,8 @@ int main(int argc, char **argv) {
     while (s.iter < iters) {
         if (solver)
             solver_step(&s, n, rank, size);
+        else if (nonblocking)
+            nonblocking_step(&s, n, rank, size, hood);
         else
             multicast_step(&s, n, rank, hood);
         s.iter++;

@@ -1,8 +1,9 @@
 //! Collectives whose nonblocking and persistent forms follow from the blocking one, as their
-//! prototypes do: `MPI_I<x>` is `MPI_<x>` plus a request, run to completion at the call
-//! (`icoll::completed`); `MPI_<x>_init` is `MPI_<x>` plus an info and a request, run at each
-//! start (`pcoll::coll_init`), its arrays kept as given (MPI keeps them valid until the
-//! request is freed). Only the blocking form is hand-written.
+//! prototypes do: `MPI_I<x>` is `MPI_<x>` plus a request, the blocking call started as a
+//! nonblocking one (`icoll::start`: a coroutine that MPI progress resumes); `MPI_<x>_init` is
+//! `MPI_<x>` plus an info and a request, started so at each start (`pcoll::coll_init`). Their
+//! arrays are kept as given (MPI keeps them valid until the request completes, or is freed).
+//! Only the blocking form is hand-written.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,7 @@ use crate::ctypes::Mapped;
 use crate::proto::Proto;
 use crate::shims::{Semantic, Typed};
 
-/// Collectives whose `MPI_I<x>` completes at the call.
+/// Collectives whose `MPI_I<x>` is derived.
 const NONBLOCKING: &[&str] = &[
     "Barrier",
     "Bcast",
@@ -103,12 +104,14 @@ pub fn shim(mut t: Typed, d: &Derived) -> String {
     let comm = &t.params[n - 1].0;
     let request = &t.params[t.params.len() - 1].0;
     let (what, body) = match d.form {
-        Form::Nonblocking => ("run to completion at the call", nonblocking(&t.params[..n], &path, d)),
-        Form::Persistent => ("run at each start", persistent(&t.params[..n], &path, d)),
+        Form::Nonblocking => {
+            ("started as a nonblocking collective", kept_run(&t.params[..n], &path, d, NONBLOCKING_SAFETY))
+        }
+        Form::Persistent => ("started at each start", kept_run(&t.params[..n], &path, d, PERSISTENT_SAFETY)),
     };
     let mut s = t.head(&format!("`{}` {what} (`{path}`)", d.blocking.name), true);
     let helper = match d.form {
-        Form::Nonblocking => "crate::icoll::completed",
+        Form::Nonblocking => "crate::icoll::start",
         Form::Persistent => "crate::pcoll::coll_init",
     };
     s.push_str(&body.0);
@@ -116,24 +119,13 @@ pub fn shim(mut t: Typed, d: &Derived) -> String {
     s
 }
 
-/// (statements before the helper's call, its last argument): the blocking call's result.
-fn nonblocking(args: &[(String, Mapped)], path: &str, d: &Derived) -> (String, String) {
-    let names: Vec<&str> = args.iter().map(|(a, _)| a.as_str()).collect();
-    let call = format!("{path}({})", names.join(", "));
-    let before = if d.sem.is_unsafe {
-        format!(
-            "    // SAFETY: the caller keeps this function's contract, which covers `{}`'s.\n    \
-             let rc = unsafe {{ {call} }};\n",
-            d.blocking.name.to_lowercase()
-        )
-    } else {
-        format!("    let rc = {call};\n")
-    };
-    (before, "rc".into())
-}
+const NONBLOCKING_SAFETY: &str = "a nonblocking collective not complete yet: MPI keeps its buffers \
+     and arrays valid and unchanged until it completes (MPI 4.0, 6.12).";
+const PERSISTENT_SAFETY: &str = "a start of this persistent request, not freed yet: MPI keeps its \
+     buffers and arrays valid and unchanged until it is freed (MPI 4.0, 6.13).";
 
-/// (statements keeping the arrays, the closure each start runs).
-fn persistent(args: &[(String, Mapped)], path: &str, d: &Derived) -> (String, String) {
+/// (statements keeping the arrays, the closure that runs the blocking call).
+fn kept_run(args: &[(String, Mapped)], path: &str, d: &Derived, safety: &str) -> (String, String) {
     let kept: Vec<&str> =
         args.iter().filter(|(_, m)| m.rust.starts_with("In<")).map(|(a, _)| a.as_str()).collect();
     let before: String = kept.iter().map(|a| format!("    let {a} = {a}.keep();\n")).collect();
@@ -143,11 +135,7 @@ fn persistent(args: &[(String, Mapped)], path: &str, d: &Derived) -> (String, St
         .collect();
     let call = format!("{path}({})", names.join(", "));
     let run = if d.sem.is_unsafe || !kept.is_empty() {
-        format!(
-            "move || {{\n        // SAFETY: a start of this persistent request, not freed yet: MPI keeps its \
-             buffers and arrays valid and unchanged until it is freed (MPI 4.0, 6.13).\n        \
-             unsafe {{ {call} }}\n    }}"
-        )
+        format!("move || {{\n        // SAFETY: {safety}\n        unsafe {{ {call} }}\n    }}")
     } else {
         format!("move || {call}")
     };

@@ -58,7 +58,10 @@ impl State {
     /// A context id no communicator of `parent`'s members uses yet: the largest next id among
     /// them (a collective on `parent`).
     pub fn new_context(&mut self, parent: c_int) -> MpiResult<u32> {
+        // Taken at once: a communicator created while this agreement runs (MPI_Comm_idup's)
+        // offers the next id.
         let mine = self.next_context;
+        self.next_context += 1;
         let all = coll::allgather_bytes(self, parent, &mine.to_le_bytes())?;
         let agreed = all
             .iter()
@@ -68,7 +71,7 @@ impl State {
         if agreed >= tags::MAX_CONTEXT - tags::AGREEMENT_CONTEXTS {
             return Err(MpiError::new(MPI_ERR_INTERN, "out of communicator context ids"));
         }
-        self.next_context = agreed + 1;
+        self.next_context = self.next_context.max(agreed + 1);
         Ok(agreed)
     }
 
@@ -259,17 +262,14 @@ pub(crate) unsafe fn mpi_comm_dup_with_info(comm: c_int, _info: c_int, newcomm: 
     unsafe { mpi_comm_dup(comm, newcomm) }
 }
 
-/// Runs at the call (every member calls it in the same order, as MPI requires) and returns a
-/// complete request.
+/// MPI_Comm_dup started as a nonblocking collective (`icoll`): `*newcomm` is written when
+/// the request completes.
 pub(crate) unsafe fn mpi_comm_idup(comm: c_int, newcomm: Out<'_, c_int>, request: Out<'_, c_int>) -> c_int {
-    // SAFETY: this call's pointer arguments, passed on under the same contract.
-    let rc = unsafe { mpi_comm_dup(comm, newcomm) };
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    call("MPI_Comm_idup", comm, |s| {
-        let h = s.requests.insert(crate::request::Request::Done(crate::request::Status::empty()));
-        ffi::out(request, h, "request")
+    let newcomm = newcomm.as_ptr();
+    crate::icoll::start("MPI_Comm_idup", comm, request, move || {
+        // SAFETY: MPI keeps a nonblocking call's out-arguments valid until its request
+        // completes (MPI 4.0, 3.7.2), and this runs before then.
+        unsafe { mpi_comm_dup(comm, Out::from_raw(newcomm)) }
     })
 }
 

@@ -67,6 +67,11 @@ impl<'a, T> Out<'a, T> {
         self.0.is_null()
     }
 
+    /// The pointer itself, for an argument written past its call (`MPI_Comm_idup`'s).
+    pub fn as_ptr(self) -> *mut T {
+        self.0
+    }
+
     /// The same pointer, to read an in-out array.
     pub fn as_in(self) -> In<'a, T> {
         In(self.0, PhantomData)

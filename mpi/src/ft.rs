@@ -31,6 +31,9 @@ pub(crate) unsafe fn mpix_reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
 /// where every message sent to this rank so far has been received.
 pub(crate) fn mpix_reverb_checkpoint() -> c_int {
     call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
+        // A restarted rank resumes here with no collective running, numbering them afresh.
+        s.finish_colls("MPIX_Reverb_checkpoint")?;
+        s.renumber_colls();
         let regions: Vec<(u32, usize, usize)> = s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
         for (id, p, n) in regions {
             // SAFETY: a region MPIX_Reverb_protect was given: `n` bytes valid until MPI_Finalize.
@@ -51,12 +54,15 @@ pub(crate) fn mpix_reverb_checkpoint() -> c_int {
 pub(crate) unsafe fn mpix_reverb_restore(restored: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
         s.journal.end_setup();
+        s.finish_colls("MPIX_Reverb_restore")?;
         let mut fresh = false;
         s.rt.restore_or_else(|| {
             fresh = true;
             Vec::new()
         });
         if !fresh {
+            // As the survivors did at the checkpoint this one resumes from.
+            s.renumber_colls();
             let regions: Vec<(u32, usize, usize)> =
                 s.protected.iter().map(|(&id, &(p, n))| (id, p, n)).collect();
             for (id, p, n) in regions {

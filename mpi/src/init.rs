@@ -93,6 +93,9 @@ fn init() -> c_int {
         f90_types: BTreeMap::new(),
         journal,
         wins: Handles::new(crate::rma::WIN_BASE),
+        colls: VecDeque::new(),
+        coll_seq: 0,
+        coll_seqs: BTreeMap::new(),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS
@@ -138,6 +141,8 @@ pub(crate) fn mpi_finalize() -> c_int {
         // MPI_COMM_SELF's attributes are deleted first (their callbacks run): programs hook
         // their own cleanup there. Then the runtime's collective shutdown.
         s.delete_attributes(MPI_COMM_SELF)?;
+        // Collectives started and freed unfinished still owe their peers messages.
+        s.finish_colls("MPI_Finalize")?;
         s.progress()?;
         Ok(())
     });

@@ -28,7 +28,7 @@ impl Inter {
     pub(crate) fn of(s: &State, comm: c_int) -> MpiResult<Option<Inter>> {
         let c = s.comm(comm)?;
         Ok(c.remote.as_ref().map(|remote| Inter {
-            local: Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize },
+            local: Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize, seq: s.coll_seq },
             remote: remote.clone(),
         }))
     }
@@ -38,8 +38,8 @@ impl Inter {
     }
 
     fn recv_remote(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
-        let m = s.rt.recv_matching(Source::Rank(self.remote[from]), tags::coll_match(self.local.context))?;
-        Ok(frag::complete(&mut s.rt, m)?.payload.into_vec())
+        let tag = tags::coll_match(self.local.context, self.local.seq, 0);
+        Ok(crate::coll::coll_recv(s, Source::Rank(self.remote[from]), tag)?.payload.into_vec())
     }
 
     /// The leaders swap `mine` for the other group's; every member gets the other group's.

@@ -40,6 +40,19 @@ impl Journal {
         self.recorded.push(all.to_vec());
     }
 
+    /// A place for a creation's answer, in start order (`MPI_Comm_idup`s may finish in
+    /// another), filled by `fill` once known.
+    pub fn reserve(&mut self) -> usize {
+        self.recorded.push(Vec::new());
+        self.recorded.len() - 1
+    }
+
+    pub fn fill(&mut self, slot: usize, all: &[Vec<u8>]) {
+        if let Some(entry) = self.recorded.get_mut(slot) {
+            *entry = all.to_vec();
+        }
+    }
+
     /// The setup is over (`MPIX_Reverb_restore`): later creations communicate.
     pub fn end_setup(&mut self) {
         self.replaying.clear();
@@ -85,8 +98,9 @@ mod tests {
     #[test]
     fn replays_what_was_recorded_until_the_setup_ends() {
         let mut j = Journal::default();
-        j.record(&[b"a".to_vec(), Vec::new()]);
+        let first = j.reserve();
         j.record(&[b"bc".to_vec()]);
+        j.fill(first, &[b"a".to_vec(), Vec::new()]);
         let bytes = j.encode();
         let mut back = Journal::resume(&bytes).unwrap();
         assert_eq!(back.replay_next(), Some(vec![b"a".to_vec(), Vec::new()]));

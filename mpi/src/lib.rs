@@ -7,7 +7,8 @@
 //! Layout: `abi` (MPICH's constants, generated from mpi.h by build/), `state` (the
 //! process's state and the frame of every call), `comm`, `datatype`(+`_api`, `_mpi1`,
 //! `type_contents`, `type_attr`, `subarray`, `pack_external`), `op`, `tags`, `request`,
-//! `p2p` (its calls: `p2p_api` sends, `recv_api`, `wait_api`, `status_api`), `coll`, `topo`,
+//! `p2p` (its calls: `p2p_api` sends, `recv_api`, `wait_api`, `status_api`), `coll` (and
+//! `icoll`, `pcoll` on `coro`'s coroutines: nonblocking and persistent ones), `topo`,
 //! `graph`, `neighbor`, `info`, `errhandler`, `memory`, `init`, `ft`, `errors`, `ffi` (most of
 //! the `unsafe`), `fortran` (what MPICH's Fortran binding, libmpichfort, needs besides the MPI
 //! functions). The exported MPI functions are generated from MPICH's list of prototypes
@@ -30,6 +31,7 @@ pub mod abi {
 mod attr;
 mod coll;
 mod comm;
+mod coro;
 mod datatype;
 mod datatype_api;
 mod datatype_mpi1;

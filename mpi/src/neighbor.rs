@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_long};
 
-use reverb_transport::{Source, TagMatch};
+use reverb_transport::Source;
 
 use crate::abi::*;
 use crate::coll::count_of;
@@ -57,16 +57,14 @@ impl State {
     ) -> MpiResult<()> {
         let hood = self.neighbourhood(comm)?;
         let c = self.comm(comm)?;
-        let (context, peers) = (c.context, c.ranks.clone());
+        let (context, peers, seq) = (c.context, c.ranks.clone(), self.coll_seq);
         for (k, &(r, tag)) in hood.dests.iter().enumerate().filter(|(_, d)| d.0 != MPI_PROC_NULL) {
             let bytes = outgoing(self, k)?;
-            frag::send(&mut self.rt, peers[r as usize], tags::tag(context, tags::COLL, tag), &bytes)?;
+            frag::send(&mut self.rt, peers[r as usize], tags::coll(context, seq, tag as u32), &bytes)?;
         }
         for (k, &(r, tag)) in hood.sources.iter().enumerate().filter(|(_, d)| d.0 != MPI_PROC_NULL) {
-            let want =
-                TagMatch { tag: tags::tag(context, tags::COLL, tag), mask: !(u64::from(tags::BIG) << 32) };
-            let msg = self.rt.recv_matching(Source::Rank(peers[r as usize]), want)?;
-            let msg = frag::complete(&mut self.rt, msg)?;
+            let want = tags::coll_match(context, seq, tag as u32);
+            let msg = crate::coll::coll_recv(self, Source::Rank(peers[r as usize]), want)?;
             let (buf, n, t) = incoming(self, k)?;
             // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of
             // this datatype, writable and left alone until the call returns.

@@ -268,7 +268,12 @@ impl State {
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
             let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
-            if !left.is_empty() && !self.arrival_is_for(source, tag, &left)? {
+            let blocked = if self.replaying() {
+                !self.may_take(source, tag)?
+            } else {
+                !left.is_empty() && !self.arrival_is_for(source, tag, &left)?
+            };
+            if blocked {
                 left.push((source, tag));
                 i += 1;
                 continue;
@@ -297,6 +302,7 @@ impl State {
         if !self.wins.items.is_empty() {
             any |= crate::rma::serve_all(self)?;
         }
+        any |= self.progress_colls()?;
         Ok(any)
     }
 
@@ -494,9 +500,31 @@ impl State {
         }
     }
 
-    /// Receives posted and not matched, or synchronous sends not acknowledged.
+    /// Whether this rank is a restarted one replaying its log: it must take messages in the
+    /// logged order, which concurrent receives (nonblocking collectives beside point-to-point
+    /// ones) would otherwise take in their arrival order.
+    pub fn replaying(&self) -> bool {
+        self.rt.restarted() && self.rt.report().replay_end_ns == 0
+    }
+
+    /// Whether a receive for (`source`, `tag`) may take a message now: during a replay only if
+    /// the logged next message is one it matches (a wildcard probe names that one); always
+    /// outside.
+    pub fn may_take(&mut self, source: Source, tag: TagMatch) -> MpiResult<bool> {
+        if !self.replaying() {
+            return Ok(true);
+        }
+        Ok(match self.rt.probe(Source::Any, TagMatch::any())? {
+            Some((sender, arrived, _)) => source.matches(sender) && tag.matches(arrived),
+            None => false,
+        })
+    }
+
+    /// Receives posted and not matched, synchronous sends not acknowledged, or nonblocking
+    /// collectives started and not finished: what a blocking call must progress while it waits.
     pub fn p2p_outstanding(&self) -> bool {
         !self.pending_recvs.is_empty()
+            || !self.colls.is_empty()
             || self.lent_sends > 0
             || !self.wins.items.is_empty()
             || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
@@ -556,8 +584,9 @@ impl State {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
             }
-            // With windows open the wait below progresses (serving them) until it is sent.
-            Some(&Request::LentSend(op)) if self.wins.items.is_empty() => {
+            // With windows open or collectives started the wait below progresses (serving
+            // them) until it is sent.
+            Some(&Request::LentSend(op)) if self.wins.items.is_empty() && self.colls.is_empty() => {
                 // The runtime's own wait: it spins, then sleeps until a completion comes.
                 self.rt.wait_lent(op)?;
                 self.requests.remove(h);
@@ -567,10 +596,11 @@ impl State {
             _ => {}
         }
         // Alone and first in line: the runtime's own blocking receive (no polling), unless
-        // windows need serving meanwhile.
+        // windows or started collectives need serving meanwhile.
         if self.pending_recvs.front() == Some(&h)
             && self.pending_recvs.len() == 1
             && self.wins.items.is_empty()
+            && self.colls.is_empty()
         {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
                 let buf = p.buf;

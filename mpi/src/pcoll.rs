@@ -1,7 +1,7 @@
-//! Persistent collectives (MPI 4's `MPI_*_init`): each start runs the blocking collective to
-//! completion, as the nonblocking ones (icoll.rs) do; the request is complete once started.
-//! The arguments are kept as given: MPI requires the buffers and count arrays to stay valid
-//! and unchanged until the request is freed.
+//! Persistent collectives (MPI 4's `MPI_*_init`): each start runs the blocking collective as
+//! a nonblocking one (icoll.rs), under the tag sequence number its `_init` drew. The
+//! arguments are kept as given: MPI requires the buffers and count arrays to stay valid and
+//! unchanged until the request is freed.
 
 use std::ffi::c_int;
 use std::rc::Rc;
@@ -17,5 +17,10 @@ pub(crate) fn coll_init(
     request: Out<'_, c_int>,
     run: impl Fn() -> c_int + 'static,
 ) -> c_int {
-    persistent(function, comm, |_| Ok(PersistentOp::Coll(CollRun(Rc::new(run)))), request)
+    persistent(
+        function,
+        comm,
+        |s| Ok(PersistentOp::Coll(CollRun { run: Rc::new(run), seq: s.next_coll_seq(comm, true)? })),
+        request,
+    )
 }

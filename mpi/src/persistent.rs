@@ -21,10 +21,9 @@ impl State {
         }
     }
 
-    /// Starts persistent request `h` (MPI_ERR_REQUEST if it is not one, or is active). A
-    /// collective is returned for the caller to run outside the state's borrow
-    /// (`activate_done` then marks it).
-    fn start(&mut self, h: c_int) -> MpiResult<Option<CollRun>> {
+    /// Starts persistent request `h` (MPI_ERR_REQUEST if it is not one, or is active); a
+    /// collective starts as a nonblocking one.
+    fn start(&mut self, h: c_int) -> MpiResult<()> {
         let op = match self.requests.get(h) {
             Some(Request::Persistent(Persistent { op, active: None })) => op.clone(),
             Some(Request::Persistent(_)) => {
@@ -42,20 +41,12 @@ impl State {
             PersistentOp::Recv { buf, count, datatype, source, tag, comm } => {
                 self.post_recv_typed(buf, count.into(), datatype, source, tag, comm)?
             }
-            PersistentOp::Coll(run) => return Ok(Some(run)),
+            PersistentOp::Coll(CollRun { run, seq }) => self.start_coll(seq, move || run())?.0,
         };
         if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
             p.active = Some(inner);
         }
-        Ok(None)
-    }
-
-    /// Persistent request `h`, whose collective ran, active with a complete run.
-    fn activate_done(&mut self, h: c_int) {
-        let inner = self.requests.insert(Request::Done(Status::empty()));
-        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
-            p.active = Some(inner);
-        }
+        Ok(())
     }
 
     /// Whether request `h` would complete now without waiting (inactive persistent requests
@@ -102,7 +93,7 @@ impl State {
 pub(crate) fn persistent(
     function: &str,
     comm: c_int,
-    op: impl FnOnce(&State) -> MpiResult<PersistentOp>,
+    op: impl FnOnce(&mut State) -> MpiResult<PersistentOp>,
     request: Out<'_, c_int>,
 ) -> c_int {
     call(function, comm, |s| {
@@ -192,8 +183,9 @@ pub(crate) unsafe fn mpi_recv_init(
     comm: c_int,
     request: Out<'_, c_int>,
 ) -> c_int {
-    let op =
-        |s: &State| Ok(PersistentOp::Recv { buf, count, datatype: s.datatype(datatype)?, source, tag, comm });
+    let op = |s: &mut State| {
+        Ok(PersistentOp::Recv { buf, count, datatype: s.datatype(datatype)?, source, tag, comm })
+    };
     persistent("MPI_Recv_init", comm, op, request)
 }
 
@@ -205,39 +197,17 @@ pub(crate) unsafe fn mpi_startall(count: c_int, requests: Out<'_, c_int>) -> c_i
     start_all("MPI_Startall", count, requests)
 }
 
-/// Starts `count` persistent requests: point-to-point ones first, then the collectives in
-/// their order, each run to completion (every rank starts them in the same order, as MPI
-/// requires).
+/// Starts `count` persistent requests in their order; a collective's errors go through its
+/// communicator's handler (its run's request completes with the error).
 fn start_all(function: &str, count: c_int, requests: Out<'_, c_int>) -> c_int {
-    let mut runs = Vec::new();
-    let rc = call(function, MPI_COMM_WORLD, |s| {
+    call(function, MPI_COMM_WORLD, |s| {
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
         for &h in unsafe { ffi::array(requests, n, "requests") }? {
-            if let Some(run) = s.start(h)? {
-                runs.push((h, run));
-            }
+            s.start(h)?;
         }
         Ok(())
-    });
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    for (h, run) in runs {
-        // The collective's own errors went through its communicator's handler already.
-        let rc = (run.0)();
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-        let rc = call(function, MPI_COMM_WORLD, |s| {
-            s.activate_done(h);
-            Ok(())
-        });
-        if rc != MPI_SUCCESS {
-            return rc;
-        }
-    }
-    MPI_SUCCESS
+    })
 }
 
 pub(crate) unsafe fn mpi_grequest_start(

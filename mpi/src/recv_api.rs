@@ -40,8 +40,9 @@ fn post(s: &mut State, r: &RecvArgs) -> MpiResult<c_int> {
 /// A blocking receive (MPI_Recv, MPI_Recv_c).
 fn recv(function: &str, r: RecvArgs, status: StatusOut<'_>) -> c_int {
     call(function, r.comm, |s| {
-        // With windows open, a blocking receive waits by progressing: it serves them.
-        let st = if s.pending_recvs.is_empty() && s.wins.items.is_empty() {
+        // With windows open or collectives started, a blocking receive waits by progressing:
+        // it serves them.
+        let st = if s.pending_recvs.is_empty() && s.wins.items.is_empty() && s.colls.is_empty() {
             s.recv_direct(r.buf, r.count, r.datatype, r.source, r.tag, r.comm)?
         } else {
             let h = post(s, &r)?;

@@ -149,10 +149,14 @@ pub enum PersistentOp {
     Coll(CollRun),
 }
 
-/// The blocking collective a persistent collective's start runs (outside the state's
-/// borrow: it is an MPI call itself); its MPI return code.
+/// The blocking collective a persistent collective's start runs as a nonblocking one
+/// (`icoll`; it is an MPI call itself, returning its MPI return code), and the tag sequence
+/// number its runs use.
 #[derive(Clone)]
-pub struct CollRun(pub std::rc::Rc<dyn Fn() -> c_int>);
+pub struct CollRun {
+    pub run: std::rc::Rc<dyn Fn() -> c_int>,
+    pub seq: u32,
+}
 
 impl std::fmt::Debug for CollRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -193,6 +197,8 @@ pub enum Request {
     LentSend(reverb_transport::OpId),
     Persistent(Persistent),
     Generalized(Generalized),
+    /// A nonblocking collective still running (its coroutine is in `State::colls`).
+    Coll,
 }
 
 impl Request {

@@ -106,6 +106,12 @@ pub struct State {
     pub journal: crate::journal::Journal,
     /// One-sided windows (`rma`); while any exists, every wait serves them.
     pub wins: Handles<crate::rma::Win>,
+    /// Nonblocking collectives started and not finished, in start order (`icoll`).
+    pub colls: VecDeque<crate::icoll::Started>,
+    /// The tag sequence number of the nonblocking collective running now (0: a blocking one).
+    pub coll_seq: u32,
+    /// The next nonblocking (true: persistent) collective's sequence number on each context.
+    pub coll_seqs: BTreeMap<(u32, bool), u32>,
 }
 
 thread_local! {
@@ -134,26 +140,47 @@ fn not_ready() -> MpiError {
 /// Runs `body` on the state; its error goes to the error handler of `comm` (or of
 /// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
 pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
-    let (result, errhandler) = STATE.with(|s| {
-        let Ok(mut s) = s.try_borrow_mut() else {
-            let why = "called from a callback inside another MPI call (reverb supports only the status setters there)";
-            return (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm));
-        };
-        let Some(state) = s.as_mut() else { return (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)) };
-        let result = body(state);
-        // Looked up only for an error: the success path is every call's.
-        let errhandler = match result {
-            Ok(()) => (MPI_ERRORS_ARE_FATAL, comm),
-            Err(_) => match state.comms.get(comm) {
-                Some(c) => (c.errhandler, comm),
-                None => (state.comms.get(MPI_COMM_WORLD).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler), MPI_COMM_WORLD),
-            },
-        };
+    let mut body = Some(body);
+    let mut run = |state: &mut State| {
+        let result = body.take().map_or(Ok(()), |b| b(state));
+        let errhandler = errhandler_of(state, &result, comm);
         (result, errhandler)
+    };
+    // Inside a nonblocking collective's coroutine the state is lent to it (coro.rs); None: it
+    // is borrowed by the call this one runs inside.
+    let outcome = match crate::coro::with_lent(&mut run) {
+        Some(lent) => lent.ok(),
+        None => STATE.with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            Some(match s.as_mut() {
+                Some(state) => run(state),
+                None => (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)),
+            })
+        }),
+    };
+    let (result, errhandler) = outcome.unwrap_or_else(|| {
+        let why =
+            "called from a callback inside another MPI call (reverb supports only the status setters there)";
+        (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm))
     });
     match result {
         Ok(()) => MPI_SUCCESS,
         Err(e) => errors::handle_on(errhandler.0, errhandler.1, function, e),
+    }
+}
+
+/// The error handler (and the communicator it is called on) for a call's `result`: looked up
+/// only for an error, the success path being every call's.
+fn errhandler_of(state: &State, result: &MpiResult<()>, comm: c_int) -> (c_int, c_int) {
+    match result {
+        Ok(()) => (MPI_ERRORS_ARE_FATAL, comm),
+        Err(_) => match state.comms.get(comm) {
+            Some(c) => (c.errhandler, comm),
+            None => (
+                state.comms.get(MPI_COMM_WORLD).map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler),
+                MPI_COMM_WORLD,
+            ),
+        },
     }
 }
 

@@ -43,9 +43,22 @@ pub fn split(t: u64) -> (c_int, u32) {
     (t as u32 as c_int, (t >> 32) as u32 & (COLL | SYNC | ACK | BIG | MORE))
 }
 
-/// A collective receive on `context`: exactly its tag, or the first piece of a large one.
-pub fn coll_match(context: u32) -> TagMatch {
-    TagMatch { tag: tag(context, COLL, 0), mask: !(u64::from(BIG) << 32) }
+/// A collective tag's low half: the collective's sequence number (`icoll`; 0 for a blocking
+/// one) above this many bits of sub-tag (a neighbourhood collective's direction).
+pub const SEQ_SHIFT: u32 = 12;
+/// Sequence numbers are below this.
+pub const SEQ_LIMIT: u32 = 1 << (32 - SEQ_SHIFT);
+
+/// The tag of collective `seq`'s messages on `context` (sub-tag `sub`).
+pub fn coll(context: u32, seq: u32, sub: u32) -> u64 {
+    let low = (seq << SEQ_SHIFT) | (sub & ((1 << SEQ_SHIFT) - 1));
+    tag(context, COLL, low as c_int)
+}
+
+/// A collective receive on `context` for collective `seq` (sub-tag `sub`): exactly its tag,
+/// or the first piece of a large one.
+pub fn coll_match(context: u32, seq: u32, sub: u32) -> TagMatch {
+    TagMatch { tag: coll(context, seq, sub), mask: !(u64::from(BIG) << 32) }
 }
 
 /// The tag of a large message's later pieces: its own, with MORE for SYNC and BIG.
@@ -69,8 +82,13 @@ mod tests {
         assert_eq!(split(tag(5, SYNC, 7)), (7, SYNC));
         assert!(seven.matches(tag(5, BIG | SYNC, 7)) && !seven.matches(tag(5, MORE, 7)));
         assert_eq!(continuation(tag(5, BIG | SYNC, 7)), tag(5, MORE, 7));
-        let coll = coll_match(5);
-        assert!(coll.matches(tag(5, COLL, 0)) && coll.matches(tag(5, COLL | BIG, 0)));
-        assert!(!coll.matches(tag(5, COLL | MORE, 0)) && !coll.matches(tag(5, 0, 0)));
+        let blocking = coll_match(5, 0, 0);
+        assert!(blocking.matches(tag(5, COLL, 0)) && blocking.matches(tag(5, COLL | BIG, 0)));
+        assert!(!blocking.matches(tag(5, COLL | MORE, 0)) && !blocking.matches(tag(5, 0, 0)));
+        let third = coll_match(5, 3, 2);
+        assert!(
+            third.matches(coll(5, 3, 2)) && !third.matches(coll(5, 2, 2)) && !third.matches(coll(5, 3, 1))
+        );
+        assert!(!blocking.matches(coll(5, 1, 0)) && !blocking.matches(coll(6, 0, 0)));
     }
 }

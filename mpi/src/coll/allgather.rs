@@ -64,7 +64,7 @@ fn ring(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
     Ok(all)
 }
 
-/// Every member's `mine`, in rank order, for communicator creation: journaled
+/// Every member's `mine`, in rank order, for communicator creation: journaled in start order
 /// (`crate::journal`), and answered from the journal while a restarted rank re-executes its
 /// setup.
 pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
@@ -82,7 +82,8 @@ pub fn allgather_bytes(s: &mut State, comm: c_int, mine: &[u8]) -> MpiResult<Vec
         s.journal.record(&all);
         return Ok(all);
     }
+    let slot = s.journal.reserve();
     let all = allgather(s, &g, mine, 0)?;
-    s.journal.record(&all);
+    s.journal.fill(slot, &all);
     Ok(all)
 }

@@ -164,7 +164,7 @@ fn alltoallw(
     } else {
         (sendbuf, (counts(send.0, "sendcounts")?, displs(send.1, "sdispls")?, types(send.2, "sendtypes")?))
     };
-    let tag = tags::tag(context, tags::COLL, 0);
+    let (tag, seq) = (tags::coll(context, s.coll_seq, 0), s.coll_seq);
     let outgoing = (0..n)
         // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
         .map(|j| unsafe { st[j].pack(&offset(sendbuf, sd[j]), sc[j]) }.map(|b| b.into_owned()))
@@ -181,8 +181,7 @@ fn alltoallw(
         let bytes = if Some(j) == me {
             std::mem::take(&mut own)
         } else {
-            let m = s.rt.recv_matching(Source::Rank(peers[j]), tags::coll_match(context))?;
-            frag::complete(&mut s.rt, m)?.payload.into_vec()
+            super::coll_recv(s, Source::Rank(peers[j]), tags::coll_match(context, seq, 0))?.payload.into_vec()
         };
         // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
         unsafe { rt[j].unpack(&bytes, offset(recvbuf, rd[j]), rc[j]) }?;

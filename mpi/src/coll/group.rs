@@ -1,11 +1,14 @@
 //! A communicator's members as a collective sees them, and its messages: on the
-//! communicator's collective context, matched by source in each sender's order.
+//! communicator's collective context under the collective's sequence number (`icoll`),
+//! matched by source in each sender's order.
 
 use std::ffi::c_int;
 
-use reverb_transport::Source;
+use reverb_runtime::Message;
+use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
+use crate::coro;
 use crate::errors::{MpiError, MpiResult};
 use crate::frag;
 use crate::state::State;
@@ -16,12 +19,14 @@ pub(crate) struct Group {
     pub(crate) context: u32,
     pub(crate) ranks: Vec<u32>,
     pub(crate) me: usize,
+    /// The collective's tag sequence number (0: a blocking one).
+    pub(crate) seq: u32,
 }
 
 impl Group {
     pub(crate) fn of(s: &State, comm: c_int) -> MpiResult<Group> {
         let c = s.comm(comm)?;
-        Ok(Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize })
+        Ok(Group { context: c.context, ranks: c.ranks.clone(), me: c.me as usize, seq: s.coll_seq })
     }
 
     pub(crate) fn size(&self) -> usize {
@@ -29,29 +34,17 @@ impl Group {
     }
 
     pub(crate) fn tag(&self) -> u64 {
-        tags::tag(self.context, tags::COLL, 0)
+        tags::coll(self.context, self.seq, 0)
     }
 
     pub(crate) fn send(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
         frag::send(&mut s.rt, self.ranks[to], self.tag(), bytes)
     }
 
-    /// The next collective message from `from`. With point-to-point operations outstanding
-    /// it waits by progressing them too: a receive posted before the collective must still
-    /// match (and acknowledge a synchronous send) while this rank waits here.
+    /// The next collective message from `from`.
     pub(crate) fn recv(&self, s: &mut State, from: usize) -> MpiResult<Vec<u8>> {
-        let (source, tag) = (Source::Rank(self.ranks[from]), tags::coll_match(self.context));
-        let m = if s.p2p_outstanding() {
-            let mut got = None;
-            s.wait_until("a collective", |s| {
-                got = s.rt.take_collected(source, tag)?;
-                Ok(got.is_some())
-            })?;
-            got.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a collective message vanished"))?
-        } else {
-            s.rt.recv_matching(source, tag)?
-        };
-        Ok(frag::complete(&mut s.rt, m)?.payload.into_vec())
+        let tag = tags::coll_match(self.context, self.seq, 0);
+        Ok(coll_recv(s, Source::Rank(self.ranks[from]), tag)?.payload.into_vec())
     }
 
     /// Sends `bytes` to `to`, then takes the next message from `from` (sends do not wait for
@@ -66,6 +59,37 @@ impl Group {
             MpiError::new(MPI_ERR_ROOT, format!("root {root} outside a communicator of {}", self.size()))
         })
     }
+}
+
+/// The next collective message from `source` matching `tag`, whole. Inside a nonblocking
+/// collective it suspends until one came (progress resumes it). With point-to-point
+/// operations or nonblocking collectives outstanding it waits by progressing them too: a
+/// receive posted before the collective must still match (and acknowledge a synchronous
+/// send), and a started collective go on, while this rank waits here.
+pub(crate) fn coll_recv(s: &mut State, source: Source, tag: TagMatch) -> MpiResult<Message> {
+    let m = if coro::in_task() {
+        loop {
+            if s.may_take(source, tag)? {
+                if let Some(m) = s.rt.take_collected(source, tag)? {
+                    coro::advanced();
+                    break m;
+                }
+            }
+            coro::suspend(s)?;
+        }
+    } else if s.p2p_outstanding() {
+        let mut got = None;
+        s.wait_until("a collective", |s| {
+            if s.may_take(source, tag)? {
+                got = s.rt.take_collected(source, tag)?;
+            }
+            Ok(got.is_some())
+        })?;
+        got.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a collective message vanished"))?
+    } else {
+        s.rt.recv_matching(source, tag)?
+    };
+    frag::complete(&mut s.rt, m)
 }
 
 /// Dissemination barrier: round k, each rank signals the one 2^k ahead and waits for the one

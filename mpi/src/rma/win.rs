@@ -98,7 +98,7 @@ impl Win {
     }
 
     pub fn group(&self) -> Group {
-        Group { context: self.context, ranks: self.ranks.clone(), me: self.me }
+        Group { context: self.context, ranks: self.ranks.clone(), me: self.me, seq: 0 }
     }
 
     /// Keeps `memory` until the window is freed.
