@@ -16,6 +16,7 @@ mod ep;
 pub mod error;
 mod fabric;
 pub mod info;
+pub mod name;
 pub mod obj;
 pub mod service;
 
