@@ -15,8 +15,8 @@ pub(crate) struct Av {
     pub(crate) state: AvRef,
 }
 
-/// Bytes of one address blob (a shm host address: slot, then the segment's address).
-pub(crate) const ADDRESS_LEN: usize = 24;
+/// Bytes of one address blob (an endpoint's name, see `name`).
+pub(crate) const ADDRESS_LEN: usize = crate::name::NAME_LEN;
 
 unsafe extern "C" fn close(f: *mut fid) -> c_int {
     // SAFETY: the fid libfabric got from `open`; free checks its ops table.

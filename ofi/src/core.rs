@@ -11,8 +11,9 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
+use crate::name::Carrier;
 use reverb_transport::error::TransportError;
-use reverb_transport::{CompletionKind, OpId, Provider, Rank, RecvBuffer, Source, TagMatch};
+use reverb_transport::{CompletionKind, OpId, Provider, ProviderKind, Rank, RecvBuffer, Source, TagMatch};
 
 use crate::abi::*;
 use crate::error::{OfiError, Result};
@@ -142,9 +143,17 @@ impl EpCore {
         }
     }
 
+    /// What carries this endpoint.
+    fn carrier(&self) -> Carrier {
+        match self.provider.kind() {
+            ProviderKind::TCP => Carrier::Tcp,
+            _ => Carrier::Shm,
+        }
+    }
+
     /// This endpoint's address (`fi_getname`).
     pub fn name(&self) -> Result<Vec<u8>> {
-        Ok(self.provider.peer_address()?)
+        crate::name::encode(self.carrier(), &self.provider.peer_address()?)
     }
 
     /// The rank of AV entry `addr`, connecting to it the first time.
@@ -155,7 +164,7 @@ impl EpCore {
         let av = self.av.as_ref().ok_or(OfiError::NotBound("an address vector"))?;
         let blob = av.borrow().entries.get(addr as usize).cloned().flatten();
         let blob = blob.ok_or(OfiError::UnknownAddress(addr))?;
-        let rank = self.provider.connect_peer(&blob)?;
+        let rank = self.provider.connect_peer(crate::name::decode(self.carrier(), &blob)?)?;
         self.to_rank.insert(addr, rank);
         self.from_rank.entry(rank).or_insert(addr);
         Ok(rank)

@@ -9,6 +9,10 @@ use std::rc::Rc;
 use reverb_transport::config::TransportConfig;
 use reverb_transport::error::TransportError;
 use reverb_transport::shm::ShmProvider;
+use reverb_transport::tcp::TcpProvider;
+use reverb_transport::Provider;
+
+use crate::name::Carrier;
 
 use crate::abi::*;
 use crate::core::{Binding, EpCore, EpRef, RecvArgs, SendArgs};
@@ -24,13 +28,16 @@ pub(crate) struct Ep {
 
 fn open_core(info: Option<&fi_info>) -> Result<EpCore> {
     let config = TransportConfig::from_env()?;
-    let provider = ShmProvider::open_by_address(config, &crate::service::host_space())?;
+    let provider: Box<dyn Provider> = match Carrier::from_env()? {
+        Carrier::Shm => Box::new(ShmProvider::open_by_address(config, &crate::service::host_space())?),
+        Carrier::Tcp => Box::new(TcpProvider::open_by_address(config)?),
+    };
     let caps = info.map_or(crate::info::PRIMARY_CAPS, |i| i.caps);
     // SAFETY: the tx attributes of the consumer's fi_info: null or valid.
     let tx_op_flags = info.and_then(|i| unsafe { i.tx_attr.as_ref() }).map_or(0, |tx| tx.op_flags);
     // SAFETY: as above, the rx attributes.
     let rx_op_flags = info.and_then(|i| unsafe { i.rx_attr.as_ref() }).map_or(0, |rx| rx.op_flags);
-    Ok(EpCore::new(Box::new(provider), caps, [tx_op_flags, rx_op_flags]))
+    Ok(EpCore::new(provider, caps, [tx_op_flags, rx_op_flags]))
 }
 
 /// Publishes the endpoint's address under the service its info names (see `service`).

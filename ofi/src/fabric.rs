@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_void, CStr};
 
 use crate::abi::*;
 use crate::info;
+use crate::name::Carrier;
 use crate::obj::{self, Table, NO_OP};
 
 struct Fabric;
@@ -198,8 +199,13 @@ unsafe extern "C" fn domain_open(
     context: *mut c_void,
 ) -> c_int {
     // SAFETY: the consumer's fi_info (from our getinfo): null or valid with valid attributes.
-    let names_ours = unsafe { info.as_ref().and_then(|i| i.domain_attr.as_ref()) }
-        .is_none_or(|d| d.name.is_null() || unsafe { CStr::from_ptr(d.name) } == info::DOMAIN_NAME);
+    let names_ours = unsafe { info.as_ref().and_then(|i| i.domain_attr.as_ref()) }.is_none_or(|d| {
+        // SAFETY: a C string when not null.
+        d.name.is_null()
+            || [Carrier::Shm, Carrier::Tcp]
+                .iter()
+                .any(|&c| unsafe { CStr::from_ptr(d.name) } == info::domain_name(c))
+    });
     if !names_ours || out.is_null() {
         return -FI_EINVAL;
     }

@@ -5,20 +5,36 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::abi::*;
 use crate::core::MEM_TAG_FORMAT;
+use crate::name::Carrier;
 
 pub const FABRIC_NAME: &CStr = c"reverb";
-pub const DOMAIN_NAME: &CStr = c"shm";
+
+/// The domain's name: what carries its endpoints.
+pub fn domain_name(carrier: Carrier) -> &'static CStr {
+    match carrier {
+        Carrier::Shm => c"shm",
+        Carrier::Tcp => c"tcp",
+    }
+}
 
 /// Primary capabilities offered, and the secondary ones always on.
 pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE;
 pub const SECONDARY_CAPS: u64 = FI_LOCAL_COMM;
+
+/// The secondary capabilities of endpoints `carrier` carries: tcp reaches other hosts too.
+pub fn secondary_caps(carrier: Carrier) -> u64 {
+    match carrier {
+        Carrier::Shm => SECONDARY_CAPS,
+        Carrier::Tcp => SECONDARY_CAPS | FI_REMOTE_COMM,
+    }
+}
 /// Largest message; also the ceiling of `inject`.
 pub const MAX_MSG_SIZE: usize = 64 << 20;
 pub const INJECT_SIZE: usize = 4096;
 pub const QUEUE_SIZE: usize = 1024;
 
 /// The parts of the hints the provider looks at, read out of the C structs.
-#[derive(Default, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Hints {
     pub caps: u64,
     pub ep_type: c_int,
@@ -32,6 +48,27 @@ pub struct Hints {
     pub msg_order: u64,
     pub domain_caps: u64,
     pub names_other_fabric: bool,
+    /// What carries the endpoints (sets the domain's name and the secondary capabilities).
+    pub carrier: Carrier,
+}
+
+impl Default for Hints {
+    fn default() -> Hints {
+        Hints {
+            caps: 0,
+            ep_type: 0,
+            threading: 0,
+            control_progress: 0,
+            data_progress: 0,
+            av_type: 0,
+            tx_op_flags: 0,
+            rx_op_flags: 0,
+            msg_order: 0,
+            domain_caps: 0,
+            names_other_fabric: false,
+            carrier: Carrier::Shm,
+        }
+    }
 }
 
 /// What the provider answers to `hints`, or None (FI_ENODATA) when it cannot meet them.
@@ -41,12 +78,13 @@ pub struct Offer {
     pub av_type: c_int,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
+    pub carrier: Carrier,
 }
 
 pub fn offer(h: &Hints) -> Option<Offer> {
-    let secondary_ok = SECONDARY_CAPS | FI_LOCAL_COMM;
-    let unmet = h.caps & !(PRIMARY_CAPS | secondary_ok) != 0
-        || h.domain_caps & !SECONDARY_CAPS != 0
+    let secondary = secondary_caps(h.carrier);
+    let unmet = h.caps & !(PRIMARY_CAPS | secondary) != 0
+        || h.domain_caps & !secondary != 0
         || h.msg_order & !FI_ORDER_SAS != 0;
     if unmet || h.names_other_fabric {
         return None;
@@ -60,11 +98,11 @@ pub fn offer(h: &Hints) -> Option<Offer> {
         return None;
     }
     let caps = if h.caps & PRIMARY_CAPS == 0 {
-        PRIMARY_CAPS | SECONDARY_CAPS
+        PRIMARY_CAPS | secondary
     } else {
         // Asked for MSG or TAGGED without a direction: both directions.
         let directions = if h.caps & (FI_SEND | FI_RECV) == 0 { FI_SEND | FI_RECV } else { 0 };
-        h.caps | directions | SECONDARY_CAPS
+        h.caps | directions | secondary
     };
     let av_type = if h.av_type == FI_AV_UNSPEC { FI_AV_TABLE } else { h.av_type };
     let op_flags =
@@ -74,15 +112,17 @@ pub fn offer(h: &Hints) -> Option<Offer> {
         av_type,
         tx_op_flags: h.tx_op_flags & op_flags,
         rx_op_flags: h.rx_op_flags & FI_COMPLETION,
+        carrier: h.carrier,
     })
 }
 
-/// Reads the hints the provider checks; a null pointer is no hints.
+/// Reads the hints the provider checks, for endpoints `carrier` carries; a null pointer is
+/// no hints.
 ///
 /// # Safety
 /// `hints` is null or a valid `fi_info` whose attribute pointers are null or valid.
-pub unsafe fn read_hints(hints: *const fi_info) -> Hints {
-    let mut h = Hints::default();
+pub unsafe fn read_hints(hints: *const fi_info, carrier: Carrier) -> Hints {
+    let mut h = Hints { carrier, ..Hints::default() };
     // SAFETY: the caller's contract, for every pointer read below.
     unsafe {
         let Some(info) = hints.as_ref() else { return h };
@@ -96,7 +136,7 @@ pub unsafe fn read_hints(hints: *const fi_info) -> Hints {
             h.data_progress = d.data_progress;
             h.av_type = d.av_type;
             h.domain_caps = d.caps;
-            h.names_other_fabric |= !d.name.is_null() && CStr::from_ptr(d.name) != DOMAIN_NAME;
+            h.names_other_fabric |= !d.name.is_null() && CStr::from_ptr(d.name) != domain_name(carrier);
         }
         if let Some(f) = info.fabric_attr.as_ref() {
             h.names_other_fabric |= !f.name.is_null() && CStr::from_ptr(f.name) != FABRIC_NAME;
@@ -149,7 +189,7 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     ep.mem_tag_format = MEM_TAG_FORMAT;
     ep.tx_ctx_cnt = 1;
     ep.rx_ctx_cnt = 1;
-    dom.name = dup(DOMAIN_NAME);
+    dom.name = dup(domain_name(offer.carrier));
     dom.threading = FI_THREAD_DOMAIN;
     dom.control_progress = FI_PROGRESS_MANUAL;
     dom.data_progress = FI_PROGRESS_MANUAL;
@@ -163,7 +203,7 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     dom.rx_ctx_cnt = 1;
     dom.max_ep_tx_ctx = 1;
     dom.max_ep_rx_ctx = 1;
-    dom.caps = SECONDARY_CAPS;
+    dom.caps = secondary_caps(offer.carrier);
     fab.name = dup(FABRIC_NAME);
     fab.api_version = api_version;
     info
@@ -216,5 +256,10 @@ mod tests {
         assert!(offer(&Hints { domain_caps: FI_REMOTE_COMM, ..tagged }).is_none());
         assert!(offer(&Hints { ep_type: 1, ..tagged }).is_none(), "FI_EP_MSG");
         assert_eq!(offer(&Hints::default()).unwrap().caps, PRIMARY_CAPS | SECONDARY_CAPS);
+        // Open MPI's mtl asks for remote communication: tcp has it.
+        let mpi = Hints { caps: FI_TAGGED | FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM, ..tagged };
+        assert!(offer(&mpi).is_none());
+        let over_tcp = offer(&Hints { carrier: Carrier::Tcp, ..mpi }).unwrap();
+        assert_ne!(over_tcp.caps & FI_REMOTE_COMM, 0);
     }
 }

@@ -16,6 +16,7 @@ mod ep;
 pub mod error;
 mod fabric;
 pub mod info;
+pub mod name;
 pub mod obj;
 pub mod service;
 
@@ -39,8 +40,12 @@ unsafe extern "C" fn getinfo(
     if info.is_null() {
         return -FI_EINVAL;
     }
+    let carrier = match name::Carrier::from_env() {
+        Ok(c) => c,
+        Err(e) => return -e.errno(),
+    };
     // SAFETY: libfabric passes the consumer's hints: null or a valid fi_info.
-    let hints = unsafe { info::read_hints(hints) };
+    let hints = unsafe { info::read_hints(hints, carrier) };
     let Some(offer) = info::offer(&hints) else { return -FI_ENODATA };
     // A server names the service it will publish; a client finds the server's address.
     // Every info has a source address: the mark, with no service but a server's.

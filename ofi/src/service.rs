@@ -39,7 +39,8 @@ pub fn lookup(service: &str) -> Option<Vec<u8>> {
     let path = service_path(service);
     let deadline = Instant::now() + LOOKUP_WAIT;
     loop {
-        let found = std::fs::read(&path).ok().filter(|a| a.len() == ADDRESS_LEN);
+        let found = std::fs::read(&path).ok().and_then(|b| b.get(4..).map(<[u8]>::to_vec));
+        let found = found.filter(|a| a.len() == ADDRESS_LEN);
         if found.is_some() && publisher(&path).is_some_and(liveness::pid_exists) {
             return found;
         }
@@ -66,10 +67,10 @@ impl Drop for Claim {
     }
 }
 
-/// The pid inside a published address (after the 4-byte slot), for the stale-file check.
+/// The pid that leads a service file (its publisher's), for the stale-file check.
 fn publisher(path: &Path) -> Option<u32> {
     let bytes = std::fs::read(path).ok()?;
-    let pid = bytes.get(4..8)?;
+    let pid = bytes.get(..4)?;
     Some(u32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]]))
 }
 
@@ -78,6 +79,7 @@ pub fn publish(service: &str, address: &[u8]) -> std::io::Result<Claim> {
     let path = service_path(service);
     let mut file = shmfile::create_private(&path, publisher)?;
     let claim = Claim { path };
+    file.write_all(&std::process::id().to_le_bytes())?;
     file.write_all(address)?;
     Ok(claim)
 }

@@ -12,6 +12,8 @@ use reverb_fi::abi::*;
 
 const ROLE: &str = "REVERB_FI_TEST_ROLE";
 const DIR: &str = "REVERB_FI_TEST_DIR";
+/// What carries the provider's endpoints in a role (the tests run each over shm and tcp).
+const CARRIER: &str = "REVERB_OFI_PROVIDER";
 const ROUNDS: u64 = 100;
 
 /// A directory holding `libreverb-fi.so`, linked to the cdylib cargo built with this test
@@ -37,11 +39,12 @@ fn provider_dir() -> PathBuf {
     .clone()
 }
 
-/// Runs this binary's test `name` as `role`, in `dir`.
-fn spawn(name: &str, role: &str, dir: &Path, prov: &Path) -> Child {
+/// Runs this binary's test `name` as `role`, in `dir`, with endpoints `carrier` carries.
+fn spawn(name: &str, role: &str, dir: &Path, prov: &Path, carrier: &str) -> Child {
     Command::new(std::env::current_exe().expect("the test binary"))
         .args([name, "--exact", "--nocapture"])
         .env(ROLE, role)
+        .env(CARRIER, carrier)
         .env(DIR, dir)
         .env("FI_PROVIDER_PATH", prov)
         .env("FI_PROVIDER", "reverb")
@@ -285,14 +288,24 @@ fn pingpong_client(dir: &Path) {
 /// Two processes ping-pong tagged messages through libfabric's API.
 #[test]
 fn two_processes_ping_pong_tagged_messages() {
+    pingpong("two_processes_ping_pong_tagged_messages", "shm");
+}
+
+/// The same between endpoints that tcp carries (loopback).
+#[test]
+fn two_processes_ping_pong_tagged_messages_over_tcp() {
+    pingpong("two_processes_ping_pong_tagged_messages_over_tcp", "tcp");
+}
+
+fn pingpong(test: &str, carrier: &str) {
     match std::env::var(ROLE).as_deref() {
         Ok("server") => return pingpong_server(Path::new(&std::env::var(DIR).unwrap_or_default())),
         Ok("client") => return pingpong_client(Path::new(&std::env::var(DIR).unwrap_or_default())),
         _ => {}
     }
-    let (dir, prov) = (scratch("pingpong"), provider_dir());
-    let server = spawn("two_processes_ping_pong_tagged_messages", "server", &dir, &prov);
-    let client = spawn("two_processes_ping_pong_tagged_messages", "client", &dir, &prov);
+    let (dir, prov) = (scratch(test), provider_dir());
+    let server = spawn(test, "server", &dir, &prov, carrier);
+    let client = spawn(test, "client", &dir, &prov, carrier);
     wait_ok(client, "the client");
     wait_ok(server, "the server");
 }
@@ -300,13 +313,22 @@ fn two_processes_ping_pong_tagged_messages() {
 fn unknown_peer() {
     let fab = Fab::open();
     // Bytes that are no address of the provider: the send is refused at once.
-    let junk = fab.insert(&[0xffu8; 24]);
+    let junk = fab.insert(&[0xffu8; 48]);
     assert_eq!(fab.tsend(junk, 1, b"x"), -(FI_EINVAL as isize));
-    // A well-formed address of an endpoint that is gone (its slot file and segment are not
-    // there): unreachable.
+    // A well-formed address of an endpoint that is gone: unreachable. A name is the carrier,
+    // a length, then the transport's address.
     let mut name = fab.name();
-    name[4..8].copy_from_slice(&u32::MAX.to_le_bytes()); // a pid that cannot exist
-    name[..4].copy_from_slice(&200u32.to_le_bytes());
+    if std::env::var(CARRIER).as_deref() == Ok("tcp") {
+        // Another key, and a port nobody listens on (tcp address: magic, incarnation, key, port).
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+        let port = closed.expect("a free port").port();
+        name[2 + 8..2 + 16].copy_from_slice(&7u64.to_le_bytes());
+        name[2 + 16..2 + 18].copy_from_slice(&port.to_le_bytes());
+    } else {
+        // Its slot file and segment are not there (shm host address: slot, pid, ...).
+        name[2 + 4..2 + 8].copy_from_slice(&u32::MAX.to_le_bytes()); // a pid that cannot exist
+        name[2..2 + 4].copy_from_slice(&200u32.to_le_bytes());
+    }
     let gone = fab.insert(&name);
     let rc = fab.tsend(gone, 1, b"x");
     assert!(
@@ -320,11 +342,21 @@ fn unknown_peer() {
 /// A send to an address no live endpoint has fails with an error code, not a hang.
 #[test]
 fn an_unknown_peer_address_is_a_clean_error() {
+    unknown("an_unknown_peer_address_is_a_clean_error", "shm");
+}
+
+/// The same between endpoints that tcp carries.
+#[test]
+fn an_unknown_peer_address_is_a_clean_error_over_tcp() {
+    unknown("an_unknown_peer_address_is_a_clean_error_over_tcp", "tcp");
+}
+
+fn unknown(test: &str, carrier: &str) {
     if std::env::var(ROLE).as_deref() == Ok("unknown") {
         return unknown_peer();
     }
-    let (dir, prov) = (scratch("unknown"), provider_dir());
-    wait_ok(spawn("an_unknown_peer_address_is_a_clean_error", "unknown", &dir, &prov), "the role");
+    let (dir, prov) = (scratch(test), provider_dir());
+    wait_ok(spawn(test, "unknown", &dir, &prov, carrier), "the role");
 }
 
 /// Waits for the victim's hello, then for the error of a receive directed at it.
@@ -354,15 +386,24 @@ fn dead_peer_victim(dir: &Path) {
 /// FI_EHOSTUNREACH within the peer timeout.
 #[test]
 fn a_killed_peer_fails_receives_directed_at_it() {
+    killed_peer("a_killed_peer_fails_receives_directed_at_it", "shm");
+}
+
+/// The same between endpoints that tcp carries: the socket's end tells.
+#[test]
+fn a_killed_peer_fails_receives_directed_at_it_over_tcp() {
+    killed_peer("a_killed_peer_fails_receives_directed_at_it_over_tcp", "tcp");
+}
+
+fn killed_peer(name: &str, carrier: &str) {
     match std::env::var(ROLE).as_deref() {
         Ok("survivor") => return dead_peer_survivor(Path::new(&std::env::var(DIR).unwrap_or_default())),
         Ok("victim") => return dead_peer_victim(Path::new(&std::env::var(DIR).unwrap_or_default())),
         _ => {}
     }
-    let (dir, prov) = (scratch("dead"), provider_dir());
-    let name = "a_killed_peer_fails_receives_directed_at_it";
-    let survivor = spawn(name, "survivor", &dir, &prov);
-    let mut victim = spawn(name, "victim", &dir, &prov);
+    let (dir, prov) = (scratch(name), provider_dir());
+    let survivor = spawn(name, "survivor", &dir, &prov, carrier);
+    let mut victim = spawn(name, "victim", &dir, &prov, carrier);
     wait_for_file(&dir.join("ready"));
     victim.kill().expect("SIGKILL the victim");
     let _ = victim.wait();

@@ -194,6 +194,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_AUTO_NET", "any", Transport, User, "any|tcp|verbs", "what the auto provider uses between hosts: any = verbs where every rank has a usable RDMA device, else tcp"),
     var("REVERB_HOST_NAME", "the UTS host name", Transport, User, "text", "this rank's host name for the auto provider's per-peer choice (a resource manager's node name; distinct names simulate hosts)"),
     var("REVERB_TCP_IFACE", "", Transport, User, "text", "tcp provider: listen on this network interface's IPv4 address (e.g. eth0)"),
+    var("REVERB_OFI_PROVIDER", "shm", Transport, User, "shm|tcp", "libfabric provider reverb: what carries its endpoints (shm: this host's; tcp: any host's; every endpoint of a job alike); unset: FI_REVERB_PROVIDER, else shm"),
     // verbs provider
     var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
     var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),

@@ -58,6 +58,17 @@ pub(crate) fn dial(
     config: &TransportConfig,
     timeout: Duration,
 ) -> Result<TcpStream> {
+    dial_with(to, rank, &wire::hello(hello), config, timeout)
+}
+
+/// [`dial`], presenting `first` (a hello, and an intro when dialling by address).
+pub(crate) fn dial_with(
+    to: SocketAddr,
+    rank: u32,
+    first: &[u8],
+    config: &TransportConfig,
+    timeout: Duration,
+) -> Result<TcpStream> {
     let mut stream = TcpStream::connect_timeout(&to, timeout).map_err(|e| match e.kind() {
         io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::HostUnreachable => {
             TransportError::PeerDead(rank)
@@ -65,7 +76,7 @@ pub(crate) fn dial(
         _ => TransportError::io(format!("tcp: connect to rank {rank} at {to}"), e),
     })?;
     stream.set_write_timeout(Some(timeout)).context(|| "tcp: socket timeout".into())?;
-    stream.write_all(&wire::hello(hello)).map_err(|_| TransportError::PeerDead(rank))?;
+    stream.write_all(first).map_err(|_| TransportError::PeerDead(rank))?;
     configure(&stream, config.peer_timeout)?;
     Ok(stream)
 }
@@ -74,6 +85,8 @@ pub(crate) fn dial(
 pub(crate) struct Handshake {
     stream: TcpStream,
     got: Vec<u8>,
+    /// Bytes the dialer presents: the hello, plus the intro for endpoints opened by address.
+    want: usize,
     since: Instant,
 }
 
@@ -81,15 +94,16 @@ pub(crate) struct Handshake {
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Handshake {
-    /// Accepts every connection waiting on `listener`.
-    pub(crate) fn accept_all(listener: &TcpListener, out: &mut Vec<Handshake>) -> Result<()> {
+    /// Accepts every connection waiting on `listener`; each presents `want` bytes first.
+    pub(crate) fn accept_all(listener: &TcpListener, want: usize, out: &mut Vec<Handshake>) -> Result<()> {
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
                     stream.set_nonblocking(true).context(|| "tcp: nonblocking socket".into())?;
                     out.push(Handshake {
                         stream,
-                        got: Vec::with_capacity(wire::HELLO_LEN),
+                        got: Vec::with_capacity(want),
+                        want,
                         since: Instant::now(),
                     });
                 }
@@ -105,25 +119,30 @@ impl Handshake {
     /// whose key is `key`, `Ok(None)` while incomplete, `Err` for a connection to drop
     /// (closed early, too slow, not a hello, a wrong key).
     pub(crate) fn poll(&mut self, key: u64) -> Result<Option<Hello>> {
-        let mut buf = [0u8; wire::HELLO_LEN];
-        let want = wire::HELLO_LEN - self.got.len();
+        let mut buf = [0u8; wire::HELLO_LEN + wire::INTRO_LEN];
+        let want = self.want - self.got.len();
         match self.stream.read(&mut buf[..want]) {
             Ok(0) => return Err(bad_hello("closed before its hello")),
             Ok(n) => self.got.extend_from_slice(&buf[..n]),
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
             Err(e) => return Err(TransportError::io("tcp: read a hello", e)),
         }
-        if self.got.len() < wire::HELLO_LEN {
+        if self.got.len() < self.want {
             if self.since.elapsed() > HELLO_TIMEOUT {
                 return Err(bad_hello("no hello in time"));
             }
             return Ok(None);
         }
-        match wire::decode(&self.got[wire::PREFIX..])? {
+        match wire::decode(&self.got[wire::PREFIX..wire::HELLO_LEN])? {
             Frame::Hello(h) if h.key == key => Ok(Some(h)),
             Frame::Hello(h) => Err(bad_hello(&format!("rank {} presented a wrong key", h.rank))),
             _ => Err(bad_hello("first frame is not a hello")),
         }
+    }
+
+    /// What followed the hello (the intro of a dialer by address; empty otherwise).
+    pub(crate) fn intro(&self) -> &[u8] {
+        &self.got[wire::HELLO_LEN.min(self.got.len())..]
     }
 
     /// The socket, for `poll`.

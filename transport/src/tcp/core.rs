@@ -57,6 +57,10 @@ pub(super) struct Peer {
     pub(super) link: Link,
     pub(super) tx: Tx,
     pub(super) rx: Rx,
+    /// Endpoints opened by address: the connection the peer dialled while this side dialled
+    /// it too. Only read (each side writes on the one it dialled), so each direction keeps
+    /// its order.
+    pub(super) second: Option<(TcpStream, Rx)>,
 }
 
 impl Peer {
@@ -93,6 +97,8 @@ pub(super) struct Core {
     /// Bytes read from every connection so far (tells a progress that found traffic).
     pub(super) bytes_read: u64,
     pub(super) max_body: usize,
+    /// Endpoints opened by address (see `book`): the rank of each peer's key.
+    pub(super) book: Option<HashMap<u64, Rank>>,
 }
 
 impl Core {
@@ -167,7 +173,18 @@ impl Core {
         if job.rank >= job.size {
             return Err(TransportError::InvalidRank(job.rank, job.size));
         }
-        let listener = connect::listen(connect::listen_ip(&config, boot)?)?;
+        let ip = connect::listen_ip(&config, boot)?;
+        Core::create_at(config, job, ip, core)
+    }
+
+    /// [`Core::create`] for `job`, listening on `ip`.
+    pub(super) fn create_at(
+        config: TransportConfig,
+        job: JobInfo,
+        ip: std::net::IpAddr,
+        core: SubCore,
+    ) -> Result<Core> {
+        let listener = connect::listen(ip)?;
         let watch = Arc::new(Watch::new()?);
         watch.add(&listener);
         let socket = listener.local_addr().map_err(|e| TransportError::io("tcp: listener address", e))?;
@@ -181,6 +198,7 @@ impl Core {
                 link: if rank == job.rank { Link::Itself } else { Link::Dead },
                 tx: Tx::default(),
                 rx: Rx::new(max_body),
+                second: None,
             })
             .collect();
         Ok(Core {
@@ -203,6 +221,7 @@ impl Core {
             progress_calls: 0,
             bytes_read: 0,
             max_body,
+            book: None,
         })
     }
 
@@ -344,7 +363,8 @@ impl Core {
     /// Accepts waiting connections and routes those whose hello is in: to the peer awaiting
     /// that incarnation, or to the stash when it is newer than the one this rank knows.
     pub(super) fn poll_accepts(&mut self) {
-        if let Err(e) = Handshake::accept_all(&self.listener, &mut self.handshakes) {
+        let want = if self.book.is_some() { wire::HELLO_LEN + wire::INTRO_LEN } else { wire::HELLO_LEN };
+        if let Err(e) = Handshake::accept_all(&self.listener, want, &mut self.handshakes) {
             tracing::debug!("tcp: {e}");
         }
         let mut i = 0;
@@ -366,6 +386,9 @@ impl Core {
     }
 
     pub(super) fn route_hello(&mut self, hello: Hello, h: Handshake) -> Result<()> {
+        if self.book.is_some() {
+            return self.route_intro(hello, h);
+        }
         let rank = hello.rank;
         if rank >= self.job.size || rank >= self.job.rank {
             return Err(TransportError::Malformed {
@@ -412,6 +435,7 @@ impl Core {
             return;
         }
         peer.link = Link::Dead;
+        peer.second = None;
         peer.tx = Tx::default();
         peer.rx = Rx::new(self.max_body);
         let dead = TransportError::PeerDead(rank);
@@ -598,7 +622,9 @@ impl Core {
     pub(super) fn progress(&mut self) -> Result<()> {
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let awaiting = self.peers.iter().any(|p| matches!(p.link, Link::Awaiting(_)));
-        if awaiting || !self.handshakes.is_empty() || self.progress_calls.is_multiple_of(64) {
+        // By address, peers arrive at any time: a first message must not wait 64 calls.
+        let every = if self.book.is_some() { 8 } else { 64 };
+        if awaiting || !self.handshakes.is_empty() || self.progress_calls.is_multiple_of(every) {
             self.poll_accepts();
             if awaiting {
                 self.expire_awaits();
@@ -625,6 +651,9 @@ impl Core {
             return Ok(());
         }
         self.sleep_in_poll(timeout);
+        if self.book.is_some() {
+            self.poll_accepts();
+        }
         // A peer's close is only seen by reading: take in what woke us (its last messages
         // first), so that `peer_state` is current after a block as on the other providers.
         for rank in 0..self.job.size {

@@ -15,7 +15,7 @@ use crate::tcp::core::{Core, Link, TX_QUEUE_BYTES};
 
 /// Bytes read from one connection per `progress` call, so one busy peer cannot starve the
 /// others.
-const READ_BUDGET: usize = 4 << 20;
+pub(super) const READ_BUDGET: usize = 4 << 20;
 
 impl Core {
     /// Writes what waits for `rank`, then reads and handles what it sent. A closed or broken
@@ -46,12 +46,25 @@ impl Core {
         }
         // Answers to what was just handled.
         self.kick(rank);
+        if self.peers[rank as usize].second.is_some() {
+            self.pump_second(rank);
+        }
     }
 
     /// Handles every whole frame buffered from `rank`; false when the stream broke (a frame
     /// length beyond any frame's), which fails the peer.
     pub(super) fn handle_buffered(&mut self, rank: Rank) -> bool {
         let mut rx = std::mem::replace(&mut self.peers[rank as usize].rx, Rx::new(0));
+        if self.handle_frames(rank, &mut rx) {
+            self.peers[rank as usize].rx = rx;
+            return true;
+        }
+        false
+    }
+
+    /// Handles every whole frame in `rx`, from `rank`; false (and the peer failed) when the
+    /// stream broke.
+    pub(super) fn handle_frames(&mut self, rank: Rank, rx: &mut Rx) -> bool {
         loop {
             match rx.next_frame() {
                 Ok(Some(body)) => self.on_frame(rank, &rx.bytes()[body]),
@@ -63,13 +76,15 @@ impl Core {
                 }
             }
         }
-        self.peers[rank as usize].rx = rx;
         true
     }
 
     /// The helper thread's work: what `progress` does, less the error report (the next
     /// `progress` of the application gives it).
     pub(super) fn serve_peers(&mut self) {
+        if self.book.is_some() {
+            self.poll_accepts();
+        }
         for rank in 0..self.job.size {
             self.pump(rank);
         }
@@ -145,6 +160,9 @@ impl Core {
                 Link::Itself if !p.tx.is_empty() => return,
                 _ => {}
             }
+            if let Some((s, _)) = &p.second {
+                fds.push(PollFd::from_borrowed_fd(s.as_fd(), PollFlags::IN));
+            }
         }
         let timeout = rustix::event::Timespec {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as _,
@@ -176,6 +194,7 @@ impl Core {
                 let _ = sink.discard(&mut s);
             }
             peer.tx = Tx::default();
+            peer.second = None;
         }
     }
 }

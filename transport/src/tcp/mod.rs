@@ -45,6 +45,9 @@
 //!   application has not for [`SERVE_AFTER`]. Both work on one state behind a lock; what the
 //!   helper completes waits in a staging queue until the application's next call.
 
+mod book;
+#[cfg(test)]
+mod book_tests;
 mod conn;
 mod connect;
 mod core;
@@ -131,6 +134,8 @@ pub struct TcpProvider {
     owners: Vec<Owner>,
     shared: Arc<Shared>,
     helper: Option<JoinHandle<()>>,
+    /// Opened by address ([`TcpProvider::open_by_address`]): the size grows as peers connect.
+    by_address: bool,
     /// Calls of `progress_when_ready`, for its periodic full progress.
     lazy_calls: u32,
     /// The `lazy_calls` count when a progress last read bytes.
@@ -198,9 +203,23 @@ impl TcpProvider {
             owners: Vec::new(),
             shared,
             helper: Some(helper),
+            by_address: false,
             lazy_calls: 0,
             last_traffic: 0,
         })
+    }
+
+    /// Opens an endpoint that peers reach by its [`Provider::peer_address`] and that
+    /// reaches them by theirs ([`Provider::connect_peer`]), with no job or bootstrap: ranks
+    /// are local numbers, this endpoint is rank 0 and each new peer takes the next one. It
+    /// listens on `REVERB_TCP_ADDR`, else `REVERB_TCP_IFACE`'s address, else the address the
+    /// host routes out of, else loopback.
+    pub fn open_by_address(config: TransportConfig) -> Result<TcpProvider> {
+        let core = SubCore::default();
+        let first_op = core.first_op;
+        let mut p = Self::start(config.clone(), Core::by_address(config, core)?, first_op)?;
+        p.by_address = true;
+        Ok(p)
     }
 
     /// This rank's address, as published to the rendezvous.
@@ -293,7 +312,10 @@ impl Provider for TcpProvider {
     }
 
     fn size(&self) -> u32 {
-        self.size
+        match self.by_address {
+            true => self.shared.lock().job.size,
+            false => self.size,
+        }
     }
 
     fn config(&self) -> &TransportConfig {
@@ -366,6 +388,14 @@ impl Provider for TcpProvider {
 
     fn reconnect(&mut self, peer: Rank, incarnation: u32, address: &[u8]) -> Result<()> {
         self.with(|c| c.reconnect(peer, incarnation, address))
+    }
+
+    fn peer_address(&self) -> Result<Vec<u8>> {
+        self.shared.lock().peer_address()
+    }
+
+    fn connect_peer(&mut self, address: &[u8]) -> Result<Rank> {
+        self.with(|c| c.connect_peer(address))
     }
 
     fn progress(&mut self) -> Result<()> {

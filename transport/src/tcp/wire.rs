@@ -29,6 +29,8 @@ pub(crate) mod kind {
     pub const ACK: u8 = 5;
     /// The first frame on a connection: who connects, and the key the listener published.
     pub const HELLO: u8 = 6;
+    /// After the hello of an endpoint opened by address: the dialer's own address.
+    pub const INTRO: u8 = 7;
 }
 
 /// Put chunk flags.
@@ -153,6 +155,35 @@ pub(crate) fn hello(h: &Hello) -> Vec<u8> {
     begin(&mut out, HELLO_LEN - PREFIX, kind::HELLO);
     Writer::new(&mut out).u32(HELLO_MAGIC).u32(h.rank).u32(h.incarnation).u64(h.key);
     out
+}
+
+/// The rank a hello names when the dialer has no rank, only an address (an intro follows).
+pub(crate) const BY_ADDRESS: u32 = u32::MAX;
+/// Bytes of the longest encoded [`Address`] (IPv6).
+const ADDRESS_MAX: usize = 4 + 4 + 8 + 2 + 1 + 16;
+/// Bytes of a whole intro frame, prefix included: kind, address length, padded address.
+pub(crate) const INTRO_LEN: usize = PREFIX + 1 + 1 + ADDRESS_MAX;
+
+/// A whole intro frame: `address`, padded to [`INTRO_LEN`].
+pub(crate) fn intro(address: &Address) -> Vec<u8> {
+    let bytes = address.encode();
+    let mut out = Vec::with_capacity(INTRO_LEN);
+    begin(&mut out, INTRO_LEN - PREFIX, kind::INTRO);
+    out.push(bytes.len() as u8);
+    out.extend_from_slice(&bytes);
+    out.resize(INTRO_LEN, 0);
+    out
+}
+
+/// The address in a whole intro frame (prefix included), from untrusted bytes.
+pub(crate) fn decode_intro(frame: &[u8]) -> Result<Address> {
+    let bad = || malformed("not an intro frame");
+    if frame.len() != INTRO_LEN || frame[PREFIX] != kind::INTRO {
+        return Err(bad());
+    }
+    let len = frame[PREFIX + 1] as usize;
+    let address = frame.get(PREFIX + 2..PREFIX + 2 + len).filter(|_| len <= ADDRESS_MAX).ok_or_else(bad)?;
+    Address::decode(address, BY_ADDRESS)
 }
 
 fn read_target(r: &mut Reader<'_>) -> Result<Target, crate::codec::CodecError> {
@@ -312,6 +343,20 @@ mod tests {
         assert!(decode(&[]).is_err());
         assert!(decode(&[99, 1, 2]).is_err());
         assert!(decode(&[kind::ACK, 1]).is_err());
+    }
+
+    #[test]
+    fn intros_round_trip_and_junk_is_malformed() {
+        for socket in ["10.1.2.3:4000", "[fe80::1]:9"] {
+            let a = Address { incarnation: 0, key: 11, socket: socket.parse().unwrap() };
+            let frame = intro(&a);
+            assert_eq!(frame.len(), INTRO_LEN);
+            assert_eq!(decode_intro(&frame).unwrap(), a);
+        }
+        let mut frame = intro(&Address { incarnation: 0, key: 1, socket: "1.2.3.4:5".parse().unwrap() });
+        frame[PREFIX + 1] = 200;
+        assert!(matches!(decode_intro(&frame), Err(TransportError::Malformed { .. })));
+        assert!(matches!(decode_intro(b"junk"), Err(TransportError::Malformed { .. })));
     }
 
     #[test]
