@@ -112,6 +112,12 @@ impl FramePool {
     }
 }
 
+/// The send log keeps a payload in its send buffer (a lease) only above this size; smaller
+/// ones it copies. A leased buffer is out of the pool until the log is trimmed (a checkpoint),
+/// so a stream of leased 8 KiB halos registered a fresh 64 KiB region per message: a shm file,
+/// its mapping at the receiver and its page faults on both sides, where the copy is ~1 µs.
+pub(crate) const LEASE_MIN: usize = 64 << 10;
+
 /// Frames up to this many bytes are copied out of a pooled receive region (cheap), so the
 /// region is posted again at once; larger ones stay where they landed until delivered.
 pub(crate) const COPY_OUT_MAX: usize = 64 << 10;

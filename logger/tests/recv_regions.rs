@@ -4,7 +4,8 @@
 //! receiver registers no region per message (on shm: the set of /dev/shm files stays the same
 //! round after round), and that deliveries the application keeps are never overwritten by
 //! later receives, also past the pool's bound (owned receives take over), under `none`,
-//! causal and pessimistic-rb, with in-place and owned (`recv`) receives mixed.
+//! causal and pessimistic-rb, with in-place and owned (`recv`) receives mixed. And that
+//! causal logging of 8 KiB messages registers no send buffer per message.
 
 mod common;
 
@@ -114,6 +115,66 @@ fn large_messages_reuse_receive_regions() {
             }
         }
         boot.barrier().expect("round done");
+    }
+    endpoint.finish(&mut boot).expect("finish");
+}
+
+/// Causal logging of a stream of halo-sized messages (8 KiB, above the rendezvous threshold,
+/// framed in the sender's registered buffers): the send log keeps every payload, untrimmed,
+/// while the sender registers no buffer per message (on shm its set of /dev/shm files stays
+/// within the messages in flight), and the replayable log holds every payload intact.
+#[test]
+fn logged_mid_sized_sends_reuse_send_buffers() {
+    const ROUNDS: usize = 4;
+    const PER_ROUND: usize = 64;
+    const WINDOW: usize = 4;
+    const LEN: usize = 8 << 10;
+    let test = "logged_mid_sized_sends_reuse_send_buffers";
+    let Some((job, mut boot, provider)) = common::child() else {
+        run_two_nodes(test);
+        return;
+    };
+    let on_shm = provider.provider_for(1 - job.rank.min(1)) == ProviderKind::SHM;
+    let config = LogConfig { mode: LogMode::CAUSAL, ..LogConfig::default() };
+    let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config).expect("endpoint");
+    let files_at_start = own_shm_files();
+    for round in 0..ROUNDS {
+        if job.rank == 0 {
+            for i in 0..PER_ROUND {
+                if i >= WINDOW {
+                    endpoint.recv(Source::Rank(1), TagMatch::exact(CREDIT), WAIT).expect("credit");
+                }
+                endpoint.send(1, DATA, &payload(round, i, LEN)).expect("send");
+            }
+            for _ in 0..WINDOW {
+                endpoint.recv(Source::Rank(1), TagMatch::exact(CREDIT), WAIT).expect("last credits");
+            }
+            if on_shm {
+                let files = own_shm_files();
+                assert!(
+                    files.len() <= files_at_start.len() + WINDOW + 1,
+                    "round {round}: {} registrations at start, {} now",
+                    files_at_start.len(),
+                    files.len()
+                );
+            }
+        } else {
+            for i in 0..PER_ROUND {
+                let d = endpoint.recv_in_place(Source::Rank(0), TagMatch::exact(DATA), WAIT).expect("recv");
+                assert!(d.payload() == payload(round, i, LEN), "round {round} message {i}: payload");
+                endpoint.send(0, CREDIT, &[]).expect("credit");
+            }
+        }
+        boot.barrier().expect("round done");
+    }
+    if job.rank == 0 {
+        let log = endpoint.send_log().expect("causal keeps a send log");
+        let logged: Vec<_> = log.from_ssn(1, 1).expect("untrimmed").collect();
+        assert_eq!(logged.len(), ROUNDS * PER_ROUND, "every message logged");
+        for (n, m) in logged.iter().enumerate() {
+            let want = payload(n / PER_ROUND, n % PER_ROUND, LEN);
+            assert!(m.payload == want, "logged message {n}: payload");
+        }
     }
     endpoint.finish(&mut boot).expect("finish");
 }

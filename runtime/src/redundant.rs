@@ -16,6 +16,10 @@ use super::replicas::ReplicaMap;
 use super::spheres::{Arrival, Spheres};
 use super::{Message, Runtime};
 
+/// Longest sleep of `settle_duplicates` between rounds: a duplicate already queued for
+/// another tag does not wake the transport's sleep.
+const DUPLICATE_NAP: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The tag a sphere's leader tells its mates a wildcard match under (applications' tags stay
 /// below it).
 pub const TAG_DECISION: Tag = u64::MAX - 0x5150;
@@ -199,7 +203,9 @@ impl Runtime {
         if self.spheres.is_none() || self.config.log.mode != LogMode::NONE {
             return self.drain_duplicates();
         }
-        let start = std::time::Instant::now();
+        // Spins, yields or sleeps on the transport as REVERB_WAIT_MODE says (an arrival wakes
+        // it); the clock is read every few rounds, not each.
+        let mut wait = self.spin_wait(self.config.recv_timeout)?;
         let mut masked_since = None;
         loop {
             match self.drain_duplicates() {
@@ -208,13 +214,12 @@ impl Runtime {
                 Err(e) if self.retry_after(&e, &mut masked_since)? => {}
                 Err(e) => return Err(e),
             }
-            if start.elapsed() > self.config.recv_timeout {
+            if !self.idle(&mut wait, DUPLICATE_NAP)? {
                 return Err(RuntimeError::Timeout {
                     what: format!("the duplicates owed by copies: {:?}", self.spheres()?.all_owed()),
                     after: self.config.recv_timeout,
                 });
             }
-            std::thread::yield_now();
         }
     }
 

@@ -9,6 +9,7 @@ use super::{Background, LoggedEndpoint, OutgoingMessage};
 use crate::determinant::{Determinant, Ssn};
 use crate::envelope::Envelope;
 use crate::error::{LogError, Result};
+use crate::framepool::LEASE_MIN;
 use crate::multicast::McastKey;
 use crate::stats::LogStats;
 
@@ -54,8 +55,12 @@ impl LoggedEndpoint {
         self.piggyback = piggyback;
         encoded?;
         let framed = self.frame_in_pool(payload)?;
-        // Logged before it leaves, so the log covers every message a receiver can hold.
-        let lease = framed.filter(|_| payload_logged && stub.is_none()).and_then(|i| self.frames.lease(i));
+        // Logged before it leaves, so the log covers every message a receiver can hold. A
+        // mid-sized payload is copied into the log instead: a leased region stays out of the
+        // pool until the log is trimmed, and each message would register (and fault in) a
+        // fresh one.
+        let leased = payload_logged && stub.is_none() && payload.len() > LEASE_MIN;
+        let lease = framed.filter(|_| leased).and_then(|i| self.frames.lease(i));
         let msg = OutgoingMessage {
             dest,
             ssn,
