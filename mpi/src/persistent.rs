@@ -61,6 +61,17 @@ impl State {
         }
     }
 
+    /// Whether `h` is MPI_REQUEST_NULL or an inactive persistent request: MPI's Waitany,
+    /// Testany, Waitsome and Testsome pass over both alike (an inactive one is never
+    /// reported complete again).
+    pub fn inert(&self, h: c_int) -> bool {
+        match self.requests.get(h) {
+            None => h == MPI_REQUEST_NULL,
+            Some(Request::Persistent(p)) => p.active.is_none(),
+            Some(_) => false,
+        }
+    }
+
     pub fn generalized_complete(&self, h: c_int) -> bool {
         matches!(self.requests.get(h), Some(Request::Generalized(g)) if g.complete)
     }

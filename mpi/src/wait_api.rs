@@ -102,9 +102,7 @@ pub(crate) unsafe fn mpi_testall(
         let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
         s.progress()?;
         // All or nothing: requests are completed only when every one is.
-        let all = reqs
-            .iter()
-            .all(|&h| h == MPI_REQUEST_NULL || s.requests.get(h).and_then(Request::done).is_some());
+        let all = reqs.iter().all(|&h| s.complete_now(h));
         if all {
             let mut done = vec![false; n];
             complete_ready(s, reqs, statuses, &mut done)?;
@@ -116,13 +114,13 @@ pub(crate) unsafe fn mpi_testall(
 /// The first active request of `reqs` complete now: (index, status), or None; `all_null` is
 /// set when no request is active.
 fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult<Option<(usize, Status)>> {
-    *all_null = reqs.iter().all(|&h| h == MPI_REQUEST_NULL);
+    *all_null = reqs.iter().all(|&h| s.inert(h));
     if *all_null {
         return Ok(None);
     }
     s.progress()?;
     for (i, h) in reqs.iter_mut().enumerate() {
-        if *h == MPI_REQUEST_NULL {
+        if s.inert(*h) {
             continue;
         }
         if let Some(st) = s.test_request(*h)? {
@@ -207,14 +205,14 @@ fn some(
             usize::try_from(incount).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {incount}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
         let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
-        if reqs.iter().all(|&h| h == MPI_REQUEST_NULL) {
+        if reqs.iter().all(|&h| s.inert(h)) {
             return ffi::out(outcount, MPI_UNDEFINED, "outcount");
         }
         let mut got: Vec<(usize, Status)> = Vec::new();
         let mut collect = |s: &mut State| -> MpiResult<bool> {
             s.progress()?;
             for (i, h) in reqs.iter_mut().enumerate() {
-                if *h == MPI_REQUEST_NULL {
+                if s.inert(*h) {
                     continue;
                 }
                 if let Some(st) = s.test_request(*h)? {

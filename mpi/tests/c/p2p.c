@@ -1,6 +1,7 @@
 /* Point-to-point semantics, on any number of ranks >= 2: non-overtaking order, wildcards,
- * probe, nonblocking completion, synchronous sends, MPI_PROC_NULL, and errors returned under
- * MPI_ERRORS_RETURN (truncation, a bad rank, a bad tag). Rank 0 prints "p2p: ok". */
+ * probe, nonblocking completion, synchronous sends, MPI_PROC_NULL, inactive persistent requests,
+ * and errors returned under MPI_ERRORS_RETURN (truncation, a bad rank, a bad tag). Rank 0 prints
+ * "p2p: ok". */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,52 @@ static void nonblocking(int rank, int size) {
     CHECK(st.MPI_SOURCE == MPI_PROC_NULL && count == 0, "proc_null source %d count %d", st.MPI_SOURCE, count);
 }
 
+/* A persistent request that completed is inactive: Testsome, Testany, Waitany and Waitsome
+ * pass over it as over MPI_REQUEST_NULL (never reporting it again), Testall takes it as
+ * complete. Each rank's persistent synchronous send completes first, then the Testsome loop
+ * goes on until its persistent receive completes: each must be reported exactly once (MPICH's
+ * f77 pssendf counts completions so, and hung when one was reported twice). */
+static void inactive_persistent(int rank, int size) {
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int out = rank, in = -1, go = -1, token = rank;
+    MPI_Request r[2];
+    MPI_Recv_init(&in, 1, MPI_INT, left, 8, MPI_COMM_WORLD, &r[0]);
+    MPI_Ssend_init(&out, 1, MPI_INT, right, 7, MPI_COMM_WORLD, &r[1]);
+    MPI_Request pre;
+    MPI_Irecv(&go, 1, MPI_INT, left, 7, MPI_COMM_WORLD, &pre);
+    MPI_Startall(2, r);
+    MPI_Wait(&pre, MPI_STATUS_IGNORE);
+    int completions[2] = {0, 0}, idx[2], outcount;
+    MPI_Status sts[2];
+    while (completions[1] == 0) {
+        MPI_Testsome(2, r, &outcount, idx, sts);
+        for (int i = 0; i < outcount && outcount != MPI_UNDEFINED; i++)
+            completions[idx[i]]++;
+    }
+    /* Only now this rank's message to its right neighbour's receive. */
+    MPI_Send(&token, 1, MPI_INT, right, 8, MPI_COMM_WORLD);
+    while (completions[0] == 0) {
+        MPI_Testsome(2, r, &outcount, idx, sts);
+        CHECK(outcount != MPI_UNDEFINED, "Testsome: all inactive with the receive active");
+        for (int i = 0; i < outcount && outcount != MPI_UNDEFINED; i++)
+            completions[idx[i]]++;
+    }
+    CHECK(completions[0] == 1 && completions[1] == 1 && in == left && go == left,
+          "completions %d %d, got %d and %d", completions[0], completions[1], in, go);
+    MPI_Testsome(2, r, &outcount, idx, sts);
+    CHECK(outcount == MPI_UNDEFINED, "Testsome over inactive requests: outcount %d", outcount);
+    int index = 0, flag = 0;
+    MPI_Testany(2, r, &index, &flag, MPI_STATUS_IGNORE);
+    CHECK(flag && index == MPI_UNDEFINED, "Testany over inactive requests: flag %d index %d", flag, index);
+    MPI_Waitany(2, r, &index, MPI_STATUS_IGNORE);
+    CHECK(index == MPI_UNDEFINED, "Waitany over inactive requests: index %d", index);
+    MPI_Testall(2, r, &flag, sts);
+    CHECK(flag, "Testall over inactive requests");
+    CHECK(r[0] != MPI_REQUEST_NULL && r[1] != MPI_REQUEST_NULL, "persistent handles freed");
+    MPI_Request_free(&r[0]);
+    MPI_Request_free(&r[1]);
+}
+
 /* Large messages (read by the receiver where the sender keeps them, on shm): every rank
  * sends rank 0 a blocking 1 MiB message, a nonblocking 512 KiB one whose request it frees
  * (its bytes must still arrive, and MPI_Finalize waits for them) and a 1 MiB one that rank 0
@@ -189,6 +236,7 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     probe_and_sync(rank, size);
     nonblocking(rank, size);
+    inactive_persistent(rank, size);
     errors(rank, size);
     large_messages(rank, size);
     int all = 0;
