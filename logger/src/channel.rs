@@ -94,13 +94,9 @@ impl<T> RecvChannel<T> {
             self.dropped_stale += 1;
             return Ok(Arrival::DroppedStale);
         }
-        if incarnation > self.incarnation {
-            // The sender restarted and will re-send everything after its checkpoint, so early
-            // messages of the dead incarnation are redundant; delivered ssns stay delivered.
-            self.incarnation = incarnation;
-            self.dropped_stale += self.early.len() as u64;
-            self.early.clear();
-        }
+        // The sender restarted and will re-send everything after its checkpoint, so early
+        // messages of the dead incarnation are redundant; delivered ssns stay delivered.
+        self.peer_restarted(incarnation);
         if ssn < self.next_ssn || self.early.contains_key(&ssn) {
             self.dropped_duplicate += 1;
             return Ok(Arrival::DroppedDuplicate);
@@ -165,6 +161,17 @@ impl<T> RecvChannel<T> {
         }
     }
 
+    /// `peer` restarted as `incarnation`: from now on what its older incarnations sent is
+    /// stale (their piggybacked determinants void), and their early messages are dropped, as
+    /// the new incarnation re-sends them.
+    pub fn peer_restarted(&mut self, incarnation: u32) {
+        if incarnation > self.incarnation {
+            self.incarnation = incarnation;
+            self.dropped_stale += self.early.len() as u64;
+            self.early.clear();
+        }
+    }
+
     /// Resumes after a restart: `delivered_through` from the checkpoint.
     pub fn resume(peer: Rank, incarnation: u32, delivered_through: Ssn, early_limit: usize) -> Self {
         RecvChannel { incarnation, next_ssn: delivered_through + 1, ..RecvChannel::new(peer, early_limit) }
@@ -210,6 +217,12 @@ impl<T> RecvChannels<T> {
 
     pub fn dropped_duplicate(&self) -> u64 {
         self.channels.iter().map(|c| c.dropped_duplicate).sum()
+    }
+
+    /// `RecvChannel::peer_restarted` of `peer`'s channel.
+    pub fn peer_restarted(&mut self, peer: Rank, incarnation: u32) -> Result<()> {
+        self.channel(peer)?.peer_restarted(incarnation);
+        Ok(())
     }
 
     /// `RecvChannel::skip_through` of `peer`'s channel.
@@ -310,6 +323,23 @@ mod tests {
         assert_eq!(ch.accept(2, 3, 'c', &mut out).ok(), Some(Arrival::Delivered { released: 1 }));
         assert_eq!(out.iter().map(|(_, m)| *m).collect::<String>(), "abc");
         assert_eq!(ch.dropped_stale(), 2);
+    }
+
+    /// A survivor told of a restart before the new incarnation's first message: what the old
+    /// one sent and was still under way is stale from then on.
+    #[test]
+    fn a_restart_told_in_advance_makes_old_traffic_stale() {
+        let mut ch = RecvChannel::new(0, 8);
+        let mut out = Vec::new();
+        assert_eq!(ch.accept(0, 1, 'a', &mut out).ok(), Some(Arrival::Delivered { released: 1 }));
+        assert_eq!(ch.accept(0, 3, 'c', &mut out).ok(), Some(Arrival::Buffered));
+        ch.peer_restarted(1);
+        assert_eq!((ch.incarnation(), ch.buffered(), ch.dropped_stale()), (1, 0, 1));
+        assert_eq!(ch.accept(0, 2, 'x', &mut out).ok(), Some(Arrival::DroppedStale));
+        ch.peer_restarted(0);
+        assert_eq!(ch.incarnation(), 1, "an older incarnation never goes back");
+        assert_eq!(ch.accept(1, 2, 'b', &mut out).ok(), Some(Arrival::Delivered { released: 1 }));
+        assert_eq!(out.iter().map(|(_, m)| *m).collect::<String>(), "ab");
     }
 
     #[test]

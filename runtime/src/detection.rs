@@ -174,6 +174,7 @@ impl Runtime {
                     ))
                 })?;
             self.incarnation_of[r as usize] = now;
+            endpoint.peer_restarted(r, now).map_err(|e| RuntimeError::from(e).during_recovery())?;
             awaited.push(r);
             if awaited.len() == dead.len() {
                 // Another node may have failed meanwhile (or together with this one, seen

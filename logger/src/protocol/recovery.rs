@@ -162,6 +162,14 @@ impl LoggedEndpoint {
         self.channels.delivered_through(peer).unwrap_or(0)
     }
 
+    /// A survivor learned that `peer` came back as `incarnation`, before the recovery's
+    /// collectives: a frame its dead incarnation sent that is still under way is dropped as
+    /// stale from now on. Taken in after `gather_determinants`, its piggybacked determinants
+    /// could contradict the replay that the gathered ones steer.
+    pub fn peer_restarted(&mut self, peer: Rank, incarnation: u32) -> Result<()> {
+        self.channels.peer_restarted(peer, incarnation)
+    }
+
     /// Replay primitive, collective: the determinants of the `failed` ranks, collected from
     /// every other rank (buddy rings and detLogs) and merged in (receiver, rsn) order. The
     /// failed ranks contribute nothing: their memory is gone. Copies that disagree are an
