@@ -12,12 +12,12 @@
 //! The endpoint owns the transport side (piggyback encoding, ring writes); this module is
 //! plain bookkeeping, so it is tested directly.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use reverb_transport::codec::Writer;
 use reverb_transport::Rank;
 
-use crate::determinant::{Determinant, Rsn};
+use crate::determinant::{Determinant, Rsn, Ssn};
 use crate::envelope::MAX_PIGGYBACKED;
 use crate::error::{LogError, Result};
 use crate::wire::Reader;
@@ -216,6 +216,8 @@ impl CausalState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReplayPlan {
     by_rsn: BTreeMap<Rsn, Determinant>,
+    /// The (sender, ssn) of every planned delivery.
+    named: HashSet<(Rank, Ssn)>,
     last_rsn: Rsn,
 }
 
@@ -237,7 +239,14 @@ impl ReplayPlan {
             }
         }
         let last_rsn = by_rsn.keys().next_back().copied().unwrap_or(0);
-        Ok(ReplayPlan { by_rsn, last_rsn })
+        let named = by_rsn.values().map(|d| (d.sender, d.ssn)).collect();
+        Ok(ReplayPlan { by_rsn, named, last_rsn })
+    }
+
+    /// Whether the plan names `sender`'s message `ssn` for some delivery: a receive at an
+    /// rsn the plan leaves open must not take it.
+    pub(crate) fn names(&self, sender: Rank, ssn: Ssn) -> bool {
+        self.named.contains(&(sender, ssn))
     }
 
     pub(crate) fn get(&self, rsn: Rsn) -> Option<&Determinant> {

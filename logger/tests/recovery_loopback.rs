@@ -181,3 +181,78 @@ fn pessimistic_sender_based_replays_resent_payloads_in_logged_order() {
 fn causal_replays_resent_payloads_in_logged_order() {
     restart_and_replay(LogMode::CAUSAL);
 }
+
+/// Order-logged named receives (a layer with receives outstanding together, MPI's nonblocking
+/// ones): rank 1 takes rank 2's tag-0 message by a plain named receive (no determinant), then
+/// rank 0's and rank 2's tag-1 one with the order logged (a determinant each). In the replay
+/// the open first rsn takes none of the messages the log names for later, and a plain named
+/// receive may take the message the log names for its rsn.
+#[test]
+fn order_logged_named_receives_replay_at_their_logged_rsn() {
+    let config = LogConfig { mode: LogMode::CAUSAL, unit: LogUnit::Rank, ..LogConfig::default() };
+    on_ranks("order-logged", 3, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        let named = |e: &mut LoggedEndpoint, from: Rank, tag: Tag| {
+            e.recv(Source::Rank(from), TagMatch::exact(tag), WAIT).expect("named receive")
+        };
+        let mut dets = Vec::new();
+        if me == VICTIM {
+            boot.barrier().expect("sent");
+            let first = named(&mut endpoint, 2, 0);
+            endpoint.set_order_logged(true);
+            let (second, third) = (named(&mut endpoint, 0, 0), named(&mut endpoint, 2, 1));
+            assert_eq!(first.determinant, None, "a plain named receive logs nothing");
+            dets = [second.determinant, third.determinant].into_iter().flatten().collect();
+            let logged: Vec<_> = dets.iter().map(|d| (d.sender, d.ssn, d.rsn)).collect();
+            assert_eq!(logged, vec![(0, 1, 2), (2, 2, 3)]);
+        } else {
+            let tags: &[Tag] = if me == 2 { &[0, 1] } else { &[0] };
+            for &tag in tags {
+                endpoint.send(VICTIM, tag, &payload(me, tag)).expect("send");
+            }
+            endpoint.wait_sends(WAIT).expect("sends out");
+            boot.barrier().expect("sent");
+        }
+        endpoint.flush_log().expect("flush");
+        boot.barrier().expect("quiet");
+        let gathered = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+        if me == VICTIM {
+            assert_eq!(gathered, dets);
+            endpoint.restart_in_place(1).expect("restart");
+            endpoint.begin_replay(&gathered).expect("begin replay");
+        }
+        boot.barrier().expect("restarted");
+        // Rank 0 resends first: its message, named for rsn 2, comes first.
+        for phase_sender in [0, 2] {
+            if me == phase_sender {
+                endpoint.resend_from(VICTIM, 1).expect("resend");
+                endpoint.wait_sends(WAIT).expect("resent");
+            }
+            boot.barrier().expect("resent");
+        }
+        if me == VICTIM {
+            assert_eq!(endpoint.replay_next(), None, "rsn 1 is open");
+            // Every resent message is here (the senders' sends completed before the barriers):
+            // rank 0's, first in this rank's queue, is named for rsn 2.
+            let start = Instant::now();
+            while endpoint.probe(Source::Any, TagMatch::any()).expect("probe").is_none() {
+                assert!(start.elapsed() < WAIT, "the resent messages did not come");
+            }
+            let open = endpoint.probe(Source::Any, TagMatch::any()).expect("probe").expect("still there");
+            assert_eq!((open.0, open.1), (2, 0), "the open rsn takes no message named for later");
+            endpoint.set_order_logged(false);
+            let again = endpoint.recv(Source::Any, TagMatch::any(), WAIT).expect("wildcard");
+            assert_eq!((again.source, again.ssn, again.rsn), (2, 1, 1));
+            assert_eq!(endpoint.replay_next(), Some((0, 1)));
+            let second = named(&mut endpoint, 0, 0);
+            assert_eq!((second.source, second.ssn, second.rsn), (0, 1, 2));
+            endpoint.set_order_logged(true);
+            let third = named(&mut endpoint, 2, 1);
+            assert_eq!((third.source, third.ssn, third.rsn), (2, 2, 3));
+            assert!(!endpoint.replaying());
+        }
+        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.finish(&mut boot).expect("finish");
+    });
+}

@@ -49,6 +49,9 @@ fn init() -> c_int {
             );
         }
     };
+    // Receives outstanding together take arrivals in arrival order: logged by default, the
+    // runtime's blocking receive with nothing else outstanding excepted (`State::receive`).
+    rt.set_order_logged(true);
     let (me, size) = (rt.rank(), rt.size());
     let journal = match restored_journal(&mut rt) {
         Ok(j) => j,

@@ -400,12 +400,17 @@ impl State {
         self.finish_recv(&msg, context, source, buf, count, &dt)
     }
 
-    /// The runtime's blocking receive, into `landing` where the message can land there.
+    /// The runtime's blocking receive, into `landing` where the message can land there. It
+    /// runs with nothing else outstanding, so a named receive's order needs no determinant:
+    /// every delivery before it is replayed first, and no other receive waits beside it.
     fn receive(&mut self, source: Source, tag: TagMatch, landing: Option<&mut [u8]>) -> MpiResult<Received> {
-        Ok(match landing {
-            Some(slice) => self.rt.recv_matching_into(source, tag, slice, &lands)?,
-            None => Received::Message(self.rt.recv_matching(source, tag)?),
-        })
+        self.rt.set_order_logged(false);
+        let received = match landing {
+            Some(slice) => self.rt.recv_matching_into(source, tag, slice, &lands).map_err(MpiError::from),
+            None => self.rt.recv_matching(source, tag).map(Received::Message).map_err(MpiError::from),
+        };
+        self.rt.set_order_logged(true);
+        received
     }
 
     /// The status of a message of `len` bytes under runtime tag `tag` that landed in the
@@ -508,10 +513,11 @@ impl State {
     }
 
     /// Whether a receive for (`source`, `tag`) may take a message now: during a replay only if
-    /// the logged next message is one it matches (a wildcard probe names that one); always
+    /// the logged next message is one it matches (a wildcard probe names that one), or the
+    /// log names none next (the logger then keeps the messages it names for later); always
     /// outside.
     pub fn may_take(&mut self, source: Source, tag: TagMatch) -> MpiResult<bool> {
-        if !self.replaying() {
+        if !self.replaying() || self.rt.replay_next().is_none() {
             return Ok(true);
         }
         Ok(match self.rt.probe(Source::Any, TagMatch::any())? {

@@ -436,6 +436,21 @@ impl Runtime {
         self.probe_now(source, tag)
     }
 
+    /// Whether the next deliveries' order is logged whatever the receive: a layer sets it
+    /// while receives that could take each other's messages are outstanding together
+    /// ([`LoggedEndpoint::set_order_logged`]).
+    pub fn set_order_logged(&mut self, logged: bool) {
+        if let Some(endpoint) = self.endpoint.as_mut() {
+            endpoint.set_order_logged(logged);
+        }
+    }
+
+    /// During a replay, the (sender, ssn) the log names for the next delivery; None outside
+    /// one, or where any receive may take the next message ([`LoggedEndpoint::replay_next`]).
+    pub fn replay_next(&self) -> Option<(Rank, u64)> {
+        self.endpoint.as_ref().and_then(LoggedEndpoint::replay_next)
+    }
+
     /// Coordinated checkpoint of `state` and the endpoint's channel state, then the logger's
     /// garbage collection. Collective. Returns the committed epoch (`None` with checkpoints off).
     pub fn checkpoint(&mut self, state: &[u8]) -> Result<Option<Epoch>> {

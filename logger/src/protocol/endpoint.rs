@@ -65,6 +65,10 @@ pub struct LoggedEndpoint {
     pub(super) payload_logged: Vec<bool>,
     /// Set at a restarted rank while it re-executes: wildcard receives follow it.
     pub(super) replay: Option<ReplayPlan>,
+    /// Set by a layer whose receives may be outstanding together (MPI's nonblocking ones):
+    /// which of them takes the next message follows arrival order, so named receives are
+    /// logged, and replayed, as wildcard ones (`set_order_logged`).
+    pub(super) order_logged: bool,
     /// Retired senders and the other copies that sent the same messages under the same
     /// numbers (partial redundancy): a replayed delivery from a retired one takes theirs.
     pub(super) stand_ins: Vec<(Rank, Vec<Rank>)>,
@@ -215,6 +219,7 @@ impl LoggedEndpoint {
             rings,
             payload_logged: Vec::new(),
             replay: None,
+            order_logged: false,
             stand_ins: Vec::new(),
             retired: Vec::new(),
             stand_ins_used: Default::default(),

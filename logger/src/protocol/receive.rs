@@ -70,7 +70,7 @@ impl LoggedEndpoint {
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
         }
-        let kind = ReceiveKind::classify(source, tag);
+        let kind = self.classify(source, tag);
         // One wait for the whole receive: its clock, and its spin budget, are not restarted
         // by each arrival that does not match.
         let mut wait = SpinWait::new(self.provider.config(), timeout);
@@ -150,7 +150,7 @@ impl LoggedEndpoint {
         if self.pending.receive_check {
             self.protocol.check_receive(&self.stats)?;
         }
-        let kind = ReceiveKind::classify(source, tag);
+        let kind = self.classify(source, tag);
         match self.find_ready(source, tag, kind)? {
             Some(i) => self.deliver(i, kind).map(Some),
             None => Ok(None),
@@ -166,7 +166,7 @@ impl LoggedEndpoint {
         }
         self.provider.progress()?;
         self.collect_completions()?;
-        let kind = ReceiveKind::classify(source, tag);
+        let kind = self.classify(source, tag);
         let Some(i) = self.find_ready(source, tag, kind)? else {
             self.background(false)?;
             return Ok(None);
@@ -175,8 +175,33 @@ impl LoggedEndpoint {
         Ok(Some((a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset)))
     }
 
+    /// Whether the next delivery's order is logged whatever the receive: set it while
+    /// receives that could take the same arrivals in another order are outstanding together
+    /// (several posted, or a collective's beside them). A delivery then gets a determinant,
+    /// and a replay takes it at its logged rsn.
+    pub fn set_order_logged(&mut self, logged: bool) {
+        self.order_logged = logged;
+    }
+
+    /// The receive's kind, named receives counted as wildcard ones while `order_logged`.
+    #[inline]
+    fn classify(&self, source: Source, tag: TagMatch) -> ReceiveKind {
+        match self.order_logged {
+            true => ReceiveKind::Wildcard,
+            false => ReceiveKind::classify(source, tag),
+        }
+    }
+
+    /// During a replay, the message (sender, ssn) the log names for the next delivery; None
+    /// outside a replay or where the next rsn has no determinant (a receive whose order was
+    /// not logged: any receive may take any message not named for a later rsn).
+    pub fn replay_next(&self) -> Option<(Rank, Ssn)> {
+        let rsn = self.reception.last_rsn() + 1;
+        self.replay.as_ref().and_then(|p| p.get(rsn)).map(|d| (d.sender, d.ssn))
+    }
+
     /// The ready message this receive takes, if it has arrived: the one the replay plan names
-    /// for this rsn, else the oldest matching one.
+    /// for this rsn, else the oldest matching one that the plan does not name for later.
     fn find_ready(&mut self, source: Source, tag: TagMatch, kind: ReceiveKind) -> Result<Option<usize>> {
         loop {
             let rsn = self.reception.last_rsn() + 1;
@@ -184,12 +209,14 @@ impl LoggedEndpoint {
                 self.replay = None;
             }
             let Some(d) = self.replay.as_ref().and_then(|p| p.get(rsn)).copied() else {
-                // A wildcard rsn missing from the plan: its determinant never left the failed
-                // rank, so nothing outside depends on it (seed 000 Lemma 2.1) and any match is
-                // correct. Not so once copies retired (partial redundancy): a copy that
-                // followed its leader's decisions with named receives, and replays as leader
-                // because that leader retired, would take the plan's gaps freely where the
-                // decisions went elsewhere.
+                // An rsn missing from the plan: a named receive whose order was not logged, or
+                // a wildcard one whose determinant never left the failed rank, so nothing
+                // outside depends on it (seed 000 Lemma 2.1): any match is correct but one the
+                // plan names for a later rsn, which would leave that rsn waiting. Not so once
+                // copies retired (partial redundancy): a copy that followed its leader's
+                // decisions with named receives, and replays as leader because that leader
+                // retired, would take the plan's gaps freely where the decisions went
+                // elsewhere.
                 if kind != ReceiveKind::Deterministic && !self.stand_ins.is_empty() && self.replaying() {
                     return Err(LogError::ReplayDiverged {
                         rsn,
@@ -199,9 +226,16 @@ impl LoggedEndpoint {
                         ),
                     });
                 }
-                return Ok(self.ready.iter().position(|a| source.matches(a.sender) && tag.matches(a.tag)));
+                let plan = self.replay.as_ref();
+                return Ok(self.ready.iter().position(|a| {
+                    source.matches(a.sender)
+                        && tag.matches(a.tag)
+                        && !plan.is_some_and(|p| p.names(a.sender, a.ssn))
+                }));
             };
-            if kind == ReceiveKind::Deterministic {
+            // A named receive may be the one the log names (its order was logged); one from
+            // another sender cannot be.
+            if kind == ReceiveKind::Deterministic && !source.matches(d.sender) {
                 return Err(LogError::ReplayDiverged {
                     rsn,
                     detail: format!(

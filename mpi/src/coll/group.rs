@@ -87,7 +87,11 @@ pub(crate) fn coll_recv(s: &mut State, source: Source, tag: TagMatch) -> MpiResu
         })?;
         got.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a collective message vanished"))?
     } else {
-        s.rt.recv_matching(source, tag)?
+        // Nothing else outstanding: as `State::receive`, its order needs no determinant.
+        s.rt.set_order_logged(false);
+        let m = s.rt.recv_matching(source, tag);
+        s.rt.set_order_logged(true);
+        m?
     };
     frag::complete(&mut s.rt, m)
 }
