@@ -39,15 +39,7 @@ fn main() -> Result<()> {
     let iters: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     // `late`: send before the receive's advert is taken in (the rendezvous path proper).
     let advertised = args.next().as_deref() != Some("late");
-    let job = JobInfo {
-        rank: 0,
-        size: 1,
-        node: 0,
-        local_rank: 0,
-        ranks_per_node: 1,
-        job_id: format!("prof{}", std::process::id()),
-        incarnation: 0,
-    };
+    let job = JobInfo::single(format!("prof{}", std::process::id()));
     let mut p = ShmProvider::open(TransportConfig::default(), &mut Alone(job))?;
     // Above the rendezvous threshold the receiver's buffer may be written and the sender's
     // read: the rendezvous (or advertised) path is what gets profiled.

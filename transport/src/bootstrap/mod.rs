@@ -46,6 +46,19 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
+    /// A job of this one rank on one node, first incarnation, its segments named `job_id`.
+    pub fn single(job_id: impl Into<String>) -> JobInfo {
+        JobInfo {
+            rank: 0,
+            size: 1,
+            node: 0,
+            local_rank: 0,
+            ranks_per_node: 1,
+            job_id: job_id.into(),
+            incarnation: 0,
+        }
+    }
+
     /// Nodes in the job: `size / ranks_per_node`, rounded up.
     pub fn nodes(&self) -> u32 {
         self.size.div_ceil(self.ranks_per_node.max(1))

@@ -19,15 +19,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn self_job(job_id: &str) -> JobInfo {
-    JobInfo {
-        rank: 0,
-        size: 1,
-        node: 0,
-        local_rank: 0,
-        ranks_per_node: 1,
-        job_id: job_id.to_string(),
-        incarnation: 0,
-    }
+    JobInfo::single(job_id)
 }
 
 /// Sends that find the FIFO full wait in the backlog, complete only once published, and
@@ -75,15 +67,7 @@ fn a_full_fifo_backlogs_in_order_and_drains() {
 #[test]
 fn large_messages_reuse_staging_and_need_no_scratch_region() {
     let job_id = format!("h11pool{}", std::process::id());
-    let job = JobInfo {
-        rank: 0,
-        size: 1,
-        node: 0,
-        local_rank: 0,
-        ranks_per_node: 1,
-        job_id: job_id.clone(),
-        incarnation: 0,
-    };
+    let job = JobInfo::single(job_id.clone());
     let (mut p, _) = ShmProvider::create(TransportConfig::default(), job, SubCore::default()).unwrap();
     let tag_of = shmfile::sanitize_job_id(&job_id);
     let timeout = Duration::from_secs(30);

@@ -49,15 +49,7 @@ impl Core {
     /// An endpoint that peers reach by its address (see the module doc).
     pub(super) fn by_address(config: TransportConfig, core: SubCore) -> Result<Core> {
         config.validate()?;
-        let job = JobInfo {
-            rank: 0,
-            size: 1,
-            node: 0,
-            local_rank: 0,
-            ranks_per_node: 1,
-            job_id: "tcp-by-address".into(),
-            incarnation: 0,
-        };
+        let job = JobInfo::single("tcp-by-address");
         let ip = listen_ip(&config)?;
         let mut p = Core::create_at(config, job, ip, core)?;
         p.book = Some(HashMap::new());
