@@ -89,6 +89,11 @@ impl ReceptionCounter {
         Determinant { sender, receiver: self.receiver, ssn, rsn: self.last_rsn }
     }
 
+    /// Takes the next rsn for no message: a call boundary of the layer above (`tick`).
+    pub fn skip(&mut self) {
+        self.last_rsn += 1;
+    }
+
     pub fn last_rsn(&self) -> Rsn {
         self.last_rsn
     }

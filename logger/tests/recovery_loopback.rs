@@ -233,15 +233,16 @@ fn order_logged_named_receives_replay_at_their_logged_rsn() {
         }
         if me == VICTIM {
             assert_eq!(endpoint.replay_next(), None, "rsn 1 is open");
-            // Every resent message is here (the senders' sends completed before the barriers):
-            // rank 0's, first in this rank's queue, is named for rsn 2.
+            // Rsn 1 was a plain receive's: taken with the order not logged (a logged one waits
+            // at an open rsn). Every resent message is here (the senders' sends completed
+            // before the barriers): rank 0's, first in this rank's queue, is named for rsn 2.
+            endpoint.set_order_logged(false);
             let start = Instant::now();
             while endpoint.probe(Source::Any, TagMatch::any()).expect("probe").is_none() {
                 assert!(start.elapsed() < WAIT, "the resent messages did not come");
             }
             let open = endpoint.probe(Source::Any, TagMatch::any()).expect("probe").expect("still there");
             assert_eq!((open.0, open.1), (2, 0), "the open rsn takes no message named for later");
-            endpoint.set_order_logged(false);
             let again = endpoint.recv(Source::Any, TagMatch::any(), WAIT).expect("wildcard");
             assert_eq!((again.source, again.ssn, again.rsn), (2, 1, 1));
             assert_eq!(endpoint.replay_next(), Some((0, 1)));
@@ -252,6 +253,59 @@ fn order_logged_named_receives_replay_at_their_logged_rsn() {
             assert_eq!((third.source, third.ssn, third.rsn), (2, 2, 3));
             assert!(!endpoint.replaying());
         }
+        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.finish(&mut boot).expect("finish");
+    });
+}
+
+/// Call ticks (`tick`): each takes an rsn for no message, so a logged delivery's rsn says
+/// after which call it came. In the replay a tick waits while the log names a delivery next,
+/// and the deliveries keep their rsns.
+#[test]
+fn ticks_keep_each_delivery_after_its_call() {
+    let config = LogConfig { mode: LogMode::CAUSAL, unit: LogUnit::Rank, ..LogConfig::default() };
+    on_ranks("ticks", 3, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        endpoint.set_order_logged(true);
+        let mut first = Vec::new();
+        if me == VICTIM {
+            boot.barrier().expect("sent");
+            for from in [0, 2] {
+                assert!(endpoint.tick(), "a first run's tick always goes");
+                let got = endpoint.recv(Source::Rank(from), TagMatch::exact(0), WAIT).expect("receive");
+                first.extend(got.determinant);
+            }
+            let rsns: Vec<_> = first.iter().map(|d| (d.sender, d.rsn)).collect();
+            assert_eq!((rsns, endpoint.ticks()), (vec![(0, 2), (2, 4)], 2));
+        } else {
+            endpoint.send(VICTIM, 0, &payload(me, 0)).expect("send");
+            endpoint.wait_sends(WAIT).expect("sends out");
+            boot.barrier().expect("sent");
+        }
+        endpoint.flush_log().expect("flush");
+        boot.barrier().expect("quiet");
+        let gathered = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+        if me == VICTIM {
+            assert_eq!(gathered, first);
+            endpoint.restart_in_place(1).expect("restart");
+            endpoint.begin_replay(&gathered).expect("begin replay");
+        }
+        boot.barrier().expect("restarted");
+        if me != VICTIM {
+            endpoint.resend_from(VICTIM, 1).expect("resend");
+            endpoint.wait_sends(WAIT).expect("resent");
+        } else {
+            for (from, rsn) in [(0, 2), (2, 4)] {
+                assert!(endpoint.tick(), "the call's own tick goes");
+                assert!(!endpoint.tick(), "a tick waits while the log names a delivery next");
+                let got = endpoint.recv(Source::Rank(from), TagMatch::exact(0), WAIT).expect("replayed");
+                assert_eq!((got.source, got.rsn), (from, rsn));
+            }
+            assert!(endpoint.tick() && !endpoint.replaying());
+            assert_eq!(endpoint.ticks(), 3);
+        }
+        boot.barrier().expect("done");
         endpoint.wait_sends(WAIT).expect("sends out");
         endpoint.finish(&mut boot).expect("finish");
     });

@@ -69,6 +69,8 @@ pub struct LoggedEndpoint {
     /// which of them takes the next message follows arrival order, so named receives are
     /// logged, and replayed, as wildcard ones (`set_order_logged`).
     pub(super) order_logged: bool,
+    /// Rsns taken by `tick`, for no delivery.
+    pub(super) ticks: u64,
     /// Retired senders and the other copies that sent the same messages under the same
     /// numbers (partial redundancy): a replayed delivery from a retired one takes theirs.
     pub(super) stand_ins: Vec<(Rank, Vec<Rank>)>,
@@ -220,6 +222,7 @@ impl LoggedEndpoint {
             payload_logged: Vec::new(),
             replay: None,
             order_logged: false,
+            ticks: 0,
             stand_ins: Vec::new(),
             retired: Vec::new(),
             stand_ins_used: Default::default(),

@@ -200,6 +200,26 @@ impl LoggedEndpoint {
         self.replay.as_ref().and_then(|p| p.get(rsn)).map(|d| (d.sender, d.ssn))
     }
 
+    /// A call boundary of the layer above (an MPI call that may deliver, before its first
+    /// delivery): takes an rsn for no message, so that a logged delivery's rsn also says in
+    /// which call it came. A replay then takes each logged delivery inside the call that took
+    /// it first, and what follows from it (a nonblocking collective's sends, a test's outcome)
+    /// comes in the same call too. False during a replay while the log names a delivery for
+    /// the next rsn: the caller progresses until it is taken, then ticks.
+    pub fn tick(&mut self) -> bool {
+        if self.replay_next().is_some() {
+            return false;
+        }
+        self.reception.skip();
+        self.ticks += 1;
+        true
+    }
+
+    /// Ticks taken by this endpoint (`tick`): rsns that numbered no delivery.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
     /// The ready message this receive takes, if it has arrived: the one the replay plan names
     /// for this rsn, else the oldest matching one that the plan does not name for later.
     fn find_ready(&mut self, source: Source, tag: TagMatch, kind: ReceiveKind) -> Result<Option<usize>> {
@@ -225,6 +245,11 @@ impl LoggedEndpoint {
                              last logged one"
                         ),
                     });
+                }
+                // Every delivery with its order logged has a determinant, so an open rsn
+                // before the plan's last one was a tick or an unlogged delivery: not this one.
+                if self.order_logged && self.replay.is_some() {
+                    return Ok(None);
                 }
                 let plan = self.replay.as_ref();
                 return Ok(self.ready.iter().position(|a| {

@@ -258,6 +258,7 @@ impl LoggedEndpoint {
         self.protocol.restart();
         self.refresh_pending();
         self.replay = None;
+        self.ticks = 0;
         self.multicasts = Default::default();
         self.stats = LogStats::default();
         self.comm = CommRow::new(self.size);
