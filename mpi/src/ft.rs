@@ -31,6 +31,8 @@ pub(crate) unsafe fn mpix_reverb_protect(ptr: UserBuf, bytes: c_long) -> c_int {
 /// where every message sent to this rank so far has been received.
 pub(crate) fn mpix_reverb_checkpoint() -> c_int {
     call("MPIX_Reverb_checkpoint", MPI_COMM_WORLD, |s| {
+        // Its tick before the checkpoint's rsn is taken: a restored rank resumes after it.
+        s.tick_once()?;
         // A restarted rank resumes here with no collective running, numbering them afresh.
         s.finish_colls("MPIX_Reverb_checkpoint")?;
         s.renumber_colls();
@@ -54,6 +56,10 @@ pub(crate) fn mpix_reverb_checkpoint() -> c_int {
 pub(crate) unsafe fn mpix_reverb_restore(restored: Out<'_, c_int>) -> c_int {
     call("MPIX_Reverb_restore", MPI_COMM_WORLD, |s| {
         s.journal.end_setup();
+        // The setup's calls were counted before the checkpoint; this rank's count (its rsn)
+        // stands there now, and the calls after this one tick as they did after it.
+        s.ticks_on = s.rt.logging();
+        s.ticked = true;
         s.finish_colls("MPIX_Reverb_restore")?;
         let mut fresh = false;
         s.rt.restore_or_else(|| {

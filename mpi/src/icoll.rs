@@ -79,16 +79,6 @@ impl State {
         if coro::in_task() {
             return Err(MpiError::new(MPI_ERR_OTHER, "a nonblocking collective started inside another"));
         }
-        if self.rt.restarted() {
-            // A restarted rank's re-execution must send to each peer in the order it did before
-            // (the peers drop what they hold by sequence number). A started collective sends
-            // as it progresses, when its messages come, which a re-execution does not repeat.
-            return Err(MpiError::new(
-                MPI_ERR_UNSUPPORTED_OPERATION,
-                "nonblocking and persistent collectives (and MPI_Comm_idup) are not recovered, and \
-                 this rank was restarted after a failure (reverb)",
-            ));
-        }
         let mut started = Started { handle: 0, seq, task: Task::new(run)? };
         match self.step_coll(&mut started) {
             Step::Done(rc) => Ok((self.requests.insert(Request::Done(coll_status(rc))), Some(rc))),

@@ -53,6 +53,10 @@ fn init() -> c_int {
     // runtime's blocking receive with nothing else outstanding excepted (`State::receive`).
     rt.set_order_logged(true);
     let (me, size) = (rt.rank(), rt.size());
+    // A rank restored from a checkpoint re-executes its setup answered from the journal, which
+    // the checkpoint's rsn counted: its calls tick from `MPIX_Reverb_restore` on.
+    let from_checkpoint = rt.restarted() && rt.report().restored_epoch > 0;
+    let ticks_on = rt.logging() && !from_checkpoint;
     let journal = match restored_journal(&mut rt) {
         Ok(j) => j,
         Err(e) => return errors::handle(MPI_ERRORS_ARE_FATAL, "MPI_Init", e),
@@ -77,6 +81,8 @@ fn init() -> c_int {
         pending_recvs: VecDeque::new(),
         lent_sends: 0,
         sync_sends: 0,
+        ticks_on,
+        ticked: false,
         freed_lent: Vec::new(),
         next_context: FIRST_CONTEXT,
         attached: None,

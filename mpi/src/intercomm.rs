@@ -110,6 +110,7 @@ pub(crate) unsafe fn mpi_intercomm_create(
             let peer = s.comm(peer_comm)?;
             let (peer_context, other) = (peer.context, peer.world_of(remote_leader)?);
             frag::send(&mut s.rt, other, tags::tag(peer_context, 0, tag), &mine)?;
+            s.tick_once()?;
             let m = s.rt.recv_matching(Source::Rank(other), tags::p2p_match(peer_context, tag))?;
             frag::complete(&mut s.rt, m)?.payload.into_vec()
         } else {

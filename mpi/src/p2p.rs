@@ -243,6 +243,7 @@ impl State {
     /// Matches what can be matched now: posted receives in order, then synchronous sends'
     /// acknowledgements. True if anything completed.
     pub fn progress(&mut self) -> MpiResult<bool> {
+        self.tick_once()?;
         let mut any = false;
         // One poll, then every posted receive in order: the first one posted gets the first
         // matching message. Arrivals may still come in meanwhile (a provider's progress
@@ -404,6 +405,7 @@ impl State {
     /// runs with nothing else outstanding, so a named receive's order needs no determinant:
     /// every delivery before it is replayed first, and no other receive waits beside it.
     fn receive(&mut self, source: Source, tag: TagMatch, landing: Option<&mut [u8]>) -> MpiResult<Received> {
+        self.tick_once()?;
         self.rt.set_order_logged(false);
         let received = match landing {
             Some(slice) => self.rt.recv_matching_into(source, tag, slice, &lands).map_err(MpiError::from),
@@ -512,13 +514,43 @@ impl State {
         self.rt.restarted() && self.rt.report().replay_end_ns == 0
     }
 
+    /// Before the call's first delivery, once per call: its tick (`Runtime::tick`), so that
+    /// the log says in which call each delivery came. During a replay a delivery the log names
+    /// first (one the previous call took after its last tick) is let in before.
+    pub fn tick_once(&mut self) -> MpiResult<()> {
+        if !self.ticks_on || self.ticked {
+            return Ok(());
+        }
+        self.ticked = true;
+        if !self.rt.tick() {
+            self.wait_until("a delivery the log names before this call", |s| Ok(s.rt.tick()))?;
+        }
+        Ok(())
+    }
+
+    /// At the end of a call that ticked, during a replay: the deliveries the log names next
+    /// came in this call the first time (the next call's tick would come first otherwise), so
+    /// they are taken before it returns.
+    pub fn settle_call(&mut self) -> MpiResult<()> {
+        if !self.ticked || !self.replaying() {
+            return Ok(());
+        }
+        self.wait_until("a delivery the log names for this call", |s| Ok(s.rt.replay_next().is_none()))
+    }
+
     /// Whether a receive for (`source`, `tag`) may take a message now: during a replay only if
     /// the logged next message is one it matches (a wildcard probe names that one), or the
     /// log names none next (the logger then keeps the messages it names for later); always
     /// outside.
     pub fn may_take(&mut self, source: Source, tag: TagMatch) -> MpiResult<bool> {
-        if !self.replaying() || self.rt.replay_next().is_none() {
+        if !self.replaying() {
             return Ok(true);
+        }
+        if self.rt.replay_next().is_none() {
+            // An open rsn is a call's tick or a lone blocking receive's (neither comes here),
+            // and past the log's last one the first run took nothing more here before the
+            // sends the survivors hold (those would have carried its determinant).
+            return Ok(false);
         }
         Ok(match self.rt.probe(Source::Any, TagMatch::any())? {
             Some((sender, arrived, _)) => source.matches(sender) && tag.matches(arrived),

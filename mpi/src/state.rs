@@ -78,6 +78,11 @@ pub struct State {
     /// Synchronous sends started and not seen acknowledged: while 0, progress skips looking
     /// for their acknowledgements (an upper bound: a freed one is dropped at the next look).
     pub sync_sends: usize,
+    /// Whether calls tick (`tick_once`): under a logging protocol, and at a rank restored
+    /// from a checkpoint only once its setup is over (the checkpoint counted the setup's).
+    pub ticks_on: bool,
+    /// Whether the call under way ticked already.
+    pub ticked: bool,
     pub freed_lent: Vec<reverb_transport::OpId>,
     /// The next context id this rank may give a new communicator (agreed collectively).
     pub next_context: u32,
@@ -141,19 +146,25 @@ fn not_ready() -> MpiError {
 /// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
 pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
     let mut body = Some(body);
-    let mut run = |state: &mut State| {
-        let result = body.take().map_or(Ok(()), |b| b(state));
+    let mut run = |state: &mut State, outermost: bool| {
+        if outermost {
+            state.ticked = false;
+        }
+        let mut result = body.take().map_or(Ok(()), |b| b(state));
+        if outermost && result.is_ok() {
+            result = state.settle_call();
+        }
         let errhandler = errhandler_of(state, &result, comm);
         (result, errhandler)
     };
     // Inside a nonblocking collective's coroutine the state is lent to it (coro.rs); None: it
     // is borrowed by the call this one runs inside.
-    let outcome = match crate::coro::with_lent(&mut run) {
+    let outcome = match crate::coro::with_lent(|state| run(state, false)) {
         Some(lent) => lent.ok(),
         None => STATE.with(|s| {
             let mut s = s.try_borrow_mut().ok()?;
             Some(match s.as_mut() {
-                Some(state) => run(state),
+                Some(state) => run(state, true),
                 None => (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)),
             })
         }),

@@ -133,7 +133,7 @@ use std::time::Instant;
 
 use reverb_ckpt::{Checkpointer, Epoch};
 pub use reverb_logger::multicast::McastKey;
-use reverb_logger::LoggedEndpoint;
+use reverb_logger::{LogMode, LoggedEndpoint};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
@@ -443,6 +443,18 @@ impl Runtime {
         if let Some(endpoint) = self.endpoint.as_mut() {
             endpoint.set_order_logged(logged);
         }
+    }
+
+    /// Whether messages are logged (a logging protocol other than `none`).
+    pub fn logging(&self) -> bool {
+        self.config.log.mode != LogMode::NONE
+    }
+
+    /// A call boundary of the layer above, before the call's first delivery
+    /// ([`LoggedEndpoint::tick`]): false during a replay while the log names a delivery
+    /// next, which the caller must let a receive take first.
+    pub fn tick(&mut self) -> bool {
+        self.endpoint.as_mut().is_none_or(LoggedEndpoint::tick)
     }
 
     /// During a replay, the (sender, ssn) the log names for the next delivery; None outside

@@ -21,6 +21,8 @@ pub(super) struct Replay {
     targets: Vec<(Rank, u64)>,
     started: Instant,
     start_rsn: u64,
+    /// The endpoint's ticks at the start: rsns that numbered no delivery.
+    start_ticks: u64,
     start_sends: u64,
 }
 
@@ -58,7 +60,8 @@ impl Runtime {
             && replay.targets.iter().all(|&(p, ssn)| endpoint.last_ssn_sent(p).unwrap_or(0) >= ssn);
         if caught_up {
             self.report.replay_ms = replay.started.elapsed().as_secs_f64() * 1e3;
-            self.report.replayed_deliveries = rsn - replay.start_rsn;
+            let ticks = endpoint.ticks() - replay.start_ticks;
+            self.report.replayed_deliveries = (rsn - replay.start_rsn).saturating_sub(ticks);
             self.report.replayed_sends = sends - replay.start_sends;
             self.report.replay_end_ns = unix_ns();
             self.replay = None;
@@ -218,6 +221,7 @@ impl Runtime {
                     targets: Vec::new(),
                     started: Instant::now(),
                     start_rsn: endpoint.last_rsn(),
+                    start_ticks: endpoint.ticks(),
                     start_sends: self.sends,
                 });
                 // What the checkpoint covers, plus what the log replayed (rb): the senders

@@ -67,6 +67,7 @@ impl Group {
 /// receive posted before the collective must still match (and acknowledge a synchronous
 /// send), and a started collective go on, while this rank waits here.
 pub(crate) fn coll_recv(s: &mut State, source: Source, tag: TagMatch) -> MpiResult<Message> {
+    s.tick_once()?;
     let m = if coro::in_task() {
         loop {
             if s.may_take(source, tag)? {
