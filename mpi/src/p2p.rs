@@ -539,8 +539,7 @@ impl State {
     }
 
     /// Whether a receive for (`source`, `tag`) may take a message now: during a replay only if
-    /// the logged next message is one it matches (a wildcard probe names that one), or the
-    /// log names none next (the logger then keeps the messages it names for later); always
+    /// the logged next message is one it matches (a wildcard probe names that one); always
     /// outside.
     pub fn may_take(&mut self, source: Source, tag: TagMatch) -> MpiResult<bool> {
         if !self.replaying() {

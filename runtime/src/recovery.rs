@@ -60,7 +60,7 @@ impl Runtime {
             && replay.targets.iter().all(|&(p, ssn)| endpoint.last_ssn_sent(p).unwrap_or(0) >= ssn);
         if caught_up {
             self.report.replay_ms = replay.started.elapsed().as_secs_f64() * 1e3;
-            let ticks = endpoint.ticks() - replay.start_ticks;
+            let ticks = endpoint.ticks().saturating_sub(replay.start_ticks);
             self.report.replayed_deliveries = (rsn - replay.start_rsn).saturating_sub(ticks);
             self.report.replayed_sends = sends - replay.start_sends;
             self.report.replay_end_ns = unix_ns();
