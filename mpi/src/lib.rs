@@ -35,6 +35,7 @@ mod coro;
 mod datatype;
 mod datatype_api;
 mod datatype_mpi1;
+mod elements;
 mod errhandler;
 mod errors;
 mod ffi;
