@@ -216,6 +216,12 @@ impl Datatype {
 
     /// `count` elements of this type, laid out one extent apart.
     pub fn repeated(&self, count: usize, stride: isize) -> Vec<(isize, usize)> {
+        // One run a stride long: the copies make one run, however many (huge counts).
+        if let [(off, len)] = self.blocks[..] {
+            if len as isize == stride || count <= 1 {
+                return (count > 0).then_some((off, len * count)).into_iter().collect();
+            }
+        }
         let mut out: Vec<(isize, usize)> = Vec::with_capacity(self.blocks.len() * count);
         for i in 0..count as isize {
             for &(off, len) in &self.blocks {
@@ -377,12 +383,21 @@ pub fn hvector(count: usize, blocklen: usize, stride: isize, old: &Datatype) -> 
     bounds.finish(blocks, elems, old.elem, false)
 }
 
-/// Blocks of `lens[i]` elements at byte displacements `displs[i]`.
-pub fn hindexed(lens: &[c_int], displs: &[isize], old: &Datatype) -> MpiResult<Datatype> {
+/// A block length as a count: MPI_ERR_ARG when negative.
+fn block_len<L: Copy + TryInto<usize> + std::fmt::Display>(n: L) -> MpiResult<usize> {
+    n.try_into().map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))
+}
+
+/// Blocks of `lens[i]` elements at byte displacements `displs[i]` (`int` or `MPI_Count`
+/// lengths).
+pub fn hindexed<L>(lens: &[L], displs: &[isize], old: &Datatype) -> MpiResult<Datatype>
+where
+    L: Copy + TryInto<usize> + std::fmt::Display,
+{
     let (mut blocks, mut elems) = (Vec::new(), Vec::new());
     let mut bounds = Bounds::default();
     for (&n, &d) in lens.iter().zip(displs) {
-        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        let n = block_len(n)?;
         blocks.extend(old.repeated(n, old.extent).into_iter().map(|(o, l)| (o + d, l)));
         bounds.add(d, n, old);
         elems.push(old.elems.repeat(n as u64));
@@ -391,12 +406,15 @@ pub fn hindexed(lens: &[c_int], displs: &[isize], old: &Datatype) -> MpiResult<D
 }
 
 /// A struct: blocks of `lens[i]` elements of `types[i]` at byte displacements `displs[i]`.
-pub fn structure(lens: &[c_int], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype> {
+pub fn structure<L>(lens: &[L], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype>
+where
+    L: Copy + TryInto<usize> + std::fmt::Display,
+{
     let (mut blocks, mut elems) = (Vec::new(), Vec::new());
     let mut bounds = Bounds::default();
     let mut elem = None;
     for ((&n, &d), t) in lens.iter().zip(displs).zip(types) {
-        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        let n = block_len(n)?;
         blocks.extend(t.repeated(n, t.extent).into_iter().map(|(o, l)| (o + d, l)));
         bounds.add(d, n, t);
         elems.push(t.elems.repeat(n as u64));

@@ -34,6 +34,7 @@ mod comm;
 mod coro;
 mod datatype;
 mod datatype_api;
+mod datatype_large;
 mod datatype_mpi1;
 mod elements;
 mod errhandler;
