@@ -114,6 +114,38 @@ impl Elems {
         }
     }
 
+    /// Bytes of the first `n` basic elements of one copy (`n` at most `self.count()`).
+    fn prefix_bytes(&self, n: u64) -> u64 {
+        match self {
+            Elems::Run { size, .. } => (*size as u64).saturating_mul(n),
+            Elems::Repeat(inner, _) => {
+                let per = inner.count().max(1);
+                let whole = (n / per).saturating_mul(inner.bytes());
+                whole.saturating_add(inner.prefix_bytes(n % per))
+            }
+            Elems::Seq(parts) => {
+                let (mut left, mut bytes) = (n, 0u64);
+                for part in parts.iter() {
+                    let c = part.count();
+                    if left < c {
+                        return bytes.saturating_add(part.prefix_bytes(left));
+                    }
+                    (left, bytes) = (left - c, bytes.saturating_add(part.bytes()));
+                }
+                bytes
+            }
+        }
+    }
+
+    /// The bytes of data `n` basic elements take, copy after copy (MPI_Status_set_elements).
+    pub fn bytes_of(&self, n: u64) -> u64 {
+        let per = self.count();
+        if per == 0 {
+            return 0;
+        }
+        (n / per).saturating_mul(self.bytes()).saturating_add(self.prefix_bytes(n % per))
+    }
+
     /// The basic elements `bytes` bytes of data hold, copy after copy; `None` when they end
     /// inside an element.
     pub fn in_bytes(&self, bytes: u64) -> Option<u64> {
@@ -137,6 +169,7 @@ mod tests {
         assert_eq!(s.in_bytes(7), Some(3));
         assert_eq!(s.in_bytes(10), Some(5));
         assert_eq!(s.in_bytes(2), None);
+        assert_eq!((s.bytes_of(5), s.bytes_of(3), s.bytes_of(1)), (10, 7, 1));
         assert_eq!(s.repeat(1 << 40).count(), 3 << 40);
     }
 

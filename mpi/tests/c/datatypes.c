@@ -192,6 +192,10 @@ static void elements_and_large_counts(void) {
     CHECK(n == 5, "MPI_Get_elements of 1 struct and part of another: %d", n);
     MPI_Get_count(&status, st, &n);
     CHECK(n == MPI_UNDEFINED, "MPI_Get_count of a partial struct: %d", n);
+    /* MPI_Status_set_elements counts basic elements too: 4 are a struct and a char. */
+    MPI_Status_set_elements(&status, st, 4);
+    MPI_Get_elements(&status, MPI_BYTE, &n);
+    CHECK(n == 8, "MPI_Status_set_elements of 4 elements of the struct: %d bytes", n);
     MPI_Status_set_elements(&status, MPI_BYTE, 6);
     MPI_Get_elements(&status, st, &n);
     CHECK(n == MPI_UNDEFINED, "MPI_Get_elements ending inside an int: %d", n);
