@@ -37,6 +37,27 @@ const NONBLOCKING: &[&str] = &[
     "Neighbor_alltoallw",
 ];
 
+/// Large-count collectives whose `MPI_I<x>_c` is derived from `MPI_<x>_c` (no persistent
+/// form yet: MPI names those `MPI_<x>_init_c`).
+const NONBLOCKING_C: &[&str] = &[
+    "Bcast_c",
+    "Reduce_c",
+    "Allreduce_c",
+    "Gather_c",
+    "Gatherv_c",
+    "Scatter_c",
+    "Scatterv_c",
+    "Allgather_c",
+    "Allgatherv_c",
+    "Alltoall_c",
+    "Alltoallv_c",
+    "Alltoallw_c",
+    "Scan_c",
+    "Exscan_c",
+    "Reduce_scatter_block_c",
+    "Reduce_scatter_c",
+];
+
 /// Collectives whose `MPI_<x>_init` runs them at each start: the nonblocking ones but the
 /// neighbourhood collectives (reverb has no persistent form of those yet).
 fn persistent_collectives() -> impl Iterator<Item = &'static &'static str> {
@@ -64,6 +85,7 @@ pub fn all<'a>(
 ) -> Vec<Derived<'a>> {
     let forms = NONBLOCKING
         .iter()
+        .chain(NONBLOCKING_C)
         .map(|x| (format!("MPI_I{}", x.to_lowercase()), x, Form::Nonblocking))
         .chain(persistent_collectives().map(|x| (format!("MPI_{x}_init"), x, Form::Persistent)));
     let mut found = Vec::new();

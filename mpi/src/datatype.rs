@@ -7,6 +7,7 @@ use std::ffi::c_int;
 use smallvec::{smallvec, SmallVec};
 
 use crate::abi::*;
+use crate::elements::Elems;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 
@@ -83,6 +84,8 @@ pub struct Datatype {
     pub sticky: (Option<isize>, Option<isize>),
     /// Alignment of its most aligned basic element: a struct's extent is padded to it.
     pub align: usize,
+    /// Its basic elements in type-map order (MPI_Get_elements).
+    pub elems: Elems,
 }
 
 /// The natural alignment of a basic type of `size` bytes holding `elem`s.
@@ -133,6 +136,10 @@ impl Datatype {
             committed: true,
             sticky: (None, None),
             align: natural_align(size, elem),
+            elems: match elem {
+                Elem::Pair(_, value_size) => Elems::concat([Elems::basic(value_size), Elems::basic(4)]),
+                _ => Elems::basic(size),
+            },
         }
     }
 
@@ -162,6 +169,7 @@ impl Datatype {
             committed: true,
             sticky: (None, None),
             align: value_size.max(4),
+            elems: Elems::concat([Elems::basic(value_size), Elems::basic(4)]),
         };
         match h {
             MPI_FLOAT_INT => return Some(pair(PairValue::F32, 4, 4, 8)),
@@ -179,6 +187,7 @@ impl Datatype {
                     committed: true,
                     sticky: (None, None),
                     align: 16,
+                    elems: Elems::concat([Elems::basic(16), Elems::basic(4)]),
                 });
             }
             MPI_DATATYPE_NULL => return None,
@@ -186,6 +195,7 @@ impl Datatype {
             MPI_LB | MPI_UB => {
                 let mut marker = Datatype::contiguous_bytes(0, Elem::Opaque);
                 marker.blocks.clear();
+                marker.elems = Elems::empty();
                 marker.sticky = if h == MPI_LB { (Some(0), None) } else { (None, Some(0)) };
                 return Some(marker);
             }
@@ -206,6 +216,12 @@ impl Datatype {
 
     /// `count` elements of this type, laid out one extent apart.
     pub fn repeated(&self, count: usize, stride: isize) -> Vec<(isize, usize)> {
+        // One run a stride long: the copies make one run, however many (huge counts).
+        if let [(off, len)] = self.blocks[..] {
+            if len as isize == stride || count <= 1 {
+                return (count > 0).then_some((off, len * count)).into_iter().collect();
+            }
+        }
         let mut out: Vec<(isize, usize)> = Vec::with_capacity(self.blocks.len() * count);
         for i in 0..count as isize {
             for &(off, len) in &self.blocks {
@@ -317,7 +333,7 @@ impl Bounds {
     }
 
     /// The type of `blocks`: its bounds, a struct's extent padded to its alignment.
-    fn finish(self, blocks: Vec<(isize, usize)>, elem: Elem, pad: bool) -> Datatype {
+    fn finish(self, blocks: Vec<(isize, usize)>, elems: Elems, elem: Elem, pad: bool) -> Datatype {
         let (lo, hi) = self.computed.unwrap_or((0, 0));
         let lb = self.sticky.0.unwrap_or(lo);
         let mut ub = self.sticky.1.unwrap_or(hi);
@@ -326,6 +342,7 @@ impl Bounds {
             ub = lb + (ub - lb + a - 1).div_euclid(a) * a;
         }
         let mut t = derived(blocks, lb, ub - lb, elem);
+        t.elems = elems;
         (t.sticky, t.align) = (self.sticky, self.align.max(1));
         t
     }
@@ -342,6 +359,7 @@ fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) ->
         committed: false,
         sticky: (None, None),
         align: 1,
+        elems: Elems::empty(),
     }
 }
 
@@ -349,7 +367,7 @@ fn derived(blocks: Vec<(isize, usize)>, lb: isize, extent: isize, elem: Elem) ->
 pub fn contiguous(count: usize, old: &Datatype) -> Datatype {
     let mut bounds = Bounds::default();
     bounds.add(0, count, old);
-    bounds.finish(old.repeated(count, old.extent), old.elem, false)
+    bounds.finish(old.repeated(count, old.extent), old.elems.repeat(count as u64), old.elem, false)
 }
 
 /// `count` blocks of `blocklen` elements, block starts `stride` bytes apart.
@@ -361,30 +379,45 @@ pub fn hvector(count: usize, blocklen: usize, stride: isize, old: &Datatype) -> 
         blocks.extend(block.iter().map(|&(o, l)| (o + i * stride, l)));
         bounds.add(i * stride, blocklen, old);
     }
-    bounds.finish(blocks, old.elem, false)
+    let elems = old.elems.repeat(blocklen as u64).repeat(count as u64);
+    bounds.finish(blocks, elems, old.elem, false)
 }
 
-/// Blocks of `lens[i]` elements at byte displacements `displs[i]`.
-pub fn hindexed(lens: &[c_int], displs: &[isize], old: &Datatype) -> MpiResult<Datatype> {
-    let mut blocks = Vec::new();
+/// A block length as a count: MPI_ERR_ARG when negative.
+fn block_len<L: Copy + TryInto<usize> + std::fmt::Display>(n: L) -> MpiResult<usize> {
+    n.try_into().map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))
+}
+
+/// Blocks of `lens[i]` elements at byte displacements `displs[i]` (`int` or `MPI_Count`
+/// lengths).
+pub fn hindexed<L>(lens: &[L], displs: &[isize], old: &Datatype) -> MpiResult<Datatype>
+where
+    L: Copy + TryInto<usize> + std::fmt::Display,
+{
+    let (mut blocks, mut elems) = (Vec::new(), Vec::new());
     let mut bounds = Bounds::default();
     for (&n, &d) in lens.iter().zip(displs) {
-        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        let n = block_len(n)?;
         blocks.extend(old.repeated(n, old.extent).into_iter().map(|(o, l)| (o + d, l)));
         bounds.add(d, n, old);
+        elems.push(old.elems.repeat(n as u64));
     }
-    Ok(bounds.finish(blocks, old.elem, false))
+    Ok(bounds.finish(blocks, Elems::concat(elems), old.elem, false))
 }
 
 /// A struct: blocks of `lens[i]` elements of `types[i]` at byte displacements `displs[i]`.
-pub fn structure(lens: &[c_int], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype> {
-    let mut blocks = Vec::new();
+pub fn structure<L>(lens: &[L], displs: &[isize], types: &[Datatype]) -> MpiResult<Datatype>
+where
+    L: Copy + TryInto<usize> + std::fmt::Display,
+{
+    let (mut blocks, mut elems) = (Vec::new(), Vec::new());
     let mut bounds = Bounds::default();
     let mut elem = None;
     for ((&n, &d), t) in lens.iter().zip(displs).zip(types) {
-        let n = usize::try_from(n).map_err(|_| MpiError::new(MPI_ERR_ARG, format!("block length {n}")))?;
+        let n = block_len(n)?;
         blocks.extend(t.repeated(n, t.extent).into_iter().map(|(o, l)| (o + d, l)));
         bounds.add(d, n, t);
+        elems.push(t.elems.repeat(n as u64));
         if t.size == 0 || n == 0 {
             continue; // No elements: nothing of their kind.
         }
@@ -394,5 +427,5 @@ pub fn structure(lens: &[c_int], displs: &[isize], types: &[Datatype]) -> MpiRes
             Some(_) => Some(Elem::Opaque),
         };
     }
-    Ok(bounds.finish(blocks, elem.unwrap_or(Elem::Opaque), true))
+    Ok(bounds.finish(blocks, Elems::concat(elems), elem.unwrap_or(Elem::Opaque), true))
 }

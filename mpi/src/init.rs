@@ -75,7 +75,7 @@ fn init() -> c_int {
     state::install(State {
         rt,
         comms,
-        types: Handles::new(state::TYPE_BASE),
+        types: Handles::reusing(state::TYPE_BASE),
         ops: Handles::new(state::OP_BASE),
         requests: Handles::new(state::REQUEST_BASE),
         pending_recvs: VecDeque::new(),

@@ -259,10 +259,12 @@ pub(crate) unsafe fn mpi_status_set_cancelled(status: Out<'_, CStatus>, flag: c_
 
 fn set_elements(status: Out<'_, CStatus>, datatype: c_int, count: i64) -> c_int {
     let set = || -> MpiResult<()> {
-        let size = crate::state::datatype_anywhere(datatype)?.size as u64;
+        let t = crate::state::datatype_anywhere(datatype)?;
         let n = u64::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         let mut st = ffi::read(status, "status")?;
-        let bytes = n * size;
+        // `count` basic elements (MPI_Get_elements gives it back; MPI_Get_count too when
+        // they make whole copies).
+        let bytes = t.elems.bytes_of(n);
         let cancelled = st.count_hi_and_cancelled & 1;
         st.count_lo = bytes as u32 as c_int;
         st.count_hi_and_cancelled = (((bytes >> 32) << 1) as c_int) | cancelled;

@@ -25,16 +25,31 @@ pub struct Handles<T> {
     base: i32,
     next: i32,
     pub items: BTreeMap<c_int, T>,
+    /// Freed handles to give out again, last freed first; `None` where a kind never reuses.
+    free: Option<Vec<c_int>>,
 }
 
 impl<T> Handles<T> {
     pub fn new(base: u32) -> Handles<T> {
-        Handles { base: base as i32, next: 0, items: BTreeMap::new() }
+        Handles { base: base as i32, next: 0, items: BTreeMap::new(), free: None }
+    }
+
+    /// A table that gives freed handles out again, as MPICH does for datatypes (programs,
+    /// MPICH's own tests among them, keep a freed datatype's handle in an array and find the
+    /// next one made under it).
+    pub fn reusing(base: u32) -> Handles<T> {
+        Handles { free: Some(Vec::new()), ..Handles::new(base) }
     }
 
     pub fn insert(&mut self, item: T) -> c_int {
-        let h = self.base.wrapping_add(self.next);
-        self.next += 1;
+        let reused = self
+            .free
+            .as_mut()
+            .and_then(|free| std::iter::from_fn(|| free.pop()).find(|h| !self.items.contains_key(h)));
+        let h = reused.unwrap_or_else(|| {
+            self.next += 1;
+            self.base.wrapping_add(self.next - 1)
+        });
         self.items.insert(h, item);
         h
     }
@@ -52,7 +67,11 @@ impl<T> Handles<T> {
     }
 
     pub fn remove(&mut self, h: c_int) -> Option<T> {
-        self.items.remove(&h)
+        let item = self.items.remove(&h)?;
+        if let Some(free) = self.free.as_mut() {
+            free.push(h);
+        }
+        Some(item)
     }
 }
 

@@ -15,32 +15,47 @@ pub(crate) unsafe fn mpi_test_cancelled(status: In<'_, CStatus>, flag: Out<'_, c
     })
 }
 
-/// The whole elements of `datatype` a status's bytes make; `None` when they make no whole
+/// What a status's bytes make of `datatype`: whole copies of it (MPI_Get_count) or basic
+/// elements (MPI_Get_elements).
+#[derive(Clone, Copy)]
+enum Unit {
+    Copies,
+    Elements,
+}
+
+/// How many `unit`s of `datatype` a status's bytes make; `None` when they make no whole
 /// number of them (MPI_UNDEFINED). A datatype of size 0 makes 0.
-fn whole_elements(
+fn units(
     s: &crate::state::State,
     status: In<'_, CStatus>,
     datatype: c_int,
-) -> crate::errors::MpiResult<Option<usize>> {
+    unit: Unit,
+) -> crate::errors::MpiResult<Option<u64>> {
     let st = ffi::read(status, "status")?;
-    let size = s.datatype(datatype)?.size;
-    let bytes = st.bytes();
-    Ok(match size {
-        0 => Some(0),
-        _ if bytes % size != 0 => None,
-        _ => Some(bytes / size),
+    let t = s.datatype(datatype)?;
+    let bytes = st.bytes() as u64;
+    Ok(match (t.size as u64, unit) {
+        (0, _) => Some(0),
+        (size, Unit::Copies) => bytes.is_multiple_of(size).then_some(bytes / size),
+        (_, Unit::Elements) => t.elems.in_bytes(bytes),
     })
 }
 
-fn elements(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>, function: &str) -> c_int {
+fn elements(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_int>,
+    unit: Unit,
+    function: &str,
+) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let n = whole_elements(s, status, datatype)?.and_then(|n| c_int::try_from(n).ok());
+        let n = units(s, status, datatype, unit)?.and_then(|n| c_int::try_from(n).ok());
         ffi::out(count, n.unwrap_or(MPI_UNDEFINED), "count")
     })
 }
 
 pub(crate) unsafe fn mpi_get_count(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_int>) -> c_int {
-    elements(status, datatype, count, "MPI_Get_count")
+    elements(status, datatype, count, Unit::Copies, "MPI_Get_count")
 }
 
 pub(crate) unsafe fn mpi_get_elements(
@@ -48,12 +63,18 @@ pub(crate) unsafe fn mpi_get_elements(
     datatype: c_int,
     count: Out<'_, c_int>,
 ) -> c_int {
-    elements(status, datatype, count, "MPI_Get_elements")
+    elements(status, datatype, count, Unit::Elements, "MPI_Get_elements")
 }
 
-fn elements_wide(status: In<'_, CStatus>, datatype: c_int, count: Out<'_, c_long>, function: &str) -> c_int {
+fn elements_wide(
+    status: In<'_, CStatus>,
+    datatype: c_int,
+    count: Out<'_, c_long>,
+    unit: Unit,
+    function: &str,
+) -> c_int {
     call(function, MPI_COMM_WORLD, |s| {
-        let n = whole_elements(s, status, datatype)?.map(|n| n as c_long);
+        let n = units(s, status, datatype, unit)?.and_then(|n| c_long::try_from(n).ok());
         ffi::out(count, n.unwrap_or(c_long::from(MPI_UNDEFINED)), "count")
     })
 }
@@ -63,7 +84,7 @@ pub(crate) unsafe fn mpi_get_count_c(
     datatype: c_int,
     count: Out<'_, c_long>,
 ) -> c_int {
-    elements_wide(status, datatype, count, "MPI_Get_count_c")
+    elements_wide(status, datatype, count, Unit::Copies, "MPI_Get_count_c")
 }
 
 pub(crate) unsafe fn mpi_get_elements_c(
@@ -71,7 +92,7 @@ pub(crate) unsafe fn mpi_get_elements_c(
     datatype: c_int,
     count: Out<'_, c_long>,
 ) -> c_int {
-    elements_wide(status, datatype, count, "MPI_Get_elements_c")
+    elements_wide(status, datatype, count, Unit::Elements, "MPI_Get_elements_c")
 }
 
 pub(crate) unsafe fn mpi_get_elements_x(
@@ -79,5 +100,5 @@ pub(crate) unsafe fn mpi_get_elements_x(
     datatype: c_int,
     count: Out<'_, c_long>,
 ) -> c_int {
-    elements_wide(status, datatype, count, "MPI_Get_elements_x")
+    elements_wide(status, datatype, count, Unit::Elements, "MPI_Get_elements_x")
 }

@@ -6,7 +6,8 @@
 //!
 //! Files: `tuning` (the choice), `group` (a communicator's members, their messages, the
 //! barrier), `frame` (framing and chunking), the algorithms (`bcast`, `reduce`, `allgather`,
-//! `alltoall`), and the C entry points (`api`, `api_gather`, `alltoall`).
+//! `alltoall`), and the C entry points (`api`, `api_gather`, `alltoall`; `large`: the `_c`
+//! forms).
 
 use std::ffi::c_int;
 
@@ -21,6 +22,7 @@ pub(crate) mod api_gather;
 mod bcast;
 mod frame;
 mod group;
+pub(crate) mod large;
 mod reduce;
 mod tuning;
 

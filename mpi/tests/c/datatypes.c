@@ -1,7 +1,8 @@
 /* Datatype calls MPICH's own tests cover only in part: every constructor's arguments come
  * back from MPI_Type_get_envelope / MPI_Type_get_contents (after the types it was made of
  * are freed), subarray and darray lay out as MPICH does, external32 is big-endian, type
- * attributes are copied by MPI_Type_dup and deleted by MPI_Type_free. One rank. */
+ * attributes are copied by MPI_Type_dup and deleted by MPI_Type_free, MPI_Get_elements counts
+ * basic elements of partial and huge types, the large-count (_c) calls. One rank. */
 #include <mpi.h>
 #include <stdint.h>
 #include <string.h>
@@ -178,12 +179,59 @@ static void attributes(void) {
     CHECK(msize == 8, "MPI_Type_match_size for an 8-byte real: %d bytes", msize);
 }
 
+static void elements_and_large_counts(void) {
+    struct { char a; short b; int c; } s;
+    int lens[3] = {1, 1, 1}, n = 0;
+    MPI_Aint displs[3] = {0, (char *) &s.b - (char *) &s, (char *) &s.c - (char *) &s};
+    MPI_Datatype types[3] = {MPI_CHAR, MPI_SHORT, MPI_INT}, st, big, again;
+    MPI_Status status;
+    MPI_Type_create_struct(3, lens, displs, types, &st);
+    /* One whole struct (7 bytes) and a char and a short of the next: 5 basic elements. */
+    MPI_Status_set_elements(&status, MPI_BYTE, 10);
+    MPI_Get_elements(&status, st, &n);
+    CHECK(n == 5, "MPI_Get_elements of 1 struct and part of another: %d", n);
+    MPI_Get_count(&status, st, &n);
+    CHECK(n == MPI_UNDEFINED, "MPI_Get_count of a partial struct: %d", n);
+    /* MPI_Status_set_elements counts basic elements too: 4 are a struct and a char. */
+    MPI_Status_set_elements(&status, st, 4);
+    MPI_Get_elements(&status, MPI_BYTE, &n);
+    CHECK(n == 8, "MPI_Status_set_elements of 4 elements of the struct: %d bytes", n);
+    MPI_Status_set_elements(&status, MPI_BYTE, 6);
+    MPI_Get_elements(&status, st, &n);
+    CHECK(n == MPI_UNDEFINED, "MPI_Get_elements ending inside an int: %d", n);
+    MPI_Count size = 0, lb = -1, extent = 0, elems = 0;
+    MPI_Type_contiguous_c((MPI_Count) 3 << 31, MPI_CHAR, &big);
+    MPI_Type_size_c(big, &size);
+    MPI_Type_get_true_extent_c(big, &lb, &extent);
+    CHECK(size == (MPI_Count) 3 << 31 && lb == 0 && extent == size,
+          "a 6 GiB contiguous type: size %lld, true extent %lld", (long long) size, (long long) extent);
+    MPI_Status_set_elements_x(&status, MPI_BYTE, ((MPI_Count) 3 << 31) + 5);
+    MPI_Get_elements_x(&status, big, &elems);
+    CHECK(elems == ((MPI_Count) 3 << 31) + 5, "MPI_Get_elements_x past 4 GiB: %lld", (long long) elems);
+    /* A freed handle is given out again, last freed first, as MPICH does. */
+    MPI_Datatype freed = big;
+    MPI_Type_free(&big);
+    MPI_Type_contiguous(2, MPI_INT, &again);
+    CHECK(again == freed, "the freed handle %#x is reused (got %#x)", (unsigned) freed, (unsigned) again);
+    MPI_Type_free(&again);
+    MPI_Type_free(&st);
+    /* A _c collective's count beyond int: MPI_ERR_COUNT through the error handler. */
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    int err = MPI_Bcast_c(NULL, (MPI_Count) 1 << 32, MPI_INT, 0, MPI_COMM_SELF), class = 0;
+    MPI_Error_class(err, &class);
+    CHECK(class == MPI_ERR_COUNT, "MPI_Bcast_c of 2^32 ints: error class %d", class);
+    int v = 7, sum = 0;
+    MPI_Allreduce_c(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+    CHECK(sum == 7, "MPI_Allreduce_c on one rank: %d", sum);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     round_trips();
     layouts();
     external32();
     attributes();
+    elements_and_large_counts();
     if (failures == 0) printf("datatypes: ok\n");
     MPI_Finalize();
     return failures != 0;
