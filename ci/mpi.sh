@@ -193,12 +193,12 @@ bash ci/mpi-ft.sh "$reverb" "$work" "$mpich"
 
 # MPICH's tests that reverb passes, in REVERB_MPICH_SHARDS (default 2) lists run at once: each
 # test is compiled by mpicc, then run, and either leaves a core idle much of the time. Tests
-# that MPICH marks as needing gigabytes (`mem=`) or a minute or more (`timeLimit=`) run alone
-# afterwards.
+# that MPICH marks as needing gigabytes (`mem=`), a minute or more (`timeLimit=`) or many
+# processes (`lock=manyproc`: darray_pack's 72 ranks) run alone afterwards.
 mpich_tests_sharded() {
     local shards=${REVERB_MPICH_SHARDS:-2} k pids=() failed=0 passed=0 skipped=0
     [[ $shards =~ ^[1-9][0-9]?$ ]] || fail "REVERB_MPICH_SHARDS=$shards: 1 to 99"
-    local big=' mem=| timeLimit=([6-9][0-9]|[0-9]{3,})'
+    local big=' mem=| timeLimit=([6-9][0-9]|[0-9]{3,})| lock=manyproc'
     grep -E "$big" mpi/tests/mpich-passing.txt >"$work/mpich-list-big.txt" || true
     for ((k = 0; k < shards; k++)); do
         grep -Ev "$big" mpi/tests/mpich-passing.txt |
