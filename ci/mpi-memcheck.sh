@@ -18,7 +18,8 @@ if ! command -v valgrind >/dev/null; then
 fi
 
 # The library alone with `memcheck` (rustix on libc: its own vDSO lookup crashes under
-# Valgrind); the `reverb` launcher does not run under it.
+# Valgrind; a sender never writes into its receiver with process_vm_writev, which the
+# receiver's memcheck cannot see); the `reverb` launcher does not run under it.
 cargo build -p reverb
 cargo build -p reverb-mpi --features memcheck
 target=${CARGO_TARGET_DIR:-$PWD/target}
