@@ -9,12 +9,13 @@ say() { echo "== mpi-verbs: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
 
-cargo build -p reverb -p reverb-mpi --features reverb/verbs,reverb-mpi/verbs,reverb-mpi/fault-injection
+# The `vm` profile (optimized, with the dev profile's checks): TCG runs unoptimized code slowly.
+cargo build --profile vm -p reverb -p reverb-mpi --features reverb/verbs,reverb-mpi/verbs,reverb-mpi/fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/mpi-verbs
 rm -rf "$work"
 mkdir -p "$work"
-for prog in examples/mpi/jacobi_ft.c examples/mpi/master_worker_ft.c examples/mpi/collectives_ft.c \
+for prog in examples/mpi/jacobi_ft.c examples/mpi/master_worker_ft.c examples/mpi/dynamic_ft.c examples/mpi/collectives_ft.c \
     mpi/tests/c/rma_ft.c; do
     mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$prog" -o "$work/$(basename "$prog" .c)"
 done
@@ -28,7 +29,10 @@ mpich=$(sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/jacobi-mpich.log" | he
 export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_VERBS_DEVICE=rxe0
 export REVERB_LOG_LEVEL=info,reverb_transport::verbs=debug
 start=$SECONDS
-bash ci/rxe-vm.sh --timeout 1200 -- bash ci/mpi-ft.sh "$target/debug/reverb" "$work" "$mpich" 300 ||
+# The guest writes the repo's target/; a CARGO_TARGET_DIR elsewhere is made writable too.
+rw=()
+[[ $work == "$PWD"/target/* ]] || rw=(--rw "$work")
+bash ci/rxe-vm.sh --timeout 1200 "${rw[@]}" -- bash ci/mpi-ft.sh "$target/vm/reverb" "$work" "$mpich" 300 ||
     fail "inside the VM (logs in $work)"
 grep -q "verbs rank .*connected to rank" "$work/jacobi-clean.log" ||
     fail "no verbs connection in the Jacobi job's log: $(tail -n 20 "$work/jacobi-clean.log")"
