@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
 # on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
-# holds jacobi_ft, master_worker_ft, collectives_ft and rma_ft built by mpicc.mpich (and jacobi_ft_f, the
+# holds jacobi_ft, master_worker_ft, dynamic_ft, collectives_ft and rma_ft built by mpicc.mpich (and jacobi_ft_f, the
 # Fortran Jacobi built by mpif90.mpich, when the caller built it), and the checksum Debian's MPICH
 # gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
 # environment.
@@ -9,6 +9,8 @@
 #     same for the Fortran Jacobi (through MPICH's libmpichfort), whose checksum is the C one's;
 #   - master-worker (MPI_ANY_SOURCE): its worker node's and its master node's loss, the
 #     failure-free checksum each time;
+#   - self-scheduling master-worker (MPI_Improbe, MPI_Mrecv): the master's node lost, the
+#     tasks each worker got are those the re-executed master gave it;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
 #     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
@@ -22,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { echo "usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]" >&2; exit 2; }
 reverb=$1 work=$2 mpich=$3 bound=${4:-120}
-say() { echo "== mpi-ft: $*" >&2; }
+say() { echo "== mpi-ft: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 run() { # LOG ARGS... : reverb run --mpi, output kept; fails the script if the job fails
     local log=$work/$1
@@ -67,6 +69,30 @@ for log in mw-worker.log mw-master.log; do
         fail "master_worker_ft ($log): $(checksum $log), failure-free $(checksum mw-clean.log)"
 done
 say "master-worker (any-source): a worker node and the master's node killed, same checksum ($(checksum mw-clean.log)): ok"
+
+# Self-scheduling (MPI_Improbe + MPI_Mrecv): which worker gets which task follows arrivals, so
+# the master's re-execution must take each result in the call that took it first. Each worker's
+# hash of the tasks it got must be the hash of what the (last) master gave it.
+dynamic_agrees() { # LOG
+    local w given got
+    for w in 1 2 3; do
+        given=$(grep "master gave worker $w " "$work/$1" | tail -n 1 | awk '{print $NF}')
+        got=$(grep "worker $w got" "$work/$1" | tail -n 1 | awk '{print $NF}')
+        [[ -n $given && $given == "$got" ]] || fail "dynamic_ft ($1): master gave worker $w '$given', it got '$got'"
+    done
+}
+run dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
+dynamic_agrees dyn-clean.log
+REVERB_FAULT=0:60 run dyn-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/dynamic_ft" 200
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:150 run dyn-master-sb.log -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/dynamic_ft" 200
+for log in dyn-master.log dyn-master-sb.log; do
+    expect "$log" "respawning node 0"
+    dynamic_agrees "$log"
+    [ "$(checksum $log)" = "$(checksum dyn-clean.log)" ] ||
+        fail "dynamic_ft ($log): $(checksum $log), failure-free $(checksum dyn-clean.log)"
+done
+say "self-scheduling (matched probes): the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum dyn-clean.log)): ok"
 
 # NAME PER_NODE FAULT ARGS...: collectives_ft ARGS on 8 ranks failure-free, then under CAML
 # with REVERB_FAULT=FAULT, its reports in $work/NAME-reports: the killed rank restored and

@@ -1,11 +1,11 @@
 //! Matched probes (MPI_Mprobe, MPI_Improbe) and their receives (MPI_Mrecv, MPI_Imrecv): the
-//! probe takes the message (a logged receive, so a replay makes the same choice), and the
-//! receive only unpacks it.
+//! probe takes the message (a logged receive: a replay takes the same one in the same call),
+//! and the receive only unpacks it.
 
 use std::ffi::c_int;
 
 use reverb_runtime::Message;
-use reverb_transport::Source;
+use reverb_transport::{Source, TagMatch};
 
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
@@ -36,7 +36,11 @@ impl State {
             r => Source::Rank(c.world_of(r)?),
         };
         let (context, ranks) = (c.context, c.peers().to_vec());
-        let Some(msg) = self.rt.take_collected(from, tags::p2p_match(context, tag))? else { return Ok(None) };
+        let matching = tags::p2p_match(context, tag);
+        if self.replaying() && !self.replay_lets_probe_take(from, matching)? {
+            return Ok(None);
+        }
+        let Some(msg) = self.rt.take_collected(from, matching)? else { return Ok(None) };
         let msg = frag::complete(&mut self.rt, msg)?;
         let (mpi_tag, flags) = tags::split(msg.tag);
         if flags & tags::SYNC != 0 {
@@ -44,6 +48,32 @@ impl State {
         }
         let source = ranks.iter().position(|&w| w == msg.source).map_or(MPI_ANY_SOURCE, |i| i as c_int);
         Ok(Some(self.messages.insert(Taken { msg, source })))
+    }
+
+    /// During a replay: whether this matched probe takes a message, as it did the first time.
+    /// A delivery the log names next was taken in this call the first time (the next call's
+    /// tick would come before it otherwise), so it is awaited: the probe takes it if it matches,
+    /// a posted receive otherwise. With none named the first run's probe found nothing.
+    fn replay_lets_probe_take(&mut self, from: Source, matching: TagMatch) -> MpiResult<bool> {
+        while let Some(named) = self.rt.replay_next() {
+            if self.may_take(from, matching)? {
+                return Ok(true);
+            }
+            self.wait_until("a delivery the log names for this matched probe", |s| {
+                Ok(s.rt.replay_next() != Some(named) || s.rt.probe(Source::Any, TagMatch::any())?.is_some())
+            })?;
+            if self.rt.replay_next() == Some(named) {
+                if self.may_take(from, matching)? {
+                    return Ok(true);
+                }
+                // Here and not this probe's: a posted receive's, which progress gives it.
+                self.progress()?;
+                if self.rt.replay_next() == Some(named) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(false)
     }
 
     fn status_of(&self, message: c_int) -> Status {
