@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::coll::{self, Group};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{self, Out, UserBuf};
-use crate::state::{call, State};
+use crate::state::{call, call_on, State};
 
 use super::mem::Allocated;
 
@@ -126,13 +126,17 @@ impl State {
 }
 
 /// Runs `body` as `call` does, errors going to the window's error handler.
+/// A program's handler is called with the window's handle.
 pub fn win_call(function: &str, win: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
-    let mut comm = MPI_COMM_WORLD;
+    let mut comm = None;
     call(function, MPI_COMM_WORLD, |s| {
-        comm = s.wins.get(win).map_or(MPI_COMM_WORLD, |w| w.comm);
+        comm = s.wins.get(win).map(|w| w.comm);
         Ok(())
     });
-    call(function, comm, body)
+    match comm {
+        Some(c) => call_on(function, c, Some(win), body),
+        None => call(function, MPI_COMM_WORLD, body),
+    }
 }
 
 /// The collective part of every creation: a private communicator, then the window.
@@ -344,6 +348,23 @@ pub(crate) unsafe fn mpi_win_get_errhandler(win: c_int, errhandler: Out<'_, c_in
         let comm = s.win(win)?.comm;
         ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler")
     })
+}
+
+/// Invokes the window's error handler on `code` as an error in a call on it would; the call
+/// itself succeeds (MPI 4.0, 9.3.5) unless the handler stops the job.
+pub(crate) fn mpi_win_call_errhandler(win: c_int, code: c_int) -> c_int {
+    let mut handler = MPI_ERRORS_ARE_FATAL;
+    let rc = win_call("MPI_Win_call_errhandler", win, |s| {
+        let comm = s.win(win)?.comm;
+        handler = s.comm(comm)?.errhandler;
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let e = MpiError::new(code, "MPI_Win_call_errhandler");
+    crate::errors::handle_on(handler, win, "MPI_Win_call_errhandler", e);
+    MPI_SUCCESS
 }
 
 pub(crate) fn mpi_win_set_info(win: c_int, _info: c_int) -> c_int {
