@@ -7,12 +7,14 @@
 //!
 //! Files: `win` (window objects, creation, attributes), `wire` (the requests' bytes),
 //! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
-//! windows, their mapping), `serve` (a target's side),
+//! windows, their mapping), `direct` (same-host origins applying operations themselves to
+//! `MPI_Win_allocate`'s memory), `serve` (a target's side),
 //! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
 //! `acc` (accumulates, fetch-and-op, compare-and-swap).
 
 pub(crate) mod acc;
 pub(crate) mod attr;
+mod direct;
 mod mem;
 pub(crate) mod ops;
 mod serve;

@@ -4,6 +4,7 @@
 //! (replies, grants, posts) and origins sent (unlocks, completes).
 
 use std::ffi::c_int;
+use std::time::Duration;
 
 use reverb_transport::{Source, TagMatch};
 
@@ -15,9 +16,9 @@ use crate::op::{self, Op};
 use crate::state::State;
 use crate::tags;
 
-use super::mem;
 use super::win::{Win, FLAVOR_DYNAMIC};
 use super::wire::{Msg, OpKind, OpReq};
+use super::{direct, mem};
 
 /// The one tag of a window's messages (on its private context).
 pub fn tag(context: u32) -> u64 {
@@ -52,7 +53,8 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
     match msg {
         Msg::Op(req) => {
             let id = req.id;
-            let reply = match apply(s.win(h)?, req) {
+            let bound = s.rt.config().recv_timeout;
+            let reply = match apply(s.win(h)?, req, bound) {
                 Ok(data) => Msg::Reply { id, error: None, data },
                 Err(e) => Msg::Reply { id, error: Some(e.message), data: Vec::new() },
             };
@@ -157,11 +159,19 @@ fn check_runs(w: &Win, runs: &[(u64, u64)]) -> MpiResult<()> {
     }
 }
 
-/// Applies one request to the window; the bytes to send back.
-fn apply(w: &Win, req: OpReq) -> MpiResult<Vec<u8>> {
+/// Applies one request to the window (under its lock word if same-host origins reach it
+/// directly); the bytes to send back.
+fn apply(w: &Win, req: OpReq, bound: Duration) -> MpiResult<Vec<u8>> {
     check_runs(w, &req.runs)?;
+    match w.reach.get(w.me).copied().flatten() {
+        Some(own) => direct::locked(own.lock, bound, || apply_at(w.base, req)),
+        None => apply_at(w.base, req),
+    }
+}
+
+/// Applies one request to the memory at `base` (its runs checked); the bytes to send back.
+pub fn apply_at(base: usize, req: OpReq) -> MpiResult<Vec<u8>> {
     let span: usize = req.runs.iter().map(|r| r.1 as usize).sum();
-    let base = w.base;
     let wrong = |what: &str| MpiError::new(MPI_ERR_INTERN, format!("a {what} of the wrong length"));
     match req.kind {
         OpKind::Put => {

@@ -71,19 +71,31 @@ pub(crate) fn mpi_win_fence(_assert: c_int, win: c_int) -> c_int {
     })
 }
 
-fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool) -> MpiResult<()> {
+/// Asks `target` for its lock; under `MPI_MODE_NOCHECK` (the program promises no conflicting
+/// lock) it is granted at once, the target not told, so a target outside MPI holds nothing up.
+fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool, assert: c_int) -> MpiResult<()> {
+    if assert & MPI_MODE_NOCHECK != 0 {
+        let o = &mut s.win_mut(win)?.origin;
+        o.granted[target] = true;
+        o.unchecked[target] = true;
+        return Ok(());
+    }
     send(s, win, target, &Msg::Lock { exclusive })
 }
 
 fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
     settle(s, win, target, "MPI_Win_unlock")?;
-    if !std::mem::take(&mut s.win_mut(win)?.origin.granted[target]) {
+    let o = &mut s.win_mut(win)?.origin;
+    if !std::mem::take(&mut o.granted[target]) {
         return Err(MpiError::new(MPI_ERR_RMA_SYNC, format!("rank {target} of the window is not locked")));
+    }
+    if std::mem::take(&mut o.unchecked[target]) {
+        return Ok(());
     }
     send(s, win, target, &Msg::Unlock)
 }
 
-pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock", win, |s| {
         check_alive(s, win)?;
         let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
@@ -93,7 +105,7 @@ pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c
                 format!("rank {rank} of the window is locked already"),
             ));
         }
-        lock(s, win, t, lock_type == MPI_LOCK_EXCLUSIVE)?;
+        lock(s, win, t, lock_type == MPI_LOCK_EXCLUSIVE, assert)?;
         wait_for(s, win, "MPI_Win_lock", |w| w.origin.granted[t])
     })
 }
@@ -105,12 +117,12 @@ pub(crate) fn mpi_win_unlock(rank: c_int, win: c_int) -> c_int {
     })
 }
 
-pub(crate) fn mpi_win_lock_all(_assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock_all(assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock_all", win, |s| {
         check_alive(s, win)?;
         let n = s.win(win)?.size_of_group();
         for t in 0..n {
-            lock(s, win, t, false)?;
+            lock(s, win, t, false, assert)?;
         }
         wait_for(s, win, "MPI_Win_lock_all", |w| w.origin.granted.iter().all(|&g| g))
     })

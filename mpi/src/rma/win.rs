@@ -10,7 +10,7 @@ use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{self, Out, UserBuf};
 use crate::state::{call, call_on, State};
 
-use super::mem::Allocated;
+use super::direct::Own;
 
 /// MPI's window flavors and memory model (an enum in mpi.h, not a `#define`).
 pub const FLAVOR_CREATE: c_int = 1;
@@ -40,6 +40,8 @@ pub struct Origin {
     pub due: Vec<u64>,
     /// Targets whose lock this rank holds (granted).
     pub granted: Vec<bool>,
+    /// Of those, the ones locked under `MPI_MODE_NOCHECK`: the target was not asked.
+    pub unchecked: Vec<bool>,
     /// Posts received and not yet consumed by a start, per target.
     pub posts: Vec<u32>,
     /// The targets of the access epoch MPI_Win_start opened.
@@ -85,6 +87,8 @@ pub struct Win {
     pub shared: Vec<(usize, usize)>,
     /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
     memory: Option<Box<dyn std::any::Any>>,
+    /// The ranks whose memory this rank maps (`direct`): operations on them apply here.
+    pub reach: Vec<Option<super::direct::Reach>>,
 }
 
 impl Win {
@@ -189,11 +193,18 @@ pub fn create(
         attached: Vec::new(),
         name: String::new(),
         attrs,
-        origin: Origin { due: vec![0; n], granted: vec![false; n], posts: vec![0; n], ..Origin::default() },
+        origin: Origin {
+            due: vec![0; n],
+            granted: vec![false; n],
+            unchecked: vec![false; n],
+            posts: vec![0; n],
+            ..Origin::default()
+        },
         target: Target { completes: vec![0; n], ..Target::default() },
         failures_seen: s.rt.report().detected_ns.len(),
         shared: Vec::new(),
         memory: None,
+        reach: vec![None; n],
     };
     Ok(s.wins.insert(win))
 }
@@ -226,10 +237,10 @@ pub(crate) unsafe fn mpi_win_allocate(
     win: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Win_allocate", comm, |s| {
-        let memory = Allocated::new(size_of(size)?)?;
-        let base = memory.addr();
+        let memory = Own::new(size_of(size)?)?;
+        let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        s.win_mut(h)?.keep(Box::new(memory));
+        super::direct::connect(s, h, memory)?;
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
