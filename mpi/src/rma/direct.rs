@@ -4,6 +4,8 @@
 //! operations itself, under the target's lock word: no message, and no wait for a target
 //! computing outside MPI. The target takes the same lock for the requests it serves (from
 //! origins that could not map it), so accumulates stay atomic with respect to each other.
+//! The window's lock (`MPI_Win_lock`) is a word of the header too: same-host origins take it
+//! themselves, the target takes it for the origins that ask it by message.
 //! A rank whose file cannot be made (no room in /dev/shm) keeps private memory and is
 //! reached by messages only.
 
@@ -23,9 +25,13 @@ use super::shared::{io, map, Mapping};
 use super::win::Landing;
 use super::wire::OpReq;
 
-/// The header before the window memory: the lock word at 0, the token at `TOKEN`.
+/// The header before the window memory: the lock word at 0, the window lock's word at
+/// `STATE`, the token at `TOKEN`.
 const HEADER: usize = 4096;
+const STATE: usize = 4;
 const TOKEN: usize = 8;
+/// The window lock's word: this bit for an exclusive holder, else the count of shared ones.
+const EXCLUSIVE: u32 = 1 << 31;
 /// Lock attempts between yields (and clock reads, for the bound).
 const SPINS: u32 = 64;
 
@@ -38,6 +44,34 @@ pub struct Reach {
     pub size: usize,
     /// The address of the target's lock word (in a mapping the window keeps).
     pub lock: usize,
+}
+
+impl Reach {
+    fn state(&self) -> &AtomicU32 {
+        // SAFETY: the second word of the header page (see `locked`), touched only atomically.
+        unsafe { &*((self.lock + STATE) as *const AtomicU32) }
+    }
+
+    /// Takes the window's passive-target lock (`MPI_Win_lock`) if it is free; true if taken.
+    pub fn try_lock(&self, exclusive: bool) -> bool {
+        let state = self.state();
+        let now = state.load(Ordering::Relaxed);
+        let next = match exclusive {
+            true if now == 0 => EXCLUSIVE,
+            false if now & EXCLUSIVE == 0 => now + 1,
+            _ => return false,
+        };
+        state.compare_exchange(now, next, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Gives back a lock `try_lock` took.
+    pub fn unlock(&self, exclusive: bool) {
+        if exclusive {
+            self.state().store(0, Ordering::Release);
+        } else {
+            self.state().fetch_sub(1, Ordering::Release);
+        }
+    }
 }
 
 /// This rank's window memory: a shared file's mapping (and its path until the peers mapped

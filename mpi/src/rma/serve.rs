@@ -45,6 +45,11 @@ pub fn serve_all(s: &mut State) -> MpiResult<bool> {
             handle(s, h, from, Msg::decode(&m.payload)?)?;
             any = true;
         }
+        // A same-host origin's unlock sends nothing: the origins asking by message try again.
+        let w = s.win(h)?;
+        if !w.target.waiting.is_empty() && w.reach.get(w.me).is_some_and(Option::is_some) {
+            grant_waiting(s, h)?;
+        }
     }
     Ok(any)
 }
@@ -66,11 +71,17 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
             grant_waiting(s, h)
         }
         Msg::Unlock => {
-            let t = &mut s.win_mut(h)?.target;
-            if t.exclusive == Some(from) {
+            let w = s.win_mut(h)?;
+            let own = w.reach.get(w.me).copied().flatten();
+            let t = &mut w.target;
+            let exclusive = t.exclusive == Some(from);
+            if exclusive {
                 t.exclusive = None;
             } else {
                 t.shared = t.shared.saturating_sub(1);
+            }
+            if let Some(own) = own {
+                own.unlock(exclusive);
             }
             grant_waiting(s, h)
         }
@@ -89,12 +100,18 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
     }
 }
 
-/// Grants the lock to the waiting origins in order, as long as it can.
+/// Grants the lock to the waiting origins in order, as long as it can (taking the lock word
+/// of a window that same-host origins lock themselves).
 fn grant_waiting(s: &mut State, h: c_int) -> MpiResult<()> {
     loop {
-        let t = &mut s.win_mut(h)?.target;
+        let w = s.win_mut(h)?;
+        let own = w.reach.get(w.me).copied().flatten();
+        let t = &mut w.target;
         let Some(&(origin, exclusive)) = t.waiting.front() else { return Ok(()) };
-        let free = t.exclusive.is_none() && (!exclusive || t.shared == 0);
+        let free = match own {
+            Some(own) => own.try_lock(exclusive),
+            None => t.exclusive.is_none() && (!exclusive || t.shared == 0),
+        };
         if !free {
             return Ok(());
         }

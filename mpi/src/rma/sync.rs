@@ -71,13 +71,21 @@ pub(crate) fn mpi_win_fence(_assert: c_int, win: c_int) -> c_int {
     })
 }
 
-/// Asks `target` for its lock; under `MPI_MODE_NOCHECK` (the program promises no conflicting
-/// lock) it is granted at once, the target not told, so a target outside MPI holds nothing up.
+/// Asks `target` for its lock. Under `MPI_MODE_NOCHECK` (the program promises no conflicting
+/// lock) it is granted at once, the target not told; a target this rank maps (`direct`) has
+/// its lock word taken here. Neither needs the target inside MPI.
 fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool, assert: c_int) -> MpiResult<()> {
     if assert & MPI_MODE_NOCHECK != 0 {
         let o = &mut s.win_mut(win)?.origin;
         o.granted[target] = true;
         o.unchecked[target] = true;
+        return Ok(());
+    }
+    if let Some(to) = s.win(win)?.reach.get(target).copied().flatten() {
+        wait_for(s, win, "MPI_Win_lock", |_| to.try_lock(exclusive))?;
+        let o = &mut s.win_mut(win)?.origin;
+        o.granted[target] = true;
+        o.taken[target] = Some(exclusive);
         return Ok(());
     }
     send(s, win, target, &Msg::Lock { exclusive })
@@ -90,6 +98,12 @@ fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
         return Err(MpiError::new(MPI_ERR_RMA_SYNC, format!("rank {target} of the window is not locked")));
     }
     if std::mem::take(&mut o.unchecked[target]) {
+        return Ok(());
+    }
+    if let Some(exclusive) = o.taken[target].take() {
+        if let Some(to) = s.win(win)?.reach.get(target).copied().flatten() {
+            to.unlock(exclusive);
+        }
         return Ok(());
     }
     send(s, win, target, &Msg::Unlock)

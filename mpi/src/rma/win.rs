@@ -42,6 +42,8 @@ pub struct Origin {
     pub granted: Vec<bool>,
     /// Of those, the ones locked under `MPI_MODE_NOCHECK`: the target was not asked.
     pub unchecked: Vec<bool>,
+    /// And the ones whose lock word this rank took itself (`direct`): exclusive or not.
+    pub taken: Vec<Option<bool>>,
     /// Posts received and not yet consumed by a start, per target.
     pub posts: Vec<u32>,
     /// The targets of the access epoch MPI_Win_start opened.
@@ -197,6 +199,7 @@ pub fn create(
             due: vec![0; n],
             granted: vec![false; n],
             unchecked: vec![false; n],
+            taken: vec![None; n],
             posts: vec![0; n],
             ..Origin::default()
         },

@@ -178,9 +178,10 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* Rank 0 waits for the others' accumulates by reading its own window memory, calling no MPI
- * meanwhile (for at most 60 s); the origins lock with MPI_MODE_NOCHECK (no lock to ask it
- * for), so only operations that reach its memory without its help end the wait. */
+/* Rank 0 waits for the others' operations by reading its own window memory, calling no MPI
+ * meanwhile (for at most 60 s): exclusive locks around fetch-and-adds, then a lock_all under
+ * MPI_MODE_NOCHECK around accumulates. Only locks and operations that reach its memory
+ * without its help end the wait. */
 static void outside_mpi(int rank, int size) {
     enum { ROUNDS = 200 };
     long *counter;
@@ -192,17 +193,21 @@ static void outside_mpi(int rank, int size) {
     if (rank == 0) {
         volatile long *seen = counter;
         double until = now() + 60;
-        while (seen[0] != want && now() < until)
+        while ((seen[0] != want || seen[1] != ROUNDS * (long)(size - 1)) && now() < until)
             ;
         CHECK(seen[0] == want, "sum %ld while outside MPI, %ld expected", seen[0], want);
     } else {
-        MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
         long add = rank, old = -1, one = 1, ticket = -1;
         for (int i = 0; i < ROUNDS; i++) {
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
             MPI_Fetch_and_op(&one, &ticket, MPI_LONG, 0, 1, MPI_SUM, win);
+            MPI_Win_unlock(0, win);
+            CHECK(ticket >= i && ticket < (long)ROUNDS * (size - 1), "ticket %ld", ticket);
+        }
+        MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+        for (int i = 0; i < ROUNDS; i++) {
             MPI_Accumulate(&add, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_SUM, win);
             MPI_Win_flush(0, win);
-            CHECK(ticket >= i && ticket < (long)ROUNDS * (size - 1), "ticket %ld", ticket);
         }
         MPI_Fetch_and_op(NULL, &old, MPI_LONG, 0, 0, MPI_NO_OP, win);
         MPI_Win_unlock_all(win);
