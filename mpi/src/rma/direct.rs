@@ -233,3 +233,43 @@ pub fn apply(s: &State, to: Reach, req: OpReq, into: Option<Landing>) -> MpiResu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_lock_word_admits_readers_or_one_writer() {
+        let own = Own::new(64).unwrap();
+        let at = own.reach().expect("/dev/shm has room for a page");
+        assert!(at.try_lock(false) && at.try_lock(false) && !at.try_lock(true));
+        at.unlock(false);
+        assert!(!at.try_lock(true));
+        at.unlock(false);
+        assert!(at.try_lock(true) && !at.try_lock(false) && !at.try_lock(true));
+        at.unlock(true);
+        assert!(at.try_lock(false));
+    }
+
+    #[test]
+    fn a_peer_maps_the_file_only_with_its_token() {
+        let own = Own::new(64).unwrap();
+        let card = own.card();
+        let (peer, _mapping) = reach_peer(&card).expect("the same file, mapped again");
+        assert_eq!((peer.size, peer.base % 4096), (64, 0));
+        // A byte stored through one mapping is seen through the other.
+        // SAFETY: byte 5 of the 64 window bytes, in both mappings (alive to the end).
+        unsafe { *(own.base() as *mut u8).add(5) = 42 };
+        // SAFETY: as above.
+        assert_eq!(unsafe { *(peer.base as *const u8).add(5) }, 42);
+        let mut forged = card.clone();
+        forged[0] ^= 1;
+        assert!(reach_peer(&forged).is_none());
+        // The lock word taken through the peer's mapping is taken through the owner's too.
+        let own_lock = own.reach().unwrap().lock;
+        let inner = locked(peer.lock, Duration::from_secs(1), || {
+            Ok(locked(own_lock, Duration::from_millis(20), || Ok(())))
+        });
+        assert!(inner.unwrap().is_err(), "a lock word held elsewhere times out");
+    }
+}
