@@ -4,7 +4,8 @@
 //! target's reply came back, so every synchronization that completes operations waits for
 //! the replies due (serving this rank's own window meanwhile). A target serves requests only
 //! while it is inside an MPI call: a passive target that computes without calling MPI holds
-//! its origins up until it calls MPI again.
+//! its origins up until it calls MPI again, except those that map its memory (`direct`),
+//! which apply their operations and take its lock themselves.
 
 use std::ffi::c_int;
 
