@@ -98,7 +98,7 @@ pub(crate) unsafe fn mpi_errhandler_create(f: Option<HandlerFn>, errhandler: Out
     create("MPI_Errhandler_create", f, errhandler)
 }
 
-/// A window's handler: made like a communicator's (reverb has no windows to set it on yet).
+/// A window's handler: made like a communicator's, called with the window's handle.
 pub(crate) unsafe fn mpi_win_create_errhandler(f: Option<HandlerFn>, errhandler: Out<'_, c_int>) -> c_int {
     create("MPI_Win_create_errhandler", f, errhandler)
 }

@@ -164,6 +164,17 @@ fn not_ready() -> MpiError {
 /// Runs `body` on the state; its error goes to the error handler of `comm` (or of
 /// MPI_COMM_WORLD if `comm` is not one), outside the state's borrow.
 pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
+    call_on(function, comm, None, body)
+}
+
+/// As [`call`]; a program's error handler is called with `object` (a window's handle, whose
+/// handler its private communicator holds) instead of `comm`.
+pub fn call_on(
+    function: &str,
+    comm: c_int,
+    object: Option<c_int>,
+    body: impl FnOnce(&mut State) -> MpiResult<()>,
+) -> c_int {
     let mut body = Some(body);
     let mut run = |state: &mut State, outermost: bool| {
         if outermost {
@@ -195,7 +206,7 @@ pub fn call(function: &str, comm: c_int, body: impl FnOnce(&mut State) -> MpiRes
     });
     match result {
         Ok(()) => MPI_SUCCESS,
-        Err(e) => errors::handle_on(errhandler.0, errhandler.1, function, e),
+        Err(e) => errors::handle_on(errhandler.0, object.unwrap_or(errhandler.1), function, e),
     }
 }
 

@@ -65,6 +65,12 @@ fn gather_call(
         Some(r) => g.check_root(r)?,
         None => 0,
     };
+    if root.is_some() && g.me != root_rank {
+        // Only the root's receive arguments count (MPI_DATATYPE_NULL elsewhere is fine).
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?.into_owned();
+        return gather(s, &g, root_rank, &mine).map(|_| ());
+    }
     let layout = pieces(g.size())?;
     let rt = s.datatype(recvtype)?;
     let mine = if in_place(sendbuf) {

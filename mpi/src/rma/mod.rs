@@ -1,18 +1,21 @@
 //! One-sided communication (MPI 4.0 ch. 12): windows, their epochs, and the operations on
-//! them. Every operation is applied at its target by the target itself: the origin sends a
+//! them. An operation is applied at its target by the target itself: the origin sends a
 //! request on the window's own context and the target serves it whenever it progresses (any
-//! MPI call that waits). The provider's one-sided path (`Provider::put`/`get`) needs memory
+//! MPI call that waits); on `MPI_Win_allocate`'s memory, which same-host ranks map, the
+//! origin applies it itself (`direct`). The provider's one-sided path (`Provider::put`/`get`) needs memory
 //! the provider allocated, and MPI exposes the program's own (`MPI_Win_create`), so neither
 //! put nor get use it yet; accumulates need the target's atomicity anyway.
 //!
 //! Files: `win` (window objects, creation, attributes), `wire` (the requests' bytes),
 //! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
-//! windows, their mapping), `serve` (a target's side),
+//! windows, their mapping), `direct` (same-host origins applying operations themselves to
+//! `MPI_Win_allocate`'s memory), `serve` (a target's side),
 //! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
 //! `acc` (accumulates, fetch-and-op, compare-and-swap).
 
 pub(crate) mod acc;
 pub(crate) mod attr;
+mod direct;
 mod mem;
 pub(crate) mod ops;
 mod serve;

@@ -84,6 +84,9 @@ pub fn issue(
     into: Option<Landing>,
 ) -> MpiResult<()> {
     check_alive(s, win)?;
+    if let Some(to) = s.win(win)?.reach.get(target).copied().flatten() {
+        return super::direct::apply(s, to, req, into);
+    }
     let o = &mut s.win_mut(win)?.origin;
     req.id = o.next_id;
     o.next_id += 1;

@@ -4,6 +4,7 @@
 //! (replies, grants, posts) and origins sent (unlocks, completes).
 
 use std::ffi::c_int;
+use std::time::Duration;
 
 use reverb_transport::{Source, TagMatch};
 
@@ -15,9 +16,9 @@ use crate::op::{self, Op};
 use crate::state::State;
 use crate::tags;
 
-use super::mem;
 use super::win::{Win, FLAVOR_DYNAMIC};
 use super::wire::{Msg, OpKind, OpReq};
+use super::{direct, mem};
 
 /// The one tag of a window's messages (on its private context).
 pub fn tag(context: u32) -> u64 {
@@ -44,6 +45,11 @@ pub fn serve_all(s: &mut State) -> MpiResult<bool> {
             handle(s, h, from, Msg::decode(&m.payload)?)?;
             any = true;
         }
+        // A same-host origin's unlock sends nothing: the origins asking by message try again.
+        let w = s.win(h)?;
+        if !w.target.waiting.is_empty() && w.reach.get(w.me).is_some_and(Option::is_some) {
+            grant_waiting(s, h)?;
+        }
     }
     Ok(any)
 }
@@ -52,7 +58,8 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
     match msg {
         Msg::Op(req) => {
             let id = req.id;
-            let reply = match apply(s.win(h)?, req) {
+            let bound = s.rt.config().recv_timeout;
+            let reply = match apply(s.win(h)?, req, bound) {
                 Ok(data) => Msg::Reply { id, error: None, data },
                 Err(e) => Msg::Reply { id, error: Some(e.message), data: Vec::new() },
             };
@@ -64,11 +71,17 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
             grant_waiting(s, h)
         }
         Msg::Unlock => {
-            let t = &mut s.win_mut(h)?.target;
-            if t.exclusive == Some(from) {
+            let w = s.win_mut(h)?;
+            let own = w.reach.get(w.me).copied().flatten();
+            let t = &mut w.target;
+            let exclusive = t.exclusive == Some(from);
+            if exclusive {
                 t.exclusive = None;
             } else {
                 t.shared = t.shared.saturating_sub(1);
+            }
+            if let Some(own) = own {
+                own.unlock(exclusive);
             }
             grant_waiting(s, h)
         }
@@ -87,12 +100,18 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
     }
 }
 
-/// Grants the lock to the waiting origins in order, as long as it can.
+/// Grants the lock to the waiting origins in order, as long as it can (taking the lock word
+/// of a window that same-host origins lock themselves).
 fn grant_waiting(s: &mut State, h: c_int) -> MpiResult<()> {
     loop {
-        let t = &mut s.win_mut(h)?.target;
+        let w = s.win_mut(h)?;
+        let own = w.reach.get(w.me).copied().flatten();
+        let t = &mut w.target;
         let Some(&(origin, exclusive)) = t.waiting.front() else { return Ok(()) };
-        let free = t.exclusive.is_none() && (!exclusive || t.shared == 0);
+        let free = match own {
+            Some(own) => own.try_lock(exclusive),
+            None => t.exclusive.is_none() && (!exclusive || t.shared == 0),
+        };
         if !free {
             return Ok(());
         }
@@ -157,11 +176,19 @@ fn check_runs(w: &Win, runs: &[(u64, u64)]) -> MpiResult<()> {
     }
 }
 
-/// Applies one request to the window; the bytes to send back.
-fn apply(w: &Win, req: OpReq) -> MpiResult<Vec<u8>> {
+/// Applies one request to the window (under its lock word if same-host origins reach it
+/// directly); the bytes to send back.
+fn apply(w: &Win, req: OpReq, bound: Duration) -> MpiResult<Vec<u8>> {
     check_runs(w, &req.runs)?;
+    match w.reach.get(w.me).copied().flatten() {
+        Some(own) => direct::locked(own.lock, bound, || apply_at(w.base, req)),
+        None => apply_at(w.base, req),
+    }
+}
+
+/// Applies one request to the memory at `base` (its runs checked); the bytes to send back.
+pub fn apply_at(base: usize, req: OpReq) -> MpiResult<Vec<u8>> {
     let span: usize = req.runs.iter().map(|r| r.1 as usize).sum();
-    let base = w.base;
     let wrong = |what: &str| MpiError::new(MPI_ERR_INTERN, format!("a {what} of the wrong length"));
     match req.kind {
         OpKind::Put => {

@@ -22,6 +22,12 @@ pub struct Mapping {
     len: usize,
 }
 
+impl Mapping {
+    pub fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: mapped by `map` with this length, unmapped once.
@@ -29,12 +35,12 @@ impl Drop for Mapping {
     }
 }
 
-fn io(what: &str, e: std::io::Error) -> MpiError {
+pub(super) fn io(what: &str, e: std::io::Error) -> MpiError {
     MpiError::new(MPI_ERR_NO_MEM, format!("a shared window's memory: {what}: {e}"))
 }
 
 /// Maps `len` bytes of the file at `path` shared.
-fn map(path: &str, len: usize) -> MpiResult<Mapping> {
+pub(super) fn map(path: &str, len: usize) -> MpiResult<Mapping> {
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| io(path, e))?;
     // SAFETY: a fresh mapping of an open file the size of `len` (set by its creator); the
     // kernel picks the address.

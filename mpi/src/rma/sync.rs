@@ -4,7 +4,8 @@
 //! target's reply came back, so every synchronization that completes operations waits for
 //! the replies due (serving this rank's own window meanwhile). A target serves requests only
 //! while it is inside an MPI call: a passive target that computes without calling MPI holds
-//! its origins up until it calls MPI again.
+//! its origins up until it calls MPI again, except those that map its memory (`direct`),
+//! which apply their operations and take its lock themselves.
 
 use std::ffi::c_int;
 
@@ -71,19 +72,45 @@ pub(crate) fn mpi_win_fence(_assert: c_int, win: c_int) -> c_int {
     })
 }
 
-fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool) -> MpiResult<()> {
+/// Asks `target` for its lock. Under `MPI_MODE_NOCHECK` (the program promises no conflicting
+/// lock) it is granted at once, the target not told; a target this rank maps (`direct`) has
+/// its lock word taken here. Neither needs the target inside MPI.
+fn lock(s: &mut State, win: c_int, target: usize, exclusive: bool, assert: c_int) -> MpiResult<()> {
+    if assert & MPI_MODE_NOCHECK != 0 {
+        let o = &mut s.win_mut(win)?.origin;
+        o.granted[target] = true;
+        o.unchecked[target] = true;
+        return Ok(());
+    }
+    if let Some(to) = s.win(win)?.reach.get(target).copied().flatten() {
+        wait_for(s, win, "MPI_Win_lock", |_| to.try_lock(exclusive))?;
+        let o = &mut s.win_mut(win)?.origin;
+        o.granted[target] = true;
+        o.taken[target] = Some(exclusive);
+        return Ok(());
+    }
     send(s, win, target, &Msg::Lock { exclusive })
 }
 
 fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
     settle(s, win, target, "MPI_Win_unlock")?;
-    if !std::mem::take(&mut s.win_mut(win)?.origin.granted[target]) {
+    let o = &mut s.win_mut(win)?.origin;
+    if !std::mem::take(&mut o.granted[target]) {
         return Err(MpiError::new(MPI_ERR_RMA_SYNC, format!("rank {target} of the window is not locked")));
+    }
+    if std::mem::take(&mut o.unchecked[target]) {
+        return Ok(());
+    }
+    if let Some(exclusive) = o.taken[target].take() {
+        if let Some(to) = s.win(win)?.reach.get(target).copied().flatten() {
+            to.unlock(exclusive);
+        }
+        return Ok(());
     }
     send(s, win, target, &Msg::Unlock)
 }
 
-pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock", win, |s| {
         check_alive(s, win)?;
         let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
@@ -93,7 +120,7 @@ pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: c
                 format!("rank {rank} of the window is locked already"),
             ));
         }
-        lock(s, win, t, lock_type == MPI_LOCK_EXCLUSIVE)?;
+        lock(s, win, t, lock_type == MPI_LOCK_EXCLUSIVE, assert)?;
         wait_for(s, win, "MPI_Win_lock", |w| w.origin.granted[t])
     })
 }
@@ -105,12 +132,12 @@ pub(crate) fn mpi_win_unlock(rank: c_int, win: c_int) -> c_int {
     })
 }
 
-pub(crate) fn mpi_win_lock_all(_assert: c_int, win: c_int) -> c_int {
+pub(crate) fn mpi_win_lock_all(assert: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_lock_all", win, |s| {
         check_alive(s, win)?;
         let n = s.win(win)?.size_of_group();
         for t in 0..n {
-            lock(s, win, t, false)?;
+            lock(s, win, t, false, assert)?;
         }
         wait_for(s, win, "MPI_Win_lock_all", |w| w.origin.granted.iter().all(|&g| g))
     })

@@ -8,9 +8,9 @@ use crate::abi::*;
 use crate::coll::{self, Group};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{self, Out, UserBuf};
-use crate::state::{call, State};
+use crate::state::{call, call_on, State};
 
-use super::mem::Allocated;
+use super::direct::Own;
 
 /// MPI's window flavors and memory model (an enum in mpi.h, not a `#define`).
 pub const FLAVOR_CREATE: c_int = 1;
@@ -40,6 +40,10 @@ pub struct Origin {
     pub due: Vec<u64>,
     /// Targets whose lock this rank holds (granted).
     pub granted: Vec<bool>,
+    /// Of those, the ones locked under `MPI_MODE_NOCHECK`: the target was not asked.
+    pub unchecked: Vec<bool>,
+    /// And the ones whose lock word this rank took itself (`direct`): exclusive or not.
+    pub taken: Vec<Option<bool>>,
     /// Posts received and not yet consumed by a start, per target.
     pub posts: Vec<u32>,
     /// The targets of the access epoch MPI_Win_start opened.
@@ -85,6 +89,8 @@ pub struct Win {
     pub shared: Vec<(usize, usize)>,
     /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
     memory: Option<Box<dyn std::any::Any>>,
+    /// The ranks whose memory this rank maps (`direct`): operations on them apply here.
+    pub reach: Vec<Option<super::direct::Reach>>,
 }
 
 impl Win {
@@ -126,13 +132,17 @@ impl State {
 }
 
 /// Runs `body` as `call` does, errors going to the window's error handler.
+/// A program's handler is called with the window's handle.
 pub fn win_call(function: &str, win: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
-    let mut comm = MPI_COMM_WORLD;
+    let mut comm = None;
     call(function, MPI_COMM_WORLD, |s| {
-        comm = s.wins.get(win).map_or(MPI_COMM_WORLD, |w| w.comm);
+        comm = s.wins.get(win).map(|w| w.comm);
         Ok(())
     });
-    call(function, comm, body)
+    match comm {
+        Some(c) => call_on(function, c, Some(win), body),
+        None => call(function, MPI_COMM_WORLD, body),
+    }
 }
 
 /// The collective part of every creation: a private communicator, then the window.
@@ -185,11 +195,19 @@ pub fn create(
         attached: Vec::new(),
         name: String::new(),
         attrs,
-        origin: Origin { due: vec![0; n], granted: vec![false; n], posts: vec![0; n], ..Origin::default() },
+        origin: Origin {
+            due: vec![0; n],
+            granted: vec![false; n],
+            unchecked: vec![false; n],
+            taken: vec![None; n],
+            posts: vec![0; n],
+            ..Origin::default()
+        },
         target: Target { completes: vec![0; n], ..Target::default() },
         failures_seen: s.rt.report().detected_ns.len(),
         shared: Vec::new(),
         memory: None,
+        reach: vec![None; n],
     };
     Ok(s.wins.insert(win))
 }
@@ -222,10 +240,10 @@ pub(crate) unsafe fn mpi_win_allocate(
     win: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Win_allocate", comm, |s| {
-        let memory = Allocated::new(size_of(size)?)?;
-        let base = memory.addr();
+        let memory = Own::new(size_of(size)?)?;
+        let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        s.win_mut(h)?.keep(Box::new(memory));
+        super::direct::connect(s, h, memory)?;
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
@@ -344,6 +362,23 @@ pub(crate) unsafe fn mpi_win_get_errhandler(win: c_int, errhandler: Out<'_, c_in
         let comm = s.win(win)?.comm;
         ffi::out(errhandler, s.comm(comm)?.errhandler, "errhandler")
     })
+}
+
+/// Invokes the window's error handler on `code` as an error in a call on it would; the call
+/// itself succeeds (MPI 4.0, 9.3.5) unless the handler stops the job.
+pub(crate) fn mpi_win_call_errhandler(win: c_int, code: c_int) -> c_int {
+    let mut handler = MPI_ERRORS_ARE_FATAL;
+    let rc = win_call("MPI_Win_call_errhandler", win, |s| {
+        let comm = s.win(win)?.comm;
+        handler = s.comm(comm)?.errhandler;
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let e = MpiError::new(code, "MPI_Win_call_errhandler");
+    crate::errors::handle_on(handler, win, "MPI_Win_call_errhandler", e);
+    MPI_SUCCESS
 }
 
 pub(crate) fn mpi_win_set_info(win: c_int, _info: c_int) -> c_int {

@@ -4,10 +4,14 @@
  * (vector target type). Then passive target: exclusive locks around fetch-and-add on rank 0
  * (each rank's result distinct), compare-and-swap, lock_all with flush, a put whose
  * target is inside a large blocking send, and post-start-complete-wait in a ring. Window
- * attributes, name and group along the way. Rank 0 prints "rma: ok". */
+ * attributes, name and group along the way. Then a target that calls no MPI while the
+ * others accumulate into its MPI_Win_allocate memory (same host: they reach it directly).
+ * Rank 0 prints "rma: ok". */
+#define _POSIX_C_SOURCE 199309L
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -168,6 +172,53 @@ static void pscw(int rank, int size) {
     MPI_Win_free(&win);
 }
 
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Rank 0 waits for the others' operations by reading its own window memory, calling no MPI
+ * meanwhile (for at most 60 s): exclusive locks around fetch-and-adds, then a lock_all under
+ * MPI_MODE_NOCHECK around accumulates. Only locks and operations that reach its memory
+ * without its help end the wait. */
+static void outside_mpi(int rank, int size) {
+    enum { ROUNDS = 200 };
+    long *counter;
+    MPI_Win win;
+    MPI_Win_allocate(2 * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &counter, &win);
+    counter[0] = counter[1] = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    long want = ROUNDS * (long)size * (size - 1) / 2;
+    if (rank == 0) {
+        volatile long *seen = counter;
+        double until = now() + 60;
+        while ((seen[0] != want || seen[1] != ROUNDS * (long)(size - 1)) && now() < until)
+            ;
+        CHECK(seen[0] == want, "sum %ld while outside MPI, %ld expected", seen[0], want);
+    } else {
+        long add = rank, old = -1, one = 1, ticket = -1;
+        for (int i = 0; i < ROUNDS; i++) {
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+            MPI_Fetch_and_op(&one, &ticket, MPI_LONG, 0, 1, MPI_SUM, win);
+            MPI_Win_unlock(0, win);
+            CHECK(ticket >= i && ticket < (long)ROUNDS * (size - 1), "ticket %ld", ticket);
+        }
+        MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+        for (int i = 0; i < ROUNDS; i++) {
+            MPI_Accumulate(&add, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_SUM, win);
+            MPI_Win_flush(0, win);
+        }
+        MPI_Fetch_and_op(NULL, &old, MPI_LONG, 0, 0, MPI_NO_OP, win);
+        MPI_Win_unlock_all(win);
+        CHECK(old >= ROUNDS * (long)rank && old <= want, "read back %ld", old);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        CHECK(counter[1] == ROUNDS * (long)(size - 1), "tickets %ld", counter[1]);
+    MPI_Win_free(&win);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, size;
@@ -176,6 +227,7 @@ int main(int argc, char **argv) {
     fences(rank, size);
     passive(rank, size);
     pscw(rank, size);
+    outside_mpi(rank, size);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && all == 0)
