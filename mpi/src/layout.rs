@@ -70,6 +70,17 @@ impl Layout {
         }
     }
 
+    /// (offset, length, count, stride) of a repeat of one run: a plain vector.
+    pub fn vector(&self) -> Option<(isize, usize, usize, isize)> {
+        match self {
+            Layout::Repeat { inner, count, stride } => match inner.flat() {
+                Some(&[(off, len)]) => Some((off, len, *count, *stride)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// `count` copies, `stride` bytes apart: flat while small, else a repeat.
     pub fn repeat(&self, count: usize, stride: isize) -> Layout {
         match self.flat() {
