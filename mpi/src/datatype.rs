@@ -211,7 +211,23 @@ impl Datatype {
 
     /// The runs of `count` elements of this type laid out `stride` bytes apart, as a list.
     pub fn repeated(&self, count: usize, stride: isize) -> Vec<(isize, usize)> {
-        self.layout.materialize(count, stride).into_vec()
+        // One run a stride long: one run however many copies (huge counts), listed at once.
+        match self.layout.repeat(count, stride) {
+            Layout::Flat(runs) => runs.into_vec(),
+            tree => tree.materialize(1, 0).into_vec(),
+        }
+    }
+
+    /// `count` elements as a plain vector (offset, length, blocks, stride), where they are
+    /// one: one element of a vector layout, or copies of a one-run type.
+    fn as_vector(&self, count: usize) -> Option<(isize, usize, usize, isize)> {
+        match (count, self.layout.flat()) {
+            (1, _) => self.layout.vector(),
+            // Copies that touch: one block.
+            (_, Some(&[(off, len)])) if len as isize == self.extent => Some((off, len * count, 1, 0)),
+            (_, Some(&[(off, len)])) => Some((off, len, count, self.extent)),
+            _ => None,
+        }
     }
 
     /// The least offset and the greatest end of the data of `count` elements ((0, 0) for
@@ -237,7 +253,7 @@ impl Datatype {
             // SAFETY: contiguous, so the `total` bytes from `buf` (the caller's promise).
             return Ok(Cow::Borrowed(unsafe { buf.bytes(total) }?));
         }
-        if let (1, Some(v)) = (count, self.layout.vector()) {
+        if let Some(v) = self.as_vector(count) {
             // SAFETY: the caller's promise.
             return unsafe { pack_vector(buf, v, total) }.map(Cow::Owned);
         }
@@ -266,8 +282,8 @@ impl Datatype {
             unsafe { buf.bytes_mut(n) }?.copy_from_slice(&data[..n]);
             return Ok(());
         }
-        if let (1, Some(v)) = (count, self.layout.vector()) {
-            if data.len() == self.size {
+        if let Some(v) = self.as_vector(count) {
+            if data.len() == self.bytes_for(count) {
                 // SAFETY: the caller's promise.
                 return unsafe { unpack_vector(data, buf, v) };
             }
@@ -287,8 +303,7 @@ impl Datatype {
     }
 }
 
-/// `pack` of one element of a plain vector layout `(off, len, count, stride)` (`total` bytes):
-/// one loop of copies (MPICH's large_vec has 135 M blocks, and in a debug build the walk's
+/// `pack` of a plain vector `(off, len, count, stride)` (`total` bytes): one loop of copies (MPICH's large_vec has 135 M blocks, and in a debug build the walk's
 /// closures cost several times the copy).
 ///
 /// # Safety
@@ -319,8 +334,7 @@ unsafe fn pack_vector(
     Ok(out)
 }
 
-/// `unpack` of `data`, one whole element of a plain vector layout, into `buf`: as
-/// `pack_vector`.
+/// `unpack` of `data`, the whole of a plain vector, into `buf`: as `pack_vector`.
 ///
 /// # Safety
 /// As `Datatype::unpack`: `buf` holds every block, writable and used by nothing else.
