@@ -55,8 +55,7 @@ pub(crate) unsafe fn mpi_type_get_true_extent(
     extent: Out<'_, c_long>,
 ) -> c_int {
     query_type("MPI_Type_get_true_extent", datatype, |t| {
-        let lo = t.blocks.iter().map(|b| b.0).min().unwrap_or(0);
-        let hi = t.blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+        let (lo, hi) = t.data_span(1);
         ffi::out(lb, lo as c_long, "true_lb")?;
         ffi::out(extent, (hi - lo) as c_long, "true_extent")
     })

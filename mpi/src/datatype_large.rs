@@ -218,8 +218,7 @@ fn extent_wide(
 
 /// The least and the span of a type's data bytes.
 pub fn true_bounds(t: &Datatype) -> (isize, isize) {
-    let lo = t.blocks.iter().map(|b| b.0).min().unwrap_or(0);
-    let hi = t.blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+    let (lo, hi) = t.data_span(1);
     (lo, hi - lo)
 }
 

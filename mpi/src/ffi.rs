@@ -194,6 +194,11 @@ impl UserBuf {
         UserBuf(self.0.cast::<u8>().wrapping_offset(off).cast())
     }
 
+    /// The address, as a pointer (for loops of copies that check the buffer once).
+    pub fn ptr(self) -> *mut u8 {
+        self.0.cast()
+    }
+
     /// The address, as a number (to remember where a protected region is).
     pub fn addr(self) -> usize {
         self.0 as usize

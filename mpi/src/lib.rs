@@ -50,6 +50,7 @@ mod info;
 mod init;
 mod intercomm;
 mod journal;
+mod layout;
 mod memory;
 mod mprobe;
 mod neighbor;

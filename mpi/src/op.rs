@@ -240,9 +240,7 @@ pub fn apply(
     }
     // The span the elements' blocks cover, from its lowest offset (a negative lower bound
     // included): both operands are laid out there as the program's buffers would hold them.
-    let blocks = dt.repeated(count, dt.extent);
-    let low = blocks.iter().map(|b| b.0).min().unwrap_or(0);
-    let high = blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+    let (low, high) = dt.data_span(count);
     let span = usize::try_from(high - low)
         .map_err(|_| MpiError::new(MPI_ERR_TYPE, "a datatype spanning no bytes"))?;
     let lay_out = |packed: &[u8]| -> MpiResult<Vec<u8>> {

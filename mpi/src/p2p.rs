@@ -182,7 +182,10 @@ impl State {
     ) -> MpiResult<Request> {
         let sync = mode == SendMode::Sync;
         if let (SendMode::Lent, Cow::Borrowed(lent)) = (mode, &bytes) {
-            if (LENT_MIN..=self.rt.config().log.max_message).contains(&lent.len()) {
+            // Above the runtime's largest message, only where it is lent whole (else it goes
+            // in pieces, each copied).
+            let whole = lent.len() <= self.rt.config().log.max_message || self.rt.lends(dest, lent.len());
+            if lent.len() >= LENT_MIN && whole {
                 // SAFETY: MPI leaves a send's buffer alone until its request completes, and a
                 // LentSend request completes only once the runtime says the bytes left.
                 let op = unsafe { self.rt.send_lent(dest, tags::tag(context, 0, tag), lent) }?;
@@ -387,18 +390,21 @@ impl State {
         let Some(Request::Recv(p)) = self.requests.get(h) else {
             return Err(MpiError::new(MPI_ERR_INTERN, "a matched receive vanished"));
         };
-        let rank_of = |w: u32| p.from.rank_of(w);
         let msg = match received {
             Received::Landed { source: world, tag, len } => {
-                let (source, context) = (rank_of(world), p.context);
+                let (source, context) = (p.from.rank_of(world), p.context);
                 return self.landed_status((world, source), tag, len, context);
             }
             Received::Message(msg) => msg,
         };
-        let source = rank_of(msg.source);
+        let (world, source) = (msg.source, p.from.rank_of(msg.source));
         let (context, buf, count, dt) = (p.context, p.buf, p.count, p.datatype.clone());
-        let msg = frag::complete(&mut self.rt, msg)?;
-        self.finish_recv(&msg, context, source, buf, count, &dt)
+        // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
+        let landing = unsafe { landing_of(&buf, count, &dt) }?;
+        match frag::complete_into(&mut self.rt, msg, landing)? {
+            Received::Landed { tag, len, .. } => self.landed_status((world, source), tag, len, context),
+            Received::Message(msg) => self.finish_recv(&msg, context, source, buf, count, &dt),
+        }
     }
 
     /// The runtime's blocking receive, into `landing` where the message can land there. It
@@ -488,7 +494,11 @@ impl State {
         let c = self.comm(comm)?;
         let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
         let context = c.context;
-        let received = self.receive(from, matching, landing)?;
+        let mut landing = landing;
+        let received = match self.receive(from, matching, landing.as_deref_mut())? {
+            Received::Message(msg) => frag::complete_into(&mut self.rt, msg, landing)?,
+            landed => landed,
+        };
         let rank_of = |s: &State, w: u32| match source {
             MPI_ANY_SOURCE => s.comm(comm).map(|c| c.rank_of_world(w)),
             r => Ok(r),
@@ -499,7 +509,6 @@ impl State {
                 self.landed_status(from, tag, len, context)
             }
             Received::Message(msg) => {
-                let msg = frag::complete(&mut self.rt, msg)?;
                 let source = rank_of(self, msg.source)?;
                 let dt = self.datatype(datatype)?;
                 self.finish_recv(&msg, context, source, buf, elements, &dt)

@@ -38,15 +38,6 @@ fn selection(sizes: &[c_int], picked: &[Vec<isize>], order: c_int, old: &Datatyp
     }
     let mut t = datatype::hindexed(&vec![1; displs.len()], &displs, old)?;
     (t.lb, t.extent, t.sticky) = (0, total, (Some(0), Some(total)));
-    // Neighbouring elements as one run (what a contiguous row becomes).
-    let mut merged: Vec<(isize, usize)> = Vec::with_capacity(t.blocks.len());
-    for &(off, len) in &t.blocks {
-        match merged.last_mut() {
-            Some(last) if last.0 + last.1 as isize == off => last.1 += len,
-            _ => merged.push((off, len)),
-        }
-    }
-    t.blocks = datatype::Blocks::from_vec(merged);
     Ok(t)
 }
 
@@ -207,8 +198,8 @@ mod tests {
         // Rows 1..3, columns 2..4 of a 4 x 5 C array of ints.
         let t = selection(&[4, 5], &[vec![1, 2], vec![2, 3]], MPI_ORDER_C, &int).unwrap();
         assert_eq!((t.lb, t.extent, t.size), (0, 80, 16));
-        assert_eq!(t.blocks.to_vec(), vec![(28, 8), (48, 8)]);
+        assert_eq!(t.repeated(1, 0), vec![(28, 8), (48, 8)]);
         let f = selection(&[4, 5], &[vec![1, 2], vec![2, 3]], MPI_ORDER_FORTRAN, &int).unwrap();
-        assert_eq!(f.blocks.to_vec(), vec![(36, 8), (52, 8)]);
+        assert_eq!(f.repeated(1, 0), vec![(36, 8), (52, 8)]);
     }
 }

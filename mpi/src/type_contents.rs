@@ -108,7 +108,7 @@ pub fn uniform_units(t: &Datatype) -> Option<Vec<usize>> {
     };
     if t.elem == Elem::Opaque {
         // Bytes (MPI_BYTE, MPI_PACKED, MPI_CHAR-sized opaque): nothing to swap.
-        return (t.blocks.is_empty() || t.size == 0).then(Vec::new);
+        return (t.size == 0).then(Vec::new);
     }
     let u = one(t.elem)?;
     let each: usize = u.iter().sum();

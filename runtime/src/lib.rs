@@ -346,6 +346,13 @@ impl Runtime {
         unsafe { self.send_lent_now(dest, tag, payload) }
     }
 
+    /// Whether [`Runtime::send_lent`] of `len` bytes to `dest` lends them (logging off, shared
+    /// memory that the receiver reads in place): then it takes any length, above
+    /// `REVERB_LOG_MAX_MESSAGE` too.
+    pub fn lends(&mut self, dest: Rank, len: usize) -> bool {
+        self.spheres.is_none() && self.endpoint().is_ok_and(|e| e.lends(dest, len))
+    }
+
     /// Whether lent send `op` ([`Runtime::send_lent`]) has left, from what was collected so
     /// far (no progress: [`Runtime::poll`] makes it); its failure as an error.
     pub fn lent_sent(&mut self, op: OpId) -> Result<bool> {

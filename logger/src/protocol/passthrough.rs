@@ -80,10 +80,11 @@ impl LoggedEndpoint {
     /// or the endpoint is dropped.
     pub unsafe fn send_lent(&mut self, dest: Rank, tag: Tag, payload: &[u8]) -> Result<Option<OpId>> {
         // Bytes the provider would copy anyway go the usual way, through the frame pool.
-        if !self.pass_through || !self.provider.lends_to(dest, payload.len()) {
+        if !self.lends(dest, payload.len()) {
             return self.send(dest, tag, payload).map(|()| None);
         }
-        self.check_outgoing(dest, payload.len())?;
+        // Lent bytes are neither framed nor logged: no REVERB_LOG_MAX_MESSAGE bound.
+        self.check_dest(dest)?;
         if is_library_tag(tag) {
             return Err(reserved(format!("tag {tag:#x}")));
         }
@@ -93,6 +94,12 @@ impl LoggedEndpoint {
         self.sends_in_flight += 1;
         self.count_send(dest, payload.len())?;
         Ok(Some(op))
+    }
+
+    /// Whether `send_lent` of `len` bytes to `dest` lends them (pass-through, and the provider
+    /// lets the receiver read them where they are): then any length goes as one message.
+    pub fn lends(&self, dest: Rank, len: usize) -> bool {
+        self.pass_through && self.provider.lends_to(dest, len)
     }
 
     /// Whether lent send `op` has left (its receiver has the bytes; the payload is free), from

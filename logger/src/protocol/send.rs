@@ -159,11 +159,17 @@ impl LoggedEndpoint {
         }
     }
 
-    /// Refuses a destination outside the job and a payload above REVERB_LOG_MAX_MESSAGE.
-    pub(super) fn check_outgoing(&self, dest: Rank, len: usize) -> Result<()> {
+    /// Refuses a destination outside the job.
+    pub(super) fn check_dest(&self, dest: Rank) -> Result<()> {
         if dest >= self.size {
             return Err(LogError::InvalidArgument(format!("destination {dest} in a job of {}", self.size)));
         }
+        Ok(())
+    }
+
+    /// Refuses a destination outside the job and a payload above REVERB_LOG_MAX_MESSAGE.
+    pub(super) fn check_outgoing(&self, dest: Rank, len: usize) -> Result<()> {
+        self.check_dest(dest)?;
         if len > self.config.max_message {
             return Err(LogError::InvalidArgument(format!(
                 "payload of {len} bytes above REVERB_LOG_MAX_MESSAGE {}",

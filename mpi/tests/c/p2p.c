@@ -1,7 +1,7 @@
 /* Point-to-point semantics, on any number of ranks >= 2: non-overtaking order, wildcards,
  * probe, nonblocking completion, synchronous sends, MPI_PROC_NULL, inactive persistent requests,
- * and errors returned under MPI_ERRORS_RETURN (truncation, a bad rank, a bad tag). Rank 0 prints
- * "p2p: ok". */
+ * messages above the runtime's largest, and errors returned under MPI_ERRORS_RETURN (truncation,
+ * a bad rank, a bad tag). Rank 0 prints "p2p: ok". */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +202,56 @@ static void large_messages(int rank, int size) {
     free(buf);
 }
 
+/* Messages above the runtime's largest (REVERB_LOG_MAX_MESSAGE, 4 MiB): the last rank sends
+ * rank 0 one lent (a standard send: whole where the runtime lends it, else in pieces), one
+ * synchronous (in pieces, landing in the receive's buffer), one that rank 0 takes into a
+ * strided type (unpacked) and one into a buffer too small (MPI_ERR_TRUNCATE). */
+#define HUGE ((9 << 20) + 5)
+static void beyond_largest_message(int rank, int size) {
+    if (rank != 0 && rank != size - 1)
+        return;
+    unsigned char *buf = malloc(2L * HUGE);
+    const int from = size - 1;
+    if (rank == from) {
+        for (long i = 0; i < HUGE; i++)
+            buf[i] = pattern_at(from, 5, i);
+        MPI_Send(buf, HUGE, MPI_BYTE, 0, 50, MPI_COMM_WORLD);
+        MPI_Ssend(buf, HUGE, MPI_BYTE, 0, 51, MPI_COMM_WORLD);
+        MPI_Send(buf, HUGE - 1, MPI_BYTE, 0, 52, MPI_COMM_WORLD);
+        MPI_Send(buf, HUGE, MPI_BYTE, 0, 53, MPI_COMM_WORLD);
+        free(buf);
+        return;
+    }
+    MPI_Status st;
+    int count, bad = 0;
+    for (int tag = 50; tag <= 51; tag++) {
+        memset(buf, 0, HUGE);
+        MPI_Recv(buf, HUGE, MPI_BYTE, from, tag, MPI_COMM_WORLD, &st);
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        for (long i = 0; i < HUGE; i++)
+            bad += buf[i] != pattern_at(from, 5, i);
+        CHECK(count == HUGE && bad == 0, "tag %d: count %d, %d bytes wrong", tag, count, bad);
+    }
+    /* Every other byte: HUGE - 1 blocks of one byte, two apart (a type of millions of runs). */
+    MPI_Datatype every_other;
+    MPI_Type_vector(HUGE - 1, 1, 2, MPI_BYTE, &every_other);
+    MPI_Type_commit(&every_other);
+    memset(buf, 0, 2L * HUGE);
+    MPI_Recv(buf, 1, every_other, from, 52, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    bad = 0;
+    for (long i = 0; i < HUGE - 1; i++)
+        bad += buf[2 * i] != pattern_at(from, 5, i) || buf[2 * i + 1] != 0;
+    CHECK(count == HUGE - 1 && bad == 0, "strided: count %d, %d bytes wrong", count, bad);
+    MPI_Type_free(&every_other);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int err = MPI_Recv(buf, 5 << 20, MPI_BYTE, from, 53, MPI_COMM_WORLD, &st), cls;
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_TRUNCATE, "9 MiB into 5 MiB gave %d", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    free(buf);
+}
+
 static void errors(int rank, int size) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int v[4] = {1, 2, 3, 4}, small[2];
@@ -239,6 +289,7 @@ int main(int argc, char **argv) {
     inactive_persistent(rank, size);
     errors(rank, size);
     large_messages(rank, size);
+    beyond_largest_message(rank, size);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && all == 0)
