@@ -10,9 +10,10 @@
 //! reached by messages only.
 
 use std::ffi::c_int;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+
+use reverb_transport::sys::shmfile;
 
 use crate::abi::*;
 use crate::coll;
@@ -84,10 +85,13 @@ pub struct Own {
 }
 
 impl Own {
-    /// `size` zeroed bytes, in /dev/shm if it has room, else private.
-    pub fn new(size: usize) -> MpiResult<Own> {
+    /// `size` zeroed bytes, in /dev/shm if it has room, else private. Named as reverb's other
+    /// segments (the pid in the name), so a later start sweeps one a crash left before
+    /// `connect` unlinked it.
+    pub fn new(size: usize, rank: u32) -> MpiResult<Own> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = format!("/dev/shm/reverb-wina-{}-{n}", std::process::id());
+        let path = shmfile::segment_path("mpiwin", rank, std::process::id(), &format!("wina{n}"));
+        let path = path.to_string_lossy().into_owned();
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let mut token = [0; 16];
         token[..8].copy_from_slice(&(nanos as u64).to_le_bytes());
@@ -137,14 +141,17 @@ impl Drop for Own {
     }
 }
 
-/// A new file at `path` of `len` bytes, its blocks reserved (a full /dev/shm fails here, not
-/// with SIGBUS at a later store), mapped; unlinked again if that fails.
+/// A new file at `path` of `len` bytes for this user alone (mode 0600), its blocks reserved (a
+/// full /dev/shm fails here, not with SIGBUS at a later store), mapped; unlinked again if that
+/// fails.
 fn shared_file(path: &str, len: usize) -> MpiResult<Mapping> {
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path);
-    let file = file.map_err(|e| io(path, e))?;
-    // SAFETY: a plain call on an open descriptor.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
-    let mapped = if rc == 0 { map(path, len) } else { Err(io(path, std::io::Error::from_raw_os_error(rc))) };
+    let at = std::path::Path::new(path);
+    let file = shmfile::create_private(at, |_| None).map_err(|e| io(path, e))?;
+    if let Err(e) = shmfile::size_reserved(&file, at, len as u64) {
+        let _ = std::fs::remove_file(path);
+        return Err(io(path, e));
+    }
+    let mapped = map(path, len);
     if mapped.is_err() {
         let _ = std::fs::remove_file(path);
     }
@@ -240,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_window_lock_word_admits_readers_or_one_writer() {
-        let own = Own::new(64).unwrap();
+        let own = Own::new(64, 0).unwrap();
         let at = own.reach().expect("/dev/shm has room for a page");
         assert!(at.try_lock(false) && at.try_lock(false) && !at.try_lock(true));
         at.unlock(false);
@@ -253,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_peer_maps_the_file_only_with_its_token() {
-        let own = Own::new(64).unwrap();
+        let own = Own::new(64, 0).unwrap();
         let card = own.card();
         let (peer, _mapping) = reach_peer(&card).expect("the same file, mapped again");
         assert_eq!((peer.size, peer.base % 4096), (64, 0));

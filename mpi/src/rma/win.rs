@@ -240,7 +240,7 @@ pub(crate) unsafe fn mpi_win_allocate(
     win: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Win_allocate", comm, |s| {
-        let memory = Own::new(size_of(size)?)?;
+        let memory = Own::new(size_of(size)?, s.rt.rank())?;
         let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
         super::direct::connect(s, h, memory)?;
