@@ -118,9 +118,13 @@ pub(crate) fn mpi_comm_call_errhandler(comm: c_int, code: c_int) -> c_int {
     if rc != MPI_SUCCESS {
         return rc;
     }
-    let e = MpiError::new(code, "MPI_Comm_call_errhandler");
-    crate::errors::handle_on(handler, comm, "MPI_Comm_call_errhandler", e);
-    // The call itself succeeded (MPI 4.0, 9.3.5) unless the handler stopped the job.
+    invoke_handler(handler, comm, code, "MPI_Comm_call_errhandler")
+}
+
+/// Runs `handler` on `code` for `object` (a communicator or window handle) from call `name`:
+/// the call itself succeeds (MPI 4.0, 9.3.5) unless the handler stops the job.
+pub(crate) fn invoke_handler(handler: c_int, object: c_int, code: c_int, name: &str) -> c_int {
+    crate::errors::handle_on(handler, object, name, MpiError::new(code, name));
     MPI_SUCCESS
 }
 

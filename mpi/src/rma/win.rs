@@ -376,9 +376,7 @@ pub(crate) fn mpi_win_call_errhandler(win: c_int, code: c_int) -> c_int {
     if rc != MPI_SUCCESS {
         return rc;
     }
-    let e = MpiError::new(code, "MPI_Win_call_errhandler");
-    crate::errors::handle_on(handler, win, "MPI_Win_call_errhandler", e);
-    MPI_SUCCESS
+    crate::errhandler::invoke_handler(handler, win, code, "MPI_Win_call_errhandler")
 }
 
 pub(crate) fn mpi_win_set_info(win: c_int, _info: c_int) -> c_int {
