@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The C ABI from C: installs libreverb (scripts/reverb-scripts install-capi, a dev build with the fault
-# hooks) into a scratch prefix, compiles the C examples and the error test with pkg-config
-# (shared and static), and runs them under `reverb run`: the ring (regions, put with
-# immediate, tagged messages) on shm and tcp, the error paths, and the fault-tolerant stencil
-# with a node killed (REVERB_FAULT) and respawned, which must print the failure-free checksum.
+# The C ABI from C: installs libreverb (scripts/reverb-scripts install-capi, a build of the
+# `ci` profile with the fault hooks) into a scratch prefix, compiles the C examples and the
+# error test with pkg-config (shared and static), and runs them under `reverb run`: the ring
+# (regions, put with immediate, tagged messages) on shm and tcp, the error paths, and the
+# fault-tolerant stencil with a node killed (REVERB_FAULT) and respawned, which must print the
+# failure-free checksum.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "== capi: $*" >&2; }
@@ -15,9 +16,9 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/capi-ci
 rm -rf "$work"
 mkdir -p "$work/bin"
-cargo build -p reverb
-reverb=$target/debug/reverb
-bash scripts/reverb-scripts install-capi --prefix "$work/prefix" --debug -- --features fault-injection
+cargo build --profile ci -p reverb
+reverb=$target/ci/reverb
+bash scripts/reverb-scripts install-capi --prefix "$work/prefix" --profile ci -- --features fault-injection
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig
 
 build() { # NAME SOURCE PKG

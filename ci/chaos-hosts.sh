@@ -26,9 +26,9 @@ fail() { say "FAILED: $*"; exit 1; }
 source ci/chaos-verdict.sh
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run it as root)"
 
-cargo build -p reverb --features fault-injection
+cargo build --profile ci -p reverb --features fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
-bin=$target/debug/reverb
+bin=$target/ci/reverb
 out=$target/chaos-hosts
 rm -rf "$out"
 mkdir -p "$out"

@@ -17,9 +17,9 @@ fail() { say "FAILED: $*"; exit 1; }
 source ci/chaos-verdict.sh
 
 # The debug build the other fault suites use (ci/chaos-hosts.sh): no second, release build.
-cargo build -p reverb --features fault-injection
+cargo build --profile ci -p reverb --features fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
-bin=$target/debug/reverb
+bin=$target/ci/reverb
 out=$target/chaos-phases
 rm -rf "$out"
 mkdir -p "$out"

@@ -20,10 +20,10 @@ fi
 # The library alone with `memcheck` (rustix on libc: its own vDSO lookup crashes under
 # Valgrind; a sender never writes into its receiver with process_vm_writev, which the
 # receiver's memcheck cannot see); the `reverb` launcher does not run under it.
-cargo build -p reverb
-cargo build -p reverb-mpi --features memcheck
+cargo build --profile ci -p reverb
+cargo build --profile ci -p reverb-mpi --features memcheck
 target=${CARGO_TARGET_DIR:-$PWD/target}
-reverb=$target/debug/reverb
+reverb=$target/ci/reverb
 work=$target/mpi-memcheck
 rm -rf "$work"
 mkdir -p "$work"

@@ -9,8 +9,7 @@ say() { echo "== mpi-verbs: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
 
-# The `vm` profile (optimized, with the dev profile's checks): TCG runs unoptimized code slowly.
-cargo build --profile vm -p reverb -p reverb-mpi --features reverb/verbs,reverb-mpi/verbs,reverb-mpi/fault-injection
+cargo build --profile ci -p reverb -p reverb-mpi --features reverb/verbs,reverb-mpi/verbs,reverb-mpi/fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/mpi-verbs
 rm -rf "$work"
@@ -32,7 +31,7 @@ start=$SECONDS
 # The guest writes the repo's target/; a CARGO_TARGET_DIR elsewhere is made writable too.
 rw=()
 [[ $work == "$PWD"/target/* ]] || rw=(--rw "$work")
-bash ci/rxe-vm.sh --timeout 1200 "${rw[@]}" -- bash ci/mpi-ft.sh "$target/vm/reverb" "$work" "$mpich" 300 ||
+bash ci/rxe-vm.sh --timeout 1200 "${rw[@]}" -- bash ci/mpi-ft.sh "$target/ci/reverb" "$work" "$mpich" 300 ||
     fail "inside the VM (logs in $work)"
 grep -q "verbs rank .*connected to rank" "$work/jacobi-clean.log" ||
     fail "no verbs connection in the Jacobi job's log: $(tail -n 20 "$work/jacobi-clean.log")"

@@ -37,9 +37,9 @@ say() { echo "== mpi: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
 
-cargo build -p reverb -p reverb-mpi --features reverb-mpi/fault-injection
+cargo build --profile ci -p reverb -p reverb-mpi --features reverb-mpi/fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
-reverb=$target/debug/reverb
+reverb=$target/ci/reverb
 work=$target/mpi-ci
 rm -rf "$work"
 mkdir -p "$work"
@@ -144,7 +144,7 @@ say "an unsupported call stops the job naming it: ok"
 
 # MPICH's profiling interface: each MPI_X (implemented or stub) at its PMPI_X's address.
 # Functions only (T): mpi.h's data objects (MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY) have no PMPI_.
-nm -D --defined-only "$target/debug/libmpich.so" | awk '
+nm -D --defined-only "$target/ci/libmpich.so" | awk '
     $2 == "T" { at[$3] = $1 }
     END {
         for (s in at) if (s ~ /^MPIX?_/) { n++; if (at["P" s] == "" || at["P" s] != at[s]) { print "not an alias of P" s ": " s; bad++ } }
@@ -159,7 +159,7 @@ say "the profiling interface: MPI_X aliases PMPI_X, a preloaded profiler counts 
 
 # Fortran. What libmpichfort and the program link, against reverb's library under its soname.
 mkdir -p "$work/lib"
-ln -sf "$target/debug/libmpich.so" "$work/lib/libmpich.so.12"
+ln -sf "$target/ci/libmpich.so" "$work/lib/libmpich.so.12"
 LD_LIBRARY_PATH=$work/lib ldd -r "$work/fortran" >"$work/fortran-ldd.log" 2>&1 ||
     fail "ldd -r fortran: $(tail -n 20 "$work/fortran-ldd.log")"
 grep -q "libmpich.so.12 => $work/lib/" "$work/fortran-ldd.log" || fail "ldd -r did not load reverb's library"
@@ -244,7 +244,7 @@ mpich_c_tests_prebuilt() {
 mpich_tests_run() {
     local limit=60
     [ "$1" = big ] && limit=300
-    PATH=$target/debug:$PATH bash "$REVERB_MPICH_TESTS/run.sh" --launcher "reverb run --mpi --timeout $limit -n" \
+    PATH=$target/ci:$PATH bash "$REVERB_MPICH_TESTS/run.sh" --launcher "reverb run --mpi --timeout $limit -n" \
         --list "$work/mpich-list-$1.txt" --out "$work/mpich-tests-$1" --timeout $((limit + 5)) \
         >"$work/mpich-tests-$1.log" 2>&1
 }

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # A default build of the runtime library (what applications link) has no fault hooks: none of
 # the markers below is in the rlibs of reverb-runtime and the crates under it. The hooks are
-# behind a cargo feature, which no profile changes; a debug build keeps every function it
-# compiles (a release one may drop some), so a marker absent there is absent from release too,
-# and the debug rlibs are the ones CI's build step already made. The same
-# markers must all be found in a build with `--features fault-injection` (a debug one, cheaper),
-# so the check cannot pass because a marker went stale.
+# behind a cargo feature, which no profile changes. The rlibs are the `ci` profile's, which CI's
+# build step already made; the same markers must all be found in a build of that profile with
+# `--features fault-injection`, so the check cannot pass because a marker went stale or was
+# optimized away.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +20,7 @@ markers=(
 
 # The rlibs `cargo build -p reverb-runtime ARGS` produced, one per line.
 rlibs() {
-    cargo build -p reverb-runtime --message-format=json "$@" |
+    cargo build --profile ci -p reverb-runtime --message-format=json "$@" |
         grep -oE '"[^"]*/libreverb_[a-z]+(-[0-9a-f]+)?\.rlib"' | tr -d '"' | sort -u
 }
 

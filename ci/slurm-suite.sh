@@ -35,9 +35,9 @@ fail() {
 export REVERB_HOSTS_DIR=/run/reverb-hosts-slurm REVERB_HOSTS_NET=10.78.0
 export REVERB_SLURM_DIR=/run/reverb-slurm-suite REVERB_SLURM_CTL=sctl
 target=${CARGO_TARGET_DIR:-$PWD/target}
-bin=$target/debug/reverb
+bin=$target/ci/reverb
 out=$target/slurm-suite
-cargo build -p reverb --features fault-injection
+cargo build --profile ci -p reverb --features fault-injection
 rm -rf "$out"
 mkdir -p "$out"
 

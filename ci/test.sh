@@ -25,7 +25,8 @@ bash ci/deps.sh
 step "format, lints and docs (warnings are errors)"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy --workspace --all-targets --features reverb/verbs -- -D warnings
+# The verbs provider's code is all in reverb-transport: the crates above it gain nothing to lint.
+cargo clippy -p reverb-transport --all-targets --features verbs -- -D warnings
 # The runtime's fault-injection items are documented too; the workspace run comes last so the
 # docs left in target/doc are the default build's.
 RUSTDOCFLAGS="-D warnings" cargo doc -p reverb-runtime --no-deps --features fault-injection
@@ -33,16 +34,18 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # docs/ says what is, not when: no commit hashes, clock times or issue numbers; no diaries.
 bash ci/docs-lint.sh
 
+# Every build below is the `ci` profile's (Cargo.toml): the dev profile's assertions, optimized
+# a little, so that the many-process suites run several times faster for a slower compile.
 step "build (every target, the criterion benches too)"
-# --all-targets builds the benches (dev profile): a separate `cargo bench --no-run` recompiled
-# every dependency at opt-level 3 for no check this one lacks.
-cargo build --workspace --all-targets
+# --all-targets builds the benches: a separate `cargo bench --no-run` recompiled every
+# dependency at opt-level 3 for no check this one lacks.
+cargo build --workspace --all-targets --profile ci
 
 step "a default build of the runtime library has no fault hooks"
 bash ci/no-fault-hooks.sh
 
 step "tests"
-cargo test --workspace
+cargo test --workspace --profile ci
 
 step "the C ABI from C: libreverb installed with pkg-config, the C examples and error paths on shm and tcp, the C stencil surviving a killed node"
 bash ci/capi.sh
@@ -54,11 +57,11 @@ step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, co
 bash ci/mpi-memcheck.sh
 
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
-REVERB_PROVIDER=tcp cargo test -p reverb-transport --test provider --test fan_in
-REVERB_PROVIDER=tcp cargo test -p reverb --test demo --test ckpt_boundary
+REVERB_PROVIDER=tcp cargo test --profile ci -p reverb-transport --test provider --test fan_in
+REVERB_PROVIDER=tcp cargo test --profile ci -p reverb --test demo --test ckpt_boundary
 
 step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
-REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test -p reverb-transport --test provider --test fan_in
+REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test --profile ci -p reverb-transport --test provider --test fan_in
 
 step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn, logger cores, a host lost (agents, spare)"
 bash ci/hosts-suite.sh

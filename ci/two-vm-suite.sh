@@ -5,11 +5,10 @@
 # them (ci/vm/two-vm-job.sh says what runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The `vm` profile (optimized, with the dev profile's checks): TCG runs unoptimized code slowly.
-cargo build --profile vm -p reverb --features verbs,fault-injection
+cargo build --profile ci -p reverb --features verbs,fault-injection
 target=${CARGO_TARGET_DIR:-$PWD/target}
 out=target/two-vm/run-$$
 rm -rf target/two-vm
 mkdir -p "$out"
-REVERB_BIN=$target/vm/reverb TWO_VM_OUT=$PWD/$out \
+REVERB_BIN=$target/ci/reverb TWO_VM_OUT=$PWD/$out \
     bash ci/two-vm.sh --timeout 900 -- bash ci/vm/two-vm-job.sh

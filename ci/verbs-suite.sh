@@ -26,12 +26,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The test executable cargo builds for `cargo test $@ --no-run` (not a [[bin]] it also builds,
-# e.g. the `reverb` binary a test runs), in the `vm` profile: optimized, with the dev profile's
+# e.g. the `reverb` binary a test runs), in the `ci` profile: optimized, with the dev profile's
 # assertions (an unoptimized build ran the suites three to four times slower under TCG).
 test_bin() {
     local bin kind='"kind":["test"]'
     [[ " $* " == *" --lib "* ]] && kind='"kind":["lib"]'
-    bin=$(cargo test --profile vm "$@" --no-run --message-format=json \
+    bin=$(cargo test --profile ci "$@" --no-run --message-format=json \
         | grep -F "$kind" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
     [[ -x "$bin" ]] || { echo "ci/verbs-suite.sh: test binary of '$*' not found" >&2; exit 1; }
     echo "$bin"

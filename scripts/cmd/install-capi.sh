@@ -5,23 +5,22 @@
 #   cc prog.c $(pkg-config --cflags --libs reverb-static)   libreverb.a linked in
 # (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not one pkg-config searches.)
 #
-#   scripts/reverb-scripts install-capi [--prefix DIR] [--debug] [-- CARGO-BUILD-ARGS...]
-#     --debug   the dev profile (faster to build; what the tests use)
+#   scripts/reverb-scripts install-capi [--prefix DIR] [--debug | --profile P] [-- CARGO-BUILD-ARGS...]
+#     --debug   the dev profile (faster to build)
+#     --profile another cargo profile, e.g. ci (what CI's suites use)
 #     after --  more arguments for the build (cargo), e.g. --features verbs
 prefix=/usr/local profile=release extra=()
 while (($#)); do
     case "$1" in
         --prefix) prefix=$2; shift 2 ;;
         --debug) profile=debug; shift ;;
+        --profile) profile=$2; shift 2 ;;
         --) shift; extra=("$@"); break ;;
-        *) sed -n 's/^# \{0,1\}//p' "$RS_FILE" | sed -n 2,10p >&2; exit 2 ;;
+        *) sed -n 's/^# \{0,1\}//p' "$RS_FILE" | sed -n 2,11p >&2; exit 2 ;;
     esac
 done
-flags=()
-[ "$profile" = release ] && flags=(--release)
-debug=()
-[ "$profile" = debug ] && debug=(--debug)
-rs_build --package reverb-capi "${debug[@]}" -- "${extra[@]}"
+rs_build --package reverb-capi --profile "$profile" -- "${extra[@]}"
+flags=("${rs_cargo_profile[@]}")
 target=$cargo_out
 # What a static link needs besides libreverb.a, as rustc lists it.
 static_libs=$(cargo rustc -q -p reverb-capi "${flags[@]}" "${extra[@]}" --crate-type staticlib -- --print native-static-libs 2>&1 |

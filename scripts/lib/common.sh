@@ -12,14 +12,14 @@ RS_BUILT_PACKAGES=''
 rs_log() { printf '[%s] %s\n' "$RS_NAME" "$*" >&2; }
 rs_die() { printf '%s: %s\n' "$RS_NAME" "$*" >&2; exit 1; }
 
-# rs_build [--mpi | --package P...] [--features F,...] [--debug] [-- CARGO-ARGS...]
+# rs_build [--mpi | --package P...] [--features F,...] [--debug | --profile P] [-- CARGO-ARGS...]
 # The single build step: `cargo build --release -p reverb [-p reverb-mpi] [--features ...]`
 # (--mpi adds reverb-mpi; --package P builds P instead of reverb), once per invocation: a later
 # call whose packages and features the first one covered only sets the variables again. With
 # REVERB_BIN (or the older REVERB) set and only reverb (and reverb-mpi) asked for, nothing is
 # built and that binary (and the libmpich.so beside it) is used. Sets `reverb` (the binary),
-# `reverb_dir` (its directory) and `cargo_out` (the profile's target directory). Cargo's
-# output goes to stderr.
+# `reverb_dir` (its directory), `cargo_out` (the profile's target directory) and
+# `rs_cargo_profile` (cargo's flags for the profile). Cargo's output goes to stderr.
 rs_build() {
     local packages=() features=() profile=release extra=() f
     while (($#)); do
@@ -28,11 +28,18 @@ rs_build() {
             --mpi) packages+=(reverb reverb-mpi); shift ;;
             --features) IFS=, read -r -a f <<<"$2"; features+=("${f[@]}"); shift 2 ;;
             --debug) profile=debug; shift ;;
+            --profile) profile=$2; shift 2 ;;
             --) shift; extra=("$@"); break ;;
             *) rs_die "rs_build: unknown argument $1" ;;
         esac
     done
     ((${#packages[@]})) || packages=(reverb)
+    # The profile's directory under target/ and cargo's flag for it (dev's directory is debug).
+    case $profile in
+        release) rs_cargo_profile=(--release) ;;
+        debug | dev) profile=debug rs_cargo_profile=() ;;
+        *) rs_cargo_profile=(--profile "$profile") ;;
+    esac
     local bin=${REVERB_BIN:-${REVERB:-}} others=" ${packages[*]} "
     others=${others// reverb / } others=${others// reverb-mpi / }
     if [[ -n $bin && ${#extra[@]} -eq 0 && -z ${others// /} ]]; then
@@ -51,8 +58,7 @@ rs_build() {
             rs_die "a second build in one invocation ($profile: ${packages[*]} ${features[*]}; built: $RS_BUILT)"
         return
     fi
-    local args=(build) p
-    [[ $profile == release ]] && args+=(--release)
+    local args=(build "${rs_cargo_profile[@]}") p
     for p in "${packages[@]}"; do args+=(-p "$p"); done
     # Unqualified: every selected package that has the feature gets it (reverb-mpi's
     # fault-injection and verbs only forward to reverb-runtime's, which the one build shares
