@@ -14,7 +14,7 @@ markers=(
     "reverb_runtime|str|fault injection: "    # the runtime's hooks' log lines (runtime/src/fault.rs)
     "reverb_runtime|undef|kill"               # kill(2): its only caller is runtime/src/sigkill.rs
     "reverb_logger|str|fault injection: "     # the logger core's start-up self-kill
-    "reverb_ckpt|sym|set_fault_hook"          # the checkpointer's stage hook and damage calls
+    "reverb_ckpt|sym|damage_hosted_copy"      # the checkpointer's damage calls (the stage hook inlines)
     "reverb_transport|sym|::testkit::"        # the multi-process test kit
 )
 
