@@ -51,7 +51,7 @@ fn check_recv_tag(tag: c_int) -> MpiResult<()> {
 
 /// Where a receive on `c` from `source` under `tag` matches: the runtime's source and tag
 /// match, or None for MPI_PROC_NULL (complete at once).
-fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, TagMatch)>> {
+pub(crate) fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, TagMatch)>> {
     check_recv_tag(tag)?;
     if source == MPI_PROC_NULL {
         return Ok(None);
