@@ -23,7 +23,7 @@ pub(crate) unsafe fn mpi_wait(request: Out<'_, c_int>, status: StatusOut<'_>) ->
 pub(crate) unsafe fn mpi_test(request: Out<'_, c_int>, flag: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Test", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
-        match s.test_request(h)? {
+        match s.test_request_settled(h)? {
             Some(st) => {
                 ffi::out(request, s.after_completion(h), "request")?;
                 ffi::out(flag, 1, "flag")?;
