@@ -11,9 +11,10 @@
 #     failure-free checksum each time;
 #   - self-scheduling master-worker (MPI_Improbe, MPI_Mrecv): the master's node lost, the
 #     tasks each worker got are those the re-executed master gave it;
-#   - a master that works between MPI_Iprobe polls (iprobe_ft): the master's node lost, its
-#     re-execution finds each request at the poll that found it first (its own tasks and each
-#     worker's as before), the failure-free checksum;
+#   - a master that works between MPI_Iprobe polls, or while MPI_Test on its MPI_Issend of a
+#     task is false (iprobe_ft): the master's node lost, its re-execution finds each request
+#     at the poll that found it first and each send done at the test that found it done (its
+#     own tasks and each worker's as before), the failure-free checksum;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
 #     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
@@ -114,13 +115,18 @@ iprobe_agrees iprobe-clean.log
 REVERB_FAULT=0:30 run iprobe-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300
 REVERB_LOG=pessimistic-sb REVERB_FAULT=0:50 run iprobe-master-sb.log -n 4 --ranks-per-node 2 --respawn 1 -- \
     "$work/iprobe_ft" 300
-for log in iprobe-master.log iprobe-master-sb.log; do
+# issend: the master works while MPI_Test on its MPI_Issend of a task is false (it sends
+# fewer messages: at least 6, 3 tasks and 3 stops, so it is killed early).
+REVERB_FAULT=0:5 run iprobe-issend.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300 issend
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:6 run iprobe-issend-sb.log -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/iprobe_ft" 300 issend
+for log in iprobe-master.log iprobe-master-sb.log iprobe-issend.log iprobe-issend-sb.log; do
     expect "$log" "respawning node 0"
     iprobe_agrees "$log"
     [ "$(checksum $log)" = "$(checksum iprobe-clean.log)" ] ||
         fail "iprobe_ft ($log): $(checksum $log), failure-free $(checksum iprobe-clean.log)"
 done
-say "master working between MPI_Iprobe polls: the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum iprobe-clean.log)): ok"
+say "master working between MPI_Iprobe polls and MPI_Test on MPI_Issend: the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum iprobe-clean.log)): ok"
 
 # NAME PER_NODE FAULT ARGS...: collectives_ft ARGS on 8 ranks failure-free, then under CAML
 # with REVERB_FAULT=FAULT, its reports in $work/NAME-reports: the killed rank restored and

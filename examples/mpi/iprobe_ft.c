@@ -4,19 +4,22 @@
  * master computed and which each worker got follow when MPI_Iprobe first saw each request:
  * under message logging each MPI_Iprobe's finding is logged, so after the master's loss its
  * re-execution sees the same requests at the same polls. With every task handed out it waits
- * for the last results with a wildcard MPI_Probe, whose finding is logged too. A result for a task the master did
+ * for the last results with a wildcard MPI_Probe, whose finding is logged too. With
+ * `issend` it hands tasks out by MPI_Issend and works while MPI_Test says the worker has not
+ * taken it yet (the test comes true with the acknowledgement's delivery, logged). A result for a task the master did
  * not give that worker (a re-execution that polled differently) stops the job. Each worker
  * prints a hash of the tasks it was given, the master what it gave each worker and which
  * tasks it did itself (the two must agree), and a checksum of every task's result (the
  * failure-free one).
  *
  *   mpicc.mpich -I mpi/include iprobe_ft.c -o iprobe_ft
- *   REVERB_LOG=causal REVERB_FAULT=0:30 reverb run --mpi -n 4 --ranks-per-node 2 --respawn 1 -- ./iprobe_ft 300
+ *   REVERB_LOG=causal REVERB_FAULT=0:30 reverb run --mpi -n 4 --ranks-per-node 2 --respawn 1 -- ./iprobe_ft 300 [issend]
  */
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TASKS_MAX 100000
 #define WORKERS_MAX 64
@@ -41,29 +44,53 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
     return h;
 }
 
-/* Each task's result, and who it was given to (0: the master did it). */
+/* Each task's result, and who it was given to (0: the master did it); the master's pool
+ * (`next` is the first task not taken) and what it gave each worker (0: itself). */
 static double result[TASKS_MAX];
 static int owner[TASKS_MAX];
+static long tasks, next;
+static uint64_t given[WORKERS_MAX + 1];
+static long count[WORKERS_MAX + 1];
+/* "issend": tasks go by MPI_Issend, and the master works while MPI_Test says the worker has
+ * not received it yet. */
+static int by_issend;
 
-static void give(long task, int w, uint64_t *given, long *count) {
-    MPI_Send(&task, 1, MPI_LONG, w, TAG_TASK, MPI_COMM_WORLD);
-    if (task >= 0) {
-        owner[task] = w;
-        given[w] = fnv1a(given[w], &task, sizeof task);
-        count[w]++;
-    }
+static void note(long task, int w) {
+    owner[task] = w;
+    given[w] = fnv1a(given[w], &task, sizeof task);
+    count[w]++;
 }
 
-static void master(long tasks, int workers) {
-    uint64_t given[WORKERS_MAX + 1];
-    long count[WORKERS_MAX + 1] = {0}, next = 0;
+/* The master's own unit: the pool's next task. */
+static void own_unit(void) {
+    long t = next++;
+    result[t] = work(t);
+    note(t, 0);
+}
+
+static void give(long task, int w) {
+    if (by_issend) {
+        MPI_Request req;
+        int done = 0;
+        MPI_Issend(&task, 1, MPI_LONG, w, TAG_TASK, MPI_COMM_WORLD, &req);
+        for (MPI_Test(&req, &done, MPI_STATUS_IGNORE); !done; MPI_Test(&req, &done, MPI_STATUS_IGNORE))
+            if (next < tasks)
+                own_unit();
+    } else {
+        MPI_Send(&task, 1, MPI_LONG, w, TAG_TASK, MPI_COMM_WORLD);
+    }
+    if (task >= 0)
+        note(task, w);
+}
+
+static void master(int workers) {
     long outstanding = tasks < workers ? tasks : workers; /* workers holding a task */
     for (int w = 0; w <= workers; w++)
         given[w] = FNV_START;
     for (long t = 0; t < tasks; t++)
         owner[t] = -1;
     for (int w = 1; w <= workers; w++)
-        give(next < tasks ? next++ : -1, w, given, count);
+        give(next < tasks ? next++ : -1, w);
     while (outstanding > 0) {
         int flag = 1;
         MPI_Status st;
@@ -74,11 +101,7 @@ static void master(long tasks, int workers) {
         else
             MPI_Probe(MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st);
         if (!flag) {
-            long t = next++; /* the master's own unit */
-            result[t] = work(t);
-            owner[t] = 0;
-            given[0] = fnv1a(given[0], &t, sizeof t);
-            count[0]++;
+            own_unit();
             continue;
         }
         double reply[2];
@@ -91,7 +114,7 @@ static void master(long tasks, int workers) {
         }
         result[t] = reply[1];
         long task = next < tasks ? next++ : -1;
-        give(task, w, given, count);
+        give(task, w);
         if (task < 0)
             outstanding--;
     }
@@ -119,7 +142,8 @@ static void worker(int rank) {
 }
 
 int main(int argc, char **argv) {
-    long tasks = argc > 1 ? atol(argv[1]) : 300;
+    tasks = argc > 1 ? atol(argv[1]) : 300;
+    by_issend = argc > 2 && strcmp(argv[2], "issend") == 0;
     int rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -130,7 +154,7 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (rank == 0)
-        master(tasks, size - 1);
+        master(size - 1);
     else
         worker(rank);
     MPI_Finalize();
