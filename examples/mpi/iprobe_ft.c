@@ -4,12 +4,12 @@
  * master computed and which each worker got follow when MPI_Iprobe first saw each request:
  * under message logging each MPI_Iprobe's finding is logged, so after the master's loss its
  * re-execution sees the same requests at the same polls. With every task handed out it waits
- * for the last results with a wildcard MPI_Probe, whose finding is logged too. With
- * `issend` it hands tasks out by MPI_Issend and works while MPI_Test says the worker has not
- * taken it yet (the test comes true with the acknowledgement's delivery, logged). A result for a task the master did
- * not give that worker (a re-execution that polled differently) stops the job. Each worker
- * prints a hash of the tasks it was given, the master what it gave each worker and which
- * tasks it did itself (the two must agree), and a checksum of every task's result (the
+ * for the last results with a wildcard MPI_Probe, whose finding is logged too. With `issend`
+ * it hands tasks out by MPI_Issend and works while MPI_Test says the worker has not taken it
+ * yet (the test comes true with the acknowledgement's delivery, logged). A result for a task
+ * the master did not give that worker (a re-execution that polled differently) stops the job.
+ * Each worker prints a hash of the tasks it was given, the master what it gave each worker and
+ * which tasks it did itself (the two must agree), and a checksum of every task's result (the
  * failure-free one).
  *
  *   mpicc.mpich -I mpi/include iprobe_ft.c -o iprobe_ft
