@@ -682,6 +682,17 @@ impl State {
         self.test_request_now(h)
     }
 
+    /// `progress`, then during a replay the deliveries the log names for this call: what a
+    /// test reads after it is what the first run's progress left (`MPI_Testany` and kin, which
+    /// then read their requests without progressing again).
+    pub fn progress_settled(&mut self) -> MpiResult<bool> {
+        let any = self.progress()?;
+        if self.ticked && self.replaying() {
+            self.settle_call()?;
+        }
+        Ok(any)
+    }
+
     /// `test_request` without progressing: for a loop that progresses once per pass over
     /// many requests (MPI_Waitall), not once per request.
     pub fn test_request_now(&mut self, h: c_int) -> MpiResult<Option<Status>> {
