@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI programs surviving a node's SIGKILL, bit-identical (the part of ci/mpi.sh that also runs
 # on verbs inside the soft-RoCE VM, ci/mpi-verbs.sh). Takes the reverb binary, a work dir that
-# holds jacobi_ft, master_worker_ft, dynamic_ft, collectives_ft and rma_ft built by mpicc.mpich (and jacobi_ft_f, the
+# holds jacobi_ft, master_worker_ft, dynamic_ft, iprobe_ft, collectives_ft and rma_ft built by mpicc.mpich (and jacobi_ft_f, the
 # Fortran Jacobi built by mpif90.mpich, when the caller built it), and the checksum Debian's MPICH
 # gives for `jacobi_ft 200 20` on 4 ranks; the provider and wait mode come from the caller's
 # environment.
@@ -11,6 +11,10 @@
 #     failure-free checksum each time;
 #   - self-scheduling master-worker (MPI_Improbe, MPI_Mrecv): the master's node lost, the
 #     tasks each worker got are those the re-executed master gave it;
+#   - a master that works between MPI_Iprobe polls, or while MPI_Test on its MPI_Issend of a
+#     task is false (iprobe_ft): the master's node lost, its re-execution finds each request
+#     at the poll that found it first and each send done at the test that found it done (its
+#     own tasks and each worker's as before), the failure-free checksum;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
 #     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
@@ -93,6 +97,36 @@ for log in dyn-master.log dyn-master-sb.log; do
         fail "dynamic_ft ($log): $(checksum $log), failure-free $(checksum dyn-clean.log)"
 done
 say "self-scheduling (matched probes): the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum dyn-clean.log)): ok"
+
+# A master that computes tasks itself while MPI_Iprobe finds no request (iprobe_ft): which
+# tasks it did and which each worker got follow the polls' findings, so the re-executed
+# master must find each request at the poll that found it first (a result for a task it did
+# not give that worker stops the job). The checks are dynamic_ft's.
+iprobe_agrees() { # LOG
+    local w given got
+    for w in 1 2 3; do
+        given=$(grep "master gave worker $w " "$work/$1" | tail -n 1 | awk '{print $NF}')
+        got=$(grep "worker $w got" "$work/$1" | tail -n 1 | awk '{print $NF}')
+        [[ -n $given && $given == "$got" ]] || fail "iprobe_ft ($1): master gave worker $w '$given', it got '$got'"
+    done
+}
+run iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
+iprobe_agrees iprobe-clean.log
+REVERB_FAULT=0:30 run iprobe-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:50 run iprobe-master-sb.log -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/iprobe_ft" 300
+# issend: the master works while MPI_Test on its MPI_Issend of a task is false (it sends
+# fewer messages: at least 6, 3 tasks and 3 stops, so it is killed early).
+REVERB_FAULT=0:5 run iprobe-issend.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300 issend
+REVERB_LOG=pessimistic-sb REVERB_FAULT=0:6 run iprobe-issend-sb.log -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/iprobe_ft" 300 issend
+for log in iprobe-master.log iprobe-master-sb.log iprobe-issend.log iprobe-issend-sb.log; do
+    expect "$log" "respawning node 0"
+    iprobe_agrees "$log"
+    [ "$(checksum $log)" = "$(checksum iprobe-clean.log)" ] ||
+        fail "iprobe_ft ($log): $(checksum $log), failure-free $(checksum iprobe-clean.log)"
+done
+say "master working between MPI_Iprobe polls and MPI_Test on MPI_Issend: the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum iprobe-clean.log)): ok"
 
 # NAME PER_NODE FAULT ARGS...: collectives_ft ARGS on 8 ranks failure-free, then under CAML
 # with REVERB_FAULT=FAULT, its reports in $work/NAME-reports: the killed rank restored and

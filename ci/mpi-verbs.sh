@@ -14,8 +14,8 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/mpi-verbs
 rm -rf "$work"
 mkdir -p "$work"
-for prog in examples/mpi/jacobi_ft.c examples/mpi/master_worker_ft.c examples/mpi/dynamic_ft.c examples/mpi/collectives_ft.c \
-    mpi/tests/c/rma_ft.c; do
+for prog in examples/mpi/jacobi_ft.c examples/mpi/master_worker_ft.c examples/mpi/dynamic_ft.c examples/mpi/iprobe_ft.c \
+    examples/mpi/collectives_ft.c mpi/tests/c/rma_ft.c; do
     mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$prog" -o "$work/$(basename "$prog" .c)"
 done
 timeout 120 mpiexec.mpich -n 4 "$work/jacobi_ft" 200 20 >"$work/jacobi-mpich.log" 2>&1 ||

@@ -60,6 +60,7 @@ gcc -shared "$work/pmpi_counter.o" -o "$work/libpmpi_counter.so"
 cc examples/mpi/jacobi_ft.c -o "$work/jacobi_ft"
 cc examples/mpi/master_worker_ft.c -o "$work/master_worker_ft"
 cc examples/mpi/dynamic_ft.c -o "$work/dynamic_ft"
+cc examples/mpi/iprobe_ft.c -o "$work/iprobe_ft"
 cc examples/mpi/collectives_ft.c -o "$work/collectives_ft"
 # Fortran: MPICH's `use mpi` declares no choice-buffer interfaces, so gfortran sees argument
 # mismatches between calls and needs -fallow-argument-mismatch; -w keeps its warnings out.

@@ -215,7 +215,11 @@ impl CausalState {
 /// The determinants a restarted rank replays, by rsn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReplayPlan {
+    /// Deliveries.
     by_rsn: BTreeMap<Rsn, Determinant>,
+    /// Probes' findings ("seen" determinants), by their call's tick: kept apart, as no
+    /// receive takes them and the message they name is free for any later receive.
+    seen: BTreeMap<Rsn, (Rank, Ssn)>,
     /// The (sender, ssn) of every planned delivery.
     named: HashSet<(Rank, Ssn)>,
     last_rsn: Rsn,
@@ -239,8 +243,16 @@ impl ReplayPlan {
             }
         }
         let last_rsn = by_rsn.keys().next_back().copied().unwrap_or(0);
+        let seen =
+            by_rsn.values().filter(|d| d.is_seen()).map(|d| (d.rsn, (d.sender, d.message_ssn()))).collect();
+        by_rsn.retain(|_, d| !d.is_seen());
         let named = by_rsn.values().map(|d| (d.sender, d.ssn)).collect();
-        Ok(ReplayPlan { by_rsn, named, last_rsn })
+        Ok(ReplayPlan { by_rsn, seen, named, last_rsn })
+    }
+
+    /// The message a probe found at tick `rsn` the first time, if it found one.
+    pub(crate) fn seen_at(&self, rsn: Rsn) -> Option<(Rank, Ssn)> {
+        self.seen.get(&rsn).copied()
     }
 
     /// Whether the plan names `sender`'s message `ssn` for some delivery: a receive at an
@@ -585,6 +597,34 @@ mod tests {
         assert_eq!((plan.last_rsn(), plan.get(2).copied()), (2, Some(det(2, 2))));
         assert!(ReplayPlan::new(8, &merged).is_err());
         assert!(ReplayPlan::new(9, &[a, bad]).is_err());
+    }
+
+    /// A "seen" determinant travels as a delivery's does (piggyback on an envelope, the
+    /// detLog, the all-gather list) and the plan keeps it apart: no receive takes it, and
+    /// the message it names stays free for a later receive.
+    #[test]
+    fn seen_determinants_pass_the_piggyback_and_plan_apart() {
+        let seen = Determinant::seen(1, 9, 4, 2);
+        let mut env = crate::envelope::Envelope {
+            sender: 9,
+            receiver: 5,
+            incarnation: 0,
+            ssn: 1,
+            tag: 0,
+            payload_len: 0,
+            determinants: vec![det(1, 1), seen],
+        };
+        let frame = env.encode(b"x").unwrap();
+        let (got, _) = crate::envelope::Envelope::decode(&frame).unwrap();
+        assert_eq!(got.determinants, [det(1, 1), seen]);
+        let mut s = CausalState::new(10);
+        assert_eq!(s.store_piggybacked(&got.determinants).unwrap(), 2);
+        let held: Vec<_> = s.det_log_of(9).copied().collect();
+        assert_eq!(decode_determinants(&encode_determinants(&held)).unwrap(), [det(1, 1), seen]);
+        let plan = ReplayPlan::new(9, &merge_determinants(&held).unwrap()).unwrap();
+        assert_eq!((plan.get(2), plan.seen_at(2), plan.seen_at(1)), (None, Some((1, 4)), None));
+        assert_eq!(plan.last_rsn(), 2);
+        assert!(!plan.names(1, 4) && !plan.names(1, 4 | Determinant::SEEN));
     }
 
     #[test]

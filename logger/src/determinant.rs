@@ -24,6 +24,29 @@ impl Determinant {
     /// Fixed wire size; the envelope, the node queue and the log ring all use it.
     pub const WIRE_LEN: usize = 24;
 
+    /// Set in `ssn` on a "seen" determinant: a probe (`MPI_Iprobe`, `MPI_Probe`) found
+    /// message `ssn` at the rsn of its call's tick without taking it. In the ssn's top bit,
+    /// so that the wire form and every place that carries determinants stay as they are:
+    /// ssns count one channel's messages from 1 and never reach 2^63.
+    pub const SEEN: Ssn = 1 << 63;
+
+    /// The "seen" determinant of `sender`'s message `ssn`, found at tick `rsn`.
+    pub fn seen(sender: Rank, receiver: Rank, ssn: Ssn, rsn: Rsn) -> Self {
+        Determinant { sender, receiver, ssn: ssn | Self::SEEN, rsn }
+    }
+
+    /// Whether this records a probe's finding rather than a delivery.
+    #[inline]
+    pub fn is_seen(&self) -> bool {
+        self.ssn & Self::SEEN != 0
+    }
+
+    /// The message's ssn, of a delivery or a "seen" determinant alike.
+    #[inline]
+    pub fn message_ssn(&self) -> Ssn {
+        self.ssn & !Self::SEEN
+    }
+
     #[inline]
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
         let mut out = [0u8; Self::WIRE_LEN];
@@ -133,6 +156,17 @@ mod tests {
                 proptest::prop_assert_eq!(Determinant::from_wire(&wire).to_bytes(), wire);
             }
         }
+    }
+
+    #[test]
+    fn seen_kind_round_trips_in_the_ssn_top_bit() {
+        let d = Determinant::seen(2, 7, 41, 9);
+        assert!(d.is_seen() && d.message_ssn() == 41);
+        assert_eq!(Determinant::from_wire(&d.to_bytes()), d);
+        assert_eq!(Determinant::from_bytes(&d.to_bytes()).ok(), Some(d));
+        assert_eq!(d.to_bytes()[8..16], (41u64 | 1 << 63).to_le_bytes());
+        let delivery = Determinant { sender: 2, receiver: 7, ssn: 41, rsn: 9 };
+        assert!(!delivery.is_seen() && delivery.message_ssn() == 41);
     }
 
     #[test]

@@ -48,6 +48,6 @@ pub use envelope::Envelope;
 pub use error::{LogError, Result};
 pub use protocol::{
     DeliveredFrame, Delivery, DeterminantSink, GcReport, Landing, LogConfig, LogMode, LogUnit,
-    LoggedEndpoint, Received, SetupFailed,
+    LoggedEndpoint, LoggedProbe, Received, SetupFailed,
 };
 pub use team::Teams;

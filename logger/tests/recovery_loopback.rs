@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_logger::{Delivery, Determinant, LogConfig, LogMode, LogUnit, LoggedEndpoint};
+use reverb_logger::{Delivery, Determinant, LogConfig, LogMode, LogUnit, LoggedEndpoint, LoggedProbe};
 use reverb_transport::loopback::InProcBootstrap;
 use reverb_transport::{Bootstrap, Provider, ProviderKind, Rank, Source, Tag, TagMatch, TransportConfig};
 
@@ -309,4 +309,110 @@ fn ticks_keep_each_delivery_after_its_call() {
         endpoint.wait_sends(WAIT).expect("sends out");
         endpoint.finish(&mut boot).expect("finish");
     });
+}
+
+/// The victim's calls of `probes_replay`: a tick and a probe, a tick and probes until one
+/// finds rank 2's message (`barrier` between them in the first run), a tick and a wildcard
+/// receive. Returns the second probe's finding and the delivery.
+fn probing_calls(
+    endpoint: &mut LoggedEndpoint,
+    barrier: &mut dyn FnMut(),
+) -> (LoggedProbe, LoggedProbe, Delivery) {
+    let probe = |e: &mut LoggedEndpoint| e.probe_logged(Source::Any, TagMatch::any()).expect("probe");
+    assert!(endpoint.tick());
+    let nothing = probe(endpoint);
+    barrier();
+    assert!(endpoint.tick());
+    let start = Instant::now();
+    let found = loop {
+        match probe(endpoint) {
+            found @ LoggedProbe::Found(..) => break found,
+            _ => assert!(start.elapsed() < WAIT, "rank 2's message did not come"),
+        }
+    };
+    assert!(endpoint.tick());
+    let got = endpoint.recv(Source::Any, TagMatch::any(), WAIT).expect("wildcard");
+    (nothing, found, got)
+}
+
+/// Probes' findings ("seen" determinants) under each protocol: rank 1 probes before rank 2
+/// sent (nothing), then until it finds the message (a "seen" determinant at that call's
+/// tick), then takes it by a wildcard receive in a call of its own. In the replay the message
+/// is there before the first probe, which finds nothing all the same (the log has nothing at
+/// its tick); the second finds it, and the receive takes it at its logged rsn.
+fn probes_replay(mode: LogMode) {
+    let config = LogConfig { mode, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() };
+    let from_ring = mode == LogMode::PESSIMISTIC_RB;
+    on_ranks(&format!("seen-{mode}"), 3, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        let len = payload(2, 0).len();
+        let mut first = Vec::new();
+        if me == VICTIM {
+            let (nothing, found, got) = probing_calls(&mut endpoint, &mut || {
+                boot.barrier().expect("probed");
+                boot.barrier().expect("sent");
+            });
+            assert_eq!((nothing, found), (LoggedProbe::Nothing, LoggedProbe::Found(2, 0, len)));
+            assert_eq!((got.source, got.ssn, got.rsn), (2, 1, 4));
+            first = vec![Determinant::seen(2, VICTIM, 1, 2)];
+            first.extend(got.determinant);
+            // Carries the causal piggyback to rank 0.
+            endpoint.send(0, ANSWER_TAG, b"answer").expect("answer");
+        } else {
+            boot.barrier().expect("probed");
+            if me == 2 {
+                endpoint.send(VICTIM, 0, &payload(me, 0)).expect("send");
+                endpoint.wait_sends(WAIT).expect("sends out");
+            }
+            boot.barrier().expect("sent");
+            if me == 0 {
+                endpoint.recv(Source::Rank(VICTIM), TagMatch::exact(ANSWER_TAG), WAIT).expect("answer");
+            }
+        }
+        endpoint.flush_log().expect("flush");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        boot.barrier().expect("quiet");
+        let dets = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+        let frames = endpoint.gather_frames(&mut boot, &[VICTIM]).expect("gather frames");
+        if me == VICTIM {
+            assert_eq!(dets, first, "{mode}: the seen and the delivery determinant, gathered");
+            endpoint.restart_in_place(1).expect("restart");
+            if from_ring {
+                assert_eq!(endpoint.replay_frames(frames, &[]).expect("replay frames"), 1);
+            }
+            endpoint.begin_replay(&dets).expect("begin replay");
+        }
+        boot.barrier().expect("restarted");
+        if me == 2 && !from_ring {
+            endpoint.resend_from(VICTIM, 1).expect("resend");
+            endpoint.wait_sends(WAIT).expect("resent");
+        }
+        boot.barrier().expect("resent");
+        if me == VICTIM {
+            // The resent message is here before the first probe (`probe_logged` collects it).
+            let (nothing, found, got) = probing_calls(&mut endpoint, &mut || {});
+            assert_eq!((nothing, found), (LoggedProbe::Nothing, LoggedProbe::Found(2, 0, len)), "{mode}");
+            assert_eq!((got.source, got.ssn, got.rsn), (2, 1, 4), "{mode}");
+            assert!(!endpoint.replaying());
+        }
+        boot.barrier().expect("done");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.finish(&mut boot).expect("finish");
+    });
+}
+
+#[test]
+fn causal_probes_find_in_the_replay_what_they_found_first() {
+    probes_replay(LogMode::CAUSAL);
+}
+
+#[test]
+fn pessimistic_sender_based_probes_find_in_the_replay_what_they_found_first() {
+    probes_replay(LogMode::PESSIMISTIC_SB);
+}
+
+#[test]
+fn pessimistic_receiver_based_probes_find_in_the_replay_what_they_found_first() {
+    probes_replay(LogMode::PESSIMISTIC_RB);
 }

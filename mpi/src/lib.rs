@@ -60,6 +60,7 @@ mod p2p_api;
 mod pack_external;
 mod pcoll;
 mod persistent;
+mod probe;
 mod recv_api;
 mod request;
 mod rma;

@@ -51,7 +51,7 @@ fn check_recv_tag(tag: c_int) -> MpiResult<()> {
 
 /// Where a receive on `c` from `source` under `tag` matches: the runtime's source and tag
 /// match, or None for MPI_PROC_NULL (complete at once).
-fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, TagMatch)>> {
+pub(crate) fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Option<(Source, TagMatch)>> {
     check_recv_tag(tag)?;
     if source == MPI_PROC_NULL {
         return Ok(None);
@@ -668,6 +668,29 @@ impl State {
     /// inactive), or None.
     pub fn test_request(&mut self, h: c_int) -> MpiResult<Option<Status>> {
         self.test_request_as(h, true)
+    }
+
+    /// `test_request` for `MPI_Test`: during a replay the deliveries the log names for this
+    /// call (a synchronous send's acknowledgement, a receive's message) are taken before the
+    /// outcome is read, as the first run's progress took them before it read it.
+    pub fn test_request_settled(&mut self, h: c_int) -> MpiResult<Option<Status>> {
+        let first = self.test_request(h)?;
+        if first.is_some() || !self.ticked || !self.replaying() {
+            return Ok(first);
+        }
+        self.settle_call()?;
+        self.test_request_now(h)
+    }
+
+    /// `progress`, then during a replay the deliveries the log names for this call: what a
+    /// test reads after it is what the first run's progress left (`MPI_Testany` and kin, which
+    /// then read their requests without progressing again).
+    pub fn progress_settled(&mut self) -> MpiResult<bool> {
+        let any = self.progress()?;
+        if self.ticked && self.replaying() {
+            self.settle_call()?;
+        }
+        Ok(any)
     }
 
     /// `test_request` without progressing: for a loop that progresses once per pass over

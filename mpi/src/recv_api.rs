@@ -145,12 +145,8 @@ pub(crate) unsafe fn mpi_sendrecv_replace(
 
 pub(crate) unsafe fn mpi_probe(source: c_int, tag: c_int, comm: c_int, status: StatusOut<'_>) -> c_int {
     call("MPI_Probe", comm, |s| {
-        let mut found = None;
-        s.wait_until("MPI_Probe", |s| {
-            found = s.probe_now(source, tag, comm)?;
-            Ok(found.is_some())
-        })?;
-        write_status(status, found.unwrap_or_else(Status::empty))
+        let found = s.probe_blocking(source, tag, comm)?;
+        write_status(status, found)
     })
 }
 
@@ -161,15 +157,12 @@ pub(crate) unsafe fn mpi_iprobe(
     flag: Out<'_, c_int>,
     status: StatusOut<'_>,
 ) -> c_int {
-    call("MPI_Iprobe", comm, |s| {
-        s.progress()?;
-        match s.probe_now(source, tag, comm)? {
-            Some(st) => {
-                ffi::out(flag, 1, "flag")?;
-                write_status(status, st)
-            }
-            None => ffi::out(flag, 0, "flag"),
+    call("MPI_Iprobe", comm, |s| match s.iprobe(source, tag, comm)? {
+        Some(st) => {
+            ffi::out(flag, 1, "flag")?;
+            write_status(status, st)
         }
+        None => ffi::out(flag, 0, "flag"),
     })
 }
 

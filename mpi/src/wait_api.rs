@@ -23,7 +23,7 @@ pub(crate) unsafe fn mpi_wait(request: Out<'_, c_int>, status: StatusOut<'_>) ->
 pub(crate) unsafe fn mpi_test(request: Out<'_, c_int>, flag: Out<'_, c_int>, status: StatusOut<'_>) -> c_int {
     call("MPI_Test", MPI_COMM_WORLD, |s| {
         let h = ffi::read(request, "request")?;
-        match s.test_request(h)? {
+        match s.test_request_settled(h)? {
             Some(st) => {
                 ffi::out(request, s.after_completion(h), "request")?;
                 ffi::out(flag, 1, "flag")?;
@@ -100,7 +100,7 @@ pub(crate) unsafe fn mpi_testall(
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
         let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
-        s.progress()?;
+        s.progress_settled()?;
         // All or nothing: requests are completed only when every one is.
         let all = reqs.iter().all(|&h| s.complete_now(h));
         if all {
@@ -118,12 +118,12 @@ fn any_done(s: &mut State, reqs: &mut [c_int], all_null: &mut bool) -> MpiResult
     if *all_null {
         return Ok(None);
     }
-    s.progress()?;
+    s.progress_settled()?;
     for (i, h) in reqs.iter_mut().enumerate() {
         if s.inert(*h) {
             continue;
         }
-        if let Some(st) = s.test_request(*h)? {
+        if let Some(st) = s.test_request_now(*h)? {
             *h = s.after_completion(*h);
             return Ok(Some((i, st)));
         }
@@ -210,12 +210,12 @@ fn some(
         }
         let mut got: Vec<(usize, Status)> = Vec::new();
         let mut collect = |s: &mut State| -> MpiResult<bool> {
-            s.progress()?;
+            s.progress_settled()?;
             for (i, h) in reqs.iter_mut().enumerate() {
                 if s.inert(*h) {
                     continue;
                 }
-                if let Some(st) = s.test_request(*h)? {
+                if let Some(st) = s.test_request_now(*h)? {
                     *h = s.after_completion(*h);
                     got.push((i, st));
                 }

@@ -133,6 +133,7 @@ use std::time::Instant;
 
 use reverb_ckpt::{Checkpointer, Epoch};
 pub use reverb_logger::multicast::McastKey;
+pub use reverb_logger::LoggedProbe;
 use reverb_logger::{LogMode, LoggedEndpoint};
 use reverb_transport::bootstrap::TcpBootstrap;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
@@ -441,6 +442,14 @@ impl Runtime {
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, Tag, usize)>> {
         self.not_redundant("probe")?;
         self.probe_now(source, tag)
+    }
+
+    /// [`Runtime::probe`] for a layer that ticked this call ([`Runtime::tick`]): the finding
+    /// is logged at the tick, and a replay finds what the first run found there
+    /// ([`LoggedEndpoint::probe_logged`]). Logging off: as `probe`.
+    pub fn probe_logged(&mut self, source: Source, tag: TagMatch) -> Result<LoggedProbe> {
+        self.not_redundant("probe")?;
+        self.probe_logged_now(source, tag)
     }
 
     /// Whether the next deliveries' order is logged whatever the receive: a layer sets it

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use reverb_logger::error::{LogError, Result as LogResult};
-use reverb_logger::{DeliveredFrame, Landing, LoggedEndpoint, Received as LogReceived};
+use reverb_logger::{DeliveredFrame, Landing, LoggedEndpoint, LoggedProbe, Received as LogReceived};
 use reverb_transport::spinwait::{Idle, SpinWait};
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch, TransportError};
 
@@ -115,6 +115,24 @@ impl Runtime {
                 Ok(Some(Message::from(d)))
             }
             None => Ok(None),
+        }
+    }
+
+    /// `probe_now`, logged at the call's tick (`Runtime::probe_logged`).
+    pub(super) fn probe_logged_now(&mut self, source: Source, tag: TagMatch) -> Result<LoggedProbe> {
+        match self.endpoint()?.probe_logged(source, tag) {
+            Ok(LoggedProbe::Found(sender, t, len)) => {
+                self.note_replay()?;
+                Ok(LoggedProbe::Found(sender, t, len))
+            }
+            Ok(other) => {
+                self.check_failures()?;
+                Ok(other)
+            }
+            Err(e) => match dead_peer_in(&e) {
+                Some(p) if self.death_handled(p)? => Ok(LoggedProbe::Nothing),
+                _ => Err(e.into()),
+            },
         }
     }
 

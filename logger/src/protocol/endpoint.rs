@@ -18,7 +18,7 @@ use super::{Background, DeterminantSink, LogConfig, LogIo, LogMode, LogProtocol,
 use crate::causal::ReplayPlan;
 use crate::channel::{RecvChannels, SendSequencer};
 use crate::commmatrix::{CommMatrix, CommRow};
-use crate::determinant::{Determinant, ReceptionCounter, Ssn};
+use crate::determinant::{Determinant, ReceptionCounter, Rsn, Ssn};
 use crate::detqueue::DetQueue;
 use crate::error::{LogError, Result};
 use crate::framepool::{FramePool, RecvPool};
@@ -71,6 +71,8 @@ pub struct LoggedEndpoint {
     pub(super) order_logged: bool,
     /// Rsns taken by `tick`, for no delivery.
     pub(super) ticks: u64,
+    /// The rsn of the last tick: a probe in the same call logs its finding there.
+    pub(super) last_tick: Rsn,
     /// Retired senders and the other copies that sent the same messages under the same
     /// numbers (partial redundancy): a replayed delivery from a retired one takes theirs.
     pub(super) stand_ins: Vec<(Rank, Vec<Rank>)>,
@@ -223,6 +225,7 @@ impl LoggedEndpoint {
             replay: None,
             order_logged: false,
             ticks: 0,
+            last_tick: 0,
             stand_ins: Vec::new(),
             retired: Vec::new(),
             stand_ins_used: Default::default(),

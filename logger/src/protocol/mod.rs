@@ -87,6 +87,7 @@ mod recovery;
 mod reduction;
 pub(crate) mod registry;
 mod rings;
+mod seen;
 mod send;
 mod sender_copies;
 // Recovery state in checkpoints (restarted ranks resume their channels).
@@ -97,6 +98,7 @@ pub use delivery::{DeliveredFrame, Delivery, Landing, Received};
 pub use endpoint::{LoggedEndpoint, SetupFailed};
 pub use gc::GcReport;
 pub use rings::{DeterminantSink, HostedRing};
+pub use seen::LoggedProbe;
 
 use rings::BuddyLog;
 

@@ -68,6 +68,10 @@ impl LogProtocol for ReceiverBased {
         } else {
             return Ok(Pending::default());
         }
+        // A probe's finding ("seen") is no message.
+        if msg.determinant.is_some_and(|d| d.is_seen()) {
+            return Ok(Pending::default());
+        }
         let counter =
             if msg.payload_logged { &io.stats.messages_payload_logged } else { &io.stats.messages_unlogged };
         LogStats::bump(counter, 1);

@@ -185,7 +185,7 @@ impl LoggedEndpoint {
 
     /// The receive's kind, named receives counted as wildcard ones while `order_logged`.
     #[inline]
-    fn classify(&self, source: Source, tag: TagMatch) -> ReceiveKind {
+    pub(super) fn classify(&self, source: Source, tag: TagMatch) -> ReceiveKind {
         match self.order_logged {
             true => ReceiveKind::Wildcard,
             false => ReceiveKind::classify(source, tag),
@@ -212,6 +212,7 @@ impl LoggedEndpoint {
         }
         self.reception.skip();
         self.ticks += 1;
+        self.last_tick = self.reception.last_rsn();
         true
     }
 
@@ -222,7 +223,12 @@ impl LoggedEndpoint {
 
     /// The ready message this receive takes, if it has arrived: the one the replay plan names
     /// for this rsn, else the oldest matching one that the plan does not name for later.
-    fn find_ready(&mut self, source: Source, tag: TagMatch, kind: ReceiveKind) -> Result<Option<usize>> {
+    pub(super) fn find_ready(
+        &mut self,
+        source: Source,
+        tag: TagMatch,
+        kind: ReceiveKind,
+    ) -> Result<Option<usize>> {
         loop {
             let rsn = self.reception.last_rsn() + 1;
             if self.replay.as_ref().is_some_and(|p| rsn > p.last_rsn()) {

@@ -259,6 +259,7 @@ impl LoggedEndpoint {
         self.refresh_pending();
         self.replay = None;
         self.ticks = 0;
+        self.last_tick = 0;
         self.multicasts = Default::default();
         self.stats = LogStats::default();
         self.comm = CommRow::new(self.size);

@@ -1,0 +1,93 @@
+//! Probes' findings. A probe that finds a message without taking it (`MPI_Iprobe`,
+//! `MPI_Probe`) is an outcome of arrival timing like a wildcard delivery: under a logging
+//! protocol it logs a "seen" determinant at its call's tick, the way a delivery's is logged,
+//! so that a replay finds the same message in the same call, and nothing where the first run
+//! found nothing.
+
+use reverb_transport::{Rank, Source, Tag, TagMatch};
+
+use super::{IncomingMessage, LoggedEndpoint};
+use crate::determinant::{Determinant, Rsn, Ssn};
+use crate::error::{LogError, Result};
+
+/// What a logged probe (`probe_logged`) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoggedProbe {
+    /// A matching message: (sender, tag, payload length).
+    Found(Rank, Tag, usize),
+    /// Nothing matches, or (replaying) the first run found nothing in this call.
+    Nothing,
+    /// Replaying: the first run found a message in this call that has not arrived yet.
+    NotYet,
+}
+
+impl LoggedEndpoint {
+    /// `probe` for a layer that ticks each call (`tick`) before it probes: the finding is
+    /// logged at that tick's rsn (not while replaying: the log holds it). During a replay
+    /// the call finds the message the log says it found, or nothing if the log has nothing
+    /// at its tick before its last rsn; past that, as `probe`.
+    pub fn probe_logged(&mut self, source: Source, tag: TagMatch) -> Result<LoggedProbe> {
+        if self.pass_through {
+            return Ok(found(self.probe_pass_through(source, tag)?));
+        }
+        let at = self.last_tick;
+        match self.replay.as_ref().map(|p| (p.seen_at(at), p.last_rsn())) {
+            Some((Some(seen), _)) => return self.replayed_finding(at, seen, source, tag),
+            Some((None, last)) if at < last => return Ok(LoggedProbe::Nothing),
+            _ => {}
+        }
+        self.provider.progress()?;
+        self.collect_completions()?;
+        let kind = self.classify(source, tag);
+        let Some(i) = self.find_ready(source, tag, kind)? else {
+            self.background(false)?;
+            return Ok(LoggedProbe::Nothing);
+        };
+        let a = &self.ready[i];
+        let (sender, ssn, found_tag, len) =
+            (a.sender, a.ssn, a.tag, a.frame.as_slice().len() - a.payload_offset);
+        if !self.replaying() {
+            self.log_seen(Determinant::seen(sender, self.rank, ssn, at))?;
+        }
+        Ok(LoggedProbe::Found(sender, found_tag, len))
+    }
+
+    /// The message a replayed probe at tick `at` found the first time, once it has arrived.
+    fn replayed_finding(
+        &mut self,
+        at: Rsn,
+        (sender, ssn): (Rank, Ssn),
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<LoggedProbe> {
+        self.provider.progress()?;
+        self.collect_completions()?;
+        let Some(a) = self.ready.iter().find(|a| a.sender == sender && a.ssn == ssn) else {
+            self.background(false)?;
+            return Ok(LoggedProbe::NotYet);
+        };
+        if !(source.matches(a.sender) && tag.matches(a.tag)) {
+            return Err(LogError::ReplayDiverged {
+                rsn: at,
+                detail: format!(
+                    "probe ({source:?}, {tag:?}) cannot find the logged message {sender}#{ssn} (tag {:#x})",
+                    a.tag
+                ),
+            });
+        }
+        Ok(LoggedProbe::Found(a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset))
+    }
+
+    /// Logs `det` where and when the protocol logs a delivery's determinant (no payload).
+    fn log_seen(&mut self, det: Determinant) -> Result<()> {
+        let msg = IncomingMessage { frame: &[], determinant: Some(det), payload_logged: false };
+        let (protocol, mut io) = self.protocol_io();
+        let pending = protocol.log_delivery(&mut io, &msg)?;
+        self.pending = pending;
+        Ok(())
+    }
+}
+
+fn found(probe: Option<(Rank, Tag, usize)>) -> LoggedProbe {
+    probe.map_or(LoggedProbe::Nothing, |(sender, tag, len)| LoggedProbe::Found(sender, tag, len))
+}
