@@ -17,9 +17,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reverb");
-/// Long enough (a few seconds) for an agent to be killed mid-run.
-/// Several seconds on an idle machine: an agent killed 1.5 s in dies mid-run, past the ranks' init.
-const APP: [&str; 8] = ["app", "stencil", "--iters", "24000", "--size", "64", "--ckpt-every", "1000"];
+/// Long enough for an agent to be killed mid-run (`agent_kill`): about 2.5 s for 6 ranks on 2
+/// cores in the `ci` profile, several times that unoptimized.
+const APP: [&str; 8] = ["app", "stencil", "--iters", "40000", "--size", "64", "--ckpt-every", "1000"];
 const HOSTS: &str = "localhost:2,127.0.0.2:2,127.0.0.3:2";
 
 fn work_dir(name: &str) -> PathBuf {
@@ -74,16 +74,26 @@ fn stencil_shaped(out: &Path, shape: &[&str], env: &[(&str, &str)]) -> (Option<i
     (out.status.code(), text, t0.elapsed())
 }
 
+/// The failure-free answer of `stencil` and its wall time.
+fn reference() -> &'static (String, Duration) {
+    static REFERENCE: OnceLock<(String, Duration)> = OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let dir = work_dir("reference");
+        let (code, err, took) = stencil(&dir, &[], &[]);
+        assert_eq!(code, Some(0), "{err}");
+        (checksum(&dir), took)
+    })
+}
+
 fn failure_free() -> String {
-    static ANSWER: OnceLock<String> = OnceLock::new();
-    ANSWER
-        .get_or_init(|| {
-            let dir = work_dir("reference");
-            let (code, err, _) = stencil(&dir, &[], &[]);
-            assert_eq!(code, Some(0), "{err}");
-            checksum(&dir)
-        })
-        .clone()
+    reference().0.clone()
+}
+
+/// `REVERB_FAULT_AGENT` for `host`: a third of the failure-free run in (at least 0.5 s), so the
+/// kill lands mid-run in an optimized build as in a debug one (a fixed 1.5 s outlasted a whole
+/// 6-rank job in the `ci` profile).
+fn agent_kill(host: &str) -> String {
+    format!("{host}@{}", (reference().1.as_millis() / 3).max(500))
 }
 
 #[test]
@@ -91,7 +101,7 @@ fn a_host_whose_agent_dies_moves_to_the_spare_with_the_failure_free_answer() {
     let expected = failure_free();
     let dir = work_dir("spare");
     let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
-    let (code, err, _) = stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", "127.0.0.3@1500")]);
+    let (code, err, _) = stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", agent_kill("127.0.0.3").as_str())]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("host 127.0.0.3 lost"), "{err}");
     assert!(err.contains("ranks 4-5 start again on spare 127.0.0.4 at incarnation 2"), "{err}");
@@ -112,7 +122,8 @@ fn a_failure_free_job_across_hosts_leaves_its_spare_idle() {
 #[test]
 fn a_lost_host_with_no_spare_stops_the_job_with_a_report() {
     let dir = work_dir("no-spare");
-    let (code, err, took) = stencil(&dir, &["--hosts", HOSTS], &[("REVERB_FAULT_AGENT", "127.0.0.2@1500")]);
+    let (code, err, took) =
+        stencil(&dir, &["--hosts", HOSTS], &[("REVERB_FAULT_AGENT", agent_kill("127.0.0.2").as_str())]);
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("host 127.0.0.2 lost, and no spare host is left"), "{err}");
     assert!(checksum(&dir).is_empty(), "an answer was written: {err}");
@@ -123,7 +134,8 @@ fn a_lost_host_with_no_spare_stops_the_job_with_a_report() {
 fn losing_the_controllers_host_stops_every_host() {
     let dir = work_dir("controller");
     let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
-    let (code, err, took) = stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", "localhost@1500")]);
+    let (code, err, took) =
+        stencil(&dir, &hosts, &[("REVERB_FAULT_AGENT", agent_kill("localhost").as_str())]);
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("host localhost lost"), "{err}");
     assert!(err.contains("and it served the rendezvous"), "{err}");
@@ -232,7 +244,8 @@ fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
         format!("localhost:{}", l.local_addr().expect("addr").port())
     };
     let mut first = agent(&dir, &root, "localhost", &[], &[]);
-    let mut second = agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", "127.0.0.2@1500")]);
+    let mut second =
+        agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", agent_kill("127.0.0.2").as_str())]);
     assert_eq!(wait_bounded(&mut second, Duration::from_secs(30)), Some(-1), "the agent was not killed");
     // The host comes back: its agent joins as a spare and is given its old ranks anew.
     let mut back = agent(&dir, &root, "127.0.0.2", &["--spare"], &[]);
@@ -300,7 +313,7 @@ fn a_lost_host_moves_to_the_spare_with_its_logger_cores() {
     let expected = logged_one_launcher();
     let dir = work_dir("logged-host");
     let hosts = ["--hosts", HOSTS, "--spares", "127.0.0.4"];
-    let (code, err, _) = logged(&dir, &hosts, &[("REVERB_FAULT_AGENT", "127.0.0.3@1500")]);
+    let (code, err, _) = logged(&dir, &hosts, &[("REVERB_FAULT_AGENT", agent_kill("127.0.0.3").as_str())]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("ranks 4-5 start again on spare 127.0.0.4 at incarnation 2"), "{err}");
     assert!(err.contains("[logger 2] reverb logger-core node 2: incarnation 2 rejoined"), "{err}");
@@ -358,7 +371,12 @@ fn a_copy_killed_on_another_host_is_masked_by_the_controller() {
 #[test]
 fn a_lost_host_of_copies_is_masked_whole_with_no_spare_and_no_rollback() {
     let says = "its ranks 4-5 are copies with live mates on other hosts: masked";
-    masked_run("mask-host", ("REVERB_FAULT_AGENT", "127.0.0.3@1500"), says, "start again on spare");
+    masked_run(
+        "mask-host",
+        ("REVERB_FAULT_AGENT", agent_kill("127.0.0.3").as_str()),
+        says,
+        "start again on spare",
+    );
 }
 
 #[test]
