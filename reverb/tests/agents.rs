@@ -89,11 +89,11 @@ fn failure_free() -> String {
     reference().0.clone()
 }
 
-/// `REVERB_FAULT_AGENT` for `host`: a third of the failure-free run in (at least 0.5 s), so the
-/// kill lands mid-run in an optimized build as in a debug one (a fixed 1.5 s outlasted a whole
-/// 6-rank job in the `ci` profile).
+/// `REVERB_FAULT_AGENT` for `host`: a sixth of the failure-free run in (at least 0.5 s), so the
+/// kill lands early in an optimized build as in a debug one (a fixed 1.5 s outlasted a whole
+/// 6-rank job in the `ci` profile), with room for a reference slowed by the tests beside it.
 fn agent_kill(host: &str) -> String {
-    format!("{host}@{}", (reference().1.as_millis() / 3).max(500))
+    format!("{host}@{}", (reference().1.as_millis() / 6).max(500))
 }
 
 #[test]
@@ -229,6 +229,7 @@ fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
     let reference = work_dir("comeback-reference");
     let mut cmd = Command::new(BIN);
     cmd.args(["run", "-n", "4", "--ranks-per-node", "2", "--timeout", "120", "--"]).arg(BIN).args(APP);
+    let took = Instant::now();
     let out = cmd
         .env("REVERB_RUNTIME_REPORT", &reference)
         .env("REVERB_PROVIDER", "shm")
@@ -239,13 +240,15 @@ fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
         .output()
         .expect("reverb run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Early in this job's own run (a quarter of its failure-free wall time): a host lost once
+    // the survivors have finished cannot be recovered from their logs.
+    let kill_at = format!("127.0.0.2@{}", (took.elapsed().as_millis() / 4).max(500));
     let root = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("localhost:{}", l.local_addr().expect("addr").port())
     };
     let mut first = agent(&dir, &root, "localhost", &[], &[]);
-    let mut second =
-        agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", agent_kill("127.0.0.2").as_str())]);
+    let mut second = agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", kill_at.as_str())]);
     assert_eq!(wait_bounded(&mut second, Duration::from_secs(30)), Some(-1), "the agent was not killed");
     // The host comes back: its agent joins as a spare and is given its old ranks anew.
     let mut back = agent(&dir, &root, "127.0.0.2", &["--spare"], &[]);
