@@ -101,7 +101,7 @@ for round in 1 2 3; do
 done
 say "point-to-point order on tcp with the cores busy: ok"
 # Linked against reverb's library directly: plain `reverb run`, no --mpi.
-bash scripts/reverb-mpicc -std=c11 -Wall -Werror mpi/tests/c/p2p.c -o "$work/p2p-direct"
+bash scripts/reverb-mpicc --profile ci -std=c11 -Wall -Werror mpi/tests/c/p2p.c -o "$work/p2p-direct"
 "$reverb" run --timeout 120 -n 2 -- "$work/p2p-direct" >"$work/p2p-direct.log" 2>&1 ||
     fail "p2p built by reverb-mpicc: $(tail -n 20 "$work/p2p-direct.log")"
 expect p2p-direct.log "p2p: ok"
