@@ -77,14 +77,15 @@ say "master-worker (any-source): a worker node and the master's node killed, sam
 # Self-scheduling (MPI_Improbe + MPI_Mrecv): which worker gets which task follows arrivals, so
 # the master's re-execution must take each result in the call that took it first. Each worker's
 # hash of the tasks it got must be the hash of what the (last) master gave it.
-dynamic_agrees() { # LOG
+workers_agree() { # PROGRAM LOG
     local w given got
     for w in 1 2 3; do
-        given=$(grep "master gave worker $w " "$work/$1" | tail -n 1 | awk '{print $NF}')
-        got=$(grep "worker $w got" "$work/$1" | tail -n 1 | awk '{print $NF}')
-        [[ -n $given && $given == "$got" ]] || fail "dynamic_ft ($1): master gave worker $w '$given', it got '$got'"
+        given=$(grep "master gave worker $w " "$work/$2" | tail -n 1 | awk '{print $NF}')
+        got=$(grep "worker $w got" "$work/$2" | tail -n 1 | awk '{print $NF}')
+        [[ -n $given && $given == "$got" ]] || fail "$1 ($2): master gave worker $w '$given', it got '$got'"
     done
 }
+dynamic_agrees() { workers_agree dynamic_ft "$1"; }
 run dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
 dynamic_agrees dyn-clean.log
 REVERB_FAULT=0:60 run dyn-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/dynamic_ft" 200
@@ -102,14 +103,7 @@ say "self-scheduling (matched probes): the master's node killed, each worker's t
 # tasks it did and which each worker got follow the polls' findings, so the re-executed
 # master must find each request at the poll that found it first (a result for a task it did
 # not give that worker stops the job). The checks are dynamic_ft's.
-iprobe_agrees() { # LOG
-    local w given got
-    for w in 1 2 3; do
-        given=$(grep "master gave worker $w " "$work/$1" | tail -n 1 | awk '{print $NF}')
-        got=$(grep "worker $w got" "$work/$1" | tail -n 1 | awk '{print $NF}')
-        [[ -n $given && $given == "$got" ]] || fail "iprobe_ft ($1): master gave worker $w '$given', it got '$got'"
-    done
-}
+iprobe_agrees() { workers_agree iprobe_ft "$1"; }
 run iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
 iprobe_agrees iprobe-clean.log
 REVERB_FAULT=0:30 run iprobe-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300
