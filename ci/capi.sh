@@ -16,7 +16,7 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/capi-ci
 rm -rf "$work"
 mkdir -p "$work/bin"
-cargo build --profile ci -p reverb
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 reverb=$target/ci/reverb
 bash scripts/reverb-scripts install-capi --prefix "$work/prefix" --profile ci -- --features fault-injection
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig

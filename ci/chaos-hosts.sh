@@ -26,7 +26,7 @@ fail() { say "FAILED: $*"; exit 1; }
 source ci/chaos-verdict.sh
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run it as root)"
 
-cargo build --profile ci -p reverb --features fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/ci/reverb
 out=$target/chaos-hosts

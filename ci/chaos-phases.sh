@@ -16,8 +16,7 @@ say() { echo "== chaos-phases: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 source ci/chaos-verdict.sh
 
-# The debug build the other fault suites use (ci/chaos-hosts.sh): no second, release build.
-cargo build --profile ci -p reverb --features fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/ci/reverb
 out=$target/chaos-phases

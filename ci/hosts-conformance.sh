@@ -25,7 +25,7 @@ case $provider in
 esac
 
 say "building the provider and fan_in tests"
-bins=$(cargo test --profile ci -p reverb-transport --test provider --test fan_in --no-run --message-format=json |
+bins=$(cargo ci-test --test provider --test fan_in --no-run --message-format=json |
     python3 -c '
 import json, sys
 for line in sys.stdin:

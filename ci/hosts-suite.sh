@@ -26,7 +26,7 @@ say() { echo "== hosts-suite: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root to make network, mount and UTS namespaces (run the test command as root)"
 
-cargo build --profile ci -p reverb --features fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/ci/reverb
 out=$target/hosts-suite
@@ -90,7 +90,6 @@ say "checksums: one host $one, two hosts $two, two hosts with a kill $killed"
 [ "$one" = "$two" ] && [ "$one" = "$killed" ] || fail "checksums differ"
 
 say "MPI across hosts: the C Jacobi (mpicc.mpich) under reverb run --mpi --hosts, failure-free and with rank 3 killed on hb"
-cargo build --profile ci -p reverb-mpi --features fault-injection
 mpicc.mpich -std=c11 -O1 -Impi/include examples/mpi/jacobi_ft.c -o "$out/jacobi_ft"
 timeout 120 mpiexec.mpich -n 4 "$out/jacobi_ft" 200 20 >"$out/jacobi-mpich.log" 2>&1 ||
     fail "jacobi_ft on MPICH: $(tail -n 20 "$out/jacobi-mpich.log")"

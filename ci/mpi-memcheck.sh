@@ -20,7 +20,7 @@ fi
 # The library alone with `memcheck` (rustix on libc: its own vDSO lookup crashes under
 # Valgrind; a sender never writes into its receiver with process_vm_writev, which the
 # receiver's memcheck cannot see); the `reverb` launcher does not run under it.
-cargo build --profile ci -p reverb
+cargo ci-build  # the launcher: the build every suite shares
 cargo build --profile ci -p reverb-mpi --features memcheck
 target=${CARGO_TARGET_DIR:-$PWD/target}
 reverb=$target/ci/reverb

@@ -9,7 +9,7 @@ say() { echo "== mpi-verbs: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
 
-cargo build --profile ci -p reverb -p reverb-mpi --features reverb/verbs,reverb-mpi/verbs,reverb-mpi/fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares (verbs included)
 target=${CARGO_TARGET_DIR:-$PWD/target}
 work=$target/mpi-verbs
 rm -rf "$work"

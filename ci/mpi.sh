@@ -37,7 +37,7 @@ say() { echo "== mpi: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 command -v mpicc.mpich >/dev/null || fail "needs mpicc.mpich (apt-get install mpich libmpich-dev)"
 
-cargo build --profile ci -p reverb -p reverb-mpi --features reverb-mpi/fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 target=${CARGO_TARGET_DIR:-$PWD/target}
 reverb=$target/ci/reverb
 work=$target/mpi-ci

@@ -37,7 +37,7 @@ export REVERB_SLURM_DIR=/run/reverb-slurm-suite REVERB_SLURM_CTL=sctl
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/ci/reverb
 out=$target/slurm-suite
-cargo build --profile ci -p reverb --features fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares
 rm -rf "$out"
 mkdir -p "$out"
 

@@ -34,18 +34,21 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # docs/ says what is, not when: no commit hashes, clock times or issue numbers; no diaries.
 bash ci/docs-lint.sh
 
-# Every build below is the `ci` profile's (Cargo.toml): the dev profile's assertions, optimized
-# a little, so that the many-process suites run several times faster for a slower compile.
+# Every build below is `cargo ci-build` (.cargo/config.toml): the `ci` profile (Cargo.toml: the
+# dev profile's assertions, optimized a little, so that the many-process suites run several times
+# faster for a slower compile) with the fault hooks and the verbs provider, one feature set for
+# every suite, so no suite compiles the tree again. The tests run with verbs compiled in and no
+# RDMA device, as on most machines; the VM suites run the same binaries on soft-RoCE.
 step "build (every target, the criterion benches too)"
 # --all-targets builds the benches: a separate `cargo bench --no-run` recompiled every
 # dependency at opt-level 3 for no check this one lacks.
-cargo build --workspace --all-targets --profile ci
+cargo ci-build
 
 step "a default build of the runtime library has no fault hooks"
 bash ci/no-fault-hooks.sh
 
 step "tests"
-cargo test --workspace --profile ci
+cargo ci-test
 
 step "the C ABI from C: libreverb installed with pkg-config, the C examples and error paths on shm and tcp, the C stencil surviving a killed node"
 bash ci/capi.sh
@@ -57,11 +60,10 @@ step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, co
 bash ci/mpi-memcheck.sh
 
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
-REVERB_PROVIDER=tcp cargo test --profile ci -p reverb-transport --test provider --test fan_in
-REVERB_PROVIDER=tcp cargo test --profile ci -p reverb --test demo --test ckpt_boundary
+REVERB_PROVIDER=tcp cargo ci-test --test provider --test fan_in --test demo --test ckpt_boundary
 
 step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
-REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo test --profile ci -p reverb-transport --test provider --test fan_in
+REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo ci-test --test provider --test fan_in
 
 step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn, logger cores, a host lost (agents, spare)"
 bash ci/hosts-suite.sh

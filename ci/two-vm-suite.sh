@@ -5,7 +5,7 @@
 # them (ci/vm/two-vm-job.sh says what runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --profile ci -p reverb --features verbs,fault-injection
+cargo ci-build  # .cargo/config.toml: the build every suite shares (verbs included)
 target=${CARGO_TARGET_DIR:-$PWD/target}
 out=target/two-vm/run-$$
 rm -rf target/two-vm
