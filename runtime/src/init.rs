@@ -10,6 +10,7 @@ use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportC
 use super::early::{wait_none_lost, EarlyRecovery};
 use super::error::{Result, RuntimeError};
 use super::fault::{Here, InitStep};
+use super::finished::{self, FinishedPeers, LostUnit};
 use super::report::{rank_cpu_ns, unix_ns, RuntimeReport};
 use super::{initboot, Runtime, RuntimeConfig};
 
@@ -98,7 +99,10 @@ impl Runtime {
             let my_unit = self.unit_of.get(self.rank as usize).copied().unwrap_or(my_node);
             let restarted_ranks: Vec<Rank> =
                 (0..self.size).filter(|&r| self.unit_of[r as usize] == my_unit).collect();
-            self.recovery_collective(&restarted_ranks, true).map_err(RuntimeError::during_recovery)?;
+            if let Err(e) = self.recovery_collective(&restarted_ranks, true) {
+                let unit = LostUnit::of(self.rank, &self.unit_of, &self.node_of);
+                return Err(finished::explain(&mut self.boot, &unit, e.during_recovery()));
+            }
         } else if let Some((detected, start)) = early.detected {
             // The restarted ranks' recovery collectives: no epoch is committed, so they start
             // from the initial state, and no rank has sent anything yet.
@@ -150,6 +154,12 @@ fn open_transport(
     node_of: &[u32],
 ) -> Result<Box<dyn Provider>> {
     let restarted = ctx.restarted;
+    // Peers that finished the job (a node lost as its ranks exited) never come back: said
+    // before the transport's rejoin, which waits a while for ranks without an address.
+    let unit = LostUnit::of(job.rank, ctx.unit_of, node_of);
+    if restarted {
+        FinishedPeers::default().check(&boot.lookup()?, job.rank, &unit)?;
+    }
     let mut provider = reverb_transport::open(&TransportConfig::from_env()?, boot).map_err(|e| match e {
         // The providers' open is one collective that owns its half-built state: a
         // survivor has nothing to reconnect with.
@@ -161,6 +171,7 @@ fn open_transport(
     })?;
     if restarted {
         Runtime::check_recoverable(&ctx.config.log, node_of)?;
+        FinishedPeers::default().check(&boot.lookup()?, job.rank, &unit)?;
         let my_unit = ctx.unit_of.get(job.rank as usize).copied().unwrap_or(job.node);
         // Unit mates restarted with this rank: the provider may have found their dead
         // incarnation.
@@ -171,7 +182,7 @@ fn open_transport(
         }
         // Collectives fail while any rank is lost: another node failing with this one
         // must be back before the endpoint's setup starts.
-        wait_none_lost(boot, ctx.config.rejoin_timeout)?;
+        wait_none_lost(boot, ctx.config.rejoin_timeout, &unit)?;
     }
     Ok(provider)
 }

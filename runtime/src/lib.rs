@@ -112,6 +112,7 @@ mod detection;
 mod early;
 mod error;
 pub mod fault;
+mod finished;
 mod init;
 mod initboot;
 pub mod logger_core;
