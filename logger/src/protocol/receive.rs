@@ -305,7 +305,7 @@ impl LoggedEndpoint {
     /// checkpoint), the retired copy's was a duplicate the runtime dropped: the delivery is
     /// skipped. Else, once one has arrived, a relabelled copy of it goes first (theirs stays
     /// for its own delivery, a duplicate then).
-    fn stand_in_for(&mut self, sender: Rank, ssn: Ssn) -> StandIn {
+    pub(super) fn stand_in_for(&mut self, sender: Rank, ssn: Ssn) -> StandIn {
         let Some(copies) = self.stand_ins.iter().find(|(r, _)| *r == sender).map(|(_, c)| c.clone()) else {
             return StandIn::NotYet;
         };
@@ -513,7 +513,7 @@ impl LoggedEndpoint {
 }
 
 /// Where a replayed delivery from a retired copy stands (`stand_in_for`).
-enum StandIn {
+pub(super) enum StandIn {
     /// Its stand-in's copy is queued at this index of `ready`.
     Queued(usize),
     /// The message was a duplicate already delivered from the stand-in: skip the delivery.

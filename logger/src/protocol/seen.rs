@@ -6,6 +6,7 @@
 
 use reverb_transport::{Rank, Source, Tag, TagMatch};
 
+use super::receive::StandIn;
 use super::{IncomingMessage, LoggedEndpoint};
 use crate::determinant::{Determinant, Rsn, Ssn};
 use crate::error::{LogError, Result};
@@ -53,6 +54,8 @@ impl LoggedEndpoint {
     }
 
     /// The message a replayed probe at tick `at` found the first time, once it has arrived.
+    /// One from a copy retired since (partial redundancy) comes from its mates, as a
+    /// replayed delivery's does (`stand_in_for`).
     fn replayed_finding(
         &mut self,
         at: Rsn,
@@ -62,7 +65,24 @@ impl LoggedEndpoint {
     ) -> Result<LoggedProbe> {
         self.provider.progress()?;
         self.collect_completions()?;
-        let Some(a) = self.ready.iter().find(|a| a.sender == sender && a.ssn == ssn) else {
+        let waiting = self.ready.iter().position(|a| a.sender == sender && a.ssn == ssn);
+        let found = match waiting {
+            Some(i) => Some(i),
+            None => match self.stand_in_for(sender, ssn) {
+                StandIn::Queued(i) => Some(i),
+                StandIn::NotYet => None,
+                StandIn::Duplicate => {
+                    return Err(LogError::ReplayDiverged {
+                        rsn: at,
+                        detail: format!(
+                            "probe found retired copy {sender}'s message #{ssn}, which its mates' copy \
+                             delivered before: a duplicate no probe can find again"
+                        ),
+                    })
+                }
+            },
+        };
+        let Some(a) = found.and_then(|i| self.ready.get(i)) else {
             self.background(false)?;
             return Ok(LoggedProbe::NotYet);
         };
