@@ -453,6 +453,13 @@ impl Runtime {
         self.probe_logged_now(source, tag)
     }
 
+    /// The first 8 payload bytes of the message the last probe found
+    /// ([`LoggedEndpoint::probed_head`]): a layer sending long messages in pieces reads the
+    /// whole length there. None with logging off (pass-through).
+    pub fn probed_head(&self) -> Option<[u8; 8]> {
+        self.endpoint.as_ref().and_then(LoggedEndpoint::probed_head)
+    }
+
     /// Whether the next deliveries' order is logged whatever the receive: a layer sets it
     /// while receives that could take each other's messages are outstanding together
     /// ([`LoggedEndpoint::set_order_logged`]).

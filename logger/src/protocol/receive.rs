@@ -162,6 +162,7 @@ impl LoggedEndpoint {
     /// names the message its determinant names, as a receive would take.
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, u64, usize)>> {
         if self.pass_through {
+            self.probed_head = None;
             return self.probe_pass_through(source, tag);
         }
         self.provider.progress()?;
@@ -171,8 +172,8 @@ impl LoggedEndpoint {
             self.background(false)?;
             return Ok(None);
         };
-        let a = &self.ready[i];
-        Ok(Some((a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset)))
+        let (sender, _, tag, len) = self.note_probed(i);
+        Ok(Some((sender, tag, len)))
     }
 
     /// Whether the next delivery's order is logged whatever the receive: set it while
