@@ -4,7 +4,6 @@
 use reverb_ckpt::{Checkpointer, CkptConfig};
 use reverb_logger::{LoggedEndpoint, SetupFailed};
 use reverb_transport::bootstrap::{BootParams, TcpBootstrap};
-use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
 
 use super::early::{wait_none_lost, EarlyRecovery};
@@ -101,7 +100,7 @@ impl Runtime {
                 (0..self.size).filter(|&r| self.unit_of[r as usize] == my_unit).collect();
             if let Err(e) = self.recovery_collective(&restarted_ranks, true) {
                 let unit = LostUnit::of(self.rank, &self.unit_of, &self.node_of);
-                return Err(finished::explain(&mut self.boot, &unit, e.during_recovery()));
+                return Err(finished::explain(&mut self.boot, &unit, e));
             }
         } else if let Some((detected, start)) = early.detected {
             // The restarted ranks' recovery collectives: no epoch is committed, so they start
@@ -158,7 +157,7 @@ fn open_transport(
     // before the transport's rejoin, which waits a while for ranks without an address.
     let unit = LostUnit::of(job.rank, ctx.unit_of, node_of);
     if restarted {
-        FinishedPeers::default().check(&boot.lookup()?, job.rank, &unit)?;
+        FinishedPeers::default().settle(boot, &unit)?;
     }
     let mut provider = reverb_transport::open(&TransportConfig::from_env()?, boot).map_err(|e| match e {
         // The providers' open is one collective that owns its half-built state: a
@@ -171,13 +170,12 @@ fn open_transport(
     })?;
     if restarted {
         Runtime::check_recoverable(&ctx.config.log, node_of)?;
-        FinishedPeers::default().check(&boot.lookup()?, job.rank, &unit)?;
         let my_unit = ctx.unit_of.get(job.rank as usize).copied().unwrap_or(job.node);
         // Unit mates restarted with this rank: the provider may have found their dead
         // incarnation.
         for mate in (0..job.size).filter(|&r| r != job.rank && ctx.unit_of[r as usize] == my_unit) {
             if provider.peer_state(mate) != PeerState::Alive {
-                await_rejoin(provider.as_mut(), boot, mate, None, ctx.config.rejoin_timeout)?;
+                finished::await_mate(provider.as_mut(), boot, mate, ctx.config.rejoin_timeout, &unit)?;
             }
         }
         // Collectives fail while any rank is lost: another node failing with this one
