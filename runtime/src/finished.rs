@@ -1,7 +1,7 @@
 //! A restarted rank whose peers had already finished. A rank that passed the job's final
 //! barrier and left the rendezvous keeps no log and joins no recovery: a node lost after
 //! that (killed while its ranks were exiting) cannot replay, so its restarted ranks say so
-//! at once instead of waiting for those peers until a timeout.
+//! within seconds instead of waiting for those peers until a timeout.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
