@@ -14,7 +14,9 @@
 #   - a master that works between MPI_Iprobe polls, or while MPI_Test on its MPI_Issend of a
 #     task is false (iprobe_ft): the master's node lost, its re-execution finds each request
 #     at the poll that found it first and each send done at the test that found it done (its
-#     own tasks and each worker's as before), the failure-free checksum;
+#     own tasks and each worker's as before), the failure-free checksum; the same with the
+#     probed results eager, rendezvous and in pieces; a node lost after the others finished
+#     stops the job with one unrecoverable report;
 #   - collectives (MPI_Comm_split before the restore, broadcasts and all-reduces) under
 #     collective-aware logging (REVERB_LOG_CAML=1): a node killed inside a collective, the
 #     failure-free checksum, and the survivors resent multicast stubs with their roots' bytes;
@@ -121,6 +123,38 @@ for log in iprobe-master.log iprobe-master-sb.log iprobe-issend.log iprobe-issen
         fail "iprobe_ft ($log): $(checksum $log), failure-free $(checksum iprobe-clean.log)"
 done
 say "master working between MPI_Iprobe polls and MPI_Test on MPI_Issend: the master's node killed, each worker's tasks as the master gave them, same checksum ($(checksum iprobe-clean.log)): ok"
+
+# The probed results at the eager limit (8000 B), above the rendezvous threshold with their
+# envelope (8192 B) and in pieces (20000 B, REVERB_LOG_MAX_MESSAGE=8k): each MPI_Iprobe's
+# status gives the whole length (the master checks it and every byte), and the master's
+# re-execution finds each at the poll that found it first. The results, hence the checksum,
+# are the 16-byte runs'.
+for bytes in 8000 8192 20000; do
+    max=4m
+    [ "$bytes" -gt 8192 ] && max=8k
+    REVERB_LOG_MAX_MESSAGE=$max REVERB_FAULT=0:30 run "iprobe-$bytes.log" -n 4 --ranks-per-node 2 --respawn 1 -- \
+        "$work/iprobe_ft" 300 send "$bytes"
+    REVERB_LOG_MAX_MESSAGE=$max REVERB_LOG=pessimistic-sb REVERB_FAULT=0:6 run "iprobe-$bytes-issend-sb.log" \
+        -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300 issend "$bytes"
+    for log in "iprobe-$bytes.log" "iprobe-$bytes-issend-sb.log"; do
+        expect "$log" "respawning node 0"
+        iprobe_agrees "$log"
+        [ "$(checksum "$log")" = "$(checksum iprobe-clean.log)" ] ||
+            fail "iprobe_ft ($log): $(checksum "$log"), failure-free $(checksum iprobe-clean.log)"
+    done
+done
+say "MPI_Iprobe finding results of 8000, 8192 and 20000 B (in pieces): the master's node killed, same checks: ok"
+
+# A node lost after the others finished (rank 2 killed half a second after its MPI_Finalize):
+# the survivors' logs ended with them, so the job stops with one report saying so.
+if REVERB_FAULT_FINALIZED=2:500 "$reverb" run --mpi --timeout "$bound" -n 4 --ranks-per-node 2 --respawn 1 -- \
+    "$work/iprobe_ft" 100 >"$work/iprobe-finished.log" 2>&1; then
+    fail "a node lost after the others finished: the job succeeded: $(tail -n 20 "$work/iprobe-finished.log")"
+fi
+[ "$(grep -c "unrecoverable failure:" "$work/iprobe-finished.log")" = 1 ] ||
+    fail "a node lost after the others finished: not one report: $(tail -n 20 "$work/iprobe-finished.log")"
+expect iprobe-finished.log "reverb run: unrecoverable failure: node 1 (ranks 2-3) was lost after rank"
+say "a node lost after the others finished: one unrecoverable report: ok"
 
 # NAME PER_NODE FAULT ARGS...: collectives_ft ARGS on 8 ranks failure-free, then under CAML
 # with REVERB_FAULT=FAULT, its reports in $work/NAME-reports: the killed rank restored and

@@ -10,10 +10,13 @@
  * the master did not give that worker (a re-execution that polled differently) stops the job.
  * Each worker prints a hash of the tasks it was given, the master what it gave each worker and
  * which tasks it did itself (the two must agree), and a checksum of every task's result (the
- * failure-free one).
+ * failure-free one). BYTES (default 16) sizes each result message, the one MPI_Iprobe finds:
+ * the task and its result, then doubles derived from the result, which the master checks
+ * (at the eager limit, above the rendezvous threshold, above REVERB_LOG_MAX_MESSAGE).
  *
  *   mpicc.mpich -I mpi/include iprobe_ft.c -o iprobe_ft
- *   REVERB_LOG=causal REVERB_FAULT=0:30 reverb run --mpi -n 4 --ranks-per-node 2 --respawn 1 -- ./iprobe_ft 300 [issend]
+ *   REVERB_LOG=causal REVERB_FAULT=0:30 reverb run --mpi -n 4 --ranks-per-node 2 --respawn 1 -- \
+ *       ./iprobe_ft 300 [send|issend] [BYTES]
  */
 #include <inttypes.h>
 #include <mpi.h>
@@ -22,6 +25,7 @@
 #include <string.h>
 
 #define TASKS_MAX 100000
+#define BYTES_MAX (1 << 20)
 #define WORKERS_MAX 64
 #define TAG_TASK 1
 #define TAG_REQUEST 2
@@ -54,6 +58,10 @@ static long count[WORKERS_MAX + 1];
 /* "issend": tasks go by MPI_Issend, and the master works while MPI_Test says the worker has
  * not received it yet. */
 static int by_issend;
+/* Doubles per result message (BYTES / 8): the task, its result, then padding from the result. */
+static int reply_len = 2;
+
+static double pad(double result, int i) { return result * (double)i + (double)i; }
 
 static void note(long task, int w) {
     owner[task] = w;
@@ -83,6 +91,8 @@ static void give(long task, int w) {
         note(task, w);
 }
 
+static double reply[BYTES_MAX / sizeof(double)];
+
 static void master(int workers) {
     long outstanding = tasks < workers ? tasks : workers; /* workers holding a task */
     for (int w = 0; w <= workers; w++)
@@ -104,14 +114,23 @@ static void master(int workers) {
             own_unit();
             continue;
         }
-        double reply[2];
-        int w = st.MPI_SOURCE;
-        MPI_Recv(reply, 2, MPI_DOUBLE, w, TAG_REQUEST, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        int w = st.MPI_SOURCE, probed = 0;
+        MPI_Get_count(&st, MPI_DOUBLE, &probed);
+        if (probed != reply_len) {
+            fprintf(stderr, "iprobe_ft: probed a result of %d doubles from %d, not %d\n", probed, w, reply_len);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        MPI_Recv(reply, reply_len, MPI_DOUBLE, w, TAG_REQUEST, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         long t = (long)reply[0];
         if (t < 0 || t >= tasks || owner[t] != w) {
             fprintf(stderr, "iprobe_ft: a result for task %ld from %d, not given it\n", t, w);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        for (int i = 2; i < reply_len; i++)
+            if (reply[i] != pad(reply[1], i)) {
+                fprintf(stderr, "iprobe_ft: task %ld's result from %d is damaged at double %d\n", t, w, i);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
         result[t] = reply[1];
         long task = next < tasks ? next++ : -1;
         give(task, w);
@@ -135,8 +154,11 @@ static void worker(int rank) {
             break;
         got = fnv1a(got, &task, sizeof task);
         count++;
-        double reply[2] = {(double)task, work(task)};
-        MPI_Send(reply, 2, MPI_DOUBLE, 0, TAG_REQUEST, MPI_COMM_WORLD);
+        reply[0] = (double)task;
+        reply[1] = work(task);
+        for (int i = 2; i < reply_len; i++)
+            reply[i] = pad(reply[1], i);
+        MPI_Send(reply, reply_len, MPI_DOUBLE, 0, TAG_REQUEST, MPI_COMM_WORLD);
     }
     printf("iprobe_ft: worker %d got %ld tasks, hash %016" PRIx64 "\n", rank, count, got);
 }
@@ -144,13 +166,17 @@ static void worker(int rank) {
 int main(int argc, char **argv) {
     tasks = argc > 1 ? atol(argv[1]) : 300;
     by_issend = argc > 2 && strcmp(argv[2], "issend") == 0;
+    long bytes = argc > 3 ? atol(argv[3]) : 16;
+    reply_len = (int)(bytes / (long)sizeof(double));
     int rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size < 2 || size - 1 > WORKERS_MAX || tasks < 1 || tasks > TASKS_MAX) {
+    if (size < 2 || size - 1 > WORKERS_MAX || tasks < 1 || tasks > TASKS_MAX || bytes < 16 || bytes > BYTES_MAX ||
+        bytes % 8 != 0) {
         if (rank == 0)
-            fprintf(stderr, "iprobe_ft: needs 2 to %d ranks and 1 to %d tasks\n", WORKERS_MAX + 1, TASKS_MAX);
+            fprintf(stderr, "iprobe_ft: needs 2 to %d ranks, 1 to %d tasks and 16 to %d bytes (a multiple of 8)\n",
+                    WORKERS_MAX + 1, TASKS_MAX, BYTES_MAX);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (rank == 0)

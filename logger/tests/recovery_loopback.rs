@@ -416,3 +416,89 @@ fn pessimistic_sender_based_probes_find_in_the_replay_what_they_found_first() {
 fn pessimistic_receiver_based_probes_find_in_the_replay_what_they_found_first() {
     probes_replay(LogMode::PESSIMISTIC_RB);
 }
+
+/// Probes' findings from a copy retired before the replay (partial redundancy): ranks 0 and
+/// 2 act as two copies of one rank, sending the victim the same message under the same
+/// number. The victim's probe finds rank 2's copy (a "seen" determinant naming it), its
+/// wildcard receive takes it, and rank 0's copy comes later to a named receive. Then rank 2
+/// is retired: its sender log is gone, so only rank 0 resends, and the replay's probe must
+/// find rank 2's message in rank 0's copy (`stand_in`), as the replayed delivery does.
+fn probes_replay_from_a_retired_copy(mode: LogMode) {
+    let config = LogConfig { mode, unit: LogUnit::Rank, ring_capacity: 1 << 20, ..LogConfig::default() };
+    on_ranks(&format!("seen-retired-{mode}"), 3, |mut boot, provider| {
+        let me = boot.job().rank;
+        let mut endpoint = LoggedEndpoint::new(provider, &mut boot, config.clone()).expect("endpoint");
+        // The copies' one message: the same bytes from either.
+        let message = payload(2, 0);
+        let mut first = Vec::new();
+        if me == VICTIM {
+            let (nothing, found, got) = probing_calls(&mut endpoint, &mut || {
+                boot.barrier().expect("probed");
+                boot.barrier().expect("rank 2 sent");
+            });
+            assert_eq!((nothing, found), (LoggedProbe::Nothing, LoggedProbe::Found(2, 0, message.len())));
+            assert_eq!((got.source, got.ssn, got.rsn), (2, 1, 4));
+            first = vec![Determinant::seen(2, VICTIM, 1, 2)];
+            first.extend(got.determinant);
+            boot.barrier().expect("taken");
+            let copy = endpoint.recv(Source::Rank(0), TagMatch::exact(0), WAIT).expect("rank 0's copy");
+            assert_eq!((copy.source, copy.ssn, copy.payload), (0, 1, message.clone()));
+            endpoint.send(0, ANSWER_TAG, b"answer").expect("answer");
+        } else {
+            boot.barrier().expect("probed");
+            if me == 2 {
+                endpoint.send(VICTIM, 0, &message).expect("send");
+                endpoint.wait_sends(WAIT).expect("sends out");
+            }
+            boot.barrier().expect("rank 2 sent");
+            boot.barrier().expect("taken");
+            if me == 0 {
+                endpoint.send(VICTIM, 0, &message).expect("send the copy");
+                endpoint.wait_sends(WAIT).expect("sends out");
+                endpoint.recv(Source::Rank(VICTIM), TagMatch::exact(ANSWER_TAG), WAIT).expect("answer");
+            }
+        }
+        endpoint.flush_log().expect("flush");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        boot.barrier().expect("quiet");
+        let dets = endpoint.gather_determinants(&mut boot, &[VICTIM]).expect("gather determinants");
+        if me == VICTIM {
+            assert_eq!(dets, first, "{mode}: the seen and the delivery determinant, gathered");
+            endpoint.restart_in_place(1).expect("restart");
+            endpoint.stand_in(2, vec![0]);
+            endpoint.begin_replay(&dets).expect("begin replay");
+        }
+        boot.barrier().expect("restarted");
+        // Rank 2 is retired: it resends nothing.
+        if me == 0 {
+            assert_eq!(endpoint.resend_from(VICTIM, 1).expect("resend"), 1);
+            endpoint.wait_sends(WAIT).expect("resent");
+        }
+        boot.barrier().expect("resent");
+        if me == VICTIM {
+            let (nothing, found, got) = probing_calls(&mut endpoint, &mut || {});
+            assert_eq!(
+                (nothing, found),
+                (LoggedProbe::Nothing, LoggedProbe::Found(2, 0, message.len())),
+                "{mode}"
+            );
+            assert_eq!((got.source, got.ssn, got.rsn, &got.payload), (2, 1, 4, &message), "{mode}");
+            assert!(!endpoint.replaying());
+            let copy = endpoint.recv(Source::Rank(0), TagMatch::exact(0), WAIT).expect("rank 0's own copy");
+            assert_eq!((copy.source, copy.ssn), (0, 1), "{mode}: rank 0's copy stays for its own receive");
+        }
+        boot.barrier().expect("done");
+        endpoint.wait_sends(WAIT).expect("sends out");
+        endpoint.finish(&mut boot).expect("finish");
+    });
+}
+
+#[test]
+fn causal_probes_find_a_retired_copys_message_in_its_mates_copy() {
+    probes_replay_from_a_retired_copy(LogMode::CAUSAL);
+}
+
+#[test]
+fn pessimistic_sender_based_probes_find_a_retired_copys_message_in_its_mates_copy() {
+    probes_replay_from_a_retired_copy(LogMode::PESSIMISTIC_SB);
+}

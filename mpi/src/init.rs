@@ -40,8 +40,11 @@ fn init() -> c_int {
     let mut rt = match Runtime::init() {
         Ok(rt) => rt,
         Err(e) => {
+            // A lost job is not a launch mistake: no hint after it.
+            let lost = matches!(e, reverb_runtime::RuntimeError::Unrecoverable(_));
             let e = MpiError::from(e);
-            let hint = "; MPI programs run under `reverb run --mpi -n N -- ./program`";
+            let hint =
+                if lost { "" } else { "; MPI programs run under `reverb run --mpi -n N -- ./program`" };
             return errors::handle(
                 MPI_ERRORS_ARE_FATAL,
                 "MPI_Init",

@@ -739,14 +739,9 @@ impl State {
         let Some((from, matching)) = recv_match(c, source, tag)? else {
             return Ok(Some(Status::proc_null()));
         };
-        let found = self.rt.probe(from, matching)?;
-        let c = self.comm(comm)?;
-        Ok(found.map(|(src, t, len)| Status {
-            source: c.rank_of_world(src),
-            tag: tags::split(t).0,
-            bytes: len,
-            error: MPI_SUCCESS,
-            cancelled: false,
-        }))
+        match self.rt.probe(from, matching)? {
+            Some((src, t, len)) => self.probe_status(comm, src, t, len).map(Some),
+            None => Ok(None),
+        }
     }
 }

@@ -73,14 +73,15 @@ impl State {
         Ok(found.unwrap_or_else(Status::empty))
     }
 
-    fn probe_status(&self, comm: c_int, src: Rank, tag: u64, len: usize) -> MpiResult<Status> {
+    /// The status of a probe's finding: a large message's first piece (BIG) gives the whole
+    /// message's length (`frag`), in the first bytes the probe saw.
+    pub(crate) fn probe_status(&self, comm: c_int, src: Rank, tag: u64, len: usize) -> MpiResult<Status> {
         let c = self.comm(comm)?;
-        Ok(Status {
-            source: c.rank_of_world(src),
-            tag: tags::split(tag).0,
-            bytes: len,
-            error: MPI_SUCCESS,
-            cancelled: false,
-        })
+        let (mpi_tag, flags) = tags::split(tag);
+        let bytes = match (flags & tags::BIG, self.rt.probed_head()) {
+            (0, _) | (_, None) => len,
+            (_, Some(head)) => usize::try_from(u64::from_le_bytes(head)).unwrap_or(len),
+        };
+        Ok(Status { source: c.rank_of_world(src), tag: mpi_tag, bytes, error: MPI_SUCCESS, cancelled: false })
     }
 }

@@ -165,6 +165,8 @@ impl Runtime {
                 RuntimeError::InvalidArgument(format!("writing the report {}: {e}", path.display()))
             })?;
         }
+        let here = Here { rank: self.rank, incarnation: self.report.incarnation };
+        self.config.faults.after_finalize(here, &self.config);
         Ok(self.report)
     }
 }

@@ -8,6 +8,7 @@ use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, Rank};
 
 use super::error::{Result, RuntimeError};
+use super::finished::{self, FinishedPeers, LostUnit};
 use super::report::unix_ns;
 use super::{Runtime, RuntimeConfig};
 
@@ -41,13 +42,18 @@ impl EarlyRecovery {
         restarted: bool,
     ) -> Result<()> {
         let Some(first) = cause.dead_peer() else { return Err(cause) };
-        if restarted || self.happened() {
+        let job = boot.job().clone();
+        let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
+        if restarted {
+            // The peer may have finished the job: then that is what went wrong.
+            let unit = LostUnit::of(job.rank, unit_of, &node_of);
+            return Err(finished::explain(boot, &unit, cause));
+        }
+        if self.happened() {
             return Err(cause.during_recovery());
         }
         let detected = unix_ns();
         let start = Instant::now();
-        let job = boot.job().clone();
-        let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         Runtime::check_recoverable(&config.log, &node_of)?;
         let widen = |ranks: &[Rank]| -> Vec<Rank> {
             let units: Vec<u32> = ranks.iter().filter_map(|&r| unit_of.get(r as usize).copied()).collect();
@@ -99,13 +105,18 @@ fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> 
         .collect())
 }
 
-/// Waits (bounded) until the rendezvous has an address for every rank not retired.
-pub(super) fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration) -> Result<()> {
+/// Waits (bounded) until the rendezvous has an address for every rank not retired; a rank
+/// that finished the job (see `finished`) ends the wait with the report for `unit`.
+pub(super) fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration, unit: &LostUnit) -> Result<()> {
     let start = Instant::now();
+    let me = boot.job().rank;
+    let mut finished = FinishedPeers::with_restarted();
     loop {
+        let table = boot.lookup()?;
+        finished.check(&table, me, unit)?;
         // A retired rank (a masked copy under partial redundancy) never comes back.
         let lost: Vec<Rank> =
-            boot.lookup()?.iter().filter(|a| a.address.is_none() && !a.retired).map(|a| a.rank).collect();
+            table.iter().filter(|a| a.address.is_none() && !a.retired).map(|a| a.rank).collect();
         if lost.is_empty() {
             return Ok(());
         }

@@ -14,6 +14,9 @@
 //! - `REVERB_FAULT_GC=RANK:EPOCH[:late|:trim][,..]`: at the log GC after checkpoint EPOCH,
 //!   just before its collective: SIGKILL, or (`:late`) join it only once a failed rank is
 //!   back; `:trim`: SIGKILL after its collective, before the logs are trimmed.
+//! - `REVERB_FAULT_FINALIZED=RANK[:MS][,..]`: incarnation 0 of RANK SIGKILLs itself MS ms
+//!   (default 0) after its `finalize` completed (the job's final barrier passed): its node
+//!   lost once the other ranks are done.
 
 #[cfg(feature = "fault-injection")]
 use std::path::PathBuf;
@@ -42,8 +45,8 @@ use super::error::{Result, RuntimeError};
 use super::RuntimeConfig;
 
 /// Every variable of this module.
-pub const FAULT_VARS: [&str; 4] =
-    ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC"];
+pub const FAULT_VARS: [&str; 5] =
+    ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC", "REVERB_FAULT_FINALIZED"];
 
 /// A collective step of [`Runtime::init`](super::Runtime::init) (after the transport's open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,10 @@ pub struct FaultPlan {
     /// `REVERB_FAULT_GC`: see `GcFault`.
     #[cfg(feature = "fault-injection")]
     pub gc: Vec<GcFault>,
+    /// `REVERB_FAULT_FINALIZED=RANK[:MS][,..]`: incarnation 0 of RANK SIGKILLs itself MS ms
+    /// after its `finalize` completed.
+    #[cfg(feature = "fault-injection")]
+    pub finalized: Vec<(Rank, Duration)>,
 }
 
 /// Where an injection point is: the rank and its incarnation.
@@ -96,6 +103,8 @@ impl FaultPlan {
     pub(super) fn after_send(&self, _here: Here, _sends: u64, _config: &RuntimeConfig) {}
 
     pub(super) fn arm_checkpoint(&self, _here: Here, _ckpt: &mut Checkpointer, _config: &RuntimeConfig) {}
+
+    pub(super) fn after_finalize(&self, _here: Here, _config: &RuntimeConfig) {}
 
     pub(super) fn before_init_step(
         &self,
@@ -136,7 +145,22 @@ impl FaultPlan {
                 Some(v) => v.split(',').map(str::parse).collect::<Result<Vec<GcFault>>>()?,
                 None => Vec::new(),
             },
+            finalized: list("REVERB_FAULT_FINALIZED")?
+                .map(|v| parse_finalized_faults(&v))
+                .transpose()?
+                .unwrap_or_default(),
         })
+    }
+
+    /// `REVERB_FAULT_FINALIZED`: dies the planned time after `finalize` completed.
+    pub(super) fn after_finalize(&self, here: Here, config: &RuntimeConfig) {
+        if here.incarnation != 0 {
+            return;
+        }
+        if let Some(&(_, after)) = self.finalized.iter().find(|(r, _)| *r == here.rank) {
+            std::thread::sleep(after);
+            die_now(config.report_dir.as_deref());
+        }
     }
 
     /// `REVERB_FAULT`: dies after the planned send.
@@ -215,6 +239,21 @@ fn parse_send_faults(v: &str) -> Result<Vec<(Rank, u64, u32)>> {
                         "REVERB_FAULT={v:?}: expected RANK:SENDS[@INCARNATION][,..]"
                     ))
                 })
+        })
+        .collect()
+}
+
+#[cfg(feature = "fault-injection")]
+fn parse_finalized_faults(v: &str) -> Result<Vec<(Rank, Duration)>> {
+    v.split(',')
+        .map(|one| {
+            let (rank, ms) = one.split_once(':').unwrap_or((one, "0"));
+            match (rank.trim().parse(), ms.trim().parse()) {
+                (Ok(rank), Ok(ms)) => Ok((rank, Duration::from_millis(ms))),
+                _ => Err(RuntimeError::InvalidArgument(format!(
+                    "REVERB_FAULT_FINALIZED={v:?}: expected RANK[:MS][,..]"
+                ))),
+            }
         })
         .collect()
 }

@@ -4,12 +4,12 @@
 use reverb_ckpt::{Checkpointer, CkptConfig};
 use reverb_logger::{LoggedEndpoint, SetupFailed};
 use reverb_transport::bootstrap::{BootParams, TcpBootstrap};
-use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
 
 use super::early::{wait_none_lost, EarlyRecovery};
 use super::error::{Result, RuntimeError};
 use super::fault::{Here, InitStep};
+use super::finished::{self, FinishedPeers, LostUnit};
 use super::report::{rank_cpu_ns, unix_ns, RuntimeReport};
 use super::{initboot, Runtime, RuntimeConfig};
 
@@ -98,7 +98,10 @@ impl Runtime {
             let my_unit = self.unit_of.get(self.rank as usize).copied().unwrap_or(my_node);
             let restarted_ranks: Vec<Rank> =
                 (0..self.size).filter(|&r| self.unit_of[r as usize] == my_unit).collect();
-            self.recovery_collective(&restarted_ranks, true).map_err(RuntimeError::during_recovery)?;
+            if let Err(e) = self.recovery_collective(&restarted_ranks, true) {
+                let unit = LostUnit::of(self.rank, &self.unit_of, &self.node_of);
+                return Err(finished::explain(&mut self.boot, &unit, e));
+            }
         } else if let Some((detected, start)) = early.detected {
             // The restarted ranks' recovery collectives: no epoch is committed, so they start
             // from the initial state, and no rank has sent anything yet.
@@ -150,6 +153,12 @@ fn open_transport(
     node_of: &[u32],
 ) -> Result<Box<dyn Provider>> {
     let restarted = ctx.restarted;
+    // Peers that finished the job (a node lost as its ranks exited) never come back: said
+    // before the transport's rejoin, which waits a while for ranks without an address.
+    let unit = LostUnit::of(job.rank, ctx.unit_of, node_of);
+    if restarted {
+        FinishedPeers::default().settle(boot, &unit)?;
+    }
     let mut provider = reverb_transport::open(&TransportConfig::from_env()?, boot).map_err(|e| match e {
         // The providers' open is one collective that owns its half-built state: a
         // survivor has nothing to reconnect with.
@@ -166,12 +175,12 @@ fn open_transport(
         // incarnation.
         for mate in (0..job.size).filter(|&r| r != job.rank && ctx.unit_of[r as usize] == my_unit) {
             if provider.peer_state(mate) != PeerState::Alive {
-                await_rejoin(provider.as_mut(), boot, mate, None, ctx.config.rejoin_timeout)?;
+                finished::await_mate(provider.as_mut(), boot, mate, ctx.config.rejoin_timeout, &unit)?;
             }
         }
         // Collectives fail while any rank is lost: another node failing with this one
         // must be back before the endpoint's setup starts.
-        wait_none_lost(boot, ctx.config.rejoin_timeout)?;
+        wait_none_lost(boot, ctx.config.rejoin_timeout, &unit)?;
     }
     Ok(provider)
 }

@@ -112,6 +112,7 @@ mod detection;
 mod early;
 mod error;
 pub mod fault;
+mod finished;
 mod init;
 mod initboot;
 pub mod logger_core;
@@ -450,6 +451,13 @@ impl Runtime {
     pub fn probe_logged(&mut self, source: Source, tag: TagMatch) -> Result<LoggedProbe> {
         self.not_redundant("probe")?;
         self.probe_logged_now(source, tag)
+    }
+
+    /// The first 8 payload bytes of the message the last probe found
+    /// ([`LoggedEndpoint::probed_head`]): a layer sending long messages in pieces reads the
+    /// whole length there. None with logging off (pass-through).
+    pub fn probed_head(&self) -> Option<[u8; 8]> {
+        self.endpoint.as_ref().and_then(LoggedEndpoint::probed_head)
     }
 
     /// Whether the next deliveries' order is logged whatever the receive: a layer sets it

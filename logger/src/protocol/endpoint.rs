@@ -83,6 +83,8 @@ pub struct LoggedEndpoint {
     pub(super) stand_ins_used: std::collections::BTreeSet<Rank>,
     /// Whether the last delivery was a stand-in's copy (`last_delivery_stood_in`).
     pub(super) last_stood_in: bool,
+    /// The first bytes of the message the last probe found (`probed_head`).
+    pub(super) probed_head: Option<[u8; 8]>,
     /// Collective-aware logging's keys and gathered payloads.
     pub(super) multicasts: super::multicast::Multicasts,
     pub(super) sink: DeterminantSink,
@@ -230,6 +232,7 @@ impl LoggedEndpoint {
             retired: Vec::new(),
             stand_ins_used: Default::default(),
             last_stood_in: false,
+            probed_head: None,
             multicasts: Default::default(),
             sink: DeterminantSink::BuddyRing,
             offload: None,

@@ -162,6 +162,7 @@ impl LoggedEndpoint {
     /// names the message its determinant names, as a receive would take.
     pub fn probe(&mut self, source: Source, tag: TagMatch) -> Result<Option<(Rank, u64, usize)>> {
         if self.pass_through {
+            self.probed_head = None;
             return self.probe_pass_through(source, tag);
         }
         self.provider.progress()?;
@@ -171,8 +172,8 @@ impl LoggedEndpoint {
             self.background(false)?;
             return Ok(None);
         };
-        let a = &self.ready[i];
-        Ok(Some((a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset)))
+        let (sender, _, tag, len) = self.note_probed(i);
+        Ok(Some((sender, tag, len)))
     }
 
     /// Whether the next delivery's order is logged whatever the receive: set it while
@@ -305,7 +306,7 @@ impl LoggedEndpoint {
     /// checkpoint), the retired copy's was a duplicate the runtime dropped: the delivery is
     /// skipped. Else, once one has arrived, a relabelled copy of it goes first (theirs stays
     /// for its own delivery, a duplicate then).
-    fn stand_in_for(&mut self, sender: Rank, ssn: Ssn) -> StandIn {
+    pub(super) fn stand_in_for(&mut self, sender: Rank, ssn: Ssn) -> StandIn {
         let Some(copies) = self.stand_ins.iter().find(|(r, _)| *r == sender).map(|(_, c)| c.clone()) else {
             return StandIn::NotYet;
         };
@@ -513,7 +514,7 @@ impl LoggedEndpoint {
 }
 
 /// Where a replayed delivery from a retired copy stands (`stand_in_for`).
-enum StandIn {
+pub(super) enum StandIn {
     /// Its stand-in's copy is queued at this index of `ready`.
     Queued(usize),
     /// The message was a duplicate already delivered from the stand-in: skip the delivery.

@@ -6,6 +6,7 @@
 
 use reverb_transport::{Rank, Source, Tag, TagMatch};
 
+use super::receive::StandIn;
 use super::{IncomingMessage, LoggedEndpoint};
 use crate::determinant::{Determinant, Rsn, Ssn};
 use crate::error::{LogError, Result};
@@ -28,6 +29,7 @@ impl LoggedEndpoint {
     /// at its tick before its last rsn; past that, as `probe`.
     pub fn probe_logged(&mut self, source: Source, tag: TagMatch) -> Result<LoggedProbe> {
         if self.pass_through {
+            self.probed_head = None;
             return Ok(found(self.probe_pass_through(source, tag)?));
         }
         let at = self.last_tick;
@@ -43,9 +45,7 @@ impl LoggedEndpoint {
             self.background(false)?;
             return Ok(LoggedProbe::Nothing);
         };
-        let a = &self.ready[i];
-        let (sender, ssn, found_tag, len) =
-            (a.sender, a.ssn, a.tag, a.frame.as_slice().len() - a.payload_offset);
+        let (sender, ssn, found_tag, len) = self.note_probed(i);
         if !self.replaying() {
             self.log_seen(Determinant::seen(sender, self.rank, ssn, at))?;
         }
@@ -53,6 +53,8 @@ impl LoggedEndpoint {
     }
 
     /// The message a replayed probe at tick `at` found the first time, once it has arrived.
+    /// One from a copy retired since (partial redundancy) comes from its mates, as a
+    /// replayed delivery's does (`stand_in_for`).
     fn replayed_finding(
         &mut self,
         at: Rsn,
@@ -62,10 +64,29 @@ impl LoggedEndpoint {
     ) -> Result<LoggedProbe> {
         self.provider.progress()?;
         self.collect_completions()?;
-        let Some(a) = self.ready.iter().find(|a| a.sender == sender && a.ssn == ssn) else {
+        let waiting = self.ready.iter().position(|a| a.sender == sender && a.ssn == ssn);
+        let found = match waiting {
+            Some(i) => Some(i),
+            None => match self.stand_in_for(sender, ssn) {
+                StandIn::Queued(i) => Some(i),
+                StandIn::NotYet => None,
+                StandIn::Duplicate => {
+                    return Err(LogError::ReplayDiverged {
+                        rsn: at,
+                        detail: format!(
+                            "probe found retired copy {sender}'s message #{ssn}, which its mates' copy \
+                             delivered before: a duplicate no probe can find again"
+                        ),
+                    })
+                }
+            },
+        };
+        let Some(i) = found.filter(|&i| i < self.ready.len()) else {
             self.background(false)?;
             return Ok(LoggedProbe::NotYet);
         };
+        let (_, _, found_tag, len) = self.note_probed(i);
+        let a = &self.ready[i];
         if !(source.matches(a.sender) && tag.matches(a.tag)) {
             return Err(LogError::ReplayDiverged {
                 rsn: at,
@@ -75,7 +96,23 @@ impl LoggedEndpoint {
                 ),
             });
         }
-        Ok(LoggedProbe::Found(a.sender, a.tag, a.frame.as_slice().len() - a.payload_offset))
+        Ok(LoggedProbe::Found(a.sender, found_tag, len))
+    }
+
+    /// `ready[i]`, found by a probe: (sender, ssn, tag, payload length); its first payload
+    /// bytes are kept for `probed_head`.
+    pub(super) fn note_probed(&mut self, i: usize) -> (Rank, Ssn, Tag, usize) {
+        let a = &self.ready[i];
+        let payload = &a.frame.as_slice()[a.payload_offset..];
+        self.probed_head = payload.get(..8).and_then(|b| b.try_into().ok());
+        (a.sender, a.ssn, a.tag, payload.len())
+    }
+
+    /// The first 8 payload bytes of the message the last probe (`probe`, `probe_logged`)
+    /// found, if it has as many: a layer that sends long messages in pieces reads the whole
+    /// length there. None after a pass-through probe (the provider's message is not read).
+    pub fn probed_head(&self) -> Option<[u8; 8]> {
+        self.probed_head
     }
 
     /// Logs `det` where and when the protocol logs a delivery's determinant (no payload).

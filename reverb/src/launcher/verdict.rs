@@ -109,7 +109,13 @@ impl Causes {
     pub(super) fn take(&self, rank: u32, line: &[u8]) -> bool {
         let line = String::from_utf8_lossy(line);
         let Some(at) = line.find(UNRECOVERABLE) else { return false };
-        let cause = line[at + UNRECOVERABLE.len()..].trim().to_string();
+        let cause = line[at + UNRECOVERABLE.len()..].trim();
+        // An MPI rank's line ends with its error class ("... (MPI_ERR_OTHER)").
+        let cause = match cause.rfind(" (MPI_ERR_") {
+            Some(end) if cause.ends_with(')') => &cause[..end],
+            _ => cause,
+        }
+        .to_string();
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         g.push((rank, cause));
         true
@@ -146,5 +152,14 @@ mod tests {
             assert!(causes.take(r, line.as_bytes()));
         }
         assert_eq!(causes.summary().as_deref(), Some("rank 2 and its log buddy rank 3 were lost together"));
+    }
+
+    #[test]
+    fn an_mpi_ranks_error_class_is_not_part_of_the_cause() {
+        let causes = Causes::default();
+        let line =
+            b"[2] reverb MPI: MPI_Init: unrecoverable failure: node 1 (ranks 2-3) was lost (MPI_ERR_OTHER)\n";
+        assert!(causes.take(2, line));
+        assert_eq!(causes.summary().as_deref(), Some("node 1 (ranks 2-3) was lost"));
     }
 }
