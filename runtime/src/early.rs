@@ -47,7 +47,7 @@ impl EarlyRecovery {
         if restarted {
             // The peer may have finished the job: then that is what went wrong.
             let unit = LostUnit::of(job.rank, unit_of, &node_of);
-            return Err(finished::explain(boot, &unit, cause));
+            return Err(finished::explain(boot, &unit, cause, config.rejoin_timeout));
         }
         if self.happened() {
             return Err(cause.during_recovery());
@@ -110,7 +110,7 @@ fn failed_at_rendezvous(boot: &mut TcpBootstrap, me: Rank) -> Result<Vec<Rank>> 
 pub(super) fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration, unit: &LostUnit) -> Result<()> {
     let start = Instant::now();
     let me = boot.job().rank;
-    let mut finished = FinishedPeers::with_restarted();
+    let mut finished = FinishedPeers::with_restarted(timeout);
     loop {
         let table = boot.lookup()?;
         finished.check(&table, me, unit)?;

@@ -17,10 +17,6 @@ use super::error::{Result, RuntimeError};
 /// and its launcher stops the job (this rank with it) well within this time.
 const CONFIRM: Duration = Duration::from_secs(1);
 
-/// The same for a rank restarted in some recovery (incarnation > 0): between its rejoin and
-/// its publish it has no address either, for as long as its start takes on a loaded machine.
-const SETTLE: Duration = Duration::from_secs(10);
-
 /// Between two looks at the rendezvous while candidates settle.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -60,26 +56,31 @@ impl LostUnit {
 
 /// Watches the rendezvous for ranks that left the job: live there (not lost, not retired)
 /// without an address, for `CONFIRM` (incarnation 0: a survivor published in its init, long
-/// before any restart) or `SETTLE` (a rank restarted too may not have published yet).
+/// before any restart) or `settle` (a rank restarted too may not have published yet).
 #[derive(Default)]
 pub(super) struct FinishedPeers {
     /// The candidates, and since when each was seen so.
     gone_since: BTreeMap<Rank, (u32, Instant)>,
-    /// Whether ranks of incarnation > 0 are candidates: not before this rank has published,
-    /// as ranks restarted with it may wait for that before they publish.
-    restarted_too: bool,
+    /// How long a rank of incarnation > 0 stays without an address before it counts, or
+    /// `None` when such ranks are no candidates (before this rank has published, as ranks
+    /// restarted with it may wait for that before they publish). The wait for restarted ranks
+    /// to come back (the rejoin timeout): between its rejoin and its publish a restarted rank
+    /// has no address either, for as long as its start takes (under the VM's emulated CPU,
+    /// seconds more than its unit mate's).
+    settle: Option<Duration>,
 }
 
 impl FinishedPeers {
-    /// Ranks of every incarnation are candidates (once this rank has published).
-    pub(super) fn with_restarted() -> FinishedPeers {
-        FinishedPeers { restarted_too: true, ..FinishedPeers::default() }
+    /// Ranks of every incarnation are candidates (once this rank has published); a restarted
+    /// one counts after `settle`.
+    pub(super) fn with_restarted(settle: Duration) -> FinishedPeers {
+        FinishedPeers { settle: Some(settle), ..FinishedPeers::default() }
     }
 
     /// Records the candidates of `table` (other than `me`) seen at `now`; returns them.
     fn candidates(&mut self, table: &[PeerAddress], me: Rank, now: Instant) -> Vec<Rank> {
         for a in table.iter().filter(|a| a.rank != me) {
-            let counted = self.restarted_too || a.incarnation == 0;
+            let counted = self.settle.is_some() || a.incarnation == 0;
             if a.lost || a.retired || a.address.is_some() || !counted {
                 self.gone_since.remove(&a.rank);
             } else {
@@ -91,7 +92,10 @@ impl FinishedPeers {
 
     /// The candidates gone long enough at `now` to count as finished.
     fn finished_at(&self, now: Instant) -> Vec<Rank> {
-        let bound = |incarnation: u32| if incarnation == 0 { CONFIRM } else { SETTLE };
+        let bound = |incarnation: u32| match (incarnation, self.settle) {
+            (0, _) | (_, None) => CONFIRM,
+            (_, Some(settle)) => settle,
+        };
         self.gone_since
             .iter()
             .filter(|(_, &(incarnation, since))| now.duration_since(since) >= bound(incarnation))
@@ -110,7 +114,7 @@ impl FinishedPeers {
     }
 
     /// Looks at the rendezvous until no candidate is left (`Ok`) or they count as finished
-    /// (`Err` with the report): at most `SETTLE` and a look.
+    /// (`Err` with the report): at most `settle` and a look.
     pub(super) fn settle(&mut self, boot: &mut dyn Bootstrap, unit: &LostUnit) -> Result<()> {
         let me = boot.job().rank;
         loop {
@@ -124,10 +128,16 @@ impl FinishedPeers {
 }
 
 /// `e` (an error of a restarted rank's recovery) as `during_recovery` says it, or the
-/// finished-peers report when the peer whose loss caused it had left the job and stays gone.
-pub(super) fn explain(boot: &mut dyn Bootstrap, unit: &LostUnit, e: RuntimeError) -> RuntimeError {
+/// finished-peers report when the peer whose loss caused it had left the job and stays gone
+/// (a restarted one for `settle`).
+pub(super) fn explain(
+    boot: &mut dyn Bootstrap,
+    unit: &LostUnit,
+    e: RuntimeError,
+    settle: Duration,
+) -> RuntimeError {
     let me = boot.job().rank;
-    let mut peers = FinishedPeers::with_restarted();
+    let mut peers = FinishedPeers::with_restarted(settle);
     let left = match (e.dead_peer(), boot.lookup()) {
         (Some(dead), Ok(table)) => peers.candidates(&table, me, Instant::now()).contains(&dead),
         _ => false,
@@ -156,7 +166,7 @@ pub(super) fn await_mate(
 ) -> Result<()> {
     let me = boot.job().rank;
     let start = Instant::now();
-    let mut finished = FinishedPeers::with_restarted();
+    let mut finished = FinishedPeers::with_restarted(timeout);
     loop {
         let slice = MATE_SLICE.min(timeout.saturating_sub(start.elapsed()));
         match await_rejoin(provider, boot, mate, None, slice) {
@@ -222,11 +232,12 @@ mod tests {
         assert!(FinishedPeers::default()
             .candidates(&[entry(5, 2, false, false)], 2, Instant::now())
             .is_empty());
-        let mut peers = FinishedPeers::with_restarted();
+        let settle = Duration::from_secs(30);
+        let mut peers = FinishedPeers::with_restarted(settle);
         let seen = Instant::now();
         assert_eq!(peers.candidates(&[entry(5, 2, false, false)], 2, seen), vec![5]);
         assert!(peers.finished_at(seen + CONFIRM).is_empty());
-        assert_eq!(peers.finished_at(seen + SETTLE), vec![5]);
+        assert_eq!(peers.finished_at(seen + settle), vec![5]);
         assert!(peers.candidates(&[entry(5, 2, true, false)], 2, seen + CONFIRM).is_empty(), "published");
     }
 }

@@ -100,7 +100,7 @@ impl Runtime {
                 (0..self.size).filter(|&r| self.unit_of[r as usize] == my_unit).collect();
             if let Err(e) = self.recovery_collective(&restarted_ranks, true) {
                 let unit = LostUnit::of(self.rank, &self.unit_of, &self.node_of);
-                return Err(finished::explain(&mut self.boot, &unit, e));
+                return Err(finished::explain(&mut self.boot, &unit, e, self.config.rejoin_timeout));
             }
         } else if let Some((detected, start)) = early.detected {
             // The restarted ranks' recovery collectives: no epoch is committed, so they start
