@@ -7,6 +7,8 @@
 #   - collectives against computed values on MPI_COMM_WORLD, a split and a dup (3 and 4 ranks),
 #     a user operation on a strided type, persistent collectives, MPI_Comm_split_type; each
 #     collective algorithm on both sides of its size threshold on 2, 3, 4, 5 and 8 ranks;
+#   - the large-count persistent collectives and MPI_Op_create_c (mpi/tests/c/pcoll_c.c), the
+#     neighbourhood collectives' _c, nonblocking _c and persistent forms (neighbor.c);
 #   - nonblocking collectives (mpi/tests/c/icoll.c) started in opposite orders on two
 #     communicators, overlapped with the point-to-point traffic they depend on, many
 #     outstanding at once, MPI_Comm_idup, persistent ones beside point-to-point (shm, tcp);
@@ -48,6 +50,8 @@ cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
 cc mpi/tests/c/icoll.c -o "$work/icoll"
+cc mpi/tests/c/pcoll_c.c -o "$work/pcoll_c"
+cc mpi/tests/c/neighbor.c -o "$work/neighbor"
 cc mpi/tests/c/unsupported.c -o "$work/unsupported"
 cc mpi/tests/c/datatypes.c -o "$work/datatypes"
 cc mpi/tests/c/topo_errh.c -o "$work/topo_errh"
@@ -121,6 +125,13 @@ done
 REVERB_PROVIDER=tcp run icoll-tcp.log -n 4 -- "$work/icoll"
 expect icoll-tcp.log "icoll: ok"
 say "nonblocking collectives in different orders, beside the point-to-point they depend on, many at once: ok"
+for t in pcoll_c neighbor; do
+    for n in 3 4; do
+        run "$t-$n.log" -n "$n" -- "$work/$t"
+        expect "$t-$n.log" "$t: ok"
+    done
+done
+say "large-count persistent collectives, MPI_Op_create_c, neighbourhood _c and persistent forms: ok"
 run datatypes.log -n 1 -- "$work/datatypes"
 expect datatypes.log "datatypes: ok"
 for n in 3 4; do

@@ -80,6 +80,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("MPI_File_errhandler_function", "crate::errhandler::HandlerFn"),
     ("MPI_Handler_function", "crate::errhandler::HandlerFn"),
     ("MPI_User_function", "crate::op::UserFn"),
+    ("MPI_User_function_c", "crate::op::UserFnC"),
     ("MPI_Grequest_query_function", "crate::request::QueryFn"),
     ("MPI_Grequest_free_function", "crate::request::FreeFn"),
     ("MPI_Grequest_cancel_function", "crate::request::CancelFn"),

@@ -37,8 +37,7 @@ const NONBLOCKING: &[&str] = &[
     "Neighbor_alltoallw",
 ];
 
-/// Large-count collectives whose `MPI_I<x>_c` is derived from `MPI_<x>_c` (no persistent
-/// form yet: MPI names those `MPI_<x>_init_c`).
+/// Large-count collectives whose `MPI_I<x>_c` and `MPI_<x>_init_c` derive from `MPI_<x>_c`.
 const NONBLOCKING_C: &[&str] = &[
     "Bcast_c",
     "Reduce_c",
@@ -56,12 +55,19 @@ const NONBLOCKING_C: &[&str] = &[
     "Exscan_c",
     "Reduce_scatter_block_c",
     "Reduce_scatter_c",
+    "Neighbor_allgather_c",
+    "Neighbor_allgatherv_c",
+    "Neighbor_alltoall_c",
+    "Neighbor_alltoallv_c",
+    "Neighbor_alltoallw_c",
 ];
 
-/// Collectives whose `MPI_<x>_init` runs them at each start: the nonblocking ones but the
-/// neighbourhood collectives (reverb has no persistent form of those yet).
-fn persistent_collectives() -> impl Iterator<Item = &'static &'static str> {
-    NONBLOCKING.iter().filter(|x| !x.starts_with("Neighbor_"))
+/// The persistent form's name: `MPI_<x>_init`, and `MPI_<x>_init_c` for a large-count `<x>_c`.
+fn persistent_name(x: &str) -> String {
+    match x.strip_suffix("_c") {
+        Some(base) => format!("MPI_{base}_init_c"),
+        None => format!("MPI_{x}_init"),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -87,7 +93,7 @@ pub fn all<'a>(
         .iter()
         .chain(NONBLOCKING_C)
         .map(|x| (format!("MPI_I{}", x.to_lowercase()), x, Form::Nonblocking))
-        .chain(persistent_collectives().map(|x| (format!("MPI_{x}_init"), x, Form::Persistent)));
+        .chain(NONBLOCKING.iter().chain(NONBLOCKING_C).map(|x| (persistent_name(x), x, Form::Persistent)));
     let mut found = Vec::new();
     for (name, x, form) in forms {
         let blocking_name = format!("MPI_{x}");

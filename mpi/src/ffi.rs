@@ -32,10 +32,10 @@
 //! derived from them outlives the call; `UserBuf` carries none because a nonblocking call's
 //! buffer outlives it, and is turned into a slice only at the moment of a copy.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_long, c_void};
 use std::marker::PhantomData;
 
-use crate::abi::MPI_ERR_ARG;
+use crate::abi::{MPI_ERR_ARG, MPI_ERR_COUNT};
 use crate::errors::MpiError;
 use crate::request::CStatus;
 
@@ -353,18 +353,30 @@ pub fn grequest_cancel(f: crate::request::CancelFn, state: *mut c_void, complete
 /// elements of `datatype`, whose layout starts `origin` bytes into each buffer (its lower
 /// bound's negation; 0 for a contiguous one); both buffers hold that many elements.
 pub fn user_op(
-    f: crate::op::UserFn,
+    f: crate::op::UserFunction,
     input: &mut [u8],
     origin: isize,
     inout: &mut [u8],
-    len: c_int,
+    len: usize,
     datatype: c_int,
-) {
-    let (mut len, mut datatype) = (len, datatype);
+) -> Result<(), MpiError> {
+    let mut datatype = datatype;
     let at = |b: &mut [u8]| b.as_mut_ptr().wrapping_offset(origin).cast();
-    // SAFETY: the program's MPI_User_function, called as MPI specifies on buffers of `len`
-    // elements of `datatype` (every block of them inside the slices from `origin`).
-    unsafe { f(at(input), at(inout), &mut len, &mut datatype) }
+    let too_large = || MpiError::new(MPI_ERR_COUNT, format!("{len} elements for a user operation"));
+    match f {
+        crate::op::UserFunction::Int(f) => {
+            let mut len = c_int::try_from(len).map_err(|_| too_large())?;
+            // SAFETY: the program's MPI_User_function, called as MPI specifies on buffers of
+            // `len` elements of `datatype` (every block of them inside the slices from `origin`).
+            unsafe { f(at(input), at(inout), &mut len, &mut datatype) }
+        }
+        crate::op::UserFunction::Large(f) => {
+            let mut len = c_long::try_from(len).map_err(|_| too_large())?;
+            // SAFETY: the program's MPI_User_function_c, called as above with an MPI_Count.
+            unsafe { f(at(input), at(inout), &mut len, &mut datatype) }
+        }
+    }
+    Ok(())
 }
 
 /// Calls an attribute's copy function: (oldcomm, keyval, extra, value_in, &value_out, &flag).

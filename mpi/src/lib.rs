@@ -54,6 +54,7 @@ mod layout;
 mod memory;
 mod mprobe;
 mod neighbor;
+mod neighbor_large;
 mod op;
 mod p2p;
 mod p2p_api;

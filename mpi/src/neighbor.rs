@@ -1,6 +1,6 @@
-//! The neighbourhood collectives (`MPI_Neighbor_allgather(v)`, `_alltoall(v,w)` and their
-//! nonblocking forms, which complete at the call) on Cartesian, graph and distributed-graph
-//! topologies: block k goes to destination k, block k comes from source k.
+//! The neighbourhood collectives (`MPI_Neighbor_allgather(v)`, `_alltoall(v,w)`; their
+//! nonblocking and persistent forms derive from these, build/derived.rs) on Cartesian, graph
+//! and distributed-graph topologies: block k goes to destination k, block k comes from source k.
 
 use std::ffi::{c_int, c_long};
 
@@ -73,7 +73,7 @@ impl State {
         Ok(())
     }
 
-    fn degrees(&self, comm: c_int) -> MpiResult<(usize, usize)> {
+    pub(crate) fn degrees(&self, comm: c_int) -> MpiResult<(usize, usize)> {
         let h = self.neighbourhood(comm)?;
         Ok((h.sources.len(), h.dests.len()))
     }

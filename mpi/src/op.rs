@@ -1,7 +1,7 @@
 //! Reduction operations: the predefined ones over each element kind, and the program's own
 //! (`MPI_Op_create`). `apply` computes `inout = in op inout`, as MPI's user functions do.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_long, c_void};
 
 use crate::abi::*;
 use crate::datatype::{Datatype, Elem, PairValue};
@@ -14,9 +14,19 @@ use crate::state::{call, with_callback_type};
 /// `void fn(void *in, void *inout, int *len, MPI_Datatype *type)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
 
+/// `void fn(void *in, void *inout, MPI_Count *len, MPI_Datatype *type)` (`MPI_Op_create_c`).
+pub type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_long, *mut c_int);
+
+/// A program's operation, as `MPI_Op_create` or `MPI_Op_create_c` took it.
+#[derive(Debug, Clone, Copy)]
+pub enum UserFunction {
+    Int(UserFn),
+    Large(UserFnC),
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct UserOp {
-    pub f: UserFn,
+    pub f: UserFunction,
     pub commute: bool,
 }
 
@@ -232,11 +242,11 @@ pub fn apply(
         Op::Builtin(o) => return builtin(o, dt.elem, input, inout),
         Op::User(u) => u,
     };
-    let len = c_int::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, "count too large"))?;
     if dt.is_contiguous() {
         let mut scratch = input.to_vec();
-        with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut scratch, 0, inout, len, dt_handle));
-        return Ok(());
+        return with_callback_type(dt_handle, dt, || {
+            ffi::user_op(u.f, &mut scratch, 0, inout, count, dt_handle)
+        });
     }
     // The span the elements' blocks cover, from its lowest offset (a negative lower bound
     // included): both operands are laid out there as the program's buffers would hold them.
@@ -252,7 +262,7 @@ pub fn apply(
         Ok(area)
     };
     let (mut a, mut b) = (lay_out(input)?, lay_out(inout)?);
-    with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut a, -low, &mut b, len, dt_handle));
+    with_callback_type(dt_handle, dt, || ffi::user_op(u.f, &mut a, -low, &mut b, count, dt_handle))?;
     // SAFETY: `b` is ours and laid out like `area` above; only read while `packed` lives.
     let base = unsafe { UserBuf::from_raw(b.as_mut_ptr().cast()) }.at(-low);
     // SAFETY: as above.
@@ -274,7 +284,16 @@ impl crate::state::State {
 }
 
 pub(crate) unsafe fn mpi_op_create(f: Option<UserFn>, commute: c_int, op: Out<'_, c_int>) -> c_int {
-    call("MPI_Op_create", MPI_COMM_WORLD, |s| {
+    create("MPI_Op_create", f.map(UserFunction::Int), commute, op)
+}
+
+/// The large-count form: the function gets its length as an MPI_Count.
+pub(crate) unsafe fn mpi_op_create_c(f: Option<UserFnC>, commute: c_int, op: Out<'_, c_int>) -> c_int {
+    create("MPI_Op_create_c", f.map(UserFunction::Large), commute, op)
+}
+
+fn create(function: &str, f: Option<UserFunction>, commute: c_int, op: Out<'_, c_int>) -> c_int {
+    call(function, MPI_COMM_WORLD, |s| {
         let f = f.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "a NULL user function"))?;
         let h = s.ops.insert(UserOp { f, commute: commute != 0 });
         ffi::out(op, h, "op")

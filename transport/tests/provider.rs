@@ -839,6 +839,51 @@ fn stale_canary() -> std::path::PathBuf {
     path
 }
 
+/// A region freed and allocated again takes the same registration slot under a new key; a
+/// peer reading each one keeps one mapping per slot, not one per region it ever read (each
+/// of those kept a dead file mapped: IMB-RMA's lent messages ran into vm.max_map_count).
+#[test]
+fn a_reused_region_slot_is_mapped_once() {
+    if !common::only_on("shm", "region files in /dev/shm belong to the shm provider") {
+        return;
+    }
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("a_reused_region_slot_is_mapped_once", 2, &[]);
+    };
+    const ROUNDS: usize = 200;
+    let local = p.alloc_region(4096, Access::REMOTE_RW).expect("alloc");
+    for round in 0..ROUNDS {
+        let offered = if job.rank == 1 {
+            let r = p.alloc_region(4096, Access::REMOTE_RW).expect("alloc");
+            r.write(0, &pattern(round as u64, 4096)).expect("write");
+            Some(r)
+        } else {
+            None
+        };
+        let all = exchange(&mut boot, &offered.as_ref().unwrap_or(&local).remote());
+        if job.rank == 0 {
+            let rma = Rma { local: &local, local_offset: 0, remote: &all[1], remote_offset: 0, len: 4096 };
+            let op = p.get(rma, Signal::Yes).expect("get");
+            p.wait_op(op, WAIT).expect("get completion").into_result().expect("get ok");
+            assert_eq!(local.to_vec(0, 4096).expect("read"), pattern(round as u64, 4096), "round {round}");
+        }
+        // Rank 1 frees the region only once rank 0 has read it.
+        boot.barrier().expect("barrier");
+    }
+    if job.rank == 0 {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        // Segment files are named reverb.JOB.RANK.PID.NAME; a region's NAME is r and 8 hex digits.
+        let of_rank_1 = |l: &&str| {
+            let name = l.rsplit('/').next().unwrap_or("");
+            let parts: Vec<&str> = name.rsplitn(4, '.').collect();
+            l.contains("/dev/shm/reverb.") && parts.len() == 4 && parts[2] == "1" && parts[0].starts_with('r')
+        };
+        let mapped = maps.lines().filter(of_rank_1).count();
+        assert!(mapped <= 2, "{mapped} mappings of rank 1's regions after {ROUNDS} reallocations");
+    }
+    boot.barrier().expect("barrier");
+}
+
 #[test]
 fn segments_removed_on_exit_and_after_crash() {
     if !common::only_on("shm", "segments in /dev/shm belong to the shm provider") {

@@ -10,7 +10,7 @@ use crate::ffi::{self, In, Out, UserBuf};
 use crate::state::call;
 
 /// An MPI_Count as the `int` collectives take it: -1 (MPI_ERR_COUNT there) beyond `int`.
-fn int(n: c_long) -> c_int {
+pub(crate) fn int(n: c_long) -> c_int {
     c_int::try_from(n).unwrap_or(-1)
 }
 
@@ -29,7 +29,7 @@ unsafe fn ints(p: In<'_, c_long>, n: usize, significant: bool) -> Option<Vec<c_i
 }
 
 /// A converted array as the `int` collective's argument (null for None).
-fn arg(v: &Option<Vec<c_int>>) -> In<'_, c_int> {
+pub(crate) fn arg(v: &Option<Vec<c_int>>) -> In<'_, c_int> {
     let p = v.as_ref().map_or(std::ptr::null_mut(), |v| v.as_ptr().cast_mut());
     // SAFETY: null or a live vector of the counts; only read (`as_in`), while `v` is borrowed.
     unsafe { Out::from_raw(p) }.as_in()

@@ -59,7 +59,8 @@ const DRAIN_BATCH: u64 = 64;
 /// Bytes of staging regions kept for reuse by slice sends above the rendezvous threshold.
 const STAGING_POOL_BYTES: usize = 64 << 20;
 
-/// Identity hasher: region keys are random already.
+/// A cheap hasher for (rank, region slot) pairs: a multiply spreads the slot numbers' few low
+/// bits over the whole hash.
 #[derive(Default)]
 struct KeyHasher(u64);
 impl Hasher for KeyHasher {
@@ -75,14 +76,15 @@ impl Hasher for KeyHasher {
         self.0 = self.0.rotate_left(32) ^ v as u64;
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 ^= v;
+        self.0 ^= v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 
-/// A peer's region mapped into this process.
+/// A peer's region mapped into this process, with the key it had when mapped.
 struct RemoteMap {
     map: MmapRaw,
     writable: bool,
+    key: u64,
 }
 
 struct Peer {
@@ -123,6 +125,10 @@ pub struct ShmProvider {
     /// Completions, routed to their owners' queues; numbers operations too.
     cq: CompletionQueues,
     tagged: TaggedHome,
+    /// Peers' regions mapped here, one per (owner, registration slot: the key's top half). A
+    /// region that takes a freed slot replaces the mapping of the slot's last region, whose
+    /// file is gone: kept, every send lent through a reused slot would add a mapping of dead
+    /// memory until mmap fails (vm.max_map_count).
     maps: HashMap<(Rank, u64), RemoteMap, BuildHasherDefault<KeyHasher>>,
     /// The last region mapped through `maps`: (owner, key, base address).
     last_map: Option<(Rank, u64, *mut u8)>,

@@ -28,8 +28,11 @@ impl ShmProvider {
             Some(e) if remote.key != 0 && remote.key != KEY_RESERVED => e,
             _ => return Err(invalid),
         };
+        let slot = (owner, remote.key >> 32);
         if entry.key.load(Ordering::Acquire) != remote.key {
-            self.maps.remove(&(owner, remote.key));
+            if self.maps.get(&slot).is_some_and(|m| m.key == remote.key) {
+                self.maps.remove(&slot);
+            }
             self.last_map = None;
             return Err(invalid);
         }
@@ -60,8 +63,8 @@ impl ShmProvider {
         let base = match self.last_map {
             Some((o, k, base)) if o == owner && k == remote.key => base,
             _ => {
-                let map = match self.maps.get(&(owner, remote.key)) {
-                    Some(m) if m.writable || !writable => m,
+                let map = match self.maps.get(&slot) {
+                    Some(m) if m.key == remote.key && (m.writable || !writable) => m,
                     _ => {
                         let pid = peer.pid;
                         let path = shmfile::segment_path(
@@ -72,8 +75,9 @@ impl ShmProvider {
                         );
                         let map = segment::map_peer(&path, region_len as usize, writable)
                             .map_err(|e| swept_means_dead(e, owner, pid))?;
-                        self.maps.insert((owner, remote.key), RemoteMap { map, writable });
-                        &self.maps[&(owner, remote.key)]
+                        // Replaces (unmaps) the slot's previous region, if any.
+                        self.maps.insert(slot, RemoteMap { map, writable, key: remote.key });
+                        &self.maps[&slot]
                     }
                 };
                 let base = map.map.as_mut_ptr();
