@@ -12,10 +12,12 @@ use reverb_transport::{Bootstrap, Provider, Rank, TransportError};
 
 use super::error::{Result, RuntimeError};
 
-/// How long a rank of incarnation 0 stays gone from the rendezvous before it counts as
-/// finished. A rank that left with an error said goodbye the same way, but it ended non-zero,
-/// and its launcher stops the job (this rank with it) well within this time.
-const CONFIRM: Duration = Duration::from_secs(1);
+/// How long a rank of incarnation 0 stays without an address before it counts as finished:
+/// as long as the transport's rejoin waits for ranks still in the job's first open (10 s), as
+/// the rendezvous shows a survivor slow to start (a node lost at start-up on a loaded host)
+/// the same way until it publishes. A rank that left with an error said goodbye too, but it
+/// ended non-zero, and its launcher stops the job (this rank with it) well within this time.
+const CONFIRM: Duration = Duration::from_secs(10);
 
 /// Between two looks at the rendezvous while candidates settle.
 const POLL: Duration = Duration::from_millis(20);
@@ -55,8 +57,8 @@ impl LostUnit {
 }
 
 /// Watches the rendezvous for ranks that left the job: live there (not lost, not retired)
-/// without an address, for `CONFIRM` (incarnation 0: a survivor published in its init, long
-/// before any restart) or `settle` (a rank restarted too may not have published yet).
+/// without an address, for `CONFIRM` (incarnation 0) or `settle` (a rank restarted too may
+/// not have published yet).
 #[derive(Default)]
 pub(super) struct FinishedPeers {
     /// The candidates, and since when each was seen so.
