@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_long};
 
 use super::{alltoall, api, api_gather};
 use crate::abi::*;
+use crate::errors::MpiError;
 use crate::ffi::{self, In, Out, UserBuf};
 use crate::state::call;
 
@@ -26,6 +27,32 @@ unsafe fn ints(p: In<'_, c_long>, n: usize, significant: bool) -> Option<Vec<c_i
     // SAFETY: the caller's promise.
     let given = unsafe { ffi::array(p, n, "counts") }.ok()?;
     Some(given.iter().map(|&v| int(v)).collect())
+}
+
+/// The displacements of a `_c` collective as `int`s, as `ints` reads them; Err with the code
+/// of `comm`'s error handler (run) for one beyond `int`, which no `int` stands for (-1, a
+/// count's stand-in, is a valid displacement).
+///
+/// # Safety
+/// As `ints`.
+unsafe fn displacements(
+    function: &str,
+    comm: c_int,
+    p: In<'_, c_long>,
+    n: usize,
+    significant: bool,
+) -> Result<Option<Vec<c_int>>, c_int> {
+    if !significant || p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's promise.
+    let Ok(given) = (unsafe { ffi::array(p, n, "displacements") }) else { return Ok(None) };
+    match given.iter().map(|&v| c_int::try_from(v).ok()).collect::<Option<Vec<c_int>>>() {
+        Some(fitted) => Ok(Some(fitted)),
+        None => Err(call(function, comm, |_| {
+            Err(MpiError::new(MPI_ERR_COUNT, "a displacement beyond int".to_string()))
+        })),
+    }
 }
 
 /// A converted array as the `int` collective's argument (null for None).
@@ -261,7 +288,12 @@ pub(crate) unsafe fn mpi_allgatherv_c(
         Err(rc) => return rc,
     };
     // SAFETY: the arrays hold one entry per peer (the FFI contract).
-    let (counts, displs) = unsafe { (ints(recvcounts, n, true), ints(displs, n, true)) };
+    let counts = unsafe { ints(recvcounts, n, true) };
+    // SAFETY: as above.
+    let displs = match unsafe { displacements("MPI_Allgatherv_c", comm, displs, n, true) } {
+        Ok(d) => d,
+        Err(rc) => return rc,
+    };
     // SAFETY: this call's arguments, passed on under the same contract.
     unsafe {
         api_gather::mpi_allgatherv(
@@ -294,7 +326,12 @@ pub(crate) unsafe fn mpi_gatherv_c(
         Err(rc) => return rc,
     };
     // SAFETY: at the root the arrays hold one entry per peer (the FFI contract).
-    let (counts, displs) = unsafe { (ints(recvcounts, n, at_root), ints(displs, n, at_root)) };
+    let counts = unsafe { ints(recvcounts, n, at_root) };
+    // SAFETY: as above.
+    let displs = match unsafe { displacements("MPI_Gatherv_c", comm, displs, n, at_root) } {
+        Ok(d) => d,
+        Err(rc) => return rc,
+    };
     // SAFETY: this call's arguments, passed on under the same contract.
     unsafe {
         api_gather::mpi_gatherv(
@@ -328,7 +365,12 @@ pub(crate) unsafe fn mpi_scatterv_c(
         Err(rc) => return rc,
     };
     // SAFETY: at the root the arrays hold one entry per peer (the FFI contract).
-    let (counts, displs) = unsafe { (ints(sendcounts, n, at_root), ints(displs, n, at_root)) };
+    let counts = unsafe { ints(sendcounts, n, at_root) };
+    // SAFETY: as above.
+    let displs = match unsafe { displacements("MPI_Scatterv_c", comm, displs, n, at_root) } {
+        Ok(d) => d,
+        Err(rc) => return rc,
+    };
     // SAFETY: this call's arguments, passed on under the same contract.
     unsafe {
         api_gather::mpi_scatterv(
@@ -363,8 +405,15 @@ pub(crate) unsafe fn mpi_alltoallv_c(
     };
     let send = !sendbuf.is_in_place();
     // SAFETY: the arrays hold one entry per peer (the FFI contract); MPI_IN_PLACE's are unread.
-    let (sc, sd, rc, rd) = unsafe {
-        (ints(sendcounts, n, send), ints(sdispls, n, send), ints(recvcounts, n, true), ints(rdispls, n, true))
+    let (sc, rc) = unsafe { (ints(sendcounts, n, send), ints(recvcounts, n, true)) };
+    // SAFETY: as above.
+    let displs = unsafe {
+        displacements("MPI_Alltoallv_c", comm, sdispls, n, send)
+            .and_then(|sd| Ok((sd, displacements("MPI_Alltoallv_c", comm, rdispls, n, true)?)))
+    };
+    let (sd, rd) = match displs {
+        Ok(d) => d,
+        Err(code) => return code,
     };
     // SAFETY: this call's arguments, passed on under the same contract.
     unsafe {
@@ -400,8 +449,15 @@ pub(crate) unsafe fn mpi_alltoallw_c(
     };
     let send = !sendbuf.is_in_place();
     // SAFETY: the arrays hold one entry per peer (the FFI contract); MPI_IN_PLACE's are unread.
-    let (sc, sd, rc, rd) = unsafe {
-        (ints(sendcounts, n, send), ints(sdispls, n, send), ints(recvcounts, n, true), ints(rdispls, n, true))
+    let (sc, rc) = unsafe { (ints(sendcounts, n, send), ints(recvcounts, n, true)) };
+    // SAFETY: as above.
+    let displs = unsafe {
+        displacements("MPI_Alltoallw_c", comm, sdispls, n, send)
+            .and_then(|sd| Ok((sd, displacements("MPI_Alltoallw_c", comm, rdispls, n, true)?)))
+    };
+    let (sd, rd) = match displs {
+        Ok(d) => d,
+        Err(code) => return code,
     };
     // SAFETY: this call's arguments, passed on under the same contract.
     unsafe {

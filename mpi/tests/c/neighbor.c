@@ -5,7 +5,7 @@
  *   - MPI_Neighbor_<x>_init and MPI_Neighbor_<x>_init_c: each request started twice, the send
  *     buffer changed between the starts, with point-to-point traffic between;
  *   - on reverb, a count or a displacement beyond int fails with MPI_ERR_COUNT
- *     (MPI_ERRORS_RETURN).
+ *     (MPI_ERRORS_RETURN), in these and in MPI_Alltoallv_c / MPI_Allgatherv_c.
  * Rank 0 prints "neighbor: ok". */
 #include <limits.h>
 #include <mpi.h>
@@ -103,6 +103,18 @@ static void too_large(MPI_Comm g) {
     rc = MPI_Neighbor_alltoallv_c(got, c1, far, MPI_INT, got, c1, far, MPI_INT, g);
     MPI_Error_class(rc, &class);
     CHECK(class == MPI_ERR_COUNT, "a displacement beyond int: class %d", class);
+    /* The other _c collectives too: a displacement beyond int is no int's -1 (a valid one). */
+    MPI_Count ones[16];
+    MPI_Aint farther[16];
+    int buf[16];
+    for (int i = 0; i < 16; i++) ones[i] = 1, farther[i] = i;
+    farther[1] = (MPI_Aint)INT_MAX + 1;
+    rc = MPI_Alltoallv_c(buf, ones, farther, MPI_INT, buf, ones, farther, MPI_INT, g);
+    MPI_Error_class(rc, &class);
+    CHECK(class == MPI_ERR_COUNT, "alltoallv_c, a displacement beyond int: class %d", class);
+    rc = MPI_Allgatherv_c(&one, 1, MPI_INT, buf, ones, farther, MPI_INT, g);
+    MPI_Error_class(rc, &class);
+    CHECK(class == MPI_ERR_COUNT, "allgatherv_c, a displacement beyond int: class %d", class);
 }
 
 int main(int argc, char **argv) {
