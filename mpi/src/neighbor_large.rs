@@ -6,23 +6,11 @@
 use std::ffi::{c_int, c_long};
 
 use crate::abi::*;
-use crate::coll::large::{arg, int};
-use crate::errors::{MpiError, MpiResult};
-use crate::ffi::{self, In, UserBuf};
+use crate::coll::large::{arg, fitted, int};
+use crate::errors::MpiResult;
+use crate::ffi::{In, UserBuf};
 use crate::neighbor;
 use crate::state::{call, State};
-
-/// `n` MPI_Counts or MPI_Aints of a `_c` call as the `int` call's array.
-///
-/// # Safety
-/// `p` holds `n` readable values (the FFI contract).
-unsafe fn fitted(p: In<'_, c_long>, n: usize, what: &str) -> MpiResult<Option<Vec<c_int>>> {
-    // SAFETY: the caller's promise.
-    let given = unsafe { ffi::array(p, n, what) }?;
-    let ints = given.iter().map(|&v| c_int::try_from(v).ok()).collect::<Option<Vec<_>>>();
-    let too_large = || MpiError::new(MPI_ERR_COUNT, format!("{what}: a value beyond int"));
-    ints.map(Some).ok_or_else(too_large)
-}
 
 /// Reads a `_c` call's arrays on `comm`, given its (indegree, outdegree); Err: the code of
 /// `comm`'s error handler, already run.

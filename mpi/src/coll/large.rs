@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_long};
 
 use super::{alltoall, api, api_gather};
 use crate::abi::*;
-use crate::errors::MpiError;
+use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{self, In, Out, UserBuf};
 use crate::state::call;
 
@@ -29,9 +29,22 @@ unsafe fn ints(p: In<'_, c_long>, n: usize, significant: bool) -> Option<Vec<c_i
     Some(given.iter().map(|&v| int(v)).collect())
 }
 
-/// The displacements of a `_c` collective as `int`s, as `ints` reads them; Err with the code
-/// of `comm`'s error handler (run) for one beyond `int`, which no `int` stands for (-1, a
-/// count's stand-in, is a valid displacement).
+/// `n` MPI_Counts or MPI_Aints of a `_c` call as the `int` call's array; MPI_ERR_COUNT for a
+/// value beyond `int`.
+///
+/// # Safety
+/// `p` holds `n` readable values (the FFI contract).
+pub(crate) unsafe fn fitted(p: In<'_, c_long>, n: usize, what: &str) -> MpiResult<Option<Vec<c_int>>> {
+    // SAFETY: the caller's promise.
+    let given = unsafe { ffi::array(p, n, what) }?;
+    let ints = given.iter().map(|&v| c_int::try_from(v).ok()).collect::<Option<Vec<_>>>();
+    let too_large = || MpiError::new(MPI_ERR_COUNT, format!("{what}: a value beyond int"));
+    ints.map(Some).ok_or_else(too_large)
+}
+
+/// The displacements of a `_c` collective as `int`s where significant and given; Err with
+/// the code of `comm`'s error handler (run) for one beyond `int`, which no `int` stands for
+/// (-1, a count's stand-in, is a valid displacement).
 ///
 /// # Safety
 /// As `ints`.
@@ -45,13 +58,32 @@ unsafe fn displacements(
     if !significant || p.is_null() {
         return Ok(None);
     }
+    let mut found = None;
+    let rc = call(function, comm, |_| {
+        // SAFETY: the caller's promise.
+        found = unsafe { fitted(p, n, "displacements") }?;
+        Ok(())
+    });
+    found.filter(|_| rc == MPI_SUCCESS).map(Some).ok_or(rc)
+}
+
+/// The four arrays of an all-to-all `_c` (send counts and displacements, receive counts and
+/// displacements) as `int`s, the send ones unread for MPI_IN_PLACE (`send` false).
+///
+/// # Safety
+/// Each array holds one entry per peer of `comm` (the FFI contract).
+unsafe fn pairwise(
+    function: &str,
+    comm: c_int,
+    [sendcounts, sdispls, recvcounts, rdispls]: [In<'_, c_long>; 4],
+    send: bool,
+) -> Result<[Option<Vec<c_int>>; 4], c_int> {
+    let n = shape(function, comm, None)?.peers;
     // SAFETY: the caller's promise.
-    let Ok(given) = (unsafe { ffi::array(p, n, "displacements") }) else { return Ok(None) };
-    match given.iter().map(|&v| c_int::try_from(v).ok()).collect::<Option<Vec<c_int>>>() {
-        Some(fitted) => Ok(Some(fitted)),
-        None => Err(call(function, comm, |_| {
-            Err(MpiError::new(MPI_ERR_COUNT, "a displacement beyond int".to_string()))
-        })),
+    unsafe {
+        let sd = displacements(function, comm, sdispls, n, send)?;
+        let rd = displacements(function, comm, rdispls, n, true)?;
+        Ok([ints(sendcounts, n, send), sd, ints(recvcounts, n, true), rd])
     }
 }
 
@@ -399,20 +431,12 @@ pub(crate) unsafe fn mpi_alltoallv_c(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    let n = match shape("MPI_Alltoallv_c", comm, None) {
-        Ok(shape) => shape.peers,
-        Err(rc) => return rc,
-    };
     let send = !sendbuf.is_in_place();
     // SAFETY: the arrays hold one entry per peer (the FFI contract); MPI_IN_PLACE's are unread.
-    let (sc, rc) = unsafe { (ints(sendcounts, n, send), ints(recvcounts, n, true)) };
-    // SAFETY: as above.
-    let displs = unsafe {
-        displacements("MPI_Alltoallv_c", comm, sdispls, n, send)
-            .and_then(|sd| Ok((sd, displacements("MPI_Alltoallv_c", comm, rdispls, n, true)?)))
-    };
-    let (sd, rd) = match displs {
-        Ok(d) => d,
+    let arrays =
+        unsafe { pairwise("MPI_Alltoallv_c", comm, [sendcounts, sdispls, recvcounts, rdispls], send) };
+    let [sc, sd, rc, rd] = match arrays {
+        Ok(a) => a,
         Err(code) => return code,
     };
     // SAFETY: this call's arguments, passed on under the same contract.
@@ -443,20 +467,12 @@ pub(crate) unsafe fn mpi_alltoallw_c(
     recvtypes: In<'_, c_int>,
     comm: c_int,
 ) -> c_int {
-    let n = match shape("MPI_Alltoallw_c", comm, None) {
-        Ok(shape) => shape.peers,
-        Err(rc) => return rc,
-    };
     let send = !sendbuf.is_in_place();
     // SAFETY: the arrays hold one entry per peer (the FFI contract); MPI_IN_PLACE's are unread.
-    let (sc, rc) = unsafe { (ints(sendcounts, n, send), ints(recvcounts, n, true)) };
-    // SAFETY: as above.
-    let displs = unsafe {
-        displacements("MPI_Alltoallw_c", comm, sdispls, n, send)
-            .and_then(|sd| Ok((sd, displacements("MPI_Alltoallw_c", comm, rdispls, n, true)?)))
-    };
-    let (sd, rd) = match displs {
-        Ok(d) => d,
+    let arrays =
+        unsafe { pairwise("MPI_Alltoallw_c", comm, [sendcounts, sdispls, recvcounts, rdispls], send) };
+    let [sc, sd, rc, rd] = match arrays {
+        Ok(a) => a,
         Err(code) => return code,
     };
     // SAFETY: this call's arguments, passed on under the same contract.
