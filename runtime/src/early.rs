@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::bootstrap::{PeerAddress, TcpBootstrap};
 use reverb_transport::recovery::await_rejoin;
 use reverb_transport::{Bootstrap, Rank};
 
@@ -21,6 +21,8 @@ pub(super) struct EarlyRecovery {
     pub(super) failed: Vec<Rank>,
     /// When the failure was seen (unix ns) and when the recovery began.
     pub(super) detected: Option<(u64, Instant)>,
+    /// The incarnation this rank knows of each rank it recovered (the others: 0).
+    known: Vec<(Rank, u32)>,
 }
 
 impl EarlyRecovery {
@@ -32,6 +34,11 @@ impl EarlyRecovery {
     /// this rank is at incarnation 0 and saw no failure before, waits (bounded) until every
     /// failed unit has rejoined and reconnects `provider` to it. Anything else is returned as
     /// the error (a second failure as `Unrecoverable`).
+    ///
+    /// A cause that names no dead peer (a malformed contribution) is also a failure when the
+    /// rendezvous shows one this rank has not recovered: a survivor busy between two of
+    /// init's collectives while a unit failed and rejoined never saw the round aborted, and
+    /// met the restarted ranks' first collective in its next one.
     pub(super) fn recover(
         &mut self,
         provider: &mut dyn reverb_transport::Provider,
@@ -41,8 +48,15 @@ impl EarlyRecovery {
         cause: RuntimeError,
         restarted: bool,
     ) -> Result<()> {
-        let Some(first) = cause.dead_peer() else { return Err(cause) };
         let job = boot.job().clone();
+        let first = match cause.dead_peer() {
+            Some(rank) => rank,
+            None if !restarted => match self.missed_failure(boot, job.rank)? {
+                Some(rank) => rank,
+                None => return Err(cause),
+            },
+            None => return Err(cause),
+        };
         let node_of: Vec<u32> = (0..job.size).map(|r| job.node_of(r)).collect();
         if restarted {
             // The peer may have finished the job: then that is what went wrong.
@@ -50,7 +64,10 @@ impl EarlyRecovery {
             return Err(finished::explain(boot, &unit, cause, config.rejoin_timeout));
         }
         if self.happened() {
-            return Err(cause.during_recovery());
+            return Err(RuntimeError::Unrecoverable(format!(
+                "rank {first} failed while a recovery was under way (a second failure, inside \
+                 init): {cause}"
+            )));
         }
         let detected = unix_ns();
         let start = Instant::now();
@@ -67,11 +84,12 @@ impl EarlyRecovery {
         let mut awaited: Vec<Rank> = Vec::new();
         while let Some(r) = dead.iter().copied().find(|r| !awaited.contains(r)) {
             let timeout = config.rejoin_timeout;
-            await_rejoin(provider, boot, r, Some(0), timeout).map_err(|e| {
+            let incarnation = await_rejoin(provider, boot, r, Some(0), timeout).map_err(|e| {
                 RuntimeError::Unrecoverable(format!(
                     "rank {r} failed inside init ({cause}) and did not come back within {timeout:?}: {e}"
                 ))
             })?;
+            self.known.push((r, incarnation));
             awaited.push(r);
             if awaited.len() == dead.len() {
                 // Another unit may have failed meanwhile: all are recovered in one round.
@@ -91,6 +109,28 @@ impl EarlyRecovery {
         self.detected = Some((detected, start));
         Ok(())
     }
+
+    /// A rank the rendezvous shows lost, or at an incarnation this rank has not recovered.
+    fn missed_failure(&self, boot: &mut TcpBootstrap, me: Rank) -> Result<Option<Rank>> {
+        let missed = missed_in(&boot.lookup()?, me, &self.known);
+        if let Some(rank) = missed {
+            tracing::info!(
+                "reverb: rank {me}: one of init's collectives met a failure this rank had missed \
+                 (rank {rank} lost or restarted)"
+            );
+        }
+        Ok(missed)
+    }
+}
+
+/// In the rendezvous's `table`, a rank other than `me` lost, or at an incarnation above the
+/// one `known` gives it (0 when absent); a retired rank (a masked copy) is no failure.
+fn missed_in(table: &[PeerAddress], me: Rank, known: &[(Rank, u32)]) -> Option<Rank> {
+    let known_of = |r: Rank| known.iter().find(|(k, _)| *k == r).map_or(0, |&(_, i)| i);
+    table
+        .iter()
+        .find(|a| a.rank != me && !a.retired && (a.lost || a.incarnation > known_of(a.rank)))
+        .map(|a| a.rank)
 }
 
 /// Ranks the rendezvous shows failed since the job started: lost, or at an incarnation above
@@ -126,5 +166,42 @@ pub(super) fn wait_none_lost(boot: &mut TcpBootstrap, timeout: Duration, unit: &
             )));
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(incarnations: &[u32], lost: &[Rank]) -> Vec<PeerAddress> {
+        (0..incarnations.len() as Rank)
+            .map(|rank| PeerAddress {
+                rank,
+                incarnation: incarnations[rank as usize],
+                address: (!lost.contains(&rank)).then(|| vec![1]),
+                lost: lost.contains(&rank),
+                retired: false,
+            })
+            .collect()
+    }
+
+    /// A survivor that recovered ranks 2 and 3 (now at incarnation 1) misses nothing until
+    /// another rank restarts or is lost; a rank not yet published is no failure.
+    #[test]
+    fn a_failure_is_missed_only_beyond_the_incarnations_recovered() {
+        let known = [(2, 1), (3, 1)];
+        assert_eq!(missed_in(&table(&[0, 0, 1, 1, 0, 0], &[]), 0, &known), None);
+        assert_eq!(missed_in(&table(&[0, 0, 1, 1, 1, 1], &[]), 0, &known), Some(4));
+        assert_eq!(missed_in(&table(&[0, 0, 1, 1, 0, 0], &[5]), 0, &known), Some(5));
+        assert_eq!(missed_in(&table(&[0, 0, 2, 1, 0, 0], &[]), 0, &known), Some(2));
+        let mut unpublished = table(&[0, 0, 1, 1, 0, 0], &[]);
+        unpublished[4].address = None;
+        assert_eq!(missed_in(&unpublished, 0, &known), None);
+        // Before any recovery every restarted rank is missed; this rank itself never is.
+        assert_eq!(missed_in(&table(&[0, 1, 0], &[]), 0, &[]), Some(1));
+        assert_eq!(missed_in(&table(&[0, 1, 0], &[]), 1, &[]), None);
+        let mut retired = table(&[0, 0, 1], &[2]);
+        retired[2].retired = true;
+        assert_eq!(missed_in(&retired, 0, &[]), None);
     }
 }
