@@ -16,7 +16,7 @@ use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 use crate::frag;
-use crate::request::{PendingRecv, PendingSync, RecvFrom, Request, Status};
+use crate::request::{PendingRecv, PendingSync, Posted, RecvFrom, Request, Status};
 use crate::state::State;
 use crate::tags;
 
@@ -230,7 +230,7 @@ impl State {
         let count = count_of(count)?;
         let c = self.comm(comm)?;
         let Some((from, tag)) = recv_match(c, source, tag)? else {
-            return Ok(self.requests.insert(Request::Done(Status::proc_null())));
+            return self.requests.insert(Request::Done(Status::proc_null()));
         };
         let recv_from = match from {
             Source::Any => RecvFrom::Any(c.peers().to_vec()),
@@ -238,8 +238,8 @@ impl State {
         };
         let pending =
             PendingRecv { context: c.context, from: recv_from, source: from, tag, buf, count, datatype };
-        let h = self.requests.insert(Request::Recv(pending));
-        self.pending_recvs.push_back(h);
+        let h = self.requests.insert(Request::Recv(pending))?;
+        self.pending_recvs.push_back(Posted { h, source: from, tag });
         Ok(h)
     }
 
@@ -256,18 +256,17 @@ impl State {
         let mut left: SmallVec<[(Source, TagMatch); 4]> = SmallVec::new();
         let mut i = 0;
         while i < self.pending_recvs.len() {
-            let h = self.pending_recvs[i];
-            let Some(Request::Recv(p)) = self.requests.get(h) else {
-                self.pending_recvs.remove(i);
-                continue;
-            };
-            let (source, tag) = (p.source, p.tag);
+            let Posted { h, source, tag } = self.pending_recvs[i];
             // A receive like one left pending cannot take what that one did not: skip it
-            // unprobed (a window of receives from one peer under one tag).
+            // unprobed and unread (a window of receives from one peer under one tag).
             if left.contains(&(source, tag)) {
                 i += 1;
                 continue;
             }
+            let Some(Request::Recv(p)) = self.requests.get(h) else {
+                self.pending_recvs.remove(i);
+                continue;
+            };
             // The landing slice borrows the program's buffer, not the request.
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
@@ -317,9 +316,8 @@ impl State {
         }
         let syncs: Vec<(c_int, u32, u64)> = self
             .requests
-            .items
             .iter()
-            .filter_map(|(&h, r)| match r {
+            .filter_map(|(h, r)| match r {
                 Request::SyncSend(p) => Some((h, p.dest, p.ack)),
                 _ => None,
             })
@@ -357,9 +355,8 @@ impl State {
         }
         let lent: Vec<(c_int, OpId)> = self
             .requests
-            .items
             .iter()
-            .filter_map(|(&h, r)| match r {
+            .filter_map(|(h, r)| match r {
                 Request::LentSend(op) => Some((h, *op)),
                 _ => None,
             })
@@ -573,7 +570,7 @@ impl State {
             || !self.colls.is_empty()
             || self.lent_sends > 0
             || !self.wins.items.is_empty()
-            || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
+            || self.requests.iter().any(|(_, r)| matches!(r, Request::SyncSend(_)))
     }
 
     /// Waits (bounded) until `done(self)` holds, progressing; the bound counts from the last
@@ -643,7 +640,7 @@ impl State {
         }
         // Alone and first in line: the runtime's own blocking receive (no polling), unless
         // windows or started collectives need serving meanwhile.
-        if self.pending_recvs.front() == Some(&h)
+        if self.pending_recvs.front().map(|p| p.h) == Some(h)
             && self.pending_recvs.len() == 1
             && self.wins.items.is_empty()
             && self.colls.is_empty()

@@ -117,6 +117,15 @@ impl RecvFrom {
     }
 }
 
+/// A receive in the queue of those posted and not matched: its request, and what it matches
+/// (progress walks the queue without looking each request up).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Posted {
+    pub h: c_int,
+    pub source: Source,
+    pub tag: TagMatch,
+}
+
 /// A synchronous send waiting for the receiver's acknowledgement.
 #[derive(Debug)]
 pub struct PendingSync {
@@ -207,5 +216,69 @@ impl Request {
             Request::Done(s) => Some(*s),
             _ => None,
         }
+    }
+}
+
+/// The request table. A handle is `REQUEST_BASE` plus its slot, so a lookup is an index (a
+/// window of MPI_Waitall looks every request up each round), and a freed slot is given out
+/// again, last freed first, as MPICH does: once the table has grown to the most requests the
+/// program keeps live, starting one allocates nothing.
+pub struct Requests {
+    base: u32,
+    slots: Vec<Option<Request>>,
+    free: Vec<u32>,
+}
+
+/// Slots a table may have: the handles of the next kind up start there.
+const MAX_SLOTS: usize = (crate::state::MESSAGE_BASE - crate::state::REQUEST_BASE) as usize;
+
+impl Requests {
+    pub fn new(base: u32) -> Requests {
+        Requests { base, slots: Vec::new(), free: Vec::new() }
+    }
+
+    /// The slot of handle `h` (None for a handle not of this table, MPI_REQUEST_NULL too).
+    fn slot(&self, h: c_int) -> Option<usize> {
+        let i = (h as u32).wrapping_sub(self.base) as usize;
+        (i < self.slots.len()).then_some(i)
+    }
+
+    fn handle(&self, slot: usize) -> c_int {
+        self.base.wrapping_add(slot as u32) as c_int
+    }
+
+    /// Stores `r`; its new handle.
+    pub fn insert(&mut self, r: Request) -> MpiResult<c_int> {
+        if let Some(slot) = self.free.pop() {
+            self.slots[slot as usize] = Some(r);
+            return Ok(self.handle(slot as usize));
+        }
+        if self.slots.len() >= MAX_SLOTS {
+            let why = format!("more than {MAX_SLOTS} requests live at once");
+            return Err(crate::errors::MpiError::new(MPI_ERR_NO_MEM, why));
+        }
+        self.slots.push(Some(r));
+        Ok(self.handle(self.slots.len() - 1))
+    }
+
+    pub fn get(&self, h: c_int) -> Option<&Request> {
+        self.slots[self.slot(h)?].as_ref()
+    }
+
+    pub fn get_mut(&mut self, h: c_int) -> Option<&mut Request> {
+        let i = self.slot(h)?;
+        self.slots[i].as_mut()
+    }
+
+    pub fn remove(&mut self, h: c_int) -> Option<Request> {
+        let i = self.slot(h)?;
+        let r = self.slots[i].take()?;
+        self.free.push(i as u32);
+        Some(r)
+    }
+
+    /// Every live request with its handle, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (c_int, &Request)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, r)| Some((self.handle(i), r.as_ref()?)))
     }
 }
