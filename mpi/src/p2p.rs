@@ -255,11 +255,14 @@ impl State {
         self.rt.poll()?;
         let mut left: SmallVec<[(Source, TagMatch); 4]> = SmallVec::new();
         let mut i = 0;
-        while i < self.pending_recvs.len() {
-            let Posted { h, source, tag } = self.pending_recvs[i];
+        while let Some(Posted { h, source, tag }) = self.pending_recvs.get(i) {
             // A receive like one left pending cannot take what that one did not: skip it
-            // unprobed and unread (a window of receives from one peer under one tag).
+            // unprobed and unread; and once every kind posted is left pending, so is the
+            // rest of the queue (a window of receives from one peer under one tag).
             if left.contains(&(source, tag)) {
+                if self.pending_recvs.all_kinds_in(&left) {
+                    break;
+                }
                 i += 1;
                 continue;
             }
@@ -650,14 +653,14 @@ impl State {
                 // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
                 let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
                 let received = self.receive(p.source, p.tag, landing)?;
-                self.pending_recvs.pop_front();
+                self.pending_recvs.remove(0);
                 let status = self.deliver(h, received)?;
                 self.requests.remove(h);
                 return Ok(status);
             }
         }
         self.wait_until("MPI_Wait", |s| Ok(s.requests.get(h).and_then(Request::done).is_some()))?;
-        let status = self.requests.remove(h).and_then(|r| r.done()).unwrap_or_else(Status::empty);
+        let status = self.requests.take_done(h).unwrap_or_else(Status::empty);
         Ok(status)
     }
 
@@ -721,13 +724,7 @@ impl State {
         if progress && self.requests.get(h).and_then(Request::done).is_none() {
             self.progress()?;
         }
-        match self.requests.get(h).and_then(Request::done) {
-            Some(status) => {
-                self.requests.remove(h);
-                Ok(Some(status))
-            }
-            None => Ok(None),
-        }
+        Ok(self.requests.take_done(h))
     }
 
     /// The message a receive would match now: (source rank in `comm`, tag, bytes).

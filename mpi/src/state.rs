@@ -14,7 +14,7 @@ use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{self, MpiError, MpiResult};
 use crate::op::UserOp;
-use crate::request::{Posted, Requests};
+use crate::request::{PostedQueue, Requests};
 
 /// Set by MPI_Init, never cleared (MPI_Initialized stays true after MPI_Finalize).
 pub static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -90,7 +90,7 @@ pub struct State {
     pub ops: Handles<UserOp>,
     pub requests: Requests,
     /// Receive requests not yet matched, in the order posted (MPI's matching order).
-    pub pending_recvs: VecDeque<Posted>,
+    pub pending_recvs: PostedQueue,
     /// Lent sends not known to have left: LentSend requests, and those the program freed
     /// (`freed_lent`), whose bytes must still leave before the runtime stops.
     pub lent_sends: usize,

@@ -270,7 +270,7 @@ pub(crate) unsafe fn mpi_cancel(request: Out<'_, c_int>) -> c_int {
             return Ok(());
         }
         if let Some(Request::Recv(_)) = s.requests.get(h) {
-            s.pending_recvs.retain(|p| p.h != h);
+            s.pending_recvs.remove_request(h);
             let st = Status { cancelled: true, ..Status::empty() };
             if let Some(r) = s.requests.get_mut(h) {
                 *r = Request::Done(st);
@@ -286,7 +286,7 @@ pub(crate) unsafe fn mpi_request_free(request: Out<'_, c_int>) -> c_int {
         match s.requests.remove(h) {
             Some(Request::Persistent(p)) => {
                 if let Some(inner) = p.active {
-                    s.pending_recvs.retain(|r| r.h != inner);
+                    s.pending_recvs.remove_request(inner);
                     if let Some(Request::Coll) = s.requests.remove(inner) {
                         s.forget_coll(inner);
                     }
@@ -300,7 +300,7 @@ pub(crate) unsafe fn mpi_request_free(request: Out<'_, c_int>) -> c_int {
             // Its bytes must still leave: the progress loop and MPI_Finalize see to it.
             Some(Request::LentSend(op)) => s.freed_lent.push(op),
             Some(Request::Coll) => s.forget_coll(h),
-            _ => s.pending_recvs.retain(|p| p.h != h),
+            _ => s.pending_recvs.remove_request(h),
         }
         ffi::out(request, MPI_REQUEST_NULL, "request")
     })
