@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use reverb_logger::error::LogError;
 use reverb_transport::recovery::await_rejoin;
+use reverb_transport::sys::clock::CoarseInstant;
 use reverb_transport::{Bootstrap, PeerState, Rank, TransportError};
 
 use super::error::{Result, RuntimeError};
@@ -143,7 +144,7 @@ impl Runtime {
             // The provider only watches peers this rank talked to: a failure elsewhere shows
             // in the rendezvous (the launcher marks it), and the survivors' recovery
             // collectives need this rank too.
-            self.last_boot_check = Instant::now();
+            self.last_boot_check = CoarseInstant::now();
             dead = self.also_failed(&[])?;
         }
         if dead.is_empty() {

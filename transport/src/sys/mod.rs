@@ -2,5 +2,6 @@
 //! /dev/shm ([`shmfile`]) and whether a process lives ([`liveness`]). No provider's internals:
 //! the shm provider, the verbs provider, the logger and the launcher all use them from here.
 
+pub mod clock;
 pub mod liveness;
 pub mod shmfile;
