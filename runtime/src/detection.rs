@@ -35,6 +35,10 @@ impl Runtime {
         tolerate_dead(endpoint.provider().block(Duration::ZERO))?;
         let dead: Vec<Rank> =
             (0..size).filter(|&r| r != me && endpoint.provider().peer_state(r) == PeerState::Dead).collect();
+        if dead.is_empty() {
+            // The answer after every poll: no second pass over the ranks.
+            return Ok(dead);
+        }
         // A masked copy's unit mates live on (the launcher fails only it).
         let dead_units = self.units_to_recover(dead);
         let masked = |r: Rank| self.spheres.as_ref().is_some_and(|s| s.is_masked(r));
