@@ -85,6 +85,7 @@ fn init() -> c_int {
         pending_recvs: PostedQueue::default(),
         lent_sends: 0,
         sync_sends: 0,
+        syncs_started: 0,
         ticks_on,
         ticked: false,
         freed_lent: Vec::new(),

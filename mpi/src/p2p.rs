@@ -198,7 +198,9 @@ impl State {
         frag::send(&mut self.rt, dest, tags::tag(context, flags, tag), &bytes)?;
         if sync {
             self.sync_sends += 1;
-            return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, tag) }));
+            self.syncs_started += 1;
+            let ack = tags::tag(context, tags::ACK, tag);
+            return Ok(Request::SyncSend(PendingSync { dest, ack, started: self.syncs_started }));
         }
         Ok(Request::Done(Status::empty()))
     }
@@ -317,17 +319,18 @@ impl State {
         if self.sync_sends == 0 {
             return Ok(false);
         }
-        let syncs: Vec<(c_int, u32, u64)> = self
+        let mut syncs: Vec<(u64, c_int, u32, u64)> = self
             .requests
             .iter()
             .filter_map(|(h, r)| match r {
-                Request::SyncSend(p) => Some((h, p.dest, p.ack)),
+                Request::SyncSend(p) => Some((p.started, h, p.dest, p.ack)),
                 _ => None,
             })
             .collect();
+        syncs.sort_unstable_by_key(|s| s.0);
         self.sync_sends = syncs.len();
         let mut any = false;
-        for (h, dest, ack) in syncs {
+        for (_, h, dest, ack) in syncs {
             if self.rt.take_collected(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
                 if let Some(r) = self.requests.get_mut(h) {
                     *r = Request::Done(Status::empty());

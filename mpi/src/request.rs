@@ -214,6 +214,9 @@ impl PostedQueue {
 pub struct PendingSync {
     pub dest: u32,
     pub ack: u64,
+    /// Its place among this rank's synchronous sends: acknowledgements are looked for in the
+    /// order the sends started, as a replay looks for them (slots are reused in any order).
+    pub started: u64,
 }
 
 /// What a persistent request does each time it is started (its datatype kept: the program

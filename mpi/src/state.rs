@@ -97,6 +97,8 @@ pub struct State {
     /// Synchronous sends started and not seen acknowledged: while 0, progress skips looking
     /// for their acknowledgements (an upper bound: a freed one is dropped at the next look).
     pub sync_sends: usize,
+    /// Synchronous sends started so far (`PendingSync::started`).
+    pub syncs_started: u64,
     /// Whether calls tick (`tick_once`): under a logging protocol, and at a rank restored
     /// from a checkpoint only once its setup is over (the checkpoint counted the setup's).
     pub ticks_on: bool,
