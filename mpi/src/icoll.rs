@@ -91,8 +91,9 @@ impl State {
         }
     }
 
-    /// Forgets the request of started collective `h`, which the program freed: its slot may
-    /// be given out again, and the collective's end must not complete that new request.
+    /// Forgets the request of started collective `h`, which the program freed (erroneous in
+    /// MPI, which MPICH refuses; reverb frees it): its slot may be given out again, and the
+    /// collective's end must not complete that new request.
     pub fn forget_coll(&mut self, h: c_int) {
         for started in self.colls.iter_mut().filter(|c| c.handle == h) {
             started.handle = MPI_REQUEST_NULL;
