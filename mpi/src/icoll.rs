@@ -81,13 +81,22 @@ impl State {
         }
         let mut started = Started { handle: 0, seq, task: Task::new(run)? };
         match self.step_coll(&mut started) {
-            Step::Done(rc) => Ok((self.requests.insert(Request::Done(coll_status(rc))), Some(rc))),
+            Step::Done(rc) => Ok((self.requests.insert(Request::Done(coll_status(rc)))?, Some(rc))),
             Step::Suspended(_) => {
-                started.handle = self.requests.insert(Request::Coll);
+                started.handle = self.requests.insert(Request::Coll)?;
                 let h = started.handle;
                 self.colls.push_back(started);
                 Ok((h, None))
             }
+        }
+    }
+
+    /// Forgets the request of started collective `h`, which the program freed (erroneous in
+    /// MPI, which MPICH refuses; reverb frees it): its slot may be given out again, and the
+    /// collective's end must not complete that new request.
+    pub fn forget_coll(&mut self, h: c_int) {
+        for started in self.colls.iter_mut().filter(|c| c.handle == h) {
+            started.handle = MPI_REQUEST_NULL;
         }
     }
 

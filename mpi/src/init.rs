@@ -14,6 +14,7 @@ use crate::ffi;
 use crate::ffi::Out;
 use crate::journal::{Journal, JOURNAL_ENTRY};
 use crate::p2p::TAG_UB;
+use crate::request::{PostedQueue, Requests};
 use crate::state::{self, call, Handles, State, FINALIZED, INITIALIZED};
 
 /// Context ids of the predefined communicators; created ones start after them.
@@ -80,10 +81,11 @@ fn init() -> c_int {
         comms,
         types: Handles::reusing(state::TYPE_BASE),
         ops: Handles::new(state::OP_BASE),
-        requests: Handles::new(state::REQUEST_BASE),
-        pending_recvs: VecDeque::new(),
+        requests: Requests::new(state::REQUEST_BASE),
+        pending_recvs: PostedQueue::default(),
         lent_sends: 0,
         sync_sends: 0,
+        syncs_started: 0,
         ticks_on,
         ticked: false,
         freed_lent: Vec::new(),

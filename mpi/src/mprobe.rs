@@ -184,7 +184,7 @@ pub(crate) unsafe fn mpi_imrecv(
         let m = ffi::read(message, "message")?;
         let st = s.receive_taken(buf, count, datatype, m)?;
         ffi::out(message, MPI_MESSAGE_NULL, "message")?;
-        let h = s.requests.insert(Request::Done(st));
+        let h = s.requests.insert(Request::Done(st))?;
         ffi::out(request, h, "request")
     })
 }

@@ -16,7 +16,7 @@ use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 use crate::frag;
-use crate::request::{PendingRecv, PendingSync, RecvFrom, Request, Status};
+use crate::request::{PendingRecv, PendingSync, Posted, RecvFrom, Request, Status};
 use crate::state::State;
 use crate::tags;
 
@@ -198,7 +198,9 @@ impl State {
         frag::send(&mut self.rt, dest, tags::tag(context, flags, tag), &bytes)?;
         if sync {
             self.sync_sends += 1;
-            return Ok(Request::SyncSend(PendingSync { dest, ack: tags::tag(context, tags::ACK, tag) }));
+            self.syncs_started += 1;
+            let ack = tags::tag(context, tags::ACK, tag);
+            return Ok(Request::SyncSend(PendingSync { dest, ack, started: self.syncs_started }));
         }
         Ok(Request::Done(Status::empty()))
     }
@@ -230,7 +232,7 @@ impl State {
         let count = count_of(count)?;
         let c = self.comm(comm)?;
         let Some((from, tag)) = recv_match(c, source, tag)? else {
-            return Ok(self.requests.insert(Request::Done(Status::proc_null())));
+            return self.requests.insert(Request::Done(Status::proc_null()));
         };
         let recv_from = match from {
             Source::Any => RecvFrom::Any(c.peers().to_vec()),
@@ -238,8 +240,8 @@ impl State {
         };
         let pending =
             PendingRecv { context: c.context, from: recv_from, source: from, tag, buf, count, datatype };
-        let h = self.requests.insert(Request::Recv(pending));
-        self.pending_recvs.push_back(h);
+        let h = self.requests.insert(Request::Recv(pending))?;
+        self.pending_recvs.push_back(Posted { h, source: from, tag });
         Ok(h)
     }
 
@@ -255,19 +257,21 @@ impl State {
         self.rt.poll()?;
         let mut left: SmallVec<[(Source, TagMatch); 4]> = SmallVec::new();
         let mut i = 0;
-        while i < self.pending_recvs.len() {
-            let h = self.pending_recvs[i];
+        while let Some(Posted { h, source, tag }) = self.pending_recvs.get(i) {
+            // A receive like one left pending cannot take what that one did not: skip it
+            // unprobed and unread; and once every kind posted is left pending, so is the
+            // rest of the queue (a window of receives from one peer under one tag).
+            if left.contains(&(source, tag)) {
+                if self.pending_recvs.all_kinds_in(&left) {
+                    break;
+                }
+                i += 1;
+                continue;
+            }
             let Some(Request::Recv(p)) = self.requests.get(h) else {
                 self.pending_recvs.remove(i);
                 continue;
             };
-            let (source, tag) = (p.source, p.tag);
-            // A receive like one left pending cannot take what that one did not: skip it
-            // unprobed (a window of receives from one peer under one tag).
-            if left.contains(&(source, tag)) {
-                i += 1;
-                continue;
-            }
             // The landing slice borrows the program's buffer, not the request.
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
@@ -315,18 +319,18 @@ impl State {
         if self.sync_sends == 0 {
             return Ok(false);
         }
-        let syncs: Vec<(c_int, u32, u64)> = self
+        let mut syncs: Vec<(u64, c_int, u32, u64)> = self
             .requests
-            .items
             .iter()
-            .filter_map(|(&h, r)| match r {
-                Request::SyncSend(p) => Some((h, p.dest, p.ack)),
+            .filter_map(|(h, r)| match r {
+                Request::SyncSend(p) => Some((p.started, h, p.dest, p.ack)),
                 _ => None,
             })
             .collect();
+        syncs.sort_unstable_by_key(|s| s.0);
         self.sync_sends = syncs.len();
         let mut any = false;
-        for (h, dest, ack) in syncs {
+        for (_, h, dest, ack) in syncs {
             if self.rt.take_collected(Source::Rank(dest), TagMatch::exact(ack))?.is_some() {
                 if let Some(r) = self.requests.get_mut(h) {
                     *r = Request::Done(Status::empty());
@@ -357,9 +361,8 @@ impl State {
         }
         let lent: Vec<(c_int, OpId)> = self
             .requests
-            .items
             .iter()
-            .filter_map(|(&h, r)| match r {
+            .filter_map(|(h, r)| match r {
                 Request::LentSend(op) => Some((h, *op)),
                 _ => None,
             })
@@ -573,7 +576,7 @@ impl State {
             || !self.colls.is_empty()
             || self.lent_sends > 0
             || !self.wins.items.is_empty()
-            || self.requests.items.values().any(|r| matches!(r, Request::SyncSend(_)))
+            || self.requests.iter().any(|(_, r)| matches!(r, Request::SyncSend(_)))
     }
 
     /// Waits (bounded) until `done(self)` holds, progressing; the bound counts from the last
@@ -643,7 +646,7 @@ impl State {
         }
         // Alone and first in line: the runtime's own blocking receive (no polling), unless
         // windows or started collectives need serving meanwhile.
-        if self.pending_recvs.front() == Some(&h)
+        if self.pending_recvs.front().map(|p| p.h) == Some(h)
             && self.pending_recvs.len() == 1
             && self.wins.items.is_empty()
             && self.colls.is_empty()
@@ -653,14 +656,14 @@ impl State {
                 // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
                 let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
                 let received = self.receive(p.source, p.tag, landing)?;
-                self.pending_recvs.pop_front();
+                self.pending_recvs.remove(0);
                 let status = self.deliver(h, received)?;
                 self.requests.remove(h);
                 return Ok(status);
             }
         }
         self.wait_until("MPI_Wait", |s| Ok(s.requests.get(h).and_then(Request::done).is_some()))?;
-        let status = self.requests.remove(h).and_then(|r| r.done()).unwrap_or_else(Status::empty);
+        let status = self.requests.take_done(h).unwrap_or_else(Status::empty);
         Ok(status)
     }
 
@@ -724,13 +727,7 @@ impl State {
         if progress && self.requests.get(h).and_then(Request::done).is_none() {
             self.progress()?;
         }
-        match self.requests.get(h).and_then(Request::done) {
-            Some(status) => {
-                self.requests.remove(h);
-                Ok(Some(status))
-            }
-            None => Ok(None),
-        }
+        Ok(self.requests.take_done(h))
     }
 
     /// The message a receive would match now: (source rank in `comm`, tag, bytes).

@@ -14,7 +14,7 @@ fn send(function: &str, mode: SendMode, a: SendArgs) -> c_int {
     call(function, a.comm, |s| {
         let r = s.start_send_as(&a, mode)?;
         if let Request::SyncSend(_) | Request::LentSend(_) = r {
-            let h = s.requests.insert(r);
+            let h = s.requests.insert(r)?;
             s.wait_request(h)?;
         }
         Ok(())
@@ -24,7 +24,7 @@ fn send(function: &str, mode: SendMode, a: SendArgs) -> c_int {
 fn isend(function: &str, mode: SendMode, a: SendArgs, request: Out<'_, c_int>) -> c_int {
     call(function, a.comm, |s| {
         let r = s.start_send_as(&a, mode)?;
-        let h = s.requests.insert(r);
+        let h = s.requests.insert(r)?;
         ffi::out(request, h, "request")
     })
 }

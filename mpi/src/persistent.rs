@@ -36,7 +36,7 @@ impl State {
                 let args =
                     SendArgs { buf, count: count.into(), datatype: MPI_DATATYPE_NULL, dest, tag, comm };
                 let r = self.start_send_typed(&args, &datatype, SendMode::copied_or_sync(sync))?;
-                self.requests.insert(r)
+                self.requests.insert(r)?
             }
             PersistentOp::Recv { buf, count, datatype, source, tag, comm } => {
                 self.post_recv_typed(buf, count.into(), datatype, source, tag, comm)?
@@ -110,7 +110,7 @@ pub(crate) fn persistent(
     call(function, comm, |s| {
         s.comm(comm)?;
         let op = op(s)?;
-        let h = s.requests.insert(Request::Persistent(Persistent { op, active: None }));
+        let h = s.requests.insert(Request::Persistent(Persistent { op, active: None }))?;
         ffi::out(request, h, "request")
     })
 }
@@ -230,7 +230,7 @@ pub(crate) unsafe fn mpi_grequest_start(
 ) -> c_int {
     call("MPI_Grequest_start", MPI_COMM_WORLD, |s| {
         let g = Generalized { query, free, cancel, extra_state, complete: false };
-        let h = s.requests.insert(Request::Generalized(g));
+        let h = s.requests.insert(Request::Generalized(g))?;
         ffi::out(request, h, "request")
     })
 }

@@ -14,7 +14,7 @@ use crate::comm::Comm;
 use crate::datatype::Datatype;
 use crate::errors::{self, MpiError, MpiResult};
 use crate::op::UserOp;
-use crate::request::Request;
+use crate::request::{PostedQueue, Requests};
 
 /// Set by MPI_Init, never cleared (MPI_Initialized stays true after MPI_Finalize).
 pub static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -88,15 +88,17 @@ pub struct State {
     pub comms: Handles<Comm>,
     pub types: Handles<Datatype>,
     pub ops: Handles<UserOp>,
-    pub requests: Handles<Request>,
+    pub requests: Requests,
     /// Receive requests not yet matched, in the order posted (MPI's matching order).
-    pub pending_recvs: VecDeque<c_int>,
+    pub pending_recvs: PostedQueue,
     /// Lent sends not known to have left: LentSend requests, and those the program freed
     /// (`freed_lent`), whose bytes must still leave before the runtime stops.
     pub lent_sends: usize,
     /// Synchronous sends started and not seen acknowledged: while 0, progress skips looking
     /// for their acknowledgements (an upper bound: a freed one is dropped at the next look).
     pub sync_sends: usize,
+    /// Synchronous sends started so far (`PendingSync::started`).
+    pub syncs_started: u64,
     /// Whether calls tick (`tick_once`): under a logging protocol, and at a rank restored
     /// from a checkpoint only once its setup is over (the checkpoint counted the setup's).
     pub ticks_on: bool,

@@ -63,27 +63,24 @@ pub(crate) unsafe fn mpi_waitall(count: c_int, requests: Out<'_, c_int>, statuse
         let n = usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract); no other slice of it lives.
         let reqs = unsafe { ffi::array_mut(requests, n, "requests") }?;
-        let mut done = vec![false; n];
-        let mut errors = Vec::new();
-        // wait_until progresses between passes: a pass only collects what completed.
+        // Requests are collected in order, each once it is complete: a request left in the
+        // table a while longer changes nothing (progress completes it there), and a round
+        // costs what it collects, not a look at every request still pending.
+        let mut next = 0;
+        let mut failed = false;
+        // wait_until progresses between rounds: a round only collects what completed.
         s.wait_until("MPI_Waitall", |s| {
-            for (i, h) in reqs.iter_mut().enumerate() {
-                if done[i] {
-                    continue;
-                }
-                if let Some(st) = s.test_request_now(*h)? {
-                    *h = s.after_completion(*h);
-                    // SAFETY: the status array has an entry per request of this call (the contract).
-                    unsafe { write_status_at(statuses, i, st) }?;
-                    done[i] = true;
-                    if st.error != MPI_SUCCESS {
-                        errors.push(st.error);
-                    }
-                }
+            while let Some(h) = reqs.get_mut(next) {
+                let Some(st) = s.test_request_now(*h)? else { return Ok(false) };
+                *h = s.after_completion(*h);
+                // SAFETY: the status array has an entry per request of this call (the contract).
+                unsafe { write_status_at(statuses, next, st) }?;
+                failed |= st.error != MPI_SUCCESS;
+                next += 1;
             }
-            Ok(done.iter().all(|&d| d))
+            Ok(true)
         })?;
-        if !errors.is_empty() {
+        if failed {
             return Err(MpiError::new(MPI_ERR_IN_STATUS, "a request failed (see its status)"));
         }
         Ok(())
@@ -273,7 +270,7 @@ pub(crate) unsafe fn mpi_cancel(request: Out<'_, c_int>) -> c_int {
             return Ok(());
         }
         if let Some(Request::Recv(_)) = s.requests.get(h) {
-            s.pending_recvs.retain(|&p| p != h);
+            s.pending_recvs.remove_request(h);
             let st = Status { cancelled: true, ..Status::empty() };
             if let Some(r) = s.requests.get_mut(h) {
                 *r = Request::Done(st);
@@ -289,8 +286,10 @@ pub(crate) unsafe fn mpi_request_free(request: Out<'_, c_int>) -> c_int {
         match s.requests.remove(h) {
             Some(Request::Persistent(p)) => {
                 if let Some(inner) = p.active {
-                    s.pending_recvs.retain(|&r| r != inner);
-                    s.requests.remove(inner);
+                    s.pending_recvs.remove_request(inner);
+                    if let Some(Request::Coll) = s.requests.remove(inner) {
+                        s.forget_coll(inner);
+                    }
                 }
             }
             Some(Request::Generalized(g)) => {
@@ -300,7 +299,8 @@ pub(crate) unsafe fn mpi_request_free(request: Out<'_, c_int>) -> c_int {
             }
             // Its bytes must still leave: the progress loop and MPI_Finalize see to it.
             Some(Request::LentSend(op)) => s.freed_lent.push(op),
-            _ => s.pending_recvs.retain(|&p| p != h),
+            Some(Request::Coll) => s.forget_coll(h),
+            _ => s.pending_recvs.remove_request(h),
         }
         ffi::out(request, MPI_REQUEST_NULL, "request")
     })

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use reverb_logger::error::LogError;
 use reverb_transport::recovery::await_rejoin;
+use reverb_transport::sys::clock::CoarseInstant;
 use reverb_transport::{Bootstrap, PeerState, Rank, TransportError};
 
 use super::error::{Result, RuntimeError};
@@ -34,6 +35,10 @@ impl Runtime {
         tolerate_dead(endpoint.provider().block(Duration::ZERO))?;
         let dead: Vec<Rank> =
             (0..size).filter(|&r| r != me && endpoint.provider().peer_state(r) == PeerState::Dead).collect();
+        if dead.is_empty() {
+            // The answer after every poll: no second pass over the ranks.
+            return Ok(dead);
+        }
         // A masked copy's unit mates live on (the launcher fails only it).
         let dead_units = self.units_to_recover(dead);
         let masked = |r: Rank| self.spheres.as_ref().is_some_and(|s| s.is_masked(r));
@@ -143,7 +148,7 @@ impl Runtime {
             // The provider only watches peers this rank talked to: a failure elsewhere shows
             // in the rendezvous (the launcher marks it), and the survivors' recovery
             // collectives need this rank too.
-            self.last_boot_check = Instant::now();
+            self.last_boot_check = CoarseInstant::now();
             dead = self.also_failed(&[])?;
         }
         if dead.is_empty() {

@@ -4,6 +4,7 @@
 use reverb_ckpt::{Checkpointer, CkptConfig};
 use reverb_logger::{LoggedEndpoint, SetupFailed};
 use reverb_transport::bootstrap::{BootParams, TcpBootstrap};
+use reverb_transport::sys::clock::CoarseInstant;
 use reverb_transport::{Bootstrap, JobInfo, PeerState, Provider, Rank, TransportConfig, TransportError};
 
 use super::early::{wait_none_lost, EarlyRecovery};
@@ -79,7 +80,7 @@ impl Runtime {
             sends: 0,
             recoveries: 0,
             logs_cut: Vec::new(),
-            last_boot_check: std::time::Instant::now(),
+            last_boot_check: CoarseInstant::now(),
             logger_verdicts_seen: 0,
             init_end_cpu_ns: 0,
             report,

@@ -130,13 +130,12 @@ mod rounds;
 mod sigkill;
 pub mod spheres;
 
-use std::time::Instant;
-
 use reverb_ckpt::{Checkpointer, Epoch};
 pub use reverb_logger::multicast::McastKey;
 pub use reverb_logger::LoggedProbe;
 use reverb_logger::{LogMode, LoggedEndpoint};
 use reverb_transport::bootstrap::TcpBootstrap;
+use reverb_transport::sys::clock::CoarseInstant;
 use reverb_transport::{OpId, Rank, Source, Tag, TagMatch};
 
 pub use config::{redundancy_from_env, ObjectHost, Redundancy, RuntimeConfig};
@@ -213,8 +212,9 @@ pub struct Runtime {
     /// the lost ring held as stable is gone, so their own failure before the next checkpoint
     /// is not recoverable.
     logs_cut: Vec<Rank>,
-    /// When the rendezvous was last asked about failures (`check_failures`, rate-bounded).
-    last_boot_check: Instant,
+    /// When the rendezvous was last asked about failures (`check_failures`, rate-bounded; the
+    /// coarse clock, read at every poll).
+    last_boot_check: CoarseInstant,
     /// The node logger's verdict generation last seen (`logger_suspects`).
     logger_verdicts_seen: u64,
     /// `rank_cpu_ns` at the end of `init` (for `RuntimeReport::compute_cpu_ms`).

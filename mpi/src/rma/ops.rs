@@ -139,7 +139,7 @@ pub fn completed_request(
     if let Some(r) = rank {
         wait_for(s, win, "a request-based one-sided operation", |w| w.origin.due[r] == 0)?;
     }
-    let h = s.requests.insert(Request::Done(Status::empty()));
+    let h = s.requests.insert(Request::Done(Status::empty()))?;
     ffi::out(request, h, "request")
 }
 

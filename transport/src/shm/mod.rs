@@ -43,6 +43,7 @@ use crate::config::{TransportConfig, WaitMode};
 use crate::error::{ErrorQueue, Result, TransportError};
 use crate::region::{Region, RegionPool};
 use crate::subcore::SubCore;
+use crate::sys::clock::CoarseInstant;
 use crate::sys::liveness::{self, ProcessWatch};
 use crate::sys::shmfile;
 use crate::tagged::{self, Fetch, TaggedHome, TaggedState};
@@ -135,7 +136,8 @@ pub struct ShmProvider {
     progress_calls: u32,
     /// Messages in all peers' backlogs: progress skips the per-peer scan while it is 0.
     backlogged: usize,
-    last_liveness: Instant,
+    /// The last liveness check (the coarse clock: `liveness_due` is asked every progress).
+    last_liveness: CoarseInstant,
     /// Malformed slots seen during progress, reported one per `progress` call.
     malformed: ErrorQueue,
     /// Staging regions for large slice sends, reused once their FIN came back.
@@ -348,7 +350,7 @@ impl ShmProvider {
             last_map: None,
             progress_calls: 0,
             backlogged: 0,
-            last_liveness: Instant::now(),
+            last_liveness: CoarseInstant::now(),
             malformed: ErrorQueue::default(),
             staging: RegionPool::new(STAGING_POOL_BYTES),
             lent_out: (0..control::LENT_SLOTS).map(|_| None).collect(),

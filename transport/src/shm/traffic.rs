@@ -378,7 +378,7 @@ impl ShmProvider {
 
     /// Marks peers dead whose process exited or who closed, and fails what depended on them.
     pub(super) fn check_liveness(&mut self) {
-        self.last_liveness = Instant::now();
+        self.last_liveness = CoarseInstant::now();
         let newly_dead: Vec<usize> = (0..self.peers.len())
             .filter(|&rank| {
                 let peer = &self.peers[rank];
