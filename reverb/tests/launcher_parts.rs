@@ -85,14 +85,16 @@ fn rank_pid(launcher: u32, rank: u32) -> Option<u32> {
     })
 }
 
-/// Two launchers of one job, the second's rank 3 SIGKILLed after `kill_after` when given.
-fn two_launchers(name: &str, kill_after: Option<Duration>) -> (PathBuf, PathBuf, i32, i32) {
+/// Two launchers of one job, the second's rank 3 SIGKILLed `kill_after` after the second
+/// started, when given; with how long the second ran.
+fn two_launchers(name: &str, kill_after: Option<Duration>) -> (PathBuf, PathBuf, i32, i32, Duration) {
     let (a, b) = (work_dir(&format!("{name}-a")), work_dir(&format!("{name}-b")));
     let root = free_root();
     let job = [("REVERB_ROOT", root.as_str()), ("REVERB_JOB_ID", name), ("REVERB_JOB_TOKEN", "parts-token")];
     let serving = launcher(&a, &["--local-ranks", "0-1", "--serve-root", "--respawn", "1"], &job);
     std::thread::sleep(Duration::from_millis(300));
     let joining = launcher(&b, &["--local-ranks", "2-3", "--respawn", "1"], &job);
+    let started = Instant::now();
     if let Some(after) = kill_after {
         std::thread::sleep(after);
         let pid = rank_pid(joining.id(), 3).expect("rank 3 under the second launcher");
@@ -102,8 +104,9 @@ fn two_launchers(name: &str, kill_after: Option<Duration>) -> (PathBuf, PathBuf,
         );
     }
     let code_b = finish(joining, &b);
+    let took = started.elapsed();
     let code_a = finish(serving, &a);
-    (a, b, code_a, code_b)
+    (a, b, code_a, code_b, took)
 }
 
 #[test]
@@ -114,11 +117,12 @@ fn a_job_split_over_two_launchers_survives_a_kill_under_the_joining_one() {
     let expected = checksum(&whole);
     assert!(!expected.is_empty(), "no checksum:\n{}", log(&whole));
 
-    let (a, b, code_a, code_b) = two_launchers("split", None);
+    let (a, b, code_a, code_b, took) = two_launchers("split", None);
     assert_eq!((code_a, code_b), (0, 0), "{}\n{}", log(&a), log(&b));
     assert_eq!(checksum(&a), expected, "rank 0 runs under the serving launcher");
 
-    let (a, b, code_a, code_b) = two_launchers("killed", Some(Duration::from_millis(1500)));
+    // Mid-run: a fixed delay came after the whole job had ended on a quick machine.
+    let (a, b, code_a, code_b, _) = two_launchers("killed", Some(took / 2));
     assert_eq!((code_a, code_b), (0, 0), "{}\n{}", log(&a), log(&b));
     assert!(log(&b).contains("node 3 respawned"), "the joining launcher respawned rank 3:\n{}", log(&b));
     assert!(log(&a).contains("rank 3 rejoined at incarnation 1"), "{}", log(&a));
