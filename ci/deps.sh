@@ -2,8 +2,9 @@
 # Installs what reverb's build and tests need, idempotently: apt runs only when a package is
 # missing. `--compare` adds what the side-by-side scripts need (ucx_perftest, jq; Open MPI's
 # headers for scripts/reverb-scripts compare mpi).
-# The verbs feature builds rdma-core's headers from ibverbs-sys (cmake, clang, libnl) and links
-# Debian's libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
+# The verbs feature's bindings come from ibverbs-sys's bindgen (clang; cmake answers its version
+# query, scripts/lib/cmake-headers-only.sh) on Debian's libibverbs-dev headers, and link Debian's
+# libibverbs; the rxe userspace provider comes with ibverbs-providers. libisal-dev gives
 # the Reed-Solomon bench its ISA-L column (the build skips it when absent). slurmctld, slurmd,
 # slurm-client and munge are Debian's Slurm, which ci/slurm.sh runs on simulated hosts with its
 # own throwaway config (no service of theirs needs to run). openmpi-bin's mpirun is tested as a
@@ -15,7 +16,7 @@
 # autoconf, automake, libtool and make build libfabric's fabtests (ci/fabtests.sh).
 set -euo pipefail
 
-packages=(pkg-config libhwloc-dev cmake libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
+packages=(pkg-config libhwloc-dev cmake libclang-dev libibverbs-dev
     rdma-core ibverbs-providers ibverbs-utils libisal-dev binutils gcc
     iproute2 python3 slurmctld slurmd slurm-client munge openmpi-bin mpich libmpich-dev gfortran valgrind
     libfabric-dev libfabric-bin autoconf automake libtool make)

@@ -25,8 +25,8 @@ bash ci/deps.sh
 step "format, lints and docs (warnings are errors)"
 cargo fmt --all --check
 # Linted as CI builds it (.cargo/config.toml's ci-build: the `ci` profile, the fault hooks and
-# verbs), so the build step below finds the build scripts and proc-macros (rdma-core's headers
-# through ibverbs-sys among them) already compiled.
+# verbs), so the build step below finds the build scripts and proc-macros (the verbs
+# bindings from ibverbs-sys among them) already compiled.
 features=$(sed -n 's/^ci-build = .*"--features", "\([^"]*\)".*/\1/p' .cargo/config.toml)
 [[ -n $features ]] || { echo "ci/test.sh: no --features in .cargo/config.toml's ci-build" >&2; exit 1; }
 cargo clippy --workspace --all-targets --profile ci --features "$features" -- -D warnings
