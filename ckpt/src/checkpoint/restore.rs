@@ -1,6 +1,7 @@
 //! Restore: the first level that holds a valid copy (own copy, buddy copy, parity), and the
 //! checked read of a slot pair.
 
+use reverb_transport::error::error_chain;
 use reverb_transport::{Access, PeerState, Provider, Rank, RemoteRegion};
 
 use super::transfer::Dir;
@@ -53,8 +54,11 @@ impl Checkpointer {
                 Err(e) => skipped.push(("level 3 (Reed-Solomon)", e)),
             }
         }
-        let attempts =
-            skipped.iter().map(|(level, e)| format!("{level}: {e}")).collect::<Vec<_>>().join("; ");
+        let attempts = skipped
+            .iter()
+            .map(|(level, e)| format!("{level}: {}", error_chain(e)))
+            .collect::<Vec<_>>()
+            .join("; ");
         Err(CkptError::Unrecoverable {
             rank,
             epoch,
