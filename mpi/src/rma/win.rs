@@ -44,6 +44,9 @@ pub struct Origin {
     pub unchecked: Vec<bool>,
     /// And the ones whose lock word this rank took itself (`direct`): exclusive or not.
     pub taken: Vec<Option<bool>>,
+    /// Per target: unlocks sent minus releases (`Msg::Unlocked`) taken; an unlock waits for
+    /// 0. A replay may take a release before the unlock's (duplicate) send in the same call.
+    pub releasing: Vec<i64>,
     /// Posts received and not yet consumed by a start, per target.
     pub posts: Vec<u32>,
     /// The targets of the access epoch MPI_Win_start opened.
@@ -164,11 +167,16 @@ pub fn create(
     if disp_unit <= 0 {
         return Err(MpiError::new(MPI_ERR_DISP, format!("displacement unit {disp_unit}")));
     }
-    if s.rt.restarted() {
-        let nth = s.wins.items.len() + 1;
+    if s.rt.restarted() && !(s.rt.logging() && super::recover::recoverable(flavor)) {
+        let h = s.wins.next_handle();
         return Err(MpiError::new(
             MPI_ERR_UNSUPPORTED_OPERATION,
-            format!("window {nth} of this rank (on communicator {comm:#x}): one-sided windows are not recovered, and this rank was restarted after a failure (reverb)"),
+            format!(
+                "window {h:#x} of this rank (on communicator {comm:#x}): windows of {} are not recovered \
+                 (reverb recovers those of MPI_Win_create and MPI_Win_allocate under a logging protocol), \
+                 and this rank was restarted after a failure",
+                super::recover::flavor_name(flavor)
+            ),
         ));
     }
     let ranks = c.ranks.clone();
@@ -200,6 +208,7 @@ pub fn create(
             granted: vec![false; n],
             unchecked: vec![false; n],
             taken: vec![None; n],
+            releasing: vec![0; n],
             posts: vec![0; n],
             ..Origin::default()
         },
@@ -240,10 +249,19 @@ pub(crate) unsafe fn mpi_win_allocate(
     win: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Win_allocate", comm, |s| {
-        let memory = Own::new(size_of(size)?, s.rt.rank())?;
+        // Under a logging protocol every operation goes by (logged) request: an origin writing
+        // into a same-host target's memory itself would leave nothing a replay could repeat.
+        let logged = s.rt.logging();
+        let memory = match logged {
+            true => Own::private(size_of(size)?)?,
+            false => Own::new(size_of(size)?, s.rt.rank())?,
+        };
         let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        super::direct::connect(s, h, memory)?;
+        match logged {
+            true => s.win_mut(h)?.keep(Box::new(memory)),
+            false => super::direct::connect(s, h, memory)?,
+        }
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
