@@ -167,18 +167,7 @@ pub fn create(
     if disp_unit <= 0 {
         return Err(MpiError::new(MPI_ERR_DISP, format!("displacement unit {disp_unit}")));
     }
-    if s.rt.restarted() && !(s.rt.logging() && super::recover::recoverable(flavor)) {
-        let h = s.wins.next_handle();
-        return Err(MpiError::new(
-            MPI_ERR_UNSUPPORTED_OPERATION,
-            format!(
-                "window {h:#x} of this rank (on communicator {comm:#x}): windows of {} are not recovered \
-                 (reverb recovers those of MPI_Win_create and MPI_Win_allocate under a logging protocol), \
-                 and this rank was restarted after a failure",
-                super::recover::flavor_name(flavor)
-            ),
-        ));
-    }
+    refuse_restarted(s, comm, flavor)?;
     let ranks = c.ranks.clone();
     let context = s.new_context(comm)?;
     let wcomm = s.derive(comm, ranks.clone(), context);
@@ -219,6 +208,24 @@ pub fn create(
         reach: vec![None; n],
     };
     Ok(s.wins.insert(win))
+}
+
+/// At a restarted rank, a window that cannot be recovered is refused before its creation
+/// communicates (its peers are past it, or it is new and would answer wrongly).
+pub fn refuse_restarted(s: &State, comm: c_int, flavor: c_int) -> MpiResult<()> {
+    if !s.rt.restarted() || (s.rt.logging() && super::recover::recoverable(flavor)) {
+        return Ok(());
+    }
+    let h = s.wins.next_handle();
+    Err(MpiError::new(
+        MPI_ERR_UNSUPPORTED_OPERATION,
+        format!(
+            "window {h:#x} of this rank (on communicator {comm:#x}): windows of {} are not recovered \
+             (reverb recovers those of MPI_Win_create and MPI_Win_allocate under a logging protocol), \
+             and this rank was restarted after a failure",
+            super::recover::flavor_name(flavor)
+        ),
+    ))
 }
 
 fn size_of(size: c_long) -> MpiResult<usize> {
