@@ -46,6 +46,8 @@ pub(crate) fn mpix_reverb_checkpoint() -> c_int {
         }
         let journal = s.journal.encode();
         s.rt.protect(JOURNAL_ENTRY, &journal)?;
+        let windows = crate::rma::recover::encode(s)?;
+        s.rt.protect(crate::rma::recover::WINDOWS_ENTRY, &windows)?;
         s.rt.checkpoint(&[])?;
         Ok(())
     })
@@ -86,6 +88,8 @@ pub(crate) unsafe fn mpix_reverb_restore(restored: Out<'_, c_int>) -> c_int {
                 // SAFETY: as above; the program is inside this call, not touching it.
                 unsafe { buf.bytes_mut(n) }?.copy_from_slice(&copy);
             }
+            // The windows its setup re-created: their memory and epochs as checkpointed.
+            crate::rma::recover::restore(s)?;
         }
         ffi::out(restored, c_int::from(!fresh), "restored")
     })

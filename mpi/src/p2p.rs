@@ -307,8 +307,13 @@ impl State {
         }
         any |= self.finish_sync_sends()?;
         any |= self.finish_lent_sends()?;
-        if !self.wins.items.is_empty() {
-            any |= crate::rma::serve_all(self)?;
+        // Under logging a window's message is served alone in its pass (`serve_all`).
+        let serve = !self.wins.items.is_empty() && (!any || !self.rt.logging());
+        if serve && crate::rma::serve_all(self)? {
+            if self.rt.logging() {
+                return Ok(true);
+            }
+            any = true;
         }
         any |= self.progress_colls()?;
         Ok(any)

@@ -54,6 +54,17 @@ impl<T> Handles<T> {
         h
     }
 
+    /// The handle `insert` gives next when none is reused.
+    pub fn next_handle(&self) -> c_int {
+        self.base.wrapping_add(self.next)
+    }
+
+    /// Gives out no new handle below `h` (a restored rank's windows keep their first-run
+    /// numbers).
+    pub fn skip_to(&mut self, h: c_int) {
+        self.next = self.next.max(h.wrapping_sub(self.base));
+    }
+
     pub fn insert_at(&mut self, handle: c_int, item: T) {
         self.items.insert(handle, item);
     }

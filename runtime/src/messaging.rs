@@ -108,13 +108,23 @@ impl Runtime {
     }
 
     /// A receive of what `poll_now` (or an earlier receive) collected; no progress.
+    /// A failure found meanwhile (a log write to a dead buddy) is recovered, as in `try_recv_now`.
     pub(super) fn take_collected_now(&mut self, source: Source, tag: TagMatch) -> Result<Option<Message>> {
-        match self.endpoint()?.recv_collected_in_place(source, tag)? {
-            Some(d) => {
+        match self.endpoint()?.recv_collected_in_place(source, tag) {
+            Ok(Some(d)) => {
                 self.note_replay()?;
                 Ok(Some(Message::from(d)))
             }
-            None => Ok(None),
+            Ok(None) => Ok(None),
+            Err(e) => self.taken_none_after(e),
+        }
+    }
+
+    /// No message for a take whose endpoint found a peer dead, once that death is handled.
+    fn taken_none_after<T>(&mut self, e: LogError) -> Result<Option<T>> {
+        match dead_peer_in(&e) {
+            Some(p) if self.death_handled(p)? => Ok(None),
+            _ => Err(e.into()),
         }
     }
 
@@ -176,12 +186,13 @@ impl Runtime {
         buf: &mut [u8],
         accept: &dyn Fn(Tag, usize) -> bool,
     ) -> Result<Option<Received>> {
-        match self.endpoint()?.recv_collected_into(source, tag, Landing { buf, accept })? {
-            Some(r) => {
+        match self.endpoint()?.recv_collected_into(source, tag, Landing { buf, accept }) {
+            Ok(Some(r)) => {
                 self.note_replay()?;
                 Ok(Some(Received::from(r)))
             }
-            None => Ok(None),
+            Ok(None) => Ok(None),
+            Err(e) => self.taken_none_after(e),
         }
     }
 

@@ -108,6 +108,11 @@ impl Own {
         Ok(Own { memory, path, token, size })
     }
 
+    /// `size` zeroed bytes of private memory: no peer maps it.
+    pub fn private(size: usize) -> MpiResult<Own> {
+        Ok(Own { memory: Err(Allocated::new(size)?), path: String::new(), token: [0; 16], size })
+    }
+
     pub fn base(&self) -> usize {
         match &self.memory {
             Ok(m) => m.addr() + HEADER,

@@ -10,14 +10,16 @@
 //! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
 //! windows, their mapping), `direct` (same-host origins applying operations themselves to
 //! `MPI_Win_allocate`'s memory), `serve` (a target's side),
-//! `attr` (the program's attributes), `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get),
-//! `acc` (accumulates, fetch-and-op, compare-and-swap).
+//! `attr` (the program's attributes), `recover` (windows in checkpoints, after a restart),
+//! `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get), `acc`
+//! (accumulates, fetch-and-op, compare-and-swap).
 
 pub(crate) mod acc;
 pub(crate) mod attr;
 mod direct;
 mod mem;
 pub(crate) mod ops;
+pub(crate) mod recover;
 mod serve;
 pub(crate) mod shared;
 pub(crate) mod sync;

@@ -32,13 +32,20 @@ pub fn send(s: &mut State, win: c_int, to: usize, msg: &Msg) -> MpiResult<()> {
     frag::send(&mut s.rt, dest, t, &msg.encode())
 }
 
-/// Serves every window's arrivals; true if anything arrived.
+/// Serves every window's arrivals; true if anything arrived. Under a logging protocol one
+/// message at most: serving one sends (replies, grants), and the waiting call checks its
+/// condition, and may send, before the next; so a replay, which finds every logged arrival
+/// there at once, sends in the first run's order on each channel (the ssns survivors and
+/// the replay plan name).
 pub fn serve_all(s: &mut State) -> MpiResult<bool> {
     let wins: Vec<(c_int, u32)> = s.wins.items.iter().map(|(&h, w)| (h, w.context)).collect();
+    let one = s.rt.logging();
     let mut any = false;
     for (h, context) in wins {
         let matching = TagMatch { tag: tag(context), mask: !(u64::from(tags::BIG) << 32) };
-        while let Some(m) = s.rt.take_collected(Source::Any, matching)? {
+        // During a replay only the delivery the log names next (its order was logged).
+        while !(one && any) && s.may_take(Source::Any, matching)? {
+            let Some(m) = s.rt.take_collected(Source::Any, matching)? else { break };
             let m = frag::complete(&mut s.rt, m)?;
             let from = s.win(h)?.rank_of_world(m.source);
             let from = from.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a window message from outside"))?;
@@ -83,7 +90,16 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
             if let Some(own) = own {
                 own.unlock(exclusive);
             }
+            // Under logging the origin waits for this: no window message is then left untaken
+            // when either side reaches a checkpoint (the runtime's rule for MPIX_Reverb_checkpoint).
+            if s.rt.logging() {
+                send(s, h, from, &Msg::Unlocked)?;
+            }
             grant_waiting(s, h)
+        }
+        Msg::Unlocked => {
+            s.win_mut(h)?.origin.releasing[from] -= 1;
+            Ok(())
         }
         Msg::Grant => {
             s.win_mut(h)?.origin.granted[from] = true;

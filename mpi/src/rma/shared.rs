@@ -69,6 +69,7 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// The collective part: sizes agreed, rank 0's file created, mapped everywhere, unlinked.
 fn allocate(s: &mut State, comm: c_int, size: usize, disp_unit: c_int) -> MpiResult<(c_int, usize)> {
+    super::win::refuse_restarted(s, comm, FLAVOR_SHARED)?;
     let sizes = coll::allgather_bytes(s, comm, &(size as u64).to_le_bytes())?;
     let sizes = sizes.iter().map(|b| le_u64(b).map(|n| n as usize)).collect::<MpiResult<Vec<_>>>()?;
     let me = s.comm(comm)?.me as usize;

@@ -19,17 +19,25 @@ use super::serve::send;
 use super::win::{win_call, Win};
 use super::wire::Msg;
 
-/// Stops with a clear error once a failure was recovered while the window existed: its
-/// memory and epochs are not part of any checkpoint, so going on could answer wrongly.
+/// Stops with a clear error once a failure was recovered while a window that cannot be
+/// recovered existed (`recover`): without logging, or shared or dynamic memory, going on
+/// could answer wrongly.
 pub fn check_alive(s: &State, win: c_int) -> MpiResult<()> {
     let w = s.win(win)?;
-    if s.rt.report().detected_ns.len() != w.failures_seen {
-        return Err(MpiError::new(
-            MPI_ERR_UNSUPPORTED_OPERATION,
-            format!("{}: a rank failed and was recovered while it existed; reverb does not recover one-sided windows", w.label(win)),
-        ));
+    if s.rt.report().detected_ns.len() == w.failures_seen
+        || (s.rt.logging() && super::recover::recoverable(w.flavor))
+    {
+        return Ok(());
     }
-    Ok(())
+    Err(MpiError::new(
+        MPI_ERR_UNSUPPORTED_OPERATION,
+        format!(
+            "{}: a rank failed and was recovered while it existed; reverb recovers windows of \
+             MPI_Win_create and MPI_Win_allocate under a logging protocol, not this one of {}",
+            w.label(win),
+            super::recover::flavor_name(w.flavor)
+        ),
+    ))
 }
 
 /// Waits (progressing, so serving every window) until `done` holds for window `win`; then
@@ -107,7 +115,15 @@ fn unlock(s: &mut State, win: c_int, target: usize) -> MpiResult<()> {
         }
         return Ok(());
     }
+    if s.rt.logging() {
+        s.win_mut(win)?.origin.releasing[target] += 1;
+    }
     send(s, win, target, &Msg::Unlock)
+}
+
+/// Waits until every target this rank unlocked by message released its lock (under logging).
+fn released(s: &mut State, win: c_int, what: &str) -> MpiResult<()> {
+    wait_for(s, win, what, |w| w.origin.releasing.iter().all(|&r| r == 0))
 }
 
 pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
@@ -128,7 +144,8 @@ pub(crate) fn mpi_win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: c_
 pub(crate) fn mpi_win_unlock(rank: c_int, win: c_int) -> c_int {
     win_call("MPI_Win_unlock", win, |s| {
         let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
-        unlock(s, win, t)
+        unlock(s, win, t)?;
+        released(s, win, "MPI_Win_unlock")
     })
 }
 
@@ -146,7 +163,8 @@ pub(crate) fn mpi_win_lock_all(assert: c_int, win: c_int) -> c_int {
 pub(crate) fn mpi_win_unlock_all(win: c_int) -> c_int {
     win_call("MPI_Win_unlock_all", win, |s| {
         let n = s.win(win)?.size_of_group();
-        (0..n).try_for_each(|t| unlock(s, win, t))
+        (0..n).try_for_each(|t| unlock(s, win, t))?;
+        released(s, win, "MPI_Win_unlock_all")
     })
 }
 

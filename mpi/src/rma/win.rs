@@ -44,6 +44,9 @@ pub struct Origin {
     pub unchecked: Vec<bool>,
     /// And the ones whose lock word this rank took itself (`direct`): exclusive or not.
     pub taken: Vec<Option<bool>>,
+    /// Per target: unlocks sent minus releases (`Msg::Unlocked`) taken; an unlock waits for
+    /// 0. A replay may take a release before the unlock's (duplicate) send in the same call.
+    pub releasing: Vec<i64>,
     /// Posts received and not yet consumed by a start, per target.
     pub posts: Vec<u32>,
     /// The targets of the access epoch MPI_Win_start opened.
@@ -164,13 +167,7 @@ pub fn create(
     if disp_unit <= 0 {
         return Err(MpiError::new(MPI_ERR_DISP, format!("displacement unit {disp_unit}")));
     }
-    if s.rt.restarted() {
-        let nth = s.wins.items.len() + 1;
-        return Err(MpiError::new(
-            MPI_ERR_UNSUPPORTED_OPERATION,
-            format!("window {nth} of this rank (on communicator {comm:#x}): one-sided windows are not recovered, and this rank was restarted after a failure (reverb)"),
-        ));
-    }
+    refuse_restarted(s, comm, flavor)?;
     let ranks = c.ranks.clone();
     let context = s.new_context(comm)?;
     let wcomm = s.derive(comm, ranks.clone(), context);
@@ -200,6 +197,7 @@ pub fn create(
             granted: vec![false; n],
             unchecked: vec![false; n],
             taken: vec![None; n],
+            releasing: vec![0; n],
             posts: vec![0; n],
             ..Origin::default()
         },
@@ -210,6 +208,24 @@ pub fn create(
         reach: vec![None; n],
     };
     Ok(s.wins.insert(win))
+}
+
+/// At a restarted rank, a window that cannot be recovered is refused before its creation
+/// communicates (its peers are past it, or it is new and would answer wrongly).
+pub fn refuse_restarted(s: &State, comm: c_int, flavor: c_int) -> MpiResult<()> {
+    if !s.rt.restarted() || (s.rt.logging() && super::recover::recoverable(flavor)) {
+        return Ok(());
+    }
+    let h = s.wins.next_handle();
+    Err(MpiError::new(
+        MPI_ERR_UNSUPPORTED_OPERATION,
+        format!(
+            "window {h:#x} of this rank (on communicator {comm:#x}): windows of {} are not recovered \
+             (reverb recovers those of MPI_Win_create and MPI_Win_allocate under a logging protocol), \
+             and this rank was restarted after a failure",
+            super::recover::flavor_name(flavor)
+        ),
+    ))
 }
 
 fn size_of(size: c_long) -> MpiResult<usize> {
@@ -240,10 +256,19 @@ pub(crate) unsafe fn mpi_win_allocate(
     win: Out<'_, c_int>,
 ) -> c_int {
     call("MPI_Win_allocate", comm, |s| {
-        let memory = Own::new(size_of(size)?, s.rt.rank())?;
+        // Under a logging protocol every operation goes by (logged) request: an origin writing
+        // into a same-host target's memory itself would leave nothing a replay could repeat.
+        let logged = s.rt.logging();
+        let memory = match logged {
+            true => Own::private(size_of(size)?)?,
+            false => Own::new(size_of(size)?, s.rt.rank())?,
+        };
         let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        super::direct::connect(s, h, memory)?;
+        match logged {
+            true => s.win_mut(h)?.keep(Box::new(memory)),
+            false => super::direct::connect(s, h, memory)?,
+        }
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })

@@ -48,6 +48,8 @@ pub enum Msg {
     },
     Grant,
     Unlock,
+    /// The target released the lock (under a logging protocol, where an unlock waits for it).
+    Unlocked,
     Post,
     Complete,
 }
@@ -61,6 +63,7 @@ const GRANT: u8 = 14;
 const UNLOCK: u8 = 15;
 const POST: u8 = 16;
 const COMPLETE: u8 = 17;
+const UNLOCKED: u8 = 18;
 
 impl Msg {
     pub fn encode(&self) -> Vec<u8> {
@@ -95,6 +98,7 @@ impl Msg {
             Msg::Lock { exclusive: false } => vec![LOCK_SHARED],
             Msg::Grant => vec![GRANT],
             Msg::Unlock => vec![UNLOCK],
+            Msg::Unlocked => vec![UNLOCKED],
             Msg::Post => vec![POST],
             Msg::Complete => vec![COMPLETE],
         }
@@ -130,6 +134,7 @@ impl Msg {
             LOCK_EXCLUSIVE => Msg::Lock { exclusive: true },
             GRANT => Msg::Grant,
             UNLOCK => Msg::Unlock,
+            UNLOCKED => Msg::Unlocked,
             POST => Msg::Post,
             COMPLETE => Msg::Complete,
             k => return Err(bad(&format!("kind {k}"))),
@@ -185,6 +190,7 @@ mod tests {
         };
         assert_eq!((id, error.as_deref()), (9, Some("out of range")));
         assert!(matches!(Msg::decode(&[LOCK_EXCLUSIVE]).unwrap(), Msg::Lock { exclusive: true }));
+        assert!(matches!(Msg::decode(&Msg::Unlocked.encode()).unwrap(), Msg::Unlocked));
         assert!(Msg::decode(&[0, 1, 2]).is_err() && Msg::decode(&[]).is_err());
     }
 }
