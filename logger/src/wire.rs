@@ -24,6 +24,10 @@ impl<'a> Reader<'a> {
         Ok(self.inner.take(n, "field")?)
     }
 
+    pub(crate) fn u8(&mut self) -> Result<u8> {
+        Ok(self.inner.u8("a u8")?)
+    }
+
     pub(crate) fn u32(&mut self) -> Result<u32> {
         Ok(self.inner.u32("a u32")?)
     }

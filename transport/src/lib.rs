@@ -77,7 +77,7 @@ pub use api::{
     Access, Capabilities, Completion, CompletionKind, EagerTake, OpId, PeerState, Provider, ProviderKind,
     Rank, RecvBuffer, RemoteRegion, Rma, Signal, Source, Tag, TagMatch,
 };
-pub use bootstrap::{Bootstrap, JobInfo};
+pub use bootstrap::{Bootstrap, JobInfo, MAX_GATHER_BYTES};
 pub use completion::{CompletionQueues, Owner};
 pub use config::{TransportConfig, WaitMode};
 pub use error::{Result, TransportError};

@@ -3,7 +3,7 @@
 //! in the `protocol` module doc.
 
 use reverb_transport::codec::Writer;
-use reverb_transport::{Bootstrap, Rank};
+use reverb_transport::{Bootstrap, Rank, MAX_GATHER_BYTES};
 
 use super::rings::{encode_hosted, gather_node_ids, open_writer_at, HostedRing};
 use super::LoggedEndpoint;
@@ -102,6 +102,9 @@ impl LoggedEndpoint {
     /// `failed` list; survivors contribute the frames they hold for the failed ranks (buddy
     /// rings), and each failed (restarted) rank gets back the frames addressed to it, ready for
     /// `replay_frames`. Survivors get an empty list. Other modes log no frames: empty too.
+    ///
+    /// The frames go in rounds, each rank's batch within its share of an all-gather's limit,
+    /// until no rank has more: the log since a checkpoint can outgrow one all-gather.
     pub fn gather_frames(&self, boot: &mut dyn Bootstrap, failed: &[Rank]) -> Result<Vec<Vec<u8>>> {
         let mut mine = Vec::new();
         if !failed.contains(&self.rank) && self.protocol.logs_frames() {
@@ -109,20 +112,32 @@ impl LoggedEndpoint {
                 mine.extend(self.frames_held_for(f)?);
             }
         }
-        let all = boot.allgather(&encode_frames(&mine))?;
+        let share = gather_share(boot.job().size);
+        let mut pending = mine.as_slice();
         let mut frames = Vec::new();
-        if !failed.contains(&self.rank) {
-            return Ok(frames);
-        }
-        // A retired rank (a masked copy under partial redundancy) contributes nothing.
-        for contribution in all.iter().filter(|c| !c.is_empty()) {
-            for frame in decode_frames(contribution)? {
-                if Envelope::decode(frame)?.0.receiver == self.rank {
-                    frames.push(frame.to_vec());
+        loop {
+            let n = batch_len(pending, share)?;
+            let (batch, rest) = pending.split_at(n);
+            pending = rest;
+            let all = boot.allgather(&encode_frames(batch, !rest.is_empty()))?;
+            let mut more = false;
+            // A retired rank (a masked copy under partial redundancy) contributes nothing.
+            for contribution in all.iter().filter(|c| !c.is_empty()) {
+                let (theirs, their_more) = decode_frames(contribution)?;
+                more |= their_more;
+                if !failed.contains(&self.rank) {
+                    continue;
+                }
+                for frame in theirs {
+                    if Envelope::decode(frame)?.0.receiver == self.rank {
+                        frames.push(frame.to_vec());
+                    }
                 }
             }
+            if !more {
+                return Ok(frames);
+            }
         }
-        Ok(frames)
     }
 
     /// Replay primitive (`pessimistic-rb`) at a restarted rank, right after its channels were
@@ -286,11 +301,41 @@ impl LoggedEndpoint {
 
 const FRAMES: &str = "gathered log frames";
 
-/// `count u32 | count × (len u32 | frame)`: a rank's contribution to `gather_frames`.
-fn encode_frames(frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + frames.iter().map(|f| 4 + f.len()).sum::<usize>());
+/// Bytes of a contribution to `gather_frames` before its frames: the count and the flag.
+const BATCH_HEADER: usize = 5;
+
+/// One rank's share of an all-gather's bytes among `size` ranks, less each part's length word.
+fn gather_share(size: u32) -> usize {
+    (MAX_GATHER_BYTES - 12) / (size.max(1) as usize) - 4
+}
+
+/// How many of `frames`, from the first, fit one contribution of at most `share` bytes (at
+/// least one; none when `frames` is empty); a single frame beyond the share is an error.
+fn batch_len(frames: &[Vec<u8>], share: usize) -> Result<usize> {
+    let mut bytes = BATCH_HEADER;
+    for (i, frame) in frames.iter().enumerate() {
+        bytes += 4 + frame.len();
+        if bytes > share {
+            if i == 0 {
+                return Err(LogError::InvalidArgument(format!(
+                    "a logged frame of {} bytes exceeds this rank's share ({share} bytes) of the \
+                     all-gather that hands logs to restarted ranks",
+                    frame.len()
+                )));
+            }
+            return Ok(i);
+        }
+    }
+    Ok(frames.len())
+}
+
+/// `count u32 | more u8 | count × (len u32 | frame)`: a rank's contribution to one round of
+/// `gather_frames`; `more` says it has frames for a later round.
+fn encode_frames(frames: &[Vec<u8>], more: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BATCH_HEADER + frames.iter().map(|f| 4 + f.len()).sum::<usize>());
     let mut w = Writer::new(&mut out);
     w.u32(frames.len() as u32);
+    w.u8(u8::from(more));
     for frame in frames {
         w.bytes32(frame);
     }
@@ -298,9 +343,14 @@ fn encode_frames(frames: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Decodes `encode_frames` output from untrusted bytes (another rank's), borrowing the frames.
-fn decode_frames(bytes: &[u8]) -> Result<Vec<&[u8]>> {
+fn decode_frames(bytes: &[u8]) -> Result<(Vec<&[u8]>, bool)> {
     let mut r = Reader::new(bytes, FRAMES);
     let count = r.u32()?;
+    let more = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return Err(LogError::malformed(FRAMES, format!("more flag {other}"))),
+    };
     // Not preallocated: the count is the peer's word, each frame must still be there.
     let mut frames = Vec::new();
     for _ in 0..count {
@@ -310,7 +360,7 @@ fn decode_frames(bytes: &[u8]) -> Result<Vec<&[u8]>> {
     if r.remaining() != 0 {
         return Err(LogError::malformed(FRAMES, format!("{} bytes left over", r.remaining())));
     }
-    Ok(frames)
+    Ok((frames, more))
 }
 
 #[cfg(test)]
@@ -321,9 +371,32 @@ mod tests {
     #[test]
     fn pinned_encoding() {
         let frames = vec![b"ab".to_vec(), Vec::new()];
-        assert_eq!(encode_frames(&frames), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
-        assert!(decode_frames(&[1, 0, 0, 0, 9, 0, 0, 0, 1]).is_err(), "frame past the end");
-        assert!(decode_frames(&[0, 0, 0, 0, 0]).is_err(), "trailing byte");
+        assert_eq!(encode_frames(&frames, true), [2, 0, 0, 0, 1, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
+        assert!(decode_frames(&[1, 0, 0, 0, 0, 9, 0, 0, 0, 1]).is_err(), "frame past the end");
+        assert!(decode_frames(&[0, 0, 0, 0, 0, 0]).is_err(), "trailing byte");
+        assert!(decode_frames(&[0, 0, 0, 0, 2]).is_err(), "a flag neither 0 nor 1");
+    }
+
+    /// A log bigger than one all-gather goes in batches within the share, each frame once.
+    #[test]
+    fn batches_stay_within_the_share() {
+        let frames: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 30]).collect();
+        let share = BATCH_HEADER + 3 * 34;
+        let mut pending = frames.as_slice();
+        let mut sent = Vec::new();
+        while !pending.is_empty() {
+            let n = batch_len(pending, share).unwrap();
+            let (batch, rest) = pending.split_at(n);
+            assert_eq!(n, batch.len().min(3));
+            assert!(encode_frames(batch, !rest.is_empty()).len() <= share);
+            sent.extend_from_slice(batch);
+            pending = rest;
+        }
+        assert_eq!(sent, frames);
+        assert_eq!(batch_len(&[], share).unwrap(), 0);
+        assert!(batch_len(&[vec![0; share]], share).is_err(), "one frame beyond the share");
+        // 8 ranks' full shares with their length words fit one all-gather.
+        assert!(12 + 8 * (4 + gather_share(8)) <= MAX_GATHER_BYTES);
     }
 
     proptest! {
@@ -333,10 +406,12 @@ mod tests {
         }
 
         #[test]
-        fn round_trips(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..6)) {
-            let bytes = encode_frames(&frames);
-            let back: Vec<Vec<u8>> = decode_frames(&bytes).unwrap().into_iter().map(<[u8]>::to_vec).collect();
+        fn round_trips(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..6), more: bool) {
+            let bytes = encode_frames(&frames, more);
+            let (back, more_back) = decode_frames(&bytes).unwrap();
+            let back: Vec<Vec<u8>> = back.into_iter().map(<[u8]>::to_vec).collect();
             prop_assert_eq!(back, frames);
+            prop_assert_eq!(more_back, more);
         }
     }
 }

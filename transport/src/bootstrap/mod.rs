@@ -134,6 +134,10 @@ pub fn allgather_past_final_barrier(boot: &mut dyn Bootstrap, data: &[u8]) -> Re
     )))
 }
 
+/// The most bytes one `allgather` may return in all (its parts with their 4-byte lengths and a
+/// 12-byte header): a collective that may gather more splits it into rounds.
+pub const MAX_GATHER_BYTES: usize = wire::MAX_FRAME;
+
 /// Out-of-band exchange among all ranks of a job.
 ///
 /// Collectives (`allgather`, `barrier`) need every rank: they fail with `PeerDead` while a
