@@ -116,7 +116,7 @@ impl LoggedEndpoint {
         let mut pending = mine.as_slice();
         let mut frames = Vec::new();
         loop {
-            let n = batch_len(pending, share)?;
+            let n = batch_len(pending, share);
             let (batch, rest) = pending.split_at(n);
             pending = rest;
             let all = boot.allgather(&encode_frames(batch, !rest.is_empty()))?;
@@ -309,24 +309,18 @@ fn gather_share(size: u32) -> usize {
     (MAX_GATHER_BYTES - 12) / (size.max(1) as usize) - 4
 }
 
-/// How many of `frames`, from the first, fit one contribution of at most `share` bytes (at
-/// least one; none when `frames` is empty); a single frame beyond the share is an error.
-fn batch_len(frames: &[Vec<u8>], share: usize) -> Result<usize> {
+/// How many of `frames`, from the first, fit one contribution of at most `share` bytes; a
+/// first frame beyond the share goes alone (with many ranks a share is smaller than the
+/// largest frame, and the all-gather's own limit still guards the whole); none when empty.
+fn batch_len(frames: &[Vec<u8>], share: usize) -> usize {
     let mut bytes = BATCH_HEADER;
     for (i, frame) in frames.iter().enumerate() {
         bytes += 4 + frame.len();
         if bytes > share {
-            if i == 0 {
-                return Err(LogError::InvalidArgument(format!(
-                    "a logged frame of {} bytes exceeds this rank's share ({share} bytes) of the \
-                     all-gather that hands logs to restarted ranks",
-                    frame.len()
-                )));
-            }
-            return Ok(i);
+            return i.max(1);
         }
     }
-    Ok(frames.len())
+    frames.len()
 }
 
 /// `count u32 | more u8 | count × (len u32 | frame)`: a rank's contribution to one round of
@@ -385,7 +379,7 @@ mod tests {
         let mut pending = frames.as_slice();
         let mut sent = Vec::new();
         while !pending.is_empty() {
-            let n = batch_len(pending, share).unwrap();
+            let n = batch_len(pending, share);
             let (batch, rest) = pending.split_at(n);
             assert_eq!(n, batch.len().min(3));
             assert!(encode_frames(batch, !rest.is_empty()).len() <= share);
@@ -393,8 +387,8 @@ mod tests {
             pending = rest;
         }
         assert_eq!(sent, frames);
-        assert_eq!(batch_len(&[], share).unwrap(), 0);
-        assert!(batch_len(&[vec![0; share]], share).is_err(), "one frame beyond the share");
+        assert_eq!(batch_len(&[], share), 0);
+        assert_eq!(batch_len(&[vec![0; share], vec![0; 1]], share), 1, "a frame beyond the share alone");
         // 8 ranks' full shares with their length words fit one all-gather.
         assert!(12 + 8 * (4 + gather_share(8)) <= MAX_GATHER_BYTES);
     }
