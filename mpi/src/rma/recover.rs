@@ -262,6 +262,14 @@ mod tests {
         let (next, back) = decode(&out).unwrap();
         assert_eq!((next, back), (9, vec![w]));
         assert!(decode(&out[..out.len() - 1]).is_err(), "a short entry is refused");
+        // Damaged entries give an error, never a panic or a huge allocation: every prefix,
+        // and every byte set to 0xff (counts and lengths among them).
+        for n in 0..out.len() {
+            assert!(decode(&out[..n]).is_err(), "a {n}-byte prefix is refused");
+            let mut bad = out.clone();
+            bad[n] = 0xff;
+            let _ = decode(&bad);
+        }
     }
 
     #[test]
