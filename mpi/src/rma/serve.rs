@@ -116,22 +116,27 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
     }
 }
 
-/// Grants the lock to the waiting origins in order, as long as it can (taking the lock word
-/// of a window that same-host origins lock themselves).
+/// Grants the lock to every waiting origin it can, in arrival order (taking the lock word of
+/// a window that same-host origins lock themselves). A shared request is granted whenever no
+/// exclusive holder has the lock, even behind a waiting exclusive one, as MPICH does: an
+/// origin inside `MPI_Win_lock_all` holds the shared locks it got while it waits for the
+/// rest, so an exclusive request queued ahead of a shared one could close a cycle.
 fn grant_waiting(s: &mut State, h: c_int) -> MpiResult<()> {
+    let mut i = 0;
     loop {
         let w = s.win_mut(h)?;
         let own = w.reach.get(w.me).copied().flatten();
         let t = &mut w.target;
-        let Some(&(origin, exclusive)) = t.waiting.front() else { return Ok(()) };
+        let Some(&(origin, exclusive)) = t.waiting.get(i) else { return Ok(()) };
         let free = match own {
             Some(own) => own.try_lock(exclusive),
             None => t.exclusive.is_none() && (!exclusive || t.shared == 0),
         };
         if !free {
-            return Ok(());
+            i += 1;
+            continue;
         }
-        t.waiting.pop_front();
+        t.waiting.remove(i);
         if exclusive {
             t.exclusive = Some(origin);
         } else {

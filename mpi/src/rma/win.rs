@@ -60,7 +60,7 @@ pub struct Origin {
 pub struct Target {
     pub shared: u32,
     pub exclusive: Option<usize>,
-    /// Lock requests waiting: (origin, exclusive), granted in order.
+    /// Lock requests waiting: (origin, exclusive), in arrival order (`serve::grant_waiting`).
     pub waiting: VecDeque<(usize, bool)>,
     /// Completes received and not consumed by a wait, per origin.
     pub completes: Vec<u32>,
