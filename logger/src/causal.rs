@@ -7,6 +7,11 @@
 //!   acknowledgement) and is piggybacked no more. Delivery never waits for the write.
 //! - `det_log`: determinants other ranks piggybacked to this one, kept so that a failed rank
 //!   can collect its determinants from the survivors (Alg 5). Cleared at checkpoint (Alg 4).
+//!   Those of a rank in this rank's failure unit (its node) are also taken into `unstable`
+//!   and ride and are written as this rank's own: the node's ranks fail together, and a
+//!   determinant of this rank that reaches a survivor or the buddy must not outlive the
+//!   determinants of the messages it depended on (the papers' algorithms assume one failed
+//!   process at a time).
 //! - `ReplayPlan`: the collected determinants of a restarted rank, consumed in rsn order.
 //!
 //! The endpoint owns the transport side (piggyback encoding, ring writes); this module is
@@ -43,10 +48,13 @@ pub(crate) struct CausalState {
     /// Per destination: the creation number one past the last determinant piggybacked to it.
     sent_until: Vec<u64>,
     /// detLog: piggybacked determinants per creator, in rsn order. A creator piggybacks its
-    /// own determinants only, each once per destination and in rsn order, so this is an
-    /// append in the common case.
+    /// own determinants once per destination and in rsn order, so this is an append in the
+    /// common case (a copy forwarded by the creator's node may come late, or twice).
     det_log: Vec<Vec<Determinant>>,
     det_log_len: usize,
+    /// Per creator: whether it fails with this rank (same failure unit, not this rank), so
+    /// its piggybacked determinants are forwarded as this rank's own.
+    forward: Vec<bool>,
 }
 
 impl CausalState {
@@ -59,7 +67,17 @@ impl CausalState {
             sent_until: vec![0; size as usize],
             det_log: vec![Vec::new(); size as usize],
             det_log_len: 0,
+            forward: vec![false; size as usize],
         }
+    }
+
+    /// The ranks that fail together with this one (`failure_unit[r]` is rank `r`'s unit):
+    /// their determinants piggybacked here are forwarded (see the module's doc).
+    pub(crate) fn set_failure_units(&mut self, me: Rank, failure_unit: &[u32]) {
+        let mine = failure_unit.get(me as usize).copied();
+        self.forward = (0..self.forward.len())
+            .map(|r| r != me as usize && mine.is_some() && failure_unit.get(r).copied() == mine)
+            .collect();
     }
 
     /// Alg 2 line 12: a new determinant of this rank, unstable until its write is durable.
@@ -148,18 +166,24 @@ impl CausalState {
         let first = cursor.saturating_sub(self.first_seq).min(self.unstable.len() as u64) as usize;
         let count = (self.unstable.len() - first).min(MAX_PIGGYBACKED);
         let sent = &self.unstable.live()[first..first + count];
+        *cursor = self.first_seq + (first + count) as u64;
         if let [one] = sent {
             // The usual case, where a `memcpy` call cost more than the copy.
+            if one.receiver == dest {
+                return Ok(0);
+            }
             out.push(*one);
-        } else {
-            out.extend_from_slice(sent);
+            return Ok(1);
         }
-        *cursor = self.first_seq + (first + count) as u64;
-        Ok(count)
+        // A forwarded determinant does not go back to its creator.
+        let before = out.len();
+        out.extend(sent.iter().filter(|d| d.receiver != dest));
+        Ok(out.len() - before)
     }
 
     /// Alg 2 line 10: keeps what a peer piggybacked. Returns how many were new.
     /// Determinants of creators outside the job are malformed input: `Err`.
+    /// A new one of a creator in this rank's failure unit is forwarded (added to `unstable`).
     pub(crate) fn store_piggybacked(&mut self, dets: &[Determinant]) -> Result<usize> {
         let mut new = 0;
         for d in dets {
@@ -167,11 +191,17 @@ impl CausalState {
                 return Err(receiver_out_of_range(d));
             };
             // The common case: the creator's next determinant.
-            if log.last().is_none_or(|last| last.rsn < d.rsn) {
+            let added = if log.last().is_none_or(|last| last.rsn < d.rsn) {
                 log.push(*d);
+                true
+            } else {
+                insert_late(log, d)?
+            };
+            if added {
                 new += 1;
-            } else if insert_late(log, d)? {
-                new += 1;
+                if self.forward[d.receiver as usize] {
+                    self.add(*d);
+                }
             }
         }
         self.det_log_len += new;
@@ -208,7 +238,8 @@ impl CausalState {
 
     /// A restart in place loses everything this rank held.
     pub(crate) fn clear(&mut self) {
-        *self = CausalState::new(self.sent_until.len() as u32);
+        let forward = std::mem::take(&mut self.forward);
+        *self = CausalState { forward, ..CausalState::new(self.sent_until.len() as u32) };
     }
 }
 
@@ -552,6 +583,30 @@ mod tests {
         s.mark_written(10, 30);
         assert_eq!(s.mark_stable(30), 3);
         assert_eq!((s.unstable_len(), s.last_ticket()), (0, None));
+    }
+
+    /// Ranks 2 and 3 share a node: rank 3 forwards rank 2's piggybacked determinants as its
+    /// own (written and piggybacked, never back to rank 2), and not rank 1's.
+    #[test]
+    fn a_node_mates_determinants_are_forwarded() {
+        let mut s = CausalState::new(4);
+        s.set_failure_units(3, &[0, 0, 1, 1]);
+        let of = |receiver: Rank, rsn: Rsn| Determinant { sender: 0, receiver, ssn: rsn, rsn };
+        assert_eq!(s.store_piggybacked(&[of(2, 1), of(1, 1), of(2, 2)]).unwrap(), 3);
+        s.add(of(3, 1));
+        assert_eq!((s.unstable_len(), s.unwritten_len()), (3, 3), "rank 1's is only held");
+        let mut written = Vec::new();
+        s.unwritten(10, &mut written);
+        assert_eq!(written, [of(2, 1), of(2, 2), of(3, 1)], "the mate's go first, in creation order");
+        let (mut to_0, mut to_2) = (Vec::new(), Vec::new());
+        assert_eq!(s.piggyback_for(0, &mut to_0).unwrap(), 3);
+        assert_eq!(s.piggyback_for(2, &mut to_2).unwrap(), 1);
+        assert_eq!(to_2, [of(3, 1)], "none goes back to its creator");
+        assert_eq!(s.store_piggybacked(&[of(2, 2)]).unwrap(), 0);
+        assert_eq!(s.unstable_len(), 3, "a copy held already is not forwarded again");
+        s.clear();
+        assert_eq!(s.store_piggybacked(&[of(2, 3)]).unwrap(), 1);
+        assert_eq!(s.unstable_len(), 1, "a restart keeps the node's ranks");
     }
 
     #[test]

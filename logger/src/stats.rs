@@ -97,6 +97,9 @@ counters! {
     determinants_acknowledged,
     /// Determinants other ranks piggybacked to this one, kept in its detLog (new ones only).
     determinants_stored,
+    /// Of those, the ones of this rank's node's ranks, forwarded as its own (`causal`: a node's
+    /// ranks fail together).
+    determinants_forwarded,
     /// Bytes held now by the detLog (gauge; drops at checkpoint).
     det_log_bytes,
     /// Messages whose payload this rank logged: as sender (`pessimistic-sb`, `causal`) or as

@@ -669,10 +669,10 @@ fn check_causal(
     endpoint.flush_log().expect("flush log");
     let s = endpoint.stats();
     assert_eq!(endpoint.unstable_determinants(), 0);
-    assert_eq!(
-        (s.determinants_logged, s.determinants_acknowledged),
-        (s.determinants_generated, s.determinants_generated)
-    );
+    // A node's ranks forward each other's determinants (they fail together).
+    let written = s.determinants_generated + s.determinants_forwarded;
+    assert_eq!((s.determinants_logged, s.determinants_acknowledged), (written, written));
+    assert!(s.determinants_forwarded <= s.determinants_stored);
     assert_eq!(s.det_log_bytes, s.determinants_stored * Determinant::WIRE_LEN as u64);
     println!(
         "rank {me}: causal {unit}: {} determinants, {} piggybacked ({:.3}/message), {} stored from peers, {} payloads logged, {} not",

@@ -51,8 +51,10 @@ pub(super) struct Causal {
 
 impl Causal {
     fn new(setup: &ProtocolSetup<'_>) -> Self {
+        let mut state = CausalState::new(setup.size);
+        state.set_failure_units(setup.rank, setup.failure_units);
         Causal {
-            state: CausalState::new(setup.size),
+            state,
             send_log: SendLog::new(setup.size, setup.config.send_log_limit as u64),
             size: setup.size,
             max_unstable: setup.config.max_unstable,
@@ -219,8 +221,10 @@ impl LogProtocol for Causal {
         if stale {
             return Ok(self.pending());
         }
+        let unstable = self.state.unstable_len();
         let new = self.state.store_piggybacked(determinants)? as u64;
         LogStats::bump(&stats.determinants_stored, new);
+        LogStats::bump(&stats.determinants_forwarded, (self.state.unstable_len() - unstable) as u64);
         LogStats::bump(&stats.det_log_bytes, new * Determinant::WIRE_LEN as u64);
         Ok(self.pending())
     }
@@ -305,7 +309,7 @@ mod tests {
 
     fn causal(det_log_limit: usize) -> Causal {
         let config = LogConfig { det_log_limit, mode: LogMode::CAUSAL, ..LogConfig::default() };
-        Causal::new(&ProtocolSetup { size: 4, config: &config })
+        Causal::new(&ProtocolSetup { size: 4, rank: 0, failure_units: &[], config: &config })
     }
 
     fn det(sender: Rank, receiver: Rank, rsn: Rsn) -> Determinant {

@@ -205,7 +205,10 @@ impl LoggedEndpoint {
         rings: BuddyRings,
         config: LogConfig,
     ) -> Self {
-        let protocol = (entry.new)(&ProtocolSetup { size: job.size, config: &config });
+        let failure_units = config.failure_units(&rings.node_of_rank);
+        let setup =
+            ProtocolSetup { size: job.size, rank: job.rank, failure_units: &failure_units, config: &config };
+        let protocol = (entry.new)(&setup);
         let short_envelopes = !protocol.logs_frames();
         let pass_through = super::passthrough::applies(entry.frames_messages, &config, &*provider);
         // A send log keeps large payloads in the frames they were sent from: room for it.

@@ -67,10 +67,11 @@ impl LoggedEndpoint {
     }
 
     /// Replay primitive, one holder's part: the determinants of `rank` this rank holds, from
-    /// the ring it hosts for `rank` (if any) and from its detLog (causal).
+    /// the rings it hosts (the one for `rank`, and those of its node's ranks, which forward
+    /// its determinants under causal logging) and from its detLog (causal).
     pub fn determinants_held_for(&self, rank: Rank) -> Result<Vec<Determinant>> {
         let mut held = Vec::new();
-        for ring in self.rings.held_for(rank) {
+        for ring in self.rings.hosted.iter().chain(&self.rings.retired) {
             for record in ring.scan()?.records.iter().filter(|r| r.kind == RecordKind::Determinants) {
                 held.extend(record.determinants()?.into_iter().filter(|d| d.receiver == rank));
             }

@@ -2,6 +2,8 @@
 //! properties and its constructor. Every question about a mode is answered here, so a new
 //! protocol is a new file plus one row in [`PROTOCOLS`].
 
+use reverb_transport::Rank;
+
 use super::config::{LogConfig, LogMode};
 use super::{causal, none, pessimistic_rb, pessimistic_sb, LogProtocol};
 
@@ -9,6 +11,10 @@ use super::{causal, none, pessimistic_rb, pessimistic_sb, LogProtocol};
 pub(crate) struct ProtocolSetup<'a> {
     /// Ranks in the job.
     pub size: u32,
+    /// This rank.
+    pub rank: Rank,
+    /// Each rank's failure unit (`LogConfig::failure_units`; empty without buddy rings).
+    pub failure_units: &'a [u32],
     pub config: &'a LogConfig,
 }
 
@@ -78,7 +84,7 @@ mod tests {
     #[test]
     fn constructors_build_the_registered_protocol() {
         let config = LogConfig::default();
-        let setup = ProtocolSetup { size: 4, config: &config };
+        let setup = ProtocolSetup { size: 4, rank: 0, failure_units: &[], config: &config };
         for e in PROTOCOLS {
             let p = (e.new)(&setup);
             // Every logging protocol but `none` keeps the sender's copies for recovery.
