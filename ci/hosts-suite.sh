@@ -17,7 +17,9 @@
 #   5. `reverb demo --hosts` on four hosts (auto);
 #   6. a whole host lost (`ci/hosts.sh kill`) under `reverb run --hosts ... --spares`: its
 #      ranks restart on the spare host and the job ends with the failure-free checksum;
-#   7. two hosts lost together, each holding the other's message logs: the job stops with an
+#   7. a host's wire cut (`ci/hosts.sh cut`) while the other ranks wait in finalize for one of
+#      its ranks (REVERB_FAULT_FINALIZE): its ranks restart on the spare, the same checksum;
+#   8. two hosts lost together, each holding the other's message logs: the job stops with an
 #      unrecoverable-failure report within its bound and prints no answer.
 # Needs root (namespaces). Removes its hosts on exit.
 set -euo pipefail
@@ -144,6 +146,29 @@ grep -q "host hc lost" "$out/host-lost/job.log" ||
 grep -q "start again on spare he" "$out/host-lost/job.log" || fail "hc's ranks did not move to the spare"
 say "checksums: one host $reference, hc lost and its ranks on the spare $lost"
 [ "$reference" = "$lost" ] || fail "checksums differ"
+
+# hd's wire cut while every other rank waits for rank 6 in finalize's final barrier
+# (REVERB_FAULT_FINALIZE holds rank 6 there): no socket closes, so the survivors see rank 6
+# unreachable and must wait until the agents declare hd lost (REVERB_DETECT_GRACE_MS, which
+# the agents set to twice their timeout), then serve hd's ranks restarted on the spare.
+say "hd's wire cut while the others wait in finalize: its ranks restart on the spare"
+bash ci/hosts.sh down
+bash ci/hosts.sh up ha hb hc hd he
+dir=$out/cut-in-finalize
+mkdir -p "$dir"
+( for _ in $(seq 1 1200); do
+      grep -q "rank 6: holding finalize" "$dir/job.log" 2>/dev/null && break
+      sleep 0.1
+  done
+  sleep 1
+  bash ci/hosts.sh cut hd ) &
+cutter=$!
+cut=$(REVERB_FAULT_FINALIZE=6:30000 long_stencil cut-in-finalize --hosts ha:2,hb:2,hc:2,hd:2 --spares he)
+wait "$cutter"
+grep -q "host hd lost" "$dir/job.log" || fail "hd's loss went unseen: $(tail -n 20 "$dir/job.log")"
+grep -q "start again on spare he" "$dir/job.log" || fail "hd's ranks did not move to the spare"
+say "checksums: one host $reference, hd cut in finalize and its ranks on the spare $cut"
+[ "$reference" = "$cut" ] || fail "checksums differ"
 
 # hc and hd lost together: each holds the other's message logs, so the job cannot be
 # recovered; it must stop saying so, within its bound, and print no answer.

@@ -121,6 +121,7 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .env_remove("REVERB_FAULT_CKPT")
         .env_remove("REVERB_FAULT_INIT")
         .env_remove("REVERB_FAULT_GC")
+        .env_remove("REVERB_FAULT_FINALIZE")
         .env_remove("REVERB_FAULT_FINALIZED")
         .env_remove("REVERB_FAULT_AGENT")
         .env_remove("REVERB_LOGGER_FAULT_STARTUP")

@@ -110,6 +110,8 @@ impl Runtime {
     pub(super) fn finalize_now(mut self) -> Result<RuntimeReport> {
         // Since the barrier was first cut short by a masked copy's death.
         let mut masked_since: Option<Instant> = None;
+        let here = Here { rank: self.rank, incarnation: self.report.incarnation };
+        self.config.faults.before_finalize(here);
         self.mask_lost_copies()?;
         self.settle_duplicates()?;
         loop {
@@ -165,7 +167,6 @@ impl Runtime {
                 RuntimeError::InvalidArgument(format!("writing the report {}: {e}", path.display()))
             })?;
         }
-        let here = Here { rank: self.rank, incarnation: self.report.incarnation };
         self.config.faults.after_finalize(here, &self.config);
         Ok(self.report)
     }

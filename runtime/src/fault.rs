@@ -17,6 +17,9 @@
 //! - `REVERB_FAULT_FINALIZED=RANK[:MS][,..]`: incarnation 0 of RANK SIGKILLs itself MS ms
 //!   (default 0) after its `finalize` completed (the job's final barrier passed): its node
 //!   lost once the other ranks are done.
+//! - `REVERB_FAULT_FINALIZE=RANK[:MS][,..]`: incarnation 0 of RANK holds its `finalize` MS ms
+//!   (default 0), saying so, while the others wait for it in the final barrier: a test cuts
+//!   its host's wire meanwhile.
 
 #[cfg(feature = "fault-injection")]
 use std::path::PathBuf;
@@ -45,8 +48,14 @@ use super::error::{Result, RuntimeError};
 use super::RuntimeConfig;
 
 /// Every variable of this module.
-pub const FAULT_VARS: [&str; 5] =
-    ["REVERB_FAULT", "REVERB_FAULT_CKPT", "REVERB_FAULT_INIT", "REVERB_FAULT_GC", "REVERB_FAULT_FINALIZED"];
+pub const FAULT_VARS: [&str; 6] = [
+    "REVERB_FAULT",
+    "REVERB_FAULT_CKPT",
+    "REVERB_FAULT_INIT",
+    "REVERB_FAULT_GC",
+    "REVERB_FAULT_FINALIZE",
+    "REVERB_FAULT_FINALIZED",
+];
 
 /// A collective step of [`Runtime::init`](super::Runtime::init) (after the transport's open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +88,10 @@ pub struct FaultPlan {
     /// after its `finalize` completed.
     #[cfg(feature = "fault-injection")]
     pub finalized: Vec<(Rank, Duration)>,
+    /// `REVERB_FAULT_FINALIZE=RANK[:MS][,..]`: incarnation 0 of RANK holds its `finalize` MS
+    /// ms before the final barrier.
+    #[cfg(feature = "fault-injection")]
+    pub finalize_held: Vec<(Rank, Duration)>,
 }
 
 /// Where an injection point is: the rank and its incarnation.
@@ -105,6 +118,8 @@ impl FaultPlan {
     pub(super) fn arm_checkpoint(&self, _here: Here, _ckpt: &mut Checkpointer, _config: &RuntimeConfig) {}
 
     pub(super) fn after_finalize(&self, _here: Here, _config: &RuntimeConfig) {}
+
+    pub(super) fn before_finalize(&self, _here: Here) {}
 
     pub(super) fn before_init_step(
         &self,
@@ -146,10 +161,30 @@ impl FaultPlan {
                 None => Vec::new(),
             },
             finalized: list("REVERB_FAULT_FINALIZED")?
-                .map(|v| parse_finalized_faults(&v))
+                .map(|v| parse_rank_delays("REVERB_FAULT_FINALIZED", &v))
+                .transpose()?
+                .unwrap_or_default(),
+            finalize_held: list("REVERB_FAULT_FINALIZE")?
+                .map(|v| parse_rank_delays("REVERB_FAULT_FINALIZE", &v))
                 .transpose()?
                 .unwrap_or_default(),
         })
+    }
+
+    /// `REVERB_FAULT_FINALIZE`: holds the planned time before the final barrier, saying so
+    /// first (the line a test waits for).
+    pub(super) fn before_finalize(&self, here: Here) {
+        if here.incarnation != 0 {
+            return;
+        }
+        if let Some(&(_, hold)) = self.finalize_held.iter().find(|(r, _)| *r == here.rank) {
+            eprintln!(
+                "reverb: rank {}: holding finalize for {} ms (REVERB_FAULT_FINALIZE)",
+                here.rank,
+                hold.as_millis()
+            );
+            std::thread::sleep(hold);
+        }
     }
 
     /// `REVERB_FAULT_FINALIZED`: dies the planned time after `finalize` completed.
@@ -244,15 +279,13 @@ fn parse_send_faults(v: &str) -> Result<Vec<(Rank, u64, u32)>> {
 }
 
 #[cfg(feature = "fault-injection")]
-fn parse_finalized_faults(v: &str) -> Result<Vec<(Rank, Duration)>> {
+fn parse_rank_delays(name: &str, v: &str) -> Result<Vec<(Rank, Duration)>> {
     v.split(',')
         .map(|one| {
             let (rank, ms) = one.split_once(':').unwrap_or((one, "0"));
             match (rank.trim().parse(), ms.trim().parse()) {
                 (Ok(rank), Ok(ms)) => Ok((rank, Duration::from_millis(ms))),
-                _ => Err(RuntimeError::InvalidArgument(format!(
-                    "REVERB_FAULT_FINALIZED={v:?}: expected RANK[:MS][,..]"
-                ))),
+                _ => Err(RuntimeError::InvalidArgument(format!("{name}={v:?}: expected RANK[:MS][,..]"))),
             }
         })
         .collect()

@@ -76,6 +76,7 @@ pub fn job_with(
         "REVERB_FAULT_CKPT",
         "REVERB_FAULT_INIT",
         "REVERB_FAULT_GC",
+        "REVERB_FAULT_FINALIZE",
         "REVERB_FAULT_FINALIZED",
         "REVERB_LOG",
         "REVERB_LOG_UNIT",

@@ -269,6 +269,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_FAULT_CKPT", "", Runtime, Fault, "text", "RANK:EPOCH:STAGE: SIGKILL inside checkpoint EPOCH at STAGE"),
     var("REVERB_FAULT_INIT", "", Runtime, Fault, "list", "RANK:STEP[:logger|:late][@retry],..: SIGKILL inside Runtime::init before STEP"),
     var("REVERB_FAULT_GC", "", Runtime, Fault, "list", "RANK:EPOCH[:late],..: SIGKILL at the log GC after checkpoint EPOCH"),
+    var("REVERB_FAULT_FINALIZE", "", Runtime, Fault, "list", "RANK[:MS],..: hold that rank's finalize MS ms before the final barrier"),
     var("REVERB_FAULT_FINALIZED", "", Runtime, Fault, "list", "RANK[:MS],..: SIGKILL MS ms after that rank's finalize completed"),
     // benchmarks and build
     var("REVERB_BENCH_CORES", "", Bench, User, "list", "criterion shm bench: cpus to pin its two ranks to, e.g. 2,3"),
