@@ -377,11 +377,24 @@ fn job_of(args: AgentArgs) -> Result<Job> {
         logger: args.logger,
         timeout,
         prefix: !args.no_prefix,
-        env: if args.mpi { crate::launcher::mpi::environment()? } else { Vec::new() },
+        env: rank_env(args.mpi, timing)?,
         command: args.command,
         timing,
         redundancy,
     })
+}
+
+/// What the agent adds to its ranks' environment: MPI's library path under `--mpi`, and
+/// unless the caller set it, `REVERB_DETECT_GRACE_MS` long enough for the agents to declare a
+/// host lost (twice their timeout): a rank that finds a peer host unreachable (a cut wire)
+/// waits that long for the failure to be declared before its error is final (the runtime's
+/// 2 s default suits a killed process, whose peers see its sockets close at once).
+fn rank_env(mpi: bool, timing: Timing) -> Result<Vec<(String, String)>> {
+    let mut env = if mpi { crate::launcher::mpi::environment()? } else { Vec::new() };
+    if env_get("REVERB_DETECT_GRACE_MS")?.is_none() {
+        env.push(("REVERB_DETECT_GRACE_MS".into(), (timing.timeout * 2).as_millis().to_string()));
+    }
+    Ok(env)
 }
 
 /// The job's spheres when its environment makes it redundant: the hosts' ranks must be its
