@@ -139,7 +139,7 @@ impl Envelope {
         frame: &[u8],
         sender: Rank,
         receiver: Rank,
-        determinants: Vec<Determinant>,
+        mut determinants: Vec<Determinant>,
     ) -> Result<(Envelope, &[u8])> {
         let Some((h, payload)) = frame.split_first_chunk::<SHORT_HEADER_LEN>() else {
             return Err(short_header_error(frame));
@@ -159,6 +159,9 @@ impl Envelope {
         let Ok(payload_len) = u32::try_from(payload.len()) else {
             return Err(LogError::malformed(WHAT, format!("payload of {} bytes", payload.len())));
         };
+        // The short form carries none: what the reused vector held came with an earlier frame
+        // (stored again, it outlives a restart's or a checkpoint's clearing of the detLog).
+        determinants.clear();
         let envelope = Envelope { sender, receiver, incarnation, ssn, tag, payload_len, determinants };
         Ok((envelope, payload))
     }
@@ -424,6 +427,21 @@ mod tests {
             panic!("read off its channel")
         };
         assert!(detail.contains("short envelope"), "{detail}");
+    }
+
+    /// A receiver reuses one vector for every frame's determinants: a short frame after one
+    /// that carried some has none.
+    #[test]
+    fn a_short_frame_read_into_a_used_vector_carries_no_determinants() {
+        let det = Determinant { sender: 6, receiver: 7, ssn: 8, rsn: 9 };
+        let mut long = Envelope { determinants: vec![det], ..sample_envelope() };
+        let (got, _) = Envelope::decode_on_channel(&long.encode(b"x").unwrap(), 1, 2, Vec::new()).unwrap();
+        assert_eq!(got.determinants, vec![det]);
+        let mut short = Vec::new();
+        sample_envelope().encode_short_header_into(1, &mut short).unwrap();
+        short.push(b'y');
+        let (got, payload) = Envelope::decode_on_channel(&short, 1, 2, got.determinants).unwrap();
+        assert_eq!((got.determinants, payload), (vec![], &b"y"[..]));
     }
 
     /// The short form is read at fixed offsets: a wrong magic or version is still refused.

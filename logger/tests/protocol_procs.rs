@@ -791,7 +791,7 @@ fn replay_job_with(test: &str, unit: LogUnit, victims: &[Rank], teams: Option<&s
             assert_eq!(again, first, "rank {}: replay diverges at reception {i}", job.rank);
         }
         let s = endpoint.stats();
-        assert_eq!((s.duplicates_dropped, s.determinants_logged), (0, 0), "replay logs nothing again");
+        assert_eq!((s.duplicates_dropped, s.determinants_logged), (0, 0), "replay logs nothing again: {s:?}");
     } else {
         boot.barrier().expect("restarted");
         let delivered = endpoint.stats().messages_delivered;

@@ -217,21 +217,25 @@ pub fn run_job(test: &str, job: &Job) -> Vec<RankExit> {
 
 /// Runs the job and asserts every rank exited 0 having run its one test (a rank that matched
 /// no test would exit 0 having done nothing). Returns each rank's stdout.
+/// Every failed rank is reported, not only the first: a rank failing after its peer often
+/// holds the cause.
 pub fn run_job_ok(test: &str, job: &Job) -> Vec<String> {
-    run_job(test, job)
-        .into_iter()
+    let exits = run_job(test, job);
+    let failed: Vec<String> = exits
+        .iter()
+        .filter(|exit| !(exit.code == Some(0) && exit.stdout.contains("1 passed")))
         .map(|exit| {
-            assert!(
-                exit.code == Some(0) && exit.stdout.contains("1 passed"),
+            format!(
                 "rank {} failed ({:?}, signal {:?}):\n{}",
                 exit.rank,
                 exit.code,
                 exit.signal,
                 exit.output()
-            );
-            exit.stdout
+            )
         })
-        .collect()
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    exits.into_iter().map(|exit| exit.stdout).collect()
 }
 
 /// `ranks` processes, one per node, with extra environment; every rank must succeed.
