@@ -28,8 +28,9 @@
 #   - one-sided windows (rma_ft: fence, lock and post-start-complete-wait epochs, over
 #     MPI_Win_create's and MPI_Win_allocate's memory): a node killed before the first
 #     checkpoint and after one, causal and pessimistic-sb, the failure-free checksum (on tcp
-#     too when the caller names no provider); a shared window, and one created after the
-#     restore, stop the job with an error naming the window.
+#     too when the caller names no provider), and with 8 KiB to 1 MiB regions moved each
+#     epoch; a shared window, and one created after the restore, stop the job with an error
+#     naming the window.
 # Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -243,6 +244,24 @@ for provider in $providers; do
         expect "$name-pessimistic-sb-$late.log" "rank 3 restored at iteration"
         say "rma_ft $mode $flavor on $provider: rank 3's node killed before and after a checkpoint ($faults), same checksum ($clean): ok"
     done
+    # Bulk transfers besides (rma_ft's BYTES: a region put, and got in fence and pscw, each
+    # epoch): at the eager limit (8 KiB), past it and the log's fragment size (64 KiB), and
+    # 1 MiB, each under a kill before or after a checkpoint.
+    bulk_cases=("lock allocate 8192 causal:60" "fence create 65536 causal:200" "pscw create 1048576 pessimistic-sb:150")
+    for c in "${bulk_cases[@]}"; do
+        read -r mode flavor bytes fault <<<"$c"
+        name=rma-$provider-$mode-$flavor-$bytes
+        REVERB_PROVIDER=$provider run "$name-clean.log" -n 4 --ranks-per-node 2 -- \
+            "$work/rma_ft" "$mode" "$flavor" 40 "$bytes"
+        clean=$(rma_sum "$name-clean.log")
+        [ -n "$clean" ] || fail "rma_ft $mode $flavor 40 $bytes printed no checksum"
+        REVERB_PROVIDER=$provider REVERB_LOG=${fault%%:*} REVERB_FAULT=3:${fault##*:} \
+            run "$name-faulty.log" -n 4 --ranks-per-node 2 --respawn 1 -- "$work/rma_ft" "$mode" "$flavor" 40 "$bytes"
+        expect "$name-faulty.log" "respawning node 1"
+        [ "$(rma_sum "$name-faulty.log")" = "$clean" ] ||
+            fail "rma_ft $mode $flavor 40 $bytes ($provider, $fault): $(rma_sum "$name-faulty.log"), failure-free $clean"
+    done
+    say "rma_ft with 8 KiB, 64 KiB and 1 MiB regions on $provider, a node killed: same checksums: ok"
 done
 
 # What is not recovered stops with an error naming the window, and no checksum: a shared

@@ -3,12 +3,15 @@
  * MPIX_Reverb_restore), or stop with an error naming the window (a shared window, or one
  * created after the restore), never finish with a wrong checksum.
  *
- *   rma_ft [MODE [FLAVOR [ITERATIONS]]]   (defaults: fence create 40)
+ *   rma_ft [MODE [FLAVOR [ITERATIONS [BYTES]]]]   (defaults: fence create 40 0)
  *   MODE: fence (puts, accumulates, gets between fences), lock (exclusive fetch-and-op,
  *         lock_all accumulates, shared get-accumulate, then barriers), pscw (post, start,
  *         puts, accumulates, gets, complete, wait);
  *   FLAVOR: create (MPI_Win_create over the program's memory), allocate (MPI_Win_allocate),
- *         shared (MPI_Win_allocate_shared), late (MPI_Win_create after the restore).
+ *         shared (MPI_Win_allocate_shared), late (MPI_Win_create after the restore);
+ *   BYTES: each epoch also puts (and, fence and pscw, gets) a region of BYTES to or from the
+ *         right neighbour, so transfers on both sides of the eager, rendezvous and fragment
+ *         sizes are logged and replayed too (0: none).
  *
  * Every answer is fixed by the program (no two origins race for a slot), so the checksum is
  * the same on every run. A checkpoint every 10 iterations; rank 0 prints
@@ -24,9 +27,24 @@
 #define SLOTS 4
 
 static int rank, size, left, right;
+/* The bulk regions (longs each; 0: none): `src` put into the right rank's region A (at SLOTS),
+ * `dst` got from its region A (fence) or B (pscw, at SLOTS + bulk, written by its owner). */
+static long bulk;
+static long *src, *dst;
 
 static unsigned long mix(unsigned long h, long x) {
     return (h ^ (unsigned long)x) * 1099511628211UL;
+}
+
+static unsigned long mix_all(unsigned long h, const long *p, long n) {
+    for (long i = 0; i < n; i++)
+        h = mix(h, p[i]);
+    return h;
+}
+
+static void fill(long *p, long it, long salt) {
+    for (long i = 0; i < bulk; i++)
+        p[i] = (it * size + rank) * 7919 + salt + i * 31;
 }
 
 /* Slot 0: the left rank's put; 1: the right rank's accumulate; 2 read by the left rank. */
@@ -35,10 +53,17 @@ static unsigned long fence_epoch(long it, long *mem, MPI_Win win, unsigned long 
     MPI_Win_fence(0, win);
     MPI_Put(&v, 1, MPI_LONG, right, 0, 1, MPI_LONG, win);
     MPI_Accumulate(&v, 1, MPI_LONG, left, 1, 1, MPI_LONG, MPI_SUM, win);
+    if (bulk) {
+        fill(src, it, 1);
+        MPI_Put(src, (int)bulk, MPI_LONG, right, SLOTS, (int)bulk, MPI_LONG, win);
+    }
     MPI_Win_fence(0, win);
     MPI_Get(&got, 1, MPI_LONG, right, 2, 1, MPI_LONG, win);
+    if (bulk)
+        MPI_Get(dst, (int)bulk, MPI_LONG, right, SLOTS, (int)bulk, MPI_LONG, win);
     MPI_Win_fence(0, win);
     mem[2] = mem[0] * 3 + mem[1];
+    h = mix_all(mix_all(h, mem + SLOTS, bulk), dst, bulk);
     return mix(mix(mix(h, mem[0]), mem[1]), got);
 }
 
@@ -51,6 +76,10 @@ static unsigned long lock_epoch(long it, long *mem, MPI_Win win, unsigned long h
     MPI_Barrier(MPI_COMM_WORLD); /* the previous reads (or the first memset) are done */
     MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win);
     MPI_Fetch_and_op(&v, &old, MPI_LONG, right, 2, MPI_SUM, win);
+    if (bulk) {
+        fill(src, it, 2);
+        MPI_Put(src, (int)bulk, MPI_LONG, right, SLOTS, (int)bulk, MPI_LONG, win);
+    }
     MPI_Win_unlock(right, win);
     MPI_Win_lock_all(0, win);
     for (int t = 0; t < size; t++)
@@ -60,6 +89,7 @@ static unsigned long lock_epoch(long it, long *mem, MPI_Win win, unsigned long h
     MPI_Get_accumulate(&v, 1, MPI_LONG, &prev, 1, MPI_LONG, left, 1, 1, MPI_LONG, MPI_REPLACE, win);
     MPI_Win_unlock(left, win);
     MPI_Barrier(MPI_COMM_WORLD);
+    h = mix_all(h, mem + SLOTS, bulk);
     return mix(mix(mix(mix(h, old), prev), mem[2]), mem[3] + mem[1]);
 }
 
@@ -68,19 +98,26 @@ static unsigned long lock_epoch(long it, long *mem, MPI_Win win, unsigned long h
 static unsigned long pscw_epoch(long it, long *mem, MPI_Win win, MPI_Group nb, unsigned long h) {
     long v = it * size + rank, got = 0;
     mem[2] = (long)(h % 1000) + it;
+    fill(mem + SLOTS + bulk, it, (long)(h % 1000));
     MPI_Win_post(nb, 0, win);
     MPI_Win_start(nb, 0, win);
     MPI_Put(&v, 1, MPI_LONG, right, 0, 1, MPI_LONG, win);
     MPI_Accumulate(&v, 1, MPI_LONG, left, 1, 1, MPI_LONG, MPI_SUM, win);
     MPI_Get(&got, 1, MPI_LONG, right, 2, 1, MPI_LONG, win);
+    if (bulk) {
+        fill(src, it, 3);
+        MPI_Put(src, (int)bulk, MPI_LONG, right, SLOTS, (int)bulk, MPI_LONG, win);
+        MPI_Get(dst, (int)bulk, MPI_LONG, right, SLOTS + bulk, (int)bulk, MPI_LONG, win);
+    }
     MPI_Win_complete(win);
     MPI_Win_wait(win);
+    h = mix_all(mix_all(h, mem + SLOTS, bulk), dst, bulk);
     return mix(mix(mix(h, mem[0]), mem[1]), got);
 }
 
 static MPI_Win make(const char *flavor, long *own, long **mem) {
     MPI_Win win;
-    MPI_Aint bytes = SLOTS * sizeof(long);
+    MPI_Aint bytes = (MPI_Aint)(SLOTS + 2 * bulk) * (MPI_Aint)sizeof(long);
     if (!strcmp(flavor, "allocate")) {
         MPI_Win_allocate(bytes, sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, mem, &win);
     } else if (!strcmp(flavor, "shared")) {
@@ -99,8 +136,14 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "fence";
     const char *flavor = argc > 2 ? argv[2] : "create";
     long iterations = argc > 3 ? atol(argv[3]) : 40;
+    long bytes = argc > 4 ? atol(argv[4]) : 0;
+    bulk = (bytes + (long)sizeof(long) - 1) / (long)sizeof(long);
     if (strcmp(mode, "fence") && strcmp(mode, "lock") && strcmp(mode, "pscw")) {
         fprintf(stderr, "rma_ft: unknown mode %s\n", mode);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (bulk < 0 || bulk > (1L << 24)) {
+        fprintf(stderr, "rma_ft: BYTES %ld out of 0..%ld\n", bytes, (1L << 24) * (long)sizeof(long));
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int restored = 0, late = !strcmp(flavor, "late");
@@ -108,7 +151,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     left = (rank + size - 1) % size;
     right = (rank + 1) % size;
-    static long own[SLOTS];
+    long *own = calloc((size_t)(SLOTS + 2 * bulk), sizeof(long));
+    src = calloc((size_t)bulk + 1, sizeof(long));
+    dst = calloc((size_t)bulk + 1, sizeof(long));
+    if (!own || !src || !dst) {
+        fprintf(stderr, "rma_ft: out of memory for %ld bytes\n", bytes);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     long *mem = NULL;
     MPI_Win win = MPI_WIN_NULL;
     /* Windows made before the restore are re-made by a restarted rank and get their memory back. */
@@ -152,6 +201,9 @@ int main(int argc, char **argv) {
     MPI_Group_free(&nb);
     MPI_Group_free(&world);
     MPI_Win_free(&win);
+    free(own);
+    free(src);
+    free(dst);
     MPI_Finalize();
     return 0;
 }
