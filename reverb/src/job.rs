@@ -117,17 +117,16 @@ pub fn run_job(spec: &JobSpec, out: &Path, watchdog: Duration) -> Result<JobOutc
         .args(&spec.app_args)
         .env("REVERB_PROVIDER", &spec.provider)
         .env("REVERB_RUNTIME_REPORT", out)
-        .env_remove("REVERB_FAULT")
-        .env_remove("REVERB_FAULT_CKPT")
-        .env_remove("REVERB_FAULT_INIT")
-        .env_remove("REVERB_FAULT_GC")
-        .env_remove("REVERB_FAULT_FINALIZE")
-        .env_remove("REVERB_FAULT_FINALIZED")
-        .env_remove("REVERB_FAULT_AGENT")
-        .env_remove("REVERB_LOGGER_FAULT_STARTUP")
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("job log")?)
         .stderr(log);
+    // The campaign's own faults only: none inherited from the caller.
+    for var in reverb_runtime::fault::FAULT_VARS
+        .into_iter()
+        .chain(["REVERB_FAULT_AGENT", "REVERB_LOGGER_FAULT_STARTUP"])
+    {
+        cmd.env_remove(var);
+    }
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
