@@ -8,7 +8,8 @@
 # See docs/ci.md (the soft-RoCE VM) and the device table in ci/vm/guest.sh.
 #
 # Usage:
-#   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... -- CMD ARGS...
+#   bash ci/rxe-vm.sh [--netns] [--timeout SECS] [--mem MB] [--smp N] [--rw DIR]... [--ro DIR]...
+#                    -- CMD ARGS...
 #   --nic listen|connect:PORT --addr A.B.C.D/24 [--hostname NAME]
 #                                    # a virtio NIC wired to another VM through a QEMU
 #                                    # socket netdev on the host's 127.0.0.1:PORT (one VM
@@ -21,9 +22,12 @@
 # environment, as root. Exit status = CMD's status; 124 = VM timeout; 125 = VM failure.
 # Writable in the guest: /tmp, /run, /dev/shm (tmpfs, lost at exit), the repo's
 # target/ (if it exists) and every --rw DIR (9p, written through to the host).
-# Everything else under / is read-only.
+# Everything else under / is read-only. A --ro DIR inside a writable one (the build's
+# binaries, target/ci) stays read-only and cached: under TCG, reading a test binary over the
+# writable share again at each of its ranks' execs cost more than the tests.
 #
-# Environment: REVERB_VM_KERNEL (as --kernel), RXE_VM_CACHE (default ci/cache),
+# Environment: REVERB_VM_KERNEL (as --kernel), RXE_VM_RO (directories, as --ro each),
+# RXE_VM_CACHE (default ci/cache),
 # RXE_VM_QUIET=1 hides kernel/console noise before the command starts (the command's
 # output is always shown).
 set -euo pipefail
@@ -35,7 +39,8 @@ VMDIR=$HERE/vm
 
 KSERIES=${REVERB_VM_KERNEL:-6.1}
 NETNS=0 TIMEOUT=1200 MEM=2048 SMP=2 SMOKE=0 BUILD_ONLY=0 NIC= NIC_ADDR= VM_HOSTNAME=rxevm
-RW=()
+RW=() RO=()
+for d in ${RXE_VM_RO:-}; do [ -d "$d" ] && RO+=("$(cd "$d" && pwd)"); done
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,6 +53,7 @@ while [ $# -gt 0 ]; do
         --mem) MEM=$2; shift ;;
         --smp) SMP=$2; shift ;;
         --rw) RW+=("$(cd "$2" && pwd)"); shift ;;
+        --ro) RO+=("$(cd "$2" && pwd)"); shift ;;
         --smoke) SMOKE=1 ;;
         --build) BUILD_ONLY=1 ;;
         -h|--help) usage 0 ;;
@@ -220,6 +226,7 @@ CWD=$(pwd)
     [ "$CWD" = "$REPO" ] || echo "keep $CWD"
     i=0
     for d in "${RW[@]}"; do echo "rw rw$i $d"; i=$((i + 1)); done
+    for d in "${RO[@]}"; do echo "ro $d"; done
 } >"$RUNDIR/config"
 {
     echo "NETNS=$NETNS"

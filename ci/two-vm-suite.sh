@@ -10,5 +10,5 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 out=target/two-vm/run-$$
 rm -rf target/two-vm
 mkdir -p "$out"
-REVERB_BIN=$target/ci/reverb TWO_VM_OUT=$PWD/$out \
+REVERB_BIN=$target/ci/reverb TWO_VM_OUT=$PWD/$out RXE_VM_RO=$target/ci \
     bash ci/two-vm.sh --timeout 900 -- bash ci/vm/two-vm-job.sh

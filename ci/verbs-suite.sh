@@ -74,6 +74,8 @@ auto_suites=(
 # write 1 minute to become durable (logger_core's determinant gather timed out at the default
 # 10 s the same day), and a dead logger core 3 minutes to come back (a respawned one took over the
 # default 30 s to start under TCG with the host loaded).
+# The build's binaries stay cached in the guest (ci/rxe-vm.sh --ro).
+export RXE_VM_RO=${CARGO_TARGET_DIR:-$PWD/target}/ci
 export REVERB_PROVIDER=verbs REVERB_WAIT_MODE=event REVERB_TEST_TIME_SCALE=6 REVERB_BOOT_TIMEOUT_S=300 \
     REVERB_LOG_DURABLE_TIMEOUT_MS=60000 REVERB_LOGGER_REJOIN_TIMEOUT_S=180
 # Runs inside the guest: each suite one after the other, its wall time, all failures at the end.
