@@ -49,6 +49,69 @@ cargo ci-build
 step "a default build of the runtime library has no fault hooks"
 bash ci/no-fault-hooks.sh
 
+# Before the lanes below: its library build relinks the MPI library the other suites load.
+step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, collectives, the CAML collectives program)"
+bash ci/mpi-memcheck.sh
+
+# From here three lanes share the two cores: the soft-RoCE VMs' suites in two lanes of their
+# own (under TCG their guests wait on timers and on each other, leaving a core mostly idle
+# alone) and the host's suites in the foreground. A lane's output is held until it ends; its
+# step lines carry its own clock. The host sets are each suite's own (ha.., ca.., sa..; the
+# VMs' addresses live inside the guests), nothing below builds (the VMs read the build live,
+# cached: ci/rxe-vm.sh --ro).
+step "the soft-RoCE VM's kernel and initramfs (once, before two lanes boot VMs)"
+bash ci/rxe-vm.sh --build
+
+declare -A lane_pid lane_log
+lane() { # NAME FUNCTION: FUNCTION in the background, its output held
+    lane_log[$1]=$(mktemp)
+    (
+        cpu_file=$(mktemp) # its own: step() writes it, and the foreground's steps run meanwhile
+        trap 'rm -f "$cpu_file"' EXIT
+        "$2"
+    ) >"${lane_log[$1]}" 2>&1 &
+    lane_pid[$1]=$!
+}
+await_lane() { # NAME: waits, shows its output, fails if it failed
+    local rc=0
+    wait "${lane_pid[$1]}" || rc=$?
+    cat "${lane_log[$1]}" >&2
+    rm -f "${lane_log[$1]}"
+    unset "lane_pid[$1]"
+    [[ $rc == 0 ]] || { echo "ci/test.sh: the $1 lane failed (exit $rc)" >&2; exit 1; }
+}
+kill_tree() { # PID: the process and everything under it
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+# If a suite fails: stop the lanes (their VMs among them), then remove every host set and the
+# Slurm cluster (a killed bash does not run its own EXIT trap).
+stop_lanes() {
+    local pid
+    for pid in "${lane_pid[@]}"; do kill_tree "$pid"; done
+    REVERB_SLURM_DIR=/run/reverb-slurm-suite bash ci/slurm.sh down >/dev/null 2>&1 || true
+    for set in /run/reverb-hosts:10.77.0 /run/reverb-hosts-chaos:10.79.0 /run/reverb-hosts-slurm:10.78.0; do
+        REVERB_HOSTS_DIR=${set%:*} REVERB_HOSTS_NET=${set#*:} bash ci/hosts.sh down >/dev/null 2>&1 || true
+    done
+}
+trap 'stop_lanes; rm -f "$cpu_file" "${lane_log[@]}"' EXIT
+
+verbs_lane() {
+    step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
+    bash ci/verbs-suite.sh
+    step "two soft-RoCE hosts (two QEMU VMs on one emulated wire): bench and a respawn across them"
+    bash ci/two-vm-suite.sh
+    step "verbs lane: ok"
+}
+mpi_verbs_lane() {
+    step "MPI programs on verbs (soft-RoCE VM): the C Jacobi and master-worker surviving a killed node"
+    bash ci/mpi-verbs.sh
+    step "MPI on verbs lane: ok"
+}
+step "the verbs lane starts: the provider's, logger's and checkpoint suites in the VM, then two VMs"
+lane verbs verbs_lane
+
 step "tests"
 cargo ci-test
 
@@ -58,65 +121,29 @@ bash ci/capi.sh
 step "MPI programs compiled by mpicc.mpich on reverb's libmpich.so.12: semantics, collectives, an unsupported call, Jacobi and master-worker surviving a killed node"
 bash ci/mpi.sh
 
-step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, collectives, the CAML collectives program)"
-bash ci/mpi-memcheck.sh
-
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo ci-test --test provider --test fan_in --test demo --test ckpt_boundary
 
 step "auto provider with ranks on two host names (shm inside a name, tcp between): conformance and fan-in"
 REVERB_PROVIDER=auto REVERB_TEST_HOST_NAMES=sa,sb cargo ci-test --test provider --test fan_in
 
-# The suites on namespace hosts and Slurm's run beside the soft-RoCE VM's, their output held
-# until they end: the VM's TCG leaves a quarter of the two cores idle (its guests wait on
-# timers and on each other) and the Slurm suite mostly waits on its daemons. Their host sets
-# are their own (ha.., ca.., sa..; the VMs' addresses live inside the guests), and they build
-# nothing (the VM reads the build live). Each suite's own step line is in the held output.
-namespace_host_suites() {
-    cpu_file=$(mktemp) # its own: step() writes it, and the foreground's steps run meanwhile
-    trap 'rm -f "$cpu_file"' EXIT
-    step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn, logger cores, a host lost (agents, spare)"
-    bash ci/hosts-suite.sh
-    step "a short fault campaign across simulated hosts: a host lost, its wire cut, its agent killed, a host lost during a recovery"
-    bash ci/chaos-hosts.sh
-    step "a fault campaign on one host drawing every message size class (eager to fragmented) and kill phase (init to recovery)"
-    bash ci/chaos-phases.sh
-    step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
-    PROVIDER=tcp bash ci/hosts-conformance.sh
-    PROVIDER=auto bash ci/hosts-conformance.sh
-    step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
-    bash ci/slurm-suite.sh
-    step "namespace hosts and Slurm: ok"
-}
-step "in the background until the VM suites end: namespace hosts (jobs, campaigns, conformance) and Slurm"
-hosts_log=$(mktemp)
-(namespace_host_suites) >"$hosts_log" 2>&1 &
-hosts_pid=$!
-# If a VM suite fails first: stop the group, then remove every host set and the Slurm cluster
-# (a killed bash does not run its own EXIT trap).
-stop_host_suites() {
-    kill "$hosts_pid" 2>/dev/null || return 0
-    pkill -P "$hosts_pid" 2>/dev/null || true
-    REVERB_SLURM_DIR=/run/reverb-slurm-suite bash ci/slurm.sh down || true
-    for set in /run/reverb-hosts:10.77.0 /run/reverb-hosts-chaos:10.79.0 /run/reverb-hosts-slurm:10.78.0; do
-        REVERB_HOSTS_DIR=${set%:*} REVERB_HOSTS_NET=${set#*:} bash ci/hosts.sh down || true
-    done
-}
-trap 'stop_host_suites; rm -f "$cpu_file" "$hosts_log"' EXIT
+step "the MPI-on-verbs lane starts: MPI programs surviving a killed node in the VM"
+lane mpi-verbs mpi_verbs_lane
 
-step "verbs provider on soft-RoCE (QEMU VM with rdma_rxe)"
-bash ci/verbs-suite.sh
+step "jobs across simulated hosts (namespaces): placement, bench over tcp and auto, a respawn, logger cores, a host lost (agents, spare)"
+bash ci/hosts-suite.sh
+step "a short fault campaign across simulated hosts: a host lost, its wire cut, its agent killed, a host lost during a recovery"
+bash ci/chaos-hosts.sh
+step "a fault campaign on one host drawing every message size class (eager to fragmented) and kill phase (init to recovery)"
+bash ci/chaos-phases.sh
+step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
+PROVIDER=tcp bash ci/hosts-conformance.sh
+PROVIDER=auto bash ci/hosts-conformance.sh
+step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
+bash ci/slurm-suite.sh
 
-step "MPI programs on verbs (soft-RoCE VM): the C Jacobi and master-worker surviving a killed node"
-bash ci/mpi-verbs.sh
-
-step "two soft-RoCE hosts (two QEMU VMs on one emulated wire): bench and a respawn across them"
-bash ci/two-vm-suite.sh
-
-step "the namespace-host and Slurm suites' end (their output follows)"
-hosts_rc=0
-wait "$hosts_pid" || hosts_rc=$?
-cat "$hosts_log" >&2
-[[ $hosts_rc == 0 ]] || { echo "ci/test.sh: a namespace-host or Slurm suite failed (exit $hosts_rc)" >&2; exit 1; }
+step "the VM lanes' end (their output follows)"
+await_lane verbs
+await_lane mpi-verbs
 
 step "ok"
