@@ -56,7 +56,7 @@ bash ci/mpi-memcheck.sh
 # From here three lanes share the two cores: the soft-RoCE VMs' suites in two lanes of their
 # own (under TCG their guests wait on timers and on each other, leaving a core mostly idle
 # alone) and the host's suites in the foreground. A lane's output is held until it ends; its
-# step lines carry its own clock. The host sets are each suite's own (ha.., ca.., sa..; the
+# step lines carry its own clock. The host sets are each suite's own (ha.., ca.., ma.., sa..; the
 # VMs' addresses live inside the guests), nothing below builds (the VMs read the build live,
 # cached: ci/rxe-vm.sh --ro).
 step "the soft-RoCE VM's kernel and initramfs (once, before two lanes boot VMs)"
@@ -91,7 +91,8 @@ stop_lanes() {
     local pid
     for pid in "${lane_pid[@]}"; do kill_tree "$pid"; done
     REVERB_SLURM_DIR=/run/reverb-slurm-suite bash ci/slurm.sh down >/dev/null 2>&1 || true
-    for set in /run/reverb-hosts:10.77.0 /run/reverb-hosts-chaos:10.79.0 /run/reverb-hosts-slurm:10.78.0; do
+    for set in /run/reverb-hosts:10.77.0 /run/reverb-hosts-chaos:10.79.0 /run/reverb-hosts-slurm:10.78.0 \
+        /run/reverb-hosts-mpich:10.76.0; do
         REVERB_HOSTS_DIR=${set%:*} REVERB_HOSTS_NET=${set#*:} bash ci/hosts.sh down >/dev/null 2>&1 || true
     done
 }
@@ -139,6 +140,8 @@ bash ci/chaos-phases.sh
 step "the conformance suite with ranks on two simulated hosts, on tcp and on auto"
 PROVIDER=tcp bash ci/hosts-conformance.sh
 PROVIDER=auto bash ci/hosts-conformance.sh
+step "MPICH's one-sided tests with their ranks on two simulated hosts (tcp between, shm inside)"
+bash ci/mpich-hosts.sh
 step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
 bash ci/slurm-suite.sh
 
