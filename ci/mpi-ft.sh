@@ -31,7 +31,7 @@
 #     too when the caller names no provider), and with 8 KiB to 1 MiB regions moved each
 #     epoch; a shared window, and one created after the restore, stop the job with an error
 #     naming the window.
-# With MPI_FT_THIN=1 (ci/mpi-verbs.sh: inside the soft-RoCE VM, where each run costs 10-20 s of
+# With MPI_FT_THIN=1 (ci/mpi-verbs.sh: inside the soft-RoCE VM, where each run costs seconds of
 # emulated CPU) a program's kills that differ only in the logging protocol or in the kill
 # falling before or after a checkpoint are thinned: every program, size class, window mode and
 # protocol still runs killed, and every (protocol, phase) pair still runs on windows, while the
@@ -236,7 +236,7 @@ for fault in $nb_faults; do
         fail "collectives_ft nonblocking, fault $fault: $(checksum "$log"), failure-free $(checksum nb-clean.log)"
 done
 expect nb-faulty-5-100.log "rank 5 restored"
-say "nonblocking collectives beside point-to-point: a node killed past a checkpoint, under CAML and before the first, same checksum ($(checksum nb-clean.log)): ok"
+say "nonblocking collectives beside point-to-point: a node killed ($nb_faults), same checksum ($(checksum nb-clean.log)): ok"
 
 # One-sided windows (mpi/tests/c/rma_ft.c MODE FLAVOR): fence, lock (exclusive, shared and
 # lock_all, accumulates and fetches) and post-start-complete-wait epochs over MPI_Win_create's
