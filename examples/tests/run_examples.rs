@@ -9,10 +9,11 @@ use std::sync::{Mutex, OnceLock};
 /// One job at a time, so a loaded machine stays responsive.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// The `reverb` binary: `REVERB_BIN` if set, else the workspace's, built with the same
-/// profile and features as this test (the examples link only `reverb-runtime` and
-/// `reverb-transport`; the launcher is the CLI package's binary, so it is built here; cargo
-/// makes that a no-op when it is up to date).
+/// The `reverb` binary: `REVERB_BIN` if set, else the workspace's in this
+/// test's profile directory. The launcher is the CLI package's binary, which `cargo test` of
+/// this package does not build: under the dev and release profiles it is built here (cargo
+/// makes that a no-op when it is up to date); under another profile (CI's `ci`, whose feature
+/// set only `cargo ci-build` knows) it must have been built already.
 fn reverb_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -23,16 +24,27 @@ fn reverb_bin() -> &'static Path {
         // target/<profile>/deps/<this test>
         let profile_dir = exe.parent().and_then(Path::parent).expect("target profile directory");
         let target_dir = profile_dir.parent().expect("target directory");
+        let bin = profile_dir.join("reverb");
+        let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let profile_flag = match profile {
+            "debug" => None,
+            "release" => Some("--release"),
+            _ => {
+                assert!(
+                    bin.exists(),
+                    "no {} (build it with `cargo ci-build`, or set REVERB_BIN)",
+                    bin.display()
+                );
+                return bin;
+            }
+        };
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut build = Command::new(cargo);
         build.args(["build", "-p", "reverb", "--bin", "reverb", "--features", "reverb/fault-injection"]);
-        build.arg("--quiet").arg("--target-dir").arg(target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
+        build.arg("--quiet").arg("--target-dir").arg(target_dir).args(profile_flag);
         let status = build.status().expect("running cargo build for the reverb binary");
         assert!(status.success(), "cargo build -p reverb --bin reverb failed");
-        profile_dir.join("reverb")
+        bin
     })
 }
 
