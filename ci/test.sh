@@ -49,7 +49,6 @@ cargo ci-build
 step "a default build of the runtime library has no fault hooks"
 bash ci/no-fault-hooks.sh
 
-# Before the lanes below: its library build relinks the MPI library the other suites load.
 step "the MPI library's C boundary under Valgrind's memcheck (point-to-point, collectives, the CAML collectives program)"
 bash ci/mpi-memcheck.sh
 

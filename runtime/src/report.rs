@@ -2,6 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use reverb_transport::sys::clock::{cpu_time, CpuClock};
 use reverb_transport::Rank;
 use serde::Serialize;
 
@@ -99,8 +100,6 @@ pub(super) fn unix_ns() -> u64 {
 /// CPU time this rank has used (ns): its process's, all threads, or its thread's when the
 /// process hosts several ranks (`objects`).
 pub(super) fn rank_cpu_ns(object: bool) -> u64 {
-    let clock =
-        if object { rustix::time::ClockId::ThreadCPUTime } else { rustix::time::ClockId::ProcessCPUTime };
-    let ts = rustix::time::clock_gettime(clock);
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+    let whose = if object { CpuClock::Thread } else { CpuClock::Process };
+    u64::try_from(cpu_time(whose).as_nanos()).unwrap_or(u64::MAX)
 }

@@ -185,6 +185,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_RNDV_ADVERT", "auto", Transport, User, "auto|on|off", "advertise posted receives to their senders (one direct write instead of RTS + read + FIN); auto: verbs and loopback, not shm (its rendezvous is one copy already) nor tcp"),
     var("REVERB_RING_SLOTS", "64", Transport, User, "int", "verbs: the most eager credits (shared-receive-queue slots) one peer may hold, a power of two in 2..=65536; must match across the job"),
     var("REVERB_SHM_CMA", "1", Transport, User, "bool", "shm: the receiver of a large lent send (MPI's) reads it straight from the sender's memory with process_vm_readv where the kernel allows it (a probe per peer says so); 0 stages it in shared memory (two copies)"),
+    var("REVERB_SHM_CMA_WRITE", "1", Transport, User, "bool", "shm, with REVERB_SHM_CMA: a sender that is progressing writes chunks of its large lent send into the receiver's buffer with process_vm_writev, sharing the copy; 0 leaves every chunk to the receiver's reads (as Valgrind's memcheck needs: it does not see another process write a rank's memory)"),
     var("REVERB_SHM_FIFO_SLOTS", "256", Transport, User, "int", "shm: slots of each rank's receive FIFO (shared by all sources), a power of two in 2..=65536; must match across the job"),
     var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
@@ -294,7 +295,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_FI_TEST_ROLE", "", Test, T, "text", "role of a re-executed libfabric provider test process (server, client)"),
     var("REVERB_FI_TEST_DIR", "", Test, T, "path", "scratch directory the libfabric provider test's processes share"),
     // CI and comparison scripts
-    var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh: use this reverb binary instead of building one"),
+    var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh, the examples' run_examples test: use this reverb binary instead of building one"),
     var("REVERB_CI_FULL", "0", Ci, Tooling, "bool", "ci/verbs-suite.sh: 1 runs every verbs suite across the two rxe hosts too (the test command runs those about a peer's death or connection there)"),
     var("REVERB_MPICH_TESTS", "", Ci, Tooling, "path", "ci/mpi.sh: MPICH's own test suite (with its run.sh); default ../shared/external/mpich-tests beside the clone (skipped when neither)"),
     var("REVERB_MPICH_SHARDS", "2", Ci, Tooling, "int", "ci/mpi.sh: lists of MPICH's tests run at once (the mem= and long ones run alone after)"),

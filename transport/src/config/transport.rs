@@ -77,6 +77,10 @@ pub struct TransportConfig {
     /// `REVERB_SHM_CMA`: large lent sends on shm are read by the receiver straight from the
     /// sender's memory (cross-memory attach) where the kernel allows it; false stages them.
     pub shm_cma: bool,
+    /// `REVERB_SHM_CMA_WRITE`: with `shm_cma`, a progressing sender writes chunks of its
+    /// lent send into the receiver (`process_vm_writev`), sharing the copy; false leaves the
+    /// receiver to read every chunk.
+    pub shm_cma_write: bool,
     /// `REVERB_WAIT_MODE`: poll, event or hybrid (default).
     pub wait_mode: WaitMode,
     /// `REVERB_WAIT_SPIN_US`: spin time before sleeping in hybrid mode.
@@ -110,6 +114,7 @@ impl Default for TransportConfig {
             ring_slots: 64,
             shm_fifo_slots: 256,
             shm_cma: true,
+            shm_cma_write: true,
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
             oversubscribed: false,
@@ -151,6 +156,9 @@ impl TransportConfig {
         }
         if let Some(b) = env.bool("REVERB_SHM_CMA")? {
             cfg.shm_cma = b;
+        }
+        if let Some(b) = env.bool("REVERB_SHM_CMA_WRITE")? {
+            cfg.shm_cma_write = b;
         }
         if let Some(m) = env.choice("REVERB_WAIT_MODE", WAIT_MODES)? {
             cfg.wait_mode = m;
@@ -221,6 +229,7 @@ impl fmt::Display for TransportConfig {
         writeln!(f, "REVERB_RING_SLOTS={}", self.ring_slots)?;
         writeln!(f, "REVERB_SHM_FIFO_SLOTS={}", self.shm_fifo_slots)?;
         writeln!(f, "REVERB_SHM_CMA={}", u8::from(self.shm_cma))?;
+        writeln!(f, "REVERB_SHM_CMA_WRITE={}", u8::from(self.shm_cma_write))?;
         writeln!(f, "REVERB_WAIT_MODE={:?}", self.wait_mode)?;
         writeln!(f, "REVERB_WAIT_SPIN_US={}", self.spin.as_micros())?;
         writeln!(f, "REVERB_RNDV_ADVERT={:?}", self.rndv_advert)?;
@@ -255,9 +264,12 @@ mod tests {
             ("REVERB_WAIT_MODE", "event"),
             ("REVERB_WAIT_SPIN_US", "20"),
             ("REVERB_PEER_TIMEOUT_MS", "2s"),
+            ("REVERB_SHM_CMA_WRITE", "0"),
         ])
         .unwrap();
         assert_eq!(cfg.rndv_thresh, 1 << 20);
+        assert!(cfg.shm_cma && !cfg.shm_cma_write, "the reads stay, the sender's writes go");
+        assert!(read(&[]).unwrap().shm_cma_write);
         assert_eq!(cfg.wait_mode, WaitMode::Event);
         assert_eq!(cfg.spin, Duration::from_micros(20));
         assert_eq!(cfg.peer_timeout, Duration::from_secs(2));

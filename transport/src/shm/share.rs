@@ -4,7 +4,7 @@
 //! slot of its segment ([`LentSlot`]); the receiver opens it with its buffer's address, and
 //! both take 64 KiB chunks from one counter: the receiver reads its chunks
 //! (`process_vm_readv`), a sender that is progressing writes its chunks into the receiver's
-//! buffer (`process_vm_writev`). The receiver returns once every chunk is done (all are taken
+//! buffer (`process_vm_writev`; not with `REVERB_SHM_CMA_WRITE=0`). The receiver returns once every chunk is done (all are taken
 //! by then, so none starts later) and closes the slot for reuse. A sender that dies mid-chunk
 //! writes nothing more: the receive fails. Without a free slot, or a sender the kernel does
 //! not let write the receiver, the receiver copies it all. Shared, a 1 MiB stream ran at 19
@@ -94,7 +94,7 @@ impl ShmProvider {
     /// while any are left. Free while no slot is in use.
     #[inline(always)]
     pub(super) fn help_lent_reads(&mut self) {
-        if self.lent_in_use == 0 || cfg!(feature = "memcheck") {
+        if self.lent_in_use == 0 || !self.config.shm_cma_write {
             return;
         }
         for index in 0..LENT_SLOTS {
