@@ -36,6 +36,10 @@
 # falling before or after a checkpoint are thinned: every program, size class, window mode and
 # protocol still runs killed, and every (protocol, phase) pair still runs on windows, while the
 # full cross product runs on the host's providers.
+# With MPI_FT_REFERENCE=DIR (ci/mpi-verbs.sh: the logs ci/mpi.sh's run of this script left on
+# the host) a failure-free run whose log DIR holds is not run again: its log and answer are
+# taken from there (a program's answer does not depend on the provider), so the VM runs only
+# the jobs with a node killed, each still compared with the failure-free answer.
 # Usage: bash ci/mpi-ft.sh REVERB WORK MPICH_CHECKSUM [JOB_TIMEOUT_SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,9 +57,23 @@ expect() { # LOG TEXT
     grep -q -- "$2" "$work/$1" || fail "$1 lacks '$2': $(tail -n 30 "$work/$1")"
 }
 checksum() { sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/$1" | head -n 1; }
+reference=${MPI_FT_REFERENCE:-}
+clean() { # LOG ARGS... : a failure-free run, or its log from $reference (rma-PROVIDER-*: any provider's)
+    local log=$1 found=''
+    shift
+    if [[ -n $reference ]]; then
+        found=$(compgen -G "$reference/$(sed 's/^rma-[a-z]*-/rma-*-/' <<<"$log")" | head -n 1) || true
+    fi
+    if [[ -n $found ]]; then
+        cp "$found" "$work/$log"
+        echo "failure-free answer of $log from $found" >>"$work/reference-used.txt"
+    else
+        run "$log" "$@"
+    fi
+}
 
 export REVERB_LOG=causal REVERB_CKPT=buddy
-run jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
+clean jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
 [ "$(checksum jacobi-clean.log)" = "$mpich" ] || fail "jacobi_ft: reverb $(checksum jacobi-clean.log), MPICH $mpich"
 # Rank 3 dies at its 150th message (past the checkpoint of iteration 40); node 1 restarts.
 REVERB_FAULT=3:150 run jacobi-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft" 200 20
@@ -65,7 +83,7 @@ expect jacobi-faulty.log "restored at iteration"
 say "Jacobi: MPICH's checksum on reverb, and again with node 1 killed and respawned ($mpich): ok"
 
 if [ -x "$work/jacobi_ft_f" ]; then
-    run jacobi-f-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft_f" 200 20
+    clean jacobi-f-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft_f" 200 20
     [ "$(checksum jacobi-f-clean.log)" = "$mpich" ] ||
         fail "jacobi_ft.f90: reverb $(checksum jacobi-f-clean.log), MPICH $mpich"
     REVERB_FAULT=3:150 run jacobi-f-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft_f" 200 20
@@ -77,7 +95,7 @@ else
     say "Fortran Jacobi skipped: $work/jacobi_ft_f is not built (ci/mpi.sh builds it with mpif90.mpich)"
 fi
 
-run mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
+clean mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
 REVERB_FAULT=3:20 run mw-worker.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
 expect mw-worker.log "worker 3 restored"
 REVERB_LOG=pessimistic-sb REVERB_FAULT=0:60 run mw-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
@@ -100,7 +118,7 @@ workers_agree() { # PROGRAM LOG
     done
 }
 dynamic_agrees() { workers_agree dynamic_ft "$1"; }
-run dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
+clean dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
 dynamic_agrees dyn-clean.log
 REVERB_FAULT=0:60 run dyn-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/dynamic_ft" 200
 dyn_logs=(dyn-master.log)
@@ -122,7 +140,7 @@ say "self-scheduling (matched probes): the master's node killed, each worker's t
 # master must find each request at the poll that found it first (a result for a task it did
 # not give that worker stops the job). The checks are dynamic_ft's.
 iprobe_agrees() { workers_agree iprobe_ft "$1"; }
-run iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
+clean iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
 iprobe_agrees iprobe-clean.log
 REVERB_FAULT=0:30 run iprobe-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300
 # issend: the master works while MPI_Test on its MPI_Issend of a task is false (it sends
@@ -190,7 +208,7 @@ say "a node lost after the others finished: one unrecoverable report: ok"
 caml_killed() {
     local name=$1 per_node=$2 fault=$3
     shift 3
-    run "$name-clean.log" -n 8 --ranks-per-node "$per_node" -- "$work/collectives_ft" "$@"
+    clean "$name-clean.log" -n 8 --ranks-per-node "$per_node" -- "$work/collectives_ft" "$@"
     reports=$work/$name-reports
     rm -rf "$reports" && mkdir -p "$reports"
     REVERB_LOG_CAML=1 REVERB_FAULT=$fault REVERB_RUNTIME_REPORT=$reports \
@@ -220,7 +238,7 @@ say "all-reduce solver under CAML: contributions dropped once summed, a node rep
 # delivery is logged with the count of calls before it (an rsn per call, `tick`), so a
 # restarted rank takes it in the same call and sends in the same order. A node killed past
 # a checkpoint (causal, then under CAML) and before the first: the failure-free checksum.
-run nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
+clean nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
 nb_faults="5:100 5:60 CAML:4:80"
 [[ $thin == 1 ]] && nb_faults="5:100 CAML:4:80" # the kill before the first checkpoint: host only
 for fault in $nb_faults; do
@@ -254,7 +272,7 @@ for provider in $providers; do
     for c in "${rma_cases[@]}"; do
         read -r mode flavor early late <<<"$c"
         name=rma-$provider-$mode-$flavor
-        REVERB_PROVIDER=$provider run "$name-clean.log" -n 4 --ranks-per-node 2 -- "$work/rma_ft" "$mode" "$flavor"
+        REVERB_PROVIDER=$provider clean "$name-clean.log" -n 4 --ranks-per-node 2 -- "$work/rma_ft" "$mode" "$flavor"
         clean=$(rma_sum "$name-clean.log")
         [ -n "$clean" ] || fail "rma_ft $mode $flavor printed no checksum: $(tail -n 20 "$work/$name-clean.log")"
         faults="causal:$early causal:$late pessimistic-sb:$early pessimistic-sb:$late"
@@ -285,7 +303,7 @@ for provider in $providers; do
     for c in "${bulk_cases[@]}"; do
         read -r mode flavor bytes fault <<<"$c"
         name=rma-$provider-$mode-$flavor-$bytes
-        REVERB_PROVIDER=$provider run "$name-clean.log" -n 4 --ranks-per-node 2 -- \
+        REVERB_PROVIDER=$provider clean "$name-clean.log" -n 4 --ranks-per-node 2 -- \
             "$work/rma_ft" "$mode" "$flavor" 40 "$bytes"
         clean=$(rma_sum "$name-clean.log")
         [ -n "$clean" ] || fail "rma_ft $mode $flavor 40 $bytes printed no checksum"
