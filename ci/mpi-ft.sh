@@ -58,7 +58,7 @@ expect() { # LOG TEXT
 }
 checksum() { sed -n 's/.*checksum \([0-9a-f]*\).*/\1/p' "$work/$1" | head -n 1; }
 reference=${MPI_FT_REFERENCE:-}
-clean() { # LOG ARGS... : a failure-free run, or its log from $reference (rma-PROVIDER-*: any provider's)
+failure_free() { # LOG ARGS... : a failure-free run, or its log from $reference (rma-PROVIDER-*: any provider's)
     local log=$1 found=''
     shift
     if [[ -n $reference ]]; then
@@ -73,7 +73,7 @@ clean() { # LOG ARGS... : a failure-free run, or its log from $reference (rma-PR
 }
 
 export REVERB_LOG=causal REVERB_CKPT=buddy
-clean jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
+failure_free jacobi-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft" 200 20
 [ "$(checksum jacobi-clean.log)" = "$mpich" ] || fail "jacobi_ft: reverb $(checksum jacobi-clean.log), MPICH $mpich"
 # Rank 3 dies at its 150th message (past the checkpoint of iteration 40); node 1 restarts.
 REVERB_FAULT=3:150 run jacobi-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft" 200 20
@@ -83,7 +83,7 @@ expect jacobi-faulty.log "restored at iteration"
 say "Jacobi: MPICH's checksum on reverb, and again with node 1 killed and respawned ($mpich): ok"
 
 if [ -x "$work/jacobi_ft_f" ]; then
-    clean jacobi-f-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft_f" 200 20
+    failure_free jacobi-f-clean.log -n 4 --ranks-per-node 2 -- "$work/jacobi_ft_f" 200 20
     [ "$(checksum jacobi-f-clean.log)" = "$mpich" ] ||
         fail "jacobi_ft.f90: reverb $(checksum jacobi-f-clean.log), MPICH $mpich"
     REVERB_FAULT=3:150 run jacobi-f-faulty.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/jacobi_ft_f" 200 20
@@ -95,7 +95,7 @@ else
     say "Fortran Jacobi skipped: $work/jacobi_ft_f is not built (ci/mpi.sh builds it with mpif90.mpich)"
 fi
 
-clean mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
+failure_free mw-clean.log -n 4 --ranks-per-node 2 -- "$work/master_worker_ft" 40
 REVERB_FAULT=3:20 run mw-worker.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
 expect mw-worker.log "worker 3 restored"
 REVERB_LOG=pessimistic-sb REVERB_FAULT=0:60 run mw-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/master_worker_ft" 40
@@ -118,7 +118,7 @@ workers_agree() { # PROGRAM LOG
     done
 }
 dynamic_agrees() { workers_agree dynamic_ft "$1"; }
-clean dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
+failure_free dyn-clean.log -n 4 --ranks-per-node 2 -- "$work/dynamic_ft" 200
 dynamic_agrees dyn-clean.log
 REVERB_FAULT=0:60 run dyn-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/dynamic_ft" 200
 dyn_logs=(dyn-master.log)
@@ -140,7 +140,7 @@ say "self-scheduling (matched probes): the master's node killed, each worker's t
 # master must find each request at the poll that found it first (a result for a task it did
 # not give that worker stops the job). The checks are dynamic_ft's.
 iprobe_agrees() { workers_agree iprobe_ft "$1"; }
-clean iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
+failure_free iprobe-clean.log -n 4 --ranks-per-node 2 -- "$work/iprobe_ft" 300
 iprobe_agrees iprobe-clean.log
 REVERB_FAULT=0:30 run iprobe-master.log -n 4 --ranks-per-node 2 --respawn 1 -- "$work/iprobe_ft" 300
 # issend: the master works while MPI_Test on its MPI_Issend of a task is false (it sends
@@ -208,7 +208,7 @@ say "a node lost after the others finished: one unrecoverable report: ok"
 caml_killed() {
     local name=$1 per_node=$2 fault=$3
     shift 3
-    clean "$name-clean.log" -n 8 --ranks-per-node "$per_node" -- "$work/collectives_ft" "$@"
+    failure_free "$name-clean.log" -n 8 --ranks-per-node "$per_node" -- "$work/collectives_ft" "$@"
     reports=$work/$name-reports
     rm -rf "$reports" && mkdir -p "$reports"
     REVERB_LOG_CAML=1 REVERB_FAULT=$fault REVERB_RUNTIME_REPORT=$reports \
@@ -238,7 +238,7 @@ say "all-reduce solver under CAML: contributions dropped once summed, a node rep
 # delivery is logged with the count of calls before it (an rsn per call, `tick`), so a
 # restarted rank takes it in the same call and sends in the same order. A node killed past
 # a checkpoint (causal, then under CAML) and before the first: the failure-free checksum.
-clean nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
+failure_free nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
 nb_faults="5:100 5:60 CAML:4:80"
 [[ $thin == 1 ]] && nb_faults="5:100 CAML:4:80" # the kill before the first checkpoint: host only
 for fault in $nb_faults; do
@@ -272,7 +272,7 @@ for provider in $providers; do
     for c in "${rma_cases[@]}"; do
         read -r mode flavor early late <<<"$c"
         name=rma-$provider-$mode-$flavor
-        REVERB_PROVIDER=$provider clean "$name-clean.log" -n 4 --ranks-per-node 2 -- "$work/rma_ft" "$mode" "$flavor"
+        REVERB_PROVIDER=$provider failure_free "$name-clean.log" -n 4 --ranks-per-node 2 -- "$work/rma_ft" "$mode" "$flavor"
         clean=$(rma_sum "$name-clean.log")
         [ -n "$clean" ] || fail "rma_ft $mode $flavor printed no checksum: $(tail -n 20 "$work/$name-clean.log")"
         faults="causal:$early causal:$late pessimistic-sb:$early pessimistic-sb:$late"
@@ -303,7 +303,7 @@ for provider in $providers; do
     for c in "${bulk_cases[@]}"; do
         read -r mode flavor bytes fault <<<"$c"
         name=rma-$provider-$mode-$flavor-$bytes
-        REVERB_PROVIDER=$provider clean "$name-clean.log" -n 4 --ranks-per-node 2 -- \
+        REVERB_PROVIDER=$provider failure_free "$name-clean.log" -n 4 --ranks-per-node 2 -- \
             "$work/rma_ft" "$mode" "$flavor" 40 "$bytes"
         clean=$(rma_sum "$name-clean.log")
         [ -n "$clean" ] || fail "rma_ft $mode $flavor 40 $bytes printed no checksum"
