@@ -8,8 +8,8 @@
 # One test stays on one host (ci/mpi.sh runs it there), unless MPICH_HOSTS_ALL=1:
 # atomic_rmw_gacc on 3 ranks is 1.2 million MPI_Get_accumulate + MPI_Win_flush round trips from
 # rank 0 to rank 2, which this split puts on different hosts: 62 s over tcp on a quiet 2-core
-# machine (about 50 us a round trip), past 180 s beside CI's VMs. atomic_rmw_fop and _cas, the
-# same check of atomicity with fewer operations, run across the hosts.
+# machine (about 50 us a round trip), past 180 s beside CI's VMs. MPI_Get_accumulate across the
+# hosts stays covered by win_dynamic_rma_flush_get -op=gacc (2 ranks: one on each host).
 #   bash ci/mpich-hosts.sh
 #   bash ci/mpich-hosts.sh --launch N PROGRAM ARGS...   (run.sh's launcher: N ranks over ma, mb)
 set -euo pipefail
