@@ -180,8 +180,8 @@ pub fn create_ring(provider: &mut dyn Provider, capacity: usize) -> Result<Regio
         )));
     }
     let region = provider.alloc_region(region_len(capacity), Access::REMOTE_WRITE)?;
-    // Touch every page now, so first-touch faults do not land on pessimistic deliveries.
-    region.fill(0, region.len(), 0)?;
+    // Fault every page in now, so first-touch faults do not land on pessimistic deliveries.
+    region.fault_in()?;
     let empty = RingHeader { capacity: capacity as u64, seq: 0, tail: 0, watermark: 0 };
     region.write(0, &empty.to_bytes())?;
     region.write(HEADER_SLOT_LEN, &[0u8; HEADER_SLOT_LEN])?;
@@ -230,7 +230,7 @@ impl LogRingWriter {
             )));
         };
         let mirror = provider.alloc_region(remote.len as usize, Access::LOCAL)?;
-        mirror.fill(0, mirror.len(), 0)?;
+        mirror.fault_in()?;
         let owner = provider.open_owner()?;
         Ok(LogRingWriter {
             owner,

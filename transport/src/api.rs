@@ -516,7 +516,7 @@ pub trait Provider: Send {
     /// The configuration it was opened with.
     fn config(&self) -> &TransportConfig;
 
-    /// Allocates and registers `len` bytes with the given remote access; the memory is
+    /// Allocates and registers `len` bytes with the given remote access, zeroed; the memory is
     /// deregistered when the last clone of the returned [`Region`] drops. Errors: `len == 0` or
     /// a full registration table ([`TransportError::Config`]), or the OS / NIC refusing the
     /// memory ([`TransportError::Io`]).

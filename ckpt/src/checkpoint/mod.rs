@@ -181,7 +181,7 @@ fn alloc(
 ) -> Result<Region, CkptError> {
     let region = provider.alloc_region(len.max(1), access).map_err(|e| CkptError::transport(what, e))?;
     // Fault the pages in now, not during the first checkpoint.
-    region.fill(0, region.len(), 0).map_err(|e| CkptError::transport(what, e))?;
+    region.fault_in().map_err(|e| CkptError::transport(what, e))?;
     Ok(region)
 }
 
