@@ -126,6 +126,9 @@ bash ci/mpi.sh
 step "the MPI-on-verbs lane starts: MPI programs surviving a killed node in the VM"
 lane mpi-verbs mpi_verbs_lane
 
+step "MPICH's own tests that reverb passes, compiled by mpicc.mpich, on reverb's libmpich.so.12"
+bash ci/mpich-suite.sh
+
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo ci-test --test provider --test fan_in --test demo --test ckpt_boundary
 

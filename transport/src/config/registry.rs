@@ -297,8 +297,8 @@ pub static VARS: &[Var] = &[
     // CI and comparison scripts
     var("REVERB_BIN", "", Ci, Tooling, "path", "scripts/compare-*.sh, ci/vm/two-vm-job.sh, the examples' run_examples test: use this reverb binary instead of building one"),
     var("REVERB_CI_FULL", "0", Ci, Tooling, "bool", "ci/verbs-suite.sh: 1 runs every verbs suite across the two rxe hosts too (the test command runs those about a peer's death or connection there)"),
-    var("REVERB_MPICH_TESTS", "", Ci, Tooling, "path", "ci/mpi.sh: MPICH's own test suite (with its run.sh); default ../shared/external/mpich-tests beside the clone (skipped when neither)"),
-    var("REVERB_MPICH_SHARDS", "2", Ci, Tooling, "int", "ci/mpi.sh: lists of MPICH's tests run at once (the mem= and long ones run alone after)"),
+    var("REVERB_MPICH_TESTS", "", Ci, Tooling, "path", "ci/mpich-suite.sh, ci/mpich-hosts.sh: MPICH's own test suite (with its run.sh); default ../shared/external/mpich-tests beside the clone (skipped when neither)"),
+    var("REVERB_MPICH_SHARDS", "2", Ci, Tooling, "int", "ci/mpich-suite.sh: lists of MPICH's tests run at once (the mem= and long ones run alone after)"),
     var("REVERB_CHAOS_TRIALS", "8", Ci, Tooling, "int", "ci/chaos-hosts.sh: trials of the campaign across hosts (ci/chaos-phases.sh: 36)"),
     var("REVERB_CHAOS_SEED", "", Ci, Tooling, "int", "ci/chaos-hosts.sh: the campaign's seed (unset: random; printed either way; ci/chaos-phases.sh: 2)"),
     var("REVERB_CHAOS_JOBS", "2", Ci, Tooling, "int", "ci/chaos-phases.sh: trials run at once"),
