@@ -11,18 +11,20 @@
 # dead before it connected; verbs-unit: the provider's own unit tests, e.g. registering memory
 # another provider allocated, ranks reached another way staying Dead), the launcher's node respawn
 # (reverb/tests/respawn.rs), the logger's multi-process tests (remote log ring, LoggedEndpoint
-# protocols with kills and replay, causal bounds) and the checkpoint suite (8 ranks / 4 nodes,
+# protocols with kills and replay, causal bounds; not the team layouts' message counts, which
+# no provider changes) and the checkpoint suite (8 ranks / 4 nodes,
 # SIGKILLs, buddy and Reed-Solomon restore, corruption) and `reverb demo` (reverb/tests/demo.rs:
 # the stencil with a node SIGKILLed, identical checksums), logger cores (reverb/tests/logger_core.rs:
-# every placement, the protocols through the loggers; its `reverb bench --log` smoke run, whose
-# numbers come from scripts/reverb-scripts compare logging-verbs, and its CLI checks stay on shm) and their respawn (reverb/tests/logger_respawn.rs:
+# the protocols through the loggers; the placements (CPU pinning, no provider's part), the
+# `reverb bench --log` smoke run, whose numbers come from scripts/reverb-scripts compare
+# logging-verbs, and the CLI checks stay on shm) and their respawn (reverb/tests/logger_respawn.rs:
 # a logger killed alone, with and without --respawn, and the stencil with a node killed with its
 # logger; the master-worker cases are left out: the 8-rank causal master-worker did not finish
 # in 300 s under TCG even failure-free; so are the loggers killed inside init's slot and
 # start-up exchanges (collectives the bootstrap carries; a respawned logger's ring and a
 # restarted rank's slots on the provider are the node-killed case's too), which took 90 s of
 # the suite's 217 under TCG and run on shm with the workspace's tests). A suite is
-# `name:binary[:test filters]`.
+# `name:binary[:test filters]` (libtest's: names to run, `--skip NAME`).
 # The logger's detqueue_procs is not here:
 # the determinant queue is node-local shared memory by design (no provider), so it stays shm.
 # Every suite of one run shares one VM boot (~15 s under TCG); per-suite wall times are printed.
@@ -54,16 +56,22 @@ suites=(
     "respawn:$(test_bin test respawn)"
     "logring:$(test_bin test logring_shm)"
     "causal:$(test_bin test causal_procs)"
-    "protocol:$(test_bin test protocol_procs)"
+    "protocol:$(test_bin test protocol_procs):--skip team_layouts_log_only_inter_team_messages"
     "checkpoint:$(test_bin test checkpoint_procs)"
     "demo:$(test_bin test demo)"
-    "logger-core:$(test_bin test logger_core):launcher_runs_logger_cores protocols_log_through"
+    "logger-core:$(test_bin test logger_core):protocols_log_through"
     "logger-respawn:$(test_bin test logger_respawn):a_logger_killed_alone a_logger_killed_without node_killed_with_its_logger_keeps_the_stencil"
 )
 # The auto provider with verbs between hosts: ranks placed on two host names (shm inside one).
+# Of the provider's suite, what the mux adds to verbs: every size of message and RMA through
+# it, lent and advertised buffers (memory one provider allocated, the other registered), any-
+# source order and completions merged from two providers, its event wait, a peer's death.
+auto_provider_tests="tagged_every_size_verified rma_every_size_verified lent_sends_arrive \
+advertised_receives_get_the_bytes claims_land_in_lent_memory any_source_keeps_per_sender_order \
+completions_go_to_their_owners_queue_only event_wait_sleeps_and_wakes sigkilled_peer respawned_node_reconnects"
 auto_suites=(
     "auto:$(test_bin test auto)"
-    "auto-provider:$(test_bin test provider)"
+    "auto-provider:$(test_bin test provider):$auto_provider_tests"
     "auto-fan-in:$(test_bin test fan_in)"
 )
 
@@ -101,13 +109,21 @@ echo "== [$REVERB_VERBS_DEVICE] timings: ${timings[*]}" >&2
 '
 
 # Across two hosts, the suites whose subject is a peer's death or its connection (found by RC
-# retry exhaustion there): the provider's, fan-in, connect, the node respawn and the demo. The
-# logger's and checkpoint suites add an hour under a slow TCG (protocol alone took 5-7 min on
-# 2026-11-28) and run across two hosts with REVERB_CI_FULL=1 (docs/ci.md).
+# retry exhaustion there): of the provider's suite those tests and one of every size, fan-in,
+# connect, the node respawn and the demo. The logger's and checkpoint suites add an hour under
+# a slow TCG (protocol alone took 5-7 min) and run across two hosts, with the whole provider
+# suite, with REVERB_CI_FULL=1 (docs/ci.md).
+two_host_provider_tests="sigkilled_peer respawned_node_reconnects node_failing_twice reconnect_drops \
+messages_sent_before_a_clean_exit a_posted_receive_gets_the_last_message verbs_remote_access_error \
+tagged_every_size_verified rma_every_size_verified"
 two_host_suites=()
 for suite in "${suites[@]}"; do
     case ${suite%%:*} in
-    provider | fan-in | connect | respawn | demo) two_host_suites+=("$suite") ;;
+    provider)
+        if [[ ${REVERB_CI_FULL:-0} == 1 ]]; then two_host_suites+=("$suite"); else
+            two_host_suites+=("$suite:$two_host_provider_tests")
+        fi ;;
+    fan-in | connect | respawn | demo) two_host_suites+=("$suite") ;;
     *) [[ ${REVERB_CI_FULL:-0} == 1 ]] && two_host_suites+=("$suite") ;;
     esac
 done

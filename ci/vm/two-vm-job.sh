@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs in both VMs of ci/two-vm.sh at once (TWO_VM_INDEX 0 or 1): reverb across two soft-RoCE
 # hosts, on the default provider, auto, which must pick verbs between the VMs and shm inside one.
-# 1. `reverb bench lat --op put` and `--op send`, rank 0 on vm0 and rank 1 on vm1: auto (verbs).
+# 1. `reverb bench lat --op put` and `--op send`, rank 0 on vm0 and rank 1 on vm1: auto (verbs);
+# eager and rendezvous sizes, 40 iterations each (a check that it runs and verifies the data:
+# under TCG beside CI's other suites a round trip takes 50-200 ms, so no number here means much).
 # 2. The stencil, 4 ranks as 2 nodes (one per VM), each VM's node under its own `reverb run
 # --local-ranks` (vm0's hosts the rendezvous), failure-free: shm between the two ranks of a VM,
 # verbs between the VMs. 3. The same with rank 3 (on vm1) SIGKILLed mid-run: vm1's launcher
@@ -25,7 +27,7 @@ bench() { # op port
     say "bench lat --op $1 (rank $me of 2)"
     REVERB_RANK=$me REVERB_SIZE=2 REVERB_NODE=$me REVERB_LOCAL_RANK=0 REVERB_RANKS_PER_NODE=1 \
         REVERB_ROOT=$root_host:$2 REVERB_JOB_ID=two-vm-bench-$1 \
-        "$REVERB_BIN" bench lat --op "$1" --sizes 8,4096,65536 --iters 200 --warmup 20 --wait-mode event \
+        "$REVERB_BIN" bench lat --op "$1" --sizes 8,4096,65536 --iters 40 --warmup 5 --wait-mode event \
         | tee "$TWO_VM_OUT/bench-$1-vm$me.txt"
     if [ "$me" = 0 ]; then
         grep -q "provider: auto (verbs)" "$TWO_VM_OUT/bench-$1-vm$me.txt" ||
