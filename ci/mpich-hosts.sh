@@ -5,7 +5,7 @@
 # Takes the tests from ../shared/external/mpich-tests beside the clone or REVERB_MPICH_TESTS
 # (skipped, saying so, with neither); reuses the binaries ci/mpi.sh built, else run.sh builds
 # them. Needs root (namespaces). Its own host set, removed on exit. A test may take 180 s.
-# One test stays on one host (ci/mpi.sh runs it there), unless MPICH_HOSTS_ALL=1:
+# One test stays on one host (ci/mpich-suite.sh runs it there), unless MPICH_HOSTS_ALL=1:
 # atomic_rmw_gacc on 3 ranks is 1.2 million MPI_Get_accumulate + MPI_Win_flush round trips from
 # rank 0 to rank 2, which this split puts on different hosts: 62 s over tcp on a quiet 2-core
 # machine (about 50 us a round trip), past 180 s beside CI's VMs. MPI_Get_accumulate across the
@@ -45,13 +45,13 @@ rm -rf "$work"
 mkdir -p "$work/out/bin"
 grep '^rma/' mpi/tests/mpich-passing.txt >"$work/list.txt"
 if [[ ${MPICH_HOSTS_ALL:-0} != 1 ]]; then
-    say "left on one host (ci/mpi.sh runs it; MPICH_HOSTS_ALL=1 adds it): rma/atomic_rmw_gacc 3," \
+    say "left on one host (ci/mpich-suite.sh runs it; MPICH_HOSTS_ALL=1 adds it): rma/atomic_rmw_gacc 3," \
         "1.2 million Get_accumulate round trips across tcp (about a minute quiet, minutes under load)"
     grep -vx 'rma/atomic_rmw_gacc 3' "$work/list.txt" >"$work/list.tmp"
     mv "$work/list.tmp" "$work/list.txt"
 fi
-# run.sh runs out/bin/DIR-NAME where it exists: ci/mpi.sh's builds of the same sources.
-for bin in "$target"/mpi-ci/mpich-tests-*/bin/rma-*; do
+# run.sh runs out/bin/DIR-NAME where it exists: ci/mpich-suite.sh's builds of the same sources.
+for bin in "$target"/mpich-suite/mpich-tests-*/bin/rma-*; do
     [ -x "$bin" ] && ln -sf "$bin" "$work/out/bin/"
 done
 
