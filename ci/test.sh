@@ -54,7 +54,7 @@ bash ci/mpi-memcheck.sh
 
 # From here three lanes share the two cores: the soft-RoCE VMs' suites in two lanes of their
 # own (under TCG their guests wait on timers and on each other, leaving a core mostly idle
-# alone) and the host's suites in the foreground. A lane's output is held until it ends; its
+# alone; Slurm's suite follows the VMs in theirs) and the host's suites in the foreground. A lane's output is held until it ends; its
 # step lines carry its own clock. The host sets are each suite's own (ha.., ca.., ma.., sa..; the
 # VMs' addresses live inside the guests), nothing below builds (the VMs read the build live,
 # cached: ci/rxe-vm.sh --ro).
@@ -102,6 +102,10 @@ verbs_lane() {
     bash ci/verbs-suite.sh
     step "two soft-RoCE hosts (two QEMU VMs on one emulated wire): bench and a respawn across them"
     bash ci/two-vm-suite.sh
+    # Slurm's hosts (sa..) are its own and its jobs mostly wait: here it overlaps the
+    # foreground's suites instead of following them.
+    step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
+    bash ci/slurm-suite.sh
     step "verbs lane: ok"
 }
 mpi_verbs_lane() {
@@ -109,7 +113,7 @@ mpi_verbs_lane() {
     bash ci/mpi-verbs.sh
     step "MPI on verbs lane: ok"
 }
-step "the verbs lane starts: the provider's, logger's and checkpoint suites in the VM, then two VMs"
+step "the verbs lane starts: the provider's, logger's and checkpoint suites in the VM, then two VMs, then Slurm"
 lane verbs verbs_lane
 
 step "tests"
@@ -146,9 +150,6 @@ PROVIDER=tcp bash ci/hosts-conformance.sh
 PROVIDER=auto bash ci/hosts-conformance.sh
 step "MPICH's one-sided tests with their ranks on two simulated hosts (tcp between, shm inside)"
 bash ci/mpich-hosts.sh
-step "real Slurm on simulated hosts: srun placement and environment, reverb under srun, a killed task, a lost host and its return, agents (reverb run --slurm)"
-bash ci/slurm-suite.sh
-
 step "the VM lanes' end (their output follows)"
 await_lane verbs
 await_lane mpi-verbs
