@@ -94,7 +94,8 @@ pub fn open(config: &TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<dy
         .ok_or_else(|| TransportError::Config(format!("provider {} is not registered", config.provider)))?;
     let single_host = [ProviderKind::SHM, ProviderKind::LOOPBACK].contains(&config.provider);
     let mut config = config.clone();
-    config.oversubscribed = spinwait::oversubscribed(spinwait::ranks_on_host(boot.job(), single_host));
+    config.oversubscribed =
+        spinwait::oversubscribed(spinwait::ranks_on_host(boot.job(), single_host), config.host_cpus);
     let config = &config;
     if boot.job().incarnation > 0 {
         recovery::await_initial_opens(boot, INITIAL_OPENS_WAIT)?;

@@ -132,11 +132,15 @@ impl SpinWait {
     }
 }
 
-/// Whether `ranks_on_host` ranks outnumber the CPUs this process may run on (its affinity
-/// and cgroup quota): waits then yield or sleep instead of spinning
+/// Whether `ranks_on_host` ranks outnumber the host's CPUs for the job (`host_cpus`, see
+/// [`TransportConfig::host_cpus`]; None: the CPUs this process may run on, its affinity and
+/// cgroup quota): waits then yield or sleep instead of spinning
 /// ([`TransportConfig::oversubscribed`]).
-pub fn oversubscribed(ranks_on_host: u32) -> bool {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+pub fn oversubscribed(ranks_on_host: u32, host_cpus: Option<u32>) -> bool {
+    let cpus = match host_cpus {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     ranks_on_host as usize > cpus
 }
 
@@ -281,9 +285,13 @@ mod tests {
     #[test]
     fn more_ranks_on_a_node_than_cpus_is_oversubscribed() {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        assert!(!oversubscribed(1));
-        assert!(!oversubscribed(cpus));
-        assert!(oversubscribed(cpus + 1));
+        assert!(!oversubscribed(1, None));
+        assert!(!oversubscribed(cpus, None));
+        assert!(oversubscribed(cpus + 1, None));
+        // The host's count, not this process's: a rank pinned to one of 16 cores is not
+        // oversubscribed with 8 ranks on the host, and 3 ranks on 2 CPUs are.
+        assert!(!oversubscribed(8, Some(16)));
+        assert!(oversubscribed(3, Some(2)));
         let job = JobInfo {
             rank: 0,
             size: 8,

@@ -178,6 +178,19 @@ fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool, causes: Option
     }
 }
 
+/// The transport's count of the host's CPUs for the job (it decides whether waits spin).
+const HOST_CPUS: &str = "REVERB_HOST_CPUS";
+
+/// `REVERB_HOST_CPUS` for a rank: the CPUs this launcher (or agent) may run on, read before
+/// it pins any rank to one of them, which the rank would read as its host's count. None when
+/// the user set it (here or in the job's variables): theirs goes through.
+fn host_cpus(spec: &LaunchSpec) -> Option<String> {
+    let set_by_user = matches!(reverb_transport::config::env_os(HOST_CPUS), Ok(Some(_)))
+        || spec.env.iter().any(|(k, _)| k == HOST_CPUS);
+    let cpus = std::thread::available_parallelism().ok()?;
+    (!set_by_user).then(|| cpus.to_string())
+}
+
 pub(super) fn spawn_rank(ctx: &JobCtx<'_>, rank: u32, incarnation: u32) -> Result<RankProc> {
     spawn_process(ctx, rank, incarnation, &[])
 }
@@ -205,6 +218,9 @@ pub(super) fn spawn_process(
         (vars::BOOT_SERVER, "external".into()),
     ];
     ours.extend(extra.iter().cloned());
+    if let Some(cpus) = host_cpus(spec) {
+        ours.push((HOST_CPUS, cpus));
+    }
     if ctx.verbose {
         let shown: Vec<String> = ours
             .iter()

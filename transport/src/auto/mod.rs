@@ -70,7 +70,7 @@ pub fn open(mut config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box
     let hosts = HostMap::gather(boot, &HostId::configured(&config))?;
     let me = boot.job().rank;
     let local: Vec<bool> = (0..boot.job().size).map(|r| hosts.same_host(me, r)).collect();
-    config.oversubscribed = on_this_host(&local);
+    config.oversubscribed = on_this_host(&local, config.host_cpus);
     if hosts.hosts() <= 1 {
         return Ok(Box::new(ShmProvider::open(config, boot)?));
     }
@@ -98,16 +98,16 @@ pub fn rejoin(config: TransportConfig, boot: &mut dyn Bootstrap) -> Result<Box<d
         }
     }
     let mut config = config;
-    config.oversubscribed = on_this_host(&local);
+    config.oversubscribed = on_this_host(&local, config.host_cpus);
     match net_kind {
         None => Ok(Box::new(ShmProvider::rejoin(config, boot)?)),
         Some(kind) => Ok(Box::new(AutoProvider::build(config, boot, local, kind, true)?)),
     }
 }
 
-/// Whether the ranks `local` marks (those on this host) outnumber this process's CPUs.
-fn on_this_host(local: &[bool]) -> bool {
-    crate::spinwait::oversubscribed(local.iter().filter(|&&l| l).count() as u32)
+/// Whether the ranks `local` marks (those on this host) outnumber its CPUs (`host_cpus`).
+fn on_this_host(local: &[bool], host_cpus: Option<u32>) -> bool {
+    crate::spinwait::oversubscribed(local.iter().filter(|&&l| l).count() as u32, host_cpus)
 }
 
 /// The `auto` [`Provider`] of one rank of a job that spans hosts (see the module doc).

@@ -41,6 +41,7 @@ pub static BOUNDS: &[(&str, Bound)] = &[
     ("REVERB_RING_SLOTS", b(2, 64 * K)),
     ("REVERB_SHM_FIFO_SLOTS", b(2, 64 * K)),
     ("REVERB_WAIT_SPIN_US", b(0, 10 * SEC)),
+    ("REVERB_HOST_CPUS", b(1, MAX_CPU + 1)),
     ("REVERB_PEER_TIMEOUT_MS", b(MS, HOUR)),
     ("REVERB_VERBS_PORT", b(1, 255)),
     ("REVERB_VERBS_GID_INDEX", b(0, 255)),

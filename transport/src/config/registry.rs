@@ -189,6 +189,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_SHM_FIFO_SLOTS", "256", Transport, User, "int", "shm: slots of each rank's receive FIFO (shared by all sources), a power of two in 2..=65536; must match across the job"),
     var("REVERB_WAIT_MODE", "hybrid", Transport, User, "poll|event|hybrid", "how wait idles: spin, sleep on the OS event, or spin then sleep"),
     var("REVERB_WAIT_SPIN_US", "50", Transport, User, "us", "hybrid wait: spin this long before sleeping"),
+    var("REVERB_HOST_CPUS", "SLURM_CPUS_ON_NODE, else this process's CPUs", Transport, Set, "int", "CPUs the job may use on this host (reverb run sets its own, before it pins any rank): more of the job's ranks on the host than these, and waits yield instead of spinning; a rank pinned to one core still counts them all"),
     var("REVERB_PEER_TIMEOUT_MS", "500", Transport, User, "ms", "a dead peer is reported within this bound (> 0)"),
     var("REVERB_LOG_LEVEL", "info", Transport, User, "filter", "diagnostics on stderr: error|warn|info|debug|trace, or per module (reverb_logger=debug,info)"),
     var("REVERB_TCP_ADDR", "the bootstrap connection's local address", Transport, User, "text", "tcp provider: the IP address it listens on (overrides REVERB_TCP_IFACE)"),

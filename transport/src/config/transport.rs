@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::env::Env;
-use super::parse::{parse_enum, ValueError};
+use super::parse::{parse_enum, ConfigError, ValueError};
 use crate::api::ProviderKind;
 use crate::error::{Result, TransportError};
 
@@ -85,9 +85,13 @@ pub struct TransportConfig {
     pub wait_mode: WaitMode,
     /// `REVERB_WAIT_SPIN_US`: spin time before sleeping in hybrid mode.
     pub spin: Duration,
+    /// `REVERB_HOST_CPUS` (else Slurm's `SLURM_CPUS_ON_NODE`): the CPUs the job may use on
+    /// this host; None: this process's own (its affinity and cgroup quota), which a rank
+    /// pinned to one core would read as 1.
+    pub host_cpus: Option<u32>,
     /// Not a variable: set when the provider opens, if this host runs more of the job's ranks
-    /// than this process has CPUs. Waits then yield instead of spinning, and hybrid sleeps
-    /// without spinning first (see [`crate::spinwait`]).
+    /// than it has CPUs for them (`host_cpus`). Waits then yield instead of spinning, and
+    /// hybrid sleeps without spinning first (see [`crate::spinwait`]).
     pub oversubscribed: bool,
     /// `REVERB_PEER_TIMEOUT_MS`: a dead peer is reported within this bound.
     pub peer_timeout: Duration,
@@ -117,6 +121,7 @@ impl Default for TransportConfig {
             shm_cma_write: true,
             wait_mode: WaitMode::Hybrid,
             spin: Duration::from_micros(50),
+            host_cpus: None,
             oversubscribed: false,
             peer_timeout: Duration::from_millis(500),
             tcp_addr: None,
@@ -166,6 +171,15 @@ impl TransportConfig {
         if let Some(spin) = env.duration("REVERB_WAIT_SPIN_US")? {
             cfg.spin = spin;
         }
+        cfg.host_cpus = match env.int::<u32>("REVERB_HOST_CPUS")? {
+            Some(0) => return Err(ConfigError::out_of_range("REVERB_HOST_CPUS", "0", "must be > 0").into()),
+            Some(n) => Some(n),
+            // Slurm's count for the node: a task bound to its own cores would see only those.
+            None => env
+                .foreign("SLURM_CPUS_ON_NODE")
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .filter(|&n| n > 0),
+        };
         if let Some(t) = env.duration("REVERB_PEER_TIMEOUT_MS")? {
             cfg.peer_timeout = t;
         }
@@ -285,6 +299,12 @@ mod tests {
         assert!(read(&[("REVERB_SHM_FIFO_SLOTS", "96")]).is_err(), "not a power of two");
         assert_eq!(read(&[("REVERB_SHM_FIFO_SLOTS", "1024")]).unwrap().shm_fifo_slots, 1024);
         assert!(read(&[("REVERB_PEER_TIMEOUT_MS", "0")]).is_err());
+        assert!(read(&[("REVERB_HOST_CPUS", "0")]).is_err());
+        assert_eq!(read(&[("REVERB_HOST_CPUS", "16")]).unwrap().host_cpus, Some(16));
+        assert_eq!(read(&[("SLURM_CPUS_ON_NODE", "8")]).unwrap().host_cpus, Some(8));
+        let both = read(&[("REVERB_HOST_CPUS", "4"), ("SLURM_CPUS_ON_NODE", "8")]);
+        assert_eq!(both.unwrap().host_cpus, Some(4), "ours wins");
+        assert_eq!(read(&[]).unwrap().host_cpus, None);
         assert!(read(&[("REVERB_PROVIDER", "tcpx")]).is_err());
         assert!(read(&[("REVERB_TCP_ADDR", "10.0.0")]).is_err());
         let tcp = read(&[("REVERB_TCP_ADDR", "127.0.0.2"), ("REVERB_TCP_IFACE", "lo")]).unwrap();
