@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use super::{allreduce, barrier, bcast_sized, count_of, in_place, reduce, Group, Reduction};
+use super::{allreduce, barrier, bcast_in_place, bcast_sized, count_of, in_place, reduce, Group, Reduction};
 use crate::abi::*;
 use crate::datatype::Datatype;
 use crate::errors::MpiResult;
@@ -37,6 +37,15 @@ pub(crate) unsafe fn mpi_bcast(
         let g = Group::of(s, comm)?;
         let root = g.check_root(root)?;
         let (count, dt) = (count_of(count)?, s.datatype(datatype)?);
+        if dt.is_contiguous() && count > 0 {
+            // SAFETY: MPI's buffer rule: the program's buffer spans these elements of this
+            // contiguous datatype (its bytes_for(count) bytes), readable at the root and
+            // writable at the others until the call returns.
+            let bytes = unsafe { buf.bytes_mut(dt.bytes_for(count)) }?;
+            if bcast_in_place(s, &g, root, bytes)? {
+                return Ok(());
+            }
+        }
         // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
         let data = if g.me == root { unsafe { dt.pack(&buf, count) }?.into_owned() } else { Vec::new() };
         let data = bcast_sized(s, &g, root, data, dt.bytes_for(count))?;

@@ -27,6 +27,34 @@ pub(crate) fn bcast_sized(
     }
 }
 
+/// Broadcast of the program's contiguous buffer `buf` (the root's bytes, the others' room
+/// for them), alike in length at every rank, in place: sent from where it is and received
+/// where it goes (one copy between two ranks on shared memory). False, touching nothing, when
+/// the size calls for another algorithm or collective-aware logging is on (`bcast_sized`).
+pub(crate) fn bcast_in_place(s: &mut State, g: &Group, root: usize, buf: &mut [u8]) -> MpiResult<bool> {
+    if s.rt.caml() || tuning::bcast(buf.len(), g.size(), false) != Bcast::Binomial {
+        return Ok(false);
+    }
+    let n = g.size();
+    let vr = (g.me + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            g.recv_into(s, (vr - mask + root) % n, buf)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < n {
+            g.send_synchronous(s, (vr + mask + root) % n, buf)?;
+        }
+        mask >>= 1;
+    }
+    Ok(true)
+}
+
 /// Binomial broadcast of `data` from `root` (its length known at the root only). Under
 /// collective-aware logging the bytes travel behind their multicast key, which forwarders
 /// pass on: the root logs them once, every tree send logs a stub.
@@ -76,7 +104,7 @@ fn bcast_tree(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>, keyed: b
             let to = (vr + mask + root) % n;
             match key {
                 Some(key) => frag::send_multicast(&mut s.rt, g.ranks[to], g.tag(), &data, key)?,
-                None => g.send(s, to, &data)?,
+                None => g.send_synchronous(s, to, &data)?,
             }
         }
         mask >>= 1;
@@ -112,7 +140,7 @@ fn scatter_allgather(s: &mut State, g: &Group, root: usize, data: Vec<u8>, len: 
     while mask > 0 {
         if vr + mask < n {
             let theirs = chunks.bytes(vr + mask..(vr + 2 * mask).min(n));
-            g.send(s, real(vr + mask), &buf[theirs])?;
+            g.send_synchronous(s, real(vr + mask), &buf[theirs])?;
         }
         mask >>= 1;
     }

@@ -4,8 +4,8 @@
 
 use std::ffi::c_int;
 
-use reverb_runtime::Message;
-use reverb_transport::{Source, TagMatch};
+use reverb_runtime::{Message, Received};
+use reverb_transport::{OpId, Source, TagMatch};
 
 use crate::abi::*;
 use crate::coro;
@@ -47,11 +47,61 @@ impl Group {
         Ok(coll_recv(s, Source::Rank(self.ranks[from]), tag)?.payload.into_vec())
     }
 
-    /// Sends `bytes` to `to`, then takes the next message from `from` (sends do not wait for
-    /// their receiver, so two ranks may exchange this way).
+    /// The next collective message from `from`, into `buf`, which it must fill exactly.
+    pub(crate) fn recv_into(&self, s: &mut State, from: usize, buf: &mut [u8]) -> MpiResult<()> {
+        let tag = tags::coll_match(self.context, self.seq, 0);
+        coll_recv_into(s, Source::Rank(self.ranks[from]), tag, buf)
+    }
+
+    /// Sends `bytes` to `to`, then takes the next message from `from` (the send is posted
+    /// before the receive, so two ranks may exchange this way). A large one is lent (see
+    /// `send_lent`) and waited for after the receive.
     pub(crate) fn shift(&self, s: &mut State, to: usize, from: usize, bytes: &[u8]) -> MpiResult<Vec<u8>> {
-        self.send(s, to, bytes)?;
-        self.recv(s, from)
+        let lent = self.send_lent(s, to, bytes)?;
+        let got = self.recv(s, from);
+        match lent {
+            // Waited for even when the receive failed: `bytes` is lent until then.
+            Some(op) => {
+                let sent = self.wait_lent(s, op);
+                let got = got?;
+                sent.map(|()| got)
+            }
+            None => got,
+        }
+    }
+
+    /// Sends `bytes` to `to` and waits until it has left, for a tree's sends (whose receiver
+    /// is in its receive of it, or comes to it without waiting for this rank). A large one
+    /// is lent: one copy in all, and the sender cannot run ahead of its receiver by more
+    /// frames than the pool holds, then stage each in fresh memory.
+    pub(crate) fn send_synchronous(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
+        match self.send_lent(s, to, bytes)? {
+            Some(op) => self.wait_lent(s, op),
+            None => Ok(()),
+        }
+    }
+
+    /// `send`, or where the runtime lends (logging off, shared memory, above the rendezvous
+    /// threshold; not inside a nonblocking collective's task) the receiver reads `bytes` in
+    /// place: Some(op), which the caller must wait for (`wait_lent`) while `bytes` lives.
+    fn send_lent(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<Option<OpId>> {
+        let dest = self.ranks[to];
+        if coro::in_task() || !s.rt.lends(dest, bytes.len()) {
+            self.send(s, to, bytes)?;
+            return Ok(None);
+        }
+        // SAFETY: every caller waits for the op (`wait_lent`) before `bytes` goes or changes.
+        Ok(unsafe { s.rt.send_lent(dest, self.tag(), bytes) }?)
+    }
+
+    /// Waits until lent send `op` has left: the runtime's own wait (it sleeps until the
+    /// completion wakes it) when nothing else is outstanding, else progressing everything
+    /// meanwhile (a synchronous send's acknowledgement this rank owes its receiver, say).
+    fn wait_lent(&self, s: &mut State, op: OpId) -> MpiResult<()> {
+        if !s.p2p_outstanding() {
+            return Ok(s.rt.wait_lent(op)?);
+        }
+        s.wait_until("a collective's send", |s| Ok(s.rt.lent_sent(op)?))
     }
 
     pub(crate) fn check_root(&self, root: c_int) -> MpiResult<usize> {
@@ -95,6 +145,45 @@ pub(crate) fn coll_recv(s: &mut State, source: Source, tag: TagMatch) -> MpiResu
         m?
     };
     frag::complete(&mut s.rt, m)
+}
+
+/// `coll_recv` into `buf`, which the message must fill exactly: with nothing else
+/// outstanding (the runtime's own receive), its one copy on this side lands there where the
+/// transport can (logging off, shared memory); else it is copied there.
+pub(crate) fn coll_recv_into(s: &mut State, source: Source, tag: TagMatch, buf: &mut [u8]) -> MpiResult<()> {
+    if coro::in_task() || s.p2p_outstanding() {
+        let m = coll_recv(s, source, tag)?;
+        return fill(buf, &m.payload, m.source);
+    }
+    s.tick_once()?;
+    // As `coll_recv`'s last case: its order needs no determinant.
+    s.rt.set_order_logged(false);
+    let got = s.rt.recv_matching_into(source, tag, buf, &|tag, _| tags::split(tag).1 & tags::BIG == 0);
+    s.rt.set_order_logged(true);
+    let got = match got? {
+        Received::Message(m) => frag::complete_into(&mut s.rt, m, Some(&mut *buf))?,
+        landed => landed,
+    };
+    match got {
+        Received::Landed { len, source, .. } if len != buf.len() => Err(short(len, buf.len(), source)),
+        Received::Landed { .. } => Ok(()),
+        Received::Message(m) => fill(buf, &m.payload, m.source),
+    }
+}
+
+/// `payload` into `buf`, which it must fill exactly.
+fn fill(buf: &mut [u8], payload: &[u8], source: u32) -> MpiResult<()> {
+    if payload.len() != buf.len() {
+        return Err(short(payload.len(), buf.len(), source));
+    }
+    buf.copy_from_slice(payload);
+    Ok(())
+}
+
+fn short(len: usize, expected: usize, source: u32) -> MpiError {
+    let why =
+        format!("a collective message of {len} bytes from rank {source} where {expected} were expected");
+    MpiError::new(MPI_ERR_TRUNCATE, why)
 }
 
 /// Dissemination barrier: round k, each rank signals the one 2^k ahead and waits for the one

@@ -29,7 +29,7 @@ mod tuning;
 pub use self::allgather::allgather_bytes;
 pub(crate) use self::allgather::{allgather, gather};
 pub(crate) use self::api_gather::*;
-pub(crate) use self::bcast::{bcast, bcast_sized};
+pub(crate) use self::bcast::{bcast, bcast_in_place, bcast_sized};
 pub(crate) use self::frame::{frame, unframe};
 pub(crate) use self::group::{barrier, coll_recv, Group};
 pub(crate) use self::reduce::{allreduce, reduce, Reduction};
