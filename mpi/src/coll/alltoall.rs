@@ -37,6 +37,14 @@ fn alltoall_call(
     let g = Group::of(s, comm)?;
     let n = g.size();
     let (rt, rl) = (s.datatype(recvtype)?, recv(n)?);
+    let direct = !in_place(sendbuf) && uniform_or_pairwise(uniform, &rt, &rl, n) == Alltoall::Pairwise;
+    if direct {
+        let st = s.datatype(sendtype)?;
+        if st.is_contiguous() && rt.is_contiguous() {
+            let sl = send(n)?;
+            return pairwise_direct(s, &g, (sendbuf, &sl, &st), (recvbuf, &rl, &rt));
+        }
+    }
     let (st, sl, src) = if in_place(sendbuf) {
         (rt.clone(), Pieces { counts: rl.counts.clone(), displs: rl.displs.clone() }, recvbuf)
     } else {
@@ -47,16 +55,51 @@ fn alltoall_call(
         // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
         .map(|j| unsafe { st.pack(&sl.at(src, &st, j), sl.counts[j]) }.map(|b| b.into_owned()))
         .collect::<MpiResult<Vec<_>>>()?;
-    // MPI_Alltoall: one block size at every rank (the receive side's, alike everywhere).
-    let algorithm =
-        if uniform { tuning::alltoall(rt.bytes_for(rl.counts[0]), n) } else { Alltoall::Pairwise };
-    let incoming = match algorithm {
+    let incoming = match uniform_or_pairwise(uniform, &rt, &rl, n) {
         Alltoall::Bruck => bruck(s, &g, outgoing)?,
         Alltoall::Pairwise => pairwise(s, &g, outgoing)?,
     };
     for (from, bytes) in incoming.iter().enumerate() {
         // SAFETY: MPI's buffer rule: the program's receive buffer spans these elements of this datatype, writable and left alone until the call returns or its request completes.
         unsafe { rt.unpack(bytes, rl.at(recvbuf, &rt, from), rl.counts[from]) }?;
+    }
+    Ok(())
+}
+
+/// The algorithm: MPI_Alltoall's by its one block size (the receive side's, alike at every
+/// rank), pairwise for the v and w forms.
+fn uniform_or_pairwise(uniform: bool, rt: &Datatype, rl: &Pieces, n: usize) -> Alltoall {
+    match rl.counts.first() {
+        Some(&count) if uniform => tuning::alltoall(rt.bytes_for(count), n),
+        _ => Alltoall::Pairwise,
+    }
+}
+
+/// `pairwise` between the program's buffers, for contiguous datatypes and separate send and
+/// receive buffers: each block is sent from where it is and received where it goes (one copy
+/// between two ranks on shared memory, where a large one is lent).
+fn pairwise_direct(
+    s: &mut State,
+    g: &Group,
+    (sendbuf, sl, st): (UserBuf, &Pieces, &Datatype),
+    (recvbuf, rl, rt): (UserBuf, &Pieces, &Datatype),
+) -> MpiResult<()> {
+    let n = g.size();
+    for step in 0..n {
+        let (to, from) = ((g.me + step) % n, (g.me + n - step) % n);
+        let (out, into) = (sl.at(sendbuf, st, to), rl.at(recvbuf, rt, from));
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this
+        // contiguous datatype, readable until the call returns, and its receive buffer these,
+        // writable and left alone; the two do not overlap (not MPI_IN_PLACE).
+        let (out, into) = unsafe {
+            (out.bytes(st.bytes_for(sl.counts[to]))?, into.bytes_mut(rt.bytes_for(rl.counts[from]))?)
+        };
+        if step == 0 {
+            let room = into.len();
+            into.get_mut(..out.len()).ok_or_else(|| g.too_long(out.len(), room))?.copy_from_slice(out);
+        } else {
+            g.shift_into(s, to, from, out, into)?;
+        }
     }
     Ok(())
 }

@@ -140,7 +140,7 @@ fn scatter_allgather(s: &mut State, g: &Group, root: usize, data: Vec<u8>, len: 
     while mask > 0 {
         if vr + mask < n {
             let theirs = chunks.bytes(vr + mask..(vr + 2 * mask).min(n));
-            g.send_synchronous(s, real(vr + mask), &buf[theirs])?;
+            g.send(s, real(vr + mask), &buf[theirs])?;
         }
         mask >>= 1;
     }

@@ -14,6 +14,11 @@ use crate::frag;
 use crate::state::State;
 use crate::tags;
 
+/// The smallest exchange (`shift`) whose send is lent: below it the copy through shared
+/// memory is as quick, and a rank does not wait for its receiver to be scheduled (more ranks
+/// than cores); as MPI's point-to-point sends (`p2p::LENT_MIN`).
+const EXCHANGE_LENT_MIN: usize = 256 << 10;
+
 /// The part of a communicator a collective needs, copied out of the state.
 pub(crate) struct Group {
     pub(crate) context: u32,
@@ -57,7 +62,7 @@ impl Group {
     /// before the receive, so two ranks may exchange this way). A large one is lent (see
     /// `send_lent`) and waited for after the receive.
     pub(crate) fn shift(&self, s: &mut State, to: usize, from: usize, bytes: &[u8]) -> MpiResult<Vec<u8>> {
-        let lent = self.send_lent(s, to, bytes)?;
+        let lent = self.send_lent(s, to, bytes, EXCHANGE_LENT_MIN)?;
         let got = self.recv(s, from);
         match lent {
             // Waited for even when the receive failed: `bytes` is lent until then.
@@ -70,23 +75,50 @@ impl Group {
         }
     }
 
+    /// `shift` whose message lands in `into`, which it must fill exactly.
+    pub(crate) fn shift_into(
+        &self,
+        s: &mut State,
+        to: usize,
+        from: usize,
+        bytes: &[u8],
+        into: &mut [u8],
+    ) -> MpiResult<()> {
+        let lent = self.send_lent(s, to, bytes, EXCHANGE_LENT_MIN)?;
+        let got = self.recv_into(s, from, into);
+        match lent {
+            // Waited for even when the receive failed: `bytes` is lent until then.
+            Some(op) => {
+                let sent = self.wait_lent(s, op);
+                got.and(sent)
+            }
+            None => got,
+        }
+    }
+
+    /// A block of `len` bytes where only `room` fit.
+    pub(crate) fn too_long(&self, len: usize, room: usize) -> MpiError {
+        MpiError::new(MPI_ERR_TRUNCATE, format!("a block of {len} bytes where {room} fit"))
+    }
+
     /// Sends `bytes` to `to` and waits until it has left, for a tree's sends (whose receiver
     /// is in its receive of it, or comes to it without waiting for this rank). A large one
     /// is lent: one copy in all, and the sender cannot run ahead of its receiver by more
     /// frames than the pool holds, then stage each in fresh memory.
     pub(crate) fn send_synchronous(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<()> {
-        match self.send_lent(s, to, bytes)? {
+        match self.send_lent(s, to, bytes, 0)? {
             Some(op) => self.wait_lent(s, op),
             None => Ok(()),
         }
     }
 
     /// `send`, or where the runtime lends (logging off, shared memory, above the rendezvous
-    /// threshold; not inside a nonblocking collective's task) the receiver reads `bytes` in
-    /// place: Some(op), which the caller must wait for (`wait_lent`) while `bytes` lives.
-    fn send_lent(&self, s: &mut State, to: usize, bytes: &[u8]) -> MpiResult<Option<OpId>> {
+    /// threshold; not inside a nonblocking collective's task) `min` bytes or more, the
+    /// receiver reads `bytes` in place: Some(op), which the caller must wait for
+    /// (`wait_lent`) while `bytes` lives.
+    fn send_lent(&self, s: &mut State, to: usize, bytes: &[u8], min: usize) -> MpiResult<Option<OpId>> {
         let dest = self.ranks[to];
-        if coro::in_task() || !s.rt.lends(dest, bytes.len()) {
+        if coro::in_task() || bytes.len() < min || !s.rt.lends(dest, bytes.len()) {
             self.send(s, to, bytes)?;
             return Ok(None);
         }

@@ -214,8 +214,9 @@ static void on(MPI_Comm comm) {
     }
     bcast_strided(comm, rank, size, 10);
     bcast_strided(comm, rank, size, 20000);
-    /* 256 B = 64 ints a block. */
-    int blocks[] = {1, 2, 63, 64, 65, 66, 1024};
+    /* 256 B = 64 ints a block (Bruck below, pairwise above); from 256 KiB (65536 ints) a
+       block is lent on shm, sent from and received into the program's buffers. */
+    int blocks[] = {1, 2, 63, 64, 65, 66, 1024, 65536, 70001};
     for (unsigned i = 0; i < sizeof blocks / sizeof *blocks; i++) {
         alltoall_ints(comm, rank, size, blocks[i], 0);
         alltoall_ints(comm, rank, size, blocks[i], 1);
