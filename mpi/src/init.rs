@@ -53,10 +53,6 @@ fn init() -> c_int {
             );
         }
     };
-    if rt.config().malloc_keep {
-        // Only speed depends on it: a malloc that refuses stays as it was.
-        let _kept = reverb_transport::sys::keep_freed_memory();
-    }
     // Receives outstanding together take arrivals in arrival order: logged by default, the
     // runtime's blocking receive with nothing else outstanding excepted (`State::receive`).
     rt.set_order_logged(true);

@@ -43,9 +43,6 @@ pub struct RuntimeConfig {
     /// The rank this runtime joins as, in place of the environment's (one object of an
     /// [`ObjectHost`]; set by `objects::run_objects`).
     pub object_rank: Option<u32>,
-    /// `REVERB_MALLOC_KEEP`: the MPI library tunes malloc at `MPI_Init` to keep freed
-    /// buffers (`reverb_transport::sys::keep_freed_memory`).
-    pub malloc_keep: bool,
 }
 
 /// The objects (virtual ranks) one process hosts, and where they run.
@@ -88,7 +85,6 @@ impl RuntimeConfig {
             redundancy: redundancy(&env)?,
             objects: object_host(&env)?,
             object_rank: None,
-            malloc_keep: env.bool("REVERB_MALLOC_KEEP")?.unwrap_or(true),
         })
     }
 }

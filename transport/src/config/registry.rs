@@ -250,7 +250,6 @@ pub static VARS: &[Var] = &[
     var("REVERB_RSH", "ssh", Launcher, User, "command", "reverb run --hosts: how a host's launcher is started (`REVERB_RSH HOST reverb run ...`), as Open MPI's plm_rsh_agent"),
     var("REVERB_AGENT_HEARTBEAT_MS", "500", Launcher, User, "ms", "how often a host's agent and the job's controller tell each other they are alive"),
     var("REVERB_AGENT_TIMEOUT_S", "10", Launcher, User, "s", "an agent (or the controller) silent this long is lost: its host's ranks move to a spare (more than twice the heartbeat)"),
-    var("REVERB_MALLOC_KEEP", "1", Runtime, User, "bool", "MPI_Init sets glibc malloc's mmap threshold to 32 MiB and its trim threshold to 64 MiB (as MVAPICH and Open MPI's leave-pinned do), so a collective's temporary buffers come back without fresh pages; 0 leaves malloc as the program set it"),
     var("REVERB_MPI_LIB", "", Launcher, User, "path", "reverb run --mpi: reverb's MPI library (default: libmpich.so beside the reverb executable)"),
     var("REVERB_FAULT_AGENT", "", Launcher, Fault, "list", "HOST@MS,..: the agent of HOST SIGKILLs itself alone MS ms after it starts"),
     var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),

@@ -7,25 +7,6 @@ pub mod clock;
 pub mod liveness;
 pub mod shmfile;
 
-/// Largest allocation glibc's malloc serves from its heap once `keep_freed_memory` ran
-/// (its own most, `DEFAULT_MMAP_THRESHOLD_MAX` on 64-bit).
-pub const MALLOC_MMAP_THRESHOLD: usize = 32 << 20;
-/// Free memory at the heap's top that malloc keeps before it gives it back, likewise.
-pub const MALLOC_TRIM_THRESHOLD: usize = 64 << 20;
-
-/// Has glibc's malloc serve allocations up to `MALLOC_MMAP_THRESHOLD` from its heap and keep
-/// up to `MALLOC_TRIM_THRESHOLD` freed, as MVAPICH and Open MPI's leave-pinned mode set it: a
-/// buffer of a few MiB allocated and freed per call (an MPI collective's) then comes back
-/// without a fresh mapping and a page fault per page. False if malloc refused.
-pub fn keep_freed_memory() -> bool {
-    // SAFETY: mallopt only changes malloc's tuning parameters; no memory is touched. The
-    // values fit in a c_int.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD as libc::c_int) == 1
-            && libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD as libc::c_int) == 1
-    }
-}
-
 /// The size of a memory page (4 KiB when the system does not say).
 pub fn page_size() -> usize {
     // SAFETY: sysconf reads a system constant; no memory is involved.
