@@ -46,6 +46,7 @@ cc() { mpicc.mpich -std=c11 -Wall -Werror -O1 -Impi/include "$@"; }
 cc mpi/tests/c/p2p.c -o "$work/p2p"
 cc mpi/tests/c/coll.c -o "$work/coll"
 cc mpi/tests/c/coll_sizes.c -o "$work/coll_sizes"
+cc mpi/tests/c/allreduce_bits.c -o "$work/allreduce_bits"
 cc mpi/tests/c/icoll.c -o "$work/icoll"
 cc mpi/tests/c/pcoll_c.c -o "$work/pcoll_c"
 cc mpi/tests/c/neighbor.c -o "$work/neighbor"
@@ -115,6 +116,15 @@ say "collectives on world, a split and a dup: ok"
 run coll-sizes.log -n 8 -- "$work/coll_sizes"
 expect coll-sizes.log "coll_sizes: ok"
 say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
+for n in 2 4 8; do
+    run "allreduce-bits-$n.log" -n "$n" -- "$work/allreduce_bits"
+    timeout 120 mpiexec.mpich -n "$n" "$work/allreduce_bits" >"$work/allreduce-bits-mpich-$n.log" 2>&1 ||
+        fail "allreduce_bits on MPICH: $(tail -n 20 "$work/allreduce-bits-mpich-$n.log")"
+    diff <(grep '^allreduce_bits:' "$work/allreduce-bits-mpich-$n.log") \
+        <(grep -o 'allreduce_bits:.*' "$work/allreduce-bits-$n.log") >"$work/allreduce-bits-$n.diff" ||
+        fail "MPI_Allreduce of doubles on $n ranks: other bits than MPICH's: $(cat "$work/allreduce-bits-$n.diff")"
+done
+say "MPI_Allreduce of doubles gives MPICH's bits on 2, 4 and 8 ranks, in place too: ok"
 for n in 2 5; do
     run "icoll-$n.log" -n "$n" -- "$work/icoll"
     expect "icoll-$n.log" "icoll: ok"

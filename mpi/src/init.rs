@@ -110,6 +110,7 @@ fn init() -> c_int {
         colls: VecDeque::new(),
         coll_seq: 0,
         coll_seqs: BTreeMap::new(),
+        coll_scratch: Vec::new(),
     });
     INITIALIZED.store(true, Ordering::SeqCst);
     MPI_SUCCESS

@@ -149,6 +149,9 @@ pub struct State {
     pub coll_seq: u32,
     /// The next nonblocking (true: persistent) collective's sequence number on each context.
     pub coll_seqs: BTreeMap<(u32, bool), u32>,
+    /// A collective's scratch bytes, kept between calls: a buffer of a MiB allocated per
+    /// call would come back as fresh pages, each faulted in.
+    pub coll_scratch: Vec<u8>,
 }
 
 thread_local! {

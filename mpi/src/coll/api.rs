@@ -3,7 +3,10 @@
 
 use std::ffi::c_int;
 
-use super::{allreduce, barrier, bcast_in_place, bcast_sized, count_of, in_place, reduce, Group, Reduction};
+use super::{
+    allreduce, allreduce_in_place, allreduce_runs_in_place, barrier, bcast_in_place, bcast_sized, count_of,
+    in_place, reduce, Group, Reduction,
+};
 use crate::abi::*;
 use crate::datatype::Datatype;
 use crate::errors::MpiResult;
@@ -97,6 +100,9 @@ fn reduce_call(
         None => 0,
     };
     let n = count_of(count)?;
+    if root.is_none() && allreduced_in_place(s, &g, (sendbuf, recvbuf), n, (datatype, op))? {
+        return Ok(());
+    }
     let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
     let result = match root {
@@ -108,6 +114,33 @@ fn reduce_call(
         unsafe { dt.unpack(&bytes, recvbuf, n) }?;
     }
     Ok(())
+}
+
+/// `MPI_Allreduce` of a contiguous datatype in the program's receive buffer (`sendbuf`
+/// copied there first, unless MPI_IN_PLACE), where `allreduce_in_place` applies; false,
+/// nothing done, elsewhere.
+fn allreduced_in_place(
+    s: &mut State,
+    g: &Group,
+    (sendbuf, recvbuf): (UserBuf, UserBuf),
+    n: usize,
+    (datatype, op): (c_int, c_int),
+) -> MpiResult<bool> {
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
+    if n == 0 || !allreduce_runs_in_place(s, g, &r) {
+        return Ok(false);
+    }
+    let len = dt.bytes_for(n);
+    // SAFETY: MPI's buffer rule: the receive buffer spans `n` elements of this contiguous
+    // datatype, writable and left alone until the call returns; the send buffer likewise
+    // readable, apart from it (not MPI_IN_PLACE).
+    let acc = unsafe { recvbuf.bytes_mut(len) }?;
+    if !in_place(sendbuf) {
+        // SAFETY: as above.
+        acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
+    }
+    allreduce_in_place(s, g, acc, &r).map(|()| true)
 }
 
 pub(crate) unsafe fn mpi_reduce(

@@ -253,6 +253,80 @@ fn rabenseifner(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'_>) -> M
     fold.leave(s, g, acc)
 }
 
+/// Whether an all-reduce of `r` on `g` runs in place (`allreduce_in_place`): Rabenseifner
+/// on a communicator of a power of two, a contiguous datatype.
+pub(crate) fn allreduce_runs_in_place(s: &State, g: &Group, r: &Reduction<'_>) -> bool {
+    let (n, len) = (g.size(), r.dt.bytes_for(r.count));
+    r.dt.is_contiguous()
+        && n.is_power_of_two()
+        && tuning::allreduce(r.op.commutative(), len, n, s.rt.caml()) == Allreduce::Rabenseifner
+}
+
+/// `rabenseifner` in the program's buffer `acc` (this rank's contribution, where
+/// `allreduce_runs_in_place`): the partner's halves land in the state's scratch buffer, the
+/// all-gather's chunks straight in `acc`. The same rounds and operand order, so the same bits.
+pub(crate) fn allreduce_in_place(
+    s: &mut State,
+    g: &Group,
+    acc: &mut [u8],
+    r: &Reduction<'_>,
+) -> MpiResult<()> {
+    let n = g.size();
+    if !allreduce_runs_in_place(s, g, r) || acc.len() != r.dt.bytes_for(r.count) {
+        return Err(MpiError::new(MPI_ERR_INTERN, "an all-reduce in place where it does not run"));
+    }
+    let chunks = Chunks { count: r.count, elem: r.dt.size, chunks: n };
+    let mut scratch = std::mem::take(&mut s.coll_scratch);
+    // The first half's chunks are the longer ones: every round's half fits.
+    scratch.resize(chunks.bytes(0..n / 2).len(), 0);
+    let done = rabenseifner_rounds(s, g, acc, &mut scratch, (r, chunks));
+    s.coll_scratch = scratch;
+    done
+}
+
+fn rabenseifner_rounds(
+    s: &mut State,
+    g: &Group,
+    acc: &mut [u8],
+    scratch: &mut [u8],
+    (r, chunks): (&Reduction<'_>, Chunks),
+) -> MpiResult<()> {
+    let me = g.me;
+    let mut rounds = Vec::new();
+    let (mut lo, mut hi, mut mask) = (0, g.size(), 1);
+    while mask < g.size() {
+        let partner = me ^ mask;
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if me < partner { (lo..mid, mid..hi) } else { (mid..hi, lo..mid) };
+        let at = chunks.bytes(keep.clone());
+        let theirs = &mut scratch[..at.len()];
+        g.shift_into(s, partner, partner, &acc[chunks.bytes(give.clone())], theirs)?;
+        let count = chunks.elements(keep.clone()).len();
+        if partner < me {
+            r.combine(count, theirs, &mut acc[at])?;
+        } else {
+            r.combine(count, &acc[at.clone()], theirs)?;
+            acc[at].copy_from_slice(theirs);
+        }
+        rounds.push((partner, keep.clone(), give));
+        (lo, hi) = (keep.start, keep.end);
+        mask <<= 1;
+    }
+    for (peer, keep, give) in rounds.into_iter().rev() {
+        // Two neighbouring runs of chunks: this rank's reduced ones out, the partner's in.
+        let (keep, give) = (chunks.bytes(keep), chunks.bytes(give));
+        let (out, into) = if keep.start < give.start {
+            let (low, high) = acc.split_at_mut(give.start);
+            (&low[keep], &mut high[..give.len()])
+        } else {
+            let (low, high) = acc.split_at_mut(keep.start);
+            (&high[..keep.len()], &mut low[give])
+        };
+        g.shift_into(s, peer, peer, out, into)?;
+    }
+    Ok(())
+}
+
 /// Ring: n - 1 rounds of reduce-scatter (chunk c starts at rank c and gathers each next
 /// rank's value on its right), n - 1 rounds of all-gather; every rank moves 2 (n-1)/n of the
 /// vector, with no folding. Commutative operations only (chunk c's order starts at rank c).
