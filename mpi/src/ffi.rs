@@ -204,6 +204,13 @@ impl UserBuf {
         self.0 as usize
     }
 
+    /// Whether `len` bytes here and `other_len` bytes at `other` share any byte (an MPI
+    /// program's error where the standard asks for distinct buffers: MPI_ERR_BUFFER).
+    pub fn overlaps(self, len: usize, other: UserBuf, other_len: usize) -> bool {
+        let (a, b) = (self.addr(), other.addr());
+        len > 0 && other_len > 0 && a < b.saturating_add(other_len) && b < a.saturating_add(len)
+    }
+
     /// `len` bytes at this address (none for 0), borrowed no longer than `self` is.
     ///
     /// # Safety
@@ -478,4 +485,22 @@ pub fn long_double_loc(op: c_int, input: &[u8], inout: &mut [u8]) {
     let n = input.len().min(inout.len()) / 20;
     // SAFETY: both buffers hold `n` pairs of 20 bytes; the C side touches only those.
     unsafe { reverb_mpi_long_double_loc(op, input.as_ptr().cast(), inout.as_mut_ptr().cast(), n, 20) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UserBuf;
+
+    #[test]
+    fn buffers_overlap_when_they_share_a_byte() {
+        let mut bytes = [0u8; 64];
+        let base = bytes.as_mut_ptr().cast();
+        // SAFETY: the addresses are only compared, never read.
+        let (a, b) = unsafe { (UserBuf::from_raw(base), UserBuf::from_raw(base)) };
+        let (a8, b16) = (a.at(8), b.at(16));
+        assert!(a8.overlaps(9, b16, 4), "8..17 and 16..20 share byte 16");
+        assert!(!a8.overlaps(8, b16, 4), "8..16 and 16..20 touch");
+        assert!(b16.overlaps(4, a8, 9));
+        assert!(!a8.overlaps(0, a8, 4), "an empty buffer shares nothing");
+    }
 }

@@ -88,12 +88,14 @@ fn pairwise_direct(
     for step in 0..n {
         let (to, from) = ((g.me + step) % n, (g.me + n - step) % n);
         let (out, into) = (sl.at(sendbuf, st, to), rl.at(recvbuf, rt, from));
+        let (out_len, into_len) = (st.bytes_for(sl.counts[to]), rt.bytes_for(rl.counts[from]));
+        if out.overlaps(out_len, into, into_len) {
+            return Err(super::api::aliased());
+        }
         // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this
         // contiguous datatype, readable until the call returns, and its receive buffer these,
-        // writable and left alone; the two do not overlap (not MPI_IN_PLACE).
-        let (out, into) = unsafe {
-            (out.bytes(st.bytes_for(sl.counts[to]))?, into.bytes_mut(rt.bytes_for(rl.counts[from]))?)
-        };
+        // writable and left alone; the two do not overlap (checked above).
+        let (out, into) = unsafe { (out.bytes(out_len)?, into.bytes_mut(into_len)?) };
         if step == 0 {
             let room = into.len();
             into.get_mut(..out.len()).ok_or_else(|| g.too_long(out.len(), room))?.copy_from_slice(out);

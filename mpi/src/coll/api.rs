@@ -9,7 +9,7 @@ use super::{
 };
 use crate::abi::*;
 use crate::datatype::Datatype;
-use crate::errors::MpiResult;
+use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::ffi::{In, UserBuf};
 use crate::intercomm::{self, Inter};
@@ -100,6 +100,14 @@ fn reduce_call(
         None => 0,
     };
     let n = count_of(count)?;
+    if root.is_none() && !in_place(sendbuf) {
+        // MPICH refuses them too; copying the contribution out first would hide the error.
+        let dt = s.datatype(datatype)?;
+        let len = dt.bytes_for(n);
+        if dt.is_contiguous() && sendbuf.overlaps(len, recvbuf, len) {
+            return Err(aliased());
+        }
+    }
     if root.is_none() && allreduced_in_place(s, &g, (sendbuf, recvbuf), n, (datatype, op))? {
         return Ok(());
     }
@@ -134,13 +142,21 @@ fn allreduced_in_place(
     let len = dt.bytes_for(n);
     // SAFETY: MPI's buffer rule: the receive buffer spans `n` elements of this contiguous
     // datatype, writable and left alone until the call returns; the send buffer likewise
-    // readable, apart from it (not MPI_IN_PLACE).
+    // readable, apart from it (not MPI_IN_PLACE; `reduce_call` checked the overlap).
     let acc = unsafe { recvbuf.bytes_mut(len) }?;
     if !in_place(sendbuf) {
         // SAFETY: as above.
         acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
     }
     allreduce_in_place(s, g, acc, &r).map(|()| true)
+}
+
+/// Send and receive buffers that share bytes without MPI_IN_PLACE.
+pub(crate) fn aliased() -> MpiError {
+    MpiError::new(
+        MPI_ERR_BUFFER,
+        "the send and receive buffers overlap (MPI_IN_PLACE is the way to share one)",
+    )
 }
 
 pub(crate) unsafe fn mpi_reduce(

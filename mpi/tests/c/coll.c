@@ -229,6 +229,17 @@ int main(int argc, char **argv) {
     MPI_Comm_free(&dup);
     MPI_Comm_free(&half);
     more();
+    /* Send and receive buffers that overlap without MPI_IN_PLACE: an error, at every size. */
+    double *alias = calloc(4096, sizeof(double));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int counts[] = {1, 4096};
+    for (int i = 0; i < 2; i++) {
+        int rc = MPI_Allreduce(alias, alias, counts[i], MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_BUFFER, "aliased allreduce of %d doubles: class %d", counts[i], cls);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    free(alias);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && all == 0)
