@@ -388,6 +388,15 @@ pub fn rank_env(cores: Option<&LoggerCores>, rank: u32) -> Vec<(String, String)>
     ]
 }
 
+/// The CPUs the plan pins this launch's ranks to, counted once each; None when it pins none.
+/// With a dedicated logger core the ranks share the CPUs left: their host's count for them.
+pub fn rank_cpus(cores: Option<&LoggerCores>) -> Option<usize> {
+    let mut cpus: Vec<usize> = cores?.plan.rank_cpu.iter().flatten().copied().collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    (!cpus.is_empty()).then_some(cpus.len())
+}
+
 /// Pins a spawned rank (every thread it has so far; later ones inherit) per the plan.
 pub fn pin_rank(cores: Option<&LoggerCores>, rank: u32, pid: u32) {
     let local = |c: &LoggerCores| rank.checked_sub(c.first_node * c.ranks_per_node);

@@ -181,13 +181,17 @@ fn pump(src: impl Read, rank: u32, to_stderr: bool, prefix: bool, causes: Option
 /// The transport's count of the host's CPUs for the job (it decides whether waits spin).
 const HOST_CPUS: &str = "REVERB_HOST_CPUS";
 
-/// `REVERB_HOST_CPUS` for a rank: the CPUs this launcher (or agent) may run on, read before
-/// it pins any rank to one of them, which the rank would read as its host's count. None when
-/// the user set it (here or in the job's variables): theirs goes through.
-fn host_cpus(spec: &LaunchSpec) -> Option<String> {
+/// `REVERB_HOST_CPUS` for a rank: the CPUs the ranks are pinned to beside logger cores, else
+/// those this launcher (or agent) may run on. Either way not the one CPU a pinned rank would
+/// read as its host's count. None when the user set it (here or in the job's variables):
+/// theirs goes through.
+fn host_cpus(spec: &LaunchSpec, loggers: Option<&LoggerCores>) -> Option<String> {
     let set_by_user = matches!(reverb_transport::config::env_os(HOST_CPUS), Ok(Some(_)))
         || spec.env.iter().any(|(k, _)| k == HOST_CPUS);
-    let cpus = std::thread::available_parallelism().ok()?;
+    let cpus = match super::logger_cores::rank_cpus(loggers) {
+        Some(n) => n,
+        None => std::thread::available_parallelism().ok()?.get(),
+    };
     (!set_by_user).then(|| cpus.to_string())
 }
 
@@ -218,7 +222,7 @@ pub(super) fn spawn_process(
         (vars::BOOT_SERVER, "external".into()),
     ];
     ours.extend(extra.iter().cloned());
-    if let Some(cpus) = host_cpus(spec) {
+    if let Some(cpus) = host_cpus(spec, ctx.loggers) {
         ours.push((HOST_CPUS, cpus));
     }
     if ctx.verbose {
