@@ -115,6 +115,9 @@ done
 say "collectives on world, a split and a dup: ok"
 run coll-sizes.log -n 8 -- "$work/coll_sizes"
 expect coll-sizes.log "coll_sizes: ok"
+# Logged, each collective message over 64 KiB in pieces: the in-place paths' receives of pieces.
+REVERB_LOG=causal REVERB_LOG_MAX_MESSAGE=65536 run coll-sizes-logged.log -n 8 --ranks-per-node 2 -- "$work/coll_sizes"
+expect coll-sizes-logged.log "coll_sizes: ok"
 say "each collective algorithm on both sides of its threshold, on 2, 3, 4, 5 and 8 ranks: ok"
 for n in 2 4 8; do
     run "allreduce-bits-$n.log" -n "$n" -- "$work/allreduce_bits"
@@ -124,7 +127,11 @@ for n in 2 4 8; do
         <(grep -o 'allreduce_bits:.*' "$work/allreduce-bits-$n.log") >"$work/allreduce-bits-$n.diff" ||
         fail "MPI_Allreduce of doubles on $n ranks: other bits than MPICH's: $(cat "$work/allreduce-bits-$n.diff")"
 done
-say "MPI_Allreduce of doubles gives MPICH's bits on 2, 4 and 8 ranks, in place too: ok"
+REVERB_LOG=causal REVERB_LOG_MAX_MESSAGE=65536 run allreduce-bits-logged.log -n 4 --ranks-per-node 1 -- "$work/allreduce_bits"
+diff <(grep '^allreduce_bits:' "$work/allreduce-bits-mpich-4.log") \
+    <(grep -o 'allreduce_bits:.*' "$work/allreduce-bits-logged.log") >"$work/allreduce-bits-logged.diff" ||
+    fail "MPI_Allreduce of doubles, logged, in pieces: other bits than MPICH's: $(cat "$work/allreduce-bits-logged.diff")"
+say "MPI_Allreduce of doubles gives MPICH's bits on 2, 4 and 8 ranks, in place and logged too: ok"
 for n in 2 5; do
     run "icoll-$n.log" -n "$n" -- "$work/icoll"
     expect "icoll-$n.log" "icoll: ok"
