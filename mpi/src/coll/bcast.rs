@@ -36,23 +36,29 @@ pub(crate) fn bcast_in_place(s: &mut State, g: &Group, root: usize, buf: &mut [u
         return Ok(false);
     }
     let n = g.size();
-    let vr = (g.me + n - root) % n;
-    let mut mask = 1;
-    while mask < n {
-        if vr & mask != 0 {
-            g.recv_into(s, (vr - mask + root) % n, buf)?;
-            break;
-        }
-        mask <<= 1;
+    let (parent, children) = binomial((g.me + n - root) % n, n);
+    if let Some(p) = parent {
+        g.recv_into(s, (p + root) % n, buf)?;
     }
-    mask >>= 1;
-    while mask > 0 {
-        if vr + mask < n {
-            g.send_synchronous(s, (vr + mask + root) % n, buf)?;
-        }
-        mask >>= 1;
+    for c in children {
+        g.send_synchronous(s, (c + root) % n, buf)?;
     }
     Ok(true)
+}
+
+/// Relative rank `vr`'s links in the binomial tree of `n` rooted at 0: its parent (None at
+/// the root), and its children, the largest subtree first.
+fn binomial(vr: usize, n: usize) -> (Option<usize>, impl Iterator<Item = usize>) {
+    let mut mask = 1;
+    while mask < n && vr & mask == 0 {
+        mask <<= 1;
+    }
+    let parent = (mask < n).then(|| vr - mask);
+    let children = std::iter::successors(Some(mask >> 1), |m| Some(m >> 1))
+        .take_while(|&m| m > 0)
+        .filter(move |&m| vr + m < n)
+        .map(move |m| vr + m);
+    (parent, children)
 }
 
 /// Binomial broadcast of `data` from `root` (its length known at the root only). Under
@@ -84,30 +90,21 @@ pub(crate) fn bcast(s: &mut State, g: &Group, root: usize, data: Vec<u8>) -> Mpi
 /// The broadcast tree; `keyed`: `data` starts with its multicast key.
 fn bcast_tree(s: &mut State, g: &Group, root: usize, mut data: Vec<u8>, keyed: bool) -> MpiResult<Vec<u8>> {
     let n = g.size();
-    let vr = (g.me + n - root) % n;
-    let mut mask = 1;
-    while mask < n {
-        if vr & mask != 0 {
-            data = g.recv(s, (vr - mask + root) % n)?;
-            break;
-        }
-        mask <<= 1;
+    let (parent, children) = binomial((g.me + n - root) % n, n);
+    if let Some(p) = parent {
+        data = g.recv(s, (p + root) % n)?;
     }
-    mask >>= 1;
     let key = if keyed {
         Some(McastKey::from_bytes(&data).map_err(|e| MpiError::new(MPI_ERR_INTERN, e.to_string()))?)
     } else {
         None
     };
-    while mask > 0 {
-        if vr + mask < n {
-            let to = (vr + mask + root) % n;
-            match key {
-                Some(key) => frag::send_multicast(&mut s.rt, g.ranks[to], g.tag(), &data, key)?,
-                None => g.send_synchronous(s, to, &data)?,
-            }
+    for c in children {
+        let to = (c + root) % n;
+        match key {
+            Some(key) => frag::send_multicast(&mut s.rt, g.ranks[to], g.tag(), &data, key)?,
+            None => g.send_synchronous(s, to, &data)?,
         }
-        mask >>= 1;
     }
     Ok(data)
 }
@@ -167,4 +164,33 @@ pub(crate) fn place(buf: &mut [u8], at: std::ops::Range<usize>, got: &[u8]) -> M
     }
     buf[at].copy_from_slice(got);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::binomial;
+
+    #[test]
+    fn the_binomial_tree_links_every_rank_once() {
+        for n in 1..20 {
+            let mut parent_of = vec![None; n];
+            for vr in 0..n {
+                let (parent, children) = binomial(vr, n);
+                assert_eq!(parent.is_none(), vr == 0, "only the root has no parent (n {n}, vr {vr})");
+                let children: Vec<usize> = children.collect();
+                assert!(children.windows(2).all(|w| w[0] > w[1]), "largest subtree first: {children:?}");
+                for c in children {
+                    assert!(parent_of[c].replace(vr).is_none(), "rank {c} has two parents (n {n})");
+                }
+                if let Some(p) = parent {
+                    assert!(p < vr, "a parent comes before its child");
+                }
+            }
+            for (vr, p) in parent_of.iter().enumerate() {
+                assert_eq!(p.is_some(), vr != 0, "n {n}: rank {vr} reached from {p:?}");
+                let (parent, _) = binomial(vr, n);
+                assert_eq!(*p, parent, "n {n}: rank {vr}'s parent agrees with its children's lists");
+            }
+        }
+    }
 }

@@ -62,17 +62,7 @@ impl Group {
     /// before the receive, so two ranks may exchange this way). A large one is lent (see
     /// `send_lent`) and waited for after the receive.
     pub(crate) fn shift(&self, s: &mut State, to: usize, from: usize, bytes: &[u8]) -> MpiResult<Vec<u8>> {
-        let lent = self.send_lent(s, to, bytes, EXCHANGE_LENT_MIN)?;
-        let got = self.recv(s, from);
-        match lent {
-            // Waited for even when the receive failed: `bytes` is lent until then.
-            Some(op) => {
-                let sent = self.wait_lent(s, op);
-                let got = got?;
-                sent.map(|()| got)
-            }
-            None => got,
-        }
+        self.exchange(s, to, bytes, |s| self.recv(s, from))
     }
 
     /// `shift` whose message lands in `into`, which it must fill exactly.
@@ -84,13 +74,25 @@ impl Group {
         bytes: &[u8],
         into: &mut [u8],
     ) -> MpiResult<()> {
+        self.exchange(s, to, bytes, |s| self.recv_into(s, from, into))
+    }
+
+    /// Sends `bytes` to `to` (lent from `EXCHANGE_LENT_MIN`), then `receive`s, then waits for
+    /// a lent send to have left: even when the receive failed, `bytes` is lent until then.
+    fn exchange<T>(
+        &self,
+        s: &mut State,
+        to: usize,
+        bytes: &[u8],
+        receive: impl FnOnce(&mut State) -> MpiResult<T>,
+    ) -> MpiResult<T> {
         let lent = self.send_lent(s, to, bytes, EXCHANGE_LENT_MIN)?;
-        let got = self.recv_into(s, from, into);
+        let got = receive(s);
         match lent {
-            // Waited for even when the receive failed: `bytes` is lent until then.
             Some(op) => {
                 let sent = self.wait_lent(s, op);
-                got.and(sent)
+                let got = got?;
+                sent.map(|()| got)
             }
             None => got,
         }

@@ -221,34 +221,9 @@ fn recursive_doubling(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'_>
 fn rabenseifner(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'_>) -> MpiResult<Vec<u8>> {
     let fold = Fold::of(g.size());
     let mut acc = mine;
-    let Some(me) = fold.enter(s, g, &mut acc, r)? else {
-        return fold.leave(s, g, acc);
-    };
-    let chunks = Chunks { count: r.count, elem: r.dt.size, chunks: fold.pof2 };
-    // (partner, chunks kept, chunks given) of each round.
-    let mut rounds = Vec::new();
-    let (mut lo, mut hi, mut mask) = (0, fold.pof2, 1);
-    while mask < fold.pof2 {
-        let partner = me ^ mask;
-        let mid = lo + (hi - lo) / 2;
-        let (keep, give) = if me < partner { (lo..mid, mid..hi) } else { (mid..hi, lo..mid) };
-        let peer = fold.real(partner);
-        let theirs = g.shift(s, peer, peer, &acc[chunks.bytes(give.clone())])?;
-        let (count, at) = (chunks.elements(keep.clone()).len(), chunks.bytes(keep.clone()));
-        if partner < me {
-            r.combine(count, &theirs, &mut acc[at])?;
-        } else {
-            let mut theirs = theirs;
-            r.combine(count, &acc[at.clone()], &mut theirs)?;
-            acc[at].copy_from_slice(&theirs);
-        }
-        rounds.push((peer, keep.clone(), give));
-        (lo, hi) = (keep.start, keep.end);
-        mask <<= 1;
-    }
-    for (peer, keep, give) in rounds.into_iter().rev() {
-        let got = g.shift(s, peer, peer, &acc[chunks.bytes(keep)])?;
-        place(&mut acc, chunks.bytes(give), &got)?;
+    if let Some(me) = fold.enter(s, g, &mut acc, r)? {
+        let places = Places { me, count: fold.pof2, real: &|v| fold.real(v) };
+        with_scratch(s, |s, scratch| rabenseifner_rounds(s, g, places, &mut acc, scratch, r))?;
     }
     fold.leave(s, g, acc)
 }
@@ -275,32 +250,51 @@ pub(crate) fn allreduce_in_place(
     if !allreduce_runs_in_place(s, g, r) || acc.len() != r.dt.bytes_for(r.count) {
         return Err(MpiError::new(MPI_ERR_INTERN, "an all-reduce in place where it does not run"));
     }
-    let chunks = Chunks { count: r.count, elem: r.dt.size, chunks: n };
+    let places = Places { me: g.me, count: n, real: &|v| v };
+    with_scratch(s, |s, scratch| rabenseifner_rounds(s, g, places, acc, scratch, r))
+}
+
+/// The places of an algorithm on a power of two (`count` of them): this rank's, and the
+/// rank at each (a communicator's, or `Fold`'s when it is not a power of two).
+#[derive(Clone, Copy)]
+struct Places<'a> {
+    me: usize,
+    count: usize,
+    real: &'a dyn Fn(usize) -> usize,
+}
+
+/// Runs `f` with the state's scratch buffer, kept for the next collective.
+fn with_scratch<T>(s: &mut State, f: impl FnOnce(&mut State, &mut Vec<u8>) -> MpiResult<T>) -> MpiResult<T> {
     let mut scratch = std::mem::take(&mut s.coll_scratch);
-    // The first half's chunks are the longer ones: every round's half fits.
-    scratch.resize(chunks.bytes(0..n / 2).len(), 0);
-    let done = rabenseifner_rounds(s, g, acc, &mut scratch, (r, chunks));
+    let done = f(s, &mut scratch);
     s.coll_scratch = scratch;
     done
 }
 
+/// Rabenseifner's rounds over `acc`, this rank's value (its fold pair's, off powers of two):
+/// the partner's halves land in `scratch`, the all-gather's chunks straight in `acc`.
 fn rabenseifner_rounds(
     s: &mut State,
     g: &Group,
+    places: Places<'_>,
     acc: &mut [u8],
-    scratch: &mut [u8],
-    (r, chunks): (&Reduction<'_>, Chunks),
+    scratch: &mut Vec<u8>,
+    r: &Reduction<'_>,
 ) -> MpiResult<()> {
-    let me = g.me;
+    let (me, n) = (places.me, places.count);
+    let chunks = Chunks { count: r.count, elem: r.dt.size, chunks: n };
+    // The first half's chunks are the longer ones: every round's half fits.
+    scratch.resize(chunks.bytes(0..n / 2).len(), 0);
     let mut rounds = Vec::new();
-    let (mut lo, mut hi, mut mask) = (0, g.size(), 1);
-    while mask < g.size() {
+    let (mut lo, mut hi, mut mask) = (0, n, 1);
+    while mask < n {
         let partner = me ^ mask;
+        let peer = (places.real)(partner);
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me < partner { (lo..mid, mid..hi) } else { (mid..hi, lo..mid) };
         let at = chunks.bytes(keep.clone());
         let theirs = &mut scratch[..at.len()];
-        g.shift_into(s, partner, partner, &acc[chunks.bytes(give.clone())], theirs)?;
+        g.shift_into(s, peer, peer, &acc[chunks.bytes(give.clone())], theirs)?;
         let count = chunks.elements(keep.clone()).len();
         if partner < me {
             r.combine(count, theirs, &mut acc[at])?;
@@ -308,7 +302,7 @@ fn rabenseifner_rounds(
             r.combine(count, &acc[at.clone()], theirs)?;
             acc[at].copy_from_slice(theirs);
         }
-        rounds.push((partner, keep.clone(), give));
+        rounds.push((peer, keep.clone(), give));
         (lo, hi) = (keep.start, keep.end);
         mask <<= 1;
     }
