@@ -8,16 +8,33 @@ use crate::abi::*;
 use crate::ffi;
 use crate::ffi::Out;
 
-/// A failed MPI call: its class and what went wrong.
+/// A failed MPI call: its class and what went wrong. Boxed, so that `MpiResult<()>` is one
+/// word: every call returns one, and a wide `Ok` read back whole stalls store forwarding.
 #[derive(Debug, Clone)]
-pub struct MpiError {
+pub struct MpiError(Box<ErrorParts>);
+
+#[derive(Debug, Clone)]
+pub struct ErrorParts {
     pub class: c_int,
     pub message: String,
 }
 
 impl MpiError {
     pub fn new(class: c_int, message: impl Into<String>) -> MpiError {
-        MpiError { class, message: message.into() }
+        MpiError(Box::new(ErrorParts { class, message: message.into() }))
+    }
+
+    /// The message, the error consumed.
+    pub fn into_message(self) -> String {
+        self.0.message
+    }
+}
+
+impl std::ops::Deref for MpiError {
+    type Target = ErrorParts;
+
+    fn deref(&self) -> &ErrorParts {
+        &self.0
     }
 }
 

@@ -49,7 +49,7 @@ fn init() -> c_int {
             return errors::handle(
                 MPI_ERRORS_ARE_FATAL,
                 "MPI_Init",
-                MpiError::new(e.class, e.message + hint),
+                MpiError::new(e.class, e.into_message() + hint),
             );
         }
     };

@@ -548,10 +548,16 @@ impl State {
     /// At the end of a call that ticked, during a replay: the deliveries the log names next
     /// came in this call the first time (the next call's tick would come first otherwise), so
     /// they are taken before it returns.
+    #[inline]
     pub fn settle_call(&mut self) -> MpiResult<()> {
         if !self.ticked || !self.replaying() {
             return Ok(());
         }
+        self.settle_replayed_call()
+    }
+
+    #[inline(never)]
+    fn settle_replayed_call(&mut self) -> MpiResult<()> {
         self.wait_until("a delivery the log names for this call", |s| Ok(s.rt.replay_next().is_none()))
     }
 
@@ -591,6 +597,9 @@ impl State {
         what: &str,
         mut done: impl FnMut(&mut State) -> MpiResult<bool>,
     ) -> MpiResult<()> {
+        if done(self)? {
+            return Ok(());
+        }
         let bound = self.rt.config().recv_timeout;
         // Spins, yields or sleeps as REVERB_WAIT_MODE says; a fresh wait (no clock read) at
         // each progress made.

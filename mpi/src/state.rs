@@ -191,6 +191,18 @@ pub fn call_on(
     object: Option<c_int>,
     body: impl FnOnce(&mut State) -> MpiResult<()>,
 ) -> c_int {
+    call_resolved(function, comm, |_| (comm, object), body)
+}
+
+/// As [`call_on`], the communicator and object found on the state by `resolve` (a window's,
+/// from its handle), only once `body` failed: one borrow of the state per call and no lookup
+/// on success. `fallback` is the communicator for an error with no state to look in.
+pub fn call_resolved(
+    function: &str,
+    fallback: c_int,
+    resolve: impl Fn(&State) -> (c_int, Option<c_int>),
+    body: impl FnOnce(&mut State) -> MpiResult<()>,
+) -> c_int {
     let mut body = Some(body);
     let mut run = |state: &mut State, outermost: bool| {
         if outermost {
@@ -200,25 +212,31 @@ pub fn call_on(
         if outermost && result.is_ok() {
             result = state.settle_call();
         }
+        if result.is_ok() {
+            return (result, (MPI_ERRORS_ARE_FATAL, fallback), None);
+        }
+        let (comm, object) = resolve(state);
         let errhandler = errhandler_of(state, &result, comm);
-        (result, errhandler)
+        (result, errhandler, object)
     };
-    // Inside a nonblocking collective's coroutine the state is lent to it (coro.rs); None: it
-    // is borrowed by the call this one runs inside.
-    let outcome = match crate::coro::with_lent(|state| run(state, false)) {
-        Some(lent) => lent.ok(),
-        None => STATE.with(|s| {
-            let mut s = s.try_borrow_mut().ok()?;
-            Some(match s.as_mut() {
-                Some(state) => run(state, true),
-                None => (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, comm)),
-            })
-        }),
+    // The state borrowed already: this call runs inside another, in a nonblocking
+    // collective's coroutine (the state is lent to it, coro.rs) or in a program's callback
+    // (None).
+    let outcome = STATE.with(|s| {
+        let mut s = s.try_borrow_mut().ok()?;
+        Some(match s.as_mut() {
+            Some(state) => run(state, true),
+            None => (Err(not_ready()), (MPI_ERRORS_ARE_FATAL, fallback), None),
+        })
+    });
+    let outcome = match outcome {
+        Some(done) => Some(done),
+        None => crate::coro::with_lent(|state| run(state, false)).and_then(Result::ok),
     };
-    let (result, errhandler) = outcome.unwrap_or_else(|| {
+    let (result, errhandler, object) = outcome.unwrap_or_else(|| {
         let why =
             "called from a callback inside another MPI call (reverb supports only the status setters there)";
-        (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, comm))
+        (Err(MpiError::new(MPI_ERR_OTHER, why)), (MPI_ERRORS_ARE_FATAL, fallback), None)
     });
     match result {
         Ok(()) => MPI_SUCCESS,

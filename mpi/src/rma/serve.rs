@@ -68,7 +68,7 @@ fn handle(s: &mut State, h: c_int, from: usize, msg: Msg) -> MpiResult<()> {
             let bound = s.rt.config().recv_timeout;
             let reply = match apply(s.win(h)?, req, bound) {
                 Ok(data) => Msg::Reply { id, error: None, data },
-                Err(e) => Msg::Reply { id, error: Some(e.message), data: Vec::new() },
+                Err(e) => Msg::Reply { id, error: Some(e.into_message()), data: Vec::new() },
             };
             send(s, h, from, &reply)
         }

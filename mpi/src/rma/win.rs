@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::coll::{self, Group};
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{self, Out, UserBuf};
-use crate::state::{call, call_on, State};
+use crate::state::{call, call_resolved, State};
 
 use super::direct::Own;
 
@@ -125,6 +125,7 @@ impl Win {
 }
 
 impl State {
+    #[inline]
     pub fn win(&self, h: c_int) -> MpiResult<&Win> {
         self.wins.get(h).ok_or_else(|| MpiError::new(MPI_ERR_WIN, format!("invalid window {h:#x}")))
     }
@@ -137,15 +138,11 @@ impl State {
 /// Runs `body` as `call` does, errors going to the window's error handler.
 /// A program's handler is called with the window's handle.
 pub fn win_call(function: &str, win: c_int, body: impl FnOnce(&mut State) -> MpiResult<()>) -> c_int {
-    let mut comm = None;
-    call(function, MPI_COMM_WORLD, |s| {
-        comm = s.wins.get(win).map(|w| w.comm);
-        Ok(())
-    });
-    match comm {
-        Some(c) => call_on(function, c, Some(win), body),
-        None => call(function, MPI_COMM_WORLD, body),
-    }
+    let resolve = |s: &State| match s.wins.get(win) {
+        Some(w) => (w.comm, Some(win)),
+        None => (MPI_COMM_WORLD, None),
+    };
+    call_resolved(function, MPI_COMM_WORLD, resolve, body)
 }
 
 /// The collective part of every creation: a private communicator, then the window.
