@@ -18,9 +18,10 @@ use reverb_transport::sys::shmfile;
 use crate::abi::*;
 use crate::coll;
 use crate::errors::{MpiError, MpiResult};
+use crate::ffi::UserBuf;
 use crate::state::State;
 
-use super::mem::Allocated;
+use super::mem::{copy_run, Allocated};
 use super::serve::apply_at;
 use super::shared::{io, map, Mapping};
 use super::win::Landing;
@@ -225,6 +226,24 @@ pub fn locked<R>(lock: usize, bound: Duration, f: impl FnOnce() -> MpiResult<R>)
     let out = f();
     word.store(0, Ordering::Release);
     out
+}
+
+/// A put (`to_target`) or get of `len` contiguous bytes at `off` of the mapped target `to`,
+/// copied straight between the program's buffer and the target's memory. Without the lock
+/// word: MPI makes only accumulates atomic; a put or get that overlaps a concurrent update has
+/// an undefined outcome (MPI 4.0, 12.7), as Open MPI's and MPICH's shared-memory paths leave it.
+///
+/// # Safety
+/// `buf` holds `len` bytes, readable for a put, writable for a get, for the call.
+pub unsafe fn copy_plain(to: Reach, off: u64, buf: UserBuf, len: usize, to_target: bool) -> MpiResult<()> {
+    if off.checked_add(len as u64).is_none_or(|e| e > to.size as u64) {
+        return Err(MpiError::new(
+            MPI_ERR_RMA_RANGE,
+            format!("{len} bytes at {off} outside the target window's {} bytes", to.size),
+        ));
+    }
+    // SAFETY: the run is inside the target's window (above); the buffer is the caller's promise.
+    unsafe { copy_run(to.base, off, buf, len, to_target) }
 }
 
 /// Applies `req` to the target memory at `to` now; a reply's bytes land in `into`.

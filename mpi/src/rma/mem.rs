@@ -27,6 +27,28 @@ pub fn gather(base: usize, runs: &[(u64, u64)]) -> MpiResult<Vec<u8>> {
     Ok(out)
 }
 
+/// Copies `len` bytes between the program's buffer `buf` and the window's bytes at `off`:
+/// into the window when `to_window`, out of it otherwise (memmove: a rank's put into its own
+/// window may name overlapping bytes).
+///
+/// # Safety
+/// `buf` holds `len` bytes, readable when `to_window`, writable otherwise, for the call; the
+/// run was checked against the window.
+pub unsafe fn copy_run(base: usize, off: u64, buf: UserBuf, len: usize, to_window: bool) -> MpiResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let window = at(base, off).ptr();
+    if buf.ptr().is_null() {
+        return Err(MpiError::new(crate::abi::MPI_ERR_BUFFER, format!("a null buffer of {len} bytes")));
+    }
+    let (from, to) = if to_window { (buf.ptr(), window) } else { (window, buf.ptr()) };
+    // SAFETY: both hold `len` bytes (the caller's promise and the window check); `copy` allows
+    // them to overlap.
+    unsafe { std::ptr::copy(from.cast_const(), to, len) };
+    Ok(())
+}
+
 /// Writes `data` over `runs`, in order (`data` holds exactly their bytes).
 pub fn scatter(base: usize, runs: &[(u64, u64)], data: &[u8]) -> MpiResult<()> {
     let mut from = 0;

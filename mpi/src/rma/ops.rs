@@ -13,7 +13,7 @@ use crate::request::{Request, Status};
 use crate::state::State;
 
 use super::serve::send;
-use super::sync::{check_alive, target_rank, wait_for};
+use super::sync::{check_alive, check_alive_of, target_rank, wait_for};
 use super::win::{win_call, Landing};
 use super::wire::{Msg, OpKind, OpReq};
 
@@ -95,6 +95,41 @@ pub fn issue(
     send(s, win, target, &Msg::Op(req))
 }
 
+/// A put or get of predefined types to a target this rank maps: the bytes go straight
+/// between the program's buffer and the target's memory, no runs, packing or request built.
+/// `None` where that does not apply; the general path then runs (and reports what is wrong).
+///
+/// # Safety
+/// `o.buf` spans its elements, readable for a put, writable for a get, for the call.
+unsafe fn plain_direct(
+    s: &State,
+    win: c_int,
+    o: &OriginArgs,
+    t: &TargetArgs,
+    put: bool,
+) -> MpiResult<Option<usize>> {
+    let (Some(osize), Some(tsize)) = (Datatype::plain_size(o.datatype), Datatype::plain_size(t.datatype))
+    else {
+        return Ok(None);
+    };
+    let (Ok(ocount), Ok(tcount)) = (usize::try_from(o.count), usize::try_from(t.count)) else {
+        return Ok(None);
+    };
+    let w = s.win(win)?;
+    let len = ocount.saturating_mul(osize);
+    let Some(rank) = usize::try_from(t.rank).ok().filter(|&r| r < w.reach.len()) else { return Ok(None) };
+    let Some(to) = w.reach[rank] else { return Ok(None) };
+    let start = (t.disp as i128) * i128::from(w.disp_units[rank]);
+    let Ok(off) = u64::try_from(start) else { return Ok(None) };
+    if len != tcount.saturating_mul(tsize) || off.checked_add(len as u64).is_none_or(|e| e > to.size as u64) {
+        return Ok(None);
+    }
+    check_alive_of(s, w, win)?;
+    // SAFETY: the caller's promise.
+    unsafe { super::direct::copy_plain(to, off, o.buf, len, put) }?;
+    Ok(Some(rank))
+}
+
 fn mismatch(origin: usize, target: usize) -> MpiError {
     MpiError::new(MPI_ERR_TYPE, format!("{origin} origin bytes for {target} target bytes"))
 }
@@ -102,6 +137,10 @@ fn mismatch(origin: usize, target: usize) -> MpiError {
 /// # Safety
 /// `o.buf` spans its elements, readable, for the call.
 unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { plain_direct(s, win, o, t, true) }? {
+        return Ok(Some(rank));
+    }
     let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
     // SAFETY: the caller's promise.
     let data = unsafe { origin_bytes(s, o) }?;
@@ -117,6 +156,10 @@ unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiR
 /// # Safety
 /// `o.buf` spans its elements, writable and left alone until the epoch's synchronization.
 unsafe fn get(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { plain_direct(s, win, o, t, false) }? {
+        return Ok(Some(rank));
+    }
     let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
     let dt = s.datatype(o.datatype)?;
     let count = count_of(o.count)?;

@@ -23,7 +23,11 @@ use super::wire::Msg;
 /// recovered existed (`recover`): without logging, or shared or dynamic memory, going on
 /// could answer wrongly.
 pub fn check_alive(s: &State, win: c_int) -> MpiResult<()> {
-    let w = s.win(win)?;
+    check_alive_of(s, s.win(win)?, win)
+}
+
+/// [`check_alive`] on window `win` already looked up as `w`.
+pub fn check_alive_of(s: &State, w: &Win, win: c_int) -> MpiResult<()> {
     if s.rt.report().detected_ns.len() == w.failures_seen
         || (s.rt.logging() && super::recover::recoverable(w.flavor))
     {
@@ -170,7 +174,12 @@ pub(crate) fn mpi_win_unlock_all(win: c_int) -> c_int {
 
 fn flush(function: &str, rank: c_int, win: c_int) -> c_int {
     win_call(function, win, |s| {
-        let Some(t) = target_rank(s.win(win)?, rank)? else { return Ok(()) };
+        let w = s.win(win)?;
+        let Some(t) = target_rank(w, rank)? else { return Ok(()) };
+        // Nothing due (every operation on a mapped target is applied at once): no wait.
+        if w.origin.due[t] == 0 && w.origin.refused.is_none() {
+            return check_alive_of(s, w, win);
+        }
         settle(s, win, t, function)
     })
 }
