@@ -12,7 +12,10 @@
 # `headline` runs). RATE=1: instead, the message rate of small nonblocking sends, osu_bw-like
 # (windows of 64 MPI_Isend against 64 pre-posted MPI_Irecv, a 1-byte ack per window), at
 # 1 B, 8 B, 64 B, 1 KiB, 8 KiB and 64 KiB; RATE_ITERS=2000 windows per size (fewer above
-# 8 KiB). DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed (mpiexec.mpich,
+# 8 KiB). RMA=1: instead, one-sided MPI as osu_put_latency / osu_put_bw run it (rank 0 puts or
+# gets into rank 1's MPI_Win_allocate window under a shared lock, MPI_Win_flush after each op,
+# or after windows of 64 for bandwidth) at 8 B and 64 KiB (latency) and 64 KiB, 1 MiB and 4 MiB
+# (bandwidth); RMA_ITERS=20000 latency ops. DEPS=0 skips ci/deps.sh; then a side whose MPI is not installed (mpiexec.mpich,
 # mpirun.openmpi) shows "-". REVERB_BIN=path uses that reverb and the libmpich.so beside it;
 # OLD_BUILD=dir adds a side "old" run from another build's reverb and libmpich.so in dir
 # (before/after in one interleaved run).
@@ -74,6 +77,15 @@ if [[ -n ${RATE:-} ]]; then
         tests+=("bw $b $((b > 8192 ? rate_iters / 8 : rate_iters))")
     done
 fi
+if [[ -n ${RMA:-} ]]; then
+    rma_iters=${RMA_ITERS:-20000}
+    tests=()
+    for op in put get; do
+        tests+=("${op}_lat 8 $rma_iters" "${op}_lat 65536 $((rma_iters / 10))")
+        tests+=("${op}_bw 65536 $((rma_iters / 100))" "${op}_bw 1048576 $((rma_iters / 1000))")
+        tests+=("${op}_bw 4194304 $((rma_iters / 4000))")
+    done
+fi
 declare -A best
 one_round() { # round: every test on every side, the sides' order rotating
     local t side kind v
@@ -85,7 +97,7 @@ one_round() { # round: every test on every side, the sides' order rotating
                 allreduce) v=$(measure "$side" 8 $t) ;;
                 *) v=$(measure "$side" 2 $t) ;;
             esac
-            best["$t|$side"]=$(rs_better "$([[ $kind == bw ]] && echo high || echo low)" "${best["$t|$side"]:-}" "$v")
+            best["$t|$side"]=$(rs_better "$([[ $kind == *bw ]] && echo high || echo low)" "${best["$t|$side"]:-}" "$v")
         done
     done
 }
