@@ -9,6 +9,7 @@ use super::tuning::{self, Allgather};
 use super::Group;
 use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
+use crate::ffi::UserBuf;
 use crate::state::State;
 
 /// Every rank's bytes at `root`, in rank order.
@@ -62,6 +63,85 @@ fn ring(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
         all[wrap(g.me, step + 1, n)] = got;
     }
     Ok(all)
+}
+
+/// MPI_Allgather's (`uniform`: every rank's block alike) or MPI_Allgatherv's algorithm: the
+/// tuned one for the first, a ring for the second (whose blocks may lie anywhere). Every rank
+/// computes the same from the call's arguments, whichever of `allgather_blocks` and
+/// `allgather_in_place` its receive datatype takes.
+fn call_algorithm(total: usize, n: usize, uniform: bool) -> Allgather {
+    if uniform {
+        tuning::allgather(total, n)
+    } else {
+        Allgather::Ring
+    }
+}
+
+/// MPI_Allgather(v) of packed blocks: `call_algorithm`, each message the blocks themselves (a
+/// round of recursive doubling sends its blocks one after another, as `allgather_in_place`).
+pub(crate) fn allgather_blocks(
+    s: &mut State,
+    g: &Group,
+    mine: &[u8],
+    total: usize,
+    uniform: bool,
+) -> MpiResult<Vec<Vec<u8>>> {
+    if call_algorithm(total, g.size(), uniform) == Allgather::Ring {
+        return ring(s, g, mine);
+    }
+    let n = g.size();
+    let mut all = vec![Vec::new(); n];
+    all[g.me] = mine.to_vec();
+    let mut mask = 1;
+    while mask < n {
+        let partner = g.me ^ mask;
+        let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
+        let got = g.shift(s, partner, partner, &all[base..base + mask].concat())?;
+        if got.len() != mask * mine.len() {
+            return Err(g.too_long(got.len(), mask * mine.len()));
+        }
+        for (i, piece) in got.chunks(mine.len().max(1)).take(mask).enumerate() {
+            all[theirs + i] = piece.to_vec();
+        }
+        mask <<= 1;
+    }
+    Ok(all)
+}
+
+/// MPI_Allgather(v) in the program's receive buffer, for a contiguous receive datatype: rank
+/// i's block is `blocks[i]` (its address and bytes), this rank's filled already; each block is
+/// sent from where it lies and received where it goes (no packing, framing or allocation).
+/// Recursive doubling needs MPI_Allgather's blocks, one after another in rank order (a
+/// round's blocks are then one run).
+pub(crate) fn allgather_in_place(
+    s: &mut State,
+    g: &Group,
+    blocks: &[(UserBuf, usize)],
+    uniform: bool,
+) -> MpiResult<()> {
+    let n = g.size();
+    let total = blocks.iter().map(|b| b.1).sum();
+    match call_algorithm(total, n, uniform) {
+        Allgather::RecursiveDoubling => {
+            let mut mask = 1;
+            while mask < n {
+                let partner = g.me ^ mask;
+                let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
+                let run =
+                    |first: usize| (blocks[first].0, blocks[first..first + mask].iter().map(|b| b.1).sum());
+                g.shift_into_buffers(s, (partner, run(base)), (partner, run(theirs)))?;
+                mask <<= 1;
+            }
+        }
+        Allgather::Ring => {
+            let (right, left) = ((g.me + 1) % n, (g.me + n - 1) % n);
+            for step in 0..n - 1 {
+                let (out, into) = (blocks[wrap(g.me, step, n)], blocks[wrap(g.me, step + 1, n)]);
+                g.shift_into_buffers(s, (right, out), (left, into))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every member's `mine`, in rank order, for communicator creation: journaled in start order

@@ -46,7 +46,11 @@ fn alltoall_call(
         }
     }
     let (st, sl, src) = if in_place(sendbuf) {
-        (rt.clone(), Pieces { counts: rl.counts.clone(), displs: rl.displs.clone() }, recvbuf)
+        (
+            rt.clone(),
+            Pieces { counts: rl.counts.clone(), displs: rl.displs.clone(), uniform: rl.uniform },
+            recvbuf,
+        )
     } else {
         (s.datatype(sendtype)?, send(n)?, sendbuf)
     };

@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use super::{allgather, count_of, gather, in_place, Group};
+use super::{allgather_blocks, allgather_in_place, count_of, gather, in_place, Group};
 use crate::abi::*;
 use crate::datatype::{offset, Datatype};
 use crate::errors::MpiResult;
@@ -16,11 +16,17 @@ pub(crate) struct Pieces {
     pub(crate) counts: Vec<usize>,
     /// Displacements in elements of the type.
     pub(crate) displs: Vec<isize>,
+    /// Every piece alike, one after another (MPI_Allgather's, not the v forms').
+    pub(crate) uniform: bool,
 }
 
 impl Pieces {
     pub(crate) fn uniform(n: usize, count: usize) -> Pieces {
-        Pieces { counts: vec![count; n], displs: (0..n).map(|i| (i * count) as isize).collect() }
+        Pieces {
+            counts: vec![count; n],
+            displs: (0..n).map(|i| (i * count) as isize).collect(),
+            uniform: true,
+        }
     }
 
     pub(crate) fn varying(n: usize, counts: In<'_, c_int>, displs: In<'_, c_int>) -> MpiResult<Pieces> {
@@ -29,7 +35,7 @@ impl Pieces {
             unsafe { ffi::array(counts, n, "counts") }?.iter().map(|&c| count_of(c)).collect::<MpiResult<_>>()?;
         // SAFETY: the array is as long as this call's counts say (the FFI contract).
         let displs = unsafe { ffi::array(displs, n, "displs") }?.iter().map(|&d| d as isize).collect();
-        Ok(Pieces { counts, displs })
+        Ok(Pieces { counts, displs, uniform: false })
     }
 
     pub(crate) fn at(&self, base: UserBuf, dt: &Datatype, i: usize) -> UserBuf {
@@ -73,6 +79,9 @@ fn gather_call(
     }
     let layout = pieces(g.size())?;
     let rt = s.datatype(recvtype)?;
+    if root.is_none() && rt.is_contiguous() {
+        return allgather_direct(s, &g, (sendbuf, sendcount, sendtype), (recvbuf, &layout, &rt));
+    }
     let mine = if in_place(sendbuf) {
         // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
         unsafe { rt.pack(&layout.at(recvbuf, &rt, g.me), layout.counts[g.me]) }?.into_owned()
@@ -82,7 +91,13 @@ fn gather_call(
     };
     let all = match root {
         Some(_) => gather(s, &g, root_rank, &mine)?,
-        None => Some(allgather(s, &g, &mine, layout.counts.iter().sum::<usize>() * rt.size)?),
+        None => Some(allgather_blocks(
+            s,
+            &g,
+            &mine,
+            layout.counts.iter().sum::<usize>() * rt.size,
+            layout.uniform,
+        )?),
     };
     let Some(all) = all else { return Ok(()) };
     for (i, bytes) in all.iter().enumerate() {
@@ -90,6 +105,34 @@ fn gather_call(
         unsafe { rt.unpack(bytes, layout.at(recvbuf, &rt, i), layout.counts[i]) }?;
     }
     Ok(())
+}
+
+/// MPI_Allgather(v) into a contiguous receive datatype: this rank's block copied into its
+/// place (unless `MPI_IN_PLACE`), then the others exchanged in the receive buffer itself.
+fn allgather_direct(
+    s: &mut State,
+    g: &Group,
+    (sendbuf, sendcount, sendtype): (UserBuf, c_int, c_int),
+    (recvbuf, layout, rt): (UserBuf, &Pieces, &Datatype),
+) -> MpiResult<()> {
+    let blocks: Vec<(UserBuf, usize)> =
+        (0..g.size()).map(|i| (layout.at(recvbuf, rt, i), rt.bytes_for(layout.counts[i]))).collect();
+    if !in_place(sendbuf) {
+        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+        let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?;
+        let (at, len) = blocks[g.me];
+        if mine.len() != len {
+            return Err(g.too_long(mine.len(), len));
+        }
+        let (a, b) = (at.addr(), mine.as_ptr() as usize);
+        if len > 0 && a < b.saturating_add(len) && b < a.saturating_add(len) {
+            return Err(super::api::aliased());
+        }
+        // SAFETY: the receive buffer spans this rank's block, writable until the call returns
+        // (MPI's buffer rule), apart from the send buffer (checked above).
+        unsafe { at.bytes_mut(len) }?.copy_from_slice(&mine);
+    }
+    allgather_in_place(s, g, &blocks, layout.uniform)
 }
 
 #[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them

@@ -10,6 +10,7 @@ use reverb_transport::{OpId, Source, TagMatch};
 use crate::abi::*;
 use crate::coro;
 use crate::errors::{MpiError, MpiResult};
+use crate::ffi::UserBuf;
 use crate::frag;
 use crate::state::State;
 use crate::tags;
@@ -75,6 +76,23 @@ impl Group {
         into: &mut [u8],
     ) -> MpiResult<()> {
         self.exchange(s, to, bytes, |s| self.recv_into(s, from, into))
+    }
+
+    /// `shift_into` between two runs of the program's buffers, (rank, (address, bytes)) each:
+    /// `out` sent to its rank, `into` filled from its own. MPI_ERR_BUFFER if they overlap.
+    pub(crate) fn shift_into_buffers(
+        &self,
+        s: &mut State,
+        (to, out): (usize, (UserBuf, usize)),
+        (from, into): (usize, (UserBuf, usize)),
+    ) -> MpiResult<()> {
+        if out.0.overlaps(out.1, into.0, into.1) {
+            return Err(super::api::aliased());
+        }
+        // SAFETY: MPI's buffer rule: the program's buffers span these runs, `out` readable and
+        // `into` writable and left alone until the call returns; they do not overlap (above).
+        let (bytes, landing) = unsafe { (out.0.bytes(out.1)?, into.0.bytes_mut(into.1)?) };
+        self.shift_into(s, to, from, bytes, landing)
     }
 
     /// Sends `bytes` to `to` (lent from `EXCHANGE_LENT_MIN`), then `receive`s, then waits for

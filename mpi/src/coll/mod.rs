@@ -27,7 +27,7 @@ mod reduce;
 mod tuning;
 
 pub use self::allgather::allgather_bytes;
-pub(crate) use self::allgather::{allgather, gather};
+pub(crate) use self::allgather::{allgather, allgather_blocks, allgather_in_place, gather};
 pub(crate) use self::api_gather::*;
 pub(crate) use self::bcast::{bcast, bcast_in_place, bcast_sized};
 pub(crate) use self::frame::{frame, unframe};

@@ -1,9 +1,9 @@
 /* Each collective algorithm on both sides of its size threshold (mpi/src/coll/tuning.rs:
  * broadcast binomial / scatter + all-gather at 12 KiB; all-reduce recursive doubling /
  * Rabenseifner at 2 KiB / ring at 64 KiB off powers of two; all-to-all Bruck up to 256 B
- * blocks / pairwise; all-gather recursive doubling / ring at 512 KiB), on communicators of
- * 2, 3, 4, 5 and 8 ranks (run on 8; the 5 in reverse rank order), against values computed
- * here. Floating-point sums must be bit-identical at every rank; a non-commutative user
+ * blocks / pairwise; all-gather recursive doubling / ring at 512 KiB, each rank's receive
+ * datatype contiguous or strided), on communicators of 2, 3, 4, 5 and 8 ranks (run on 8; the
+ * 5 in reverse rank order), against values computed here. Floating-point sums must be bit-identical at every rank; a non-commutative user
  * operation must combine in rank order; MPI_IN_PLACE and derived types too.
  * Rank 0 prints "coll_sizes: ok". */
 #include <mpi.h>
@@ -177,16 +177,57 @@ static void alltoall_ints(MPI_Comm comm, int rank, int size, int block, int in_p
     free(r);
 }
 
-static void allgather_ints(MPI_Comm comm, int rank, int size, int count) {
-    int *mine = malloc(sizeof(int) * count), *all = malloc(sizeof(int) * count * size);
+/* MPI_Allgather with the odd ranks receiving through a strided datatype (the packed path)
+ * and the even ones into plain ints (the blocks exchanged in their buffer, MPI_IN_PLACE with
+ * `in_place`): both must run one algorithm with the same messages. */
+static void allgather_ints(MPI_Comm comm, int rank, int size, int count, int in_place) {
+    int stride = rank % 2 ? 2 : 1, span = (count - 1) * stride + 1;
+    int *mine = malloc(sizeof(int) * count), *all = calloc((size_t)span * size, sizeof(int));
     for (int e = 0; e < count; e++)
         mine[e] = rank * 7 + e;
-    MPI_Allgather(mine, count, MPI_INT, all, count, MPI_INT, comm);
+    MPI_Datatype rt = MPI_INT;
+    int rc = count;
+    void *send = mine;
+    if (stride == 2) {
+        MPI_Type_vector(count, 1, 2, MPI_INT, &rt);
+        MPI_Type_commit(&rt);
+        rc = 1;
+    } else if (in_place) {
+        memcpy(all + (size_t)rank * span, mine, sizeof(int) * count);
+        send = MPI_IN_PLACE;
+    }
+    MPI_Allgather(send, count, MPI_INT, all, rc, rt, comm);
     int bad = 0;
     for (int r = 0; r < size; r++)
         for (int e = 0; e < count; e++)
-            bad += all[r * count + e] != r * 7 + e;
-    CHECK(bad == 0, "allgather of %d ints on %d ranks: %d wrong", count, size, bad);
+            bad += all[(size_t)r * span + (size_t)e * stride] != r * 7 + e;
+    CHECK(bad == 0, "allgather of %d ints (in place %d, stride %d) on %d ranks: %d wrong", count, in_place, stride,
+          size, bad);
+    if (rt != MPI_INT)
+        MPI_Type_free(&rt);
+    free(mine);
+    free(all);
+}
+
+/* MPI_Allgatherv with rank r's count + r ints placed in reverse rank order. */
+static void allgatherv_ints(MPI_Comm comm, int rank, int size, int count) {
+    int *counts = malloc(sizeof(int) * size), *displs = malloc(sizeof(int) * size), total = 0;
+    for (int r = size - 1; r >= 0; r--) {
+        counts[r] = count + r;
+        displs[r] = total;
+        total += counts[r];
+    }
+    int *mine = malloc(sizeof(int) * counts[rank]), *all = malloc(sizeof(int) * total);
+    for (int e = 0; e < counts[rank]; e++)
+        mine[e] = rank * 11 + e;
+    MPI_Allgatherv(mine, counts[rank], MPI_INT, all, counts, displs, MPI_INT, comm);
+    int bad = 0;
+    for (int r = 0; r < size; r++)
+        for (int e = 0; e < counts[r]; e++)
+            bad += all[displs[r] + e] != r * 11 + e;
+    CHECK(bad == 0, "allgatherv of %d+ ints on %d ranks: %d wrong", count, size, bad);
+    free(counts);
+    free(displs);
     free(mine);
     free(all);
 }
@@ -223,8 +264,10 @@ static void on(MPI_Comm comm) {
     }
     /* 512 KiB in all: 131072 ints. */
     int gathers[] = {1, 100, 131072 / size - 1, 131072 / size + 1};
-    for (unsigned i = 0; i < sizeof gathers / sizeof *gathers; i++)
-        allgather_ints(comm, rank, size, gathers[i]);
+    for (unsigned i = 0; i < sizeof gathers / sizeof *gathers; i++) {
+        allgather_ints(comm, rank, size, gathers[i], i % 2);
+        allgatherv_ints(comm, rank, size, gathers[i]);
+    }
 }
 
 int main(int argc, char **argv) {
