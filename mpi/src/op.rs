@@ -50,36 +50,32 @@ fn bad(op: c_int, elem: Elem) -> MpiError {
     MpiError::new(MPI_ERR_OP, format!("operation {op:#x} is not defined on {elem:?} elements"))
 }
 
-macro_rules! numeric {
-    ($op:expr, $t:ty, $a:expr, $b:expr, $int:tt) => {{
-        let w = std::mem::size_of::<$t>();
-        for (x, y) in $a.chunks_exact(w).zip($b.chunks_exact_mut(w)) {
-            let p = <$t>::from_le_bytes(x.try_into().unwrap_or_default());
-            let q = <$t>::from_le_bytes((&*y).try_into().unwrap_or_default());
-            let r: $t = match $op {
-                MPI_MAX => {
-                    if p > q {
-                        p
-                    } else {
-                        q
-                    }
-                }
-                MPI_MIN => {
-                    if p < q {
-                        p
-                    } else {
-                        q
-                    }
-                }
-                MPI_SUM => int_or_float!($int, p, q, add),
-                MPI_PROD => int_or_float!($int, p, q, mul),
-                MPI_REPLACE => p,
-                MPI_NO_OP => q,
-                _ => return Err(bad($op, Elem::Opaque)),
-            };
-            y.copy_from_slice(&r.to_le_bytes());
+/// `b[i] = f(a[i], b[i])` over the elements of type `$t`: one operation per loop, so the
+/// compiler vectorizes it.
+macro_rules! each {
+    ($t:ty, $a:expr, $b:expr, |$p:ident, $q:ident| $body:expr) => {{
+        const W: usize = std::mem::size_of::<$t>();
+        let (xs, ys) = ($a.as_chunks::<W>().0, $b.as_chunks_mut::<W>().0);
+        for (x, y) in xs.iter().zip(ys.iter_mut()) {
+            let ($p, $q) = (<$t>::from_le_bytes(*x), <$t>::from_le_bytes(*y));
+            let r: $t = $body;
+            *y = r.to_le_bytes();
         }
         Ok(())
+    }};
+}
+
+macro_rules! numeric {
+    ($op:expr, $t:ty, $a:expr, $b:expr, $int:tt) => {{
+        match $op {
+            MPI_MAX => each!($t, $a, $b, |p, q| if p > q { p } else { q }),
+            MPI_MIN => each!($t, $a, $b, |p, q| if p < q { p } else { q }),
+            MPI_SUM => each!($t, $a, $b, |p, q| int_or_float!($int, p, q, add)),
+            MPI_PROD => each!($t, $a, $b, |p, q| int_or_float!($int, p, q, mul)),
+            MPI_REPLACE => each!($t, $a, $b, |p, _q| p),
+            MPI_NO_OP => Ok(()),
+            _ => Err(bad($op, Elem::Opaque)),
+        }
     }};
 }
 

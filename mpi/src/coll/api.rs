@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use super::{
     allreduce, allreduce_in_place, allreduce_runs_in_place, barrier, bcast_in_place, bcast_sized, count_of,
-    in_place, reduce, Group, Reduction,
+    in_place, reduce, reduce_in_place, reduce_runs_in_place, Group, ReduceAt, Reduction,
 };
 use crate::abi::*;
 use crate::datatype::Datatype;
@@ -111,6 +111,9 @@ fn reduce_call(
     if root.is_none() && allreduced_in_place(s, &g, (sendbuf, recvbuf), n, (datatype, op))? {
         return Ok(());
     }
+    if root.is_some() && reduced_in_place(s, &g, root_rank, (sendbuf, recvbuf), n, (datatype, op))? {
+        return Ok(());
+    }
     let (dt, op, mine) = contribution(s, (sendbuf, recvbuf), n, datatype, op)?;
     let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
     let result = match root {
@@ -149,6 +152,43 @@ fn allreduced_in_place(
         acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
     }
     allreduce_in_place(s, g, acc, &r).map(|()| true)
+}
+
+/// `MPI_Reduce` of a contiguous datatype in the program's buffers (the root's `sendbuf`
+/// copied into its receive buffer first, unless MPI_IN_PLACE), where `reduce_in_place`
+/// applies; false, nothing done, elsewhere.
+fn reduced_in_place(
+    s: &mut State,
+    g: &Group,
+    root: usize,
+    (sendbuf, recvbuf): (UserBuf, UserBuf),
+    n: usize,
+    (datatype, op): (c_int, c_int),
+) -> MpiResult<bool> {
+    let (dt, op) = (s.datatype(datatype)?, s.op(op)?);
+    let r = Reduction { op, dt: &dt, dt_handle: datatype, count: n };
+    if n == 0 || !reduce_runs_in_place(&r, root) || (g.me != root && in_place(sendbuf)) {
+        return Ok(false);
+    }
+    let len = dt.bytes_for(n);
+    if g.me != root {
+        // SAFETY: MPI's buffer rule: the send buffer spans `n` elements of this contiguous
+        // datatype, readable until the call returns.
+        let mine = unsafe { sendbuf.bytes(len) }?;
+        return reduce_in_place(s, g, root, ReduceAt::Other(mine), &r).map(|()| true);
+    }
+    if !in_place(sendbuf) && sendbuf.overlaps(len, recvbuf, len) {
+        return Err(aliased());
+    }
+    // SAFETY: MPI's buffer rule: the receive buffer spans `n` elements of this contiguous
+    // datatype, writable and left alone until the call returns; the send buffer likewise
+    // readable, apart from it (checked above).
+    let acc = unsafe { recvbuf.bytes_mut(len) }?;
+    if !in_place(sendbuf) {
+        // SAFETY: as above.
+        acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
+    }
+    reduce_in_place(s, g, root, ReduceAt::Root(acc), &r).map(|()| true)
 }
 
 /// Send and receive buffers that share bytes without MPI_IN_PLACE.

@@ -32,7 +32,10 @@ pub(crate) use self::api_gather::*;
 pub(crate) use self::bcast::{bcast, bcast_in_place, bcast_sized};
 pub(crate) use self::frame::{frame, unframe};
 pub(crate) use self::group::{barrier, coll_recv, Group};
-pub(crate) use self::reduce::{allreduce, allreduce_in_place, allreduce_runs_in_place, reduce, Reduction};
+pub(crate) use self::reduce::{
+    allreduce, allreduce_in_place, allreduce_runs_in_place, reduce, reduce_in_place, reduce_runs_in_place,
+    ReduceAt, Reduction,
+};
 
 pub(crate) fn count_of(count: c_int) -> MpiResult<usize> {
     usize::try_from(count).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("count {count}")))

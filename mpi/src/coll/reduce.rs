@@ -142,6 +142,68 @@ fn reduce_logged(
     Ok(None)
 }
 
+/// Whether `MPI_Reduce` of `r` to `root` runs in the program's buffers (`reduce_in_place`):
+/// a contiguous datatype, and a tree rooted at `root` (a commutative operation, or root 0).
+pub(crate) fn reduce_runs_in_place(r: &Reduction<'_>, root: usize) -> bool {
+    r.dt.is_contiguous() && (r.op.commutative() || root == 0)
+}
+
+/// This rank's part in `reduce_in_place`: the root's receive buffer, holding its
+/// contribution already, or another rank's contribution.
+pub(crate) enum ReduceAt<'a> {
+    Root(&'a mut [u8]),
+    Other(&'a [u8]),
+}
+
+/// `reduce` in the program's buffers where `reduce_runs_in_place`: the same binomial tree and
+/// operand order, so the same bits. A leaf sends its contribution as it lies; a rank with
+/// children receives them into the state's scratch buffer and combines there (the root in
+/// its receive buffer).
+pub(crate) fn reduce_in_place(
+    s: &mut State,
+    g: &Group,
+    root: usize,
+    at: ReduceAt<'_>,
+    r: &Reduction<'_>,
+) -> MpiResult<()> {
+    let n = g.size();
+    let vr = (g.me + n - root) % n;
+    // The lowest bit set in vr names the parent, the masks below it the children.
+    let parent_mask = if vr == 0 { n.next_power_of_two() } else { 1 << vr.trailing_zeros() };
+    let parent = (vr != 0).then(|| ((vr & !parent_mask) + root) % n);
+    let leaf = parent_mask == 1 || (vr | 1) >= n;
+    match (at, parent) {
+        (ReduceAt::Other(mine), Some(to)) if leaf => g.send_synchronous(s, to, mine),
+        (ReduceAt::Root(_), _) if leaf => Ok(()),
+        (at, parent) => with_scratch(s, |s, scratch| {
+            let len = match &at {
+                ReduceAt::Root(acc) => acc.len(),
+                ReduceAt::Other(mine) => mine.len(),
+            };
+            scratch.resize(2 * len, 0);
+            let (incoming, own) = scratch.split_at_mut(len);
+            let acc = match at {
+                ReduceAt::Root(acc) => acc,
+                ReduceAt::Other(mine) => {
+                    own.copy_from_slice(mine);
+                    own
+                }
+            };
+            let mut mask = 1;
+            while mask < parent_mask && (vr | mask) < n {
+                g.recv_into(s, ((vr | mask) + root) % n, incoming)?;
+                r.combine(r.count, acc, incoming)?;
+                acc.copy_from_slice(incoming);
+                mask <<= 1;
+            }
+            match parent {
+                Some(to) => g.send_synchronous(s, to, acc),
+                None => Ok(()),
+            }
+        }),
+    }
+}
+
 /// A communicator of n ranks folded onto the largest power of two p <= n: of the first
 /// 2 (n - p) ranks each even one hands its value to the odd one after it, which combines the
 /// pair in order. The p ranks left keep rank order.
