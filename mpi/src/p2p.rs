@@ -99,12 +99,13 @@ pub struct SendArgs {
 /// arrival (MPI_Grequest_complete on another thread) wakes no one.
 const WAIT_NAP: Duration = Duration::from_millis(1);
 
-/// The smallest send whose bytes are lent (`SendMode::Lent`). Above MPICH's shared-memory
-/// eager limit (64 KiB), so a program whose blocking sends up to it rely on being buffered (as
-/// they are on MPICH) never waits on its receiver here; and where a cross-memory read beats
-/// the staged copy (measured on shm: 64 KiB ping-pong 8.1 us staged, 9.8 us read in place;
-/// 1 MiB streamed 7.4 GB/s staged, 19 GB/s in place with both ends copying).
-const LENT_MIN: usize = 256 << 10;
+/// The smallest send whose bytes are lent (`SendMode::Lent`): a blocking one waits until its
+/// receiver has read them. Above what Debian's MPICH buffers (two ranks sending each other
+/// 8 KiB then receiving finish there, 9000 bytes wait forever; Open MPI waits from 4 KiB), so
+/// a program that relies on MPICH buffering its sends is buffered here too; and where reading
+/// in place beats the staged copy (IMB PingPong on shm: 32 KiB 2.5-3.1 us against 5.6 staged,
+/// 64 KiB 3.8 against 8.1, Open MPI 2.8 and 3.6).
+const LENT_MIN: usize = 16 << 10;
 
 /// How a send hands its bytes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -647,9 +648,12 @@ impl State {
                 self.wait_until("MPI_Wait", |s| Ok(s.generalized_complete(h)))?;
                 return self.finish_generalized(h);
             }
-            // With windows open or collectives started the wait below progresses (serving
-            // them) until it is sent.
-            Some(&Request::LentSend(op)) if self.wins.items.is_empty() && self.colls.is_empty() => {
+            // With receives posted, windows open or collectives started the wait below
+            // progresses (matching and serving them) until it is sent: a peer's lent send
+            // to a posted receive completes only once this rank matches it.
+            Some(&Request::LentSend(op))
+                if self.pending_recvs.is_empty() && self.wins.items.is_empty() && self.colls.is_empty() =>
+            {
                 // The runtime's own wait: it spins, then sleeps until a completion comes.
                 self.rt.wait_lent(op)?;
                 self.requests.remove(h);
