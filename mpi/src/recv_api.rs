@@ -6,7 +6,7 @@ use crate::abi::*;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi;
 use crate::ffi::{Out, StatusOut, UserBuf};
-use crate::p2p::SendArgs;
+use crate::p2p::{SendArgs, SendMode};
 use crate::request::{write_status, Status};
 use crate::state::{call, State};
 
@@ -113,8 +113,14 @@ pub(crate) unsafe fn mpi_sendrecv(
             tag: recvtag,
             comm,
         };
-        let h = post_sendrecv(s, &send, &recv)?;
-        let st = s.wait_request(h)?;
+        // The receive posted first; the send lent (read in place from 16 KiB, as MPI_Send's),
+        // and waited for even when the receive failed: its bytes are lent until then.
+        let h = post(s, &recv)?;
+        let sent = s.start_send_as(&send, SendMode::Lent)?;
+        let sent = s.requests.insert(sent)?;
+        let st = s.wait_request(h);
+        s.wait_request(sent)?;
+        let st = st?;
         write_status(status, st)?;
         truncation(st)
     })
