@@ -5,7 +5,8 @@
 # benchmark at each rank count, the three sides interleaved (their order rotating by round),
 # REPEAT rounds keeping each side's best. Prints one table: time in us (t_avg, or PingPong's
 # t; lower is better) or MB/s (Uniband, Biband; higher is better) per benchmark, ranks and
-# size, and the ratios reverb / MPICH and reverb / Open MPI. Raw outputs in $RESULTS.
+# size, and the ratios reverb / MPICH and reverb / Open MPI (also as markdown, $RESULTS/table.md,
+# which docs/benchmarks-imb.md shows). Raw outputs in $RESULTS.
 #
 # Needs IMB's sources: IMB_SRC=DIR, a directory with IMB's build.sh (`build.sh mpich|openmpi
 # OUT`), e.g. the external suite beside the repository in CI. Built once into $RESULTS.
@@ -109,7 +110,13 @@ for side in "${sides[@]}"; do
     done < <(best "$side")
 done
 echo
-echo "IMB-MPI1: reverb vs MPICH vs Open MPI; $(rs_stamp); best of $repeat round(s), -time $imb_time"
+title="IMB-MPI1: reverb vs MPICH vs Open MPI; $(rs_stamp); best of $repeat round(s), -time $imb_time"
+echo "$title"
+# The same rows in markdown, for docs/benchmarks-imb.md (the day and the machine: the docs
+# name no commit or clock time).
+printf 'Measured by `compare imb` on %s: %s; best of %s round(s), -time %s.\n\n| benchmark | ranks | bytes | reverb | MPICH | Open MPI | reverb / MPICH | reverb / Open MPI | unit |\n' \
+    "$(date -u +%F)" "$(rs_machine)" "$repeat" "$imb_time" >"$results/table.md"
+echo '|---|---:|---:|---:|---:|---:|---:|---:|---|' >>"$results/table.md"
 printf '%-10s %5s %9s %12s %12s %12s %13s %14s\n' benchmark ranks bytes reverb MPICH "Open MPI" reverb/MPICH reverb/OpenMPI
 for bench in $benches; do
     for k in "${keys[@]}"; do
@@ -119,8 +126,10 @@ for bench in $benches; do
         r=${val["$b $n $s|reverb"]:-} m=${val["$b $n $s|mpich"]:-} o=${val["$b $n $s|ompi"]:-}
         unit=us
         [[ " $higher " == *" $b "* ]] && unit=MB/s
-        printf '%-10s %5s %9s %12s %12s %12s %13s %14s  %s\n' "$b" "$n" "$s" "${r:--}" "${m:--}" "${o:--}" \
-            "$(rs_ratio "${r:-}" "${m:-}")" "$(rs_ratio "${r:-}" "${o:-}")" "$unit"
+        row=("$b" "$n" "$s" "${r:--}" "${m:--}" "${o:--}" "$(rs_ratio "${r:-}" "${m:-}")" \
+            "$(rs_ratio "${r:-}" "${o:-}")" "$unit")
+        printf '%-10s %5s %9s %12s %12s %12s %13s %14s  %s\n' "${row[@]}"
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "${row[@]}" >>"$results/table.md"
     done
 done | tee "$results/table.txt"
 echo "raw outputs: $results"
