@@ -443,6 +443,15 @@ impl Core {
         self.fail_pending(rank, &dead);
     }
 
+    /// Forgets the frames queued for `rank` and fails the operations waiting on its answers
+    /// (`PeerDead`), whether or not it was marked dead already.
+    fn drop_queued(&mut self, rank: Rank) {
+        let Some(peer) = self.peers.get_mut(rank as usize) else { return };
+        peer.tx = Tx::default();
+        peer.rx = Rx::new(self.max_body);
+        self.fail_pending(rank, &TransportError::PeerDead(rank));
+    }
+
     /// Fails the awaited connections that did not come within their bound.
     pub(super) fn expire_awaits(&mut self) {
         let late: Vec<Rank> = (0..self.job.size)
@@ -601,8 +610,10 @@ impl Core {
                 ),
             });
         }
-        // The old incarnation is gone even if its close was not seen yet.
+        // The old incarnation is gone even if its close was not seen yet; frames still queued
+        // for it, and the operations waiting on them, must not reach the new one.
         self.mark_dead(peer);
+        self.drop_queued(peer);
         self.tagged.get().purge_unexpected_from(peer);
         if self.job.rank < peer {
             return self.dial(peer, &address);

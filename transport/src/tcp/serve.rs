@@ -186,6 +186,13 @@ impl Core {
     /// long for the buffer, which the sender still completes).
     pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
         let Fetch { recv, source, rts } = f;
+        // A sender found dead since its announcement took its region along: the receive
+        // fails now. Queued, the read would wait for nothing and then reach the sender's next
+        // incarnation, which knows neither its key nor its FIN.
+        if let Err(e) = self.live(source) {
+            self.cq.push(tagged::recv_completion(recv.op, source, rts.tag, 0, Err(e)));
+            return;
+        }
         let capacity = recv.buffer.capacity();
         if rts.len > capacity as u64 {
             self.send_control(source, &SlotHeader::fin(&rts, fin::TRUNCATED));
