@@ -29,13 +29,14 @@ pub(crate) fn gather(s: &mut State, g: &Group, root: usize, mine: &[u8]) -> MpiR
 /// at every rank (0 where only the ranks' own lengths are known: small setup exchanges).
 pub(crate) fn allgather(s: &mut State, g: &Group, mine: &[u8], total: usize) -> MpiResult<Vec<Vec<u8>>> {
     match tuning::allgather(total, g.size()) {
-        Allgather::RecursiveDoubling => recursive_doubling(s, g, mine),
+        Allgather::RecursiveDoubling => recursive_doubling(s, g, mine, false),
         Allgather::Ring => ring(s, g, mine),
     }
 }
 
-/// Round k (n a power of two), ranks 2^k apart swap the 2^k pieces each holds.
-fn recursive_doubling(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+/// Round k (n a power of two), ranks 2^k apart swap the 2^k pieces each holds: framed, or
+/// (`alike`: every rank's piece as long as this one's, MPI_Allgather's) one after another.
+fn recursive_doubling(s: &mut State, g: &Group, mine: &[u8], alike: bool) -> MpiResult<Vec<Vec<u8>>> {
     let n = g.size();
     let mut all = vec![Vec::new(); n];
     all[g.me] = mine.to_vec();
@@ -43,8 +44,16 @@ fn recursive_doubling(s: &mut State, g: &Group, mine: &[u8]) -> MpiResult<Vec<Ve
     while mask < n {
         let partner = g.me ^ mask;
         let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
-        let got = g.shift(s, partner, partner, &frame(&all[base..base + mask]))?;
-        for (i, piece) in unframe(&got, mask)?.into_iter().enumerate() {
+        let ours = &all[base..base + mask];
+        let got = g.shift(s, partner, partner, &if alike { ours.concat() } else { frame(ours) })?;
+        let pieces = match alike {
+            false => unframe(&got, mask)?,
+            true if got.len() == mask * mine.len() => {
+                got.chunks(mine.len().max(1)).map(<[u8]>::to_vec).collect()
+            }
+            true => return Err(g.too_long(got.len(), mask * mine.len())),
+        };
+        for (i, piece) in pieces.into_iter().take(mask).enumerate() {
             all[theirs + i] = piece;
         }
         mask <<= 1;
@@ -86,26 +95,10 @@ pub(crate) fn allgather_blocks(
     total: usize,
     uniform: bool,
 ) -> MpiResult<Vec<Vec<u8>>> {
-    if call_algorithm(total, g.size(), uniform) == Allgather::Ring {
-        return ring(s, g, mine);
+    match call_algorithm(total, g.size(), uniform) {
+        Allgather::Ring => ring(s, g, mine),
+        Allgather::RecursiveDoubling => recursive_doubling(s, g, mine, true),
     }
-    let n = g.size();
-    let mut all = vec![Vec::new(); n];
-    all[g.me] = mine.to_vec();
-    let mut mask = 1;
-    while mask < n {
-        let partner = g.me ^ mask;
-        let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
-        let got = g.shift(s, partner, partner, &all[base..base + mask].concat())?;
-        if got.len() != mask * mine.len() {
-            return Err(g.too_long(got.len(), mask * mine.len()));
-        }
-        for (i, piece) in got.chunks(mine.len().max(1)).take(mask).enumerate() {
-            all[theirs + i] = piece.to_vec();
-        }
-        mask <<= 1;
-    }
-    Ok(all)
 }
 
 /// MPI_Allgather(v) in the program's receive buffer, for a contiguous receive datatype: rank

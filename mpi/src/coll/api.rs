@@ -142,16 +142,31 @@ fn allreduced_in_place(
     if n == 0 || !allreduce_runs_in_place(s, g, &r) {
         return Ok(false);
     }
-    let len = dt.bytes_for(n);
-    // SAFETY: MPI's buffer rule: the receive buffer spans `n` elements of this contiguous
-    // datatype, writable and left alone until the call returns; the send buffer likewise
-    // readable, apart from it (not MPI_IN_PLACE; `reduce_call` checked the overlap).
-    let acc = unsafe { recvbuf.bytes_mut(len) }?;
-    if !in_place(sendbuf) {
-        // SAFETY: as above.
-        acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
-    }
+    // SAFETY: MPI's buffer rule for a reduction's buffers (the caller's contract).
+    let acc = unsafe { contribution_in_place(sendbuf, &recvbuf, dt.bytes_for(n)) }?;
     allreduce_in_place(s, g, acc, &r).map(|()| true)
+}
+
+/// The receive buffer's `len` bytes, holding this rank's contribution: `sendbuf`'s copied
+/// there unless MPI_IN_PLACE (MPI_ERR_BUFFER where the two overlap).
+///
+/// # Safety
+/// MPI's buffer rule: the receive buffer spans `len` bytes, writable and left alone until the
+/// call returns; the send buffer (unless MPI_IN_PLACE) `len` readable ones.
+#[allow(clippy::mut_from_ref)] // The memory is the program's, not the `UserBuf`'s.
+unsafe fn contribution_in_place(sendbuf: UserBuf, recvbuf: &UserBuf, len: usize) -> MpiResult<&mut [u8]> {
+    if in_place(sendbuf) {
+        // SAFETY: the caller's promise.
+        return unsafe { recvbuf.bytes_mut(len) };
+    }
+    if sendbuf.overlaps(len, *recvbuf, len) {
+        return Err(aliased());
+    }
+    // SAFETY: the caller's promise; the two do not overlap (above).
+    let acc = unsafe { recvbuf.bytes_mut(len) }?;
+    // SAFETY: as above.
+    acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
+    Ok(acc)
 }
 
 /// `MPI_Reduce` of a contiguous datatype in the program's buffers (the root's `sendbuf`
@@ -177,17 +192,8 @@ fn reduced_in_place(
         let mine = unsafe { sendbuf.bytes(len) }?;
         return reduce_in_place(s, g, root, ReduceAt::Other(mine), &r).map(|()| true);
     }
-    if !in_place(sendbuf) && sendbuf.overlaps(len, recvbuf, len) {
-        return Err(aliased());
-    }
-    // SAFETY: MPI's buffer rule: the receive buffer spans `n` elements of this contiguous
-    // datatype, writable and left alone until the call returns; the send buffer likewise
-    // readable, apart from it (checked above).
-    let acc = unsafe { recvbuf.bytes_mut(len) }?;
-    if !in_place(sendbuf) {
-        // SAFETY: as above.
-        acc.copy_from_slice(unsafe { sendbuf.bytes(len) }?);
-    }
+    // SAFETY: MPI's buffer rule for a reduction's buffers (the caller's contract).
+    let acc = unsafe { contribution_in_place(sendbuf, &recvbuf, len) }?;
     reduce_in_place(s, g, root, ReduceAt::Root(acc), &r).map(|()| true)
 }
 
