@@ -132,6 +132,12 @@ impl<A: Arrival> Matcher<A> {
         self.posted.drain_from(rank)
     }
 
+    /// Takes back the posted receive `op` (a cancel); None when a message matched it already
+    /// or it was never posted.
+    pub fn remove_posted(&mut self, op: OpId) -> Option<PostedRecv> {
+        self.posted.remove(op)
+    }
+
     /// Drops the arrivals from `rank` no receive has claimed; returns how many.
     pub fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
         self.unexpected.drop_from(rank)

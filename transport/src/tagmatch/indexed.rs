@@ -177,6 +177,50 @@ impl<T> Indexed<T> {
         out
     }
 
+    /// Takes the oldest entry `accept` takes, whatever its key: a walk in push order (a
+    /// cancelled receive; rare, so the walk's cost does not matter).
+    pub(super) fn remove_first(&mut self, accept: impl Fn(&T) -> bool) -> Option<T> {
+        let mut i = self.oldest;
+        while let Some(slot) = self.slots.get(i) {
+            if slot.item.as_ref().is_some_and(&accept) {
+                break;
+            }
+            i = slot.newer;
+        }
+        let key = self.slots.get(i)?.key;
+        self.unlink_from_key(key, i);
+        let item = self.release(i);
+        self.sweep_empty_keys();
+        item
+    }
+
+    /// Takes slot `i` off `key`'s list (singly linked: its predecessor is found from the head).
+    fn unlink_from_key(&mut self, key: Key, i: usize) {
+        let next = self.slots[i].next_in_key;
+        let Some(ends) = self.keys.get_mut(&key) else { return };
+        let mut prev = NIL;
+        if ends.head == i {
+            ends.head = next;
+        } else {
+            prev = ends.head;
+            while let Some(slot) = self.slots.get(prev) {
+                if slot.next_in_key == i {
+                    break;
+                }
+                prev = slot.next_in_key;
+            }
+            if let Some(slot) = self.slots.get_mut(prev) {
+                slot.next_in_key = next;
+            }
+        }
+        if ends.tail == i {
+            ends.tail = prev;
+        }
+        if ends.head == NIL {
+            self.empty_keys += 1;
+        }
+    }
+
     /// Puts `slot` in a free slot, or a new one.
     fn alloc(&mut self, slot: Slot<T>) -> usize {
         match self.slots.get_mut(self.free) {

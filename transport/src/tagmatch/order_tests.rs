@@ -43,6 +43,10 @@ impl Linear {
         self.posted.retain(|(_, s, _)| *s != Source::Rank(rank));
         dead
     }
+    fn cancel(&mut self, op: u64) -> Option<u64> {
+        let i = self.posted.iter().position(|(id, _, _)| *id == op)?;
+        self.posted.remove(i).map(|(id, _, _)| id)
+    }
     fn drop_unexpected_from(&mut self, rank: Rank) -> usize {
         let before = self.unexpected.len();
         self.unexpected.retain(|m| m.0 != rank);
@@ -78,6 +82,7 @@ enum Step {
     Arrive { source: Rank, tag: Tag },
     DrainPosted(Rank),
     DropUnexpected(Rank),
+    Cancel(prop::sample::Index),
 }
 
 /// Few ranks and `tags` tags so keys collide; masks: full, low bits free, one bit, any tag.
@@ -89,6 +94,7 @@ fn step(tags: u64) -> impl Strategy<Value = Step> {
         8 => (0..4u32, 0..tags).prop_map(|(source, tag)| Step::Arrive { source, tag }),
         1 => (0..4u32).prop_map(Step::DrainPosted),
         1 => (0..4u32).prop_map(Step::DropUnexpected),
+        2 => any::<prop::sample::Index>().prop_map(Step::Cancel),
     ]
 }
 
@@ -120,6 +126,15 @@ fn check_against_model(steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
             Step::DropUnexpected(rank) => {
                 prop_assert_eq!(m.drop_unexpected_from(rank), model.drop_unexpected_from(rank));
+            }
+            Step::Cancel(at) => {
+                // The receive at that index of the model's list; with none, an op never posted.
+                let op = match model.posted.len() {
+                    0 => u64::MAX,
+                    n => model.posted[at.index(n)].0,
+                };
+                let got = m.remove_posted(OpId(op)).map(|p| p.op.0);
+                prop_assert_eq!(got, model.cancel(op));
             }
         }
         prop_assert_eq!(m.posted_len(), model.posted.len());
@@ -234,6 +249,37 @@ fn dead_sources_lose_their_receives_and_arrivals_in_order() {
     arrive(&mut m, Msg(6, 1, 2));
     assert_eq!(m.drop_unexpected_from(5), 2);
     assert_eq!(m.unexpected_len(), 1);
+}
+
+#[test]
+fn a_cancelled_receive_leaves_the_next_one_to_match_on_both_sides() {
+    for indexed in [false, true] {
+        let mut m = Matcher::default();
+        // Enough receives of other keys first that the posted side is on the index.
+        let fill = if indexed { SCAN_LIMIT as u64 + 2 } else { 0 };
+        for k in 0..fill {
+            post(&mut m, 100 + k, Source::Rank(1), TagMatch::exact(100 + k));
+        }
+        if indexed {
+            assert_eq!(arrive(&mut m, Msg(1, 100 + fill - 1, 0)), Some(100 + fill - 1));
+            assert!(m.posted.is_indexed());
+        }
+        post(&mut m, 1, Source::Rank(3), TagMatch::exact(5));
+        post(&mut m, 2, Source::Rank(3), TagMatch::exact(5));
+        post(&mut m, 3, Source::Any, TagMatch::exact(5));
+        post(&mut m, 4, Source::Rank(3), TagMatch::exact(5));
+        assert_eq!(m.remove_posted(OpId(2)).map(|p| p.op), Some(OpId(2)), "the middle of a key's queue");
+        assert!(m.remove_posted(OpId(2)).is_none(), "gone once");
+        assert!(m.remove_posted(OpId(77)).is_none(), "never posted");
+        assert_eq!(arrive(&mut m, Msg(3, 5, 1)), Some(1));
+        assert_eq!(m.remove_posted(OpId(4)).map(|p| p.op), Some(OpId(4)), "the tail of a key's queue");
+        assert_eq!(arrive(&mut m, Msg(3, 5, 2)), Some(3));
+        assert_eq!(arrive(&mut m, Msg(3, 5, 3)), None, "kept as unexpected");
+        assert_eq!(post(&mut m, 5, Source::Rank(3), TagMatch::exact(5)), Some(Msg(3, 5, 3)));
+        assert_eq!(post(&mut m, 6, Source::Rank(3), TagMatch::exact(5)), None, "after a re-post");
+        assert_eq!(m.remove_posted(OpId(6)).map(|p| p.op), Some(OpId(6)), "the head of a key's queue");
+        assert_eq!(m.posted_len(), fill.saturating_sub(1) as usize);
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use super::indexed::Indexed;
 use super::key::Seq;
 use super::{exact_key, PostedRecv, SCAN_LIMIT};
-use crate::api::{Rank, Source, Tag};
+use crate::api::{OpId, Rank, Source, Tag};
 
 #[derive(Debug, Default)]
 pub(super) struct Posted {
@@ -98,6 +98,20 @@ impl Posted {
         self.leave_index_if_empty();
         dead.sort_unstable_by_key(|(seq, _)| *seq);
         dead.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// Takes the receive whose post returned `op`, wherever it waits (a cancel).
+    pub(super) fn remove(&mut self, op: OpId) -> Option<PostedRecv> {
+        if !self.indexed {
+            let i = self.scan.iter().position(|p| p.op == op)?;
+            return self.scan.remove(i);
+        }
+        let recv = match self.wild.iter().position(|(_, p)| p.op == op) {
+            Some(i) => self.wild.remove(i).map(|(_, p)| p),
+            None => self.exact.remove_first(|p| p.op == op),
+        };
+        self.leave_index_if_empty();
+        recv
     }
 
     /// How many receives `f` accepts.
