@@ -217,6 +217,12 @@ impl Adverts {
         self.eligible > 0
     }
 
+    /// Whether the posted receive `op` may be advertised, or is: a peer may then be writing
+    /// into its buffer, so it cannot be taken back.
+    pub fn tracks(&self, op: OpId) -> bool {
+        self.eligible > 0 && self.peers.iter().any(|p| p.eligible.contains(&op))
+    }
+
     /// The advertised buffer message `seq` (`len` bytes tagged `tag`) to `dest` may be
     /// written into, if the sender holds a valid advert for it that fits.
     pub fn direct_for(&mut self, dest: Rank, seq: u64, tag: Tag, len: usize) -> Option<Direct> {

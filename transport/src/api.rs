@@ -587,6 +587,16 @@ pub trait Provider: Send {
         buffer: RecvBuffer,
     ) -> Result<OpId>;
 
+    /// Takes back the receive `op` (from `post_recv_for`) if no message has matched it yet, as
+    /// libfabric's `fi_cancel` and `MPI_Cancel` do: Ok(true) when it is gone, and no
+    /// completion follows for it; Ok(false) when a message matched it already (its completion
+    /// came or comes), `op` names no posted receive, or its buffer was advertised to a peer
+    /// that may be writing into it. Every provider here matches in the shared tag matcher
+    /// and takes receives back; the default, false, is for one that cannot.
+    fn cancel_recv(&mut self, _op: OpId) -> Result<bool> {
+        Ok(false)
+    }
+
     /// The message a receive for (`source`, `tag`) would take now, left in place, as
     /// `MPI_Iprobe` and libfabric's `FI_PEEK` see it: (sender, tag, length). No progress is
     /// made. Providers with [`Capabilities::PEEK`] implement it; others say `Unsupported`.

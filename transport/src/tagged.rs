@@ -414,6 +414,16 @@ impl TaggedState {
         }
     }
 
+    /// [`crate::Provider::cancel_recv`] on this state: true when the posted receive `op` was
+    /// still unmatched and is now gone (no completion follows); false when it matched
+    /// already, is unknown, or was advertised (a peer may be writing into its buffer).
+    pub fn cancel_recv(&mut self, op: OpId) -> bool {
+        if self.adv.tracks(op) {
+            return false;
+        }
+        self.matcher.remove_posted(op).is_some()
+    }
+
     /// Forgets what `rank`'s previous incarnation sent that no receive claimed (it must never be
     /// taken for the new incarnation's); returns how many arrivals were dropped.
     pub fn purge_unexpected_from(&mut self, rank: Rank) -> usize {

@@ -395,6 +395,55 @@ fn peek_and_claim_take_arrivals_in_order_body(job: &JobInfo, boot: &mut dyn Boot
     boot.barrier().unwrap();
 }
 
+/// A cancelled receive is gone: no completion comes for it, and the message it would have
+/// taken goes to the next receive that accepts it (eager), or waits for a later one
+/// (rendezvous). A receive that matched already is not taken back.
+#[test]
+fn cancelled_receives_leave_their_messages_to_the_next() {
+    let Some((job, mut boot, mut p)) = child() else {
+        return run_ok("cancelled_receives_leave_their_messages_to_the_next", 2, &[]);
+    };
+    cancelled_receives_body(&job, &mut boot, p.as_mut());
+}
+
+#[test]
+fn loopback_cancelled_receives_leave_their_messages_to_the_next() {
+    run_threads("loopback_cancelled_receives_leave_their_messages_to_the_next", 2, cancelled_receives_body);
+}
+
+fn cancelled_receives_body(job: &JobInfo, boot: &mut dyn Bootstrap, p: &mut dyn Provider) {
+    const BIG: usize = 1 << 20;
+    if job.rank == 0 {
+        boot.barrier().unwrap();
+        let op = p.send(1, 5, b"first").unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+        boot.barrier().unwrap();
+        let op = p.send(1, 6, &pattern(6, BIG)).unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().unwrap();
+    } else {
+        let owned = |capacity| RecvBuffer::Owned { capacity };
+        let cancelled = p.post_recv(Source::Rank(0), TagMatch::exact(5), owned(64)).unwrap();
+        let next = p.post_recv(Source::Any, TagMatch::exact(5), owned(64)).unwrap();
+        assert!(p.cancel_recv(cancelled).unwrap(), "an unmatched receive is taken back");
+        assert!(!p.cancel_recv(cancelled).unwrap(), "once");
+        boot.barrier().unwrap();
+        let c = p.wait_op(next, WAIT).unwrap().into_result().unwrap();
+        assert!(matches!(c.kind, CompletionKind::Recv { data: Some(ref d), .. } if d == b"first"));
+        assert!(!p.cancel_recv(next).unwrap(), "a matched receive stays matched");
+
+        let big = p.post_recv(Source::Rank(0), TagMatch::exact(6), owned(BIG)).unwrap();
+        assert!(p.cancel_recv(big).unwrap());
+        boot.barrier().unwrap();
+        // The announcement finds no receive and waits for the next one.
+        let (_, tag, data) = recv_owned(p, Source::Rank(0), TagMatch::exact(6), BIG);
+        assert!(tag == 6 && data == pattern(6, BIG), "rendezvous payload differs");
+        p.progress().unwrap();
+        let stray = p.completions().iter().any(|c| c.op == cancelled || c.op == big);
+        assert!(!stray, "a cancelled receive completed");
+    }
+    boot.barrier().unwrap();
+}
+
 /// The blocking receive's fast path: `take_eager_into` copies an arrived eager message into
 /// the caller's buffer in arrival order per (source, tag), says `NoneArrived` with nothing
 /// here, and leaves a rendezvous, a message longer than the buffer or one `accept` refuses

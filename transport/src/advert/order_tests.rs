@@ -310,3 +310,23 @@ fn preposted_receives_all_take_the_direct_path() {
     }
     assert_eq!(w.states[RECEIVER as usize].rndv_stats().direct_recvs, 8);
 }
+
+/// A receive whose buffer may be advertised is not taken back (its sender may be writing into
+/// it); an owned one is, once.
+#[test]
+fn only_receives_no_advert_names_are_cancelled() {
+    let (mut state, mut cq) = (TaggedState::default(), CompletionQueues::new());
+    let mut post = |state: &mut TaggedState, buffer| {
+        let op = cq.next_op(Owner::APP);
+        let recv = PostedRecv { op, source: Source::Rank(0), tag: TagMatch::exact(4), buffer };
+        assert!(state.post(recv, |_| false, &mut cq, THRESH).unwrap().is_none());
+        op
+    };
+    let region = RecvBuffer::Region { region: heap_region(CAP), offset: 0, capacity: CAP };
+    let advertised = post(&mut state, region);
+    assert!(state.pop_advert().is_some(), "a region receive above the threshold is advertised");
+    assert!(!state.cancel_recv(advertised), "a peer may be writing into it");
+    let owned = post(&mut state, RecvBuffer::Owned { capacity: CAP });
+    assert!(state.cancel_recv(owned));
+    assert!(!state.cancel_recv(owned), "gone once");
+}

@@ -309,6 +309,11 @@ impl Provider for AutoProvider {
         Ok(op)
     }
 
+    fn cancel_recv(&mut self, op: OpId) -> Result<bool> {
+        // Receives are posted in the shared matcher, under auto's operation numbers.
+        Ok(tagged::lock_shared(&self.tagged).cancel_recv(op))
+    }
+
     fn rndv_stats(&self) -> crate::advert::RndvStats {
         tagged::lock_shared(&self.tagged).rndv_stats()
     }

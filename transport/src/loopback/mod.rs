@@ -447,6 +447,10 @@ impl Provider for LoopbackProvider {
         self.post_checked(owner, source, tag, buffer)
     }
 
+    fn cancel_recv(&mut self, op: OpId) -> Result<bool> {
+        Ok(self.tagged.cancel_recv(op))
+    }
+
     /// As shm's: a claim is complete on return (copies), so it may land in lent memory.
     fn post_claim_for(
         &mut self,

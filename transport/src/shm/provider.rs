@@ -162,6 +162,10 @@ impl Provider for ShmProvider {
         self.post_checked(owner, source, tag, buffer)
     }
 
+    fn cancel_recv(&mut self, op: OpId) -> Result<bool> {
+        Ok(self.tagged.get().cancel_recv(op))
+    }
+
     /// A claim completes before it returns here (eager data is copied, a rendezvous read is
     /// a copy too), so it may land in lent memory.
     fn post_claim_for(

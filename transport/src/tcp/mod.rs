@@ -378,6 +378,11 @@ impl Provider for TcpProvider {
         self.with(|c| c.post_recv_for(owner, source, tag, buffer))
     }
 
+    fn cancel_recv(&mut self, op: OpId) -> Result<bool> {
+        // Under the core's lock: the helper thread may be matching arrivals meanwhile.
+        self.with(|c| Ok(c.tagged.get().cancel_recv(op)))
+    }
+
     fn peer_state(&self, peer: Rank) -> PeerState {
         self.shared.lock().peer_state(peer)
     }

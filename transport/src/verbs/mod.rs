@@ -848,6 +848,10 @@ impl Provider for VerbsProvider {
         Ok(op)
     }
 
+    fn cancel_recv(&mut self, op: OpId) -> Result<bool> {
+        Ok(self.tagged.get().cancel_recv(op))
+    }
+
     fn rndv_stats(&self) -> crate::advert::RndvStats {
         self.tagged.with(TaggedState::rndv_stats)
     }
