@@ -63,11 +63,17 @@ impl Core {
     }
 
     /// Handles every whole frame in `rx`, from `rank`; false (and the peer failed) when the
-    /// stream broke.
+    /// stream broke or a handler failed the peer (an answer to it that could not be written).
     pub(super) fn handle_frames(&mut self, rank: Rank, rx: &mut Rx) -> bool {
         loop {
             match rx.next_frame() {
-                Ok(Some(body)) => self.on_frame(rank, &rx.bytes()[body]),
+                Ok(Some(body)) => {
+                    self.on_frame(rank, &rx.bytes()[body]);
+                    // Failing the peer failed its reads: the data behind is for none of them.
+                    if !self.peers[rank as usize].alive() {
+                        return false;
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     self.malformed.push(e);
