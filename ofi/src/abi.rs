@@ -20,9 +20,13 @@ pub const FI_MSG: u64 = 0x2;
 pub const FI_RMA: u64 = 0x4;
 pub const FI_TAGGED: u64 = 0x8;
 pub const FI_ATOMIC: u64 = 0x10;
+pub const FI_READ: u64 = 0x100;
+pub const FI_WRITE: u64 = 0x200;
 pub const FI_RECV: u64 = 0x400;
 pub const FI_SEND: u64 = 0x800;
 pub const FI_TRANSMIT: u64 = FI_SEND;
+pub const FI_REMOTE_READ: u64 = 0x1000;
+pub const FI_REMOTE_WRITE: u64 = 0x2000;
 pub const FI_REMOTE_CQ_DATA: u64 = 0x20000;
 pub const FI_PEEK: u64 = 0x80000;
 pub const FI_COMPLETION: u64 = 0x100_0000;
@@ -61,6 +65,8 @@ pub const FI_CLASS_EP: usize = 3;
 pub const FI_CLASS_AV: usize = 11;
 pub const FI_CLASS_EQ: usize = 13;
 pub const FI_CLASS_CQ: usize = 14;
+pub const FI_CLASS_CNTR: usize = 15;
+pub const FI_CNTR_EVENTS_COMP: c_int = 0;
 pub const FI_CQ_FORMAT_UNSPEC: c_int = 0;
 pub const FI_CQ_FORMAT_CONTEXT: c_int = 1;
 pub const FI_CQ_FORMAT_MSG: c_int = 2;
@@ -80,6 +86,7 @@ pub const FI_EINVAL: c_int = 22;
 pub const FI_ENOSYS: c_int = 38;
 pub const FI_ENOMSG: c_int = 42;
 pub const FI_ENODATA: c_int = 61;
+pub const FI_ETIMEDOUT: c_int = 110;
 pub const FI_EHOSTUNREACH: c_int = 113;
 pub const FI_ECANCELED: c_int = 125;
 pub const FI_EOTHER: c_int = 256;
@@ -266,7 +273,9 @@ pub struct fi_ops_domain {
     pub endpoint:
         Option<unsafe extern "C" fn(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int>,
     pub scalable_ep: Slot,
-    pub cntr_open: Slot,
+    pub cntr_open: Option<
+        unsafe extern "C" fn(*mut fid_domain, *mut fi_cntr_attr, *mut *mut fid_cntr, *mut c_void) -> c_int,
+    >,
     pub poll_open: Slot,
     pub stx_ctx: Slot,
     pub srx_ctx: Slot,
@@ -408,6 +417,32 @@ pub struct fid_cq {
 }
 
 #[repr(C)]
+pub struct fi_cntr_attr {
+    pub events: c_int,
+    pub wait_obj: c_int,
+    pub wait_set: *mut c_void,
+    pub flags: u64,
+}
+
+#[repr(C)]
+pub struct fi_ops_cntr {
+    pub size: usize,
+    pub read: Option<unsafe extern "C" fn(*mut fid_cntr) -> u64>,
+    pub readerr: Option<unsafe extern "C" fn(*mut fid_cntr) -> u64>,
+    pub add: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub set: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub wait: Option<unsafe extern "C" fn(*mut fid_cntr, u64, c_int) -> c_int>,
+    pub adderr: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub seterr: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+}
+
+#[repr(C)]
+pub struct fid_cntr {
+    pub fid: fid,
+    pub ops: *const fi_ops_cntr,
+}
+
+#[repr(C)]
 pub struct iovec {
     pub iov_base: *mut c_void,
     pub iov_len: usize,
@@ -438,7 +473,7 @@ pub struct fi_msg_tagged {
 #[repr(C)]
 pub struct fi_ops_ep {
     pub size: usize,
-    pub cancel: Slot,
+    pub cancel: Option<unsafe extern "C" fn(*mut fid, *mut c_void) -> isize>,
     pub getopt: Slot,
     pub setopt: Slot,
     pub tx_ctx: Slot,
@@ -574,7 +609,7 @@ mod tests {
     extern "C" {
         static reverb_fi_layout: [usize; LAYOUT_LEN];
     }
-    const LAYOUT_LEN: usize = 46;
+    const LAYOUT_LEN: usize = 51;
 
     /// Sizes and offsets in the order `abi/layout.c` lists them.
     fn rust_layout() -> [usize; LAYOUT_LEN] {
@@ -612,6 +647,11 @@ mod tests {
             offset_of!(fi_cq_err_entry, err),
             offset_of!(fi_cq_err_entry, err_data_size),
             size_of::<fi_ops_cq>(),
+            size_of::<fi_cntr_attr>(),
+            offset_of!(fi_cntr_attr, flags),
+            size_of::<fi_ops_cntr>(),
+            offset_of!(fi_ops_cntr, seterr),
+            size_of::<fid_cntr>(),
             size_of::<fi_msg>(),
             size_of::<fi_msg_tagged>(),
             offset_of!(fi_msg_tagged, context),

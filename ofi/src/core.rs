@@ -66,6 +66,27 @@ pub struct AvState {
 
 pub type AvRef = Rc<RefCell<AvState>>;
 
+/// A completion counter: the operations it counts that succeeded, and those that failed.
+#[derive(Default, Debug)]
+pub struct CntrState {
+    pub count: u64,
+    pub errors: u64,
+}
+
+pub type CntrRef = Rc<RefCell<CntrState>>;
+
+/// Counts one completion on `cntr`, if one is bound: an error or a success.
+fn bump(cntr: Option<&CntrRef>, failed: bool) {
+    if let Some(c) = cntr {
+        let mut c = c.borrow_mut();
+        if failed {
+            c.errors = c.errors.wrapping_add(1);
+        } else {
+            c.count = c.count.wrapping_add(1);
+        }
+    }
+}
+
 /// What an operation in flight reports when it completes.
 struct Pending {
     context: usize,
@@ -115,6 +136,9 @@ pub struct EpCore {
     pub av: Option<AvRef>,
     pub tx: Option<Binding>,
     pub rx: Option<Binding>,
+    /// Counters of transmits and receives: every completion counts, selected or not.
+    pub tx_cntr: Option<CntrRef>,
+    pub rx_cntr: Option<CntrRef>,
     /// Ranks of the AV entries this endpoint connected, by fi_addr, and back.
     to_rank: HashMap<fi_addr_t, Rank>,
     from_rank: HashMap<Rank, fi_addr_t>,
@@ -136,6 +160,8 @@ impl EpCore {
             av: None,
             tx: None,
             rx: None,
+            tx_cntr: None,
+            rx_cntr: None,
             to_rank: HashMap::new(),
             from_rank: HashMap::new(),
             pending: HashMap::new(),
@@ -317,6 +343,44 @@ impl EpCore {
         Ok(())
     }
 
+    /// `fi_cancel`: takes back the oldest receive posted with `context` that no message has
+    /// matched yet; it completes in error (FI_ECANCELED) on the receive CQ and counter.
+    /// Nothing to take back is no error (libfabric's util providers answer 0 too): a receive
+    /// that matched completes as usual.
+    pub fn cancel(&mut self, context: usize) -> Result<()> {
+        let mut ops: Vec<OpId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.context == context && p.flags & FI_RECV != 0 && !p.discard)
+            .map(|(op, _)| *op)
+            .collect();
+        ops.sort_unstable();
+        for op in ops {
+            if !self.provider.cancel_recv(op)? {
+                continue;
+            }
+            let Some(p) = self.pending.remove(&op) else { continue };
+            let (buf, _) = p.recv_into.unwrap_or((0, 0));
+            let entry = Entry {
+                context: p.context,
+                flags: p.flags,
+                len: 0,
+                buf,
+                data: 0,
+                tag: 0,
+                src: FI_ADDR_NOTAVAIL,
+            };
+            let text = "the receive was cancelled".to_string();
+            let cancelled = ErrEntry { entry, err: FI_ECANCELED, prov_errno: 0, olen: 0, text };
+            bump(self.rx_cntr.as_ref(), true);
+            if let Some(rx) = &self.rx {
+                rx.cq.borrow_mut().errors.push_back(cancelled);
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
     fn rx_queue(&self) -> Result<&CqRef> {
         self.rx.as_ref().map(|b| &b.cq).ok_or(OfiError::NotBound("a receive CQ"))
     }
@@ -347,6 +411,7 @@ impl EpCore {
     }
 
     fn finish_send(&mut self, p: Pending, len: usize, tag: u64, error: Option<TransportError>) {
+        bump(self.tx_cntr.as_ref(), error.is_some());
         let Some(tx) = &self.tx else { return };
         let wire_tag = tag & MEM_TAG_FORMAT;
         let entry = Entry { context: p.context, flags: p.flags, len, buf: 0, data: 0, tag: wire_tag, src: 0 };
@@ -368,7 +433,6 @@ impl EpCore {
         error: Option<TransportError>,
     ) {
         let src = self.addr_of(source);
-        let Some(rx) = &self.rx else { return };
         let (buf, capacity) = p.recv_into.unwrap_or((0, 0));
         let mut entry = Entry {
             context: p.context,
@@ -379,35 +443,48 @@ impl EpCore {
             tag: tag & MEM_TAG_FORMAT,
             src,
         };
-        if let Some(e) = error {
-            let olen = match &e {
-                TransportError::Truncated { len, .. } => (*len as usize).saturating_sub(capacity),
-                _ => 0,
-            };
-            rx.cq.borrow_mut().errors.push_back(error_entry(entry, &e, olen));
-            return;
-        }
-        let bytes = data.unwrap_or_default();
-        let payload = if tag & WITH_DATA != 0 && bytes.len() >= DATA_LEN {
-            let mut word = [0u8; DATA_LEN];
-            word.copy_from_slice(&bytes[..DATA_LEN]);
-            entry.data = u64::from_le_bytes(word);
-            entry.flags |= FI_REMOTE_CQ_DATA;
-            &bytes[DATA_LEN..]
-        } else {
-            &bytes[..len.min(bytes.len())]
+        let outcome = match error {
+            Some(e) => {
+                let olen = match &e {
+                    TransportError::Truncated { len, .. } => (*len as usize).saturating_sub(capacity),
+                    _ => 0,
+                };
+                Err(error_entry(entry, &e, olen))
+            }
+            None => land(&mut entry, tag, len, data.unwrap_or_default(), capacity),
         };
-        crate::obj::copy_to_lent(buf, capacity, payload);
-        entry.len = payload.len().min(capacity);
+        bump(self.rx_cntr.as_ref(), outcome.is_err());
+        let Some(rx) = &self.rx else { return };
         let mut cq = rx.cq.borrow_mut();
-        if payload.len() > capacity {
-            let text = format!("message of {} bytes does not fit the {capacity}-byte buffer", payload.len());
-            let olen = payload.len() - capacity;
-            cq.errors.push_back(ErrEntry { entry, err: FI_ETRUNC, prov_errno: 0, olen, text });
-        } else if p.report {
-            cq.entries.push_back(entry);
+        match outcome {
+            Err(failed) => cq.errors.push_back(failed),
+            Ok(()) if p.report => cq.entries.push_back(entry),
+            Ok(()) => {}
         }
     }
+}
+
+/// Copies a received message (`len` bytes of `bytes`, CQ data first when `tag` says so) into
+/// the consumer's buffer of `capacity` bytes and fills `entry` in; a payload longer than the
+/// buffer is cut off there and fails with FI_ETRUNC.
+fn land(entry: &mut Entry, tag: u64, len: usize, bytes: Vec<u8>, capacity: usize) -> Result<(), ErrEntry> {
+    let payload = if tag & WITH_DATA != 0 && bytes.len() >= DATA_LEN {
+        let mut word = [0u8; DATA_LEN];
+        word.copy_from_slice(&bytes[..DATA_LEN]);
+        entry.data = u64::from_le_bytes(word);
+        entry.flags |= FI_REMOTE_CQ_DATA;
+        &bytes[DATA_LEN..]
+    } else {
+        &bytes[..len.min(bytes.len())]
+    };
+    crate::obj::copy_to_lent(entry.buf, capacity, payload);
+    entry.len = payload.len().min(capacity);
+    if payload.len() > capacity {
+        let text = format!("message of {} bytes does not fit the {capacity}-byte buffer", payload.len());
+        let olen = payload.len() - capacity;
+        return Err(ErrEntry { entry: *entry, err: FI_ETRUNC, prov_errno: 0, olen, text });
+    }
+    Ok(())
 }
 
 /// The error entry of a failed operation: a lost peer is FI_EHOSTUNREACH, a message too long

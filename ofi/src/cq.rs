@@ -4,11 +4,11 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
-use std::rc::{Rc, Weak};
-use std::time::{Duration, Instant};
+use std::rc::Rc;
 
 use crate::abi::*;
-use crate::core::{CqRef, CqState, Entry, EpCore};
+use crate::bound::{self, Bound};
+use crate::core::{CqRef, CqState, Entry};
 use crate::fabric::ops_ptr;
 use crate::obj::{self, Table, NO_OP};
 
@@ -16,22 +16,14 @@ pub(crate) struct Cq {
     pub(crate) state: CqRef,
     format: c_int,
     /// The endpoints that report here: reads progress them.
-    pub(crate) eps: Vec<Weak<RefCell<EpCore>>>,
+    pub(crate) eps: Bound,
     /// The text of the last error read, for `fi_cq_strerror` (NUL-terminated).
     last_error: Vec<u8>,
 }
 
-/// Longest a blocked `fi_cq_sread` sleeps before it looks again.
-const SLICE: Duration = Duration::from_millis(1);
-
 impl Cq {
     fn progress(&mut self) {
-        self.eps.retain(|ep| ep.strong_count() > 0);
-        for ep in self.eps.iter().filter_map(Weak::upgrade) {
-            if let Ok(mut ep) = ep.try_borrow_mut() {
-                ep.progress();
-            }
-        }
+        self.eps.progress();
     }
 
     fn entry_size(&self) -> usize {
@@ -135,8 +127,12 @@ pub(crate) unsafe extern "C" fn open(
         return -FI_ENOSYS;
     }
     let c = fid_cq { fid: fid { fclass: FI_CLASS_CQ, context, ops: &FI_OPS.0 }, ops: &CQ_OPS.0 };
-    let state =
-        Cq { state: Rc::new(RefCell::new(CqState::default())), format, eps: Vec::new(), last_error: vec![0] };
+    let state = Cq {
+        state: Rc::new(RefCell::new(CqState::default())),
+        format,
+        eps: Bound::default(),
+        last_error: vec![0],
+    };
     // SAFETY: `out` checked non-null.
     unsafe { out.write(obj::into_raw(c, state) as *mut fid_cq) };
     0
@@ -182,24 +178,14 @@ unsafe extern "C" fn sreadfrom(
     if buf.is_null() {
         return -(FI_EINVAL as isize);
     }
-    let deadline = u64::try_from(timeout).ok().map(|ms| Instant::now() + Duration::from_millis(ms));
+    let deadline = bound::deadline(timeout);
     loop {
         let n = cq.read(buf, count, src);
         if n != -(FI_EAGAIN as isize) {
             return n;
         }
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            return -(FI_EAGAIN as isize);
-        }
-        let slice = left.map_or(SLICE, |l| l.min(SLICE));
-        match cq.eps.iter().find_map(Weak::upgrade) {
-            Some(ep) => match ep.try_borrow_mut() {
-                Ok(mut ep) => ep.block(slice),
-                Err(_) => std::thread::sleep(slice),
-            },
-            None => std::thread::sleep(slice),
-        }
+        let Some(slice) = bound::next_slice(deadline) else { return -(FI_EAGAIN as isize) };
+        cq.eps.block(slice);
     }
 }
 

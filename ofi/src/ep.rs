@@ -123,7 +123,12 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
     }
 }
 
-/// Binds an AV, or a CQ for transmits and/or receives (FI_SELECTIVE_COMPLETION honoured).
+/// The flags a counter may be bound with: transmits and receives count; the RMA ones are
+/// accepted (fabtests passes them with FI_RMA hints) but count nothing, as no RMA is offered.
+const CNTR_BIND_FLAGS: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+/// Binds an AV, a counter, or a CQ for transmits and/or receives (FI_SELECTIVE_COMPLETION
+/// honoured).
 unsafe extern "C" fn bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     // SAFETY: the consumer's endpoint.
     let Some(ep) = (unsafe { ep_of(f) }) else { return -FI_EINVAL };
@@ -131,6 +136,20 @@ unsafe extern "C" fn bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     // SAFETY: the object to bind: a live fid of any class (the lookups check it is ours).
     if let Some(av) = unsafe { crate::av::state_of(bfid) } {
         core.av = Some(Rc::clone(&av.state));
+        return 0;
+    }
+    // SAFETY: as above.
+    if let Some(cntr) = unsafe { crate::cntr::state_of(bfid) } {
+        if flags == 0 || flags & !CNTR_BIND_FLAGS != 0 {
+            return -FI_EINVAL;
+        }
+        if flags & FI_SEND != 0 {
+            core.tx_cntr = Some(Rc::clone(&cntr.state));
+        }
+        if flags & FI_RECV != 0 {
+            core.rx_cntr = Some(Rc::clone(&cntr.state));
+        }
+        cntr.eps.add(&ep.core);
         return 0;
     }
     // SAFETY: as above.
@@ -145,11 +164,11 @@ unsafe extern "C" fn bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     if flags & FI_RECV != 0 {
         core.rx = Some(Binding { cq: Rc::clone(&cq.state), selective });
     }
-    cq.eps.push(Rc::downgrade(&ep.core));
+    cq.eps.add(&ep.core);
     0
 }
 
-/// FI_ENABLE: an RDM endpoint needs an AV and both CQs first.
+/// FI_ENABLE: an RDM endpoint needs an AV, and a CQ or a counter for each side first.
 unsafe extern "C" fn control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
     // SAFETY: the consumer's endpoint.
     let Some(ep) = (unsafe { ep_of(f) }) else { return -FI_EINVAL };
@@ -157,7 +176,9 @@ unsafe extern "C" fn control(f: *mut fid, command: c_int, _arg: *mut c_void) -> 
         return -FI_ENOSYS;
     }
     let core = ep.core.borrow();
-    if core.av.is_none() || core.tx.is_none() || core.rx.is_none() {
+    let tx = core.tx.is_some() || core.tx_cntr.is_some();
+    let rx = core.rx.is_some() || core.rx_cntr.is_some();
+    if core.av.is_none() || !tx || !rx {
         return -FI_ENOENT;
     }
     0
@@ -184,6 +205,13 @@ unsafe extern "C" fn getname(f: *mut fid, addr: *mut c_void, addrlen: *mut usize
     0
 }
 
+/// `fi_cancel`: a receive no message matched yet completes in error, FI_ECANCELED (see
+/// [`EpCore::cancel`]).
+unsafe extern "C" fn cancel(f: *mut fid, context: *mut c_void) -> isize {
+    // SAFETY: the consumer's endpoint (fi_cancel passes its fid).
+    unsafe { with_ep(f as *mut fid_ep, |core| core.cancel(context as usize)) }
+}
+
 pub(crate) static FI_OPS: Table<fi_ops> = Table(fi_ops {
     size: std::mem::size_of::<fi_ops>(),
     close: Some(close),
@@ -196,8 +224,7 @@ pub(crate) static FI_OPS: Table<fi_ops> = Table(fi_ops {
 
 static EP_OPS: Table<fi_ops_ep> = Table(fi_ops_ep {
     size: std::mem::size_of::<fi_ops_ep>(),
-    // The transport cannot take back a posted receive yet: fi_cancel says -FI_ENOSYS.
-    cancel: NO_OP,
+    cancel: Some(cancel),
     getopt: NO_OP,
     setopt: NO_OP,
     tx_ctx: NO_OP,

@@ -71,7 +71,7 @@ static DOMAIN_OPS: Table<fi_ops_domain> = Table(fi_ops_domain {
     cq_open: Some(crate::cq::open),
     endpoint: Some(crate::ep::open),
     scalable_ep: NO_OP,
-    cntr_open: NO_OP,
+    cntr_open: Some(crate::cntr::open),
     poll_open: NO_OP,
     stx_ctx: NO_OP,
     srx_ctx: NO_OP,

@@ -32,6 +32,8 @@ pub fn secondary_caps(carrier: Carrier) -> u64 {
 pub const MAX_MSG_SIZE: usize = 64 << 20;
 pub const INJECT_SIZE: usize = 4096;
 pub const QUEUE_SIZE: usize = 1024;
+/// Counters a domain offers (`cntr_cnt`): they cost a few words each, so the bound is nominal.
+pub const CNTR_CNT: usize = 256;
 
 /// The parts of the hints the provider looks at, read out of the C structs.
 #[derive(Clone, Copy)]
@@ -47,6 +49,8 @@ pub struct Hints {
     /// Message orders asked of transmits and receives.
     pub msg_order: u64,
     pub domain_caps: u64,
+    /// Counters asked for (`domain_attr.cntr_cnt`); 0 for no wish.
+    pub cntr_cnt: usize,
     pub names_other_fabric: bool,
     /// What carries the endpoints (sets the domain's name and the secondary capabilities).
     pub carrier: Carrier,
@@ -65,6 +69,7 @@ impl Default for Hints {
             rx_op_flags: 0,
             msg_order: 0,
             domain_caps: 0,
+            cntr_cnt: 0,
             names_other_fabric: false,
             carrier: Carrier::Shm,
         }
@@ -85,7 +90,8 @@ pub fn offer(h: &Hints) -> Option<Offer> {
     let secondary = secondary_caps(h.carrier);
     let unmet = h.caps & !(PRIMARY_CAPS | secondary) != 0
         || h.domain_caps & !secondary != 0
-        || h.msg_order & !FI_ORDER_SAS != 0;
+        || h.msg_order & !FI_ORDER_SAS != 0
+        || h.cntr_cnt > CNTR_CNT;
     if unmet || h.names_other_fabric {
         return None;
     }
@@ -136,6 +142,7 @@ pub unsafe fn read_hints(hints: *const fi_info, carrier: Carrier) -> Hints {
             h.data_progress = d.data_progress;
             h.av_type = d.av_type;
             h.domain_caps = d.caps;
+            h.cntr_cnt = d.cntr_cnt;
             h.names_other_fabric |= !d.name.is_null() && CStr::from_ptr(d.name) != domain_name(carrier);
         }
         if let Some(f) = info.fabric_attr.as_ref() {
@@ -198,6 +205,7 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     dom.mr_mode = 0;
     dom.cq_data_size = 8;
     dom.cq_cnt = 256;
+    dom.cntr_cnt = CNTR_CNT;
     dom.ep_cnt = reverb_transport::shm::HOST_SLOTS as usize;
     dom.tx_ctx_cnt = 1;
     dom.rx_ctx_cnt = 1;
@@ -254,6 +262,8 @@ mod tests {
         assert!(offer(&Hints { caps: FI_RMA, ..tagged }).is_none());
         assert!(offer(&Hints { msg_order: 0x1, ..tagged }).is_none(), "FI_ORDER_RAR");
         assert!(offer(&Hints { domain_caps: FI_REMOTE_COMM, ..tagged }).is_none());
+        assert!(offer(&Hints { cntr_cnt: CNTR_CNT, ..tagged }).is_some(), "counters");
+        assert!(offer(&Hints { cntr_cnt: CNTR_CNT + 1, ..tagged }).is_none());
         assert!(offer(&Hints { ep_type: 1, ..tagged }).is_none(), "FI_EP_MSG");
         assert_eq!(offer(&Hints::default()).unwrap().caps, PRIMARY_CAPS | SECONDARY_CAPS);
         // Open MPI's mtl asks for remote communication: tcp has it.

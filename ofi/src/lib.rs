@@ -6,10 +6,13 @@
 //!
 //! - [`abi`]: the C structs and constants, declared by hand and checked against the headers;
 //! - [`obj`]: the unsafe plumbing objects share; [`core`]: the logic, safe;
-//! - [`info`]: `fi_getinfo`; `fabric`, `av`, `cq`, `ep`: the objects' C entry points.
+//! - [`info`]: `fi_getinfo`; `fabric`, `av`, `cq`, `cntr`, `ep`: the objects' C entry points
+//!   (`bound`: the endpoints a CQ or counter progresses).
 
 pub mod abi;
 mod av;
+mod bound;
+mod cntr;
 pub mod core;
 mod cq;
 mod ep;

@@ -76,6 +76,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The objects of one endpoint, opened through libfabric.
 struct Fab {
+    domain: *mut fid_domain,
     ep: *mut fid_ep,
     av: *mut fid_av,
     cq: *mut fid_cq,
@@ -133,7 +134,7 @@ impl Fab {
                 ((*(*ep).fid.ops).control.unwrap())(&mut (*ep).fid, FI_ENABLE, null_mut()) as isize,
             );
             fi_freeinfo(info);
-            Fab { ep, av, cq }
+            Fab { domain, ep, av, cq }
         }
     }
 
@@ -192,6 +193,32 @@ impl Fab {
         }
     }
 
+    /// fi_cancel of the operation posted with `context`.
+    fn cancel(&self, context: usize) -> isize {
+        // SAFETY: a live endpoint.
+        unsafe { ((*(*self.ep).ops).cancel.unwrap())(&mut (*self.ep).fid, context as *mut c_void) }
+    }
+
+    /// A counter opened on the endpoint's domain and bound to it with `flags`.
+    fn counter(&self, flags: u64) -> Cntr {
+        let mut attr = fi_cntr_attr {
+            events: FI_CNTR_EVENTS_COMP,
+            wait_obj: FI_WAIT_UNSPEC,
+            wait_set: null_mut(),
+            flags: 0,
+        };
+        let mut cntr = null_mut();
+        // SAFETY: a live domain and endpoint; the counter outlives the test's use of it.
+        unsafe {
+            let rc =
+                ((*(*self.domain).ops).cntr_open.unwrap())(self.domain, &mut attr, &mut cntr, null_mut());
+            check("fi_cntr_open", rc as isize);
+            let rc = ((*(*self.ep).fid.ops).bind.unwrap())(&mut (*self.ep).fid, &mut (*cntr).fid, flags);
+            check("bind cntr", rc as isize);
+            Cntr(cntr)
+        }
+    }
+
     /// fi_cq_sread until an entry (Ok) or an error entry (Err) comes, at most `timeout`.
     fn next(&self, timeout: Duration) -> Result<fi_cq_tagged_entry, fi_cq_err_entry> {
         let deadline = Instant::now() + timeout;
@@ -238,6 +265,24 @@ impl Fab {
         assert_eq!(e.tag, tag);
         buf.truncate(e.len);
         (buf, e)
+    }
+}
+
+/// A counter opened by [`Fab::counter`].
+struct Cntr(*mut fid_cntr);
+
+impl Cntr {
+    fn ops(&self) -> &fi_ops_cntr {
+        // SAFETY: a live counter; its ops table is static.
+        unsafe { &*(*self.0).ops }
+    }
+    fn read(&self) -> (u64, u64) {
+        // SAFETY: a live counter.
+        unsafe { (self.ops().read.unwrap()(self.0), self.ops().readerr.unwrap()(self.0)) }
+    }
+    fn wait(&self, threshold: u64, timeout_ms: i32) -> i32 {
+        // SAFETY: a live counter.
+        unsafe { self.ops().wait.unwrap()(self.0, threshold, timeout_ms) }
     }
 }
 
@@ -408,4 +453,66 @@ fn killed_peer(name: &str, carrier: &str) {
     victim.kill().expect("SIGKILL the victim");
     let _ = victim.wait();
     wait_ok(survivor, "the survivor");
+}
+
+/// Two endpoints of one process: a receive cancelled before its message comes completes in
+/// error (FI_ECANCELED, with its context) and the message goes to the next receive; the
+/// counters bound to the receiver count both, and fi_cntr_wait keeps its bound.
+fn cancel_and_count() {
+    let (rx, tx) = (Fab::open(), Fab::open());
+    let to_rx = tx.insert(&rx.name());
+    let to_tx = rx.insert(&tx.name());
+    let (sends, recvs) = (rx.counter(FI_SEND), rx.counter(FI_RECV));
+    let (mut cancelled, mut next) = (vec![0u8; 64], vec![0u8; 64]);
+    check("fi_trecv", rx.trecv(&mut cancelled, FI_ADDR_UNSPEC, 5, 11));
+    check("fi_trecv", rx.trecv(&mut next, FI_ADDR_UNSPEC, 5, 12));
+    assert_eq!(rx.cancel(11), 0, "fi_cancel");
+    assert_eq!(rx.cancel(99), 0, "nothing posted with that context: nothing to do");
+    let err = rx.next(Duration::from_secs(5)).expect_err("the cancelled receive's error entry");
+    assert_eq!((err.err, err.op_context as usize), (FI_ECANCELED, 11));
+    assert_ne!(err.flags & FI_RECV, 0);
+    assert_eq!(recvs.read(), (0, 1), "a cancel counts as an error");
+    tx.send_wait(to_rx, 5, b"hello");
+    let got = rx.next(Duration::from_secs(30)).expect("the next receive takes the message");
+    assert_eq!((got.op_context as usize, &next[..got.len]), (12, &b"hello"[..]));
+    assert_eq!(recvs.read(), (1, 1));
+
+    assert_eq!(recvs.wait(2, 50), -FI_ETIMEDOUT, "nothing more arrives");
+    check("fi_trecv", rx.trecv(&mut next, FI_ADDR_UNSPEC, 6, 13));
+    tx.send_wait(to_rx, 6, b"again");
+    assert_eq!(recvs.wait(2, 30_000), 0, "the wait progresses the endpoint");
+    check("fi_tsend", rx.tsend(to_tx, 7, b"back"));
+    let (back, _) = tx.recv_wait(FI_ADDR_UNSPEC, 7);
+    assert_eq!(back, b"back");
+    assert_eq!(sends.wait(1, 30_000), 0);
+    assert_eq!(sends.read(), (1, 0));
+
+    // SAFETY: a live counter.
+    unsafe {
+        let ops = recvs.ops();
+        assert_eq!(ops.set.unwrap()(recvs.0, 10), 0);
+        assert_eq!(ops.add.unwrap()(recvs.0, 5), 0);
+        assert_eq!(ops.seterr.unwrap()(recvs.0, 0), 0);
+        assert_eq!(ops.adderr.unwrap()(recvs.0, 2), 0);
+    }
+    assert_eq!(recvs.read(), (15, 2));
+}
+
+#[test]
+fn a_cancelled_receive_completes_in_error_and_counters_count() {
+    cancelled("a_cancelled_receive_completes_in_error_and_counters_count", "shm");
+}
+
+/// The same between endpoints that tcp carries.
+#[test]
+fn a_cancelled_receive_completes_in_error_and_counters_count_over_tcp() {
+    cancelled("a_cancelled_receive_completes_in_error_and_counters_count_over_tcp", "tcp");
+}
+
+fn cancelled(test: &str, carrier: &str) {
+    if std::env::var(ROLE).as_deref() == Ok("cancel") {
+        return cancel_and_count();
+    }
+    let (dir, prov) = (scratch(test), provider_dir());
+    wait_ok(spawn(test, "cancel", &dir, &prov, carrier), "the role");
 }
