@@ -4,7 +4,8 @@
 #   - fi_rdm_tagged_pingpong, fi_rdm_pingpong and fi_rdm_tagged_bw, server and client, both
 #     exiting 0 (fabtests checks every message's bytes);
 #   - runfabtests.sh's quick set: every test listed in ofi/fabtests-passing.txt must pass; the
-#     others are printed with their result (docs/ofi.md names the capability each needs).
+#     others are printed with their result (docs/ofi.md names the capability each needs), but
+#     fi_rdm_multi_client, which is excluded (it fails by waiting out a timeout).
 # FABTESTS_SRC: fabtests' source, default ../shared/external/fabtests beside the clone;
 # FABTESTS_PREFIX: where it is built, default $CARGO_TARGET_DIR/fabtests (reused once built).
 # Usage: bash ci/fabtests.sh
@@ -56,7 +57,9 @@ for test in fi_rdm_tagged_pingpong fi_rdm_pingpong fi_rdm_tagged_bw; do
 done
 
 # The quick set. runfabtests.sh exits non-zero when any test fails; the list decides here.
-"$bin/runfabtests.sh" -p "$bin" -t quick reverb >"$work/quick.log" 2>&1 || true
+# fi_rdm_multi_client is left out: it fails (docs/ofi.md) by waiting out runfabtests' 120 s
+# timeout, twice, half the run.
+"$bin/runfabtests.sh" -p "$bin" -t quick -e fi_rdm_multi_client reverb >"$work/quick.log" 2>&1 || true
 grep -E ':[[:space:]]+(Pass|Fail|Notrun|Excluded)$' "$work/quick.log" >&2 || true
 status=0
 while IFS= read -r name; do

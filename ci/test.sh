@@ -133,6 +133,9 @@ lane mpi-verbs mpi_verbs_lane
 step "MPICH's own tests that reverb passes, compiled by mpicc.mpich, on reverb's libmpich.so.12"
 bash ci/mpich-suite.sh
 
+step "libfabric's fabtests on the reverb provider (shm): three pairs and the quick set's listed tests"
+bash ci/fabtests.sh
+
 step "tcp provider: the conformance suite, fan-in, the demo and the checkpoint-boundary kills (REVERB_PROVIDER=tcp)"
 REVERB_PROVIDER=tcp cargo ci-test --test provider --test fan_in --test demo --test ckpt_boundary
 
