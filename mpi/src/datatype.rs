@@ -236,6 +236,11 @@ impl Datatype {
         self.layout.span_of(count, self.extent).unwrap_or((0, 0))
     }
 
+    /// The bytes of `count` elements where they are one contiguous run, else None.
+    pub fn contiguous_len(&self, count: usize) -> Option<usize> {
+        self.is_contiguous().then(|| self.bytes_for(count))
+    }
+
     /// Bytes `count` elements carry.
     pub fn bytes_for(&self, count: usize) -> usize {
         self.size * count

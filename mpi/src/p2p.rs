@@ -16,7 +16,7 @@ use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::ffi::UserBuf;
 use crate::frag;
-use crate::request::{PendingRecv, PendingSync, Posted, RecvFrom, Request, Status};
+use crate::request::{PendingRecv, PendingSync, Posted, RecvFrom, RecvType, Request, Status};
 use crate::state::State;
 use crate::tags;
 
@@ -63,19 +63,17 @@ pub(crate) fn recv_match(c: &Comm, source: c_int, tag: c_int) -> MpiResult<Optio
     Ok(Some((from, tags::p2p_match(c.context, tag))))
 }
 
-/// The buffer a receive's payload may land in straight from the transport: a contiguous
-/// datatype's bytes at `buf` (None for other layouts, which are unpacked from the message).
+/// The buffer a receive's payload may land in straight from the transport: the `len` bytes
+/// at `buf` of a contiguous datatype (None for other layouts, which are unpacked from the
+/// message). An empty one takes empty messages (a longer one is truncated as unpacked).
 ///
 /// # Safety
-/// `buf` is a receive's buffer for `count` elements of `dt`, not yet complete (MPI's rule:
-/// writable and the program's hands off it until then).
+/// `buf` is a receive's buffer of `len` bytes, not yet complete (MPI's rule: writable and the
+/// program's hands off it until then).
 #[allow(clippy::mut_from_ref)] // The memory is the program's, not the `UserBuf`'s.
-unsafe fn landing_of<'a>(buf: &'a UserBuf, count: usize, dt: &Datatype) -> MpiResult<Option<&'a mut [u8]>> {
-    if !dt.is_contiguous() || count == 0 {
-        return Ok(None);
-    }
-    // SAFETY: contiguous: its `bytes_for(count)` bytes are the buffer the caller promised.
-    unsafe { buf.bytes_mut(dt.bytes_for(count)) }.map(Some)
+unsafe fn landing_of(buf: &UserBuf, len: Option<usize>) -> MpiResult<Option<&mut [u8]>> {
+    // SAFETY: the caller's promise.
+    len.map(|len| unsafe { buf.bytes_mut(len) }).transpose()
 }
 
 /// Which messages land in a receive's buffer: all but the first piece of a large message,
@@ -216,8 +214,11 @@ impl State {
         tag: c_int,
         comm: c_int,
     ) -> MpiResult<c_int> {
-        let datatype = self.datatype(datatype)?;
-        self.post_recv_typed(buf, count, datatype, source, tag, comm)
+        let datatype = match Datatype::plain_size(datatype) {
+            Some(size) => RecvType::Plain { handle: datatype, size },
+            None => RecvType::Typed(Box::new(self.datatype(datatype)?)),
+        };
+        self.post_recv_as(buf, count, datatype, source, tag, comm)
     }
 
     /// `post_recv` with the datatype resolved already.
@@ -226,6 +227,18 @@ impl State {
         buf: UserBuf,
         count: i64,
         datatype: Datatype,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+    ) -> MpiResult<c_int> {
+        self.post_recv_as(buf, count, RecvType::Typed(Box::new(datatype)), source, tag, comm)
+    }
+
+    fn post_recv_as(
+        &mut self,
+        buf: UserBuf,
+        count: i64,
+        datatype: RecvType,
         source: c_int,
         tag: c_int,
         comm: c_int,
@@ -276,7 +289,7 @@ impl State {
             // The landing slice borrows the program's buffer, not the request.
             let buf = p.buf;
             // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
-            let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
+            let landing = unsafe { landing_of(&buf, p.datatype.contiguous_len(p.count)) }?;
             let blocked = if self.replaying() {
                 !self.may_take(source, tag)?
             } else {
@@ -407,12 +420,15 @@ impl State {
             Received::Message(msg) => msg,
         };
         let (world, source) = (msg.source, p.from.rank_of(msg.source));
-        let (context, buf, count, dt) = (p.context, p.buf, p.count, p.datatype.clone());
+        let (context, buf, count) = (p.context, p.buf, p.count);
         // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
-        let landing = unsafe { landing_of(&buf, count, &dt) }?;
+        let landing = unsafe { landing_of(&buf, p.datatype.contiguous_len(count)) }?;
         match frag::complete_into(&mut self.rt, msg, landing)? {
             Received::Landed { tag, len, .. } => self.landed_status((world, source), tag, len, context),
-            Received::Message(msg) => self.finish_recv(&msg, context, source, buf, count, &dt),
+            Received::Message(msg) => {
+                let dt = p.datatype.resolve()?.into_owned();
+                self.finish_recv(&msg, context, source, buf, count, &dt)
+            }
         }
     }
 
@@ -490,15 +506,14 @@ impl State {
         let elements = count_of(count)?;
         // A predefined contiguous type lands by its size alone: no datatype is built for it.
         let landing = match Datatype::plain_size(datatype) {
-            Some(size) if elements > 0 => {
+            Some(size) => {
                 let len = elements.checked_mul(size).ok_or_else(|| count_error(count))?;
                 // SAFETY: MPI_Recv's buffer: `count` elements of a contiguous type, writable
                 // until the call returns.
                 Some(unsafe { buf.bytes_mut(len) }?)
             }
-            Some(_) => None,
             // SAFETY: as above, for the call.
-            None => unsafe { landing_of(&buf, elements, &self.datatype(datatype)?) }?,
+            None => unsafe { landing_of(&buf, self.datatype(datatype)?.contiguous_len(elements)) }?,
         };
         let c = self.comm(comm)?;
         let Some((from, matching)) = recv_match(c, source, tag)? else { return Ok(Status::proc_null()) };
@@ -672,7 +687,7 @@ impl State {
             if let Some(Request::Recv(p)) = self.requests.get(h) {
                 let buf = p.buf;
                 // SAFETY: a posted receive not yet complete: MPI keeps its buffer ours until then.
-                let landing = unsafe { landing_of(&buf, p.count, &p.datatype) }?;
+                let landing = unsafe { landing_of(&buf, p.datatype.contiguous_len(p.count)) }?;
                 let received = self.receive(p.source, p.tag, landing)?;
                 self.pending_recvs.remove(0);
                 let status = self.deliver(h, received)?;

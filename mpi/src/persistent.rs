@@ -25,7 +25,7 @@ impl State {
     /// collective starts as a nonblocking one.
     fn start(&mut self, h: c_int) -> MpiResult<()> {
         let op = match self.requests.get(h) {
-            Some(Request::Persistent(Persistent { op, active: None })) => op.clone(),
+            Some(Request::Persistent(Persistent { op, active: None })) => (**op).clone(),
             Some(Request::Persistent(_)) => {
                 return Err(MpiError::new(MPI_ERR_REQUEST, "MPI_Start on a persistent request still active"))
             }
@@ -110,7 +110,7 @@ pub(crate) fn persistent(
     call(function, comm, |s| {
         s.comm(comm)?;
         let op = op(s)?;
-        let h = s.requests.insert(Request::Persistent(Persistent { op, active: None }))?;
+        let h = s.requests.insert(Request::Persistent(Persistent { op: Box::new(op), active: None }))?;
         ffi::out(request, h, "request")
     })
 }

@@ -1,6 +1,7 @@
 //! Requests and statuses: what a nonblocking call returns, what completes it, and how its
 //! status reaches the program's `MPI_Status`.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 
@@ -9,7 +10,7 @@ use smallvec::SmallVec;
 
 use crate::abi::*;
 use crate::datatype::Datatype;
-use crate::errors::MpiResult;
+use crate::errors::{MpiError, MpiResult};
 use crate::ffi::{StatusOut, UserBuf};
 
 /// MPI's view of a completed operation.
@@ -97,7 +98,35 @@ pub struct PendingRecv {
     pub tag: TagMatch,
     pub buf: UserBuf,
     pub count: usize,
-    pub datatype: Datatype,
+    pub datatype: RecvType,
+}
+
+/// A pending receive's datatype: a predefined contiguous one by its handle and size (no type
+/// built, copied and dropped per receive: the small-message path), else the type, boxed.
+#[derive(Debug)]
+pub enum RecvType {
+    Plain { handle: c_int, size: usize },
+    Typed(Box<Datatype>),
+}
+
+impl RecvType {
+    /// The bytes of `count` elements where they are one contiguous run, else None.
+    pub fn contiguous_len(&self, count: usize) -> Option<usize> {
+        match self {
+            RecvType::Plain { size, .. } => size.checked_mul(count),
+            RecvType::Typed(t) => t.contiguous_len(count),
+        }
+    }
+
+    /// The datatype itself, built for a predefined one.
+    pub fn resolve(&self) -> MpiResult<Cow<'_, Datatype>> {
+        match self {
+            RecvType::Plain { handle, .. } => Datatype::builtin(*handle)
+                .map(Cow::Owned)
+                .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("invalid datatype {handle:#x}"))),
+            RecvType::Typed(t) => Ok(Cow::Borrowed(t)),
+        }
+    }
 }
 
 /// Who a pending receive's status names as its source.
@@ -263,7 +292,8 @@ impl std::fmt::Debug for CollRun {
 /// inactive).
 #[derive(Debug)]
 pub struct Persistent {
-    pub op: PersistentOp,
+    /// Boxed: every request's slot is as large as the largest kind.
+    pub op: Box<PersistentOp>,
     pub active: Option<c_int>,
 }
 
