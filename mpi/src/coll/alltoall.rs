@@ -104,7 +104,7 @@ fn pairwise_direct(
             let room = into.len();
             into.get_mut(..out.len()).ok_or_else(|| g.too_long(out.len(), room))?.copy_from_slice(out);
         } else {
-            g.shift_into(s, to, from, out, into)?;
+            g.shift_apart(s, to, from, out, into)?;
         }
     }
     Ok(())
