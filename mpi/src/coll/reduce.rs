@@ -123,7 +123,9 @@ fn reduce_logged(
                     let (parent, tag, payload) = (g.ranks[to], g.tag(), c.payload(&acc));
                     s.rt.send_contribution(c, parent, |rt| frag::send(rt, parent, tag, &payload))?;
                 }
-                None => g.send(s, to, &acc)?,
+                // Its parent is in its receive of it, or comes to it waiting for no one
+                // else: lent where large (one copy), as a tree's sends in `bcast`.
+                None => g.send_synchronous(s, to, &acc)?,
             }
             holder = false;
             break;
@@ -156,9 +158,9 @@ pub(crate) enum ReduceAt<'a> {
 }
 
 /// `reduce` in the program's buffers where `reduce_runs_in_place`: the same binomial tree and
-/// operand order, so the same bits. A leaf sends its contribution as it lies; a rank with
-/// children receives them into the state's scratch buffer and combines there (the root in
-/// its receive buffer).
+/// association, so the same value (NaN payloads aside, see `lands_either_way`). A leaf sends
+/// its contribution as it lies; a rank with children receives them into the state's scratch
+/// buffer and combines into its own (the root's receive buffer).
 pub(crate) fn reduce_in_place(
     s: &mut State,
     g: &Group,
@@ -192,8 +194,12 @@ pub(crate) fn reduce_in_place(
             let mut mask = 1;
             while mask < parent_mask && (vr | mask) < n {
                 g.recv_into(s, ((vr | mask) + root) % n, incoming)?;
-                r.combine(r.count, acc, incoming)?;
-                acc.copy_from_slice(incoming);
+                if lands_either_way(&r.op) {
+                    r.combine(r.count, incoming, acc)?;
+                } else {
+                    r.combine(r.count, acc, incoming)?;
+                    acc.copy_from_slice(incoming);
+                }
                 mask <<= 1;
             }
             match parent {
@@ -202,6 +208,13 @@ pub(crate) fn reduce_in_place(
             }
         }),
     }
+}
+
+/// Whether a combination may land in either operand (`a op b` is `b op a`): the predefined
+/// operations but the extremes (a floating-point maximum of +0 and -0, or of NaNs, follows
+/// the operand order); a sum or product of two NaNs is a NaN either way, whichever payload.
+fn lands_either_way(op: &Op) -> bool {
+    matches!(op, Op::Builtin(h) if ![MPI_MAX, MPI_MIN, MPI_MAXLOC, MPI_MINLOC].contains(h))
 }
 
 /// A communicator of n ranks folded onto the largest power of two p <= n: of the first
