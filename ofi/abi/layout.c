@@ -6,6 +6,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
 
@@ -61,4 +62,11 @@ const size_t reverb_fi_layout[] = {
 	sizeof(struct fid_ep),
 	offsetof(struct fid_ep, tagged),
 	sizeof(struct fi_context),
+	sizeof(struct fid_mr),
+	sizeof(struct fi_mr_attr),
+	offsetof(struct fi_mr_attr, iface),
+	sizeof(struct fi_rma_iov),
+	sizeof(struct fi_msg_rma),
+	sizeof(struct fi_ops_rma),
+	offsetof(struct fi_ops_rma, injectdata),
 };

@@ -42,6 +42,10 @@ pub const FI_CLAIM: u64 = 0x800_0000_0000_0000;
 pub const FI_DISCARD: u64 = 0x400_0000_0000_0000;
 pub const FI_SELECTIVE_COMPLETION: u64 = 0x800_0000_0000_0000;
 pub const FI_ORDER_SAS: u64 = 0x100;
+// Memory registration modes (`domain_attr.mr_mode`).
+pub const FI_MR_BASIC: c_int = 1;
+pub const FI_MR_VIRT_ADDR: c_int = 1 << 4;
+pub const FI_MR_PROV_KEY: c_int = 1 << 6;
 pub const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
 
@@ -63,6 +67,7 @@ pub const FI_CLASS_FABRIC: usize = 1;
 pub const FI_CLASS_DOMAIN: usize = 2;
 pub const FI_CLASS_EP: usize = 3;
 pub const FI_CLASS_AV: usize = 11;
+pub const FI_CLASS_MR: usize = 12;
 pub const FI_CLASS_EQ: usize = 13;
 pub const FI_CLASS_CQ: usize = 14;
 pub const FI_CLASS_CNTR: usize = 15;
@@ -81,11 +86,13 @@ pub const FI_ENOENT: c_int = 2;
 pub const FI_EIO: c_int = 5;
 pub const FI_EAGAIN: c_int = 11;
 pub const FI_ENOMEM: c_int = 12;
+pub const FI_EACCES: c_int = 13;
 pub const FI_EBUSY: c_int = 16;
 pub const FI_EINVAL: c_int = 22;
 pub const FI_ENOSYS: c_int = 38;
 pub const FI_ENOMSG: c_int = 42;
 pub const FI_ENODATA: c_int = 61;
+pub const FI_EMSGSIZE: c_int = 90;
 pub const FI_ETIMEDOUT: c_int = 110;
 pub const FI_EHOSTUNREACH: c_int = 113;
 pub const FI_ECANCELED: c_int = 125;
@@ -284,12 +291,56 @@ pub struct fi_ops_domain {
     pub endpoint2: Slot,
 }
 
+pub type MrRegFn = unsafe extern "C" fn(
+    *mut fid,
+    *const c_void,
+    usize,
+    u64,
+    u64,
+    u64,
+    u64,
+    *mut *mut fid_mr,
+    *mut c_void,
+) -> c_int;
+pub type MrRegvFn = unsafe extern "C" fn(
+    *mut fid,
+    *const iovec,
+    usize,
+    u64,
+    u64,
+    u64,
+    u64,
+    *mut *mut fid_mr,
+    *mut c_void,
+) -> c_int;
+
 #[repr(C)]
 pub struct fi_ops_mr {
     pub size: usize,
-    pub reg: Slot,
-    pub regv: Slot,
-    pub regattr: Slot,
+    pub reg: Option<MrRegFn>,
+    pub regv: Option<MrRegvFn>,
+    pub regattr: Option<unsafe extern "C" fn(*mut fid, *const fi_mr_attr, u64, *mut *mut fid_mr) -> c_int>,
+}
+
+#[repr(C)]
+pub struct fid_mr {
+    pub fid: fid,
+    pub mem_desc: *mut c_void,
+    pub key: u64,
+}
+
+#[repr(C)]
+pub struct fi_mr_attr {
+    pub mr_iov: *const iovec,
+    pub iov_count: usize,
+    pub access: u64,
+    pub offset: u64,
+    pub requested_key: u64,
+    pub context: *mut c_void,
+    pub auth_key_size: usize,
+    pub auth_key: *mut u8,
+    pub iface: c_int,
+    pub device: u64,
 }
 
 #[repr(C)]
@@ -574,12 +625,93 @@ pub struct fi_ops_tagged {
 }
 
 #[repr(C)]
+pub struct fi_rma_iov {
+    pub addr: u64,
+    pub len: usize,
+    pub key: u64,
+}
+
+#[repr(C)]
+pub struct fi_msg_rma {
+    pub msg_iov: *const iovec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: usize,
+    pub addr: fi_addr_t,
+    pub rma_iov: *const fi_rma_iov,
+    pub rma_iov_count: usize,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+/// fi_read: (ep, buf, len, desc, src, addr, key, context).
+pub type RmaReadFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *mut c_void,
+    usize,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> isize;
+/// fi_readv and fi_writev: (ep, iov, desc, count, peer, addr, key, context).
+pub type RmaIovFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const iovec,
+    *mut *mut c_void,
+    usize,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> isize;
+pub type RmaMsgFn = unsafe extern "C" fn(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
+pub type RmaWriteFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    usize,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> isize;
+pub type RmaInjectFn = unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize;
+pub type RmaWriteDataFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    usize,
+    *mut c_void,
+    u64,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> isize;
+pub type RmaInjectDataFn =
+    unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
+
+#[repr(C)]
+pub struct fi_ops_rma {
+    pub size: usize,
+    pub read: Option<RmaReadFn>,
+    pub readv: Option<RmaIovFn>,
+    pub readmsg: Option<RmaMsgFn>,
+    pub write: Option<RmaWriteFn>,
+    pub writev: Option<RmaIovFn>,
+    pub writemsg: Option<RmaMsgFn>,
+    pub inject: Option<RmaInjectFn>,
+    pub writedata: Option<RmaWriteDataFn>,
+    pub injectdata: Option<RmaInjectDataFn>,
+}
+
+#[repr(C)]
 pub struct fid_ep {
     pub fid: fid,
     pub ops: *const fi_ops_ep,
     pub cm: *const fi_ops_cm,
     pub msg: *const fi_ops_msg,
-    pub rma: *const c_void,
+    pub rma: *const fi_ops_rma,
     pub tagged: *const fi_ops_tagged,
     pub atomic: *const c_void,
     pub collective: *const c_void,
@@ -609,7 +741,7 @@ mod tests {
     extern "C" {
         static reverb_fi_layout: [usize; LAYOUT_LEN];
     }
-    const LAYOUT_LEN: usize = 51;
+    const LAYOUT_LEN: usize = 58;
 
     /// Sizes and offsets in the order `abi/layout.c` lists them.
     fn rust_layout() -> [usize; LAYOUT_LEN] {
@@ -665,6 +797,13 @@ mod tests {
             size_of::<fid_ep>(),
             offset_of!(fid_ep, tagged),
             size_of::<fi_context>(),
+            size_of::<fid_mr>(),
+            size_of::<fi_mr_attr>(),
+            offset_of!(fi_mr_attr, iface),
+            size_of::<fi_rma_iov>(),
+            size_of::<fi_msg_rma>(),
+            size_of::<fi_ops_rma>(),
+            offset_of!(fi_ops_rma, injectdata),
         ]
     }
 

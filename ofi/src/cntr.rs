@@ -1,7 +1,8 @@
 //! The completion counter's C entry points (`fi_cntr_open` and its ops). An endpoint bound to
 //! a counter with FI_SEND or FI_RECV counts every completion of that side there, selected for
-//! its CQ or not; a failed operation counts as an error. Reading or waiting on a counter
-//! progresses the endpoints bound to it (manual progress).
+//! its CQ or not; a failed operation counts as an error. FI_WRITE and FI_READ count its RMA
+//! operations, FI_REMOTE_WRITE and FI_REMOTE_READ the peers' it served (see `rma`). Reading
+//! or waiting on a counter progresses the endpoints bound to it (manual progress).
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};

@@ -5,7 +5,8 @@
 //! Wire format: every libfabric message is one reverb tagged message. The top two tag bits say
 //! what it is: [`UNTAGGED`] for `fi_send` (the rest zero), [`WITH_DATA`] when 8 bytes of remote
 //! CQ data lead the payload; the application's tag takes the other 62 bits
-//! ([`MEM_TAG_FORMAT`]).
+//! ([`MEM_TAG_FORMAT`]). RMA traffic has [`UNTAGGED`] and `rma::RMA` set, which no
+//! application receive matches (see `rma`).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -17,6 +18,8 @@ use reverb_transport::{CompletionKind, OpId, Provider, ProviderKind, Rank, RecvB
 
 use crate::abi::*;
 use crate::error::{OfiError, Result};
+use crate::mr::MrTableRef;
+use crate::rma::{RmaCntrs, RmaRole, RMA};
 
 /// The message came from `fi_send`/`fi_recv`, not the tagged calls.
 pub const UNTAGGED: u64 = 1 << 63;
@@ -76,7 +79,7 @@ pub struct CntrState {
 pub type CntrRef = Rc<RefCell<CntrState>>;
 
 /// Counts one completion on `cntr`, if one is bound: an error or a success.
-fn bump(cntr: Option<&CntrRef>, failed: bool) {
+pub(crate) fn bump(cntr: Option<&CntrRef>, failed: bool) {
     if let Some(c) = cntr {
         let mut c = c.borrow_mut();
         if failed {
@@ -88,15 +91,17 @@ fn bump(cntr: Option<&CntrRef>, failed: bool) {
 }
 
 /// What an operation in flight reports when it completes.
-struct Pending {
-    context: usize,
-    flags: u64,
+pub(crate) struct Pending {
+    pub(crate) context: usize,
+    pub(crate) flags: u64,
     /// Raise a completion when it succeeds (not for inject or unselected operations).
-    report: bool,
-    /// The receive buffer lent by the consumer: (address, capacity).
-    recv_into: Option<(usize, usize)>,
+    pub(crate) report: bool,
+    /// The receive buffer lent by the consumer (a read's too): (address, capacity).
+    pub(crate) recv_into: Option<(usize, usize)>,
     /// A claimed message the consumer discarded: its completion was raised already.
-    discard: bool,
+    pub(crate) discard: bool,
+    /// A receive of the RMA protocol, not the application's.
+    pub(crate) rma: Option<RmaRole>,
 }
 
 /// How a CQ is bound to an endpoint.
@@ -129,9 +134,9 @@ pub struct RecvArgs {
 
 /// An endpoint: a reverb provider and the libfabric bookkeeping around it.
 pub struct EpCore {
-    provider: Box<dyn Provider>,
+    pub(crate) provider: Box<dyn Provider>,
     pub caps: u64,
-    tx_op_flags: u64,
+    pub(crate) tx_op_flags: u64,
     rx_op_flags: u64,
     pub av: Option<AvRef>,
     pub tx: Option<Binding>,
@@ -142,7 +147,15 @@ pub struct EpCore {
     /// Ranks of the AV entries this endpoint connected, by fi_addr, and back.
     to_rank: HashMap<fi_addr_t, Rank>,
     from_rank: HashMap<Rank, fi_addr_t>,
-    pending: HashMap<OpId, Pending>,
+    pub(crate) pending: HashMap<OpId, Pending>,
+    /// The domain's memory regions, which peers' RMA requests reach.
+    pub mrs: Option<MrTableRef>,
+    /// Counters of RMA operations, this endpoint's and its peers'.
+    pub rma_cntrs: RmaCntrs,
+    /// The id of the last RMA operation started (its reply's tag).
+    pub(crate) next_rma_id: u64,
+    /// A receive for peers' RMA requests is posted.
+    pub(crate) serving: bool,
     /// Messages peeked with FI_CLAIM, by the peek's context: (sender, wire tag, length).
     claims: HashMap<usize, (Rank, u64, usize)>,
 }
@@ -165,6 +178,10 @@ impl EpCore {
             to_rank: HashMap::new(),
             from_rank: HashMap::new(),
             pending: HashMap::new(),
+            mrs: None,
+            rma_cntrs: RmaCntrs::default(),
+            next_rma_id: 0,
+            serving: false,
             claims: HashMap::new(),
         }
     }
@@ -183,7 +200,7 @@ impl EpCore {
     }
 
     /// The rank of AV entry `addr`, connecting to it the first time.
-    fn rank_of(&mut self, addr: fi_addr_t) -> Result<Rank> {
+    pub(crate) fn rank_of(&mut self, addr: fi_addr_t) -> Result<Rank> {
         if let Some(&rank) = self.to_rank.get(&addr) {
             return Ok(rank);
         }
@@ -198,7 +215,7 @@ impl EpCore {
 
     /// The fi_addr of the sender `rank`, connecting AV entries not connected yet to find it;
     /// FI_ADDR_NOTAVAIL for a sender not in the AV.
-    fn addr_of(&mut self, rank: Rank) -> fi_addr_t {
+    pub(crate) fn addr_of(&mut self, rank: Rank) -> fi_addr_t {
         if let Some(&addr) = self.from_rank.get(&rank) {
             return addr;
         }
@@ -212,7 +229,7 @@ impl EpCore {
     }
 
     /// Whether an operation posted with `flags` raises a completion on `binding`.
-    fn reports(binding: Option<&Binding>, flags: u64) -> bool {
+    pub(crate) fn reports(binding: Option<&Binding>, flags: u64) -> bool {
         binding.is_some_and(|b| !b.selective || flags & FI_COMPLETION != 0)
     }
 
@@ -235,8 +252,14 @@ impl EpCore {
         let kind = if args.tag.is_some() { FI_TAGGED } else { FI_MSG };
         let flags = args.flags | self.tx_op_flags;
         let report = !inject && Self::reports(self.tx.as_ref(), flags);
-        let pending =
-            Pending { context: args.context, flags: FI_SEND | kind, report, recv_into: None, discard: false };
+        let pending = Pending {
+            context: args.context,
+            flags: FI_SEND | kind,
+            report,
+            recv_into: None,
+            discard: false,
+            rma: None,
+        };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
@@ -254,7 +277,7 @@ impl EpCore {
                 TagMatch { tag: tag & MEM_TAG_FORMAT, mask: (!ignore & MEM_TAG_FORMAT) | UNTAGGED },
                 FI_TAGGED,
             ),
-            None => (TagMatch { tag: UNTAGGED, mask: UNTAGGED }, FI_MSG),
+            None => (TagMatch { tag: UNTAGGED, mask: UNTAGGED | RMA }, FI_MSG),
         };
         Ok((source, matching, kind))
     }
@@ -271,6 +294,7 @@ impl EpCore {
             report,
             recv_into: Some((args.buf, args.len)),
             discard: false,
+            rma: None,
         };
         self.pending.insert(op, pending);
         self.progress();
@@ -336,8 +360,14 @@ impl EpCore {
         )?;
         let Some(op) = claimed else { return Err(OfiError::Invalid("the claimed message is gone")) };
         let recv_into = (!discard).then_some((args.buf, args.len));
-        let pending =
-            Pending { context: args.context, flags: FI_RECV | FI_TAGGED, report: true, recv_into, discard };
+        let pending = Pending {
+            context: args.context,
+            flags: FI_RECV | FI_TAGGED,
+            report: true,
+            recv_into,
+            discard,
+            rma: None,
+        };
         self.pending.insert(op, pending);
         self.progress();
         Ok(())
@@ -389,12 +419,17 @@ impl EpCore {
     pub fn progress(&mut self) {
         // A malformed message from a peer is dropped by the provider; the endpoint goes on.
         let _ = self.provider.progress();
+        self.serve_rma();
         while let Some(c) = self.provider.completions().pop_front() {
             let Some(p) = self.pending.remove(&c.op) else { continue };
             if p.discard {
                 continue;
             }
             let error = c.error().cloned();
+            if p.rma.is_some() {
+                self.finish_rma(p, c.kind, error);
+                continue;
+            }
             match c.kind {
                 CompletionKind::Recv { source, tag, len, data } => {
                     self.finish_recv(p, source, tag, len, data, error)
@@ -489,7 +524,7 @@ fn land(entry: &mut Entry, tag: u64, len: usize, bytes: Vec<u8>, capacity: usize
 
 /// The error entry of a failed operation: a lost peer is FI_EHOSTUNREACH, a message too long
 /// FI_ETRUNC, anything else FI_EIO; the text keeps reverb's reason.
-fn error_entry(entry: Entry, e: &TransportError, olen: usize) -> ErrEntry {
+pub(crate) fn error_entry(entry: Entry, e: &TransportError, olen: usize) -> ErrEntry {
     let err = match e {
         TransportError::PeerDead(_) => FI_EHOSTUNREACH,
         TransportError::Truncated { .. } => FI_ETRUNC,

@@ -60,7 +60,7 @@ unsafe fn publish_service(info: Option<&fi_info>, core: &EpCore) -> Result<Optio
 
 /// `fi_endpoint` (the domain's `endpoint`).
 pub(crate) unsafe extern "C" fn open(
-    _domain: *mut fid_domain,
+    domain: *mut fid_domain,
     info: *mut fi_info,
     out: *mut *mut fid_ep,
     context: *mut c_void,
@@ -69,16 +69,18 @@ pub(crate) unsafe extern "C" fn open(
         return -FI_EINVAL;
     }
     // SAFETY: the consumer's fi_info (from our getinfo): null or valid.
-    let core = match open_core(unsafe { info.as_ref() }) {
+    let mut core = match open_core(unsafe { info.as_ref() }) {
         Ok(core) => core,
         Err(e) => return -e.errno(),
     };
+    // SAFETY: the consumer's domain, a live fid (the lookup checks it is ours).
+    core.mrs = unsafe { crate::fabric::mr_table_of(domain as *mut fid) };
     let c = fid_ep {
         fid: fid { fclass: FI_CLASS_EP, context, ops: &FI_OPS.0 },
         ops: &EP_OPS.0,
         cm: &CM_OPS.0,
         msg: &MSG_OPS.0,
-        rma: std::ptr::null(),
+        rma: &crate::rma_ops::RMA_OPS.0,
         tagged: &TAGGED_OPS.0,
         atomic: std::ptr::null(),
         collective: std::ptr::null(),
@@ -107,7 +109,7 @@ unsafe fn ep_of(ep: *mut fid) -> Option<&'static mut Ep> {
 ///
 /// # Safety
 /// `ep` is null or a live fid.
-unsafe fn with_ep(ep: *mut fid_ep, f: impl FnOnce(&mut EpCore) -> Result<()>) -> isize {
+pub(crate) unsafe fn with_ep(ep: *mut fid_ep, f: impl FnOnce(&mut EpCore) -> Result<()>) -> isize {
     // SAFETY: the caller's contract.
     let Some(ep) = (unsafe { ep_of(ep as *mut fid) }) else { return -(FI_EINVAL as isize) };
     let Ok(mut core) = ep.core.try_borrow_mut() else { return -(FI_EBUSY as isize) };
@@ -123,8 +125,8 @@ unsafe extern "C" fn close(f: *mut fid) -> c_int {
     }
 }
 
-/// The flags a counter may be bound with: transmits and receives count; the RMA ones are
-/// accepted (fabtests passes them with FI_RMA hints) but count nothing, as no RMA is offered.
+/// The flags a counter may be bound with: transmits, receives, and RMA operations (this
+/// endpoint's reads and writes, and its peers' into its regions).
 const CNTR_BIND_FLAGS: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 /// Binds an AV, a counter, or a CQ for transmits and/or receives (FI_SELECTIVE_COMPLETION
@@ -148,6 +150,17 @@ unsafe extern "C" fn bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
         }
         if flags & FI_RECV != 0 {
             core.rx_cntr = Some(Rc::clone(&cntr.state));
+        }
+        let rma = &mut core.rma_cntrs;
+        for (flag, slot) in [
+            (FI_READ, &mut rma.read),
+            (FI_WRITE, &mut rma.write),
+            (FI_REMOTE_READ, &mut rma.remote_read),
+            (FI_REMOTE_WRITE, &mut rma.remote_write),
+        ] {
+            if flags & flag != 0 {
+                *slot = Some(Rc::clone(&cntr.state));
+            }
         }
         cntr.eps.add(&ep.core);
         return 0;
@@ -325,7 +338,7 @@ unsafe fn post_recv(
 ///
 /// # Safety
 /// `iov` is null or points at `count` iovecs.
-unsafe fn single_iov(iov: *const iovec, count: usize) -> Result<(*mut c_void, usize)> {
+pub(crate) unsafe fn single_iov(iov: *const iovec, count: usize) -> Result<(*mut c_void, usize)> {
     match count {
         0 => Ok((std::ptr::null_mut(), 0)),
         // SAFETY: the caller's contract.

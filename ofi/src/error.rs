@@ -22,6 +22,9 @@ pub enum OfiError {
     /// A tag using the two bits the provider keeps for itself.
     #[error("tag {0:#x} uses bits outside mem_tag_format")]
     TagBits(u64),
+    /// An operation longer than `max_msg_size`.
+    #[error("{0} bytes exceed max_msg_size")]
+    TooLong(usize),
     /// A null or foreign object, a null argument, a bad attribute.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
@@ -39,6 +42,7 @@ impl OfiError {
             OfiError::Transport(_) => FI_EIO,
             OfiError::UnknownAddress(_) | OfiError::TagBits(_) | OfiError::Invalid(_) => FI_EINVAL,
             OfiError::NotBound(_) => FI_EINVAL,
+            OfiError::TooLong(_) => FI_EMSGSIZE,
         }
     }
 }

@@ -9,7 +9,10 @@ use crate::name::Carrier;
 use crate::obj::{self, Table, NO_OP};
 
 struct Fabric;
-struct Domain;
+/// A domain: the memory regions its endpoints serve to peers.
+struct Domain {
+    mrs: crate::mr::MrTableRef,
+}
 /// Events written and not read yet: (event, its bytes).
 #[derive(Default)]
 struct Eq {
@@ -80,8 +83,15 @@ static DOMAIN_OPS: Table<fi_ops_domain> = Table(fi_ops_domain {
     endpoint2: NO_OP,
 });
 
-static MR_OPS: Table<fi_ops_mr> =
-    Table(fi_ops_mr { size: std::mem::size_of::<fi_ops_mr>(), reg: NO_OP, regv: NO_OP, regattr: NO_OP });
+/// The region table of the domain `domain`, if it is one of ours.
+///
+/// # Safety
+/// `domain` is null or a live fid.
+pub(crate) unsafe fn mr_table_of(domain: *mut fid) -> Option<crate::mr::MrTableRef> {
+    // SAFETY: the caller's contract; the ops table names the type.
+    let d = unsafe { obj::state::<fid_domain, Domain>(domain, ops_ptr(&DOMAIN_FI_OPS)) }?;
+    Some(std::rc::Rc::clone(&d.mrs))
+}
 
 /// The EQ behind `eq`, if it is one of ours.
 ///
@@ -212,10 +222,11 @@ unsafe extern "C" fn domain_open(
     let c = fid_domain {
         fid: header(FI_CLASS_DOMAIN, context, &DOMAIN_FI_OPS),
         ops: &DOMAIN_OPS.0,
-        mr: &MR_OPS.0,
+        mr: &crate::mr::MR_OPS.0,
     };
+    let state = Domain { mrs: Default::default() };
     // SAFETY: `out` checked non-null.
-    unsafe { out.write(obj::into_raw(c, Domain) as *mut fid_domain) };
+    unsafe { out.write(obj::into_raw(c, state) as *mut fid_domain) };
     0
 }
 

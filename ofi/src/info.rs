@@ -20,6 +20,9 @@ pub fn domain_name(carrier: Carrier) -> &'static CStr {
 /// Primary capabilities offered, and the secondary ones always on.
 pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE;
 pub const SECONDARY_CAPS: u64 = FI_LOCAL_COMM;
+/// RMA, offered to consumers that ask for it and accept [`crate::mr::MR_MODE`].
+pub const RMA_CAPS: u64 = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+const RMA_DIRECTIONS: u64 = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 /// The secondary capabilities of endpoints `carrier` carries: tcp reaches other hosts too.
 pub fn secondary_caps(carrier: Carrier) -> u64 {
@@ -51,6 +54,8 @@ pub struct Hints {
     pub domain_caps: u64,
     /// Counters asked for (`domain_attr.cntr_cnt`); 0 for no wish.
     pub cntr_cnt: usize,
+    /// The registration modes the consumer supports (`domain_attr.mr_mode`).
+    pub mr_mode: c_int,
     pub names_other_fabric: bool,
     /// What carries the endpoints (sets the domain's name and the secondary capabilities).
     pub carrier: Carrier,
@@ -70,6 +75,7 @@ impl Default for Hints {
             msg_order: 0,
             domain_caps: 0,
             cntr_cnt: 0,
+            mr_mode: 0,
             names_other_fabric: false,
             carrier: Carrier::Shm,
         }
@@ -84,11 +90,16 @@ pub struct Offer {
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
     pub carrier: Carrier,
+    /// The registration modes required: [`crate::mr::MR_MODE`] with RMA, else none.
+    pub mr_mode: c_int,
 }
 
 pub fn offer(h: &Hints) -> Option<Offer> {
     let secondary = secondary_caps(h.carrier);
-    let unmet = h.caps & !(PRIMARY_CAPS | secondary) != 0
+    let rma = h.caps & RMA_CAPS != 0;
+    let mr_mode_ok = h.mr_mode == FI_MR_BASIC || h.mr_mode & crate::mr::MR_MODE == crate::mr::MR_MODE;
+    let unmet = h.caps & !(PRIMARY_CAPS | RMA_CAPS | secondary) != 0
+        || (rma && !mr_mode_ok)
         || h.domain_caps & !secondary != 0
         || h.msg_order & !FI_ORDER_SAS != 0
         || h.cntr_cnt > CNTR_CNT;
@@ -103,12 +114,13 @@ pub fn offer(h: &Hints) -> Option<Offer> {
     {
         return None;
     }
-    let caps = if h.caps & PRIMARY_CAPS == 0 {
+    let caps = if h.caps & (PRIMARY_CAPS | RMA_CAPS) == 0 {
         PRIMARY_CAPS | secondary
     } else {
-        // Asked for MSG or TAGGED without a direction: both directions.
+        // Asked for MSG or TAGGED without a direction: both directions; RMA likewise.
         let directions = if h.caps & (FI_SEND | FI_RECV) == 0 { FI_SEND | FI_RECV } else { 0 };
-        h.caps | directions | secondary
+        let rma_directions = if rma && h.caps & RMA_DIRECTIONS == 0 { RMA_DIRECTIONS } else { 0 };
+        h.caps | directions | rma_directions | if rma { FI_RMA } else { 0 } | secondary
     };
     let av_type = if h.av_type == FI_AV_UNSPEC { FI_AV_TABLE } else { h.av_type };
     let op_flags =
@@ -119,6 +131,12 @@ pub fn offer(h: &Hints) -> Option<Offer> {
         tx_op_flags: h.tx_op_flags & op_flags,
         rx_op_flags: h.rx_op_flags & FI_COMPLETION,
         carrier: h.carrier,
+        // FI_MR_BASIC (the old enum) is answered in its own terms: it means MR_MODE.
+        mr_mode: match (rma, h.mr_mode) {
+            (false, _) => 0,
+            (true, FI_MR_BASIC) => FI_MR_BASIC,
+            (true, _) => crate::mr::MR_MODE,
+        },
     })
 }
 
@@ -143,6 +161,7 @@ pub unsafe fn read_hints(hints: *const fi_info, carrier: Carrier) -> Hints {
             h.av_type = d.av_type;
             h.domain_caps = d.caps;
             h.cntr_cnt = d.cntr_cnt;
+            h.mr_mode = d.mr_mode;
             h.names_other_fabric |= !d.name.is_null() && CStr::from_ptr(d.name) != domain_name(carrier);
         }
         if let Some(f) = info.fabric_attr.as_ref() {
@@ -179,14 +198,23 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
         (&mut *i.tx_attr, &mut *i.rx_attr, &mut *i.ep_attr, &mut *i.domain_attr, &mut *i.fabric_attr)
     };
     // Each side's capabilities are the info's that concern it.
-    tx.caps = offer.caps & (FI_MSG | FI_TAGGED | FI_SEND);
+    tx.caps = offer.caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
     tx.op_flags = offer.tx_op_flags;
     tx.msg_order = FI_ORDER_SAS;
     tx.comp_order = 0;
     tx.inject_size = INJECT_SIZE;
     tx.size = QUEUE_SIZE;
     tx.iov_limit = 1;
-    rx.caps = offer.caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+    tx.rma_iov_limit = 1;
+    rx.caps = offer.caps
+        & (FI_MSG
+            | FI_TAGGED
+            | FI_RECV
+            | FI_DIRECTED_RECV
+            | FI_SOURCE
+            | FI_RMA
+            | FI_REMOTE_READ
+            | FI_REMOTE_WRITE);
     rx.op_flags = offer.rx_op_flags;
     rx.msg_order = FI_ORDER_SAS;
     rx.size = QUEUE_SIZE;
@@ -202,7 +230,10 @@ pub fn build(offer: &Offer, api_version: u32) -> *mut fi_info {
     dom.data_progress = FI_PROGRESS_MANUAL;
     dom.resource_mgmt = FI_RM_ENABLED;
     dom.av_type = offer.av_type;
-    dom.mr_mode = 0;
+    dom.mr_mode = offer.mr_mode;
+    dom.mr_key_size = 8;
+    dom.mr_iov_limit = 1;
+    dom.mr_cnt = crate::mr::MR_CNT;
     dom.cq_data_size = 8;
     dom.cq_cnt = 256;
     dom.cntr_cnt = CNTR_CNT;
@@ -259,7 +290,7 @@ mod tests {
         assert_eq!(offer(&map).unwrap().av_type, FI_AV_MAP);
         assert!(offer(&Hints { data_progress: FI_PROGRESS_AUTO, ..tagged }).is_none());
         assert!(offer(&Hints { threading: FI_THREAD_SAFE, ..tagged }).is_none());
-        assert!(offer(&Hints { caps: FI_RMA, ..tagged }).is_none());
+        assert!(offer(&Hints { caps: FI_RMA, ..tagged }).is_none(), "RMA without the mr_mode");
         assert!(offer(&Hints { msg_order: 0x1, ..tagged }).is_none(), "FI_ORDER_RAR");
         assert!(offer(&Hints { domain_caps: FI_REMOTE_COMM, ..tagged }).is_none());
         assert!(offer(&Hints { cntr_cnt: CNTR_CNT, ..tagged }).is_some(), "counters");
@@ -271,5 +302,20 @@ mod tests {
         assert!(offer(&mpi).is_none());
         let over_tcp = offer(&Hints { carrier: Carrier::Tcp, ..mpi }).unwrap();
         assert_ne!(over_tcp.caps & FI_REMOTE_COMM, 0);
+        assert_eq!(got.mr_mode, 0, "no registration without RMA");
+    }
+
+    #[test]
+    fn rma_is_offered_to_consumers_that_accept_provider_keys_and_virtual_addresses() {
+        let mr_mode = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | (1 << 2) | (1 << 5) | (1 << 9);
+        let rma = Hints { caps: FI_MSG | FI_RMA, ep_type: FI_EP_RDM, mr_mode, ..Hints::default() };
+        let got = offer(&rma).unwrap();
+        assert_eq!(got.caps & RMA_CAPS, RMA_CAPS, "FI_RMA alone: every direction");
+        assert_eq!(got.mr_mode, crate::mr::MR_MODE);
+        let reads = offer(&Hints { caps: FI_RMA | FI_READ, ..rma }).unwrap();
+        assert_eq!(reads.caps & RMA_CAPS, FI_RMA | FI_READ);
+        assert_eq!(offer(&Hints { mr_mode: FI_MR_BASIC, ..rma }).unwrap().mr_mode, FI_MR_BASIC);
+        assert!(offer(&Hints { mr_mode: FI_MR_VIRT_ADDR, ..rma }).is_none(), "user keys");
+        assert_eq!(offer(&Hints { caps: FI_TAGGED, ..rma }).unwrap().mr_mode, 0);
     }
 }

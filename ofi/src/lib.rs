@@ -1,13 +1,14 @@
 //! `reverb`, a libfabric provider carried by reverb's transport: `libreverb-fi.so`, which
 //! libfabric 1.17 loads from `FI_PROVIDER_PATH` through [`fi_prov_ini`]. Endpoints are
-//! `FI_EP_RDM` with `FI_MSG` and `FI_TAGGED`, manual progress, `FI_THREAD_DOMAIN`, address
-//! vectors of either type; peers are wired up the libfabric way (`fi_getname` /
+//! `FI_EP_RDM` with `FI_MSG`, `FI_TAGGED` and `FI_RMA`, manual progress, `FI_THREAD_DOMAIN`,
+//! address vectors of either type; peers are wired up the libfabric way (`fi_getname` /
 //! `fi_av_insert`) over reverb's shm provider (docs/ofi.md).
 //!
 //! - [`abi`]: the C structs and constants, declared by hand and checked against the headers;
 //! - [`obj`]: the unsafe plumbing objects share; [`core`]: the logic, safe;
 //! - [`info`]: `fi_getinfo`; `fabric`, `av`, `cq`, `cntr`, `ep`: the objects' C entry points
-//!   (`bound`: the endpoints a CQ or counter progresses).
+//!   (`bound`: the endpoints a CQ or counter progresses);
+//! - [`mr`]: memory registration; `rma`: RMA emulated over messages; `rma_ops`: its entry points.
 
 pub mod abi;
 mod av;
@@ -19,8 +20,11 @@ mod ep;
 pub mod error;
 mod fabric;
 pub mod info;
+pub mod mr;
 pub mod name;
 pub mod obj;
+mod rma;
+mod rma_ops;
 pub mod service;
 
 use std::ffi::{c_char, c_int, CStr};

@@ -88,10 +88,16 @@ fn check(what: &str, rc: isize) {
 
 impl Fab {
     fn open() -> Fab {
+        Fab::open_with(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, 0)
+    }
+
+    /// An endpoint asked for `caps`, accepting registration modes `mr_mode`.
+    fn open_with(caps: u64, mr_mode: i32) -> Fab {
         // SAFETY: the libfabric calls as its man pages give them; every pointer is ours.
         unsafe {
             let hints = fi_dupinfo(std::ptr::null());
-            (*hints).caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+            (*hints).caps = caps;
+            (*(*hints).domain_attr).mr_mode = mr_mode;
             (*(*hints).ep_attr).type_ = FI_EP_RDM;
             (*(*hints).domain_attr).data_progress = FI_PROGRESS_MANUAL;
             (*(*hints).domain_attr).threading = FI_THREAD_DOMAIN;
@@ -411,12 +417,19 @@ fn dead_peer_survivor(dir: &Path) {
     let (victim_name, _) = fab.recv_wait(FI_ADDR_UNSPEC, 1);
     let victim = fab.insert(&victim_name);
     publish(dir, "ready", b"1");
-    let mut buf = vec![0u8; 64];
+    let (mut buf, mut read) = (vec![0u8; 64], vec![0u8; 64]);
     check("fi_trecv", fab.trecv(&mut buf, victim, 2, 42));
-    let err = fab.next(Duration::from_secs(30)).expect_err("the receive fails once the peer is killed");
-    assert_eq!(err.err, FI_EHOSTUNREACH, "err {}", err.err);
-    assert_eq!(err.op_context as usize, 42);
-    assert_ne!(err.flags & FI_RECV, 0);
+    // An RMA read the victim never answers (it does not progress): it fails the same way.
+    check("fi_read", fab.read(victim, &mut read, 0x1000, 7, 43));
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        let err =
+            fab.next(Duration::from_secs(30)).expect_err("pending operations fail once the peer is killed");
+        assert_eq!(err.err, FI_EHOSTUNREACH, "err {}", err.err);
+        failed.push((err.op_context as usize, err.flags & (FI_RECV | FI_RMA | FI_READ)));
+    }
+    failed.sort_unstable();
+    assert_eq!(failed, [(42, FI_RECV), (43, FI_RMA | FI_READ)]);
 }
 
 fn dead_peer_victim(dir: &Path) {
@@ -427,8 +440,8 @@ fn dead_peer_victim(dir: &Path) {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-/// A peer SIGKILLed under a pending receive directed at it: fi_cq_readerr reports
-/// FI_EHOSTUNREACH within the peer timeout.
+/// A peer SIGKILLed under a pending receive directed at it and an RMA read of it:
+/// fi_cq_readerr reports FI_EHOSTUNREACH for both within the peer timeout.
 #[test]
 fn a_killed_peer_fails_receives_directed_at_it() {
     killed_peer("a_killed_peer_fails_receives_directed_at_it", "shm");
@@ -515,4 +528,218 @@ fn cancelled(test: &str, carrier: &str) {
     }
     let (dir, prov) = (scratch(test), provider_dir());
     wait_ok(spawn(test, "cancel", &dir, &prov, carrier), "the role");
+}
+
+/// A registered region of the target's domain, over memory the test owns.
+struct Mr(*mut fid_mr);
+
+impl Fab {
+    fn register(&self, buf: &mut [u8], access: u64) -> Mr {
+        let mut mr = null_mut();
+        // SAFETY: a live domain; `buf` outlives the region (the test closes it first or exits).
+        let rc = unsafe {
+            ((*(*self.domain).mr).reg.unwrap())(
+                &mut (*self.domain).fid,
+                buf.as_ptr().cast(),
+                buf.len(),
+                access,
+                0,
+                0,
+                0,
+                &mut mr,
+                null_mut(),
+            )
+        };
+        check("fi_mr_reg", rc as isize);
+        Mr(mr)
+    }
+
+    fn rma(&self) -> &fi_ops_rma {
+        // SAFETY: a live endpoint; its RMA table is static.
+        unsafe { &*(*self.ep).rma }
+    }
+
+    /// fi_write (or fi_writedata with `data`) of `buf` to (`addr`, `key`) of `dest`.
+    fn write(
+        &self,
+        dest: fi_addr_t,
+        buf: &[u8],
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+        ctx: usize,
+    ) -> isize {
+        let (b, n, c) = (buf.as_ptr().cast(), buf.len(), ctx as *mut c_void);
+        // SAFETY: a live endpoint; the bytes are copied before the call returns.
+        unsafe {
+            match data {
+                Some(d) => self.rma().writedata.unwrap()(self.ep, b, n, null_mut(), d, dest, addr, key, c),
+                None => self.rma().write.unwrap()(self.ep, b, n, null_mut(), dest, addr, key, c),
+            }
+        }
+    }
+
+    /// fi_read into `buf`, which must outlive the completion.
+    fn read(&self, src: fi_addr_t, buf: &mut [u8], addr: u64, key: u64, ctx: usize) -> isize {
+        // SAFETY: a live endpoint; `buf` stays untouched until the completion is read.
+        unsafe {
+            self.rma().read.unwrap()(
+                self.ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                src,
+                addr,
+                key,
+                ctx as *mut c_void,
+            )
+        }
+    }
+}
+
+impl Mr {
+    fn key(&self) -> u64 {
+        // SAFETY: a live region (fi_mr_key reads the field).
+        unsafe { (*self.0).key }
+    }
+    fn close(self) {
+        // SAFETY: a live region, closed once.
+        let rc = unsafe { ((*(*self.0).fid.ops).close.unwrap())(&mut (*self.0).fid) };
+        check("fi_close(mr)", rc as isize);
+    }
+}
+
+/// Waits for `origin`'s next completion while `target` progresses (reading its counter).
+fn rma_done(origin: &Fab, target: &Cntr) -> Result<fi_cq_tagged_entry, fi_cq_err_entry> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        target.read();
+        // SAFETY: a live CQ; room for one tagged entry.
+        let mut entry: fi_cq_tagged_entry = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            ((*(*origin.cq).ops).read.unwrap())(origin.cq, (&mut entry as *mut fi_cq_tagged_entry).cast(), 1)
+        };
+        if rc == 1 {
+            return Ok(entry);
+        }
+        if rc == -(FI_EAVAIL as isize) {
+            // SAFETY: as above, for an error entry.
+            let mut err: fi_cq_err_entry = unsafe { std::mem::zeroed() };
+            let rc = unsafe { ((*(*origin.cq).ops).readerr.unwrap())(origin.cq, &mut err, 0) };
+            assert_eq!(rc, 1, "fi_cq_readerr");
+            return Err(err);
+        }
+        assert_eq!(rc, -(FI_EAGAIN as isize), "fi_cq_read");
+        assert!(Instant::now() < deadline, "no RMA completion in 60 s");
+    }
+}
+
+/// Two endpoints of one process with FI_RMA: writes, writedata, reads, at max_msg_size and
+/// past it, and the target's refusals (wrong key, out of bounds, access denied, closed region).
+fn rma_roundtrips() {
+    const MAX: usize = 64 << 20;
+    let caps = FI_MSG | FI_TAGGED | FI_RMA;
+    let mr_mode = (1 << 4) | (1 << 6); // FI_MR_VIRT_ADDR | FI_MR_PROV_KEY
+    let (origin, target) = (Fab::open_with(caps, mr_mode), Fab::open_with(caps, mr_mode));
+    let peer = origin.insert(&target.name());
+    let (writes, reads) = (origin.counter(FI_WRITE), origin.counter(FI_READ));
+    let remote_writes = target.counter(FI_REMOTE_WRITE | FI_REMOTE_READ);
+    let mut region = vec![0u8; MAX];
+    let mr = target.register(&mut region, FI_REMOTE_WRITE | FI_REMOTE_READ);
+    let (base, key) = (region.as_ptr() as u64, mr.key());
+
+    check("fi_write", origin.write(peer, b"hello", base + 16, key, None, 21));
+    let done = rma_done(&origin, &remote_writes).expect("the write completes");
+    assert_eq!((done.op_context as usize, done.flags), (21, FI_RMA | FI_WRITE));
+    assert_eq!(&region[16..21], b"hello");
+
+    check("fi_writedata", origin.write(peer, b"data!", base, key, Some(0xabc), 22));
+    assert_eq!(rma_done(&origin, &remote_writes).expect("writedata").op_context as usize, 22);
+    let seen = target.next(Duration::from_secs(5)).expect("the target's CQ data");
+    assert_eq!(seen.flags, FI_REMOTE_CQ_DATA | FI_RMA | FI_REMOTE_WRITE);
+    assert_eq!((seen.data, &region[..5]), (0xabc, &b"data!"[..]));
+
+    region[1000..1100].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let mut got = vec![0u8; 100];
+    check("fi_read", origin.read(peer, &mut got, base + 1000, key, 23));
+    let done = rma_done(&origin, &remote_writes).expect("the read completes");
+    assert_eq!((done.op_context as usize, done.flags), (23, FI_RMA | FI_READ));
+    assert_eq!(got, region[1000..1100]);
+
+    // The largest transfer both ways, then one byte more.
+    let big: Vec<u8> = (0..MAX).map(|i| (i % 251) as u8).collect();
+    check("fi_write max", origin.write(peer, &big, base, key, None, 24));
+    rma_done(&origin, &remote_writes).expect("a max_msg_size write");
+    assert!(region == big, "the max_msg_size write landed");
+    let mut back = vec![0u8; MAX];
+    check("fi_read max", origin.read(peer, &mut back, base, key, 25));
+    rma_done(&origin, &remote_writes).expect("a max_msg_size read");
+    assert!(back == big, "the max_msg_size read");
+    // SAFETY: the provider refuses the length before it looks at the bytes.
+    let huge = unsafe { std::slice::from_raw_parts(big.as_ptr(), MAX + 1) };
+    assert_eq!(origin.write(peer, huge, base, key, None, 26), -(FI_EMSGSIZE as isize));
+    assert_eq!(origin.read(peer, &mut vec![0u8; MAX + 1], base, key, 26), -(FI_EMSGSIZE as isize));
+
+    let refused = |rc: isize, ctx: usize| {
+        check("post", rc);
+        let err = rma_done(&origin, &remote_writes).expect_err("the target refuses");
+        assert_eq!(err.op_context as usize, ctx);
+        err.err
+    };
+    assert_eq!(refused(origin.write(peer, b"x", base, key ^ 1, None, 31), 31), FI_EINVAL, "wrong key");
+    let end = base + MAX as u64;
+    assert_eq!(refused(origin.write(peer, b"four", end - 2, key, None, 32), 32), FI_EINVAL, "past the end");
+    assert_eq!(refused(origin.read(peer, &mut got, base - 1, key, 33), 33), FI_EINVAL, "before the start");
+    let mut ro = vec![7u8; 64];
+    let read_only = target.register(&mut ro, FI_REMOTE_READ);
+    let ro_addr = ro.as_ptr() as u64;
+    assert_eq!(refused(origin.write(peer, b"x", ro_addr, read_only.key(), None, 34), 34), FI_EACCES);
+    assert_eq!(ro, vec![7u8; 64], "a refused write changes nothing");
+    mr.close();
+    assert_eq!(refused(origin.read(peer, &mut got, base, key, 35), 35), FI_EINVAL, "a closed region");
+
+    // fi_inject_write raises no completion; the counter counts it.
+    let mut small = vec![0u8; 8];
+    let rw = target.register(&mut small, FI_REMOTE_WRITE);
+    let (small_addr, rw_key) = (small.as_ptr() as u64, rw.key());
+    // SAFETY: a live endpoint; the bytes are copied before the call returns.
+    let rc = unsafe {
+        origin.rma().inject.unwrap()(origin.ep, b"inj".as_ptr().cast(), 3, peer, small_addr, rw_key)
+    };
+    check("fi_inject_write", rc);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while writes.read().0 < 4 {
+        remote_writes.read();
+        assert!(Instant::now() < deadline, "the inject is counted");
+    }
+    assert_eq!(&small[..3], b"inj");
+    assert_eq!(writes.read(), (4, 3), "writes: 4 done; refused: key, bounds, access");
+    assert_eq!(reads.read(), (2, 2));
+    // SAFETY: a live CQ; room for one tagged entry.
+    let mut entry: fi_cq_tagged_entry = unsafe { std::mem::zeroed() };
+    let into = (&mut entry as *mut fi_cq_tagged_entry).cast();
+    // SAFETY: as above.
+    let rc = unsafe { ((*(*origin.cq).ops).read.unwrap())(origin.cq, into, 1) };
+    assert_eq!(rc, -(FI_EAGAIN as isize), "no completion for the inject");
+    read_only.close();
+    rw.close();
+}
+
+#[test]
+fn rma_writes_reads_and_refusals() {
+    rma_test("rma_writes_reads_and_refusals", "shm");
+}
+
+/// The same between endpoints that tcp carries.
+#[test]
+fn rma_writes_reads_and_refusals_over_tcp() {
+    rma_test("rma_writes_reads_and_refusals_over_tcp", "tcp");
+}
+
+fn rma_test(test: &str, carrier: &str) {
+    if std::env::var(ROLE).as_deref() == Ok("rma") {
+        return rma_roundtrips();
+    }
+    let (dir, prov) = (scratch(test), provider_dir());
+    wait_ok(spawn(test, "rma", &dir, &prov, carrier), "the role");
 }
