@@ -225,7 +225,6 @@ fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> Option<i32>
 
 #[test]
 fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
-    let dir = work_dir("comeback");
     let reference = work_dir("comeback-reference");
     let mut cmd = Command::new(BIN);
     cmd.args(["run", "-n", "4", "--ranks-per-node", "2", "--timeout", "120", "--"]).arg(BIN).args(APP);
@@ -241,23 +240,46 @@ fn a_lost_host_that_comes_back_as_a_spare_takes_its_ranks_again() {
         .expect("reverb run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Early in this job's own run (a quarter of its failure-free wall time): a host lost once
-    // the survivors have finished cannot be recovered from their logs.
-    let kill_at = format!("127.0.0.2@{}", (took.elapsed().as_millis() / 4).max(500));
+    // the survivors have finished cannot be recovered from their logs, and the job says so.
+    // On a loaded machine the agents' job can run that far ahead of the reference's pace:
+    // then the kill comes earlier, twice at most.
+    let mut kill_ms = (took.elapsed().as_millis() / 4).max(500);
+    for attempt in 0..3 {
+        let dir = work_dir(&format!("comeback-{attempt}"));
+        let (code, log) = lose_and_bring_back(&dir, kill_ms);
+        let too_late = std::fs::read_to_string(dir.join("127.0.0.2.log"))
+            .is_ok_and(|l| l.contains("was lost after ranks 0-1 had finished"));
+        if too_late && attempt < 2 {
+            kill_ms = (kill_ms / 2).max(100);
+            continue;
+        }
+        assert_eq!(code, Some(0), "{log}");
+        assert!(log.contains("ranks 2-3 start again on spare 127.0.0.2"), "{log}");
+        assert_eq!(checksum(&dir), checksum(&reference), "{log}");
+        return;
+    }
+}
+
+/// Two agents, the second's host killed `kill_ms` into the job, then back as a spare: the
+/// first agent's exit code and its log.
+fn lose_and_bring_back(dir: &Path, kill_ms: u128) -> (Option<i32>, String) {
+    let kill_at = format!("127.0.0.2@{kill_ms}");
     let root = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("localhost:{}", l.local_addr().expect("addr").port())
     };
-    let mut first = agent(&dir, &root, "localhost", &[], &[]);
-    let mut second = agent(&dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", kill_at.as_str())]);
+    let mut first = agent(dir, &root, "localhost", &[], &[]);
+    let mut second = agent(dir, &root, "127.0.0.2", &[], &[("REVERB_FAULT_AGENT", kill_at.as_str())]);
     assert_eq!(wait_bounded(&mut second, Duration::from_secs(30)), Some(-1), "the agent was not killed");
     // The host comes back: its agent joins as a spare and is given its old ranks anew.
-    let mut back = agent(&dir, &root, "127.0.0.2", &["--spare"], &[]);
+    let mut back = agent(dir, &root, "127.0.0.2", &["--spare"], &[]);
     let code = wait_bounded(&mut first, Duration::from_secs(150));
     let log = std::fs::read_to_string(dir.join("localhost.log")).unwrap_or_default();
-    assert_eq!(code, Some(0), "{log}");
-    assert_eq!(wait_bounded(&mut back, Duration::from_secs(30)), Some(0));
-    assert!(log.contains("ranks 2-3 start again on spare 127.0.0.2"), "{log}");
-    assert_eq!(checksum(&dir), checksum(&reference), "{log}");
+    let back_code = wait_bounded(&mut back, Duration::from_secs(30));
+    if code == Some(0) {
+        assert_eq!(back_code, Some(0), "{log}");
+    }
+    (code, log)
 }
 
 const LOGGED: [&str; 2] = ["--logger", "shared-unpinned"];
