@@ -102,18 +102,41 @@ pub(crate) fn allgather_blocks(
 }
 
 /// MPI_Allgather(v) in the program's receive buffer, for a contiguous receive datatype: rank
-/// i's block is `blocks[i]` (its address and bytes), this rank's filled already; each block is
-/// sent from where it lies and received where it goes (no packing, framing or allocation).
-/// Recursive doubling needs MPI_Allgather's blocks, one after another in rank order (a
-/// round's blocks are then one run).
+/// i's block is `blocks[i]` (its address and bytes); each block is sent from where it lies and
+/// received where it goes (no packing, framing or allocation). This rank's block is filled
+/// already, or is `mine` (the program's send buffer, apart from the receive buffer): the
+/// first round sends it from there, lent like any exchange between separate buffers, and it
+/// is copied into place after that round, so the peer reads clean memory rather than a block
+/// this rank has just written. Recursive doubling needs MPI_Allgather's blocks, one after
+/// another in rank order (a round's blocks are then one run).
 pub(crate) fn allgather_in_place(
     s: &mut State,
     g: &Group,
     blocks: &[(UserBuf, usize)],
+    mut mine: Option<&[u8]>,
     uniform: bool,
 ) -> MpiResult<()> {
     let n = g.size();
     let total = blocks.iter().map(|b| b.1).sum();
+    // The first round: `out` (rank, run), or this rank's own block from `mine`.
+    let mut first_round = |s: &mut State,
+                           to: usize,
+                           out: (UserBuf, usize),
+                           from: usize,
+                           into: (UserBuf, usize)| {
+        let Some(own) = mine.take() else {
+            return g.shift_into_buffers(s, (to, out), (from, into));
+        };
+        let (a, b) = (own.as_ptr() as usize, into.0.addr());
+        if !own.is_empty() && into.1 > 0 && a < b.saturating_add(into.1) && b < a.saturating_add(own.len()) {
+            return Err(super::api::aliased());
+        }
+        // SAFETY: MPI's buffer rule: the receive buffer spans `into`, writable and left alone
+        // until the call returns; `own` is apart from it (checked above).
+        let landing = unsafe { into.0.bytes_mut(into.1) }?;
+        g.shift_apart(s, to, from, own, landing)?;
+        place_own(g, blocks, own)
+    };
     match call_algorithm(total, n, uniform) {
         Allgather::RecursiveDoubling => {
             let mut mask = 1;
@@ -122,7 +145,11 @@ pub(crate) fn allgather_in_place(
                 let (base, theirs) = (g.me & !(mask - 1), partner & !(mask - 1));
                 let run =
                     |first: usize| (blocks[first].0, blocks[first..first + mask].iter().map(|b| b.1).sum());
-                g.shift_into_buffers(s, (partner, run(base)), (partner, run(theirs)))?;
+                if mask == 1 {
+                    first_round(s, partner, run(base), partner, run(theirs))?;
+                } else {
+                    g.shift_into_buffers(s, (partner, run(base)), (partner, run(theirs)))?;
+                }
                 mask <<= 1;
             }
         }
@@ -130,10 +157,29 @@ pub(crate) fn allgather_in_place(
             let (right, left) = ((g.me + 1) % n, (g.me + n - 1) % n);
             for step in 0..n - 1 {
                 let (out, into) = (blocks[wrap(g.me, step, n)], blocks[wrap(g.me, step + 1, n)]);
-                g.shift_into_buffers(s, (right, out), (left, into))?;
+                if step == 0 {
+                    first_round(s, right, out, left, into)?;
+                } else {
+                    g.shift_into_buffers(s, (right, out), (left, into))?;
+                }
             }
         }
     }
+    // Alone (no round), the block is still to be placed.
+    match mine {
+        Some(own) => place_own(g, blocks, own),
+        None => Ok(()),
+    }
+}
+
+/// Copies this rank's block `own` into its place in the receive buffer.
+fn place_own(g: &Group, blocks: &[(UserBuf, usize)], own: &[u8]) -> MpiResult<()> {
+    let (at, len) = blocks[g.me];
+    // SAFETY: MPI's buffer rule: the receive buffer spans this rank's block, writable until
+    // the call returns; the caller checked it is apart from `own`.
+    let place = unsafe { at.bytes_mut(len) }?;
+    let room = place.len();
+    place.get_mut(..own.len()).ok_or_else(|| g.too_long(own.len(), room))?.copy_from_slice(own);
     Ok(())
 }
 

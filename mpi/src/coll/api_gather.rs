@@ -107,8 +107,8 @@ fn gather_call(
     Ok(())
 }
 
-/// MPI_Allgather(v) into a contiguous receive datatype: this rank's block copied into its
-/// place (unless `MPI_IN_PLACE`), then the others exchanged in the receive buffer itself.
+/// MPI_Allgather(v) into a contiguous receive datatype: the blocks exchanged in the receive
+/// buffer itself, this rank's taken from the send buffer (unless `MPI_IN_PLACE`).
 fn allgather_direct(
     s: &mut State,
     g: &Group,
@@ -117,22 +117,21 @@ fn allgather_direct(
 ) -> MpiResult<()> {
     let blocks: Vec<(UserBuf, usize)> =
         (0..g.size()).map(|i| (layout.at(recvbuf, rt, i), rt.bytes_for(layout.counts[i]))).collect();
-    if !in_place(sendbuf) {
-        // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
-        let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?;
-        let (at, len) = blocks[g.me];
-        if mine.len() != len {
-            return Err(g.too_long(mine.len(), len));
-        }
-        let (a, b) = (at.addr(), mine.as_ptr() as usize);
-        if len > 0 && a < b.saturating_add(len) && b < a.saturating_add(len) {
-            return Err(super::api::aliased());
-        }
-        // SAFETY: the receive buffer spans this rank's block, writable until the call returns
-        // (MPI's buffer rule), apart from the send buffer (checked above).
-        unsafe { at.bytes_mut(len) }?.copy_from_slice(&mine);
+    if in_place(sendbuf) {
+        return allgather_in_place(s, g, &blocks, None, layout.uniform);
     }
-    allgather_in_place(s, g, &blocks, layout.uniform)
+    // SAFETY: MPI's buffer rule: the program's send buffer spans these elements of this datatype, readable until the call returns or its request completes.
+    let mine = unsafe { s.datatype(sendtype)?.pack(&sendbuf, count_of(sendcount)?) }?;
+    let (at, len) = blocks[g.me];
+    if mine.len() != len {
+        return Err(g.too_long(mine.len(), len));
+    }
+    let (a, b) = (at.addr(), mine.as_ptr() as usize);
+    if len > 0 && a < b.saturating_add(len) && b < a.saturating_add(len) {
+        return Err(super::api::aliased());
+    }
+    // Placed in the receive buffer by `allgather_in_place`, after its first round.
+    allgather_in_place(s, g, &blocks, Some(&mine), layout.uniform)
 }
 
 #[allow(clippy::too_many_arguments)] // MPI's parameters, as the prototype lists them
