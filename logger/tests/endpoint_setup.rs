@@ -57,6 +57,19 @@ fn ping(me: u32, provider: &mut dyn Provider, payload: &[u8]) -> Option<Vec<u8>>
     }
 }
 
+/// Probes until a message from `from` with `tag` shows or `WAIT` passes: a count of tries
+/// would not bound a sender thread the loaded machine has not scheduled yet.
+fn probe_within(endpoint: &mut LoggedEndpoint, from: Source, tag: u64) -> Option<(u32, u64, usize)> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let seen = endpoint.probe(from, TagMatch::exact(tag)).expect("probe");
+        if seen.is_some() || std::time::Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn a_failed_setup_hands_back_a_provider_that_still_works() {
     // Team as the unit without teams: refused by every rank before any collective.
@@ -106,8 +119,7 @@ fn pass_through_keeps_order_per_tag_and_leaves_nothing_posted() {
         } else {
             boot.barrier().expect("sent");
             let from0 = Source::Rank(0);
-            let probed = (0..100_000).find_map(|_| endpoint.probe(from0, TagMatch::exact(1)).expect("probe"));
-            assert_eq!(probed, Some((0, 1, 3)));
+            assert_eq!(probe_within(&mut endpoint, from0, 1), Some((0, 1, 3)));
             // A later tag first, then tag 1's two messages in their order.
             let take = |e: &mut LoggedEndpoint, tag| e.recv(from0, TagMatch::exact(tag), WAIT).expect("recv");
             assert_eq!(take(&mut endpoint, 2).payload, b"two");
@@ -119,9 +131,7 @@ fn pass_through_keeps_order_per_tag_and_leaves_nothing_posted() {
             assert!(matches!(waited, Err(LogError::Transport(TransportError::Timeout(_)))), "{waited:?}");
             boot.barrier().expect("timed out");
             // The receive that timed out left nothing posted to swallow this one.
-            let late =
-                (0..100_000).find_map(|_| endpoint.probe(Source::Any, TagMatch::exact(3)).expect("probe"));
-            assert_eq!(late, Some((0, 3, 4)));
+            assert_eq!(probe_within(&mut endpoint, Source::Any, 3), Some((0, 3, 4)));
             assert_eq!(take(&mut endpoint, 3).payload, b"late");
         }
         boot.barrier().expect("done");
