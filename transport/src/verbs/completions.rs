@@ -152,6 +152,7 @@ impl VerbsProvider {
             return;
         }
         p.state = PeerState::Dead;
+        tracing::debug!("verbs rank {}: rank {peer} failed: {error}", self.job.rank);
         let sq: Vec<WrInfo> = p.sq.drain(..).map(|(_, info)| info).collect();
         let backlog: Vec<Outgoing> = p.backlog.drain(..).collect();
         self.backlogged -= backlog.len();
