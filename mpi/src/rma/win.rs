@@ -90,6 +90,9 @@ pub struct Win {
     pub failures_seen: usize,
     /// A shared window's parts in this rank's mapping: (address, bytes) per rank.
     pub shared: Vec<(usize, usize)>,
+    /// The provider's one-sided path (`rdma`): before `memory`, so its registration of the
+    /// memory goes first.
+    pub rdma: Option<super::rdma::Rdma>,
     /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
     memory: Option<Box<dyn std::any::Any>>,
     /// The ranks whose memory this rank maps (`direct`): operations on them apply here.
@@ -108,6 +111,17 @@ impl Win {
 
     pub fn group(&self) -> Group {
         Group { context: self.context, ranks: self.ranks.clone(), me: self.me, seq: 0 }
+    }
+
+    /// Whether no operation of this rank on target `t` is outstanding: no reply due, no
+    /// provider operation in flight.
+    pub fn idle(&self, t: usize) -> bool {
+        self.origin.due[t] == 0 && self.rdma.as_ref().is_none_or(|r| r.due[t] == 0)
+    }
+
+    /// [`Win::idle`] for every target.
+    pub fn all_idle(&self) -> bool {
+        self.origin.due.iter().all(|&d| d == 0) && self.rdma.as_ref().is_none_or(|r| r.idle())
     }
 
     /// Keeps `memory` until the window is freed.
@@ -201,6 +215,7 @@ pub fn create(
         target: Target { completes: vec![0; n], ..Target::default() },
         failures_seen: s.rt.report().detected_ns.len(),
         shared: Vec::new(),
+        rdma: None,
         memory: None,
         reach: vec![None; n],
     };
@@ -240,6 +255,7 @@ pub(crate) unsafe fn mpi_win_create(
     call("MPI_Win_create", comm, |s| {
         let size = size_of(size)?;
         let h = create(s, comm, base.addr(), size, disp_unit, FLAVOR_CREATE)?;
+        super::rdma::connect(s, h)?;
         ffi::out(win, h, "win")
     })
 }
@@ -264,7 +280,10 @@ pub(crate) unsafe fn mpi_win_allocate(
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
         match logged {
             true => s.win_mut(h)?.keep(Box::new(memory)),
-            false => super::direct::connect(s, h, memory)?,
+            false => {
+                super::direct::connect(s, h, memory)?;
+                super::rdma::connect(s, h)?;
+            }
         }
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
