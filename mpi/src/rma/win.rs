@@ -271,23 +271,29 @@ pub(crate) unsafe fn mpi_win_allocate(
     call("MPI_Win_allocate", comm, |s| {
         // Under a logging protocol every operation goes by (logged) request: an origin writing
         // into a same-host target's memory itself would leave nothing a replay could repeat.
-        let logged = s.rt.logging();
-        let memory = match logged {
+        let private = s.rt.logging() || !shared_memory()?;
+        let memory = match private {
             true => Own::private(size_of(size)?)?,
             false => Own::new(size_of(size)?, s.rt.rank())?,
         };
         let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        match logged {
+        match private {
             true => s.win_mut(h)?.keep(Box::new(memory)),
-            false => {
-                super::direct::connect(s, h, memory)?;
-                super::rdma::connect(s, h)?;
-            }
+            false => super::direct::connect(s, h, memory)?,
         }
+        super::rdma::connect(s, h)?;
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
+}
+
+/// Whether `MPI_Win_allocate` puts windows in /dev/shm for the ranks on their host to map
+/// (`REVERB_MPI_WIN_SHM`, default on).
+fn shared_memory() -> MpiResult<bool> {
+    let env = reverb_transport::config::Env::process();
+    let on = env.bool("REVERB_MPI_WIN_SHM").map_err(|e| MpiError::new(MPI_ERR_ARG, e.to_string()))?;
+    Ok(on.unwrap_or(true))
 }
 
 pub(crate) unsafe fn mpi_win_create_dynamic(_info: c_int, comm: c_int, win: Out<'_, c_int>) -> c_int {
