@@ -180,6 +180,7 @@ fn flush(function: &str, rank: c_int, win: c_int) -> c_int {
         if w.idle(t) && w.origin.refused.is_none() {
             return check_alive_of(s, w, win);
         }
+        super::rdma::settle_quickly(s, win, t)?;
         settle(s, win, t, function)
     })
 }
