@@ -17,6 +17,7 @@
 
 pub(crate) mod acc;
 pub(crate) mod attr;
+mod cross;
 mod direct;
 mod mem;
 pub(crate) mod ops;

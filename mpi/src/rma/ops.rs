@@ -142,6 +142,10 @@ unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiR
         return Ok(Some(rank));
     }
     // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::cross::transfer(s, win, o, t, true) }? {
+        return Ok(Some(rank));
+    }
+    // SAFETY: the caller's promise.
     if let Some(rank) = unsafe { super::rdma::put(s, win, o, t) }? {
         return Ok(Some(rank));
     }
@@ -162,6 +166,10 @@ unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiR
 unsafe fn get(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
     // SAFETY: the caller's promise.
     if let Some(rank) = unsafe { plain_direct(s, win, o, t, false) }? {
+        return Ok(Some(rank));
+    }
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::cross::transfer(s, win, o, t, false) }? {
         return Ok(Some(rank));
     }
     // SAFETY: the caller's promise.

@@ -93,6 +93,9 @@ pub struct Win {
     /// The provider's one-sided path (`rdma`): before `memory`, so its registration of the
     /// memory goes first.
     pub rdma: Option<super::rdma::Rdma>,
+    /// Per rank, its `MPI_Win_create` memory where this rank reaches it by cross-memory attach
+    /// (`cross`); empty where none is.
+    pub cross: Vec<Option<super::cross::Peer>>,
     /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
     memory: Option<Box<dyn std::any::Any>>,
     /// The ranks whose memory this rank maps (`direct`): operations on them apply here.
@@ -216,6 +219,7 @@ pub fn create(
         failures_seen: s.rt.report().detected_ns.len(),
         shared: Vec::new(),
         rdma: None,
+        cross: Vec::new(),
         memory: None,
         reach: vec![None; n],
     };
@@ -255,6 +259,7 @@ pub(crate) unsafe fn mpi_win_create(
     call("MPI_Win_create", comm, |s| {
         let size = size_of(size)?;
         let h = create(s, comm, base.addr(), size, disp_unit, FLAVOR_CREATE)?;
+        super::cross::connect(s, h)?;
         super::rdma::connect(s, h)?;
         ffi::out(win, h, "win")
     })
