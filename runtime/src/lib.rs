@@ -469,6 +469,16 @@ impl Runtime {
         }
     }
 
+    /// The provider underneath, for one-sided operations outside the messages (an MPI
+    /// window's puts and gets): only when nothing is logged and this process is no copy of a
+    /// rank (`REVERB_LOG=none`, no redundancy), since a replay could not repeat them.
+    pub fn one_sided(&mut self) -> Option<&mut dyn reverb_transport::Provider> {
+        if self.logging() || self.spheres.is_some() {
+            return None;
+        }
+        self.endpoint.as_mut().map(LoggedEndpoint::provider)
+    }
+
     /// Whether messages are logged (a logging protocol other than `none`).
     pub fn logging(&self) -> bool {
         self.config.log.mode != LogMode::NONE

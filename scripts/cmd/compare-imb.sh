@@ -1,4 +1,4 @@
-# help: Intel MPI Benchmarks (IMB-MPI1) on reverb, MPICH and Open MPI, interleaved, with ratios
+# help: Intel MPI Benchmarks (IMB-MPI1, or IMB-RMA) on reverb, MPICH and Open MPI, interleaved, with ratios
 # The Intel MPI Benchmarks' IMB-MPI1 side by side on reverb's MPI library, Debian's MPICH and
 # Open MPI, in one invocation on one machine: IMB built once by mpicc.mpich (that binary runs
 # on MPICH and, under `reverb run --mpi`, on reverb) and once by Open MPI's wrappers; each
@@ -13,18 +13,34 @@
 # Knobs (environment): NPS="2 4 8" REPEAT=1 TIME=0.5 (IMB's -time: seconds per size at most)
 # BENCHES="PingPong Uniband Biband Sendrecv Exchange Allreduce Reduce Bcast Allgather Alltoall
 # Barrier" LENGTHS="1 8 64 1024 4096 8192 65536 1048576" RESULTS=target/compare-imb
-# QUICK=1: NPS=2, TIME=0.2. DEPS=0 skips ci/deps.sh; a side whose MPI is not installed, or that
+# QUICK=1: NPS=2, TIME=0.2. SUITE=RMA: IMB-RMA instead (its non-aggregate mode: each
+# operation completed by a flush before the next, as osu_put_latency), NPS=2, LENGTHS="8 65536
+# 1048576 4194304", BENCHES every IMB-RMA benchmark (Truly_passive_put prints no column the
+# table takes: it only has to complete). DEPS=0 skips ci/deps.sh; a side whose MPI is not installed, or that
 # fails a benchmark, shows "-" (its log is in $RESULTS). REVERB_BIN=path uses that reverb and
 # the libmpich.so beside it.
 quick=${QUICK:-}
 imb_src=${IMB_SRC:?IMB_SRC=DIR: the directory of the build.sh of the Intel MPI Benchmarks}
+suite=${SUITE:-MPI1}
+[[ $suite == MPI1 || $suite == RMA ]] || rs_die "SUITE=$suite: MPI1 or RMA"
+rma=$([[ $suite == RMA ]] && echo 1 || true)
 nps=${NPS:-${quick:+2}}
+nps=${nps:-${rma:+2}}
 nps=${nps:-2 4 8}
 repeat=${REPEAT:-1}
 imb_time=${TIME:-${quick:+0.2}}
 imb_time=${imb_time:-0.5}
-benches=${BENCHES:-PingPong Uniband Biband Sendrecv Exchange Allreduce Reduce Bcast Allgather Alltoall Barrier}
-lengths=${LENGTHS:-1 8 64 1024 4096 8192 65536 1048576}
+if [[ -n $rma ]]; then
+    benches=${BENCHES:-Unidir_put Unidir_get Bidir_put Bidir_get One_put_all One_get_all All_put_all All_get_all \
+        Put_local Put_all_local Exchange_put Exchange_get Accumulate Get_accumulate Fetch_and_op Compare_and_swap \
+        Get_local Get_all_local Truly_passive_put}
+    lengths=${LENGTHS:-8 65536 1048576 4194304}
+    extra=(-aggregate_mode non_aggregate)
+else
+    benches=${BENCHES:-PingPong Uniband Biband Sendrecv Exchange Allreduce Reduce Bcast Allgather Alltoall Barrier}
+    lengths=${LENGTHS:-1 8 64 1024 4096 8192 65536 1048576}
+    extra=()
+fi
 results=${RESULTS:-target/compare-imb}
 [[ ${DEPS:-1} == 0 ]] || bash ci/deps.sh --compare
 rs_build --mpi
@@ -35,8 +51,8 @@ rm -f "$results"/run-*.log "$results"/values-*.txt
 sides=(reverb)
 command -v mpiexec.mpich >/dev/null && sides+=(mpich)
 command -v mpirun.openmpi >/dev/null && command -v mpicc.openmpi >/dev/null && sides+=(ompi)
-[[ -x $results/imb-mpich/IMB-MPI1 ]] || bash "$imb_src/build.sh" mpich "$results/imb-mpich" >&2
-if [[ " ${sides[*]} " == *" ompi "* && ! -x $results/imb-openmpi/IMB-MPI1 ]]; then
+[[ -x $results/imb-mpich/IMB-$suite ]] || bash "$imb_src/build.sh" mpich "$results/imb-mpich" >&2
+if [[ " ${sides[*]} " == *" ompi "* && ! -x $results/imb-openmpi/IMB-$suite ]]; then
     bash "$imb_src/build.sh" openmpi "$results/imb-openmpi" >&2
 fi
 tr ' ' '\n' <<<"$lengths" >"$results/lengths.txt"
@@ -62,16 +78,16 @@ imb_values() {
 # One run: SIDE NRANKS BENCH → its value lines appended to values-SIDE.txt.
 run_imb() {
     local side=$1 n=$2 bench=$3 log=$results/run-$1-$2-$3.log
-    local args=("$bench" -npmin "$n" -msglen "$results/lengths.txt" -time "$imb_time")
+    local args=("$bench" -npmin "$n" -msglen "$results/lengths.txt" -time "$imb_time" "${extra[@]}")
     local rc=0
     case $side in
-        reverb) timeout 600 "$reverb" run --mpi --no-prefix -n "$n" -- "$results/imb-mpich/IMB-MPI1" "${args[@]}" ;;
-        mpich) timeout 600 mpiexec.mpich -n "$n" "$results/imb-mpich/IMB-MPI1" "${args[@]}" ;;
+        reverb) timeout 600 "$reverb" run --mpi --no-prefix -n "$n" -- "$results/imb-mpich/IMB-$suite" "${args[@]}" ;;
+        mpich) timeout 600 mpiexec.mpich -n "$n" "$results/imb-mpich/IMB-$suite" "${args[@]}" ;;
         ompi) timeout 600 mpirun.openmpi --allow-run-as-root --oversubscribe -n "$n" \
-            "$results/imb-openmpi/IMB-MPI1" "${args[@]}" ;;
+            "$results/imb-openmpi/IMB-$suite" "${args[@]}" ;;
     esac >>"$log" 2>&1 || rc=$?
     if ((rc != 0)); then
-        rs_log "$side: IMB-MPI1 $bench on $n ranks failed (exit $rc): $log"
+        rs_log "$side: IMB-$suite $bench on $n ranks failed (exit $rc): $log"
         return
     fi
     imb_values <"$log" >>"$results/values-$side.txt"
@@ -110,7 +126,7 @@ for side in "${sides[@]}"; do
     done < <(best "$side")
 done
 echo
-title="IMB-MPI1: reverb vs MPICH vs Open MPI; $(rs_stamp); best of $repeat round(s), -time $imb_time"
+title="IMB-$suite: reverb vs MPICH vs Open MPI; $(rs_stamp); best of $repeat round(s), -time $imb_time"
 echo "$title"
 # The same rows in markdown, for docs/benchmarks-imb.md (the day and the machine: the docs
 # name no commit or clock time).

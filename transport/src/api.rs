@@ -522,6 +522,23 @@ pub trait Provider: Send {
     /// memory ([`TransportError::Io`]).
     fn alloc_region(&mut self, len: usize, access: Access) -> Result<Region>;
 
+    /// Registers `len` bytes at `ptr` that the caller owns (memory no provider allocated, such
+    /// as an MPI window's) with the given remote access, for peers that reach this rank over
+    /// the network: verbs and tcp register it; shm and loopback, whose peers map the memory
+    /// their provider allocated, refuse (`Unsupported`), and `auto` registers it with its
+    /// network side only (a put or get from a rank on this host finds no key). Errors: `len ==
+    /// 0` ([`TransportError::Config`]), the NIC refusing the memory ([`TransportError::Io`]).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay mapped, readable and writable while the returned region (or
+    /// a clone) lives; peers write it at any time.
+    unsafe fn register_memory(&mut self, _ptr: *mut u8, _len: usize, _access: Access) -> Result<Region> {
+        Err(TransportError::Unsupported(format!(
+            "the {} provider registers only memory it allocated",
+            self.kind()
+        )))
+    }
+
     /// RDMA write of `rma.len` bytes from the local region to the remote one, for `owner`.
     /// Bounds, key, access and peer liveness are checked before any byte moves (`OutOfBounds`,
     /// `InvalidKey`, `AccessDenied`, `PeerDead`); on verbs the NIC checks the remote side again

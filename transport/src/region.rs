@@ -61,6 +61,17 @@ impl Region {
         Region { inner: Arc::new(RegionInner { ptr, len, access, remote, local_key, _backing: backing }) }
     }
 
+    /// Memory the caller owns, not yet registered with any provider (its descriptor's key is
+    /// 0): what [`crate::Provider::register_memory`] registers.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes for as long as the region lives.
+    pub(crate) unsafe fn borrowed(ptr: *mut u8, len: usize, access: Access, owner: u32) -> Region {
+        let remote = RemoteRegion { owner, addr: ptr as u64, len: len as u64, key: 0 };
+        // SAFETY: the caller's promise.
+        unsafe { Region::new(ptr, len, access, remote, 0, Box::new(())) }
+    }
+
     /// The same memory, registered with a second provider too: `extra` is that registration
     /// (dropped first, while the memory is still mapped), `local_key` its local key, `key` the
     /// descriptor's key both providers accept.

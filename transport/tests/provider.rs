@@ -128,6 +128,47 @@ fn refusal(p: &mut dyn Provider, posted: Result<OpId, TransportError>, what: &st
     }
 }
 
+/// Memory the caller owns, registered (`register_memory`), takes peers' puts and gets as a
+/// region the provider allocated does, and refuses what lies past its end. On tcp, or on verbs
+/// where the job runs on verbs (the soft-RoCE VM); shm and loopback refuse to register it.
+#[test]
+fn registered_memory_takes_puts_and_gets() {
+    let Some((job, mut boot, mut p)) = child() else {
+        let verbs = std::env::var("REVERB_PROVIDER").is_ok_and(|v| v == "verbs");
+        let provider = if verbs { "verbs" } else { "tcp" };
+        return run_ok("registered_memory_takes_puts_and_gets", 2, &[("REVERB_PROVIDER", provider)]);
+    };
+    const LEN: usize = 4096;
+    let mut own = vec![0u8; LEN];
+    // SAFETY: `own` lives to the end of this function, past the region and the last barrier.
+    let region = unsafe { p.register_memory(own.as_mut_ptr(), LEN, Access::REMOTE_RW) }.expect("register");
+    region.write(3000, &pattern(9, 50)).unwrap();
+    let all = exchange(&mut boot, &region.remote());
+    let staging = p.alloc_region(LEN, Access::LOCAL).expect("alloc");
+    if job.rank == 0 {
+        let peer = all[1];
+        staging.write(0, &pattern(7, 100)).unwrap();
+        let put = Rma { local: &staging, local_offset: 0, remote: &peer, remote_offset: 10, len: 100 };
+        let op = p.put(put, Signal::Yes).unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().expect("put");
+        let get = Rma { local: &staging, local_offset: 200, remote: &peer, remote_offset: 3000, len: 50 };
+        let op = p.get(get, Signal::Yes).unwrap();
+        p.wait_op(op, WAIT).unwrap().into_result().expect("get");
+        assert_eq!(staging.to_vec(200, 50).unwrap(), pattern(9, 50), "get from registered memory");
+        let past = Rma { local: &staging, local_offset: 0, remote: &peer, remote_offset: 4090, len: 100 };
+        let posted = p.put(past, Signal::Yes);
+        refusal(p.as_mut(), posted, "a put past the registered memory's end");
+    }
+    boot.barrier().unwrap();
+    if job.rank == 1 {
+        assert_eq!(region.to_vec(10, 100).unwrap(), pattern(7, 100), "put into registered memory");
+        assert_eq!(region.to_vec(4090, 6).unwrap(), vec![0; 6], "a refused put wrote nothing");
+    }
+    boot.barrier().unwrap();
+    drop(region);
+    drop(own);
+}
+
 #[test]
 fn tagged_every_size_verified() {
     let Some((job, mut boot, mut p)) = child() else {

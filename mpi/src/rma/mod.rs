@@ -1,24 +1,29 @@
 //! One-sided communication (MPI 4.0 ch. 12): windows, their epochs, and the operations on
-//! them. An operation is applied at its target by the target itself: the origin sends a
-//! request on the window's own context and the target serves it whenever it progresses (any
-//! MPI call that waits); on `MPI_Win_allocate`'s memory, which same-host ranks map, the
-//! origin applies it itself (`direct`). The provider's one-sided path (`Provider::put`/`get`) needs memory
-//! the provider allocated, and MPI exposes the program's own (`MPI_Win_create`), so neither
-//! put nor get use it yet; accumulates need the target's atomicity anyway.
+//! them. An operation reaches its target memory one of four ways: on `MPI_Win_allocate`'s
+//! memory, which same-host ranks map, the origin applies it itself (`direct`); without
+//! logging, a put or get to a same-host rank's `MPI_Win_create` memory is a cross-memory copy
+//! (`cross`), and to a rank on another host the provider's own put or get onto the window
+//! memory that rank registered (`rdma`: RDMA WRITE and READ on verbs); everything else
+//! (accumulates, which need the target's atomicity, and every operation under a logging
+//! protocol, which a replay repeats) is a request on the window's own context that the target
+//! applies whenever it progresses (any MPI call that waits).
 //!
 //! Files: `win` (window objects, creation, attributes), `wire` (the requests' bytes),
 //! `mem` (the window memory's reads and writes: the `unsafe`), `shared` (shared-memory
 //! windows, their mapping), `direct` (same-host origins applying operations themselves to
-//! `MPI_Win_allocate`'s memory), `serve` (a target's side),
+//! `MPI_Win_allocate`'s memory), `cross` (cross-memory puts and gets), `rdma` (the
+//! provider's puts and gets), `serve` (a target's side),
 //! `attr` (the program's attributes), `recover` (windows in checkpoints, after a restart),
 //! `sync` (fences, locks, flushes, post-start-complete-wait), `ops` (put and get), `acc`
 //! (accumulates, fetch-and-op, compare-and-swap).
 
 pub(crate) mod acc;
 pub(crate) mod attr;
+mod cross;
 mod direct;
 mod mem;
 pub(crate) mod ops;
+mod rdma;
 pub(crate) mod recover;
 mod serve;
 pub(crate) mod shared;

@@ -141,6 +141,14 @@ unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiR
     if let Some(rank) = unsafe { plain_direct(s, win, o, t, true) }? {
         return Ok(Some(rank));
     }
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::cross::transfer(s, win, o, t, true) }? {
+        return Ok(Some(rank));
+    }
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::rdma::put(s, win, o, t) }? {
+        return Ok(Some(rank));
+    }
     let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
     // SAFETY: the caller's promise.
     let data = unsafe { origin_bytes(s, o) }?;
@@ -158,6 +166,14 @@ unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiR
 unsafe fn get(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> MpiResult<Option<usize>> {
     // SAFETY: the caller's promise.
     if let Some(rank) = unsafe { plain_direct(s, win, o, t, false) }? {
+        return Ok(Some(rank));
+    }
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::cross::transfer(s, win, o, t, false) }? {
+        return Ok(Some(rank));
+    }
+    // SAFETY: the caller's promise.
+    if let Some(rank) = unsafe { super::rdma::get(s, win, o, t) }? {
         return Ok(Some(rank));
     }
     let Some(Resolved { rank, runs, .. }) = target_runs(s, win, t)? else { return Ok(None) };
@@ -180,7 +196,7 @@ pub fn completed_request(
     request: Out<'_, c_int>,
 ) -> MpiResult<()> {
     if let Some(r) = rank {
-        wait_for(s, win, "a request-based one-sided operation", |w| w.origin.due[r] == 0)?;
+        wait_for(s, win, "a request-based one-sided operation", |w| w.idle(r))?;
     }
     let h = s.requests.insert(Request::Done(Status::empty()))?;
     ffi::out(request, h, "request")

@@ -39,6 +39,7 @@ pub fn send(s: &mut State, win: c_int, to: usize, msg: &Msg) -> MpiResult<()> {
 /// the replay plan name).
 pub fn serve_all(s: &mut State) -> MpiResult<bool> {
     let wins: Vec<(c_int, u32)> = s.wins.items.iter().map(|(&h, w)| (h, w.context)).collect();
+    super::rdma::reap_all(s)?;
     let one = s.rt.logging();
     let mut any = false;
     for (h, context) in wins {

@@ -57,11 +57,11 @@ pub fn wait_for(s: &mut State, win: c_int, what: &str, done: impl Fn(&Win) -> bo
 
 /// Waits until every reply due to this rank on `win` came back.
 pub fn settle_all(s: &mut State, win: c_int, what: &str) -> MpiResult<()> {
-    wait_for(s, win, what, |w| w.origin.due.iter().all(|&d| d == 0))
+    wait_for(s, win, what, Win::all_idle)
 }
 
 fn settle(s: &mut State, win: c_int, target: usize, what: &str) -> MpiResult<()> {
-    wait_for(s, win, what, |w| w.origin.due[target] == 0)
+    wait_for(s, win, what, |w| w.idle(target))
 }
 
 /// A window rank argument: `None` for `MPI_PROC_NULL`.
@@ -177,9 +177,10 @@ fn flush(function: &str, rank: c_int, win: c_int) -> c_int {
         let w = s.win(win)?;
         let Some(t) = target_rank(w, rank)? else { return Ok(()) };
         // Nothing due (every operation on a mapped target is applied at once): no wait.
-        if w.origin.due[t] == 0 && w.origin.refused.is_none() {
+        if w.idle(t) && w.origin.refused.is_none() {
             return check_alive_of(s, w, win);
         }
+        super::rdma::settle_quickly(s, win, t)?;
         settle(s, win, t, function)
     })
 }
@@ -249,7 +250,7 @@ pub(crate) fn mpi_win_complete(win: c_int) -> c_int {
     win_call("MPI_Win_complete", win, |s| {
         let targets = std::mem::take(&mut s.win_mut(win)?.origin.access);
         let wanted = targets.clone();
-        wait_for(s, win, "MPI_Win_complete", |w| wanted.iter().all(|&t| w.origin.due[t] == 0))?;
+        wait_for(s, win, "MPI_Win_complete", |w| wanted.iter().all(|&t| w.idle(t)))?;
         targets.into_iter().try_for_each(|t| send(s, win, t, &Msg::Complete))
     })
 }

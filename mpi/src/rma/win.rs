@@ -90,6 +90,12 @@ pub struct Win {
     pub failures_seen: usize,
     /// A shared window's parts in this rank's mapping: (address, bytes) per rank.
     pub shared: Vec<(usize, usize)>,
+    /// The provider's one-sided path (`rdma`): before `memory`, so its registration of the
+    /// memory goes first.
+    pub rdma: Option<super::rdma::Rdma>,
+    /// Per rank, its `MPI_Win_create` memory where this rank reaches it by cross-memory attach
+    /// (`cross`); empty where none is.
+    pub cross: Vec<Option<super::cross::Peer>>,
     /// Memory the window owns (`MPI_Win_allocate`'s, a shared mapping), freed with it.
     memory: Option<Box<dyn std::any::Any>>,
     /// The ranks whose memory this rank maps (`direct`): operations on them apply here.
@@ -108,6 +114,17 @@ impl Win {
 
     pub fn group(&self) -> Group {
         Group { context: self.context, ranks: self.ranks.clone(), me: self.me, seq: 0 }
+    }
+
+    /// Whether no operation of this rank on target `t` is outstanding: no reply due, no
+    /// provider operation in flight.
+    pub fn idle(&self, t: usize) -> bool {
+        self.origin.due[t] == 0 && self.rdma.as_ref().is_none_or(|r| r.due[t] == 0)
+    }
+
+    /// [`Win::idle`] for every target.
+    pub fn all_idle(&self) -> bool {
+        self.origin.due.iter().all(|&d| d == 0) && self.rdma.as_ref().is_none_or(|r| r.idle())
     }
 
     /// Keeps `memory` until the window is freed.
@@ -201,6 +218,8 @@ pub fn create(
         target: Target { completes: vec![0; n], ..Target::default() },
         failures_seen: s.rt.report().detected_ns.len(),
         shared: Vec::new(),
+        rdma: None,
+        cross: Vec::new(),
         memory: None,
         reach: vec![None; n],
     };
@@ -240,6 +259,8 @@ pub(crate) unsafe fn mpi_win_create(
     call("MPI_Win_create", comm, |s| {
         let size = size_of(size)?;
         let h = create(s, comm, base.addr(), size, disp_unit, FLAVOR_CREATE)?;
+        super::cross::connect(s, h)?;
+        super::rdma::connect(s, h)?;
         ffi::out(win, h, "win")
     })
 }
@@ -255,20 +276,29 @@ pub(crate) unsafe fn mpi_win_allocate(
     call("MPI_Win_allocate", comm, |s| {
         // Under a logging protocol every operation goes by (logged) request: an origin writing
         // into a same-host target's memory itself would leave nothing a replay could repeat.
-        let logged = s.rt.logging();
-        let memory = match logged {
+        let private = s.rt.logging() || !shared_memory()?;
+        let memory = match private {
             true => Own::private(size_of(size)?)?,
             false => Own::new(size_of(size)?, s.rt.rank())?,
         };
         let base = memory.base();
         let h = create(s, comm, base, size_of(size)?, disp_unit, FLAVOR_ALLOCATE)?;
-        match logged {
+        match private {
             true => s.win_mut(h)?.keep(Box::new(memory)),
             false => super::direct::connect(s, h, memory)?,
         }
+        super::rdma::connect(s, h)?;
         ffi::out(baseptr, base as *mut c_void, "baseptr")?;
         ffi::out(win, h, "win")
     })
+}
+
+/// Whether `MPI_Win_allocate` puts windows in /dev/shm for the ranks on their host to map
+/// (`REVERB_MPI_WIN_SHM`, default on).
+fn shared_memory() -> MpiResult<bool> {
+    let env = reverb_transport::config::Env::process();
+    let on = env.bool("REVERB_MPI_WIN_SHM").map_err(|e| MpiError::new(MPI_ERR_ARG, e.to_string()))?;
+    Ok(on.unwrap_or(true))
 }
 
 pub(crate) unsafe fn mpi_win_create_dynamic(_info: c_int, comm: c_int, win: Out<'_, c_int>) -> c_int {

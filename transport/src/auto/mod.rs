@@ -219,6 +219,12 @@ impl Provider for AutoProvider {
         Ok(region.also_registered(reg.backing, reg.local_key, key))
     }
 
+    /// With the network side only: the ranks on this host map what shm allocates instead.
+    unsafe fn register_memory(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the caller's promise passes on.
+        unsafe { self.net.register_memory(ptr, len, access) }
+    }
+
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         via!(self, rma.remote.owner, |p| p.put_for(owner, rma, signal))
     }

@@ -250,6 +250,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_RSH", "ssh", Launcher, User, "command", "reverb run --hosts: how a host's launcher is started (`REVERB_RSH HOST reverb run ...`), as Open MPI's plm_rsh_agent"),
     var("REVERB_AGENT_HEARTBEAT_MS", "500", Launcher, User, "ms", "how often a host's agent and the job's controller tell each other they are alive"),
     var("REVERB_AGENT_TIMEOUT_S", "10", Launcher, User, "s", "an agent (or the controller) silent this long is lost: its host's ranks move to a spare (more than twice the heartbeat)"),
+    var("REVERB_MPI_WIN_SHM", "1", Runtime, User, "bool", "reverb's MPI: MPI_Win_allocate puts each rank's window in /dev/shm, where the ranks on its host map it and apply their operations themselves; 0 keeps it private, reached as a rank on another host reaches it (the provider's puts and gets without logging: to measure or test that path on one host); must match across the job"),
     var("REVERB_MPI_LIB", "", Launcher, User, "path", "reverb run --mpi: reverb's MPI library (default: libmpich.so beside the reverb executable)"),
     var("REVERB_FAULT_AGENT", "", Launcher, Fault, "list", "HOST@MS,..: the agent of HOST SIGKILLs itself alone MS ms after it starts"),
     var("REVERB_LOGGER_EXE", "this reverb binary", Launcher, T, "path", "binary the launcher runs as logger-core"),

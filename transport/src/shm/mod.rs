@@ -14,7 +14,7 @@
 //!   nothing of the dead incarnation is ever read again (see `control`).
 
 mod address;
-mod cma;
+pub mod cma;
 mod control;
 mod fifo;
 mod futex;

@@ -517,6 +517,14 @@ impl Core {
         Ok(self.table.register(self.job.rank, self.job.incarnation, len, access))
     }
 
+    /// Registers memory its caller owns (`region`, which no provider registered).
+    pub(super) fn register_borrowed(&mut self, region: &Region) -> Result<Region> {
+        if region.is_empty() {
+            return Err(TransportError::Config("cannot register an empty region".into()));
+        }
+        Ok(self.table.register_borrowed(self.job.rank, self.job.incarnation, region))
+    }
+
     pub(super) fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.post_put(owner, "put", &rma, None, signal)
     }

@@ -326,6 +326,12 @@ impl Provider for TcpProvider {
         self.with(|c| c.alloc_region(len, access))
     }
 
+    unsafe fn register_memory(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the caller's promise passes on.
+        let borrowed = unsafe { Region::borrowed(ptr, len, access, self.rank) };
+        self.with(|c| c.register_borrowed(&borrowed))
+    }
+
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {
         self.with(|c| c.put_for(owner, rma, signal))
     }

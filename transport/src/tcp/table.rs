@@ -104,7 +104,27 @@ impl Table {
         len: usize,
         access: Access,
     ) -> Region {
-        let memory = Memory::zeroed(len);
+        self.register_memory(owner, incarnation, Memory::zeroed(len), access)
+    }
+
+    /// Registers the memory of `region`, which its caller owns (no provider registered it),
+    /// under a fresh key of `incarnation`, as [`register`](Self::register) does.
+    pub(crate) fn register_borrowed(
+        self: &Arc<Self>,
+        owner: u32,
+        incarnation: u32,
+        region: &Region,
+    ) -> Region {
+        self.register_memory(owner, incarnation, Memory::of_region(region), region.access())
+    }
+
+    fn register_memory(
+        self: &Arc<Self>,
+        owner: u32,
+        incarnation: u32,
+        memory: Arc<Memory>,
+        access: Access,
+    ) -> Region {
         let key = loop {
             let key =
                 (rand::random::<u64>() & KEY_RANDOM) | (u64::from(incarnation as u16) << KEY_RANDOM_BITS);
@@ -114,10 +134,10 @@ impl Table {
                 break key;
             }
         };
-        let ptr = memory.ptr();
+        let (ptr, len) = (memory.ptr(), memory.len());
         let remote = RemoteRegion { owner, addr: ptr as u64, len: len as u64, key };
         let backing = Registration { table: Arc::downgrade(self), key, _memory: memory };
-        // SAFETY: ptr..ptr+len is the block `backing` keeps alive.
+        // SAFETY: ptr..ptr+len is the memory `backing` keeps alive (a block, or a region).
         unsafe { Region::new(ptr, len, access, remote, 0, Box::new(backing)) }
     }
 

@@ -753,6 +753,12 @@ impl Provider for VerbsProvider {
         mr::register(&self.pd, self.job.rank, self.job.incarnation, len, access)
     }
 
+    unsafe fn register_memory(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the caller's promise passes on.
+        let borrowed = unsafe { Region::borrowed(ptr, len, access, self.job.rank) };
+        mr::register_borrowed(&self.pd, self.job.incarnation, &borrowed)
+    }
+
     // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.
     #[inline(always)]
     fn put_for(&mut self, owner: Owner, rma: Rma<'_>, signal: Signal) -> Result<OpId> {

@@ -120,6 +120,15 @@ pub fn register(
     Ok(unsafe { Region::new(ptr, len, access, remote, lkey, Box::new(backing)) })
 }
 
+/// Registers the memory of `region`, which its caller owns (no provider registered it): the
+/// region again, under a [`key`] of `incarnation`.
+pub fn register_borrowed(pd: &Arc<ProtectionDomain>, incarnation: u32, region: &Region) -> Result<Region> {
+    let (backing, lkey, rkey) = register_existing(pd, region)?;
+    let remote = RemoteRegion { key: key(incarnation, rkey), ..region.remote() };
+    // SAFETY: the clone of `region` inside `backing` keeps the memory valid.
+    Ok(unsafe { Region::new(region.as_ptr(), region.len(), region.access(), remote, lkey, backing) })
+}
+
 /// Registers the memory of `region`, which another provider allocated, with `region`'s
 /// access: the registration (it keeps `region` alive and deregisters on drop), its lkey and
 /// its rkey.
