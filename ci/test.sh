@@ -153,6 +153,8 @@ PROVIDER=tcp bash ci/hosts-conformance.sh
 PROVIDER=auto bash ci/hosts-conformance.sh
 step "MPICH's one-sided tests with their ranks on two simulated hosts (tcp between, shm inside)"
 bash ci/mpich-hosts.sh
+step "a passive target computing on another simulated host while its origin puts, gets and flushes"
+bash ci/rma-hosts.sh
 step "the VM lanes' end (their output follows)"
 await_lane verbs
 await_lane mpi-verbs
