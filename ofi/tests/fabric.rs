@@ -182,6 +182,23 @@ impl Fab {
         }
     }
 
+    /// fi_tsenddata: `data` travels as remote CQ data; `buf` must outlive the completion.
+    fn tsenddata(&self, dest: fi_addr_t, tag: u64, buf: &[u8], data: u64) -> isize {
+        // SAFETY: a live endpoint; the caller keeps `buf` until the send's completion.
+        unsafe {
+            ((*(*self.ep).tagged).senddata.unwrap())(
+                self.ep,
+                buf.as_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                data,
+                dest,
+                tag,
+                null_mut(),
+            )
+        }
+    }
+
     /// fi_trecv into `buf`, which must outlive the completion.
     fn trecv(&self, buf: &mut [u8], src: fi_addr_t, tag: u64, context: usize) -> isize {
         // SAFETY: a live endpoint; `buf` stays untouched until the completion is read.
@@ -509,6 +526,65 @@ fn cancel_and_count() {
         assert_eq!(ops.adderr.unwrap()(recvs.0, 2), 0);
     }
     assert_eq!(recvs.read(), (15, 2));
+}
+
+/// Two endpoints of one process: large messages land in the receive's own buffer, and are
+/// read where the sender lent them; CQ data still comes out of the payload's way, whether the
+/// message fits the buffer with it or only without; one too long is cut off (FI_ETRUNC).
+fn large_landings() {
+    let (rx, tx) = (Fab::open(), Fab::open());
+    let to_rx = tx.insert(&rx.name());
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let cases: [(usize, Option<u64>, usize); 5] = [
+        (big.len(), None, big.len()),
+        (big.len(), Some(0xabc), big.len()),
+        (100_000, Some(0xdef), big.len()),
+        (100, Some(0x12), 256),
+        (20_000, None, 256),
+    ];
+    for (i, (len, data, room)) in cases.into_iter().enumerate() {
+        let mut buf = vec![0u8; room];
+        check("fi_trecv", rx.trecv(&mut buf, FI_ADDR_UNSPEC, 9, 20 + i));
+        let payload = &big[i..i + len.min(big.len() - i)];
+        match data {
+            Some(d) => check("fi_tsenddata", tx.tsenddata(to_rx, 9, payload, d)),
+            None => check("fi_tsend", tx.tsend(to_rx, 9, payload)),
+        }
+        let got = rx.next(Duration::from_secs(30));
+        let sent = tx.next(Duration::from_secs(30)).expect("the send's completion");
+        assert_ne!(sent.flags & FI_SEND, 0);
+        if payload.len() > room {
+            let err = got.expect_err("a message longer than the buffer");
+            assert_eq!((err.err, err.olen), (FI_ETRUNC, payload.len() - room));
+            continue;
+        }
+        let got = got.expect("a receive completion");
+        assert_eq!((got.len, got.op_context as usize), (payload.len(), 20 + i), "case {i}");
+        assert_eq!(&buf[..got.len], payload, "case {i}: the payload");
+        match data {
+            Some(d) => assert_eq!((got.data, got.flags & FI_REMOTE_CQ_DATA), (d, FI_REMOTE_CQ_DATA)),
+            None => assert_eq!(got.flags & FI_REMOTE_CQ_DATA, 0),
+        }
+    }
+}
+
+#[test]
+fn large_messages_land_in_the_receive_buffer() {
+    large("large_messages_land_in_the_receive_buffer", "shm");
+}
+
+/// The same between endpoints that tcp carries (copied, not lent).
+#[test]
+fn large_messages_land_in_the_receive_buffer_over_tcp() {
+    large("large_messages_land_in_the_receive_buffer_over_tcp", "tcp");
+}
+
+fn large(test: &str, carrier: &str) {
+    if std::env::var(ROLE).as_deref() == Ok("large") {
+        return large_landings();
+    }
+    let (dir, prov) = (scratch(test), provider_dir());
+    wait_ok(spawn(test, "large", &dir, &prov, carrier), "the role");
 }
 
 #[test]
