@@ -19,7 +19,7 @@ use reverb_transport::{CompletionKind, OpId, Provider, ProviderKind, Rank, RecvB
 use crate::abi::*;
 use crate::error::{OfiError, Result};
 use crate::mr::MrTableRef;
-use crate::rma::{RmaCntrs, RmaRole, RMA};
+use crate::rma::{Landing, RmaCntrs, RmaRole, RMA};
 
 /// The message came from `fi_send`/`fi_recv`, not the tagged calls.
 pub const UNTAGGED: u64 = 1 << 63;
@@ -160,7 +160,9 @@ pub struct EpCore {
     claims: HashMap<usize, (Rank, u64, usize)>,
     /// The carrier lets messages land in receive buffers and large sends be read in place
     /// (shm; see `lend`).
-    lends: bool,
+    pub(crate) lends: bool,
+    /// Large RMA writes whose bytes this target waits for, by their receive.
+    pub(crate) landings: HashMap<OpId, Landing>,
 }
 
 pub type EpRef = Rc<RefCell<EpCore>>;
@@ -171,6 +173,7 @@ impl EpCore {
         let lends = provider.kind() == ProviderKind::SHM;
         EpCore {
             lends,
+            landings: HashMap::new(),
             provider,
             caps,
             tx_op_flags,
@@ -440,7 +443,7 @@ impl EpCore {
             }
             let error = c.error().cloned();
             if p.rma.is_some() {
-                self.finish_rma(p, c.kind, error);
+                self.finish_rma(c.op, p, c.kind, error);
                 continue;
             }
             match c.kind {

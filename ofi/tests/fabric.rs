@@ -771,6 +771,14 @@ fn rma_roundtrips() {
     let ro_addr = ro.as_ptr() as u64;
     assert_eq!(refused(origin.write(peer, b"x", ro_addr, read_only.key(), None, 34), 34), FI_EACCES);
     assert_eq!(ro, vec![7u8; 64], "a refused write changes nothing");
+    // A large write's bytes travel apart from its request: refused, and with CQ data.
+    let far = big.len() - 50_000;
+    assert_eq!(refused(origin.write(peer, &big[..100_000], base + far as u64, key, None, 36), 36), FI_EINVAL);
+    check("fi_writedata large", origin.write(peer, &big[1..100_001], base + 8, key, Some(0xdef), 37));
+    assert_eq!(rma_done(&origin, &remote_writes).expect("a large writedata").op_context as usize, 37);
+    let seen = target.next(Duration::from_secs(5)).expect("the large write's CQ data");
+    assert_eq!((seen.data, seen.len), (0xdef, 100_000));
+    assert!(region[8..100_008] == big[1..100_001], "the large writedata landed");
     mr.close();
     assert_eq!(refused(origin.read(peer, &mut got, base, key, 35), 35), FI_EINVAL, "a closed region");
 
@@ -784,12 +792,12 @@ fn rma_roundtrips() {
     };
     check("fi_inject_write", rc);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while writes.read().0 < 4 {
+    while writes.read().0 < 5 {
         remote_writes.read();
         assert!(Instant::now() < deadline, "the inject is counted");
     }
     assert_eq!(&small[..3], b"inj");
-    assert_eq!(writes.read(), (4, 3), "writes: 4 done; refused: key, bounds, access");
+    assert_eq!(writes.read(), (5, 4), "writes: 5 done; refused: key, bounds, access, large bounds");
     assert_eq!(reads.read(), (2, 2));
     // SAFETY: a live CQ; room for one tagged entry.
     let mut entry: fi_cq_tagged_entry = unsafe { std::mem::zeroed() };
