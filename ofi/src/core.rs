@@ -295,7 +295,7 @@ impl EpCore {
 
     pub fn recv(&mut self, args: RecvArgs) -> Result<()> {
         let (source, matching, kind) = self.matching(&args)?;
-        let op = if self.lends {
+        let op = if self.lends && crate::lend::lends_into(args.buf, args.len) {
             // Into the consumer's buffer; one that does not fit comes back owned (below).
             crate::lend::post_recv(&mut *self.provider, source, matching, args.buf, args.len)?
         } else {

@@ -12,7 +12,7 @@ use reverb_transport::borrowed::Borrowed;
 use reverb_transport::completion::Owner;
 use reverb_transport::{OpId, Provider, Rank, RecvBuffer, Source, Tag, TagMatch};
 
-use crate::error::Result;
+use crate::error::{OfiError, Result};
 
 /// Sends `payload` lent until the send's completion: read in place when the carrier lends to
 /// `dest` ([`Provider::lends_to`]), else copied as any send.
@@ -30,7 +30,7 @@ pub fn send(provider: &mut dyn Provider, dest: Rank, tag: Tag, payload: &[u8]) -
 ///
 /// `buf` holds `len` writable bytes, the buffer of a posted receive: the consumer leaves it
 /// alone until the receive's completion is read, the receive is cancelled, or the endpoint is
-/// closed (which drops `provider`). Null or empty, it takes an owned landing.
+/// closed (which drops `provider`). A null or empty one is refused: see [`lends_into`].
 pub fn post_recv(
     provider: &mut dyn Provider,
     source: Source,
@@ -38,8 +38,8 @@ pub fn post_recv(
     buf: usize,
     len: usize,
 ) -> Result<OpId> {
-    if buf == 0 || len == 0 {
-        return Ok(provider.post_recv(source, matching, RecvBuffer::Owned { capacity: len })?);
+    if !lends_into(buf, len) {
+        return Err(OfiError::Invalid("no memory to lend to a receive"));
     }
     // SAFETY: the receive's `len` writable bytes at `buf`, its alone until it completes.
     let memory = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
@@ -47,6 +47,12 @@ pub fn post_recv(
     // `Borrowed::posted`'s contract.
     let lent = unsafe { Borrowed::posted(memory) };
     Ok(provider.post_recv(source, matching, RecvBuffer::Borrowed(lent))?)
+}
+
+/// Whether a receive buffer (`len` bytes at `buf`) can be lent: a null or empty one cannot
+/// (it still takes an empty message, or CQ data alone, owned).
+pub fn lends_into(buf: usize, len: usize) -> bool {
+    buf != 0 && len > 0
 }
 
 /// Moves a message that landed in place with 8 bytes of CQ data first (`len` bytes at

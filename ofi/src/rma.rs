@@ -191,7 +191,7 @@ impl EpCore {
     /// Posts a receive of `len` bytes at `buf` (consumer memory lent until it completes):
     /// landing there where the carrier lends, else owned and copied.
     fn post_landing(&mut self, source: Source, matching: TagMatch, buf: usize, len: usize) -> Result<OpId> {
-        if self.lends {
+        if self.lends && crate::lend::lends_into(buf, len) {
             return crate::lend::post_recv(&mut *self.provider, source, matching, buf, len);
         }
         Ok(self.provider.post_recv(source, matching, RecvBuffer::Owned { capacity: len })?)

@@ -530,12 +530,14 @@ fn cancel_and_count() {
 
 /// Two endpoints of one process: large messages land in the receive's own buffer, and are
 /// read where the sender lent them; CQ data still comes out of the payload's way, whether the
-/// message fits the buffer with it or only without; one too long is cut off (FI_ETRUNC).
+/// message fits the buffer with it or only without (or the buffer is empty); one too long is
+/// cut off (FI_ETRUNC).
 fn large_landings() {
     let (rx, tx) = (Fab::open(), Fab::open());
     let to_rx = tx.insert(&rx.name());
     let big: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let cases: [(usize, Option<u64>, usize); 5] = [
+    let cases: [(usize, Option<u64>, usize); 6] = [
+        (0, Some(0x34), 0),
         (big.len(), None, big.len()),
         (big.len(), Some(0xabc), big.len()),
         (100_000, Some(0xdef), big.len()),
