@@ -164,7 +164,7 @@ impl EpCore {
         if apart && sent.is_ok() {
             // An injected write's buffer is the consumer's again when the call returns.
             let tag = UNTAGGED | RMA | RMA_PAYLOAD | id;
-            sent = match inject || a.flags & FI_INJECT != 0 || !self.lends {
+            sent = match inject || (a.flags | self.tx_op_flags) & FI_INJECT != 0 || !self.lends {
                 true => self.provider.send(rank, tag, payload).map_err(OfiError::from),
                 false => crate::lend::send(&mut *self.provider, rank, tag, payload),
             };
