@@ -29,7 +29,9 @@ fi_info -p reverb >/dev/null || { say "fi_info does not list the reverb provider
 bin=$prefix/bin
 
 # The file a server endpoint publishes its address in under fabtests' default service (9228).
-service_file=/dev/shm/reverb-svc.fi$(id -u).9228
+# Scoped to this run: a fabtests run beside it on this host uses the same default port.
+export REVERB_OFI_SERVICE_SCOPE=ci$$
+service_file=/dev/shm/reverb-svc.fi$(id -u)$REVERB_OFI_SERVICE_SCOPE.9228
 
 # One test's server and client on this host; both must exit 0 within 120 s.
 pair() {

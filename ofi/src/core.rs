@@ -19,7 +19,7 @@ use reverb_transport::{CompletionKind, OpId, Provider, ProviderKind, Rank, RecvB
 use crate::abi::*;
 use crate::error::{OfiError, Result};
 use crate::mr::MrTableRef;
-use crate::rma::{RmaCntrs, RmaRole, RMA};
+use crate::rma::{Landing, RmaCntrs, RmaRole, RMA};
 
 /// The message came from `fi_send`/`fi_recv`, not the tagged calls.
 pub const UNTAGGED: u64 = 1 << 63;
@@ -158,6 +158,11 @@ pub struct EpCore {
     pub(crate) serving: bool,
     /// Messages peeked with FI_CLAIM, by the peek's context: (sender, wire tag, length).
     claims: HashMap<usize, (Rank, u64, usize)>,
+    /// The carrier lets messages land in receive buffers and large sends be read in place
+    /// (shm; see `lend`).
+    pub(crate) lends: bool,
+    /// Large RMA writes whose bytes this target waits for, by their receive.
+    pub(crate) landings: HashMap<OpId, Landing>,
 }
 
 pub type EpRef = Rc<RefCell<EpCore>>;
@@ -165,7 +170,10 @@ pub type EpRef = Rc<RefCell<EpCore>>;
 impl EpCore {
     /// `op_flags`: the default flags of transmits and receives (`tx_attr`, `rx_attr`).
     pub fn new(provider: Box<dyn Provider>, caps: u64, [tx_op_flags, rx_op_flags]: [u64; 2]) -> EpCore {
+        let lends = provider.kind() == ProviderKind::SHM;
         EpCore {
+            lends,
+            landings: HashMap::new(),
             provider,
             caps,
             tx_op_flags,
@@ -240,6 +248,9 @@ impl EpCore {
             None => UNTAGGED,
         };
         let rank = self.rank_of(args.dest)?;
+        let flags = args.flags | self.tx_op_flags;
+        // An injected send's buffer is the consumer's again when the call returns.
+        let lent = self.lends && !inject && flags & FI_INJECT == 0;
         let op = match args.data {
             Some(data) => {
                 let mut wire = Vec::with_capacity(DATA_LEN + args.payload.len());
@@ -247,10 +258,10 @@ impl EpCore {
                 wire.extend_from_slice(args.payload);
                 self.provider.send(rank, tag | WITH_DATA, &wire)?
             }
+            None if lent => crate::lend::send(&mut *self.provider, rank, tag, args.payload)?,
             None => self.provider.send(rank, tag, args.payload)?,
         };
         let kind = if args.tag.is_some() { FI_TAGGED } else { FI_MSG };
-        let flags = args.flags | self.tx_op_flags;
         let report = !inject && Self::reports(self.tx.as_ref(), flags);
         let pending = Pending {
             context: args.context,
@@ -284,9 +295,14 @@ impl EpCore {
 
     pub fn recv(&mut self, args: RecvArgs) -> Result<()> {
         let (source, matching, kind) = self.matching(&args)?;
-        // Room for the CQ data too; a payload longer than `len` is cut off here (FI_ETRUNC).
-        let buffer = RecvBuffer::Owned { capacity: args.len + DATA_LEN };
-        let op = self.provider.post_recv(source, matching, buffer)?;
+        let op = if self.lends && crate::lend::lends_into(args.buf, args.len) {
+            // Into the consumer's buffer; one that does not fit comes back owned (below).
+            crate::lend::post_recv(&mut *self.provider, source, matching, args.buf, args.len)?
+        } else {
+            // Room for the CQ data too; a payload longer than `len` is cut off here (FI_ETRUNC).
+            let buffer = RecvBuffer::Owned { capacity: args.len + DATA_LEN };
+            self.provider.post_recv(source, matching, buffer)?
+        };
         let report = Self::reports(self.rx.as_ref(), args.flags | self.rx_op_flags);
         let pending = Pending {
             context: args.context,
@@ -427,7 +443,7 @@ impl EpCore {
             }
             let error = c.error().cloned();
             if p.rma.is_some() {
-                self.finish_rma(p, c.kind, error);
+                self.finish_rma(c.op, p, c.kind, error);
                 continue;
             }
             match c.kind {
@@ -486,7 +502,13 @@ impl EpCore {
                 };
                 Err(error_entry(entry, &e, olen))
             }
-            None => land(&mut entry, tag, len, data.unwrap_or_default(), capacity),
+            None => match data {
+                Some(bytes) => land(&mut entry, tag, len, bytes, capacity),
+                None => {
+                    landed_in_place(&mut entry, tag, len);
+                    Ok(())
+                }
+            },
         };
         bump(self.rx_cntr.as_ref(), outcome.is_err());
         let Some(rx) = &self.rx else { return };
@@ -520,6 +542,19 @@ fn land(entry: &mut Entry, tag: u64, len: usize, bytes: Vec<u8>, capacity: usize
         return Err(ErrEntry { entry: *entry, err: FI_ETRUNC, prov_errno: 0, olen, text });
     }
     Ok(())
+}
+
+/// Fills `entry` in for a message of `len` bytes that landed in the consumer's buffer, moving
+/// the CQ data out of the payload's way when `tag` says it leads.
+fn landed_in_place(entry: &mut Entry, tag: u64, len: usize) {
+    if tag & WITH_DATA != 0 && len >= DATA_LEN {
+        let (data, payload) = crate::lend::split_data(entry.buf, len);
+        entry.data = data;
+        entry.flags |= FI_REMOTE_CQ_DATA;
+        entry.len = payload;
+    } else {
+        entry.len = len;
+    }
 }
 
 /// The error entry of a failed operation: a lost peer is FI_EHOSTUNREACH, a message too long

@@ -8,7 +8,8 @@
 //! - [`obj`]: the unsafe plumbing objects share; [`core`]: the logic, safe;
 //! - [`info`]: `fi_getinfo`; `fabric`, `av`, `cq`, `cntr`, `ep`: the objects' C entry points
 //!   (`bound`: the endpoints a CQ or counter progresses);
-//! - [`mr`]: memory registration; `rma`: RMA emulated over messages; `rma_ops`: its entry points.
+//! - [`mr`]: memory registration; `rma`: RMA emulated over messages; `rma_ops`: its entry points;
+//! - `lend`: the consumer's buffers handed to the carrier, to be read or written in place.
 
 pub mod abi;
 mod av;
@@ -20,6 +21,7 @@ mod ep;
 pub mod error;
 mod fabric;
 pub mod info;
+mod lend;
 pub mod mr;
 pub mod name;
 pub mod obj;

@@ -1,15 +1,21 @@
 //! `FI_RMA` emulated over reverb tagged messages. An origin sends a request under [`RMA`]
-//! (a write carries its bytes, a read asks for them) and posts a receive for the target's
-//! reply, directed at the target (so a dead target fails it) and tagged [`RMA_REPLY`] with the
-//! operation's id. A target keeps one receive posted for requests ([`EpCore::serve_rma`]) and
-//! answers each one as it progresses: a status (0 or a positive errno), then a read's bytes.
-//! A write completes at the origin when the target's reply came (delivery complete).
+//! (a small write carries its bytes, a read asks for them) and posts a receive for the
+//! target's reply, directed at the target (so a dead target fails it) and tagged
+//! [`RMA_REPLY`] with the operation's id. A target keeps one receive posted for requests
+//! ([`EpCore::serve_rma`]) and answers each one as it progresses: a read with the region's
+//! bytes, a write with an empty reply; a refusal with an empty reply whose tag carries
+//! [`RMA_FAILED`] and the errno. A write completes at the origin when the reply came
+//! (delivery complete).
 //!
-//! Request header, little-endian: op (1 write, 2 read), flags (1: CQ data), 6 bytes of zero,
-//! id, key, address, length, CQ data; a write's bytes follow.
+//! A large write's bytes go apart, after the request, under [`RMA_PAYLOAD`]: lent where the
+//! carrier lends ([`crate::lend`]), and the target receives them straight into the region.
+//! So does a read's reply into the origin's buffer: on shm each is one copy.
+//!
+//! Request header, little-endian: op (1 write, 2 read), flags (1: CQ data, 2: bytes apart),
+//! 6 bytes of zero, id, key, address, length, CQ data; a small write's bytes follow.
 
 use reverb_transport::error::TransportError;
-use reverb_transport::{CompletionKind, Rank, RecvBuffer, Source, TagMatch};
+use reverb_transport::{CompletionKind, OpId, Rank, RecvBuffer, Source, TagMatch};
 
 use crate::abi::*;
 use crate::core::{bump, error_entry, Entry, EpCore, ErrEntry, Pending, UNTAGGED};
@@ -20,12 +26,19 @@ use crate::error::{OfiError, Result};
 pub const RMA: u64 = 1 << 61;
 /// A target's reply; the low bits are the operation's id.
 pub const RMA_REPLY: u64 = 1 << 60;
-const ID_MASK: u64 = (1 << 48) - 1;
+/// With [`RMA_REPLY`]: the target refused the operation, errno in [`ERRNO_SHIFT`]'s byte.
+pub const RMA_FAILED: u64 = 1 << 59;
+/// A large write's bytes, sent apart from its request; the low bits are the id.
+pub const RMA_PAYLOAD: u64 = 1 << 58;
+const ERRNO_SHIFT: u32 = 48;
+const ID_MASK: u64 = (1 << ERRNO_SHIFT) - 1;
 const HEADER_LEN: usize = 48;
-const REPLY_LEN: usize = 8;
 const OP_WRITE: u8 = 1;
 const OP_READ: u8 = 2;
 const HAS_DATA: u8 = 1;
+const APART: u8 = 2;
+/// Writes longer than this send their bytes apart ([`RMA_PAYLOAD`]).
+const APART_MIN: usize = 8 << 10;
 
 /// What an RMA operation in flight waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +47,21 @@ pub enum RmaRole {
     Reply,
     /// The target's receive of peers' requests.
     Serve,
+    /// The target's receive of a large write's bytes.
+    Payload,
+}
+
+/// A large write whose bytes the target waits for: what it answers once they came.
+pub(crate) struct Landing {
+    source: Rank,
+    id: u64,
+    /// Whether the write may go ahead, or the errno it is refused with (its bytes dropped).
+    checked: Result<(), i32>,
+    /// Where its `len` bytes go in the region.
+    dst: usize,
+    len: usize,
+    /// The CQ data to raise, if the origin sent some.
+    data: Option<u64>,
 }
 
 /// One RMA operation as the calls describe it: `len` bytes at `local` (a read's destination,
@@ -68,9 +96,9 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 }
 
 impl<'a> Request<'a> {
-    fn encode(op: u8, id: u64, a: &RmaArgs, payload: &[u8]) -> Vec<u8> {
+    fn encode(op: u8, id: u64, a: &RmaArgs, payload: &[u8], apart: bool) -> Vec<u8> {
         let mut wire = Vec::with_capacity(HEADER_LEN + payload.len());
-        let flags = if a.data.is_some() { HAS_DATA } else { 0 };
+        let flags = if a.data.is_some() { HAS_DATA } else { 0 } | if apart { APART } else { 0 };
         wire.extend_from_slice(&[op, flags, 0, 0, 0, 0, 0, 0]);
         for w in [id, a.key, a.addr, a.len as u64, a.data.unwrap_or(0)] {
             wire.extend_from_slice(&w.to_le_bytes());
@@ -86,7 +114,9 @@ impl<'a> Request<'a> {
         }
         let len = usize::try_from(word(bytes, 32)).map_err(|_| OfiError::Invalid("RMA length"))?;
         let (op, payload) = (bytes[0], &bytes[HEADER_LEN..]);
+        let apart = bytes[1] & APART != 0;
         let fits = match op {
+            OP_WRITE if apart => payload.is_empty() && len <= crate::info::MAX_MSG_SIZE,
             OP_WRITE => payload.len() == len,
             OP_READ => payload.is_empty() && len <= crate::info::MAX_MSG_SIZE,
             _ => return Err(OfiError::Invalid("an RMA request of no known kind")),
@@ -100,8 +130,9 @@ impl<'a> Request<'a> {
 }
 
 impl EpCore {
-    /// `fi_write` and kin: the bytes are copied before this returns (so every write is an
-    /// inject as far as the buffer goes); `inject` raises no completion on success.
+    /// `fi_write` and kin: a small write's bytes are copied before this returns; a large one's
+    /// are lent until its completion (copied for `inject`, which raises no completion on
+    /// success).
     pub fn rma_write(&mut self, a: RmaArgs, payload: &[u8], inject: bool) -> Result<()> {
         let flags = FI_RMA | FI_WRITE;
         self.rma_start(OP_WRITE, a, payload, flags, inject)
@@ -119,15 +150,28 @@ impl EpCore {
         let rank = self.rank_of(a.peer)?;
         self.next_rma_id = (self.next_rma_id + 1) & ID_MASK;
         let id = self.next_rma_id;
-        let reply_room = REPLY_LEN + if op == OP_READ { a.len } else { 0 };
-        let reply = self.provider.post_recv(
-            Source::Rank(rank),
-            TagMatch::exact(UNTAGGED | RMA | RMA_REPLY | id),
-            RecvBuffer::Owned { capacity: reply_room },
-        )?;
-        if let Err(e) = self.provider.send(rank, UNTAGGED | RMA, &Request::encode(op, id, &a, payload)) {
+        // Any reply to this id: the read's bytes or nothing, refused or not.
+        let matching =
+            TagMatch { tag: UNTAGGED | RMA | RMA_REPLY | id, mask: !(RMA_FAILED | (0xff << ERRNO_SHIFT)) };
+        let reply = match op {
+            OP_READ => self.post_landing(Source::Rank(rank), matching, a.local, a.len)?,
+            _ => self.provider.post_recv(Source::Rank(rank), matching, RecvBuffer::Owned { capacity: 0 })?,
+        };
+        let apart = op == OP_WRITE && payload.len() > APART_MIN;
+        let inline = if apart { &[][..] } else { payload };
+        let request = Request::encode(op, id, &a, inline, apart);
+        let mut sent = self.provider.send(rank, UNTAGGED | RMA, &request).map_err(OfiError::from);
+        if apart && sent.is_ok() {
+            // An injected write's buffer is the consumer's again when the call returns.
+            let tag = UNTAGGED | RMA | RMA_PAYLOAD | id;
+            sent = match inject || (a.flags | self.tx_op_flags) & FI_INJECT != 0 || !self.lends {
+                true => self.provider.send(rank, tag, payload).map_err(OfiError::from),
+                false => crate::lend::send(&mut *self.provider, rank, tag, payload),
+            };
+        }
+        if let Err(e) = sent {
             let _ = self.provider.cancel_recv(reply);
-            return Err(e.into());
+            return Err(e);
         }
         let report = !inject && Self::reports(self.tx.as_ref(), a.flags | self.tx_op_flags);
         let recv_into = (op == OP_READ).then_some((a.local, a.len));
@@ -144,12 +188,21 @@ impl EpCore {
         Ok(())
     }
 
+    /// Posts a receive of `len` bytes at `buf` (consumer memory lent until it completes):
+    /// landing there where the carrier lends, else owned and copied.
+    fn post_landing(&mut self, source: Source, matching: TagMatch, buf: usize, len: usize) -> Result<OpId> {
+        if self.lends && crate::lend::lends_into(buf, len) {
+            return crate::lend::post_recv(&mut *self.provider, source, matching, buf, len);
+        }
+        Ok(self.provider.post_recv(source, matching, RecvBuffer::Owned { capacity: len })?)
+    }
+
     /// Keeps one receive posted for peers' requests, on an endpoint with FI_RMA.
     pub(crate) fn serve_rma(&mut self) {
         if self.serving || self.caps & FI_RMA == 0 || self.mrs.is_none() {
             return;
         }
-        let matching = TagMatch { tag: UNTAGGED | RMA, mask: UNTAGGED | RMA | RMA_REPLY };
+        let matching = TagMatch { tag: UNTAGGED | RMA, mask: UNTAGGED | RMA | RMA_REPLY | RMA_PAYLOAD };
         let buffer = RecvBuffer::Owned { capacity: HEADER_LEN + crate::info::MAX_MSG_SIZE };
         if let Ok(op) = self.provider.post_recv(Source::Any, matching, buffer) {
             let pending = Pending {
@@ -165,9 +218,16 @@ impl EpCore {
         }
     }
 
-    /// A completion of an RMA receive: a reply at the origin, a request at the target.
-    pub(crate) fn finish_rma(&mut self, p: Pending, kind: CompletionKind, error: Option<TransportError>) {
-        let CompletionKind::Recv { source, len, data, .. } = kind else { return };
+    /// A completion of an RMA receive: a reply at the origin, a request or a write's bytes at
+    /// the target.
+    pub(crate) fn finish_rma(
+        &mut self,
+        op: OpId,
+        p: Pending,
+        kind: CompletionKind,
+        error: Option<TransportError>,
+    ) {
+        let CompletionKind::Recv { source, tag, len, data } = kind else { return };
         let bytes = data.unwrap_or_default();
         let bytes = &bytes[..len.min(bytes.len())];
         match p.rma {
@@ -179,53 +239,129 @@ impl EpCore {
                     None => self.answer(source, bytes),
                 }
             }
-            _ => self.finish_reply(p, bytes, error),
+            Some(RmaRole::Payload) => self.landed_write(op, len, bytes, error),
+            _ => self.finish_reply(p, tag, len, bytes, error),
         }
     }
 
-    /// Applies a peer's request and sends the reply; a malformed one is dropped.
+    /// Applies a peer's request and answers it; a malformed one is dropped. A write whose
+    /// bytes come apart is answered once they came (`landed_write`).
     fn answer(&mut self, source: Rank, bytes: &[u8]) {
         let req = match Request::parse(bytes) {
             Ok(req) => req,
             Err(e) => return drop_request(source, &e),
         };
-        let status = match req.op {
-            OP_WRITE => self.apply_write(source, &req),
-            _ => self.apply_read(&req),
-        };
-        let reply = match status {
-            Ok(read) => [&[0u8; REPLY_LEN][..], &read].concat(),
-            Err(errno) => (errno as u64).to_le_bytes().to_vec(),
-        };
-        // A peer gone meanwhile finds out from its own side; nothing to do here.
-        let _ = self.provider.send(source, UNTAGGED | RMA | RMA_REPLY | (req.id & ID_MASK), &reply);
+        match req.op {
+            OP_WRITE if req.flags & APART != 0 => self.await_payload(source, &req),
+            OP_WRITE => {
+                let status = self.apply_write(source, &req);
+                self.reply(source, req.id, status);
+            }
+            _ => match self.checked(&req, FI_REMOTE_READ) {
+                Ok(src) => self.send_read(source, req.id, src, req.len),
+                Err(errno) => self.reply(source, req.id, Err(errno)),
+            },
+        }
     }
 
-    /// Writes the request's bytes into the region; raises the CQ data on the receive CQ.
-    fn apply_write(&mut self, source: Rank, req: &Request<'_>) -> Result<Vec<u8>, i32> {
+    /// The empty reply to operation `id` of `source`: done, or refused with an errno.
+    fn reply(&mut self, source: Rank, id: u64, status: Result<(), i32>) {
+        let refused = match status {
+            Ok(()) => 0,
+            Err(errno) => RMA_FAILED | (u64::from(errno.clamp(1, 0xff) as u8) << ERRNO_SHIFT),
+        };
+        // A peer gone meanwhile finds out from its own side; nothing to do here.
+        let _ = self.provider.send(source, UNTAGGED | RMA | RMA_REPLY | (id & ID_MASK) | refused, &[]);
+    }
+
+    /// Answers a read with the `len` bytes at `src`, checked inside a region registered for
+    /// remote reads: lent where the carrier lends (the origin reads them in place).
+    fn send_read(&mut self, source: Rank, id: u64, src: usize, len: usize) {
+        bump(self.rma_cntrs.remote_read.as_ref(), false);
+        let tag = UNTAGGED | RMA | RMA_REPLY | (id & ID_MASK);
+        // SAFETY: `src` and `len` lie inside a region the consumer registered for remote
+        // reads; a registration lends that memory until fi_close of the region.
+        let region = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+        // A peer gone meanwhile finds out from its own side; nothing to do here.
+        let _ = match self.lends {
+            true => crate::lend::send(&mut *self.provider, source, tag, region),
+            false => self.provider.send(source, tag, region).map_err(OfiError::from),
+        };
+    }
+
+    /// Posts the receive of a large write's bytes: into the region where the request may
+    /// write, else dropped (the write is refused once they came).
+    fn await_payload(&mut self, source: Rank, req: &Request<'_>) {
+        let matching = TagMatch::exact(UNTAGGED | RMA | RMA_PAYLOAD | (req.id & ID_MASK));
+        let from = Source::Rank(source);
+        let checked = self.checked(req, FI_REMOTE_WRITE);
+        let posted = match checked {
+            Ok(dst) => self.post_landing(from, matching, dst, req.len),
+            Err(_) => {
+                let dropped = RecvBuffer::Owned { capacity: req.len };
+                self.provider.post_recv(from, matching, dropped).map_err(OfiError::from)
+            }
+        };
+        let op = match posted {
+            Ok(op) => op,
+            Err(e) => return drop_request(source, &e),
+        };
+        let data = (req.flags & HAS_DATA != 0).then_some(req.data);
+        let (dst, len) = (checked.unwrap_or(0), req.len);
+        self.landings.insert(
+            op,
+            Landing { source, id: req.id & ID_MASK, checked: checked.map(|_| ()), dst, len, data },
+        );
+        let rma = Some(RmaRole::Payload);
+        let pending = Pending { context: 0, flags: 0, report: false, recv_into: None, discard: false, rma };
+        self.pending.insert(op, pending);
+    }
+
+    /// A large write's bytes came (into the region, or dropped): counts the write, raises its
+    /// CQ data and answers the origin.
+    fn landed_write(&mut self, op: OpId, len: usize, bytes: &[u8], error: Option<TransportError>) {
+        let Some(l) = self.landings.remove(&op) else { return };
+        let status = match error {
+            Some(e) => {
+                drop_request(l.source, &OfiError::Transport(e));
+                Err(FI_EIO)
+            }
+            None if len != l.len => {
+                drop_request(l.source, &OfiError::Invalid("a write's bytes disagree with its length"));
+                Err(FI_EIO)
+            }
+            None => l.checked,
+        };
+        if status.is_ok() {
+            // A carrier that does not lend hands the bytes over owned: copied in here.
+            crate::obj::copy_to_lent(l.dst, l.len, bytes);
+            self.wrote(l.source, l.len, l.data);
+        }
+        self.reply(l.source, l.id, status);
+    }
+
+    /// Writes a small request's bytes into the region.
+    fn apply_write(&mut self, source: Rank, req: &Request<'_>) -> Result<(), i32> {
         let dst = self.checked(req, FI_REMOTE_WRITE)?;
         // SAFETY: `dst` and the request's length lie inside a region the consumer registered
         // for remote writes; a registration lends that memory until fi_close of the region.
         unsafe { std::ptr::copy_nonoverlapping(req.payload.as_ptr(), dst as *mut u8, req.len) };
+        let data = (req.flags & HAS_DATA != 0).then_some(req.data);
+        self.wrote(source, req.len, data);
+        Ok(())
+    }
+
+    /// Counts a remote write of `len` bytes from `source`; raises its CQ data on the receive CQ.
+    fn wrote(&mut self, source: Rank, len: usize, data: Option<u64>) {
         bump(self.rma_cntrs.remote_write.as_ref(), false);
-        if req.flags & HAS_DATA != 0 {
+        if let Some(data) = data {
             let src = self.addr_of(source);
             let flags = FI_REMOTE_CQ_DATA | FI_RMA | FI_REMOTE_WRITE;
-            let entry = Entry { context: 0, flags, len: req.len, buf: 0, data: req.data, tag: 0, src };
+            let entry = Entry { context: 0, flags, len, buf: 0, data, tag: 0, src };
             if let Some(rx) = &self.rx {
                 rx.cq.borrow_mut().entries.push_back(entry);
             }
         }
-        Ok(Vec::new())
-    }
-
-    /// The bytes the request reads from the region.
-    fn apply_read(&mut self, req: &Request<'_>) -> Result<Vec<u8>, i32> {
-        let src = self.checked(req, FI_REMOTE_READ)?;
-        // SAFETY: as in apply_write, for a region registered for remote reads.
-        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, req.len) }.to_vec();
-        bump(self.rma_cntrs.remote_read.as_ref(), false);
-        Ok(bytes)
     }
 
     /// The local address of the request's range, checked against the domain's regions.
@@ -236,12 +372,19 @@ impl EpCore {
     }
 
     /// The origin's side: the operation completes, in error if the target refused it.
-    fn finish_reply(&mut self, p: Pending, bytes: &[u8], error: Option<TransportError>) {
+    fn finish_reply(
+        &mut self,
+        p: Pending,
+        tag: u64,
+        len: usize,
+        bytes: &[u8],
+        error: Option<TransportError>,
+    ) {
         let (buf, want) = p.recv_into.unwrap_or((0, 0));
         let entry = Entry { context: p.context, flags: p.flags, len: want, buf: 0, data: 0, tag: 0, src: 0 };
         let outcome = match error {
             Some(e) => Err(error_entry(entry, &e, 0)),
-            None => landed(entry, bytes, buf, want),
+            None => replied(entry, tag, len, bytes, buf, want),
         };
         let cntr = if p.flags & FI_READ != 0 { &self.rma_cntrs.read } else { &self.rma_cntrs.write };
         bump(cntr.as_ref(), outcome.is_err());
@@ -255,23 +398,26 @@ impl EpCore {
     }
 }
 
-/// Checks a reply's status and lands a read's bytes in the consumer's buffer (`want` at `buf`).
-fn landed(entry: Entry, bytes: &[u8], buf: usize, want: usize) -> Result<(), ErrEntry> {
+/// Checks the target's reply (`tag`, `len` bytes; `bytes` when they came owned, not in the
+/// consumer's buffer) and lands a read's bytes in the consumer's buffer (`want` at `buf`).
+fn replied(
+    entry: Entry,
+    tag: u64,
+    len: usize,
+    bytes: &[u8],
+    buf: usize,
+    want: usize,
+) -> Result<(), ErrEntry> {
     let refused = |err: i32, text: String| ErrEntry { entry, err, prov_errno: err, olen: 0, text };
-    if bytes.len() < REPLY_LEN {
-        return Err(refused(FI_EIO, "the target's reply is shorter than its header".into()));
-    }
-    let status = word(bytes, 0);
-    if status != 0 {
-        let err = i32::try_from(status).unwrap_or(FI_EIO);
+    if tag & RMA_FAILED != 0 {
+        let err = ((tag >> ERRNO_SHIFT) & 0xff) as i32;
         let why = if err == FI_EACCES { "access denied" } else { "no such key or range" };
         return Err(refused(err, format!("the target refused the operation: {why}")));
     }
-    let read = &bytes[REPLY_LEN..];
-    if read.len() != want {
-        return Err(refused(FI_EIO, format!("{} bytes came back, {want} were read", read.len())));
+    if len != want {
+        return Err(refused(FI_EIO, format!("{len} bytes came back, {want} were read")));
     }
-    crate::obj::copy_to_lent(buf, want, read);
+    crate::obj::copy_to_lent(buf, want, bytes);
     Ok(())
 }
 
@@ -300,7 +446,7 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_malformed_ones_are_refused() {
-        let wire = Request::encode(OP_WRITE, 9, &args(3, Some(5)), b"abc");
+        let wire = Request::encode(OP_WRITE, 9, &args(3, Some(5)), b"abc", false);
         let r = Request::parse(&wire).unwrap();
         assert_eq!(
             (r.op, r.flags, r.id, r.key, r.addr, r.len, r.data),
@@ -312,7 +458,7 @@ mod tests {
         let mut bad = wire.clone();
         bad[0] = 9;
         assert!(Request::parse(&bad).is_err(), "unknown op");
-        let read = Request::encode(OP_READ, 1, &args(crate::info::MAX_MSG_SIZE + 1, None), &[]);
+        let read = Request::encode(OP_READ, 1, &args(crate::info::MAX_MSG_SIZE + 1, None), &[], false);
         assert!(Request::parse(&read).is_err(), "a read over max_msg_size");
     }
 }

@@ -1,7 +1,7 @@
 //! Names for endpoints: libfabric consumers find a server by `node` and `service` (fabtests'
 //! default, a port number). A server's `fi_getinfo(FI_SOURCE, service)` marks its info; the
 //! endpoint opened from it publishes its address under that service in
-//! `/dev/shm/reverb-svc.<space>.<service>`, and a client's `fi_getinfo(node, service)` reads it
+//! `/dev/shm/reverb-svc.<space><scope>.<service>`, and a client's `fi_getinfo(node, service)` reads it
 //! as `dest_addr`. Only this host's endpoints are found (the node is not looked at).
 
 use std::io::Write;
@@ -24,9 +24,15 @@ pub fn host_space() -> String {
     format!("fi{}", unsafe { libc::getuid() })
 }
 
+/// Keeps the services of one set of processes apart from others' on this host (a test
+/// suite run beside another on the same ports): `REVERB_OFI_SERVICE_SCOPE`, empty by default.
+const SCOPE: &str = "REVERB_OFI_SERVICE_SCOPE";
+
 fn service_path(service: &str) -> PathBuf {
+    let scope = std::env::var(SCOPE).ok().filter(|s| !s.is_empty());
+    let scope = scope.map(|s| shmfile::sanitize_job_id(&s)).unwrap_or_default();
     let name = shmfile::sanitize_job_id(service);
-    shmfile::shm_dir().join(format!("reverb-svc.{}.{name}", host_space()))
+    shmfile::shm_dir().join(format!("reverb-svc.{}{scope}.{name}", host_space()))
 }
 
 /// How long a client's `fi_getinfo` waits for a server to publish its service: a server

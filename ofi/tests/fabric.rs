@@ -182,6 +182,23 @@ impl Fab {
         }
     }
 
+    /// fi_tsenddata: `data` travels as remote CQ data; `buf` must outlive the completion.
+    fn tsenddata(&self, dest: fi_addr_t, tag: u64, buf: &[u8], data: u64) -> isize {
+        // SAFETY: a live endpoint; the caller keeps `buf` until the send's completion.
+        unsafe {
+            ((*(*self.ep).tagged).senddata.unwrap())(
+                self.ep,
+                buf.as_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                data,
+                dest,
+                tag,
+                null_mut(),
+            )
+        }
+    }
+
     /// fi_trecv into `buf`, which must outlive the completion.
     fn trecv(&self, buf: &mut [u8], src: fi_addr_t, tag: u64, context: usize) -> isize {
         // SAFETY: a live endpoint; `buf` stays untouched until the completion is read.
@@ -511,6 +528,67 @@ fn cancel_and_count() {
     assert_eq!(recvs.read(), (15, 2));
 }
 
+/// Two endpoints of one process: large messages land in the receive's own buffer, and are
+/// read where the sender lent them; CQ data still comes out of the payload's way, whether the
+/// message fits the buffer with it or only without (or the buffer is empty); one too long is
+/// cut off (FI_ETRUNC).
+fn large_landings() {
+    let (rx, tx) = (Fab::open(), Fab::open());
+    let to_rx = tx.insert(&rx.name());
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let cases: [(usize, Option<u64>, usize); 6] = [
+        (0, Some(0x34), 0),
+        (big.len(), None, big.len()),
+        (big.len(), Some(0xabc), big.len()),
+        (100_000, Some(0xdef), big.len()),
+        (100, Some(0x12), 256),
+        (20_000, None, 256),
+    ];
+    for (i, (len, data, room)) in cases.into_iter().enumerate() {
+        let mut buf = vec![0u8; room];
+        check("fi_trecv", rx.trecv(&mut buf, FI_ADDR_UNSPEC, 9, 20 + i));
+        let payload = &big[i..i + len.min(big.len() - i)];
+        match data {
+            Some(d) => check("fi_tsenddata", tx.tsenddata(to_rx, 9, payload, d)),
+            None => check("fi_tsend", tx.tsend(to_rx, 9, payload)),
+        }
+        let got = rx.next(Duration::from_secs(30));
+        let sent = tx.next(Duration::from_secs(30)).expect("the send's completion");
+        assert_ne!(sent.flags & FI_SEND, 0);
+        if payload.len() > room {
+            let err = got.expect_err("a message longer than the buffer");
+            assert_eq!((err.err, err.olen), (FI_ETRUNC, payload.len() - room));
+            continue;
+        }
+        let got = got.expect("a receive completion");
+        assert_eq!((got.len, got.op_context as usize), (payload.len(), 20 + i), "case {i}");
+        assert_eq!(&buf[..got.len], payload, "case {i}: the payload");
+        match data {
+            Some(d) => assert_eq!((got.data, got.flags & FI_REMOTE_CQ_DATA), (d, FI_REMOTE_CQ_DATA)),
+            None => assert_eq!(got.flags & FI_REMOTE_CQ_DATA, 0),
+        }
+    }
+}
+
+#[test]
+fn large_messages_land_in_the_receive_buffer() {
+    large("large_messages_land_in_the_receive_buffer", "shm");
+}
+
+/// The same between endpoints that tcp carries (copied, not lent).
+#[test]
+fn large_messages_land_in_the_receive_buffer_over_tcp() {
+    large("large_messages_land_in_the_receive_buffer_over_tcp", "tcp");
+}
+
+fn large(test: &str, carrier: &str) {
+    if std::env::var(ROLE).as_deref() == Ok("large") {
+        return large_landings();
+    }
+    let (dir, prov) = (scratch(test), provider_dir());
+    wait_ok(spawn(test, "large", &dir, &prov, carrier), "the role");
+}
+
 #[test]
 fn a_cancelled_receive_completes_in_error_and_counters_count() {
     cancelled("a_cancelled_receive_completes_in_error_and_counters_count", "shm");
@@ -695,6 +773,14 @@ fn rma_roundtrips() {
     let ro_addr = ro.as_ptr() as u64;
     assert_eq!(refused(origin.write(peer, b"x", ro_addr, read_only.key(), None, 34), 34), FI_EACCES);
     assert_eq!(ro, vec![7u8; 64], "a refused write changes nothing");
+    // A large write's bytes travel apart from its request: refused, and with CQ data.
+    let far = big.len() - 50_000;
+    assert_eq!(refused(origin.write(peer, &big[..100_000], base + far as u64, key, None, 36), 36), FI_EINVAL);
+    check("fi_writedata large", origin.write(peer, &big[1..100_001], base + 8, key, Some(0xdef), 37));
+    assert_eq!(rma_done(&origin, &remote_writes).expect("a large writedata").op_context as usize, 37);
+    let seen = target.next(Duration::from_secs(5)).expect("the large write's CQ data");
+    assert_eq!((seen.data, seen.len), (0xdef, 100_000));
+    assert!(region[8..100_008] == big[1..100_001], "the large writedata landed");
     mr.close();
     assert_eq!(refused(origin.read(peer, &mut got, base, key, 35), 35), FI_EINVAL, "a closed region");
 
@@ -708,12 +794,12 @@ fn rma_roundtrips() {
     };
     check("fi_inject_write", rc);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while writes.read().0 < 4 {
+    while writes.read().0 < 5 {
         remote_writes.read();
         assert!(Instant::now() < deadline, "the inject is counted");
     }
     assert_eq!(&small[..3], b"inj");
-    assert_eq!(writes.read(), (4, 3), "writes: 4 done; refused: key, bounds, access");
+    assert_eq!(writes.read(), (5, 4), "writes: 5 done; refused: key, bounds, access, large bounds");
     assert_eq!(reads.read(), (2, 2));
     // SAFETY: a live CQ; room for one tagged entry.
     let mut entry: fi_cq_tagged_entry = unsafe { std::mem::zeroed() };

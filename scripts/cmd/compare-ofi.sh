@@ -13,12 +13,15 @@
 # $CARGO_TARGET_DIR/fabtests), else built here from FABTESTS_SRC (default
 # ../shared/external/fabtests beside the repository).
 # Knobs (environment): REPEAT=3 SIZES="8 64 1024 4096 65536 1048576" ITERS=10000 (fewer for
-# large sizes) SIDES="reverb shm tcp" RESULTS=target/compare-ofi. DEPS=0 skips ci/deps.sh.
+# large sizes) SIDES="reverb shm tcp" RESULTS=target/compare-ofi PORT (the servers' port, by
+# default one of this run's own: a fabtests run beside it on the default port is not met).
+# DEPS=0 skips ci/deps.sh.
 repeat=${REPEAT:-3}
 sizes=${SIZES:-8 64 1024 4096 65536 1048576}
 iters=${ITERS:-10000}
 read -r -a sides <<<"${SIDES:-reverb shm tcp}"
 results=${RESULTS:-target/compare-ofi}
+port=${PORT:-$((20000 + $$ % 20000))}
 target=${CARGO_TARGET_DIR:-$RS_ROOT/target}
 [[ $target == /* ]] || target=$RS_ROOT/$target
 prefix=${FABTESTS_PREFIX:-$target/fabtests}
@@ -54,13 +57,13 @@ run_pair() {
     ((size >= 65536)) && n=$((iters / 10))
     ((size >= 1048576)) && n=$((iters / 100 > 10 ? iters / 100 : 10))
     local args=(-p "$side" -s 127.0.0.1 -S "$size" -I "$n")
-    timeout 60 "$bin/${cmd[0]}" "${cmd[@]:1}" "${args[@]}" >"$log.server" 2>&1 &
+    timeout 60 "$bin/${cmd[0]}" "${cmd[@]:1}" "${args[@]}" -B "$port" >"$log.server" 2>&1 &
     local server=$!
     # The server's endpoint up before the client looks for it (reverb's client waits for
     # its published address by itself; libfabric's shm and tcp need the server first).
     sleep 0.5
     local rc=0
-    timeout 60 "$bin/${cmd[0]}" "${cmd[@]:1}" "${args[@]}" 127.0.0.1 >"$log" 2>&1 || rc=$?
+    timeout 60 "$bin/${cmd[0]}" "${cmd[@]:1}" "${args[@]}" -P "$port" 127.0.0.1 >"$log" 2>&1 || rc=$?
     wait "$server" || rc=$?
     return "$rc"
 }

@@ -326,7 +326,9 @@ pub enum RecvBuffer {
     },
     /// Into memory the caller lends ([`crate::borrowed`]): only for
     /// [`Provider::claim_recv_for`] on a provider with [`Capabilities::SYNC_RMA`], which
-    /// writes it before returning; everything else refuses it (`Unsupported`).
+    /// writes it before returning, and for [`Provider::post_recv_for`] on shm when lent with
+    /// [`crate::borrowed::Borrowed::posted`] (a longer message then comes back owned);
+    /// everything else refuses it (`Unsupported`).
     Borrowed(crate::borrowed::Borrowed),
 }
 

@@ -2,7 +2,10 @@
 //! payload lands in the application's own buffer, with no copy out of a receive region and
 //! no registration. Only a claim on a provider whose reads are load/store
 //! ([`crate::Capabilities::SYNC_RMA`]) takes it, which writes it before returning; every
-//! other receive refuses it, so no write can come after the lender moved on.
+//! other receive refuses it, so no write can come after the lender moved on. The one
+//! exception is memory lent to a posted receive ([`Borrowed::posted`], libfabric's rule for a
+//! receive buffer): the shm provider keeps it until a message lands, and a message longer than
+//! it comes back owned instead ([`Borrowed::falls_back`]).
 
 use std::ptr::NonNull;
 
@@ -13,6 +16,8 @@ use crate::error::{Result, TransportError};
 pub struct Borrowed {
     ptr: NonNull<u8>,
     len: usize,
+    /// Lent to a posted receive: kept until a message lands; a longer one comes back owned.
+    posted: bool,
 }
 
 // SAFETY: the lender hands the memory over for the receive alone (see `Borrowed::new`);
@@ -27,7 +32,31 @@ impl Borrowed {
     /// has completed (a claim returned).
     pub unsafe fn new(buf: &mut [u8]) -> Borrowed {
         let len = buf.len();
-        Borrowed { ptr: NonNull::from(buf).cast(), len }
+        Borrowed { ptr: NonNull::from(buf).cast(), len, posted: false }
+    }
+
+    /// Lends `buf` to a receive that may wait for its message (the shm provider's
+    /// `post_recv_for`): a message that fits lands in it, a longer one comes back owned in
+    /// the completion (`data`), leaving `buf` as it was.
+    ///
+    /// # Safety
+    /// `buf` must stay valid, and untouched by anyone else, until the receive's completion is
+    /// taken from its owner's queue, `cancel_recv` took the receive back, or the provider is
+    /// dropped.
+    pub unsafe fn posted(buf: &mut [u8]) -> Borrowed {
+        // SAFETY: the caller's contract covers `new`'s.
+        Borrowed { posted: true, ..unsafe { Borrowed::new(buf) } }
+    }
+
+    /// Whether this memory was lent to a posted receive ([`Borrowed::posted`]).
+    pub fn is_posted(&self) -> bool {
+        self.posted
+    }
+
+    /// Whether a message of `len` bytes comes back owned rather than landing here: too long
+    /// for memory lent to a posted receive.
+    pub fn falls_back(&self, len: usize) -> bool {
+        self.posted && len > self.len
     }
 
     /// Bytes lent.

@@ -83,6 +83,11 @@ const SPARE_BUFFERS: usize = 256;
 
 /// Copies a message into a receive buffer; returns the data for `Owned` buffers.
 pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
+    if let RecvBuffer::Borrowed(b) = buffer {
+        if b.falls_back(data.len()) {
+            return Ok(Some(data.to_vec()));
+        }
+    }
     if data.len() > buffer.capacity() {
         return Err(TransportError::Truncated { len: data.len() as u64, capacity: buffer.capacity() as u64 });
     }
@@ -98,6 +103,7 @@ pub fn deliver(buffer: &RecvBuffer, data: &[u8]) -> Result<Option<Vec<u8>>> {
 fn deliver_owned(buffer: &RecvBuffer, data: Vec<u8>) -> Result<Option<Vec<u8>>> {
     match buffer {
         RecvBuffer::Owned { capacity } if data.len() <= *capacity => Ok(Some(data)),
+        RecvBuffer::Borrowed(b) if b.falls_back(data.len()) => Ok(Some(data)),
         _ => deliver(buffer, &data),
     }
 }
@@ -392,8 +398,9 @@ impl TaggedState {
             }
             Some(Unexpected::Rts { source, header }) => Ok(Some(Fetch { recv, source, rts: header })),
             None => {
-                // Lent memory must be written before the claim returns: never kept waiting.
-                if let RecvBuffer::Borrowed(_) = recv.buffer {
+                // Lent memory must be written before the claim returns: never kept waiting,
+                // unless it was lent to a posted receive.
+                if matches!(recv.buffer, RecvBuffer::Borrowed(b) if !b.is_posted()) {
                     return Err(TransportError::Unsupported(
                         "lent memory with nothing arrived to claim".into(),
                     ));

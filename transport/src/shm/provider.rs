@@ -158,7 +158,12 @@ impl Provider for ShmProvider {
         tag: TagMatch,
         buffer: RecvBuffer,
     ) -> Result<OpId> {
-        tagged::check_recv(source, &buffer, self.job.size)?;
+        // Memory lent to a posted receive (`Borrowed::posted`) is written by whichever
+        // progress call lands the message: kept like any buffer.
+        match &buffer {
+            RecvBuffer::Borrowed(b) if b.is_posted() => tagged::check_claim(source, &buffer, self.job.size)?,
+            _ => tagged::check_recv(source, &buffer, self.job.size)?,
+        }
         self.post_checked(owner, source, tag, buffer)
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::borrowed::Borrowed;
 
 fn shm_files(job_tag: &str) -> Vec<String> {
     let prefix = format!("reverb.{job_tag}.");
@@ -187,4 +188,42 @@ fn a_server_answers_each_client_that_reuses_a_slot() {
         let got = client.wait_op(recv, timeout).unwrap().into_result().unwrap();
         assert!(matches!(got.kind, CompletionKind::Recv { len: 1, .. }), "round {round}: {:?}", got.kind);
     }
+}
+
+/// Memory lent to a posted receive (`Borrowed::posted`) waits for its message: eager and
+/// rendezvous ones land in it (no data in the completion); a longer one comes back owned,
+/// leaving the memory as it was; and lent memory for a claim still may not wait.
+#[test]
+fn memory_lent_to_a_posted_receive_takes_what_fits() {
+    let job = self_job(&format!("h14lent{}", std::process::id()));
+    let (mut p, _) = ShmProvider::create(TransportConfig::default(), job, SubCore::default()).unwrap();
+    let timeout = Duration::from_secs(10);
+    for (i, (len, room)) in
+        [(100, 256), (200_000, 200_000), (300, 256), (300_000, 200_000)].into_iter().enumerate()
+    {
+        let mut buf = vec![0u8; room];
+        // SAFETY: `buf` outlives the receive, which completes before this iteration ends.
+        let lent = unsafe { Borrowed::posted(&mut buf) };
+        let recv = p.post_recv(Source::Rank(0), TagMatch::exact(5), RecvBuffer::Borrowed(lent)).unwrap();
+        let data = pattern(i as u64, len);
+        let send = p.send(0, 5, &data).unwrap();
+        let got = p.wait_op(recv, timeout).unwrap().into_result().unwrap();
+        p.wait_op(send, timeout).unwrap().into_result().unwrap();
+        match got.kind {
+            CompletionKind::Recv { len: n, data: None, .. } if len <= room => {
+                assert_eq!(n, len);
+                assert!(buf[..len] == data[..], "case {i}: landed bytes differ");
+            }
+            CompletionKind::Recv { len: n, data: Some(owned), .. } if len > room => {
+                assert_eq!(n, len);
+                assert!(owned == data, "case {i}: owned bytes differ");
+                assert!(buf.iter().all(|&b| b == 0), "case {i}: the lent memory was written");
+            }
+            other => panic!("case {i}: unexpected completion {other:?}"),
+        }
+    }
+    let mut buf = [0u8; 8];
+    // SAFETY: refused before anything is kept.
+    let claimed = RecvBuffer::Borrowed(unsafe { Borrowed::new(&mut buf) });
+    assert!(p.post_recv(Source::Rank(0), TagMatch::exact(6), claimed).is_err());
 }

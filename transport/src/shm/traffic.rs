@@ -140,8 +140,12 @@ impl ShmProvider {
 
     /// Receiver side of rendezvous: read the sender's buffer in place, then tell it (FIN).
     pub(crate) fn rndv_fetch(&mut self, f: Fetch) {
-        let Fetch { recv, source, rts } = f;
+        let Fetch { mut recv, source, rts } = f;
         let len = rts.len as usize;
+        if matches!(&recv.buffer, RecvBuffer::Borrowed(b) if b.falls_back(len)) {
+            // Too long for the memory lent to a posted receive: it comes back owned.
+            recv.buffer = RecvBuffer::Owned { capacity: len };
+        }
         let remote = RemoteRegion { owner: source, addr: rts.r_addr, len: rts.r_len, key: rts.r_key };
         let lent_slot =
             (rts.kind == kind::RTS_LENT && rts.r_key > 0).then(|| ((rts.r_key - 1) as usize, rts.cookie));
