@@ -71,7 +71,8 @@ impl SpinWait {
     /// (completions queued for another owner) costs one clock read per `CLOCK_EVERY` rounds,
     /// not one per round. Oversubscribed, spinning yields the core every `CLOCK_EVERY / 2`
     /// rounds: yielding at every round made IMB's 8-byte Allreduce on 4 ranks on 2 cores
-    /// about 2x slower (each rank switched in only to find nothing and switch out again).
+    /// about 2x slower (each rank switched in only to find nothing and switch out again);
+    /// hybrid still spins (yielding) through its budget before it sleeps.
     #[inline]
     pub fn idle(&mut self) -> Result<Idle> {
         if self.timeout.is_zero() {
@@ -131,7 +132,7 @@ impl SpinWait {
         match self.mode {
             WaitMode::Poll => true,
             WaitMode::Event => false,
-            WaitMode::Hybrid => !self.oversubscribed && elapsed < self.spin,
+            WaitMode::Hybrid => elapsed < self.spin,
         }
     }
 }
@@ -244,14 +245,19 @@ mod tests {
         }
     }
 
-    /// Oversubscribed, hybrid gives up its spin budget: it sleeps after one clock period.
+    /// Oversubscribed, hybrid spins its budget too (yielding), then sleeps; alone, it spins.
     #[test]
-    fn oversubscribed_hybrid_sleeps_without_spinning_its_budget() {
+    fn oversubscribed_hybrid_yields_through_its_budget_then_sleeps() {
         let spin = Duration::from_secs(3600);
         let mut alone = SpinWait::new(&config(WaitMode::Hybrid, spin, false), Duration::from_millis(5));
         assert_eq!(rounds_to_sleep(&mut alone), None, "spins its whole budget, up to the bound");
-        let mut shared = SpinWait::new(&config(WaitMode::Hybrid, spin, true), Duration::from_secs(5));
-        assert_eq!(rounds_to_sleep(&mut shared), Some(CLOCK_EVERY));
+        let mut shared = SpinWait::new(&config(WaitMode::Hybrid, spin, true), Duration::from_millis(5));
+        assert_eq!(rounds_to_sleep(&mut shared), None, "yields its whole budget, up to the bound");
+        let brief = Duration::from_millis(2);
+        let mut shared = SpinWait::new(&config(WaitMode::Hybrid, brief, true), Duration::from_secs(5));
+        let start = Instant::now();
+        assert!(rounds_to_sleep(&mut shared).is_some_and(|r| r > CLOCK_EVERY));
+        assert!(start.elapsed() >= brief, "slept before its budget: {:?}", start.elapsed());
     }
 
     /// Every mode's bound fires even when `block` never sleeps (the caller ignores `Sleep`).

@@ -91,7 +91,7 @@ pub struct TransportConfig {
     pub host_cpus: Option<u32>,
     /// Not a variable: set when the provider opens, if this host runs more of the job's ranks
     /// than it has CPUs for them (`host_cpus`). Spinning waits then yield the core now and
-    /// then, and hybrid sleeps without spinning first (see [`crate::spinwait`]).
+    /// then (see [`crate::spinwait`]).
     pub oversubscribed: bool,
     /// `REVERB_PEER_TIMEOUT_MS`: a dead peer is reported within this bound.
     pub peer_timeout: Duration,
