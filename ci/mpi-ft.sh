@@ -239,8 +239,8 @@ say "all-reduce solver under CAML: contributions dropped once summed, a node rep
 # restarted rank takes it in the same call and sends in the same order. A node killed past
 # a checkpoint (causal, then under CAML) and before the first: the failure-free checksum.
 failure_free nb-clean.log -n 8 --ranks-per-node 2 -- "$work/collectives_ft" nonblocking 40 10 4096 4
-nb_faults="5:100 5:60 CAML:4:80"
-[[ $thin == 1 ]] && nb_faults="5:100 CAML:4:80" # the kill before the first checkpoint: host only
+nb_faults="5:200 5:60 CAML:4:80"
+[[ $thin == 1 ]] && nb_faults="5:200 CAML:4:80" # the kill before the first checkpoint: host only
 for fault in $nb_faults; do
     log=nb-faulty-${fault//:/-}.log
     case $fault in
@@ -253,7 +253,7 @@ for fault in $nb_faults; do
     [ "$(checksum "$log")" = "$(checksum nb-clean.log)" ] ||
         fail "collectives_ft nonblocking, fault $fault: $(checksum "$log"), failure-free $(checksum nb-clean.log)"
 done
-expect nb-faulty-5-100.log "rank 5 restored"
+expect nb-faulty-5-200.log "rank 5 restored"
 say "nonblocking collectives beside point-to-point: a node killed ($nb_faults), same checksum ($(checksum nb-clean.log)): ok"
 
 # One-sided windows (mpi/tests/c/rma_ft.c MODE FLAVOR): fence, lock (exclusive, shared and

@@ -259,9 +259,18 @@ fn short(len: usize, expected: usize, source: u32) -> MpiError {
 }
 
 /// Dissemination barrier: round k, each rank signals the one 2^k ahead and waits for the one
-/// 2^k behind; ceil(log2 n) rounds.
+/// 2^k behind; ceil(log2 n) rounds. On a few ranks (`tuning::flat`), one round.
 pub(crate) fn barrier(s: &mut State, g: &Group) -> MpiResult<()> {
     let n = g.size();
+    if super::tuning::flat(n) {
+        for k in 1..n {
+            g.send(s, (g.me + k) % n, &[])?;
+        }
+        for k in 1..n {
+            g.recv(s, (g.me + n - k) % n)?;
+        }
+        return Ok(());
+    }
     let mut k = 1;
     while k < n {
         g.shift(s, (g.me + k) % n, (g.me + n - k) % n, &[])?;

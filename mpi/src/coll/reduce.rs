@@ -69,6 +69,7 @@ pub(crate) fn allreduce(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'
     let bytes = r.dt.bytes_for(r.count);
     match tuning::allreduce(r.op.commutative(), bytes, g.size(), s.rt.caml()) {
         Allreduce::Tree => tree(s, g, mine, r),
+        Allreduce::Flat => flat(s, g, mine, r),
         Allreduce::RecursiveDoubling => recursive_doubling(s, g, mine, r),
         Allreduce::Rabenseifner => rabenseifner(s, g, mine, r),
         Allreduce::Ring => ring(s, g, mine, r),
@@ -288,6 +289,41 @@ fn recursive_doubling(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'_>
         }
     }
     fold.leave(s, g, acc)
+}
+
+/// Every rank sends its vector to every other, then combines all of them as
+/// `recursive_doubling` does: the folded pairs first, then blocks of places, the lower on
+/// the left. One round instead of log n, and the same bits.
+fn flat(s: &mut State, g: &Group, mine: Vec<u8>, r: &Reduction<'_>) -> MpiResult<Vec<u8>> {
+    let n = g.size();
+    for k in 1..n {
+        g.send(s, (g.me + k) % n, &mine)?;
+    }
+    let mut mine = Some(mine);
+    let mut all = Vec::with_capacity(n);
+    for from in 0..n {
+        all.push(if from == g.me { mine.take().unwrap_or_default() } else { g.recv(s, from)? });
+    }
+    let fold = Fold::of(n);
+    let mut places = Vec::with_capacity(fold.pof2);
+    for v in 0..fold.pof2 {
+        let real = fold.real(v);
+        let mut acc = std::mem::take(&mut all[real]);
+        if v < fold.rem {
+            let lower = std::mem::take(&mut all[real - 1]);
+            r.merge(&mut acc, lower, true)?;
+        }
+        places.push(acc);
+    }
+    let mut mask = 1;
+    while mask < fold.pof2 {
+        for v in (0..fold.pof2).step_by(2 * mask) {
+            let higher = std::mem::take(&mut places[v + mask]);
+            r.merge(&mut places[v], higher, false)?;
+        }
+        mask <<= 1;
+    }
+    Ok(places.swap_remove(0))
 }
 
 /// Rabenseifner: reduce-scatter by recursive halving (round k, places 2^k apart each keep

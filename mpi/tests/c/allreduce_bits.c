@@ -2,9 +2,9 @@
  * are added: one line per size with an FNV-1a hash of the result's bytes, from rank 0. Run
  * on reverb and on MPICH, the lines must match (ci/mpi.sh): on a power of two every
  * algorithm reverb picks adds in the balanced tree MPICH's recursive doubling builds. The
- * sizes straddle the algorithms' thresholds (recursive doubling below 2 KiB, Rabenseifner
- * above, run in the program's buffer, lent from 256 KiB), and MPI_IN_PLACE gives the same
- * bits. */
+ * sizes straddle the algorithms' thresholds (flat up to 512 B on 3-8 ranks, recursive
+ * doubling below 2 KiB, Rabenseifner above, run in the program's buffer, lent from
+ * 256 KiB), and MPI_IN_PLACE gives the same bits. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, bad = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int counts[] = {1, 255, 256, 8192, 20001, 65536, 131072, 262147};
+    int counts[] = {1, 64, 65, 255, 256, 8192, 20001, 65536, 131072, 262147};
     for (unsigned c = 0; c < sizeof counts / sizeof *counts; c++) {
         int n = counts[c];
         double *v = malloc(sizeof(double) * n), *out = malloc(sizeof(double) * n);

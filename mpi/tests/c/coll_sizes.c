@@ -1,6 +1,6 @@
 /* Each collective algorithm on both sides of its size threshold (mpi/src/coll/tuning.rs:
- * broadcast binomial / scatter + all-gather at 12 KiB; all-reduce recursive doubling /
- * Rabenseifner at 2 KiB / ring at 64 KiB off powers of two; all-to-all Bruck up to 256 B
+ * broadcast binomial / scatter + all-gather at 12 KiB; all-reduce flat up to 512 B on 3-8
+ * ranks / recursive doubling / Rabenseifner at 2 KiB / ring at 64 KiB off powers of two; all-to-all Bruck up to 256 B
  * blocks / pairwise; all-gather recursive doubling / ring at 512 KiB, each rank's receive
  * datatype contiguous or strided), on communicators of 2, 3, 4, 5 and 8 ranks (run on 8; the
  * 5 in reverse rank order), against values computed here. Floating-point sums must be bit-identical at every rank; a non-commutative user
@@ -238,11 +238,11 @@ static void on(MPI_Comm comm) {
     MPI_Comm_size(comm, &size);
     for (int i = 0; i < 3; i++)
         MPI_Barrier(comm);
-    /* 2 KiB = 512 ints, 64 KiB = 16384 ints (and 8192 doubles). */
-    int ints[] = {1, 7, 511, 512, 601, 16383, 16384, 70001, 262144};
+    /* 512 B = 128 ints, 2 KiB = 512 ints, 64 KiB = 16384 ints (and 8192 doubles). */
+    int ints[] = {1, 7, 128, 129, 511, 512, 601, 16383, 16384, 70001, 262144};
     for (unsigned i = 0; i < sizeof ints / sizeof *ints; i++)
         allreduce_ints(comm, rank, size, ints[i], i % 2);
-    int doubles[] = {1, 255, 256, 1000, 8191, 8192, 20001};
+    int doubles[] = {1, 64, 65, 255, 256, 1000, 8191, 8192, 20001};
     for (unsigned i = 0; i < sizeof doubles / sizeof *doubles; i++)
         allreduce_doubles(comm, rank, size, doubles[i]);
     int users[] = {1, 100, 5000, 20000};
