@@ -197,6 +197,7 @@ pub static VARS: &[Var] = &[
     var("REVERB_HOST_NAME", "the UTS host name", Transport, User, "text", "this rank's host name for the auto provider's per-peer choice (a resource manager's node name; distinct names simulate hosts)"),
     var("REVERB_TCP_IFACE", "", Transport, User, "text", "tcp provider: listen on this network interface's IPv4 address (e.g. eth0)"),
     var("REVERB_OFI_PROVIDER", "shm", Transport, User, "shm|tcp", "libfabric provider reverb: what carries its endpoints (shm: this host's; tcp: any host's; every endpoint of a job alike); unset: FI_REVERB_PROVIDER, else shm"),
+    var("REVERB_OFI_SERVICE_SCOPE", "", Transport, User, "text", "libfabric provider reverb: a word added to the names its servers publish their addresses under (/dev/shm/reverb-svc.*), so two test runs on the same service ports on one host stay apart; empty: none"),
     // verbs provider
     var("REVERB_VERBS_DEVICE", "", Verbs, User, "list", "RDMA device, or a comma list where node n uses entry n % len (unset: the first device)"),
     var("REVERB_VERBS_PORT", "1", Verbs, User, "int", "HCA port number"),
