@@ -12,7 +12,7 @@ use crate::ffi::{Out, UserBuf};
 use crate::state::State;
 
 use super::ops::{
-    completed_request, count_of, issue, origin_bytes, target_runs, OriginArgs, Resolved, TargetArgs,
+    completed_request, count_of, issue, mismatch, origin_bytes, target_runs, OriginArgs, Resolved, TargetArgs,
 };
 use super::win::win_call;
 use super::wire::{OpKind, OpReq};
@@ -86,10 +86,7 @@ unsafe fn accumulate(
         unsafe { origin_bytes(s, o) }?
     };
     if op != MPI_NO_OP && data.len() != span {
-        return Err(MpiError::new(
-            MPI_ERR_TYPE,
-            format!("{} origin bytes for {span} target bytes", data.len()),
-        ));
+        return Err(mismatch(data.len(), span));
     }
     if let Some(c) = compare {
         let with = OriginArgs { buf: c, ..*o };

@@ -19,7 +19,7 @@ use crate::datatype::Datatype;
 use crate::errors::{MpiError, MpiResult};
 use crate::state::State;
 
-use super::ops::{count_of, target_runs, OriginArgs, Resolved, TargetArgs};
+use super::ops::{count_of, mismatch, target_runs, OriginArgs, Resolved, TargetArgs};
 use super::sync::{check_alive_of, target_rank};
 
 /// A target datatype of more runs than this goes as one request instead.
@@ -153,7 +153,7 @@ pub unsafe fn transfer(
         let off = u64::try_from(t.disp as i128 * unit)
             .map_err(|_| MpiError::new(MPI_ERR_RMA_RANGE, format!("target displacement {}", t.disp)))?;
         if len != tlen {
-            return Err(MpiError::new(MPI_ERR_TYPE, format!("{len} origin bytes for {tlen} target bytes")));
+            return Err(mismatch(len, tlen));
         }
         // SAFETY: the caller's promise.
         unsafe { copy(&to, rank, off, o.buf.ptr().cast(), len, put) }?;
@@ -167,10 +167,7 @@ pub unsafe fn transfer(
     let count = count_of(o.count)?;
     let span: u64 = runs.iter().map(|r| r.1).sum();
     if dt.bytes_for(count) as u64 != span {
-        return Err(MpiError::new(
-            MPI_ERR_TYPE,
-            format!("{} origin bytes for {span} target bytes", dt.bytes_for(count)),
-        ));
+        return Err(mismatch(dt.bytes_for(count), span as usize));
     }
     runs.iter().try_for_each(|&(off, len)| range(len, off, &to, rank))?;
     if put {

@@ -130,7 +130,8 @@ unsafe fn plain_direct(
     Ok(Some(rank))
 }
 
-fn mismatch(origin: usize, target: usize) -> MpiError {
+/// An origin of `origin` bytes for a target of `target`: MPI_ERR_TYPE.
+pub(super) fn mismatch(origin: usize, target: usize) -> MpiError {
     MpiError::new(MPI_ERR_TYPE, format!("{origin} origin bytes for {target} target bytes"))
 }
 

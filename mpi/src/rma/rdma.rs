@@ -25,7 +25,7 @@ use crate::coll;
 use crate::errors::{MpiError, MpiResult};
 use crate::state::State;
 
-use super::ops::{count_of, target_runs, OriginArgs, Resolved, TargetArgs};
+use super::ops::{count_of, mismatch, target_runs, OriginArgs, Resolved, TargetArgs};
 use super::sync::{check_alive_of, target_rank, wait_for};
 use super::win::Landing;
 
@@ -258,10 +258,7 @@ pub unsafe fn put(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> 
     let data = unsafe { dt.pack(&o.buf, count_of(o.count)?) }?;
     let span: u64 = runs.iter().map(|r| r.1).sum();
     if data.len() as u64 != span {
-        return Err(MpiError::new(
-            MPI_ERR_TYPE,
-            format!("{} origin bytes for {span} target bytes", data.len()),
-        ));
+        return Err(mismatch(data.len(), span as usize));
     }
     let (ring, at) = reserve(s, win, data.len())?;
     ring.write(at, &data).map_err(|e| transport("staging a put", e))?;
@@ -279,10 +276,7 @@ pub unsafe fn get(s: &mut State, win: c_int, o: &OriginArgs, t: &TargetArgs) -> 
     let count = count_of(o.count)?;
     let span: u64 = runs.iter().map(|r| r.1).sum();
     if dt.bytes_for(count) as u64 != span {
-        return Err(MpiError::new(
-            MPI_ERR_TYPE,
-            format!("{} origin bytes for {span} target bytes", dt.bytes_for(count)),
-        ));
+        return Err(mismatch(dt.bytes_for(count), span as usize));
     }
     let len = span as usize;
     let (ring, at) = reserve(s, win, len)?;
