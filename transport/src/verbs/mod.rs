@@ -755,8 +755,9 @@ impl Provider for VerbsProvider {
 
     unsafe fn register_memory(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Region> {
         // SAFETY: the caller's promise passes on.
-        let borrowed = unsafe { Region::borrowed(ptr, len, access, self.job.rank) };
-        mr::register_borrowed(&self.pd, self.job.incarnation, &borrowed)
+        unsafe {
+            mr::register_caller_memory(&self.pd, (self.job.rank, self.job.incarnation), ptr, len, access)
+        }
     }
 
     // Inlined into the `APP` posts (`put`, `send`, ...): they cost no extra call.

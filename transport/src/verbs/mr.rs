@@ -120,9 +120,26 @@ pub fn register(
     Ok(unsafe { Region::new(ptr, len, access, remote, lkey, Box::new(backing)) })
 }
 
+/// Registers `len` bytes at `ptr`, which the caller owns, for `access`, as `rank` at
+/// `incarnation` (`Provider::register_memory`).
+///
+/// # Safety
+/// The memory stays valid, and is touched only as `access` allows, while the region lives.
+pub unsafe fn register_caller_memory(
+    pd: &Arc<ProtectionDomain>,
+    (rank, incarnation): (Rank, u32),
+    ptr: *mut u8,
+    len: usize,
+    access: Access,
+) -> Result<Region> {
+    // SAFETY: the caller's promise passes on.
+    let borrowed = unsafe { Region::borrowed(ptr, len, access, rank) };
+    register_borrowed(pd, incarnation, &borrowed)
+}
+
 /// Registers the memory of `region`, which its caller owns (no provider registered it): the
 /// region again, under a [`key`] of `incarnation`.
-pub fn register_borrowed(pd: &Arc<ProtectionDomain>, incarnation: u32, region: &Region) -> Result<Region> {
+fn register_borrowed(pd: &Arc<ProtectionDomain>, incarnation: u32, region: &Region) -> Result<Region> {
     let (backing, lkey, rkey) = register_existing(pd, region)?;
     let remote = RemoteRegion { key: key(incarnation, rkey), ..region.remote() };
     // SAFETY: the clone of `region` inside `backing` keeps the memory valid.
